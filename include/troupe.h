@@ -1,0 +1,21 @@
+/* troupe.h — the whole public API of troupe.
+ *
+ * Build against the installed library with `pkg-config --cflags --libs troupe`, then
+ * `#include <troupe.h>`. Each module's header says what it is for and how to use it:
+ *
+ *   tr_base.h     status codes, assertions, clocks
+ *   tr_msg.h      messages and message types
+ *   tr_mailbox.h  the lock-free MPSC queue under every actor
+ *   tr_system.h   actors (pinned to a thread, or on the libuv loop) and the system
+ *   tr_trace.h    per-thread tracing and Chrome trace output
+ */
+#ifndef TROUPE_H
+#define TROUPE_H
+
+#include "tr_base.h"
+#include "tr_mailbox.h"
+#include "tr_msg.h"
+#include "tr_system.h"
+#include "tr_trace.h"
+
+#endif

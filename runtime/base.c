@@ -1,0 +1,31 @@
+/* base.c — status names, the assertion failure path, clocks. */
+#include "tr_base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+const char *tr_strerror(int status) {
+  switch (status) {
+    case TR_OK:
+      return "TR_OK: success";
+#define TR__STATUS_CASE(name, value, text) \
+  case name:                               \
+    return #name ": " text;
+      TR_STATUS_MAP(TR__STATUS_CASE)
+#undef TR__STATUS_CASE
+  }
+  return "unknown status";
+}
+
+void tr__assert_fail(const char *expr, const char *file, int line) {
+  fprintf(stderr, "troupe: assertion failed: %s at %s:%d\n", expr, file, line);
+  fflush(stderr);
+  abort();
+}
+
+uint64_t tr_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}

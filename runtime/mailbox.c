@@ -1,0 +1,19 @@
+/* mailbox.c — the out-of-line parts of the MPSC queue (tr_mailbox.h). */
+#include "tr_mailbox.h"
+
+void tr_mailbox_init(tr_mailbox *q) {
+  atomic_store_explicit(&q->stub.next, NULL, memory_order_relaxed);
+  q->stub.type = NULL;
+  q->stub.from = NULL;
+  q->stub.size = 0;
+  q->stub.flags = 0;
+  q->tail = &q->stub;
+  atomic_store_explicit(&q->head, (uintptr_t)&q->stub | 1, memory_order_release);
+}
+
+void tr_mailbox_drain(tr_mailbox *q) {
+  tr_msg *released;
+  while (tr_mailbox_pop(q, &released) != NULL) tr_msg_free(released);
+  if (q->tail != &q->stub) tr_msg_free(q->tail);
+  tr_mailbox_init(q);
+}

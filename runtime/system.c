@@ -1,0 +1,343 @@
+/* system.c — creating, running and stopping a system; the libuv loop side.
+ *
+ * The loop thread owns: loop actors (their turns run in the async callback), timers,
+ * signals, and the shutdown protocol, which advances in phases each time the loop wakes:
+ *   0 running    → on tr_system_stop: a stop on every pinned actor's priority lane
+ *   1 draining   → once every pinned thread has exited: join them, stop the loop actors
+ *   2 closing    → close every handle; uv_run returns once they are closed
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "system_impl.h"
+
+enum { PHASE_RUNNING, PHASE_DRAINING, PHASE_CLOSING };
+
+/* Timers live on the loop thread; other threads ask for them through `requests`. */
+typedef struct timer_request {
+  tr_msg hdr;
+  tr_actor *actor;
+  uint64_t timeout_ms, repeat_ms, tag;
+  bool start;
+} timer_request;
+static TR_MSGTYPE_DEFINE(timer_request_type, timer_request);
+
+struct tr__timer {
+  uv_timer_t handle;
+  tr_actor *actor;
+  uint64_t tag;
+  bool repeat;
+  tr__timer *next;
+};
+
+static void push_actor(_Atomic(tr_actor *) *list, tr_actor *a, size_t next_offset) {
+  tr_actor *head = atomic_load(list);
+  do {
+    *(tr_actor **)((char *)a + next_offset) = head;
+  } while (!atomic_compare_exchange_weak(list, &head, a));
+}
+
+void tr__loop_wake(tr_system *sys) {
+  if (!atomic_load_explicit(&sys->async_closed, memory_order_acquire))
+    uv_async_send(&sys->async);
+}
+
+void tr__system_fail(tr_system *sys, int status, const char *fmt, ...) {
+  if (status != 0) {
+    pthread_mutex_lock(&sys->lock);
+    if (sys->status == 0) {
+      sys->status = status;
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(sys->error, sizeof sys->error, fmt, ap);
+      va_end(ap);
+    }
+    pthread_mutex_unlock(&sys->lock);
+  }
+  atomic_store(&sys->stopping, 1);
+  tr__loop_wake(sys);
+}
+
+void tr_system_stop(tr_system *sys, int status) {
+  tr__system_fail(sys, status, "%s: stopped with %s", sys->name, tr_strerror(status));
+}
+
+const char *tr_system_error(const tr_system *sys) { return sys->error; }
+uv_loop_t *tr_system_loop(tr_system *sys) { return &sys->loop; }
+
+/* ---- timers ---------------------------------------------------------------------------- */
+
+static void timer_closed(uv_handle_t *h) { free(h->data); }
+
+static void timer_fired(uv_timer_t *h) {
+  tr__timer *t = h->data;
+  tr_timer_msg *m = tr_msg_new(&tr_timer_msg_type);
+  m->tag = t->tag;
+  tr_actor_send(t->actor, m);
+  if (!t->repeat) {
+    tr_system *sys = t->actor->sys;
+    for (tr__timer **p = &sys->timers; *p; p = &(*p)->next) {
+      if (*p == t) {
+        *p = t->next;
+        break;
+      }
+    }
+    uv_close((uv_handle_t *)h, timer_closed);
+  }
+}
+
+static int timer_request_send(tr_actor *a, bool start, uint64_t timeout_ms, uint64_t repeat_ms,
+                              uint64_t tag) {
+  timer_request *r = tr_msg_new(&timer_request_type);
+  r->actor = a;
+  r->start = start;
+  r->timeout_ms = timeout_ms;
+  r->repeat_ms = repeat_ms;
+  r->tag = tag;
+  if (tr_mailbox_push(&a->sys->requests, &r->hdr)) tr__loop_wake(a->sys);
+  return 0;
+}
+
+int tr_actor_timer_start(tr_actor *a, uint64_t timeout_ms, uint64_t repeat_ms, uint64_t tag) {
+  return timer_request_send(a, true, timeout_ms, repeat_ms, tag);
+}
+
+int tr_actor_timer_stop(tr_actor *a, uint64_t tag) {
+  return timer_request_send(a, false, 0, 0, tag);
+}
+
+static void timer_apply(tr_system *sys, timer_request *r) {
+  if (r->start) {
+    tr__timer *t = calloc(1, sizeof *t);
+    TR_ASSERT(t != NULL);
+    t->actor = r->actor;
+    t->tag = r->tag;
+    t->repeat = r->repeat_ms != 0;
+    uv_timer_init(&sys->loop, &t->handle);
+    t->handle.data = t;
+    uv_timer_start(&t->handle, timer_fired, r->timeout_ms, r->repeat_ms);
+    t->next = sys->timers;
+    sys->timers = t;
+    return;
+  }
+  for (tr__timer **p = &sys->timers; *p;) {
+    tr__timer *t = *p;
+    if (t->actor == r->actor && t->tag == r->tag) {
+      *p = t->next;
+      uv_close((uv_handle_t *)&t->handle, timer_closed);
+    } else {
+      p = &t->next;
+    }
+  }
+}
+
+static void drain_requests(tr_system *sys) {
+  tr_msg *m, *released;
+  while ((m = tr_mailbox_pop(&sys->requests, &released)) != NULL) {
+    tr_msg_free(released);
+    if (sys->shutdown_phase == PHASE_RUNNING) timer_apply(sys, (timer_request *)m);
+  }
+  tr_mailbox_mark_empty(&sys->requests);
+}
+
+/* ---- the loop -------------------------------------------------------------------------- */
+
+static void close_handle(uv_handle_t *h, void *arg) {
+  (void)arg;
+  if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void advance_shutdown(tr_system *sys) {
+  if (sys->shutdown_phase == PHASE_RUNNING) {
+    sys->shutdown_phase = PHASE_DRAINING;
+    for (tr_actor *a = atomic_load(&sys->actors); a; a = a->next_all) {
+      if (a->kind == TR_ACTOR_PINNED) tr_actor_send_ctl(a, tr_msg_new(&tr_msg_stop_type));
+    }
+  }
+  if (sys->shutdown_phase == PHASE_DRAINING &&
+      atomic_load(&sys->pinned_exited) == atomic_load(&sys->pinned_started)) {
+    sys->shutdown_phase = PHASE_CLOSING;
+    for (tr_actor *a = atomic_load(&sys->actors); a; a = a->next_all) {
+      if (a->has_thread) {
+        pthread_join(a->thread, NULL);
+        a->has_thread = false;
+      }
+    }
+    for (tr_actor *a = atomic_load(&sys->loop_actors); a; a = a->next_loop)
+      tr__actor_stop_now(a);
+    /* No thread but this one can send now: closing the async handle is safe. */
+    atomic_store_explicit(&sys->async_closed, 1, memory_order_release);
+    for (tr__timer *t = sys->timers; t; t = t->next)
+      uv_close((uv_handle_t *)&t->handle, timer_closed);
+    sys->timers = NULL;
+    /* Whatever handles loop actors left open would keep the loop alive forever. */
+    uv_walk(&sys->loop, close_handle, NULL);
+  }
+}
+
+static void on_async(uv_async_t *h) {
+  tr_system *sys = h->data;
+  bool again = false;
+  drain_requests(sys);
+  for (tr_actor *a = atomic_load(&sys->loop_actors); a; a = a->next_loop) {
+    if (a->done || tr__actor_turn(a) < 0) continue;
+    if (!tr_mailbox_mark_empty(&a->ctl) || !tr_mailbox_mark_empty(&a->data)) again = true;
+  }
+  if (atomic_load(&sys->stopping)) advance_shutdown(sys);
+  /* A turn is bounded: come back for the rest after timers and I/O had their chance. */
+  if (again) tr__loop_wake(sys);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+  tr_system *sys = h->data;
+  tr__system_fail(sys, TR_EINTR, "%s: stopped by %s", sys->name,
+                  signum == SIGINT ? "SIGINT" : "SIGTERM");
+}
+
+/* ---- lifecycle ------------------------------------------------------------------------- */
+
+int tr_system_new(tr_system **out, const tr_system_config *config) {
+  static const tr_system_config defaults = {0};
+  if (config == NULL) config = &defaults;
+  *out = NULL;
+  if (config->turn_batch < 0 || config->spin_us < 0) return TR_EINVAL;
+
+  tr_system *sys = calloc(1, sizeof *sys);
+  if (sys == NULL) return TR_ENOMEM;
+  sys->name = strdup(config->name ? config->name : "troupe");
+  sys->turn_batch = config->turn_batch ? config->turn_batch : 64;
+  sys->spin_us = config->spin_us ? config->spin_us : 20;
+  sys->trace_on = config->trace != 0;
+  sys->handle_signals = config->handle_signals != 0;
+  tr_mailbox_init(&sys->requests);
+  pthread_mutex_init(&sys->lock, NULL);
+  if (sys->name == NULL || uv_loop_init(&sys->loop) != 0) {
+    free(sys->name);
+    free(sys);
+    return TR_ENOMEM;
+  }
+  uv_async_init(&sys->loop, &sys->async, on_async);
+  sys->async.data = sys;
+  *out = sys;
+  return 0;
+}
+
+static int start_thread(tr_actor *a) {
+  atomic_fetch_add(&a->sys->pinned_started, 1);
+  if (pthread_create(&a->thread, NULL, tr__pinned_main, a) != 0) {
+    atomic_fetch_sub(&a->sys->pinned_started, 1);
+    return TR_ESYS;
+  }
+  a->has_thread = true;
+  return 0;
+}
+
+int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out) {
+  *out = NULL;
+  if (config->behaviour == NULL || config->behaviour->receive == NULL) return TR_EINVAL;
+  if (config->kind != TR_ACTOR_PINNED && config->kind != TR_ACTOR_LOOP) return TR_EINVAL;
+  if (config->spin_us < TR_SPIN_FOREVER) return TR_EINVAL;
+
+  tr_actor *a = aligned_alloc(TR_CACHE_LINE, sizeof *a);
+  if (a == NULL) return TR_ENOMEM;
+  memset(a, 0, sizeof *a);
+  tr_mailbox_init(&a->ctl);
+  tr_mailbox_init(&a->data);
+  atomic_init(&a->park, TR__RUNNING);
+  a->sys = sys;
+  a->b = config->behaviour;
+  a->state = config->state;
+  a->kind = config->kind;
+  a->spin_us = config->spin_us ? config->spin_us : sys->spin_us;
+  a->id = atomic_fetch_add(&sys->next_id, 1);
+  if (config->name) {
+    a->name = strdup(config->name);
+  } else if (asprintf(&a->name, "%s-%u", a->b->name ? a->b->name : "actor", a->id) < 0) {
+    a->name = NULL;
+  }
+  if (a->name == NULL) {
+    free(a);
+    return TR_ENOMEM;
+  }
+  if (a->kind == TR_ACTOR_LOOP) a->trace = sys->loop_trace;
+
+  if (a->kind == TR_ACTOR_PINNED && atomic_load(&sys->running)) {
+    int rc = start_thread(a);
+    if (rc != 0) {
+      free(a->name);
+      free(a);
+      return rc;
+    }
+  }
+  push_actor(&sys->actors, a, offsetof(tr_actor, next_all));
+  if (a->kind == TR_ACTOR_LOOP) {
+    push_actor(&sys->loop_actors, a, offsetof(tr_actor, next_loop));
+    tr__loop_wake(sys); /* its start runs on the loop's next pass */
+  }
+  /* Spawned while the stop went out: it must not miss its stop (a second one is harmless). */
+  if (a->kind == TR_ACTOR_PINNED && atomic_load(&sys->stopping))
+    tr_actor_send_ctl(a, tr_msg_new(&tr_msg_stop_type));
+  *out = a;
+  return 0;
+}
+
+int tr_system_run(tr_system *sys) {
+  if (sys->ran) return TR_ESTATE;
+  sys->ran = true;
+  if (sys->trace_on) {
+    sys->loop_trace = tr__trace_buf_new(sys, "loop", 0);
+    for (tr_actor *a = atomic_load(&sys->loop_actors); a; a = a->next_loop)
+      a->trace = sys->loop_trace;
+  }
+  if (sys->handle_signals) {
+    uv_signal_init(&sys->loop, &sys->sigint);
+    uv_signal_init(&sys->loop, &sys->sigterm);
+    sys->sigint.data = sys->sigterm.data = sys;
+    uv_signal_start(&sys->sigint, on_signal, SIGINT);
+    uv_signal_start(&sys->sigterm, on_signal, SIGTERM);
+  }
+  /* Actors spawned from now on start their own threads; these were spawned before the run. */
+  tr_actor *before = atomic_load(&sys->actors);
+  atomic_store(&sys->running, 1);
+  for (tr_actor *a = before; a; a = a->next_all) {
+    if (a->kind == TR_ACTOR_PINNED && !a->has_thread && start_thread(a) != 0) {
+      tr__system_fail(sys, TR_ESYS, "%s: cannot create the thread of actor '%s'", sys->name,
+                      a->name);
+      break;
+    }
+  }
+  uv_async_send(&sys->async); /* first pass: start the loop actors */
+  uv_run(&sys->loop, UV_RUN_DEFAULT);
+  return sys->status;
+}
+
+void tr_system_free(tr_system *sys) {
+  if (sys == NULL) return;
+  TR_ASSERT(!sys->ran || sys->shutdown_phase == PHASE_CLOSING);
+  if (!sys->ran) {
+    atomic_store(&sys->async_closed, 1);
+    uv_close((uv_handle_t *)&sys->async, NULL);
+  }
+  uv_run(&sys->loop, UV_RUN_DEFAULT); /* close callbacks */
+  TR_ASSERT(uv_loop_close(&sys->loop) == 0);
+
+  tr_actor *a = atomic_load(&sys->actors);
+  while (a) {
+    tr_actor *next = a->next_all;
+    tr_mailbox_drain(&a->ctl);
+    tr_mailbox_drain(&a->data);
+    if (a->b->destroy) a->b->destroy(a->state);
+    free(a->error);
+    free(a->name);
+    free(a);
+    a = next;
+  }
+  tr_mailbox_drain(&sys->requests);
+  tr__trace_free_all(sys);
+  pthread_mutex_destroy(&sys->lock);
+  free(sys->name);
+  free(sys);
+}

@@ -1,0 +1,93 @@
+/* system_impl.h — the insides of actors and systems, shared by the runtime's .c files. */
+#ifndef TR_SYSTEM_IMPL_H
+#define TR_SYSTEM_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <uv.h>
+
+#include "tr_mailbox.h"
+#include "tr_system.h"
+#include "tr_trace.h"
+
+enum { TR__RUNNING = 0, TR__PARKING = 1 }; /* tr_actor.park, a futex word */
+
+typedef struct tr__trace_chunk tr__trace_chunk;
+
+/* One thread's trace events. Only that thread appends; readers wait for the run's end. */
+typedef struct tr__trace_buf {
+  struct tr__trace_buf *next; /* the system's list */
+  char thread[32];
+  int tid;
+  tr__trace_chunk *first, *last;
+} tr__trace_buf;
+
+struct tr_actor {
+  tr_mailbox ctl;  /* priority lane */
+  tr_mailbox data; /* data lane */
+  _Alignas(TR_CACHE_LINE) _Atomic uint32_t park; /* pinned: TR__RUNNING or TR__PARKING */
+
+  _Alignas(TR_CACHE_LINE) tr_system *sys;
+  const tr_behaviour *b;
+  void *state;
+  char *name;
+  tr_actor_kind kind;
+  int spin_us;
+  uint32_t id;
+  bool started; /* start callback ran */
+  bool done;    /* stopped or failed: handles nothing more */
+  bool has_thread;
+  pthread_t thread;
+  tr__trace_buf *trace; /* the buffer of the thread that runs it */
+  char *error;          /* set by tr_actor_fail */
+  tr_actor *next_all;   /* the system's lists */
+  tr_actor *next_loop;
+};
+
+typedef struct tr__timer tr__timer;
+
+struct tr_system {
+  uv_loop_t loop;
+  uv_async_t async;
+  uv_signal_t sigint, sigterm;
+  tr_mailbox requests; /* timer requests, consumed on the loop */
+  char *name;
+  int turn_batch;
+  int spin_us;
+  bool trace_on;
+  bool handle_signals;
+
+  _Atomic(tr_actor *) actors;      /* every actor, newest first */
+  _Atomic(tr_actor *) loop_actors; /* loop actors, newest first */
+  _Atomic uint32_t next_id;
+  _Atomic int running;             /* tr_system_run has started the pinned threads */
+  _Atomic int stopping;
+  _Atomic int async_closed;
+  _Atomic uint32_t pinned_started, pinned_exited;
+  int shutdown_phase; /* loop thread only */
+  bool ran;
+  tr__timer *timers; /* loop thread only */
+
+  pthread_mutex_t lock; /* the first error, the trace buffer list */
+  int status;
+  char error[1024];
+  tr__trace_buf *traces;
+  tr__trace_buf *loop_trace;
+};
+
+/* trace.c */
+tr__trace_buf *tr__trace_buf_new(tr_system *sys, const char *thread, int tid);
+void tr__trace_free_all(tr_system *sys);
+
+/* system.c */
+void tr__system_fail(tr_system *sys, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+void tr__loop_wake(tr_system *sys);
+
+/* actor.c */
+int tr__actor_turn(tr_actor *a); /* messages handled, or -1 when the actor is done */
+void *tr__pinned_main(void *arg);
+void tr__actor_stop_now(tr_actor *a); /* runs `stop` once, marks the actor done */
+
+#endif

@@ -1,0 +1,81 @@
+/* tr_base.h — what every troupe module shares: status codes, the assertion macro, clocks.
+ *
+ * Functions that can fail return an int: 0 on success or a negative TR_E... code. The text
+ * of a failure lives with the object that failed (tr_system_error(), ...); tr_strerror()
+ * names the code itself.
+ *
+ * TR_ASSERT(cond) checks an invariant of the program, not of its input. It stays on in
+ * release builds and aborts with file:line, because continuing past a broken invariant in a
+ * concurrent runtime turns one bug into a hang or silent corruption somewhere else.
+ * TR_DEBUG_ASSERT is the same check compiled only into debug builds, for hot paths.
+ */
+#ifndef TR_BASE_H
+#define TR_BASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_VERSION_MAJOR 0
+#define TR_VERSION_MINOR 1
+#define TR_VERSION_PATCH 0
+#define TR_VERSION_STRING "0.1.0"
+
+/* X(name, value, description): the one list of status codes. */
+#define TR_STATUS_MAP(X)                                                   \
+  X(TR_EINVAL, -1, "invalid argument")                                     \
+  X(TR_ENOMEM, -2, "out of memory")                                        \
+  X(TR_ESTATE, -3, "operation not valid in this state")                    \
+  X(TR_ESYS, -4, "system call failed")                                     \
+  X(TR_ECANCELED, -5, "stopped by request")                                \
+  X(TR_EINTR, -6, "interrupted by a signal")                               \
+  X(TR_EACTOR, -7, "an actor failed")                                      \
+  X(TR_ENODEV, -8, "no such device")                                       \
+  X(TR_EDEVICE, -9, "device operation failed")                             \
+  X(TR_EIO, -10, "input/output error")                                     \
+  X(TR_EFORMAT, -11, "malformed data")                                     \
+  X(TR_ETIMEDOUT, -12, "timed out")
+
+enum tr_status {
+  TR_OK = 0,
+#define TR__STATUS_ENUM(name, value, text) name = value,
+  TR_STATUS_MAP(TR__STATUS_ENUM)
+#undef TR__STATUS_ENUM
+};
+
+/* The name and description of a status code ("TR_EINVAL: invalid argument"). */
+const char *tr_strerror(int status);
+
+/* Prints "troupe: assertion failed: <expr> at file:line" and aborts. */
+_Noreturn void tr__assert_fail(const char *expr, const char *file, int line);
+
+#define TR_ASSERT(cond) \
+  (__builtin_expect(!!(cond), 1) ? (void)0 : tr__assert_fail(#cond, __FILE__, __LINE__))
+
+#ifdef NDEBUG
+#define TR_DEBUG_ASSERT(cond) ((void)0)
+#else
+#define TR_DEBUG_ASSERT(cond) TR_ASSERT(cond)
+#endif
+
+/* Monotonic time in nanoseconds (CLOCK_MONOTONIC). */
+uint64_t tr_now_ns(void);
+
+/* A spin-wait hint for the CPU: lets the sibling hyperthread run and saves power. */
+static inline void tr_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  __asm__ __volatile__("yield");
+#endif
+}
+
+#define TR_CACHE_LINE 64
+
+#ifdef __cplusplus
+}
+#endif
+#endif

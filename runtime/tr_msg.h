@@ -1,0 +1,78 @@
+/* tr_msg.h — messages: a header plus a typed payload.
+ *
+ * A message type is a constant descriptor naming the type and the size of its struct. The
+ * struct starts with a tr_msg header; the runtime links messages through that header, so a
+ * send never allocates or copies beyond the message itself.
+ *
+ *   typedef struct { tr_msg hdr; uint32_t microbatch; float *activations; } fwd_msg;
+ *   TR_MSGTYPE_DEFINE(fwd_type, fwd_msg);                 // in one .c file
+ *
+ *   fwd_msg *m = tr_msg_new(&fwd_type);                   // sender
+ *   m->microbatch = 3; m->activations = buf;
+ *   tr_actor_send(stage1, m);
+ *
+ *   if (msg->type == &fwd_type) { fwd_msg *f = (fwd_msg *)msg; ... }   // receiver
+ *
+ * Ownership: a sent message belongs to the runtime. The receiver reads it during its
+ * handler and must not keep it; the runtime frees it afterwards. Payloads that outlive a
+ * handler (tensors, buffers) are referenced from the message, never copied into it.
+ *
+ * Message memory comes from jemalloc (its thread caches make the allocate-here,
+ * free-on-the-consumer's-thread pattern cheap), or from libc in sanitizer builds.
+ */
+#ifndef TR_MSG_H
+#define TR_MSG_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "tr_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct tr_actor;
+
+typedef struct tr_msgtype {
+  const char *name; /* for traces and error messages */
+  uint32_t size;    /* bytes of the message struct, header included */
+} tr_msgtype;
+
+#define TR_MSGTYPE_DEFINE(var, T) const tr_msgtype var = {#T, (uint32_t)sizeof(T)}
+
+typedef struct tr_msg {
+  _Atomic(struct tr_msg *) next; /* mailbox link, the runtime's */
+  const tr_msgtype *type;
+  struct tr_actor *from; /* the sender if it set it; the runtime's own messages set it */
+  uint32_t size;         /* bytes allocated, header included */
+  uint32_t flags;        /* the runtime's */
+} tr_msg;
+
+/* Allocates a message of `type` (type->size bytes, payload uninitialised). Never returns
+ * NULL: running out of memory for a message aborts, since no actor could report it. */
+void *tr_msg_new(const tr_msgtype *type);
+
+/* The same with a payload of `size` bytes in all (>= sizeof(tr_msg)), for variable-length
+ * messages. */
+void *tr_msg_new_size(const tr_msgtype *type, size_t size);
+
+/* Frees a message that was never sent. Sent messages are freed by the runtime. */
+void tr_msg_free(void *msg);
+
+/* The name of the allocator behind message memory ("jemalloc" or "libc"). */
+const char *tr_msg_allocator(void);
+
+/* Messages the runtime itself sends. */
+extern const tr_msgtype tr_msg_stop_type; /* priority lane: stop now */
+
+typedef struct tr_timer_msg {
+  tr_msg hdr;
+  uint64_t tag; /* the tag given to tr_actor_timer_start */
+} tr_timer_msg;
+extern const tr_msgtype tr_timer_msg_type;
+
+#ifdef __cplusplus
+}
+#endif
+#endif

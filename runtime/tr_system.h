@@ -1,0 +1,143 @@
+/* tr_system.h — actors, and the system that runs them.
+ *
+ * An actor is a behaviour (a struct of callbacks) plus state, with two mailboxes: a priority
+ * lane for control messages (stop, errors, credits) and a data lane. It handles one message
+ * at a time; nothing else touches its state. There are two kinds:
+ *
+ *   TR_ACTOR_PINNED  owns an OS thread (named after the actor). On an empty mailbox it spins
+ *                    briefly, then parks on a futex; the one sender that finds it parked wakes
+ *                    it. Devices belong to pinned actors.
+ *   TR_ACTOR_LOOP    runs on the system's single libuv loop thread, with timers, signals and
+ *                    I/O. A send to it pushes and calls uv_async_send; the loop drains every
+ *                    loop actor's mailbox per wake-up (sends coalesce).
+ *
+ * A turn handles the whole priority lane, then at most `turn_batch` data messages, up to the
+ * newest one present when the turn began, so a busy producer cannot starve control traffic.
+ *
+ *   static int pong_receive(tr_actor *self, tr_msg *m) {
+ *     ping_msg *reply = tr_msg_new(&ping_type);
+ *     reply->seq = ((ping_msg *)m)->seq;
+ *     tr_actor_send(m->from, reply);
+ *     return 0;
+ *   }
+ *   static const tr_behaviour pong = {.name = "pong", .receive = pong_receive};
+ *
+ *   tr_system *sys;
+ *   tr_system_new(&sys, &(tr_system_config){.handle_signals = 1});
+ *   tr_actor *a;
+ *   tr_actor_spawn(sys, &(tr_actor_config){.name = "pong", .kind = TR_ACTOR_PINNED,
+ *                                         .behaviour = &pong}, &a);
+ *   int rc = tr_system_run(sys);     // the loop runs on this thread until someone stops it
+ *   if (rc) fprintf(stderr, "%s\n", tr_system_error(sys));
+ *   tr_system_free(sys);
+ *
+ * Errors: a callback that returns non-zero stops the whole system; tr_system_run returns that
+ * status and tr_system_error names the actor, its kind and the message type it was handling.
+ *
+ * Shutdown is a protocol: tr_system_stop (from any thread, or SIGINT/SIGTERM when
+ * handle_signals is set) sends a stop on every actor's priority lane; each runs its `stop`
+ * callback on its own thread and quits, pinned threads are joined, loop handles closed, and
+ * tr_system_run returns. Messages still queued are freed by tr_system_free, which also calls
+ * each behaviour's `destroy`. Sends after the system stopped are accepted and freed there.
+ *
+ * Threads: tr_actor_send, tr_actor_send_ctl and tr_system_stop may be called from any thread
+ * while the system exists; everything else from the thread that created the system or from
+ * actor callbacks, as noted.
+ */
+#ifndef TR_SYSTEM_H
+#define TR_SYSTEM_H
+
+#include <stdarg.h>
+#include <stdint.h>
+
+#include "tr_msg.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tr_system tr_system;
+typedef struct tr_actor tr_actor;
+typedef struct uv_loop_s uv_loop_t;
+
+typedef enum tr_actor_kind { TR_ACTOR_PINNED, TR_ACTOR_LOOP } tr_actor_kind;
+
+typedef struct tr_behaviour {
+  const char *name;                             /* the kind of actor ("stage", "loader") */
+  int (*start)(tr_actor *self);                 /* optional: first, on the actor's thread */
+  int (*receive)(tr_actor *self, tr_msg *msg);  /* required: one message */
+  void (*stop)(tr_actor *self);                 /* optional: last, on the actor's thread */
+  void (*destroy)(void *state);                 /* optional: frees state, at tr_system_free */
+} tr_behaviour;
+
+/* How long a pinned actor spins on an empty mailbox before it parks: a number of µs, or 0
+ * for the system's default, or one of these. */
+#define TR_SPIN_NONE (-1)    /* park at once */
+#define TR_SPIN_FOREVER (-2) /* never park: lowest latency, burns a core */
+
+typedef struct tr_actor_config {
+  const char *name;              /* copied; names the thread, errors and trace lanes */
+  tr_actor_kind kind;
+  const tr_behaviour *behaviour; /* not copied: must outlive the system */
+  void *state;                   /* tr_actor_state(); owned by the actor if destroy is set */
+  int spin_us;                   /* pinned: see TR_SPIN_NONE; 0 for the system's default */
+} tr_actor_config;
+
+typedef struct tr_system_config {
+  const char *name;   /* for messages; "troupe" if NULL */
+  int handle_signals; /* SIGINT and SIGTERM start a graceful stop (tr_system_run: TR_EINTR) */
+  int trace;          /* record every handled message (see tr_trace.h) */
+  int turn_batch;     /* data messages per turn at most; 0 for the default (64) */
+  int spin_us;        /* default spin of pinned actors; 0 for the default (20 µs) */
+} tr_system_config;
+
+/* Creates a system. On failure *out is NULL and the status says why. */
+int tr_system_new(tr_system **out, const tr_system_config *config);
+
+/* Creates an actor. Before tr_system_run it starts when the system runs; during a run it
+ * starts at once. Callable from the creating thread or from actor callbacks. */
+int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out);
+
+/* Runs the system on the calling thread (which becomes the loop thread) until it is stopped.
+ * Returns 0 after a clean stop, otherwise the first failure's status. Once per system. */
+int tr_system_run(tr_system *sys);
+
+/* Starts a graceful stop; any thread, any number of times: the first status is kept. A
+ * status of 0 is a clean stop. */
+void tr_system_stop(tr_system *sys, int status);
+
+/* The first failure's text, or "" when there was none. */
+const char *tr_system_error(const tr_system *sys);
+
+/* Stops nothing: call after tr_system_run has returned (or instead of running it). Frees
+ * the actors, their pending messages and the loop. */
+void tr_system_free(tr_system *sys);
+
+/* The libuv loop, for loop actors that want handles of their own (close them in `stop`). */
+uv_loop_t *tr_system_loop(tr_system *sys);
+
+/* Sends on the data lane / the priority lane. Never fails and never blocks: bounding what
+ * is in flight is the graph's job (credits). */
+void tr_actor_send(tr_actor *to, void *msg);
+void tr_actor_send_ctl(tr_actor *to, void *msg);
+
+/* Posts tr_timer_msg{tag} to `a` after `timeout_ms`, then every `repeat_ms` (0: once).
+ * Timers run on the loop; any actor may own them. */
+int tr_actor_timer_start(tr_actor *a, uint64_t timeout_ms, uint64_t repeat_ms, uint64_t tag);
+/* Cancels `a`'s timers with `tag`; a tick already posted may still arrive. */
+int tr_actor_timer_stop(tr_actor *a, uint64_t tag);
+
+/* Records a failure's text on the actor and returns `status`, for
+ * `return tr_actor_fail(self, TR_EDEVICE, "cudaMemcpyAsync: %s", cudaGetErrorString(e));` */
+int tr_actor_fail(tr_actor *self, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+const char *tr_actor_name(const tr_actor *a);
+tr_actor_kind tr_actor_kind_of(const tr_actor *a);
+void *tr_actor_state(const tr_actor *a);
+tr_system *tr_actor_system(const tr_actor *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,35 @@
+/* bench.c — `troupe bench <what>`: measurements that compare against a reference taken in
+ * the same run. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+int bench_mailbox(int argc, char **argv);
+
+static const cli_command benches[] = {
+    {"mailbox", "mailbox and actor messaging against a mutex queue, futex and uv_async",
+     bench_mailbox},
+};
+enum { NBENCHES = sizeof benches / sizeof benches[0] };
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: troupe bench <what> [--json]\n\nwhat:\n");
+  for (int i = 0; i < NBENCHES; i++) fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].help);
+}
+
+int cmd_bench(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  for (int i = 0; i < NBENCHES; i++)
+    if (!strcmp(argv[1], benches[i].name)) return benches[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "troupe: bench: unknown benchmark '%s'\n", argv[1]);
+  usage(stderr);
+  return CLI_USAGE;
+}

@@ -1,0 +1,2 @@
+#include "cli.h"
+int bench_mailbox(int argc, char **argv) { (void)argc; (void)argv; return 0; }

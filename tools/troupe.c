@@ -1,0 +1,44 @@
+/* troupe.c — the `troupe` command line: one executable, one sub-command per job.
+ *
+ * Exit status: 0 success, 1 runtime failure, 2 usage error (WORKLOADS.md's contract).
+ * Sub-commands register in `commands` below; each parses its own arguments.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "troupe.h"
+
+static const cli_command commands[] = {
+    {"bench", "measure the runtime: bench mailbox", cmd_bench},
+};
+enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: troupe <command> [options]\n"
+          "       troupe --version | --help\n\n"
+          "commands:\n");
+  for (int i = 0; i < NCOMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+  fprintf(f, "\n'troupe <command> --help' describes a command.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("troupe %s (message memory: %s)\n", TR_VERSION_STRING, tr_msg_allocator());
+    return 0;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  for (int i = 0; i < NCOMMANDS; i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+  fprintf(stderr, "troupe: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return CLI_USAGE;
+}
