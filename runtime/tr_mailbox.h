@@ -58,6 +58,7 @@ static inline bool tr_mailbox_push(tr_mailbox *q, tr_msg *m) {
 static inline tr_msg *tr_mailbox_pop(tr_mailbox *q, tr_msg **released) {
   tr_msg *tail = q->tail;
   tr_msg *next = atomic_load_explicit(&tail->next, memory_order_acquire);
+  *released = NULL;
   if (next == NULL) return NULL;
   q->tail = next;
   *released = tail == &q->stub ? NULL : tail;

@@ -1,0 +1,385 @@
+/* test_system.c — actors' lives: spawn and stop, errors, shutdown with messages in flight,
+ * the priority lane, pinned ↔ loop traffic, timers, signals and tracing. */
+#include <pthread.h>
+#include <signal.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "test_util.h"
+#include "troupe.h"
+
+typedef struct num_msg {
+  tr_msg hdr;
+  uint64_t n;
+} num_msg;
+static TR_MSGTYPE_DEFINE(num_type, num_msg);
+
+static num_msg *num_new(uint64_t n, tr_actor *from) {
+  num_msg *m = tr_msg_new(&num_type);
+  m->n = n;
+  m->hdr.from = from;
+  return m;
+}
+
+static tr_system *system_new(const tr_system_config *cfg) {
+  tr_system *sys;
+  assert_int_equal(tr_system_new(&sys, cfg), 0);
+  return sys;
+}
+
+static tr_actor *spawn(tr_system *sys, const char *name, tr_actor_kind kind,
+                       const tr_behaviour *b, void *state) {
+  tr_actor *a;
+  int rc = tr_actor_spawn(
+      sys, &(tr_actor_config){.name = name, .kind = kind, .behaviour = b, .state = state}, &a);
+  assert_int_equal(rc, 0);
+  return a;
+}
+
+/* ---- a mesh of hundreds of actors, stopped with messages in flight --------------------- */
+
+enum { MESH = 150 }; /* of each kind */
+
+typedef struct mesh {
+  tr_actor *actors[2 * MESH];
+  _Atomic uint64_t handled;
+  _Atomic int started, stopped, destroyed;
+  uint64_t stop_after;
+} mesh;
+
+typedef struct mesh_node {
+  mesh *m;
+  uint64_t rng;
+} mesh_node;
+
+static int mesh_start(tr_actor *self) {
+  mesh_node *n = tr_actor_state(self);
+  atomic_fetch_add(&n->m->started, 1);
+  return 0;
+}
+
+/* Every message fans out to two random actors: traffic grows until the stop. */
+static int mesh_receive(tr_actor *self, tr_msg *msg) {
+  mesh_node *n = tr_actor_state(self);
+  mesh *m = n->m;
+  uint64_t h = atomic_fetch_add(&m->handled, 1) + 1;
+  if (h == m->stop_after) tr_system_stop(tr_actor_system(self), 0);
+  for (int i = 0; i < 2; i++)
+    tr_actor_send(m->actors[test_rand(&n->rng) % (2 * MESH)], num_new(((num_msg *)msg)->n + 1, self));
+  return 0;
+}
+
+static void mesh_stop(tr_actor *self) {
+  mesh_node *n = tr_actor_state(self);
+  atomic_fetch_add(&n->m->stopped, 1);
+}
+
+static void mesh_destroy(void *state) {
+  mesh_node *n = state;
+  atomic_fetch_add(&n->m->destroyed, 1);
+  free(n);
+}
+
+static const tr_behaviour mesh_behaviour = {.name = "mesh",
+                                            .start = mesh_start,
+                                            .receive = mesh_receive,
+                                            .stop = mesh_stop,
+                                            .destroy = mesh_destroy};
+
+static void hundreds_of_actors_start_stop_and_free_with_messages_in_flight(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.spin_us = 5});
+  mesh m = {.stop_after = test_scaled(100000)};
+  for (int i = 0; i < 2 * MESH; i++) {
+    mesh_node *n = malloc(sizeof *n);
+    n->m = &m;
+    n->rng = 0x1234567ULL * (uint64_t)(i + 1);
+    char name[32];
+    snprintf(name, sizeof name, "mesh-%d", i);
+    m.actors[i] = spawn(sys, name, i < MESH ? TR_ACTOR_PINNED : TR_ACTOR_LOOP, &mesh_behaviour, n);
+  }
+  for (int i = 0; i < 2 * MESH; i += 7) tr_actor_send(m.actors[i], num_new(0, NULL));
+  assert_int_equal(tr_system_run(sys), 0);
+  assert_true(atomic_load(&m.handled) >= m.stop_after);
+  assert_int_equal(atomic_load(&m.started), 2 * MESH);
+  assert_int_equal(atomic_load(&m.stopped), 2 * MESH);
+  tr_system_free(sys); /* frees the messages still queued: LeakSanitizer checks */
+  assert_int_equal(atomic_load(&m.destroyed), 2 * MESH);
+}
+
+/* ---- errors ---------------------------------------------------------------------------- */
+
+static int failing_receive(tr_actor *self, tr_msg *msg) {
+  (void)msg;
+  return tr_actor_fail(self, TR_EDEVICE, "cudaMemcpyAsync on device %d: %s", 1, "bad copy");
+}
+static const tr_behaviour failing = {.name = "stage", .receive = failing_receive};
+
+static int counting_receive(tr_actor *self, tr_msg *msg) {
+  (void)msg;
+  atomic_fetch_add((_Atomic int *)tr_actor_state(self), 1);
+  return 0;
+}
+static void counting_stop(tr_actor *self) {
+  atomic_fetch_add((_Atomic int *)tr_actor_state(self), 1000);
+}
+static const tr_behaviour counting = {
+    .name = "counter", .receive = counting_receive, .stop = counting_stop};
+
+static void handler_error_stops_the_system_naming_actor_and_message(void **state) {
+  (void)state;
+  for (int kind = TR_ACTOR_PINNED; kind <= TR_ACTOR_LOOP; kind++) {
+    tr_system *sys = system_new(NULL);
+    _Atomic int bystander = 0;
+    spawn(sys, "bystander", TR_ACTOR_PINNED, &counting, &bystander);
+    tr_actor *bad = spawn(sys, "stage1", (tr_actor_kind)kind, &failing, NULL);
+    tr_actor_send(bad, num_new(1, NULL));
+    assert_int_equal(tr_system_run(sys), TR_EDEVICE);
+    const char *err = tr_system_error(sys);
+    assert_non_null(strstr(err, "'stage1'"));
+    assert_non_null(strstr(err, kind == TR_ACTOR_PINNED ? "pinned" : "loop"));
+    assert_non_null(strstr(err, "'num_msg'"));
+    assert_non_null(strstr(err, "TR_EDEVICE"));
+    assert_non_null(strstr(err, "cudaMemcpyAsync on device 1: bad copy"));
+    assert_int_equal(atomic_load(&bystander), 1000); /* it was stopped, cleanly */
+    tr_system_free(sys);
+  }
+}
+
+static int failing_start(tr_actor *self) {
+  return tr_actor_fail(self, TR_ENODEV, "no device cuda:7");
+}
+static const tr_behaviour failing_starter = {
+    .name = "stage", .start = failing_start, .receive = counting_receive};
+
+static void start_error_stops_the_system(void **state) {
+  (void)state;
+  tr_system *sys = system_new(NULL);
+  spawn(sys, "stage0", TR_ACTOR_PINNED, &failing_starter, NULL);
+  assert_int_equal(tr_system_run(sys), TR_ENODEV);
+  assert_non_null(strstr(tr_system_error(sys), "'stage0'"));
+  assert_non_null(strstr(tr_system_error(sys), "starting"));
+  assert_non_null(strstr(tr_system_error(sys), "no device cuda:7"));
+  tr_system_free(sys);
+}
+
+static void spawn_rejects_a_missing_receive(void **state) {
+  (void)state;
+  tr_system *sys = system_new(NULL);
+  static const tr_behaviour none = {.name = "none"};
+  tr_actor *a;
+  assert_int_equal(tr_actor_spawn(sys, &(tr_actor_config){.behaviour = &none}, &a), TR_EINVAL);
+  assert_null(a);
+  tr_system_free(sys);
+}
+
+static void free_without_run_frees_queued_messages(void **state) {
+  (void)state;
+  tr_system *sys = system_new(NULL);
+  _Atomic int count = 0;
+  tr_actor *a = spawn(sys, "idle", TR_ACTOR_PINNED, &counting, &count);
+  tr_actor *b = spawn(sys, "idle-loop", TR_ACTOR_LOOP, &counting, &count);
+  for (int i = 0; i < 100; i++) {
+    tr_actor_send(a, num_new(i, NULL));
+    tr_actor_send_ctl(b, num_new(i, NULL));
+  }
+  tr_system_free(sys);
+  assert_int_equal(atomic_load(&count), 0);
+}
+
+/* ---- the priority lane ------------------------------------------------------------------ */
+
+typedef struct order_log {
+  uint64_t seen[64];
+  int n;
+} order_log;
+
+static int order_receive(tr_actor *self, tr_msg *msg) {
+  order_log *log = tr_actor_state(self);
+  log->seen[log->n++] = ((num_msg *)msg)->n;
+  if (log->n == 20) tr_system_stop(tr_actor_system(self), 0);
+  return 0;
+}
+static const tr_behaviour order_behaviour = {.name = "order", .receive = order_receive};
+
+static void priority_lane_overtakes_queued_data(void **state) {
+  (void)state;
+  for (int kind = TR_ACTOR_PINNED; kind <= TR_ACTOR_LOOP; kind++) {
+    tr_system *sys = system_new(NULL);
+    order_log log = {.n = 0};
+    tr_actor *a = spawn(sys, "order", (tr_actor_kind)kind, &order_behaviour, &log);
+    for (uint64_t i = 0; i < 10; i++) tr_actor_send(a, num_new(i, NULL));
+    for (uint64_t i = 100; i < 110; i++) tr_actor_send_ctl(a, num_new(i, NULL));
+    assert_int_equal(tr_system_run(sys), 0);
+    for (int i = 0; i < 10; i++) assert_int_equal(log.seen[i], 100 + i);
+    for (int i = 10; i < 20; i++) assert_int_equal(log.seen[i], i - 10);
+    tr_system_free(sys);
+  }
+}
+
+/* ---- pinned ↔ loop traffic ------------------------------------------------------------- */
+
+typedef struct echo {
+  uint64_t rounds;
+  uint64_t last;
+  bool on_loop_thread_ok;
+  pthread_t loop_thread;
+} echo;
+
+static int echo_receive(tr_actor *self, tr_msg *msg) {
+  echo *e = tr_actor_state(self);
+  uint64_t n = ((num_msg *)msg)->n;
+  e->last = n;
+  if (tr_actor_kind_of(self) == TR_ACTOR_LOOP && !pthread_equal(pthread_self(), e->loop_thread))
+    e->on_loop_thread_ok = false;
+  if (n >= e->rounds) {
+    tr_system_stop(tr_actor_system(self), 0);
+    return 0;
+  }
+  tr_actor_send(msg->from, num_new(n + 1, self));
+  return 0;
+}
+static const tr_behaviour echo_behaviour = {.name = "echo", .receive = echo_receive};
+
+static void pinned_and_loop_actors_exchange_in_both_directions(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.spin_us = 2});
+  uint64_t rounds = test_scaled(20000);
+  echo pe = {rounds, 0, true, pthread_self()}, le = pe;
+  tr_actor *p = spawn(sys, "pinned", TR_ACTOR_PINNED, &echo_behaviour, &pe);
+  tr_actor *l = spawn(sys, "loop", TR_ACTOR_LOOP, &echo_behaviour, &le);
+  tr_actor_send(l, num_new(0, p));
+  assert_int_equal(tr_system_run(sys), 0);
+  assert_int_equal(le.last > pe.last ? le.last : pe.last, rounds);
+  assert_true(le.on_loop_thread_ok); /* loop actors run on the thread that called run */
+  tr_system_free(sys);
+}
+
+/* ---- timers and signals ------------------------------------------------------------------ */
+
+typedef struct ticks {
+  int once, repeat, foreign;
+  uint64_t t0, once_at;
+} ticks;
+
+static int ticks_receive(tr_actor *self, tr_msg *msg) {
+  ticks *t = tr_actor_state(self);
+  if (msg->type != &tr_timer_msg_type) {
+    t->foreign++; /* checked on the test's thread: cmocka must not fail from an actor's */
+    return 0;
+  }
+  uint64_t tag = ((tr_timer_msg *)msg)->tag;
+  if (tag == 1) {
+    t->once++;
+    t->once_at = tr_now_ns();
+  } else if (tag == 2 && ++t->repeat == 5) {
+    tr_actor_timer_stop(self, 2);
+    tr_actor_timer_start(self, 30, 0, 3); /* a stopped timer must not tick again */
+  } else if (tag == 3) {
+    tr_system_stop(tr_actor_system(self), 0);
+  }
+  return 0;
+}
+static const tr_behaviour ticks_behaviour = {.name = "ticks", .receive = ticks_receive};
+
+static void timers_fire_once_or_repeatedly_until_stopped(void **state) {
+  (void)state;
+  for (int kind = TR_ACTOR_PINNED; kind <= TR_ACTOR_LOOP; kind++) {
+    tr_system *sys = system_new(NULL);
+    ticks t = {.t0 = tr_now_ns()};
+    tr_actor *a = spawn(sys, "ticks", (tr_actor_kind)kind, &ticks_behaviour, &t);
+    assert_int_equal(tr_actor_timer_start(a, 20, 0, 1), 0);
+    assert_int_equal(tr_actor_timer_start(a, 1, 2, 2), 0);
+    assert_int_equal(tr_system_run(sys), 0);
+    assert_int_equal(t.once, 1);
+    assert_true(t.once_at - t.t0 >= 19 * 1000000ull);
+    assert_int_equal(t.foreign, 0);
+    /* Stopped at 5; one tick posted before the stop took effect may still arrive. */
+    assert_true(t.repeat == 5 || t.repeat == 6);
+    tr_system_free(sys);
+  }
+}
+
+static int raise_receive(tr_actor *self, tr_msg *msg) {
+  (void)self, (void)msg;
+  raise(SIGINT);
+  return 0;
+}
+static const tr_behaviour raiser = {.name = "raiser", .receive = raise_receive};
+
+static void sigint_stops_the_system_gracefully(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.handle_signals = 1});
+  _Atomic int count = 0;
+  spawn(sys, "bystander", TR_ACTOR_PINNED, &counting, &count);
+  tr_actor *r = spawn(sys, "raiser", TR_ACTOR_PINNED, &raiser, NULL);
+  tr_actor_timer_start(r, 5, 0, 0);
+  assert_int_equal(tr_system_run(sys), TR_EINTR);
+  assert_non_null(strstr(tr_system_error(sys), "SIGINT"));
+  assert_int_equal(atomic_load(&count), 1000); /* stop ran */
+  tr_system_free(sys);
+}
+
+/* ---- spawning during a run, tracing ----------------------------------------------------- */
+
+static const tr_behaviour spawner;
+
+static int spawner_receive(tr_actor *self, tr_msg *msg) {
+  uint64_t n = ((num_msg *)msg)->n;
+  if (n == 0) {
+    tr_system_stop(tr_actor_system(self), 0);
+    return 0;
+  }
+  tr_actor *child;
+  int rc = tr_actor_spawn(tr_actor_system(self),
+                          &(tr_actor_config){.kind = n % 2 ? TR_ACTOR_PINNED : TR_ACTOR_LOOP,
+                                             .behaviour = &spawner},
+                          &child);
+  if (rc) return tr_actor_fail(self, rc, "spawn");
+  tr_actor_send(child, num_new(n - 1, self));
+  return 0;
+}
+static const tr_behaviour spawner = {.name = "spawner", .receive = spawner_receive};
+
+static void actors_spawned_during_a_run_start_and_stop(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.trace = 1});
+  tr_actor *root = spawn(sys, "root", TR_ACTOR_PINNED, &spawner, NULL);
+  tr_actor_send(root, num_new(40, NULL));
+  assert_int_equal(tr_system_run(sys), 0);
+  /* 41 actors each handled one message, and the trace saw each. */
+  assert_int_equal(tr_system_trace_count(sys), 41);
+  char path[] = "/tmp/troupe-trace-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(tr_system_trace_write(sys, path), 0);
+  FILE *f = fopen(path, "r");
+  char head[64] = {0};
+  assert_non_null(fgets(head, sizeof head, f));
+  assert_non_null(strstr(head, "traceEvents"));
+  fclose(f);
+  unlink(path);
+  tr_system_free(sys);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(hundreds_of_actors_start_stop_and_free_with_messages_in_flight),
+      cmocka_unit_test(handler_error_stops_the_system_naming_actor_and_message),
+      cmocka_unit_test(start_error_stops_the_system),
+      cmocka_unit_test(spawn_rejects_a_missing_receive),
+      cmocka_unit_test(free_without_run_frees_queued_messages),
+      cmocka_unit_test(priority_lane_overtakes_queued_data),
+      cmocka_unit_test(pinned_and_loop_actors_exchange_in_both_directions),
+      cmocka_unit_test(timers_fire_once_or_repeatedly_until_stopped),
+      cmocka_unit_test(sigint_stops_the_system_gracefully),
+      cmocka_unit_test(actors_spawned_during_a_run_start_and_stop),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
