@@ -1,0 +1,340 @@
+/* tr_device.h — the device layer: one API over every backend (CPU host devices, CUDA GPUs).
+ *
+ * A device list is opened from a spec string; each device has memory, in-order streams and
+ * events, asynchronous copies, GEMM and the kernels the layers of a network need. Every op
+ * is a request on a stream: it is queued (CUDA) or run at once by the calling thread (host)
+ * and is complete, for other streams and for the host, only once an event recorded after it
+ * has completed. Pointers are device pointers from tr_device_alloc (host devices: ordinary
+ * memory, 64-byte aligned).
+ *
+ *   tr_device_list *devs;
+ *   char err[256];
+ *   if (tr_device_list_open(&devs, "auto", err, sizeof err)) { fprintf(stderr, "%s\n", err); ... }
+ *   tr_device *d = tr_device_list_get(devs, 0);      // later: on the device's actor thread
+ *   tr_stream *s = tr_device_stream(d);              // the device's compute stream
+ *   float *w, *x, *y;
+ *   tr_device_alloc(d, 1024 * 1024 * sizeof(float), (void **)&w);  ... x, y likewise
+ *   tr_init_uniform(s, w, 1024 * 1024, -0.03125f, 0.03125f, seed, 0);
+ *   tr_memcpy(s, x, host_x, bytes, TR_COPY_H2D);
+ *   tr_gemm(s, TR_OP_N, TR_OP_T, B, 1024, 1024, 1.0f, x, 1024, w, 1024, 0.0f, y, 1024);
+ *   tr_gelu_fwd(s, y, y, (size_t)B * 1024);
+ *   tr_event_record(done, s);                        // a message to another actor carries
+ *   ...                                              // `y` and `done`; it calls
+ *   tr_stream_wait_event(its_stream, done);          // before reading y on its own stream
+ *   if (rc) fprintf(stderr, "%s\n", tr_device_error(d));
+ *   tr_device_list_close(devs);                      // after every owner has finished
+ *
+ * Specs: "host:N" (N CPU host devices, 1..256), "cuda:0,1" or "cuda:0,cuda:1" (GPUs by
+ * index), "cuda:0,cuda:0" (two logical devices on one GPU, each with its own streams and
+ * memory, so multi-device graphs run on one card), "auto" (every GPU, else host:1). Items
+ * may be mixed ("host:1,cuda:0"); a bare number continues a cuda list.
+ *
+ * Ownership: a device belongs to one thread, its pinned actor's. Every call on a device, its
+ * streams, its events and its memory comes from that thread; the only exceptions are reads
+ * of its memory by another device's peer copy (ordered by an event) and tr_device_list_close.
+ * The first call binds the device to the calling thread; tr_device_bind hands it to another
+ * thread (the previous owner must be done with it, e.g. it opened and initialised the device
+ * and then started the actor). Debug builds assert the owner on every call.
+ *
+ * Errors: calls that can fail return 0 or a negative TR_E... status (tr_base.h); the text of
+ * the last failure is tr_device_error(device), naming the device, the operation and, for
+ * CUDA, the failing call with file:line. Misuse that no input can justify (a NULL stream, a
+ * stream used on another device's thread) aborts through TR_ASSERT.
+ *
+ * Conventions of the ops (llm.c style shapes in the comments, row-major, float32):
+ *   - sizes may be 0 (nothing happens; reductions then write 0 or leave an accumulator);
+ *   - activation gradients (dinp) are overwritten; parameter gradients (dweight, dbias,
+ *     dwte, dwpe) accumulate (+=), so gradients of micro-batches add up: zero them once per
+ *     step with tr_memset;
+ *   - `out` may equal `inp` (in place) for element-wise ops unless a comment says otherwise;
+ *   - token indices are int32 and must lie in [0, V).
+ */
+#ifndef TR_DEVICE_H
+#define TR_DEVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tr_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tr_device_list tr_device_list;
+typedef struct tr_device tr_device;
+typedef struct tr_stream tr_stream;
+typedef struct tr_event tr_event;
+
+typedef enum tr_device_kind { TR_DEVICE_HOST = 0, TR_DEVICE_CUDA = 1 } tr_device_kind;
+
+typedef struct tr_device_info {
+  tr_device_kind kind;
+  int index;             /* position in its list */
+  int ordinal;           /* physical: the GPU's index, or the host device's number */
+  char name[32];         /* "host:0", "cuda:1" */
+  char model[128];       /* "AMD EPYC 7763 (OpenBLAS 0.3.21 Zen)", "NVIDIA H100 80GB HBM3" */
+  uint64_t memory_total; /* bytes (host: physical memory of the machine) */
+  uint64_t memory_free;  /* bytes when the list was opened */
+  int cc_major, cc_minor;/* CUDA compute capability; 0 for host devices */
+  int multiprocessors;   /* CUDA SMs; host: threads the device computes with (1) */
+} tr_device_info;
+
+/* ---- discovery ------------------------------------------------------------------------ */
+
+/* Opens the devices a spec names. On failure *out is NULL, the status says why and `err`
+ * (when not NULL) receives a message naming the bad part of the spec ("device spec
+ * 'cuda:7': no CUDA device 7 (this machine has 1)"). Call from any thread. */
+int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size);
+
+/* Closes every device of the list, freeing their streams, events and memory. Call once no
+ * owner thread uses them any more. */
+void tr_device_list_close(tr_device_list *list);
+
+int tr_device_list_count(const tr_device_list *list);
+tr_device *tr_device_list_get(const tr_device_list *list, int index);
+
+/* Physical devices of a kind on this machine: GPUs (0 without a driver or without the CUDA
+ * backend in this build), or host CPU threads. Never fails. */
+int tr_device_count(tr_device_kind kind);
+
+/* "host", "cuda". */
+const char *tr_device_kind_name(tr_device_kind kind);
+
+/* ---- devices ---------------------------------------------------------------------------- */
+
+const tr_device_info *tr_device_get_info(const tr_device *d);
+const char *tr_device_name(const tr_device *d); /* info->name */
+
+/* Refreshes memory_free (and memory_total) of the device's info. */
+int tr_device_update_memory(tr_device *d);
+
+/* 1 when `d` can copy to and from `peer` directly (host: always; CUDA: same GPU or peer
+ * access enabled), else 0. tr_memcpy_peer works either way. */
+int tr_device_can_access_peer(const tr_device *d, const tr_device *peer);
+
+/* Makes the calling thread the device's owner (see Ownership above). */
+int tr_device_bind(tr_device *d);
+
+/* The text of the device's last failure, or "". */
+const char *tr_device_error(const tr_device *d);
+
+/* CUDA: allow TF32 tensor cores in GEMM (off unless asked). Host: accepted, no effect. */
+int tr_device_set_tf32(tr_device *d, int enable);
+
+/* ---- memory -------------------------------------------------------------------------------- */
+
+/* Device memory, at least 64-byte aligned, uninitialised. Ordered on the device's compute
+ * stream: usable there at once, on other streams after an event. `bytes` may be 0 (NULL). */
+int tr_device_alloc(tr_device *d, size_t bytes, void **out);
+/* Returns memory to the device. Ordered on the compute stream: work already queued there
+ * may still use it; other streams must be done with it (an event) before this call. */
+int tr_device_free(tr_device *d, void *ptr);
+
+/* The same, ordered on stream `s` of the device (stream-ordered reuse: a block freed on s
+ * may be handed out again to later work on s without any synchronisation). */
+int tr_stream_alloc(tr_stream *s, size_t bytes, void **out);
+int tr_stream_free(tr_stream *s, void *ptr);
+
+/* Host memory for fast asynchronous copies to and from `d` (CUDA: pinned). Host devices:
+ * ordinary aligned memory. */
+int tr_host_alloc(tr_device *d, size_t bytes, void **out);
+int tr_host_free(tr_device *d, void *ptr);
+
+/* ---- streams and events ------------------------------------------------------------------ */
+
+/* The device's compute stream (owned by the device: never close it). */
+tr_stream *tr_device_stream(tr_device *d);
+tr_device *tr_stream_device(const tr_stream *s);
+
+/* Another in-order stream of the device (e.g. copies, per direction or peer); `name` names
+ * it in traces and profilers, copied. */
+int tr_stream_open(tr_device *d, const char *name, tr_stream **out);
+void tr_stream_close(tr_stream *s);
+/* Blocks the calling thread until everything queued on `s` has run. Not for the hot path:
+ * actors poll events instead. */
+int tr_stream_synchronize(tr_stream *s);
+
+enum { TR_EVENT_DEFAULT = 0, TR_EVENT_TIMING = 1 /* tr_event_elapsed_ms works */ };
+
+int tr_event_open(tr_device *d, unsigned flags, tr_event **out);
+void tr_event_close(tr_event *e);
+/* Marks the point of `s`'s queue reached so far; the event completes when everything
+ * queued on `s` before it has run. Re-recording moves the point. */
+int tr_event_record(tr_event *e, tr_stream *s);
+/* Work queued on `s` after this call runs only after `e` (recorded on any stream of any
+ * device of the same list) has completed. Does not block the caller. */
+int tr_stream_wait_event(tr_stream *s, tr_event *e);
+/* 1 when the event has completed (or was never recorded), 0 while it is pending, or a
+ * negative status. Never blocks: this is how an actor learns its work is done. */
+int tr_event_query(tr_event *e);
+/* Blocks the calling thread until the event has completed. */
+int tr_event_synchronize(tr_event *e);
+/* Milliseconds between two completed TR_EVENT_TIMING events of one device. */
+int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms);
+
+/* ---- copies (asynchronous on a stream of the device that issues them) ---------------------- */
+
+typedef enum tr_copy_kind {
+  TR_COPY_H2D, /* host memory -> device memory */
+  TR_COPY_D2H, /* device memory -> host memory */
+  TR_COPY_D2D  /* within the stream's device */
+} tr_copy_kind;
+
+int tr_memcpy(tr_stream *s, void *dst, const void *src, size_t bytes, tr_copy_kind kind);
+/* dst of dst_dev <- src of src_dev, on `s`, a stream of either device. */
+int tr_memcpy_peer(tr_stream *s, void *dst, tr_device *dst_dev, const void *src,
+                   tr_device *src_dev, size_t bytes);
+/* Sets `bytes` bytes of device memory to the byte `value` (0 zeroes floats and ints). */
+int tr_memset(tr_stream *s, void *dst, int value, size_t bytes);
+
+/* ---- GEMM ------------------------------------------------------------------------------------ */
+
+typedef enum tr_op { TR_OP_N = 0, TR_OP_T = 1 } tr_op;
+
+/* Row-major: C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C.
+ * A is (M,K) with row stride lda >= K when TR_OP_N, (K,M) with lda >= M when TR_OP_T;
+ * likewise B (K,N) or (N,K); C (M,N) with ldc >= N. beta == 0 ignores C's old contents
+ * (NaN included). Linear forward: out (B,OC) = inp (B,C) @ weight (OC,C)^T is
+ * tr_gemm(s, TR_OP_N, TR_OP_T, B, OC, C, 1, inp, C, weight, C, 0, out, OC). */
+int tr_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+            const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* `batch` independent GEMMs; matrix i starts at A + i*stride_a, B + i*stride_b,
+ * C + i*stride_c (elements). For attention: (B*NH) products of (T,hs) matrices. */
+int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                    const float *A, int lda, int64_t stride_a, const float *B, int ldb,
+                    int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                    int batch);
+
+/* ---- fills and initialisation -------------------------------------------------------------- */
+
+/* x (n) = value */
+int tr_fill(tr_stream *s, float *x, size_t n, float value);
+
+/* Counter-based random initialisation: element i of x receives the value of global index
+ * j = offset + i, computed from (seed, j) alone with Philox4x32-10, so a tensor initialised
+ * whole or in shards (offset = the shard's start) on any device or thread holds the same
+ * values. Key = (seed low 32 bits, seed high 32 bits).
+ *   uniform: counter (j/4 low, j/4 high, 0, 0), word j%4 = w; u = (w >> 8) * 2^-24 in [0,1);
+ *            x = lo + (hi - lo) * u.
+ *   normal:  counter (j/2 low, j/2 high, 1, 0), words (w0,w1) when j is even, (w2,w3) when
+ *            odd; u1 = ((w0 >> 8) + 1) * 2^-24 in (0,1], u2 = (w1 >> 8) * 2^-24;
+ *            x = mean + std * sqrt(-2 ln u1) * cos(2 pi u2) (Box-Muller). */
+int tr_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
+                    uint64_t offset);
+int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
+                   uint64_t offset);
+
+/* ---- element-wise arithmetic ------------------------------------------------------------------ */
+
+/* out (n) = a (n) + b (n) */
+int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n);
+/* y (n) += alpha * x (n) */
+int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n);
+/* x (n) *= alpha */
+int tr_scale(tr_stream *s, float *x, float alpha, size_t n);
+/* x (n) *= scalar[0], a float in device memory (clipping without a host round trip) */
+int tr_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n);
+
+/* ---- reductions (one float result in device memory) ------------------------------------------- */
+
+/* out[0] = sum x^2 (accumulate: out[0] += sum x^2), summed in double on host devices */
+int tr_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
+/* out[0] = sum x (accumulate: +=) */
+int tr_sum(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
+/* factor[0] = min(1, max_norm / (sqrt(sumsq[0]) + 1e-6)): the global-norm clipping factor,
+ * for tr_scale_dev. factor may equal sumsq. */
+int tr_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm);
+
+/* ---- linear layers --------------------------------------------------------------------------- */
+
+/* out (N,C) += bias (C), for each of the N rows */
+int tr_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C);
+/* dbias (C) += sum over the N rows of dout (N,C) */
+int tr_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C);
+
+/* ---- activations ------------------------------------------------------------------------------- */
+
+/* out (n) = max(inp, 0) */
+int tr_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
+/* dinp (n) = inp > 0 ? dout : 0; dinp may equal dout */
+int tr_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+/* out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp */
+int tr_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
+/* dinp (n) = gelu'(inp) * dout; dinp may equal dout */
+int tr_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+
+/* ---- layernorm --------------------------------------------------------------------------------- */
+
+/* inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N) (saved for backward):
+ * out = (inp - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps), var biased.
+ * out must not overlap inp. */
+int tr_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+                     const float *weight, const float *bias, size_t N, size_t C, float eps);
+/* dout (N,C), inp (N,C), weight (C), mean (N), rstd (N) -> dinp (N,C) (overwritten),
+ * dweight (C) += , dbias (C) += . dinp must not overlap dout or inp. */
+int tr_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, const float *mean,
+                     const float *rstd, size_t N, size_t C);
+
+/* ---- softmax --------------------------------------------------------------------------------- */
+
+/* out (N,C) = softmax of each row of inp (N,C) */
+int tr_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C);
+/* dinp (N,C) = out * (dout - sum_c out * dout), from the forward's out (N,C) */
+int tr_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+                   size_t C);
+/* Causal attention: att (BH,T,T) from preatt (BH,T,T): row t of each matrix is the softmax
+ * of scale * preatt[t][0..t]; entries t2 > t are 0. att may equal preatt. */
+int tr_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
+                        float scale);
+/* dpreatt (BH,T,T) = scale * att * (datt - sum_t2 att * datt) on t2 <= t, 0 above. */
+int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+                        size_t BH, size_t T, float scale);
+
+/* ---- losses ------------------------------------------------------------------------------------- */
+
+/* logits (N,V), targets (N) -> probs (N,V) (softmax, saved for backward) and
+ * loss[0] = scale * sum_n -log probs[n][targets[n]] (scale 1/N: the mean). */
+int tr_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
+                        const int32_t *targets, size_t N, size_t V, float scale);
+/* dlogits (N,V) = scale * (probs - onehot(targets)); dlogits may equal probs. */
+int tr_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
+                        const int32_t *targets, size_t N, size_t V, float scale);
+/* loss[0] = scale * sum (pred - target)^2 over pred (n), target (n) (scale 1/n: the mean) */
+int tr_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
+               float scale);
+/* dpred (n) = 2 * scale * (pred - target) */
+int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
+               float scale);
+
+/* ---- embedding ---------------------------------------------------------------------------------- */
+
+/* idx (B,T) in [0,V), wte (V,C), wpe (T,C) or NULL -> out (B,T,C) = wte[idx] (+ wpe[t]) */
+int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+                     const float *wpe, size_t B, size_t T, size_t C, size_t V);
+/* dout (B,T,C) -> dwte (V,C) += scatter-add over idx; dwpe (T,C) += sum over B (if not NULL) */
+int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                     const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
+
+/* ---- optimizer updates (PyTorch's definitions) -------------------------------------------------- */
+
+/* param (n) -= lr * (grad + weight_decay * param) */
+int tr_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
+                  float weight_decay);
+/* g = grad + weight_decay * param; mom = momentum * mom + g;
+ * param -= lr * (nesterov ? g + momentum * mom : mom). mom (n) starts at 0. */
+int tr_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
+                       float lr, float momentum, float weight_decay, int nesterov);
+/* AdamW, step t >= 1: param *= 1 - lr * weight_decay; m = b1 m + (1-b1) g;
+ * v = b2 v + (1-b2) g^2; param -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
+ * m (n), v (n) start at 0. */
+int tr_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
+                    size_t n, float lr, float beta1, float beta2, float eps,
+                    float weight_decay, int64_t t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
