@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# check-install.sh — checks that an installed troupe is usable the way the README says:
+# installs a configured build into a scratch folder (meson install --destdir), then builds
+# tests/install/hello.c against it through the installed troupe.pc, once against the shared
+# library and once against the static one, and runs both. Also runs the installed `troupe`.
+#
+#   tools/check-install.sh [BUILD_DIR]      # default: build
+#
+# The .pc file names the configured prefix (/usr/local); the copy in the scratch folder has
+# its prefix rewritten to point there, which is what pkg-config users of a relocated install
+# do too.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=${1:-build}
+cc=${CC:-cc}
+say() { printf 'check-install: %s\n' "$*" >&2; }
+fail() { say "FAILED: $*"; exit 1; }
+
+cd "$root"
+[[ -f $build_dir/meson-private/coredata.dat ]] || fail "$build_dir is not a configured build"
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/troupe-install.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+destdir=$scratch/dest
+
+meson install -C "$build_dir" --destdir "$destdir" --quiet
+
+prefix=$(meson introspect "$build_dir" --buildoptions |
+  python3 -c 'import json,sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
+pcfile=$(find "$destdir" -name troupe.pc -print -quit)
+[[ -n $pcfile ]] || fail "no troupe.pc was installed"
+grep -q "^prefix=$prefix\$" "$pcfile" || fail "$pcfile does not set prefix=$prefix"
+sed -i "s|^prefix=.*|prefix=$destdir$prefix|" "$pcfile"
+export PKG_CONFIG_PATH=$(dirname "$pcfile")
+
+includedir=$(pkg-config --variable=includedir troupe)
+libdir=$(pkg-config --variable=libdir troupe)
+[[ -f $includedir/troupe/troupe.h ]] || fail "troupe.h is not in $includedir/troupe"
+[[ -f $libdir/libtroupe.a ]] || fail "no static library in $libdir"
+ls "$libdir"/libtroupe.so* >/dev/null 2>&1 || fail "no shared library in $libdir"
+if internal=$(find "$destdir" -name '*_impl.h' | grep .); then
+  fail "internal headers were installed: $internal"
+fi
+say "installed $(pkg-config --modversion troupe) under $destdir$prefix"
+
+# Strict C11 with warnings as errors: the public headers must not lean on _GNU_SOURCE or
+# on warnings being tolerated in users' builds.
+cflags=(-std=c11 -Wall -Wextra -Wpedantic -Werror -O1)
+src=tests/install/hello.c
+
+say "shared: $cc hello.c \$(pkg-config --cflags --libs troupe)"
+# shellcheck disable=SC2046  # pkg-config output is a list of words
+"$cc" "${cflags[@]}" "$src" -o "$scratch/hello-shared" $(pkg-config --cflags --libs troupe) \
+  -Wl,-rpath,"$libdir"
+"$scratch/hello-shared" || fail "hello (shared) exited $?"
+ldd "$scratch/hello-shared" | grep -q "$libdir/libtroupe.so" ||
+  fail "hello (shared) did not load libtroupe from $libdir"
+
+say "static: $cc hello.c \$(pkg-config --cflags --static --libs troupe), libtroupe.a"
+static_libs=$(pkg-config --static --libs troupe)
+static_libs=${static_libs/-ltroupe/$libdir/libtroupe.a}
+# shellcheck disable=SC2046,SC2086
+"$cc" "${cflags[@]}" "$src" -o "$scratch/hello-static" $(pkg-config --cflags troupe) $static_libs
+"$scratch/hello-static" || fail "hello (static) exited $?"
+
+troupe_bin=$destdir$prefix/bin/troupe
+[[ -x $troupe_bin ]] || fail "the troupe executable was not installed"
+"$troupe_bin" --version >/dev/null || fail "installed troupe --version failed"
+
+say "ok"
