@@ -1,2 +1,496 @@
+/* bench_mailbox.c — `troupe bench mailbox`: the actor kernel's messaging against references
+ * measured in the same run.
+ *
+ *   throughput   the mailbox against a mutex + condition-variable queue: 1→1 with message
+ *                memory recycled (the queue alone), 1→1 allocating and freeing every
+ *                message (jemalloc and glibc's malloc), 2→1 allocating
+ *   round trips  two pinned actors that spin, against a raw cache-line ping-pong; two
+ *                pinned actors that park at once, against a raw futex ping-pong; a pinned
+ *                and a loop actor, against a raw uv_async_send ping-pong between two loops
+ *
+ * Producer and consumer are pinned to different CPUs where there are two, so the figures
+ * are cross-core. Timing tests never gate CI; this command is where speed is proven.
+ */
+#include <linux/futex.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <uv.h>
+
 #include "cli.h"
-int bench_mailbox(int argc, char **argv) { (void)argc; (void)argv; return 0; }
+#include "troupe.h"
+
+/* glibc's allocator, reachable even where jemalloc replaces malloc. */
+extern void *__libc_malloc(size_t size);
+extern void __libc_free(void *ptr);
+
+typedef struct bench_msg {
+  tr_msg hdr;
+  uint64_t seq;
+  uint64_t stamp;
+} bench_msg;
+static TR_MSGTYPE_DEFINE(bench_type, bench_msg);
+
+static void pin_to_cpu(int cpu) {
+  if (sysconf(_SC_NPROCESSORS_ONLN) < 2) return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+/* Threads inherit their creator's affinity: actors' threads must not inherit a pin. */
+static void unpin(void) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (long c = 0; c < sysconf(_SC_NPROCESSORS_ONLN) && c < CPU_SETSIZE; c++) CPU_SET(c, &set);
+  pthread_setaffinity_np(pthread_self(), sizeof set, &set);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* ---- the reference queue: a mutex, a condition variable, an intrusive list ------------- */
+
+typedef struct mutex_queue {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  tr_msg *head, *tail;
+  bool waiting;
+} mutex_queue;
+
+static void mq_init(mutex_queue *q) {
+  pthread_mutex_init(&q->mu, NULL);
+  pthread_cond_init(&q->cv, NULL);
+  q->head = q->tail = NULL;
+  q->waiting = false;
+}
+
+static void mq_push(mutex_queue *q, tr_msg *m) {
+  atomic_store_explicit(&m->next, NULL, memory_order_relaxed);
+  pthread_mutex_lock(&q->mu);
+  if (q->tail) atomic_store_explicit(&q->tail->next, m, memory_order_relaxed);
+  else q->head = m;
+  q->tail = m;
+  bool wake = q->waiting;
+  pthread_mutex_unlock(&q->mu);
+  if (wake) pthread_cond_signal(&q->cv);
+}
+
+static tr_msg *mq_pop_wait(mutex_queue *q) {
+  pthread_mutex_lock(&q->mu);
+  while (q->head == NULL) {
+    q->waiting = true;
+    pthread_cond_wait(&q->cv, &q->mu);
+    q->waiting = false;
+  }
+  tr_msg *m = q->head;
+  q->head = atomic_load_explicit(&m->next, memory_order_relaxed);
+  if (q->head == NULL) q->tail = NULL;
+  pthread_mutex_unlock(&q->mu);
+  return m;
+}
+
+/* ---- throughput ------------------------------------------------------------------------- */
+
+typedef enum queue_kind { Q_MAILBOX, Q_MUTEX } queue_kind;
+typedef enum mem_kind { MEM_RECYCLED, MEM_TROUPE, MEM_LIBC } mem_kind;
+
+enum { POOL = 4096, PUBLISH = 256 }; /* recycled messages; consumer progress granularity */
+
+typedef struct flow {
+  queue_kind queue;
+  mem_kind mem;
+  int producers;
+  uint64_t per_producer;
+  tr_mailbox mailbox;
+  mutex_queue mq;
+  bench_msg *pool;                 /* MEM_RECYCLED */
+  _Alignas(64) _Atomic uint64_t consumed; /* MEM_RECYCLED: published every PUBLISH pops */
+  _Alignas(64) _Atomic int ready;
+} flow;
+
+typedef struct producer_arg {
+  flow *f;
+  int cpu;
+} producer_arg;
+
+static inline bench_msg *flow_alloc(flow *f, uint64_t i) {
+  switch (f->mem) {
+    case MEM_RECYCLED: {
+      /* Message i reuses the slot of i - POOL, released once i - POOL + 1 was popped. */
+      if (i >= POOL && i % PUBLISH == 0)
+        while (atomic_load_explicit(&f->consumed, memory_order_acquire) + POOL < i + PUBLISH)
+          tr_cpu_relax();
+      return &f->pool[i % POOL];
+    }
+    case MEM_TROUPE:
+      return tr_msg_new(&bench_type);
+    case MEM_LIBC: {
+      bench_msg *m = __libc_malloc(sizeof *m);
+      m->hdr.size = sizeof *m;
+      return m;
+    }
+  }
+  return NULL;
+}
+
+static inline void flow_free(flow *f, tr_msg *m) {
+  if (m == NULL) return;
+  if (f->mem == MEM_TROUPE) tr_msg_free(m);
+  else if (f->mem == MEM_LIBC) __libc_free(m);
+}
+
+static void *flow_producer(void *arg) {
+  producer_arg *pa = arg;
+  flow *f = pa->f;
+  pin_to_cpu(pa->cpu);
+  atomic_fetch_add(&f->ready, 1);
+  while (atomic_load(&f->ready) <= f->producers) tr_cpu_relax();
+  for (uint64_t i = 0; i < f->per_producer; i++) {
+    bench_msg *m = flow_alloc(f, i);
+    m->seq = i;
+    if (f->queue == Q_MAILBOX) tr_mailbox_push(&f->mailbox, &m->hdr);
+    else mq_push(&f->mq, &m->hdr);
+  }
+  return NULL;
+}
+
+/* Messages per second through one consumer, on the calling thread. */
+static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t per_producer) {
+  flow *f = aligned_alloc(64, sizeof *f);
+  memset(f, 0, sizeof *f);
+  f->queue = queue;
+  f->mem = mem;
+  f->producers = producers;
+  f->per_producer = per_producer;
+  tr_mailbox_init(&f->mailbox);
+  mq_init(&f->mq);
+  if (mem == MEM_RECYCLED) f->pool = aligned_alloc(64, POOL * sizeof *f->pool);
+
+  pin_to_cpu(0);
+  pthread_t t[2];
+  producer_arg args[2];
+  for (int p = 0; p < producers; p++) {
+    args[p] = (producer_arg){f, 1};
+    pthread_create(&t[p], NULL, flow_producer, &args[p]);
+  }
+  while (atomic_load(&f->ready) < producers) tr_cpu_relax();
+  uint64_t total = per_producer * (uint64_t)producers, t0 = tr_now_ns();
+  atomic_fetch_add(&f->ready, 1);
+  for (uint64_t n = 0; n < total; n++) {
+    tr_msg *m, *released = NULL;
+    if (queue == Q_MAILBOX) {
+      while ((m = tr_mailbox_pop(&f->mailbox, &released)) == NULL) tr_cpu_relax();
+    } else {
+      m = mq_pop_wait(&f->mq);
+    }
+    /* The mailbox hands back the previous message; the mutex queue this one, once read. */
+    (void)((bench_msg *)m)->seq;
+    flow_free(f, queue == Q_MAILBOX ? released : m);
+    if (mem == MEM_RECYCLED && n % PUBLISH == 0)
+      atomic_store_explicit(&f->consumed, n, memory_order_release);
+  }
+  double secs = (double)(tr_now_ns() - t0) / 1e9;
+  for (int p = 0; p < producers; p++) pthread_join(t[p], NULL);
+  if (queue == Q_MAILBOX && f->mailbox.tail != &f->mailbox.stub) flow_free(f, f->mailbox.tail);
+  free(f->pool);
+  free(f);
+  unpin();
+  return (double)total / secs;
+}
+
+/* ---- round trips through the runtime ---------------------------------------------------- */
+
+typedef struct rtt_state {
+  tr_actor *peer;
+  bool origin;
+  uint64_t warmup, count, done;
+  uint64_t *samples;
+} rtt_state;
+
+static int rtt_receive(tr_actor *self, tr_msg *msg) {
+  rtt_state *s = tr_actor_state(self);
+  bench_msg *in = (bench_msg *)msg;
+  bench_msg *out = tr_msg_new(&bench_type);
+  if (s->origin) {
+    uint64_t now = tr_now_ns();
+    if (in->seq >= s->warmup) s->samples[s->done++] = now - in->stamp;
+    if (s->done == s->count) {
+      tr_msg_free(out);
+      tr_system_stop(tr_actor_system(self), 0);
+      return 0;
+    }
+    out->seq = in->seq + 1;
+    out->stamp = tr_now_ns();
+  } else {
+    out->seq = in->seq;
+    out->stamp = in->stamp;
+  }
+  tr_actor_send(s->peer, out);
+  return 0;
+}
+static const tr_behaviour rtt_behaviour = {.name = "bench", .receive = rtt_receive};
+
+typedef struct latency {
+  double median_us, p99_us;
+} latency;
+
+static latency summarize(uint64_t *samples, uint64_t n) {
+  qsort(samples, n, sizeof *samples, cmp_u64);
+  return (latency){(double)samples[n / 2] / 1e3, (double)samples[n * 99 / 100] / 1e3};
+}
+
+/* Round trips between an origin (pinned) and an echo of `echo_kind`. */
+static latency actor_rtt(tr_actor_kind echo_kind, int spin_us, uint64_t count) {
+  tr_system *sys;
+  TR_ASSERT(tr_system_new(&sys, &(tr_system_config){.name = "bench"}) == 0);
+  uint64_t *samples = malloc(count * sizeof *samples);
+  rtt_state origin = {.origin = true, .warmup = count / 10, .count = count, .samples = samples};
+  rtt_state echo = {0};
+  tr_actor *a, *b;
+  TR_ASSERT(tr_actor_spawn(sys,
+                           &(tr_actor_config){.name = "origin",
+                                              .kind = TR_ACTOR_PINNED,
+                                              .behaviour = &rtt_behaviour,
+                                              .state = &origin,
+                                              .spin_us = spin_us},
+                           &a) == 0);
+  TR_ASSERT(tr_actor_spawn(sys,
+                           &(tr_actor_config){.name = "echo",
+                                              .kind = echo_kind,
+                                              .behaviour = &rtt_behaviour,
+                                              .state = &echo,
+                                              .spin_us = spin_us},
+                           &b) == 0);
+  origin.peer = b;
+  echo.peer = a;
+  bench_msg *first = tr_msg_new(&bench_type);
+  first->seq = 0;
+  first->stamp = tr_now_ns();
+  tr_actor_send(b, first);
+  TR_ASSERT(tr_system_run(sys) == 0);
+  tr_system_free(sys);
+  latency l = summarize(samples, count);
+  free(samples);
+  return l;
+}
+
+/* ---- raw references ---------------------------------------------------------------------- */
+
+typedef struct raw_pingpong {
+  _Alignas(64) _Atomic uint32_t ping;
+  _Alignas(64) _Atomic uint32_t pong;
+  uint64_t count;
+  bool futex;
+} raw_pingpong;
+
+static void raw_wait(_Atomic uint32_t *w, uint32_t old, bool futex) {
+  while (atomic_load_explicit(w, memory_order_acquire) == old) {
+    if (futex) syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, old, NULL, NULL, 0);
+    else tr_cpu_relax();
+  }
+}
+
+static void raw_post(_Atomic uint32_t *w, uint32_t v, bool futex) {
+  atomic_store_explicit(w, v, memory_order_release);
+  if (futex) syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void *raw_echo(void *arg) {
+  raw_pingpong *r = arg;
+  pin_to_cpu(1);
+  for (uint32_t i = 1; i <= r->count; i++) {
+    raw_wait(&r->ping, i - 1, r->futex);
+    raw_post(&r->pong, i, r->futex);
+  }
+  return NULL;
+}
+
+/* A plain cache-line (or futex) ping-pong between two threads: the floor for a round trip. */
+static latency raw_rtt(bool futex, uint64_t count) {
+  raw_pingpong r = {.count = count, .futex = futex};
+  uint64_t *samples = malloc(count * sizeof *samples);
+  pin_to_cpu(0);
+  pthread_t t;
+  pthread_create(&t, NULL, raw_echo, &r);
+  for (uint32_t i = 1; i <= count; i++) {
+    uint64_t t0 = tr_now_ns();
+    raw_post(&r.ping, i, futex);
+    raw_wait(&r.pong, i - 1, futex);
+    samples[i - 1] = tr_now_ns() - t0;
+  }
+  pthread_join(t, NULL);
+  latency l = summarize(samples + count / 10, count - count / 10);
+  free(samples);
+  unpin();
+  return l;
+}
+
+/* Two libuv loops answering each other's uv_async_send. */
+typedef struct uv_side {
+  uv_loop_t loop;
+  uv_async_t in;
+  struct uv_side *peer;
+  bool origin;
+  _Atomic int stop; /* the echo closes its own handle: uv_close is not thread-safe */
+  uint64_t count, n, t0;
+  uint64_t *samples;
+} uv_side;
+
+static void uv_side_cb(uv_async_t *h) {
+  uv_side *s = h->data;
+  if (!s->origin) {
+    if (atomic_load(&s->stop)) uv_close((uv_handle_t *)h, NULL);
+    else uv_async_send(&s->peer->in);
+    return;
+  }
+  s->samples[s->n++] = tr_now_ns() - s->t0;
+  if (s->n == s->count) {
+    atomic_store(&s->peer->stop, 1);
+    uv_async_send(&s->peer->in);
+    uv_close((uv_handle_t *)h, NULL);
+    return;
+  }
+  s->t0 = tr_now_ns();
+  uv_async_send(&s->peer->in);
+}
+
+static void *uv_echo_thread(void *arg) {
+  uv_side *s = arg;
+  pin_to_cpu(1);
+  uv_run(&s->loop, UV_RUN_DEFAULT);
+  return NULL;
+}
+
+static latency uv_async_rtt(uint64_t count) {
+  uv_side a = {.origin = true, .count = count}, b = {.count = count};
+  a.samples = malloc(count * sizeof *a.samples);
+  a.peer = &b;
+  b.peer = &a;
+  uv_loop_init(&a.loop);
+  uv_loop_init(&b.loop);
+  uv_async_init(&a.loop, &a.in, uv_side_cb);
+  uv_async_init(&b.loop, &b.in, uv_side_cb);
+  a.in.data = &a;
+  b.in.data = &b;
+  pin_to_cpu(0);
+  pthread_t t;
+  pthread_create(&t, NULL, uv_echo_thread, &b);
+  a.t0 = tr_now_ns();
+  uv_async_send(&b.in);
+  uv_run(&a.loop, UV_RUN_DEFAULT);
+  pthread_join(t, NULL);
+  uv_loop_close(&a.loop);
+  uv_loop_close(&b.loop);
+  latency l = summarize(a.samples + count / 10, count - count / 10);
+  free(a.samples);
+  unpin();
+  return l;
+}
+
+/* ---- the report -------------------------------------------------------------------------- */
+
+typedef struct row {
+  const char *name;
+  double value;
+  const char *unit;
+  const char *ref_name;
+  double ref;
+  const char *target;
+  bool met;
+} row;
+
+static void print_row(const row *r) {
+  char ratio[32] = "";
+  if (r->ref > 0) snprintf(ratio, sizeof ratio, "%.2f×", r->value / r->ref);
+  fprintf(stderr, "| %-34s | %9.3g %-7s | %-22s %9.3g | %8s | %-26s |\n", r->name, r->value,
+          r->unit, r->ref_name, r->ref, ratio, r->target);
+}
+
+int bench_mailbox(int argc, char **argv) {
+  bool json = false, quick = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = true;
+    else if (!strcmp(argv[i], "--quick")) quick = true;
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      printf("usage: troupe bench mailbox [--json] [--quick]\n\n"
+             "Messaging throughput and round trips of the actor kernel, each against a\n"
+             "reference measured in the same run (mutex queue, raw futex, raw uv_async).\n"
+             "--quick runs a tenth of the messages (a smoke test, not a measurement).\n");
+      return CLI_OK;
+    } else {
+      fprintf(stderr, "troupe: bench mailbox: unknown option '%s'\n", argv[i]);
+      return CLI_USAGE;
+    }
+  }
+  uint64_t n = quick ? 2000000 : 20000000, nrt = quick ? 20000 : 200000;
+  uint64_t nmutex = n / 4, npark = nrt / 4;
+  const double M = 1e6;
+
+  double q_mb = flow_run(Q_MAILBOX, MEM_RECYCLED, 1, n) / M;
+  double q_mq = flow_run(Q_MUTEX, MEM_RECYCLED, 1, nmutex) / M;
+  double e_mb = flow_run(Q_MAILBOX, MEM_TROUPE, 1, n) / M;
+  double e_mq = flow_run(Q_MUTEX, MEM_TROUPE, 1, nmutex) / M;
+  double e_libc = flow_run(Q_MAILBOX, MEM_LIBC, 1, n) / M;
+  double m_mb = flow_run(Q_MAILBOX, MEM_TROUPE, 2, n / 2) / M;
+  double m_mq = flow_run(Q_MUTEX, MEM_TROUPE, 2, nmutex / 2) / M;
+  latency spin = actor_rtt(TR_ACTOR_PINNED, TR_SPIN_FOREVER, nrt);
+  latency spin_raw = raw_rtt(false, nrt);
+  latency park = actor_rtt(TR_ACTOR_PINNED, TR_SPIN_NONE, npark);
+  latency park_raw = raw_rtt(true, npark);
+  latency loop = actor_rtt(TR_ACTOR_LOOP, TR_SPIN_NONE, npark);
+  latency loop_raw = uv_async_rtt(npark);
+
+  const row rows[] = {
+      {"queue 1→1, memory recycled", q_mb, "M msg/s", "mutex queue", q_mq, "≥ 10× mutex, ≥ 100 M/s",
+       q_mb >= 10 * q_mq},
+      {"end to end 1→1, alloc+free", e_mb, "M msg/s", "mutex queue", e_mq, "≥ 30 M/s", e_mb >= 30},
+      {"end to end 1→1, glibc malloc", e_libc, "M msg/s", "mailbox + jemalloc", e_mb,
+       "(allocator choice)", true},
+      {"end to end 2→1, alloc+free", m_mb, "M msg/s", "mutex queue", m_mq, "", true},
+      {"round trip, spinning, median", spin.median_us, "µs", "raw cache line", spin_raw.median_us,
+       "≤ 1 µs", spin.median_us <= 1.0},
+      {"round trip, spinning, p99", spin.p99_us, "µs", "raw cache line", spin_raw.p99_us, "", true},
+      {"round trip, parked, median", park.median_us, "µs", "raw futex", park_raw.median_us,
+       "≤ 1.5× raw futex", park.median_us <= 1.5 * park_raw.median_us},
+      {"round trip, parked, p99", park.p99_us, "µs", "raw futex", park_raw.p99_us, "", true},
+      {"round trip, pinned↔loop, median", loop.median_us, "µs", "raw uv_async", loop_raw.median_us,
+       "≤ 1.5× raw uv_async", loop.median_us <= 1.5 * loop_raw.median_us},
+      {"round trip, pinned↔loop, p99", loop.p99_us, "µs", "raw uv_async", loop_raw.p99_us, "", true},
+  };
+  enum { NROWS = sizeof rows / sizeof rows[0] };
+
+  fprintf(stderr, "troupe bench mailbox: %ld CPUs, message memory: %s%s\n",
+          sysconf(_SC_NPROCESSORS_ONLN), tr_msg_allocator(), quick ? " (quick: not a measurement)" : "");
+  fprintf(stderr, "| %-34s | %-17s | %-32s | %8s | %-26s |\n", "case", "troupe", "reference",
+          "ratio", "target");
+  fprintf(stderr, "|%.36s|%.19s|%.34s|%.10s|%.28s|\n", "------------------------------------",
+          "-------------------", "----------------------------------", "----------",
+          "----------------------------");
+  int missed = 0;
+  for (int i = 0; i < NROWS; i++) {
+    print_row(&rows[i]);
+    missed += !rows[i].met;
+  }
+  if (missed) fprintf(stderr, "%d target(s) missed on this run\n", missed);
+  if (json) {
+    printf("{\"bench\":\"mailbox\",\"allocator\":\"%s\",\"cpus\":%ld,\"quick\":%s,\"rows\":[",
+           tr_msg_allocator(), sysconf(_SC_NPROCESSORS_ONLN), quick ? "true" : "false");
+    for (int i = 0; i < NROWS; i++)
+      printf("%s{\"case\":\"%s\",\"value\":%.6g,\"unit\":\"%s\",\"reference\":\"%s\","
+             "\"reference_value\":%.6g,\"target\":\"%s\",\"met\":%s}",
+             i ? "," : "", rows[i].name, rows[i].value, rows[i].unit, rows[i].ref_name,
+             rows[i].ref, rows[i].target, rows[i].met ? "true" : "false");
+    printf("]}\n");
+  }
+  return CLI_OK;
+}
