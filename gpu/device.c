@@ -1,0 +1,876 @@
+/* device.c — the core of the device layer: spec parsing, device lists, the owner-thread
+ * rule, argument checks, and dispatch to the backend's slots (with the fallbacks that
+ * backend_impl.h promises). */
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_impl.h"
+
+extern const tr__backend tr__host_backend;
+#ifdef TR_HAVE_CUDA
+extern const tr__backend tr__cuda_backend;
+#endif
+
+static const tr__backend *const backends[] = {
+    &tr__host_backend,
+#ifdef TR_HAVE_CUDA
+    &tr__cuda_backend,
+#endif
+};
+enum { NBACKENDS = sizeof backends / sizeof backends[0], MAX_DEVICES = 256 };
+
+struct tr_device_list {
+  int n;
+  tr_device **devs;
+};
+
+static const tr__backend *backend_of(tr_device_kind kind) {
+  for (int i = 0; i < NBACKENDS; i++)
+    if (backends[i]->kind == kind) return backends[i];
+  return NULL;
+}
+
+const char *tr_device_kind_name(tr_device_kind kind) {
+  return kind == TR_DEVICE_HOST ? "host" : kind == TR_DEVICE_CUDA ? "cuda" : "unknown";
+}
+
+int tr_device_count(tr_device_kind kind) {
+  const tr__backend *be = backend_of(kind);
+  int n = be ? be->count() : 0;
+  return n > 0 ? n : 0;
+}
+
+int tr__device_fail(tr_device *d, int status, const char *fmt, ...) {
+  int k = snprintf(d->error, sizeof d->error, "%s: ", d->info.name);
+  if (k < 0 || (size_t)k >= sizeof d->error) k = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(d->error + k, sizeof d->error - (size_t)k, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+/* ---- specs ------------------------------------------------------------------------------ */
+
+typedef struct {
+  const tr__backend *be;
+  int ordinal;
+} slot;
+
+static int spec_fail(char *err, size_t n, const char *spec, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int spec_fail(char *err, size_t n, const char *spec, const char *fmt, ...) {
+  if (!err || !n) return TR_EINVAL;
+  int k = snprintf(err, n, "device spec '%s': ", spec);
+  if (k < 0 || (size_t)k >= n) return TR_EINVAL;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err + k, n - (size_t)k, fmt, ap);
+  va_end(ap);
+  return TR_EINVAL;
+}
+
+/* A whole decimal number of at most 9 digits, or -1. */
+static int parse_index(const char *s, size_t len) {
+  if (len == 0 || len > 9) return -1;
+  int v = 0;
+  for (size_t i = 0; i < len; i++) {
+    if (!isdigit((unsigned char)s[i])) return -1;
+    v = v * 10 + (s[i] - '0');
+  }
+  return v;
+}
+
+/* Fills slots[] from the spec; returns the count or a negative status with `err` set. */
+static int parse_spec(const char *spec, slot *slots, char *err, size_t errn) {
+  if (!spec || !*spec)
+    return spec_fail(err, errn, spec ? spec : "", "empty (expected host:N, cuda:I[,J...] or auto)");
+  if (!strcmp(spec, "auto")) {
+    const tr__backend *cuda = backend_of(TR_DEVICE_CUDA);
+    int ngpu = cuda ? cuda->count() : 0;
+    if (ngpu > MAX_DEVICES) ngpu = MAX_DEVICES;
+    for (int i = 0; i < ngpu; i++) slots[i] = (slot){cuda, i};
+    if (ngpu > 0) return ngpu;
+    slots[0] = (slot){&tr__host_backend, 0};
+    return 1;
+  }
+  int n = 0, host_next = 0;
+  const tr__backend *prev = NULL;
+  const char *p = spec;
+  for (;;) {
+    const char *end = strchr(p, ',');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[64];
+    snprintf(item, sizeof item, "%.*s", (int)(len < 63 ? len : 63), p);
+    if (len == 0) return spec_fail(err, errn, spec, "an empty item (two commas, or a comma at an end)");
+    if (len == 4 && !strncmp(p, "auto", 4))
+      return spec_fail(err, errn, spec, "'auto' must stand alone");
+    const char *colon = memchr(p, ':', len);
+    const tr__backend *be = prev;
+    const char *num = p;
+    size_t numlen = len;
+    if (colon) {
+      size_t klen = (size_t)(colon - p);
+      be = NULL;
+      if (klen == 4 && !strncmp(p, "host", 4)) be = &tr__host_backend;
+      else if (klen == 4 && !strncmp(p, "cuda", 4)) {
+        be = backend_of(TR_DEVICE_CUDA);
+        if (!be) return spec_fail(err, errn, spec, "'%s': this build of troupe has no CUDA backend", item);
+      } else
+        return spec_fail(err, errn, spec, "'%s': unknown device kind '%.*s' (expected host, cuda or auto)",
+                         item, (int)klen, p);
+      num = colon + 1;
+      numlen = len - klen - 1;
+    } else if (!prev || prev->kind != TR_DEVICE_CUDA) {
+      return spec_fail(err, errn, spec, "'%s' names no kind (expected host:N, cuda:I or auto)", item);
+    }
+    int v = parse_index(num, numlen);
+    if (v < 0)
+      return spec_fail(err, errn, spec, "'%s': '%.*s' is not a whole number", item, (int)numlen, num);
+    if (be->kind == TR_DEVICE_HOST) {
+      if (v < 1 || v > MAX_DEVICES)
+        return spec_fail(err, errn, spec, "'%s': the number of host devices must be from 1 to %d", item,
+                         MAX_DEVICES);
+      if (n + v > MAX_DEVICES) return spec_fail(err, errn, spec, "more than %d devices", MAX_DEVICES);
+      for (int i = 0; i < v; i++) slots[n++] = (slot){be, host_next++};
+    } else {
+      int have = be->count();
+      if (v >= have)
+        return spec_fail(err, errn, spec, "'%s': no %s device %d (this machine has %d)", item,
+                         be->name, v, have > 0 ? have : 0);
+      if (n + 1 > MAX_DEVICES) return spec_fail(err, errn, spec, "more than %d devices", MAX_DEVICES);
+      slots[n++] = (slot){be, v};
+    }
+    prev = be;
+    if (!end) break;
+    p = end + 1;
+  }
+  return n;
+}
+
+/* ---- lists and devices ------------------------------------------------------------------ */
+
+static void stream_free(tr_stream *s) {
+  s->dev->be->stream_close(s);
+  free(s);
+}
+
+static int stream_new(tr_device *d, const char *name, tr_stream **out) {
+  tr_stream *s = calloc(1, sizeof *s);
+  if (!s) return tr__device_fail(d, TR_ENOMEM, "stream: out of memory");
+  s->dev = d;
+  snprintf(s->name, sizeof s->name, "%s", name ? name : "stream");
+  int rc = d->be->stream_open(s);
+  if (rc) {
+    free(s);
+    return rc;
+  }
+  s->next = d->streams;
+  d->streams = s;
+  *out = s;
+  return 0;
+}
+
+static void device_close(tr_device *d) {
+  if (d->impl || d->streams) {
+    while (d->streams) {
+      tr_stream *s = d->streams;
+      d->streams = s->next;
+      stream_free(s);
+    }
+    d->be->close(d);
+  }
+  free(d);
+}
+
+void tr_device_list_close(tr_device_list *list) {
+  if (!list) return;
+  for (int i = list->n - 1; i >= 0; i--)
+    if (list->devs[i]) device_close(list->devs[i]);
+  free(list->devs);
+  free(list);
+}
+
+int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size) {
+  TR_ASSERT(out);
+  *out = NULL;
+  if (err && err_size) err[0] = 0;
+  slot *slots = calloc(MAX_DEVICES, sizeof *slots);
+  tr_device_list *list = calloc(1, sizeof *list);
+  int rc = TR_ENOMEM;
+  if (!slots || !list) goto fail_nomem;
+  rc = parse_spec(spec, slots, err, err_size);
+  if (rc < 0) goto fail;
+  int n = rc;
+  list->devs = calloc((size_t)n, sizeof *list->devs);
+  if (!list->devs) goto fail_nomem;
+  for (int i = 0; i < n; i++) {
+    tr_device *d = calloc(1, sizeof *d);
+    if (!d) goto fail_nomem;
+    list->devs[i] = d;
+    list->n = i + 1;
+    d->be = slots[i].be;
+    d->list = list;
+    d->info.kind = d->be->kind;
+    d->info.index = i;
+    d->info.ordinal = slots[i].ordinal;
+    int twins = 0; /* earlier logical devices on the same physical one */
+    for (int j = 0; j < i; j++) twins += slots[j].be == d->be && slots[j].ordinal == d->info.ordinal;
+    if (twins)
+      snprintf(d->info.name, sizeof d->info.name, "%s:%d/%d", d->be->name, d->info.ordinal, twins);
+    else
+      snprintf(d->info.name, sizeof d->info.name, "%s:%d", d->be->name, d->info.ordinal);
+    rc = d->be->open(d);
+    if (!rc) rc = stream_new(d, "compute", &d->stream);
+    if (rc) {
+      if (err && err_size) snprintf(err, err_size, "%s", d->error);
+      goto fail;
+    }
+  }
+  for (int b = 0; b < NBACKENDS; b++) {
+    if (!backends[b]->link) continue;
+    tr_device *mine[MAX_DEVICES];
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (list->devs[i]->be == backends[b]) mine[k++] = list->devs[i];
+    if (k && (rc = backends[b]->link(mine, k))) {
+      if (err && err_size) snprintf(err, err_size, "%s", mine[0]->error);
+      goto fail;
+    }
+  }
+  free(slots);
+  *out = list;
+  return 0;
+fail_nomem:
+  rc = TR_ENOMEM;
+  if (err && err_size) snprintf(err, err_size, "device spec '%s': out of memory", spec ? spec : "");
+fail:
+  free(slots);
+  tr_device_list_close(list);
+  return rc;
+}
+
+int tr_device_list_count(const tr_device_list *list) { return list->n; }
+
+tr_device *tr_device_list_get(const tr_device_list *list, int index) {
+  TR_ASSERT(index >= 0 && index < list->n);
+  return list->devs[index];
+}
+
+const tr_device_info *tr_device_get_info(const tr_device *d) { return &d->info; }
+const char *tr_device_name(const tr_device *d) { return d->info.name; }
+const char *tr_device_error(const tr_device *d) { return d->error; }
+
+int tr_device_can_access_peer(const tr_device *d, const tr_device *peer) {
+  if (d->be->can_access_peer) return d->be->can_access_peer(d, peer);
+  return d->be == peer->be;
+}
+
+int tr_device_bind(tr_device *d) {
+  d->owner = pthread_self();
+  __atomic_store_n(&d->bound, 1, __ATOMIC_RELEASE);
+  return d->be->bind ? d->be->bind(d) : 0;
+}
+
+/* Every call on a device passes here: the first binds the caller as owner, debug builds
+ * check that later ones come from it. */
+static inline int enter(tr_device *d) {
+  if (__builtin_expect(!__atomic_load_n(&d->bound, __ATOMIC_ACQUIRE), 0)) return tr_device_bind(d);
+#ifndef NDEBUG
+  if (!pthread_equal(d->owner, pthread_self())) {
+    fprintf(stderr, "troupe: device %s used from a thread that does not own it "
+                    "(tr_device_bind hands a device to another thread)\n", d->info.name);
+    TR_ASSERT(!"device used off its owner thread");
+  }
+#endif
+  return 0;
+}
+
+#define ENTER_DEV(d)                 \
+  do {                               \
+    TR_ASSERT((d) != NULL);          \
+    int enter_rc_ = enter(d);        \
+    if (enter_rc_) return enter_rc_; \
+  } while (0)
+
+#define ENTER(s)            \
+  TR_ASSERT((s) != NULL);   \
+  tr_device *d = (s)->dev;  \
+  ENTER_DEV(d)
+
+#define NOT_NULL(p) \
+  if (!(p)) return tr__device_fail(d, TR_EINVAL, "%s: %s is NULL", __func__, #p)
+
+#define SLOT(slot_) \
+  if (!d->be->slot_)  \
+  return tr__device_fail(d, TR_EDEVICE, "%s: not implemented by the %s backend", __func__, d->be->name)
+
+int tr_device_update_memory(tr_device *d) {
+  ENTER_DEV(d);
+  return d->be->update_memory ? d->be->update_memory(d) : 0;
+}
+
+int tr_device_set_tf32(tr_device *d, int enable) {
+  ENTER_DEV(d);
+  d->tf32 = enable != 0;
+  return d->be->set_tf32 ? d->be->set_tf32(d) : 0;
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+int tr_stream_alloc(tr_stream *s, size_t bytes, void **out) {
+  ENTER(s);
+  NOT_NULL(out);
+  *out = NULL;
+  if (!bytes) return 0;
+  return d->be->alloc(s, bytes, out);
+}
+
+int tr_stream_free(tr_stream *s, void *ptr) {
+  ENTER(s);
+  if (!ptr) return 0;
+  return d->be->dealloc(s, ptr);
+}
+
+int tr_device_alloc(tr_device *d, size_t bytes, void **out) { return tr_stream_alloc(d->stream, bytes, out); }
+int tr_device_free(tr_device *d, void *ptr) { return tr_stream_free(d->stream, ptr); }
+
+int tr_host_alloc(tr_device *d, size_t bytes, void **out) {
+  ENTER_DEV(d);
+  NOT_NULL(out);
+  *out = NULL;
+  if (!bytes) return 0;
+  if (d->be->host_alloc) return d->be->host_alloc(d, bytes, out);
+  size_t rounded = (bytes + 63) & ~(size_t)63;
+  if (rounded < bytes || !(*out = aligned_alloc(64, rounded)))
+    return tr__device_fail(d, TR_ENOMEM, "host_alloc: %zu bytes: out of memory", bytes);
+  return 0;
+}
+
+int tr_host_free(tr_device *d, void *ptr) {
+  ENTER_DEV(d);
+  if (!ptr) return 0;
+  if (d->be->host_free) return d->be->host_free(d, ptr);
+  free(ptr);
+  return 0;
+}
+
+/* ---- streams and events ------------------------------------------------------------------- */
+
+tr_stream *tr_device_stream(tr_device *d) { return d->stream; }
+tr_device *tr_stream_device(const tr_stream *s) { return s->dev; }
+
+int tr_stream_open(tr_device *d, const char *name, tr_stream **out) {
+  ENTER_DEV(d);
+  NOT_NULL(out);
+  *out = NULL;
+  return stream_new(d, name, out);
+}
+
+void tr_stream_close(tr_stream *s) {
+  if (!s) return;
+  tr_device *d = s->dev;
+  TR_ASSERT(s != d->stream); /* the compute stream is the device's */
+  enter(d);
+  for (tr_stream **p = &d->streams; *p; p = &(*p)->next)
+    if (*p == s) {
+      *p = s->next;
+      stream_free(s);
+      return;
+    }
+  TR_ASSERT(!"stream not open on its device");
+}
+
+int tr_stream_synchronize(tr_stream *s) {
+  ENTER(s);
+  return d->be->stream_synchronize(s);
+}
+
+int tr_event_open(tr_device *d, unsigned flags, tr_event **out) {
+  ENTER_DEV(d);
+  NOT_NULL(out);
+  *out = NULL;
+  tr_event *e = calloc(1, sizeof *e);
+  if (!e) return tr__device_fail(d, TR_ENOMEM, "event_open: out of memory");
+  e->dev = d;
+  e->flags = flags;
+  int rc = d->be->event_open(e);
+  if (rc) {
+    free(e);
+    return rc;
+  }
+  *out = e;
+  return 0;
+}
+
+void tr_event_close(tr_event *e) {
+  if (!e) return;
+  enter(e->dev);
+  e->dev->be->event_close(e);
+  free(e);
+}
+
+int tr_event_record(tr_event *e, tr_stream *s) {
+  ENTER(s);
+  TR_ASSERT(e && e->dev == d); /* events record on their own device's streams */
+  return d->be->event_record(e, s);
+}
+
+int tr_stream_wait_event(tr_stream *s, tr_event *e) {
+  ENTER(s);
+  TR_ASSERT(e != NULL);
+  return d->be->stream_wait_event(s, e);
+}
+
+int tr_event_query(tr_event *e) {
+  TR_ASSERT(e != NULL);
+  return e->dev->be->event_query(e);
+}
+
+int tr_event_synchronize(tr_event *e) {
+  TR_ASSERT(e != NULL);
+  return e->dev->be->event_synchronize(e);
+}
+
+int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms) {
+  TR_ASSERT(start && end && ms);
+  tr_device *d = start->dev;
+  if (end->dev != d)
+    return tr__device_fail(d, TR_EINVAL, "event_elapsed_ms: the events belong to different devices");
+  if (!(start->flags & TR_EVENT_TIMING) || !(end->flags & TR_EVENT_TIMING))
+    return tr__device_fail(d, TR_EINVAL, "event_elapsed_ms: events opened without TR_EVENT_TIMING");
+  SLOT(event_elapsed_ms);
+  return d->be->event_elapsed_ms(start, end, ms);
+}
+
+/* ---- copies ---------------------------------------------------------------------------------- */
+
+int tr_memcpy(tr_stream *s, void *dst, const void *src, size_t bytes, tr_copy_kind kind) {
+  ENTER(s);
+  if (!bytes) return 0;
+  NOT_NULL(dst);
+  NOT_NULL(src);
+  if (kind != TR_COPY_H2D && kind != TR_COPY_D2H && kind != TR_COPY_D2D)
+    return tr__device_fail(d, TR_EINVAL, "tr_memcpy: unknown copy kind %d", (int)kind);
+  return d->be->copy(s, dst, src, bytes, kind);
+}
+
+int tr_memcpy_peer(tr_stream *s, void *dst, tr_device *dst_dev, const void *src,
+                   tr_device *src_dev, size_t bytes) {
+  ENTER(s);
+  TR_ASSERT(dst_dev && src_dev);
+  TR_ASSERT(d == dst_dev || d == src_dev); /* the stream of one of the two devices */
+  if (!bytes) return 0;
+  NOT_NULL(dst);
+  NOT_NULL(src);
+  if (dst_dev->be != src_dev->be)
+    return tr__device_fail(d, TR_EINVAL, "tr_memcpy_peer: %s and %s have different backends "
+                           "(stage through host memory)", dst_dev->info.name, src_dev->info.name);
+  if (d->be->copy_peer) return d->be->copy_peer(s, dst, dst_dev, src, src_dev, bytes);
+  return d->be->copy(s, dst, src, bytes, TR_COPY_D2D);
+}
+
+int tr_memset(tr_stream *s, void *dst, int value, size_t bytes) {
+  ENTER(s);
+  if (!bytes) return 0;
+  NOT_NULL(dst);
+  return d->be->fill_bytes(s, dst, value, bytes);
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------------ */
+
+static int gemm_check(tr_device *d, const char *fn, tr_op opa, tr_op opb, int M, int N, int K,
+                      int lda, int ldb, int ldc) {
+  if ((opa != TR_OP_N && opa != TR_OP_T) || (opb != TR_OP_N && opb != TR_OP_T))
+    return tr__device_fail(d, TR_EINVAL, "%s: transposition must be TR_OP_N or TR_OP_T", fn);
+  if (M < 0 || N < 0 || K < 0)
+    return tr__device_fail(d, TR_EINVAL, "%s: negative size M=%d N=%d K=%d", fn, M, N, K);
+  int acols = opa == TR_OP_N ? K : M, bcols = opb == TR_OP_N ? N : K;
+  if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) || ldc < (N > 1 ? N : 1))
+    return tr__device_fail(d, TR_EINVAL, "%s: leading dimension too small (lda=%d needs %d, "
+                           "ldb=%d needs %d, ldc=%d needs %d)", fn, lda, acols, ldb, bcols, ldc, N);
+  return 0;
+}
+
+int tr_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+            const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  ENTER(s);
+  int rc = gemm_check(d, __func__, opa, opb, M, N, K, lda, ldb, ldc);
+  if (rc) return rc;
+  if (!M || !N) return 0;
+  NOT_NULL(C);
+  if (K) {
+    NOT_NULL(A);
+    NOT_NULL(B);
+  }
+  return d->be->gemm(s, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                    const float *A, int lda, int64_t stride_a, const float *B, int ldb,
+                    int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                    int batch) {
+  ENTER(s);
+  int rc = gemm_check(d, __func__, opa, opb, M, N, K, lda, ldb, ldc);
+  if (rc) return rc;
+  if (batch < 0) return tr__device_fail(d, TR_EINVAL, "%s: negative batch %d", __func__, batch);
+  if (!M || !N || !batch) return 0;
+  NOT_NULL(C);
+  if (K) {
+    NOT_NULL(A);
+    NOT_NULL(B);
+  }
+  if (d->be->gemm_batched)
+    return d->be->gemm_batched(s, opa, opb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
+                               beta, C, ldc, stride_c, batch);
+  for (int i = 0; i < batch && !rc; i++)
+    rc = d->be->gemm(s, opa, opb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb,
+                     beta, C + i * stride_c, ldc);
+  return rc;
+}
+
+/* ---- kernels ---------------------------------------------------------------------------------- */
+
+/* (a * b) without overflow, or fails the call. */
+#define SIZE2(a, b, out)                                                                   \
+  size_t out;                                                                              \
+  if (__builtin_mul_overflow((size_t)(a), (size_t)(b), &out))                              \
+  return tr__device_fail(d, TR_EINVAL, "%s: size %zu x %zu overflows", __func__, (size_t)(a), \
+                         (size_t)(b))
+
+/* A reduction over nothing: 0, or the accumulator unchanged. */
+static int empty_reduction(tr_stream *s, float *out, int accumulate) {
+  return accumulate ? 0 : s->dev->be->fill(s, out, 1, 0.0f);
+}
+
+int tr_fill(tr_stream *s, float *x, size_t n, float value) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(x);
+  return d->be->fill(s, x, n, value);
+}
+
+int tr_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
+                    uint64_t offset) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(x);
+  SLOT(init_uniform);
+  return d->be->init_uniform(s, x, n, lo, hi, seed, offset);
+}
+
+int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
+                   uint64_t offset) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(x);
+  SLOT(init_normal);
+  return d->be->init_normal(s, x, n, mean, std, seed, offset);
+}
+
+int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(out);
+  NOT_NULL(a);
+  NOT_NULL(b);
+  SLOT(add);
+  return d->be->add(s, out, a, b, n);
+}
+
+int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(y);
+  NOT_NULL(x);
+  SLOT(axpy);
+  return d->be->axpy(s, y, alpha, x, n);
+}
+
+int tr_scale(tr_stream *s, float *x, float alpha, size_t n) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(x);
+  SLOT(scale);
+  return d->be->scale(s, x, alpha, n);
+}
+
+int tr_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(x);
+  NOT_NULL(scalar);
+  SLOT(scale_dev);
+  return d->be->scale_dev(s, x, scalar, n);
+}
+
+int tr_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+  ENTER(s);
+  NOT_NULL(out);
+  if (!n) return empty_reduction(s, out, accumulate);
+  NOT_NULL(x);
+  SLOT(sumsq);
+  return d->be->sumsq(s, out, x, n, accumulate != 0);
+}
+
+int tr_sum(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+  ENTER(s);
+  NOT_NULL(out);
+  if (!n) return empty_reduction(s, out, accumulate);
+  NOT_NULL(x);
+  SLOT(sum);
+  return d->be->sum(s, out, x, n, accumulate != 0);
+}
+
+int tr_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm) {
+  ENTER(s);
+  NOT_NULL(factor);
+  NOT_NULL(sumsq);
+  if (!(max_norm > 0))
+    return tr__device_fail(d, TR_EINVAL, "%s: max_norm %g must be > 0", __func__, (double)max_norm);
+  SLOT(clip_factor);
+  return d->be->clip_factor(s, factor, sumsq, max_norm);
+}
+
+int tr_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C) {
+  ENTER(s);
+  SIZE2(N, C, n);
+  if (!n) return 0;
+  NOT_NULL(out);
+  NOT_NULL(bias);
+  SLOT(bias_add);
+  return d->be->bias_add(s, out, bias, N, C);
+}
+
+int tr_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C) {
+  ENTER(s);
+  SIZE2(N, C, n);
+  if (!n) return 0;
+  NOT_NULL(dbias);
+  NOT_NULL(dout);
+  SLOT(bias_grad);
+  return d->be->bias_grad(s, dbias, dout, N, C);
+}
+
+#define UNARY(fn)                                                           \
+  int tr_##fn(tr_stream *s, float *out, const float *inp, size_t n) {      \
+    ENTER(s);                                                               \
+    if (!n) return 0;                                                       \
+    NOT_NULL(out);                                                          \
+    NOT_NULL(inp);                                                          \
+    SLOT(fn);                                                               \
+    return d->be->fn(s, out, inp, n);                                       \
+  }
+#define UNARY_BWD(fn)                                                                     \
+  int tr_##fn(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) { \
+    ENTER(s);                                                                             \
+    if (!n) return 0;                                                                     \
+    NOT_NULL(dinp);                                                                       \
+    NOT_NULL(inp);                                                                        \
+    NOT_NULL(dout);                                                                       \
+    SLOT(fn);                                                                             \
+    return d->be->fn(s, dinp, inp, dout, n);                                              \
+  }
+UNARY(relu_fwd)
+UNARY(gelu_fwd)
+UNARY_BWD(relu_bwd)
+UNARY_BWD(gelu_bwd)
+
+int tr_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+                     const float *weight, const float *bias, size_t N, size_t C, float eps) {
+  ENTER(s);
+  SIZE2(N, C, n);
+  if (!N) return 0;
+  if (!C) return tr__device_fail(d, TR_EINVAL, "%s: C must be > 0", __func__);
+  (void)n;
+  NOT_NULL(out);
+  NOT_NULL(mean);
+  NOT_NULL(rstd);
+  NOT_NULL(inp);
+  NOT_NULL(weight);
+  NOT_NULL(bias);
+  SLOT(layernorm_fwd);
+  return d->be->layernorm_fwd(s, out, mean, rstd, inp, weight, bias, N, C, eps);
+}
+
+int tr_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
+                     const float *inp, const float *weight, const float *mean,
+                     const float *rstd, size_t N, size_t C) {
+  ENTER(s);
+  SIZE2(N, C, n);
+  if (!n) return 0;
+  NOT_NULL(dinp);
+  NOT_NULL(dweight);
+  NOT_NULL(dbias);
+  NOT_NULL(dout);
+  NOT_NULL(inp);
+  NOT_NULL(weight);
+  NOT_NULL(mean);
+  NOT_NULL(rstd);
+  SLOT(layernorm_bwd);
+  return d->be->layernorm_bwd(s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+
+int tr_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
+  ENTER(s);
+  SIZE2(N, C, n);
+  if (!n) return 0;
+  NOT_NULL(out);
+  NOT_NULL(inp);
+  SLOT(softmax_fwd);
+  return d->be->softmax_fwd(s, out, inp, N, C);
+}
+
+int tr_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+                   size_t C) {
+  ENTER(s);
+  SIZE2(N, C, n);
+  if (!n) return 0;
+  NOT_NULL(dinp);
+  NOT_NULL(out);
+  NOT_NULL(dout);
+  SLOT(softmax_bwd);
+  return d->be->softmax_bwd(s, dinp, out, dout, N, C);
+}
+
+int tr_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
+                        float scale) {
+  ENTER(s);
+  SIZE2(T, T, tt);
+  SIZE2(BH, tt, n);
+  if (!n) return 0;
+  NOT_NULL(att);
+  NOT_NULL(preatt);
+  if (!(scale > 0)) return tr__device_fail(d, TR_EINVAL, "%s: scale %g must be > 0", __func__, (double)scale);
+  SLOT(attn_softmax_fwd);
+  return d->be->attn_softmax_fwd(s, att, preatt, BH, T, scale);
+}
+
+int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+                        size_t BH, size_t T, float scale) {
+  ENTER(s);
+  SIZE2(T, T, tt);
+  SIZE2(BH, tt, n);
+  if (!n) return 0;
+  NOT_NULL(dpreatt);
+  NOT_NULL(att);
+  NOT_NULL(datt);
+  SLOT(attn_softmax_bwd);
+  return d->be->attn_softmax_bwd(s, dpreatt, att, datt, BH, T, scale);
+}
+
+int tr_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
+                        const int32_t *targets, size_t N, size_t V, float scale) {
+  ENTER(s);
+  SIZE2(N, V, n);
+  NOT_NULL(loss);
+  if (!N) return empty_reduction(s, loss, 0);
+  if (!V) return tr__device_fail(d, TR_EINVAL, "%s: V must be > 0", __func__);
+  (void)n;
+  NOT_NULL(probs);
+  NOT_NULL(logits);
+  NOT_NULL(targets);
+  SLOT(crossentropy_fwd);
+  return d->be->crossentropy_fwd(s, loss, probs, logits, targets, N, V, scale);
+}
+
+int tr_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
+                        const int32_t *targets, size_t N, size_t V, float scale) {
+  ENTER(s);
+  SIZE2(N, V, n);
+  if (!n) return 0;
+  NOT_NULL(dlogits);
+  NOT_NULL(probs);
+  NOT_NULL(targets);
+  SLOT(crossentropy_bwd);
+  return d->be->crossentropy_bwd(s, dlogits, probs, targets, N, V, scale);
+}
+
+int tr_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
+               float scale) {
+  ENTER(s);
+  NOT_NULL(loss);
+  if (!n) return empty_reduction(s, loss, 0);
+  NOT_NULL(pred);
+  NOT_NULL(target);
+  SLOT(mse_fwd);
+  return d->be->mse_fwd(s, loss, pred, target, n, scale);
+}
+
+int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
+               float scale) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(dpred);
+  NOT_NULL(pred);
+  NOT_NULL(target);
+  SLOT(mse_bwd);
+  return d->be->mse_bwd(s, dpred, pred, target, n, scale);
+}
+
+int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+                     const float *wpe, size_t B, size_t T, size_t C, size_t V) {
+  ENTER(s);
+  SIZE2(B, T, bt);
+  SIZE2(bt, C, n);
+  if (!n) return 0;
+  if (!V) return tr__device_fail(d, TR_EINVAL, "%s: V must be > 0", __func__);
+  NOT_NULL(out);
+  NOT_NULL(idx);
+  NOT_NULL(wte);
+  SLOT(embedding_fwd);
+  return d->be->embedding_fwd(s, out, idx, wte, wpe, B, T, C, V);
+}
+
+int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                     const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
+  ENTER(s);
+  SIZE2(B, T, bt);
+  SIZE2(bt, C, n);
+  if (!n) return 0;
+  if (!V) return tr__device_fail(d, TR_EINVAL, "%s: V must be > 0", __func__);
+  NOT_NULL(dwte);
+  NOT_NULL(dout);
+  NOT_NULL(idx);
+  SLOT(embedding_bwd);
+  return d->be->embedding_bwd(s, dwte, dwpe, dout, idx, B, T, C, V);
+}
+
+int tr_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
+                  float weight_decay) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(param);
+  NOT_NULL(grad);
+  SLOT(sgd_update);
+  return d->be->sgd_update(s, param, grad, n, lr, weight_decay);
+}
+
+int tr_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
+                       float lr, float momentum, float weight_decay, int nesterov) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(param);
+  NOT_NULL(grad);
+  NOT_NULL(mom);
+  SLOT(momentum_update);
+  return d->be->momentum_update(s, param, grad, mom, n, lr, momentum, weight_decay, nesterov != 0);
+}
+
+int tr_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
+                    size_t n, float lr, float beta1, float beta2, float eps,
+                    float weight_decay, int64_t t) {
+  ENTER(s);
+  if (t < 1) return tr__device_fail(d, TR_EINVAL, "%s: step %lld must be >= 1", __func__, (long long)t);
+  if (!n) return 0;
+  NOT_NULL(param);
+  NOT_NULL(grad);
+  NOT_NULL(m);
+  NOT_NULL(v);
+  SLOT(adamw_update);
+  return d->be->adamw_update(s, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+}

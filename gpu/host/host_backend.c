@@ -1,0 +1,325 @@
+/* host_backend.c — the host backend: CPU "devices" with 64-byte-aligned memory, in-order
+ * streams run synchronously by the owner thread, events that complete when recorded,
+ * memcpy for every copy (peer ones included) and OpenBLAS for GEMM, one BLAS thread per
+ * device: the parallelism comes from running several devices on several threads. */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "host_impl.h"
+
+enum { BLOCK_HEADER = 64 };
+#define BLOCK_MAGIC 0x7472686f7374626bull /* "trhostbk" */
+#define CACHE_MAX ((size_t)512 << 20)     /* freed bytes kept for reuse, per device */
+
+/* Every block starts with this header, 64 bytes before the pointer handed out, so frees
+ * are checked and a closing device can release what its users still hold. */
+typedef struct block {
+  uint64_t magic;
+  size_t size;
+  tr_device *dev;
+  struct block *prev, *next; /* live list, or the cache (next only) */
+} block;
+_Static_assert(sizeof(block) <= BLOCK_HEADER, "block header fits its 64 bytes");
+
+typedef struct host_dev {
+  block *live;     /* blocks handed out */
+  block *cache;    /* freed blocks, reused for requests of exactly their size */
+  size_t cached;   /* bytes in the cache */
+  void *scratch;
+  size_t scratch_size;
+} host_dev;
+
+typedef struct host_event {
+  uint64_t t_ns; /* when it was recorded */
+} host_event;
+
+/* ---- discovery ---------------------------------------------------------------------------- */
+
+static int host_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
+}
+
+static void cpu_model(char *out, size_t n) {
+  snprintf(out, n, "CPU");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f) return;
+  char line[256];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "model name", 10)) continue;
+    const char *v = strchr(line, ':');
+    if (!v) break;
+    v++;
+    while (*v == ' ' || *v == '\t') v++;
+    size_t len = strcspn(v, "\n");
+    snprintf(out, n, "%.*s", (int)len, v);
+    break;
+  }
+  fclose(f);
+}
+
+/* One BLAS thread per host device, for the whole process (OpenBLAS has one setting). */
+static void blas_single_thread(void) {
+#ifdef TR_HAVE_OPENBLAS
+  openblas_set_num_threads(1);
+#endif
+}
+
+static void blas_name(char *out, size_t n) {
+#ifdef TR_HAVE_OPENBLAS
+  snprintf(out, n, "OpenBLAS %s", openblas_get_corename());
+#else
+  snprintf(out, n, "CBLAS");
+#endif
+}
+
+static int host_update_memory(tr_device *d) {
+  long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
+  d->info.memory_total = page > 0 && total > 0 ? (uint64_t)page * (uint64_t)total : 0;
+  d->info.memory_free = page > 0 && avail > 0 ? (uint64_t)page * (uint64_t)avail : 0;
+  return 0;
+}
+
+static int host_open(tr_device *d) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, blas_single_thread);
+  host_dev *h = calloc(1, sizeof *h);
+  if (!h) return tr__device_fail(d, TR_ENOMEM, "open: out of memory");
+  d->impl = h;
+  char model[80], blas[40];
+  cpu_model(model, sizeof model);
+  blas_name(blas, sizeof blas);
+  snprintf(d->info.model, sizeof d->info.model, "%s (%s)", model, blas);
+  d->info.multiprocessors = 1;
+  return host_update_memory(d);
+}
+
+static void host_close(tr_device *d) {
+  host_dev *h = d->impl;
+  if (!h) return;
+  while (h->live) {
+    block *b = h->live;
+    h->live = b->next;
+    free(b);
+  }
+  while (h->cache) {
+    block *b = h->cache;
+    h->cache = b->next;
+    free(b);
+  }
+  free(h->scratch);
+  free(h);
+  d->impl = NULL;
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+static int host_alloc(tr_stream *s, size_t bytes, void **out) {
+  tr_device *d = s->dev;
+  host_dev *h = d->impl;
+  size_t size = (bytes + 63) & ~(size_t)63;
+  if (size < bytes || size > SIZE_MAX - BLOCK_HEADER)
+    return tr__device_fail(d, TR_ENOMEM, "alloc: %zu bytes is too large", bytes);
+  block *b = NULL;
+  for (block **p = &h->cache; *p; p = &(*p)->next)
+    if ((*p)->size == size) {
+      b = *p;
+      *p = b->next;
+      h->cached -= size;
+      break;
+    }
+  if (!b) {
+    void *mem = NULL;
+    if (posix_memalign(&mem, 64, BLOCK_HEADER + size))
+      return tr__device_fail(d, TR_ENOMEM, "alloc: %zu bytes: out of memory", bytes);
+    b = mem;
+    b->magic = BLOCK_MAGIC;
+    b->size = size;
+    b->dev = d;
+  }
+  b->prev = NULL;
+  b->next = h->live;
+  if (h->live) h->live->prev = b;
+  h->live = b;
+  *out = (char *)b + BLOCK_HEADER;
+  return 0;
+}
+
+static int host_dealloc(tr_stream *s, void *ptr) {
+  tr_device *d = s->dev;
+  host_dev *h = d->impl;
+  block *b = (block *)((char *)ptr - BLOCK_HEADER);
+  if (((uintptr_t)ptr & 63) || b->magic != BLOCK_MAGIC || b->dev != d)
+    return tr__device_fail(d, TR_EINVAL, "free: %p was not allocated on this device (or was freed)", ptr);
+  if (b->prev) b->prev->next = b->next;
+  else h->live = b->next;
+  if (b->next) b->next->prev = b->prev;
+  if (h->cached + b->size <= CACHE_MAX) {
+    b->next = h->cache;
+    h->cache = b;
+    h->cached += b->size;
+  } else {
+    b->magic = 0;
+    free(b);
+  }
+  return 0;
+}
+
+void *tr__host_scratch(tr_stream *s, size_t bytes) {
+  host_dev *h = s->dev->impl;
+  if (bytes <= h->scratch_size) return h->scratch;
+  size_t size = (bytes + 4095) & ~(size_t)4095;
+  void *mem = NULL;
+  if (size < bytes || posix_memalign(&mem, 64, size)) return NULL;
+  free(h->scratch);
+  h->scratch = mem;
+  h->scratch_size = size;
+  return mem;
+}
+
+/* ---- streams and events: a host stream runs each op as it is issued ------------------------ */
+
+static int host_stream_open(tr_stream *s) {
+  (void)s;
+  return 0;
+}
+static void host_stream_close(tr_stream *s) { (void)s; }
+static int host_stream_synchronize(tr_stream *s) {
+  (void)s;
+  return 0;
+}
+
+static int host_event_open(tr_event *e) {
+  host_event *he = calloc(1, sizeof *he);
+  if (!he) return tr__device_fail(e->dev, TR_ENOMEM, "event_open: out of memory");
+  e->impl = he;
+  return 0;
+}
+static void host_event_close(tr_event *e) { free(e->impl); }
+static int host_event_record(tr_event *e, tr_stream *s) {
+  (void)s;
+  if (e->flags & TR_EVENT_TIMING) ((host_event *)e->impl)->t_ns = tr_now_ns();
+  return 0;
+}
+/* Everything issued before the record has already run, and the message that brought the
+ * event to this thread ordered that work before us. */
+static int host_stream_wait_event(tr_stream *s, tr_event *e) {
+  (void)s, (void)e;
+  return 0;
+}
+static int host_event_query(tr_event *e) {
+  (void)e;
+  return 1;
+}
+static int host_event_synchronize(tr_event *e) {
+  (void)e;
+  return 0;
+}
+static int host_event_elapsed_ms(tr_event *start, tr_event *end, float *ms) {
+  const host_event *a = start->impl, *b = end->impl;
+  *ms = (float)((double)(int64_t)(b->t_ns - a->t_ns) / 1e6);
+  return 0;
+}
+
+/* ---- copies ---------------------------------------------------------------------------------- */
+
+static int host_copy(tr_stream *s, void *dst, const void *src, size_t bytes, tr_copy_kind kind) {
+  (void)s, (void)kind;
+  memcpy(dst, src, bytes);
+  return 0;
+}
+
+static int host_fill_bytes(tr_stream *s, void *dst, int value, size_t bytes) {
+  (void)s;
+  memset(dst, value, bytes);
+  return 0;
+}
+
+/* ---- GEMM ------------------------------------------------------------------------------------ */
+
+static int host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+  if (K == 0 || alpha == 0.0f) {
+    /* C = beta * C; beta == 0 clears (NaN included), as BLAS does */
+    for (int i = 0; i < M; i++) {
+      float *c = C + (size_t)i * (size_t)ldc;
+      if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof *c);
+      else tr__host_scale(s, c, beta, (size_t)N);
+    }
+    return 0;
+  }
+  cblas_sgemm(CblasRowMajor, opa == TR_OP_T ? CblasTrans : CblasNoTrans,
+              opb == TR_OP_T ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
+              ldc);
+  return 0;
+}
+
+static int host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                             const float *A, int lda, int64_t stride_a, const float *B, int ldb,
+                             int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                             int batch) {
+  for (int i = 0; i < batch; i++)
+    host_gemm(s, opa, opb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
+              C + i * stride_c, ldc);
+  return 0;
+}
+
+const tr__backend tr__host_backend = {
+    .name = "host",
+    .kind = TR_DEVICE_HOST,
+    .count = host_count,
+    .open = host_open,
+    .close = host_close,
+    .update_memory = host_update_memory,
+    .alloc = host_alloc,
+    .dealloc = host_dealloc,
+    .stream_open = host_stream_open,
+    .stream_close = host_stream_close,
+    .stream_synchronize = host_stream_synchronize,
+    .event_open = host_event_open,
+    .event_close = host_event_close,
+    .event_record = host_event_record,
+    .stream_wait_event = host_stream_wait_event,
+    .event_query = host_event_query,
+    .event_synchronize = host_event_synchronize,
+    .event_elapsed_ms = host_event_elapsed_ms,
+    .copy = host_copy,
+    .fill_bytes = host_fill_bytes,
+    .gemm = host_gemm,
+    .gemm_batched = host_gemm_batched,
+    .fill = tr__host_fill,
+    .init_uniform = tr__host_init_uniform,
+    .init_normal = tr__host_init_normal,
+    .add = tr__host_add,
+    .axpy = tr__host_axpy,
+    .scale = tr__host_scale,
+    .scale_dev = tr__host_scale_dev,
+    .sumsq = tr__host_sumsq_op,
+    .sum = tr__host_sum_op,
+    .clip_factor = tr__host_clip_factor,
+    .bias_add = tr__host_bias_add,
+    .bias_grad = tr__host_bias_grad,
+    .relu_fwd = tr__host_relu_fwd,
+    .relu_bwd = tr__host_relu_bwd,
+    .gelu_fwd = tr__host_gelu_fwd,
+    .gelu_bwd = tr__host_gelu_bwd,
+    .layernorm_fwd = tr__host_layernorm_fwd,
+    .layernorm_bwd = tr__host_layernorm_bwd,
+    .softmax_fwd = tr__host_softmax_fwd,
+    .softmax_bwd = tr__host_softmax_bwd,
+    .attn_softmax_fwd = tr__host_attn_softmax_fwd,
+    .attn_softmax_bwd = tr__host_attn_softmax_bwd,
+    .crossentropy_fwd = tr__host_crossentropy_fwd,
+    .crossentropy_bwd = tr__host_crossentropy_bwd,
+    .mse_fwd = tr__host_mse_fwd,
+    .mse_bwd = tr__host_mse_bwd,
+    .embedding_fwd = tr__host_embedding_fwd,
+    .embedding_bwd = tr__host_embedding_bwd,
+    .sgd_update = tr__host_sgd_update,
+    .momentum_update = tr__host_momentum_update,
+    .adamw_update = tr__host_adamw_update,
+};

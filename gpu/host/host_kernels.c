@@ -1,0 +1,239 @@
+/* host_kernels.c — the host backend's element-wise kernels, reductions, random
+ * initialisation and optimizer updates. */
+#include <math.h>
+#include <string.h>
+
+#include "host_impl.h"
+
+/* ---- reductions -------------------------------------------------------------------------- */
+
+/* One partial sum per lane: the inner loop is element-wise across lanes, so it vectorises
+ * without licence to reassociate, and the result does not depend on the vector width. */
+double tr__host_sum(const float *x, size_t n) {
+  double acc[HOST_LANES] = {0};
+  size_t i = 0;
+  for (; i + HOST_LANES <= n; i += HOST_LANES)
+    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k];
+  double s = 0;
+  for (; i < n; i++) s += (double)x[i];
+  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
+  return s;
+}
+
+double tr__host_sumsq(const float *x, size_t n) {
+  double acc[HOST_LANES] = {0};
+  size_t i = 0;
+  for (; i + HOST_LANES <= n; i += HOST_LANES)
+    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k] * (double)x[i + k];
+  double s = 0;
+  for (; i < n; i++) s += (double)x[i] * (double)x[i];
+  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
+  return s;
+}
+
+int tr__host_sumsq_op(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+  (void)s;
+  double v = tr__host_sumsq(x, n);
+  out[0] = (float)(accumulate ? (double)out[0] + v : v);
+  return 0;
+}
+
+int tr__host_sum_op(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+  (void)s;
+  double v = tr__host_sum(x, n);
+  out[0] = (float)(accumulate ? (double)out[0] + v : v);
+  return 0;
+}
+
+int tr__host_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm) {
+  (void)s;
+  double f = (double)max_norm / (sqrt((double)sumsq[0]) + 1e-6);
+  factor[0] = (float)(f < 1.0 ? f : 1.0);
+  return 0;
+}
+
+/* ---- fills and random initialisation ------------------------------------------------------ */
+
+int tr__host_fill(tr_stream *s, float *x, size_t n, float value) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) x[i] = value;
+  return 0;
+}
+
+static inline void philox(uint64_t ctr, uint32_t tag, uint64_t seed, uint32_t w[4]) {
+  const uint32_t c[4] = {(uint32_t)ctr, (uint32_t)(ctr >> 32), tag, 0};
+  tr__philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), w);
+}
+
+int tr__host_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
+                          uint64_t offset) {
+  (void)s;
+  uint32_t w[4];
+  const double span = (double)hi - (double)lo;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t j = offset + i;
+    if (i == 0 || (j & 3) == 0) philox(j >> 2, 0, seed, w);
+    double u = (double)(w[j & 3] >> 8) * 0x1p-24;
+    x[i] = (float)((double)lo + span * u);
+  }
+  return 0;
+}
+
+int tr__host_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
+                         uint64_t offset) {
+  (void)s;
+  uint32_t w[4];
+  const double two_pi = 6.283185307179586476925286766559;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t j = offset + i;
+    if (i == 0 || (j & 1) == 0) philox(j >> 1, 1, seed, w);
+    const uint32_t *p = w + 2 * (j & 1);
+    double u1 = (double)((p[0] >> 8) + 1) * 0x1p-24, u2 = (double)(p[1] >> 8) * 0x1p-24;
+    double z = sqrt(-2.0 * log(u1)) * cos(two_pi * u2);
+    x[i] = (float)((double)mean + (double)std * z);
+  }
+  return 0;
+}
+
+/* ---- element-wise arithmetic ----------------------------------------------------------------- */
+
+int tr__host_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  return 0;
+}
+
+int tr__host_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) y[i] += alpha * x[i];
+  return 0;
+}
+
+int tr__host_scale(tr_stream *s, float *x, float alpha, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) x[i] *= alpha;
+  return 0;
+}
+
+int tr__host_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n) {
+  /* read once: the scalar may live inside x */
+  return tr__host_scale(s, x, scalar[0], n);
+}
+
+/* ---- linear layers ---------------------------------------------------------------------------- */
+
+int tr__host_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    float *o = out + r * C;
+    for (size_t c = 0; c < C; c++) o[c] += bias[c];
+  }
+  return 0;
+}
+
+/* Columns in blocks whose double partial sums stay in L1, rows streamed through them. */
+int tr__host_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C) {
+  (void)s;
+  enum { BLOCK = 512 };
+  double acc[BLOCK];
+  for (size_t c0 = 0; c0 < C; c0 += BLOCK) {
+    size_t w = C - c0 < BLOCK ? C - c0 : BLOCK;
+    memset(acc, 0, w * sizeof *acc);
+    for (size_t r = 0; r < N; r++) {
+      const float *g = dout + r * C + c0;
+      for (size_t c = 0; c < w; c++) acc[c] += (double)g[c];
+    }
+    for (size_t c = 0; c < w; c++) dbias[c0 + c] = (float)((double)dbias[c0 + c] + acc[c]);
+  }
+  return 0;
+}
+
+/* ---- activations ------------------------------------------------------------------------------- */
+
+int tr__host_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+  return 0;
+}
+
+int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+  return 0;
+}
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_C 0.044715f
+
+/* tanhf is a libm call, so these loops stay scalar; GELU is a small share of a step next to
+ * the GEMMs around it. */
+int tr__host_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    out[i] = 0.5f * x * (1.0f + tanhf(u));
+  }
+  return 0;
+}
+
+int tr__host_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_K * (x + GELU_C * x * x * x);
+    float t = tanhf(u);
+    float sech2 = 1.0f - t * t;
+    float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+    dinp[i] = g * dout[i];
+  }
+  return 0;
+}
+
+/* ---- optimizer updates ------------------------------------------------------------------------- */
+
+int tr__host_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
+                        float weight_decay) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+  return 0;
+}
+
+int tr__host_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
+                             float lr, float momentum, float weight_decay, int nesterov) {
+  (void)s;
+  if (nesterov) {
+    for (size_t i = 0; i < n; i++) {
+      float g = grad[i] + weight_decay * param[i];
+      float b = momentum * mom[i] + g;
+      mom[i] = b;
+      param[i] -= lr * (g + momentum * b);
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      float b = momentum * mom[i] + grad[i] + weight_decay * param[i];
+      mom[i] = b;
+      param[i] -= lr * b;
+    }
+  }
+  return 0;
+}
+
+int tr__host_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
+                          size_t n, float lr, float beta1, float beta2, float eps,
+                          float weight_decay, int64_t t) {
+  (void)s;
+  /* bias corrections in double: 1 - beta^t loses digits in float for small t */
+  const float inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
+  const float inv_bc2 = (float)(1.0 / (1.0 - pow((double)beta2, (double)t)));
+  const float decay = 1.0f - lr * weight_decay, a1 = 1.0f - beta1, a2 = 1.0f - beta2;
+  for (size_t i = 0; i < n; i++) {
+    float g = grad[i];
+    float mi = beta1 * m[i] + a1 * g;
+    float vi = beta2 * v[i] + a2 * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = param[i] * decay - lr * (mi * inv_bc1) / (sqrtf(vi * inv_bc2) + eps);
+  }
+  return 0;
+}

@@ -1,0 +1,252 @@
+/* host_nn.c — the host backend's row-wise kernels: layernorm, softmax (plain and causal
+ * attention), losses and embeddings. Row statistics are summed in double and softmaxes
+ * subtract the row's maximum, so the results are as exact as float storage allows. */
+#include <math.h>
+#include <string.h>
+
+#include "host_impl.h"
+
+/* Largest element of a row, lane-wise (a NaN anywhere comes out as NaN further on, through
+ * the exponentials, so it needs no special care here). */
+static float row_max(const float *x, size_t n) {
+  float acc[HOST_LANES];
+  size_t i = 0;
+  for (int k = 0; k < HOST_LANES; k++) acc[k] = -INFINITY;
+  for (; i + HOST_LANES <= n; i += HOST_LANES)
+    for (int k = 0; k < HOST_LANES; k++) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
+  float m = -INFINITY;
+  for (; i < n; i++) m = x[i] > m ? x[i] : m;
+  for (int k = 0; k < HOST_LANES; k++) m = acc[k] > m ? acc[k] : m;
+  return m;
+}
+
+/* sum of a[i] * b[i], in double */
+static double dot(const float *a, const float *b, size_t n) {
+  double acc[HOST_LANES] = {0};
+  size_t i = 0;
+  for (; i + HOST_LANES <= n; i += HOST_LANES)
+    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
+  double s = 0;
+  for (; i < n; i++) s += (double)a[i] * (double)b[i];
+  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
+  return s;
+}
+
+/* out = exp(scale * (inp - max)) / sum over the row; returns log(sum) for the caller's loss.
+ * out may equal inp. */
+static double softmax_row(float *out, const float *inp, size_t n, float scale) {
+  const float mx = row_max(inp, n);
+  for (size_t i = 0; i < n; i++) out[i] = expf(scale * (inp[i] - mx));
+  const double sum = tr__host_sum(out, n);
+  const float inv = (float)(1.0 / sum);
+  for (size_t i = 0; i < n; i++) out[i] *= inv;
+  return log(sum);
+}
+
+/* ---- layernorm ------------------------------------------------------------------------------- */
+
+int tr__host_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, size_t N, size_t C, float eps) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    const float *x = inp + r * C;
+    float *o = out + r * C;
+    const double mu = tr__host_sum(x, C) / (double)C;
+    /* two passes: the variance from the deviations, not E[x^2] - mean^2 */
+    const float muf = (float)mu;
+    for (size_t c = 0; c < C; c++) o[c] = x[c] - muf;
+    double var = tr__host_sumsq(o, C) / (double)C;
+    double corr = tr__host_sum(o, C) / (double)C; /* what rounding mu to float left over */
+    var -= corr * corr;
+    const float rs = (float)(1.0 / sqrt(var + (double)eps));
+    for (size_t c = 0; c < C; c++) o[c] = o[c] * rs * weight[c] + bias[c];
+    mean[r] = muf;
+    rstd[r] = rs;
+  }
+  return 0;
+}
+
+int tr__host_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias,
+                           const float *dout, const float *inp, const float *weight,
+                           const float *mean, const float *rstd, size_t N, size_t C) {
+  /* per-channel parameter gradients summed over the rows in double, added once */
+  double *dw = tr__host_scratch(s, 2 * C * sizeof(double));
+  if (!dw) return tr__device_fail(s->dev, TR_ENOMEM, "layernorm_bwd: out of memory");
+  double *db = dw + C;
+  memset(dw, 0, 2 * C * sizeof(double));
+  for (size_t r = 0; r < N; r++) {
+    const float *x = inp + r * C, *g = dout + r * C;
+    float *di = dinp + r * C;
+    const float mu = mean[r], rs = rstd[r];
+    /* di holds norm while the row's two means are summed */
+    for (size_t c = 0; c < C; c++) di[c] = (x[c] - mu) * rs;
+    double dnorm_mean = 0, dnorm_norm_mean = 0;
+    for (size_t c = 0; c < C; c++) {
+      const double dn = (double)weight[c] * (double)g[c];
+      dnorm_mean += dn;
+      dnorm_norm_mean += dn * (double)di[c];
+      db[c] += (double)g[c];
+      dw[c] += (double)di[c] * (double)g[c];
+    }
+    const float m1 = (float)(dnorm_mean / (double)C), m2 = (float)(dnorm_norm_mean / (double)C);
+    for (size_t c = 0; c < C; c++) di[c] = (weight[c] * g[c] - m1 - di[c] * m2) * rs;
+  }
+  for (size_t c = 0; c < C; c++) {
+    dweight[c] = (float)((double)dweight[c] + dw[c]);
+    dbias[c] = (float)((double)dbias[c] + db[c]);
+  }
+  return 0;
+}
+
+/* ---- softmax ----------------------------------------------------------------------------------- */
+
+int tr__host_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) softmax_row(out + r * C, inp + r * C, C, 1.0f);
+  return 0;
+}
+
+/* dinp = scale * out * (dout - <out, dout>) over the first n entries of a row */
+static void softmax_bwd_row(float *dinp, const float *out, const float *dout, size_t n, float scale) {
+  const float d = (float)dot(out, dout, n);
+  for (size_t i = 0; i < n; i++) dinp[i] = scale * out[i] * (dout[i] - d);
+}
+
+int tr__host_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+                         size_t C) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) softmax_bwd_row(dinp + r * C, out + r * C, dout + r * C, C, 1.0f);
+  return 0;
+}
+
+int tr__host_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
+                              float scale) {
+  (void)s;
+  for (size_t m = 0; m < BH; m++)
+    for (size_t t = 0; t < T; t++) {
+      const size_t row = (m * T + t) * T;
+      softmax_row(att + row, preatt + row, t + 1, scale);
+      memset(att + row + t + 1, 0, (T - t - 1) * sizeof *att);
+    }
+  return 0;
+}
+
+int tr__host_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+                              size_t BH, size_t T, float scale) {
+  (void)s;
+  for (size_t m = 0; m < BH; m++)
+    for (size_t t = 0; t < T; t++) {
+      const size_t row = (m * T + t) * T;
+      softmax_bwd_row(dpreatt + row, att + row, datt + row, t + 1, scale);
+      memset(dpreatt + row + t + 1, 0, (T - t - 1) * sizeof *dpreatt);
+    }
+  return 0;
+}
+
+/* ---- losses --------------------------------------------------------------------------------------- */
+
+static int bad_target(tr_stream *s, const char *op, size_t n, int32_t t, size_t V) {
+  return tr__device_fail(s->dev, TR_EINVAL, "%s: target %zu is %d, outside [0, %zu)", op, n,
+                         (int)t, V);
+}
+
+int tr__host_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
+                              const int32_t *targets, size_t N, size_t V, float scale) {
+  double total = 0;
+  for (size_t r = 0; r < N; r++) {
+    const int32_t t = targets[r];
+    if (t < 0 || (size_t)t >= V) return bad_target(s, "crossentropy_fwd", r, t, V);
+    const float *z = logits + r * V;
+    /* -log p_t = log(sum exp(z - max)) - (z_t - max): exact even where p_t underflows */
+    const float mx = row_max(z, V);
+    const double lse = softmax_row(probs + r * V, z, V, 1.0f);
+    total += lse - ((double)z[t] - (double)mx);
+  }
+  loss[0] = (float)((double)scale * total);
+  return 0;
+}
+
+int tr__host_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
+                              const int32_t *targets, size_t N, size_t V, float scale) {
+  for (size_t r = 0; r < N; r++) {
+    const int32_t t = targets[r];
+    if (t < 0 || (size_t)t >= V) return bad_target(s, "crossentropy_bwd", r, t, V);
+    const float *p = probs + r * V;
+    float *d = dlogits + r * V;
+    for (size_t v = 0; v < V; v++) d[v] = scale * p[v];
+    d[t] = scale * (p[t] - 1.0f);
+  }
+  return 0;
+}
+
+int tr__host_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
+                     float scale) {
+  (void)s;
+  double acc[HOST_LANES] = {0};
+  size_t i = 0;
+  for (; i + HOST_LANES <= n; i += HOST_LANES)
+    for (int k = 0; k < HOST_LANES; k++) {
+      const double e = (double)pred[i + k] - (double)target[i + k];
+      acc[k] += e * e;
+    }
+  double total = 0;
+  for (; i < n; i++) {
+    const double e = (double)pred[i] - (double)target[i];
+    total += e * e;
+  }
+  for (int k = 0; k < HOST_LANES; k++) total += acc[k];
+  loss[0] = (float)((double)scale * total);
+  return 0;
+}
+
+int tr__host_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
+                     float scale) {
+  (void)s;
+  const float k = 2.0f * scale;
+  for (size_t i = 0; i < n; i++) dpred[i] = k * (pred[i] - target[i]);
+  return 0;
+}
+
+/* ---- embedding -------------------------------------------------------------------------------------- */
+
+static int bad_index(tr_stream *s, const char *op, size_t n, int32_t t, size_t V) {
+  return tr__device_fail(s->dev, TR_EINVAL, "%s: index %zu is %d, outside [0, %zu)", op, n, (int)t, V);
+}
+
+int tr__host_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+                           const float *wpe, size_t B, size_t T, size_t C, size_t V) {
+  for (size_t b = 0; b < B; b++)
+    for (size_t t = 0; t < T; t++) {
+      const size_t bt = b * T + t;
+      const int32_t ix = idx[bt];
+      if (ix < 0 || (size_t)ix >= V) return bad_index(s, "embedding_fwd", bt, ix, V);
+      float *o = out + bt * C;
+      const float *e = wte + (size_t)ix * C;
+      if (wpe) {
+        const float *p = wpe + t * C;
+        for (size_t c = 0; c < C; c++) o[c] = e[c] + p[c];
+      } else {
+        memcpy(o, e, C * sizeof *o);
+      }
+    }
+  return 0;
+}
+
+/* In (b, t) order, so the sums of a repeated token are always added in the same order. */
+int tr__host_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
+  for (size_t bt = 0; bt < B * T; bt++)
+    if (idx[bt] < 0 || (size_t)idx[bt] >= V) return bad_index(s, "embedding_bwd", bt, idx[bt], V);
+  for (size_t b = 0; b < B; b++)
+    for (size_t t = 0; t < T; t++) {
+      const size_t bt = b * T + t;
+      const float *g = dout + bt * C;
+      float *e = dwte + (size_t)idx[bt] * C;
+      for (size_t c = 0; c < C; c++) e[c] += g[c];
+      if (dwpe) {
+        float *p = dwpe + t * C;
+        for (size_t c = 0; c < C; c++) p[c] += g[c];
+      }
+    }
+  return 0;
+}
