@@ -117,12 +117,15 @@ int tr__actor_turn(tr_actor *a) {
     n++;
   }
 
-  if (tr_mailbox_empty(&a->data)) return n;
-  const tr_msg *last = tr_mailbox_newest(&a->data);
+  /* The turn ends at the newest message present when it began. `head` is the producers'
+   * line, so it is read only when more than one message waits: a lone message (the
+   * ping-pong case) costs no extra cache miss. */
+  const tr_msg *last = NULL;
   for (int i = 0; i < a->sys->turn_batch; i++) {
     m = tr_mailbox_pop(&a->data, &released);
     if (m == NULL) break;
     tr_msg_free(released);
+    if (last == NULL) last = tr_mailbox_empty(&a->data) ? m : tr_mailbox_newest(&a->data);
     if (deliver(a, m) != 0) {
       tr__actor_stop_now(a);
       return -1;
@@ -137,10 +140,11 @@ static void pinned_idle(tr_actor *a) {
   if (a->spin_us != TR_SPIN_NONE) {
     uint64_t deadline = a->spin_us == TR_SPIN_FOREVER ? UINT64_MAX
                                                       : tr_now_ns() + (uint64_t)a->spin_us * 1000;
+    unsigned backoff = 1;
     for (unsigned i = 1;; i++) {
       if (!tr_mailbox_empty(&a->ctl) || !tr_mailbox_empty(&a->data)) return;
-      tr_cpu_relax();
-      if ((i & 63) == 0 && tr_now_ns() > deadline) break;
+      tr_backoff(&backoff);
+      if ((i & 15) == 0 && tr_now_ns() > deadline) break;
     }
   }
   atomic_store(&a->park, TR__PARKING);

@@ -73,6 +73,14 @@ static inline void tr_cpu_relax(void) {
 #endif
 }
 
+/* One step of a spin-wait on a line another thread will write: pause `*backoff` times, then
+ * double it, up to 8 pauses. A waiter that polls such a line flat out steals it from the
+ * writer on every poll and slows the writer more than it gains in latency. Start at 1. */
+static inline void tr_backoff(unsigned *backoff) {
+  for (unsigned k = 0; k < *backoff; k++) tr_cpu_relax();
+  if (*backoff < 8) *backoff *= 2;
+}
+
 #define TR_CACHE_LINE 64
 
 #ifdef __cplusplus

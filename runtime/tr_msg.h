@@ -18,7 +18,8 @@
  * handler (tensors, buffers) are referenced from the message, never copied into it.
  *
  * Message memory comes from jemalloc (its thread caches make the allocate-here,
- * free-on-the-consumer's-thread pattern cheap), or from libc in sanitizer builds.
+ * free-on-the-consumer's-thread pattern cheap), or from libc in sanitizer builds. Every
+ * message occupies whole cache lines, so neighbouring messages never share one.
  */
 #ifndef TR_MSG_H
 #define TR_MSG_H
