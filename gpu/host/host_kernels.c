@@ -165,26 +165,35 @@ int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
 
-/* tanhf is a libm call, so these loops stay scalar; GELU is a small share of a step next to
- * the GEMMs around it. */
+/* 0.5 (1 + tanh u) is the logistic function of 2u: written so, with e = exp(-2|u|) <= 1,
+ * neither the forward nor the gradient cancels where tanh u is near -1 (x below about -3),
+ * and nothing overflows. expf is a libm call, so these loops stay scalar; GELU is a small
+ * share of a step next to the GEMMs around it. */
+static inline void gelu_parts(float x, float *sig, float *one_minus_sig) {
+  const float u = GELU_K * (x + GELU_C * x * x * x);
+  const float e = expf(-2.0f * fabsf(u)), inv = 1.0f / (1.0f + e);
+  *sig = u >= 0.0f ? inv : e * inv;
+  *one_minus_sig = u >= 0.0f ? e * inv : inv;
+}
+
 int tr__host_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = GELU_K * (x + GELU_C * x * x * x);
-    out[i] = 0.5f * x * (1.0f + tanhf(u));
+    float sig, rest;
+    gelu_parts(inp[i], &sig, &rest);
+    out[i] = inp[i] * sig;
   }
   return 0;
 }
 
+/* d/dx [x sig(2u)] = sig + x * 2 sig (1 - sig) * du/dx, du/dx = K (1 + 3 C x^2) */
 int tr__host_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
-    float x = inp[i];
-    float u = GELU_K * (x + GELU_C * x * x * x);
-    float t = tanhf(u);
-    float sech2 = 1.0f - t * t;
-    float g = 0.5f * (1.0f + t) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
+    const float x = inp[i];
+    float sig, rest;
+    gelu_parts(x, &sig, &rest);
+    const float g = sig + 2.0f * x * sig * rest * GELU_K * (1.0f + 3.0f * GELU_C * x * x);
     dinp[i] = g * dout[i];
   }
   return 0;

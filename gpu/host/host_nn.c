@@ -51,17 +51,22 @@ int tr__host_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, c
   for (size_t r = 0; r < N; r++) {
     const float *x = inp + r * C;
     float *o = out + r * C;
+    /* Centred in double, twice: the variance from the deviations (not E[x^2] - mean^2), and
+     * the output from the exact mean, so rows far from zero lose nothing to cancellation. */
     const double mu = tr__host_sum(x, C) / (double)C;
-    /* two passes: the variance from the deviations, not E[x^2] - mean^2 */
-    const float muf = (float)mu;
-    for (size_t c = 0; c < C; c++) o[c] = x[c] - muf;
-    double var = tr__host_sumsq(o, C) / (double)C;
-    double corr = tr__host_sum(o, C) / (double)C; /* what rounding mu to float left over */
-    var -= corr * corr;
-    const float rs = (float)(1.0 / sqrt(var + (double)eps));
-    for (size_t c = 0; c < C; c++) o[c] = o[c] * rs * weight[c] + bias[c];
-    mean[r] = muf;
-    rstd[r] = rs;
+    double acc[HOST_LANES] = {0}, var = 0;
+    size_t c = 0;
+    for (; c + HOST_LANES <= C; c += HOST_LANES)
+      for (int k = 0; k < HOST_LANES; k++) {
+        const double d = (double)x[c + k] - mu;
+        acc[k] += d * d;
+      }
+    for (; c < C; c++) var += ((double)x[c] - mu) * ((double)x[c] - mu);
+    for (int k = 0; k < HOST_LANES; k++) var += acc[k];
+    const double rs = 1.0 / sqrt(var / (double)C + (double)eps);
+    for (c = 0; c < C; c++) o[c] = (float)(((double)x[c] - mu) * rs) * weight[c] + bias[c];
+    mean[r] = (float)mu;
+    rstd[r] = (float)rs;
   }
   return 0;
 }
@@ -173,8 +178,9 @@ int tr__host_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
     if (t < 0 || (size_t)t >= V) return bad_target(s, "crossentropy_bwd", r, t, V);
     const float *p = probs + r * V;
     float *d = dlogits + r * V;
+    const float pt = p[t]; /* before d (perhaps p itself) is written */
     for (size_t v = 0; v < V; v++) d[v] = scale * p[v];
-    d[t] = scale * (p[t] - 1.0f);
+    d[t] = scale * (pt - 1.0f);
   }
   return 0;
 }
