@@ -147,6 +147,7 @@ static void pinned_idle(tr_actor *a) {
       if ((i & 15) == 0 && tr_now_ns() > deadline) break;
     }
   }
+  tr_msg_pool_flush(); /* what it holds for other threads must not sleep with it */
   atomic_store(&a->park, TR__PARKING);
   if (tr_mailbox_mark_empty(&a->ctl) && tr_mailbox_mark_empty(&a->data)) {
     while (atomic_load(&a->park) == TR__PARKING) futex_wait(&a->park, TR__PARKING);
@@ -161,6 +162,7 @@ void *tr__pinned_main(void *arg) {
   snprintf(tname, sizeof tname, "%s", a->name);
   pthread_setname_np(pthread_self(), tname);
   if (sys->trace_on) a->trace = tr__trace_buf_new(sys, a->name, (int)a->id + 1);
+  tr_msg_pool_attach(a->pool);
 
   for (;;) {
     int n = tr__actor_turn(a);
@@ -168,6 +170,7 @@ void *tr__pinned_main(void *arg) {
     if (n == 0) pinned_idle(a);
   }
 
+  tr_msg_pool_attach(NULL);
   atomic_fetch_add(&sys->pinned_exited, 1);
   tr__loop_wake(sys);
   return NULL;

@@ -5,8 +5,8 @@ void tr_mailbox_init(tr_mailbox *q) {
   atomic_store_explicit(&q->stub.next, NULL, memory_order_relaxed);
   q->stub.type = NULL;
   q->stub.from = NULL;
+  q->stub.pool = NULL;
   q->stub.size = 0;
-  q->stub.flags = 0;
   q->tail = &q->stub;
   atomic_store_explicit(&q->head, (uintptr_t)&q->stub | 1, memory_order_release);
 }

@@ -187,6 +187,7 @@ static void on_async(uv_async_t *h) {
     if (!tr_mailbox_mark_empty(&a->ctl) || !tr_mailbox_mark_empty(&a->data)) again = true;
   }
   if (atomic_load(&sys->stopping)) advance_shutdown(sys);
+  tr_msg_pool_flush();
   /* A turn is bounded: come back for the rest after timers and I/O had their chance. */
   if (again) tr__loop_wake(sys);
 }
@@ -263,10 +264,12 @@ int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out
     return TR_ENOMEM;
   }
   if (a->kind == TR_ACTOR_LOOP) a->trace = sys->loop_trace;
+  else a->pool = tr_msg_pool_new();
 
   if (a->kind == TR_ACTOR_PINNED && atomic_load(&sys->running)) {
     int rc = start_thread(a);
     if (rc != 0) {
+      tr_msg_pool_free(a->pool);
       free(a->name);
       free(a);
       return rc;
@@ -309,8 +312,11 @@ int tr_system_run(tr_system *sys) {
       break;
     }
   }
+  sys->loop_pool = tr_msg_pool_new();
+  tr_msg_pool_attach(sys->loop_pool);
   uv_async_send(&sys->async); /* first pass: start the loop actors */
   uv_run(&sys->loop, UV_RUN_DEFAULT);
+  tr_msg_pool_attach(NULL);
   return sys->status;
 }
 
@@ -324,18 +330,23 @@ void tr_system_free(tr_system *sys) {
   uv_run(&sys->loop, UV_RUN_DEFAULT); /* close callbacks */
   TR_ASSERT(uv_loop_close(&sys->loop) == 0);
 
+  /* Every queued message first (they may come from any pool), then the pools. */
+  for (tr_actor *a = atomic_load(&sys->actors); a; a = a->next_all) {
+    tr_mailbox_drain(&a->ctl);
+    tr_mailbox_drain(&a->data);
+  }
+  tr_mailbox_drain(&sys->requests);
   tr_actor *a = atomic_load(&sys->actors);
   while (a) {
     tr_actor *next = a->next_all;
-    tr_mailbox_drain(&a->ctl);
-    tr_mailbox_drain(&a->data);
     if (a->b->destroy) a->b->destroy(a->state);
+    tr_msg_pool_free(a->pool);
     free(a->error);
     free(a->name);
     free(a);
     a = next;
   }
-  tr_mailbox_drain(&sys->requests);
+  tr_msg_pool_free(sys->loop_pool);
   tr__trace_free_all(sys);
   pthread_mutex_destroy(&sys->lock);
   free(sys->name);

@@ -39,6 +39,7 @@ struct tr_actor {
   bool done;    /* stopped or failed: handles nothing more */
   bool has_thread;
   pthread_t thread;
+  tr_msg_pool *pool;    /* pinned: message memory of its thread */
   tr__trace_buf *trace; /* the buffer of the thread that runs it */
   char *error;          /* set by tr_actor_fail */
   tr_actor *next_all;   /* the system's lists */
@@ -74,6 +75,7 @@ struct tr_system {
   char error[1024];
   tr__trace_buf *traces;
   tr__trace_buf *loop_trace;
+  tr_msg_pool *loop_pool;
 };
 
 /* trace.c */

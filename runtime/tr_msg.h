@@ -17,9 +17,13 @@
  * handler and must not keep it; the runtime frees it afterwards. Payloads that outlive a
  * handler (tensors, buffers) are referenced from the message, never copied into it.
  *
- * Message memory comes from jemalloc (its thread caches make the allocate-here,
- * free-on-the-consumer's-thread pattern cheap), or from libc in sanitizer builds. Every
- * message occupies whole cache lines, so neighbouring messages never share one.
+ * Message memory: each actor thread allocates from a pool of its own (whole cache lines,
+ * 1 to 4 of them, carved from slabs). Its own frees are a list push; a message freed by
+ * another thread (the receiver, usually) goes home through a lock-free stack in batches,
+ * one compare-and-swap per batch. Larger messages, and threads without a pool, use the
+ * allocator (jemalloc; libc in sanitizer builds, which also turn the pools off so that the
+ * sanitizer sees every message). Every message occupies whole cache lines, so neighbouring
+ * messages never share one.
  */
 #ifndef TR_MSG_H
 #define TR_MSG_H
@@ -34,6 +38,7 @@ extern "C" {
 #endif
 
 struct tr_actor;
+typedef struct tr_msg_pool tr_msg_pool;
 
 typedef struct tr_msgtype {
   const char *name; /* for traces and error messages */
@@ -46,8 +51,8 @@ typedef struct tr_msg {
   _Atomic(struct tr_msg *) next; /* mailbox link, the runtime's */
   const tr_msgtype *type;
   struct tr_actor *from; /* the sender if it set it; the runtime's own messages set it */
+  tr_msg_pool *pool;     /* where its memory goes back to; NULL: the allocator */
   uint32_t size;         /* bytes allocated, header included */
-  uint32_t flags;        /* the runtime's */
 } tr_msg;
 
 /* Allocates a message of `type` (type->size bytes, payload uninitialised). Never returns
@@ -61,8 +66,19 @@ void *tr_msg_new_size(const tr_msgtype *type, size_t size);
 /* Frees a message that was never sent. Sent messages are freed by the runtime. */
 void tr_msg_free(void *msg);
 
-/* The name of the allocator behind message memory ("jemalloc" or "libc"). */
+/* What is behind message memory: "pools over jemalloc", "jemalloc", "libc"... */
 const char *tr_msg_allocator(void);
+
+/* Pools. The runtime gives every actor thread one; other threads may have one too (a
+ * benchmark's producer). tr_msg_pool_attach makes the calling thread allocate from `pool`
+ * (NULL: from the allocator) and first sends home the frees it batched. A pool is freed
+ * with all its memory: every message from it must be freed or unreachable by then. In
+ * builds without pools, tr_msg_pool_new returns NULL and attaching NULL changes nothing. */
+tr_msg_pool *tr_msg_pool_new(void);
+void tr_msg_pool_attach(tr_msg_pool *pool);
+/* Sends home the frees the calling thread holds for other pools (before it sleeps). */
+void tr_msg_pool_flush(void);
+void tr_msg_pool_free(tr_msg_pool *pool);
 
 /* Messages the runtime itself sends. */
 extern const tr_msgtype tr_msg_stop_type; /* priority lane: stop now */

@@ -28,6 +28,10 @@
 #include "cli.h"
 #include "troupe.h"
 
+#ifdef TR_USE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
 /* glibc's allocator, reachable even where jemalloc replaces malloc. */
 extern void *__libc_malloc(size_t size);
 extern void __libc_free(void *ptr);
@@ -105,7 +109,10 @@ static tr_msg *mq_pop_wait(mutex_queue *q) {
 /* ---- throughput ------------------------------------------------------------------------- */
 
 typedef enum queue_kind { Q_MAILBOX, Q_MUTEX } queue_kind;
-typedef enum mem_kind { MEM_RECYCLED, MEM_TROUPE, MEM_LIBC } mem_kind;
+/* Where messages come from: a recycled ring (the queue alone), the runtime's per-thread
+ * pools (tr_msg_new on threads with a pool, as actors' threads are), jemalloc alone, or
+ * glibc's malloc. */
+typedef enum mem_kind { MEM_RECYCLED, MEM_TROUPE, MEM_JEMALLOC, MEM_LIBC } mem_kind;
 
 enum { POOL = 4096, PUBLISH = 256 }; /* recycled messages; consumer progress granularity */
 
@@ -116,14 +123,15 @@ typedef struct flow {
   uint64_t per_producer;
   tr_mailbox mailbox;
   mutex_queue mq;
-  bench_msg *pool;                 /* MEM_RECYCLED */
+  bench_msg *ring;                        /* MEM_RECYCLED */
+  tr_msg_pool *pools[3];                  /* MEM_TROUPE: the producers' and the consumer's */
   _Alignas(64) _Atomic uint64_t consumed; /* MEM_RECYCLED: published every PUBLISH pops */
   _Alignas(64) _Atomic int ready;
 } flow;
 
 typedef struct producer_arg {
   flow *f;
-  int cpu;
+  int cpu, index;
 } producer_arg;
 
 static inline bench_msg *flow_alloc(flow *f, uint64_t i) {
@@ -133,15 +141,16 @@ static inline bench_msg *flow_alloc(flow *f, uint64_t i) {
       if (i >= POOL && i % PUBLISH == 0)
         while (atomic_load_explicit(&f->consumed, memory_order_acquire) + POOL < i + PUBLISH)
           tr_cpu_relax();
-      return &f->pool[i % POOL];
+      return &f->ring[i % POOL];
     }
     case MEM_TROUPE:
       return tr_msg_new(&bench_type);
-    case MEM_LIBC: {
-      bench_msg *m = __libc_malloc(sizeof *m);
-      m->hdr.size = sizeof *m;
-      return m;
-    }
+    case MEM_JEMALLOC:
+#ifdef TR_USE_JEMALLOC
+      return mallocx(sizeof(bench_msg), 0);
+#endif
+    case MEM_LIBC:
+      return __libc_malloc(sizeof(bench_msg));
   }
   return NULL;
 }
@@ -149,6 +158,9 @@ static inline bench_msg *flow_alloc(flow *f, uint64_t i) {
 static inline void flow_free(flow *f, tr_msg *m) {
   if (m == NULL) return;
   if (f->mem == MEM_TROUPE) tr_msg_free(m);
+#ifdef TR_USE_JEMALLOC
+  else if (f->mem == MEM_JEMALLOC) sdallocx(m, sizeof(bench_msg), 0);
+#endif
   else if (f->mem == MEM_LIBC) __libc_free(m);
 }
 
@@ -156,6 +168,7 @@ static void *flow_producer(void *arg) {
   producer_arg *pa = arg;
   flow *f = pa->f;
   pin_to_cpu(pa->cpu);
+  if (f->mem == MEM_TROUPE) tr_msg_pool_attach(f->pools[pa->index]);
   atomic_fetch_add(&f->ready, 1);
   while (atomic_load(&f->ready) <= f->producers) tr_cpu_relax();
   for (uint64_t i = 0; i < f->per_producer; i++) {
@@ -164,6 +177,7 @@ static void *flow_producer(void *arg) {
     if (f->queue == Q_MAILBOX) tr_mailbox_push(&f->mailbox, &m->hdr);
     else mq_push(&f->mq, &m->hdr);
   }
+  tr_msg_pool_attach(NULL);
   return NULL;
 }
 
@@ -177,13 +191,16 @@ static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t p
   f->per_producer = per_producer;
   tr_mailbox_init(&f->mailbox);
   mq_init(&f->mq);
-  if (mem == MEM_RECYCLED) f->pool = aligned_alloc(64, POOL * sizeof *f->pool);
+  if (mem == MEM_RECYCLED) f->ring = aligned_alloc(64, POOL * sizeof *f->ring);
+  if (mem == MEM_TROUPE)
+    for (int p = 0; p <= producers; p++) f->pools[p] = tr_msg_pool_new();
 
   pin_to_cpu(0);
+  tr_msg_pool_attach(f->pools[producers]);
   pthread_t t[2];
   producer_arg args[2];
   for (int p = 0; p < producers; p++) {
-    args[p] = (producer_arg){f, 1};
+    args[p] = (producer_arg){f, 1, p};
     pthread_create(&t[p], NULL, flow_producer, &args[p]);
   }
   while (atomic_load(&f->ready) < producers) tr_cpu_relax();
@@ -207,7 +224,9 @@ static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t p
   double secs = (double)(tr_now_ns() - t0) / 1e9;
   for (int p = 0; p < producers; p++) pthread_join(t[p], NULL);
   if (queue == Q_MAILBOX && f->mailbox.tail != &f->mailbox.stub) flow_free(f, f->mailbox.tail);
-  free(f->pool);
+  tr_msg_pool_attach(NULL);
+  for (int p = 0; p <= producers; p++) tr_msg_pool_free(f->pools[p]);
+  free(f->ring);
   free(f);
   unpin();
   return (double)total / secs;
@@ -502,6 +521,9 @@ int bench_mailbox(int argc, char **argv) {
   double q_mq = flow_run(Q_MUTEX, MEM_RECYCLED, 1, nmutex) / M;
   double e_mb = flow_run(Q_MAILBOX, MEM_TROUPE, 1, n) / M;
   double e_mq = flow_run(Q_MUTEX, MEM_TROUPE, 1, nmutex) / M;
+#ifdef TR_USE_JEMALLOC
+  double e_je = flow_run(Q_MAILBOX, MEM_JEMALLOC, 1, n) / M;
+#endif
   double e_libc = flow_run(Q_MAILBOX, MEM_LIBC, 1, n) / M;
   double m_mb = flow_run(Q_MAILBOX, MEM_TROUPE, 2, n / 2) / M;
   double m_mq = flow_run(Q_MUTEX, MEM_TROUPE, 2, nmutex / 2) / M;
@@ -517,7 +539,11 @@ int bench_mailbox(int argc, char **argv) {
       {"queue 1→1, memory recycled", q_mb, "M msg/s", "mutex queue", q_mq, "≥ 10× mutex, ≥ 100 M/s",
        q_mb >= 10 * q_mq},
       {"end to end 1→1, alloc+free", e_mb, "M msg/s", "mutex queue", e_mq, "≥ 30 M/s", e_mb >= 30},
-      {"end to end 1→1, glibc malloc", e_libc, "M msg/s", "mailbox + jemalloc", e_mb,
+#ifdef TR_USE_JEMALLOC
+      {"end to end 1→1, jemalloc alone", e_je, "M msg/s", "troupe's messages", e_mb,
+       "(allocator choice)", true},
+#endif
+      {"end to end 1→1, glibc malloc", e_libc, "M msg/s", "troupe's messages", e_mb,
        "(allocator choice)", true},
       {"end to end 2→1, alloc+free", m_mb, "M msg/s", "mutex queue", m_mq, "", true},
       {"round trip, spinning, median", spin.median_us, "µs", "raw cache line", spin_raw.median_us,
