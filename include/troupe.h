@@ -8,11 +8,13 @@
  *   tr_mailbox.h  the lock-free MPSC queue under every actor
  *   tr_system.h   actors (pinned to a thread, or on the libuv loop) and the system
  *   tr_trace.h    per-thread tracing and Chrome trace output
+ *   tr_device.h   devices (host CPUs, CUDA GPUs): memory, streams, events, GEMM, kernels
  */
 #ifndef TROUPE_H
 #define TROUPE_H
 
 #include "tr_base.h"
+#include "tr_device.h"
 #include "tr_mailbox.h"
 #include "tr_msg.h"
 #include "tr_system.h"

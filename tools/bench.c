@@ -6,10 +6,12 @@
 #include "cli.h"
 
 int bench_mailbox(int argc, char **argv);
+int bench_ops(int argc, char **argv);
 
 static const cli_command benches[] = {
     {"mailbox", "mailbox and actor messaging against a mutex queue, futex and uv_async",
      bench_mailbox},
+    {"ops", "device ops: GEMM against cblas_sgemm, kernels against memcpy", bench_ops},
 };
 enum { NBENCHES = sizeof benches / sizeof benches[0] };
 

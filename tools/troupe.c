@@ -11,6 +11,7 @@
 
 static const cli_command commands[] = {
     {"bench", "measure the runtime: bench mailbox", cmd_bench},
+    {"devices", "list the host device and the GPUs", cmd_devices},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 

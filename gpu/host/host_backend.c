@@ -12,7 +12,8 @@
 #include "host_impl.h"
 
 enum { BLOCK_HEADER = 64 };
-#define BLOCK_MAGIC 0x7472686f7374626bull /* "trhostbk" */
+#define BLOCK_MAGIC 0x7472686f7374626bull /* "trhostbk": handed out */
+#define BLOCK_FREED 0x7472686f73746672ull /* "trhostfr": in the cache */
 #define CACHE_MAX ((size_t)512 << 20)     /* freed bytes kept for reuse, per device */
 
 /* Every block starts with this header, 64 bytes before the pointer handed out, so frees
@@ -130,6 +131,7 @@ static int host_alloc(tr_stream *s, size_t bytes, void **out) {
       b = *p;
       *p = b->next;
       h->cached -= size;
+      b->magic = BLOCK_MAGIC;
       break;
     }
   if (!b) {
@@ -159,6 +161,7 @@ static int host_dealloc(tr_stream *s, void *ptr) {
   else h->live = b->next;
   if (b->next) b->next->prev = b->prev;
   if (h->cached + b->size <= CACHE_MAX) {
+    b->magic = BLOCK_FREED;
     b->next = h->cache;
     h->cache = b;
     h->cached += b->size;

@@ -158,7 +158,10 @@ int tr__host_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
 
 int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
   (void)s;
-  for (size_t i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+  for (size_t i = 0; i < n; i++) {
+    const float g = dout[i]; /* loaded unconditionally: a select, so the loop vectorises */
+    dinp[i] = inp[i] > 0.0f ? g : 0.0f;
+  }
   return 0;
 }
 

@@ -1,0 +1,112 @@
+/* cmd_devices.c — `troupe devices [--json]`: the devices this machine offers (one host
+ * device standing for the CPU, every GPU), with memory, compute capability and, for GPUs,
+ * which pairs can reach each other's memory directly. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "troupe.h"
+
+static void json_string(FILE *f, const char *s) {
+  fputc('"', f);
+  for (; *s; s++) {
+    unsigned char c = (unsigned char)*s;
+    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+    else if (c < 0x20) fprintf(f, "\\u%04x", c);
+    else fputc(c, f);
+  }
+  fputc('"', f);
+}
+
+static double gib(uint64_t bytes) { return (double)bytes / (double)(1ull << 30); }
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: troupe devices [--json]\n\n"
+             "Lists the host device and every GPU: kind, name, memory, compute capability,\n"
+             "and the GPUs' peer-access matrix. --json prints one JSON object on stdout.\n");
+}
+
+int cmd_devices(int argc, char **argv) {
+  bool json = false;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--json")) json = true;
+    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return CLI_OK;
+    } else {
+      fprintf(stderr, "troupe devices: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return CLI_USAGE;
+    }
+  }
+
+  /* host:1 stands for the CPU; the GPUs are listed one by one */
+  const int ngpu = tr_device_count(TR_DEVICE_CUDA), nthreads = tr_device_count(TR_DEVICE_HOST);
+  tr_device_list *lists[2] = {NULL, NULL};
+  char err[256], spec[1024] = "cuda:";
+  if (tr_device_list_open(&lists[0], "host:1", err, sizeof err)) {
+    fprintf(stderr, "troupe devices: %s\n", err);
+    return CLI_FAIL;
+  }
+  for (int i = 0; i < ngpu; i++) {
+    size_t len = strlen(spec);
+    snprintf(spec + len, sizeof spec - len, "%s%d", i ? "," : "", i);
+  }
+  if (ngpu > 0 && tr_device_list_open(&lists[1], spec, err, sizeof err)) {
+    fprintf(stderr, "troupe devices: %s\n", err);
+    tr_device_list_close(lists[0]);
+    return CLI_FAIL;
+  }
+
+  if (json) printf("{\"host_threads\":%d,\"cuda_devices\":%d,\"devices\":[", nthreads, ngpu);
+  else fprintf(stderr, "%-8s %-5s %-44s %20s %5s %5s\n", "device", "kind", "model", "memory GiB (free)", "cc", "SMs");
+  int first = 1;
+  for (int l = 0; l < 2; l++) {
+    if (!lists[l]) continue;
+    for (int i = 0; i < tr_device_list_count(lists[l]); i++) {
+      const tr_device_info *in = tr_device_get_info(tr_device_list_get(lists[l], i));
+      if (json) {
+        printf("%s{\"name\":", first ? "" : ",");
+        json_string(stdout, in->name);
+        printf(",\"kind\":\"%s\",\"model\":", tr_device_kind_name(in->kind));
+        json_string(stdout, in->model);
+        printf(",\"memory_total\":%llu,\"memory_free\":%llu,", (unsigned long long)in->memory_total,
+               (unsigned long long)in->memory_free);
+        if (in->kind == TR_DEVICE_CUDA)
+          printf("\"compute_capability\":\"%d.%d\",", in->cc_major, in->cc_minor);
+        else
+          printf("\"compute_capability\":null,");
+        printf("\"multiprocessors\":%d}", in->multiprocessors);
+      } else {
+        char mem[32], cc[8] = "-";
+        snprintf(mem, sizeof mem, "%.1f (%.1f)", gib(in->memory_total), gib(in->memory_free));
+        if (in->kind == TR_DEVICE_CUDA) snprintf(cc, sizeof cc, "%d.%d", in->cc_major, in->cc_minor);
+        fprintf(stderr, "%-8s %-5s %-44.44s %20s %5s %5d\n", in->name, tr_device_kind_name(in->kind),
+                in->model, mem, cc, in->multiprocessors);
+      }
+      first = 0;
+    }
+  }
+  if (json) printf("],\"peer_access\":[");
+  else if (ngpu == 0)
+    fprintf(stderr, "\nno GPU: host:N gives N host devices (this machine has %d CPU threads)\n", nthreads);
+  else
+    fprintf(stderr, "\npeer access (row reads and writes column's memory directly):\n%-8s", "");
+  for (int i = 0; i < ngpu && !json; i++) fprintf(stderr, " %-7s", tr_device_name(tr_device_list_get(lists[1], i)));
+  for (int i = 0; i < ngpu; i++) {
+    tr_device *a = tr_device_list_get(lists[1], i);
+    if (json) printf("%s[", i ? "," : "");
+    else fprintf(stderr, "\n%-8s", tr_device_name(a));
+    for (int j = 0; j < ngpu; j++) {
+      int p = tr_device_can_access_peer(a, tr_device_list_get(lists[1], j));
+      if (json) printf("%s%s", j ? "," : "", p ? "true" : "false");
+      else fprintf(stderr, " %-7s", i == j ? "-" : p ? "yes" : "no");
+    }
+    if (json) printf("]");
+  }
+  if (json) printf("]}\n");
+  else if (ngpu) fprintf(stderr, "\n");
+  tr_device_list_close(lists[0]);
+  tr_device_list_close(lists[1]);
+  return CLI_OK;
+}
