@@ -30,7 +30,12 @@
 
 #ifdef TR_USE_JEMALLOC
 #include <jemalloc/jemalloc.h>
+#define HAVE_JEMALLOC 1
+#else
+#define HAVE_JEMALLOC 0
 #endif
+
+enum { ROUNDS_MAX = 5 };
 
 /* glibc's allocator, reachable even where jemalloc replaces malloc. */
 extern void *__libc_malloc(size_t size);
@@ -63,6 +68,16 @@ static void unpin(void) {
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ---- the reference queue: a mutex, a condition variable, an intrusive list ------------- */
@@ -273,12 +288,15 @@ static latency summarize(uint64_t *samples, uint64_t n) {
   return (latency){(double)samples[n / 2] / 1e3, (double)samples[n * 99 / 100] / 1e3};
 }
 
+/* Each round-trip function runs WARMUP(count) unrecorded round trips, then records `count`
+ * into `out` (ns). */
+#define WARMUP(count) ((count) / 10)
+
 /* Round trips between an origin (pinned) and an echo of `echo_kind`. */
-static latency actor_rtt(tr_actor_kind echo_kind, int spin_us, uint64_t count) {
+static void actor_rtt(tr_actor_kind echo_kind, int spin_us, uint64_t count, uint64_t *out) {
   tr_system *sys;
   TR_ASSERT(tr_system_new(&sys, &(tr_system_config){.name = "bench"}) == 0);
-  uint64_t *samples = malloc(count * sizeof *samples);
-  rtt_state origin = {.origin = true, .warmup = count / 10, .count = count, .samples = samples};
+  rtt_state origin = {.origin = true, .warmup = WARMUP(count), .count = count, .samples = out};
   rtt_state echo = {0};
   tr_actor *a, *b;
   TR_ASSERT(tr_actor_spawn(sys,
@@ -303,9 +321,6 @@ static latency actor_rtt(tr_actor_kind echo_kind, int spin_us, uint64_t count) {
   tr_actor_send(b, first);
   TR_ASSERT(tr_system_run(sys) == 0);
   tr_system_free(sys);
-  latency l = summarize(samples, count);
-  free(samples);
-  return l;
 }
 
 /* ---- raw references ---------------------------------------------------------------------- */
@@ -331,7 +346,7 @@ static void raw_post(_Atomic uint32_t *w, uint32_t v, bool futex) {
 
 static void *raw_echo(void *arg) {
   raw_pingpong *r = arg;
-  for (uint32_t i = 1; i <= r->count; i++) {
+  for (uint32_t i = 1; i <= r->count + WARMUP(r->count); i++) {
     raw_wait(&r->ping, i - 1, r->futex);
     raw_post(&r->pong, i, r->futex);
   }
@@ -339,21 +354,18 @@ static void *raw_echo(void *arg) {
 }
 
 /* A plain cache-line (or futex) ping-pong between two threads: the floor for a round trip. */
-static latency raw_rtt(bool futex, uint64_t count) {
+static void raw_rtt(bool futex, uint64_t count, uint64_t *out) {
   raw_pingpong r = {.count = count, .futex = futex};
-  uint64_t *samples = malloc(count * sizeof *samples);
   pthread_t t;
   pthread_create(&t, NULL, raw_echo, &r);
-  for (uint32_t i = 1; i <= count; i++) {
+  uint64_t warm = WARMUP(count);
+  for (uint32_t i = 1; i <= count + warm; i++) {
     uint64_t t0 = tr_now_ns();
     raw_post(&r.ping, i, futex);
     raw_wait(&r.pong, i - 1, futex);
-    samples[i - 1] = tr_now_ns() - t0;
+    if (i > warm) out[i - 1 - warm] = tr_now_ns() - t0;
   }
   pthread_join(t, NULL);
-  latency l = summarize(samples + count / 10, count - count / 10);
-  free(samples);
-  return l;
 }
 
 /* Two libuv loops answering each other's uv_async_send. */
@@ -364,7 +376,7 @@ typedef struct uv_side {
   bool origin;
   _Atomic int stop; /* the echo closes its own handle: uv_close is not thread-safe */
   uint64_t count, n, t0;
-  uint64_t *samples;
+  uint64_t *out;
 } uv_side;
 
 static void uv_side_cb(uv_async_t *h) {
@@ -374,8 +386,9 @@ static void uv_side_cb(uv_async_t *h) {
     else uv_async_send(&s->peer->in);
     return;
   }
-  s->samples[s->n++] = tr_now_ns() - s->t0;
-  if (s->n == s->count) {
+  uint64_t rtt = tr_now_ns() - s->t0, warm = WARMUP(s->count);
+  if (s->n++ >= warm) s->out[s->n - 1 - warm] = rtt;
+  if (s->n == s->count + warm) {
     atomic_store(&s->peer->stop, 1);
     uv_async_send(&s->peer->in);
     uv_close((uv_handle_t *)h, NULL);
@@ -391,9 +404,8 @@ static void *uv_echo_thread(void *arg) {
   return NULL;
 }
 
-static latency uv_async_rtt(uint64_t count) {
-  uv_side a = {.origin = true, .count = count}, b = {.count = count};
-  a.samples = malloc(count * sizeof *a.samples);
+static void uv_async_rtt(uint64_t count, uint64_t *out) {
+  uv_side a = {.origin = true, .count = count, .out = out}, b = {.count = count};
   a.peer = &b;
   b.peer = &a;
   uv_loop_init(&a.loop);
@@ -410,9 +422,6 @@ static latency uv_async_rtt(uint64_t count) {
   pthread_join(t, NULL);
   uv_loop_close(&a.loop);
   uv_loop_close(&b.loop);
-  latency l = summarize(a.samples + count / 10, count - count / 10);
-  free(a.samples);
-  return l;
 }
 
 /* The primitives under a pinned ↔ loop round trip, without the runtime: a thread wakes a
@@ -439,29 +448,26 @@ static void *uv_futex_loop(void *arg) {
   return NULL;
 }
 
-static latency uv_futex_rtt(uint64_t count) {
+static void uv_futex_rtt(uint64_t count, uint64_t *out) {
   uv_futex *u = aligned_alloc(64, sizeof *u);
   memset(u, 0, sizeof *u);
   uv_loop_init(&u->loop);
   uv_async_init(&u->loop, &u->in, uv_futex_cb);
   u->in.data = u;
-  uint64_t *samples = malloc(count * sizeof *samples);
   pthread_t t;
   pthread_create(&t, NULL, uv_futex_loop, u);
-  for (uint32_t i = 1; i <= count; i++) {
+  uint64_t warm = WARMUP(count);
+  for (uint32_t i = 1; i <= count + warm; i++) {
     uint64_t t0 = tr_now_ns();
     uv_async_send(&u->in);
     raw_wait(&u->reply, i - 1, true);
-    samples[i - 1] = tr_now_ns() - t0;
+    if (i > warm) out[i - 1 - warm] = tr_now_ns() - t0;
   }
   atomic_store(&u->stop, 1);
   uv_async_send(&u->in);
   pthread_join(t, NULL);
   uv_loop_close(&u->loop);
   free(u);
-  latency l = summarize(samples + count / 10, count - count / 10);
-  free(samples);
-  return l;
 }
 
 /* ---- the report -------------------------------------------------------------------------- */
@@ -513,27 +519,49 @@ int bench_mailbox(int argc, char **argv) {
       return CLI_USAGE;
     }
   }
-  uint64_t n = quick ? 2000000 : 20000000, nrt = quick ? 20000 : 200000;
+  int rounds = quick ? 2 : ROUNDS_MAX;
+  uint64_t n = quick ? 1000000 : 4000000, nrt = quick ? 10000 : 40000;
   uint64_t nmutex = n / 4, npark = nrt / 4;
   const double M = 1e6;
 
-  double q_mb = flow_run(Q_MAILBOX, MEM_RECYCLED, 1, n) / M;
-  double q_mq = flow_run(Q_MUTEX, MEM_RECYCLED, 1, nmutex) / M;
-  double e_mb = flow_run(Q_MAILBOX, MEM_TROUPE, 1, n) / M;
-  double e_mq = flow_run(Q_MUTEX, MEM_TROUPE, 1, nmutex) / M;
-#ifdef TR_USE_JEMALLOC
-  double e_je = flow_run(Q_MAILBOX, MEM_JEMALLOC, 1, n) / M;
-#endif
-  double e_libc = flow_run(Q_MAILBOX, MEM_LIBC, 1, n) / M;
-  double m_mb = flow_run(Q_MAILBOX, MEM_TROUPE, 2, n / 2) / M;
-  double m_mq = flow_run(Q_MUTEX, MEM_TROUPE, 2, nmutex / 2) / M;
-  latency spin = actor_rtt(TR_ACTOR_PINNED, TR_SPIN_FOREVER, nrt);
-  latency spin_raw = raw_rtt(false, nrt);
-  latency park = actor_rtt(TR_ACTOR_PINNED, TR_SPIN_NONE, npark);
-  latency park_raw = raw_rtt(true, npark);
-  latency loop = actor_rtt(TR_ACTOR_LOOP, TR_SPIN_NONE, npark);
-  latency loop_raw = uv_futex_rtt(npark);
-  latency loop_uv2 = uv_async_rtt(npark);
+  /* Cases alternate round by round, so that a change in the machine's load (other
+   * processes, frequency) hits troupe and its reference alike; figures are medians over
+   * rounds (throughput) or over every sample of every round (latency). */
+  enum { T_QMB, T_QMQ, T_EMB, T_EMQ, T_EJE, T_ELIBC, T_MMB, T_MMQ, NT };
+  enum { L_SPIN, L_SPIN_RAW, L_PARK, L_PARK_RAW, L_LOOP, L_LOOP_RAW, L_LOOP_UV2, NL };
+  double tput[NT][ROUNDS_MAX];
+  uint64_t *lat[NL];
+  uint64_t lcount[NL] = {nrt, nrt, npark, npark, npark, npark, npark};
+  for (int c = 0; c < NL; c++) lat[c] = malloc(rounds * lcount[c] * sizeof **lat);
+  for (int r = 0; r < rounds; r++) {
+    tput[T_QMB][r] = flow_run(Q_MAILBOX, MEM_RECYCLED, 1, n) / M;
+    tput[T_QMQ][r] = flow_run(Q_MUTEX, MEM_RECYCLED, 1, nmutex) / M;
+    tput[T_EMB][r] = flow_run(Q_MAILBOX, MEM_TROUPE, 1, n) / M;
+    tput[T_EMQ][r] = flow_run(Q_MUTEX, MEM_TROUPE, 1, nmutex) / M;
+    tput[T_EJE][r] = HAVE_JEMALLOC ? flow_run(Q_MAILBOX, MEM_JEMALLOC, 1, n) / M : 0;
+    tput[T_ELIBC][r] = flow_run(Q_MAILBOX, MEM_LIBC, 1, n) / M;
+    tput[T_MMB][r] = flow_run(Q_MAILBOX, MEM_TROUPE, 2, n / 2) / M;
+    tput[T_MMQ][r] = flow_run(Q_MUTEX, MEM_TROUPE, 2, nmutex / 2) / M;
+    actor_rtt(TR_ACTOR_PINNED, TR_SPIN_FOREVER, nrt, lat[L_SPIN] + r * nrt);
+    raw_rtt(false, nrt, lat[L_SPIN_RAW] + r * nrt);
+    actor_rtt(TR_ACTOR_PINNED, TR_SPIN_NONE, npark, lat[L_PARK] + r * npark);
+    raw_rtt(true, npark, lat[L_PARK_RAW] + r * npark);
+    actor_rtt(TR_ACTOR_LOOP, TR_SPIN_NONE, npark, lat[L_LOOP] + r * npark);
+    uv_futex_rtt(npark, lat[L_LOOP_RAW] + r * npark);
+    uv_async_rtt(npark, lat[L_LOOP_UV2] + r * npark);
+  }
+  double q_mb = median(tput[T_QMB], rounds), q_mq = median(tput[T_QMQ], rounds);
+  double e_mb = median(tput[T_EMB], rounds), e_mq = median(tput[T_EMQ], rounds);
+  double e_je = median(tput[T_EJE], rounds), e_libc = median(tput[T_ELIBC], rounds);
+  double m_mb = median(tput[T_MMB], rounds), m_mq = median(tput[T_MMQ], rounds);
+  latency l[NL];
+  for (int c = 0; c < NL; c++) {
+    l[c] = summarize(lat[c], rounds * lcount[c]);
+    free(lat[c]);
+  }
+  latency spin = l[L_SPIN], spin_raw = l[L_SPIN_RAW], park = l[L_PARK],
+          park_raw = l[L_PARK_RAW], loop = l[L_LOOP], loop_raw = l[L_LOOP_RAW],
+          loop_uv2 = l[L_LOOP_UV2];
 
   const row rows[] = {
       {"queue 1→1, memory recycled", q_mb, "M msg/s", "mutex queue", q_mq, "≥ 10× mutex, ≥ 100 M/s",
