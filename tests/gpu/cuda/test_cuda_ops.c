@@ -221,7 +221,7 @@ static void elementwise_ops_match_host(void **state) {
       }
       {
         P q = p;
-        q.o = 0; /* the scalar is one float; x is shifted by hand below */
+        q.o = 0; /* one scalar, read on the device */
         th_arg args[] = {{"scalar", 1, 4, TH_IN, &sc[o], 0}, {"x", n, 4, TH_OUT, x, 0}};
         CMP(args, run_scale_dev, &q);
       }

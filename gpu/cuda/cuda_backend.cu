@@ -1,0 +1,560 @@
+/* cuda_backend.cu — the CUDA backend's lifetime, memory, streams, events and copies, and the
+ * tr__cuda_backend object that gathers every slot (kernels in cuda_kernels.cu and cuda_nn.cu,
+ * GEMM in cuda_blas.cu).
+ *
+ * Each logical device has its own stream-ordered memory pool (cudaMemPoolCreate), so
+ * "cuda:0,cuda:0" gives two devices with separate memory on one card, and its streams are
+ * non-blocking (no implicit order with the legacy default stream). Ordering between streams
+ * is only ever an event: cudaEventRecord + cudaStreamWaitEvent, never a host wait, except in
+ * the calls whose purpose is to wait (stream/event synchronize) and in close.
+ */
+#include "cuda_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef TR_HAVE_NVTX
+#include <nvtx3/nvToolsExt.h>
+#include <nvtx3/nvToolsExtCudaRt.h>
+#endif
+
+/* ---- errors ------------------------------------------------------------------------------- */
+
+/* "cudaMemcpyAsync(dst, src, ...)" -> "cudaMemcpyAsync": the call's name without arguments. */
+static int tr__call_name_len(const char *call) {
+  const char *p = strchr(call, '(');
+  return p ? (int)(p - call) : (int)strlen(call);
+}
+
+static const char *tr__file_base(const char *file) {
+  /* Meson passes paths relative to the build directory ("../gpu/cuda/x.cu"). */
+  const char *p = strstr(file, "gpu/cuda/");
+  return p ? p : file;
+}
+
+int tr__cuda_fail(tr_device *d, cudaError_t err, const char *call, const char *file, int line) {
+  /* Non-sticky errors stay in the runtime's last-error slot; clear it so the next launch
+   * check reports its own failure, not this one again. */
+  (void)cudaGetLastError();
+  int status = err == cudaErrorMemoryAllocation ? TR_ENOMEM : TR_EDEVICE;
+  return tr__device_fail(d, status, "%.*s: %s (%s) at %s:%d", tr__call_name_len(call), call,
+                         cudaGetErrorString(err), cudaGetErrorName(err), tr__file_base(file),
+                         line);
+}
+
+int tr__cublas_fail(tr_device *d, cublasStatus_t st, const char *call, const char *file,
+                    int line) {
+  (void)cudaGetLastError();
+  int status = st == CUBLAS_STATUS_ALLOC_FAILED ? TR_ENOMEM : TR_EDEVICE;
+  return tr__device_fail(d, status, "%.*s: %s (%s) at %s:%d", tr__call_name_len(call), call,
+                         cublasGetStatusString(st), cublasGetStatusName(st),
+                         tr__file_base(file), line);
+}
+
+int tr__cuda_launched(tr_device *d, const char *name, const char *file, int line) {
+  cudaError_t e = cudaGetLastError();
+  /* cudaErrorNotReady is an event or stream query's answer, never a launch failure. */
+  if (e == cudaSuccess || e == cudaErrorNotReady) return 0;
+  return tr__device_fail(d, e == cudaErrorMemoryAllocation ? TR_ENOMEM : TR_EDEVICE,
+                         "kernel %s: %s (%s) at %s:%d", name, cudaGetErrorString(e),
+                         cudaGetErrorName(e), tr__file_base(file), line);
+}
+
+int tr__cuda_enter(tr_device *d) {
+  int want = tr__cu_dev(d)->ordinal, cur = -1;
+  TR__CU(d, cudaGetDevice(&cur));
+  if (cur != want) TR__CU(d, cudaSetDevice(want));
+  return 0;
+}
+
+/* ---- live allocations: what close frees ----------------------------------------------- */
+
+static size_t tr__ptr_hash(const void *p, size_t cap) {
+  uint64_t x = (uint64_t)(uintptr_t)p >> 8; /* pool blocks are at least 256-byte aligned */
+  x *= 0x9E3779B97F4A7C15ull;
+  return (size_t)(x >> 17) & (cap - 1);
+}
+
+static int tr__live_grow(tr__cuda_device *cd) {
+  size_t ncap = cd->live_cap ? cd->live_cap * 2 : 256;
+  void **n = (void **)calloc(ncap, sizeof *n);
+  if (!n) return TR_ENOMEM;
+  for (size_t i = 0; i < cd->live_cap; i++) {
+    void *p = cd->live[i];
+    if (!p) continue;
+    size_t h = tr__ptr_hash(p, ncap);
+    while (n[h]) h = (h + 1) & (ncap - 1);
+    n[h] = p;
+  }
+  free(cd->live);
+  cd->live = n;
+  cd->live_cap = ncap;
+  return 0;
+}
+
+static int tr__live_add(tr__cuda_device *cd, void *p) {
+  if ((cd->live_count + 1) * 2 > cd->live_cap && tr__live_grow(cd)) return TR_ENOMEM;
+  size_t h = tr__ptr_hash(p, cd->live_cap);
+  while (cd->live[h]) h = (h + 1) & (cd->live_cap - 1);
+  cd->live[h] = p;
+  cd->live_count++;
+  return 0;
+}
+
+/* Removes p (backward-shift deletion keeps probe chains whole); 0 when p was not live. */
+static int tr__live_remove(tr__cuda_device *cd, void *p) {
+  if (!cd->live_cap) return 0;
+  size_t mask = cd->live_cap - 1, h = tr__ptr_hash(p, cd->live_cap);
+  while (cd->live[h] != p) {
+    if (!cd->live[h]) return 0;
+    h = (h + 1) & mask;
+  }
+  size_t hole = h;
+  for (size_t j = (hole + 1) & mask; cd->live[j]; j = (j + 1) & mask) {
+    size_t home = tr__ptr_hash(cd->live[j], cd->live_cap);
+    /* move j into the hole unless its home lies cyclically in (hole, j] */
+    int stays = hole <= j ? (home > hole && home <= j) : (home > hole || home <= j);
+    if (!stays) {
+      cd->live[hole] = cd->live[j];
+      hole = j;
+    }
+  }
+  cd->live[hole] = NULL;
+  cd->live_count--;
+  return 1;
+}
+
+/* ---- discovery and lifetime ------------------------------------------------------------ */
+
+static int tr__cuda_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError(); /* no driver or no device: not an error here */
+    return 0;
+  }
+  return n;
+}
+
+static int tr__cuda_open(tr_device *d) {
+  int ord = d->info.ordinal;
+  tr__cuda_device *cd = (tr__cuda_device *)calloc(1, sizeof *cd);
+  if (!cd) return tr__device_fail(d, TR_ENOMEM, "open: out of host memory");
+  cd->ordinal = ord;
+  d->impl = cd;
+
+  int rc = tr__cuda_enter(d);
+  if (rc) goto fail;
+  {
+    cudaDeviceProp prop;
+    cudaError_t e = cudaGetDeviceProperties(&prop, ord);
+    if (e != cudaSuccess) {
+      rc = tr__cuda_fail(d, e, "cudaGetDeviceProperties", __FILE__, __LINE__);
+      goto fail;
+    }
+    snprintf(d->info.model, sizeof d->info.model, "%.127s", prop.name);
+    d->info.cc_major = prop.major;
+    d->info.cc_minor = prop.minor;
+    d->info.multiprocessors = prop.multiProcessorCount;
+    d->info.memory_total = prop.totalGlobalMem;
+    cd->sms = prop.multiProcessorCount;
+    if (!prop.memoryPoolsSupported) {
+      rc = tr__device_fail(d, TR_EDEVICE, "open: %s has no stream-ordered memory pools",
+                           prop.name);
+      goto fail;
+    }
+
+    size_t free_b = 0, total_b = 0;
+    e = cudaMemGetInfo(&free_b, &total_b);
+    if (e != cudaSuccess) {
+      rc = tr__cuda_fail(d, e, "cudaMemGetInfo", __FILE__, __LINE__);
+      goto fail;
+    }
+    d->info.memory_free = free_b;
+    d->info.memory_total = total_b;
+
+    cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = ord;
+    e = cudaMemPoolCreate(&cd->pool, &props);
+    if (e != cudaSuccess) {
+      rc = tr__cuda_fail(d, e, "cudaMemPoolCreate", __FILE__, __LINE__);
+      goto fail;
+    }
+    /* Keep freed blocks in the pool across synchronisations: the point of a pool is that a
+     * training step reuses the last step's memory without asking the driver again. */
+    uint64_t keep = UINT64_MAX;
+    e = cudaMemPoolSetAttribute(cd->pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    if (e != cudaSuccess) {
+      rc = tr__cuda_fail(d, e, "cudaMemPoolSetAttribute", __FILE__, __LINE__);
+      goto fail;
+    }
+  }
+  return 0;
+
+fail:
+  if (cd->pool) (void)cudaMemPoolDestroy(cd->pool);
+  free(cd);
+  d->impl = NULL;
+  return rc;
+}
+
+static void tr__cuda_close(tr_device *d) {
+  tr__cuda_device *cd = tr__cu_dev(d);
+  if (!cd) return;
+  if (tr__cuda_enter(d) == 0) {
+    /* Every stream was synchronised and closed before this: nothing uses these blocks. */
+    for (size_t i = 0; i < cd->live_cap; i++)
+      if (cd->live[i]) (void)cudaFree(cd->live[i]);
+    if (cd->pool) {
+      (void)cudaMemPoolTrimTo(cd->pool, 0);
+      (void)cudaMemPoolDestroy(cd->pool);
+    }
+    (void)cudaGetLastError();
+  }
+  free(cd->live);
+  free(cd);
+  d->impl = NULL;
+}
+
+/* Peer access between the list's distinct GPUs, where the topology allows it. Access to a
+ * pool's memory is granted per pool (cudaMemPoolSetAccess), apart from the context-wide
+ * cudaDeviceEnablePeerAccess that plain allocations follow; both are set. */
+static int tr__cuda_link(tr_device **devs, int n) {
+  for (int i = 0; i < n; i++) {
+    tr__cuda_device *a = tr__cu_dev(devs[i]);
+    for (int j = 0; j < n; j++) {
+      tr__cuda_device *b = tr__cu_dev(devs[j]);
+      if (a->ordinal == b->ordinal || b->ordinal >= 64) continue;
+      int can = 0;
+      TR__CU(devs[i], cudaDeviceCanAccessPeer(&can, a->ordinal, b->ordinal));
+      if (!can) continue;
+      /* a's kernels read b's memory: enable from a's context... */
+      TR__CU(devs[i], cudaSetDevice(a->ordinal));
+      cudaError_t e = cudaDeviceEnablePeerAccess(b->ordinal, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled)
+        (void)cudaGetLastError(); /* another list, or another logical device, did it */
+      else if (e != cudaSuccess)
+        return tr__cuda_fail(devs[i], e, "cudaDeviceEnablePeerAccess", __FILE__, __LINE__);
+      /* ...and let a's GPU map b's pool */
+      cudaMemAccessDesc desc;
+      memset(&desc, 0, sizeof desc);
+      desc.location.type = cudaMemLocationTypeDevice;
+      desc.location.id = a->ordinal;
+      desc.flags = cudaMemAccessFlagsProtReadWrite;
+      TR__CU(devs[j], cudaMemPoolSetAccess(b->pool, &desc, 1));
+      a->peer_mask |= 1ull << b->ordinal;
+    }
+  }
+  return 0;
+}
+
+static int tr__cuda_can_access_peer(const tr_device *d, const tr_device *peer) {
+  if (peer->be != d->be) return 0;
+  const tr__cuda_device *a = tr__cu_dev(d), *b = tr__cu_dev(peer);
+  if (a->ordinal == b->ordinal) return 1;
+  return b->ordinal < 64 && ((a->peer_mask >> b->ordinal) & 1) != 0;
+}
+
+static int tr__cuda_bind(tr_device *d) {
+  TR__CU_ENTER(d);
+#ifdef TR_HAVE_NVTX
+  /* Nsight Systems then labels the owner thread's row with the device ("cuda:0"). */
+  nvtxNameOsThreadA((uint32_t)syscall(SYS_gettid), d->info.name);
+#endif
+  return 0;
+}
+
+static int tr__cuda_update_memory(tr_device *d) {
+  TR__CU_ENTER(d);
+  size_t free_b = 0, total_b = 0;
+  TR__CU(d, cudaMemGetInfo(&free_b, &total_b));
+  d->info.memory_free = free_b;
+  d->info.memory_total = total_b;
+  return 0;
+}
+
+static int tr__cuda_set_tf32(tr_device *d) {
+  TR__CU_ENTER(d);
+  cublasMath_t mode = d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+  for (tr_stream *s = d->streams; s; s = s->next) {
+    tr__cuda_stream *cs = tr__cu_stream(s);
+    if (cs && cs->blas) TR__CUBLAS(d, cublasSetMathMode(cs->blas, mode));
+  }
+  return 0;
+}
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+static int tr__cuda_alloc(tr_stream *s, size_t bytes, void **out) {
+  tr_device *d = s->dev;
+  tr__cuda_device *cd = tr__cu_dev(d);
+  TR__CU_ENTER(d);
+  void *p = NULL;
+  TR__CU(d, cudaMallocFromPoolAsync(&p, bytes, cd->pool, tr__cu_stream(s)->st));
+  if (tr__live_add(cd, p)) {
+    (void)cudaFreeAsync(p, tr__cu_stream(s)->st);
+    return tr__device_fail(d, TR_ENOMEM, "alloc: out of host memory for the allocation table");
+  }
+  *out = p;
+  return 0;
+}
+
+static int tr__cuda_dealloc(tr_stream *s, void *ptr) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  if (!tr__live_remove(tr__cu_dev(d), ptr))
+    return tr__device_fail(d, TR_EINVAL, "free: %p is not live memory of this device", ptr);
+  TR__CU(d, cudaFreeAsync(ptr, tr__cu_stream(s)->st));
+  return 0;
+}
+
+static int tr__cuda_host_alloc(tr_device *d, size_t bytes, void **out) {
+  TR__CU_ENTER(d);
+  /* Portable: pinned for every GPU, so a buffer can feed any device of the list. */
+  TR__CU(d, cudaHostAlloc(out, bytes, cudaHostAllocPortable));
+  return 0;
+}
+
+static int tr__cuda_host_free(tr_device *d, void *ptr) {
+  TR__CU_ENTER(d);
+  TR__CU(d, cudaFreeHost(ptr));
+  return 0;
+}
+
+int tr__cuda_scratch(tr_stream *s, size_t bytes, void **out) {
+  tr__cuda_stream *cs = tr__cu_stream(s);
+  if (cs->scratch_bytes < bytes) {
+    tr_device *d = s->dev;
+    size_t want = 8192;
+    while (want < bytes) want *= 2;
+    /* Stream-ordered: work already queued on s finishes with the old block before it is
+     * freed, and work queued from now on sees the new one. */
+    if (cs->scratch) TR__CU(d, cudaFreeAsync(cs->scratch, cs->st));
+    cs->scratch = NULL;
+    cs->scratch_bytes = 0;
+    TR__CU(d, cudaMallocFromPoolAsync(&cs->scratch, want, tr__cu_dev(d)->pool, cs->st));
+    cs->scratch_bytes = want;
+  }
+  *out = cs->scratch;
+  return 0;
+}
+
+/* ---- streams and events ---------------------------------------------------------------- */
+
+static int tr__cuda_stream_open(tr_stream *s) {
+  tr_device *d = s->dev;
+  tr__cuda_device *cd = tr__cu_dev(d);
+  TR__CU_ENTER(d);
+  tr__cuda_stream *cs = (tr__cuda_stream *)calloc(1, sizeof *cs);
+  if (!cs) return tr__device_fail(d, TR_ENOMEM, "stream open: out of host memory");
+  cudaError_t e = cudaStreamCreateWithFlags(&cs->st, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    free(cs);
+    return tr__cuda_fail(d, e, "cudaStreamCreateWithFlags", __FILE__, __LINE__);
+  }
+  s->impl = cs;
+#ifdef TR_HAVE_NVTX
+  char name[80];
+  snprintf(name, sizeof name, "%s %s", d->info.name, s->name);
+  nvtxNameCudaStreamA(cs->st, name);
+#endif
+  /* The first stream is the compute stream (device.c opens it right after `open`): its
+   * cuBLAS handle is made now, so the library's one-time start-up cost lands in device
+   * opening rather than in the first measured GEMM. */
+  if (cd->nstreams++ == 0) {
+    cublasHandle_t h;
+    int rc = tr__cuda_blas_handle(s, &h);
+    if (rc) {
+      (void)cudaStreamDestroy(cs->st);
+      free(cs);
+      s->impl = NULL;
+      cd->nstreams--;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static void tr__cuda_stream_close(tr_stream *s) {
+  tr__cuda_stream *cs = tr__cu_stream(s);
+  if (!cs) return;
+  tr_device *d = s->dev;
+  if (tr__cuda_enter(d) == 0) {
+    cudaError_t e = cudaSuccess;
+    if (cs->scratch) e = cudaFreeAsync(cs->scratch, cs->st);
+    /* Closing is not the hot path: waiting here means nothing queued on the stream can
+     * outlive the memory and handles that close frees next. */
+    if (e == cudaSuccess) e = cudaStreamSynchronize(cs->st);
+    if (e != cudaSuccess) (void)tr__cuda_fail(d, e, "stream close", __FILE__, __LINE__);
+    if (cs->blas) (void)cublasDestroy(cs->blas);
+    (void)cudaStreamDestroy(cs->st);
+    (void)cudaGetLastError();
+  }
+  tr__cu_dev(d)->nstreams--;
+  free(cs);
+  s->impl = NULL;
+}
+
+static int tr__cuda_stream_synchronize(tr_stream *s) {
+  TR__CU_ENTER(s->dev);
+  TR__CU(s->dev, cudaStreamSynchronize(tr__cu_stream(s)->st));
+  return 0;
+}
+
+static int tr__cuda_event_open(tr_event *e) {
+  TR__CU_ENTER(e->dev);
+  cudaEvent_t ev;
+  unsigned flags = (e->flags & TR_EVENT_TIMING) ? cudaEventDefault : cudaEventDisableTiming;
+  TR__CU(e->dev, cudaEventCreateWithFlags(&ev, flags));
+  e->impl = (void *)ev;
+  return 0;
+}
+
+static void tr__cuda_event_close(tr_event *e) {
+  if (!e->impl) return;
+  if (tr__cuda_enter(e->dev) == 0) (void)cudaEventDestroy((cudaEvent_t)e->impl);
+  (void)cudaGetLastError();
+  e->impl = NULL;
+}
+
+static int tr__cuda_event_record(tr_event *e, tr_stream *s) {
+  TR__CU_ENTER(s->dev);
+  TR__CU(s->dev, cudaEventRecord((cudaEvent_t)e->impl, tr__cu_stream(s)->st));
+  return 0;
+}
+
+static int tr__cuda_stream_wait_event(tr_stream *s, tr_event *e) {
+  TR__CU_ENTER(s->dev);
+  /* e may come from another GPU: CUDA orders across devices with the same call. */
+  TR__CU(s->dev, cudaStreamWaitEvent(tr__cu_stream(s)->st, (cudaEvent_t)e->impl, 0));
+  return 0;
+}
+
+static int tr__cuda_event_query(tr_event *e) {
+  cudaError_t r = cudaEventQuery((cudaEvent_t)e->impl);
+  if (r == cudaSuccess) return 1;
+  if (r == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return tr__cuda_fail(e->dev, r, "cudaEventQuery", __FILE__, __LINE__);
+}
+
+static int tr__cuda_event_synchronize(tr_event *e) {
+  TR__CU(e->dev, cudaEventSynchronize((cudaEvent_t)e->impl));
+  return 0;
+}
+
+static int tr__cuda_event_elapsed_ms(tr_event *start, tr_event *end, float *ms) {
+  TR__CU(start->dev, cudaEventElapsedTime(ms, (cudaEvent_t)start->impl, (cudaEvent_t)end->impl));
+  return 0;
+}
+
+/* ---- copies ---------------------------------------------------------------------------- */
+
+static int tr__cuda_copy(tr_stream *s, void *dst, const void *src, size_t bytes,
+                         tr_copy_kind kind) {
+  TR__CU_ENTER(s->dev);
+  cudaMemcpyKind k = kind == TR_COPY_H2D   ? cudaMemcpyHostToDevice
+                     : kind == TR_COPY_D2H ? cudaMemcpyDeviceToHost
+                                           : cudaMemcpyDeviceToDevice;
+  TR__CU(s->dev, cudaMemcpyAsync(dst, src, bytes, k, tr__cu_stream(s)->st));
+  return 0;
+}
+
+static int tr__cuda_copy_peer(tr_stream *s, void *dst, tr_device *dst_dev, const void *src,
+                              tr_device *src_dev, size_t bytes) {
+  TR__CU_ENTER(s->dev);
+  int dord = tr__cu_dev(dst_dev)->ordinal, sord = tr__cu_dev(src_dev)->ordinal;
+  cudaStream_t st = tr__cu_stream(s)->st;
+  if (dord == sord) {
+    /* Two logical devices of one GPU: an ordinary copy within it. */
+    TR__CU(s->dev, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st));
+  } else {
+    /* Direct over NVLink/PCIe when peer access is on, staged by the driver otherwise. */
+    TR__CU(s->dev, cudaMemcpyPeerAsync(dst, dord, src, sord, bytes, st));
+  }
+  return 0;
+}
+
+static int tr__cuda_fill_bytes(tr_stream *s, void *dst, int value, size_t bytes) {
+  TR__CU_ENTER(s->dev);
+  TR__CU(s->dev, cudaMemsetAsync(dst, value, bytes, tr__cu_stream(s)->st));
+  return 0;
+}
+
+/* ---- the backend ------------------------------------------------------------------------ */
+
+/* Filled by a constexpr function, so the object is constant-initialised (complete before any
+ * code runs) without C++20 designated initialisers; device.c refers to it by name. */
+static constexpr tr__backend tr__cuda_make_backend() {
+  tr__backend b{};
+  b.name = "cuda";
+  b.kind = TR_DEVICE_CUDA;
+  b.count = tr__cuda_count;
+  b.open = tr__cuda_open;
+  b.close = tr__cuda_close;
+  b.link = tr__cuda_link;
+  b.can_access_peer = tr__cuda_can_access_peer;
+  b.bind = tr__cuda_bind;
+  b.update_memory = tr__cuda_update_memory;
+  b.set_tf32 = tr__cuda_set_tf32;
+  b.alloc = tr__cuda_alloc;
+  b.dealloc = tr__cuda_dealloc;
+  b.host_alloc = tr__cuda_host_alloc;
+  b.host_free = tr__cuda_host_free;
+  b.stream_open = tr__cuda_stream_open;
+  b.stream_close = tr__cuda_stream_close;
+  b.stream_synchronize = tr__cuda_stream_synchronize;
+  b.event_open = tr__cuda_event_open;
+  b.event_close = tr__cuda_event_close;
+  b.event_record = tr__cuda_event_record;
+  b.stream_wait_event = tr__cuda_stream_wait_event;
+  b.event_query = tr__cuda_event_query;
+  b.event_synchronize = tr__cuda_event_synchronize;
+  b.event_elapsed_ms = tr__cuda_event_elapsed_ms;
+  b.copy = tr__cuda_copy;
+  b.copy_peer = tr__cuda_copy_peer;
+  b.fill_bytes = tr__cuda_fill_bytes;
+  b.gemm = tr__cuda_gemm;
+  b.gemm_batched = tr__cuda_gemm_batched;
+  b.fill = tr__cuda_fill;
+  b.init_uniform = tr__cuda_init_uniform;
+  b.init_normal = tr__cuda_init_normal;
+  b.add = tr__cuda_add;
+  b.axpy = tr__cuda_axpy;
+  b.scale = tr__cuda_scale;
+  b.scale_dev = tr__cuda_scale_dev;
+  b.sumsq = tr__cuda_sumsq;
+  b.sum = tr__cuda_sum;
+  b.clip_factor = tr__cuda_clip_factor;
+  b.bias_add = tr__cuda_bias_add;
+  b.bias_grad = tr__cuda_bias_grad;
+  b.relu_fwd = tr__cuda_relu_fwd;
+  b.relu_bwd = tr__cuda_relu_bwd;
+  b.gelu_fwd = tr__cuda_gelu_fwd;
+  b.gelu_bwd = tr__cuda_gelu_bwd;
+  b.layernorm_fwd = tr__cuda_layernorm_fwd;
+  b.layernorm_bwd = tr__cuda_layernorm_bwd;
+  b.softmax_fwd = tr__cuda_softmax_fwd;
+  b.softmax_bwd = tr__cuda_softmax_bwd;
+  b.attn_softmax_fwd = tr__cuda_attn_softmax_fwd;
+  b.attn_softmax_bwd = tr__cuda_attn_softmax_bwd;
+  b.crossentropy_fwd = tr__cuda_crossentropy_fwd;
+  b.crossentropy_bwd = tr__cuda_crossentropy_bwd;
+  b.mse_fwd = tr__cuda_mse_fwd;
+  b.mse_bwd = tr__cuda_mse_bwd;
+  b.embedding_fwd = tr__cuda_embedding_fwd;
+  b.embedding_bwd = tr__cuda_embedding_bwd;
+  b.sgd_update = tr__cuda_sgd_update;
+  b.momentum_update = tr__cuda_momentum_update;
+  b.adamw_update = tr__cuda_adamw_update;
+  return b;
+}
+
+extern "C" const tr__backend tr__cuda_backend = tr__cuda_make_backend();

@@ -1,0 +1,61 @@
+/* cuda_blas.cu — GEMM of the CUDA backend through cuBLAS.
+ *
+ * cuBLAS is column-major and the API row-major. A row-major (R,C) matrix with row stride ld
+ * is, read column-major, its (C,R) transpose with the same ld. So C = op(A) op(B) in
+ * row-major is C^T = op(B)^T op(A)^T in column-major: the same call with A and B swapped
+ * and M and N swapped, each keeping its own transpose flag.
+ *
+ * Precision: exact FP32 (CUBLAS_DEFAULT_MATH) unless tr_device_set_tf32 asked for TF32
+ * tensor cores, which round the inputs to 10-bit mantissas.
+ */
+#include "cuda_impl.h"
+
+int tr__cuda_blas_handle(tr_stream *s, cublasHandle_t *out) {
+  tr__cuda_stream *cs = tr__cu_stream(s);
+  if (!cs->blas) {
+    tr_device *d = s->dev;
+    cublasHandle_t h;
+    TR__CUBLAS(d, cublasCreate(&h));
+    cublasStatus_t st = cublasSetStream(h, cs->st);
+    if (st == CUBLAS_STATUS_SUCCESS)
+      st = cublasSetMathMode(h, d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+    if (st != CUBLAS_STATUS_SUCCESS) {
+      (void)cublasDestroy(h);
+      return tr__cublas_fail(d, st, "cublasSetStream/cublasSetMathMode", __FILE__, __LINE__);
+    }
+    cs->blas = h;
+  }
+  *out = cs->blas;
+  return 0;
+}
+
+static cublasOperation_t tr__cublas_op(tr_op op) { return op == TR_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+int tr__cuda_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                  int ldc) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  cublasHandle_t h;
+  int rc = tr__cuda_blas_handle(s, &h);
+  if (rc) return rc;
+  TR__CUBLAS(d, cublasSgemm(h, tr__cublas_op(opb), tr__cublas_op(opa), N, M, K, &alpha, B, ldb,
+                            A, lda, &beta, C, ldc));
+  return 0;
+}
+
+int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K,
+                          float alpha, const float *A, int lda, int64_t stride_a,
+                          const float *B, int ldb, int64_t stride_b, float beta, float *C,
+                          int ldc, int64_t stride_c, int batch) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  cublasHandle_t h;
+  int rc = tr__cuda_blas_handle(s, &h);
+  if (rc) return rc;
+  TR__CUBLAS(d, cublasSgemmStridedBatched(h, tr__cublas_op(opb), tr__cublas_op(opa), N, M, K,
+                                          &alpha, B, ldb, (long long)stride_b, A, lda,
+                                          (long long)stride_a, &beta, C, ldc,
+                                          (long long)stride_c, batch));
+  return 0;
+}

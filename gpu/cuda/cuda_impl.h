@@ -1,0 +1,198 @@
+/* cuda_impl.h — private to gpu/cuda: the CUDA backend's per-device and per-stream state, the
+ * macros that check every CUDA and cuBLAS call, and the launch helpers the kernels share.
+ *
+ * Every slot of tr__cuda_backend starts with TR__CU_ENTER(dev), which makes the device's GPU
+ * current for the calling thread: one thread may drive several logical devices (tests, the
+ * bench), and a kernel launched while another GPU is current would fail or land there.
+ *
+ * A failing call records "<device>: <call>: <CUDA's text> (<error name>) at file:line" with
+ * tr__device_fail and returns TR_EDEVICE (TR_ENOMEM for allocations), so a slot reads:
+ *
+ *   TR__CU(d, cudaMemsetAsync(dst, value, bytes, cs->st));
+ *   tr__relu_kernel<<<grid, block, 0, cs->st>>>(...);
+ *   TR__LAUNCHED(d, "relu_fwd");     (cudaGetLastError after every launch)
+ */
+#ifndef TR_CUDA_IMPL_H
+#define TR_CUDA_IMPL_H
+
+/* tr_base.h says _Noreturn (C11), which nvcc's C++ front end does not know. */
+#if !defined(_Noreturn)
+#define _Noreturn [[noreturn]]
+#endif
+#define TR__HD __host__ __device__
+#include "backend_impl.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+/* Per tr_stream (s->impl). cuBLAS handles are per stream rather than per device: a handle
+ * shared by two streams would share one workspace between GEMMs that may run at once. */
+typedef struct tr__cuda_stream {
+  cudaStream_t st;
+  cublasHandle_t blas;     /* created with the compute stream, else at the stream's first GEMM */
+  void *scratch;           /* reductions' per-block partials; grows, stream-ordered */
+  size_t scratch_bytes;
+} tr__cuda_stream;
+
+/* Per logical device (d->impl). Several may share one GPU ("cuda:0,cuda:0"): each has its
+ * own pool, streams and handles, so each behaves as a device of its own. */
+typedef struct tr__cuda_device {
+  int ordinal;
+  int sms;                 /* multiprocessors: sizes the grids of grid-stride kernels */
+  cudaMemPool_t pool;      /* this logical device's stream-ordered allocations */
+  unsigned long long peer_mask; /* GPUs whose memory this one's kernels can access */
+  int nstreams;            /* streams opened so far: the first is the compute stream */
+  /* live allocations (open addressing, linear probing), freed at close */
+  void **live;
+  size_t live_cap, live_count;
+} tr__cuda_device;
+
+static inline tr__cuda_device *tr__cu_dev(const tr_device *d) { return (tr__cuda_device *)d->impl; }
+static inline tr__cuda_stream *tr__cu_stream(const tr_stream *s) { return (tr__cuda_stream *)s->impl; }
+
+/* Records a failed CUDA call on d and returns the status to report (see the top). */
+int tr__cuda_fail(tr_device *d, cudaError_t err, const char *call, const char *file, int line);
+int tr__cublas_fail(tr_device *d, cublasStatus_t st, const char *call, const char *file,
+                    int line);
+/* Makes d's GPU current for the calling thread (cheap when it already is). */
+int tr__cuda_enter(tr_device *d);
+/* Scratch of at least `bytes` on stream s, valid for work queued on s from now on. */
+int tr__cuda_scratch(tr_stream *s, size_t bytes, void **out);
+
+#define TR__CU(d, call)                                                       \
+  do {                                                                        \
+    cudaError_t tr__e_ = (call);                                              \
+    if (tr__e_ != cudaSuccess) return tr__cuda_fail((d), tr__e_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+#define TR__CUBLAS(d, call)                                                   \
+  do {                                                                        \
+    cublasStatus_t tr__b_ = (call);                                           \
+    if (tr__b_ != CUBLAS_STATUS_SUCCESS)                                      \
+      return tr__cublas_fail((d), tr__b_, #call, __FILE__, __LINE__);         \
+  } while (0)
+
+/* After every kernel launch: a bad configuration or an earlier asynchronous fault shows up
+ * here, reported as "kernel <name>: ...". */
+int tr__cuda_launched(tr_device *d, const char *name, const char *file, int line);
+#define TR__LAUNCHED(d, name)                                                 \
+  do {                                                                        \
+    int tr__rc_ = tr__cuda_launched((d), (name), __FILE__, __LINE__);         \
+    if (tr__rc_) return tr__rc_;                                              \
+  } while (0)
+
+#define TR__CU_ENTER(d)                                                       \
+  do {                                                                        \
+    int tr__rc_ = tr__cuda_enter(d);                                          \
+    if (tr__rc_) return tr__rc_;                                              \
+  } while (0)
+
+/* ---- launch geometry ---------------------------------------------------------------------- */
+
+enum { TR__CU_BLOCK = 256, TR__CU_WARPS = TR__CU_BLOCK / 32, TR__CU_MAX_PARTIALS = 1024 };
+
+/* Blocks for a grid-stride loop over `work` items: enough to fill the GPU (8 blocks of 256
+ * per multiprocessor), never more than the items need. */
+static inline unsigned tr__cu_grid(const tr__cuda_device *cd, size_t work, unsigned per_block) {
+  size_t want = (work + per_block - 1) / per_block;
+  size_t cap = (size_t)(cd->sms > 0 ? cd->sms : 1) * 8;
+  if (want > cap) want = cap;
+  return want ? (unsigned)want : 1u;
+}
+
+static inline bool tr__cu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Sum of a warp's values, every lane receiving it. */
+template <typename T>
+__device__ __forceinline__ T tr__warp_sum(T v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float tr__warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+/* Sum over a block of TR__CU_BLOCK threads, valid in thread 0 (fixed order: deterministic). */
+template <typename T>
+__device__ __forceinline__ T tr__block_sum(T v) {
+  __shared__ T part[TR__CU_WARPS];
+  v = tr__warp_sum(v);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  T r = 0;
+  if (threadIdx.x < 32) {
+    r = threadIdx.x < TR__CU_WARPS ? part[threadIdx.x] : (T)0;
+    r = tr__warp_sum(r);
+  }
+  __syncthreads(); /* part may be reused by the caller's next call */
+  return r;
+}
+
+/* ---- the two-pass deterministic reduction ------------------------------------------------ */
+
+/* Queues out[0] = (accumulate ? out[0] : 0) + scale * sum(partials[0..n)) on s: one block
+ * sums in double in a fixed order, so a result never depends on timing (replicas that
+ * reduce the same gradients agree bit for bit). */
+int tr__cuda_finish_sum(tr_stream *s, float *out, const double *partials, unsigned n,
+                        double scale, int accumulate);
+
+/* ---- the slots of tr__cuda_backend defined outside cuda_backend.cu ---------------------- */
+
+/* The stream's cuBLAS handle, created on first use and bound to the stream for good. */
+int tr__cuda_blas_handle(tr_stream *s, cublasHandle_t *out);
+
+/* cuda_blas.cu */
+int tr__cuda_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                  int ldc);
+int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K,
+                          float alpha, const float *A, int lda, int64_t stride_a,
+                          const float *B, int ldb, int64_t stride_b, float beta, float *C,
+                          int ldc, int64_t stride_c, int batch);
+
+/* cuda_kernels.cu */
+int tr__cuda_fill(tr_stream *, float *, size_t, float);
+int tr__cuda_init_uniform(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
+int tr__cuda_init_normal(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
+int tr__cuda_add(tr_stream *, float *, const float *, const float *, size_t);
+int tr__cuda_axpy(tr_stream *, float *, float, const float *, size_t);
+int tr__cuda_scale(tr_stream *, float *, float, size_t);
+int tr__cuda_scale_dev(tr_stream *, float *, const float *, size_t);
+int tr__cuda_sumsq(tr_stream *, float *, const float *, size_t, int);
+int tr__cuda_sum(tr_stream *, float *, const float *, size_t, int);
+int tr__cuda_clip_factor(tr_stream *, float *, const float *, float);
+int tr__cuda_bias_add(tr_stream *, float *, const float *, size_t, size_t);
+int tr__cuda_bias_grad(tr_stream *, float *, const float *, size_t, size_t);
+int tr__cuda_relu_fwd(tr_stream *, float *, const float *, size_t);
+int tr__cuda_relu_bwd(tr_stream *, float *, const float *, const float *, size_t);
+int tr__cuda_gelu_fwd(tr_stream *, float *, const float *, size_t);
+int tr__cuda_gelu_bwd(tr_stream *, float *, const float *, const float *, size_t);
+int tr__cuda_mse_fwd(tr_stream *, float *, const float *, const float *, size_t, float);
+int tr__cuda_mse_bwd(tr_stream *, float *, const float *, const float *, size_t, float);
+int tr__cuda_embedding_fwd(tr_stream *, float *, const int32_t *, const float *,
+                           const float *, size_t, size_t, size_t, size_t);
+int tr__cuda_embedding_bwd(tr_stream *, float *, float *, const float *, const int32_t *,
+                           size_t, size_t, size_t, size_t);
+int tr__cuda_sgd_update(tr_stream *, float *, const float *, size_t, float, float);
+int tr__cuda_momentum_update(tr_stream *, float *, const float *, float *, size_t, float,
+                             float, float, int);
+int tr__cuda_adamw_update(tr_stream *, float *, const float *, float *, float *, size_t,
+                          float, float, float, float, float, int64_t);
+
+/* cuda_nn.cu */
+int tr__cuda_layernorm_fwd(tr_stream *, float *, float *, float *, const float *,
+                           const float *, const float *, size_t, size_t, float);
+int tr__cuda_layernorm_bwd(tr_stream *, float *, float *, float *, const float *,
+                           const float *, const float *, const float *, const float *, size_t,
+                           size_t);
+int tr__cuda_softmax_fwd(tr_stream *, float *, const float *, size_t, size_t);
+int tr__cuda_softmax_bwd(tr_stream *, float *, const float *, const float *, size_t, size_t);
+int tr__cuda_attn_softmax_fwd(tr_stream *, float *, const float *, size_t, size_t, float);
+int tr__cuda_attn_softmax_bwd(tr_stream *, float *, const float *, const float *, size_t,
+                              size_t, float);
+int tr__cuda_crossentropy_fwd(tr_stream *, float *, float *, const float *, const int32_t *,
+                              size_t, size_t, float);
+int tr__cuda_crossentropy_bwd(tr_stream *, float *, const float *, const int32_t *, size_t,
+                              size_t, float);
+
+#endif

@@ -1,0 +1,431 @@
+/* test_cuda_devices.c — the device layer on CUDA GPUs: what a device reports, stream-ordered
+ * memory, event ordering between streams, peer copies between two logical devices on one
+ * GPU (cuda:0,cuda:0) driven from two threads, exact FP32 GEMM unless TF32 is asked for,
+ * and failures that name the device, the CUDA call and file:line. Public API only.
+ *
+ * Exits 77 (skipped) when the machine has no GPU. */
+#include <math.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "op_harness.h"
+
+static tr_device_list *open_ok(const char *spec) {
+  tr_device_list *l = NULL;
+  char err[256];
+  int rc = tr_device_list_open(&l, spec, err, sizeof err);
+  if (rc) fprintf(stderr, "%s\n", err);
+  assert_int_equal(rc, 0);
+  assert_non_null(l);
+  return l;
+}
+
+#define OK(call) assert_int_equal((call), 0)
+
+/* ---- what a device reports ------------------------------------------------------------ */
+
+static void cuda_devices_report_model_memory_and_capability(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0,cuda:0");
+  assert_int_equal(tr_device_list_count(l), 2);
+  const tr_device_info *a = tr_device_get_info(tr_device_list_get(l, 0));
+  const tr_device_info *b = tr_device_get_info(tr_device_list_get(l, 1));
+  assert_string_equal(a->name, "cuda:0");
+  assert_string_not_equal(b->name, a->name); /* two logical devices, two names */
+  assert_int_equal(a->kind, TR_DEVICE_CUDA);
+  assert_int_equal(a->ordinal, 0);
+  assert_int_equal(b->ordinal, 0);
+  assert_true(strlen(a->model) > 0);
+  assert_true(a->cc_major >= 7 && a->multiprocessors > 0);
+  assert_true(a->memory_total > 0 && a->memory_free <= a->memory_total);
+  /* one GPU: each logical device reaches the other's memory directly */
+  assert_int_equal(tr_device_can_access_peer(tr_device_list_get(l, 0), tr_device_list_get(l, 1)), 1);
+  tr_device *d = tr_device_list_get(l, 0);
+  OK(tr_device_update_memory(d));
+  assert_true(tr_device_get_info(d)->memory_free > 0);
+  tr_device_list_close(l);
+  assert_true(tr_device_count(TR_DEVICE_CUDA) >= 1);
+}
+
+/* ---- memory --------------------------------------------------------------------------- */
+
+static void stream_ordered_memory_is_reused_and_freed_at_close(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0");
+  tr_device *d = tr_device_list_get(l, 0);
+  tr_stream *s = tr_device_stream(d), *b;
+  const uint64_t free_at_open = tr_device_get_info(d)->memory_free;
+  OK(tr_stream_open(d, "alloc", &b));
+  enum { N = 1 << 22 };
+  float *host = th_alloc_f(N);
+  /* a block freed on a stream is handed to later work on it without any synchronisation:
+   * 100 rounds of 16 MiB take no more memory than a few */
+  for (int i = 0; i < 100; i++) {
+    float *x;
+    OK(tr_device_alloc(d, N * 4, (void **)&x));
+    assert_true(((uintptr_t)x & 63) == 0);
+    OK(tr_fill(s, x, N, (float)i));
+    if (i == 99) {
+      OK(tr_memcpy(s, host, x, N * 4, TR_COPY_D2H));
+      OK(tr_stream_synchronize(s));
+      for (int k = 0; k < N; k++) assert_true(host[k] == 99.0f);
+    }
+    OK(tr_device_free(d, x));
+  }
+  OK(tr_device_update_memory(d));
+  assert_true(tr_device_get_info(d)->memory_free + (256u << 20) > free_at_open);
+  /* the same on another stream of the device */
+  float *y;
+  OK(tr_stream_alloc(b, N * 4, (void **)&y));
+  OK(tr_fill(b, y, N, 2.0f));
+  OK(tr_memcpy(b, host, y, N * 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(b));
+  assert_true(host[0] == 2.0f && host[N - 1] == 2.0f);
+  OK(tr_stream_free(b, y));
+  /* freeing what this device never gave out fails, and says so */
+  int bogus;
+  assert_int_equal(tr_device_free(d, &bogus), TR_EINVAL);
+  assert_non_null(strstr(tr_device_error(d), "cuda:0"));
+  /* 2 GiB left allocated on purpose: closing the list gives it back to the GPU */
+  float *leak;
+  OK(tr_device_alloc(d, (size_t)2 << 30, (void **)&leak));
+  OK(tr_fill(s, leak, 1024, 1.0f));
+  tr_stream_close(b);
+  free(host);
+  tr_device_list_close(l);
+  l = open_ok("cuda:0");
+  assert_true(tr_device_get_info(tr_device_list_get(l, 0))->memory_free + (1u << 30) > free_at_open);
+  tr_device_list_close(l);
+}
+
+static void pinned_host_memory_round_trips(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0");
+  tr_device *d = tr_device_list_get(l, 0);
+  tr_stream *s = tr_device_stream(d);
+  enum { N = 4099 };
+  float *h, *back, *x;
+  OK(tr_host_alloc(d, N * 4, (void **)&h));
+  OK(tr_host_alloc(d, N * 4, (void **)&back));
+  OK(tr_device_alloc(d, N * 4, (void **)&x));
+  for (int i = 0; i < N; i++) h[i] = (float)i - 7.5f;
+  OK(tr_memcpy(s, x, h, N * 4, TR_COPY_H2D));
+  OK(tr_memcpy(s, back, x, N * 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  assert_memory_equal(back, h, N * 4);
+  OK(tr_memset(s, x, 0, N * 4));
+  OK(tr_memcpy(s, back, x, N * 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  for (int i = 0; i < N; i++) assert_true(back[i] == 0.0f);
+  OK(tr_device_free(d, x));
+  OK(tr_host_free(d, h));
+  OK(tr_host_free(d, back));
+  tr_device_list_close(l);
+}
+
+/* ---- ordering between streams ----------------------------------------------------------- */
+
+/* Stream A does enough work that stream B, had it not waited, would read y before A wrote
+ * it: x = 1, then y = x @ x (each element M) repeated, then the event. */
+static void work_waiting_on_an_event_sees_the_recorded_work(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0");
+  tr_device *d = tr_device_list_get(l, 0);
+  tr_stream *a = tr_device_stream(d), *b;
+  tr_event *e, *t0, *t1;
+  enum { M = 1024 };
+  float *x, *y, *z, *host = th_alloc_f(M * M);
+  OK(tr_stream_open(d, "b", &b));
+  OK(tr_event_open(d, TR_EVENT_DEFAULT, &e));
+  OK(tr_event_open(d, TR_EVENT_TIMING, &t0));
+  OK(tr_event_open(d, TR_EVENT_TIMING, &t1));
+  assert_int_equal(tr_event_query(e), 1); /* never recorded: complete */
+  OK(tr_device_alloc(d, M * M * 4, (void **)&x));
+  OK(tr_device_alloc(d, M * M * 4, (void **)&y));
+  OK(tr_device_alloc(d, M * M * 4, (void **)&z));
+  OK(tr_memset(a, y, 0, M * M * 4));
+  OK(tr_fill(a, x, M * M, 1.0f));
+  OK(tr_event_record(t0, a));
+  for (int i = 0; i < 50; i++) OK(tr_gemm(a, TR_OP_N, TR_OP_N, M, M, M, 1, x, M, x, M, 0, y, M));
+  OK(tr_event_record(t1, a));
+  OK(tr_event_record(e, a));
+  OK(tr_stream_wait_event(b, e));
+  OK(tr_memcpy(b, z, y, M * M * 4, TR_COPY_D2D));
+  OK(tr_memcpy(b, host, z, M * M * 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(b));
+  for (int i = 0; i < M * M; i++) assert_true(host[i] == (float)M);
+  assert_int_equal(tr_event_query(e), 1);
+  OK(tr_event_synchronize(e));
+  float ms = -1;
+  OK(tr_event_elapsed_ms(t0, t1, &ms));
+  assert_true(ms > 0.0f && ms < 60000.0f);
+  tr_event_close(e), tr_event_close(t0), tr_event_close(t1);
+  tr_stream_close(b);
+  tr_device_free(d, x), tr_device_free(d, y), tr_device_free(d, z);
+  free(host);
+  tr_device_list_close(l);
+}
+
+/* GEMMs on four streams at once (each stream has its own cuBLAS handle and workspace) give
+ * what the same GEMM gives alone. */
+static void gemms_on_several_streams_at_once_agree(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0");
+  tr_device *d = tr_device_list_get(l, 0);
+  enum { M = 512, S = 4 };
+  tr_stream *st[S];
+  float *a, *c[S], *host = th_alloc_f(M * M), *want = th_alloc_f(M * M);
+  OK(tr_device_alloc(d, M * M * 4, (void **)&a));
+  OK(tr_init_normal(tr_device_stream(d), a, M * M, 0, 1, 42, 0));
+  tr_event *ready;
+  OK(tr_event_open(d, TR_EVENT_DEFAULT, &ready));
+  OK(tr_event_record(ready, tr_device_stream(d)));
+  for (int i = 0; i < S; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "gemm%d", i);
+    OK(tr_stream_open(d, name, &st[i]));
+    OK(tr_stream_alloc(st[i], M * M * 4, (void **)&c[i]));
+    OK(tr_stream_wait_event(st[i], ready));
+    for (int k = 0; k < 5; k++)
+      OK(tr_gemm(st[i], TR_OP_N, TR_OP_T, M, M, M, 1, a, M, a, M, 0, c[i], M));
+  }
+  for (int i = 0; i < S; i++) {
+    OK(tr_memcpy(st[i], i ? host : want, c[i], M * M * 4, TR_COPY_D2H));
+    OK(tr_stream_synchronize(st[i]));
+    if (i) assert_memory_equal(host, want, M * M * 4);
+    OK(tr_stream_free(st[i], c[i]));
+    tr_stream_close(st[i]);
+  }
+  tr_event_close(ready);
+  OK(tr_device_free(d, a));
+  free(host), free(want);
+  tr_device_list_close(l);
+}
+
+/* ---- two logical devices on one GPU, two threads ---------------------------------------- */
+
+typedef struct pair_ctx {
+  tr_device *src, *dst;
+  float *src_buf, *dst_buf;
+  tr_event *ready; /* recorded by src after its work */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int posted;      /* the "message": src's work is issued and `ready` recorded */
+  int ok;
+  size_t n;
+} pair_ctx;
+
+static void *producer(void *arg) {
+  pair_ctx *c = arg;
+  tr_device_bind(c->src);
+  tr_stream *s = tr_device_stream(c->src);
+  int rc = tr_init_uniform(s, c->src_buf, c->n, -1, 1, 7, 0);
+  for (int i = 0; i < 200; i++) rc |= tr_scale(s, c->src_buf, i % 2 ? 0.5f : 2.0f, c->n);
+  rc |= tr_event_open(c->src, TR_EVENT_DEFAULT, &c->ready);
+  rc |= tr_event_record(c->ready, s);
+  pthread_mutex_lock(&c->lock);
+  c->posted = rc ? -1 : 1;
+  pthread_cond_signal(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+static void *consumer(void *arg) {
+  pair_ctx *c = arg;
+  tr_device_bind(c->dst);
+  pthread_mutex_lock(&c->lock);
+  while (!c->posted) pthread_cond_wait(&c->cond, &c->lock);
+  pthread_mutex_unlock(&c->lock);
+  if (c->posted < 0) return NULL;
+  tr_stream *copy;
+  float *got = th_alloc_f(c->n), *want = th_alloc_f(c->n);
+  int rc = tr_stream_open(c->dst, "peer copy", &copy);
+  rc |= tr_stream_wait_event(copy, c->ready);
+  rc |= tr_memcpy_peer(copy, c->dst_buf, c->dst, c->src_buf, c->src, c->n * 4);
+  rc |= tr_memcpy(copy, got, c->dst_buf, c->n * 4, TR_COPY_D2H);
+  rc |= tr_stream_synchronize(copy);
+  tr_stream_close(copy);
+  /* what the producer computed: the same init, scaled by 2 and 0.5 a hundred times each */
+  tr_stream *s = tr_device_stream(c->dst);
+  float *tmp;
+  rc |= tr_device_alloc(c->dst, c->n * 4, (void **)&tmp);
+  rc |= tr_init_uniform(s, tmp, c->n, -1, 1, 7, 0);
+  rc |= tr_memcpy(s, want, tmp, c->n * 4, TR_COPY_D2H);
+  rc |= tr_stream_synchronize(s);
+  rc |= tr_device_free(c->dst, tmp);
+  if (rc) fprintf(stderr, "consumer: %s\n", tr_device_error(c->dst));
+  c->ok = !rc && !memcmp(got, want, c->n * 4);
+  free(got), free(want);
+  return NULL;
+}
+
+static void peer_copy_between_logical_devices_after_an_event(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0,cuda:0");
+  pair_ctx c = {.src = tr_device_list_get(l, 0), .dst = tr_device_list_get(l, 1),
+                .n = (1 << 22) + 3};
+  pthread_mutex_init(&c.lock, NULL);
+  pthread_cond_init(&c.cond, NULL);
+  OK(tr_device_alloc(c.src, c.n * 4, (void **)&c.src_buf));
+  OK(tr_device_alloc(c.dst, c.n * 4, (void **)&c.dst_buf));
+  /* the allocations must be complete before other threads' streams touch them */
+  OK(tr_stream_synchronize(tr_device_stream(c.src)));
+  OK(tr_stream_synchronize(tr_device_stream(c.dst)));
+  pthread_t t1, t2;
+  pthread_create(&t2, NULL, consumer, &c);
+  pthread_create(&t1, NULL, producer, &c);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  assert_int_equal(c.posted, 1);
+  assert_true(c.ok);
+  tr_device_bind(c.src);
+  tr_device_bind(c.dst);
+  /* and back, issued on the source's stream this time */
+  tr_stream *s = tr_device_stream(c.src);
+  float *host = th_alloc_f(c.n);
+  OK(tr_fill(tr_device_stream(c.dst), c.dst_buf, c.n, 3.0f));
+  tr_event *e;
+  OK(tr_event_open(c.dst, TR_EVENT_DEFAULT, &e));
+  OK(tr_event_record(e, tr_device_stream(c.dst)));
+  OK(tr_stream_wait_event(s, e));
+  OK(tr_memcpy_peer(s, c.src_buf, c.src, c.dst_buf, c.dst, c.n * 4));
+  OK(tr_memcpy(s, host, c.src_buf, c.n * 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  assert_true(host[0] == 3.0f && host[c.n - 1] == 3.0f);
+  free(host);
+  tr_event_close(e);
+  tr_event_close(c.ready);
+  tr_device_free(c.src, c.src_buf);
+  tr_device_free(c.dst, c.dst_buf);
+  tr_device_list_close(l);
+  pthread_mutex_destroy(&c.lock);
+  pthread_cond_destroy(&c.cond);
+}
+
+/* Every GPU of the machine, one list: peer copies between each pair (direct where the
+ * topology allows it, staged by the driver otherwise). */
+static void peer_copies_between_every_pair_of_gpus(void **state) {
+  (void)state;
+  int n = tr_device_count(TR_DEVICE_CUDA);
+  if (n < 2) {
+    fprintf(stderr, "(one GPU: the pairs are logical devices, tested above)\n");
+    return;
+  }
+  char spec[256] = "cuda:";
+  for (int i = 0; i < n && i < 16; i++)
+    snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%d", i ? "," : "", i);
+  tr_device_list *l = open_ok(spec);
+  n = tr_device_list_count(l);
+  enum { N = 1 << 20 };
+  float *buf[16], *host = th_alloc_f(N);
+  for (int i = 0; i < n; i++) {
+    tr_device *d = tr_device_list_get(l, i);
+    OK(tr_device_alloc(d, N * 4, (void **)&buf[i]));
+    OK(tr_fill(tr_device_stream(d), buf[i], N, (float)i));
+    OK(tr_stream_synchronize(tr_device_stream(d)));
+  }
+  for (int i = 0; i < n; i++)
+    for (int j = 0; j < n; j++) {
+      if (i == j) continue;
+      tr_device *src = tr_device_list_get(l, i), *dst = tr_device_list_get(l, j);
+      tr_stream *s = tr_device_stream(dst);
+      OK(tr_memcpy_peer(s, buf[j], dst, buf[i], src, N * 4));
+      OK(tr_memcpy(s, host, buf[j], N * 4, TR_COPY_D2H));
+      OK(tr_stream_synchronize(s));
+      assert_true(host[0] == (float)i && host[N - 1] == (float)i);
+      OK(tr_fill(s, buf[j], N, (float)j));
+      OK(tr_stream_synchronize(s));
+    }
+  for (int i = 0; i < n; i++) OK(tr_device_free(tr_device_list_get(l, i), buf[i]));
+  free(host);
+  tr_device_list_close(l);
+}
+
+/* ---- precision -------------------------------------------------------------------------- */
+
+/* 1 + 2^-20 needs more than TF32's 10 mantissa bits: exact FP32 keeps it. With K = 8 and
+ * B = 1/8 every partial sum is representable, so any summation order gives it exactly. */
+static void gemm_is_exact_fp32_unless_tf32_is_asked_for(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0");
+  tr_device *d = tr_device_list_get(l, 0);
+  tr_stream *s = tr_device_stream(d);
+  enum { M = 256, K = 8 };
+  float *a, *b, *c, *host = th_alloc_f(M * M);
+  OK(tr_device_alloc(d, M * K * 4, (void **)&a));
+  OK(tr_device_alloc(d, K * M * 4, (void **)&b));
+  OK(tr_device_alloc(d, M * M * 4, (void **)&c));
+  OK(tr_fill(s, a, M * K, 1.0f + 0x1p-20f));
+  OK(tr_fill(s, b, K * M, 1.0f / K));
+  OK(tr_gemm(s, TR_OP_N, TR_OP_N, M, M, K, 1, a, K, b, M, 0, c, M));
+  OK(tr_memcpy(s, host, c, M * M * 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  for (int i = 0; i < M * M; i++) assert_true(host[i] == 1.0f + 0x1p-20f);
+  /* TF32 may round the inputs; it must still compute a product close to the exact one */
+  OK(tr_device_set_tf32(d, 1));
+  OK(tr_gemm(s, TR_OP_N, TR_OP_N, M, M, K, 1, a, K, b, M, 0, c, M));
+  OK(tr_memcpy(s, host, c, M * M * 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  assert_true(fabsf(host[0] - 1.0f) < 1e-3f);
+  OK(tr_device_set_tf32(d, 0));
+  tr_device_free(d, a), tr_device_free(d, b), tr_device_free(d, c);
+  free(host);
+  tr_device_list_close(l);
+}
+
+/* ---- failures ------------------------------------------------------------------------------ */
+
+/* A failing CUDA call reports the device, the call, CUDA's words and file:line, and leaves
+ * the device usable (these failures are not sticky). */
+static void failures_name_the_device_the_call_and_the_line(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0,cuda:0");
+  tr_device *d = tr_device_list_get(l, 1);
+  void *p = NULL;
+  int rc = tr_device_alloc(d, (size_t)1 << 55, &p); /* 32 PiB */
+  assert_true(rc == TR_ENOMEM || rc == TR_EDEVICE);
+  const char *msg = tr_device_error(d);
+  fprintf(stderr, "(expected) %s\n", msg);
+  assert_non_null(strstr(msg, tr_device_name(d)));
+  assert_non_null(strstr(msg, "cudaMallocFromPoolAsync"));
+  assert_non_null(strstr(msg, "gpu/cuda/cuda_backend.cu:"));
+  rc = tr_host_alloc(d, (size_t)1 << 55, &p);
+  assert_true(rc == TR_ENOMEM || rc == TR_EDEVICE);
+  assert_non_null(strstr(tr_device_error(d), "cudaHostAlloc"));
+  /* still works */
+  float *x, y = 0;
+  tr_stream *s = tr_device_stream(d);
+  OK(tr_device_alloc(d, 4096, (void **)&x));
+  OK(tr_fill(s, x, 1024, 5.0f));
+  OK(tr_sum(s, x + 1023, x, 1023, 0));
+  OK(tr_memcpy(s, &y, x + 1023, 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  assert_true(y == 5115.0f);
+  OK(tr_device_free(d, x));
+  tr_device_list_close(l);
+}
+
+int main(void) {
+  if (tr_device_count(TR_DEVICE_CUDA) == 0) {
+    fprintf(stderr, "test_cuda_devices: no GPU on this machine: skipped\n");
+    return 77;
+  }
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(cuda_devices_report_model_memory_and_capability),
+      cmocka_unit_test(stream_ordered_memory_is_reused_and_freed_at_close),
+      cmocka_unit_test(pinned_host_memory_round_trips),
+      cmocka_unit_test(work_waiting_on_an_event_sees_the_recorded_work),
+      cmocka_unit_test(gemms_on_several_streams_at_once_agree),
+      cmocka_unit_test(peer_copy_between_logical_devices_after_an_event),
+      cmocka_unit_test(peer_copies_between_every_pair_of_gpus),
+      cmocka_unit_test(gemm_is_exact_fp32_unless_tf32_is_asked_for),
+      cmocka_unit_test(failures_name_the_device_the_call_and_the_line),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
