@@ -99,13 +99,13 @@ int tr__actor_turn(tr_actor *a) {
   int n = 0;
 
   if (!a->started) {
-    a->started = true;
     int rc = a->b->start ? a->b->start(a) : 0;
     if (rc != 0) {
       actor_failed(a, rc, "starting");
-      tr__actor_stop_now(a);
+      tr__actor_stop_now(a); /* marks it done; `stop` is only for actors that started */
       return -1;
     }
+    a->started = true;
   }
 
   while ((m = tr_mailbox_pop(&a->ctl, &released)) != NULL) {

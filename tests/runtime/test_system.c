@@ -155,13 +155,16 @@ static int failing_start(tr_actor *self) {
   return tr_actor_fail(self, TR_ENODEV, "no device cuda:7");
 }
 static const tr_behaviour failing_starter = {
-    .name = "stage", .start = failing_start, .receive = counting_receive};
+    .name = "stage", .start = failing_start, .receive = counting_receive, .stop = counting_stop};
 
 static void start_error_stops_the_system(void **state) {
   (void)state;
   tr_system *sys = system_new(NULL);
-  spawn(sys, "stage0", TR_ACTOR_PINNED, &failing_starter, NULL);
+  _Atomic int calls = 0;
+  tr_actor *a = spawn(sys, "stage0", TR_ACTOR_PINNED, &failing_starter, &calls);
+  tr_actor_send(a, num_new(1, NULL));
   assert_int_equal(tr_system_run(sys), TR_ENODEV);
+  assert_int_equal(atomic_load(&calls), 0); /* no message handled, no stop without a start */
   assert_non_null(strstr(tr_system_error(sys), "'stage0'"));
   assert_non_null(strstr(tr_system_error(sys), "starting"));
   assert_non_null(strstr(tr_system_error(sys), "no device cuda:7"));
