@@ -52,7 +52,7 @@ src=tests/install/hello.c
 say "shared: $cc hello.c \$(pkg-config --cflags --libs troupe)"
 # shellcheck disable=SC2046  # pkg-config output is a list of words
 "$cc" "${cflags[@]}" "$src" -o "$scratch/hello-shared" $(pkg-config --cflags --libs troupe) \
-  -Wl,-rpath,"$libdir"
+  -Wl,-rpath,"$libdir" || fail "hello.c does not build against the shared library"
 "$scratch/hello-shared" || fail "hello (shared) exited $?"
 ldd "$scratch/hello-shared" | grep -q "$libdir/libtroupe.so" ||
   fail "hello (shared) did not load libtroupe from $libdir"
@@ -61,7 +61,8 @@ say "static: $cc hello.c \$(pkg-config --cflags --static --libs troupe), libtrou
 static_libs=$(pkg-config --static --libs troupe)
 static_libs=${static_libs/-ltroupe/$libdir/libtroupe.a}
 # shellcheck disable=SC2046,SC2086
-"$cc" "${cflags[@]}" "$src" -o "$scratch/hello-static" $(pkg-config --cflags troupe) $static_libs
+"$cc" "${cflags[@]}" "$src" -o "$scratch/hello-static" $(pkg-config --cflags troupe) $static_libs ||
+  fail "hello.c does not build against the static library with: $static_libs"
 "$scratch/hello-static" || fail "hello (static) exited $?"
 
 troupe_bin=$destdir$prefix/bin/troupe
