@@ -201,11 +201,16 @@ static const ew_op ew_ops[] = {
 };
 enum { NEW = sizeof ew_ops / sizeof ew_ops[0] };
 
-/* The reference: the same number of bytes through memcpy (half read, half written). */
+/* The reference: the same number of bytes through memcpy (half read, half written), in
+ * copies of at most one buffer. */
 static size_t ref_bytes;
 static void ref_memcpy(ctx *c) {
-  if (c->host) memcpy(c->c, c->a, ref_bytes / 2);
-  else OK(tr_memcpy(c->s, c->c, c->a, ref_bytes / 2, TR_COPY_D2D));
+  for (size_t left = ref_bytes / 2; left > 0;) {
+    size_t chunk = left < c->n * sizeof(float) ? left : c->n * sizeof(float);
+    if (c->host) memcpy(c->c, c->a, chunk);
+    else OK(tr_memcpy(c->s, c->c, c->a, chunk, TR_COPY_D2D));
+    left -= chunk;
+  }
 }
 
 /* ---- results ---------------------------------------------------------------------------------- */
@@ -323,13 +328,13 @@ static void usage(FILE *f) {
   fprintf(f, "usage: troupe bench ops [--devices SPEC] [--seconds S] [--size N] [--json]\n\n"
              "GFLOP/s of GEMM (against cblas_sgemm on host devices) and GB/s of every\n"
              "element-wise kernel (against memcpy of the same bytes), on each device of SPEC\n"
-             "(default host:1). --seconds: the least time of one timed run (default 0.2);\n"
-             "--size: floats per element-wise buffer (default 4194304).\n");
+             "(default host:1). --seconds: the least time of one timed run (default 0.1);\n"
+             "--size: floats per element-wise buffer (default 4194304, at least 65536).\n");
 }
 
 int bench_ops(int argc, char **argv) {
   const char *spec = "host:1";
-  double seconds = 0.2;
+  double seconds = 0.1;
   uint64_t size = 1 << 22;
   bool json = false;
   for (int i = 1; i < argc; i++) {
@@ -339,7 +344,7 @@ int bench_ops(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--seconds")) {
       if (!cli_value_double(argc, argv, &i, 0.001, 60, &seconds)) return CLI_USAGE;
     } else if (!strcmp(argv[i], "--size")) {
-      if (!cli_value_u64(argc, argv, &i, (uint64_t)T * T, 1ull << 28, &size)) return CLI_USAGE;
+      if (!cli_value_u64(argc, argv, &i, (uint64_t)ROW * ROW, 1ull << 28, &size)) return CLI_USAGE;
     } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       usage(stdout);
       return CLI_OK;
