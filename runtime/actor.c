@@ -73,6 +73,7 @@ static void actor_failed(tr_actor *a, int status, const char *during) {
 
 static int deliver(tr_actor *a, tr_msg *m) {
   int rc;
+  atomic_store_explicit(&a->handling, m->type, memory_order_relaxed);
   if (__builtin_expect(a->sys->trace_on, 0)) {
     uint64_t t0 = tr_now_ns();
     rc = a->b->receive(a, m);
@@ -80,6 +81,9 @@ static int deliver(tr_actor *a, tr_msg *m) {
   } else {
     rc = a->b->receive(a, m);
   }
+  atomic_store_explicit(&a->handling, NULL, memory_order_relaxed);
+  atomic_store_explicit(&a->handled, atomic_load_explicit(&a->handled, memory_order_relaxed) + 1,
+                        memory_order_relaxed);
   if (rc != 0) {
     char during[160];
     snprintf(during, sizeof during, "handling '%s'", m->type->name);

@@ -7,13 +7,14 @@ void tr_mailbox_init(tr_mailbox *q) {
   q->stub.from = NULL;
   q->stub.pool = NULL;
   q->stub.size = 0;
-  q->tail = &q->stub;
+  atomic_store_explicit(&q->tail, &q->stub, memory_order_relaxed);
   atomic_store_explicit(&q->head, (uintptr_t)&q->stub | 1, memory_order_release);
 }
 
 void tr_mailbox_drain(tr_mailbox *q) {
   tr_msg *released;
   while (tr_mailbox_pop(q, &released) != NULL) tr_msg_free(released);
-  if (q->tail != &q->stub) tr_msg_free(q->tail);
+  tr_msg *last = atomic_load_explicit(&q->tail, memory_order_relaxed);
+  if (last != &q->stub) tr_msg_free(last);
   tr_mailbox_init(q);
 }

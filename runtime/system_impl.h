@@ -42,6 +42,9 @@ struct tr_actor {
   tr_msg_pool *pool;    /* pinned: message memory of its thread */
   tr__trace_buf *trace; /* the buffer of the thread that runs it */
   char *error;          /* set by tr_actor_fail */
+  /* Written by the actor's thread, read by the watchdog: relaxed stores, no contention. */
+  _Atomic(const tr_msgtype *) handling;
+  _Atomic uint64_t handled;
   tr_actor *next_all;   /* the system's lists */
   tr_actor *next_loop;
 };
@@ -52,6 +55,9 @@ struct tr_system {
   uv_loop_t loop;
   uv_async_t async;
   uv_signal_t sigint, sigterm;
+  uv_timer_t watchdog;
+  int watchdog_ms;
+  uint64_t watchdog_handled; /* loop thread: total handled at the previous tick */
   tr_mailbox requests; /* timer requests, consumed on the loop */
   char *name;
   int turn_batch;

@@ -32,7 +32,9 @@ extern "C" {
 
 typedef struct tr_mailbox {
   _Alignas(TR_CACHE_LINE) _Atomic(uintptr_t) head; /* producers: newest message | empty mark */
-  _Alignas(TR_CACHE_LINE) tr_msg *tail;            /* consumer: last popped message, or stub */
+  /* consumer: last popped message, or stub. Atomic only so that a watchdog on another
+   * thread may read it (tr_mailbox_pending); the owner's relaxed accesses are plain moves. */
+  _Alignas(TR_CACHE_LINE) _Atomic(tr_msg *) tail;
   tr_msg stub;
 } tr_mailbox;
 
@@ -56,11 +58,11 @@ static inline bool tr_mailbox_push(tr_mailbox *q, tr_msg *m) {
 /* Consumer: the oldest message, or NULL. `*released` receives the message the queue no
  * longer references (the previous pop's), which the caller now owns, or NULL. */
 static inline tr_msg *tr_mailbox_pop(tr_mailbox *q, tr_msg **released) {
-  tr_msg *tail = q->tail;
+  tr_msg *tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
   tr_msg *next = atomic_load_explicit(&tail->next, memory_order_acquire);
   *released = NULL;
   if (next == NULL) return NULL;
-  q->tail = next;
+  atomic_store_explicit(&q->tail, next, memory_order_relaxed);
   *released = tail == &q->stub ? NULL : tail;
   return next;
 }
@@ -68,7 +70,8 @@ static inline tr_msg *tr_mailbox_pop(tr_mailbox *q, tr_msg **released) {
 /* Consumer: true when nothing is ready to pop. Reads only the line of the last popped
  * message, so a consumer may spin on it without disturbing producers. */
 static inline bool tr_mailbox_empty(const tr_mailbox *q) {
-  return atomic_load_explicit(&q->tail->next, memory_order_relaxed) == NULL;
+  tr_msg *tail = atomic_load_explicit(&q->tail, memory_order_relaxed);
+  return atomic_load_explicit(&tail->next, memory_order_relaxed) == NULL;
 }
 
 /* Consumer: the newest message pushed so far (bounds a turn: "up to the head seen"). */
@@ -81,13 +84,22 @@ static inline const tr_msg *tr_mailbox_newest(tr_mailbox *q) {
  * (or already) marked, so that the next push reports it; false when a message is pending
  * or being pushed: the consumer must not sleep. */
 static inline bool tr_mailbox_mark_empty(tr_mailbox *q) {
-  uintptr_t tail = (uintptr_t)q->tail;
-  if (atomic_load_explicit(&q->tail->next, memory_order_acquire) != NULL) return false;
+  tr_msg *last = atomic_load_explicit(&q->tail, memory_order_relaxed);
+  uintptr_t tail = (uintptr_t)last;
+  if (atomic_load_explicit(&last->next, memory_order_acquire) != NULL) return false;
   uintptr_t expect = tail;
   if (atomic_compare_exchange_strong_explicit(&q->head, &expect, tail | 1,
                                               memory_order_acq_rel, memory_order_acquire))
     return true;
   return expect == (tail | 1);
+}
+
+/* Any thread: true when messages wait (or are being pushed). A snapshot for diagnostics
+ * (the watchdog); it never dereferences a message, so it is safe while the owner pops. */
+static inline bool tr_mailbox_pending(const tr_mailbox *q) {
+  uintptr_t head = atomic_load_explicit(&((tr_mailbox *)q)->head, memory_order_relaxed);
+  return (head & ~(uintptr_t)1) !=
+         (uintptr_t)atomic_load_explicit(&((tr_mailbox *)q)->tail, memory_order_relaxed);
 }
 
 #ifdef __cplusplus

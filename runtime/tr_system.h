@@ -89,6 +89,9 @@ typedef struct tr_system_config {
   int trace;          /* record every handled message (see tr_trace.h) */
   int turn_batch;     /* data messages per turn at most; 0 for the default (64) */
   int spin_us;        /* default spin of pinned actors; 0 for the default (20 µs) */
+  int watchdog_ms;    /* 0: off. Else: when, over this long, no actor handled a message
+                         although one was busy or had messages waiting, the system stops
+                         with TR_ETIMEDOUT and tr_system_error names each actor's state. */
 } tr_system_config;
 
 /* Creates a system. On failure *out is NULL and the status says why. */
@@ -112,6 +115,11 @@ const char *tr_system_error(const tr_system *sys);
 /* Stops nothing: call after tr_system_run has returned (or instead of running it). Frees
  * the actors, their pending messages and the loop. */
 void tr_system_free(tr_system *sys);
+
+/* Writes one line per actor that is not idle ("'stage1' (pinned stage): handling
+ * 'fwd_msg', 1234 handled"; "parked with messages waiting"), then how many are idle, into
+ * `buf`. Any thread; a snapshot for diagnosing a graph that stopped moving. */
+void tr_system_report(tr_system *sys, char *buf, size_t size);
 
 /* The libuv loop, for loop actors that want handles of their own (close them in `stop`). */
 uv_loop_t *tr_system_loop(tr_system *sys);

@@ -238,7 +238,8 @@ static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t p
   }
   double secs = (double)(tr_now_ns() - t0) / 1e9;
   for (int p = 0; p < producers; p++) pthread_join(t[p], NULL);
-  if (queue == Q_MAILBOX && f->mailbox.tail != &f->mailbox.stub) flow_free(f, f->mailbox.tail);
+  tr_msg *last = atomic_load(&f->mailbox.tail);
+  if (queue == Q_MAILBOX && last != &f->mailbox.stub) flow_free(f, last);
   tr_msg_pool_attach(NULL);
   for (int p = 0; p <= producers; p++) tr_msg_pool_free(f->pools[p]);
   free(f->ring);

@@ -328,6 +328,48 @@ static void sigint_stops_the_system_gracefully(void **state) {
   tr_system_free(sys);
 }
 
+/* ---- the watchdog ----------------------------------------------------------------------- */
+
+static int sleepy_receive(tr_actor *self, tr_msg *msg) {
+  (void)self, (void)msg;
+  usleep(600 * 1000); /* stuck, as far as a 150 ms watchdog can tell */
+  return 0;
+}
+static const tr_behaviour sleepy = {.name = "stage", .receive = sleepy_receive};
+
+static void watchdog_names_the_actor_that_makes_no_progress(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 150});
+  _Atomic int count = 0;
+  spawn(sys, "bystander", TR_ACTOR_PINNED, &counting, &count);
+  tr_actor *s = spawn(sys, "sleeper", TR_ACTOR_PINNED, &sleepy, NULL);
+  tr_actor_send(s, num_new(1, NULL));
+  tr_actor_send(s, num_new(2, NULL));
+  assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
+  const char *err = tr_system_error(sys);
+  assert_non_null(strstr(err, "no progress for 150 ms"));
+  assert_non_null(strstr(err, "'sleeper' (pinned stage): handling 'num_msg', 0 handled"));
+  assert_null(strstr(err, "bystander")); /* idle actors are only counted */
+  assert_non_null(strstr(err, "1 idle"));
+  tr_system_free(sys);
+}
+
+static int stop_on_tick(tr_actor *self, tr_msg *msg) {
+  (void)msg;
+  tr_system_stop(tr_actor_system(self), 0);
+  return 0;
+}
+static const tr_behaviour ticker = {.name = "ticker", .receive = stop_on_tick};
+
+static void watchdog_leaves_an_idle_system_alone(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 10});
+  tr_actor *t = spawn(sys, "ticker", TR_ACTOR_PINNED, &ticker, NULL);
+  tr_actor_timer_start(t, 150, 0, 0); /* nothing to do until then: idle, not stuck */
+  assert_int_equal(tr_system_run(sys), 0);
+  tr_system_free(sys);
+}
+
 /* ---- spawning during a run, tracing ----------------------------------------------------- */
 
 static const tr_behaviour spawner;
@@ -382,6 +424,8 @@ int main(void) {
       cmocka_unit_test(pinned_and_loop_actors_exchange_in_both_directions),
       cmocka_unit_test(timers_fire_once_or_repeatedly_until_stopped),
       cmocka_unit_test(sigint_stops_the_system_gracefully),
+      cmocka_unit_test(watchdog_names_the_actor_that_makes_no_progress),
+      cmocka_unit_test(watchdog_leaves_an_idle_system_alone),
       cmocka_unit_test(actors_spawned_during_a_run_start_and_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
