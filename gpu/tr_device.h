@@ -42,7 +42,8 @@
  * stream used on another device's thread) aborts through TR_ASSERT.
  *
  * Conventions of the ops (llm.c style shapes in the comments, row-major, float32):
- *   - sizes may be 0 (nothing happens; reductions then write 0 or leave an accumulator);
+ *   - sizes may be 0 (nothing happens; reductions then write 0 or leave an accumulator),
+ *     except the length of a row that must have one (layernorm's C, cross-entropy's V);
  *   - activation gradients (dinp) are overwritten; parameter gradients (dweight, dbias,
  *     dwte, dwpe) accumulate (+=), so gradients of micro-batches add up: zero them once per
  *     step with tr_memset;
@@ -72,7 +73,7 @@ typedef struct tr_device_info {
   tr_device_kind kind;
   int index;             /* position in its list */
   int ordinal;           /* physical: the GPU's index, or the host device's number */
-  char name[32];         /* "host:0", "cuda:1" */
+  char name[32];         /* "host:0", "cuda:1"; "cuda:0/1": the 2nd logical device on GPU 0 */
   char model[128];       /* "AMD EPYC 7763 (OpenBLAS 0.3.21 Zen)", "NVIDIA H100 80GB HBM3" */
   uint64_t memory_total; /* bytes (host: physical memory of the machine) */
   uint64_t memory_free;  /* bytes when the list was opened */
@@ -87,8 +88,8 @@ typedef struct tr_device_info {
  * 'cuda:7': no CUDA device 7 (this machine has 1)"). Call from any thread. */
 int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size);
 
-/* Closes every device of the list, freeing their streams, events and memory. Call once no
- * owner thread uses them any more. */
+/* Closes every device of the list, with their streams and the memory still allocated on
+ * them. Close events first. Call once no owner thread uses the devices any more. */
 void tr_device_list_close(tr_device_list *list);
 
 int tr_device_list_count(const tr_device_list *list);
@@ -234,7 +235,8 @@ int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n);
 int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n);
 /* x (n) *= alpha */
 int tr_scale(tr_stream *s, float *x, float alpha, size_t n);
-/* x (n) *= scalar[0], a float in device memory (clipping without a host round trip) */
+/* x (n) *= scalar[0], a float in device memory outside x (clipping without a host round
+ * trip) */
 int tr_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n);
 
 /* ---- reductions (one float result in device memory) ------------------------------------------- */
@@ -296,7 +298,9 @@ int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const fl
 /* ---- losses ------------------------------------------------------------------------------------- */
 
 /* logits (N,V), targets (N) -> probs (N,V) (softmax, saved for backward) and
- * loss[0] = scale * sum_n -log probs[n][targets[n]] (scale 1/N: the mean). */
+ * loss[0] = scale * sum_n -log probs[n][targets[n]] (scale 1/N: the mean), computed as
+ * log-sum-exp minus the target's logit, so it stays finite where probs underflow. probs must
+ * not overlap logits. */
 int tr_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
                         const int32_t *targets, size_t N, size_t V, float scale);
 /* dlogits (N,V) = scale * (probs - onehot(targets)); dlogits may equal probs. */
@@ -311,7 +315,8 @@ int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *targe
 
 /* ---- embedding ---------------------------------------------------------------------------------- */
 
-/* idx (B,T) in [0,V), wte (V,C), wpe (T,C) or NULL -> out (B,T,C) = wte[idx] (+ wpe[t]) */
+/* idx (B,T) in [0,V), wte (V,C), wpe (T,C) or NULL -> out (B,T,C) = wte[idx] (+ wpe[t]).
+ * Host devices report an index outside [0,V) as TR_EINVAL; GPUs cannot, cheaply. */
 int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
                      const float *wpe, size_t B, size_t T, size_t C, size_t V);
 /* dout (B,T,C) -> dwte (V,C) += scatter-add over idx; dwpe (T,C) += sum over B (if not NULL) */
