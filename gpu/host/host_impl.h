@@ -10,9 +10,34 @@
 #ifndef TR_HOST_IMPL_H
 #define TR_HOST_IMPL_H
 
+#include <string.h>
+
 #include "backend_impl.h"
 
 #define HOST_LANES 16
+
+/* exp(x) for x <= 0, the only arguments softmaxes (after subtracting the row's maximum) and
+ * GELU's logistic need: within 1.3 ulp of the exact value on [-87, 0], 0 below -87 (where
+ * the result would be subnormal), NaN for NaN; wrong for x > 0. Plain float arithmetic
+ * (Cody-Waite reduction by ln 2, a degree-7 polynomial, the exponent set through the bits),
+ * so loops that call it vectorise, where libm's expf is a call per element. */
+static inline float tr__host_expf_nonpos(float x) {
+  const float shifter = 0x1.8p23f; /* adding it rounds to an integer kept in the low bits */
+  float kf = x * 1.44269504088896341f + shifter;
+  uint32_t kb;
+  memcpy(&kb, &kf, sizeof kb);
+  const int32_t k = (int32_t)(kb - 0x4B400000u);
+  kf -= shifter;
+  float r = x - kf * 0.693145751953125f; /* ln 2, high part: k * it is exact */
+  r -= kf * 1.428606765330187e-06f;      /* ln 2, low part */
+  const float p =
+      1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
+             r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
+  const uint32_t sb = (uint32_t)(k + 127) << 23; /* 2^k, for k >= -126 */
+  float scale;
+  memcpy(&scale, &sb, sizeof scale);
+  return x < -87.0f ? 0.0f : p * scale;
+}
 
 /* Scratch memory of the device (grows, reused by later ops; NULL when out of memory). */
 void *tr__host_scratch(tr_stream *s, size_t bytes);

@@ -170,11 +170,10 @@ int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *
 
 /* 0.5 (1 + tanh u) is the logistic function of 2u: written so, with e = exp(-2|u|) <= 1,
  * neither the forward nor the gradient cancels where tanh u is near -1 (x below about -3),
- * and nothing overflows. expf is a libm call, so these loops stay scalar; GELU is a small
- * share of a step next to the GEMMs around it. */
+ * and nothing overflows. */
 static inline void gelu_parts(float x, float *sig, float *one_minus_sig) {
   const float u = GELU_K * (x + GELU_C * x * x * x);
-  const float e = expf(-2.0f * fabsf(u)), inv = 1.0f / (1.0f + e);
+  const float e = tr__host_expf_nonpos(-2.0f * fabsf(u)), inv = 1.0f / (1.0f + e);
   *sig = u >= 0.0f ? inv : e * inv;
   *one_minus_sig = u >= 0.0f ? e * inv : inv;
 }

@@ -45,11 +45,10 @@ static double dot3(const float *a, const float *b, const float *c, size_t n) {
   return s;
 }
 
-/* out = exp(scale * (inp - max)) / sum over the row, given the row's max; returns log(sum)
- * for the caller's loss. out may equal inp. expf is a libm call, so the exponentials stay
- * scalar (a vectorisable polynomial in double measured no faster at SSE2 width). */
+/* out = exp(scale * (inp - max)) / sum over the row, given the row's max (scale > 0, so the
+ * exponents are <= 0); returns log(sum) for the caller's loss. out may equal inp. */
 static double softmax_row_max(float *out, const float *inp, size_t n, float scale, float mx) {
-  for (size_t i = 0; i < n; i++) out[i] = expf(scale * (inp[i] - mx));
+  for (size_t i = 0; i < n; i++) out[i] = tr__host_expf_nonpos(scale * (inp[i] - mx));
   const double sum = tr__host_sum(out, n);
   const float inv = (float)(1.0 / sum);
   for (size_t i = 0; i < n; i++) out[i] *= inv;

@@ -11,7 +11,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "backend_impl.h" /* tr__philox4x32_10, the generator the spec names */
+#include "backend_impl.h"    /* tr__philox4x32_10, the generator the spec names */
+#include "host/host_impl.h" /* tr__host_expf_nonpos */
 #include "op_harness.h"
 
 static tr_device_list *list;
@@ -195,6 +196,31 @@ static void init_in_shards_equals_init_whole(void **state) {
     free(joined);
     th_free_outputs(whole, 1);
   }
+}
+
+/* The host's exponential, under every softmax and GELU: within 1.3 ulp over its domain. */
+static void host_exp_is_within_1_3_ulp_on_its_domain(void **state) {
+  (void)state;
+  double worst = 0;
+  float at = 0;
+  uint32_t lo, hi; /* bit patterns of -87 and -0: stride through every 61st float between */
+  float f87 = -87.0f, fz = -0.0f;
+  memcpy(&lo, &fz, 4), memcpy(&hi, &f87, 4);
+  for (uint32_t b = lo; b <= hi; b += 61) {
+    float x;
+    memcpy(&x, &b, 4);
+    const double want = exp((double)x);
+    const float wf = (float)want;
+    const double ulp = (double)nextafterf(wf, INFINITY) - wf;
+    const double err = fabs((double)tr__host_expf_nonpos(x) - want) / ulp;
+    if (err > worst) worst = err, at = x;
+  }
+  if (worst > 1.3) fprintf(stderr, "exp: %.3g ulp at %.9g\n", worst, (double)at);
+  assert_true(worst <= 1.3);
+  assert_true(tr__host_expf_nonpos(0.0f) == 1.0f);
+  assert_true(tr__host_expf_nonpos(-INFINITY) == 0.0f);
+  assert_true(tr__host_expf_nonpos(-100.0f) == 0.0f);
+  assert_true(isnan(tr__host_expf_nonpos(NAN)));
 }
 
 /* ---- element-wise arithmetic ----------------------------------------------------------------- */
@@ -950,6 +976,7 @@ int main(void) {
       cmocka_unit_test(init_values_follow_the_philox_definition),
       cmocka_unit_test(init_has_the_distributions_asked_for),
       cmocka_unit_test(init_in_shards_equals_init_whole),
+      cmocka_unit_test(host_exp_is_within_1_3_ulp_on_its_domain),
       cmocka_unit_test(add_axpy_scale_match_float64),
       cmocka_unit_test(sum_and_sumsq_match_float64_and_accumulate),
       cmocka_unit_test(clip_factor_is_min_of_one_and_max_norm_over_norm),
