@@ -14,6 +14,7 @@
 #define TROUPE_H
 
 #include "tr_base.h"
+#include "tr_checkpoint.h"
 #include "tr_device.h"
 #include "tr_mailbox.h"
 #include "tr_msg.h"

@@ -1,0 +1,985 @@
+/* checkpoint.c — safetensors checkpoints: the atomic writer and the validating reader
+ * (tr_checkpoint.h). The JSON header is parsed by cJSON; it is written here by hand, because
+ * cJSON prints numbers through doubles and offsets must come out as exact integers. */
+#include "tr_checkpoint.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define ERR_SIZE 512
+/* JSON numbers reach us as doubles: integers above 2^53 would round. No offset or dimension
+ * of a real file comes near it. */
+#define MAX_EXACT 9007199254740992.0
+
+/* ---- dtypes -------------------------------------------------------------------------- */
+
+static const struct {
+  const char *name;
+  size_t size;
+} dtypes[TR_DTYPE_COUNT] = {
+#define TR__DTYPE_ROW(name, text, size) [TR_DTYPE_##name] = {text, size},
+    TR_DTYPE_MAP(TR__DTYPE_ROW)
+#undef TR__DTYPE_ROW
+};
+
+size_t tr_dtype_size(tr_dtype dtype) {
+  return (unsigned)dtype < TR_DTYPE_COUNT ? dtypes[dtype].size : 0;
+}
+
+const char *tr_dtype_name(tr_dtype dtype) {
+  return (unsigned)dtype < TR_DTYPE_COUNT ? dtypes[dtype].name : "?";
+}
+
+int tr_dtype_parse(const char *name, tr_dtype *out) {
+  for (int i = 0; i < TR_DTYPE_COUNT; i++) {
+    if (strcmp(name, dtypes[i].name) == 0) {
+      *out = (tr_dtype)i;
+      return 0;
+    }
+  }
+  return TR_EFORMAT;
+}
+
+/* ---- shared helpers ---------------------------------------------------------------- */
+
+static void vformat(char *buf, size_t cap, const char *fmt, va_list ap) {
+  if (buf && cap) vsnprintf(buf, cap, fmt, ap);
+}
+
+static void format(char *buf, size_t cap, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vformat(buf, cap, fmt, ap);
+  va_end(ap);
+}
+
+/* A name from a file, made safe to print: non-printable bytes as \xNN, long names cut. */
+typedef struct quoted {
+  char s[96];
+} quoted;
+
+static quoted quote(const char *name) {
+  quoted q;
+  size_t o = 0, i = 0;
+  for (; name[i] && o + 8 < sizeof q.s; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (c >= 0x20 && c != 0x7f && c != '\\')
+      q.s[o++] = (char)c;
+    else
+      o += (size_t)snprintf(q.s + o, sizeof q.s - o, "\\x%02x", c);
+  }
+  if (name[i]) memcpy(q.s + o, "...", 4);
+  else q.s[o] = '\0';
+  return q;
+}
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+  size_t o = (size_t)snprintf(buf, cap, "[");
+  for (int i = 0; i < ndim && o < cap; i++)
+    o += (size_t)snprintf(buf + o, cap - o, i ? ", %" PRId64 : "%" PRId64, shape[i]);
+  if (o < cap) snprintf(buf + o, cap - o, "]");
+}
+
+/* Offset of the first byte that breaks UTF-8 (overlong forms, surrogates and code points
+ * past U+10FFFF included, as safetensors' Rust reader rejects them), or n when valid. */
+static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    unsigned c = s[i];
+    size_t len;
+    unsigned min;
+    if (c < 0x80) {
+      i++;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      len = 2, min = 0x80, c &= 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      len = 3, min = 0x800, c &= 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      len = 4, min = 0x10000, c &= 0x07;
+    } else {
+      return i;
+    }
+    if (n - i < len) return i;
+    for (size_t k = 1; k < len; k++) {
+      if ((s[i + k] & 0xc0) != 0x80) return i;
+      c = (c << 6) | (s[i + k] & 0x3f);
+    }
+    if (c < min || c > 0x10ffff || (c >= 0xd800 && c <= 0xdfff)) return i;
+    i += len;
+  }
+  return n;
+}
+
+static int utf8_valid(const char *s) {
+  size_t n = strlen(s);
+  return utf8_invalid_at((const unsigned char *)s, n) == n;
+}
+
+/* Element count × element size of a shape; -1 when it overflows size_t. A zero dimension
+ * makes the tensor empty whatever the others are. */
+static int shape_bytes(int ndim, const int64_t *shape, size_t elem, size_t *out) {
+  size_t n = elem;
+  int overflow = 0;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] == 0) {
+      *out = 0;
+      return 0;
+    }
+    if ((uint64_t)shape[i] > SIZE_MAX / n) overflow = 1;
+    else n *= (size_t)shape[i];
+  }
+  if (overflow) return -1;
+  *out = n;
+  return 0;
+}
+
+/* ---- writing ------------------------------------------------------------------------- */
+
+typedef struct wtensor {
+  char *name;
+  tr_dtype dtype;
+  int ndim;
+  int64_t shape[TR_CHECKPOINT_MAX_DIMS];
+  const void *data;
+  size_t nbytes;
+  size_t order; /* position in add order, the tie-break of the layout */
+} wtensor;
+
+typedef struct wmeta {
+  char *key, *value;
+} wmeta;
+
+struct tr_checkpoint_writer {
+  wtensor *t;
+  size_t nt, cap_t;
+  wmeta *m;
+  size_t nm, cap_m;
+  int failed; /* the status of the first failed call: save refuses to write after one */
+  char error[ERR_SIZE];
+};
+
+static int wfail(tr_checkpoint_writer *w, int status, const char *fmt, ...) {
+  if (!w->failed) {
+    va_list ap;
+    va_start(ap, fmt);
+    vformat(w->error, sizeof w->error, fmt, ap);
+    va_end(ap);
+    w->failed = status;
+  }
+  return status;
+}
+
+/* Grows *p (elements of `size`) to hold one more than *n. */
+static int grow(void **p, size_t *cap, size_t n, size_t size) {
+  if (n < *cap) return 0;
+  size_t c = *cap ? *cap * 2 : 16;
+  void *q = realloc(*p, c * size);
+  if (!q) return TR_ENOMEM;
+  *p = q;
+  *cap = c;
+  return 0;
+}
+
+tr_checkpoint_writer *tr_checkpoint_writer_new(void) {
+  return calloc(1, sizeof(tr_checkpoint_writer));
+}
+
+void tr_checkpoint_writer_free(tr_checkpoint_writer *w) {
+  if (!w) return;
+  for (size_t i = 0; i < w->nt; i++) free(w->t[i].name);
+  for (size_t i = 0; i < w->nm; i++) {
+    free(w->m[i].key);
+    free(w->m[i].value);
+  }
+  free(w->t);
+  free(w->m);
+  free(w);
+}
+
+const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w) {
+  return w->error;
+}
+
+int tr_checkpoint_writer_add(tr_checkpoint_writer *w, const char *name, tr_dtype dtype,
+                             int ndim, const int64_t *shape, const void *data) {
+  if (!name || !*name || strcmp(name, "__metadata__") == 0 || !utf8_valid(name))
+    return wfail(w, TR_EINVAL, "checkpoint: tensor name '%s' is empty, reserved or not UTF-8",
+                 name ? quote(name).s : "(null)");
+  quoted q = quote(name);
+  if ((unsigned)dtype >= TR_DTYPE_COUNT)
+    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': unknown dtype %d", q.s, (int)dtype);
+  if (ndim < 0 || ndim > TR_CHECKPOINT_MAX_DIMS || (ndim && !shape))
+    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': %d dimensions (0..%d allowed)", q.s,
+                 ndim, TR_CHECKPOINT_MAX_DIMS);
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0 || (double)shape[i] > MAX_EXACT)
+      return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': dimension %d is %" PRId64, q.s, i,
+                   shape[i]);
+  }
+  size_t nbytes;
+  if (shape_bytes(ndim, shape, dtypes[dtype].size, &nbytes) || (double)nbytes > MAX_EXACT)
+    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': shape too large", q.s);
+  if (nbytes && !data)
+    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': no data for %zu bytes", q.s, nbytes);
+  for (size_t i = 0; i < w->nt; i++) {
+    if (strcmp(w->t[i].name, name) == 0)
+      return wfail(w, TR_EINVAL, "checkpoint: tensor '%s' added twice", q.s);
+  }
+  if (grow((void **)&w->t, &w->cap_t, w->nt, sizeof *w->t))
+    return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
+  wtensor *t = &w->t[w->nt];
+  memset(t, 0, sizeof *t);
+  if (!(t->name = strdup(name))) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
+  t->dtype = dtype;
+  t->ndim = ndim;
+  if (ndim) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
+  t->data = data;
+  t->nbytes = nbytes;
+  t->order = w->nt++;
+  return 0;
+}
+
+int tr_checkpoint_writer_put(tr_checkpoint_writer *w, const char *key, const char *value) {
+  if (!key || !value || !utf8_valid(key) || !utf8_valid(value))
+    return wfail(w, TR_EINVAL, "checkpoint: metadata '%s': key or value missing or not UTF-8",
+                 key ? quote(key).s : "(null)");
+  char *v = strdup(value);
+  if (!v) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
+  for (size_t i = 0; i < w->nm; i++) {
+    if (strcmp(w->m[i].key, key) == 0) {
+      free(w->m[i].value);
+      w->m[i].value = v;
+      return 0;
+    }
+  }
+  char *k = strdup(key);
+  if (!k || grow((void **)&w->m, &w->cap_m, w->nm, sizeof *w->m)) {
+    free(k);
+    free(v);
+    return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
+  }
+  w->m[w->nm++] = (wmeta){k, v};
+  return 0;
+}
+
+int tr_checkpoint_writer_put_u64(tr_checkpoint_writer *w, const char *key, uint64_t value) {
+  char buf[24];
+  snprintf(buf, sizeof buf, "%" PRIu64, value);
+  return tr_checkpoint_writer_put(w, key, buf);
+}
+
+int tr_checkpoint_writer_put_u64s(tr_checkpoint_writer *w, const char *key,
+                                  const uint64_t *values, size_t count) {
+  if (count && !values) return wfail(w, TR_EINVAL, "checkpoint: metadata: no values");
+  if (count > SIZE_MAX / 24 - 1) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
+  size_t cap = 24 * count + 3, o = 1;
+  char *buf = malloc(cap);
+  if (!buf) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
+  buf[0] = '[';
+  for (size_t i = 0; i < count; i++)
+    o += (size_t)snprintf(buf + o, cap - o, i ? ", %" PRIu64 : "%" PRIu64, values[i]);
+  snprintf(buf + o, cap - o, "]");
+  int rc = tr_checkpoint_writer_put(w, key, buf);
+  free(buf);
+  return rc;
+}
+
+int tr_checkpoint_writer_put_json(tr_checkpoint_writer *w, const char *key,
+                                  const struct cJSON *value) {
+  if (!value) return wfail(w, TR_EINVAL, "checkpoint: metadata: no JSON value");
+  char *text = cJSON_PrintUnformatted(value);
+  if (!text) return wfail(w, TR_ENOMEM, "checkpoint: out of memory printing JSON");
+  int rc = tr_checkpoint_writer_put(w, key, text);
+  cJSON_free(text);
+  return rc;
+}
+
+/* A growable byte buffer for the header; `oom` makes every later append a no-op. */
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+  int oom;
+} sbuf;
+
+static void sb_put(sbuf *b, const char *s, size_t n) {
+  if (b->oom) return;
+  if (b->len + n + 1 > b->cap) {
+    size_t c = b->cap ? b->cap : 256;
+    while (c < b->len + n + 1) c *= 2;
+    char *q = realloc(b->p, c);
+    if (!q) {
+      b->oom = 1;
+      return;
+    }
+    b->p = q;
+    b->cap = c;
+  }
+  memcpy(b->p + b->len, s, n);
+  b->len += n;
+  b->p[b->len] = '\0';
+}
+
+static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_fmt(sbuf *b, const char *fmt, ...) {
+  char tmp[64];
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+  va_end(ap);
+  sb_put(b, tmp, (size_t)n);
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped, UTF-8 passed through. */
+static void sb_json_str(sbuf *b, const char *s) {
+  sb_put(b, "\"", 1);
+  for (const char *p = s; *p; p++) {
+    unsigned char c = (unsigned char)*p;
+    const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n"
+                    : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
+    if (esc) {
+      sb_put(b, esc, 2);
+    } else if (c < 0x20) {
+      sb_fmt(b, "\\u%04x", c);
+    } else {
+      sb_put(b, p, 1);
+    }
+  }
+  sb_put(b, "\"", 1);
+}
+
+/* Larger elements first, so that each tensor starts aligned to its element size (the data
+ * section starts 8-aligned); add order otherwise. safetensors' own writer does the same. */
+static int layout_cmp(const void *a, const void *b) {
+  const wtensor *x = *(const wtensor *const *)a, *y = *(const wtensor *const *)b;
+  size_t sx = dtypes[x->dtype].size, sy = dtypes[y->dtype].size;
+  if (sx != sy) return sx > sy ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* The whole header, 8-byte length prefix included, padded with spaces to a multiple of 8. */
+static int build_header(tr_checkpoint_writer *w, wtensor **order, sbuf *b) {
+  sb_put(b, "\0\0\0\0\0\0\0\0{", 9);
+  int first = 1;
+  if (w->nm) {
+    sb_str(b, "\"__metadata__\":{");
+    for (size_t i = 0; i < w->nm; i++) {
+      if (i) sb_put(b, ",", 1);
+      sb_json_str(b, w->m[i].key);
+      sb_put(b, ":", 1);
+      sb_json_str(b, w->m[i].value);
+    }
+    sb_put(b, "}", 1);
+    first = 0;
+  }
+  size_t offset = 0;
+  for (size_t i = 0; i < w->nt; i++) {
+    const wtensor *t = order[i];
+    if (!first) sb_put(b, ",", 1);
+    first = 0;
+    sb_json_str(b, t->name);
+    sb_fmt(b, ":{\"dtype\":\"%s\",\"shape\":[", dtypes[t->dtype].name);
+    for (int d = 0; d < t->ndim; d++) sb_fmt(b, d ? ",%" PRId64 : "%" PRId64, t->shape[d]);
+    sb_fmt(b, "],\"data_offsets\":[%zu,", offset);
+    offset += t->nbytes;
+    sb_fmt(b, "%zu]}", offset);
+  }
+  sb_put(b, "}", 1);
+  while (!b->oom && b->len % 8) sb_put(b, " ", 1);
+  if (b->oom) return TR_ENOMEM;
+  uint64_t n = b->len - 8;
+  for (int i = 0; i < 8; i++) b->p[i] = (char)(n >> (8 * i));
+  return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t k = write(fd, c, n < (1u << 30) ? n : (1u << 30));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Creates "<dir>/.<base>.tmp.<random>" exclusively (0666 less the umask, as the target
+ * would get), storing its name in `tmp`. */
+static int create_temp(const char *dir, const char *base, char *tmp, size_t cap) {
+  for (int attempt = 0; attempt < 64; attempt++) {
+    uint64_t r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+      r = tr_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^ (uint64_t)attempt;
+    /* The base is cut so the name stays within NAME_MAX; uniqueness comes from r. */
+    snprintf(tmp, cap, "%s/.%.200s.tmp.%016" PRIx64, dir, base, r);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
+  if (w->failed) {
+    char prev[ERR_SIZE];
+    memcpy(prev, w->error, sizeof prev);
+    format(w->error, sizeof w->error, "%s: not written, an earlier call failed: %s",
+           path ? path : "(null)", prev);
+    return w->failed;
+  }
+  size_t plen = path ? strlen(path) : 0;
+  if (!plen || path[plen - 1] == '/') {
+    format(w->error, sizeof w->error, "checkpoint: '%s' is not a file path", path ? path : "");
+    return TR_EINVAL;
+  }
+  w->error[0] = '\0';
+  wtensor **order = malloc((w->nt ? w->nt : 1) * sizeof *order);
+  char *dir = malloc(plen + 2), *tmp = malloc(plen + 256);
+  sbuf b = {0};
+  int rc = TR_ENOMEM, fd = -1, e = 0;
+  const char *stage = NULL, *where = NULL;
+  if (tmp) tmp[0] = '\0'; /* no temporary file to remove yet */
+  if (!order || !dir || !tmp) goto out;
+  for (size_t i = 0; i < w->nt; i++) order[i] = &w->t[i];
+  qsort(order, w->nt, sizeof *order, layout_cmp);
+  if (build_header(w, order, &b)) goto out;
+
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  if (!slash) strcpy(dir, ".");
+  else if (slash == path) strcpy(dir, "/");
+  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = '\0';
+
+  rc = TR_EIO;
+  fd = create_temp(dir, base, tmp, plen + 256);
+  if (fd < 0) {
+    e = errno, stage = "creating a temporary file in", where = dir;
+    tmp[0] = '\0';
+    goto out;
+  }
+  stage = "writing the temporary file";
+  if ((e = write_all(fd, b.p, b.len))) goto out;
+  for (size_t i = 0; i < w->nt; i++) {
+    if (order[i]->nbytes && (e = write_all(fd, order[i]->data, order[i]->nbytes))) goto out;
+  }
+  stage = "syncing the temporary file";
+  if (fsync(fd)) {
+    e = errno;
+    goto out;
+  }
+  stage = "closing the temporary file";
+  int c = close(fd);
+  fd = -1;
+  if (c) {
+    e = errno;
+    goto out;
+  }
+  stage = "renaming the temporary file over it";
+  if (rename(tmp, path)) {
+    e = errno;
+    goto out;
+  }
+  tmp[0] = '\0'; /* it is the target now: nothing to clean up */
+  /* The rename is durable only once the directory entry is: fsync the directory. Some file
+   * systems cannot (EINVAL); the data itself is already synced. */
+  stage = "syncing the directory", where = dir;
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || (fsync(dfd) && errno != EINVAL)) {
+    e = errno;
+    if (dfd >= 0) close(dfd);
+    goto out;
+  }
+  close(dfd);
+  rc = 0;
+out:
+  if (fd >= 0) close(fd);
+  if (tmp && tmp[0]) unlink(tmp);
+  if (rc == TR_ENOMEM) {
+    format(w->error, sizeof w->error, "%s: out of memory", path);
+  } else if (rc) {
+    char ebuf[128];
+    format(w->error, sizeof w->error, "%s: %s%s%s: %s", path, stage, where ? " " : "",
+           where ? where : "", strerror_r(e, ebuf, sizeof ebuf));
+  }
+  free(b.p);
+  free(order);
+  free(dir);
+  free(tmp);
+  return rc;
+}
+
+/* ---- reading ------------------------------------------------------------------------- */
+
+typedef struct rmeta {
+  const char *key, *value;
+} rmeta;
+
+struct tr_checkpoint {
+  char *name;
+  void *map;
+  size_t map_len;
+  const unsigned char *bytes;
+  size_t size;
+  cJSON *root; /* names, keys and values point into it */
+  tr_checkpoint_tensor *t;
+  size_t nt;
+  rmeta *m;
+  size_t nm;
+  char error[ERR_SIZE];
+};
+
+/* The parse state: every failure message starts with the file's name. */
+typedef struct parse {
+  tr_checkpoint *ck;
+  char *err;
+  size_t err_size;
+} parse;
+
+static int pfail(parse *p, int status, const char *fmt, ...) {
+  if (p->err && p->err_size) {
+    int n = snprintf(p->err, p->err_size, "%s: ", p->ck->name);
+    if (n >= 0 && (size_t)n < p->err_size) {
+      va_list ap;
+      va_start(ap, fmt);
+      vsnprintf(p->err + n, p->err_size - (size_t)n, fmt, ap);
+      va_end(ap);
+    }
+  }
+  return status;
+}
+
+/* A JSON number that is an integer in [0, 2^53]. */
+static int json_uint(const cJSON *j, double *out) {
+  if (!cJSON_IsNumber(j)) return -1;
+  double v = j->valuedouble;
+  if (!(v >= 0 && v <= MAX_EXACT) || (double)(uint64_t)v != v) return -1;
+  *out = v;
+  return 0;
+}
+
+static int tensor_cmp_offset(const void *a, const void *b) {
+  const tr_checkpoint_tensor *x = a, *y = b;
+  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+  return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
+}
+
+static int tensor_cmp_name(const void *a, const void *b) {
+  return strcmp(((const tr_checkpoint_tensor *)a)->name, ((const tr_checkpoint_tensor *)b)->name);
+}
+
+static int meta_cmp(const void *a, const void *b) {
+  return strcmp(((const rmeta *)a)->key, ((const rmeta *)b)->key);
+}
+
+/* One tensor entry of the header, checked against the data section's length. */
+static int parse_tensor(parse *p, const cJSON *j, size_t data_len, tr_checkpoint_tensor *t) {
+  quoted q = quote(j->string);
+  t->name = j->string;
+  if (!cJSON_IsObject(j))
+    return pfail(p, TR_EFORMAT, "tensor '%s': entry is not a JSON object", q.s);
+  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
+  const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
+  const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
+  if (!cJSON_IsString(dt))
+    return pfail(p, TR_EFORMAT, "tensor '%s': \"dtype\" missing or not a string", q.s);
+  if (tr_dtype_parse(dt->valuestring, &t->dtype))
+    return pfail(p, TR_EFORMAT, "tensor '%s': unknown dtype '%s'", q.s,
+                 quote(dt->valuestring).s);
+  if (!cJSON_IsArray(sh))
+    return pfail(p, TR_EFORMAT, "tensor '%s': \"shape\" missing or not an array", q.s);
+  int nd = cJSON_GetArraySize(sh);
+  if (nd > TR_CHECKPOINT_MAX_DIMS)
+    return pfail(p, TR_EFORMAT, "tensor '%s': shape has %d dimensions, troupe reads at most %d",
+                 q.s, nd, TR_CHECKPOINT_MAX_DIMS);
+  t->ndim = nd;
+  int d = 0;
+  for (const cJSON *e = sh->child; e; e = e->next, d++) {
+    double v;
+    if (json_uint(e, &v))
+      return pfail(p, TR_EFORMAT, "tensor '%s': shape dimension %d is not a non-negative integer",
+                   q.s, d);
+    t->shape[d] = (int64_t)v;
+  }
+  char shape_text[200];
+  format_shape(shape_text, sizeof shape_text, t->ndim, t->shape);
+  if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
+    return pfail(p, TR_EFORMAT, "tensor '%s': \"data_offsets\" missing or not [begin, end]", q.s);
+  double begin, end;
+  if (json_uint(off->child, &begin) || json_uint(off->child->next, &end))
+    return pfail(p, TR_EFORMAT, "tensor '%s': data_offsets are not non-negative integers", q.s);
+  if (begin > end)
+    return pfail(p, TR_EFORMAT, "tensor '%s': data_offsets [%.0f, %.0f) begin after their end",
+                 q.s, begin, end);
+  if (end > (double)data_len)
+    return pfail(p, TR_EFORMAT,
+                 "tensor '%s': data_offsets [%.0f, %.0f) end past the data section (%zu bytes)",
+                 q.s, begin, end, data_len);
+  t->offset = (size_t)begin;
+  t->nbytes = (size_t)end - (size_t)begin;
+  size_t want;
+  if (shape_bytes(t->ndim, t->shape, dtypes[t->dtype].size, &want))
+    return pfail(p, TR_EFORMAT, "tensor '%s': shape %s overflows", q.s, shape_text);
+  if (want != t->nbytes)
+    return pfail(p, TR_EFORMAT,
+                 "tensor '%s': shape %s of %s needs %zu bytes, data_offsets [%.0f, %.0f) hold %zu",
+                 q.s, shape_text, dtypes[t->dtype].name, want, begin, end, t->nbytes);
+  return 0;
+}
+
+static int parse_metadata(parse *p, const cJSON *j) {
+  tr_checkpoint *ck = p->ck;
+  if (ck->m) return pfail(p, TR_EFORMAT, "\"__metadata__\" appears twice in the header");
+  /* safetensors' reader takes null for "no metadata"; so do we. */
+  if (!cJSON_IsNull(j) && !cJSON_IsObject(j))
+    return pfail(p, TR_EFORMAT, "\"__metadata__\" is not a JSON object");
+  size_t n = (size_t)cJSON_GetArraySize(j);
+  if (!(ck->m = calloc(n ? n : 1, sizeof *ck->m))) return pfail(p, TR_ENOMEM, "out of memory");
+  for (const cJSON *e = j->child; e; e = e->next) {
+    if (!cJSON_IsString(e))
+      return pfail(p, TR_EFORMAT, "\"__metadata__\" value of '%s' is not a string",
+                   quote(e->string).s);
+    ck->m[ck->nm++] = (rmeta){e->string, e->valuestring};
+  }
+  qsort(ck->m, ck->nm, sizeof *ck->m, meta_cmp);
+  for (size_t i = 1; i < ck->nm; i++) {
+    if (strcmp(ck->m[i - 1].key, ck->m[i].key) == 0)
+      return pfail(p, TR_EFORMAT, "metadata key '%s' appears twice", quote(ck->m[i].key).s);
+  }
+  return 0;
+}
+
+/* Tensors must tile the data section: in offset order, each begins where the previous
+ * ended and the last ends at the section's end (safetensors forbids holes, so that no
+ * bytes hide in a file unaccounted for). */
+static int check_layout(parse *p, size_t data_len) {
+  tr_checkpoint *ck = p->ck;
+  qsort(ck->t, ck->nt, sizeof *ck->t, tensor_cmp_offset);
+  size_t at = 0;
+  for (size_t i = 0; i < ck->nt; i++) {
+    const tr_checkpoint_tensor *t = &ck->t[i];
+    if (t->offset < at) {
+      const tr_checkpoint_tensor *prev = &ck->t[i - 1];
+      return pfail(p, TR_EFORMAT,
+                   "tensor '%s': data_offsets [%zu, %zu) overlap tensor '%s' [%zu, %zu)",
+                   quote(t->name).s, t->offset, t->offset + t->nbytes, quote(prev->name).s,
+                   prev->offset, prev->offset + prev->nbytes);
+    }
+    if (t->offset > at)
+      return pfail(p, TR_EFORMAT, "bytes [%zu, %zu) of the data section belong to no tensor "
+                   "(before tensor '%s')", at, t->offset, quote(t->name).s);
+    at = t->offset + t->nbytes;
+  }
+  if (at != data_len)
+    return pfail(p, TR_EFORMAT, "bytes [%zu, %zu) of the data section belong to no tensor "
+                 "(after the last one)", at, data_len);
+  return 0;
+}
+
+/* A \u0000 escape would cut a C string short (cJSON decodes it to a NUL byte), making two
+ * different names look alike: refuse it. Outside strings a backslash is invalid JSON anyway. */
+static int has_nul_escape(const char *s, size_t n) {
+  for (size_t i = 0; i + 1 < n; i++) {
+    if (s[i] != '\\') continue;
+    if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) return 1;
+    i++;
+  }
+  return 0;
+}
+
+static int parse_file(parse *p) {
+  tr_checkpoint *ck = p->ck;
+  const unsigned char *b = ck->bytes;
+  size_t size = ck->size;
+  if (size < 8)
+    return pfail(p, TR_EFORMAT, "%zu bytes, too short for the 8-byte header length", size);
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
+  if (n > TR_CHECKPOINT_MAX_HEADER)
+    return pfail(p, TR_EFORMAT, "header length %" PRIu64 " exceeds safetensors' limit of %u "
+                 "bytes (not a safetensors file?)", n, TR_CHECKPOINT_MAX_HEADER);
+  if (n > size - 8)
+    return pfail(p, TR_EFORMAT, "header length %" PRIu64 " runs past the end of the file "
+                 "(%zu bytes; truncated?)", n, size);
+  const char *h = (const char *)b + 8;
+  size_t hlen = (size_t)n, data_len = size - 8 - hlen;
+  if (hlen == 0 || h[0] != '{') return pfail(p, TR_EFORMAT, "header does not begin with '{'");
+  size_t bad = utf8_invalid_at((const unsigned char *)h, hlen);
+  if (bad < hlen) return pfail(p, TR_EFORMAT, "header is not UTF-8 at byte %zu", bad);
+  if (memchr(h, '\0', hlen)) return pfail(p, TR_EFORMAT, "header contains a NUL byte");
+  if (has_nul_escape(h, hlen))
+    return pfail(p, TR_EFORMAT, "header contains a \\u0000 escape");
+  while (hlen && h[hlen - 1] == ' ') hlen--; /* the padding */
+
+  /* cJSON wants a terminated string; the mapping has none. */
+  char *text = malloc(hlen + 1);
+  if (!text) return pfail(p, TR_ENOMEM, "out of memory");
+  memcpy(text, h, hlen);
+  text[hlen] = '\0';
+  const char *end = NULL;
+  ck->root = cJSON_ParseWithOpts(text, &end, 1);
+  size_t at = end ? (size_t)(end - text) : 0;
+  free(text);
+  if (!ck->root)
+    return pfail(p, TR_EFORMAT, "header is not valid JSON (error near byte %zu of %zu)", at,
+                 hlen);
+  if (!cJSON_IsObject(ck->root)) return pfail(p, TR_EFORMAT, "header is not a JSON object");
+
+  size_t count = (size_t)cJSON_GetArraySize(ck->root);
+  if (!(ck->t = calloc(count ? count : 1, sizeof *ck->t)))
+    return pfail(p, TR_ENOMEM, "out of memory");
+  for (const cJSON *e = ck->root->child; e; e = e->next) {
+    int rc = strcmp(e->string, "__metadata__") == 0
+                 ? parse_metadata(p, e)
+                 : parse_tensor(p, e, data_len, &ck->t[ck->nt++]);
+    if (rc) return rc;
+  }
+  qsort(ck->t, ck->nt, sizeof *ck->t, tensor_cmp_name);
+  for (size_t i = 1; i < ck->nt; i++) {
+    if (strcmp(ck->t[i - 1].name, ck->t[i].name) == 0)
+      return pfail(p, TR_EFORMAT, "tensor '%s' appears twice in the header",
+                   quote(ck->t[i].name).s);
+  }
+  int rc = check_layout(p, data_len);
+  if (rc) return rc;
+  const unsigned char *data = b + 8 + n;
+  for (size_t i = 0; i < ck->nt; i++) ck->t[i].data = data + ck->t[i].offset;
+  qsort(ck->t, ck->nt, sizeof *ck->t, tensor_cmp_name);
+  return 0;
+}
+
+void tr_checkpoint_close(tr_checkpoint *ck) {
+  if (!ck) return;
+  if (ck->map) munmap(ck->map, ck->map_len);
+  cJSON_Delete(ck->root);
+  free(ck->t);
+  free(ck->m);
+  free(ck->name);
+  free(ck);
+}
+
+static tr_checkpoint *checkpoint_new(const char *name, char *err, size_t err_size) {
+  tr_checkpoint *ck = calloc(1, sizeof *ck);
+  if (ck && !(ck->name = strdup(name))) {
+    free(ck);
+    ck = NULL;
+  }
+  if (!ck) format(err, err_size, "%s: out of memory", name);
+  return ck;
+}
+
+int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t size,
+                              const char *name, char *err, size_t err_size) {
+  *out = NULL;
+  tr_checkpoint *ck = checkpoint_new(name ? name : "<memory>", err, err_size);
+  if (!ck) return TR_ENOMEM;
+  ck->bytes = bytes;
+  ck->size = bytes ? size : 0;
+  parse p = {ck, err, err_size};
+  int rc = parse_file(&p);
+  if (rc) {
+    tr_checkpoint_close(ck);
+    return rc;
+  }
+  *out = ck;
+  return 0;
+}
+
+int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size) {
+  *out = NULL;
+  char ebuf[128];
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st)) {
+    format(err, err_size, "%s: cannot open: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
+    if (fd >= 0) close(fd);
+    return TR_EIO;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    format(err, err_size, "%s: not a regular file", path);
+    return TR_EIO;
+  }
+  size_t size = (size_t)st.st_size;
+  void *map = NULL;
+  if (size) {
+    /* MAP_PRIVATE: the writer replaces files by rename, so the mapped inode never changes
+     * under us (only an in-place truncation by another program could, with SIGBUS). */
+    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (map == MAP_FAILED) {
+      format(err, err_size, "%s: cannot map: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
+      close(fd);
+      return TR_EIO;
+    }
+  }
+  close(fd);
+  tr_checkpoint *ck;
+  int rc = tr_checkpoint_open_memory(&ck, map, size, path, err, err_size);
+  if (rc) {
+    if (map) munmap(map, size);
+    return rc;
+  }
+  ck->map = map;
+  ck->map_len = size;
+  *out = ck;
+  return 0;
+}
+
+/* ---- lookups ----------------------------------------------------------------------- */
+
+static int ckfail(tr_checkpoint *ck, int status, const char *fmt, ...) {
+  int n = snprintf(ck->error, sizeof ck->error, "%s: ", ck->name);
+  if (n >= 0 && (size_t)n < sizeof ck->error) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(ck->error + n, sizeof ck->error - (size_t)n, fmt, ap);
+    va_end(ap);
+  }
+  return status;
+}
+
+const char *tr_checkpoint_error(const tr_checkpoint *ck) { return ck->error; }
+
+size_t tr_checkpoint_count(const tr_checkpoint *ck) { return ck->nt; }
+
+const tr_checkpoint_tensor *tr_checkpoint_tensor_at(const tr_checkpoint *ck, size_t index) {
+  return index < ck->nt ? &ck->t[index] : NULL;
+}
+
+const tr_checkpoint_tensor *tr_checkpoint_find(const tr_checkpoint *ck, const char *name) {
+  tr_checkpoint_tensor key = {.name = name};
+  return bsearch(&key, ck->t, ck->nt, sizeof *ck->t, tensor_cmp_name);
+}
+
+int tr_checkpoint_expect(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
+                         const int64_t *shape, const tr_checkpoint_tensor **out) {
+  TR_ASSERT(ndim >= 0 && ndim <= TR_CHECKPOINT_MAX_DIMS && (ndim == 0 || shape));
+  if (out) *out = NULL;
+  const tr_checkpoint_tensor *t = tr_checkpoint_find(ck, name);
+  quoted q = quote(name);
+  if (!t)
+    return ckfail(ck, TR_EFORMAT, "no tensor '%s' among its %zu (a checkpoint of another "
+                  "model?)", q.s, ck->nt);
+  if (t->dtype != dtype)
+    return ckfail(ck, TR_EFORMAT, "tensor '%s' has dtype %s, expected %s", q.s,
+                  tr_dtype_name(t->dtype), tr_dtype_name(dtype));
+  int same = t->ndim == ndim;
+  for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+  if (!same) {
+    char have[200], want[200];
+    format_shape(have, sizeof have, t->ndim, t->shape);
+    format_shape(want, sizeof want, ndim, shape);
+    return ckfail(ck, TR_EFORMAT, "tensor '%s' has shape %s, expected %s", q.s, have, want);
+  }
+  if (out) *out = t;
+  return 0;
+}
+
+int tr_checkpoint_read(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
+                       const int64_t *shape, void *dst) {
+  const tr_checkpoint_tensor *t;
+  int rc = tr_checkpoint_expect(ck, name, dtype, ndim, shape, &t);
+  if (rc) return rc;
+  if (t->nbytes) memcpy(dst, t->data, t->nbytes);
+  return 0;
+}
+
+size_t tr_checkpoint_meta_count(const tr_checkpoint *ck) { return ck->nm; }
+
+void tr_checkpoint_meta_at(const tr_checkpoint *ck, size_t index, const char **key,
+                           const char **value) {
+  TR_ASSERT(index < ck->nm);
+  *key = ck->m[index].key;
+  *value = ck->m[index].value;
+}
+
+const char *tr_checkpoint_meta(const tr_checkpoint *ck, const char *key) {
+  rmeta k = {key, NULL};
+  const rmeta *m = ck->nm ? bsearch(&k, ck->m, ck->nm, sizeof *ck->m, meta_cmp) : NULL;
+  return m ? m->value : NULL;
+}
+
+static const char *meta_need(tr_checkpoint *ck, const char *key) {
+  const char *v = tr_checkpoint_meta(ck, key);
+  if (!v) ckfail(ck, TR_EFORMAT, "metadata key '%s' is missing", quote(key).s);
+  return v;
+}
+
+/* Decimal digits only, no sign or space, within 64 bits. Advances *s past them. */
+static int parse_u64(const char **s, uint64_t *out) {
+  const char *p = *s;
+  uint64_t v = 0;
+  if (*p < '0' || *p > '9') return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    unsigned d = (unsigned)(*p - '0');
+    if (v > (UINT64_MAX - d) / 10) return -1;
+    v = v * 10 + d;
+  }
+  *s = p;
+  *out = v;
+  return 0;
+}
+
+int tr_checkpoint_meta_u64(tr_checkpoint *ck, const char *key, uint64_t *out) {
+  const char *v = meta_need(ck, key), *p = v;
+  if (!v) return TR_EFORMAT;
+  if (parse_u64(&p, out) || *p)
+    return ckfail(ck, TR_EFORMAT, "metadata '%s' is \"%s\", not an unsigned 64-bit integer",
+                  quote(key).s, quote(v).s);
+  return 0;
+}
+
+int tr_checkpoint_meta_u64s(tr_checkpoint *ck, const char *key, uint64_t *out, size_t count) {
+  const char *v = meta_need(ck, key), *p = v;
+  if (!v) return TR_EFORMAT;
+  size_t n = 0;
+  int ok = *p++ == '[';
+  while (ok && *p == ' ') p++;
+  if (ok && *p != ']') {
+    for (;;) {
+      uint64_t x;
+      if (parse_u64(&p, &x)) {
+        ok = 0;
+        break;
+      }
+      if (n < count) out[n] = x;
+      n++;
+      while (*p == ' ') p++;
+      if (*p != ',') break;
+      p++;
+      while (*p == ' ') p++;
+    }
+  }
+  ok = ok && *p++ == ']' && *p == '\0';
+  if (!ok)
+    return ckfail(ck, TR_EFORMAT, "metadata '%s' is \"%s\", not a JSON array of unsigned "
+                  "64-bit integers", quote(key).s, quote(v).s);
+  if (n != count)
+    return ckfail(ck, TR_EFORMAT, "metadata '%s' has %zu values, expected %zu", quote(key).s,
+                  n, count);
+  return 0;
+}
+
+int tr_checkpoint_meta_json(tr_checkpoint *ck, const char *key, struct cJSON **out) {
+  *out = NULL;
+  const char *v = meta_need(ck, key);
+  if (!v) return TR_EFORMAT;
+  const char *end = NULL;
+  cJSON *j = cJSON_ParseWithOpts(v, &end, 1);
+  if (!j)
+    return ckfail(ck, TR_EFORMAT, "metadata '%s' is not valid JSON (error near byte %zu)",
+                  quote(key).s, end ? (size_t)(end - v) : 0);
+  *out = j;
+  return 0;
+}
