@@ -10,6 +10,8 @@
  */
 #include "cuda_impl.h"
 
+#include "cuda_abi.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +141,12 @@ static int tr__cuda_count(void) {
 }
 
 static int tr__cuda_open(tr_device *d) {
+  if (tr__cuda_abi_c != TR__CUDA_ABI_FINGERPRINT) { /* then even d->error may be misplaced */
+    fprintf(stderr, "troupe: the CUDA backend's objects were compiled against another "
+                    "backend_impl.h than device.c (Meson 1.0 does not track the headers of .cu "
+                    "files): touch gpu/cuda/*.cu and rebuild\n");
+    return TR_EDEVICE;
+  }
   int ord = d->info.ordinal;
   tr__cuda_device *cd = (tr__cuda_device *)calloc(1, sizeof *cd);
   if (!cd) return tr__device_fail(d, TR_ENOMEM, "open: out of host memory");
@@ -207,7 +215,15 @@ static void tr__cuda_close(tr_device *d) {
   tr__cuda_device *cd = tr__cu_dev(d);
   if (!cd) return;
   if (tr__cuda_enter(d) == 0) {
-    /* Every stream was synchronised and closed before this: nothing uses these blocks. */
+    /* This device's streams are closed (each synchronised), but a twin logical device on
+     * the same GPU, or a peer GPU's kernels, may still read this memory: wait for those
+     * GPUs before it goes back. Closing is not the hot path. */
+    (void)cudaDeviceSynchronize();
+    for (int o = 0; o < 64; o++)
+      if ((cd->peer_mask >> o) & 1) {
+        if (cudaSetDevice(o) == cudaSuccess) (void)cudaDeviceSynchronize();
+      }
+    (void)cudaSetDevice(cd->ordinal);
     for (size_t i = 0; i < cd->live_cap; i++)
       if (cd->live[i]) (void)cudaFree(cd->live[i]);
     if (cd->pool) {
@@ -295,7 +311,11 @@ static int tr__cuda_alloc(tr_stream *s, size_t bytes, void **out) {
   tr__cuda_device *cd = tr__cu_dev(d);
   TR__CU_ENTER(d);
   void *p = NULL;
-  TR__CU(d, cudaMallocFromPoolAsync(&p, bytes, cd->pool, tr__cu_stream(s)->st));
+  /* Whole 256-byte units keep every block the pool carves out as aligned as cudaMalloc's
+   * (the API promises 64; float4 kernels want 16). */
+  size_t rounded = (bytes + 255) & ~(size_t)255;
+  if (rounded < bytes) return tr__device_fail(d, TR_ENOMEM, "alloc: %zu bytes is too large", bytes);
+  TR__CU(d, cudaMallocFromPoolAsync(&p, rounded, cd->pool, tr__cu_stream(s)->st));
   if (tr__live_add(cd, p)) {
     (void)cudaFreeAsync(p, tr__cu_stream(s)->st);
     return tr__device_fail(d, TR_ENOMEM, "alloc: out of host memory for the allocation table");

@@ -188,8 +188,16 @@ int tr__cuda_scale(tr_stream *s, float *x, float alpha, size_t n) {
 }
 
 int tr__cuda_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n) {
+  /* The scalar may lie inside x (a norm kept next to the gradients): threads that scale its
+   * element would change it under the others. Scale by a copy, taken in stream order. */
+  TR__CU_ENTER(s->dev);
+  void *copy;
+  int rc = tr__cuda_scratch(s, sizeof(float), &copy);
+  if (rc) return rc;
+  TR__CU(s->dev, cudaMemcpyAsync(copy, scalar, sizeof(float), cudaMemcpyDeviceToDevice,
+                                 tr__cu_stream(s)->st));
   tr__ew_ptrs<1, 1> p = {{x}, {x}};
-  return tr__ew(s, "scale_dev", n, p, tr__scale_dev_f{scalar});
+  return tr__ew(s, "scale_dev", n, p, tr__scale_dev_f{(const float *)copy});
 }
 
 /* ---- activations -------------------------------------------------------------------------- */

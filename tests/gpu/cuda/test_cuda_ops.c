@@ -147,6 +147,10 @@ static int run_scale_dev(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_scale_dev(s, F(1), F(0), p->n);
 }
+static int run_scale_dev_inside(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_scale_dev(s, F(0), F(0) + p->n / 2, p->n);
+}
 static int run_relu_fwd(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_relu_fwd(s, F(1), F(0), p->n);
@@ -224,6 +228,11 @@ static void elementwise_ops_match_host(void **state) {
         q.o = 0; /* one scalar, read on the device */
         th_arg args[] = {{"scalar", 1, 4, TH_IN, &sc[o], 0}, {"x", n, 4, TH_OUT, x, 0}};
         CMP(args, run_scale_dev, &q);
+      }
+      {
+        /* the scalar inside x, as a norm kept next to its gradients may be */
+        th_arg args[] = {{"x", m, 4, TH_OUT, x, 0}};
+        CMP(args, run_scale_dev_inside, &p);
       }
       {
         P q = p;
