@@ -1,0 +1,161 @@
+/* attention.c — causal multi-head self-attention and the pre-LN transformer block.
+ *
+ * Heads are never permuted into a (B,NH,T,hs) copy: head h of sequence b is a (T,hs) matrix
+ * inside qkv with row stride 3C, so each product is a strided-batched GEMM over the heads of
+ * one sequence (or over the sequences of one head, whichever loop is shorter). The full
+ * (T,T) score matrix is computed; the causal softmax zeroes what lies above the diagonal. */
+#include <math.h>
+#include <string.h>
+
+#include "tr_layers.h"
+
+#include "models_impl.h"
+
+/* A matrix of each (b, h): its start advances by `bs` elements per sequence and `hs` per head. */
+typedef struct heads_mat {
+  const float *p;
+  int ld;
+  int64_t bs, hs;
+} heads_mat;
+
+/* For every (b, h): C_bh = op(A_bh) op(B_bh) (beta 0), as B or NH batched GEMMs. */
+static int heads_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, heads_mat a,
+                      heads_mat b, float *c, int ldc, int64_t c_bs, int64_t c_hs, int B, int NH) {
+  const int by_sequence = B <= NH; /* outer loop over the shorter dimension */
+  const int outer = by_sequence ? B : NH, inner = by_sequence ? NH : B;
+  for (int i = 0; i < outer; i++) {
+    const int64_t ao = by_sequence ? i * a.bs : i * a.hs, as = by_sequence ? a.hs : a.bs;
+    const int64_t bo = by_sequence ? i * b.bs : i * b.hs, bst = by_sequence ? b.hs : b.bs;
+    const int64_t co = by_sequence ? i * c_bs : i * c_hs, cs = by_sequence ? c_hs : c_bs;
+    TR__TRY(tr_gemm_batched(s, opa, opb, M, N, K, 1.0f, a.p + ao, a.ld, as, b.p + bo, b.ld, bst,
+                            0.0f, c + co, ldc, cs, inner));
+  }
+  return 0;
+}
+
+int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
+                         int C, int NH) {
+  TR_ASSERT(NH > 0 && C % NH == 0);
+  const int hs = C / NH, C3 = 3 * C;
+  const int64_t tt = (int64_t)T * T, qkv_bs = (int64_t)T * C3;
+  const heads_mat q = {qkv, C3, qkv_bs, hs}, k = {qkv + C, C3, qkv_bs, hs},
+                  v = {qkv + 2 * C, C3, qkv_bs, hs};
+  /* preatt (T,T) = q (T,hs) @ k^T, then the causal softmax of scale * preatt in place */
+  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, q, k, att, T, NH * tt, tt, B, NH));
+  TR__TRY(tr_attn_softmax_fwd(s, att, att, (size_t)B * NH, (size_t)T, 1.0f / sqrtf((float)hs)));
+  /* out (T,hs) = att (T,T) @ v (T,hs), into the head's columns of out (B,T,C) */
+  const heads_mat a = {att, T, NH * tt, tt};
+  return heads_gemm(s, TR_OP_N, TR_OP_N, T, hs, T, a, v, out, C, (int64_t)T * C, hs, B, NH);
+}
+
+int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt,
+                          const float *dout, const float *qkv, const float *att, int B, int T,
+                          int C, int NH) {
+  TR_ASSERT(NH > 0 && C % NH == 0);
+  const int hs = C / NH, C3 = 3 * C;
+  const int64_t tt = (int64_t)T * T, qkv_bs = (int64_t)T * C3, out_bs = (int64_t)T * C;
+  const heads_mat q = {qkv, C3, qkv_bs, hs}, k = {qkv + C, C3, qkv_bs, hs},
+                  v = {qkv + 2 * C, C3, qkv_bs, hs}, dy = {dout, C, out_bs, hs},
+                  a = {att, T, NH * tt, tt}, dp = {dpreatt, T, NH * tt, tt};
+  /* datt (T,T) = dy (T,hs) @ v^T;  dv (T,hs) = att^T (T,T) @ dy */
+  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, dy, v, datt, T, NH * tt, tt, B, NH));
+  TR__TRY(heads_gemm(s, TR_OP_T, TR_OP_N, T, hs, T, a, dy, dqkv + 2 * C, C3, qkv_bs, hs, B, NH));
+  TR__TRY(tr_attn_softmax_bwd(s, dpreatt, att, datt, (size_t)B * NH, (size_t)T,
+                              1.0f / sqrtf((float)hs)));
+  /* dq (T,hs) = dpreatt (T,T) @ k;  dk (T,hs) = dpreatt^T @ q */
+  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_N, T, hs, T, dp, k, dqkv, C3, qkv_bs, hs, B, NH));
+  return heads_gemm(s, TR_OP_T, TR_OP_N, T, hs, T, dp, q, dqkv + C, C3, qkv_bs, hs, B, NH);
+}
+
+/* ---- the block ------------------------------------------------------------------------------- */
+
+/* Hands out aligned parts of one buffer (or only counts them when base is NULL). */
+typedef struct carver {
+  float *base;
+  size_t used;
+} carver;
+
+static float *carve(carver *c, size_t n) {
+  float *p = c->base ? c->base + c->used : NULL;
+  c->used += tr__align_floats(n);
+  return p;
+}
+
+size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d) {
+  const size_t N = (size_t)d.B * d.T, C = (size_t)d.C, H = (size_t)d.H;
+  carver c = {base, 0};
+  tr_block_acts t;
+  t.ln1 = carve(&c, N * C);
+  t.ln1_mean = carve(&c, N);
+  t.ln1_rstd = carve(&c, N);
+  t.qkv = carve(&c, N * 3 * C);
+  t.att = carve(&c, (size_t)d.B * d.NH * d.T * d.T);
+  t.atty = carve(&c, N * C);
+  t.res1 = carve(&c, N * C);
+  t.ln2 = carve(&c, N * C);
+  t.ln2_mean = carve(&c, N);
+  t.ln2_rstd = carve(&c, N);
+  t.fch = carve(&c, N * H);
+  t.fch_gelu = carve(&c, N * H);
+  t.out = carve(&c, N * C);
+  if (base) *a = t;
+  return c.used;
+}
+
+size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d) {
+  const size_t N = (size_t)d.B * d.T, C = (size_t)d.C;
+  const size_t att = (size_t)d.B * d.NH * d.T * d.T;
+  carver c = {base, 0};
+  tr_block_scratch t;
+  t.dres1 = carve(&c, N * C);
+  t.dln = carve(&c, N * C);
+  t.datty = carve(&c, N * C);
+  t.dqkv = carve(&c, N * 3 * C);
+  t.dfch = carve(&c, N * (size_t)d.H);
+  t.datt = carve(&c, att);
+  t.dpreatt = carve(&c, att);
+  if (base) *sc = t;
+  return c.used;
+}
+
+int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
+                     const float *inp, tr_block_dims d) {
+  const int N = d.B * d.T, C = d.C, H = d.H;
+  const size_t nc = (size_t)N * C;
+  TR__TRY(tr_layernorm_forward(s, a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1w, p->ln1b, N, C));
+  TR__TRY(tr_linear_forward(s, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C));
+  TR__TRY(tr_attention_forward(s, a->atty, a->att, a->qkv, d.B, d.T, C, d.NH));
+  /* the residuals: the projection's GEMM adds onto a copy of the stream */
+  TR__TRY(tr_memcpy(s, a->res1, inp, nc * sizeof(float), TR_COPY_D2D));
+  TR__TRY(tr_linear_forward_add(s, a->res1, a->atty, p->projw, p->projb, N, C, C));
+  TR__TRY(tr_layernorm_forward(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p->ln2w, p->ln2b, N, C));
+  TR__TRY(tr_linear_forward(s, a->fch, a->ln2, p->fcw, p->fcb, N, C, H));
+  TR__TRY(tr_gelu_forward(s, a->fch_gelu, a->fch, (size_t)N * H));
+  TR__TRY(tr_memcpy(s, a->out, a->res1, nc * sizeof(float), TR_COPY_D2D));
+  return tr_linear_forward_add(s, a->out, a->fch_gelu, p->fcprojw, p->fcprojb, N, H, C);
+}
+
+int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
+                      const tr_block_scratch *sc, const float *dout, const float *inp,
+                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d) {
+  const int N = d.B * d.T, C = d.C, H = d.H;
+  const size_t nc = (size_t)N * C;
+  /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
+  TR__TRY(tr_linear_backward(s, sc->dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw,
+                             N, H, C));
+  TR__TRY(tr_gelu_backward(s, sc->dfch, sc->dfch, a->fch, (size_t)N * H));
+  TR__TRY(tr_linear_backward(s, sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, H));
+  TR__TRY(tr_layernorm_backward(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
+                                a->ln2_mean, a->ln2_rstd, N, C));
+  TR__TRY(tr_add(s, sc->dres1, sc->dres1, dout, nc)); /* dout is not read after this */
+  /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
+  TR__TRY(tr_linear_backward(s, sc->datty, g->projw, g->projb, sc->dres1, a->atty, p->projw, N, C, C));
+  TR__TRY(tr_attention_backward(s, sc->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
+                                d.B, d.T, C, d.NH));
+  TR__TRY(tr_linear_backward(s, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C));
+  /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
+  float *dx = dinp ? dinp : sc->datty;
+  TR__TRY(tr_layernorm_backward(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
+                                a->ln1_rstd, N, C));
+  return dinp ? tr_add(s, dinp, dinp, sc->dres1, nc) : 0;
+}

@@ -1,0 +1,242 @@
+/* data.c — the synthetic data sets and byte files of tr_data.h. Every sample is drawn from
+ * its own counter-based stream (splitmix64 seeded by a hash of the seed, a tag and the
+ * sample's index), so samples need no shared state and no order. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tr_data.h"
+#include "tr_model.h"
+
+enum { TEACHER_HIDDEN = 32 };
+
+/* Tags keep the streams of one seed apart. */
+#define TAG_TEACHER 0x7465616368657231ull /* the teacher's weights */
+#define TAG_SAMPLE 0x73616d706c657331ull  /* sample i's values or offset */
+#define TAG_CORPUS 0x636f727075733121ull  /* the arithmetic corpus */
+
+struct tr_data {
+  tr_data_config c;
+  double *teacher; /* W1 (32,in), b1 (32), W2 (out,32), b2 (out) */
+  uint8_t *corpus; /* ARITHMETIC: malloc'd; FILE: mapped */
+  size_t size;
+  char *path;
+};
+
+/* ---- random numbers ----------------------------------------------------------------------- */
+
+static uint64_t mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+typedef struct rng {
+  uint64_t s;
+  int have; /* a second normal is waiting */
+  double spare;
+} rng;
+
+static rng rng_for(uint64_t seed, uint64_t tag, uint64_t index) {
+  return (rng){mix(seed ^ mix(tag ^ mix(index))), 0, 0};
+}
+
+static uint64_t next(rng *r) { return mix(r->s += 0x9e3779b97f4a7c15ull); }
+
+static double uniform(rng *r) { return (double)(next(r) >> 11) * 0x1p-53; } /* [0,1) */
+
+static double normal(rng *r) {
+  if (r->have) {
+    r->have = 0;
+    return r->spare;
+  }
+  const double u1 = 1.0 - uniform(r), u2 = uniform(r); /* u1 in (0,1] */
+  const double rad = sqrt(-2.0 * log(u1)), a = 6.283185307179586 * u2;
+  r->spare = rad * sin(a);
+  r->have = 1;
+  return rad * cos(a);
+}
+
+/* ---- opening --------------------------------------------------------------------------------- */
+
+static int say(int rc, char *err, size_t size, const char *fmt, ...) {
+  if (err && size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}
+
+void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
+                        const char *path) {
+  const int L = tr_model_layer_count(m);
+  *c = (tr_data_config){.seed = seed, .ctx = tr_model_ctx(m), .path = path,
+                        .in = tr_model_layer(m, 0)->in, .out = tr_model_layer(m, L - 1)->out};
+  if (tr_model_token_input(m)) c->kind = path ? TR_DATA_FILE : TR_DATA_ARITHMETIC;
+  else c->kind = strcmp(tr_model_name(m), "simplenet") ? TR_DATA_GAUSSIAN : TR_DATA_TEACHER;
+}
+
+/* Weights N(0, 1/fan_in), biases N(0, 0.1^2): pre-activations of order one, tanh in its
+ * curved range, so the teacher is neither linear nor saturated. */
+static int make_teacher(tr_data *d) {
+  const int in = d->c.in, out = d->c.out, H = TEACHER_HIDDEN;
+  const size_t n = (size_t)H * in + H + (size_t)out * H + out;
+  if (!(d->teacher = malloc(n * sizeof *d->teacher))) return TR_ENOMEM;
+  rng r = rng_for(d->c.seed, TAG_TEACHER, 0);
+  double *w1 = d->teacher, *b1 = w1 + (size_t)H * in, *w2 = b1 + H, *b2 = w2 + (size_t)out * H;
+  for (size_t i = 0; i < (size_t)H * in; i++) w1[i] = normal(&r) / sqrt((double)in);
+  for (int i = 0; i < H; i++) b1[i] = 0.1 * normal(&r);
+  for (size_t i = 0; i < (size_t)out * H; i++) w2[i] = normal(&r) / sqrt((double)H);
+  for (int i = 0; i < out; i++) b2[i] = 0.1 * normal(&r);
+  return 0;
+}
+
+/* Lines "a+b=c\n", a and b uniform in [0, 100), until the corpus is full. */
+static int make_corpus(tr_data *d) {
+  const size_t size = d->c.corpus_bytes ? d->c.corpus_bytes : (size_t)1 << 20;
+  if (!(d->corpus = malloc(size + 16))) return TR_ENOMEM;
+  rng r = rng_for(d->c.seed, TAG_CORPUS, 0);
+  size_t at = 0;
+  while (at < size) {
+    const int a = (int)(next(&r) % 100), b = (int)(next(&r) % 100);
+    at += (size_t)snprintf((char *)d->corpus + at, 16, "%d+%d=%d\n", a, b, a + b);
+  }
+  d->size = size;
+  return 0;
+}
+
+static int map_file(tr_data *d, char *err, size_t err_size) {
+  int fd = open(d->path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return say(TR_EIO, err, err_size, "data file '%s': %s", d->path, strerror(errno));
+  struct stat sb;
+  int rc = 0;
+  if (fstat(fd, &sb)) {
+    rc = say(TR_EIO, err, err_size, "data file '%s': %s", d->path, strerror(errno));
+  } else if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size < (uint64_t)d->c.ctx + 1) {
+    rc = say(TR_EIO, err, err_size, "data file '%s': %lld bytes, needs at least %d (context + 1)",
+             d->path, (long long)sb.st_size, d->c.ctx + 1);
+  } else {
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) rc = say(TR_EIO, err, err_size, "data file '%s': mmap: %s", d->path, strerror(errno));
+    else d->corpus = p, d->size = (size_t)sb.st_size;
+  }
+  close(fd);
+  return rc;
+}
+
+int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size) {
+  *out = NULL;
+  const int floats = c->kind == TR_DATA_TEACHER || c->kind == TR_DATA_GAUSSIAN;
+  if ((unsigned)c->kind > TR_DATA_FILE || (floats && (c->in <= 0 || c->out <= 0)) ||
+      (!floats && c->ctx <= 0) || (c->kind == TR_DATA_FILE && !c->path))
+    return say(TR_EINVAL, err, err_size, "data: kind %d, widths %d/%d, context %d, path %s: invalid",
+               (int)c->kind, c->in, c->out, c->ctx, c->path ? c->path : "(none)");
+  tr_data *d = calloc(1, sizeof *d);
+  if (!d) return say(TR_ENOMEM, err, err_size, "data: out of memory");
+  d->c = *c;
+  int rc = 0;
+  if (c->path && !(d->path = strdup(c->path))) rc = TR_ENOMEM;
+  d->c.path = d->path;
+  if (!rc) {
+    switch (c->kind) {
+    case TR_DATA_TEACHER: rc = make_teacher(d); break;
+    case TR_DATA_GAUSSIAN: break;
+    case TR_DATA_ARITHMETIC:
+      rc = make_corpus(d);
+      if (!rc && d->size < (size_t)c->ctx + 1)
+        rc = say(TR_EINVAL, err, err_size, "data: corpus of %zu bytes, context %d", d->size, c->ctx);
+      break;
+    case TR_DATA_FILE: rc = map_file(d, err, err_size); break;
+    }
+  }
+  if (rc == TR_ENOMEM) say(rc, err, err_size, "data: out of memory");
+  if (rc) {
+    tr_data_close(d);
+    return rc;
+  }
+  *out = d;
+  return 0;
+}
+
+void tr_data_close(tr_data *d) {
+  if (!d) return;
+  if (d->c.kind == TR_DATA_FILE && d->corpus) munmap(d->corpus, d->size);
+  else free(d->corpus);
+  free(d->teacher);
+  free(d->path);
+  free(d);
+}
+
+/* ---- samples ----------------------------------------------------------------------------------- */
+
+size_t tr_data_x_bytes(const tr_data *d) {
+  return d->c.kind <= TR_DATA_GAUSSIAN ? (size_t)d->c.in * sizeof(float)
+                                       : (size_t)d->c.ctx * sizeof(int32_t);
+}
+
+size_t tr_data_y_bytes(const tr_data *d) {
+  return d->c.kind <= TR_DATA_GAUSSIAN ? (size_t)d->c.out * sizeof(float)
+                                       : (size_t)d->c.ctx * sizeof(int32_t);
+}
+
+static void teacher(const tr_data *d, const float *x, float *y) {
+  const int in = d->c.in, out = d->c.out, H = TEACHER_HIDDEN;
+  const double *w1 = d->teacher, *b1 = w1 + (size_t)H * in, *w2 = b1 + H, *b2 = w2 + (size_t)out * H;
+  double h[TEACHER_HIDDEN];
+  for (int j = 0; j < H; j++) {
+    double a = b1[j];
+    for (int i = 0; i < in; i++) a += w1[(size_t)j * in + i] * x[i];
+    h[j] = tanh(a);
+  }
+  for (int o = 0; o < out; o++) {
+    double a = b2[o];
+    for (int j = 0; j < H; j++) a += w2[(size_t)o * H + j] * h[j];
+    y[o] = (float)a;
+  }
+}
+
+void tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
+  const size_t xb = tr_data_x_bytes(d), yb = tr_data_y_bytes(d);
+  for (size_t k = 0; k < count; k++) {
+    rng r = rng_for(d->c.seed, TAG_SAMPLE, first + k);
+    void *xs = (char *)x + k * xb, *ys = y ? (char *)y + k * yb : NULL;
+    if (d->c.kind == TR_DATA_TEACHER || d->c.kind == TR_DATA_GAUSSIAN) {
+      float *xf = xs, *yf = ys;
+      for (int i = 0; i < d->c.in; i++) xf[i] = (float)normal(&r);
+      if (!yf) continue;
+      if (d->c.kind == TR_DATA_TEACHER) teacher(d, xf, yf);
+      else
+        for (int i = 0; i < d->c.out; i++) yf[i] = (float)normal(&r);
+    } else {
+      const int T = d->c.ctx;
+      const size_t at = (size_t)(next(&r) % (uint64_t)(d->size - (size_t)T));
+      int32_t *xt = xs, *yt = ys;
+      for (int t = 0; t < T; t++) xt[t] = d->corpus[at + (size_t)t];
+      if (yt)
+        for (int t = 0; t < T; t++) yt[t] = d->corpus[at + (size_t)t + 1];
+    }
+  }
+}
+
+void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, uint64_t *first,
+                   size_t *count) {
+  TR_ASSERT(workers > 0 && worker >= 0 && worker < workers);
+  const size_t lo = global_batch * (size_t)worker / (size_t)workers;
+  const size_t hi = global_batch * ((size_t)worker + 1) / (size_t)workers;
+  *first = step * global_batch + lo;
+  *count = hi - lo;
+}
+
+const uint8_t *tr_data_corpus(const tr_data *d, size_t *size) {
+  if (size) *size = d->corpus ? d->size : 0;
+  return d->corpus;
+}

@@ -1,0 +1,85 @@
+/* optim.c — a stage's gradients and optimizer: zeroing, the sum of squares for global-norm
+ * clipping, the update over the stage's whole parameter allocation in one op, and copies of
+ * parameters, gradients and optimizer state to and from the host. Padding between tensors
+ * holds zeros in all three, and every update keeps it so. */
+#include "stage_impl.h"
+
+tr_stage_config tr_stage_defaults(const tr_model *m) {
+  return (tr_stage_config){.first = 0, .end = 0, .batch = m->batch, .slots = 1,
+                           .global_batch = m->batch, .seed = 0, .optim = m->optim};
+}
+
+int tr_stage_zero_grads(tr_stage *st) {
+  int rc = tr_memset(st->s, st->grads, 0, st->info.numel * sizeof(float));
+  return rc ? tr__stage_fail(st, rc, "zeroing gradients") : 0;
+}
+
+int tr_stage_grad_sumsq(tr_stage *st, float *out, int accumulate) {
+  int rc = tr_sumsq(st->s, out, st->grads, st->info.numel, accumulate);
+  return rc ? tr__stage_fail(st, rc, "sum of squared gradients") : 0;
+}
+
+int tr_stage_scale_grads(tr_stage *st, const float *factor) {
+  int rc = tr_scale_dev(st->s, st->grads, factor, st->info.numel);
+  return rc ? tr__stage_fail(st, rc, "scaling gradients") : 0;
+}
+
+static int clip(tr_stage *st, const float *global_sumsq) {
+  float *factor = st->scalars + 1;
+  if (!global_sumsq) {
+    TR__TRY(tr_sumsq(st->s, st->scalars, st->grads, st->info.numel, 0));
+    global_sumsq = st->scalars;
+  }
+  TR__TRY(tr_clip_factor(st->s, factor, global_sumsq, st->optim.clip));
+  return tr_scale_dev(st->s, st->grads, factor, st->info.numel);
+}
+
+int tr_stage_step(tr_stage *st, const float *global_sumsq) {
+  const tr_optim_config *o = &st->optim;
+  const size_t n = st->info.numel;
+  int rc = o->clip > 0 ? clip(st, global_sumsq) : 0;
+  if (rc) return tr__stage_fail(st, rc, "clipping gradients");
+  st->steps++;
+  switch (o->kind) {
+  case TR_OPTIM_SGD: rc = tr_sgd_update(st->s, st->params, st->grads, n, o->lr, o->weight_decay); break;
+  case TR_OPTIM_MOMENTUM:
+    rc = tr_momentum_update(st->s, st->params, st->grads, st->state, n, o->lr, o->momentum,
+                            o->weight_decay, o->nesterov);
+    break;
+  case TR_OPTIM_ADAMW:
+    rc = tr_adamw_update(st->s, st->params, st->grads, st->state, st->state + n, n, o->lr,
+                         o->beta1, o->beta2, o->eps, o->weight_decay, st->steps);
+    break;
+  default: rc = TR_EINVAL;
+  }
+  return rc ? tr__stage_fail(st, rc, "%s update", tr_optim_kind_name(o->kind)) : 0;
+}
+
+void tr_stage_set_lr(tr_stage *st, float lr) { st->optim.lr = lr; }
+const tr_optim_config *tr_stage_optim(const tr_stage *st) { return &st->optim; }
+int64_t tr_stage_step_count(const tr_stage *st) { return st->steps; }
+void tr_stage_set_step_count(tr_stage *st, int64_t steps) { st->steps = steps; }
+
+static float *buffer(tr_stage *st, tr_stage_buffer which, size_t *n) {
+  switch (which) {
+  case TR_STAGE_PARAMS: *n = st->info.numel; return st->params;
+  case TR_STAGE_GRADS: *n = st->info.numel; return st->grads;
+  case TR_STAGE_OPT_STATE: *n = st->info.state_numel; return st->state;
+  }
+  TR_ASSERT(!"unknown stage buffer");
+  return NULL;
+}
+
+int tr_stage_download(tr_stage *st, tr_stage_buffer which, float *host) {
+  size_t n;
+  float *p = buffer(st, which, &n);
+  int rc = n ? tr_memcpy(st->s, host, p, n * sizeof(float), TR_COPY_D2H) : 0;
+  return rc ? tr__stage_fail(st, rc, "download") : 0;
+}
+
+int tr_stage_upload(tr_stage *st, tr_stage_buffer which, const float *host) {
+  size_t n;
+  float *p = buffer(st, which, &n);
+  int rc = n ? tr_memcpy(st->s, p, host, n * sizeof(float), TR_COPY_H2D) : 0;
+  return rc ? tr__stage_fail(st, rc, "upload") : 0;
+}

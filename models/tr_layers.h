@@ -1,0 +1,171 @@
+/* tr_layers.h — the layers of troupe's networks as free functions with explicit forward and
+ * backward passes (llm.c style: no autograd engine). Each is a short sequence of tr_device.h
+ * ops on one stream over device pointers, so the same code runs on host devices and GPUs.
+ *
+ * Conventions: row-major float32; N is the number of rows (B for a batch of vectors, B*T
+ * for a batch of sequences); shapes are in the comment above each function. Forward passes
+ * write their outputs and whatever they save for backward. Backward passes OVERWRITE
+ * activation gradients (dinp; pass NULL where it is not wanted, e.g. for a network's first
+ * layer) and ADD to parameter gradients (dweight, dbias, ...), so the gradients of several
+ * micro-batches add up until the caller zeroes them. GEMMs are shaped for row-major BLAS
+ * with weights stored as PyTorch stores them, (out, in): nothing is ever transposed in
+ * memory. A failing op's status is returned at once (its text: tr_device_error).
+ *
+ *   // a two-layer perceptron on stream s, batch of N rows
+ *   tr_linear_forward(s, h, x, w1, b1, N, 10, 100);           // h (N,100)
+ *   tr_relu_forward(s, a, h, (size_t)N * 100);                // a (N,100)
+ *   tr_linear_forward(s, y, a, w2, b2, N, 100, 1);            // y (N,1)
+ *   tr_mse_forward(s, loss, y, target, N, 1.0f / N);
+ *   tr_mse_backward(s, dy, y, target, N, 1.0f / N);
+ *   tr_linear_backward(s, da, dw2, db2, dy, a, w2, N, 100, 1);
+ *   tr_relu_backward(s, da, da, h, (size_t)N * 100);          // in place
+ *   tr_linear_backward(s, NULL, dw1, db1, da, x, w1, N, 10, 100);
+ *
+ * The transformer block keeps its parameters, saved activations and backward scratch in
+ * structs of pointers; the carve functions lay the latter two out in one buffer each.
+ */
+#ifndef TR_LAYERS_H
+#define TR_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tr_device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TR_LAYERNORM_EPS 1e-5f /* PyTorch's default */
+
+/* ---- linear ---------------------------------------------------------------------------- */
+
+/* inp (N,C), weight (OC,C), bias (OC) or NULL -> out (N,OC) = inp @ weight^T + bias */
+int tr_linear_forward(tr_stream *s, float *out, const float *inp, const float *weight,
+                      const float *bias, int N, int C, int OC);
+/* The same, added to what out holds: out (N,OC) += inp @ weight^T + bias (a residual). */
+int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const float *weight,
+                          const float *bias, int N, int C, int OC);
+/* dout (N,OC), inp (N,C), weight (OC,C) -> dinp (N,C) (or NULL), dweight (OC,C) +=,
+ * dbias (OC) += (NULL when the layer has no bias) */
+int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
+                       const float *dout, const float *inp, const float *weight, int N, int C,
+                       int OC);
+
+/* ---- activations (element-wise over n values) -------------------------------------------- */
+
+/* inp (n) -> out (n) = max(inp, 0) */
+int tr_relu_forward(tr_stream *s, float *out, const float *inp, size_t n);
+/* dout (n), inp (n) -> dinp (n); dinp may equal dout */
+int tr_relu_backward(tr_stream *s, float *dinp, const float *dout, const float *inp, size_t n);
+/* inp (n) -> out (n) = gelu(inp), the tanh approximation */
+int tr_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n);
+/* dout (n), inp (n) -> dinp (n); dinp may equal dout */
+int tr_gelu_backward(tr_stream *s, float *dinp, const float *dout, const float *inp, size_t n);
+
+/* ---- layernorm ----------------------------------------------------------------------------- */
+
+/* inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N) (saved for backward);
+ * eps TR_LAYERNORM_EPS. out must not overlap inp. */
+int tr_layernorm_forward(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+                         const float *weight, const float *bias, int N, int C);
+/* dout (N,C), inp (N,C), weight (C), mean (N), rstd (N) -> dinp (N,C), dweight (C) +=,
+ * dbias (C) +=. dinp must not overlap dout or inp. */
+int tr_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
+                          const float *dout, const float *inp, const float *weight,
+                          const float *mean, const float *rstd, int N, int C);
+
+/* ---- embedding with learned positions ------------------------------------------------------ */
+
+/* idx (B,T) int32 in [0,V), wte (V,C), wpe (T,C) -> out (B,T,C) = wte[idx] + wpe[t] */
+int tr_embedding_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+                         const float *wpe, int B, int T, int C, int V);
+/* dout (B,T,C), idx (B,T) -> dwte (V,C) +=, dwpe (T,C) += */
+int tr_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                          const int32_t *idx, int B, int T, int C, int V);
+
+/* ---- causal multi-head self-attention (the part between the two projections) -------------- */
+
+/* qkv (B,T,3C), each row [q | k | v] with head h in columns h*hs .. h*hs+hs-1 of each part
+ * (hs = C/NH) -> att (B,NH,T,T) (the softmax weights, saved for backward), out (B,T,C) with
+ * head h in columns h*hs..: out = softmax(q k^T / sqrt(hs), causal) v, head by head. The
+ * heads are read and written in place through GEMM strides; C % NH == 0. */
+int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
+                         int C, int NH);
+/* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C) (overwritten); datt and
+ * dpreatt (B,NH,T,T) are scratch. */
+int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt,
+                          const float *dout, const float *qkv, const float *att, int B, int T,
+                          int C, int NH);
+
+/* ---- the pre-LN transformer block -------------------------------------------------------
+ * out = x + proj(attn(qkv(ln1(x)))) then out += fcproj(gelu(fc(ln2(.)))): x (B,T,C), NH heads,
+ * an MLP of H hidden units (4C in GPT-2). */
+
+typedef struct tr_block_dims {
+  int B, T, C, NH, H;
+} tr_block_dims;
+
+/* The parameters, or their gradients (same shapes). */
+typedef struct tr_block_params {
+  float *ln1w, *ln1b;         /* (C), (C) */
+  float *qkvw, *qkvb;         /* (3C,C), (3C) */
+  float *projw, *projb;       /* (C,C), (C) */
+  float *ln2w, *ln2b;         /* (C), (C) */
+  float *fcw, *fcb;           /* (H,C), (H) */
+  float *fcprojw, *fcprojb;   /* (C,H), (C) */
+} tr_block_params;
+
+/* What forward saves for backward, and its output. */
+typedef struct tr_block_acts {
+  float *ln1, *ln1_mean, *ln1_rstd; /* (B,T,C), (B,T), (B,T) */
+  float *qkv;                       /* (B,T,3C) */
+  float *att;                       /* (B,NH,T,T) */
+  float *atty;                      /* (B,T,C) attention output, before its projection */
+  float *res1;                      /* (B,T,C) x + projection */
+  float *ln2, *ln2_mean, *ln2_rstd; /* (B,T,C), (B,T), (B,T) */
+  float *fch, *fch_gelu;            /* (B,T,H), (B,T,H) */
+  float *out;                       /* (B,T,C) */
+} tr_block_acts;
+
+/* Backward's temporaries: shared by every block of the same dims, kept by no one. */
+typedef struct tr_block_scratch {
+  float *dres1, *dln, *datty;  /* (B,T,C) each */
+  float *dqkv;                 /* (B,T,3C) */
+  float *dfch;                 /* (B,T,H) */
+  float *datt, *dpreatt;       /* (B,NH,T,T) each */
+} tr_block_scratch;
+
+/* Lay the activations / scratch out from `base` (64-byte aligned; each part is too);
+ * return the floats they take. base NULL: only the size (the struct is left untouched). */
+size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d);
+size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d);
+
+/* inp (B,T,C) -> a->out (B,T,C) and everything else in *a */
+int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
+                     const float *inp, tr_block_dims d);
+/* dout (B,T,C) -> dinp (B,T,C) (or NULL), g += parameter gradients. dinp may equal dout. */
+int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
+                      const tr_block_scratch *sc, const float *dout, const float *inp,
+                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d);
+
+/* ---- losses ---------------------------------------------------------------------------------- */
+
+/* pred (n), target (n) -> loss[0] = scale * sum (pred - target)^2 (scale 1/n: the mean) */
+int tr_mse_forward(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
+                   float scale);
+/* -> dpred (n) = 2 scale (pred - target) */
+int tr_mse_backward(tr_stream *s, float *dpred, const float *pred, const float *target,
+                    size_t n, float scale);
+/* logits (N,V), targets (N) int32 in [0,V) -> probs (N,V) (saved for backward),
+ * loss[0] = scale * sum_n -log probs[n][targets[n]] */
+int tr_crossentropy_forward(tr_stream *s, float *loss, float *probs, const float *logits,
+                            const int32_t *targets, int N, int V, float scale);
+/* probs (N,V), targets (N) -> dlogits (N,V) = scale (probs - onehot); may equal probs */
+int tr_crossentropy_backward(tr_stream *s, float *dlogits, const float *probs,
+                             const int32_t *targets, int N, int V, float scale);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

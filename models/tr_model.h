@@ -1,0 +1,289 @@
+/* tr_model.h — models as sequences of layers, cut into stages that live on devices.
+ *
+ * A tr_model is a description on the host: its layers (kinds and sizes), its loss, and the
+ * layout of every parameter tensor in the model's one parameter space (names, shapes, element
+ * offsets; each tensor starts on a 16-float boundary). A tr_stage is layers [first, end) of a
+ * model on one device: its parameters, gradients and optimizer state are each ONE device
+ * allocation holding that contiguous slice of the parameter space, so a gradient bucket is a
+ * byte range and layer l's tensors lie at tr_stage_layer_span. Activations saved for backward
+ * live in `slots`, one per micro-batch in flight (GPipe: m, 1F1B: at most p). Initialisation
+ * depends only on the seed and each element's place in the whole model, so a model cut into
+ * stages holds exactly the parameters of the uncut one.
+ *
+ *   tr_model *m;
+ *   tr_model_named(&m, "simplenet", err, sizeof err);
+ *   tr_stage_config c = tr_stage_defaults(m);           // all layers, workload batch and optimizer
+ *   c.seed = 1;
+ *   tr_stage *st;
+ *   if (tr_stage_open(&st, m, dev, &c, err, sizeof err)) ...; // on the device's thread
+ *   for (int step = 0; step < steps; step++) {
+ *     tr_memcpy(s, tr_stage_input(st, 0), x, xbytes, TR_COPY_H2D);
+ *     tr_memcpy(s, tr_stage_target(st, 0), y, ybytes, TR_COPY_H2D);
+ *     tr_stage_zero_grads(st);
+ *     tr_stage_forward(st, 0);                          // loss: tr_stage_loss(st, 0) (device)
+ *     tr_stage_backward(st, 0, NULL);
+ *     if (tr_stage_step(st, NULL)) fprintf(stderr, "%s\n", tr_stage_error(st));
+ *   }
+ *   tr_stage_close(st);
+ *   tr_model_free(m);
+ *
+ * Pipelines: stage k's output (tr_stage_output) is copied into stage k+1's tr_stage_input of
+ * the same slot; stage k+1's backward returns the gradient of its input, which is copied into
+ * stage k's tr_stage_dout of that slot. Each micro-batch's loss is scaled by 1/global_batch
+ * (the samples of one optimizer step over all micro-batches and replicas), so gradients
+ * accumulated over micro-batches, and summed over data-parallel replicas, are the gradient
+ * of the global batch's mean loss. Global-norm clipping across stages and replicas: each
+ * adds tr_stage_grad_sumsq into a device scalar, the caller sums those, and every stage
+ * steps with tr_stage_step(st, global_sumsq).
+ *
+ * Every op is issued on the device's compute stream (tr_stage_stream) and, like all device
+ * work, is complete only once an event recorded after it completes. Calls come from the
+ * device's owner thread. Functions return 0 or a negative TR_E... status; the message is
+ * tr_stage_error (it names the stage, the device, the layer and the operation).
+ */
+#ifndef TR_MODEL_H
+#define TR_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tr_device.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- layers and models ---------------------------------------------------------------- */
+
+typedef enum tr_layer_kind {
+  TR_LAYER_LINEAR,    /* (N,in) -> (N,out): weight (out,in), bias (out) unless bias == 0 */
+  TR_LAYER_RELU,      /* (N,in) -> (N,in) */
+  TR_LAYER_GELU,      /* (N,in) -> (N,in), tanh approximation */
+  TR_LAYER_LAYERNORM, /* (N,in) -> (N,in): weight, bias (in) */
+  TR_LAYER_EMBEDDING, /* tokens (B,T) in [0,vocab) -> (B,T,out): wte (vocab,out), wpe (T,out) */
+  TR_LAYER_BLOCK      /* pre-LN transformer block (B,T,in) -> (B,T,in), `heads`, MLP `hidden` */
+} tr_layer_kind;
+
+typedef struct tr_layer_spec {
+  tr_layer_kind kind;
+  int in, out;        /* row widths; equal except for linear and embedding (in: 1 token) */
+  int bias;           /* linear: 1 with a bias */
+  int vocab;          /* embedding */
+  int heads, hidden;  /* block */
+} tr_layer_spec;
+
+tr_layer_spec tr_layer_linear(int in, int out, int bias);
+tr_layer_spec tr_layer_relu(int width);
+tr_layer_spec tr_layer_gelu(int width);
+tr_layer_spec tr_layer_layernorm(int width);
+tr_layer_spec tr_layer_embedding(int vocab, int width);
+tr_layer_spec tr_layer_block(int width, int heads, int hidden);
+/* "linear", "relu", ... */
+const char *tr_layer_kind_name(tr_layer_kind kind);
+
+typedef enum tr_loss_kind {
+  TR_LOSS_MSE,         /* mean over all output elements; targets float (B*T, out) */
+  TR_LOSS_CROSSENTROPY /* mean over the B*T rows; targets int32 (B*T) in [0, out) */
+} tr_loss_kind;
+
+typedef enum tr_optim_kind { TR_OPTIM_SGD, TR_OPTIM_MOMENTUM, TR_OPTIM_ADAMW } tr_optim_kind;
+
+/* PyTorch's definitions (tr_device.h's update ops). clip > 0: scale the gradients by
+ * min(1, clip / global norm) before the update. */
+typedef struct tr_optim_config {
+  tr_optim_kind kind;
+  float lr;
+  float momentum;      /* MOMENTUM */
+  int nesterov;        /* MOMENTUM */
+  float weight_decay;  /* SGD, MOMENTUM: L2 added to the gradient; ADAMW: decoupled */
+  float beta1, beta2, eps; /* ADAMW */
+  float clip;
+} tr_optim_config;
+
+/* "sgd", "momentum", "adamw"; parse: 0, or TR_EINVAL for another name. */
+const char *tr_optim_kind_name(tr_optim_kind kind);
+int tr_optim_kind_parse(const char *name, tr_optim_kind *out);
+/* lr as given, momentum 0.9, betas 0.9/0.999, eps 1e-8, no weight decay, no clipping. */
+tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr);
+
+typedef struct tr_model_spec {
+  const char *name;           /* copied */
+  int ctx;                    /* T: rows per sample (1 for plain vectors) */
+  tr_loss_kind loss;
+  int nlayers;
+  const tr_layer_spec *layers; /* copied */
+  int batch;                  /* default samples per step */
+  tr_optim_config optim;      /* default optimizer */
+} tr_model_spec;
+
+typedef struct tr_model tr_model;
+
+/* Checks the layers fit together (widths chain, an embedding only first, a block's width
+ * divisible by its heads, the loss matches the last layer); err names the layer at fault. */
+int tr_model_new(tr_model **out, const tr_model_spec *spec, char *err, size_t err_size);
+void tr_model_free(tr_model *m);
+
+/* The workloads of WORKLOADS.md, exactly: */
+/* simplenet: Linear(10,100) -> ReLU -> Linear(100,1), MSE; SGD lr 0.01; batch 64 */
+int tr_model_simplenet(tr_model **out);
+/* mlp: depth x Linear(width,width), ReLU between (workload: 1024, 8); MSE; momentum 0.9,
+ * lr 1e-3; batch 256 */
+int tr_model_mlp(tr_model **out, int width, int depth);
+
+typedef struct tr_gpt_config {
+  int vocab, ctx, width, layers, heads, hidden;
+} tr_gpt_config;
+/* The workload: byte vocabulary 256, context 128, width 256, 4 blocks, 4 heads, MLP 1024. */
+tr_gpt_config tr_gpt_defaults(void);
+/* Embedding (+ learned positions) -> blocks -> layernorm -> Linear(width, vocab, no bias);
+ * cross-entropy; AdamW lr 3e-4, betas 0.9/0.999, no weight decay; batch 8. NULL: defaults. */
+int tr_model_gpt(tr_model **out, const tr_gpt_config *cfg);
+/* "simplenet", "mlp" or "gpt", as above; TR_EINVAL naming the name otherwise. */
+int tr_model_named(tr_model **out, const char *name, char *err, size_t err_size);
+
+const char *tr_model_name(const tr_model *m);
+int tr_model_layer_count(const tr_model *m);
+const tr_layer_spec *tr_model_layer(const tr_model *m, int layer);
+int tr_model_ctx(const tr_model *m);
+tr_loss_kind tr_model_loss(const tr_model *m);
+int tr_model_batch(const tr_model *m);
+tr_optim_config tr_model_optim(const tr_model *m);
+/* 1 when the input is tokens (int32, ctx per sample), 0 for floats (ctx x in per sample). */
+int tr_model_token_input(const tr_model *m);
+/* Bytes of one sample's input and target. */
+size_t tr_model_input_bytes(const tr_model *m);
+size_t tr_model_target_bytes(const tr_model *m);
+
+/* Parameters, unpadded (what PyTorch would count), and the padded parameter space. */
+size_t tr_model_param_count(const tr_model *m);
+size_t tr_model_numel(const tr_model *m);
+/* Layer `layer`'s tensors as one span [offset, offset + numel) of the parameter space. */
+void tr_model_layer_span(const tr_model *m, int layer, size_t *offset, size_t *numel);
+/* Forward FLOPs per sample of a layer (GEMMs, attention included): a cost for cutting. */
+double tr_model_layer_flops(const tr_model *m, int layer);
+
+typedef struct tr_tensor_info {
+  char name[48];      /* "0.weight", "1.attn.qkv.weight", "5.wpe" */
+  int layer;
+  int ndim;           /* 1 or 2 */
+  int64_t shape[2];
+  size_t numel;
+  size_t offset;      /* in the model's parameter space, a multiple of 16 */
+} tr_tensor_info;
+
+int tr_model_tensor_count(const tr_model *m);
+const tr_tensor_info *tr_model_tensor(const tr_model *m, int index);
+/* Tensors of layer `layer` are indices [*first, *first + *count). */
+void tr_model_layer_tensors(const tr_model *m, int layer, int *first, int *count);
+
+/* Layer boundaries that cut the model into `parts` stages of about equal cost (forward
+ * FLOPs, parameters where a model has none): cuts[0] = 0 < cuts[1] < ... < cuts[parts] =
+ * layer count. TR_EINVAL when the model has fewer layers than parts. */
+int tr_model_balance(const tr_model *m, int parts, int *cuts);
+
+/* ---- stages ------------------------------------------------------------------------------ */
+
+typedef struct tr_stage_config {
+  int first, end;       /* layers [first, end); end 0: to the last layer */
+  int batch;            /* samples per micro-batch (rows: batch x ctx) */
+  int slots;            /* micro-batches whose activations are kept at once, >= 1 */
+  int global_batch;     /* samples per optimizer step over all micro-batches and replicas:
+                           the loss is scaled by 1/global_batch; 0: batch */
+  uint64_t seed;        /* initialisation */
+  tr_optim_config optim;
+} tr_stage_config;
+
+/* The whole model, its workload batch and optimizer, one slot, seed 0. */
+tr_stage_config tr_stage_defaults(const tr_model *m);
+
+typedef struct tr_stage tr_stage;
+
+typedef struct tr_stage_info {
+  int first, end, batch, rows, slots, global_batch;
+  int is_first, is_last;
+  size_t input_bytes;   /* per slot: tokens int32 (batch, ctx) or floats (rows, in) */
+  size_t output_bytes;  /* per slot: floats (rows, out of layer end-1) */
+  size_t target_bytes;  /* per slot, last stage only */
+  size_t numel;         /* elements of parameters, and of gradients */
+  size_t offset;        /* of the stage's first element in the model's parameter space */
+  size_t state_numel;   /* optimizer state: 0 (SGD), numel (momentum), 2 numel (AdamW: m, v) */
+  size_t slot_bytes;    /* device memory per slot */
+  size_t scratch_bytes; /* device memory shared by the slots */
+} tr_stage_info;
+
+/* Allocates everything the stage will ever use and initialises the parameters (PyTorch's
+ * defaults, from cfg->seed) and the optimizer state (zeros), on `d`'s compute stream. The
+ * model must outlive the stage. On failure *out is NULL and err (when not NULL) says why. */
+int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_config *cfg,
+                  char *err, size_t err_size);
+void tr_stage_close(tr_stage *st);
+
+const tr_stage_info *tr_stage_get_info(const tr_stage *st);
+const tr_model *tr_stage_model(const tr_stage *st);
+tr_device *tr_stage_device(const tr_stage *st);
+tr_stream *tr_stage_stream(const tr_stage *st);
+const char *tr_stage_error(const tr_stage *st);
+
+/* The one allocation of each (device memory, numel / state_numel elements). */
+float *tr_stage_params(tr_stage *st);
+float *tr_stage_grads(tr_stage *st);
+float *tr_stage_opt_state(tr_stage *st);  /* NULL for SGD */
+/* Layer `layer` (first <= layer < end) as [offset, offset + numel) of those allocations. */
+void tr_stage_layer_span(const tr_stage *st, int layer, size_t *offset, size_t *numel);
+
+/* Per-slot device buffers (0 <= slot < slots): where the caller puts the micro-batch's
+ * input (and, last stage, targets; other stages, the gradient of the output) before forward
+ * (backward); where forward leaves the output and (last stage) the loss scalar. */
+void *tr_stage_input(tr_stage *st, int slot);
+void *tr_stage_target(tr_stage *st, int slot);   /* NULL unless last */
+float *tr_stage_dout(tr_stage *st, int slot);    /* NULL when last */
+const float *tr_stage_output(const tr_stage *st, int slot);
+const float *tr_stage_loss(const tr_stage *st, int slot); /* NULL unless last */
+
+/* Forward of the slot's micro-batch through the stage's layers (and the loss when last). */
+int tr_stage_forward(tr_stage *st, int slot);
+/* Backward of the slot's micro-batch, from the loss (last stage) or tr_stage_dout: adds its
+ * gradients to the stage's. *dinput (when dinput is not NULL) receives the gradient of the
+ * stage's input (input_bytes, floats), or NULL for the first stage; it stays valid through
+ * the next backward call too (two buffers alternate), so sending it can overlap that one. */
+int tr_stage_backward(tr_stage *st, int slot, const float **dinput);
+
+/* Called after the backward of each layer has been issued, last layer first: its gradient
+ * span (tr_stage_layer_span) is then final for this micro-batch (data parallelism starts
+ * reducing it once the last micro-batch of the step reports it). NULL: none. */
+typedef void (*tr_grad_ready_fn)(void *arg, tr_stage *st, int layer);
+void tr_stage_on_grad_ready(tr_stage *st, tr_grad_ready_fn fn, void *arg);
+
+/* ---- optimizer ------------------------------------------------------------------------------ */
+
+int tr_stage_zero_grads(tr_stage *st);
+/* out[0] (device, this device) = (or += when accumulate) the sum of squared gradients. */
+int tr_stage_grad_sumsq(tr_stage *st, float *out, int accumulate);
+/* gradients *= factor[0] (device scalar on this device) */
+int tr_stage_scale_grads(tr_stage *st, const float *factor);
+/* One optimizer update of the stage. With clipping configured, the gradients are first
+ * scaled by min(1, clip / sqrt(global_sumsq[0])); global_sumsq NULL: this stage's own sum
+ * (a model on one stage). Counts the step (AdamW's bias correction uses it). */
+int tr_stage_step(tr_stage *st, const float *global_sumsq);
+void tr_stage_set_lr(tr_stage *st, float lr);
+const tr_optim_config *tr_stage_optim(const tr_stage *st);
+int64_t tr_stage_step_count(const tr_stage *st);
+void tr_stage_set_step_count(tr_stage *st, int64_t steps); /* resuming from a checkpoint */
+
+/* ---- host copies (checkpoints, consistency checks), asynchronous on the stream ---------- */
+
+typedef enum tr_stage_buffer {
+  TR_STAGE_PARAMS,    /* numel floats */
+  TR_STAGE_GRADS,     /* numel floats */
+  TR_STAGE_OPT_STATE  /* state_numel floats */
+} tr_stage_buffer;
+
+/* host must hold the buffer's elements; it is complete once the stream has run the copy
+ * (tr_stream_synchronize(tr_stage_stream(st)), or an event). */
+int tr_stage_download(tr_stage *st, tr_stage_buffer which, float *host);
+int tr_stage_upload(tr_stage *st, tr_stage_buffer which, const float *host);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
