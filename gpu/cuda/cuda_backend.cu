@@ -37,14 +37,34 @@ static const char *tr__file_base(const char *file) {
   return p ? p : file;
 }
 
+/* Faults of kernels already running surface in whatever call comes next: say so, or the
+ * message would blame an innocent copy or query. */
+static const char *tr__async_hint(cudaError_t err) {
+  switch (err) {
+  case cudaErrorIllegalAddress:
+  case cudaErrorLaunchFailure:
+  case cudaErrorIllegalInstruction:
+  case cudaErrorMisalignedAddress:
+  case cudaErrorInvalidAddressSpace:
+  case cudaErrorInvalidPc:
+  case cudaErrorHardwareStackError:
+  case cudaErrorAssert:
+  case cudaErrorLaunchTimeout:
+    return "; raised by earlier work on this GPU (CUDA_LAUNCH_BLOCKING=1 or compute-sanitizer "
+           "names the kernel)";
+  default:
+    return "";
+  }
+}
+
 int tr__cuda_fail(tr_device *d, cudaError_t err, const char *call, const char *file, int line) {
   /* Non-sticky errors stay in the runtime's last-error slot; clear it so the next launch
    * check reports its own failure, not this one again. */
   (void)cudaGetLastError();
   int status = err == cudaErrorMemoryAllocation ? TR_ENOMEM : TR_EDEVICE;
-  return tr__device_fail(d, status, "%.*s: %s (%s) at %s:%d", tr__call_name_len(call), call,
+  return tr__device_fail(d, status, "%.*s: %s (%s) at %s:%d%s", tr__call_name_len(call), call,
                          cudaGetErrorString(err), cudaGetErrorName(err), tr__file_base(file),
-                         line);
+                         line, tr__async_hint(err));
 }
 
 int tr__cublas_fail(tr_device *d, cublasStatus_t st, const char *call, const char *file,
@@ -61,8 +81,8 @@ int tr__cuda_launched(tr_device *d, const char *name, const char *file, int line
   /* cudaErrorNotReady is an event or stream query's answer, never a launch failure. */
   if (e == cudaSuccess || e == cudaErrorNotReady) return 0;
   return tr__device_fail(d, e == cudaErrorMemoryAllocation ? TR_ENOMEM : TR_EDEVICE,
-                         "kernel %s: %s (%s) at %s:%d", name, cudaGetErrorString(e),
-                         cudaGetErrorName(e), tr__file_base(file), line);
+                         "kernel %s: %s (%s) at %s:%d%s", name, cudaGetErrorString(e),
+                         cudaGetErrorName(e), tr__file_base(file), line, tr__async_hint(e));
 }
 
 int tr__cuda_enter(tr_device *d) {
