@@ -23,5 +23,6 @@ bool cli_value_str(int argc, char **argv, int *i, const char **out);
 /* Sub-commands. */
 int cmd_bench(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 
 #endif

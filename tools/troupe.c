@@ -12,6 +12,7 @@
 static const cli_command commands[] = {
     {"bench", "measure the runtime: bench mailbox", cmd_bench},
     {"devices", "list the host device and the GPUs", cmd_devices},
+    {"train", "train a model: troupe train --model simplenet --steps 2000", cmd_train},
 };
 enum { NCOMMANDS = sizeof commands / sizeof commands[0] };
 

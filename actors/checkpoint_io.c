@@ -1,0 +1,163 @@
+/* checkpoint_io.c — a stage's parameters and optimizer state to and from a safetensors
+ * checkpoint, with the step and the run's configuration in its metadata.
+ *
+ * Tensors keep the model's names ("0.weight"); optimizer state is stored under the same
+ * names with a prefix ("momentum.0.weight", "adam_m.0.weight", "adam_v.0.weight"), so that
+ * PyTorch sees the weights as they are. The data of step k is a function of (seed, k)
+ * (tr_data.h), so the step is the whole RNG state of the loader.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tr_checkpoint.h"
+#include "train_impl.h"
+
+/* The optimizer state's tensors: how many copies of the parameters, and their prefixes. */
+static int state_prefixes(tr_optim_kind kind, const char **prefix) {
+  switch (kind) {
+    case TR_OPTIM_SGD:
+      return 0;
+    case TR_OPTIM_MOMENTUM:
+      prefix[0] = "momentum.";
+      return 1;
+    case TR_OPTIM_ADAMW:
+      prefix[0] = "adam_m.";
+      prefix[1] = "adam_v.";
+      return 2;
+  }
+  return 0;
+}
+
+typedef int (*tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *shape,
+                         float *data);
+
+/* Calls fn for every tensor of the stage, parameters then optimizer state, with the place
+ * of its data in `params` (numel floats) and `state` (state_numel floats). */
+static int each_tensor(tr_stage *st, float *params, float *state, tensor_fn fn, void *ctx) {
+  const tr_stage_info *info = tr_stage_get_info(st);
+  const tr_model *m = tr_stage_model(st);
+  const char *prefix[2];
+  int copies = state_prefixes(tr_stage_optim(st)->kind, prefix);
+  for (int copy = -1; copy < copies; copy++) {
+    for (int layer = info->first; layer < info->end; layer++) {
+      int first, count;
+      tr_model_layer_tensors(m, layer, &first, &count);
+      for (int i = first; i < first + count; i++) {
+        const tr_tensor_info *t = tr_model_tensor(m, i);
+        size_t at = t->offset - info->offset;
+        char name[96];
+        snprintf(name, sizeof name, "%s%s", copy < 0 ? "" : prefix[copy], t->name);
+        float *data = copy < 0 ? params + at : state + (size_t)copy * info->numel + at;
+        int rc = fn(ctx, name, t->ndim, t->shape, data);
+        if (rc) return rc;
+      }
+    }
+  }
+  return 0;
+}
+
+static int add_tensor(void *ctx, const char *name, int ndim, const int64_t *shape, float *data) {
+  return tr_checkpoint_writer_add(ctx, name, TR_DTYPE_F32, ndim, shape, data);
+}
+
+static int read_tensor(void *ctx, const char *name, int ndim, const int64_t *shape, float *data) {
+  return tr_checkpoint_read(ctx, name, TR_DTYPE_F32, ndim, shape, data);
+}
+
+/* Host copies of the stage's parameters and optimizer state (zeroed: padding stays 0). */
+static int host_buffers(tr_stage *st, float **params, float **state) {
+  const tr_stage_info *info = tr_stage_get_info(st);
+  *params = calloc(info->numel ? info->numel : 1, sizeof **params);
+  *state = calloc(info->state_numel ? info->state_numel : 1, sizeof **state);
+  return *params && *state ? 0 : TR_ENOMEM;
+}
+
+int tr__stage_save(tr_stage *st, const tr__run *run, int64_t step, const char *path, char *err,
+                   size_t err_size) {
+  const tr_stage_info *info = tr_stage_get_info(st);
+  float *params, *state;
+  tr_checkpoint_writer *w = tr_checkpoint_writer_new();
+  int rc = host_buffers(st, &params, &state);
+  if (rc || w == NULL) {
+    snprintf(err, err_size, "%s: out of memory", path);
+    rc = TR_ENOMEM;
+    goto out;
+  }
+  if ((rc = tr_stage_download(st, TR_STAGE_PARAMS, params)) ||
+      (info->state_numel && (rc = tr_stage_download(st, TR_STAGE_OPT_STATE, state))) ||
+      (rc = tr_stream_synchronize(tr_stage_stream(st)))) {
+    snprintf(err, err_size, "%s: copying the stage to the host: %s", path, tr_stage_error(st));
+    goto out;
+  }
+  const tr_optim_config *o = tr_stage_optim(st);
+  char lr[32];
+  snprintf(lr, sizeof lr, "%.9g", (double)o->lr);
+  uint64_t rng[2] = {run->opt->seed, (uint64_t)step};
+  each_tensor(st, params, state, add_tensor, w);
+  tr_checkpoint_writer_put(w, "format", "troupe checkpoint 1");
+  tr_checkpoint_writer_put(w, "model", tr_model_name(run->model));
+  tr_checkpoint_writer_put_u64(w, "step", (uint64_t)step);
+  tr_checkpoint_writer_put_u64(w, "batch", (uint64_t)run->batch);
+  tr_checkpoint_writer_put_u64s(w, "rng", rng, 2); /* data: a function of (seed, step) */
+  tr_checkpoint_writer_put(w, "optimizer", tr_optim_kind_name(o->kind));
+  tr_checkpoint_writer_put(w, "lr", lr);
+  tr_checkpoint_writer_put(w, "strategy", tr_strategy_name(run->opt->strategy));
+  if ((rc = tr_checkpoint_writer_save(w, path)))
+    snprintf(err, err_size, "%s", tr_checkpoint_writer_error(w));
+out:
+  tr_checkpoint_writer_free(w);
+  free(params);
+  free(state);
+  return rc;
+}
+
+int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
+                        size_t err_size) {
+  tr_checkpoint *ck;
+  int rc = tr_checkpoint_open(&ck, path, err, err_size);
+  if (rc) return rc;
+  const char *model = tr_checkpoint_meta(ck, "model");
+  uint64_t s;
+  if (model == NULL || strcmp(model, tr_model_name(m)) != 0) {
+    snprintf(err, err_size, "%s: a checkpoint of model '%s', not '%s'", path,
+             model ? model : "(none)", tr_model_name(m));
+    rc = TR_EFORMAT;
+  } else if ((rc = tr_checkpoint_meta_u64(ck, "step", &s))) {
+    snprintf(err, err_size, "%s", tr_checkpoint_error(ck));
+  } else {
+    *step = (int64_t)s;
+  }
+  tr_checkpoint_close(ck);
+  return rc;
+}
+
+int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size) {
+  const tr_stage_info *info = tr_stage_get_info(st);
+  tr_checkpoint *ck;
+  int rc = tr_checkpoint_open(&ck, path, err, err_size);
+  if (rc) return rc;
+  float *params = NULL, *state = NULL;
+  uint64_t step;
+  const char *opt = tr_checkpoint_meta(ck, "optimizer");
+  const char *want = tr_optim_kind_name(tr_stage_optim(st)->kind);
+  if (opt == NULL || strcmp(opt, want) != 0) {
+    snprintf(err, err_size, "%s: optimizer state of '%s', but this run uses '%s'", path,
+             opt ? opt : "(none)", want);
+    rc = TR_EFORMAT;
+  } else if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) ||
+             (rc = host_buffers(st, &params, &state)) ||
+             (rc = each_tensor(st, params, state, read_tensor, ck))) {
+    snprintf(err, err_size, "%s", rc == TR_ENOMEM ? "out of memory" : tr_checkpoint_error(ck));
+  } else if ((rc = tr_stage_upload(st, TR_STAGE_PARAMS, params)) ||
+             (info->state_numel && (rc = tr_stage_upload(st, TR_STAGE_OPT_STATE, state))) ||
+             (rc = tr_stream_synchronize(tr_stage_stream(st)))) {
+    snprintf(err, err_size, "%s: copying to the device: %s", path, tr_stage_error(st));
+  } else {
+    tr_stage_set_step_count(st, (int64_t)step);
+  }
+  tr_checkpoint_close(ck);
+  free(params);
+  free(state);
+  return rc;
+}

@@ -1,0 +1,96 @@
+/* tr_train.h — training runs: a model, a strategy, devices, and the figures of the run.
+ *
+ * tr_train_run builds the message graph of a strategy on a fresh system and runs it to the
+ * end: a loader actor on the libuv loop fills batches ahead (its prefetch depth is the
+ * credit count of the loader → stage edge), a stage actor pinned to each device trains,
+ * and a coordinator on the loop drives the run, prints progress and collects the figures
+ * WORKLOADS.md defines. It is what `troupe train` runs.
+ *
+ *   tr_train_options o = tr_train_defaults();
+ *   o.model = "simplenet";
+ *   o.steps = 2000;
+ *   tr_train_result r;
+ *   char err[512];
+ *   if (tr_train_run(&o, &r, err, sizeof err)) fprintf(stderr, "%s\n", err);
+ *   else printf("%.0f samples/s, final loss %g\n", r.samples_per_s, r.final_loss);
+ */
+#ifndef TR_TRAIN_H
+#define TR_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tr_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tr_strategy {
+  TR_STRATEGY_SINGLE,
+  TR_STRATEGY_DP,
+  TR_STRATEGY_MP,
+  TR_STRATEGY_PIPELINE,
+  TR_STRATEGY_HYBRID,
+  TR_STRATEGY_ASYNC
+} tr_strategy;
+
+/* "single", "dp", ...; parse: 0, or TR_EINVAL. */
+const char *tr_strategy_name(tr_strategy s);
+int tr_strategy_parse(const char *name, tr_strategy *out);
+
+typedef struct tr_train_options {
+  const char *model;       /* "simplenet", "mlp", "gpt" */
+  tr_strategy strategy;
+  const char *devices;     /* "host:N", "cuda:0,1", "auto" */
+  int64_t steps;           /* the run's last step (a resumed run continues to it); 0: seconds */
+  double seconds;          /* with steps 0: train this long */
+  int batch;               /* samples per step; 0: the workload's */
+  float lr;                /* 0: the workload's */
+  int optimizer;           /* -1: the workload's; else a tr_optim_kind */
+  float clip;              /* global-norm clipping; 0: none */
+  const char *data;        /* a byte or text file (gpt); NULL: the workload's data */
+  uint64_t seed;
+  int deterministic;       /* bitwise-repeatable runs (host devices always are) */
+  const char *trace;       /* Chrome trace JSON written here after the run; NULL: none */
+  const char *checkpoint;  /* safetensors file written at the end (and every N steps) */
+  int64_t checkpoint_every;
+  const char *resume;      /* start from this checkpoint */
+  int progress;            /* a progress line on stderr (set it when stderr is a TTY) */
+  int prefetch;            /* batches the loader keeps ready; 0: the default */
+  int watchdog_ms;         /* no progress for this long fails the run; 0: the default */
+} tr_train_options;
+
+/* single, auto devices, 100 steps, seed 1, everything else the workload's. */
+tr_train_options tr_train_defaults(void);
+
+enum { TR_TRAIN_MAX_DEVICES = 64 };
+
+/* The figures of WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
+typedef struct tr_train_result {
+  char model[32], strategy[16], devices[256];
+  int ndevices;
+  int64_t first_step;      /* where the run began: 0, or the resumed checkpoint's step */
+  int64_t steps;           /* the last step reached */
+  int64_t samples;         /* samples trained in this run */
+  double seconds;          /* of the measured window (after warm-up steps) */
+  int64_t window_steps;
+  double samples_per_s, steps_per_s;
+  double initial_loss;     /* the first step's */
+  double final_loss;       /* mean of the last 1% of steps (at least one) */
+  double utilization[TR_TRAIN_MAX_DEVICES];
+  double bubble_fraction;
+  double staleness_mean, staleness_max;
+  double consistency;
+  double gflops;           /* mlp */
+  double tokens_per_s;     /* gpt */
+} tr_train_result;
+
+/* Runs the training. 0, or a negative status with `err` naming the actor, device and
+ * operation that failed (a bad option: TR_EINVAL naming the option). */
+int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,170 @@
+/* cmd_train.c — `troupe train`: parse the options of WORKLOADS.md, run tr_train_run, print
+ * a summary on stderr and, with --json, one JSON object on stdout. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "tr_model.h"
+#include "tr_train.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: troupe train [options]\n\n"
+          "  --model simplenet|mlp|gpt      the workload (default simplenet)\n"
+          "  --strategy single              how to use the devices (default single)\n"
+          "  --devices host:N|cuda:I,..|auto the devices (default auto: every GPU, else host:1)\n"
+          "  --steps N                      train to step N (default 100; a resumed run continues)\n"
+          "  --seconds S                    train for S seconds instead\n"
+          "  --batch N                      samples per step (default: the workload's)\n"
+          "  --lr X                         learning rate (default: the workload's)\n"
+          "  --optimizer sgd|momentum|adamw (default: the workload's)\n"
+          "  --clip NORM                    global-norm gradient clipping\n"
+          "  --data FILE                    train gpt on a byte or text file\n"
+          "  --seed N                       initialisation and data (default 1)\n"
+          "  --deterministic                bitwise-repeatable runs\n"
+          "  --trace FILE.json              Chrome/Perfetto trace of every actor\n"
+          "  --checkpoint FILE              safetensors checkpoint at the end ...\n"
+          "  --checkpoint-every N           ... and every N steps\n"
+          "  --resume FILE                  continue from a checkpoint\n"
+          "  --json                         one JSON object of the run's figures on stdout\n"
+          "  --quiet                        no progress line or summary\n");
+}
+
+static void json_number(const char *key, double v, bool last) {
+  if (isfinite(v)) printf("\"%s\":%.9g%s", key, v, last ? "" : ",");
+  else printf("\"%s\":null%s", key, last ? "" : ",");
+}
+
+static void print_json(const tr_train_result *r) {
+  printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"devices\":\"%s\",", r->model, r->strategy,
+         r->devices);
+  printf("\"first_step\":%lld,\"steps\":%lld,\"samples\":%lld,", (long long)r->first_step,
+         (long long)r->steps, (long long)r->samples);
+  json_number("seconds", r->seconds, false);
+  json_number("samples_per_s", r->samples_per_s, false);
+  json_number("steps_per_s", r->steps_per_s, false);
+  json_number("initial_loss", r->initial_loss, false);
+  json_number("final_loss", r->final_loss, false);
+  printf("\"utilization\":[");
+  for (int i = 0; i < r->ndevices; i++) {
+    if (isfinite(r->utilization[i])) printf("%s%.4f", i ? "," : "", r->utilization[i]);
+    else printf("%snull", i ? "," : "");
+  }
+  printf("],");
+  json_number("bubble_fraction", r->bubble_fraction, false);
+  if (isfinite(r->staleness_mean))
+    printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g},", r->staleness_mean, r->staleness_max);
+  else
+    printf("\"staleness\":null,");
+  json_number("consistency", r->consistency, false);
+  json_number("gflops", r->gflops, false);
+  json_number("tokens_per_s", r->tokens_per_s, true);
+  printf("}\n");
+}
+
+static void print_summary(const tr_train_result *r) {
+  fprintf(stderr, "%s · %s · %s: steps %lld→%lld", r->model, r->strategy, r->devices,
+          (long long)r->first_step, (long long)r->steps);
+  if (isfinite(r->samples_per_s))
+    fprintf(stderr, ", %.0f samples/s (%.0f steps/s over %.3g s)", r->samples_per_s,
+            r->steps_per_s, r->seconds);
+  fprintf(stderr, ", loss %.4g → %.4g", r->initial_loss, r->final_loss);
+  if (isfinite(r->gflops)) fprintf(stderr, ", %.1f GFLOP/s", r->gflops);
+  if (isfinite(r->tokens_per_s)) fprintf(stderr, ", %.0f tokens/s", r->tokens_per_s);
+  for (int i = 0; i < r->ndevices; i++)
+    if (isfinite(r->utilization[i]))
+      fprintf(stderr, "%s%.0f%%", i ? " " : ", utilization ", 100 * r->utilization[i]);
+  fputc('\n', stderr);
+}
+
+int cmd_train(int argc, char **argv) {
+  tr_train_options o = tr_train_defaults();
+  bool json = false, quiet = false, steps_given = false;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *v;
+    uint64_t u;
+    double d;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      usage(stdout);
+      return CLI_OK;
+    } else if (!strcmp(a, "--model")) {
+      if (!cli_value_str(argc, argv, &i, &o.model)) return CLI_USAGE;
+    } else if (!strcmp(a, "--strategy")) {
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_strategy_parse(v, &o.strategy)) {
+        fprintf(stderr, "troupe: --strategy: '%s' is not single, dp, mp, pipeline, hybrid or async\n", v);
+        return CLI_USAGE;
+      }
+    } else if (!strcmp(a, "--devices")) {
+      if (!cli_value_str(argc, argv, &i, &o.devices)) return CLI_USAGE;
+    } else if (!strcmp(a, "--steps")) {
+      if (!cli_value_u64(argc, argv, &i, 1, INT64_MAX, &u)) return CLI_USAGE;
+      o.steps = (int64_t)u;
+      steps_given = true;
+    } else if (!strcmp(a, "--seconds")) {
+      if (!cli_value_double(argc, argv, &i, 1e-3, 1e7, &o.seconds)) return CLI_USAGE;
+    } else if (!strcmp(a, "--batch")) {
+      if (!cli_value_u64(argc, argv, &i, 1, 1 << 20, &u)) return CLI_USAGE;
+      o.batch = (int)u;
+    } else if (!strcmp(a, "--lr")) {
+      if (!cli_value_double(argc, argv, &i, 1e-12, 1e6, &d)) return CLI_USAGE;
+      o.lr = (float)d;
+    } else if (!strcmp(a, "--optimizer")) {
+      tr_optim_kind k;
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_optim_kind_parse(v, &k)) {
+        fprintf(stderr, "troupe: --optimizer: '%s' is not sgd, momentum or adamw\n", v);
+        return CLI_USAGE;
+      }
+      o.optimizer = (int)k;
+    } else if (!strcmp(a, "--clip")) {
+      if (!cli_value_double(argc, argv, &i, 1e-12, 1e12, &d)) return CLI_USAGE;
+      o.clip = (float)d;
+    } else if (!strcmp(a, "--data")) {
+      if (!cli_value_str(argc, argv, &i, &o.data)) return CLI_USAGE;
+    } else if (!strcmp(a, "--seed")) {
+      if (!cli_value_u64(argc, argv, &i, 0, UINT64_MAX, &o.seed)) return CLI_USAGE;
+    } else if (!strcmp(a, "--deterministic")) {
+      o.deterministic = 1;
+    } else if (!strcmp(a, "--trace")) {
+      if (!cli_value_str(argc, argv, &i, &o.trace)) return CLI_USAGE;
+    } else if (!strcmp(a, "--checkpoint")) {
+      if (!cli_value_str(argc, argv, &i, &o.checkpoint)) return CLI_USAGE;
+    } else if (!strcmp(a, "--checkpoint-every")) {
+      if (!cli_value_u64(argc, argv, &i, 1, INT64_MAX, &u)) return CLI_USAGE;
+      o.checkpoint_every = (int64_t)u;
+    } else if (!strcmp(a, "--resume")) {
+      if (!cli_value_str(argc, argv, &i, &o.resume)) return CLI_USAGE;
+    } else if (!strcmp(a, "--json")) {
+      json = true;
+    } else if (!strcmp(a, "--quiet")) {
+      quiet = true;
+    } else {
+      fprintf(stderr, "troupe: train: unknown option '%s' (see troupe train --help)\n", a);
+      return CLI_USAGE;
+    }
+  }
+  if (o.seconds > 0 && !steps_given) o.steps = 0;
+  if (o.seconds > 0 && steps_given) {
+    fprintf(stderr, "troupe: --steps and --seconds: give one of them\n");
+    return CLI_USAGE;
+  }
+  if (o.checkpoint_every && !o.checkpoint) {
+    fprintf(stderr, "troupe: --checkpoint-every needs --checkpoint FILE\n");
+    return CLI_USAGE;
+  }
+  o.progress = !quiet && isatty(STDERR_FILENO);
+
+  tr_train_result r;
+  char err[1024];
+  int rc = tr_train_run(&o, &r, err, sizeof err);
+  if (rc) {
+    fprintf(stderr, "troupe: %s\n", err);
+    return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
+  }
+  if (!quiet) print_summary(&r);
+  if (json) print_json(&r);
+  return CLI_OK;
+}
