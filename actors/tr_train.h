@@ -39,8 +39,11 @@ typedef enum tr_strategy {
 const char *tr_strategy_name(tr_strategy s);
 int tr_strategy_parse(const char *name, tr_strategy *out);
 
+struct tr_model_spec;
+
 typedef struct tr_train_options {
   const char *model;       /* "simplenet", "mlp", "gpt" */
+  const struct tr_model_spec *spec; /* a model of your own instead (tr_model.h); NULL: model */
   tr_strategy strategy;
   const char *devices;     /* "host:N", "cuda:0,1", "auto" */
   int64_t steps;           /* the run's last step (a resumed run continues to it); 0: seconds */

@@ -44,7 +44,7 @@ tr_train_options tr_train_defaults(void) {
 
 static void result_init(tr_train_result *r, const tr_train_options *o, const tr__run *run) {
   memset(r, 0, sizeof *r);
-  snprintf(r->model, sizeof r->model, "%s", o->model);
+  snprintf(r->model, sizeof r->model, "%s", o->spec ? o->spec->name : o->model);
   snprintf(r->strategy, sizeof r->strategy, "%s", tr_strategy_name(o->strategy));
   r->first_step = r->steps = run->first_step;
   r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
@@ -66,7 +66,9 @@ static int prepare(tr__run *run, const tr_train_options *o, char *err, size_t n)
     snprintf(err, n, "--steps or --seconds: give a positive number of steps or seconds");
     return TR_EINVAL;
   }
-  if ((rc = tr_model_named(&run->model, o->model, err, n))) return rc;
+  rc = o->spec ? tr_model_new(&run->model, o->spec, err, n)
+              : tr_model_named(&run->model, o->model, err, n);
+  if (rc) return rc;
   run->batch = o->batch > 0 ? o->batch : tr_model_batch(run->model);
   run->optim = tr_model_optim(run->model);
   if (o->optimizer >= 0) {

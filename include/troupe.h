@@ -9,16 +9,25 @@
  *   tr_system.h   actors (pinned to a thread, or on the libuv loop) and the system
  *   tr_trace.h    per-thread tracing and Chrome trace output
  *   tr_device.h   devices (host CPUs, CUDA GPUs): memory, streams, events, GEMM, kernels
+ *   tr_checkpoint.h  safetensors checkpoints, written atomically, read with validation
+ *   tr_layers.h   layers with explicit forward and backward
+ *   tr_model.h    models, cut into stages on devices; optimizers
+ *   tr_data.h     the workloads' data: synthetic generators and byte files
+ *   tr_train.h    training runs: a model, a strategy, devices, and the run's figures
  */
 #ifndef TROUPE_H
 #define TROUPE_H
 
 #include "tr_base.h"
 #include "tr_checkpoint.h"
+#include "tr_data.h"
 #include "tr_device.h"
+#include "tr_layers.h"
 #include "tr_mailbox.h"
+#include "tr_model.h"
 #include "tr_msg.h"
 #include "tr_system.h"
 #include "tr_trace.h"
+#include "tr_train.h"
 
 #endif

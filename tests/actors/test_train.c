@@ -1,0 +1,204 @@
+/* test_train.c — training runs end to end (tr_train_run, single device): they learn, they
+ * repeat bitwise, a resumed run is the uninterrupted one, and bad input is named. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "troupe.h"
+
+static char dir[] = "/tmp/troupe-train-XXXXXX";
+
+static int setup(void **state) {
+  (void)state;
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  return system(cmd);
+}
+
+static const char *path(const char *name) {
+  static char buf[4][256];
+  static int next;
+  char *p = buf[next++ % 4];
+  snprintf(p, 256, "%s/%s", dir, name);
+  return p;
+}
+
+static tr_train_options simplenet(int64_t steps) {
+  tr_train_options o = tr_train_defaults();
+  o.model = "simplenet";
+  o.devices = "host:1";
+  o.steps = steps;
+  return o;
+}
+
+static void run_ok(const tr_train_options *o, tr_train_result *r) {
+  char err[1024];
+  int rc = tr_train_run(o, r, err, sizeof err);
+  if (rc) fail_msg("tr_train_run: %s", err);
+}
+
+static char *slurp(const char *file, size_t *size) {
+  FILE *f = fopen(file, "rb");
+  assert_non_null(f);
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  rewind(f);
+  char *buf = malloc(*size);
+  assert_int_equal(fread(buf, 1, *size, f), *size);
+  fclose(f);
+  return buf;
+}
+
+static void assert_same_file(const char *a, const char *b) {
+  size_t na, nb;
+  char *x = slurp(a, &na), *y = slurp(b, &nb);
+  assert_int_equal(na, nb);
+  assert_memory_equal(x, y, na);
+  free(x);
+  free(y);
+}
+
+static void simplenet_loss_falls_below_a_tenth(void **state) {
+  (void)state;
+  tr_train_options o = simplenet(1500);
+  tr_train_result r;
+  run_ok(&o, &r);
+  assert_int_equal(r.steps, 1500);
+  assert_int_equal(r.samples, 1500 * 64);
+  assert_true(r.final_loss < 0.1 * r.initial_loss);
+  assert_true(r.samples_per_s > 0 && r.utilization[0] > 0 && r.utilization[0] <= 1.0);
+  assert_true(isnan(r.bubble_fraction) && isnan(r.staleness_mean) && isnan(r.gflops));
+}
+
+static void two_runs_with_one_seed_are_bitwise_identical(void **state) {
+  (void)state;
+  tr_train_options o = simplenet(200);
+  o.deterministic = 1;
+  tr_train_result a, b;
+  o.checkpoint = path("run1.safetensors");
+  run_ok(&o, &a);
+  o.checkpoint = path("run2.safetensors");
+  run_ok(&o, &b);
+  assert_memory_equal(&a.final_loss, &b.final_loss, sizeof a.final_loss);
+  assert_same_file(path("run1.safetensors"), path("run2.safetensors"));
+}
+
+static void resumed_run_is_bitwise_the_uninterrupted_one(void **state) {
+  (void)state;
+  static const char *const models[] = {"simplenet", "gpt"};
+  for (int i = 0; i < 2; i++) {
+    tr_train_options o = simplenet(6);
+    o.model = models[i];
+    o.batch = i ? 2 : 64; /* a small gpt batch keeps the test fast */
+    tr_train_result r;
+    o.checkpoint = path("whole.safetensors");
+    run_ok(&o, &r);
+    o.steps = 3;
+    o.checkpoint = path("half.safetensors");
+    run_ok(&o, &r);
+    o.steps = 6;
+    o.resume = path("half.safetensors");
+    o.checkpoint = path("resumed.safetensors");
+    run_ok(&o, &r);
+    assert_int_equal(r.first_step, 3);
+    assert_int_equal(r.steps, 6);
+    assert_same_file(path("whole.safetensors"), path("resumed.safetensors"));
+  }
+}
+
+static void checkpoints_every_n_steps_hold_that_step(void **state) {
+  (void)state;
+  tr_train_options o = simplenet(10);
+  o.checkpoint = path("every.safetensors");
+  o.checkpoint_every = 4;
+  tr_train_result r;
+  run_ok(&o, &r);
+  tr_checkpoint *ck;
+  char err[256];
+  assert_int_equal(tr_checkpoint_open(&ck, o.checkpoint, err, sizeof err), 0);
+  uint64_t step;
+  assert_int_equal(tr_checkpoint_meta_u64(ck, "step", &step), 0);
+  assert_int_equal(step, 10); /* the final one replaced the one of step 8 */
+  assert_string_equal(tr_checkpoint_meta(ck, "model"), "simplenet");
+  assert_non_null(tr_checkpoint_find(ck, "0.weight"));
+  tr_checkpoint_close(ck);
+}
+
+static void a_timed_run_stops_on_time(void **state) {
+  (void)state;
+  tr_train_options o = simplenet(0);
+  o.seconds = 0.3;
+  tr_train_result r;
+  uint64_t t0 = tr_now_ns();
+  run_ok(&o, &r);
+  double took = (double)(tr_now_ns() - t0) / 1e9;
+  assert_true(r.steps > 10);
+  assert_true(took >= 0.3 && took < 5.0);
+}
+
+static void expect_error(const tr_train_options *o, int status, const char *needle) {
+  tr_train_result r;
+  char err[1024];
+  assert_int_equal(tr_train_run(o, &r, err, sizeof err), status);
+  if (!strstr(err, needle)) fail_msg("error '%s' does not mention '%s'", err, needle);
+}
+
+static void bad_input_is_named(void **state) {
+  (void)state;
+  tr_train_options o = simplenet(10);
+  o.model = "resnet";
+  expect_error(&o, TR_EINVAL, "model 'resnet'");
+
+  o = simplenet(10);
+  o.devices = "host:x";
+  expect_error(&o, TR_EINVAL, "host:x");
+
+  o = simplenet(10);
+  o.resume = path("missing.safetensors");
+  expect_error(&o, TR_EIO, "missing.safetensors");
+
+  /* a checkpoint of another model */
+  tr_train_options g = simplenet(2);
+  g.model = "gpt";
+  g.batch = 1;
+  g.checkpoint = path("gpt.safetensors");
+  tr_train_result r;
+  run_ok(&g, &r);
+  o = simplenet(10);
+  o.resume = g.checkpoint;
+  expect_error(&o, TR_EFORMAT, "a checkpoint of model 'gpt', not 'simplenet'");
+
+  /* a corrupt one */
+  FILE *f = fopen(path("corrupt.safetensors"), "wb");
+  fputs("\x10\0\0\0\0\0\0\0{\"a\":", f);
+  fclose(f);
+  o.resume = path("corrupt.safetensors");
+  expect_error(&o, TR_EFORMAT, "corrupt.safetensors");
+
+  o = simplenet(10);
+  o.strategy = TR_STRATEGY_ASYNC;
+  expect_error(&o, TR_EINVAL, "--strategy async");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(simplenet_loss_falls_below_a_tenth),
+      cmocka_unit_test(two_runs_with_one_seed_are_bitwise_identical),
+      cmocka_unit_test(resumed_run_is_bitwise_the_uninterrupted_one),
+      cmocka_unit_test(checkpoints_every_n_steps_hold_that_step),
+      cmocka_unit_test(a_timed_run_stops_on_time),
+      cmocka_unit_test(bad_input_is_named),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
