@@ -43,6 +43,10 @@
  * Writes are atomic: a temporary file in the target's directory is written, fsynced and
  * renamed over the target, then the directory is fsynced. A crash or a failed write leaves
  * the previous file at the target path as it was, and a failed write removes its temporary.
+ * (Only when the last step, the directory's fsync, fails is the new file already in place;
+ * save still reports it, as the rename may not survive a crash. A process killed mid-write
+ * leaves a ".<name>.tmp.*" file beside the target, never a partial target.) The new file
+ * gets the usual permissions (0666 less the umask), not those of the file it replaces.
  *
  * Reads validate everything: the header length (at most 100 MB, inside the file), the JSON
  * (UTF-8, one object, padding only spaces), each tensor (known dtype, at most
@@ -52,7 +56,8 @@
  * unique names, and "__metadata__" (an object of strings). No input makes it crash.
  *
  * Threads: a writer or an open checkpoint belongs to one thread at a time; different ones
- * may be used from different threads.
+ * may be used from different threads (cJSON records its last parse error in a global, a
+ * race without consequence here, since the reader takes error positions from the call).
  */
 #ifndef TR_CHECKPOINT_H
 #define TR_CHECKPOINT_H
