@@ -85,18 +85,20 @@ void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t se
   else c->kind = strcmp(tr_model_name(m), "simplenet") ? TR_DATA_GAUSSIAN : TR_DATA_TEACHER;
 }
 
-/* Weights N(0, 1/fan_in), biases N(0, 0.1^2): pre-activations of order one, tanh in its
- * curved range, so the teacher is neither linear nor saturated. */
+/* Drawn as PyTorch draws a fresh Linear (weights and biases uniform in +-1/sqrt(fan_in)),
+ * from the teacher's own stream of the seed: what a Python script would get from
+ * nn.Sequential(Linear(10,32), Tanh(), Linear(32,1)) under another seed. */
 static int make_teacher(tr_data *d) {
   const int in = d->c.in, out = d->c.out, H = TEACHER_HIDDEN;
   const size_t n = (size_t)H * in + H + (size_t)out * H + out;
   if (!(d->teacher = malloc(n * sizeof *d->teacher))) return TR_ENOMEM;
   rng r = rng_for(d->c.seed, TAG_TEACHER, 0);
   double *w1 = d->teacher, *b1 = w1 + (size_t)H * in, *w2 = b1 + H, *b2 = w2 + (size_t)out * H;
-  for (size_t i = 0; i < (size_t)H * in; i++) w1[i] = normal(&r) / sqrt((double)in);
-  for (int i = 0; i < H; i++) b1[i] = 0.1 * normal(&r);
-  for (size_t i = 0; i < (size_t)out * H; i++) w2[i] = normal(&r) / sqrt((double)H);
-  for (int i = 0; i < out; i++) b2[i] = 0.1 * normal(&r);
+  const double k1 = 1 / sqrt((double)in), k2 = 1 / sqrt((double)H);
+  for (size_t i = 0; i < (size_t)H * in; i++) w1[i] = k1 * (2 * uniform(&r) - 1);
+  for (int i = 0; i < H; i++) b1[i] = k1 * (2 * uniform(&r) - 1);
+  for (size_t i = 0; i < (size_t)out * H; i++) w2[i] = k2 * (2 * uniform(&r) - 1);
+  for (int i = 0; i < out; i++) b2[i] = k2 * (2 * uniform(&r) - 1);
   return 0;
 }
 
