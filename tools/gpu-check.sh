@@ -11,6 +11,7 @@
 #
 #   tools/gpu-check.sh                  # device tool: carry ["build-gpu-check/carry"]
 #   GPU_CHECK_REBUILD=1 tools/gpu-check.sh   # always rebuild here
+#   GPU_CHECK_REBUILD=never ...         # run the carried programs even if the sources changed
 #   tools/gpu-check.sh --source-hash    # the hash gpu-prepare.sh records (no GPU needed)
 #
 # Output: progress and every program's output on stdout/stderr; the same log, the tests'
@@ -50,6 +51,11 @@ say "machine"
 export PATH="/usr/local/cuda/bin:${CUDA_PATH:+$CUDA_PATH/bin:}$PATH"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | head -5
 nvcc --version 2>&1 | tail -2
+# meson and ninja may be Python packages whose scripts are not on PATH (only needed to rebuild)
+command -v meson >/dev/null || meson() { python3 -m mesonbuild.mesonmain "$@"; }
+if ! command -v ninja >/dev/null; then
+  d=$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) && PATH="$d:$PATH"
+fi
 echo "meson $(meson --version 2>&1), ninja $(ninja --version 2>&1), $(gcc --version 2>&1 | head -1)"
 
 # cuBLAS and cudart: the toolkit's lib folder, else the wheels PyTorch brought
@@ -82,7 +88,7 @@ built_from=$(sed -n 's/^source_hash=//p' "$work/MANIFEST")
 why=
 if [[ ${GPU_CHECK_REBUILD:-0} == 1 ]]; then
   why="asked to (GPU_CHECK_REBUILD=1)"
-elif [[ $now != "$built_from" ]]; then
+elif [[ $now != "$built_from" && ${GPU_CHECK_REBUILD:-} != never ]]; then
   why="the sources changed since gpu-prepare.sh built the programs ($built_from -> $now)"
 elif ! "$bin/troupe" devices >"$work/devices.txt" 2>&1; then
   why="the carried programs do not run here: $(head -3 "$work/devices.txt")"
