@@ -49,8 +49,14 @@ enum tr_status {
 /* The name and description of a status code ("TR_EINVAL: invalid argument"). */
 const char *tr_strerror(int status);
 
+#ifdef __cplusplus
+#define TR_NORETURN [[noreturn]]
+#else
+#define TR_NORETURN _Noreturn
+#endif
+
 /* Prints "troupe: assertion failed: <expr> at file:line" and aborts. */
-_Noreturn void tr__assert_fail(const char *expr, const char *file, int line);
+TR_NORETURN void tr__assert_fail(const char *expr, const char *file, int line);
 
 #define TR_ASSERT(cond) \
   (__builtin_expect(!!(cond), 1) ? (void)0 : tr__assert_fail(#cond, __FILE__, __LINE__))

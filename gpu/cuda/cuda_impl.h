@@ -15,10 +15,6 @@
 #ifndef TR_CUDA_IMPL_H
 #define TR_CUDA_IMPL_H
 
-/* tr_base.h says _Noreturn (C11), which nvcc's C++ front end does not know. */
-#if !defined(_Noreturn)
-#define _Noreturn [[noreturn]]
-#endif
 #define TR__HD __host__ __device__
 #include "backend_impl.h"
 
