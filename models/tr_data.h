@@ -7,7 +7,8 @@
  * so N workers see disjoint samples whose union is exactly the single-device batch.
  *
  *   TR_DATA_TEACHER     x ~ N(0,1)^in; y = a fixed random teacher Linear(in,32) -> tanh ->
- *                       Linear(32,out) drawn from a seed other than the student's (simplenet)
+ *                       Linear(32,out), initialised as PyTorch initialises a Linear, from a
+ *                       stream of the seed the student's init never uses (simplenet)
  *   TR_DATA_GAUSSIAN    x ~ N(0,1)^in, y ~ N(0,1)^out (mlp: throughput, not learning)
  *   TR_DATA_ARITHMETIC  a corpus generated in code, lines of small-integer sums such as
  *                       "37+58=95\n"; a sample is `ctx` bytes at an offset drawn from

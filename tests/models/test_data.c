@@ -104,6 +104,25 @@ static void generators_draw_standard_normals_and_a_teacher(void **state) {
   assert_memory_not_equal(y, y2, S * 4);
   free(x), free(y), free(y2);
   tr_data_close(g), tr_data_close(t), tr_data_close(t2);
+  /* the tails of N(0,1): P(|z| > 1, 2, 3) = 0.3173, 0.0455, 0.0027, the ziggurat's tail path too */
+  enum { M = 400, W = 1000 };
+  tr_data *big = open_ok((tr_data_config){.kind = TR_DATA_GAUSSIAN, .seed = 9, .in = W, .out = 1});
+  float *z = malloc((size_t)M * W * 4);
+  tr_data_fill(big, 0, M, z, NULL);
+  double beyond[3] = {0}, zmax = 0;
+  for (size_t i = 0; i < (size_t)M * W; i++) {
+    const double a = fabs(z[i]);
+    for (int k = 0; k < 3; k++) beyond[k] += a > k + 1;
+    zmax = fmax(zmax, a);
+  }
+  const double want[3] = {0.31731, 0.04550, 0.00270};
+  for (int k = 0; k < 3; k++) {
+    const double f = beyond[k] / (M * W), sd = sqrt(want[k] * (1 - want[k]) / (M * W));
+    assert_true(fabs(f - want[k]) < 5 * sd);
+  }
+  assert_true(zmax > 3.5 && zmax < 7);
+  free(z);
+  tr_data_close(big);
 }
 
 static void arithmetic_corpus_is_correct_sums(void **state) {
