@@ -56,6 +56,14 @@ int tr_stage_step(tr_stage *st, const float *global_sumsq) {
 }
 
 void tr_stage_set_lr(tr_stage *st, float lr) { st->optim.lr = lr; }
+
+int tr_stage_set_optim(tr_stage *st, const tr_optim_config *o) {
+  if (o->kind != st->optim.kind)
+    return tr__stage_fail(st, TR_EINVAL, "optimizer %s cannot become %s",
+                          tr_optim_kind_name(st->optim.kind), tr_optim_kind_name(o->kind));
+  st->optim = *o;
+  return 0;
+}
 const tr_optim_config *tr_stage_optim(const tr_stage *st) { return &st->optim; }
 int64_t tr_stage_step_count(const tr_stage *st) { return st->steps; }
 void tr_stage_set_step_count(tr_stage *st, int64_t steps) { st->steps = steps; }

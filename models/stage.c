@@ -153,7 +153,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   const int end = cfg->end ? cfg->end : m->nlayers;
   const int gb = cfg->global_batch ? cfg->global_batch : cfg->batch;
   if (cfg->first < 0 || end <= cfg->first || end > m->nlayers || cfg->batch <= 0 ||
-      cfg->slots <= 0 || gb < cfg->batch || (size_t)cfg->batch * (size_t)m->ctx > INT32_MAX) {
+      cfg->slots < 0 || gb < cfg->batch || (size_t)cfg->batch * (size_t)m->ctx > INT32_MAX) {
     if (err && err_size)
       snprintf(err, err_size,
                "stage of %s: layers [%d,%d) of %d, batch %d, %d slots, global batch %d: invalid",
@@ -186,7 +186,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   in->state_numel = cfg->optim.kind == TR_OPTIM_ADAMW      ? 2 * in->numel
                     : cfg->optim.kind == TR_OPTIM_MOMENTUM ? in->numel
                                                            : 0;
-  const size_t slot = plan_slot(st), scratch = plan_scratch(st, NULL);
+  /* a parameter-only stage (slots 0) needs no activations and no backward scratch */
+  const size_t slot = plan_slot(st), scratch = cfg->slots ? plan_scratch(st, NULL) : TR__ALIGN_FLOATS;
   in->slot_bytes = slot * sizeof(float);
   in->scratch_bytes = scratch * sizeof(float);
   const size_t rows = (size_t)in->rows, out_w = (size_t)m->layers[end - 1].out;
@@ -202,7 +203,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
       (rc = alloc(st, slot * (size_t)cfg->slots, &st->slots)) ||
       (rc = alloc(st, scratch, &st->scratch)))
     return open_fail(st, rc, err, err_size, "allocating device memory");
-  plan_scratch(st, st->scratch);
+  if (cfg->slots) plan_scratch(st, st->scratch);
+  else st->scalars = st->scratch;
   bind_params(st);
   tr_stream *s = st->s;
   /* everything starts defined: a bug that reads before writing reads zeros, every run alike */

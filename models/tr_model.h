@@ -176,8 +176,8 @@ const tr_tensor_info *tr_model_tensor(const tr_model *m, int index);
 /* Tensors of layer `layer` are indices [*first, *first + *count). */
 void tr_model_layer_tensors(const tr_model *m, int layer, int *first, int *count);
 
-/* Layer boundaries that cut the model into `parts` stages of about equal cost (forward
- * FLOPs, parameters where a model has none): cuts[0] = 0 < cuts[1] < ... < cuts[parts] =
+/* Layer boundaries that cut the model into `parts` stages whose costliest stage is as cheap
+ * as possible (cost: tr_model_layer_flops): cuts[0] = 0 < cuts[1] < ... < cuts[parts] =
  * layer count. TR_EINVAL when the model has fewer layers than parts. */
 int tr_model_balance(const tr_model *m, int parts, int *cuts);
 
@@ -186,7 +186,9 @@ int tr_model_balance(const tr_model *m, int parts, int *cuts);
 typedef struct tr_stage_config {
   int first, end;       /* layers [first, end); end 0: to the last layer */
   int batch;            /* samples per micro-batch (rows: batch x ctx) */
-  int slots;            /* micro-batches whose activations are kept at once, >= 1 */
+  int slots;            /* micro-batches whose activations are kept at once; 0: none, the
+                           stage holds parameters, gradients and optimizer state only (a
+                           parameter server's copy) and cannot run forward or backward */
   int global_batch;     /* samples per optimizer step over all micro-batches and replicas:
                            the loss is scaled by 1/global_batch; 0: batch */
   uint64_t seed;        /* initialisation */
@@ -266,6 +268,9 @@ int tr_stage_scale_grads(tr_stage *st, const float *factor);
  * (a model on one stage). Counts the step (AdamW's bias correction uses it). */
 int tr_stage_step(tr_stage *st, const float *global_sumsq);
 void tr_stage_set_lr(tr_stage *st, float lr);
+/* New hyperparameters (learning-rate schedules, asynchrony's momentum correction) for the
+ * same kind of optimizer; TR_EINVAL for another kind (its state would not fit). */
+int tr_stage_set_optim(tr_stage *st, const tr_optim_config *o);
 const tr_optim_config *tr_stage_optim(const tr_stage *st);
 int64_t tr_stage_step_count(const tr_stage *st);
 void tr_stage_set_step_count(tr_stage *st, int64_t steps); /* resuming from a checkpoint */

@@ -610,7 +610,7 @@ static void bad_configurations_and_inputs_are_reported(void **state) {
   assert_null(st);
   assert_non_null(strstr(err, "[3,3)"));
   c = tr_stage_defaults(m);
-  c.slots = 0;
+  c.slots = -1;
   assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), TR_EINVAL);
   /* a token outside the vocabulary: the embedding fails, the message says where */
   c = tr_stage_defaults(m);
@@ -629,6 +629,52 @@ static void bad_configurations_and_inputs_are_reported(void **state) {
   tr_model *b;
   assert_int_equal(tr_model_new(&b, &sp, err, sizeof err), TR_EINVAL);
   assert_non_null(strstr(err, "layer 1"));
+  tr_model_free(m);
+}
+
+/* A parameter server's copy: parameters, gradients and optimizer, no activations. */
+static void parameter_only_stage_holds_and_updates_the_model(void **state) {
+  (void)state;
+  tr_model *m = tiny_gpt(40);
+  const int whole[2] = {0, 5};
+  pipe p = pipe_open(m, whole, 1, 2, 1, 2, tr_model_optim(m), 21);
+  tr_stage_config c = tr_stage_defaults(m);
+  c.slots = 0;
+  c.seed = 21;
+  tr_stage *ps;
+  char err[256];
+  assert_int_equal(tr_stage_open(&ps, m, tr_device_list_get(devs, 1), &c, err, sizeof err), 0);
+  assert_true(tr_stage_get_info(ps)->scratch_bytes < 1024);
+  const size_t N = tr_model_numel(m);
+  float *a = pipe_download(&p, TR_STAGE_PARAMS), *b = malloc(N * 4);
+  assert_int_equal(tr_stage_download(ps, TR_STAGE_PARAMS, b), 0);
+  assert_int_equal(tr_stream_synchronize(tr_stage_stream(ps)), 0);
+  assert_memory_equal(a, b, N * 4);
+  /* a worker's gradient, pushed: the server's update is the worker's own */
+  mt_rng r = mt_rng_for(700);
+  void *x, *y;
+  random_batch(m, &r, 2, &x, &y);
+  pipe_forward(&p, 0, x, y);
+  pipe_backward(&p, 0);
+  float *g = pipe_download(&p, TR_STAGE_GRADS);
+  assert_int_equal(tr_stage_upload(ps, TR_STAGE_GRADS, g), 0);
+  tr_optim_config o = *tr_stage_optim(ps);
+  o.lr = 1e-2f;
+  assert_int_equal(tr_stage_set_optim(ps, &o), 0);
+  assert_int_equal(tr_stage_set_optim(p.st[0], &o), 0);
+  assert_int_equal(tr_stage_step(ps, NULL), 0);
+  assert_int_equal(tr_stage_step(p.st[0], NULL), 0);
+  free(a);
+  a = pipe_download(&p, TR_STAGE_PARAMS);
+  assert_int_equal(tr_stage_download(ps, TR_STAGE_PARAMS, b), 0);
+  assert_int_equal(tr_stream_synchronize(tr_stage_stream(ps)), 0);
+  assert_memory_equal(a, b, N * 4);
+  o.kind = TR_OPTIM_SGD; /* AdamW's state does not become SGD's */
+  assert_int_equal(tr_stage_set_optim(ps, &o), TR_EINVAL);
+  assert_non_null(strstr(tr_stage_error(ps), "adamw"));
+  free(a), free(b), free(g), free(x), free(y);
+  tr_stage_close(ps);
+  pipe_close(&p);
   tr_model_free(m);
 }
 
@@ -663,6 +709,7 @@ int main(void) {
       cmocka_unit_test(training_is_bitwise_deterministic),
       cmocka_unit_test(grad_ready_reports_layers_last_first),
       cmocka_unit_test(bad_configurations_and_inputs_are_reported),
+      cmocka_unit_test(parameter_only_stage_holds_and_updates_the_model),
       cmocka_unit_test(host_copies_round_trip),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
