@@ -10,19 +10,23 @@
  *   tr_device_list *devs;
  *   char err[256];
  *   if (tr_device_list_open(&devs, "auto", err, sizeof err)) { fprintf(stderr, "%s\n", err); ... }
- *   tr_device *d = tr_device_list_get(devs, 0);      // later: on the device's actor thread
- *   tr_stream *s = tr_device_stream(d);              // the device's compute stream
- *   float *w, *x, *y;
- *   tr_device_alloc(d, 1024 * 1024 * sizeof(float), (void **)&w);  ... x, y likewise
- *   tr_init_uniform(s, w, 1024 * 1024, -0.03125f, 0.03125f, seed, 0);
- *   tr_memcpy(s, x, host_x, bytes, TR_COPY_H2D);
- *   tr_gemm(s, TR_OP_N, TR_OP_T, B, 1024, 1024, 1.0f, x, 1024, w, 1024, 0.0f, y, 1024);
- *   tr_gelu_fwd(s, y, y, (size_t)B * 1024);
- *   tr_event_record(done, s);                        // a message to another actor carries
- *   ...                                              // `y` and `done`; it calls
- *   tr_stream_wait_event(its_stream, done);          // before reading y on its own stream
- *   if (rc) fprintf(stderr, "%s\n", tr_device_error(d));
- *   tr_device_list_close(devs);                      // after every owner has finished
+ *   tr_device *d = tr_device_list_get(devs, 0);  // from here on: the device's actor thread
+ *   tr_stream *s = tr_device_stream(d);          // the device's compute stream
+ *   float *w, *x, *y;                            // w (1024,1024), x (B,1024), y (B,1024)
+ *   tr_event *done;
+ *   int rc = tr_device_alloc(d, 1024 * 1024 * sizeof(float), (void **)&w);  // x, y likewise
+ *   if (!rc) rc = tr_event_open(d, TR_EVENT_DEFAULT, &done);
+ *   if (!rc) rc = tr_init_uniform(s, w, 1024 * 1024, -0.03125f, 0.03125f, seed, 0);
+ *   if (!rc) rc = tr_memcpy(s, x, host_x, B * 1024 * sizeof(float), TR_COPY_H2D);
+ *   if (!rc) rc = tr_gemm(s, TR_OP_N, TR_OP_T, B, 1024, 1024, 1.0f, x, 1024, w, 1024,
+ *                         0.0f, y, 1024);                  // y = x @ w^T
+ *   if (!rc) rc = tr_gelu_fwd(s, y, y, (size_t)B * 1024);
+ *   if (!rc) rc = tr_event_record(done, s);
+ *   if (rc) fprintf(stderr, "%s\n", tr_device_error(d));  // "host:0: tr_gemm: ..."
+ *   // A message carries y and `done` to another actor, which queues
+ *   // tr_stream_wait_event(its_stream, done) before anything that reads y.
+ *   ...
+ *   tr_device_list_close(devs);                  // once every owner has finished
  *
  * Specs: "host:N" (N CPU host devices, 1..256), "cuda:0,1" or "cuda:0,cuda:1" (GPUs by
  * index), "cuda:0,cuda:0" (two logical devices on one GPU, each with its own streams and
@@ -38,8 +42,9 @@
  *
  * Errors: calls that can fail return 0 or a negative TR_E... status (tr_base.h); the text of
  * the last failure is tr_device_error(device), naming the device, the operation and, for
- * CUDA, the failing call with file:line. Misuse that no input can justify (a NULL stream, a
- * stream used on another device's thread) aborts through TR_ASSERT.
+ * CUDA, the failing call with file:line. Misuse that no input can justify (a NULL stream,
+ * an event recorded on another device's stream; in debug builds, a device used off its
+ * owner thread) aborts through TR_ASSERT.
  *
  * Conventions of the ops (llm.c style shapes in the comments, row-major, float32):
  *   - sizes may be 0 (nothing happens; reductions then write 0 or leave an accumulator),
