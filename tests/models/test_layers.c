@@ -58,7 +58,8 @@ static double objective(const void *ctx, ref_fn ref, double *const *t, double *o
 
 static void gradcheck(const char *what, const void *ctx, ref_fn ref, tens *ts, int nt,
                       const float *out32, size_t nout, const float *R) {
-  double *t[12], *out = malloc(nout * sizeof *out);
+  double *t[16], *out = malloc(nout * sizeof *out);
+  assert_true(nt <= 16);
   for (int k = 0; k < nt; k++) t[k] = mt_to_double(ts[k].h, ts[k].n);
   ref(ctx, t, out);
   const double fwd = mt_nerr(out32, out, nout);
