@@ -166,8 +166,6 @@ int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_
     return say(err, err_size, "model: unknown loss %d", (int)sp->loss);
   if (sp->loss == TR_LOSS_CROSSENTROPY && last->kind != TR_LAYER_LINEAR)
     return say(err, err_size, "model: cross-entropy needs logits from a linear last layer");
-  if (sp->layers[0].kind == TR_LAYER_EMBEDDING && sp->ctx < 1)
-    return say(err, err_size, "model: an embedding needs a context");
 
   tr_model *m = calloc(1, sizeof *m);
   int max_tensors = 12 * sp->nlayers; /* a block has the most: 12 */

@@ -2,6 +2,8 @@
  * clipping, the update over the stage's whole parameter allocation in one op, and copies of
  * parameters, gradients and optimizer state to and from the host. Padding between tensors
  * holds zeros in all three, and every update keeps it so. */
+#include <stdio.h>
+
 #include "stage_impl.h"
 
 tr_stage_config tr_stage_defaults(const tr_model *m) {
@@ -58,9 +60,12 @@ int tr_stage_step(tr_stage *st, const float *global_sumsq) {
 void tr_stage_set_lr(tr_stage *st, float lr) { st->optim.lr = lr; }
 
 int tr_stage_set_optim(tr_stage *st, const tr_optim_config *o) {
-  if (o->kind != st->optim.kind)
-    return tr__stage_fail(st, TR_EINVAL, "optimizer %s cannot become %s",
-                          tr_optim_kind_name(st->optim.kind), tr_optim_kind_name(o->kind));
+  if (o->kind != st->optim.kind) { /* not a device failure: no device message */
+    snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s: optimizer %s cannot become %s",
+             st->info.first, st->info.end, st->m->name, tr_optim_kind_name(st->optim.kind),
+             tr_optim_kind_name(o->kind));
+    return TR_EINVAL;
+  }
   st->optim = *o;
   return 0;
 }

@@ -265,17 +265,15 @@ void tr_stage_on_grad_ready(tr_stage *st, tr_grad_ready_fn fn, void *arg) {
 }
 
 /* A layer's output in a slot; a block's is the last of its activations. */
-static float *layer_out(const tr_stage *st, const tr__stage_layer *L, float *base,
-                        tr_block_acts *acts) {
+static float *layer_out(const tr__stage_layer *L, float *base, tr_block_acts *acts) {
   if (L->spec->kind != TR_LAYER_BLOCK) return base + L->act_off;
   tr_block_acts_carve(acts, base + L->act_off, L->dims);
-  (void)st;
   return acts->out;
 }
 
 const float *tr_stage_output(const tr_stage *st, int slot) {
   tr_block_acts a;
-  return layer_out(st, &st->layers[st->nl - 1], slot_base(st, slot), &a);
+  return layer_out(&st->layers[st->nl - 1], slot_base(st, slot), &a);
 }
 
 /* ---- forward and backward ----------------------------------------------------------------------- */
@@ -321,7 +319,7 @@ int tr_stage_forward(tr_stage *st, int slot) {
     int rc = layer_forward(st, L, base, x);
     if (rc) return tr__stage_fail(st, rc, "forward of layer %d (%s)", L->index,
                                   tr_layer_kind_name(L->spec->kind));
-    x = layer_out(st, L, base, &a);
+    x = layer_out(L, base, &a);
   }
   if (!st->info.is_last) return 0;
   const tr_model *m = st->m;
@@ -388,7 +386,7 @@ int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
   tr_block_acts a;
   for (int i = st->nl - 1; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
-    const float *x = i ? layer_out(st, &st->layers[i - 1], base, &a) : base + st->in_off;
+    const float *x = i ? layer_out(&st->layers[i - 1], base, &a) : base + st->in_off;
     float *other = dout == st->g[0] ? st->g[1] : st->g[0];
     float *dinp = i ? other : dfirst;
     rc = layer_backward(st, L, base, x, dout, dinp, other);

@@ -264,6 +264,40 @@ static void initialisation_follows_pytorch_defaults(void **state) {
   tr_model_free(m);
 }
 
+/* The loss of a step is PyTorch's mean: over batch x outputs (MSE), over batch x positions
+ * (cross-entropy), recomputed here from the stage's own outputs. */
+static void losses_are_the_means_pytorch_reports(void **state) {
+  (void)state;
+  tr_model *ms[2] = {tiny_mlp(), tiny_gpt(40)};
+  for (int k = 0; k < 2; k++) {
+    tr_model *m = ms[k];
+    const int L = tr_model_layer_count(m), whole[2] = {0, L}, B = 3, V = tr_model_layer(m, L - 1)->out;
+    const size_t rows = (size_t)B * tr_model_ctx(m);
+    mt_rng r = mt_rng_for(150 + (uint64_t)k);
+    void *x, *y;
+    random_batch(m, &r, B, &x, &y);
+    pipe p = pipe_open(m, whole, 1, B, 1, B, tr_model_optim(m), 2);
+    const float loss = pipe_forward(&p, 0, x, y);
+    float *out = mt_down(tr_stage_device(p.st[0]), tr_stage_output(p.st[0], 0), rows * V);
+    double ref = 0;
+    for (size_t i = 0; i < rows; i++) {
+      const float *z = out + i * V;
+      if (tr_model_loss(m) == TR_LOSS_MSE) {
+        for (int v = 0; v < V; v++) ref += pow((double)z[v] - ((float *)y)[i * V + v], 2) / ((double)rows * V);
+      } else {
+        double mx = -INFINITY, sum = 0;
+        for (int v = 0; v < V; v++) mx = fmax(mx, z[v]);
+        for (int v = 0; v < V; v++) sum += exp(z[v] - mx);
+        ref += (log(sum) + mx - z[((int32_t *)y)[i]]) / (double)rows;
+      }
+    }
+    assert_true(fabs(loss - ref) <= 1e-6 * ref);
+    free(out), free(x), free(y);
+    pipe_close(&p);
+    tr_model_free(m);
+  }
+}
+
 /* ---- cutting ------------------------------------------------------------------------------------------- */
 
 /* One training step of the model cut at `cuts` (n stages) against the uncut one: the same
@@ -700,6 +734,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(workloads_are_those_of_workloads_md),
       cmocka_unit_test(initialisation_follows_pytorch_defaults),
+      cmocka_unit_test(losses_are_the_means_pytorch_reports),
       cmocka_unit_test(cut_model_gives_the_uncut_loss_and_gradients_bitwise),
       cmocka_unit_test(micro_batches_accumulate_the_batch_gradient),
       cmocka_unit_test(optimizers_follow_pytorch_definitions),
