@@ -26,14 +26,14 @@ static inline float tr__host_expf_nonpos(float x) {
   float kf = x * 1.44269504088896341f + shifter;
   uint32_t kb;
   memcpy(&kb, &kf, sizeof kb);
-  const int32_t k = (int32_t)(kb - 0x4B400000u);
   kf -= shifter;
   float r = x - kf * 0.693145751953125f; /* ln 2, high part: k * it is exact */
   r -= kf * 1.428606765330187e-06f;      /* ln 2, low part */
   const float p =
       1.0f + r * (1.0f + r * (0.5f + r * (1.6666667e-1f + r * (4.1666668e-2f +
              r * (8.3333338e-3f + r * (1.3888889e-3f + r * 1.9841270e-4f))))));
-  const uint32_t sb = (uint32_t)(k + 127) << 23; /* 2^k, for k >= -126 */
+  /* 2^k for k >= -126 (below, the select discards it); unsigned, so no input overflows */
+  const uint32_t sb = (kb - 0x4B400000u + 127u) << 23;
   float scale;
   memcpy(&scale, &sb, sizeof scale);
   return x < -87.0f ? 0.0f : p * scale;
