@@ -553,7 +553,10 @@ int bench_mailbox(int argc, char **argv) {
   }
   double q_mb = median(tput[T_QMB], rounds), q_mq = median(tput[T_QMQ], rounds);
   double e_mb = median(tput[T_EMB], rounds), e_mq = median(tput[T_EMQ], rounds);
-  double e_je = median(tput[T_EJE], rounds), e_libc = median(tput[T_ELIBC], rounds);
+  double e_libc = median(tput[T_ELIBC], rounds);
+#ifdef TR_USE_JEMALLOC
+  double e_je = median(tput[T_EJE], rounds);
+#endif
   double m_mb = median(tput[T_MMB], rounds), m_mq = median(tput[T_MMQ], rounds);
   latency l[NL];
   for (int c = 0; c < NL; c++) {
