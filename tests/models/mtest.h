@@ -77,9 +77,16 @@ static inline double *mt_to_double(const float *x, size_t n) {
 
 /* ---- device buffers ------------------------------------------------------------------------------ */
 
-static inline tr_device_list *mt_open(const char *spec) {
+/* n devices: host:n, or TR_TEST_DEVICE repeated n times (TR_TEST_DEVICE=cuda:0 runs the
+ * models tests on one GPU, its n logical devices sharing the card). */
+static inline tr_device_list *mt_open(int n) {
   tr_device_list *l = NULL;
-  char err[256];
+  char err[256], spec[256] = "";
+  const char *dev = getenv("TR_TEST_DEVICE");
+  if (!dev || !*dev) snprintf(spec, sizeof spec, "host:%d", n);
+  else
+    for (int i = 0; i < n; i++)
+      snprintf(spec + strlen(spec), sizeof spec - strlen(spec), "%s%s", i ? "," : "", dev);
   if (tr_device_list_open(&l, spec, err, sizeof err)) {
     fprintf(stderr, "%s\n", err);
     abort();

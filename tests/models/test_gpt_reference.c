@@ -249,7 +249,7 @@ static double *ref_tensor(gpt *p, const char *name, size_t *n) {
 
 static void tiny_gpt_matches_a_float64_reference(void **state) {
   (void)state;
-  tr_device_list *devs = mt_open("host:1");
+  tr_device_list *devs = mt_open(1);
   tr_device *d = tr_device_list_get(devs, 0);
   tr_stream *s = tr_device_stream(d);
   const tr_gpt_config cfg = {.vocab = V, .ctx = T, .width = C, .layers = NL, .heads = NH, .hidden = H};

@@ -25,7 +25,7 @@ static tr_stream *st;
 
 static int setup(void **state) {
   (void)state;
-  devs = mt_open("host:1");
+  devs = mt_open(1);
   dev = tr_device_list_get(devs, 0);
   st = tr_device_stream(dev);
   return 0;

@@ -16,7 +16,7 @@ static tr_device_list *devs;
 
 static int setup(void **state) {
   (void)state;
-  devs = mt_open("host:3");
+  devs = mt_open(3);
   return 0;
 }
 
@@ -646,16 +646,19 @@ static void bad_configurations_and_inputs_are_reported(void **state) {
   c = tr_stage_defaults(m);
   c.slots = -1;
   assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), TR_EINVAL);
-  /* a token outside the vocabulary: the embedding fails, the message says where */
+  /* a token outside the vocabulary: the embedding fails, the message says where (host
+   * devices check indices; a GPU kernel cannot fail its call) */
   c = tr_stage_defaults(m);
   c.batch = c.global_batch = 1;
   assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), 0);
-  const int32_t bad[6] = {1, 2, 40, 3, 4, 5};
-  assert_int_equal(tr_memcpy(tr_stage_stream(st), tr_stage_input(st, 0), bad, sizeof bad, TR_COPY_H2D), 0);
-  assert_int_equal(tr_stage_forward(st, 0), TR_EINVAL);
-  fprintf(stderr, "%s\n", tr_stage_error(st));
-  assert_non_null(strstr(tr_stage_error(st), "layer 0 (embedding)"));
-  assert_non_null(strstr(tr_stage_error(st), "host:0"));
+  if (tr_device_get_info(d)->kind == TR_DEVICE_HOST) {
+    const int32_t bad[6] = {1, 2, 40, 3, 4, 5};
+    assert_int_equal(tr_memcpy(tr_stage_stream(st), tr_stage_input(st, 0), bad, sizeof bad, TR_COPY_H2D), 0);
+    assert_int_equal(tr_stage_forward(st, 0), TR_EINVAL);
+    fprintf(stderr, "%s\n", tr_stage_error(st));
+    assert_non_null(strstr(tr_stage_error(st), "layer 0 (embedding)"));
+    assert_non_null(strstr(tr_stage_error(st), tr_device_name(d)));
+  }
   tr_stage_close(st);
   /* layers that do not fit together */
   const tr_layer_spec layers[2] = {tr_layer_linear(4, 5, 1), tr_layer_linear(6, 1, 1)};
