@@ -10,8 +10,12 @@
  *                the loop, a futex back); and, for scale, uv_async_send between two loops
  *
  * Throughput runs pin producer and consumer to different CPUs where there are two, so the
- * figures are cross-core. Round trips pin nothing, neither the actors' threads nor the raw
- * references', so both meet the same scheduler. Timing tests never gate CI; this command is where speed is proven.
+ * figures are cross-core. Round trips pin their two sides to CPUs 0 and 1 too, actors and
+ * raw references alike: left to the scheduler, one pair may share a CPU while the other
+ * pays for waking an idle one (tens of µs on a virtual machine), and the ratio would
+ * measure the scheduler instead.
+ *
+ * Timing tests never gate CI; this command is where speed is proven.
  */
 #include <linux/futex.h>
 #include <malloc.h>
@@ -253,6 +257,7 @@ static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t p
 typedef struct rtt_state {
   tr_actor *peer;
   bool origin;
+  int cpu; /* the thread that runs it, pinned as the raw references' are */
   uint64_t warmup, count, done;
   uint64_t *samples;
 } rtt_state;
@@ -278,7 +283,12 @@ static int rtt_receive(tr_actor *self, tr_msg *msg) {
   tr_actor_send(s->peer, out);
   return 0;
 }
-static const tr_behaviour rtt_behaviour = {.name = "bench", .receive = rtt_receive};
+static int rtt_start(tr_actor *self) {
+  pin_to_cpu(((rtt_state *)tr_actor_state(self))->cpu);
+  return 0;
+}
+static const tr_behaviour rtt_behaviour = {
+    .name = "bench", .start = rtt_start, .receive = rtt_receive};
 
 typedef struct latency {
   double median_us, p99_us;
@@ -297,8 +307,9 @@ static latency summarize(uint64_t *samples, uint64_t n) {
 static void actor_rtt(tr_actor_kind echo_kind, int spin_us, uint64_t count, uint64_t *out) {
   tr_system *sys;
   TR_ASSERT(tr_system_new(&sys, &(tr_system_config){.name = "bench"}) == 0);
-  rtt_state origin = {.origin = true, .warmup = WARMUP(count), .count = count, .samples = out};
-  rtt_state echo = {0};
+  rtt_state origin = {
+      .origin = true, .cpu = 0, .warmup = WARMUP(count), .count = count, .samples = out};
+  rtt_state echo = {.cpu = 1}; /* a loop echo pins the loop thread, this one */
   tr_actor *a, *b;
   TR_ASSERT(tr_actor_spawn(sys,
                            &(tr_actor_config){.name = "origin",
@@ -322,6 +333,7 @@ static void actor_rtt(tr_actor_kind echo_kind, int spin_us, uint64_t count, uint
   tr_actor_send(b, first);
   TR_ASSERT(tr_system_run(sys) == 0);
   tr_system_free(sys);
+  unpin();
 }
 
 /* ---- raw references ---------------------------------------------------------------------- */
@@ -347,6 +359,7 @@ static void raw_post(_Atomic uint32_t *w, uint32_t v, bool futex) {
 
 static void *raw_echo(void *arg) {
   raw_pingpong *r = arg;
+  pin_to_cpu(1);
   for (uint32_t i = 1; i <= r->count + WARMUP(r->count); i++) {
     raw_wait(&r->ping, i - 1, r->futex);
     raw_post(&r->pong, i, r->futex);
@@ -357,6 +370,7 @@ static void *raw_echo(void *arg) {
 /* A plain cache-line (or futex) ping-pong between two threads: the floor for a round trip. */
 static void raw_rtt(bool futex, uint64_t count, uint64_t *out) {
   raw_pingpong r = {.count = count, .futex = futex};
+  pin_to_cpu(0);
   pthread_t t;
   pthread_create(&t, NULL, raw_echo, &r);
   uint64_t warm = WARMUP(count);
@@ -367,6 +381,7 @@ static void raw_rtt(bool futex, uint64_t count, uint64_t *out) {
     if (i > warm) out[i - 1 - warm] = tr_now_ns() - t0;
   }
   pthread_join(t, NULL);
+  unpin();
 }
 
 /* Two libuv loops answering each other's uv_async_send. */
@@ -401,6 +416,7 @@ static void uv_side_cb(uv_async_t *h) {
 
 static void *uv_echo_thread(void *arg) {
   uv_side *s = arg;
+  pin_to_cpu(1);
   uv_run(&s->loop, UV_RUN_DEFAULT);
   return NULL;
 }
@@ -415,6 +431,7 @@ static void uv_async_rtt(uint64_t count, uint64_t *out) {
   uv_async_init(&b.loop, &b.in, uv_side_cb);
   a.in.data = &a;
   b.in.data = &b;
+  pin_to_cpu(0);
   pthread_t t;
   pthread_create(&t, NULL, uv_echo_thread, &b);
   a.t0 = tr_now_ns();
@@ -423,6 +440,7 @@ static void uv_async_rtt(uint64_t count, uint64_t *out) {
   pthread_join(t, NULL);
   uv_loop_close(&a.loop);
   uv_loop_close(&b.loop);
+  unpin();
 }
 
 /* The primitives under a pinned ↔ loop round trip, without the runtime: a thread wakes a
@@ -445,6 +463,7 @@ static void uv_futex_cb(uv_async_t *h) {
 }
 
 static void *uv_futex_loop(void *arg) {
+  pin_to_cpu(1);
   uv_run(&((uv_futex *)arg)->loop, UV_RUN_DEFAULT);
   return NULL;
 }
@@ -455,6 +474,7 @@ static void uv_futex_rtt(uint64_t count, uint64_t *out) {
   uv_loop_init(&u->loop);
   uv_async_init(&u->loop, &u->in, uv_futex_cb);
   u->in.data = u;
+  pin_to_cpu(0);
   pthread_t t;
   pthread_create(&t, NULL, uv_futex_loop, u);
   uint64_t warm = WARMUP(count);
@@ -469,6 +489,7 @@ static void uv_futex_rtt(uint64_t count, uint64_t *out) {
   pthread_join(t, NULL);
   uv_loop_close(&u->loop);
   free(u);
+  unpin();
 }
 
 /* ---- the report -------------------------------------------------------------------------- */
