@@ -57,16 +57,26 @@ static void record_result(coordinator *c, const tr__done_msg *d) {
   r->utilization[0] = d->window_ns ? (double)d->busy_ns / (double)d->window_ns : NAN;
   r->consistency = 0; /* one replica: trivially consistent */
 
-  /* 6 FLOPs per parameter of a Linear per sample (forward 2, backward 4). */
-  double macs = 0;
-  for (int l = 0; l < tr_model_layer_count(run->model); l++) {
-    const tr_layer_spec *ls = tr_model_layer(run->model, l);
-    if (ls->kind == TR_LAYER_LINEAR) macs += (double)ls->in * ls->out;
+  /* FLOPs per sample as WORKLOADS.md counts them: 6 per weight of a Linear (forward 2,
+   * backward 4), and for token models 6 per parameter per token plus attention's 12 × T ×
+   * width per token and block. */
+  const tr_model *m = run->model;
+  double flops = 0;
+  int T = tr_model_ctx(m);
+  if (tr_model_token_input(m)) {
+    flops = 6.0 * (double)tr_model_param_count(m) * T;
+    for (int l = 0; l < tr_model_layer_count(m); l++) {
+      const tr_layer_spec *ls = tr_model_layer(m, l);
+      if (ls->kind == TR_LAYER_BLOCK) flops += 12.0 * T * ls->in * T;
+    }
+    r->tokens_per_s = r->samples_per_s * T;
+  } else {
+    for (int l = 0; l < tr_model_layer_count(m); l++) {
+      const tr_layer_spec *ls = tr_model_layer(m, l);
+      if (ls->kind == TR_LAYER_LINEAR) flops += 6.0 * ls->in * ls->out;
+    }
   }
-  if (!strcmp(tr_model_name(run->model), "mlp"))
-    r->gflops = 6.0 * run->batch * macs * r->steps_per_s / 1e9;
-  if (tr_model_token_input(run->model))
-    r->tokens_per_s = r->samples_per_s * tr_model_ctx(run->model);
+  r->gflops = flops * r->samples_per_s / 1e9;
 }
 
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {

@@ -85,7 +85,7 @@ typedef struct tr_train_result {
   double bubble_fraction;
   double staleness_mean, staleness_max;
   double consistency;
-  double gflops;           /* mlp */
+  double gflops;           /* WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
 } tr_train_result;
 

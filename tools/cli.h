@@ -20,6 +20,9 @@ bool cli_value_u64(int argc, char **argv, int *i, uint64_t min, uint64_t max, ui
 bool cli_value_double(int argc, char **argv, int *i, double min, double max, double *out);
 bool cli_value_str(int argc, char **argv, int *i, const char **out);
 
+/* GFLOP/s of single-thread cblas_sgemm on n×n matrices, measured now (reference.c). */
+double cli_sgemm_gflops(int n);
+
 /* Sub-commands. */
 int cmd_bench(int argc, char **argv);
 int cmd_devices(int argc, char **argv);

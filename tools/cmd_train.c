@@ -37,7 +37,7 @@ static void json_number(const char *key, double v, bool last) {
   else printf("\"%s\":null%s", key, last ? "" : ",");
 }
 
-static void print_json(const tr_train_result *r) {
+static void print_json(const tr_train_result *r, double sgemm) {
   printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"devices\":\"%s\",", r->model, r->strategy,
          r->devices);
   printf("\"first_step\":%lld,\"steps\":%lld,\"samples\":%lld,", (long long)r->first_step,
@@ -60,11 +60,13 @@ static void print_json(const tr_train_result *r) {
     printf("\"staleness\":null,");
   json_number("consistency", r->consistency, false);
   json_number("gflops", r->gflops, false);
-  json_number("tokens_per_s", r->tokens_per_s, true);
+  json_number("tokens_per_s", r->tokens_per_s, false);
+  json_number("sgemm_gflops", sgemm, false);
+  json_number("hardware_fraction", sgemm > 0 ? r->gflops / sgemm : NAN, true);
   printf("}\n");
 }
 
-static void print_summary(const tr_train_result *r) {
+static void print_summary(const tr_train_result *r, double sgemm) {
   fprintf(stderr, "%s · %s · %s: steps %lld→%lld", r->model, r->strategy, r->devices,
           (long long)r->first_step, (long long)r->steps);
   if (isfinite(r->samples_per_s))
@@ -72,6 +74,8 @@ static void print_summary(const tr_train_result *r) {
             r->steps_per_s, r->seconds);
   fprintf(stderr, ", loss %.4g → %.4g", r->initial_loss, r->final_loss);
   if (isfinite(r->gflops)) fprintf(stderr, ", %.1f GFLOP/s", r->gflops);
+  if (sgemm > 0)
+    fprintf(stderr, " (%.2f× single-thread sgemm 2048², %.1f GFLOP/s)", r->gflops / sgemm, sgemm);
   if (isfinite(r->tokens_per_s)) fprintf(stderr, ", %.0f tokens/s", r->tokens_per_s);
   for (int i = 0; i < r->ndevices; i++)
     if (isfinite(r->utilization[i]))
@@ -164,7 +168,12 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "troupe: %s\n", err);
     return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
   }
-  if (!quiet) print_summary(&r);
-  if (json) print_json(&r);
+  /* On host devices, the hardware's yardstick, measured now, after the run (WORKLOADS.md):
+   * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. */
+  double sgemm = NAN;
+  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0)
+    sgemm = cli_sgemm_gflops(2048);
+  if (!quiet) print_summary(&r, sgemm);
+  if (json) print_json(&r, sgemm);
   return CLI_OK;
 }
