@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum { CLI_OK = 0, CLI_FAIL = 1, CLI_USAGE = 2 };
 
@@ -19,6 +20,9 @@ typedef struct cli_command {
 bool cli_value_u64(int argc, char **argv, int *i, uint64_t min, uint64_t max, uint64_t *out);
 bool cli_value_double(int argc, char **argv, int *i, double min, double max, double *out);
 bool cli_value_str(int argc, char **argv, int *i, const char **out);
+
+/* Writes `s` as a JSON string, quoted and escaped. */
+void cli_json_string(FILE *f, const char *s);
 
 /* GFLOP/s of single-thread cblas_sgemm on n×n matrices, measured now (reference.c). */
 double cli_sgemm_gflops(int n);

@@ -7,17 +7,6 @@
 #include "cli.h"
 #include "troupe.h"
 
-static void json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char c = (unsigned char)*s;
-    if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-    else if (c < 0x20) fprintf(f, "\\u%04x", c);
-    else fputc(c, f);
-  }
-  fputc('"', f);
-}
-
 static double gib(uint64_t bytes) { return (double)bytes / (double)(1ull << 30); }
 
 static void usage(FILE *f) {
@@ -67,9 +56,9 @@ int cmd_devices(int argc, char **argv) {
       const tr_device_info *in = tr_device_get_info(tr_device_list_get(lists[l], i));
       if (json) {
         printf("%s{\"name\":", first ? "" : ",");
-        json_string(stdout, in->name);
+        cli_json_string(stdout, in->name);
         printf(",\"kind\":\"%s\",\"model\":", tr_device_kind_name(in->kind));
-        json_string(stdout, in->model);
+        cli_json_string(stdout, in->model);
         printf(",\"memory_total\":%llu,\"memory_free\":%llu,", (unsigned long long)in->memory_total,
                (unsigned long long)in->memory_free);
         if (in->kind == TR_DEVICE_CUDA)

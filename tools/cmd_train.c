@@ -38,8 +38,11 @@ static void json_number(const char *key, double v, bool last) {
 }
 
 static void print_json(const tr_train_result *r, double sgemm) {
-  printf("{\"model\":\"%s\",\"strategy\":\"%s\",\"devices\":\"%s\",", r->model, r->strategy,
-         r->devices);
+  printf("{\"model\":");
+  cli_json_string(stdout, r->model);
+  printf(",\"strategy\":\"%s\",\"devices\":", r->strategy);
+  cli_json_string(stdout, r->devices);
+  printf(",");
   printf("\"first_step\":%lld,\"steps\":%lld,\"samples\":%lld,", (long long)r->first_step,
          (long long)r->steps, (long long)r->samples);
   json_number("seconds", r->seconds, false);
