@@ -290,3 +290,93 @@ done:
   free(got);
   return ok;
 }
+
+/* ---- the two-thread peer copy ------------------------------------------------------------- */
+
+typedef struct pair_ctx {
+  tr_device *src, *dst;
+  float *src_buf, *dst_buf; /* device memory of src and dst */
+  tr_event *ready;          /* recorded by src after its work */
+  pthread_mutex_t lock;
+  pthread_cond_t cond;
+  int posted; /* the "message": src's work is issued and `ready` recorded */
+  int ok, rounds;
+  size_t n;
+} pair_ctx;
+
+static int pair_work(tr_stream *s, float *buf, size_t n, int rounds) {
+  int rc = tr_init_uniform(s, buf, n, -1, 1, 7, 0);
+  for (int i = 0; i < rounds; i++) rc |= tr_scale(s, buf, i % 2 ? 0.5f : 2.0f, n);
+  return rc;
+}
+
+static void *pair_producer(void *arg) {
+  pair_ctx *c = arg;
+  tr_device_bind(c->src);
+  tr_stream *s = tr_device_stream(c->src);
+  int rc = pair_work(s, c->src_buf, c->n, c->rounds);
+  rc |= tr_event_open(c->src, TR_EVENT_DEFAULT, &c->ready);
+  rc |= tr_event_record(c->ready, s);
+  pthread_mutex_lock(&c->lock);
+  c->posted = rc ? -1 : 1;
+  pthread_cond_signal(&c->cond);
+  pthread_mutex_unlock(&c->lock);
+  return NULL;
+}
+
+static void *pair_consumer(void *arg) {
+  pair_ctx *c = arg;
+  tr_device_bind(c->dst);
+  pthread_mutex_lock(&c->lock);
+  while (!c->posted) pthread_cond_wait(&c->cond, &c->lock);
+  pthread_mutex_unlock(&c->lock);
+  if (c->posted < 0) return NULL;
+  tr_stream *copy;
+  float *got = th_alloc_f(c->n), *want = th_alloc_f(c->n), *tmp;
+  int rc = tr_stream_open(c->dst, "peer copy", &copy);
+  rc |= tr_stream_wait_event(copy, c->ready);
+  rc |= tr_memcpy_peer(copy, c->dst_buf, c->dst, c->src_buf, c->src, c->n * 4);
+  rc |= tr_memcpy(copy, got, c->dst_buf, c->n * 4, TR_COPY_D2H);
+  rc |= tr_stream_synchronize(copy);
+  tr_stream_close(copy);
+  tr_stream *s = tr_device_stream(c->dst); /* the producer's work, redone here */
+  rc |= tr_device_alloc(c->dst, c->n * 4, (void **)&tmp);
+  rc |= pair_work(s, tmp, c->n, c->rounds);
+  rc |= tr_memcpy(s, want, tmp, c->n * 4, TR_COPY_D2H);
+  rc |= tr_stream_synchronize(s);
+  rc |= tr_device_free(c->dst, tmp);
+  if (rc) fprintf(stderr, "peer copy: %s\n", tr_device_error(c->dst));
+  c->ok = !rc && !memcmp(got, want, c->n * 4);
+  free(got), free(want);
+  return NULL;
+}
+
+bool th_peer_copy_two_threads(tr_device *src, tr_device *dst, size_t n, int rounds) {
+  pair_ctx c = {.src = src, .dst = dst, .n = n, .rounds = rounds};
+  pthread_mutex_init(&c.lock, NULL);
+  pthread_cond_init(&c.cond, NULL);
+  tr_device_bind(src);
+  tr_device_bind(dst);
+  bool ok = false;
+  if (tr_device_alloc(src, n * 4, (void **)&c.src_buf) ||
+      tr_device_alloc(dst, n * 4, (void **)&c.dst_buf) ||
+      /* the allocations must be complete before other threads' streams touch them */
+      tr_stream_synchronize(tr_device_stream(src)) ||
+      tr_stream_synchronize(tr_device_stream(dst)))
+    goto out;
+  pthread_t t1, t2;
+  pthread_create(&t2, NULL, pair_consumer, &c);
+  pthread_create(&t1, NULL, pair_producer, &c);
+  pthread_join(t1, NULL);
+  pthread_join(t2, NULL);
+  ok = c.posted == 1 && c.ok;
+out:
+  tr_device_bind(src);
+  tr_device_bind(dst);
+  if (c.ready) tr_event_close(c.ready);
+  if (c.src_buf) tr_device_free(src, c.src_buf);
+  if (c.dst_buf) tr_device_free(dst, c.dst_buf);
+  pthread_mutex_destroy(&c.lock);
+  pthread_cond_destroy(&c.cond);
+  return ok;
+}

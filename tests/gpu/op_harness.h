@@ -97,6 +97,13 @@ void *th_buf_ptr(th_buf *b);                      /* the device pointer between 
 bool th_buf_guards_intact(th_buf *b, const char *what); /* prints what was overwritten */
 void th_buf_free(th_buf *b);
 
+/* Two devices, two threads, one event: src's thread initialises n floats and scales them
+ * `rounds` times (x2, x0.5, x2, ...), records an event and posts it; dst's thread makes a
+ * copy stream wait on it, copies peer to peer and checks the bytes against the same work
+ * redone on dst. True when they match. The devices are bound to the threads and left bound
+ * to the last one; bind them back before freeing anything of theirs. */
+bool th_peer_copy_two_threads(tr_device *src, tr_device *dst, size_t n, int rounds);
+
 /* Host copies that the test frees: th_dup_f(src, n). */
 float *th_alloc_f(size_t n);
 double *th_alloc_d(size_t n);

@@ -167,86 +167,13 @@ static void copies_and_memset_round_trip(void **state) {
 
 /* ---- two devices, two threads: events order work across them ------------------------------ */
 
-typedef struct pair_ctx {
-  tr_device *src, *dst;
-  float *src_buf, *dst_buf; /* device memory of src and dst */
-  tr_event *ready;          /* recorded by src after its work */
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int posted; /* the "message": src's work is issued and `ready` recorded */
-  int ok;
-  size_t n;
-} pair_ctx;
-
-static void *producer(void *arg) {
-  pair_ctx *c = arg;
-  tr_device_bind(c->src);
-  tr_stream *s = tr_device_stream(c->src);
-  int rc = tr_init_uniform(s, c->src_buf, c->n, -1, 1, 7, 0);
-  rc |= tr_scale(s, c->src_buf, 2.0f, c->n);
-  rc |= tr_event_open(c->src, TR_EVENT_DEFAULT, &c->ready);
-  rc |= tr_event_record(c->ready, s);
-  pthread_mutex_lock(&c->lock);
-  c->posted = rc ? -1 : 1;
-  pthread_cond_signal(&c->cond);
-  pthread_mutex_unlock(&c->lock);
-  return NULL;
-}
-
-static void *consumer(void *arg) {
-  pair_ctx *c = arg;
-  tr_device_bind(c->dst);
-  pthread_mutex_lock(&c->lock);
-  while (!c->posted) pthread_cond_wait(&c->cond, &c->lock);
-  pthread_mutex_unlock(&c->lock);
-  if (c->posted < 0) return NULL;
-  tr_stream *copy;
-  float *host = th_alloc_f(c->n), *want = th_alloc_f(c->n);
-  int rc = tr_stream_open(c->dst, "peer copy", &copy);
-  rc |= tr_stream_wait_event(copy, c->ready);
-  rc |= tr_memcpy_peer(copy, c->dst_buf, c->dst, c->src_buf, c->src, c->n * 4);
-  rc |= tr_memcpy(copy, host, c->dst_buf, c->n * 4, TR_COPY_D2H);
-  rc |= tr_stream_synchronize(copy);
-  tr_stream_close(copy);
-  /* what the producer computed, recomputed here from the definition's inputs */
-  tr_stream *s = tr_device_stream(c->dst);
-  float *tmp;
-  rc |= tr_device_alloc(c->dst, c->n * 4, (void **)&tmp);
-  rc |= tr_init_uniform(s, tmp, c->n, -1, 1, 7, 0);
-  rc |= tr_scale(s, tmp, 2.0f, c->n);
-  rc |= tr_memcpy(s, want, tmp, c->n * 4, TR_COPY_D2H);
-  rc |= tr_stream_synchronize(s);
-  rc |= tr_device_free(c->dst, tmp);
-  c->ok = !rc && !memcmp(host, want, c->n * 4);
-  free(host), free(want);
-  return NULL;
-}
-
 static void peer_copy_after_an_event_sees_the_other_devices_work(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:2");
-  pair_ctx c = {.src = tr_device_list_get(l, 0), .dst = tr_device_list_get(l, 1), .n = 4099};
-  pthread_mutex_init(&c.lock, NULL);
-  pthread_cond_init(&c.cond, NULL);
-  assert_int_equal(tr_device_can_access_peer(c.src, c.dst), 1);
-  /* allocated here, then each device is handed to its thread with tr_device_bind */
-  assert_int_equal(tr_device_alloc(c.src, c.n * 4, (void **)&c.src_buf), 0);
-  assert_int_equal(tr_device_alloc(c.dst, c.n * 4, (void **)&c.dst_buf), 0);
-  pthread_t t1, t2;
-  pthread_create(&t2, NULL, consumer, &c);
-  pthread_create(&t1, NULL, producer, &c);
-  pthread_join(t1, NULL);
-  pthread_join(t2, NULL);
-  assert_int_equal(c.posted, 1);
-  assert_true(c.ok);
-  tr_device_bind(c.src);
-  tr_device_bind(c.dst);
-  tr_event_close(c.ready);
-  tr_device_free(c.src, c.src_buf);
-  tr_device_free(c.dst, c.dst_buf);
+  tr_device *src = tr_device_list_get(l, 0), *dst = tr_device_list_get(l, 1);
+  assert_int_equal(tr_device_can_access_peer(src, dst), 1);
+  assert_true(th_peer_copy_two_threads(src, dst, 4099, 1));
   tr_device_list_close(l);
-  pthread_mutex_destroy(&c.lock);
-  pthread_cond_destroy(&c.cond);
 }
 
 static void work_waiting_on_an_event_sees_the_recorded_work(void **state) {

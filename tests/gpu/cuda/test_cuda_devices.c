@@ -210,102 +210,33 @@ static void gemms_on_several_streams_at_once_agree(void **state) {
 
 /* ---- two logical devices on one GPU, two threads ---------------------------------------- */
 
-typedef struct pair_ctx {
-  tr_device *src, *dst;
-  float *src_buf, *dst_buf;
-  tr_event *ready; /* recorded by src after its work */
-  pthread_mutex_t lock;
-  pthread_cond_t cond;
-  int posted;      /* the "message": src's work is issued and `ready` recorded */
-  int ok;
-  size_t n;
-} pair_ctx;
-
-static void *producer(void *arg) {
-  pair_ctx *c = arg;
-  tr_device_bind(c->src);
-  tr_stream *s = tr_device_stream(c->src);
-  int rc = tr_init_uniform(s, c->src_buf, c->n, -1, 1, 7, 0);
-  for (int i = 0; i < 200; i++) rc |= tr_scale(s, c->src_buf, i % 2 ? 0.5f : 2.0f, c->n);
-  rc |= tr_event_open(c->src, TR_EVENT_DEFAULT, &c->ready);
-  rc |= tr_event_record(c->ready, s);
-  pthread_mutex_lock(&c->lock);
-  c->posted = rc ? -1 : 1;
-  pthread_cond_signal(&c->cond);
-  pthread_mutex_unlock(&c->lock);
-  return NULL;
-}
-
-static void *consumer(void *arg) {
-  pair_ctx *c = arg;
-  tr_device_bind(c->dst);
-  pthread_mutex_lock(&c->lock);
-  while (!c->posted) pthread_cond_wait(&c->cond, &c->lock);
-  pthread_mutex_unlock(&c->lock);
-  if (c->posted < 0) return NULL;
-  tr_stream *copy;
-  float *got = th_alloc_f(c->n), *want = th_alloc_f(c->n);
-  int rc = tr_stream_open(c->dst, "peer copy", &copy);
-  rc |= tr_stream_wait_event(copy, c->ready);
-  rc |= tr_memcpy_peer(copy, c->dst_buf, c->dst, c->src_buf, c->src, c->n * 4);
-  rc |= tr_memcpy(copy, got, c->dst_buf, c->n * 4, TR_COPY_D2H);
-  rc |= tr_stream_synchronize(copy);
-  tr_stream_close(copy);
-  /* what the producer computed: the same init, scaled by 2 and 0.5 a hundred times each */
-  tr_stream *s = tr_device_stream(c->dst);
-  float *tmp;
-  rc |= tr_device_alloc(c->dst, c->n * 4, (void **)&tmp);
-  rc |= tr_init_uniform(s, tmp, c->n, -1, 1, 7, 0);
-  rc |= tr_memcpy(s, want, tmp, c->n * 4, TR_COPY_D2H);
-  rc |= tr_stream_synchronize(s);
-  rc |= tr_device_free(c->dst, tmp);
-  if (rc) fprintf(stderr, "consumer: %s\n", tr_device_error(c->dst));
-  c->ok = !rc && !memcmp(got, want, c->n * 4);
-  free(got), free(want);
-  return NULL;
-}
-
 static void peer_copy_between_logical_devices_after_an_event(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0,cuda:0");
-  pair_ctx c = {.src = tr_device_list_get(l, 0), .dst = tr_device_list_get(l, 1),
-                .n = (1 << 22) + 3};
-  pthread_mutex_init(&c.lock, NULL);
-  pthread_cond_init(&c.cond, NULL);
-  OK(tr_device_alloc(c.src, c.n * 4, (void **)&c.src_buf));
-  OK(tr_device_alloc(c.dst, c.n * 4, (void **)&c.dst_buf));
-  /* the allocations must be complete before other threads' streams touch them */
-  OK(tr_stream_synchronize(tr_device_stream(c.src)));
-  OK(tr_stream_synchronize(tr_device_stream(c.dst)));
-  pthread_t t1, t2;
-  pthread_create(&t2, NULL, consumer, &c);
-  pthread_create(&t1, NULL, producer, &c);
-  pthread_join(t1, NULL);
-  pthread_join(t2, NULL);
-  assert_int_equal(c.posted, 1);
-  assert_true(c.ok);
-  tr_device_bind(c.src);
-  tr_device_bind(c.dst);
+  tr_device *src = tr_device_list_get(l, 0), *dst = tr_device_list_get(l, 1);
+  size_t n = (1 << 22) + 3;
+  /* 200 scalings keep the producer busy long enough that a copy not ordered by the event
+   * would read unfinished data */
+  assert_true(th_peer_copy_two_threads(src, dst, n, 200));
   /* and back, issued on the source's stream this time */
-  tr_stream *s = tr_device_stream(c.src);
-  float *host = th_alloc_f(c.n);
-  OK(tr_fill(tr_device_stream(c.dst), c.dst_buf, c.n, 3.0f));
+  float *src_buf, *dst_buf, *host = th_alloc_f(n);
+  tr_stream *s = tr_device_stream(src);
+  OK(tr_device_alloc(src, n * 4, (void **)&src_buf));
+  OK(tr_device_alloc(dst, n * 4, (void **)&dst_buf));
+  OK(tr_fill(tr_device_stream(dst), dst_buf, n, 3.0f));
   tr_event *e;
-  OK(tr_event_open(c.dst, TR_EVENT_DEFAULT, &e));
-  OK(tr_event_record(e, tr_device_stream(c.dst)));
+  OK(tr_event_open(dst, TR_EVENT_DEFAULT, &e));
+  OK(tr_event_record(e, tr_device_stream(dst)));
   OK(tr_stream_wait_event(s, e));
-  OK(tr_memcpy_peer(s, c.src_buf, c.src, c.dst_buf, c.dst, c.n * 4));
-  OK(tr_memcpy(s, host, c.src_buf, c.n * 4, TR_COPY_D2H));
+  OK(tr_memcpy_peer(s, src_buf, src, dst_buf, dst, n * 4));
+  OK(tr_memcpy(s, host, src_buf, n * 4, TR_COPY_D2H));
   OK(tr_stream_synchronize(s));
-  assert_true(host[0] == 3.0f && host[c.n - 1] == 3.0f);
+  assert_true(host[0] == 3.0f && host[n - 1] == 3.0f);
   free(host);
   tr_event_close(e);
-  tr_event_close(c.ready);
-  tr_device_free(c.src, c.src_buf);
-  tr_device_free(c.dst, c.dst_buf);
+  tr_device_free(src, src_buf);
+  tr_device_free(dst, dst_buf);
   tr_device_list_close(l);
-  pthread_mutex_destroy(&c.lock);
-  pthread_cond_destroy(&c.cond);
 }
 
 /* Every GPU of the machine, one list: peer copies between each pair (direct where the
