@@ -36,6 +36,7 @@ typedef struct stage_actor {
   int64_t step, warm_step;
   uint64_t window_start, busy_ns, last_report;
   bool done;
+  bool polling; /* a poll message to itself is on its way */
   char err[512];
 } stage_actor;
 
@@ -147,6 +148,19 @@ static int harvest(tr_actor *self, stage_actor *a) {
   return 0;
 }
 
+/* A buffer whose copy has not run yet goes back only once its event completes. With no
+ * batch coming (the loader may be waiting for exactly that buffer), the actor polls by
+ * sending itself a message, so it never blocks on the device (host devices never need to). */
+static void poll_later(tr_actor *self, stage_actor *a) {
+  bool waiting = false;
+  for (int i = 0; i < a->depth; i++) waiting |= !a->lent_back[i];
+  if (!waiting || a->polling) return;
+  a->polling = true;
+  tr_msg *p = tr_msg_new(&tr__poll_type);
+  p->from = self;
+  tr_actor_send(self, p);
+}
+
 static int finish(tr_actor *self, stage_actor *a) {
   tr__run *run = a->run;
   if (tr_stream_synchronize(a->s)) return fail_device(self, a, "finishing the run");
@@ -228,6 +242,12 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   tr__run *run = a->run;
   if (a->done) return 0;
   if (msg->type == &tr__finish_type) return finish(self, a);
+  if (msg->type == &tr__poll_type) {
+    a->polling = false;
+    int rc = harvest(self, a);
+    if (rc == 0) poll_later(self, a);
+    return rc;
+  }
   if (msg->type != &tr__batch_type) return 0;
 
   const tr__batch_msg *b = (const tr__batch_msg *)msg;
@@ -250,6 +270,7 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
     tr_actor_send(run->coordinator, p);
   }
   if (a->step >= run->end_step) return finish(self, a);
+  poll_later(self, a);
   return 0;
 }
 

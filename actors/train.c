@@ -12,7 +12,8 @@ TR_MSGTYPE_DEFINE(tr__batch_type, tr__batch_msg);
 TR_MSGTYPE_DEFINE(tr__credit_type, tr__credit_msg);
 TR_MSGTYPE_DEFINE(tr__progress_type, tr__progress_msg);
 TR_MSGTYPE_DEFINE(tr__done_type, tr__done_msg);
-TR_MSGTYPE_DEFINE(tr__finish_type, tr_msg);
+TR_MSGTYPE_DEFINE(tr__finish_type, tr__finish_msg);
+TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
 
 int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
                         size_t err_size);

@@ -2,6 +2,7 @@
  *
  *   loader (loop) ──batch──► stage (pinned, one device) ──progress, done──► coordinator (loop)
  *          ◄──credit (priority lane)──┘      ◄──finish (priority lane)──┘
+ *                                    └─poll─┘ (to itself, while a copy is in flight)
  *
  * The stage owns the batch buffers (host memory its device copies from fast) and lends them
  * to the loader: a credit returns a buffer once the device has copied it, so the loader is
@@ -70,8 +71,18 @@ typedef struct tr__done_msg {
   double initial_loss, final_loss;
 } tr__done_msg;
 
+/* coordinator → stage: the time is up, finish after this step */
+typedef struct tr__finish_msg {
+  tr_msg hdr;
+} tr__finish_msg;
+
+/* stage → itself: look at the device's events again */
+typedef struct tr__poll_msg {
+  tr_msg hdr;
+} tr__poll_msg;
+
 extern const tr_msgtype tr__ring_type, tr__batch_type, tr__credit_type, tr__progress_type,
-    tr__done_type, tr__finish_type;
+    tr__done_type, tr__finish_type, tr__poll_type;
 
 extern const tr_behaviour tr__loader_behaviour, tr__stage_behaviour, tr__coordinator_behaviour;
 
