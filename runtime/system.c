@@ -118,6 +118,9 @@ static void timer_apply(tr_system *sys, timer_request *r) {
     t->repeat = r->repeat_ms != 0;
     uv_timer_init(&sys->loop, &t->handle);
     t->handle.data = t;
+    /* libuv counts from the loop's cached time, which may be older than this request by
+     * however long this pass has run: the timeout counts from now. */
+    uv_update_time(&sys->loop);
     uv_timer_start(&t->handle, timer_fired, r->timeout_ms, r->repeat_ms);
     t->next = sys->timers;
     sys->timers = t;
