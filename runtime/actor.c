@@ -140,16 +140,15 @@ int tr__actor_turn(tr_actor *a) {
   return n;
 }
 
-/* `streak`: messages handled since the actor last went idle (see tr_backoff). */
-static void pinned_idle(tr_actor *a, uint64_t streak) {
+static void pinned_idle(tr_actor *a) {
   if (a->spin_us != TR_SPIN_NONE) {
     uint64_t deadline = a->spin_us == TR_SPIN_FOREVER ? UINT64_MAX
                                                       : tr_now_ns() + (uint64_t)a->spin_us * 1000;
-    unsigned backoff = 1, limit = tr_backoff_limit(streak);
+    unsigned backoff = 1;
     for (unsigned i = 1;; i++) {
       if (!tr_mailbox_empty(&a->ctl) || !tr_mailbox_empty(&a->data)) return;
-      tr_backoff(&backoff, limit);
-      if (i >= 4 && tr_now_ns() > deadline) break;
+      tr_backoff(&backoff);
+      if ((i & 15) == 0 && tr_now_ns() > deadline) break;
     }
   }
   tr_msg_pool_flush(); /* what it holds for other threads must not sleep with it */
@@ -169,15 +168,10 @@ void *tr__pinned_main(void *arg) {
   if (sys->trace_on) a->trace = tr__trace_buf_new(sys, a->name, (int)a->id + 1);
   tr_msg_pool_attach(a->pool);
 
-  uint64_t streak = 0;
   for (;;) {
     int n = tr__actor_turn(a);
     if (n < 0) break;
-    streak += (uint64_t)n;
-    if (n == 0) {
-      pinned_idle(a, streak);
-      streak = 0;
-    }
+    if (n == 0) pinned_idle(a);
   }
 
   tr_msg_pool_attach(NULL);

@@ -80,23 +80,11 @@ static inline void tr_cpu_relax(void) {
 }
 
 /* One step of a spin-wait on a line another thread will write: pause `*backoff` times, then
- * double it, up to `limit` pauses. Start at 1. A waiter that polls such a line flat out
- * steals it from the writer on every poll and slows the writer more than it gains:
- *   TR_BACKOFF_SHORT  for messages that come one at a time (a round trip), where each poll
- *                     is worth its latency;
- *   TR_BACKOFF_LONG   right after a stream of messages ran dry: the next one is likely
- *                     close behind, and letting a few pile up lets the reader take them in
- *                     a row instead of fighting the writer for every line. */
-enum { TR_BACKOFF_SHORT = 8, TR_BACKOFF_LONG = 256, TR_BACKOFF_STREAM = 32 /* messages */ };
-
-/* The limit for a waiter that has read `streak` messages since it last found none. */
-static inline unsigned tr_backoff_limit(uint64_t streak) {
-  return streak >= TR_BACKOFF_STREAM ? TR_BACKOFF_LONG : TR_BACKOFF_SHORT;
-}
-
-static inline void tr_backoff(unsigned *backoff, unsigned limit) {
+ * double it, up to 8 pauses. A waiter that polls such a line flat out steals it from the
+ * writer on every poll and slows the writer more than it gains in latency. Start at 1. */
+static inline void tr_backoff(unsigned *backoff) {
   for (unsigned k = 0; k < *backoff; k++) tr_cpu_relax();
-  if (*backoff < limit) *backoff *= 2;
+  if (*backoff < 8) *backoff *= 2;
 }
 
 #define TR_CACHE_LINE 64

@@ -225,19 +225,12 @@ static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t p
   while (atomic_load(&f->ready) < producers) tr_cpu_relax();
   uint64_t total = per_producer * (uint64_t)producers, t0 = tr_now_ns();
   atomic_fetch_add(&f->ready, 1);
-  uint64_t streak = 0;
   for (uint64_t n = 0; n < total; n++) {
     tr_msg *m, *released = NULL;
     if (queue == Q_MAILBOX) {
-      /* Waits as a pinned actor does (actor.c). */
-      m = tr_mailbox_pop(&f->mailbox, &released);
-      if (m != NULL) {
-        streak++;
-      } else {
-        unsigned backoff = 1, limit = tr_backoff_limit(streak);
-        while ((m = tr_mailbox_pop(&f->mailbox, &released)) == NULL) tr_backoff(&backoff, limit);
-        streak = 1;
-      }
+      /* Waits as a pinned actor does. */
+      unsigned backoff = 1;
+      while ((m = tr_mailbox_pop(&f->mailbox, &released)) == NULL) tr_backoff(&backoff);
     } else {
       m = mq_pop_wait(&f->mq);
     }
