@@ -1,7 +1,7 @@
 /* host_backend.c — the host backend: CPU "devices" with 64-byte-aligned memory, in-order
  * streams run synchronously by the owner thread, events that complete when recorded,
- * memcpy for every copy (peer ones included) and OpenBLAS for GEMM, one BLAS thread per
- * device: the parallelism comes from running several devices on several threads. */
+ * memcpy for every copy (peer ones included) and OpenBLAS for GEMM (host_gemm.c), one BLAS
+ * thread per device: the parallelism comes from running several devices on several threads. */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -242,35 +242,6 @@ static int host_fill_bytes(tr_stream *s, void *dst, int value, size_t bytes) {
   return 0;
 }
 
-/* ---- GEMM ------------------------------------------------------------------------------------ */
-
-static int host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  if (K == 0 || alpha == 0.0f) {
-    /* C = beta * C; beta == 0 clears (NaN included), as BLAS does */
-    for (int i = 0; i < M; i++) {
-      float *c = C + (size_t)i * (size_t)ldc;
-      if (beta == 0.0f) memset(c, 0, (size_t)N * sizeof *c);
-      else tr__host_scale(s, c, beta, (size_t)N);
-    }
-    return 0;
-  }
-  cblas_sgemm(CblasRowMajor, opa == TR_OP_T ? CblasTrans : CblasNoTrans,
-              opb == TR_OP_T ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, C,
-              ldc);
-  return 0;
-}
-
-static int host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
-                             const float *A, int lda, int64_t stride_a, const float *B, int ldb,
-                             int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
-                             int batch) {
-  for (int i = 0; i < batch; i++)
-    host_gemm(s, opa, opb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb, beta,
-              C + i * stride_c, ldc);
-  return 0;
-}
-
 const tr__backend tr__host_backend = {
     .name = "host",
     .kind = TR_DEVICE_HOST,
@@ -292,8 +263,8 @@ const tr__backend tr__host_backend = {
     .event_elapsed_ms = host_event_elapsed_ms,
     .copy = host_copy,
     .fill_bytes = host_fill_bytes,
-    .gemm = host_gemm,
-    .gemm_batched = host_gemm_batched,
+    .gemm = tr__host_gemm,
+    .gemm_batched = tr__host_gemm_batched,
     .fill = tr__host_fill,
     .init_uniform = tr__host_init_uniform,
     .init_normal = tr__host_init_normal,

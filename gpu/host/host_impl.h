@@ -46,6 +46,14 @@ void *tr__host_scratch(tr_stream *s, size_t bytes);
 double tr__host_sum(const float *x, size_t n);
 double tr__host_sumsq(const float *x, size_t n);
 
+/* host_gemm.c */
+int tr__host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                  const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                          const float *A, int lda, int64_t stride_a, const float *B, int ldb,
+                          int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                          int batch);
+
 /* host_kernels.c */
 int tr__host_fill(tr_stream *s, float *x, size_t n, float value);
 int tr__host_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,

@@ -958,6 +958,67 @@ static void gemm_matches_float64_for_every_transposition(void **state) {
   gemm_case(&r, TR_OP_N, TR_OP_N, 4, 5, 0, 0, 0, 1.0f, 2.0f); /* K = 0: C = beta C */
 }
 
+/* Products of at most 128x128x16 multiply-adds take the host's direct path (host_gemm.c)
+ * in every form it has: tiles of C or of C transposed, op(B) copied or not, ragged edges,
+ * lone rows and narrow 8-row tiles, dot products; and just past it, OpenBLAS again. */
+static void gemm_small_products_match_float64_in_every_form(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(16);
+  /* simplenet's products as its layers issue them, beta 1 where gradients accumulate */
+  gemm_case(&r, TR_OP_N, TR_OP_T, 64, 100, 10, 0, 0, 1.0f, 0.0f);
+  gemm_case(&r, TR_OP_N, TR_OP_T, 64, 1, 100, 0, 0, 1.0f, 0.0f);
+  gemm_case(&r, TR_OP_T, TR_OP_N, 1, 100, 64, 0, 0, 1.0f, 1.0f);
+  gemm_case(&r, TR_OP_N, TR_OP_N, 64, 100, 1, 0, 0, 1.0f, 0.0f);
+  gemm_case(&r, TR_OP_T, TR_OP_N, 100, 10, 64, 0, 0, 1.0f, 1.0f);
+  const int mnk[][3] = {{64, 100, 10}, {64, 1, 100}, {1, 100, 64}, {64, 100, 1}, {100, 10, 64},
+                        {13, 5, 40},   {5, 13, 40},  {3, 40, 7},   {9, 17, 33},  {16, 16, 1024},
+                        {2, 2, 2},     {40, 24, 3},  {128, 128, 16}, {128, 128, 17}};
+  for (size_t k = 0; k < sizeof mnk / sizeof mnk[0]; k++)
+    for (int t = 0; t < 4; t++) {
+      tr_op opa = (tr_op)(t & 1), opb = (tr_op)(t >> 1);
+      gemm_case(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 0, 0, 1.0f, 0.0f);
+      gemm_case(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 3, 0, -1.5f, 0.5f);
+      gemm_case(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 1, 0, 0.25f, 1.0f);
+    }
+}
+
+static int run_gemm_at(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx; /* A and B start p->lda and p->ldb floats into their buffers */
+  return tr_gemm(s, p->opa, p->opb, p->M, (int)p->N, p->K, 1.0f, (float *)a[0] + p->lda,
+                 p->opa == TR_OP_N ? p->K : p->M, (float *)a[1] + p->ldb,
+                 p->opb == TR_OP_N ? (int)p->N : p->K, 0.0f, a[2], (int)p->N);
+}
+
+/* The same small product with its operands at other alignments gives the same bits (the
+ * direct path's sums depend on the shape alone, so runs repeat exactly). */
+static void gemm_small_products_do_not_depend_on_alignment(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(17);
+  enum { M = 37, N = 29, K = 23, SHIFT = 8 };
+  float *a = th_alloc_f(M * K), *b = th_alloc_f(K * N);
+  float *A = th_alloc_f(M * K + SHIFT), *B = th_alloc_f(K * N + SHIFT);
+  for (int t = 0; t < 4; t++) {
+    th_fill_normal(&r, a, M * K, 1);
+    th_fill_normal(&r, b, K * N, 1);
+    void *out[2][3];
+    for (int at = 0; at < 2; at++) {
+      P p = {.opa = (tr_op)(t & 1), .opb = (tr_op)(t >> 1), .M = M, .N = N, .K = K,
+             .lda = at ? 1 + t : 0, .ldb = at ? 7 - t : 0};
+      memset(A, 0, (M * K + SHIFT) * sizeof *A);
+      memset(B, 0, (K * N + SHIFT) * sizeof *B);
+      memcpy(A + p.lda, a, M * K * sizeof *A);
+      memcpy(B + p.ldb, b, K * N * sizeof *B);
+      th_arg args[] = {{"A", M * K + SHIFT, 4, TH_IN, A, 0}, {"B", K * N + SHIFT, 4, TH_IN, B, 0},
+                       {"C", M * N, 4, TH_OUT, NULL, 0}};
+      RUN(args, run_gemm_at, &p, out[at]);
+    }
+    assert_memory_equal(out[0][2], out[1][2], M * N * sizeof(float));
+    th_free_outputs(out[0], 3);
+    th_free_outputs(out[1], 3);
+  }
+  free(a), free(b), free(A), free(B);
+}
+
 static void gemm_batched_matches_float64_with_strides(void **state) {
   (void)state;
   th_rng r = th_rng_for(15);
@@ -992,6 +1053,8 @@ int main(void) {
       cmocka_unit_test(embedding_fwd_and_scatter_add_bwd_match_float64),
       cmocka_unit_test(optimizer_updates_match_pytorch_in_float64),
       cmocka_unit_test(gemm_matches_float64_for_every_transposition),
+      cmocka_unit_test(gemm_small_products_match_float64_in_every_form),
+      cmocka_unit_test(gemm_small_products_do_not_depend_on_alignment),
       cmocka_unit_test(gemm_batched_matches_float64_with_strides),
   };
   fprintf(stderr, "TR_TEST_SEED=%llu\n", (unsigned long long)th_seed());
