@@ -40,6 +40,10 @@ static void samples_are_a_function_of_seed_and_index(void **state) {
     assert_memory_not_equal(x1, x2, 10 * xb);
     tr_data_fill(a, 100, 10, x2, NULL); /* no targets wanted: the same inputs */
     assert_memory_equal(x1, x2, 10 * xb);
+    for (int i = 0; i < 10; i++) /* one at a time (the teacher runs samples in groups) */
+      tr_data_fill(a, 100 + (uint64_t)i, 1, x2 + i * xb, y2 + i * yb);
+    assert_memory_equal(x1, x2, 10 * xb);
+    assert_memory_equal(y1, y2, 10 * yb);
     free(x1), free(y1), free(x2), free(y2);
     tr_data_close(a), tr_data_close(b), tr_data_close(other);
   }
