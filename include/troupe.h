@@ -26,6 +26,7 @@
 #include "tr_mailbox.h"
 #include "tr_model.h"
 #include "tr_msg.h"
+#include "tr_schedule.h"
 #include "tr_system.h"
 #include "tr_trace.h"
 #include "tr_train.h"
