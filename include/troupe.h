@@ -14,6 +14,7 @@
  *   tr_model.h    models, cut into stages on devices; optimizers
  *   tr_data.h     the workloads' data: synthetic generators and byte files
  *   tr_train.h    training runs: a model, a strategy, devices, and the run's figures
+ *   tr_schedule.h pipeline schedules (GPipe, 1F1B) as per-stage action lists
  */
 #ifndef TROUPE_H
 #define TROUPE_H
