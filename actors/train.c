@@ -54,6 +54,15 @@ static void result_init(tr_train_result *r, const tr_train_options *o, const tr_
   for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
 }
 
+/* As many batch buffers as fit in 1 MiB, from 16 to 64: the stage returns credits half a
+ * ring at a time (stage_actor.c), so a deep ring means few wake-ups of the loader's loop,
+ * which matters where a step takes microseconds (simplenet: 64); large batches keep 16. */
+static int default_prefetch(const tr_model *m, int batch) {
+  const size_t bytes = (tr_model_input_bytes(m) + tr_model_target_bytes(m)) * (size_t)batch;
+  const size_t fit = bytes ? ((size_t)1 << 20) / bytes : 64;
+  return fit < 16 ? 16 : fit > 64 ? 64 : (int)fit;
+}
+
 /* Fills the run from the options: everything that can be wrong with them is found here,
  * before any thread starts. */
 static int prepare(tr__run *run, const tr_train_options *o, char *err, size_t n) {
@@ -78,7 +87,7 @@ static int prepare(tr__run *run, const tr_train_options *o, char *err, size_t n)
   }
   if (o->lr > 0) run->optim.lr = o->lr;
   if (o->clip > 0) run->optim.clip = o->clip;
-  run->prefetch = o->prefetch > 0 ? o->prefetch : 16;
+  run->prefetch = o->prefetch > 0 ? o->prefetch : default_prefetch(run->model, run->batch);
 
   if ((rc = tr_device_list_open(&run->devices, o->devices, err, n))) return rc;
   if (o->resume && (rc = tr__checkpoint_peek(o->resume, run->model, &run->first_step, err, n)))

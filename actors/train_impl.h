@@ -6,7 +6,8 @@
  *
  * The stage owns the batch buffers (host memory its device copies from fast) and lends them
  * to the loader: a credit returns a buffer once the device has copied it, so the loader is
- * never more than `prefetch` batches ahead and memory stays bounded.
+ * never more than `prefetch` batches ahead and memory stays bounded. Credits go back half a
+ * ring at a time, so the loader's loop wakes once per half ring rather than once a step.
  */
 #ifndef TR_TRAIN_IMPL_H
 #define TR_TRAIN_IMPL_H
