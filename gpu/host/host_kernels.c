@@ -3,7 +3,18 @@
 #include <math.h>
 #include <string.h>
 
+#include "host_cpu.h"
 #include "host_impl.h"
+
+/* Defines the slot `name` from the always-inline `name##_loops`, built for the baseline and
+ * again with AVX2 (host_cpu.h), for the kernels of every step of a small model: twice the
+ * lanes, the same bits (each element's arithmetic is the same at any width, without FMA). */
+#define HOST_AVX2_TOO(name, params, args)                                        \
+  TR__TARGET_AVX2 static int name##_avx2 params { return name##_loops args; }    \
+  static int name##_base params { return name##_loops args; }                   \
+  int name params { return (tr__cpu_avx2() ? name##_avx2 : name##_base) args; }
+
+#define HOST_LOOPS static inline __attribute__((always_inline)) int
 
 /* ---- reductions -------------------------------------------------------------------------- */
 
@@ -122,7 +133,7 @@ int tr__host_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n) {
 
 /* ---- linear layers ---------------------------------------------------------------------------- */
 
-int tr__host_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C) {
+HOST_LOOPS tr__host_bias_add_loops(tr_stream *s, float *out, const float *bias, size_t N, size_t C) {
   (void)s;
   for (size_t r = 0; r < N; r++) {
     float *o = out + r * C;
@@ -130,9 +141,11 @@ int tr__host_bias_add(tr_stream *s, float *out, const float *bias, size_t N, siz
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_bias_add, (tr_stream *s, float *out, const float *bias, size_t N, size_t C),
+              (s, out, bias, N, C))
 
 /* Columns in blocks whose double partial sums stay in L1, rows streamed through them. */
-int tr__host_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C) {
+HOST_LOOPS tr__host_bias_grad_loops(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C) {
   (void)s;
   enum { BLOCK = 512 };
   double acc[BLOCK];
@@ -147,16 +160,20 @@ int tr__host_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, 
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_bias_grad, (tr_stream *s, float *dbias, const float *dout, size_t N, size_t C),
+              (s, dbias, dout, N, C))
 
 /* ---- activations ------------------------------------------------------------------------------- */
 
-int tr__host_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
+HOST_LOOPS tr__host_relu_fwd_loops(tr_stream *s, float *out, const float *inp, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
   return 0;
 }
+HOST_AVX2_TOO(tr__host_relu_fwd, (tr_stream *s, float *out, const float *inp, size_t n), (s, out, inp, n))
 
-int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+HOST_LOOPS tr__host_relu_bwd_loops(tr_stream *s, float *dinp, const float *inp, const float *dout,
+                                   size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
     const float g = dout[i]; /* loaded unconditionally: a select, so the loop vectorises */
@@ -164,6 +181,8 @@ int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_relu_bwd, (tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n),
+              (s, dinp, inp, dout, n))
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_C 0.044715f
@@ -203,12 +222,15 @@ int tr__host_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *
 
 /* ---- optimizer updates ------------------------------------------------------------------------- */
 
-int tr__host_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
-                        float weight_decay) {
+HOST_LOOPS tr__host_sgd_update_loops(tr_stream *s, float *param, const float *grad, size_t n,
+                                     float lr, float weight_decay) {
   (void)s;
   for (size_t i = 0; i < n; i++) param[i] -= lr * (grad[i] + weight_decay * param[i]);
   return 0;
 }
+HOST_AVX2_TOO(tr__host_sgd_update, (tr_stream *s, float *param, const float *grad, size_t n, float lr,
+                                    float weight_decay),
+              (s, param, grad, n, lr, weight_decay))
 
 int tr__host_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
                              float lr, float momentum, float weight_decay, int nesterov) {
