@@ -5,8 +5,8 @@
  * several times its arithmetic. Products of at most TINY_MNK multiply-adds run here instead,
  * in one of two forms:
  *
- *   tiles  C'(p,q) = alpha * sum_k X(p,k) Y(k,q) + beta * C'(p,q), Y contiguous along q: R
- *          rows by up to 2 vectors of C' at a time, their sums in registers across k. C' is C
+ *   tiles  C'(p,q) = alpha * sum_k X(p,k) Y(k,q) + beta * C'(p,q), Y contiguous along q: a
+ *          few rows by a few vectors of C' at a time, their sums in registers across k. C' is C
  *          (X = op(A), Y = op(B); op(B) first copied to scratch when it is B transposed), or
  *          C transposed (X = op(B), Y = op(A)^T, where op(A) is A transposed and so already
  *          contiguous along i): that one stores element by element, so it is taken only
@@ -113,18 +113,29 @@ static inline __attribute__((always_inline)) void tile_rows(const tiny *t, int p
 }
 
 /* A tile needs about 8 sums in flight, or its k loop waits on the latency of each
- * multiply-add: 4 rows by 2 vectors, 8 rows by 1 where C' is narrower than 2 vectors, and
- * a last lone row 4 vectors wide. Fewer rows than that repeat some (wasted work, no waits). */
+ * multiply-add: 5 rows by 2 vectors (10 sums, 13 of AVX2's 16 registers with the operands;
+ * simplenet's 10-row gradient in two tiles), 8 rows by 1 where C' is narrower than 2
+ * vectors, and a last lone row 4 vectors wide. Fewer rows than a tile's repeat the last
+ * (wasted work, no waits). */
 static inline __attribute__((always_inline)) void tiles(const tiny *t, const int trans) {
   int p0 = 0;
   if (t->Q < 2 * VL)
     for (; p0 + 4 < t->P; p0 += 8) tile_rows(t, p0, 8, 1, trans);
-  for (; p0 + 1 < t->P; p0 += 4) tile_rows(t, p0, 4, 2, trans);
+  for (; p0 + 1 < t->P; p0 += 5) tile_rows(t, p0, 5, 2, trans);
   if (p0 < t->P) tile_rows(t, p0, 1, 4, trans);
 }
 
-TR__TARGET_V3 static void tiles_v3(const tiny *t, int trans) { trans ? tiles(t, 1) : tiles(t, 0); }
-static void tiles_base(const tiny *t, int trans) { trans ? tiles(t, 1) : tiles(t, 0); }
+/* Tiles of C work on a copy of the problem: with -fno-strict-aliasing, a store to C could
+ * otherwise change any field of *t, which would be reloaded after every one. (Tiles of C
+ * transposed store element by element anyway, and with the copy GCC 12 spills sums.) */
+TR__TARGET_V3 static void tiles_v3(const tiny *t, int trans) {
+  const tiny u = *t;
+  trans ? tiles(t, 1) : tiles(&u, 0);
+}
+static void tiles_base(const tiny *t, int trans) {
+  const tiny u = *t;
+  trans ? tiles(t, 1) : tiles(&u, 0);
+}
 
 /* C (i,j) = alpha * a row i . b row j + beta * C (i,j), rows contiguous along k: 4 rows of a
  * against one of b at a time, each sum in 2 VL lanes added up in a fixed tree, then the last
@@ -208,10 +219,8 @@ static int gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, fl
   }
   t.edge = t.y + (t.Q - edge), t.ek = t.yk;
   if (edge && !copy_y) {
-    for (int k = 0; k < K; k++) {
-      memcpy(y + k * VL, t.y + (ptrdiff_t)k * t.yk + (t.Q - edge), (size_t)edge * sizeof *y);
-      memset(y + k * VL + edge, 0, (size_t)(VL - edge) * sizeof *y);
-    }
+    for (int k = 0; k < K; k++) /* a few floats a row: a loop, not calls to memcpy */
+      for (int j = 0; j < VL; j++) y[k * VL + j] = j < edge ? t.edge[(ptrdiff_t)k * t.yk + j] : 0.0f;
     t.edge = y, t.ek = VL;
   }
   (tr__cpu_v3() ? tiles_v3 : tiles_base)(&t, !by_rows);
