@@ -144,17 +144,27 @@ HOST_LOOPS tr__host_bias_add_loops(tr_stream *s, float *out, const float *bias, 
 HOST_AVX2_TOO(tr__host_bias_add, (tr_stream *s, float *out, const float *bias, size_t N, size_t C),
               (s, out, bias, N, C))
 
-/* Columns in blocks whose double partial sums stay in L1, rows streamed through them. */
+/* Columns in blocks whose double partial sums stay in L1, rows streamed through them; fewer
+ * columns than a vector's, each summed in a register (a loop along a short row is mostly
+ * overhead). Either way each column is summed row by row, in order. */
 HOST_LOOPS tr__host_bias_grad_loops(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C) {
   (void)s;
-  enum { BLOCK = 512 };
+  enum { BLOCK = 512, NARROW = 8 };
   double acc[BLOCK];
   for (size_t c0 = 0; c0 < C; c0 += BLOCK) {
     size_t w = C - c0 < BLOCK ? C - c0 : BLOCK;
-    memset(acc, 0, w * sizeof *acc);
-    for (size_t r = 0; r < N; r++) {
-      const float *g = dout + r * C + c0;
-      for (size_t c = 0; c < w; c++) acc[c] += (double)g[c];
+    if (w < NARROW) {
+      for (size_t c = 0; c < w; c++) {
+        double a = 0;
+        for (size_t r = 0; r < N; r++) a += (double)dout[r * C + c0 + c];
+        acc[c] = a;
+      }
+    } else {
+      memset(acc, 0, w * sizeof *acc);
+      for (size_t r = 0; r < N; r++) {
+        const float *g = dout + r * C + c0;
+        for (size_t c = 0; c < w; c++) acc[c] += (double)g[c];
+      }
     }
     for (size_t c = 0; c < w; c++) dbias[c0 + c] = (float)((double)dbias[c0 + c] + acc[c]);
   }
