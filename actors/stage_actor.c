@@ -16,10 +16,6 @@
 
 enum { LOSS_RING = 256, REPORT_NS = 100 * 1000 * 1000 };
 
-/* Where a batch buffer is: lent to the loader (filling, or its batch on the way here), being
- * copied in by the device (its credit waits on `copied`), or copied with its credit held
- * until a group of them can go back (harvest). */
-enum { BUF_LENT, BUF_COPYING, BUF_READY };
 
 typedef struct stage_actor {
   tr__run *run;
@@ -29,9 +25,12 @@ typedef struct stage_actor {
   /* the batch buffers lent to the loader */
   int depth;
   void **x, **y;
-  tr_event **copied;   /* per buffer: the device has copied out of it */
-  unsigned char *buf;  /* per buffer: BUF_LENT, BUF_COPYING or BUF_READY */
-  int credit_group;    /* credits go back this many at a time */
+  tr_event **copied; /* per buffer: the device has copied out of it */
+  /* The buffers back here, in the order their batches came (a ring of slots from `head`):
+   * the first `nready` copied in (one stream completes them in order), the rest still
+   * copying. Their credits go back credit_group at a time (harvest). */
+  int *held;
+  int head, nheld, nready, credit_group;
   /* per-step losses: device → loss_ring[step % LOSS_RING] → losses */
   float *loss_ring;
   tr_event *loss_ev[LOSS_RING];
@@ -40,7 +39,7 @@ typedef struct stage_actor {
   size_t nlosses, cap;
   /* timing */
   int64_t step, warm_step;
-  uint64_t window_start, busy_ns, last_report;
+  uint64_t window_start, busy_ns, last_report, now; /* now: the end of the last step */
   bool done;
   bool polling; /* a poll message to itself is on its way */
   char err[512];
@@ -93,8 +92,8 @@ static int stage_open(tr_actor *self) {
   a->x = calloc((size_t)a->depth, sizeof *a->x);
   a->y = calloc((size_t)a->depth, sizeof *a->y);
   a->copied = calloc((size_t)a->depth, sizeof *a->copied);
-  a->buf = calloc((size_t)a->depth, sizeof *a->buf); /* BUF_LENT: the ring goes out below */
-  if (!a->x || !a->y || !a->copied || !a->buf) return TR_ENOMEM;
+  a->held = calloc((size_t)a->depth, sizeof *a->held);
+  if (!a->x || !a->y || !a->copied || !a->held) return TR_ENOMEM;
   a->credit_group = a->depth / 2 > 1 ? a->depth / 2 : 1;
   for (int i = 0; i < a->depth; i++) {
     if (tr_host_alloc(a->dev, info->input_bytes, &a->x[i]) ||
@@ -141,18 +140,16 @@ static int keep_loss(stage_actor *a, float loss) {
  * row, and the other half of the ring keeps this actor busy meanwhile. Holding them cannot
  * stall the run: with no batch left to train on, every buffer is back here, a full group. */
 static int harvest(tr_actor *self, stage_actor *a) {
-  int ready = 0;
-  for (int i = 0; i < a->depth; i++) {
-    if (a->buf[i] == BUF_COPYING && tr_event_query(a->copied[i]) == 1) a->buf[i] = BUF_READY;
-    ready += a->buf[i] == BUF_READY;
-  }
-  for (int i = 0; i < a->depth && ready >= a->credit_group; i++) {
-    if (a->buf[i] != BUF_READY) continue;
-    a->buf[i] = BUF_LENT;
-    tr__credit_msg *c = tr_msg_new(&tr__credit_type);
-    c->hdr.from = self;
-    c->slot = i;
-    tr_actor_send_ctl(a->run->loader, c);
+  while (a->nready < a->nheld &&
+         tr_event_query(a->copied[a->held[(a->head + a->nready) % a->depth]]) == 1)
+    a->nready++;
+  if (a->nready >= a->credit_group) {
+    for (; a->nready > 0; a->nready--, a->nheld--, a->head = (a->head + 1) % a->depth) {
+      tr__credit_msg *c = tr_msg_new(&tr__credit_type);
+      c->hdr.from = self;
+      c->slot = a->held[a->head];
+      tr_actor_send_ctl(a->run->loader, c);
+    }
   }
   while (a->harvested < a->step) {
     int k = (int)(a->harvested % LOSS_RING);
@@ -169,9 +166,7 @@ static int harvest(tr_actor *self, stage_actor *a) {
  * batch coming (the loader may be waiting for exactly that buffer), the actor polls by
  * sending itself a message, so it never blocks on the device (host devices never need to). */
 static void poll_later(tr_actor *self, stage_actor *a) {
-  bool waiting = false;
-  for (int i = 0; i < a->depth; i++) waiting |= a->buf[i] == BUF_COPYING;
-  if (!waiting || a->polling) return;
+  if (a->nready == a->nheld || a->polling) return; /* no copy in flight, or a poll coming */
   a->polling = true;
   tr_msg *p = tr_msg_new(&tr__poll_type);
   p->from = self;
@@ -210,6 +205,7 @@ static int train_step(tr_actor *self, stage_actor *a, const tr__batch_msg *b) {
   const tr_stage_info *info = tr_stage_get_info(a->st);
   tr_stage *st = a->st;
   int slot = b->slot;
+  const bool traced = tr_trace_enabled(self); /* the phases' own clock readings: traces only */
   uint64_t t0 = tr_now_ns();
 
   /* Before the loss of this step may overwrite a ring entry, that entry must be read. */
@@ -223,21 +219,21 @@ static int train_step(tr_actor *self, stage_actor *a, const tr__batch_msg *b) {
       tr_memcpy(a->s, tr_stage_target(st, 0), a->y[slot], info->target_bytes, TR_COPY_H2D) ||
       tr_event_record(a->copied[slot], a->s))
     return fail_device(self, a, "copying a batch in");
-  a->buf[slot] = BUF_COPYING;
+  a->held[(a->head + a->nheld++) % a->depth] = slot;
 
-  uint64_t t1 = tr_now_ns();
+  uint64_t t1 = traced ? tr_now_ns() : 0;
   if (tr_stage_zero_grads(st) || tr_stage_forward(st, 0)) return fail_device(self, a, "forward");
-  uint64_t t2 = tr_now_ns();
+  uint64_t t2 = traced ? tr_now_ns() : 0;
   if (tr_stage_backward(st, 0, NULL)) return fail_device(self, a, "backward");
-  uint64_t t3 = tr_now_ns();
+  uint64_t t3 = traced ? tr_now_ns() : 0;
   if (tr_stage_step(st, NULL)) return fail_device(self, a, "optimizer step");
   int k = (int)(a->step % LOSS_RING);
   if (tr_memcpy(a->s, &a->loss_ring[k], tr_stage_loss(st, 0), sizeof(float), TR_COPY_D2H) ||
       tr_event_record(a->loss_ev[k], a->s))
     return fail_device(self, a, "copying the loss out");
-  uint64_t t4 = tr_now_ns();
+  uint64_t t4 = a->now = tr_now_ns();
 
-  if (tr_trace_enabled(self)) {
+  if (traced) {
     tr_trace_record(self, "copy in", t0, t1, b->step);
     tr_trace_record(self, "forward", t1, t2, b->step);
     tr_trace_record(self, "backward", t2, t3, b->step);
@@ -277,9 +273,8 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
     if (tr__stage_save(a->st, run, a->step, run->opt->checkpoint, a->err, sizeof a->err))
       return tr_actor_fail(self, TR_EIO, "%s", a->err);
   }
-  uint64_t now = tr_now_ns();
-  if (now - a->last_report >= REPORT_NS && a->nlosses) {
-    a->last_report = now;
+  if (a->now - a->last_report >= REPORT_NS && a->nlosses) {
+    a->last_report = a->now;
     tr__progress_msg *p = tr_msg_new(&tr__progress_type);
     p->hdr.from = self;
     p->step = a->step;
@@ -318,7 +313,7 @@ static void stage_destroy(void *state) {
   free(a->x);
   free(a->y);
   free(a->copied);
-  free(a->buf);
+  free(a->held);
   free(a->losses);
   free(a);
 }
