@@ -4,8 +4,9 @@
  *   GEMM          GFLOP/s through tr_gemm on square 1024 and 2048 and on the workloads'
  *                 shapes (mlp: batch 256 through 1024x1024 layers, forward and both
  *                 backward products; gpt: B*T = 1024 rows through widths 256/768/1024, and
- *                 its attention as a strided batch), against cblas_sgemm called directly on
- *                 the same buffers (host devices; target >= 0.95x).
+ *                 its attention as a strided batch; simplenet's five tiny products, which
+ *                 the host backend runs without BLAS), against cblas_sgemm called directly
+ *                 on the same buffers (host devices; target >= 0.95x).
  *   element-wise  GB/s of every kernel (bytes each must read and write once), against memcpy
  *                 moving the same number of bytes (host devices: libc memcpy; GPUs: a
  *                 device-to-device tr_memcpy).
@@ -111,6 +112,11 @@ static const gemm_shape gemm_shapes[] = {
     {"gpt fc2  (1024x1024)@W^T", TR_OP_N, TR_OP_T, 1024, 256, 1024, 0, 0},
     {"gpt fc bwd dW +=", TR_OP_T, TR_OP_N, 1024, 256, 1024, 0, 1},
     {"gpt attn q@k^T, 32x", TR_OP_N, TR_OP_T, 128, 128, 64, 32, 0},
+    {"simplenet fwd inp@W^T", TR_OP_N, TR_OP_T, 64, 100, 10, 0, 0},
+    {"simplenet fwd2 h@w^T", TR_OP_N, TR_OP_T, 64, 1, 100, 0, 0},
+    {"simplenet bwd dout@W", TR_OP_N, TR_OP_N, 64, 100, 1, 0, 0},
+    {"simplenet bwd dW2 +=", TR_OP_T, TR_OP_N, 1, 100, 64, 0, 1},
+    {"simplenet bwd dW1 +=", TR_OP_T, TR_OP_N, 100, 10, 64, 0, 1},
 };
 enum { NGEMM = sizeof gemm_shapes / sizeof gemm_shapes[0] };
 
