@@ -60,7 +60,7 @@ typedef struct tr_train_options {
   int64_t checkpoint_every;
   const char *resume;      /* start from this checkpoint */
   int progress;            /* a progress line on stderr (set it when stderr is a TTY) */
-  int prefetch;            /* batches the loader keeps ready; 0: as fit in 1 MiB, 16 to 64 */
+  int prefetch;            /* batches the loader keeps ready; 0: as fit in 1 MiB, 16 to 256 */
   int watchdog_ms;         /* no progress for this long fails the run; 0: the default */
 } tr_train_options;
 

@@ -54,13 +54,14 @@ static void result_init(tr_train_result *r, const tr_train_options *o, const tr_
   for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
 }
 
-/* As many batch buffers as fit in 1 MiB, from 16 to 64: the stage returns credits half a
+/* As many batch buffers as fit in 1 MiB, from 16 to 256: the stage returns credits half a
  * ring at a time (stage_actor.c), so a deep ring means few wake-ups of the loader's loop,
- * which matters where a step takes microseconds (simplenet: 64); large batches keep 16. */
+ * and a long queue to cover a slow one (a VM's idle CPU can take long to wake), which
+ * matters where a step takes microseconds (simplenet: 256); large batches keep 16. */
 static int default_prefetch(const tr_model *m, int batch) {
   const size_t bytes = (tr_model_input_bytes(m) + tr_model_target_bytes(m)) * (size_t)batch;
   const size_t fit = bytes ? ((size_t)1 << 20) / bytes : 64;
-  return fit < 16 ? 16 : fit > 64 ? 64 : (int)fit;
+  return fit < 16 ? 16 : fit > 256 ? 256 : (int)fit;
 }
 
 /* Fills the run from the options: everything that can be wrong with them is found here,
