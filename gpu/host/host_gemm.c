@@ -94,12 +94,15 @@ static inline __attribute__((always_inline)) void tile(const tiny *t, int p0, in
       UNROLL for (int v = 0; v < V; v++) acc[r][v] += xv * yv[v];
     }
   }
+  /* read once, before the stores (any of which could change *t, as far as GCC knows) */
   const ptrdiff_t cp = trans ? 1 : t->cp, cq = trans ? t->cp : 1;
+  const float alpha = t->alpha, beta = t->beta;
+  const int rows = t->P - p0 < R ? t->P - p0 : R;
+  float *c = t->c + (ptrdiff_t)p0 * cp + (ptrdiff_t)q0 * cq;
   UNROLL for (int r = 0; r < R; r++) {
     vec row[4];
     UNROLL for (int v = 0; v < V; v++) row[v] = acc[r][v];
-    if (p0 + r < t->P)
-      tile_store(t->c + (ptrdiff_t)(p0 + r) * cp + (ptrdiff_t)q0 * cq, cq, row, V, w, t->alpha, t->beta);
+    if (r < rows) tile_store(c + (ptrdiff_t)r * cp, cq, row, V, w, alpha, beta);
   }
 }
 
