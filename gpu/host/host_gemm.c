@@ -221,9 +221,10 @@ static int gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, fl
     t.y = y, t.yk = Qv;
   }
   t.edge = t.y + (t.Q - edge), t.ek = t.yk;
-  if (edge && !copy_y) {
-    for (int k = 0; k < K; k++) /* a few floats a row: a loop, not calls to memcpy */
-      for (int j = 0; j < VL; j++) y[k * VL + j] = j < edge ? t.edge[(ptrdiff_t)k * t.yk + j] : 0.0f;
+  if (edge && !copy_y) { /* a few floats a row: loops, not calls to memcpy */
+    for (int i = 0; i < K * VL; i++) y[i] = 0.0f;
+    for (int k = 0; k < K; k++)
+      for (int j = 0; j < edge; j++) y[k * VL + j] = t.edge[(ptrdiff_t)k * t.yk + j];
     t.edge = y, t.ek = VL;
   }
   (tr__cpu_v3() ? tiles_v3 : tiles_base)(&t, !by_rows);
