@@ -16,7 +16,6 @@
 
 enum { LOSS_RING = 256, REPORT_NS = 100 * 1000 * 1000 };
 
-
 typedef struct stage_actor {
   tr__run *run;
   tr_device *dev;
@@ -53,10 +52,6 @@ void *tr__stage_new(tr__run *run, tr_device *dev) {
   a->depth = run->prefetch;
   return a;
 }
-
-int tr__stage_save(tr_stage *st, const tr__run *run, int64_t step, const char *path, char *err,
-                   size_t err_size);
-int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size);
 
 static int fail_device(tr_actor *self, stage_actor *a, const char *what) {
   const char *why = a->st ? tr_stage_error(a->st) : tr_device_error(a->dev);

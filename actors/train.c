@@ -15,9 +15,6 @@ TR_MSGTYPE_DEFINE(tr__done_type, tr__done_msg);
 TR_MSGTYPE_DEFINE(tr__finish_type, tr__finish_msg);
 TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
 
-int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
-                        size_t err_size);
-
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
 
 const char *tr_strategy_name(tr_strategy s) {

@@ -92,4 +92,12 @@ void *tr__loader_new(tr__run *run);
 void *tr__stage_new(tr__run *run, tr_device *dev);
 void *tr__coordinator_new(tr__run *run);
 
+/* Checkpoints (checkpoint_io.c). peek: the step a checkpoint of model `m` was taken at,
+ * checked before any thread starts; save and load: on the stage's own thread. */
+int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
+                        size_t err_size);
+int tr__stage_save(tr_stage *st, const tr__run *run, int64_t step, const char *path, char *err,
+                   size_t err_size);
+int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size);
+
 #endif

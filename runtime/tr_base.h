@@ -30,9 +30,7 @@ extern "C" {
   X(TR_ENOMEM, -2, "out of memory")                                        \
   X(TR_ESTATE, -3, "operation not valid in this state")                    \
   X(TR_ESYS, -4, "system call failed")                                     \
-  X(TR_ECANCELED, -5, "stopped by request")                                \
   X(TR_EINTR, -6, "interrupted by a signal")                               \
-  X(TR_EACTOR, -7, "an actor failed")                                      \
   X(TR_ENODEV, -8, "no such device")                                       \
   X(TR_EDEVICE, -9, "device operation failed")                             \
   X(TR_EIO, -10, "input/output error")                                     \
