@@ -228,6 +228,9 @@ void tr_system_report(tr_system *sys, char *buf, size_t size) {
   snprintf(buf + len, size - len, "%s%d idle", len ? "; " : "", idle);
 }
 
+/* A stall is "busy and no message handled"; one sample of it means nothing (a message may
+ * have arrived a moment ago), so the watchdog samples four times per period and fires only
+ * when every sample over a whole period saw the same stall. */
 static void watchdog_tick(uv_timer_t *h) {
   tr_system *sys = h->data;
   uint64_t handled = 0;
@@ -236,13 +239,18 @@ static void watchdog_tick(uv_timer_t *h) {
     handled += atomic_load_explicit(&a->handled, memory_order_relaxed);
     busy |= actor_busy(a);
   }
-  if (handled == sys->watchdog_handled && busy && !atomic_load(&sys->stopping)) {
+  uint64_t now = uv_now(&sys->loop) + 1; /* + 1: never 0, which means "no stall" */
+  if (handled != sys->watchdog_handled || !busy || atomic_load(&sys->stopping)) {
+    sys->watchdog_handled = handled;
+    sys->watchdog_stalled_at = 0;
+  } else if (sys->watchdog_stalled_at == 0) {
+    sys->watchdog_stalled_at = now;
+  } else if (now - sys->watchdog_stalled_at >= (uint64_t)sys->watchdog_ms) {
     char report[768];
     tr_system_report(sys, report, sizeof report);
     tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s", sys->name,
                     sys->watchdog_ms, report);
   }
-  sys->watchdog_handled = handled;
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
@@ -359,8 +367,8 @@ int tr_system_run(tr_system *sys) {
   if (sys->watchdog_ms > 0) {
     uv_timer_init(&sys->loop, &sys->watchdog);
     sys->watchdog.data = sys;
-    uv_timer_start(&sys->watchdog, watchdog_tick, (uint64_t)sys->watchdog_ms,
-                   (uint64_t)sys->watchdog_ms);
+    uint64_t tick = sys->watchdog_ms >= 4 ? (uint64_t)sys->watchdog_ms / 4 : 1;
+    uv_timer_start(&sys->watchdog, watchdog_tick, tick, tick);
   }
   /* Actors spawned from now on start their own threads; these were spawned before the run. */
   tr_actor *before = atomic_load(&sys->actors);

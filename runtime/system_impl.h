@@ -58,6 +58,7 @@ struct tr_system {
   uv_timer_t watchdog;
   int watchdog_ms;
   uint64_t watchdog_handled; /* loop thread: total handled at the previous tick */
+  uint64_t watchdog_stalled_at; /* loop thread: uv_now when the stall began; 0: none */
   tr_mailbox requests; /* timer requests, consumed on the loop */
   char *name;
   int turn_batch;

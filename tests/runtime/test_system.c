@@ -369,9 +369,9 @@ static const tr_behaviour ticker = {.name = "ticker", .receive = stop_on_tick};
 
 static void watchdog_leaves_an_idle_system_alone(void **state) {
   (void)state;
-  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 10});
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 40});
   tr_actor *t = spawn(sys, "ticker", TR_ACTOR_PINNED, &ticker, NULL);
-  tr_actor_timer_start(t, 150, 0, 0); /* nothing to do until then: idle, not stuck */
+  tr_actor_timer_start(t, 400, 0, 0); /* ten periods with nothing to do: idle, not stuck */
   assert_int_equal(tr_system_run(sys), 0);
   tr_system_free(sys);
 }
