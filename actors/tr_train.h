@@ -46,6 +46,15 @@ typedef struct tr_train_options {
   const struct tr_model_spec *spec; /* a model of your own instead (tr_model.h); NULL: model */
   tr_strategy strategy;
   const char *devices;     /* "host:N", "cuda:0,1", "auto" */
+  /* The layout. single: one device. dp: a replica per device. mp: the layers cut across
+   * the devices, one micro-batch. pipeline: the same cut, `microbatches` per step under
+   * `schedule`. hybrid: `stages` per replica (default 2), replicas = devices / stages, each
+   * replica a pipeline. */
+  int microbatches;        /* per step and replica; 0: 1 (single, dp, mp), else 2 × stages */
+  int schedule;            /* a tr_schedule_kind (tr_schedule.h); -1: 1f1b */
+  int stages;              /* hybrid: devices per replica; 0: 2 */
+  const int *cuts;         /* stage boundaries, stages - 1 layer indices, increasing; NULL:
+                              balanced by cost (tr_model_balance) */
   int64_t steps;           /* the run's last step (a resumed run continues to it); 0: seconds */
   double seconds;          /* with steps 0: train this long */
   int batch;               /* samples per step; 0: the workload's */
@@ -62,9 +71,11 @@ typedef struct tr_train_options {
   int progress;            /* a progress line on stderr (set it when stderr is a TTY) */
   int prefetch;            /* batches the loader keeps ready; 0: as fit in 1 MiB, 16 to 256 */
   int watchdog_ms;         /* no progress for this long fails the run; 0: the default */
+  int slow_device;         /* testing: device `slow_device` sleeps `slow_us` after each */
+  int slow_us;             /* forward and backward (0: off), to check credits hold */
 } tr_train_options;
 
-/* single, auto devices, 100 steps, seed 1, everything else the workload's. */
+/* single, auto devices, 100 steps, seed 1, 1f1b, everything else the workload's. */
 tr_train_options tr_train_defaults(void);
 
 enum { TR_TRAIN_MAX_DEVICES = 64 };
@@ -81,8 +92,13 @@ typedef struct tr_train_result {
   double samples_per_s, steps_per_s;
   double initial_loss;     /* the first step's */
   double final_loss;       /* mean of the last 1% of steps (at least one) */
-  double utilization[TR_TRAIN_MAX_DEVICES];
-  double bubble_fraction;
+  int replicas, stages, microbatches; /* the layout that ran */
+  char schedule[8];        /* "gpipe", "1f1b"; "" unless pipelined */
+  double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages */
+  double bubble_fraction;  /* measured; and the schedule's own (equal unit costs) */
+  double bubble_theory;
+  int peak_microbatches[TR_TRAIN_MAX_DEVICES]; /* the most micro-batches a device's stage
+                                                  held activations of at once */
   double staleness_mean, staleness_max;
   double consistency;
   double gflops;           /* WORKLOADS.md's FLOP count × samples/s */

@@ -37,6 +37,7 @@ tr_train_options tr_train_defaults(void) {
                             .devices = "auto",
                             .steps = 100,
                             .optimizer = -1,
+                            .schedule = -1,
                             .seed = 1};
 }
 

@@ -1,0 +1,216 @@
+/* graph.c — training graphs: actors, credit edges, and the protocol that ends a run.
+ *
+ * Credits are one atomic counter per edge. The producer flags itself starving when it finds
+ * none, then looks again (a release may have come in between); a release that brings the
+ * count to `wake_at` and finds the flag takes it and sends the one wake-up message. Both
+ * sides use sequentially consistent operations on the counter and the flag, so one of them
+ * always sees the other (the pattern of the mailbox's park protocol).
+ *
+ * Steps: `claimed` is one past the highest step any source claimed; finishing sets its STOP
+ * bit, freezing it, so the end every source sees is the same.
+ */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tr_graph.h"
+
+TR_MSGTYPE_DEFINE(tr_edge_credit_type, tr_edge_credit_msg);
+TR_MSGTYPE_DEFINE(tr_graph_end_type, tr_graph_end_msg);
+
+#define STOP (INT64_C(1) << 62)
+
+struct tr_edge {
+  tr_actor *from, *to;
+  const tr_msgtype *type;
+  const char *name;
+  int credits, wake_at;
+  _Atomic int available;
+  _Atomic int starving;
+  _Atomic int peak; /* written by the producer only */
+  tr_edge *next;
+};
+
+typedef struct member {
+  tr_actor *actor;
+  struct member *next;
+} member;
+
+struct tr_graph {
+  tr_system *sys;
+  member *members;
+  int nmembers;
+  tr_edge *edges;
+  tr_actor *timer; /* the graph's own loop actor, for a time limit */
+  bool ran;
+  int64_t first_step, end_limit;
+  _Atomic int64_t claimed; /* one past the highest step claimed, | STOP once finished */
+  _Atomic int64_t end;
+  _Atomic int ndone;
+};
+
+int tr_graph_new(tr_graph **out, const tr_system_config *config) {
+  *out = NULL;
+  tr_graph *g = calloc(1, sizeof *g);
+  if (g == NULL) return TR_ENOMEM;
+  int rc = tr_system_new(&g->sys, config ? config : &(tr_system_config){0});
+  if (rc) {
+    free(g);
+    return rc;
+  }
+  atomic_init(&g->end, INT64_MAX);
+  *out = g;
+  return 0;
+}
+
+void tr_graph_free(tr_graph *g) {
+  if (g == NULL) return;
+  tr_system_free(g->sys);
+  for (member *m = g->members, *next; m; m = next) {
+    next = m->next;
+    free(m);
+  }
+  for (tr_edge *e = g->edges, *next; e; e = next) {
+    next = e->next;
+    free(e);
+  }
+  free(g);
+}
+
+tr_system *tr_graph_system(const tr_graph *g) { return g->sys; }
+const char *tr_graph_error(const tr_graph *g) { return tr_system_error(g->sys); }
+
+int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
+  TR_ASSERT(!g->ran);
+  member *m = calloc(1, sizeof *m);
+  if (m == NULL) return TR_ENOMEM;
+  int rc = tr_actor_spawn(g->sys, config, &m->actor);
+  if (rc) {
+    free(m);
+    return rc;
+  }
+  m->next = g->members;
+  g->members = m;
+  g->nmembers++;
+  *out = m->actor;
+  return 0;
+}
+
+int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
+  TR_ASSERT(!g->ran && c->from && c->to && c->type);
+  *out = NULL;
+  const int wake_at = c->wake_at > 0 ? c->wake_at : 1;
+  if (c->credits < 1 || wake_at > c->credits) return TR_EINVAL;
+  tr_edge *e = calloc(1, sizeof *e);
+  if (e == NULL) return TR_ENOMEM;
+  *e = (tr_edge){.from = c->from,
+                 .to = c->to,
+                 .type = c->type,
+                 .name = c->name ? c->name : c->type->name,
+                 .credits = c->credits,
+                 .wake_at = wake_at,
+                 .next = g->edges};
+  atomic_init(&e->available, c->credits);
+  g->edges = e;
+  *out = e;
+  return 0;
+}
+
+int tr_edge_acquire(tr_edge *e) {
+  int have = atomic_load(&e->available);
+  if (have == 0) {
+    atomic_store(&e->starving, 1);
+    /* A release between the load and the flag saw no flag: look again. Taking the flag
+     * back means no wake-up is on its way; finding it gone means one is (harmless). */
+    if (atomic_load(&e->available) < e->wake_at || !atomic_exchange(&e->starving, 0)) return 0;
+  }
+  int out = e->credits - atomic_fetch_sub(&e->available, 1) + 1;
+  if (out > atomic_load_explicit(&e->peak, memory_order_relaxed))
+    atomic_store_explicit(&e->peak, out, memory_order_relaxed);
+  return 1;
+}
+
+void tr_edge_send(tr_edge *e, void *msg) {
+  tr_msg *m = msg;
+  TR_ASSERT(m->type == e->type);
+  m->from = e->from;
+  tr_actor_send(e->to, m);
+}
+
+void tr_edge_release(tr_edge *e, int n) {
+  int now = atomic_fetch_add(&e->available, n) + n;
+  TR_ASSERT(now <= e->credits);
+  if (now >= e->wake_at && atomic_load(&e->starving) && atomic_exchange(&e->starving, 0)) {
+    tr_edge_credit_msg *c = tr_msg_new(&tr_edge_credit_type);
+    c->hdr.from = e->to;
+    c->edge = e;
+    tr_actor_send_ctl(e->from, c);
+  }
+}
+
+int tr_edge_available(const tr_edge *e) { return atomic_load(&e->available); }
+int tr_edge_peak(const tr_edge *e) { return atomic_load(&e->peak); }
+int tr_edge_credits(const tr_edge *e) { return e->credits; }
+tr_actor *tr_edge_from(const tr_edge *e) { return e->from; }
+tr_actor *tr_edge_to(const tr_edge *e) { return e->to; }
+
+/* ---- steps and the end of the run ------------------------------------------------------- */
+
+int tr_graph_claim_step(tr_graph *g, int64_t step) {
+  if (step >= g->end_limit) return 0;
+  int64_t c = atomic_load(&g->claimed);
+  for (;;) {
+    if (step < (c & ~STOP)) return 1;
+    if (c & STOP) return 0;
+    if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) return 1;
+  }
+}
+
+int64_t tr_graph_end_step(const tr_graph *g) { return atomic_load(&g->end); }
+int64_t tr_graph_first_step(const tr_graph *g) { return g->first_step; }
+
+void tr_graph_finish(tr_graph *g) {
+  int64_t c = atomic_fetch_or(&g->claimed, STOP);
+  if (c & STOP) return;
+  int64_t end = c < g->end_limit ? c : g->end_limit;
+  atomic_store(&g->end, end);
+  for (member *m = g->members; m; m = m->next) {
+    tr_graph_end_msg *msg = tr_msg_new(&tr_graph_end_type);
+    msg->hdr.from = NULL;
+    msg->end_step = end;
+    tr_actor_send_ctl(m->actor, msg);
+  }
+}
+
+void tr_graph_done(tr_graph *g, tr_actor *self) {
+  (void)self;
+  if (atomic_fetch_add(&g->ndone, 1) + 1 == g->nmembers) tr_system_stop(g->sys, 0);
+}
+
+static int timer_receive(tr_actor *self, tr_msg *msg) {
+  if (msg->type == &tr_timer_msg_type) tr_graph_finish(tr_actor_state(self));
+  return 0;
+}
+static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_receive};
+
+int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
+  TR_ASSERT(!g->ran);
+  if (first_step < 0 || end_step < 0 || (end_step > 0 && end_step <= first_step) ||
+      !(seconds >= 0) || (end_step == 0 && seconds == 0) || g->nmembers == 0)
+    return TR_EINVAL;
+  g->ran = true;
+  g->first_step = first_step;
+  g->end_limit = end_step > 0 ? end_step : INT64_MAX;
+  atomic_store(&g->claimed, first_step);
+  if (end_step > 0) atomic_store(&g->end, end_step);
+  if (seconds > 0) {
+    int rc = tr_actor_spawn(g->sys,
+                            &(tr_actor_config){.name = "graph", .kind = TR_ACTOR_LOOP,
+                                               .behaviour = &timer_behaviour, .state = g},
+                            &g->timer);
+    if (rc == 0) rc = tr_actor_timer_start(g->timer, (uint64_t)(seconds * 1e3), 0, 0);
+    if (rc) return rc;
+  }
+  return tr_system_run(g->sys);
+}

@@ -1,0 +1,128 @@
+/* tr_graph.h — training graphs: actors joined by typed edges that carry credits, run for a
+ * number of steps, a number of seconds, or until stopped.
+ *
+ * A graph owns a tr_system. Add actors to it (the built-in ones of tr_workers.h, or your
+ * own behaviours), connect them with edges, and run it. Every strategy troupe ships is
+ * built with exactly these calls.
+ *
+ * Edges. An edge carries messages of one type from one actor to another and has a fixed
+ * number of credits: how many of its buffers may be in flight. The producer takes a credit
+ * before it fills a buffer and sends (tr_edge_acquire, tr_edge_send); the consumer gives it
+ * back once it is done with the buffer (tr_edge_release, from any thread). A producer that
+ * finds no credit stops producing; a tr_edge_credit_msg reaches it on its priority lane once
+ * `wake_at` credits are free again, and it tries again. So memory is bounded by
+ * construction, and a producer far ahead of a slow consumer sleeps instead of spinning
+ * (`wake_at` > 1 wakes it once for a run of buffers rather than once per buffer).
+ *
+ *   tr_edge *e;                                   // loader -> stage, 16 batches in flight
+ *   tr_graph_connect(g, &(tr_edge_config){.from = loader, .to = stage, .type = &batch_type,
+ *                                         .credits = 16, .wake_at = 8}, &e);
+ *   // loader, on start and on every tr_edge_credit_msg:
+ *   while (tr_graph_claim_step(g, next) && tr_edge_acquire(e)) {
+ *     batch_msg *b = tr_msg_new(&batch_type);
+ *     fill(b, next++);
+ *     tr_edge_send(e, b);
+ *   }
+ *   // stage, once it has copied the batch:   tr_edge_release(e, 1);
+ *
+ * Steps and the end of a run. A step is one unit of the graph's work (for training, one
+ * optimizer update). Sources call tr_graph_claim_step before they produce a step's input;
+ * it says whether that step belongs to the run. With a step limit the end is known from the
+ * start (tr_graph_end_step). With a time limit, or tr_graph_finish, the run ends after the
+ * highest step claimed so far: every source sees the same answer for every step, so
+ * replicas fed by different sources stop at the same step, and every actor receives a
+ * tr_graph_end_msg naming the end. Each actor calls tr_graph_done once its part is over;
+ * when all have, tr_graph_run returns 0. An actor's failure (its callback returning non-zero)
+ * stops the whole graph, and tr_graph_run returns that status (tr_graph_error says who).
+ *
+ * Threads: build and run the graph from one thread; tr_edge_* and tr_graph_claim_step,
+ * tr_graph_finish and tr_graph_done from the actors, as noted.
+ */
+#ifndef TR_GRAPH_H
+#define TR_GRAPH_H
+
+#include <stdint.h>
+
+#include "tr_system.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct tr_graph tr_graph;
+typedef struct tr_edge tr_edge;
+
+/* A graph on a fresh system configured by `config` (NULL: defaults). */
+int tr_graph_new(tr_graph **out, const tr_system_config *config);
+/* After tr_graph_run has returned (or instead of running): frees the actors and edges. */
+void tr_graph_free(tr_graph *g);
+tr_system *tr_graph_system(const tr_graph *g);
+
+/* Adds an actor; it starts when the graph runs. Before tr_graph_run only. */
+int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out);
+
+typedef struct tr_edge_config {
+  tr_actor *from, *to;    /* both added to this graph */
+  const tr_msgtype *type; /* what it carries */
+  const char *name;       /* for reports ("act", "grad"); NULL: the type's name */
+  int credits;            /* buffers in flight at most, >= 1 */
+  int wake_at;            /* a starved producer is woken once this many are free; 0: 1 */
+} tr_edge_config;
+
+/* An edge; TR_EINVAL for credits < 1 or wake_at > credits. Before tr_graph_run only. */
+int tr_graph_connect(tr_graph *g, const tr_edge_config *config, tr_edge **out);
+
+/* Producer: takes a credit (1), or finds none (0; a tr_edge_credit_msg follows later). */
+int tr_edge_acquire(tr_edge *e);
+/* Producer: sends `msg` (of the edge's type) on the consumer's data lane, spending a credit
+ * taken with tr_edge_acquire. */
+void tr_edge_send(tr_edge *e, void *msg);
+/* Consumer, any thread: `n` buffers of the edge are free again. */
+void tr_edge_release(tr_edge *e, int n);
+/* Credits in the producer's hands now; the most that were ever out at once (an upper bound
+ * on what the consumer held, which tests of memory bounds check). */
+int tr_edge_available(const tr_edge *e);
+int tr_edge_peak(const tr_edge *e);
+int tr_edge_credits(const tr_edge *e);
+tr_actor *tr_edge_from(const tr_edge *e);
+tr_actor *tr_edge_to(const tr_edge *e);
+
+/* "Credits are free again: try tr_edge_acquire." On the producer's priority lane. */
+typedef struct tr_edge_credit_msg {
+  tr_msg hdr;
+  tr_edge *edge;
+} tr_edge_credit_msg;
+extern const tr_msgtype tr_edge_credit_type;
+
+/* Runs steps [first_step, end_step) (end_step 0: no step limit), for at most `seconds`
+ * (0: no time limit; one of the two limits is required), until every actor is done. 0, or
+ * the first failure's status (TR_EINTR on SIGINT with handle_signals). Once per graph. */
+int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds);
+const char *tr_graph_error(const tr_graph *g);
+
+/* Sources, any thread: 1 when `step` belongs to the run (claiming it), 0 when the run ends
+ * before it. */
+int tr_graph_claim_step(tr_graph *g, int64_t step);
+/* The first step not run: known from the start with a step limit, else INT64_MAX until the
+ * run is finished. Any thread. */
+int64_t tr_graph_end_step(const tr_graph *g);
+int64_t tr_graph_first_step(const tr_graph *g);
+/* Ends the run after the steps claimed so far (and before the step limit); any thread,
+ * idempotent. Every actor gets a tr_graph_end_msg on its priority lane, so that one idle
+ * at that moment learns the end; a busy one may as well read tr_graph_end_step after each
+ * step. With a step limit alone no message comes: the end is known from the start. */
+void tr_graph_finish(tr_graph *g);
+/* An actor's part of the run is over; once every actor added has said so, the run ends
+ * cleanly. Once per actor, from its own callbacks. */
+void tr_graph_done(tr_graph *g, tr_actor *self);
+
+typedef struct tr_graph_end_msg {
+  tr_msg hdr;
+  int64_t end_step;
+} tr_graph_end_msg;
+extern const tr_msgtype tr_graph_end_type;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
