@@ -1,5 +1,6 @@
-/* checkpoint_io.c — a stage's parameters and optimizer state to and from a safetensors
- * checkpoint, with the step and the run's configuration in its metadata.
+/* checkpoint_io.c — the model's parameters and optimizer state, gathered from its stages,
+ * to a safetensors checkpoint with the step and the run's configuration in its metadata;
+ * and each stage's share back from one.
  *
  * Tensors keep the model's names ("0.weight"); optimizer state is stored under the same
  * names with a prefix ("momentum.0.weight", "adam_m.0.weight", "adam_v.0.weight"), so that
@@ -32,25 +33,26 @@ static int state_prefixes(tr_optim_kind kind, const char **prefix) {
 typedef int (*tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *shape,
                          float *data);
 
-/* Calls fn for every tensor of the stage, parameters then optimizer state, with the place
- * of its data in `params` (numel floats) and `state` (state_numel floats). */
-static int each_tensor(tr_stage *st, float *params, float *state, tensor_fn fn, void *ctx) {
-  const tr_stage_info *info = tr_stage_get_info(st);
-  const tr_model *m = tr_stage_model(st);
+/* Calls fn for every tensor of the parts (consecutive stages of one model), parameters
+ * then optimizer state, with the place of its data in its part's buffers. */
+static int each_tensor(const tr_model *m, tr_optim_kind kind, const tr__part *parts,
+                       int nparts, tensor_fn fn, void *ctx) {
   const char *prefix[2];
-  int copies = state_prefixes(tr_stage_optim(st)->kind, prefix);
+  int copies = state_prefixes(kind, prefix);
   for (int copy = -1; copy < copies; copy++) {
-    for (int layer = info->first; layer < info->end; layer++) {
-      int first, count;
-      tr_model_layer_tensors(m, layer, &first, &count);
-      for (int i = first; i < first + count; i++) {
-        const tr_tensor_info *t = tr_model_tensor(m, i);
-        size_t at = t->offset - info->offset;
-        char name[96];
-        snprintf(name, sizeof name, "%s%s", copy < 0 ? "" : prefix[copy], t->name);
-        float *data = copy < 0 ? params + at : state + (size_t)copy * info->numel + at;
-        int rc = fn(ctx, name, t->ndim, t->shape, data);
-        if (rc) return rc;
+    for (const tr__part *p = parts; p < parts + nparts; p++) {
+      for (int layer = p->first; layer < p->end; layer++) {
+        int first, count;
+        tr_model_layer_tensors(m, layer, &first, &count);
+        for (int i = first; i < first + count; i++) {
+          const tr_tensor_info *t = tr_model_tensor(m, i);
+          size_t at = t->offset - p->offset;
+          char name[96];
+          snprintf(name, sizeof name, "%s%s", copy < 0 ? "" : prefix[copy], t->name);
+          float *data = copy < 0 ? p->params + at : p->state + (size_t)copy * p->numel + at;
+          int rc = fn(ctx, name, t->ndim, t->shape, data);
+          if (rc) return rc;
+        }
       }
     }
   }
@@ -65,50 +67,61 @@ static int read_tensor(void *ctx, const char *name, int ndim, const int64_t *sha
   return tr_checkpoint_read(ctx, name, TR_DTYPE_F32, ndim, shape, data);
 }
 
-/* Host copies of the stage's parameters and optimizer state (zeroed: padding stays 0). */
-static int host_buffers(tr_stage *st, float **params, float **state) {
+/* A part shaped like the stage, with zeroed host buffers (padding stays 0). */
+static int part_for(tr_stage *st, tr__part *p) {
   const tr_stage_info *info = tr_stage_get_info(st);
-  *params = calloc(info->numel ? info->numel : 1, sizeof **params);
-  *state = calloc(info->state_numel ? info->state_numel : 1, sizeof **state);
-  return *params && *state ? 0 : TR_ENOMEM;
+  *p = (tr__part){.first = info->first,
+                  .end = info->end,
+                  .offset = info->offset,
+                  .numel = info->numel,
+                  .state_numel = info->state_numel};
+  p->params = calloc(info->numel ? info->numel : 1, sizeof *p->params);
+  p->state = calloc(info->state_numel ? info->state_numel : 1, sizeof *p->state);
+  if (p->params && p->state) return 0;
+  tr__part_free(p);
+  return TR_ENOMEM;
 }
 
-int tr__stage_save(tr_stage *st, const tr__run *run, int64_t step, const char *path, char *err,
-                   size_t err_size) {
-  const tr_stage_info *info = tr_stage_get_info(st);
-  float *params, *state;
+void tr__part_free(tr__part *p) {
+  free(p->params);
+  free(p->state);
+  p->params = p->state = NULL;
+}
+
+int tr__stage_snapshot(tr_stage *st, tr__part *p) {
+  int rc = part_for(st, p);
+  if (rc) return rc;
+  if ((rc = tr_stage_download(st, TR_STAGE_PARAMS, p->params)) ||
+      (p->state_numel && (rc = tr_stage_download(st, TR_STAGE_OPT_STATE, p->state))) ||
+      (rc = tr_stream_synchronize(tr_stage_stream(st))))
+    tr__part_free(p);
+  return rc;
+}
+
+int tr__checkpoint_write(const tr_job *j, int64_t step, const tr__part *parts, int nparts,
+                         char *err, size_t err_size) {
+  const char *path = j->c.checkpoint;
   tr_checkpoint_writer *w = tr_checkpoint_writer_new();
-  int rc = host_buffers(st, &params, &state);
-  if (rc || w == NULL) {
+  if (w == NULL) {
     snprintf(err, err_size, "%s: out of memory", path);
-    rc = TR_ENOMEM;
-    goto out;
+    return TR_ENOMEM;
   }
-  if ((rc = tr_stage_download(st, TR_STAGE_PARAMS, params)) ||
-      (info->state_numel && (rc = tr_stage_download(st, TR_STAGE_OPT_STATE, state))) ||
-      (rc = tr_stream_synchronize(tr_stage_stream(st)))) {
-    snprintf(err, err_size, "%s: copying the stage to the host: %s", path, tr_stage_error(st));
-    goto out;
-  }
-  const tr_optim_config *o = tr_stage_optim(st);
+  const tr_optim_config *o = &j->c.optim;
   char lr[32];
   snprintf(lr, sizeof lr, "%.9g", (double)o->lr);
-  uint64_t rng[2] = {run->opt->seed, (uint64_t)step};
-  each_tensor(st, params, state, add_tensor, w);
+  uint64_t rng[2] = {j->c.seed, (uint64_t)step};
+  each_tensor(j->c.model, o->kind, parts, nparts, add_tensor, w);
   tr_checkpoint_writer_put(w, "format", "troupe checkpoint 1");
-  tr_checkpoint_writer_put(w, "model", tr_model_name(run->model));
+  tr_checkpoint_writer_put(w, "model", tr_model_name(j->c.model));
   tr_checkpoint_writer_put_u64(w, "step", (uint64_t)step);
-  tr_checkpoint_writer_put_u64(w, "batch", (uint64_t)run->batch);
+  tr_checkpoint_writer_put_u64(w, "batch", (uint64_t)j->c.global_batch);
   tr_checkpoint_writer_put_u64s(w, "rng", rng, 2); /* data: a function of (seed, step) */
   tr_checkpoint_writer_put(w, "optimizer", tr_optim_kind_name(o->kind));
   tr_checkpoint_writer_put(w, "lr", lr);
-  tr_checkpoint_writer_put(w, "strategy", tr_strategy_name(run->opt->strategy));
-  if ((rc = tr_checkpoint_writer_save(w, path)))
-    snprintf(err, err_size, "%s", tr_checkpoint_writer_error(w));
-out:
+  tr_checkpoint_writer_put(w, "strategy", j->strategy);
+  int rc = tr_checkpoint_writer_save(w, path);
+  if (rc) snprintf(err, err_size, "%s", tr_checkpoint_writer_error(w));
   tr_checkpoint_writer_free(w);
-  free(params);
-  free(state);
   return rc;
 }
 
@@ -137,27 +150,26 @@ int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size) {
   tr_checkpoint *ck;
   int rc = tr_checkpoint_open(&ck, path, err, err_size);
   if (rc) return rc;
-  float *params = NULL, *state = NULL;
+  tr__part p = {0};
   uint64_t step;
   const char *opt = tr_checkpoint_meta(ck, "optimizer");
-  const char *want = tr_optim_kind_name(tr_stage_optim(st)->kind);
+  const tr_optim_kind kind = tr_stage_optim(st)->kind;
+  const char *want = tr_optim_kind_name(kind);
   if (opt == NULL || strcmp(opt, want) != 0) {
     snprintf(err, err_size, "%s: optimizer state of '%s', but this run uses '%s'", path,
              opt ? opt : "(none)", want);
     rc = TR_EFORMAT;
-  } else if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) ||
-             (rc = host_buffers(st, &params, &state)) ||
-             (rc = each_tensor(st, params, state, read_tensor, ck))) {
+  } else if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) || (rc = part_for(st, &p)) ||
+             (rc = each_tensor(tr_stage_model(st), kind, &p, 1, read_tensor, ck))) {
     snprintf(err, err_size, "%s", rc == TR_ENOMEM ? "out of memory" : tr_checkpoint_error(ck));
-  } else if ((rc = tr_stage_upload(st, TR_STAGE_PARAMS, params)) ||
-             (info->state_numel && (rc = tr_stage_upload(st, TR_STAGE_OPT_STATE, state))) ||
+  } else if ((rc = tr_stage_upload(st, TR_STAGE_PARAMS, p.params)) ||
+             (info->state_numel && (rc = tr_stage_upload(st, TR_STAGE_OPT_STATE, p.state))) ||
              (rc = tr_stream_synchronize(tr_stage_stream(st)))) {
     snprintf(err, err_size, "%s: copying to the device: %s", path, tr_stage_error(st));
   } else {
     tr_stage_set_step_count(st, (int64_t)step);
   }
   tr_checkpoint_close(ck);
-  free(params);
-  free(state);
+  tr__part_free(&p);
   return rc;
 }

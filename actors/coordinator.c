@@ -1,5 +1,6 @@
-/* coordinator.c — the coordinator actor (libuv loop): ends the run on time, shows progress,
- * and turns the stages' reports into the run's figures (WORKLOADS.md's definitions). */
+/* coordinator.c — the coordinator actor (libuv loop): shows progress, writes checkpoints
+ * from the stages' parts, and turns the stages' reports into the run's figures
+ * (WORKLOADS.md's definitions). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,60 +8,78 @@
 
 #include "train_impl.h"
 
+enum { PENDING = 4 }; /* checkpoints being assembled at once (the stages are within a step) */
+
+typedef struct pending {
+  int64_t step;
+  int got;
+  tr__part parts[TR__MAX_STAGES];
+} pending;
+
 typedef struct coordinator {
-  tr__run *run;
+  tr_job *j;
   uint64_t t_start;
   bool printed;
+  pending ck[PENDING];
+  tr__done_msg *dones; /* [device], copies */
+  int ndone;
 } coordinator;
 
-void *tr__coordinator_new(tr__run *run) {
+void *tr__coordinator_new(tr_job *j) {
   coordinator *c = calloc(1, sizeof *c);
-  if (c == NULL) return NULL;
-  c->run = run;
+  int n = j->c.replicas * j->c.stages;
+  if (c == NULL || (c->dones = calloc((size_t)n, sizeof *c->dones)) == NULL) {
+    free(c);
+    return NULL;
+  }
+  c->j = j;
+  for (int i = 0; i < PENDING; i++) c->ck[i].step = -1;
   return c;
 }
 
 static int coordinator_start(tr_actor *self) {
   coordinator *c = tr_actor_state(self);
   c->t_start = tr_now_ns();
-  if (c->run->end_step == INT64_MAX)
-    return tr_actor_timer_start(self, (uint64_t)(c->run->opt->seconds * 1e3), 0, 0);
   return 0;
 }
 
 static void show_progress(coordinator *c, const tr__progress_msg *p) {
-  tr__run *run = c->run;
+  tr_job *j = c->j;
+  const int64_t first = tr_graph_first_step(j->g), end = tr_graph_end_step(j->g);
   double secs = (double)(tr_now_ns() - c->t_start) / 1e9;
-  double done = (double)(p->step - run->first_step);
-  double rate = secs > 0 ? done / secs : 0;
-  double eta = run->end_step == INT64_MAX
-                   ? run->opt->seconds - secs
-                   : (rate > 0 ? (double)(run->end_step - p->step) / rate : 0);
+  double rate = secs > 0 ? (double)(p->step - first) / secs : 0;
+  double eta = end == INT64_MAX ? 0 : rate > 0 ? (double)(end - p->step) / rate : 0;
   fprintf(stderr, "\r\033[Kstep %lld", (long long)p->step);
-  if (run->end_step != INT64_MAX) fprintf(stderr, "/%lld", (long long)run->end_step);
-  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", p->loss, rate * run->batch,
-          eta > 0 ? eta : 0);
+  if (end != INT64_MAX) fprintf(stderr, "/%lld", (long long)end);
+  /* Replica 0's share of the loss stands for the whole: replicas see alike data. */
+  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", p->loss * j->c.replicas,
+          rate * j->c.global_batch, eta > 0 ? eta : 0);
   c->printed = true;
 }
 
-static void record_result(coordinator *c, const tr__done_msg *d) {
-  tr__run *run = c->run;
-  tr_train_result *r = run->result;
-  r->steps = d->steps;
-  r->samples = (d->steps - run->first_step) * run->batch;
-  r->window_steps = d->window_steps;
-  r->seconds = (double)d->window_ns / 1e9;
-  r->steps_per_s = r->seconds > 0 ? (double)d->window_steps / r->seconds : NAN;
-  r->samples_per_s = r->steps_per_s * run->batch;
-  r->initial_loss = d->initial_loss;
-  r->final_loss = d->final_loss;
-  r->utilization[0] = d->window_ns ? (double)d->busy_ns / (double)d->window_ns : NAN;
-  r->consistency = 0; /* one replica: trivially consistent */
+static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
+  tr_job *j = c->j;
+  pending *slot = NULL;
+  for (int i = 0; i < PENDING && !slot; i++)
+    if (c->ck[i].step == p->step) slot = &c->ck[i];
+  for (int i = 0; i < PENDING && !slot; i++)
+    if (c->ck[i].step < 0) slot = &c->ck[i], slot->step = p->step;
+  TR_ASSERT(slot != NULL);
+  slot->parts[p->stage] = p->part;
+  p->part.params = p->part.state = NULL; /* the slot owns them now */
+  if (++slot->got < j->c.stages) return 0;
+  char err[512];
+  int rc = tr__checkpoint_write(j, slot->step, slot->parts, j->c.stages, err, sizeof err);
+  for (int s = 0; s < j->c.stages; s++) tr__part_free(&slot->parts[s]);
+  slot->step = -1;
+  slot->got = 0;
+  return rc ? tr_actor_fail(self, rc, "%s", err) : 0;
+}
 
-  /* FLOPs per sample as WORKLOADS.md counts them: 6 per weight of a Linear (forward 2,
-   * backward 4), and for token models 6 per parameter per token plus attention's 12 × T ×
-   * width per token and block. */
-  const tr_model *m = run->model;
+/* FLOPs per sample as WORKLOADS.md counts them: 6 per weight of a Linear (forward 2,
+ * backward 4), and for token models 6 per parameter per token plus attention's 12 × T ×
+ * width per token and block. */
+static double flops_per_sample(const tr_model *m) {
   double flops = 0;
   int T = tr_model_ctx(m);
   if (tr_model_token_input(m)) {
@@ -69,33 +88,126 @@ static void record_result(coordinator *c, const tr__done_msg *d) {
       const tr_layer_spec *ls = tr_model_layer(m, l);
       if (ls->kind == TR_LAYER_BLOCK) flops += 12.0 * T * ls->in * T;
     }
-    r->tokens_per_s = r->samples_per_s * T;
   } else {
     for (int l = 0; l < tr_model_layer_count(m); l++) {
       const tr_layer_spec *ls = tr_model_layer(m, l);
       if (ls->kind == TR_LAYER_LINEAR) flops += 6.0 * ls->in * ls->out;
     }
   }
-  r->gflops = flops * r->samples_per_s / 1e9;
+  return flops;
+}
+
+/* max over replicas of ||θ_r - θ_0|| / ||θ_0||, each replica's parameters over its stages */
+static double consistency(const coordinator *c) {
+  const tr_job *j = c->j;
+  const int R = j->c.replicas, P = j->c.stages;
+  double worst = 0, norm0 = 0;
+  for (int s = 0; s < P; s++) {
+    const tr__done_msg *d0 = &c->dones[tr__device_index(j, 0, s)];
+    for (size_t i = 0; i < d0->numel; i++) norm0 += (double)d0->params[i] * d0->params[i];
+  }
+  for (int r = 1; r < R; r++) {
+    double diff = 0;
+    for (int s = 0; s < P; s++) {
+      const tr__done_msg *d0 = &c->dones[tr__device_index(j, 0, s)];
+      const float *pr = c->dones[tr__device_index(j, r, s)].params;
+      for (size_t i = 0; i < d0->numel; i++) {
+        double d = (double)pr[i] - d0->params[i];
+        diff += d * d;
+      }
+    }
+    double rel = norm0 > 0 ? sqrt(diff / norm0) : sqrt(diff);
+    if (rel > worst) worst = rel;
+  }
+  return worst;
+}
+
+static void record_result(coordinator *c) {
+  tr_job *j = c->j;
+  tr_train_result *r = &j->result;
+  const int R = j->c.replicas, P = j->c.stages, n = R * P;
+  const int64_t first = tr_graph_first_step(j->g);
+  uint64_t start = UINT64_MAX, end = 0;
+  double busy = 0;
+  for (int i = 0; i < n; i++) {
+    if (c->dones[i].window_start < start) start = c->dones[i].window_start;
+    if (c->dones[i].window_end > end) end = c->dones[i].window_end;
+  }
+  const double window = end > start ? (double)(end - start) : 0;
+  const tr__done_msg *d0 = &c->dones[0];
+  r->first_step = first;
+  size_t len = 0;
+  for (int i = 0; i < n && len < sizeof r->devices; i++)
+    len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s", i ? "," : "",
+                            tr_device_name(j->devs[i]));
+  r->steps = d0->steps;
+  r->samples = (d0->steps - first) * j->c.global_batch;
+  r->window_steps = d0->window_steps;
+  r->seconds = window / 1e9;
+  r->steps_per_s = window > 0 ? (double)d0->window_steps / r->seconds : NAN;
+  r->samples_per_s = r->steps_per_s * j->c.global_batch;
+  for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
+    r->utilization[i] = window > 0 ? (double)c->dones[i].busy_ns / window : NAN;
+    r->peak_microbatches[i] = c->dones[i].peak_microbatches;
+    busy += (double)c->dones[i].busy_ns;
+  }
+  if (P > 1) {
+    r->bubble_fraction = window > 0 ? 1 - busy / (n * window) : NAN;
+    r->bubble_theory = tr_schedule_bubble(j->sc);
+  }
+  r->consistency = R > 1 ? consistency(c) : 0;
+
+  /* Each step's loss: the replicas' shares added up. */
+  size_t nl = SIZE_MAX;
+  for (int rep = 0; rep < R; rep++) {
+    size_t k = c->dones[tr__device_index(j, rep, P - 1)].nlosses;
+    if (k < nl) nl = k;
+  }
+  if (nl != SIZE_MAX && nl > 0) {
+    size_t tail = nl / 100 ? nl / 100 : 1;
+    double sum = 0, first_loss = 0;
+    for (size_t k = 0; k < nl; k++) {
+      double l = 0;
+      for (int rep = 0; rep < R; rep++) l += c->dones[tr__device_index(j, rep, P - 1)].losses[k];
+      if (k == 0) first_loss = l;
+      if (k >= nl - tail) sum += l;
+    }
+    r->initial_loss = first_loss;
+    r->final_loss = sum / (double)tail;
+  }
+  const tr_model *m = j->c.model;
+  if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
+  r->gflops = flops_per_sample(m) * r->samples_per_s / 1e9;
 }
 
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   coordinator *c = tr_actor_state(self);
-  if (msg->type == &tr_timer_msg_type) {
-    tr_msg *f = tr_msg_new(&tr__finish_type);
-    f->from = self;
-    tr_actor_send_ctl(c->run->stage, f); /* time is up: finish after the current step */
-  } else if (msg->type == &tr__progress_type) {
-    if (c->run->opt->progress) show_progress(c, (const tr__progress_msg *)msg);
+  tr_job *j = c->j;
+  if (msg->type == &tr__progress_type) {
+    if (j->c.progress) show_progress(c, (const tr__progress_msg *)msg);
+  } else if (msg->type == &tr__part_type) {
+    return add_part(self, c, (tr__part_msg *)msg);
   } else if (msg->type == &tr__done_type) {
+    const tr__done_msg *d = (const tr__done_msg *)msg;
+    c->dones[tr__device_index(j, d->replica, d->stage)] = *d;
+    if (++c->ndone < j->c.replicas * j->c.stages) return 0;
     if (c->printed) fputc('\n', stderr);
-    record_result(c, (const tr__done_msg *)msg);
-    tr_system_stop(tr_actor_system(self), 0);
+    record_result(c);
+    tr_graph_done(j->g, self);
   }
   return 0;
+}
+
+static void coordinator_destroy(void *state) {
+  coordinator *c = state;
+  for (int i = 0; i < PENDING; i++)
+    for (int s = 0; s < TR__MAX_STAGES; s++) tr__part_free(&c->ck[i].parts[s]);
+  for (int i = 0; i < c->j->c.replicas * c->j->c.stages; i++) free((void *)c->dones[i].params);
+  free(c->dones);
+  free(c);
 }
 
 const tr_behaviour tr__coordinator_behaviour = {.name = "coordinator",
                                                 .start = coordinator_start,
                                                 .receive = coordinator_receive,
-                                                .destroy = free};
+                                                .destroy = coordinator_destroy};

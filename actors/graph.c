@@ -10,6 +10,7 @@
  * bit, freezing it, so the end every source sees is the same.
  */
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,55 +1,96 @@
-/* loader.c — the loader actor (libuv loop): fills the stage's batch buffers ahead of it.
+/* loader.c — the loader actor (libuv loop): fills its replica's share of every step, micro-
+ * batch by micro-batch, into the buffers its stages lend it.
  *
- * It fills a buffer only with a credit in hand, so it is at most `prefetch` batches ahead.
- * Samples are a pure function of (seed, sample index) (tr_data.h), so step k's batch is the
- * same whichever thread fills it and however the run was interrupted and resumed.
+ * It fills a buffer only with a credit of every edge it feeds in hand (inputs to the first
+ * stage, targets to the last; one edge for both when they are one stage), so it is at most
+ * `prefetch` micro-batches ahead. Buffers are used in ring order: each consumer returns
+ * them in the order they came, so a credit means the oldest buffer is free. A step is
+ * claimed from the graph before its first micro-batch is filled; once a claim fails the
+ * loader's part is over. Samples are a pure function of (seed, sample index) (tr_data.h),
+ * so step k's batch is the same whichever thread fills it and however the run was
+ * interrupted and resumed.
  */
 #include <stdlib.h>
 
 #include "train_impl.h"
 
 typedef struct loader {
-  tr__run *run;
+  tr_job *j;
+  int replica;
+  tr_edge *ex, *ey;  /* ey: NULL when ex brings targets too */
+  bool held_x, held_y;
   void **x, **y;
-  int depth;
-  int64_t next_step;
+  int depth, slot, rings;
+  int64_t step;
+  int mb;
+  bool done;
 } loader;
 
-void *tr__loader_new(tr__run *run) {
+void *tr__loader_new(tr_job *j, int replica) {
   loader *l = calloc(1, sizeof *l);
   if (l == NULL) return NULL;
-  l->run = run;
-  l->next_step = run->first_step;
+  l->j = j;
+  l->replica = replica;
   return l;
 }
 
-static void fill_and_send(tr_actor *self, loader *l, int slot) {
-  tr__run *run = l->run;
-  if (l->next_step >= run->end_step) return; /* the credit stays here: nothing left to load */
-  uint64_t first;
-  size_t count;
-  tr_data_shard((uint64_t)l->next_step, (size_t)run->batch, 0, 1, &first, &count);
-  tr_data_fill(run->data, first, count, l->x[slot], l->y[slot]);
-  tr__batch_msg *b = tr_msg_new(&tr__batch_type);
-  b->hdr.from = self;
-  b->slot = slot;
-  b->step = l->next_step++;
-  tr_actor_send(run->stage, b);
+void tr__loader_set_edges(void *state, tr_edge *x, tr_edge *y) {
+  loader *l = state;
+  l->ex = x;
+  l->ey = y;
+}
+
+static void produce(tr_actor *self, loader *l) {
+  tr_job *j = l->j;
+  const int workers = j->c.replicas * j->c.microbatches;
+  while (!l->done) {
+    if (l->mb == 0 && !tr_graph_claim_step(j->g, l->step)) {
+      l->done = true;
+      tr_graph_done(j->g, self);
+      return;
+    }
+    if (!l->held_x && !(l->held_x = tr_edge_acquire(l->ex))) return;
+    if (l->ey && !l->held_y && !(l->held_y = tr_edge_acquire(l->ey))) return;
+    uint64_t first;
+    size_t count;
+    tr_data_shard((uint64_t)l->step, (size_t)j->c.global_batch,
+                  l->replica * j->c.microbatches + l->mb, workers, &first, &count);
+    tr_data_fill(j->c.data, first, count, l->x[l->slot], l->y[l->slot]);
+    for (int e = 0; e < (l->ey ? 2 : 1); e++) {
+      tr__batch_msg *b = tr_msg_new(&tr__batch_type);
+      b->slot = l->slot;
+      b->mb = l->mb;
+      b->step = l->step;
+      tr_edge_send(e ? l->ey : l->ex, b);
+    }
+    l->held_x = l->held_y = false;
+    l->slot = (l->slot + 1) % l->depth;
+    if (++l->mb == j->c.microbatches) {
+      l->mb = 0;
+      l->step++;
+    }
+  }
 }
 
 static int loader_receive(tr_actor *self, tr_msg *msg) {
   loader *l = tr_actor_state(self);
-  if (msg->type == &tr__credit_type) {
-    fill_and_send(self, l, ((tr__credit_msg *)msg)->slot);
-  } else if (msg->type == &tr__ring_type) {
-    tr__ring_msg *r = (tr__ring_msg *)msg;
-    l->x = r->x;
-    l->y = r->y;
+  if (msg->type == &tr__ring_type) {
+    const tr__ring_msg *r = (const tr__ring_msg *)msg;
+    if (r->x) l->x = r->x;
+    if (r->y) l->y = r->y;
     l->depth = r->depth;
-    for (int slot = 0; slot < l->depth; slot++) fill_and_send(self, l, slot);
+    l->rings++;
   }
+  /* Credits, the end of the run: try again. Both rings are needed before anything. */
+  if (l->rings == (l->ey ? 2 : 1)) produce(self, l);
+  return 0;
+}
+
+static int loader_start(tr_actor *self) {
+  loader *l = tr_actor_state(self);
+  l->step = tr_graph_first_step(l->j->g);
   return 0;
 }
 
 const tr_behaviour tr__loader_behaviour = {
-    .name = "loader", .receive = loader_receive, .destroy = free};
+    .name = "loader", .start = loader_start, .receive = loader_receive, .destroy = free};

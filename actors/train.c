@@ -7,14 +7,6 @@
 #include "train_impl.h"
 #include "tr_trace.h"
 
-TR_MSGTYPE_DEFINE(tr__ring_type, tr__ring_msg);
-TR_MSGTYPE_DEFINE(tr__batch_type, tr__batch_msg);
-TR_MSGTYPE_DEFINE(tr__credit_type, tr__credit_msg);
-TR_MSGTYPE_DEFINE(tr__progress_type, tr__progress_msg);
-TR_MSGTYPE_DEFINE(tr__done_type, tr__done_msg);
-TR_MSGTYPE_DEFINE(tr__finish_type, tr__finish_msg);
-TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
-
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
 
 const char *tr_strategy_name(tr_strategy s) {
@@ -41,114 +33,161 @@ tr_train_options tr_train_defaults(void) {
                             .seed = 1};
 }
 
-static void result_init(tr_train_result *r, const tr_train_options *o, const tr__run *run) {
-  memset(r, 0, sizeof *r);
-  snprintf(r->model, sizeof r->model, "%s", o->spec ? o->spec->name : o->model);
-  snprintf(r->strategy, sizeof r->strategy, "%s", tr_strategy_name(o->strategy));
-  r->first_step = r->steps = run->first_step;
-  r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
-  r->bubble_fraction = r->staleness_mean = r->staleness_max = r->consistency = NAN;
-  r->gflops = r->tokens_per_s = NAN;
-  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
-}
+/* Everything one run holds, built from the options before any thread starts. */
+typedef struct run {
+  tr_model *model;
+  tr_device_list *devices;
+  tr_data *data;
+  tr_job_config jc;
+  int cuts[TR__MAX_STAGES + 1];
+  int64_t first_step, end_step;
+} run;
 
-/* As many batch buffers as fit in 1 MiB, from 16 to 256: the stage returns credits half a
- * ring at a time (stage_actor.c), so a deep ring means few wake-ups of the loader's loop,
- * and a long queue to cover a slow one (a VM's idle CPU can take long to wake), which
- * matters where a step takes microseconds (simplenet: 256); large batches keep 16. */
-static int default_prefetch(const tr_model *m, int batch) {
-  const size_t bytes = (tr_model_input_bytes(m) + tr_model_target_bytes(m)) * (size_t)batch;
-  const size_t fit = bytes ? ((size_t)1 << 20) / bytes : 64;
-  return fit < 16 ? 16 : fit > 256 ? 256 : (int)fit;
+/* The layout of a strategy on n devices: replicas × stages, micro-batches, schedule. */
+static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t size) {
+  tr_job_config *c = &rn->jc;
+  int R = 1, P = 1;
+  switch (o->strategy) {
+    case TR_STRATEGY_SINGLE: break;
+    case TR_STRATEGY_DP: R = n; break;
+    case TR_STRATEGY_MP:
+    case TR_STRATEGY_PIPELINE: P = n; break;
+    case TR_STRATEGY_HYBRID:
+      P = o->stages > 0 ? o->stages : 2;
+      if (n % P) {
+        snprintf(err, size, "--devices: %d devices do not make replicas of %d stages", n, P);
+        return TR_EINVAL;
+      }
+      R = n / P;
+      break;
+    case TR_STRATEGY_ASYNC:
+      snprintf(err, size, "--strategy async: not built yet");
+      return TR_EINVAL;
+  }
+  if (R * P != n && o->strategy != TR_STRATEGY_SINGLE) return TR_EINVAL;
+  c->replicas = R;
+  c->stages = P;
+  const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;
+  if (o->strategy == TR_STRATEGY_MP && o->microbatches > 1) {
+    snprintf(err, size, "--microbatches %d: mp trains one micro-batch at a time (that is "
+             "--strategy pipeline)", o->microbatches);
+    return TR_EINVAL;
+  }
+  c->microbatches = o->microbatches > 0 ? o->microbatches : pipelined ? 2 * P : 1;
+  c->schedule = o->schedule >= 0 ? (tr_schedule_kind)o->schedule : TR_SCHEDULE_1F1B;
+  if (o->cuts) {
+    rn->cuts[0] = 0;
+    for (int s = 1; s < P; s++) rn->cuts[s] = o->cuts[s - 1];
+    rn->cuts[P] = tr_model_layer_count(rn->model);
+    c->cuts = rn->cuts;
+  }
+  return 0;
 }
 
 /* Fills the run from the options: everything that can be wrong with them is found here,
  * before any thread starts. */
-static int prepare(tr__run *run, const tr_train_options *o, char *err, size_t n) {
+static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc;
-  if (o->strategy != TR_STRATEGY_SINGLE) {
-    snprintf(err, n, "--strategy %s: not built yet (this build trains 'single')",
-             tr_strategy_name(o->strategy));
-    return TR_EINVAL;
-  }
   if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0))) {
     snprintf(err, n, "--steps or --seconds: give a positive number of steps or seconds");
     return TR_EINVAL;
   }
-  rc = o->spec ? tr_model_new(&run->model, o->spec, err, n)
-              : tr_model_named(&run->model, o->model, err, n);
+  rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
+               : tr_model_named(&rn->model, o->model, err, n);
   if (rc) return rc;
-  run->batch = o->batch > 0 ? o->batch : tr_model_batch(run->model);
-  run->optim = tr_model_optim(run->model);
-  if (o->optimizer >= 0) {
-    float lr = run->optim.lr;
-    run->optim = tr_optim_defaults((tr_optim_kind)o->optimizer, lr);
-  }
-  if (o->lr > 0) run->optim.lr = o->lr;
-  if (o->clip > 0) run->optim.clip = o->clip;
-  run->prefetch = o->prefetch > 0 ? o->prefetch : default_prefetch(run->model, run->batch);
+  tr_job_config *c = &rn->jc;
+  c->model = rn->model;
+  c->global_batch = o->batch > 0 ? o->batch : tr_model_batch(rn->model);
+  c->optim = tr_model_optim(rn->model);
+  if (o->optimizer >= 0) c->optim = tr_optim_defaults((tr_optim_kind)o->optimizer, c->optim.lr);
+  if (o->lr > 0) c->optim.lr = o->lr;
+  if (o->clip > 0) c->optim.clip = o->clip;
+  c->seed = o->seed;
+  c->prefetch = o->prefetch;
+  c->checkpoint = o->checkpoint;
+  c->checkpoint_every = o->checkpoint_every;
+  c->resume = o->resume;
+  c->strategy = tr_strategy_name(o->strategy);
+  c->progress = o->progress;
+  c->slow_device = o->slow_device;
+  c->slow_us = o->slow_us;
 
-  if ((rc = tr_device_list_open(&run->devices, o->devices, err, n))) return rc;
-  if (o->resume && (rc = tr__checkpoint_peek(o->resume, run->model, &run->first_step, err, n)))
+  if ((rc = tr_device_list_open(&rn->devices, o->devices, err, n))) return rc;
+  const int ndev = tr_device_list_count(rn->devices);
+  if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
+  if (o->resume && (rc = tr__checkpoint_peek(o->resume, rn->model, &rn->first_step, err, n)))
     return rc;
-  run->end_step = o->steps > 0 ? o->steps : INT64_MAX;
-  if (run->first_step >= run->end_step) {
+  rn->end_step = o->steps;
+  if (o->steps > 0 && rn->first_step >= o->steps) {
     snprintf(err, n, "--resume %s: the checkpoint is at step %lld, --steps %lld is reached",
-             o->resume, (long long)run->first_step, (long long)o->steps);
+             o->resume, (long long)rn->first_step, (long long)o->steps);
     return TR_EINVAL;
   }
   tr_data_config dc;
-  tr_data_config_for(&dc, run->model, o->seed, o->data);
-  return tr_data_open(&run->data, &dc, err, n);
+  tr_data_config_for(&dc, rn->model, o->seed, o->data);
+  if ((rc = tr_data_open(&rn->data, &dc, err, n))) return rc;
+  c->data = rn->data;
+  return 0;
 }
 
-static int spawn(tr__run *run, const char *name, tr_actor_kind kind, const tr_behaviour *b,
-                 void *state, tr_actor **out) {
-  if (state == NULL) return TR_ENOMEM;
-  int rc = tr_actor_spawn(
-      run->sys, &(tr_actor_config){.name = name, .kind = kind, .behaviour = b, .state = state},
-      out);
-  if (rc) b->destroy(state);
+/* The strategy's graph, with the public calls of tr_job.h: per replica a loader and a
+ * chain of stages, per stage index a replica group, and one coordinator. */
+static int build(tr_job *j, const run *rn) {
+  const int R = rn->jc.replicas, P = rn->jc.stages;
+  tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator;
+  int rc = 0;
+  for (int r = 0; r < R && rc == 0; r++) {
+    for (int s = 0; s < P && rc == 0; s++)
+      rc = tr_job_add_stage(j, r, s, tr_device_list_get(rn->devices, r * P + s),
+                            &stage[r * P + s]);
+    if (rc == 0) rc = tr_job_add_loader(j, r, &loader);
+    if (rc == 0) rc = tr_job_feed(j, loader, stage[r * P], stage[r * P + P - 1]);
+    for (int s = 0; s + 1 < P && rc == 0; s++)
+      rc = tr_job_chain(j, stage[r * P + s], stage[r * P + s + 1]);
+  }
+  for (int s = 0; s < P && rc == 0; s++) {
+    tr_actor *group[TR_TRAIN_MAX_DEVICES];
+    for (int r = 0; r < R; r++) group[r] = stage[r * P + s];
+    rc = tr_job_group(j, group, R);
+  }
+  if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
   return rc;
 }
 
 int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
-  tr__run run = {.opt = o, .result = r};
+  run rn = {0};
+  tr_graph *g = NULL;
+  tr_job *j = NULL;
   err[0] = 0;
-  int rc = prepare(&run, o, err, err_size);
-  result_init(r, o, &run);
+  tr__result_init(r, o->spec ? o->spec->name : o->model ? o->model : "?",
+                  tr_strategy_name(o->strategy));
+  int rc = prepare(&rn, o, err, err_size);
   if (rc) goto out;
-
-  tr_device *dev = tr_device_list_get(run.devices, 0);
-  snprintf(r->devices, sizeof r->devices, "%s", tr_device_name(dev));
-  r->ndevices = 1;
   tr_system_config sc = {.name = "train",
                          .handle_signals = 1,
                          .trace = o->trace != NULL,
                          .watchdog_ms = o->watchdog_ms > 0 ? o->watchdog_ms : 60000};
-  if ((rc = tr_system_new(&run.sys, &sc))) {
+  if ((rc = tr_graph_new(&g, &sc))) {
     snprintf(err, err_size, "creating the actor system: %s", tr_strerror(rc));
     goto out;
   }
-  if ((rc = spawn(&run, "loader", TR_ACTOR_LOOP, &tr__loader_behaviour, tr__loader_new(&run),
-                  &run.loader)) ||
-      (rc = spawn(&run, "stage0", TR_ACTOR_PINNED, &tr__stage_behaviour,
-                  tr__stage_new(&run, dev), &run.stage)) ||
-      (rc = spawn(&run, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
-                  tr__coordinator_new(&run), &run.coordinator))) {
+  if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
+  if ((rc = build(j, &rn))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }
-  if ((rc = tr_system_run(run.sys))) {
-    snprintf(err, err_size, "%s", tr_system_error(run.sys));
+  if ((rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds))) {
+    snprintf(err, err_size, "%s", tr_graph_error(g));
     goto out;
   }
-  if (o->trace && (rc = tr_system_trace_write(run.sys, o->trace)))
+  tr_job_result(j, r);
+  if (o->trace && (rc = tr_system_trace_write(tr_graph_system(g), o->trace)))
     snprintf(err, err_size, "--trace %s: cannot write the trace", o->trace);
 out:
-  tr_system_free(run.sys);
-  tr_data_close(run.data);
-  tr_device_list_close(run.devices);
-  tr_model_free(run.model);
+  tr_graph_free(g);
+  tr_job_free(j);
+  tr_data_close(rn.data);
+  tr_device_list_close(rn.devices);
+  tr_model_free(rn.model);
   return rc;
 }

@@ -1,103 +1,159 @@
-/* train_impl.h — what the training actors share: the run, and the messages between them.
+/* train_impl.h — what the built-in training actors share: the job, and their messages.
  *
- *   loader (loop) ──batch──► stage (pinned, one device) ──progress, done──► coordinator (loop)
- *          ◄──credit (priority lane)──┘      ◄──finish (priority lane)──┘
- *                                    └─poll─┘ (to itself, while a copy is in flight)
+ *   loader r ──batch (inputs)──► stage r,0 ──act──► stage r,1 ... ──► stage r,P-1
+ *            ──batch (targets)─────────────────────────────────────────►┘
+ *                                  ◄──grad──        ◄──grad──
+ *   stage r,s ◄──ready, reduced──► stage r',s     (the replica group of stage s)
+ *   stage r,s ◄──norm──► stage r,s'               (global-norm clipping over the stages)
+ *   every stage ──progress, part, done──► coordinator
  *
- * The stage owns the batch buffers (host memory its device copies from fast) and lends them
- * to the loader: a credit returns a buffer once the device has copied it, so the loader is
- * never more than `prefetch` batches ahead and memory stays bounded. Credits go back half a
- * ring at a time, so the loader's loop wakes once per half ring rather than once a step.
+ * Credits ride on tr_graph edges (tr_graph.h); the stages own the batch buffers and lend
+ * them to their loader (ring messages), so a loader is never more than `prefetch`
+ * micro-batches ahead and memory stays bounded.
  */
 #ifndef TR_TRAIN_IMPL_H
 #define TR_TRAIN_IMPL_H
 
 #include <stdbool.h>
 
-#include "tr_data.h"
-#include "tr_device.h"
-#include "tr_model.h"
+#include "tr_job.h"
 #include "tr_system.h"
-#include "tr_train.h"
 
-/* Everything one run shares. Written before the system runs, or by the actor named. */
-typedef struct tr__run {
-  const tr_train_options *opt;
-  tr_system *sys;
-  tr_model *model;
-  tr_device_list *devices;
-  tr_data *data;
-  tr_optim_config optim;
-  int batch;          /* samples per step */
-  int prefetch;
-  int64_t first_step; /* 0, or the resumed checkpoint's step */
-  int64_t end_step;   /* INT64_MAX when the run is timed */
-  tr_actor *loader, *stage, *coordinator;
-  tr_train_result *result; /* filled by the coordinator */
-} tr__run;
+enum { TR__MAX_STAGES = 64 };
 
-/* stage → loader: the buffers it lends, one pair per credit */
+struct tr_job {
+  tr_job_config c;
+  tr_graph *g;
+  const tr_schedule *sc;
+  tr_schedule *own_sc;
+  int cuts[TR__MAX_STAGES + 1];
+  int mb_batch;        /* samples per micro-batch */
+  int prefetch;        /* micro-batches */
+  tr_actor **stages;   /* [replica × stages + stage], as added */
+  tr_actor **loaders;  /* [replica] */
+  tr_device **devs;    /* [replica × stages + stage] */
+  tr_actor *coordinator;
+  char strategy[16];
+  tr_train_result result; /* filled by the coordinator */
+};
+
+/* Every figure not a number (JSON null) until measured. */
+void tr__result_init(tr_train_result *r, const char *model, const char *strategy);
+
+/* The number of the device of stage (r, s) in figures: r × stages + s. */
+static inline int tr__device_index(const tr_job *j, int replica, int stage) {
+  return replica * j->c.stages + stage;
+}
+
+/* stage → loader: the buffers it lends (inputs x, targets y, or both), `depth` of each */
 typedef struct tr__ring_msg {
   tr_msg hdr;
   int depth;
-  void **x, **y;
+  void **x, **y; /* NULL: not this stage's to lend */
 } tr__ring_msg;
 
-/* loader → stage: buffer `slot` holds the samples of `step` */
+/* loader → stage: buffer `slot` holds micro-batch `mb` of step `step` */
 typedef struct tr__batch_msg {
   tr_msg hdr;
-  int slot;
+  int slot, mb;
   int64_t step;
 } tr__batch_msg;
 
-/* stage → loader: buffer `slot` is free again */
-typedef struct tr__credit_msg {
+/* stage → neighbouring stage: an activation or its gradient, in the sender's memory, valid
+ * once `ready` (recorded on the sender's stream) has completed */
+typedef struct tr__tensor_msg {
   tr_msg hdr;
-  int slot;
-} tr__credit_msg;
-
-/* stage → coordinator, a few times a second */
-typedef struct tr__progress_msg {
-  tr_msg hdr;
+  tr_edge *edge;
+  int mb;
   int64_t step;
-  float loss;
-} tr__progress_msg;
+  const void *data;
+  tr_event *ready;
+  tr_device *dev; /* the sender's */
+} tr__tensor_msg;
 
-/* stage → coordinator, once: the stage's figures */
-typedef struct tr__done_msg {
+/* replica group: bucket `bucket` of step `step` is final on the sender (event `ready`), or
+ * (reduced) the sender's chunk of it is summed and written to every member */
+typedef struct tr__bucket_msg {
   tr_msg hdr;
-  int64_t steps;       /* the last step reached */
-  int64_t window_steps;
-  uint64_t window_ns, busy_ns;
-  double initial_loss, final_loss;
-} tr__done_msg;
+  int bucket, replica;
+  bool reduced;
+  int64_t step;
+  tr_event *ready;
+  float *grads; /* the sender's gradient allocation, on `dev` */
+  tr_device *dev;
+} tr__bucket_msg;
 
-/* coordinator → stage: the time is up, finish after this step */
-typedef struct tr__finish_msg {
+/* stages of a replica: the sender's sum of squared gradients at step `step` */
+typedef struct tr__norm_msg {
   tr_msg hdr;
-} tr__finish_msg;
+  int stage;
+  int64_t step;
+  double sumsq;
+} tr__norm_msg;
 
 /* stage → itself: look at the device's events again */
 typedef struct tr__poll_msg {
   tr_msg hdr;
 } tr__poll_msg;
 
-extern const tr_msgtype tr__ring_type, tr__batch_type, tr__credit_type, tr__progress_type,
-    tr__done_type, tr__finish_type, tr__poll_type;
+/* last stage of replica 0 → coordinator, a few times a second */
+typedef struct tr__progress_msg {
+  tr_msg hdr;
+  int64_t step;
+  float loss; /* this replica's share of the step's loss */
+} tr__progress_msg;
+
+/* A stage's parameters and optimizer state on the host, for a checkpoint. */
+typedef struct tr__part {
+  int first, end;   /* layers */
+  size_t offset, numel, state_numel;
+  float *params, *state; /* malloc'd; the receiver frees them */
+} tr__part;
+
+/* stage of replica 0 → coordinator: its part of the checkpoint of step `step` */
+typedef struct tr__part_msg {
+  tr_msg hdr;
+  int stage;
+  int64_t step;
+  tr__part part;
+} tr__part_msg;
+
+/* stage → coordinator, once: the stage's figures */
+typedef struct tr__done_msg {
+  tr_msg hdr;
+  int replica, stage;
+  int64_t steps, window_steps;
+  uint64_t window_start, window_end, busy_ns;
+  int peak_microbatches;
+  const float *losses; /* this replica's share of each step's loss (last stages), or NULL */
+  size_t nlosses;
+  const float *params; /* a host copy (in replica groups), for consistency, or NULL */
+  size_t numel;        /* of params */
+} tr__done_msg;
+
+extern const tr_msgtype tr__ring_type, tr__batch_type, tr__tensor_type, tr__bucket_type,
+    tr__norm_type, tr__poll_type, tr__progress_type, tr__part_type, tr__done_type;
 
 extern const tr_behaviour tr__loader_behaviour, tr__stage_behaviour, tr__coordinator_behaviour;
 
-/* State of each behaviour (their .c files). */
-void *tr__loader_new(tr__run *run);
-void *tr__stage_new(tr__run *run, tr_device *dev);
-void *tr__coordinator_new(tr__run *run);
+/* The actors' states (their .c files) and the wiring of their edges (job.c). */
+void *tr__loader_new(tr_job *j, int replica);
+void *tr__stage_new(tr_job *j, int replica, int stage, tr_device *dev);
+void *tr__coordinator_new(tr_job *j);
+void tr__loader_set_edges(void *loader, tr_edge *x, tr_edge *y);
+void tr__stage_set_input(void *stage, tr_edge *x, tr_edge *y);
+void tr__stage_set_chain(void *stage, tr_edge *out, tr_edge *in, bool forward);
+int tr__stage_set_group(void *stage, tr_actor *const *members, int n);
 
 /* Checkpoints (checkpoint_io.c). peek: the step a checkpoint of model `m` was taken at,
- * checked before any thread starts; save and load: on the stage's own thread. */
+ * checked before any thread starts; snapshot and load: on the stage's own thread; write:
+ * the whole model from its stages' parts. */
 int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
                         size_t err_size);
-int tr__stage_save(tr_stage *st, const tr__run *run, int64_t step, const char *path, char *err,
-                   size_t err_size);
+int tr__stage_snapshot(tr_stage *st, tr__part *part);
+void tr__part_free(tr__part *part);
+int tr__checkpoint_write(const tr_job *j, int64_t step, const tr__part *parts, int nparts,
+                         char *err, size_t err_size);
 int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size);
 
 #endif
