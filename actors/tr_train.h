@@ -53,8 +53,9 @@ typedef struct tr_train_options {
   int microbatches;        /* per step and replica; 0: 1 (single, dp, mp), else 2 × stages */
   int schedule;            /* a tr_schedule_kind (tr_schedule.h); -1: 1f1b */
   int stages;              /* hybrid: devices per replica; 0: 2 */
-  const int *cuts;         /* stage boundaries, stages - 1 layer indices, increasing; NULL:
-                              balanced by cost (tr_model_balance) */
+  const int *cuts;         /* stage boundaries: ncuts = stages - 1 layer indices, increasing;
+                              NULL: balanced by cost (tr_model_balance) */
+  int ncuts;
   int64_t steps;           /* the run's last step (a resumed run continues to it); 0: seconds */
   double seconds;          /* with steps 0: train this long */
   int batch;               /* samples per step; 0: the workload's */

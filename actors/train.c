@@ -76,6 +76,10 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
   c->microbatches = o->microbatches > 0 ? o->microbatches : pipelined ? 2 * P : 1;
   c->schedule = o->schedule >= 0 ? (tr_schedule_kind)o->schedule : TR_SCHEDULE_1F1B;
   if (o->cuts) {
+    if (o->ncuts != P - 1) {
+      snprintf(err, size, "--cuts: %d boundaries given, %d stages need %d", o->ncuts, P, P - 1);
+      return TR_EINVAL;
+    }
     rn->cuts[0] = 0;
     for (int s = 1; s < P; s++) rn->cuts[s] = o->cuts[s - 1];
     rn->cuts[P] = tr_model_layer_count(rn->model);

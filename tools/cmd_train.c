@@ -2,19 +2,28 @@
  * a summary on stderr and, with --json, one JSON object on stdout. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 #include "tr_model.h"
+#include "tr_schedule.h"
 #include "tr_train.h"
 
 static void usage(FILE *f) {
   fprintf(f,
           "usage: troupe train [options]\n\n"
           "  --model simplenet|mlp|gpt      the workload (default simplenet)\n"
-          "  --strategy single              how to use the devices (default single)\n"
+          "  --strategy single|dp|mp|pipeline|hybrid\n"
+          "                                 how to use the devices (default single): dp a replica\n"
+          "                                 per device; mp the layers cut across them; pipeline\n"
+          "                                 that cut with micro-batches; hybrid replicas of pipelines\n"
           "  --devices host:N|cuda:I,..|auto the devices (default auto: every GPU, else host:1)\n"
+          "  --microbatches M               per step and replica (pipeline, hybrid: 2 x stages)\n"
+          "  --schedule gpipe|1f1b          pipeline schedule (default 1f1b)\n"
+          "  --stages N                     hybrid: devices per pipeline (default 2)\n"
+          "  --cuts L1,L2,..                stage boundaries as layer indices (default: balanced)\n"
           "  --steps N                      train to step N (default 100; a resumed run continues)\n"
           "  --seconds S                    train for S seconds instead\n"
           "  --batch N                      samples per step (default: the workload's)\n"
@@ -57,6 +66,11 @@ static void print_json(const tr_train_result *r, double sgemm) {
   }
   printf("],");
   json_number("bubble_fraction", r->bubble_fraction, false);
+  json_number("bubble_theory", r->bubble_theory, false);
+  printf("\"replicas\":%d,\"stages\":%d,\"microbatches\":%d,\"schedule\":", r->replicas,
+         r->stages, r->microbatches);
+  if (r->schedule[0]) printf("\"%s\",", r->schedule);
+  else printf("null,");
   if (isfinite(r->staleness_mean))
     printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g},", r->staleness_mean, r->staleness_max);
   else
@@ -65,7 +79,7 @@ static void print_json(const tr_train_result *r, double sgemm) {
   json_number("gflops", r->gflops, false);
   json_number("tokens_per_s", r->tokens_per_s, false);
   json_number("sgemm_gflops", sgemm, false);
-  json_number("hardware_fraction", sgemm > 0 ? r->gflops / sgemm : NAN, true);
+  json_number("hardware_fraction", sgemm > 0 ? r->gflops / (sgemm * r->ndevices) : NAN, true);
   printf("}\n");
 }
 
@@ -78,16 +92,46 @@ static void print_summary(const tr_train_result *r, double sgemm) {
   fprintf(stderr, ", loss %.4g → %.4g", r->initial_loss, r->final_loss);
   if (isfinite(r->gflops)) fprintf(stderr, ", %.1f GFLOP/s", r->gflops);
   if (sgemm > 0)
-    fprintf(stderr, " (%.2f× single-thread sgemm 2048², %.1f GFLOP/s)", r->gflops / sgemm, sgemm);
+    fprintf(stderr, " (%.2f× %d × single-thread sgemm 2048², %.1f GFLOP/s)",
+            r->gflops / (sgemm * r->ndevices), r->ndevices, sgemm);
   if (isfinite(r->tokens_per_s)) fprintf(stderr, ", %.0f tokens/s", r->tokens_per_s);
   for (int i = 0; i < r->ndevices; i++)
     if (isfinite(r->utilization[i]))
       fprintf(stderr, "%s%.0f%%", i ? " " : ", utilization ", 100 * r->utilization[i]);
+  if (isfinite(r->bubble_fraction))
+    fprintf(stderr, ", bubble %.3f (%s, m = %d: %.3f in theory)", r->bubble_fraction,
+            r->schedule, r->microbatches, r->bubble_theory);
+  if (r->replicas > 1) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
   fputc('\n', stderr);
+}
+
+/* "3,6": increasing layer indices, at most 63 of them. */
+static bool parse_cuts(const char *v, int *cuts, const int **out, int *count) {
+  int n = 0;
+  const char *p = v;
+  for (;;) {
+    char *end;
+    long c = strtol(p, &end, 10);
+    if (end == p || c < 1 || c > 1 << 20 || n == 63 || (n && c <= cuts[n - 1])) {
+      fprintf(stderr, "troupe: --cuts: '%s' is not a list of increasing layer indices\n", v);
+      return false;
+    }
+    cuts[n++] = (int)c;
+    if (*end == 0) break;
+    if (*end != ',') {
+      fprintf(stderr, "troupe: --cuts: '%s' is not a list of increasing layer indices\n", v);
+      return false;
+    }
+    p = end + 1;
+  }
+  *out = cuts;
+  *count = n;
+  return true;
 }
 
 int cmd_train(int argc, char **argv) {
   tr_train_options o = tr_train_defaults();
+  int cuts[64];
   bool json = false, quiet = false, steps_given = false;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
@@ -106,6 +150,22 @@ int cmd_train(int argc, char **argv) {
       }
     } else if (!strcmp(a, "--devices")) {
       if (!cli_value_str(argc, argv, &i, &o.devices)) return CLI_USAGE;
+    } else if (!strcmp(a, "--microbatches")) {
+      if (!cli_value_u64(argc, argv, &i, 1, 1 << 16, &u)) return CLI_USAGE;
+      o.microbatches = (int)u;
+    } else if (!strcmp(a, "--schedule")) {
+      tr_schedule_kind k;
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_schedule_kind_parse(v, &k)) {
+        fprintf(stderr, "troupe: --schedule: '%s' is not gpipe or 1f1b\n", v);
+        return CLI_USAGE;
+      }
+      o.schedule = (int)k;
+    } else if (!strcmp(a, "--stages")) {
+      if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
+      o.stages = (int)u;
+    } else if (!strcmp(a, "--cuts")) {
+      if (!cli_value_str(argc, argv, &i, &v) || !parse_cuts(v, cuts, &o.cuts, &o.ncuts)) return CLI_USAGE;
     } else if (!strcmp(a, "--steps")) {
       if (!cli_value_u64(argc, argv, &i, 1, INT64_MAX, &u)) return CLI_USAGE;
       o.steps = (int64_t)u;
