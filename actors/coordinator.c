@@ -21,7 +21,7 @@ typedef struct coordinator {
   uint64_t t_start;
   bool printed;
   pending ck[PENDING];
-  tr__done_msg *dones; /* [device], copies */
+  tr__report *dones; /* [device] */
   int ndone;
 } coordinator;
 
@@ -103,13 +103,13 @@ static double consistency(const coordinator *c) {
   const int R = j->c.replicas, P = j->c.stages;
   double worst = 0, norm0 = 0;
   for (int s = 0; s < P; s++) {
-    const tr__done_msg *d0 = &c->dones[tr__device_index(j, 0, s)];
+    const tr__report *d0 = &c->dones[tr__device_index(j, 0, s)];
     for (size_t i = 0; i < d0->numel; i++) norm0 += (double)d0->params[i] * d0->params[i];
   }
   for (int r = 1; r < R; r++) {
     double diff = 0;
     for (int s = 0; s < P; s++) {
-      const tr__done_msg *d0 = &c->dones[tr__device_index(j, 0, s)];
+      const tr__report *d0 = &c->dones[tr__device_index(j, 0, s)];
       const float *pr = c->dones[tr__device_index(j, r, s)].params;
       for (size_t i = 0; i < d0->numel; i++) {
         double d = (double)pr[i] - d0->params[i];
@@ -134,7 +134,7 @@ static void record_result(coordinator *c) {
     if (c->dones[i].window_end > end) end = c->dones[i].window_end;
   }
   const double window = end > start ? (double)(end - start) : 0;
-  const tr__done_msg *d0 = &c->dones[0];
+  const tr__report *d0 = &c->dones[0];
   r->first_step = first;
   size_t len = 0;
   for (int i = 0; i < n && len < sizeof r->devices; i++)
@@ -188,7 +188,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   } else if (msg->type == &tr__part_type) {
     return add_part(self, c, (tr__part_msg *)msg);
   } else if (msg->type == &tr__done_type) {
-    const tr__done_msg *d = (const tr__done_msg *)msg;
+    const tr__report *d = &((const tr__done_msg *)msg)->report;
     c->dones[tr__device_index(j, d->replica, d->stage)] = *d;
     if (++c->ndone < j->c.replicas * j->c.stages) return 0;
     if (c->printed) fputc('\n', stderr);

@@ -2,7 +2,8 @@
  *
  * Credits are one atomic counter per edge. The producer flags itself starving when it finds
  * none, then looks again (a release may have come in between); a release that brings the
- * count to `wake_at` and finds the flag takes it and sends the one wake-up message. Both
+ * count to `wake_at` and finds the flag takes it and sends the one wake-up message. A
+ * starving producer takes no credit until `wake_at` are free. Both
  * sides use sequentially consistent operations on the counter and the flag, so one of them
  * always sees the other (the pattern of the mailbox's park protocol).
  *
@@ -119,13 +120,17 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
 }
 
 int tr_edge_acquire(tr_edge *e) {
-  int have = atomic_load(&e->available);
-  if (have == 0) {
+  /* Once starved, the producer waits for wake_at free credits, even when asked to try
+   * again by something else: so every wake-up finds them. */
+  bool starved = atomic_load(&e->starving);
+  if (!starved && atomic_load(&e->available) == 0) {
     atomic_store(&e->starving, 1);
-    /* A release between the load and the flag saw no flag: look again. Taking the flag
-     * back means no wake-up is on its way; finding it gone means one is (harmless). */
-    if (atomic_load(&e->available) < e->wake_at || !atomic_exchange(&e->starving, 0)) return 0;
+    starved = true;
   }
+  /* A release between the load and the flag saw no flag: look again. Taking the flag
+   * back means no wake-up is on its way; finding it gone means one is. */
+  if (starved && (atomic_load(&e->available) < e->wake_at || !atomic_exchange(&e->starving, 0)))
+    return 0;
   int out = e->credits - atomic_fetch_sub(&e->available, 1) + 1;
   if (out > atomic_load_explicit(&e->peak, memory_order_relaxed))
     atomic_store_explicit(&e->peak, out, memory_order_relaxed);

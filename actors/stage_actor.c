@@ -761,33 +761,32 @@ static int finish(tr_actor *self, stage_actor *a) {
   if (rc) return rc;
   if (j->c.checkpoint && a->replica == 0 && (rc = snapshot_to(self, a, a->step))) return rc;
 
-  tr__done_msg *d = tr_msg_new(&tr__done_type);
-  d->hdr.from = self;
-  d->replica = a->replica;
-  d->stage = a->stage;
-  d->steps = a->step;
+  tr__done_msg *msg = tr_msg_new(&tr__done_type);
+  msg->hdr.from = self;
+  tr__report *d = &msg->report;
+  *d = (tr__report){.replica = a->replica,
+                    .stage = a->stage,
+                    .steps = a->step,
+                    .window_start = a->window_start,
+                    .window_end = end,
+                    .busy_ns = a->busy_ns,
+                    .peak_microbatches = a->peak,
+                    .losses = a->losses,
+                    .nlosses = a->loss_ring ? a->nlosses : 0};
   int64_t first = tr_graph_first_step(j->g);
-  bool warmed = a->step > a->warm_step;
-  d->window_steps = warmed ? a->step - a->warm_step : a->step - first;
-  d->window_start = a->window_start;
-  d->window_end = end;
-  d->busy_ns = a->busy_ns;
-  d->peak_microbatches = a->peak;
-  d->losses = a->losses;
-  d->nlosses = a->loss_ring ? a->nlosses : 0;
-  d->params = NULL;
+  d->window_steps = a->step > a->warm_step ? a->step - a->warm_step : a->step - first;
   if (a->R > 1) {
     float *host = malloc((a->info->numel ? a->info->numel : 1) * sizeof *host);
     if (host == NULL || tr_stage_download(a->st, TR_STAGE_PARAMS, host) ||
         tr_stream_synchronize(a->s)) {
       free(host);
-      tr_msg_free(d);
+      tr_msg_free(msg);
       return fail_device(self, a, "copying the parameters for the consistency check");
     }
     d->params = host; /* the coordinator frees it */
     d->numel = a->info->numel;
   }
-  tr_actor_send(j->coordinator, d);
+  tr_actor_send(j->coordinator, msg);
   a->done = true;
   tr_graph_done(j->g, self);
   return 0;

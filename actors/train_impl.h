@@ -118,9 +118,8 @@ typedef struct tr__part_msg {
   tr__part part;
 } tr__part_msg;
 
-/* stage → coordinator, once: the stage's figures */
-typedef struct tr__done_msg {
-  tr_msg hdr;
+/* A stage's figures at the end of the run. */
+typedef struct tr__report {
   int replica, stage;
   int64_t steps, window_steps;
   uint64_t window_start, window_end, busy_ns;
@@ -129,6 +128,12 @@ typedef struct tr__done_msg {
   size_t nlosses;
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
+} tr__report;
+
+/* stage → coordinator, once */
+typedef struct tr__done_msg {
+  tr_msg hdr;
+  tr__report report;
 } tr__done_msg;
 
 extern const tr_msgtype tr__ring_type, tr__batch_type, tr__tensor_type, tr__bucket_type,
