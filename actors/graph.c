@@ -147,11 +147,19 @@ void tr_edge_send(tr_edge *e, void *msg) {
 void tr_edge_release(tr_edge *e, int n) {
   int now = atomic_fetch_add(&e->available, n) + n;
   TR_ASSERT(now <= e->credits);
-  if (now >= e->wake_at && atomic_load(&e->starving) && atomic_exchange(&e->starving, 0)) {
-    tr_edge_credit_msg *c = tr_msg_new(&tr_edge_credit_type);
-    c->hdr.from = e->to;
-    c->edge = e;
-    tr_actor_send_ctl(e->from, c);
+  /* `now` may be stale by the time the flag is taken (the producer may have run on and
+   * starved again): taken with too few free, the flag goes back, and the count is read
+   * again, since a release in between may have missed the flag. */
+  while (now >= e->wake_at && atomic_load(&e->starving) && atomic_exchange(&e->starving, 0)) {
+    if (atomic_load(&e->available) >= e->wake_at) {
+      tr_edge_credit_msg *c = tr_msg_new(&tr_edge_credit_type);
+      c->hdr.from = e->to;
+      c->edge = e;
+      tr_actor_send_ctl(e->from, c);
+      return;
+    }
+    atomic_store(&e->starving, 1);
+    now = atomic_load(&e->available);
   }
 }
 
