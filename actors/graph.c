@@ -48,7 +48,6 @@ struct tr_graph {
   bool ran;
   int64_t first_step, end_limit;
   _Atomic int64_t claimed; /* one past the highest step claimed, | STOP once finished */
-  _Atomic int64_t end;
   _Atomic int ndone;
 };
 
@@ -61,7 +60,7 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
     free(g);
     return rc;
   }
-  atomic_init(&g->end, INT64_MAX);
+  g->end_limit = INT64_MAX;
   *out = g;
   return 0;
 }
@@ -181,14 +180,19 @@ int tr_graph_claim_step(tr_graph *g, int64_t step) {
   }
 }
 
-int64_t tr_graph_end_step(const tr_graph *g) { return atomic_load(&g->end); }
+/* Read from `claimed`, which the STOP bit freezes, so a source refused a claim reads the end
+ * that refused it. */
+int64_t tr_graph_end_step(const tr_graph *g) {
+  int64_t c = atomic_load(&g->claimed);
+  if (!(c & STOP)) return g->end_limit;
+  return (c & ~STOP) < g->end_limit ? c & ~STOP : g->end_limit;
+}
 int64_t tr_graph_first_step(const tr_graph *g) { return g->first_step; }
 
 void tr_graph_finish(tr_graph *g) {
   int64_t c = atomic_fetch_or(&g->claimed, STOP);
   if (c & STOP) return;
   int64_t end = c < g->end_limit ? c : g->end_limit;
-  atomic_store(&g->end, end);
   for (member *m = g->members; m; m = m->next) {
     tr_graph_end_msg *msg = tr_msg_new(&tr_graph_end_type);
     msg->hdr.from = NULL;
@@ -217,7 +221,6 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
   g->first_step = first_step;
   g->end_limit = end_step > 0 ? end_step : INT64_MAX;
   atomic_store(&g->claimed, first_step);
-  if (end_step > 0) atomic_store(&g->end, end_step);
   if (seconds > 0) {
     int rc = tr_actor_spawn(g->sys,
                             &(tr_actor_config){.name = "graph", .kind = TR_ACTOR_LOOP,
