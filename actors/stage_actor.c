@@ -361,7 +361,8 @@ static int stage_open(tr_actor *self) {
 
   a->step = a->harvested = tr_graph_first_step(j->g);
   int64_t end = tr_graph_end_step(j->g), total = end - a->step;
-  a->warm_step = a->step + (end == INT64_MAX ? 10 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100);
+  /* A tenth of the steps (at most 100) warm up; a timed run, whose count is unknown, 3. */
+  a->warm_step = a->step + (end == INT64_MAX ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100);
   a->window_start = a->last_report = tr_now_ns();
   if (a->in_x || a->in_y) tr_actor_send(j->loaders[a->replica], r);
   else tr_msg_free(r);

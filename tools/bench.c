@@ -7,6 +7,7 @@
 
 int bench_mailbox(int argc, char **argv);
 int bench_ops(int argc, char **argv);
+int bench_strategies(int argc, char **argv);
 
 static const cli_command benches[] = {
     {"mailbox", "mailbox and actor messaging against a mutex queue, futex and uv_async",
@@ -16,19 +17,21 @@ static const cli_command benches[] = {
 enum { NBENCHES = sizeof benches / sizeof benches[0] };
 
 static void usage(FILE *f) {
-  fprintf(f, "usage: troupe bench <what> [--json]\n\nwhat:\n");
+  fprintf(f, "usage: troupe bench [--model M] [--devices SPEC] [--seconds S] [--format md|csv|json]\n"
+             "       troupe bench <what> [--json]\n\n"
+             "The first form trains the model with every strategy (see troupe bench --help-table).\n"
+             "what:\n");
   for (int i = 0; i < NBENCHES; i++) fprintf(f, "  %-10s %s\n", benches[i].name, benches[i].help);
 }
 
 int cmd_bench(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return CLI_USAGE;
-  }
+  if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")))
+    return bench_strategies(argc, argv);
   if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(stdout);
     return CLI_OK;
   }
+  if (!strcmp(argv[1], "--help-table")) return bench_strategies(2, (char *[]){argv[0], "--help"});
   for (int i = 0; i < NBENCHES; i++)
     if (!strcmp(argv[1], benches[i].name)) return benches[i].run(argc - 1, argv + 1);
   fprintf(stderr, "troupe: bench: unknown benchmark '%s'\n", argv[1]);

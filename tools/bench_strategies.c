@@ -1,0 +1,241 @@
+/* bench_strategies.c — `troupe bench [--model M] [--devices SPEC] ...`: every strategy of
+ * one model on the same devices, each for the same time, in one process, against the
+ * single-device run measured in the same table; and on host devices, the BLAS's own
+ * scaling (the same layer GEMMs on one thread at the full batch, and on n threads at once
+ * at each device's rows), so a ratio can be read against what the hardware allows. */
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "troupe.h"
+
+typedef struct row {
+  const char *label;
+  tr_train_options o;
+  tr_train_result r;
+  int rc;
+  char err[256];
+} row;
+
+/* ---- the BLAS reference: a Linear layer's three GEMMs, per thread its own weights ----- */
+
+typedef struct gemm_job {
+  int rows, width, layers;
+  double seconds;
+  double gflops;
+} gemm_job;
+
+static void *gemm_thread(void *arg) {
+  gemm_job *g = arg;
+  const size_t w = (size_t)g->width, r = (size_t)g->rows;
+  float *W = aligned_alloc(64, w * w * (size_t)g->layers * sizeof *W);
+  float *G = aligned_alloc(64, w * w * (size_t)g->layers * sizeof *G);
+  float *x = aligned_alloc(64, r * w * sizeof *x), *y = aligned_alloc(64, r * w * sizeof *y);
+  if (W && G && x && y) {
+    for (size_t i = 0; i < w * w * (size_t)g->layers; i++) W[i] = G[i] = 1e-3f * (float)(i % 7);
+    for (size_t i = 0; i < r * w; i++) x[i] = y[i] = 1e-3f * (float)(i % 5);
+    uint64_t t0 = tr_now_ns(), t;
+    long n = 0;
+    do {
+      for (int l = 0; l < g->layers; l++, n++) { /* forward, weight gradient, input gradient */
+        float *Wl = W + (size_t)l * w * w, *Gl = G + (size_t)l * w * w;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, g->rows, g->width, g->width, 1,
+                    x, g->width, Wl, g->width, 0, y, g->width);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, g->width, g->width, g->rows, 1,
+                    y, g->width, x, g->width, 1, Gl, g->width);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, g->rows, g->width, g->width, 1,
+                    y, g->width, Wl, g->width, 0, x, g->width);
+      }
+    } while ((t = tr_now_ns() - t0) < (uint64_t)(g->seconds * 1e9));
+    g->gflops = 6.0 * (double)r * (double)w * (double)w * (double)n / (double)t;
+  }
+  free(W), free(G), free(x), free(y);
+  return NULL;
+}
+
+/* GFLOP/s of `threads` threads at once, each running `layers` layers at `rows`. */
+static double gemm_gflops(int threads, int rows, int width, int layers, double seconds) {
+  gemm_job jobs[TR_TRAIN_MAX_DEVICES];
+  pthread_t t[TR_TRAIN_MAX_DEVICES];
+  openblas_set_num_threads(1);
+  for (int i = 0; i < threads; i++) {
+    jobs[i] = (gemm_job){.rows = rows, .width = width, .layers = layers, .seconds = seconds};
+    pthread_create(&t[i], NULL, gemm_thread, &jobs[i]);
+  }
+  double sum = 0;
+  for (int i = 0; i < threads; i++) {
+    pthread_join(t[i], NULL);
+    sum += jobs[i].gflops;
+  }
+  return sum;
+}
+
+/* ---- the table ------------------------------------------------------------------------ */
+
+static double mean_utilization(const tr_train_result *r) {
+  double sum = 0;
+  for (int i = 0; i < r->ndevices; i++) sum += r->utilization[i];
+  return r->ndevices ? sum / r->ndevices : NAN;
+}
+
+static void print_row(bool md, const row *x, double base) {
+  const tr_train_result *r = &x->r;
+  if (x->rc) {
+    if (md) printf("| %s | failed: %s |\n", x->label, x->err);
+    else printf("%s,failed\n", x->label);
+    return;
+  }
+  char bubble[32] = "-";
+  if (isfinite(r->bubble_fraction))
+    snprintf(bubble, sizeof bubble, "%.3f (%.3f)", r->bubble_fraction, r->bubble_theory);
+  if (md)
+    printf("| %-14s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %3.0f%% | %-13s | %11.2g | %.4g |\n",
+           x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
+           r->samples_per_s / base, 100 * mean_utilization(r), bubble, r->consistency,
+           r->final_loss);
+  else
+    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.4f,%.4f,%.4f,%.3g,%.6g\n", x->label, r->devices,
+           r->microbatches, r->seconds, r->samples_per_s, r->samples_per_s / base,
+           mean_utilization(r), r->bubble_fraction, r->bubble_theory, r->consistency,
+           r->final_loss);
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: troupe bench [--model M] [--devices SPEC] [--seconds S] [--format md|csv|json]\n\n"
+          "Trains the model with every strategy on the devices (default host:2), each for S\n"
+          "seconds (default 5), in this process, and prints one row per strategy: samples/s,\n"
+          "the ratio to the single-device run of the same table, mean utilization, the\n"
+          "pipeline bubble (measured / the schedule's own), replica consistency, final loss.\n"
+          "On host devices it also measures the BLAS's own scaling on the model's layers.\n");
+}
+
+int bench_strategies(int argc, char **argv) {
+  const char *model = "mlp", *devices = "host:2", *format = "md";
+  double seconds = 5;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      usage(stdout);
+      return CLI_OK;
+    } else if (!strcmp(argv[i], "--model")) {
+      if (!cli_value_str(argc, argv, &i, &model)) return CLI_USAGE;
+    } else if (!strcmp(argv[i], "--devices")) {
+      if (!cli_value_str(argc, argv, &i, &devices)) return CLI_USAGE;
+    } else if (!strcmp(argv[i], "--seconds")) {
+      if (!cli_value_double(argc, argv, &i, 0.1, 1e6, &seconds)) return CLI_USAGE;
+    } else if (!strcmp(argv[i], "--format")) {
+      if (!cli_value_str(argc, argv, &i, &format)) return CLI_USAGE;
+      if (strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json")) {
+        fprintf(stderr, "troupe: bench: --format '%s' is not md, csv or json\n", format);
+        return CLI_USAGE;
+      }
+    } else {
+      fprintf(stderr, "troupe: bench: unknown option '%s'\n", argv[i]);
+      usage(stderr);
+      return CLI_USAGE;
+    }
+  }
+  tr_device_list *list;
+  char err[256];
+  if (tr_device_list_open(&list, devices, err, sizeof err)) {
+    fprintf(stderr, "troupe: --devices: %s\n", err);
+    return CLI_USAGE;
+  }
+  const int n = tr_device_list_count(list);
+  const bool host = tr_device_get_info(tr_device_list_get(list, 0))->kind == TR_DEVICE_HOST;
+  tr_device_list_close(list);
+
+  row rows[8];
+  int nrows = 0;
+  tr_train_options base = tr_train_defaults();
+  base.model = model;
+  base.devices = devices;
+  base.steps = 0;
+  base.seconds = seconds;
+#define ROW(lbl, ...)                                                          \
+  do {                                                                         \
+    rows[nrows] = (row){.label = lbl, .o = base};                              \
+    tr_train_options *o = &rows[nrows++].o;                                    \
+    __VA_ARGS__;                                                               \
+    (void)o;                                                                   \
+  } while (0)
+  ROW("single", o->strategy = TR_STRATEGY_SINGLE);
+  if (n > 1) {
+    ROW("dp", o->strategy = TR_STRATEGY_DP);
+    ROW("mp", o->strategy = TR_STRATEGY_MP);
+    ROW("pipeline gpipe", o->strategy = TR_STRATEGY_PIPELINE, o->schedule = TR_SCHEDULE_GPIPE,
+        o->microbatches = 8);
+    ROW("pipeline 1f1b", o->strategy = TR_STRATEGY_PIPELINE, o->schedule = TR_SCHEDULE_1F1B,
+        o->microbatches = 8);
+  }
+  if (n >= 4 && n % 2 == 0) ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->microbatches = 4);
+#undef ROW
+  for (int i = 0; i < nrows; i++) {
+    fprintf(stderr, "troupe: bench: %s ...\n", rows[i].label);
+    rows[i].rc = tr_train_run(&rows[i].o, &rows[i].r, rows[i].err, sizeof rows[i].err);
+  }
+  const double base_rate = rows[0].rc ? NAN : rows[0].r.samples_per_s;
+
+  /* The BLAS's scaling on the model's layer GEMMs, for Linear-chain models on the host. */
+  tr_model *m = NULL;
+  double ref1 = NAN, refdp = NAN, refpp = NAN;
+  int width = 0, layers = 0, batch = 0;
+  if (host && n > 1 && tr_model_named(&m, model, err, sizeof err) == 0 && !tr_model_token_input(m)) {
+    for (int l = 0; l < tr_model_layer_count(m); l++)
+      if (tr_model_layer(m, l)->kind == TR_LAYER_LINEAR) layers++, width = tr_model_layer(m, l)->in;
+    batch = tr_model_batch(m);
+    if (width >= 64 && batch % (8 * n) == 0) {
+      ref1 = gemm_gflops(1, batch, width, layers, 1.0);
+      refdp = gemm_gflops(n, batch / n, width, layers, 1.0);
+      refpp = gemm_gflops(n, batch / 8, width, layers / n ? layers / n : 1, 1.0);
+    }
+  }
+  tr_model_free(m);
+
+  if (!strcmp(format, "json")) {
+    printf("{\"model\":\"%s\",\"devices\":\"%s\",\"seconds\":%g,\"rows\":[", model, devices, seconds);
+    for (int i = 0; i < nrows; i++) {
+      const tr_train_result *r = &rows[i].r;
+      printf("%s{\"strategy\":\"%s\",", i ? "," : "", rows[i].label);
+      if (rows[i].rc) {
+        printf("\"error\":");
+        cli_json_string(stdout, rows[i].err);
+        printf("}");
+        continue;
+      }
+      printf("\"samples_per_s\":%.6g,\"vs_single\":%.4f,\"utilization\":%.4f,", r->samples_per_s,
+             r->samples_per_s / base_rate, mean_utilization(r));
+      if (isfinite(r->bubble_fraction))
+        printf("\"bubble_fraction\":%.4f,\"bubble_theory\":%.4f,", r->bubble_fraction,
+               r->bubble_theory);
+      printf("\"consistency\":%.3g,\"final_loss\":%.6g}", r->consistency, r->final_loss);
+    }
+    printf("]");
+    if (isfinite(ref1))
+      printf(",\"blas\":{\"one_thread_full_batch\":%.2f,\"dp_threads\":%.2f,\"pipeline_threads\":%.2f}",
+             ref1, refdp, refpp);
+    printf("}\n");
+    return CLI_OK;
+  }
+  const bool md = !strcmp(format, "md");
+  if (md)
+    printf("| strategy       | devices          |   m |     s |  samples/s | ×single | util | "
+           "bubble (theory) | consistency | final loss |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  else
+    printf("strategy,devices,microbatches,seconds,samples_per_s,vs_single,utilization,bubble,"
+           "bubble_theory,consistency,final_loss\n");
+  for (int i = 0; i < nrows; i++) print_row(md, &rows[i], base_rate);
+  if (isfinite(ref1)) {
+    fprintf(stdout,
+            "\nBLAS on %d thread(s) at once, %d Linear(%d,%d) layers' GEMMs: 1 thread at %d rows "
+            "%.1f GFLOP/s; %d threads at %d rows (dp) %.1f (%.2f×); %d threads at %d rows, %d "
+            "layers each (pipeline, m = 8) %.1f (%.2f×)\n",
+            n, layers, width, width, batch, ref1, n, batch / n, refdp, refdp / ref1, n,
+            batch / 8, layers / n, refpp, refpp / ref1);
+  }
+  return CLI_OK;
+}
