@@ -1,0 +1,509 @@
+/* test_parallel.c — the parallel strategies train the model single does: dp, mp, pipeline
+ * (gpipe and 1f1b) and hybrid end with the parameters of a single-device run of the same
+ * global batch (relative difference 1e-5 per tensor), repeat bitwise when deterministic,
+ * report their figures, clip by the global norm, hold micro-batches within the schedule's
+ * bound, and name bad layouts. Everything goes through tr_train_run; parameters are compared
+ * through the checkpoint each run writes at its end. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "../runtime/test_util.h"
+#include "troupe.h"
+
+static char dir[] = "/tmp/troupe-parallel-XXXXXX";
+
+static int setup(void **state) {
+  (void)state;
+  return mkdtemp(dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  return system(cmd);
+}
+
+static const char *path(const char *name) {
+  static char buf[8][256];
+  static int next;
+  char *p = buf[next++ % 8];
+  snprintf(p, 256, "%s/%s", dir, name);
+  return p;
+}
+
+/* ---- the models ------------------------------------------------------------------------ */
+
+/* tr_layer_linear() and friends, as constant initialisers */
+#define LINEAR(i, o, b) {.kind = TR_LAYER_LINEAR, .in = (i), .out = (o), .bias = (b)}
+#define RELU(w) {.kind = TR_LAYER_RELU, .in = (w), .out = (w)}
+#define LAYERNORM(w) {.kind = TR_LAYER_LAYERNORM, .in = (w), .out = (w)}
+#define EMBEDDING(v, w) {.kind = TR_LAYER_EMBEDDING, .in = 1, .out = (w), .vocab = (v)}
+#define BLOCK(w, h, hid) {.kind = TR_LAYER_BLOCK, .in = (w), .out = (w), .heads = (h), .hidden = (hid)}
+
+/* 4 x Linear(64,64), ReLU between; MSE; momentum 0.9 */
+static const tr_layer_spec mlp4_layers[] = {
+    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1), RELU(64),
+    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1),
+};
+static const tr_model_spec mlp4 = {
+    .name = "mlp4",
+    .ctx = 1,
+    .loss = TR_LOSS_MSE,
+    .nlayers = 7,
+    .layers = mlp4_layers,
+    .batch = 48,
+    .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f, .momentum = 0.9f},
+};
+
+/* A gpt of one block: byte tokens (the arithmetic corpus), context 16, width 32; AdamW.
+ * eps 1e-6, not 1e-8: the gradient of the keys' bias is zero but for rounding (softmax
+ * ignores a shift shared by all keys), and with a tiny eps AdamW turns that rounding into
+ * steps of full size and random sign, which no two orders of summation share. */
+static const tr_layer_spec gpt1_layers[] = {
+    EMBEDDING(256, 32), BLOCK(32, 2, 64), LAYERNORM(32), LINEAR(32, 256, 0),
+};
+static const tr_model_spec gpt1 = {
+    .name = "gpt1",
+    .ctx = 16,
+    .loss = TR_LOSS_CROSSENTROPY,
+    .nlayers = 4,
+    .layers = gpt1_layers,
+    .batch = 48,
+    .optim = {.kind = TR_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f},
+};
+
+/* Four layers of width 8, one per stage on host:4. */
+static const tr_layer_spec chain4_layers[] = {
+    LINEAR(8, 8, 1), RELU(8), LINEAR(8, 8, 1), LINEAR(8, 8, 1),
+};
+static const tr_model_spec chain4 = {
+    .name = "chain4",
+    .ctx = 1,
+    .loss = TR_LOSS_MSE,
+    .nlayers = 4,
+    .layers = chain4_layers,
+    .batch = 8,
+    .optim = {.kind = TR_OPTIM_SGD, .lr = 0.05f},
+};
+
+/* simplenet (3 layers) with a batch 3 and 8 divide; the specs above; the mlp workload. */
+static tr_train_options options(const char *model, const tr_model_spec *spec, int64_t steps) {
+  tr_train_options o = tr_train_defaults();
+  o.model = model;
+  o.spec = spec;
+  o.devices = "host:1";
+  o.steps = steps;
+  o.batch = spec ? spec->batch : 48;
+  o.watchdog_ms = 20000; /* a stuck graph fails with a report of each actor, not a timeout */
+  return o;
+}
+
+static tr_train_options layout(tr_train_options o, tr_strategy strategy, const char *devices) {
+  o.strategy = strategy;
+  o.devices = devices;
+  return o;
+}
+
+static tr_train_options pipeline(tr_train_options o, const char *devices, int schedule, int m) {
+  o = layout(o, TR_STRATEGY_PIPELINE, devices);
+  o.schedule = schedule;
+  o.microbatches = m;
+  return o;
+}
+
+static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
+  char err[1024];
+  o.checkpoint = path(file);
+  if (tr_train_run(&o, r, err, sizeof err))
+    fail_msg("%s %s on %s: %s", tr_strategy_name(o.strategy), o.spec ? o.spec->name : o.model,
+             o.devices, err);
+  assert_int_equal(r->steps, o.steps);
+  assert_int_equal(r->samples, o.steps * o.batch);
+}
+
+/* ---- comparing checkpoints ------------------------------------------------------------- */
+
+static bool optimizer_state(const char *name) {
+  return !strncmp(name, "momentum.", 9) || !strncmp(name, "adam_m.", 7) ||
+         !strncmp(name, "adam_v.", 7);
+}
+
+static tr_checkpoint *open_ck(const char *file) {
+  tr_checkpoint *ck;
+  char err[512];
+  if (tr_checkpoint_open(&ck, file, err, sizeof err)) fail_msg("%s", err);
+  return ck;
+}
+
+static double element(const tr_checkpoint_tensor *t, size_t i) {
+  float v;
+  memcpy(&v, (const char *)t->data + i * sizeof v, sizeof v);
+  return v;
+}
+
+/* The largest ||a - b|| / ||b|| over the parameter tensors (not optimizer state) of two
+ * checkpoints, which must hold the same tensors. NaN anywhere fails. */
+static double params_difference(const char *file_a, const char *file_b, char *worst, size_t n) {
+  tr_checkpoint *a = open_ck(file_a), *b = open_ck(file_b);
+  double most = 0;
+  size_t params = 0;
+  for (size_t k = 0; k < tr_checkpoint_count(b); k++) {
+    const tr_checkpoint_tensor *tb = tr_checkpoint_tensor_at(b, k);
+    if (optimizer_state(tb->name)) continue;
+    params++;
+    const tr_checkpoint_tensor *ta = tr_checkpoint_find(a, tb->name);
+    if (ta == NULL) fail_msg("%s: no tensor '%s'", file_a, tb->name);
+    assert_int_equal(ta->dtype, TR_DTYPE_F32);
+    assert_int_equal(tb->dtype, TR_DTYPE_F32);
+    assert_int_equal(ta->nbytes, tb->nbytes);
+    double diff = 0, norm = 0;
+    for (size_t i = 0; i < tb->nbytes / sizeof(float); i++) {
+      const double x = element(ta, i), y = element(tb, i);
+      if (isnan(x) || isnan(y)) fail_msg("tensor '%s' holds NaN", tb->name);
+      diff += (x - y) * (x - y);
+      norm += y * y;
+    }
+    const double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+    if (rel >= most) {
+      most = rel;
+      snprintf(worst, n, "%s", tb->name);
+    }
+  }
+  size_t params_a = 0;
+  for (size_t k = 0; k < tr_checkpoint_count(a); k++)
+    params_a += !optimizer_state(tr_checkpoint_tensor_at(a, k)->name);
+  assert_true(params > 0);
+  assert_int_equal(params_a, params);
+  tr_checkpoint_close(a);
+  tr_checkpoint_close(b);
+  return most;
+}
+
+static void assert_same_params(const char *file, const char *reference, double tolerance,
+                               const char *what) {
+  char worst[128] = "";
+  const double d = params_difference(file, reference, worst, sizeof worst);
+  if (!(d <= tolerance))
+    fail_msg("%s: parameters differ from the reference by %.3g (tensor '%s'), allowed %.0e",
+             what, d, worst, tolerance);
+}
+
+static char *slurp(const char *file, size_t *size) {
+  FILE *f = fopen(file, "rb");
+  if (f == NULL) fail_msg("cannot open %s", file);
+  fseek(f, 0, SEEK_END);
+  *size = (size_t)ftell(f);
+  rewind(f);
+  char *buf = malloc(*size ? *size : 1);
+  assert_int_equal(fread(buf, 1, *size, f), *size);
+  fclose(f);
+  return buf;
+}
+
+static void assert_same_file(const char *a, const char *b, const char *what) {
+  size_t na, nb;
+  char *x = slurp(a, &na), *y = slurp(b, &nb);
+  if (na != nb || memcmp(x, y, na)) fail_msg("%s: %s and %s differ", what, a, b);
+  free(x);
+  free(y);
+}
+
+/* ---- equivalence with one device -------------------------------------------------------- */
+
+enum { TOLERANCE_STEPS = 4 };
+static const double tolerance = 1e-5;
+
+typedef struct layout_case {
+  tr_strategy strategy;
+  const char *devices;
+  int schedule; /* pipeline */
+  int microbatches;
+} layout_case;
+
+#define DP(devices) {TR_STRATEGY_DP, devices, -1, 0}
+#define MP(devices) {TR_STRATEGY_MP, devices, -1, 0}
+#define PIPELINE(devices, schedule, m) {TR_STRATEGY_PIPELINE, devices, schedule, m}
+#define HYBRID(devices) {TR_STRATEGY_HYBRID, devices, -1, 0}
+
+static const layout_case all_layouts[] = {
+    DP("host:2"),
+    DP("host:4"),
+    MP("host:2"),
+    PIPELINE("host:2", TR_SCHEDULE_GPIPE, 1),
+    PIPELINE("host:2", TR_SCHEDULE_GPIPE, 3),
+    PIPELINE("host:2", TR_SCHEDULE_GPIPE, 8),
+    PIPELINE("host:2", TR_SCHEDULE_1F1B, 1),
+    PIPELINE("host:2", TR_SCHEDULE_1F1B, 3),
+    PIPELINE("host:2", TR_SCHEDULE_1F1B, 8),
+    HYBRID("host:4"),
+};
+
+/* The comparison can see a step: one step less than `base` is well beyond the tolerance
+ * (so a layout that skipped an update, or trained nothing, would fail). */
+static void assert_a_step_shows(tr_train_options base) {
+  tr_train_result r;
+  run_to(base, "whole.safetensors", &r);
+  base.steps--;
+  run_to(base, "shorter.safetensors", &r);
+  char worst[128];
+  const double step = params_difference(path("shorter.safetensors"), path("whole.safetensors"),
+                                        worst, sizeof worst);
+  if (!(step > 10 * tolerance))
+    fail_msg("%s: the last step moved the parameters by %.3g only",
+             base.spec ? base.spec->name : base.model, step);
+}
+
+static void each_layout_matches_single(tr_train_options base, const layout_case *cases,
+                                       size_t ncases) {
+  tr_train_result r;
+  run_to(base, "single.safetensors", &r);
+  for (size_t k = 0; k < ncases; k++) {
+    const layout_case *c = &cases[k];
+    tr_train_options o = layout(base, c->strategy, c->devices);
+    o.schedule = c->schedule;
+    o.microbatches = c->microbatches;
+    run_to(o, "parallel.safetensors", &r);
+    char what[160];
+    snprintf(what, sizeof what, "%s %s on %s (%s, m %d)", tr_strategy_name(c->strategy),
+             base.spec ? base.spec->name : base.model, c->devices,
+             c->strategy == TR_STRATEGY_PIPELINE ? tr_schedule_kind_name(c->schedule) : "-",
+             c->microbatches);
+    assert_same_params(path("parallel.safetensors"), path("single.safetensors"), tolerance, what);
+  }
+}
+
+static void simplenet_trains_alike_on_every_layout(void **state) {
+  (void)state;
+  assert_a_step_shows(options("simplenet", NULL, TOLERANCE_STEPS));
+  each_layout_matches_single(options("simplenet", NULL, TOLERANCE_STEPS), all_layouts,
+                             sizeof all_layouts / sizeof *all_layouts);
+  /* mp on three devices: a layer each */
+  static const layout_case mp3 = MP("host:3");
+  each_layout_matches_single(options("simplenet", NULL, TOLERANCE_STEPS), &mp3, 1);
+}
+
+static void mlp_trains_alike_on_every_layout(void **state) {
+  (void)state;
+  assert_a_step_shows(options(NULL, &mlp4, TOLERANCE_STEPS));
+  each_layout_matches_single(options(NULL, &mlp4, TOLERANCE_STEPS), all_layouts,
+                             sizeof all_layouts / sizeof *all_layouts);
+}
+
+static void gpt_trains_alike_on_every_layout(void **state) {
+  (void)state;
+  assert_a_step_shows(options(NULL, &gpt1, TOLERANCE_STEPS));
+  each_layout_matches_single(options(NULL, &gpt1, TOLERANCE_STEPS), all_layouts,
+                             sizeof all_layouts / sizeof *all_layouts);
+}
+
+/* The mlp workload itself (8 layers of 1024 x 1024: gradient buckets of real size), two
+ * steps of a small batch. Its 8.4 M parameters are what cost time (initialising, updating,
+ * checkpointing), in sanitizer builds above all, so it runs one layout. */
+static void mlp_workload_trains_alike_data_parallel(void **state) {
+  (void)state;
+  static const layout_case dp2 = DP("host:2");
+  tr_train_options o = options("mlp", NULL, 2);
+  o.batch = 8;
+  each_layout_matches_single(o, &dp2, 1);
+}
+
+/* ---- repeatability ------------------------------------------------------------------------ */
+
+static void deterministic_parallel_runs_are_bitwise_identical(void **state) {
+  (void)state;
+  static const layout_case cases[] = {
+      DP("host:4"),
+      MP("host:2"),
+      PIPELINE("host:2", TR_SCHEDULE_1F1B, 3),
+      PIPELINE("host:4", TR_SCHEDULE_GPIPE, 4),
+      HYBRID("host:4"),
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    tr_train_options o = layout(options(NULL, &mlp4, 5), cases[k].strategy, cases[k].devices);
+    o.schedule = cases[k].schedule;
+    o.microbatches = cases[k].microbatches;
+    o.deterministic = 1;
+    tr_train_result a, b;
+    run_to(o, "first.safetensors", &a);
+    run_to(o, "second.safetensors", &b);
+    char what[96];
+    snprintf(what, sizeof what, "%s on %s", tr_strategy_name(o.strategy), o.devices);
+    assert_same_file(path("first.safetensors"), path("second.safetensors"), what);
+    assert_memory_equal(&a.final_loss, &b.final_loss, sizeof a.final_loss);
+  }
+}
+
+/* ---- the figures of a run ---------------------------------------------------------------- */
+
+static void assert_utilization_per_device(const tr_train_result *r, int devices) {
+  assert_int_equal(r->ndevices, devices);
+  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) {
+    const double u = r->utilization[i];
+    if (i < devices ? !(u > 0 && u <= 1) : !isnan(u))
+      fail_msg("%s on %d devices: utilization[%d] = %g", r->strategy, devices, i, u);
+  }
+}
+
+static void runs_report_their_layout_and_figures(void **state) {
+  (void)state;
+  tr_train_result r;
+  tr_train_options o = layout(options(NULL, &mlp4, 4), TR_STRATEGY_DP, "host:4");
+  run_to(o, "dp.safetensors", &r);
+  assert_string_equal(r.strategy, "dp");
+  assert_int_equal(r.replicas, 4);
+  assert_int_equal(r.stages, 1);
+  assert_utilization_per_device(&r, 4);
+  if (!(r.consistency >= 0 && r.consistency <= 1e-6))
+    fail_msg("dp on host:4: consistency %g, expected a number <= 1e-6", r.consistency);
+  assert_true(isnan(r.bubble_fraction));
+
+  o = pipeline(options(NULL, &mlp4, 4), "host:2", TR_SCHEDULE_GPIPE, 3);
+  run_to(o, "pipeline.safetensors", &r);
+  assert_string_equal(r.strategy, "pipeline");
+  assert_string_equal(r.schedule, "gpipe");
+  assert_int_equal(r.replicas, 1);
+  assert_int_equal(r.stages, 2);
+  assert_int_equal(r.microbatches, 3);
+  assert_utilization_per_device(&r, 2);
+  if (!(r.bubble_fraction >= 0 && r.bubble_fraction < 1))
+    fail_msg("pipeline: bubble fraction %g, expected a number in [0, 1)", r.bubble_fraction);
+  /* the schedule's own: (p-1)/(m+p-1) */
+  assert_true(fabs(r.bubble_theory - 1.0 / 4.0) < 1e-9);
+
+  o = layout(options(NULL, &mlp4, 4), TR_STRATEGY_HYBRID, "host:4");
+  run_to(o, "hybrid.safetensors", &r);
+  assert_string_equal(r.strategy, "hybrid");
+  assert_string_equal(r.schedule, "1f1b");
+  assert_int_equal(r.replicas, 2);
+  assert_int_equal(r.stages, 2);
+  assert_int_equal(r.microbatches, 4); /* 2 x stages by default */
+  assert_utilization_per_device(&r, 4);
+  assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
+}
+
+/* ---- clipping by the global norm --------------------------------------------------------- */
+
+/* With a clip that binds, every stage and replica must scale by the norm of the whole
+ * gradient: a norm of its own part would clip each part less and move off the single run. */
+static void clipping_uses_the_norm_across_stages_and_replicas(void **state) {
+  (void)state;
+  for (int model = 0; model < 2; model++) {
+    tr_train_options base = model ? options(NULL, &mlp4, TOLERANCE_STEPS)
+                                  : options("simplenet", NULL, TOLERANCE_STEPS);
+    base.lr = 0.1f; /* clipped steps are short: a larger rate keeps them visible */
+    tr_train_result r;
+    run_to(base, "unclipped.safetensors", &r);
+    base.clip = 0.01f;
+    assert_a_step_shows(base);
+    static const layout_case cases[] = {
+        DP("host:2"),
+        PIPELINE("host:2", TR_SCHEDULE_1F1B, 3),
+        HYBRID("host:4"),
+    };
+    each_layout_matches_single(base, cases, sizeof cases / sizeof *cases);
+    char worst[128];
+    const double clipped = params_difference(path("unclipped.safetensors"),
+                                             path("single.safetensors"), worst, sizeof worst);
+    if (!(clipped > 100 * tolerance))
+      fail_msg("a clip of 0.01 moved the parameters by %.3g only: it does not bind", clipped);
+  }
+}
+
+/* ---- micro-batches held ------------------------------------------------------------------ */
+
+/* A slow last stage lets the stages before it run ahead as far as the schedule allows, and
+ * no further: 1f1b's stage s holds at most min(p - s, m) micro-batches, gpipe's m. */
+static void stages_hold_no_more_microbatches_than_their_schedule(void **state) {
+  (void)state;
+  enum { P = 4, M = 8 };
+  for (int schedule = TR_SCHEDULE_GPIPE; schedule <= TR_SCHEDULE_1F1B; schedule++) {
+    tr_train_options o = pipeline(options(NULL, &chain4, 3), "host:4", schedule, M);
+    o.slow_device = P - 1;
+    o.slow_us = 2000;
+    tr_train_result r;
+    run_to(o, "slow.safetensors", &r);
+    for (int s = 0; s < P; s++) {
+      const int bound = schedule == TR_SCHEDULE_1F1B ? (P - s < M ? P - s : M) : M;
+      if (r.peak_microbatches[s] < 1 || r.peak_microbatches[s] > bound)
+        fail_msg("%s: stage %d held %d micro-batches at once, allowed 1 to %d",
+                 tr_schedule_kind_name(schedule), s, r.peak_microbatches[s], bound);
+    }
+  }
+}
+
+/* ---- bad layouts ------------------------------------------------------------------------- */
+
+static void expect_einval(const tr_train_options *o, const char *needle, const char *or_needle) {
+  tr_train_result r;
+  char err[1024] = "";
+  int rc = tr_train_run(o, &r, err, sizeof err);
+  if (rc != TR_EINVAL)
+    fail_msg("%s on %s: status %d, expected TR_EINVAL ('%s')", tr_strategy_name(o->strategy),
+             o->devices, rc, err);
+  if (!strstr(err, needle) && !(or_needle && strstr(err, or_needle)))
+    fail_msg("error '%s' names neither '%s' nor '%s'", err, needle, or_needle ? or_needle : "-");
+}
+
+static void bad_layouts_are_named(void **state) {
+  (void)state;
+  /* 50 samples do not split into 4 replicas */
+  tr_train_options o = layout(options("simplenet", NULL, 2), TR_STRATEGY_DP, "host:4");
+  o.batch = 50;
+  expect_einval(&o, "--batch", NULL);
+  /* nor 48 into 4 replicas x 5 micro-batches */
+  o.batch = 48;
+  o.microbatches = 5;
+  expect_einval(&o, "--batch", "--microbatches");
+  /* nor 50 into 4 micro-batches of a pipeline */
+  o = pipeline(options("simplenet", NULL, 2), "host:2", TR_SCHEDULE_1F1B, 4);
+  o.batch = 50;
+  expect_einval(&o, "--batch", "--microbatches");
+  /* simplenet has 3 layers: not 4 stages */
+  o = pipeline(options("simplenet", NULL, 2), "host:4", TR_SCHEDULE_1F1B, 4);
+  expect_einval(&o, "--devices", "layers");
+  o = layout(options("simplenet", NULL, 2), TR_STRATEGY_MP, "host:4");
+  expect_einval(&o, "--devices", "layers");
+  /* 3 devices are no whole number of 2-stage replicas */
+  o = layout(options(NULL, &mlp4, 2), TR_STRATEGY_HYBRID, "host:3");
+  expect_einval(&o, "--devices", "--stages");
+}
+
+/* ---- stress: a long pipeline run repeats itself --------------------------------------------- */
+
+static void a_long_pipeline_run_repeats_bitwise(void **state) {
+  (void)state;
+  tr_train_options o = pipeline(options(NULL, &chain4, (int64_t)test_scaled(1000)), "host:4",
+                                TR_SCHEDULE_1F1B, 4);
+  o.deterministic = 1;
+  tr_train_result a, b;
+  run_to(o, "long1.safetensors", &a);
+  run_to(o, "long2.safetensors", &b);
+  assert_same_file(path("long1.safetensors"), path("long2.safetensors"), "1f1b on host:4");
+  assert_false(isnan(a.final_loss));
+  assert_memory_equal(&a.final_loss, &b.final_loss, sizeof a.final_loss);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(simplenet_trains_alike_on_every_layout),
+      cmocka_unit_test(mlp_trains_alike_on_every_layout),
+      cmocka_unit_test(gpt_trains_alike_on_every_layout),
+      cmocka_unit_test(mlp_workload_trains_alike_data_parallel),
+      cmocka_unit_test(deterministic_parallel_runs_are_bitwise_identical),
+      cmocka_unit_test(runs_report_their_layout_and_figures),
+      cmocka_unit_test(clipping_uses_the_norm_across_stages_and_replicas),
+      cmocka_unit_test(stages_hold_no_more_microbatches_than_their_schedule),
+      cmocka_unit_test(bad_layouts_are_named),
+      cmocka_unit_test(a_long_pipeline_run_repeats_bitwise),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
