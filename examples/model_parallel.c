@@ -1,0 +1,100 @@
+/* model_parallel.c — SimpleNet's layers cut across two devices, its graph wired by hand.
+ *
+ * Stage 0 holds Linear(10,100) and ReLU on the first device, stage 1 holds Linear(100,1)
+ * and the loss on the second. Every step the loader sends the inputs to stage 0 and the
+ * targets to stage 1; stage 0's activations travel forward to stage 1 and their gradients
+ * come back, one micro-batch at a time, so only one device works at any moment: model
+ * parallelism buys memory, not speed (pipeline.c adds the speed). This is what
+ * `troupe train --strategy mp` runs, spelled out with the calls of tr_graph.h and tr_job.h.
+ *
+ * Run it as `model_parallel [DEVICES]` with two devices (default host:2; `cuda:0,1` on two
+ * GPUs, or `cuda:0,cuda:0` for two logical devices on one). It exits 0 once the loss has
+ * dropped tenfold.
+ */
+#include <stdio.h>
+
+#include <troupe.h>
+#include <tr_job.h> /* the graph API; troupe.h does not include it */
+
+int main(int argc, char **argv) {
+  const char *spec = argc > 1 ? argv[1] : "host:2";
+  const int64_t steps = 2000;
+  const int cuts[] = {0, 2, 3}; /* stage s: layers [cuts[s], cuts[s+1]) */
+  char err[1024] = "";
+  tr_model *model = NULL;
+  tr_device_list *devs = NULL;
+  tr_data *data = NULL;
+  tr_graph *g = NULL;
+  tr_job *job = NULL;
+  tr_train_result r;
+  int ok = 0, rc;
+
+  if ((rc = tr_model_simplenet(&model))) {
+    snprintf(err, sizeof err, "simplenet: %s", tr_strerror(rc));
+    goto out;
+  }
+  if ((rc = tr_device_list_open(&devs, spec, err, sizeof err))) goto out;
+  if (tr_device_list_count(devs) != 2) {
+    snprintf(err, sizeof err, "'%s' names %d devices; the two stages need two", spec,
+             tr_device_list_count(devs));
+    goto out;
+  }
+  tr_data_config dc;
+  tr_data_config_for(&dc, model, 1, NULL); /* simplenet's: a fixed random teacher */
+  if ((rc = tr_data_open(&data, &dc, err, sizeof err))) goto out;
+
+  /* One replica of two stages, one micro-batch per step. With one micro-batch the schedule
+   * has nothing to reorder: gpipe (all forwards, then all backwards) is the plain order. */
+  const tr_job_config jc = {
+      .model = model,
+      .data = data,
+      .optim = tr_model_optim(model),        /* SGD, lr 0.01 */
+      .global_batch = tr_model_batch(model), /* 64 samples per step */
+      .replicas = 1,
+      .stages = 2,
+      .microbatches = 1,
+      .schedule = TR_SCHEDULE_GPIPE,
+      .cuts = cuts, /* NULL would balance the stages by their cost (tr_model_balance) */
+      .seed = 1,
+  };
+  if ((rc = tr_graph_new(&g, NULL))) {
+    snprintf(err, sizeof err, "creating the graph: %s", tr_strerror(rc));
+    goto out;
+  }
+  if ((rc = tr_job_new(&job, g, &jc, err, sizeof err))) goto out;
+
+  /* The actors: a stage per device, the loader feeding inputs to the first and targets to
+   * the last, the chain between them (activations forward, their gradients back), and the
+   * coordinator. With one replica there is no group to all-reduce in. */
+  tr_actor *stage[2], *loader, *coordinator;
+  rc = tr_job_add_stage(job, 0, 0, tr_device_list_get(devs, 0), &stage[0]);
+  if (rc == 0) rc = tr_job_add_stage(job, 0, 1, tr_device_list_get(devs, 1), &stage[1]);
+  if (rc == 0) rc = tr_job_add_loader(job, 0, &loader);
+  if (rc == 0) rc = tr_job_feed(job, loader, stage[0], stage[1]);
+  if (rc == 0) rc = tr_job_chain(job, stage[0], stage[1]);
+  if (rc == 0) rc = tr_job_add_coordinator(job, &coordinator);
+  if (rc) {
+    snprintf(err, sizeof err, "creating the actors: %s", tr_strerror(rc));
+    goto out;
+  }
+
+  if ((rc = tr_graph_run(g, 0, steps, 0))) {
+    snprintf(err, sizeof err, "%s", tr_graph_error(g));
+    goto out;
+  }
+  tr_job_result(job, &r);
+  printf("trained %lld steps model-parallel on %s (%d stages): loss %.4f -> %.4f, "
+         "%.0f samples/s, devices busy %.0f%% and %.0f%%\n",
+         (long long)r.steps, r.devices, r.stages, r.initial_loss, r.final_loss,
+         r.samples_per_s, 100 * r.utilization[0], 100 * r.utilization[1]);
+  ok = r.final_loss < 0.1 * r.initial_loss;
+
+out:
+  if (err[0]) fprintf(stderr, "model_parallel: %s\n", err);
+  tr_graph_free(g); /* the graph's actors use the job: free it first */
+  tr_job_free(job);
+  tr_data_close(data);
+  tr_device_list_close(devs);
+  tr_model_free(model);
+  return ok ? 0 : 1;
+}
