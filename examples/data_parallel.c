@@ -13,7 +13,6 @@
 #include <stdio.h>
 
 #include <troupe.h>
-#include <tr_job.h> /* the graph API; troupe.h does not include it */
 
 int main(int argc, char **argv) {
   const char *spec = argc > 1 ? argv[1] : "host:2";

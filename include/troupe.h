@@ -15,6 +15,8 @@
  *   tr_data.h     the workloads' data: synthetic generators and byte files
  *   tr_train.h    training runs: a model, a strategy, devices, and the run's figures
  *   tr_schedule.h pipeline schedules (GPipe, 1F1B) as per-stage action lists
+ *   tr_graph.h    training graphs: actors, typed edges that carry credits, steps, the end
+ *   tr_job.h      the built-in training actors (loader, stage, coordinator) and their edges
  */
 #ifndef TROUPE_H
 #define TROUPE_H
@@ -23,6 +25,8 @@
 #include "tr_checkpoint.h"
 #include "tr_data.h"
 #include "tr_device.h"
+#include "tr_graph.h"
+#include "tr_job.h"
 #include "tr_layers.h"
 #include "tr_mailbox.h"
 #include "tr_model.h"
