@@ -23,8 +23,8 @@ static int default_prefetch(const tr_job_config *c, int mb_batch) {
   const tr_model *m = c->model;
   const size_t bytes = (tr_model_input_bytes(m) + tr_model_target_bytes(m)) * (size_t)mb_batch;
   const size_t fit = bytes ? ((size_t)4 << 20) / bytes : 256;
-  const size_t lo = 2 * (size_t)c->microbatches;
-  return (int)(fit < lo ? lo : fit > 256 ? (lo > 256 ? lo : 256) : fit);
+  const size_t lo = 2 * (size_t)c->microbatches, hi = lo > 256 ? lo : 256;
+  return (int)(fit < lo ? lo : fit > hi ? hi : fit);
 }
 
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, size_t n) {

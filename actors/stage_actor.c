@@ -11,7 +11,7 @@
  * is in flight.
  *
  * Replica groups: during the last micro-batch's backward, each bucket of layers (about
- * BUCKET_BYTES of gradients, last layers first) is announced to the group once final. The
+ * BUCKET_FLOATS gradients, last layers first) is announced to the group once final. The
  * member that owns chunk c of a bucket sums chunk c over all members, in replica order (the
  * same bits on every replica, whatever the timing), on its communication stream, writes
  * the sum into every member's gradients and announces it. A member updates once every
@@ -57,8 +57,6 @@ typedef struct bucket {
 typedef struct group_step {
   int *ready;          /* [bucket]: members whose bucket is final */
   tr_event **peer_ev;  /* [bucket × R]: their events */
-  float **peer_grads;  /* [R]: their gradient allocations */
-  tr_device **peer_dev;
   tr_event **reduced;  /* [bucket × R]: the owners' events, waited for before the update */
   int nreduced;
   tr_event **own_ready, **own_reduced; /* [bucket]: this member's */
@@ -97,6 +95,8 @@ typedef struct stage_actor {
 
   /* replica group */
   tr_actor **group;
+  tr_device **member_dev; /* [R] */
+  float **member_grads;   /* [R]: their gradient allocations, as their messages say */
   int R, me, nb, next_bucket;
   bucket *buckets;
   group_step gs[2];
@@ -161,12 +161,24 @@ void tr__stage_set_chain(void *state, tr_edge *out, tr_edge *in, bool forward) {
 int tr__stage_set_group(void *state, tr_actor *const *members, int n) {
   stage_actor *a = state;
   a->group = malloc((size_t)n * sizeof *a->group);
-  if (a->group == NULL) return TR_ENOMEM;
+  a->member_dev = malloc((size_t)n * sizeof *a->member_dev);
+  a->member_grads = calloc((size_t)n, sizeof *a->member_grads);
+  if (!a->group || !a->member_dev || !a->member_grads) return TR_ENOMEM;
   memcpy(a->group, members, (size_t)n * sizeof *members);
   a->R = n;
-  for (int i = 0; i < n; i++)
-    if (tr_actor_state(members[i]) == state) a->me = i;
+  for (int i = 0; i < n; i++) {
+    const stage_actor *m = tr_actor_state(members[i]);
+    a->member_dev[i] = m->dev; /* set when the actor was made, before any thread runs */
+    if (m == a) a->me = i;
+  }
   return 0;
+}
+
+/* Time inside ops on the device's thread counts as busy (after the warm-up), and is traced. */
+static void busy(tr_actor *self, stage_actor *a, const char *what, uint64_t t0, int mb) {
+  uint64_t t1 = tr_now_ns();
+  if (a->step >= a->warm_step) a->busy_ns += t1 - t0;
+  if (tr_trace_enabled(self)) tr_trace_record(self, what, t0, t1, mb);
 }
 
 static int fail_device(tr_actor *self, stage_actor *a, const char *what) {
@@ -250,13 +262,10 @@ static int open_group(tr_actor *self, stage_actor *a) {
     group_step *g = &a->gs[p];
     g->ready = calloc((size_t)nb, sizeof *g->ready);
     g->peer_ev = calloc((size_t)(nb * R), sizeof *g->peer_ev);
-    g->peer_grads = calloc((size_t)R, sizeof *g->peer_grads);
-    g->peer_dev = calloc((size_t)R, sizeof *g->peer_dev);
     g->reduced = calloc((size_t)(nb * R), sizeof *g->reduced);
     g->own_ready = calloc((size_t)nb, sizeof *g->own_ready);
     g->own_reduced = calloc((size_t)nb, sizeof *g->own_reduced);
-    if (!g->ready || !g->peer_ev || !g->peer_grads || !g->peer_dev || !g->reduced ||
-        !g->own_ready || !g->own_reduced)
+    if (!g->ready || !g->peer_ev || !g->reduced || !g->own_ready || !g->own_reduced)
       return TR_ENOMEM;
     for (int b = 0; b < nb; b++)
       if (tr_event_open(a->dev, TR_EVENT_DEFAULT, &g->own_ready[b]) ||
@@ -265,9 +274,9 @@ static int open_group(tr_actor *self, stage_actor *a) {
   }
   if (tr_stream_open(a->dev, "allreduce", &a->comm))
     return fail_device(self, a, "opening the all-reduce stream");
-  /* Whether the others' memory is readable here is only known once they run; a scratch
-   * buffer for one chunk per member covers the case where it is not. */
-  a->direct = tr_device_get_info(a->dev)->kind == TR_DEVICE_HOST;
+  /* Where a member's memory is not readable here, its chunks are staged through scratch. */
+  a->direct = true;
+  for (int r = 0; r < R; r++) a->direct &= tr_device_can_access_peer(a->dev, a->member_dev[r]) == 1;
   if (!a->direct && tr_device_alloc(a->dev, ((largest + (size_t)R - 1) / (size_t)R + 16) * sizeof(float),
                                     (void **)&a->scratch))
     return fail_device(self, a, "allocating the all-reduce scratch");
@@ -321,12 +330,8 @@ static int stage_open(tr_actor *self) {
     if (tr_event_open(a->dev, TR_EVENT_DEFAULT, &a->grad_ev[i]))
       return fail_device(self, a, "opening events");
 
-  /* The batch buffers this stage lends its loader. */
-  tr__ring_msg *r = tr_msg_new(&tr__ring_type);
-  r->hdr.from = self;
-  r->depth = a->depth;
-  r->x = r->y = NULL;
-  /* With one stage, one edge brings inputs and targets together. */
+  /* The batch buffers this stage lends its loader. With one stage, one edge brings inputs
+   * and targets together. */
   TR_ASSERT(!(a->in_x && a->in_y));
   if (a->in_x && !(a->x = calloc((size_t)a->depth, sizeof *a->x))) return TR_ENOMEM;
   if ((a->in_y || (a->in_x && info->is_last)) &&
@@ -337,8 +342,6 @@ static int stage_open(tr_actor *self) {
         (a->y && tr_host_alloc(a->dev, info->target_bytes, &a->y[i])))
       return fail_device(self, a, "allocating batch buffers");
   }
-  r->x = a->x;
-  r->y = a->y;
 
   if (info->is_last) {
     if (tr_host_alloc(a->dev, (size_t)LOSS_RING * (size_t)a->m * sizeof(float),
@@ -364,8 +367,14 @@ static int stage_open(tr_actor *self) {
   /* A tenth of the steps (at most 100) warm up; a timed run, whose count is unknown, 3. */
   a->warm_step = a->step + (end == INT64_MAX ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100);
   a->window_start = a->last_report = tr_now_ns();
-  if (a->in_x || a->in_y) tr_actor_send(j->loaders[a->replica], r);
-  else tr_msg_free(r);
+  if (a->x || a->y) {
+    tr__ring_msg *r = tr_msg_new(&tr__ring_type);
+    r->hdr.from = self;
+    r->depth = a->depth;
+    r->x = a->x;
+    r->y = a->y;
+    tr_actor_send(j->loaders[a->replica], r);
+  }
   return 0;
 }
 
@@ -386,7 +395,7 @@ static int send_bucket(stage_actor *a, tr_actor *self, int64_t step, int b, tr_e
 /* All members' bucket b is final: sum this member's chunk over them, in replica order, and
  * write the sum into every member's gradients. */
 static int reduce_chunk(tr_actor *self, stage_actor *a, group_step *g, int64_t step, int b) {
-  uint64_t t0 = tr_now_ns();
+  const uint64_t t0 = tr_now_ns();
   size_t lo, hi;
   chunk_of(a, b, a->me, &lo, &hi);
   const size_t n = hi - lo;
@@ -395,10 +404,10 @@ static int reduce_chunk(tr_actor *self, stage_actor *a, group_step *g, int64_t s
     if (tr_stream_wait_event(a->comm, g->peer_ev[b * a->R + r]))
       return fail_device(self, a, "all-reduce: waiting for a member");
   for (int r = 0; r < a->R && n; r++) {
-    const float *theirs = g->peer_grads[r] + lo;
+    const float *theirs = a->member_grads[r] + lo;
     if (r == a->me && r > 0) continue; /* already in place: summed below in order */
     if (!a->direct && r != a->me) {
-      if (tr_memcpy_peer(a->comm, a->scratch, a->dev, theirs, g->peer_dev[r], n * sizeof(float)))
+      if (tr_memcpy_peer(a->comm, a->scratch, a->dev, theirs, a->member_dev[r], n * sizeof(float)))
         return fail_device(self, a, "all-reduce: staging a chunk");
       theirs = a->scratch;
     }
@@ -409,15 +418,13 @@ static int reduce_chunk(tr_actor *self, stage_actor *a, group_step *g, int64_t s
   }
   for (int r = 0; r < a->R && n; r++) {
     if (r == a->me) continue;
-    if (tr_memcpy_peer(a->comm, g->peer_grads[r] + lo, g->peer_dev[r], mine, a->dev,
+    if (tr_memcpy_peer(a->comm, a->member_grads[r] + lo, a->member_dev[r], mine, a->dev,
                        n * sizeof(float)))
       return fail_device(self, a, "all-reduce: writing the sum");
   }
   if (tr_event_record(g->own_reduced[b], a->comm)) return fail_device(self, a, "all-reduce");
   int rc = send_bucket(a, self, step, b, g->own_reduced[b], true);
-  uint64_t t1 = tr_now_ns();
-  if (a->step >= a->warm_step) a->busy_ns += t1 - t0;
-  if (tr_trace_enabled(self)) tr_trace_record(self, "allreduce", t0, t1, b);
+  busy(self, a, "allreduce", t0, b);
   return rc;
 }
 
@@ -428,8 +435,7 @@ static int bucket_arrived(tr_actor *self, stage_actor *a, const tr__bucket_msg *
     return 0;
   }
   g->peer_ev[m->bucket * a->R + m->replica] = m->ready;
-  g->peer_grads[m->replica] = m->grads;
-  g->peer_dev[m->replica] = m->dev;
+  a->member_grads[m->replica] = m->grads;
   if (++g->ready[m->bucket] < a->R) return 0;
   g->ready[m->bucket] = 0;
   return reduce_chunk(self, a, g, m->step, m->bucket);
@@ -440,8 +446,7 @@ static int bucket_arrived(tr_actor *self, stage_actor *a, const tr__bucket_msg *
 static int send_bucket(stage_actor *a, tr_actor *self, int64_t step, int b, tr_event *ev,
                        bool reduced) {
   tr__bucket_msg own = {.hdr.from = self, .bucket = b, .replica = a->me, .reduced = reduced,
-                        .step = step, .ready = ev, .grads = tr_stage_grads(a->st),
-                        .dev = a->dev};
+                        .step = step, .ready = ev, .grads = tr_stage_grads(a->st)};
   for (int r = 0; r < a->R; r++) {
     if (r == a->me) continue;
     tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
@@ -472,12 +477,6 @@ enum { BLOCKED = 0, DONE = 1 };
 
 static void slow_down(stage_actor *a) {
   if (a->j->c.slow_us > 0 && a->device_index == a->j->c.slow_device) usleep((useconds_t)a->j->c.slow_us);
-}
-
-static void busy(tr_actor *self, stage_actor *a, const char *what, uint64_t t0, int mb) {
-  uint64_t t1 = tr_now_ns();
-  if (a->step >= a->warm_step) a->busy_ns += t1 - t0;
-  if (tr_trace_enabled(self)) tr_trace_record(self, what, t0, t1, mb);
 }
 
 static void hold(stage_actor *a, int delta) {
@@ -884,13 +883,13 @@ static void stage_destroy(void *state) {
   free(a->rel_edge);
   free(a->rel_ev);
   free(a->group);
+  free(a->member_dev);
+  free(a->member_grads);
   free(a->buckets);
   for (int p = 0; p < 2; p++) {
     group_step *g = &a->gs[p];
     free(g->ready);
     free(g->peer_ev);
-    free(g->peer_grads);
-    free(g->peer_dev);
     free(g->reduced);
     free(g->own_ready);
     free(g->own_reduced);

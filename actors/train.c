@@ -64,7 +64,6 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
       snprintf(err, size, "--strategy async: not built yet");
       return TR_EINVAL;
   }
-  if (R * P != n && o->strategy != TR_STRATEGY_SINGLE) return TR_EINVAL;
   c->replicas = R;
   c->stages = P;
   const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;

@@ -79,8 +79,7 @@ typedef struct tr__bucket_msg {
   bool reduced;
   int64_t step;
   tr_event *ready;
-  float *grads; /* the sender's gradient allocation, on `dev` */
-  tr_device *dev;
+  float *grads; /* the sender's gradient allocation */
 } tr__bucket_msg;
 
 /* stages of a replica: the sender's sum of squared gradients at step `step` */

@@ -18,27 +18,8 @@
 #include "../runtime/test_util.h"
 #include "troupe.h"
 
-static char dir[] = "/tmp/troupe-parallel-XXXXXX";
-
-static int setup(void **state) {
-  (void)state;
-  return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd);
-}
-
-static const char *path(const char *name) {
-  static char buf[8][256];
-  static int next;
-  char *p = buf[next++ % 8];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
+#define SCRATCH_NAME "parallel"
+#include "scratch.h"
 
 /* ---- the models ------------------------------------------------------------------------ */
 

@@ -12,27 +12,8 @@
 
 #include "troupe.h"
 
-static char dir[] = "/tmp/troupe-train-XXXXXX";
-
-static int setup(void **state) {
-  (void)state;
-  return mkdtemp(dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[128];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  return system(cmd);
-}
-
-static const char *path(const char *name) {
-  static char buf[4][256];
-  static int next;
-  char *p = buf[next++ % 4];
-  snprintf(p, 256, "%s/%s", dir, name);
-  return p;
-}
+#define SCRATCH_NAME "train"
+#include "scratch.h"
 
 static tr_train_options simplenet(int64_t steps) {
   tr_train_options o = tr_train_defaults();
