@@ -163,6 +163,8 @@ struct tr__backend {
                        const float *wpe, size_t B, size_t T, size_t C, size_t V);
   int (*embedding_bwd)(tr_stream *s, float *dwte, float *dwpe, const float *dout,
                        const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
+  int (*dc_asgd)(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
+                 float lambda);
   int (*sgd_update)(tr_stream *s, float *param, const float *grad, size_t n, float lr,
                     float weight_decay);
   int (*momentum_update)(tr_stream *s, float *param, const float *grad, float *mom, size_t n,

@@ -840,6 +840,17 @@ int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
   return d->be->embedding_bwd(s, dwte, dwpe, dout, idx, B, T, C, V);
 }
 
+int tr_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
+               float lambda) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(grad);
+  NOT_NULL(now);
+  NOT_NULL(pulled);
+  SLOT(dc_asgd);
+  return d->be->dc_asgd(s, grad, now, pulled, n, lambda);
+}
+
 int tr_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
                   float weight_decay) {
   ENTER(s);

@@ -328,6 +328,14 @@ int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *
 int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
                      const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
 
+/* ---- asynchronous updates ---------------------------------------------------------------------- */
+
+/* Delay compensation (DC-ASGD, Zheng et al. 2017): grad (n) += lambda * grad * grad *
+ * (now (n) - pulled (n)), the first-order correction of a gradient computed at parameters
+ * `pulled` for use at parameters `now`. */
+int tr_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
+               float lambda);
+
 /* ---- optimizer updates (PyTorch's definitions) -------------------------------------------------- */
 
 /* param (n) -= lr * (grad + weight_decay * param) */

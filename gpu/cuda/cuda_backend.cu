@@ -591,6 +591,7 @@ static constexpr tr__backend tr__cuda_make_backend() {
   b.mse_bwd = tr__cuda_mse_bwd;
   b.embedding_fwd = tr__cuda_embedding_fwd;
   b.embedding_bwd = tr__cuda_embedding_bwd;
+  b.dc_asgd = tr__cuda_dc_asgd;
   b.sgd_update = tr__cuda_sgd_update;
   b.momentum_update = tr__cuda_momentum_update;
   b.adamw_update = tr__cuda_adamw_update;

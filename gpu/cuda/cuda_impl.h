@@ -169,6 +169,7 @@ int tr__cuda_embedding_fwd(tr_stream *, float *, const int32_t *, const float *,
                            const float *, size_t, size_t, size_t, size_t);
 int tr__cuda_embedding_bwd(tr_stream *, float *, float *, const float *, const int32_t *,
                            size_t, size_t, size_t, size_t);
+int tr__cuda_dc_asgd(tr_stream *, float *, const float *, const float *, size_t, float);
 int tr__cuda_sgd_update(tr_stream *, float *, const float *, size_t, float, float);
 int tr__cuda_momentum_update(tr_stream *, float *, const float *, float *, size_t, float,
                              float, float, int);

@@ -289,6 +289,19 @@ struct tr__adamw_f { /* x: param, grad, m, v -> y: param, m, v */
   }
 };
 
+struct tr__dc_asgd_f { /* x: grad, now, pulled -> y: grad */
+  float lambda;
+  __device__ void operator()(const float *x, float *y, size_t) const {
+    y[0] = x[0] + lambda * x[0] * x[0] * (x[1] - x[2]);
+  }
+};
+
+int tr__cuda_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
+                     float lambda) {
+  tr__ew_ptrs<3, 1> p = {{grad, now, pulled}, {grad}};
+  return tr__ew(s, "dc_asgd", n, p, tr__dc_asgd_f{lambda});
+}
+
 int tr__cuda_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
                         float weight_decay) {
   tr__ew_ptrs<2, 1> p = {{param, grad}, {param}};

@@ -293,6 +293,7 @@ const tr__backend tr__host_backend = {
     .mse_bwd = tr__host_mse_bwd,
     .embedding_fwd = tr__host_embedding_fwd,
     .embedding_bwd = tr__host_embedding_bwd,
+    .dc_asgd = tr__host_dc_asgd,
     .sgd_update = tr__host_sgd_update,
     .momentum_update = tr__host_momentum_update,
     .adamw_update = tr__host_adamw_update,

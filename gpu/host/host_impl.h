@@ -73,6 +73,8 @@ int tr__host_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
 int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 int tr__host_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
 int tr__host_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+int tr__host_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
+                     float lambda);
 int tr__host_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
                         float weight_decay);
 int tr__host_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,

@@ -230,6 +230,15 @@ int tr__host_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *
   return 0;
 }
 
+/* ---- asynchronous updates ---------------------------------------------------------------------- */
+
+int tr__host_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
+                     float lambda) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) grad[i] += lambda * grad[i] * grad[i] * (now[i] - pulled[i]);
+  return 0;
+}
+
 /* ---- optimizer updates ------------------------------------------------------------------------- */
 
 HOST_LOOPS tr__host_sgd_update_loops(tr_stream *s, float *param, const float *grad, size_t n,

@@ -833,6 +833,38 @@ static int run_adamw(tr_stream *s, void **a, void *ctx) {
   return tr_adamw_update(s, a[1], a[0], a[2], a[3], p->n, p->a, p->c, p->d, p->e, p->b, p->t);
 }
 
+static int run_dc_asgd(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_dc_asgd(s, a[2], a[0], a[1], p->n, p->a);
+}
+
+/* g + lambda g^2 (now - pulled), against float64; and lambda 0 leaves g exactly alone. */
+static void dc_asgd_compensates_the_gradient_as_defined(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(14);
+  for (int k = 0; k < NSIZES; k++) {
+    size_t n = sizes[k];
+    float *now = th_alloc_f(n), *pulled = th_alloc_f(n), *g = th_alloc_f(n);
+    double *ref = th_alloc_d(n);
+    th_fill_normal(&r, now, n, 1);
+    th_fill_normal(&r, pulled, n, 1);
+    th_fill_normal(&r, g, n, 1);
+    void *out[3];
+    for (int zero = 0; zero < 2; zero++) {
+      P p = {.n = n, .a = zero ? 0.0f : 0.7f};
+      th_arg args[] = {{"now", n, 4, TH_IN, now, 0}, {"pulled", n, 4, TH_IN, pulled, 0},
+                       {"grad", n, 4, TH_OUT, g, 0}};
+      RUN(args, run_dc_asgd, &p, out);
+      for (size_t i = 0; i < n; i++)
+        ref[i] = (double)g[i] + (double)p.a * g[i] * g[i] * ((double)now[i] - pulled[i]);
+      CHECK("dc_asgd", out[2], ref, n, TH_TOL_ELEMENTWISE);
+      if (zero) assert_memory_equal(out[2], g, n * sizeof(float));
+      th_free_outputs(out, 3);
+    }
+    free(now), free(pulled), free(g), free(ref);
+  }
+}
+
 static void optimizer_updates_match_pytorch_in_float64(void **state) {
   (void)state;
   th_rng r = th_rng_for(13);
@@ -1052,6 +1084,7 @@ int main(void) {
       cmocka_unit_test(mse_matches_float64),
       cmocka_unit_test(embedding_fwd_and_scatter_add_bwd_match_float64),
       cmocka_unit_test(optimizer_updates_match_pytorch_in_float64),
+      cmocka_unit_test(dc_asgd_compensates_the_gradient_as_defined),
       cmocka_unit_test(gemm_matches_float64_for_every_transposition),
       cmocka_unit_test(gemm_small_products_match_float64_in_every_form),
       cmocka_unit_test(gemm_small_products_do_not_depend_on_alignment),

@@ -206,6 +206,10 @@ static int run_momentum(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_momentum_update(s, F(1), F(0), F(2), p->n, p->a, p->b, p->c, p->flag);
 }
+static int run_dc_asgd(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_dc_asgd(s, F(2), F(0), F(1), p->n, p->a);
+}
 static int run_adamw(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_adamw_update(s, F(1), F(0), F(2), F(3), p->n, p->a, p->b, p->c, p->d, p->e, p->t);
@@ -257,6 +261,13 @@ static void elementwise_ops_match_host(void **state) {
         q.a = 0.01f, q.b = 0.1f; /* lr, weight decay */
         th_arg args[] = {{"grad", m, 4, TH_IN, y, 0}, {"param", m, 4, TH_OUT, x, 0}};
         CMP(args, run_sgd, &q);
+      }
+      {
+        P q = p;
+        q.a = 0.7f; /* lambda */
+        th_arg args[] = {{"now", m, 4, TH_IN, x, 0}, {"pulled", m, 4, TH_IN, z, 0},
+                         {"grad", m, 4, TH_OUT, y, 0}};
+        CMP(args, run_dc_asgd, &q);
       }
       for (int nesterov = 0; nesterov < 2; nesterov++) {
         P q = p;
