@@ -1,5 +1,6 @@
 /* cmd_train.c — `troupe train`: parse the options of WORKLOADS.md, run tr_train_run, print
  * a summary on stderr and, with --json, one JSON object on stdout. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,16 +16,28 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: troupe train [options]\n\n"
           "  --model simplenet|mlp|gpt      the workload (default simplenet)\n"
-          "  --strategy single|dp|mp|pipeline|hybrid\n"
+          "  --strategy single|dp|mp|pipeline|hybrid|async\n"
           "                                 how to use the devices (default single): dp a replica\n"
           "                                 per device; mp the layers cut across them; pipeline\n"
-          "                                 that cut with micro-batches; hybrid replicas of pipelines\n"
+          "                                 that cut with micro-batches; hybrid replicas of pipelines;\n"
+          "                                 async workers pushing to a parameter server\n"
           "  --devices host:N|cuda:I,..|auto the devices (default auto: every GPU, else host:1)\n"
           "  --microbatches M               per step and replica (pipeline, hybrid: 2 x stages)\n"
           "  --schedule gpipe|1f1b          pipeline schedule (default 1f1b)\n"
           "  --stages N                     hybrid: devices per pipeline (default 2)\n"
           "  --cuts L1,L2,..                stage boundaries as layer indices (default: balanced)\n"
-          "  --steps N                      train to step N (default 100; a resumed run continues)\n"
+          "  --workers N                    async: workers, one per device (default: every device)\n"
+          "  --staleness S                  async: a worker waits while it is more than S pushes\n"
+          "                                 ahead of the slowest (SSP; default unbounded)\n"
+          "  --dc-lambda L                  async: delay compensation g + L g*g*(now - pulled)\n"
+          "  --momentum-correction          async: take the 1 - 1/workers that asynchrony adds off\n"
+          "                                 the explicit momentum\n"
+          "  --staleness-lr                 async: divide the step size by the update's staleness\n"
+          "  --pull-every K                 async: pull fresh parameters every K pushes (default 1)\n"
+          "  --server SPEC                  async: the parameter server's device (default host:1,\n"
+          "                                 or the first worker's GPU)\n"
+          "  --steps N                      train to step N (default 100; a resumed run continues;\n"
+          "                                 async: N updates at the server)\n"
           "  --seconds S                    train for S seconds instead\n"
           "  --batch N                      samples per step (default: the workload's)\n"
           "  --lr X                         learning rate (default: the workload's)\n"
@@ -71,10 +84,21 @@ static void print_json(const tr_train_result *r, double sgemm) {
          r->stages, r->microbatches);
   if (r->schedule[0]) printf("\"%s\",", r->schedule);
   else printf("null,");
-  if (isfinite(r->staleness_mean))
-    printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g},", r->staleness_mean, r->staleness_max);
-  else
+  const bool async = !strcmp(r->strategy, "async");
+  if (async && isfinite(r->staleness_mean)) {
+    printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g,\"histogram\":[", r->staleness_mean,
+           r->staleness_max);
+    int bins = TR_TRAIN_STALENESS_BINS; /* trimmed after the last non-zero bin */
+    while (bins > 0 && r->staleness_hist[bins - 1] == 0) bins--;
+    for (int i = 0; i < bins; i++) printf("%s%lld", i ? "," : "", (long long)r->staleness_hist[i]);
+    printf("]},");
+  } else {
     printf("\"staleness\":null,");
+  }
+  if (async) printf("\"workers\":%d,\"clock_gap_max\":%d,", r->workers, r->clock_gap_max);
+  else printf("\"workers\":null,\"clock_gap_max\":null,");
+  json_number("momentum", async ? r->momentum : NAN, false);
+  json_number("server_utilization", async ? r->server_utilization : NAN, false);
   json_number("consistency", r->consistency, false);
   json_number("gflops", r->gflops, false);
   json_number("tokens_per_s", r->tokens_per_s, false);
@@ -83,7 +107,24 @@ static void print_json(const tr_train_result *r, double sgemm) {
   printf("}\n");
 }
 
-static void print_summary(const tr_train_result *r, double sgemm) {
+/* async: the second line, on staleness and how far the workers' parameters were from the
+ * server's. */
+static void print_async(const tr_train_result *r, int staleness) {
+  fprintf(stderr, "  %d workers", r->workers);
+  if (isfinite(r->staleness_mean))
+    fprintf(stderr, ", staleness mean %.2f max %.0f", r->staleness_mean, r->staleness_max);
+  if (staleness >= 0) fprintf(stderr, " (bound %d, clock gap max %d)", staleness, r->clock_gap_max);
+  else fprintf(stderr, " (unbounded, clock gap max %d)", r->clock_gap_max);
+  if (isfinite(r->momentum)) fprintf(stderr, ", momentum %.3g", r->momentum);
+  if (isfinite(r->server_utilization))
+    fprintf(stderr, ", server busy %.0f%%", 100 * r->server_utilization);
+  fputc('\n', stderr);
+  if (isfinite(r->consistency))
+    fprintf(stderr, "  consistency %.3g (mean ||θ_worker − θ_server|| / ||θ_server|| at push)\n",
+            r->consistency);
+}
+
+static void print_summary(const tr_train_result *r, double sgemm, int staleness) {
   fprintf(stderr, "%s · %s · %s: steps %lld→%lld", r->model, r->strategy, r->devices,
           (long long)r->first_step, (long long)r->steps);
   if (isfinite(r->samples_per_s))
@@ -101,8 +142,10 @@ static void print_summary(const tr_train_result *r, double sgemm) {
   if (isfinite(r->bubble_fraction))
     fprintf(stderr, ", bubble %.3f (%s, m = %d: %.3f in theory)", r->bubble_fraction,
             r->schedule, r->microbatches, r->bubble_theory);
-  if (r->replicas > 1) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
+  const bool async = !strcmp(r->strategy, "async");
+  if (r->replicas > 1 && !async) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
   fputc('\n', stderr);
+  if (async) print_async(r, staleness);
 }
 
 /* "3,6": increasing layer indices, at most 63 of them. */
@@ -133,6 +176,7 @@ int cmd_train(int argc, char **argv) {
   tr_train_options o = tr_train_defaults();
   int cuts[64];
   bool json = false, quiet = false, steps_given = false;
+  const char *async_given = NULL; /* the last option that only async reads */
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v;
     uint64_t u;
@@ -166,6 +210,31 @@ int cmd_train(int argc, char **argv) {
       o.stages = (int)u;
     } else if (!strcmp(a, "--cuts")) {
       if (!cli_value_str(argc, argv, &i, &v) || !parse_cuts(v, cuts, &o.cuts, &o.ncuts)) return CLI_USAGE;
+    } else if (!strcmp(a, "--workers")) {
+      if (!cli_value_u64(argc, argv, &i, 1, TR_TRAIN_MAX_DEVICES, &u)) return CLI_USAGE;
+      o.workers = (int)u;
+      async_given = a;
+    } else if (!strcmp(a, "--staleness")) {
+      if (!cli_value_u64(argc, argv, &i, 0, INT_MAX, &u)) return CLI_USAGE;
+      o.staleness = (int)u;
+      async_given = a;
+    } else if (!strcmp(a, "--dc-lambda")) {
+      if (!cli_value_double(argc, argv, &i, 0, 1e6, &d)) return CLI_USAGE;
+      o.dc_lambda = (float)d;
+      async_given = a;
+    } else if (!strcmp(a, "--momentum-correction")) {
+      o.momentum_correction = 1;
+      async_given = a;
+    } else if (!strcmp(a, "--staleness-lr")) {
+      o.staleness_lr = 1;
+      async_given = a;
+    } else if (!strcmp(a, "--pull-every")) {
+      if (!cli_value_u64(argc, argv, &i, 1, 1 << 20, &u)) return CLI_USAGE;
+      o.pull_every = (int)u;
+      async_given = a;
+    } else if (!strcmp(a, "--server")) {
+      if (!cli_value_str(argc, argv, &i, &o.server)) return CLI_USAGE;
+      async_given = a;
     } else if (!strcmp(a, "--steps")) {
       if (!cli_value_u64(argc, argv, &i, 1, INT64_MAX, &u)) return CLI_USAGE;
       o.steps = (int64_t)u;
@@ -218,6 +287,10 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "troupe: --steps and --seconds: give one of them\n");
     return CLI_USAGE;
   }
+  if (async_given && o.strategy != TR_STRATEGY_ASYNC) {
+    fprintf(stderr, "troupe: %s: applies to --strategy async only\n", async_given);
+    return CLI_USAGE;
+  }
   if (o.checkpoint_every && !o.checkpoint) {
     fprintf(stderr, "troupe: --checkpoint-every needs --checkpoint FILE\n");
     return CLI_USAGE;
@@ -236,7 +309,7 @@ int cmd_train(int argc, char **argv) {
   double sgemm = NAN;
   if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0)
     sgemm = cli_sgemm_gflops(2048);
-  if (!quiet) print_summary(&r, sgemm);
+  if (!quiet) print_summary(&r, sgemm, o.staleness);
   if (json) print_json(&r, sgemm);
   return CLI_OK;
 }
