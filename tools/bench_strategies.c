@@ -14,7 +14,7 @@
 #include "troupe.h"
 
 typedef struct row {
-  const char *label;
+  char label[24];
   tr_train_options o;
   tr_train_result r;
   int rc;
@@ -82,26 +82,37 @@ static double mean_utilization(const tr_train_result *r) {
   return r->ndevices ? sum / r->ndevices : NAN;
 }
 
-static void print_row(bool md, const row *x, double base) {
+static bool is_async(const row *x) { return x->o.strategy == TR_STRATEGY_ASYNC; }
+
+/* `base`: single's samples/s; `async1`: the one-worker async row's updates/s, the reference
+ * of the async rows (what a second worker adds, apart from what the server costs). */
+static void print_row(bool md, const row *x, double base, double async1) {
   const tr_train_result *r = &x->r;
   if (x->rc) {
     if (md) printf("| %s | failed: %s |\n", x->label, x->err);
     else printf("%s,failed\n", x->label);
     return;
   }
-  char bubble[32] = "-";
+  char bubble[32] = "-", vs1[16] = "-", stale[32] = "-";
   if (isfinite(r->bubble_fraction))
     snprintf(bubble, sizeof bubble, "%.3f (%.3f)", r->bubble_fraction, r->bubble_theory);
+  const bool async = is_async(x);
+  if (async) {
+    snprintf(vs1, sizeof vs1, "%.2f×", r->steps_per_s / async1);
+    snprintf(stale, sizeof stale, "%.2f / %.0f", r->staleness_mean, r->staleness_max);
+  }
   if (md)
-    printf("| %-14s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %3.0f%% | %-13s | %11.2g | %.4g |\n",
+    printf("| %-14s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %9.1f | %7s | %3.0f%% | %-13s | "
+           "%-10s | %11.2g | %.4g |\n",
            x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
-           r->samples_per_s / base, 100 * mean_utilization(r), bubble, r->consistency,
-           r->final_loss);
+           r->samples_per_s / base, r->steps_per_s, vs1, 100 * mean_utilization(r), bubble,
+           stale, r->consistency, r->final_loss);
   else
-    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.4f,%.4f,%.4f,%.3g,%.6g\n", x->label, r->devices,
-           r->microbatches, r->seconds, r->samples_per_s, r->samples_per_s / base,
-           mean_utilization(r), r->bubble_fraction, r->bubble_theory, r->consistency,
-           r->final_loss);
+    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g\n", x->label,
+           r->devices, r->microbatches, r->seconds, r->samples_per_s, r->samples_per_s / base,
+           r->steps_per_s, async ? r->steps_per_s / async1 : NAN, mean_utilization(r),
+           r->bubble_fraction, r->bubble_theory, async ? r->staleness_mean : NAN,
+           async ? r->staleness_max : NAN, r->consistency, r->final_loss);
 }
 
 static void usage(FILE *f) {
@@ -109,8 +120,12 @@ static void usage(FILE *f) {
           "usage: troupe bench [--model M] [--devices SPEC] [--seconds S] [--format md|csv|json]\n\n"
           "Trains the model with every strategy on the devices (default host:2), each for S\n"
           "seconds (default 5), in this process, and prints one row per strategy: samples/s,\n"
-          "the ratio to the single-device run of the same table, mean utilization, the\n"
-          "pipeline bubble (measured / the schedule's own), replica consistency, final loss.\n"
+          "the ratio to the single-device run of the same table, steps (updates) per second,\n"
+          "mean utilization, the pipeline bubble (measured / the schedule's own), replica\n"
+          "consistency, final loss. The async rows (a parameter server and 1, then every\n"
+          "device as, workers; with more than one device also SSP with staleness 2 and\n"
+          "DC-ASGD with lambda 0.04) give updates/s against the one-worker async row and the\n"
+          "staleness of the updates (mean / max).\n"
           "On host devices it also measures the BLAS's own scaling on the model's layers.\n");
 }
 
@@ -149,7 +164,7 @@ int bench_strategies(int argc, char **argv) {
   const bool host = tr_device_get_info(tr_device_list_get(list, 0))->kind == TR_DEVICE_HOST;
   tr_device_list_close(list);
 
-  row rows[8];
+  row rows[12];
   int nrows = 0;
   tr_train_options base = tr_train_defaults();
   base.model = model;
@@ -158,7 +173,8 @@ int bench_strategies(int argc, char **argv) {
   base.seconds = seconds;
 #define ROW(lbl, ...)                                                          \
   do {                                                                         \
-    rows[nrows] = (row){.label = lbl, .o = base};                              \
+    rows[nrows] = (row){.o = base};                                            \
+    snprintf(rows[nrows].label, sizeof rows[nrows].label, "%s", lbl);          \
     tr_train_options *o = &rows[nrows++].o;                                    \
     __VA_ARGS__;                                                               \
     (void)o;                                                                   \
@@ -173,12 +189,24 @@ int bench_strategies(int argc, char **argv) {
         o->microbatches = 8);
   }
   if (n >= 4 && n % 2 == 0) ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->microbatches = 4);
+  const int async1 = nrows;
+  ROW("async 1", o->strategy = TR_STRATEGY_ASYNC, o->workers = 1);
+  if (n > 1) {
+    char label[24];
+    snprintf(label, sizeof label, "async %d", n);
+    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->workers = n);
+    snprintf(label, sizeof label, "async %d S=2", n);
+    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->workers = n, o->staleness = 2);
+    snprintf(label, sizeof label, "async %d dc .04", n);
+    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->workers = n, o->dc_lambda = 0.04f);
+  }
 #undef ROW
   for (int i = 0; i < nrows; i++) {
     fprintf(stderr, "troupe: bench: %s ...\n", rows[i].label);
     rows[i].rc = tr_train_run(&rows[i].o, &rows[i].r, rows[i].err, sizeof rows[i].err);
   }
   const double base_rate = rows[0].rc ? NAN : rows[0].r.samples_per_s;
+  const double async1_rate = rows[async1].rc ? NAN : rows[async1].r.steps_per_s;
 
   /* The BLAS's scaling on the model's layer GEMMs, for Linear-chain models on the host. */
   tr_model *m = NULL;
@@ -207,8 +235,13 @@ int bench_strategies(int argc, char **argv) {
         printf("}");
         continue;
       }
-      printf("\"samples_per_s\":%.6g,\"vs_single\":%.4f,\"utilization\":%.4f,", r->samples_per_s,
-             r->samples_per_s / base_rate, mean_utilization(r));
+      printf("\"samples_per_s\":%.6g,\"vs_single\":%.4f,\"steps_per_s\":%.6g,\"utilization\":%.4f,",
+             r->samples_per_s, r->samples_per_s / base_rate, r->steps_per_s,
+             mean_utilization(r));
+      if (is_async(&rows[i]))
+        printf("\"workers\":%d,\"vs_async1\":%.4f,\"staleness\":{\"mean\":%.4g,\"max\":%.0f},"
+               "\"clock_gap_max\":%d,", r->workers, r->steps_per_s / async1_rate,
+               r->staleness_mean, r->staleness_max, r->clock_gap_max);
       if (isfinite(r->bubble_fraction))
         printf("\"bubble_fraction\":%.4f,\"bubble_theory\":%.4f,", r->bubble_fraction,
                r->bubble_theory);
@@ -223,12 +256,14 @@ int bench_strategies(int argc, char **argv) {
   }
   const bool md = !strcmp(format, "md");
   if (md)
-    printf("| strategy       | devices          |   m |     s |  samples/s | ×single | util | "
-           "bubble (theory) | consistency | final loss |\n|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| strategy       | devices          |   m |     s |  samples/s | ×single | updates/s | "
+           "×async 1 | util | bubble (theory) | staleness  | consistency | final loss |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   else
-    printf("strategy,devices,microbatches,seconds,samples_per_s,vs_single,utilization,bubble,"
-           "bubble_theory,consistency,final_loss\n");
-  for (int i = 0; i < nrows; i++) print_row(md, &rows[i], base_rate);
+    printf("strategy,devices,microbatches,seconds,samples_per_s,vs_single,steps_per_s,vs_async1,"
+           "utilization,bubble,bubble_theory,staleness_mean,staleness_max,consistency,"
+           "final_loss\n");
+  for (int i = 0; i < nrows; i++) print_row(md, &rows[i], base_rate, async1_rate);
   if (isfinite(ref1)) {
     fprintf(stdout,
             "\nBLAS on %d thread(s) at once, %d Linear(%d,%d) layers' GEMMs: 1 thread at %d rows "
