@@ -23,6 +23,7 @@ typedef struct coordinator {
   pending ck[PENDING];
   tr__report *dones; /* [device] */
   int ndone;
+  tr__server_done_msg server; /* async */
 } coordinator;
 
 void *tr__coordinator_new(tr_job *j) {
@@ -52,7 +53,8 @@ static void show_progress(coordinator *c, const tr__progress_msg *p) {
   fprintf(stderr, "\r\033[Kstep %lld", (long long)p->step);
   if (end != INT64_MAX) fprintf(stderr, "/%lld", (long long)end);
   /* Replica 0's share of the loss stands for the whole: replicas see alike data. */
-  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", p->loss * j->c.replicas,
+  /* an asynchronous worker's loss is a whole batch's */
+  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", p->loss * (j->c.async ? 1 : j->c.replicas),
           rate * j->c.global_batch, eta > 0 ? eta : 0);
   c->printed = true;
 }
@@ -122,6 +124,56 @@ static double consistency(const coordinator *c) {
   return worst;
 }
 
+/* Each step's loss, by step: the replicas' shares added up, or (async) the loss of the worker
+ * that took the step. Returns how many steps have one. */
+static size_t step_losses(const coordinator *c, double **out) {
+  const tr_job *j = c->j;
+  const int R = j->c.replicas, P = j->c.stages;
+  size_t nl = SIZE_MAX;
+  *out = NULL;
+  if (j->c.async) {
+    nl = (size_t)c->server.updates;
+    double *l = nl ? calloc(nl, sizeof *l) : NULL;
+    const int64_t first = tr_graph_first_step(j->g);
+    for (int w = 0; w < R && l; w++) {
+      const tr__report *d = &c->dones[w];
+      for (size_t k = 0; k < d->nlosses; k++)
+        if ((size_t)(d->loss_steps[k] - first) < nl) l[d->loss_steps[k] - first] = d->losses[k];
+    }
+    *out = l;
+    return l ? nl : 0;
+  }
+  for (int rep = 0; rep < R; rep++) {
+    size_t k = c->dones[tr__device_index(j, rep, P - 1)].nlosses;
+    if (k < nl) nl = k;
+  }
+  double *l = nl && nl != SIZE_MAX ? calloc(nl, sizeof *l) : NULL;
+  for (size_t k = 0; l && k < nl; k++)
+    for (int rep = 0; rep < R; rep++) l[k] += c->dones[tr__device_index(j, rep, P - 1)].losses[k];
+  *out = l;
+  return l ? nl : 0;
+}
+
+/* The server's figures: the run's steps are its updates. */
+static void record_async(coordinator *c, double window) {
+  tr_job *j = c->j;
+  tr_train_result *r = &j->result;
+  const tr__server_done_msg *s = &c->server;
+  int64_t window_updates = 0;
+  for (int w = 0; w < j->c.replicas; w++) window_updates += c->dones[w].window_steps;
+  r->steps = tr_graph_first_step(j->g) + s->updates;
+  r->samples = s->updates * j->c.global_batch;
+  r->window_steps = window_updates;
+  r->steps_per_s = window > 0 ? (double)window_updates / r->seconds : NAN;
+  r->samples_per_s = r->steps_per_s * j->c.global_batch;
+  r->server_utilization = window > 0 ? (double)s->busy_ns / window : NAN;
+  r->staleness_mean = s->updates ? s->staleness_sum / (double)s->updates : NAN;
+  r->staleness_max = s->updates ? (double)s->staleness_max : NAN;
+  memcpy(r->staleness_hist, s->hist, sizeof r->staleness_hist);
+  r->clock_gap_max = s->clock_gap_max;
+  r->consistency = s->consistency_n ? s->consistency_sum / (double)s->consistency_n : NAN;
+}
+
 static void record_result(coordinator *c) {
   tr_job *j = c->j;
   tr_train_result *r = &j->result;
@@ -155,26 +207,19 @@ static void record_result(coordinator *c) {
     r->bubble_fraction = window > 0 ? 1 - busy / (n * window) : NAN;
     r->bubble_theory = tr_schedule_bubble(j->sc);
   }
-  r->consistency = R > 1 ? consistency(c) : 0;
+  if (j->c.async) record_async(c, window);
+  else r->consistency = R > 1 ? consistency(c) : 0;
 
-  /* Each step's loss: the replicas' shares added up. */
-  size_t nl = SIZE_MAX;
-  for (int rep = 0; rep < R; rep++) {
-    size_t k = c->dones[tr__device_index(j, rep, P - 1)].nlosses;
-    if (k < nl) nl = k;
-  }
-  if (nl != SIZE_MAX && nl > 0) {
+  double *losses;
+  size_t nl = step_losses(c, &losses);
+  if (nl > 0) {
     size_t tail = nl / 100 ? nl / 100 : 1;
-    double sum = 0, first_loss = 0;
-    for (size_t k = 0; k < nl; k++) {
-      double l = 0;
-      for (int rep = 0; rep < R; rep++) l += c->dones[tr__device_index(j, rep, P - 1)].losses[k];
-      if (k == 0) first_loss = l;
-      if (k >= nl - tail) sum += l;
-    }
-    r->initial_loss = first_loss;
+    double sum = 0;
+    for (size_t k = nl - tail; k < nl; k++) sum += losses[k];
+    r->initial_loss = losses[0];
     r->final_loss = sum / (double)tail;
   }
+  free(losses);
   const tr_model *m = j->c.model;
   if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
   r->gflops = flops_per_sample(m) * r->samples_per_s / 1e9;
@@ -190,7 +235,11 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   } else if (msg->type == &tr__done_type) {
     const tr__report *d = &((const tr__done_msg *)msg)->report;
     c->dones[tr__device_index(j, d->replica, d->stage)] = *d;
-    if (++c->ndone < j->c.replicas * j->c.stages) return 0;
+  } else if (msg->type == &tr__server_done_type) {
+    c->server = *(const tr__server_done_msg *)msg;
+  }
+  if (msg->type == &tr__done_type || msg->type == &tr__server_done_type) {
+    if (++c->ndone < j->c.replicas * j->c.stages + (j->c.async != 0)) return 0;
     if (c->printed) fputc('\n', stderr);
     record_result(c);
     tr_graph_done(j->g, self);

@@ -15,6 +15,10 @@ TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
 TR_MSGTYPE_DEFINE(tr__progress_type, tr__progress_msg);
 TR_MSGTYPE_DEFINE(tr__part_type, tr__part_msg);
 TR_MSGTYPE_DEFINE(tr__done_type, tr__done_msg);
+TR_MSGTYPE_DEFINE(tr__push_type, tr__push_msg);
+TR_MSGTYPE_DEFINE(tr__reply_type, tr__reply_msg);
+TR_MSGTYPE_DEFINE(tr__leave_type, tr__leave_msg);
+TR_MSGTYPE_DEFINE(tr__server_done_type, tr__server_done_msg);
 
 /* As many micro-batches as fit in 4 MiB, from 2 × m (a step and the next) to 256: a deep
  * ring means few wake-ups of the loader's loop where a step takes microseconds, a shallow
@@ -41,7 +45,25 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, siz
              tr_model_name(c->model), layers);
     return TR_EINVAL;
   }
-  if (c->global_batch < R * M || c->global_batch % (R * M)) {
+  if (c->async && (P != 1 || M != 1)) {
+    snprintf(err, n, "--strategy async: a worker trains the whole model on whole batches (%d "
+             "stages and %d micro-batches given)", P, M);
+    return TR_EINVAL;
+  }
+  if (c->async && c->staleness < -1) {
+    snprintf(err, n, "--staleness %d: give a number of pushes >= 0", c->staleness);
+    return TR_EINVAL;
+  }
+  if (c->async && c->pull_every < 0) {
+    snprintf(err, n, "--pull-every %d: give a number of pushes >= 1", c->pull_every);
+    return TR_EINVAL;
+  }
+  if (c->async && !(c->dc_lambda >= 0)) {
+    snprintf(err, n, "--dc-lambda %g: give a number >= 0", (double)c->dc_lambda);
+    return TR_EINVAL;
+  }
+  const int parts = c->async ? 1 : R * M; /* an asynchronous worker takes whole batches */
+  if (c->global_batch < parts || c->global_batch % parts) {
     snprintf(err, n, "--batch %d: not divisible by replicas × micro-batches (%d × %d)",
              c->global_batch, R, M);
     return TR_EINVAL;
@@ -50,10 +72,17 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, siz
   if (j == NULL) return TR_ENOMEM;
   j->c = *c;
   j->g = g;
-  j->mb_batch = c->global_batch / (R * M);
+  j->mb_batch = c->global_batch / parts;
+  /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
+   * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
+  if (c->async && c->momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {
+    float mu = c->optim.momentum - (1.0f - 1.0f / (float)R);
+    j->c.optim.momentum = mu > 0 ? mu : 0;
+  }
   j->prefetch = c->prefetch > 0 ? c->prefetch : default_prefetch(c, j->mb_batch);
   snprintf(j->strategy, sizeof j->strategy, "%s",
            c->strategy ? c->strategy
+           : c->async       ? "async"
            : R > 1 && P > 1 ? "hybrid"
            : R > 1          ? "dp"
            : P > 1          ? (M > 1 ? "pipeline" : "mp")
@@ -91,6 +120,10 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, siz
   j->result.stages = P;
   j->result.microbatches = M;
   j->result.ndevices = R * P;
+  if (c->async) {
+    j->result.workers = R;
+    j->result.momentum = j->c.optim.kind == TR_OPTIM_MOMENTUM ? j->c.optim.momentum : NAN;
+  }
   if (P > 1) snprintf(j->result.schedule, sizeof j->result.schedule, "%s", tr_schedule_kind_name(c->schedule));
   *out = j;
   return 0;
@@ -128,7 +161,8 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   const int i = tr__device_index(j, replica, stage);
   TR_ASSERT(j->stages[i] == NULL);
   char name[32];
-  if (j->c.replicas > 1 && j->c.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
+  if (j->c.async) snprintf(name, sizeof name, "worker%d", replica);
+  else if (j->c.replicas > 1 && j->c.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
   else if (j->c.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
   else snprintf(name, sizeof name, "stage%d", stage);
   int rc = add(j, name, TR_ACTOR_PINNED, &tr__stage_behaviour,
@@ -147,6 +181,39 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   return rc;
 }
 
+static int stage_index_of(const tr_job *j, const tr_actor *a) {
+  for (int i = 0; i < j->c.replicas * j->c.stages; i++)
+    if (j->stages[i] == a) return i;
+  return -1;
+}
+
+int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
+  TR_ASSERT(j->c.async && j->server == NULL);
+  int rc = add(j, "server", TR_ACTOR_PINNED, &tr__server_behaviour, tr__server_new(j, dev),
+               &j->server);
+  j->server_dev = dev;
+  *out = j->server;
+  return rc;
+}
+
+int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
+  TR_ASSERT(j->c.async);
+  return tr_job_add_stage(j, worker, 0, dev, out);
+}
+
+int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
+  const int w = stage_index_of(j, worker);
+  TR_ASSERT(j->c.async && server == j->server && w >= 0);
+  tr_edge *push;
+  int rc = tr_graph_connect(j->g, &(tr_edge_config){.from = worker, .to = server,
+                                                    .type = &tr__push_type, .name = "push",
+                                                    .credits = 1},
+                            &push);
+  if (rc) return rc;
+  tr__stage_set_push(tr_actor_state(worker), push);
+  return tr__server_set_worker(tr_actor_state(server), w, push);
+}
+
 int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
   const int depth = j->prefetch, wake = depth / 2 > 1 ? depth / 2 : 1;
   tr_edge *x, *y = NULL;
@@ -162,12 +229,6 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
   tr__stage_set_input(tr_actor_state(first), x, NULL);
   if (y) tr__stage_set_input(tr_actor_state(last), NULL, y);
   return 0;
-}
-
-static int stage_index_of(const tr_job *j, const tr_actor *a) {
-  for (int i = 0; i < j->c.replicas * j->c.stages; i++)
-    if (j->stages[i] == a) return i;
-  return -1;
 }
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {

@@ -9,6 +9,9 @@
  * loader's part is over. Samples are a pure function of (seed, sample index) (tr_data.h),
  * so step k's batch is the same whichever thread fills it and however the run was
  * interrupted and resumed.
+ *
+ * In an asynchronous job the loaders take steps from one counter, so every step is one
+ * worker's, whole; a loader whose claim fails tells its worker so (a batch of step -1).
  */
 #include <stdlib.h>
 
@@ -23,7 +26,7 @@ typedef struct loader {
   int depth, slot, rings;
   int64_t step;
   int mb;
-  bool done;
+  bool claimed, done; /* claimed: l->step is this loader's to fill */
 } loader;
 
 void *tr__loader_new(tr_job *j, int replica) {
@@ -40,21 +43,34 @@ void tr__loader_set_edges(void *state, tr_edge *x, tr_edge *y) {
   l->ey = y;
 }
 
+/* The next step this loader fills, or false once the run has no more for it. */
+static bool claim(tr_actor *self, loader *l) {
+  tr_job *j = l->j;
+  if (l->claimed) return true;
+  if (j->c.async) l->step = tr_graph_first_step(j->g) + atomic_fetch_add(&j->next_step, 1);
+  if (tr_graph_claim_step(j->g, l->step)) return l->claimed = true;
+  l->done = true;
+  if (j->c.async) {
+    tr__batch_msg *b = tr_msg_new(&tr__batch_type);
+    b->step = -1;
+    tr_actor_send(tr_edge_to(l->ex), b);
+  }
+  tr_graph_done(j->g, self);
+  return false;
+}
+
 static void produce(tr_actor *self, loader *l) {
   tr_job *j = l->j;
-  const int workers = j->c.replicas * j->c.microbatches;
+  const int workers = j->c.async ? 1 : j->c.replicas * j->c.microbatches;
+  const int base = j->c.async ? 0 : l->replica * j->c.microbatches; /* of the shards */
   while (!l->done) {
-    if (l->mb == 0 && !tr_graph_claim_step(j->g, l->step)) {
-      l->done = true;
-      tr_graph_done(j->g, self);
-      return;
-    }
+    if (l->mb == 0 && !claim(self, l)) return;
     if (!l->held_x && !(l->held_x = tr_edge_acquire(l->ex))) return;
     if (l->ey && !l->held_y && !(l->held_y = tr_edge_acquire(l->ey))) return;
     uint64_t first;
     size_t count;
-    tr_data_shard((uint64_t)l->step, (size_t)j->c.global_batch,
-                  l->replica * j->c.microbatches + l->mb, workers, &first, &count);
+    tr_data_shard((uint64_t)l->step, (size_t)j->c.global_batch, base + l->mb, workers,
+                  &first, &count);
     tr_data_fill(j->c.data, first, count, l->x[l->slot], l->y[l->slot]);
     for (int e = 0; e < (l->ey ? 2 : 1); e++) {
       tr__batch_msg *b = tr_msg_new(&tr__batch_type);
@@ -68,6 +84,7 @@ static void produce(tr_actor *self, loader *l) {
     if (++l->mb == j->c.microbatches) {
       l->mb = 0;
       l->step++;
+      l->claimed = false;
     }
   }
 }

@@ -18,6 +18,13 @@
  * chunk of every bucket has been announced. Bucket messages of the next step may arrive
  * before this one is over, but never those of the step after (it needs this member's
  * chunks), so the counts are kept per step parity.
+ *
+ * Asynchronous jobs: the stage is a worker (the whole model, one micro-batch of a whole
+ * global batch). Its step action pushes the gradient to the server instead of updating,
+ * then waits for the reply (the gradient read, and fresh parameters when it pulled) before
+ * the next backward may write the gradients again. `step` counts the worker's own pushes;
+ * the loader's batches say which step of the run each one is, and a batch of step -1 ends
+ * the worker's part.
  */
 #include <math.h>
 #include <stdio.h>
@@ -113,11 +120,23 @@ typedef struct stage_actor {
   int norm_got[2];
   int step_phase;
 
-  /* losses (last stage): device → loss_ring[step % LOSS_RING][mb] → losses */
+  /* asynchronous worker: the push edge, the version of the parameters held, the step of the
+   * batch in hand, and the server's reply to the push in flight */
+  tr_edge *push;
+  tr_event *push_ev;
+  int64_t version, batch_step;
+  int since_pull;
+  bool pushed, replied;
+  tr__reply_msg reply;
+
+  /* losses (last stage): device → loss_ring[step % LOSS_RING][mb] → losses; async workers
+   * keep the run's step of each too */
   float *loss_ring;
   tr_event *loss_ev[LOSS_RING];
+  int64_t loss_step[LOSS_RING];
   int64_t harvested;
   float *losses;
+  int64_t *loss_steps;
   size_t nlosses, cap;
 
   /* figures */
@@ -157,6 +176,8 @@ void tr__stage_set_chain(void *state, tr_edge *out, tr_edge *in, bool forward) {
     a->act_in = in;
   }
 }
+
+void tr__stage_set_push(void *state, tr_edge *push) { ((stage_actor *)state)->push = push; }
 
 int tr__stage_set_group(void *state, tr_actor *const *members, int n) {
   stage_actor *a = state;
@@ -311,7 +332,8 @@ static int stage_open(tr_actor *self) {
   const tr_stage_info *info = a->info;
   a->depth = j->prefetch;
   int slots = info->slots, rel = 0, rc = 0;
-  if (a->in_x) rc |= fifo_open(&a->xq, a->depth), rel += a->depth;
+  /* an asynchronous worker's loader ends with a batch that takes no credit */
+  if (a->in_x) rc |= fifo_open(&a->xq, a->depth + (j->c.async != 0)), rel += a->depth;
   if (a->in_y) rc |= fifo_open(&a->yq, a->depth), rel += a->depth;
   if (a->act_in) rc |= fifo_open(&a->actq, tr_edge_credits(a->act_in)), rel += tr_edge_credits(a->act_in);
   if (a->grad_in) rc |= fifo_open(&a->gradq, tr_edge_credits(a->grad_in)), rel += tr_edge_credits(a->grad_in);
@@ -355,6 +377,8 @@ static int stage_open(tr_actor *self) {
     if ((rc = open_group(self, a))) return rc;
     tr_stage_on_grad_ready(a->st, on_grad_ready, a);
   }
+  if (a->push && tr_event_open(a->dev, TR_EVENT_DEFAULT, &a->push_ev))
+    return fail_device(self, a, "opening events");
   a->clip_across = j->c.optim.clip > 0 && j->c.stages > 1;
   if (a->clip_across &&
       (tr_host_alloc(a->dev, 2 * sizeof(float), (void **)&a->norm_host) ||
@@ -362,8 +386,9 @@ static int stage_open(tr_actor *self) {
        tr_event_open(a->dev, TR_EVENT_DEFAULT, &a->norm_ev)))
     return fail_device(self, a, "allocating the clipping norm");
 
-  a->step = a->harvested = tr_graph_first_step(j->g);
-  int64_t end = tr_graph_end_step(j->g), total = end - a->step;
+  a->step = a->harvested = a->push ? 0 : tr_graph_first_step(j->g);
+  /* an asynchronous worker pushes about its share of the steps */
+  int64_t end = tr_graph_end_step(j->g), total = (end - a->step) / (j->c.async ? j->c.replicas : 1);
   /* A tenth of the steps (at most 100) warm up; a timed run, whose count is unknown, 3. */
   a->warm_step = a->step + (end == INT64_MAX ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100);
   a->window_start = a->last_report = tr_now_ns();
@@ -520,7 +545,8 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   if (a->in_y && (y = fifo_peek(&a->yq)) == NULL) return BLOCKED;
   uint64_t t0 = tr_now_ns();
   if (x) {
-    TR_ASSERT(x->step == a->step && x->mb == act->mb);
+    TR_ASSERT((a->push || x->step == a->step) && x->mb == act->mb);
+    a->batch_step = x->step;
     if (tr_memcpy(a->s, tr_stage_input(a->st, act->slot), a->x[x->slot], info->input_bytes,
                   TR_COPY_H2D) ||
         (info->is_last && tr_memcpy(a->s, tr_stage_target(a->st, act->slot), a->y[x->slot],
@@ -541,6 +567,7 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   if (tr_stage_forward(a->st, act->slot)) return fail_device(self, a, "forward");
   if (info->is_last) {
     int k = (int)(a->step % LOSS_RING);
+    a->loss_step[k] = a->batch_step;
     if (tr_memcpy(a->s, &a->loss_ring[k * a->m + act->mb], tr_stage_loss(a->st, act->slot),
                   sizeof(float), TR_COPY_D2H) ||
         (act->mb == a->m - 1 && tr_event_record(a->loss_ev[k], a->s)))
@@ -572,14 +599,20 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
   return DONE;
 }
 
-static int keep_loss(stage_actor *a, float loss) {
+static int keep_loss(stage_actor *a, float loss, int64_t step) {
   if (a->nlosses == a->cap) {
     size_t cap = a->cap ? 2 * a->cap : 1024;
     float *grown = realloc(a->losses, cap * sizeof *grown);
     if (grown == NULL) return TR_ENOMEM;
     a->losses = grown;
+    if (a->push) {
+      int64_t *steps = realloc(a->loss_steps, cap * sizeof *steps);
+      if (steps == NULL) return TR_ENOMEM;
+      a->loss_steps = steps;
+    }
     a->cap = cap;
   }
+  if (a->push) a->loss_steps[a->nlosses] = step;
   a->losses[a->nlosses++] = loss;
   return 0;
 }
@@ -595,7 +628,7 @@ static int harvest(tr_actor *self, stage_actor *a) {
     if (q == 0) break;
     double sum = 0;
     for (int mb = 0; mb < a->m; mb++) sum += a->loss_ring[k * a->m + mb];
-    if (keep_loss(a, (float)sum)) return TR_ENOMEM;
+    if (keep_loss(a, (float)sum, a->loss_step[k])) return TR_ENOMEM;
     a->harvested++;
   }
   return 0;
@@ -668,6 +701,40 @@ static int update(tr_actor *self, stage_actor *a) {
   return DONE;
 }
 
+/* An asynchronous worker's step: push the gradient, then wait for the server's reply; the
+ * next backward may write the gradients only after the server has read them. */
+static int push_update(tr_actor *self, stage_actor *a) {
+  tr_job *j = a->j;
+  if (!a->pushed) {
+    if (j->c.fail_step > 0 && a->replica == j->c.fail_device && a->step + 1 == j->c.fail_step)
+      return tr_actor_fail(self, TR_EDEVICE, "push %d of step %lld on %s: an injected failure "
+                           "(tr_train_options.fail_step)", j->c.fail_step,
+                           (long long)a->batch_step, tr_device_name(a->dev));
+    if (!tr_edge_acquire(a->push)) return BLOCKED; /* the server still reads the last one */
+    if (tr_event_record(a->push_ev, a->s)) return fail_device(self, a, "pushing the gradient");
+    const int every = j->c.pull_every > 0 ? j->c.pull_every : 1;
+    tr__push_msg *m = tr_msg_new(&tr__push_type);
+    m->hdr.from = self;
+    m->worker = a->replica;
+    m->pull = a->since_pull + 1 >= every;
+    m->step = a->batch_step;
+    m->version = a->version;
+    m->ready = a->push_ev;
+    m->grads = tr_stage_grads(a->st);
+    m->params = tr_stage_params(a->st);
+    m->dev = a->dev;
+    tr_edge_send(a->push, m);
+    a->pushed = true;
+  }
+  if (!a->replied) return BLOCKED;
+  if (tr_stream_wait_event(a->s, a->reply.ready) || tr_stage_zero_grads(a->st))
+    return fail_device(self, a, "taking the server's reply");
+  if (a->reply.pulled) a->version = a->reply.version, a->since_pull = 0;
+  else a->since_pull++;
+  a->pushed = a->replied = false;
+  return DONE;
+}
+
 static int finish(tr_actor *self, stage_actor *a);
 
 /* One step is over: figures, progress, checkpoints. */
@@ -692,12 +759,12 @@ static int step_done(tr_actor *self, stage_actor *a) {
     a->last_report = a->now;
     tr__progress_msg *p = tr_msg_new(&tr__progress_type);
     p->hdr.from = self;
-    p->step = a->step;
+    p->step = a->push ? a->batch_step + 1 : a->step;
     p->loss = a->losses[a->nlosses - 1];
     tr_actor_send(j->coordinator, p);
   }
   int64_t every = j->c.checkpoint_every;
-  if (j->c.checkpoint && every > 0 && a->replica == 0 && a->step % every == 0 &&
+  if (j->c.checkpoint && every > 0 && !a->push && a->replica == 0 && a->step % every == 0 &&
       a->step < tr_graph_end_step(j->g) && (rc = snapshot_to(self, a, a->step)))
     return rc;
   return 0;
@@ -706,7 +773,13 @@ static int step_done(tr_actor *self, stage_actor *a) {
 /* Runs the action list as far as the messages that have come allow. */
 static int run_actions(tr_actor *self, stage_actor *a) {
   while (!a->done) {
-    if (a->pc == 0 && a->step >= tr_graph_end_step(a->j->g)) return finish(self, a);
+    if (a->pc == 0 && a->push) { /* asynchronous: until the loader has no more */
+      const entry *x = fifo_peek(&a->xq);
+      if (x == NULL) break;
+      if (x->step < 0) return finish(self, a);
+    } else if (a->pc == 0 && a->step >= tr_graph_end_step(a->j->g)) {
+      return finish(self, a);
+    }
     const tr_action *act = &a->acts[a->pc];
     const tr_stage_info *info = a->info;
     int rc;
@@ -738,7 +811,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
         if (rc == DONE) hold(a, -1);
         break;
       case TR_ACTION_STEP:
-        rc = update(self, a);
+        rc = a->push ? push_update(self, a) : update(self, a);
         if (rc == DONE && (rc = step_done(self, a)) == 0) continue;
         break;
       default: TR_ASSERT(!"an action kind the stage does not know");
@@ -759,7 +832,8 @@ static int finish(tr_actor *self, stage_actor *a) {
   uint64_t end = tr_now_ns();
   int rc = harvest(self, a);
   if (rc) return rc;
-  if (j->c.checkpoint && a->replica == 0 && (rc = snapshot_to(self, a, a->step))) return rc;
+  if (j->c.checkpoint && !a->push && a->replica == 0 && (rc = snapshot_to(self, a, a->step)))
+    return rc;
 
   tr__done_msg *msg = tr_msg_new(&tr__done_type);
   msg->hdr.from = self;
@@ -772,8 +846,9 @@ static int finish(tr_actor *self, stage_actor *a) {
                     .busy_ns = a->busy_ns,
                     .peak_microbatches = a->peak,
                     .losses = a->losses,
+                    .loss_steps = a->loss_steps,
                     .nlosses = a->loss_ring ? a->nlosses : 0};
-  int64_t first = tr_graph_first_step(j->g);
+  int64_t first = a->push ? 0 : tr_graph_first_step(j->g);
   d->window_steps = a->step > a->warm_step ? a->step - a->warm_step : a->step - first;
   if (a->R > 1) {
     float *host = malloc((a->info->numel ? a->info->numel : 1) * sizeof *host);
@@ -787,6 +862,12 @@ static int finish(tr_actor *self, stage_actor *a) {
     d->numel = a->info->numel;
   }
   tr_actor_send(j->coordinator, msg);
+  if (a->push) {
+    tr__leave_msg *l = tr_msg_new(&tr__leave_type);
+    l->hdr.from = self;
+    l->worker = a->replica;
+    tr_actor_send(j->server, l);
+  }
   a->done = true;
   tr_graph_done(j->g, self);
   return 0;
@@ -817,6 +898,9 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
     fifo_push(m->edge == a->act_in ? &a->actq : &a->gradq, e);
   } else if (t == &tr__bucket_type) {
     rc = bucket_arrived(self, a, (const tr__bucket_msg *)msg);
+  } else if (t == &tr__reply_type) {
+    a->reply = *(const tr__reply_msg *)msg;
+    a->replied = true;
   } else if (t == &tr__norm_type) {
     const tr__norm_msg *n = (const tr__norm_msg *)msg;
     a->norm_part[n->step & 1][n->stage] = n->sumsq;
@@ -859,6 +943,7 @@ static void stage_stop(tr_actor *self) {
   if (a->norm_host) tr_host_free(a->dev, a->norm_host);
   if (a->norm_dev) tr_device_free(a->dev, a->norm_dev);
   if (a->norm_ev) tr_event_close(a->norm_ev);
+  if (a->push_ev) tr_event_close(a->push_ev);
   tr_stage_close(a->st);
   a->st = NULL;
   a->info = NULL;
@@ -895,6 +980,7 @@ static void stage_destroy(void *state) {
     free(g->own_reduced);
   }
   free(a->losses);
+  free(a->loss_steps);
   free(a);
 }
 

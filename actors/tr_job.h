@@ -11,10 +11,14 @@
  *                          schedule's action list every step; in a replica group it all-
  *                          reduces gradients bucket by bucket while backward still runs
  *   coordinator  (loop)    progress, checkpoints, and the run's figures (tr_train_result)
+ *   server       (pinned)  asynchronous jobs: the master parameters and the optimizer; it
+ *                          applies each worker's pushed gradient as one update and answers
+ *                          with fresh parameters (a stage is then a worker)
  *
- * Every strategy of tr_train_run is this graph with other numbers: single is 1 × 1 × 1; dp
- * R × 1; mp 1 × P with one micro-batch; pipeline 1 × P × m; hybrid R × P × m. A data-parallel
- * pipeline, wired by hand with the calls below:
+ * Every synchronous strategy of tr_train_run is this graph with other numbers: single is
+ * 1 × 1 × 1; dp R × 1; mp 1 × P with one micro-batch; pipeline 1 × P × m; hybrid R × P × m.
+ * async is R workers of 1 stage, each with its loader, served by one server (tr_job_serve).
+ * A data-parallel pipeline, wired by hand with the calls below:
  *
  *   tr_job *j;
  *   tr_job_new(&j, g, &cfg, err, sizeof err);     // cfg.replicas = 2, cfg.stages = 2, ...
@@ -74,6 +78,13 @@ typedef struct tr_job_config {
   const char *strategy;   /* recorded in results and checkpoints; NULL: derived */
   int progress;           /* a progress line on stderr */
   int slow_device, slow_us; /* testing: tr_train_options */
+
+  /* Asynchronous training: `replicas` workers (one stage each, one micro-batch of the whole
+   * global batch) and a server; the fields mean what tr_train_options says. */
+  int async;
+  int staleness, staleness_lr, pull_every, momentum_correction;
+  float dc_lambda;
+  int fail_device, fail_step;
 } tr_job_config;
 
 typedef struct tr_job tr_job;
@@ -97,6 +108,14 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last);
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
 /* Stage s of every replica (in replica order): gradients all-reduced before each update. */
 int tr_job_group(tr_job *j, tr_actor *const *members, int n);
+
+/* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
+ * `dev`, fed by a loader like any stage. */
+int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out);
+int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
+/* worker → server: gradients pushed (one credit: a worker waits for the server's reply
+ * before its next backward); server → worker: the reply, with fresh parameters when pulled. */
+int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker);
 
 /* The figures of the run, once tr_graph_run returned 0. */
 void tr_job_result(const tr_job *j, tr_train_result *r);

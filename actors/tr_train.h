@@ -74,12 +74,30 @@ typedef struct tr_train_options {
   int watchdog_ms;         /* no progress for this long fails the run; 0: the default */
   int slow_device;         /* testing: device `slow_device` sleeps `slow_us` after each */
   int slow_us;             /* forward and backward (0: off), to check credits hold */
+
+  /* async: a parameter server holds the parameters and the optimizer; `workers` workers,
+   * one per device, each pull a snapshot, compute the gradient of a whole global batch and
+   * push it; every push is one update (one step). */
+  int workers;             /* 0: one per device */
+  int staleness;           /* SSP: a worker's pull waits while it is more than this many
+                              pushes ahead of the slowest worker; -1: unbounded */
+  float dc_lambda;         /* delay compensation (DC-ASGD): g + λ g⊙g⊙(θ_now − θ_pulled) */
+  int momentum_correction; /* reduce the explicit momentum by the 1 − 1/workers that
+                              asynchrony adds (Mitliagkas et al. 2016) */
+  int staleness_lr;        /* divide the step size by the update's staleness (when > 1) */
+  int pull_every;          /* pull every this many pushes (between pulls a worker computes
+                              on the parameters it has); 0: 1 */
+  const char *server;      /* the server's device; NULL: host:1 for host workers, else a
+                              logical device on the first worker's GPU */
+  int fail_device;         /* testing: worker `fail_device` fails its push number */
+  int fail_step;           /* `fail_step` (from 1; 0: off) */
 } tr_train_options;
 
-/* single, auto devices, 100 steps, seed 1, 1f1b, everything else the workload's. */
+/* single, auto devices, 100 steps, seed 1, 1f1b, unbounded staleness, everything else the
+ * workload's. */
 tr_train_options tr_train_defaults(void);
 
-enum { TR_TRAIN_MAX_DEVICES = 64 };
+enum { TR_TRAIN_MAX_DEVICES = 64, TR_TRAIN_STALENESS_BINS = 32 };
 
 /* The figures of WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
 typedef struct tr_train_result {
@@ -100,7 +118,17 @@ typedef struct tr_train_result {
   double bubble_theory;
   int peak_microbatches[TR_TRAIN_MAX_DEVICES]; /* the most micro-batches a device's stage
                                                   held activations of at once */
+  /* async: per update, server version at apply − version the gradient was computed from */
   double staleness_mean, staleness_max;
+  int64_t staleness_hist[TR_TRAIN_STALENESS_BINS]; /* updates of staleness 0, 1, ...; the
+                                                      last bin: that much or more */
+  int clock_gap_max;       /* SSP: the most pushes a worker was ahead of the slowest when
+                              its pull was served */
+  int workers;
+  double momentum;         /* the explicit momentum the server used (after correction) */
+  double server_utilization;
+  /* sync: max over replicas of ||θ_r − θ_0|| / ||θ_0||; async: the mean over pushes of
+   * ||θ_worker − θ_server|| / ||θ_server|| */
   double consistency;
   double gflops;           /* WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */

@@ -30,6 +30,7 @@ tr_train_options tr_train_defaults(void) {
                             .steps = 100,
                             .optimizer = -1,
                             .schedule = -1,
+                            .staleness = -1,
                             .seed = 1};
 }
 
@@ -37,6 +38,7 @@ tr_train_options tr_train_defaults(void) {
 typedef struct run {
   tr_model *model;
   tr_device_list *devices;
+  tr_device_list *server; /* async */
   tr_data *data;
   tr_job_config jc;
   int cuts[TR__MAX_STAGES + 1];
@@ -61,8 +63,26 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
       R = n / P;
       break;
     case TR_STRATEGY_ASYNC:
-      snprintf(err, size, "--strategy async: not built yet");
-      return TR_EINVAL;
+      R = o->workers > 0 ? o->workers : n;
+      if (o->workers < 0 || R > n) {
+        snprintf(err, size, "--workers %d: give 1 to %d, one worker per device of --devices %s",
+                 o->workers, n, o->devices);
+        return TR_EINVAL;
+      }
+      if (o->microbatches > 1 || o->cuts) {
+        snprintf(err, size, "--strategy async: a worker trains the whole model on whole batches "
+                 "(no --microbatches or --cuts)");
+        return TR_EINVAL;
+      }
+      c->async = 1;
+      c->staleness = o->staleness;
+      c->dc_lambda = o->dc_lambda;
+      c->momentum_correction = o->momentum_correction;
+      c->staleness_lr = o->staleness_lr;
+      c->pull_every = o->pull_every;
+      c->fail_device = o->fail_device;
+      c->fail_step = o->fail_step;
+      break;
   }
   c->replicas = R;
   c->stages = P;
@@ -85,6 +105,21 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
     c->cuts = rn->cuts;
   }
   return 0;
+}
+
+/* The server's device: as asked, else a host device of its own beside host workers, or a
+ * logical device on the first worker's GPU. */
+static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) {
+  char spec[32];
+  const tr_device_info *first = tr_device_get_info(tr_device_list_get(rn->devices, 0));
+  if (first->kind == TR_DEVICE_CUDA) snprintf(spec, sizeof spec, "cuda:%d", first->ordinal);
+  else snprintf(spec, sizeof spec, "host:1");
+  const char *want = o->server ? o->server : spec;
+  char why[256];
+  int rc = tr_device_list_open(&rn->server, want, why, sizeof why);
+  if (rc == 0 && tr_device_list_count(rn->server) != 1) rc = TR_EINVAL, snprintf(why, sizeof why, "give one device");
+  if (rc) snprintf(err, n, "--server %s: %s", want, why);
+  return rc;
 }
 
 /* Fills the run from the options: everything that can be wrong with them is found here,
@@ -118,6 +153,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if ((rc = tr_device_list_open(&rn->devices, o->devices, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
+  if (c->async && (rc = open_server(rn, o, err, n))) return rc;
   if (o->resume && (rc = tr__checkpoint_peek(o->resume, rn->model, &rn->first_step, err, n)))
     return rc;
   rn->end_step = o->steps;
@@ -137,8 +173,19 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
  * chain of stages, per stage index a replica group, and one coordinator. */
 static int build(tr_job *j, const run *rn) {
   const int R = rn->jc.replicas, P = rn->jc.stages;
-  tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator;
+  tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator, *server = NULL;
   int rc = 0;
+  if (rn->jc.async) {
+    rc = tr_job_add_server(j, tr_device_list_get(rn->server, 0), &server);
+    for (int w = 0; w < R && rc == 0; w++) {
+      rc = tr_job_add_worker(j, w, tr_device_list_get(rn->devices, w), &stage[w]);
+      if (rc == 0) rc = tr_job_add_loader(j, w, &loader);
+      if (rc == 0) rc = tr_job_feed(j, loader, stage[w], stage[w]);
+      if (rc == 0) rc = tr_job_serve(j, server, stage[w]);
+    }
+    if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
+    return rc;
+  }
   for (int r = 0; r < R && rc == 0; r++) {
     for (int s = 0; s < P && rc == 0; s++)
       rc = tr_job_add_stage(j, r, s, tr_device_list_get(rn->devices, r * P + s),
@@ -191,6 +238,7 @@ out:
   tr_job_free(j);
   tr_data_close(rn.data);
   tr_device_list_close(rn.devices);
+  tr_device_list_close(rn.server);
   tr_model_free(rn.model);
   return rc;
 }

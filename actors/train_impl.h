@@ -7,6 +7,10 @@
  *   stage r,s ◄──norm──► stage r,s'               (global-norm clipping over the stages)
  *   every stage ──progress, part, done──► coordinator
  *
+ * Asynchronous jobs: each stage is a whole model, a worker, and instead of updating it
+ *   worker w ──push (credit 1)──► server ──reply (parameters when pulled)──► worker w
+ *   worker w ──leave──► server ──part, server done──► coordinator
+ *
  * Credits ride on tr_graph edges (tr_graph.h); the stages own the batch buffers and lend
  * them to their loader (ring messages), so a loader is never more than `prefetch`
  * micro-batches ahead and memory stays bounded.
@@ -14,6 +18,7 @@
 #ifndef TR_TRAIN_IMPL_H
 #define TR_TRAIN_IMPL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "tr_job.h"
@@ -33,6 +38,9 @@ struct tr_job {
   tr_actor **loaders;  /* [replica] */
   tr_device **devs;    /* [replica × stages + stage] */
   tr_actor *coordinator;
+  tr_actor *server;    /* async */
+  tr_device *server_dev;
+  _Atomic int64_t next_step; /* async: the next step a loader takes */
   char strategy[16];
   tr_train_result result; /* filled by the coordinator */
 };
@@ -52,7 +60,8 @@ typedef struct tr__ring_msg {
   void **x, **y; /* NULL: not this stage's to lend */
 } tr__ring_msg;
 
-/* loader → stage: buffer `slot` holds micro-batch `mb` of step `step` */
+/* loader → stage: buffer `slot` holds micro-batch `mb` of step `step`; in asynchronous jobs,
+ * step -1 (sent without a credit) says the loader has no more */
 typedef struct tr__batch_msg {
   tr_msg hdr;
   int slot, mb;
@@ -117,6 +126,46 @@ typedef struct tr__part_msg {
   tr__part part;
 } tr__part_msg;
 
+/* worker → server: the gradient of step `step` at parameters of version `version`, in the
+ * worker's memory (grads, beside its parameters), final once `ready` has completed; `pull`:
+ * reply with fresh parameters. */
+typedef struct tr__push_msg {
+  tr_msg hdr;
+  int worker;
+  bool pull;
+  int64_t step, version;
+  tr_event *ready;
+  float *grads, *params;
+  tr_device *dev;
+} tr__push_msg;
+
+/* server → worker: the push has been read (and, with `pulled`, the worker's parameters are
+ * the server's of version `version`) once `ready` has completed */
+typedef struct tr__reply_msg {
+  tr_msg hdr;
+  bool pulled;
+  int64_t version;
+  tr_event *ready;
+} tr__reply_msg;
+
+/* worker → server: it pushes no more */
+typedef struct tr__leave_msg {
+  tr_msg hdr;
+  int worker;
+} tr__leave_msg;
+
+/* server → coordinator, once: its figures */
+typedef struct tr__server_done_msg {
+  tr_msg hdr;
+  int64_t updates, window_updates;
+  uint64_t window_start, window_end, busy_ns;
+  int64_t hist[TR_TRAIN_STALENESS_BINS];
+  double staleness_sum, consistency_sum;
+  int64_t staleness_max, consistency_n;
+  int clock_gap_max;
+  double momentum;
+} tr__server_done_msg;
+
 /* A stage's figures at the end of the run. */
 typedef struct tr__report {
   int replica, stage;
@@ -124,6 +173,7 @@ typedef struct tr__report {
   uint64_t window_start, window_end, busy_ns;
   int peak_microbatches;
   const float *losses; /* this replica's share of each step's loss (last stages), or NULL */
+  const int64_t *loss_steps; /* async: the step of each loss (workers take steps in turn) */
   size_t nlosses;
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
@@ -136,18 +186,24 @@ typedef struct tr__done_msg {
 } tr__done_msg;
 
 extern const tr_msgtype tr__ring_type, tr__batch_type, tr__tensor_type, tr__bucket_type,
-    tr__norm_type, tr__poll_type, tr__progress_type, tr__part_type, tr__done_type;
+    tr__norm_type, tr__poll_type, tr__progress_type, tr__part_type, tr__done_type,
+    tr__push_type, tr__reply_type, tr__leave_type, tr__server_done_type;
 
-extern const tr_behaviour tr__loader_behaviour, tr__stage_behaviour, tr__coordinator_behaviour;
+extern const tr_behaviour tr__loader_behaviour, tr__stage_behaviour, tr__coordinator_behaviour,
+    tr__server_behaviour;
 
 /* The actors' states (their .c files) and the wiring of their edges (job.c). */
 void *tr__loader_new(tr_job *j, int replica);
 void *tr__stage_new(tr_job *j, int replica, int stage, tr_device *dev);
 void *tr__coordinator_new(tr_job *j);
+void *tr__server_new(tr_job *j, tr_device *dev);
 void tr__loader_set_edges(void *loader, tr_edge *x, tr_edge *y);
 void tr__stage_set_input(void *stage, tr_edge *x, tr_edge *y);
 void tr__stage_set_chain(void *stage, tr_edge *out, tr_edge *in, bool forward);
 int tr__stage_set_group(void *stage, tr_actor *const *members, int n);
+/* async: the worker's push edge; the server's edge from worker w */
+void tr__stage_set_push(void *stage, tr_edge *push);
+int tr__server_set_worker(void *server, int worker, tr_edge *push);
 
 /* Checkpoints (checkpoint_io.c). peek: the step a checkpoint of model `m` was taken at,
  * checked before any thread starts; snapshot and load: on the stage's own thread; write:

@@ -1,0 +1,316 @@
+/* server.c — the parameter server (pinned): the master parameters and the optimizer state of
+ * an asynchronous job, on one device.
+ *
+ * Each push is one update, whole within one callback, so the parameters are never seen half
+ * updated: the gradient is copied in from the worker's memory, its staleness (versions
+ * applied since the worker pulled) and the worker's distance from the server are measured,
+ * delay compensation (DC-ASGD) and the staleness-scaled step size apply when asked, and the
+ * optimizer steps (clipping, when configured, by this push's own norm). Then the push's
+ * credit goes back and the worker gets its reply — with the parameters copied into its
+ * memory when it pulled — unless SSP holds it: a worker more than `staleness` pushes ahead
+ * of the slowest worker still running waits until that one catches up or leaves.
+ *
+ * The worker's parameters are those it pulled (it never changes them), so they are read in
+ * place where the device can (host devices; logical devices of one GPU), else staged.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train_impl.h"
+#include "tr_trace.h"
+
+enum { STATS_RING = 64 }; /* distance measurements in flight to the host */
+
+typedef struct worker {
+  tr_edge *push;
+  tr_actor *actor;
+  tr_event *reply_ev;
+  int64_t clock;    /* pushes applied */
+  bool active;      /* has not left */
+  bool waiting;     /* its reply is held (SSP) */
+  bool pull;        /* the held reply brings parameters */
+  float *params;    /* its memory, as its last push said */
+  tr_device *dev;
+} worker;
+
+typedef struct server {
+  tr_actor *self;
+  tr_job *j;
+  tr_device *dev;
+  tr_stage *st;
+  tr_stream *s;
+  size_t numel;
+  float *scratch;   /* a worker's parameters, staged where they cannot be read in place */
+  int W, active;
+  worker *w;
+  int64_t version;  /* updates applied in this run */
+  float lr;
+
+  /* ||θ_worker − θ_server||² and ||θ_server||² per push: device → host ring */
+  float *stats_dev, *stats_host;
+  tr_event *stats_ev[STATS_RING];
+  int64_t stats_issued, stats_read;
+
+  tr__server_done_msg fig; /* the figures, sent at the end */
+  int64_t warm;
+  bool done;
+  char err[512];
+} server;
+
+void *tr__server_new(tr_job *j, tr_device *dev) {
+  server *sv = calloc(1, sizeof *sv);
+  if (sv == NULL) return NULL;
+  sv->j = j;
+  sv->dev = dev;
+  sv->W = j->c.replicas;
+  if ((sv->w = calloc((size_t)sv->W, sizeof *sv->w)) == NULL) {
+    free(sv);
+    return NULL;
+  }
+  return sv;
+}
+
+int tr__server_set_worker(void *state, int w, tr_edge *push) {
+  server *sv = state;
+  TR_ASSERT(w >= 0 && w < sv->W && sv->w[w].push == NULL);
+  sv->w[w].push = push;
+  sv->w[w].actor = tr_edge_from(push);
+  sv->w[w].active = true;
+  sv->active++;
+  return 0;
+}
+
+static int fail_device(tr_actor *self, server *sv, const char *what) {
+  const char *why = sv->st ? tr_stage_error(sv->st) : tr_device_error(sv->dev);
+  return tr_actor_fail(self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(sv->dev), why);
+}
+
+static int server_open(tr_actor *self) {
+  server *sv = tr_actor_state(self);
+  tr_job *j = sv->j;
+  sv->self = self;
+  if (sv->active < sv->W)
+    return tr_actor_fail(self, TR_EINVAL, "the server serves %d of %d workers (tr_job_serve)",
+                         sv->active, sv->W);
+  if (tr_device_bind(sv->dev)) return fail_device(self, sv, "binding the device");
+  tr_stage_config c = {.batch = j->mb_batch,
+                       .slots = 0,
+                       .global_batch = j->c.global_batch,
+                       .seed = j->c.seed,
+                       .optim = j->c.optim};
+  if (tr_stage_open(&sv->st, j->c.model, sv->dev, &c, sv->err, sizeof sv->err))
+    return tr_actor_fail(self, TR_EDEVICE, "opening the server's parameters on %s: %s",
+                         tr_device_name(sv->dev), sv->err);
+  if (j->c.resume && tr__stage_load(sv->st, j->c.resume, sv->err, sizeof sv->err))
+    return tr_actor_fail(self, TR_EFORMAT, "%s", sv->err);
+  sv->s = tr_stage_stream(sv->st);
+  sv->numel = tr_stage_get_info(sv->st)->numel;
+  sv->lr = j->c.optim.lr;
+  for (int i = 0; i < sv->W; i++) {
+    worker *w = &sv->w[i];
+    w->dev = j->devs[i];
+    if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
+      return fail_device(self, sv, "opening events");
+    if (!sv->scratch && tr_device_can_access_peer(sv->dev, w->dev) != 1 &&
+        tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
+      return fail_device(self, sv, "allocating the staging buffer");
+  }
+  if (tr_device_alloc(sv->dev, 2 * STATS_RING * sizeof(float), (void **)&sv->stats_dev) ||
+      tr_host_alloc(sv->dev, 2 * STATS_RING * sizeof(float), (void **)&sv->stats_host))
+    return fail_device(self, sv, "allocating the statistics");
+  for (int i = 0; i < STATS_RING; i++)
+    if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &sv->stats_ev[i]))
+      return fail_device(self, sv, "opening events");
+  const int64_t total = tr_graph_end_step(j->g) - tr_graph_first_step(j->g);
+  /* as the stages warm up: a tenth of the updates (at most 100), 3 in a timed run */
+  sv->warm = total > INT64_MAX / 2 ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100;
+  sv->fig.window_start = tr_now_ns();
+  sv->fig.momentum = j->result.momentum;
+  return 0;
+}
+
+/* Reads the distance measurements that have landed (all of them, `wait`ing if asked). */
+static int harvest(tr_actor *self, server *sv, bool wait) {
+  while (sv->stats_read < sv->stats_issued) {
+    const int k = (int)(sv->stats_read % STATS_RING);
+    int q = wait ? (tr_event_synchronize(sv->stats_ev[k]) ? -1 : 1) : tr_event_query(sv->stats_ev[k]);
+    if (q < 0) return fail_device(self, sv, "reading the workers' distance");
+    if (q == 0) break;
+    const double diff = sv->stats_host[2 * k], norm = sv->stats_host[2 * k + 1];
+    sv->fig.consistency_sum += norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+    sv->fig.consistency_n++;
+    sv->stats_read++;
+  }
+  return 0;
+}
+
+static void busy(tr_actor *self, server *sv, const char *what, uint64_t t0) {
+  uint64_t t1 = tr_now_ns();
+  if (sv->version >= sv->warm) sv->fig.busy_ns += t1 - t0;
+  if (tr_trace_enabled(self)) tr_trace_record(self, what, t0, t1, -1);
+}
+
+/* Replies to every held worker SSP lets go: one at most `staleness` pushes ahead of the
+ * slowest worker still running. */
+static int serve(tr_actor *self, server *sv) {
+  int64_t slowest = INT64_MAX;
+  for (int i = 0; i < sv->W; i++)
+    if (sv->w[i].active && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
+  const int S = sv->j->c.staleness;
+  for (int i = 0; i < sv->W; i++) {
+    worker *w = &sv->w[i];
+    if (!w->waiting) continue;
+    const int64_t gap = w->clock - slowest;
+    if (S >= 0 && gap > S) continue;
+    if (gap > sv->fig.clock_gap_max) sv->fig.clock_gap_max = (int)gap;
+    if (w->pull && tr_memcpy_peer(sv->s, w->params, w->dev, tr_stage_params(sv->st), sv->dev,
+                                  sv->numel * sizeof(float)))
+      return fail_device(self, sv, "sending parameters");
+    if (tr_event_record(w->reply_ev, sv->s)) return fail_device(self, sv, "replying");
+    tr__reply_msg *r = tr_msg_new(&tr__reply_type);
+    r->hdr.from = self;
+    r->pulled = w->pull;
+    r->version = sv->version;
+    r->ready = w->reply_ev;
+    tr_actor_send(w->actor, r);
+    w->waiting = false;
+  }
+  return 0;
+}
+
+static int snapshot_to(tr_actor *self, server *sv, int64_t step) {
+  tr__part_msg *p = tr_msg_new(&tr__part_type);
+  p->hdr.from = self;
+  p->stage = 0;
+  p->step = step;
+  if (tr__stage_snapshot(sv->st, &p->part)) {
+    tr_msg_free(p);
+    return fail_device(self, sv, "copying the parameters for a checkpoint");
+  }
+  tr_actor_send(sv->j->coordinator, p);
+  return 0;
+}
+
+/* One push, one update. */
+static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
+  tr_job *j = sv->j;
+  worker *w = &sv->w[m->worker];
+  const uint64_t t0 = tr_now_ns();
+  const size_t bytes = sv->numel * sizeof(float);
+  float *params = tr_stage_params(sv->st), *grads = tr_stage_grads(sv->st);
+  if (tr_stream_wait_event(sv->s, m->ready) ||
+      tr_memcpy_peer(sv->s, grads, sv->dev, m->grads, m->dev, bytes))
+    return fail_device(self, sv, "copying a pushed gradient");
+  const float *pulled = m->params;
+  if (tr_device_can_access_peer(sv->dev, m->dev) != 1) {
+    if (tr_memcpy_peer(sv->s, sv->scratch, sv->dev, m->params, m->dev, bytes))
+      return fail_device(self, sv, "copying a worker's parameters");
+    pulled = sv->scratch;
+  }
+
+  /* staleness, and the worker's distance from the server at the push */
+  const int64_t stale = sv->version - m->version;
+  sv->fig.hist[stale < TR_TRAIN_STALENESS_BINS ? stale : TR_TRAIN_STALENESS_BINS - 1]++;
+  sv->fig.staleness_sum += (double)stale;
+  if (stale > sv->fig.staleness_max) sv->fig.staleness_max = stale;
+  if (sv->stats_issued - sv->stats_read == STATS_RING && harvest(self, sv, true)) return TR_EDEVICE;
+  const int k = (int)(sv->stats_issued % STATS_RING);
+  float *d2 = &sv->stats_dev[2 * k];
+  if (tr_mse_fwd(sv->s, &d2[0], pulled, params, sv->numel, 1.0f) || /* Σ (θ_w − θ)² */
+      tr_sumsq(sv->s, &d2[1], params, sv->numel, 0) ||
+      tr_memcpy(sv->s, &sv->stats_host[2 * k], d2, 2 * sizeof(float), TR_COPY_D2H) ||
+      tr_event_record(sv->stats_ev[k], sv->s))
+    return fail_device(self, sv, "measuring a worker's distance");
+  sv->stats_issued++;
+
+  if (j->c.dc_lambda > 0 && tr_dc_asgd(sv->s, grads, params, pulled, sv->numel, j->c.dc_lambda))
+    return fail_device(self, sv, "delay compensation");
+  if (j->c.staleness_lr) tr_stage_set_lr(sv->st, stale > 1 ? sv->lr / (float)stale : sv->lr);
+  if (tr_stage_step(sv->st, NULL)) return fail_device(self, sv, "optimizer step");
+  sv->version++;
+  w->clock++;
+  if (sv->version == sv->warm) {
+    sv->fig.window_start = tr_now_ns();
+    sv->fig.busy_ns = 0;
+  }
+  /* The gradient is read by everything queued after the copy: the worker's next push may
+   * come (it waits for the reply's event before writing its gradients again). */
+  tr_edge_release(w->push, 1);
+  w->params = m->params;
+  w->waiting = true;
+  w->pull = m->pull;
+
+  const int64_t step = tr_graph_first_step(j->g) + sv->version, every = j->c.checkpoint_every;
+  int rc = harvest(self, sv, false);
+  if (rc == 0 && j->c.checkpoint && every > 0 && step % every == 0 && step < tr_graph_end_step(j->g))
+    rc = snapshot_to(self, sv, step);
+  if (rc == 0) rc = serve(self, sv);
+  busy(self, sv, "update", t0);
+  return rc;
+}
+
+static int finish(tr_actor *self, server *sv) {
+  tr_job *j = sv->j;
+  if (tr_stream_synchronize(sv->s)) return fail_device(self, sv, "finishing the run");
+  int rc = harvest(self, sv, true);
+  if (rc == 0 && j->c.checkpoint) rc = snapshot_to(self, sv, tr_graph_first_step(j->g) + sv->version);
+  if (rc) return rc;
+  tr__server_done_msg *d = tr_msg_new(&tr__server_done_type);
+  tr_msg hdr = d->hdr;
+  *d = sv->fig;
+  d->hdr = hdr;
+  d->hdr.from = self;
+  d->updates = sv->version;
+  d->window_updates = sv->version > sv->warm ? sv->version - sv->warm : sv->version;
+  d->window_end = tr_now_ns();
+  tr_actor_send(j->coordinator, d);
+  sv->done = true;
+  tr_graph_done(j->g, self);
+  return 0;
+}
+
+static int server_receive(tr_actor *self, tr_msg *msg) {
+  server *sv = tr_actor_state(self);
+  if (sv->done) return 0;
+  if (msg->type == &tr__push_type) return apply(self, sv, (const tr__push_msg *)msg);
+  if (msg->type == &tr__leave_type) {
+    sv->w[((const tr__leave_msg *)msg)->worker].active = false;
+    if (--sv->active == 0) return finish(self, sv);
+    return serve(self, sv); /* the slowest may have left */
+  }
+  return 0; /* tr_graph_end_msg: the workers' leaving says when it is over */
+}
+
+static void server_stop(tr_actor *self) {
+  server *sv = tr_actor_state(self);
+  if (sv->s) tr_stream_synchronize(sv->s);
+  for (int i = 0; i < sv->W; i++)
+    if (sv->w[i].reply_ev) tr_event_close(sv->w[i].reply_ev);
+  for (int i = 0; i < STATS_RING; i++)
+    if (sv->stats_ev[i]) tr_event_close(sv->stats_ev[i]);
+  if (sv->stats_dev) tr_device_free(sv->dev, sv->stats_dev);
+  if (sv->stats_host) tr_host_free(sv->dev, sv->stats_host);
+  if (sv->scratch) tr_device_free(sv->dev, sv->scratch);
+  tr_stage_close(sv->st);
+  sv->st = NULL;
+}
+
+static int server_start(tr_actor *self) {
+  int rc = server_open(self);
+  if (rc) server_stop(self); /* a failed start gets no stop callback */
+  return rc;
+}
+
+static void server_destroy(void *state) {
+  server *sv = state;
+  free(sv->w);
+  free(sv);
+}
+
+const tr_behaviour tr__server_behaviour = {.name = "server",
+                                           .start = server_start,
+                                           .receive = server_receive,
+                                           .stop = server_stop,
+                                           .destroy = server_destroy};
