@@ -62,6 +62,12 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, siz
     snprintf(err, n, "--dc-lambda %g: give a number >= 0", (double)c->dc_lambda);
     return TR_EINVAL;
   }
+  if (c->async && c->hogwild &&
+      (c->staleness >= 0 || c->dc_lambda > 0 || c->pull_every > 1 || c->staleness_lr)) {
+    snprintf(err, n, "--hogwild: the workers update the shared parameters themselves, so "
+             "--staleness, --dc-lambda, --pull-every and --staleness-lr do not apply");
+    return TR_EINVAL;
+  }
   const int parts = c->async ? 1 : R * M; /* an asynchronous worker takes whole batches */
   if (c->global_batch < parts || c->global_batch % parts) {
     snprintf(err, n, "--batch %d: not divisible by replicas × micro-batches (%d × %d)",

@@ -10,8 +10,13 @@
  * memory when it pulled — unless SSP holds it: a worker more than `staleness` pushes ahead
  * of the slowest worker still running waits until that one catches up or leaves.
  *
- * The worker's parameters are those it pulled (it never changes them), so they are read in
+ * The worker's gradient and parameters (those it pulled: it never changes them) are read in
  * place where the device can (host devices; logical devices of one GPU), else staged.
+ *
+ * Hogwild!: the server's first reply lends each worker its parameters and optimizer state;
+ * the workers update them in place with no lock, and their pushes only count the updates
+ * and their staleness. The parameters then outlive the workers: they are freed once every
+ * thread has stopped (server_destroy).
  */
 #include <math.h>
 #include <stdio.h>
@@ -55,7 +60,7 @@ typedef struct server {
 
   tr__server_done_msg fig; /* the figures, sent at the end */
   int64_t warm;
-  bool done;
+  bool done, lent; /* lent: Hogwild! workers hold the parameters */
   char err[512];
 } server;
 
@@ -128,6 +133,19 @@ static int server_open(tr_actor *self) {
   sv->warm = total > INT64_MAX / 2 ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100;
   sv->fig.window_start = tr_now_ns();
   sv->fig.momentum = j->result.momentum;
+  for (int i = 0; i < sv->W && j->c.hogwild; i++) {
+    if (tr_device_can_access_peer(sv->dev, sv->w[i].dev) != 1)
+      return tr_actor_fail(self, TR_EINVAL, "--hogwild: worker %d on %s cannot reach the "
+                           "server's memory on %s (host devices only)", i,
+                           tr_device_name(sv->w[i].dev), tr_device_name(sv->dev));
+  }
+  for (int i = 0; i < sv->W && j->c.hogwild; i++) {
+    tr__reply_msg *r = tr_msg_new(&tr__reply_type);
+    r->hdr.from = self;
+    r->share = sv->st;
+    tr_actor_send(sv->w[i].actor, r);
+    sv->lent = true;
+  }
   return 0;
 }
 
@@ -193,28 +211,50 @@ static int snapshot_to(tr_actor *self, server *sv, int64_t step) {
   return 0;
 }
 
+/* An update applied (by the server, or a Hogwild! worker): its staleness, the worker's clock,
+ * the push's credit back, checkpoints. */
+static int count_update(tr_actor *self, server *sv, worker *w, int64_t stale) {
+  tr_job *j = sv->j;
+  sv->fig.hist[stale < TR_TRAIN_STALENESS_BINS ? stale : TR_TRAIN_STALENESS_BINS - 1]++;
+  sv->fig.staleness_sum += (double)stale;
+  if (stale > sv->fig.staleness_max) sv->fig.staleness_max = stale;
+  sv->version++;
+  w->clock++;
+  if (sv->version == sv->warm) {
+    sv->fig.window_start = tr_now_ns();
+    sv->fig.busy_ns = 0;
+  }
+  /* The gradient is read by everything queued on the stream so far: the worker's next push
+   * may come (it waits for the reply's event before writing its gradients again). */
+  tr_edge_release(w->push, 1);
+  const int64_t step = tr_graph_first_step(j->g) + sv->version, every = j->c.checkpoint_every;
+  if (j->c.checkpoint && every > 0 && step % every == 0 && step < tr_graph_end_step(j->g))
+    return snapshot_to(self, sv, step);
+  return 0;
+}
+
 /* One push, one update. */
 static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   tr_job *j = sv->j;
   worker *w = &sv->w[m->worker];
+  if (j->c.hogwild) return count_update(self, sv, w, m->applied - m->version);
   const uint64_t t0 = tr_now_ns();
   const size_t bytes = sv->numel * sizeof(float);
-  float *params = tr_stage_params(sv->st), *grads = tr_stage_grads(sv->st);
-  if (tr_stream_wait_event(sv->s, m->ready) ||
-      tr_memcpy_peer(sv->s, grads, sv->dev, m->grads, m->dev, bytes))
-    return fail_device(self, sv, "copying a pushed gradient");
+  float *params = tr_stage_params(sv->st), *grads = m->grads;
   const float *pulled = m->params;
+  if (tr_stream_wait_event(sv->s, m->ready)) return fail_device(self, sv, "waiting for a push");
   if (tr_device_can_access_peer(sv->dev, m->dev) != 1) {
-    if (tr_memcpy_peer(sv->s, sv->scratch, sv->dev, m->params, m->dev, bytes))
-      return fail_device(self, sv, "copying a worker's parameters");
+    grads = NULL;
+    if (tr_memcpy_peer(sv->s, tr_stage_grads(sv->st), sv->dev, m->grads, m->dev, bytes) ||
+        tr_memcpy_peer(sv->s, sv->scratch, sv->dev, m->params, m->dev, bytes))
+      return fail_device(self, sv, "copying a push");
     pulled = sv->scratch;
   }
+  tr_stage_use_grads(sv->st, grads); /* the worker's, in place; NULL: the copy */
+  grads = tr_stage_grads(sv->st);
 
-  /* staleness, and the worker's distance from the server at the push */
+  /* the worker's distance from the server at the push */
   const int64_t stale = sv->version - m->version;
-  sv->fig.hist[stale < TR_TRAIN_STALENESS_BINS ? stale : TR_TRAIN_STALENESS_BINS - 1]++;
-  sv->fig.staleness_sum += (double)stale;
-  if (stale > sv->fig.staleness_max) sv->fig.staleness_max = stale;
   if (sv->stats_issued - sv->stats_read == STATS_RING && harvest(self, sv, true)) return TR_EDEVICE;
   const int k = (int)(sv->stats_issued % STATS_RING);
   float *d2 = &sv->stats_dev[2 * k];
@@ -229,23 +269,12 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
     return fail_device(self, sv, "delay compensation");
   if (j->c.staleness_lr) tr_stage_set_lr(sv->st, stale > 1 ? sv->lr / (float)stale : sv->lr);
   if (tr_stage_step(sv->st, NULL)) return fail_device(self, sv, "optimizer step");
-  sv->version++;
-  w->clock++;
-  if (sv->version == sv->warm) {
-    sv->fig.window_start = tr_now_ns();
-    sv->fig.busy_ns = 0;
-  }
-  /* The gradient is read by everything queued after the copy: the worker's next push may
-   * come (it waits for the reply's event before writing its gradients again). */
-  tr_edge_release(w->push, 1);
+  tr_stage_use_grads(sv->st, NULL);
   w->params = m->params;
   w->waiting = true;
   w->pull = m->pull;
-
-  const int64_t step = tr_graph_first_step(j->g) + sv->version, every = j->c.checkpoint_every;
-  int rc = harvest(self, sv, false);
-  if (rc == 0 && j->c.checkpoint && every > 0 && step % every == 0 && step < tr_graph_end_step(j->g))
-    rc = snapshot_to(self, sv, step);
+  int rc = count_update(self, sv, w, stale);
+  if (rc == 0) rc = harvest(self, sv, false);
   if (rc == 0) rc = serve(self, sv);
   busy(self, sv, "update", t0);
   return rc;
@@ -293,8 +322,10 @@ static void server_stop(tr_actor *self) {
   if (sv->stats_dev) tr_device_free(sv->dev, sv->stats_dev);
   if (sv->stats_host) tr_host_free(sv->dev, sv->stats_host);
   if (sv->scratch) tr_device_free(sv->dev, sv->scratch);
-  tr_stage_close(sv->st);
-  sv->st = NULL;
+  if (!sv->lent) {
+    tr_stage_close(sv->st);
+    sv->st = NULL;
+  }
 }
 
 static int server_start(tr_actor *self) {
@@ -305,6 +336,10 @@ static int server_start(tr_actor *self) {
 
 static void server_destroy(void *state) {
   server *sv = state;
+  if (sv->st) { /* lent to Hogwild! workers, whose threads have all stopped by now */
+    tr_device_bind(sv->dev);
+    tr_stage_close(sv->st);
+  }
   free(sv->w);
   free(sv);
 }

@@ -24,7 +24,8 @@
  * then waits for the reply (the gradient read, and fresh parameters when it pulled) before
  * the next backward may write the gradients again. `step` counts the worker's own pushes;
  * the loader's batches say which step of the run each one is, and a batch of step -1 ends
- * the worker's part.
+ * the worker's part. Hogwild!: the server's first reply names its parameters, which the
+ * worker then trains in place and updates itself, telling the server only that it did.
  */
 #include <math.h>
 #include <stdio.h>
@@ -126,7 +127,7 @@ typedef struct stage_actor {
   tr_event *push_ev;
   int64_t version, batch_step;
   int since_pull;
-  bool pushed, replied;
+  bool pushed, replied, shared;
   tr__reply_msg reply;
 
   /* losses (last stage): device → loss_ring[step % LOSS_RING][mb] → losses; async workers
@@ -711,7 +712,16 @@ static int push_update(tr_actor *self, stage_actor *a) {
                            "(tr_train_options.fail_step)", j->c.fail_step,
                            (long long)a->batch_step, tr_device_name(a->dev));
     if (!tr_edge_acquire(a->push)) return BLOCKED; /* the server still reads the last one */
-    if (tr_event_record(a->push_ev, a->s)) return fail_device(self, a, "pushing the gradient");
+    int64_t applied = -1;
+    if (j->c.hogwild) {
+      const uint64_t t0 = tr_now_ns();
+      if (tr_stage_step(a->st, NULL) || tr_stage_zero_grads(a->st))
+        return fail_device(self, a, "optimizer step (Hogwild!)");
+      applied = atomic_fetch_add(&j->hogwild_version, 1);
+      busy(self, a, "update", t0, -1);
+    } else if (tr_event_record(a->push_ev, a->s)) {
+      return fail_device(self, a, "pushing the gradient");
+    }
     const int every = j->c.pull_every > 0 ? j->c.pull_every : 1;
     tr__push_msg *m = tr_msg_new(&tr__push_type);
     m->hdr.from = self;
@@ -719,6 +729,11 @@ static int push_update(tr_actor *self, stage_actor *a) {
     m->pull = a->since_pull + 1 >= every;
     m->step = a->batch_step;
     m->version = a->version;
+    m->applied = applied;
+    if (j->c.hogwild) {
+      tr_edge_send(a->push, m);
+      return DONE;
+    }
     m->ready = a->push_ev;
     m->grads = tr_stage_grads(a->st);
     m->params = tr_stage_params(a->st);
@@ -777,6 +792,16 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       const entry *x = fifo_peek(&a->xq);
       if (x == NULL) break;
       if (x->step < 0) return finish(self, a);
+      if (a->j->c.hogwild) {
+        if (!a->shared) { /* the server's parameters, before the first step */
+          if (!a->replied) break;
+          if (tr_stage_share_params(a->st, a->reply.share))
+            return tr_actor_fail(self, TR_EINVAL, "%s", tr_stage_error(a->st));
+          a->shared = true;
+          a->replied = false;
+        }
+        a->version = atomic_load(&a->j->hogwild_version);
+      }
     } else if (a->pc == 0 && a->step >= tr_graph_end_step(a->j->g)) {
       return finish(self, a);
     }

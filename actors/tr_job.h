@@ -82,7 +82,7 @@ typedef struct tr_job_config {
   /* Asynchronous training: `replicas` workers (one stage each, one micro-batch of the whole
    * global batch) and a server; the fields mean what tr_train_options says. */
   int async;
-  int staleness, staleness_lr, pull_every, momentum_correction;
+  int staleness, staleness_lr, pull_every, momentum_correction, hogwild;
   float dc_lambda;
   int fail_device, fail_step;
 } tr_job_config;

@@ -89,6 +89,8 @@ typedef struct tr_train_options {
                               on the parameters it has); 0: 1 */
   const char *server;      /* the server's device; NULL: host:1 for host workers, else a
                               logical device on the first worker's GPU */
+  int hogwild;             /* host devices: the workers update the server's parameters in
+                              place, with no lock (Hogwild!, Niu et al. 2011), for comparison */
   int fail_device;         /* testing: worker `fail_device` fails its push number */
   int fail_step;           /* `fail_step` (from 1; 0: off) */
 } tr_train_options;

@@ -80,6 +80,7 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
       c->momentum_correction = o->momentum_correction;
       c->staleness_lr = o->staleness_lr;
       c->pull_every = o->pull_every;
+      c->hogwild = o->hogwild;
       c->fail_device = o->fail_device;
       c->fail_step = o->fail_step;
       break;

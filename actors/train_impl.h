@@ -41,6 +41,7 @@ struct tr_job {
   tr_actor *server;    /* async */
   tr_device *server_dev;
   _Atomic int64_t next_step; /* async: the next step a loader takes */
+  _Atomic int64_t hogwild_version; /* updates the workers have applied */
   char strategy[16];
   tr_train_result result; /* filled by the coordinator */
 };
@@ -128,12 +129,13 @@ typedef struct tr__part_msg {
 
 /* worker → server: the gradient of step `step` at parameters of version `version`, in the
  * worker's memory (grads, beside its parameters), final once `ready` has completed; `pull`:
- * reply with fresh parameters. */
+ * reply with fresh parameters. Hogwild!: the worker has applied it itself, as update
+ * number `applied` (no reply). */
 typedef struct tr__push_msg {
   tr_msg hdr;
   int worker;
   bool pull;
-  int64_t step, version;
+  int64_t step, version, applied;
   tr_event *ready;
   float *grads, *params;
   tr_device *dev;
@@ -146,6 +148,7 @@ typedef struct tr__reply_msg {
   bool pulled;
   int64_t version;
   tr_event *ready;
+  tr_stage *share; /* Hogwild!: once, before anything: the parameters to train in place */
 } tr__reply_msg;
 
 /* worker → server: it pushes no more */

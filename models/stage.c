@@ -198,9 +198,11 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
                      : rows * (m->loss == TR_LOSS_CROSSENTROPY ? sizeof(int32_t) : out_w * sizeof(float));
   st->slot_stride = slot;
   int rc;
-  if ((rc = alloc(st, in->numel, &st->params)) || (rc = alloc(st, in->numel, &st->grads)) ||
-      (rc = alloc(st, in->state_numel, &st->state)) ||
-      (rc = alloc(st, slot * (size_t)cfg->slots, &st->slots)) ||
+  rc = alloc(st, in->numel, &st->params);
+  if (rc == 0) rc = alloc(st, in->numel, &st->grads);
+  if (rc == 0) rc = alloc(st, in->state_numel, &st->state);
+  st->own[0] = st->params, st->own[1] = st->grads, st->own[2] = st->state;
+  if (rc || (rc = alloc(st, slot * (size_t)cfg->slots, &st->slots)) ||
       (rc = alloc(st, scratch, &st->scratch)))
     return open_fail(st, rc, err, err_size, "allocating device memory");
   if (cfg->slots) plan_scratch(st, st->scratch);
@@ -220,11 +222,31 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
 
 void tr_stage_close(tr_stage *st) {
   if (!st) return;
-  float *bufs[] = {st->params, st->grads, st->state, st->slots, st->scratch};
+  float *bufs[] = {st->own[0], st->own[1], st->own[2], st->slots, st->scratch};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) tr_device_free(st->dev, bufs[i]);
   free(st->layers);
   free(st);
+}
+
+/* ---- asynchronous training ------------------------------------------------------------------------ */
+
+void tr_stage_use_grads(tr_stage *st, float *grads) { st->grads = grads ? grads : st->own[1]; }
+
+int tr_stage_share_params(tr_stage *st, const tr_stage *owner) {
+  if (owner->m != st->m || owner->info.first != st->info.first || owner->info.end != st->info.end ||
+      owner->optim.kind != st->optim.kind ||
+      tr_device_can_access_peer(st->dev, owner->dev) != 1) {
+    snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s on %s: cannot share the parameters of "
+             "stage [%d,%d) of %s on %s", st->info.first, st->info.end, st->m->name,
+             tr_device_name(st->dev), owner->info.first, owner->info.end, owner->m->name,
+             tr_device_name(owner->dev));
+    return TR_EINVAL;
+  }
+  st->params = owner->params;
+  st->state = owner->state;
+  bind_params(st);
+  return 0;
 }
 
 /* ---- accessors ------------------------------------------------------------------------------------- */

@@ -30,7 +30,8 @@ struct tr_stage {
   tr_stage_info info;
   tr_optim_config optim;
   int64_t steps;
-  float *params, *grads, *state; /* one allocation each */
+  float *params, *grads, *state; /* one allocation each, or what the stage uses instead */
+  float *own[3];                  /* its own: params, grads, state (freed at close) */
   float *slots;                  /* slots x slot_stride floats */
   size_t slot_stride;
   size_t in_off, target_off, dout_off, probs_off, loss_off; /* within a slot */

@@ -275,6 +275,18 @@ const tr_optim_config *tr_stage_optim(const tr_stage *st);
 int64_t tr_stage_step_count(const tr_stage *st);
 void tr_stage_set_step_count(tr_stage *st, int64_t steps); /* resuming from a checkpoint */
 
+/* ---- asynchronous training ------------------------------------------------------------------ */
+
+/* From now on the optimizer (tr_stage_step, clipping, tr_stage_grad_sumsq, zeroing) works on
+ * `grads` (numel floats this device can read and write, e.g. a worker's pushed gradient
+ * read in place by a parameter server) instead of the stage's own; NULL: its own again. */
+void tr_stage_use_grads(tr_stage *st, float *grads);
+/* Hogwild!: `st` reads and updates `owner`'s parameters and optimizer state from now on, with
+ * no lock (its own stay unused). The same layers of the same model, the same optimizer kind,
+ * on devices that reach each other's memory (host devices); TR_EINVAL otherwise. `owner`
+ * must outlive every use of `st`. */
+int tr_stage_share_params(tr_stage *st, const tr_stage *owner);
+
 /* ---- host copies (checkpoints, consistency checks), asynchronous on the stream ---------- */
 
 typedef enum tr_stage_buffer {

@@ -36,6 +36,8 @@ static void usage(FILE *f) {
           "  --pull-every K                 async: pull fresh parameters every K pushes (default 1)\n"
           "  --server SPEC                  async: the parameter server's device (default host:1,\n"
           "                                 or the first worker's GPU)\n"
+          "  --hogwild                      async, host devices: workers update the server's\n"
+          "                                 parameters in place with no lock (Hogwild!)\n"
           "  --steps N                      train to step N (default 100; a resumed run continues;\n"
           "                                 async: N updates at the server)\n"
           "  --seconds S                    train for S seconds instead\n"
@@ -231,6 +233,9 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--pull-every")) {
       if (!cli_value_u64(argc, argv, &i, 1, 1 << 20, &u)) return CLI_USAGE;
       o.pull_every = (int)u;
+      async_given = a;
+    } else if (!strcmp(a, "--hogwild")) {
+      o.hogwild = 1;
       async_given = a;
     } else if (!strcmp(a, "--server")) {
       if (!cli_value_str(argc, argv, &i, &o.server)) return CLI_USAGE;
