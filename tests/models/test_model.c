@@ -715,6 +715,73 @@ static void parameter_only_stage_holds_and_updates_the_model(void **state) {
   tr_model_free(m);
 }
 
+/* A server steps straight from a worker's gradient (tr_stage_use_grads), and a Hogwild!
+ * worker trains on the server's parameters (tr_stage_share_params). */
+static void a_server_borrows_gradients_and_lends_parameters(void **state) {
+  (void)state;
+  tr_model *m = tiny_mlp();
+  const int whole[2] = {0, tr_model_layer_count(m)};
+  tr_optim_config o = tr_model_optim(m); /* momentum: state shared too */
+  pipe w = pipe_open(m, whole, 1, 4, 1, 4, o, 5), twin = pipe_open(m, whole, 1, 4, 1, 4, o, 5);
+  tr_stage_config c = tr_stage_defaults(m);
+  c.slots = 0, c.batch = 4, c.global_batch = 4, c.seed = 5, c.optim = o;
+  tr_stage *ps;
+  char err[256];
+  assert_int_equal(tr_stage_open(&ps, m, tr_device_list_get(devs, 1), &c, err, sizeof err), 0);
+  const size_t N = tr_model_numel(m);
+  mt_rng r = mt_rng_for(800);
+  void *x, *y;
+  random_batch(m, &r, 4, &x, &y);
+
+  /* the worker's gradient, read in place: the server's update is the twin's own */
+  pipe_forward(&w, 0, x, y);
+  pipe_backward(&w, 0);
+  pipe_forward(&twin, 0, x, y);
+  pipe_backward(&twin, 0);
+  float *own = tr_stage_grads(ps);
+  tr_stage_use_grads(ps, tr_stage_grads(w.st[0]));
+  assert_ptr_equal(tr_stage_grads(ps), tr_stage_grads(w.st[0]));
+  assert_int_equal(tr_stage_step(ps, NULL), 0);
+  tr_stage_use_grads(ps, NULL);
+  assert_ptr_equal(tr_stage_grads(ps), own);
+  assert_int_equal(tr_stage_step(twin.st[0], NULL), 0);
+  float *a = pipe_download(&twin, TR_STAGE_PARAMS), *b = malloc(N * 4);
+  assert_int_equal(tr_stage_download(ps, TR_STAGE_PARAMS, b), 0);
+  assert_int_equal(tr_stream_synchronize(tr_stage_stream(ps)), 0);
+  assert_memory_equal(a, b, N * 4);
+
+  /* shared: the worker's forward sees the server's parameters, and its step moves them */
+  assert_int_equal(tr_stage_share_params(w.st[0], ps), 0);
+  assert_ptr_equal(tr_stage_params(w.st[0]), tr_stage_params(ps));
+  pipe_zero(&w);
+  pipe_zero(&twin);
+  const float lw = pipe_forward(&w, 0, x, y), lt = pipe_forward(&twin, 0, x, y);
+  assert_memory_equal(&lw, &lt, sizeof lw);
+  pipe_backward(&w, 0);
+  pipe_backward(&twin, 0);
+  assert_int_equal(tr_stage_step(w.st[0], NULL), 0);
+  assert_int_equal(tr_stage_step(twin.st[0], NULL), 0);
+  free(a);
+  a = pipe_download(&twin, TR_STAGE_PARAMS);
+  assert_int_equal(tr_stage_download(ps, TR_STAGE_PARAMS, b), 0);
+  assert_int_equal(tr_stream_synchronize(tr_stage_stream(ps)), 0);
+  assert_memory_equal(a, b, N * 4);
+
+  /* another model's stage cannot share */
+  tr_model *g = tiny_gpt(40);
+  const int gw[2] = {0, 5};
+  pipe other = pipe_open(g, gw, 1, 2, 1, 2, tr_model_optim(g), 1);
+  assert_int_equal(tr_stage_share_params(other.st[0], ps), TR_EINVAL);
+  assert_non_null(strstr(tr_stage_error(other.st[0]), "cannot share"));
+  pipe_close(&other);
+  tr_model_free(g);
+  free(a), free(b), free(x), free(y);
+  pipe_close(&w);
+  pipe_close(&twin);
+  tr_stage_close(ps);
+  tr_model_free(m);
+}
+
 static void host_copies_round_trip(void **state) {
   (void)state;
   tr_model *m = tiny_gpt(40);
@@ -748,6 +815,7 @@ int main(void) {
       cmocka_unit_test(grad_ready_reports_layers_last_first),
       cmocka_unit_test(bad_configurations_and_inputs_are_reported),
       cmocka_unit_test(parameter_only_stage_holds_and_updates_the_model),
+      cmocka_unit_test(a_server_borrows_gradients_and_lends_parameters),
       cmocka_unit_test(host_copies_round_trip),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
