@@ -255,8 +255,9 @@ static void a_fast_worker_is_held_at_the_staleness_bound(void **state) {
   run_to(o, NULL, &r);
   assert_staleness_adds_up(&r);
   if (!(r.clock_gap_max > 2))
-    fail_msg("unbounded, a slow worker: the fast one ran only %d pushes ahead: the bound of "
-             "the run before held nothing", r.clock_gap_max);
+    fail_msg("unbounded, a slow worker: the fast one ran only %d pushes ahead, so the run "
+             "before shows no bound (utilization %.3f and %.3f, staleness max %.0f)",
+             r.clock_gap_max, r.utilization[0], r.utilization[1], r.staleness_max);
 }
 
 /* ---- DC-ASGD ------------------------------------------------------------------------------- */
