@@ -85,7 +85,9 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, siz
     float mu = c->optim.momentum - (1.0f - 1.0f / (float)R);
     j->c.optim.momentum = mu > 0 ? mu : 0;
   }
-  j->prefetch = c->prefetch > 0 ? c->prefetch : default_prefetch(c, j->mb_batch);
+  /* An asynchronous worker's loader keeps one batch ready: a step a loader has taken is its
+   * worker's, so a deep ring would hand a fast loader steps a slow worker could have had. */
+  j->prefetch = c->prefetch > 0 ? c->prefetch : c->async ? 2 : default_prefetch(c, j->mb_batch);
   snprintf(j->strategy, sizeof j->strategy, "%s",
            c->strategy ? c->strategy
            : c->async       ? "async"

@@ -71,7 +71,7 @@ typedef struct tr_job_config {
                              NULL: tr_model_balance */
   uint64_t seed;
   int prefetch;           /* micro-batches each loader keeps ready; 0: as fit in 4 MiB,
-                             from 2 × microbatches to 256 */
+                             from 2 × microbatches to 256 (async: 2) */
   const char *checkpoint; /* written at the end (and every checkpoint_every steps) */
   int64_t checkpoint_every;
   const char *resume;     /* every stage starts from this checkpoint */
