@@ -22,9 +22,10 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root" || exit 1
 
-# The sources that make the programs: hashed the same way here and by gpu-prepare.sh.
+# The sources that make the programs (every folder libtroupe, troupe, the tests and the
+# examples are built from): hashed the same way here and by gpu-prepare.sh.
 source_hash() {
-  find meson.build meson_options.txt runtime gpu include tools tests -type f \
+  find meson.build meson_options.txt runtime gpu models actors include tools examples tests -type f \
     \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name meson.build -o -name meson_options.txt \) \
     -not -path '*/build*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-16
 }
