@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# gpu-check.sh — verifies the CUDA backend on a GPU machine in a few minutes: the CUDA test
-# suite (every op against the host backend, streams, events, peer copies between logical
-# devices), `troupe devices`, then `troupe bench ops` on cuda:0, with a short table last.
+# gpu-check.sh — verifies the CUDA backend on a GPU machine in about five minutes: the CUDA
+# test programs (every op against the host backend; streams, events, peer copies between
+# logical devices; training on cuda:0 against host:1 and every strategy on logical devices
+# of one GPU against single), `troupe devices`, `troupe train` of each workload on cuda:0,
+# `troupe bench ops` on cuda:0, `troupe bench` of the strategies on cuda:0,cuda:0 (and four
+# logical devices), `nvidia-smi topo -m` and compute-sanitizer's memcheck where they exist,
+# with a short table last.
 #
 # The machine needs nvcc, meson and ninja, and nothing else of troupe's: tools/gpu-prepare.sh
 # made build-gpu-check/carry/gpu-check.tar.xz beforehand on a machine without a GPU (the
@@ -12,11 +16,17 @@
 #   tools/gpu-check.sh                  # device tool: carry ["build-gpu-check/carry"]
 #   GPU_CHECK_REBUILD=1 tools/gpu-check.sh   # always rebuild here
 #   GPU_CHECK_REBUILD=never ...         # run the carried programs even if the sources changed
+#   GPU_CHECK_SECONDS=240 ...           # the time the optional steps must end by (default
+#                                       # 330 s from the start; tests still get 30 s each)
 #   tools/gpu-check.sh --source-hash    # the hash gpu-prepare.sh records (no GPU needed)
 #
-# Output: progress and every program's output on stdout/stderr; the same log, the tests'
-# output and the benchmark's JSON under $OUT (or /tmp/gpu-check-out). Exit 0 when every
-# check passed, 1 otherwise.
+# Output: progress and every program's output on stdout/stderr, the summary last. Under $OUT
+# (or /tmp/gpu-check-out), six files: gpu-check.log (all of stdout and stderr), tests.txt
+# (the test programs' output), results.json (`troupe devices`, `troupe train` of each
+# workload and `troupe bench ops`, as their JSON), bench.md (the strategy tables),
+# sanitizer.txt (memcheck's report) and summary.txt (the table printed last). Exit 0 when
+# every check passed, 1 otherwise; a missing nvidia-smi topo or compute-sanitizer is noted,
+# not failed.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,25 +49,57 @@ work=${GPU_CHECK_WORK:-/tmp/troupe-gpu-check}
 archive=${GPU_CHECK_ARCHIVE:-build-gpu-check/carry/gpu-check.tar.xz}
 mkdir -p "$out"
 t_start=$(date +%s)
+deadline=$((t_start + ${GPU_CHECK_SECONDS:-300}))
 
 say() { printf '\n== %s (%ds)\n' "$*" $(($(date +%s) - t_start)); }
 summary=()
 failed=0
 note() { summary+=("$(printf '%-34s %s' "$1" "$2")"); }
+# Time: the tests always run (30 s at least each, even past the deadline); a later step runs
+# only while `needs` seconds are left before it, so that the summary is printed well inside
+# the device tool's limit even when something hangs (worst case: deadline + 3 x 30 s).
+left() { echo $((deadline - $(date +%s))); }
+# Seconds a step may take: what it asks for, cut to the time left, and never under `floor`.
+allow() {
+  local want=$1 floor=${2:-30} left
+  left=$(left)
+  ((left < want)) && want=$left
+  ((want < floor)) && want=$floor
+  echo "$want"
+}
+# late NAME NEEDS: true (and NAME noted as skipped) when fewer than NEEDS seconds are left.
+late() {
+  (($(left) >= $2)) && return 1
+  note "$1" "SKIPPED: out of time (GPU_CHECK_SECONDS)"
+  return 0
+}
+# What an exit status says, for the summary.
+exit_says() {
+  case $1 in
+    124 | 137) echo "TIMED OUT after ${2}s" ;;
+    *) echo "exit $1" ;;
+  esac
+}
 
 main() {
+rm -rf "$work"
+mkdir -p "$work/json"
+: >"$out/tests.txt"
+: >"$out/bench.md"
+
 # ---- the machine ---------------------------------------------------------------------------
 
 say "machine"
 export PATH="/usr/local/cuda/bin:${CUDA_PATH:+$CUDA_PATH/bin:}$PATH"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | head -5
+echo "compute capability $(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>&1 | head -1)"
 nvcc --version 2>&1 | tail -2
 # meson and ninja may be Python packages whose scripts are not on PATH (only needed to rebuild)
 command -v meson >/dev/null || meson() { python3 -m mesonbuild.mesonmain "$@"; }
 if ! command -v ninja >/dev/null; then
   d=$(python3 -c 'import ninja; print(ninja.BIN_DIR)' 2>/dev/null) && PATH="$d:$PATH"
 fi
-echo "meson $(meson --version 2>&1), ninja $(ninja --version 2>&1), $(gcc --version 2>&1 | head -1)"
+echo "meson $(meson --version 2>&1), ninja $(ninja --version 2>&1), $(gcc --version 2>&1 | head -1), $(nproc) CPUs"
 
 # cuBLAS and cudart: the toolkit's lib folder, else the wheels PyTorch brought
 cuda_libs=
@@ -67,18 +109,26 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
 done
 echo "CUDA libraries: ${cuda_libs:-none besides the loader path}"
 
+# the GPUs' links (NVLink, PCIe), for reading peer-copy figures; optional
+echo
+if timeout 20 nvidia-smi topo -m 2>&1; then
+  note "nvidia-smi topo -m" "ok (in the log)"
+else
+  note "nvidia-smi topo -m" "not available (noted, not failed)"
+fi
+
 # ---- the programs: the carried ones, or rebuilt here ----------------------------------------
 
-rm -rf "$work"
-mkdir -p "$work"
+programs=(test_cuda_devices test_cuda_ops test_cuda_train troupe)
 say "unpacking $archive"
 if [[ ! -f $archive ]]; then
   echo "no $archive: run tools/gpu-prepare.sh first, and name build-gpu-check/carry in carry"
+  note "programs" "FAILED: no $archive"
   return 1
 fi
 tar -C "$work" -xJf "$archive" 2>/dev/null ||
   python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$archive" "$work" ||
-  { echo "cannot unpack $archive"; return 1; }
+  { echo "cannot unpack $archive"; note "programs" "FAILED: cannot unpack $archive"; return 1; }
 cat "$work/MANIFEST"
 deps=$work/deps
 export LD_LIBRARY_PATH="$deps/lib:$cuda_libs${LD_LIBRARY_PATH:-}"
@@ -87,10 +137,13 @@ bin=$work/bin
 now=$(source_hash)
 built_from=$(sed -n 's/^source_hash=//p' "$work/MANIFEST")
 why=
+missing=$(for p in "${programs[@]}"; do [[ -x $bin/$p ]] || printf ' %s' "$p"; done)
 if [[ ${GPU_CHECK_REBUILD:-0} == 1 ]]; then
   why="asked to (GPU_CHECK_REBUILD=1)"
 elif [[ $now != "$built_from" && ${GPU_CHECK_REBUILD:-} != never ]]; then
   why="the sources changed since gpu-prepare.sh built the programs ($built_from -> $now)"
+elif [[ -n $missing ]]; then
+  why="the archive lacks$missing (made by an older gpu-prepare.sh)"
 elif ! "$bin/troupe" devices >"$work/devices.txt" 2>&1; then
   why="the carried programs do not run here: $(head -3 "$work/devices.txt")"
 fi
@@ -103,18 +156,19 @@ if [[ -n $why ]]; then
   # the carried pkgconf, looking at the carried .pc files only (the machine has none of
   # these libraries, and may have no pkg-config)
   export PKG_CONFIG="$deps/bin/pkg-config" PKG_CONFIG_LIBDIR="$deps/lib/pkgconfig"
+  t0=$(date +%s)
   if ! meson setup "$work/build" "$root" -Dpkg_config_path="$deps/lib/pkgconfig" -Dcuda=enabled \
          -Dgpu_archs="${archs:-90}" -Dbuildtype=release -Db_ndebug=false -Dtests=true ||
-     ! ninja -C "$work/build" tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_devices tools/troupe; then
-    note "build" "FAILED"
-    printf '\n%s\n' "${summary[@]}"
+     ! timeout 300 ninja -C "$work/build" tests/gpu/cuda/test_cuda_ops \
+         tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_train tools/troupe; then
+    note "build" "FAILED ($why)"
     return 1
   fi
   bin=$work/bin-here
   mkdir -p "$bin"
   cp "$work/build/tests/gpu/cuda/test_cuda_ops" "$work/build/tests/gpu/cuda/test_cuda_devices" \
-     "$work/build/tools/troupe" "$bin/"
-  note "programs" "rebuilt here (sm_${archs:-90})"
+     "$work/build/tests/gpu/cuda/test_cuda_train" "$work/build/tools/troupe" "$bin/"
+  note "programs" "rebuilt here (sm_${archs:-90}, $(($(date +%s) - t0))s): $why"
 else
   note "programs" "carried ($(sed -n 's/^commit=//p' "$work/MANIFEST"), built from these sources)"
 fi
@@ -122,56 +176,179 @@ fi
 # ---- checks ----------------------------------------------------------------------------------
 
 say "troupe devices"
-if "$bin/troupe" devices && "$bin/troupe" devices --json >"$out/devices.json"; then
+if "$bin/troupe" devices && "$bin/troupe" devices --json >"$work/json/devices.json"; then
   note "troupe devices" "ok"
 else
   note "troupe devices" "FAILED"
   failed=1
 fi
 
-for t in test_cuda_devices test_cuda_ops; do
-  say "$t"
+# each program's output: in the log, in tests.txt, and its failures in the summary
+for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300; do
+  limit=$(allow "${t#*:}")
+  t=${t%:*}
+  say "$t (at most ${limit}s)"
   t0=$(date +%s)
-  timeout 300 "$bin/$t" >"$out/$t.txt" 2>&1
-  rc=$?
-  cat "$out/$t.txt"
+  timeout -k 10 "$limit" "$bin/$t" 2>&1 | tee "$work/$t.txt"
+  rc=${PIPESTATUS[0]}
   dt=$(($(date +%s) - t0))
+  { printf '==== %s: exit %d after %ds\n' "$t" "$rc" "$dt"; cat "$work/$t.txt"; echo; } >>"$out/tests.txt"
+  counts=$(grep -oE '^\[  (PASSED|FAILED)  \] [0-9]+' "$work/$t.txt" | awk '{print tolower($2), $4}' | paste -sd, -)
   case $rc in
-    0) note "$t" "passed (${dt}s)" ;;
+    0) note "$t" "passed (${counts:-?}; ${dt}s)" ;;
     77) note "$t" "SKIPPED: no GPU seen (${dt}s)"; failed=1 ;;
-    124) note "$t" "TIMED OUT (${dt}s)"; failed=1 ;;
-    *) note "$t" "FAILED, exit $rc (${dt}s)"; failed=1 ;;
+    124 | 137) note "$t" "TIMED OUT after ${dt}s (${counts:-no count} before)"; failed=1 ;;
+    *) note "$t" "FAILED, exit $rc (${counts:-no count}; ${dt}s)"; failed=1 ;;
   esac
 done
 
-say "troupe bench ops --devices cuda:0"
-# 256 MiB buffers: several times the L2 (60 MB on an H200), so GB/s are HBM's
-if "$bin/troupe" bench ops --devices cuda:0 --seconds "${GPU_CHECK_BENCH_SECONDS:-0.05}" \
-     --size "${GPU_CHECK_BENCH_SIZE:-67108864}" --json >"$out/bench_ops.json"; then
-  note "troupe bench ops" "ok"
-else
-  note "troupe bench ops" "FAILED"
-  failed=1
+# the workloads on one GPU, with their figures
+for m in "mlp --seconds 3" "gpt --seconds 3" "simplenet --steps 20000"; do
+  name=${m%% *}
+  late "troupe train $name" 15 && continue
+  limit=$(allow 60 15)
+  say "troupe train --model $m --devices cuda:0 --json (at most ${limit}s)"
+  # shellcheck disable=SC2086 # $m is the model and its length, split on purpose
+  timeout -k 5 "$limit" "$bin/troupe" train --model $m --devices cuda:0 --json \
+    >"$work/json/train_$name.json"
+  rc=$?
+  cat "$work/json/train_$name.json"
+  if ((rc == 0)); then
+    note "troupe train $name" "ok"
+  else
+    note "troupe train $name" "FAILED: $(exit_says $rc "$limit")"
+    failed=1
+  fi
+done
+
+if ! late "troupe bench ops" 20; then
+  limit=$(allow 60 20)
+  say "troupe bench ops --devices cuda:0 (at most ${limit}s)"
+  # 256 MiB buffers: several times the L2 (60 MB on an H200), so GB/s are HBM's
+  timeout -k 5 "$limit" "$bin/troupe" bench ops --devices cuda:0 \
+    --seconds "${GPU_CHECK_BENCH_SECONDS:-0.05}" --size "${GPU_CHECK_BENCH_SIZE:-67108864}" \
+    --json >"$work/json/bench_ops.json"
+  rc=$?
+  if ((rc == 0)); then
+    note "troupe bench ops" "ok"
+  else
+    note "troupe bench ops" "FAILED: $(exit_says $rc "$limit")"
+    failed=1
+  fi
 fi
 
-# ---- the table --------------------------------------------------------------------------------
+# Every strategy against single (9 rows on two devices with the async ones, 10 on four),
+# each S seconds after a warm-up of 3 steps: about a minute for the three tables. A table is
+# printed when its last row has run, so a bench cut short leaves none.
+for b in "mlp 2 cuda:0,cuda:0 45" "gpt 1 cuda:0,cuda:0 35" "mlp 1 cuda:0,cuda:0,cuda:0,cuda:0 40"; do
+  read -r model secs devices want <<<"$b"
+  label="troupe bench $model on $(tr , '\n' <<<"$devices" | wc -l) x ${devices%%,*}"
+  late "$label" 20 && continue
+  limit=$(allow "$want" 20)
+  say "troupe bench --model $model --devices $devices --seconds $secs (at most ${limit}s)"
+  printf '\n## troupe bench --model %s --devices %s --seconds %s\n\n' "$model" "$devices" "$secs" \
+    >>"$out/bench.md"
+  timeout -k 5 "$limit" "$bin/troupe" bench --model "$model" --devices "$devices" \
+    --seconds "$secs" --format md >"$work/bench.txt"
+  rc=$?
+  tee -a "$out/bench.md" <"$work/bench.txt"
+  bad=$(grep -c '| failed:' "$work/bench.txt")
+  if ((rc == 0 && bad == 0)); then
+    note "$label" "ok"
+  else
+    note "$label" "FAILED: $(exit_says $rc "$limit"), $bad strategy row(s) failed"
+    failed=1
+  fi
+done
 
-say "summary"
-printf '%s\n' "${summary[@]}"
-python3 - "$out/bench_ops.json" <<'PY' || true
-import json, sys
-try:
-    rows = json.load(open(sys.argv[1]))["rows"]
-except Exception as e:
-    sys.exit(f"(no benchmark table: {e})")
-print(f"\n{'device':<8} {'op':<22} {'shape':<18} {'speed':>16}   {'vs reference':<28}")
-for r in rows:
-    ref = f"{r['ratio']:.2f}x {r['reference']} {r['reference_value']:.0f}" if r.get("ratio") else ""
-    print(f"{r['device']:<8} {r['op']:<22} {r['shape']:<18} {r['value']:>10.1f} {r['unit']:<7} {ref}")
-PY
-printf '\ngpu-check: %s in %ds\n' "$( ((failed)) && echo FAILED || echo passed)" $(($(date +%s) - t_start))
-return "$failed"
+# memcheck on the device layer's tests: slow (every access checked), so last and optional.
+# API errors are not reported: test_cuda_devices provokes some on purpose.
+san=
+for s in "$(command -v compute-sanitizer)" /usr/local/cuda/bin/compute-sanitizer \
+         /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [[ -n $s && -x $s ]] && { san=$s; break; }
+done
+if [[ -z $san ]]; then
+  note "compute-sanitizer memcheck" "not available (noted, not failed)"
+  echo "no compute-sanitizer on this machine" >"$out/sanitizer.txt"
+elif ! late "compute-sanitizer memcheck" 30; then
+  limit=$(allow 120)
+  say "compute-sanitizer --tool memcheck test_cuda_devices (at most ${limit}s)"
+  timeout -k 10 "$limit" "$san" --tool memcheck --report-api-errors no --error-exitcode 99 \
+    "$bin/test_cuda_devices" >"$out/sanitizer.txt" 2>&1
+  rc=$?
+  tail -40 "$out/sanitizer.txt"
+  errors=$(grep -oE 'ERROR SUMMARY: [0-9]+' "$out/sanitizer.txt" | grep -oE '[0-9]+$' | tail -1)
+  case $rc in
+    0) note "compute-sanitizer memcheck" "clean (${errors:-0} errors)" ;;
+    99) note "compute-sanitizer memcheck" "FAILED: ${errors:-some} memory errors"; failed=1 ;;
+    124 | 137) note "compute-sanitizer memcheck" "timed out after ${limit}s (noted, not failed)" ;;
+    *) note "compute-sanitizer memcheck" "the test failed under it, exit $rc, ${errors:-?} memory errors (noted)" ;;
+  esac
+fi
+return 0
 }
 
-main 2>&1 | tee "$out/gpu-check.log"
+# ---- the summary: printed last (the device tool returns the end of the output) --------------
+
+report() {
+python3 - "$work/json" "$out/results.json" <<'PY' || true
+import json, os, sys
+src, dst = sys.argv[1], sys.argv[2]
+bundle = {}
+for f in sorted(os.listdir(src)) if os.path.isdir(src) else []:
+    text = open(os.path.join(src, f)).read()
+    try:
+        bundle[f[:-5]] = json.loads(text)
+    except ValueError:
+        bundle[f[:-5]] = {"unparsed": text[-4000:]}
+json.dump(bundle, open(dst, "w"), indent=1)
+
+ops = bundle.get("bench_ops", {}).get("rows", [])
+if ops:
+    print(f"\n{'op':<22} {'shape':<20} {'speed':>16}   vs reference")
+    for r in ops:
+        ref = f"{r['ratio']:.2f}x {r['reference']} {r['reference_value']:.0f}" if r.get("ratio") else ""
+        print(f"{r['op'][:22]:<22} {r['shape'][:20]:<20} {r['value']:>9.1f} {r['unit']:<7} {ref}")
+
+def fmt(v, f):
+    return format(v, f) if isinstance(v, (int, float)) else "-"
+rows = [(k[6:], v) for k, v in bundle.items() if k.startswith("train_")]
+if rows:
+    print(f"\n{'train on cuda:0':<16} {'steps':>6} {'samples/s':>10} {'GFLOP/s':>8} {'tokens/s':>9} "
+          f"{'util':>5} {'loss first -> final':>22}")
+    for name, r in rows:
+        if "unparsed" in r:
+            print(f"{name:<16} (no JSON: {r['unparsed'][-80:]!r})")
+            continue
+        u = ",".join(fmt(x, ".2f") for x in r.get("utilization") or [])
+        print(f"{name:<16} {r.get('steps', '-'):>6} {fmt(r.get('samples_per_s'), '.0f'):>10} "
+              f"{fmt(r.get('gflops'), '.1f'):>8} {fmt(r.get('tokens_per_s'), '.0f'):>9} {u:>5} "
+              f"{fmt(r.get('initial_loss'), '.4g'):>10} -> {fmt(r.get('final_loss'), '.4g'):<8}")
+PY
+if [[ -s $out/bench.md ]]; then
+  echo
+  grep -E '^\| |^## |^BLAS' "$out/bench.md" | grep -v '^|---'
+fi
+# what failed in the tests, at most 30 lines (all of it is in tests.txt)
+fails=$(grep -E 'FAIL|ERROR|error|TIMED OUT|Segmentation|Assertion|abort|^==== ' "$out/tests.txt" |
+        grep -vE '^\[  (FAILED|PASSED)  \] [0-9]+ test|^\[==========\]|\(expected\)' |
+        grep -vE '^==== .*: exit 0 ' | cut -c1-160)
+if [[ -n $fails ]]; then
+  printf '\nfrom the tests (%d lines; all in tests.txt):\n' "$(wc -l <<<"$fails")"
+  head -30 <<<"$fails"
+fi
+echo
+printf '%s\n' "${summary[@]}"
+printf '\ngpu-check: %s in %ds\n' "$( ((failed)) && echo FAILED || echo passed)" $(($(date +%s) - t_start))
+}
+
+{
+  main
+  rc=$?
+  ((rc)) && failed=1
+  say "summary"
+  report | tee "$out/summary.txt"
+  exit "$failed"
+} 2>&1 | tee "$out/gpu-check.log"
 exit "${PIPESTATUS[0]}"

@@ -3,8 +3,8 @@
 # GPU machine that has nvcc, meson and ninja but no package registry and none of troupe's
 # dev packages: one compressed archive, build-gpu-check/carry/gpu-check.tar.xz, holding
 #
-#   bin/     test_cuda_ops, test_cuda_devices and troupe, built here with libuv, jemalloc and
-#            OpenBLAS linked statically (cmocka and cJSON ship no archive: their .so go
+#   bin/     test_cuda_ops, test_cuda_devices, test_cuda_train and troupe, built here with
+#            libuv, jemalloc and OpenBLAS linked statically (cmocka and cJSON ship no archive: their .so go
 #            along);
 #   deps/    those libraries with their headers and pkg-config files (paths relative to the
 #            files, so the folder can move), plus pkgconf itself: with them gpu-check.sh
@@ -14,7 +14,7 @@
 #   tools/gpu-prepare.sh                 # then call the device tool as it prints at the end
 #   GPU_ARCHS=80,90 tools/gpu-prepare.sh # compute capabilities (default 90: H100/H200)
 #
-# Only those three programs are built (and libtroupe.a): Debian's libuv_a.a is not
+# Only those four programs are built (and libtroupe.a): Debian's libuv_a.a is not
 # position-independent, so libtroupe.so could not link it. OpenBLAS built for every x86 CPU
 # (DYNAMIC_ARCH) adds about 25 MB to each program; xz with a 64 MiB window stores the
 # copies once, which keeps the archive (about 6 MiB) far inside the device tool's 64 MiB.
@@ -119,7 +119,8 @@ if [[ -f $build/meson-private/coredata.dat ]]; then
 else
   meson setup "$build" "${opts[@]}" >/dev/null
 fi
-targets=(tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_devices tools/troupe)
+targets=(tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_train
+         tools/troupe)
 say "building ${targets[*]} for sm_${archs//,/, sm_}"
 ninja -C "$build" "${targets[@]}"
 
@@ -156,6 +157,7 @@ say "$build/carry/gpu-check.tar.xz: ${size} MiB"
 cat <<EOF
 
 Run the check on a GPU machine (device tool):
-  run(command="tools/gpu-check.sh", carry=["$build/carry"], timeout_s=540)
-It writes its log, the test output and the benchmark's JSON under \$OUT.
+  run(command="tools/gpu-check.sh", carry=["$build/carry"], timeout_s=420)
+It ends in about 5 minutes (6 if it must rebuild there) and writes six files under \$OUT:
+gpu-check.log, tests.txt, results.json, bench.md, sanitizer.txt, summary.txt.
 EOF
