@@ -449,17 +449,24 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   }
 }
 
-/* dwte[idx[r]] += dout[r]: rows with the same token race, hence atomicAdd. */
+/* dwte[idx[r]] += dout[r], row after row, as the host adds them: a block owns vocabulary rows
+ * and a thread one column of each, scanning every token for its row. No atomics, so the same
+ * inputs give the same bits (--deterministic), at V × rows index reads: for the workloads'
+ * byte vocabulary, far less than the rows × C gradient itself. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
     tr__embedding_bwd_wte_kernel(float *dwte, const float *dout, const int32_t *idx,
                                  size_t rows, size_t C, size_t V) {
-  unsigned lane = threadIdx.x & 31;
-  TR__ROW_LOOP(r, rows) {
-    int32_t tok = idx[r];
-    if (tok < 0 || (size_t)tok >= V) continue;
-    float *w = dwte + (size_t)tok * C;
-    const float *g = dout + r * C;
-    for (size_t c = lane; c < C; c += 32) atomicAdd(w + c, g[c]);
+  for (size_t v = blockIdx.x; v < V; v += gridDim.x) {
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+      float w = dwte[v * C + c];
+      bool hit = false;
+      for (size_t r = 0; r < rows; r++) {
+        if ((size_t)idx[r] != v) continue; /* a negative index is never v either */
+        w += dout[r * C + c];
+        hit = true;
+      }
+      if (hit) dwte[v * C + c] = w;
+    }
   }
 }
 
@@ -492,8 +499,8 @@ int tr__cuda_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *
   TR__CU_ENTER(d);
   cudaStream_t st = tr__cu_stream(s)->st;
   size_t rows = B * T;
-  tr__embedding_bwd_wte_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0, st>>>(
-      dwte, dout, idx, rows, C, V);
+  const unsigned blocks = V < 65535 ? (unsigned)V : 65535u;
+  tr__embedding_bwd_wte_kernel<<<blocks, TR__CU_BLOCK, 0, st>>>(dwte, dout, idx, rows, C, V);
   TR__LAUNCHED(d, "embedding_bwd");
   if (dwpe) {
     tr__embedding_bwd_wpe_kernel<<<tr__cu_grid(tr__cu_dev(d), T * C, TR__CU_BLOCK),
