@@ -584,6 +584,23 @@ static void async_runs_report_their_figures(void **state) {
   assert_true(r.final_loss < r.initial_loss);
 }
 
+/* A run of 0.3 s (what troupe bench runs) ends on time, and its steps are its updates. */
+static void a_timed_async_run_stops_on_time_and_counts_its_updates(void **state) {
+  (void)state;
+  tr_train_options o = async(options("simplenet", NULL, 0), "host:2", 2);
+  o.seconds = 0.3;
+  tr_train_result r;
+  char err[1024];
+  const uint64_t t0 = tr_now_ns();
+  if (tr_train_run(&o, &r, err, sizeof err)) fail_msg("a timed async run: %s", err);
+  const double took = (double)(tr_now_ns() - t0) / 1e9;
+  if (!(took >= 0.299 && took < 5.0)) fail_msg("a 0.3 s async run took %.3f s", took);
+  assert_true(r.steps > 10);
+  assert_int_equal(r.samples, r.steps * o.batch);
+  assert_staleness_adds_up(&r);
+  assert_true(r.steps_per_s > 0 && r.window_steps > 0 && r.window_steps <= r.steps);
+}
+
 /* ---- bad options --------------------------------------------------------------------------- */
 
 static void expect_einval(const tr_train_options *o, const char *needle) {
@@ -675,6 +692,7 @@ int main(void) {
       cmocka_unit_test(more_workers_converge_like_one),
       cmocka_unit_test(a_failing_worker_stops_the_run_by_name),
       cmocka_unit_test(async_runs_report_their_figures),
+      cmocka_unit_test(a_timed_async_run_stops_on_time_and_counts_its_updates),
       cmocka_unit_test(bad_async_options_are_named),
       cmocka_unit_test(a_resumed_async_run_continues_to_its_last_step),
   };
