@@ -4,14 +4,15 @@
  * It fills a buffer only with a credit of every edge it feeds in hand (inputs to the first
  * stage, targets to the last; one edge for both when they are one stage), so it is at most
  * `prefetch` micro-batches ahead. Buffers are used in ring order: each consumer returns
- * them in the order they came, so a credit means the oldest buffer is free. A step is
- * claimed from the graph before its first micro-batch is filled; once a claim fails the
- * loader's part is over. Samples are a pure function of (seed, sample index) (tr_data.h),
+ * them in the order they came, so a credit means the oldest buffer is free. The first stage
+ * claims each step from the graph as it starts it; the loader's part is over once its next
+ * step is past the end (a timed run's end is known once its time is up). Samples are a pure function of (seed, sample index) (tr_data.h),
  * so step k's batch is the same whichever thread fills it and however the run was
  * interrupted and resumed.
  *
- * In an asynchronous job the loaders take steps from one counter, so every step is one
- * worker's, whole; a loader whose claim fails tells its worker so (a batch of step -1).
+ * In an asynchronous job the loaders take steps from one counter and claim them, so every
+ * step is one worker's, whole (two batches ahead at most: tr_job_new); a loader whose claim
+ * fails tells its worker so (a batch of step -1).
  */
 #include <stdlib.h>
 
@@ -26,7 +27,7 @@ typedef struct loader {
   int depth, slot, rings;
   int64_t step;
   int mb;
-  bool claimed, done; /* claimed: l->step is this loader's to fill */
+  bool claimed, done; /* claimed (async): l->step is this loader's to fill */
 } loader;
 
 void *tr__loader_new(tr_job *j, int replica) {
@@ -46,9 +47,14 @@ void tr__loader_set_edges(void *state, tr_edge *x, tr_edge *y) {
 /* The next step this loader fills, or false once the run has no more for it. */
 static bool claim(tr_actor *self, loader *l) {
   tr_job *j = l->j;
-  if (l->claimed) return true;
-  if (j->c.async) l->step = tr_graph_first_step(j->g) + atomic_fetch_add(&j->next_step, 1);
-  if (tr_graph_claim_step(j->g, l->step)) return l->claimed = true;
+  if (!j->c.async) { /* the first stage claims the step; the end may have come meanwhile */
+    if (l->step < tr_graph_end_step(j->g)) return true;
+  } else if (l->claimed) {
+    return true;
+  } else {
+    l->step = tr_graph_first_step(j->g) + atomic_fetch_add(&j->next_step, 1);
+    if (tr_graph_claim_step(j->g, l->step)) return l->claimed = true;
+  }
   l->done = true;
   if (j->c.async) {
     tr__batch_msg *b = tr_msg_new(&tr__batch_type);

@@ -802,8 +802,9 @@ static int run_actions(tr_actor *self, stage_actor *a) {
         }
         a->version = atomic_load(&a->j->hogwild_version);
       }
-    } else if (a->pc == 0 && a->step >= tr_graph_end_step(a->j->g)) {
-      return finish(self, a);
+    } else if (a->pc == 0 && (a->stage == 0 ? !tr_graph_claim_step(a->j->g, a->step)
+                                            : a->step >= tr_graph_end_step(a->j->g))) {
+      return finish(self, a); /* the first stage claims each step as it starts it */
     }
     const tr_action *act = &a->acts[a->pc];
     const tr_stage_info *info = a->info;
@@ -924,7 +925,11 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   } else if (t == &tr__bucket_type) {
     rc = bucket_arrived(self, a, (const tr__bucket_msg *)msg);
   } else if (t == &tr__reply_type) {
-    a->reply = *(const tr__reply_msg *)msg;
+    const tr__reply_msg *r = (const tr__reply_msg *)msg; /* not its header: the mailbox's */
+    a->reply.pulled = r->pulled;
+    a->reply.version = r->version;
+    a->reply.ready = r->ready;
+    a->reply.share = r->share;
     a->replied = true;
   } else if (t == &tr__norm_type) {
     const tr__norm_msg *n = (const tr__norm_msg *)msg;
@@ -940,15 +945,13 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   return rc;
 }
 
-/* Device resources go back on the device's own thread. */
+/* Device resources go back on the device's own thread; the batch buffers lent to the loader,
+ * which may still be filling one when a failure stops the run, once every thread has
+ * stopped (stage_destroy). */
 static void stage_stop(tr_actor *self) {
   stage_actor *a = tr_actor_state(self);
   if (a->s) tr_stream_synchronize(a->s);
   if (a->comm) tr_stream_synchronize(a->comm);
-  for (int i = 0; i < a->depth; i++) {
-    if (a->x && a->x[i]) tr_host_free(a->dev, a->x[i]);
-    if (a->y && a->y[i]) tr_host_free(a->dev, a->y[i]);
-  }
   for (int i = 0; i < a->rel_cap && a->rel_ev; i++)
     if (a->rel_ev[i]) tr_event_close(a->rel_ev[i]);
   for (int i = 0; a->info && i < a->info->slots && a->act_ev; i++)
@@ -983,6 +986,11 @@ static int stage_start(tr_actor *self) {
 
 static void stage_destroy(void *state) {
   stage_actor *a = state;
+  if (a->x || a->y) tr_device_bind(a->dev);
+  for (int i = 0; i < a->depth; i++) {
+    if (a->x && a->x[i]) tr_host_free(a->dev, a->x[i]);
+    if (a->y && a->y[i]) tr_host_free(a->dev, a->y[i]);
+  }
   free(a->x);
   free(a->y);
   free(a->xq.e);

@@ -26,12 +26,15 @@
  *   // stage, once it has copied the batch:   tr_edge_release(e, 1);
  *
  * Steps and the end of a run. A step is one unit of the graph's work (for training, one
- * optimizer update). Sources call tr_graph_claim_step before they produce a step's input;
- * it says whether that step belongs to the run. With a step limit the end is known from the
- * start (tr_graph_end_step). With a time limit, or tr_graph_finish, the run ends after the
- * highest step claimed so far: every source sees the same answer for every step, so
- * replicas fed by different sources stop at the same step, and every actor receives a
- * tr_graph_end_msg naming the end. Each actor calls tr_graph_done once its part is over;
+ * optimizer update). An actor calls tr_graph_claim_step before it starts a step (for
+ * training, the first stage of each replica, before the step's first forward; a source that
+ * fills buffers ahead need not: what it filled past the end is dropped); the answer says
+ * whether that step belongs to the run. With a step limit the end is known from the start
+ * (tr_graph_end_step). With a time limit, or tr_graph_finish, the run ends after the
+ * highest step claimed so far: every claimant sees the same answer for every step, so
+ * replicas stop at the same step, and every actor receives a tr_graph_end_msg naming the
+ * end. Claiming where the work starts, not where its input is made, keeps a timed run from
+ * running on through every batch prefetched when the time is up. Each actor calls tr_graph_done once its part is over;
  * when all have, tr_graph_run returns 0. An actor's failure (its callback returning non-zero)
  * stops the whole graph, and tr_graph_run returns that status (tr_graph_error says who).
  *

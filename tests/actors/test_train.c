@@ -131,6 +131,23 @@ static void a_timed_run_stops_on_time(void **state) {
     fail_msg("a 0.3 s run took %.4f s (%lld steps)", took, (long long)r.steps);
 }
 
+/* A step of 20 ms (a slow device): when the time is up the run ends after the steps under
+ * way, not after every batch the loader had filled ahead (simplenet's ring holds 256). */
+static void a_timed_run_does_not_run_through_its_prefetched_batches(void **state) {
+  (void)state;
+  for (int strategy = 0; strategy < 2; strategy++) {
+    tr_train_options o = simplenet(0);
+    o.seconds = 0.2;
+    o.slow_device = 0;
+    o.slow_us = 10000; /* after each forward and each backward */
+    if (strategy) o.strategy = TR_STRATEGY_PIPELINE, o.devices = "host:2", o.microbatches = 2;
+    tr_train_result r;
+    run_ok(&o, &r);
+    if (r.steps > 40) /* about 10 fit in the time; the ring, 256 */
+      fail_msg("%s: a 0.2 s run of 20 ms steps ran %lld steps", r.strategy, (long long)r.steps);
+  }
+}
+
 static void expect_error(const tr_train_options *o, int status, const char *needle) {
   tr_train_result r;
   char err[1024];
@@ -172,6 +189,7 @@ static void bad_input_is_named(void **state) {
 
   o = simplenet(10);
   o.strategy = TR_STRATEGY_ASYNC;
+  o.microbatches = 2; /* a worker takes whole batches */
   expect_error(&o, TR_EINVAL, "--strategy async");
 }
 
@@ -182,6 +200,7 @@ int main(void) {
       cmocka_unit_test(resumed_run_is_bitwise_the_uninterrupted_one),
       cmocka_unit_test(checkpoints_every_n_steps_hold_that_step),
       cmocka_unit_test(a_timed_run_stops_on_time),
+      cmocka_unit_test(a_timed_run_does_not_run_through_its_prefetched_batches),
       cmocka_unit_test(bad_input_is_named),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
