@@ -113,6 +113,11 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
 static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) {
   char spec[32];
   const tr_device_info *first = tr_device_get_info(tr_device_list_get(rn->devices, 0));
+  if (o->hogwild && first->kind != TR_DEVICE_HOST) {
+    snprintf(err, n, "--hogwild: host devices only (the workers share the server's memory), "
+             "not %s", o->devices);
+    return TR_EINVAL;
+  }
   if (first->kind == TR_DEVICE_CUDA) snprintf(spec, sizeof spec, "cuda:%d", first->ordinal);
   else snprintf(spec, sizeof spec, "host:1");
   const char *want = o->server ? o->server : spec;

@@ -359,8 +359,8 @@ static void deterministic_dp_on_cuda_is_bitwise_repeatable(void **state) {
   if (failures) fail_msg("%d deterministic run(s) did not repeat bitwise (above)", failures);
 }
 
-/* gpt's embedding gradient is a scatter-add (cuda_nn.cu: atomicAdd where tokens repeat),
- * whose order is up to the GPU; --deterministic promises the same bits anyway. */
+/* gpt's embedding gradient is a scatter-add where tokens repeat: the CUDA kernel adds rows in
+ * order, with no atomics, so --deterministic holds for gpt too. */
 static void deterministic_gpt_on_cuda_is_bitwise_repeatable(void **state) {
   (void)state;
   static const layout_case single = {TR_STRATEGY_SINGLE, GPU1, -1, 0};
@@ -481,6 +481,57 @@ static void runs_on_cuda_report_sane_figures(void **state) {
   if (failures) fail_msg("%d figure(s) of runs on cuda:0 are not sane (above)", failures);
 }
 
+/* ---- asynchronous training ------------------------------------------------------------------ */
+
+/* A server on a logical device of the GPU: one worker is single training (the same ops on
+ * the same GPU); two workers on two logical devices train, with their staleness counted, the
+ * pushes read in place and DC-ASGD on the GPU; Hogwild! is refused by name (host only). */
+static void async_training_runs_on_cuda(void **state) {
+  (void)state;
+  int failures = 0;
+  tr_train_result r;
+  for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
+    tr_train_options o = options(models[k], GPU1, LAYOUT_STEPS);
+    if (run_to(o, "single.safetensors", &r)) fail_msg("single %s failed", case_name(models[k]));
+    o.strategy = TR_STRATEGY_ASYNC;
+    o.staleness = 0;
+    char what[96];
+    snprintf(what, sizeof what, "async %s, 1 worker on " GPU1, case_name(models[k]));
+    failures += run_to(o, "async.safetensors", &r) != 0 ||
+                !same_params("async.safetensors", "single.safetensors", layout_tolerance, what);
+  }
+  tr_train_options o = options(models[0], GPU2, 400);
+  o.strategy = TR_STRATEGY_ASYNC;
+  for (int dc = 0; dc < 2; dc++) {
+    o.dc_lambda = dc ? 0.5f : 0;
+    if (run_to(o, "async2.safetensors", &r)) {
+      failures++;
+      continue;
+    }
+    print_figures(&r);
+    int64_t updates = 0;
+    for (int b = 0; b < TR_TRAIN_STALENESS_BINS; b++) updates += r.staleness_hist[b];
+    printf("  async simplenet, 2 workers%s: staleness mean %.2f max %.0f, consistency %.3g, "
+           "server busy %.2f\n", dc ? ", dc 0.5" : "", r.staleness_mean, r.staleness_max,
+           r.consistency, r.server_utilization);
+    if (updates != 400 || !(r.final_loss < 0.5 * r.initial_loss) || !isfinite(r.consistency) ||
+        r.workers != 2) {
+      printf("  FAIL: %lld updates counted, loss %g -> %g, consistency %g, %d workers\n",
+             (long long)updates, r.initial_loss, r.final_loss, r.consistency, r.workers);
+      failures++;
+    }
+    failures += check_utilization(&r, 2);
+  }
+  o.dc_lambda = 0;
+  o.hogwild = 1;
+  char err[512];
+  if (tr_train_run(&o, &r, err, sizeof err) == 0 || !strstr(err, "hogwild")) {
+    printf("  --hogwild on " GPU2 ": expected a refusal naming it, got '%s'\n", err);
+    failures++;
+  }
+  if (failures) fail_msg("%d asynchronous check(s) failed (above)", failures);
+}
+
 /* ---- checkpoints between cuda:0 and host:1 ------------------------------------------------- */
 
 /* A run stopped at step 3 on one device and resumed to 6 on the other ends where 6 steps on
@@ -549,6 +600,7 @@ int main(void) {
       cmocka_unit_test(deterministic_dp_on_cuda_is_bitwise_repeatable),
       cmocka_unit_test(deterministic_gpt_on_cuda_is_bitwise_repeatable),
       cmocka_unit_test(runs_on_cuda_report_sane_figures),
+      cmocka_unit_test(async_training_runs_on_cuda),
       cmocka_unit_test(checkpoints_move_between_cuda_and_host),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
