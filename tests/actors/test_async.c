@@ -516,6 +516,43 @@ static void more_workers_converge_like_one(void **state) {
             cases[c].workers, STEPS, lo[c], hi[c]);
 }
 
+/* Hogwild!: the workers update the server's parameters in place, with no lock. One worker is
+ * single training bitwise; two converge like one. Those two race on purpose (that is the
+ * method), so a ThreadSanitizer build runs only the one-worker half. */
+#if defined(__SANITIZE_THREAD__)
+#define TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TSAN 1
+#endif
+#endif
+
+static void hogwild_workers_train_the_shared_parameters(void **state) {
+  (void)state;
+  tr_train_options o = options(NULL, &mlp4, EQUAL_STEPS);
+  o.hogwild = 1;
+  tr_train_result r;
+  run_to(o, "single.safetensors", &r);
+  run_to(async(o, "host:1", 1), "hogwild.safetensors", &r);
+  assert_same_tensors(path("hogwild.safetensors"), path("single.safetensors"), "Hogwild!, one worker");
+  assert_staleness_adds_up(&r);
+  assert_true(r.staleness_max == 0 && isnan(r.consistency));
+#ifndef TSAN
+  o = options("simplenet", NULL, 3000);
+  tr_train_result single;
+  run_to(o, NULL, &single);
+  o.hogwild = 1;
+  run_to(async(o, "host:2", 2), NULL, &r);
+  assert_staleness_adds_up(&r);
+  fprintf(stderr, "Hogwild!, 2 workers: final loss %.5g, %.3f × single's, staleness mean %.2f "
+          "max %.0f\n", r.final_loss, r.final_loss / single.final_loss, r.staleness_mean,
+          r.staleness_max);
+  if (!(r.final_loss <= 1.2 * single.final_loss))
+    fail_msg("Hogwild!, 2 workers: final loss %.5g against single's %.5g", r.final_loss,
+             single.final_loss);
+#endif
+}
+
 /* ---- a failing worker --------------------------------------------------------------------- */
 
 /* Worker 1 (slow, so checkpoints are written before) fails its fifth push: the run stops with
@@ -690,6 +727,7 @@ int main(void) {
       cmocka_unit_test(momentum_correction_takes_off_what_asynchrony_adds),
       cmocka_unit_test(pulling_every_four_pushes_makes_updates_up_to_three_stale),
       cmocka_unit_test(more_workers_converge_like_one),
+      cmocka_unit_test(hogwild_workers_train_the_shared_parameters),
       cmocka_unit_test(a_failing_worker_stops_the_run_by_name),
       cmocka_unit_test(async_runs_report_their_figures),
       cmocka_unit_test(a_timed_async_run_stops_on_time_and_counts_its_updates),
