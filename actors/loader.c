@@ -18,6 +18,8 @@
 
 #include "train_impl.h"
 
+enum { TURN_NS = 1000 * 1000 };
+
 typedef struct loader {
   tr_job *j;
   int replica;
@@ -28,6 +30,7 @@ typedef struct loader {
   int64_t step;
   int mb;
   bool claimed, done; /* claimed (async): l->step is this loader's to fill */
+  bool resuming;      /* a poll to itself is on its way */
 } loader;
 
 void *tr__loader_new(tr_job *j, int replica) {
@@ -65,11 +68,25 @@ static bool claim(tr_actor *self, loader *l) {
   return false;
 }
 
+/* Fills what the credits allow, a millisecond at most in one turn: where the devices are
+ * faster than the data (a GPU), credits come back as fast as batches are made, and a loader
+ * that never returned would keep its loop's timers (the end of a timed run) and the other
+ * loop actors waiting. It asks itself to go on instead. */
 static void produce(tr_actor *self, loader *l) {
   tr_job *j = l->j;
   const int workers = j->c.async ? 1 : j->c.replicas * j->c.microbatches;
   const int base = j->c.async ? 0 : l->replica * j->c.microbatches; /* of the shards */
+  const uint64_t t0 = tr_now_ns();
   while (!l->done) {
+    if (tr_now_ns() - t0 > TURN_NS) {
+      if (!l->resuming) {
+        tr__poll_msg *p = tr_msg_new(&tr__poll_type);
+        p->hdr.from = self;
+        tr_actor_send(self, p);
+        l->resuming = true;
+      }
+      return;
+    }
     if (l->mb == 0 && !claim(self, l)) return;
     if (!l->held_x && !(l->held_x = tr_edge_acquire(l->ex))) return;
     if (l->ey && !l->held_y && !(l->held_y = tr_edge_acquire(l->ey))) return;
@@ -97,6 +114,7 @@ static void produce(tr_actor *self, loader *l) {
 
 static int loader_receive(tr_actor *self, tr_msg *msg) {
   loader *l = tr_actor_state(self);
+  if (msg->type == &tr__poll_type) l->resuming = false;
   if (msg->type == &tr__ring_type) {
     const tr__ring_msg *r = (const tr__ring_msg *)msg;
     if (r->x) l->x = r->x;

@@ -169,9 +169,7 @@ int tr__cuda_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, 
 
 /* ---- layernorm ------------------------------------------------------------------------------ */
 
-/* As the host backend computes it: the mean in double, rounded to float; the variance from
- * the deviations from that float mean, corrected by what the rounding left over; row sums
- * in double. */
+/* A warp per row, row sums in double. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
     tr__layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
                              const float *weight, const float *bias, size_t N, size_t C,
@@ -179,23 +177,21 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   unsigned lane = threadIdx.x & 31;
   TR__ROW_LOOP(r, N) {
     const float *x = inp + r * C;
+    /* As the host does: centred in double on the exact mean, for the variance and for the
+     * output alike, so a row far from zero (a large mean, a small spread) loses nothing to
+     * the mean's rounding to float. */
     double sum = 0.0;
     for (size_t c = lane; c < C; c += 32) sum += (double)x[c];
-    float m = (float)(tr__warp_sum(sum) / (double)C);
-    double s1 = 0.0, s2 = 0.0;
-    for (size_t c = lane; c < C; c += 32) {
-      float e = x[c] - m;
-      s1 += (double)e;
-      s2 += (double)e * (double)e;
-    }
-    double corr = tr__warp_sum(s1) / (double)C;
-    double var = tr__warp_sum(s2) / (double)C - corr * corr;
-    float rs = (float)(1.0 / sqrt(var + (double)eps));
+    const double mu = tr__warp_sum(sum) / (double)C;
+    double s2 = 0.0;
+    for (size_t c = lane; c < C; c += 32) s2 += ((double)x[c] - mu) * ((double)x[c] - mu);
+    const double rs = 1.0 / sqrt(tr__warp_sum(s2) / (double)C + (double)eps);
     float *o = out + r * C;
-    for (size_t c = lane; c < C; c += 32) o[c] = (x[c] - m) * rs * weight[c] + bias[c];
+    for (size_t c = lane; c < C; c += 32)
+      o[c] = (float)(((double)x[c] - mu) * rs) * weight[c] + bias[c];
     if (lane == 0) {
-      mean[r] = m;
-      rstd[r] = rs;
+      mean[r] = (float)mu;
+      rstd[r] = (float)rs;
     }
   }
 }
