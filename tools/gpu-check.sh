@@ -18,6 +18,7 @@
 #   GPU_CHECK_REBUILD=never ...         # run the carried programs even if the sources changed
 #   GPU_CHECK_SECONDS=240 ...           # the time the optional steps must end by (default
 #                                       # 330 s from the start; tests still get 30 s each)
+#   GPU_CHECK_SKIP="ops memcheck" ...   # leave out `troupe bench ops` and/or memcheck (a rerun)
 #   tools/gpu-check.sh --source-hash    # the hash gpu-prepare.sh records (no GPU needed)
 #
 # Output: progress and every program's output on stdout/stderr, the summary last. Under $OUT
@@ -221,7 +222,9 @@ for m in "mlp --seconds 3" "gpt --seconds 3" "simplenet --steps 20000"; do
   fi
 done
 
-if ! late "troupe bench ops" 20; then
+skipped() { [[ " ${GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
+
+if ! skipped ops && ! late "troupe bench ops" 20; then
   limit=$(allow 60 20)
   say "troupe bench ops --devices cuda:0 (at most ${limit}s)"
   # 256 MiB buffers: several times the L2 (60 MB on an H200), so GB/s are HBM's
@@ -268,7 +271,9 @@ for s in "$(command -v compute-sanitizer)" /usr/local/cuda/bin/compute-sanitizer
          /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [[ -n $s && -x $s ]] && { san=$s; break; }
 done
-if [[ -z $san ]]; then
+if skipped memcheck; then
+  echo "left out (GPU_CHECK_SKIP)" >"$out/sanitizer.txt"
+elif [[ -z $san ]]; then
   note "compute-sanitizer memcheck" "not available (noted, not failed)"
   echo "no compute-sanitizer on this machine" >"$out/sanitizer.txt"
 elif ! late "compute-sanitizer memcheck" 30; then
