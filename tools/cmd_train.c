@@ -53,6 +53,8 @@ static void usage(FILE *f) {
           "  --checkpoint-every N           ... and every N steps\n"
           "  --resume FILE                  continue from a checkpoint\n"
           "  --json                         one JSON object of the run's figures on stdout\n"
+          "  --watchdog MS                  fail the run, naming each actor's state, when it makes\n"
+          "                                 no progress for MS milliseconds (default 60000)\n"
           "  --quiet                        no progress line or summary\n");
 }
 
@@ -280,6 +282,9 @@ int cmd_train(int argc, char **argv) {
       if (!cli_value_str(argc, argv, &i, &o.resume)) return CLI_USAGE;
     } else if (!strcmp(a, "--json")) {
       json = true;
+    } else if (!strcmp(a, "--watchdog")) {
+      if (!cli_value_u64(argc, argv, &i, 1, 24 * 3600 * 1000, &u)) return CLI_USAGE;
+      o.watchdog_ms = (int)u;
     } else if (!strcmp(a, "--quiet")) {
       quiet = true;
     } else {
