@@ -87,7 +87,7 @@ static void produce(tr_actor *self, loader *l) {
       }
       return;
     }
-    if (l->mb == 0 && !claim(self, l)) return;
+    if (!claim(self, l)) return; /* mid-step too: the end may come while it waits there */
     if (!l->held_x && !(l->held_x = tr_edge_acquire(l->ex))) return;
     if (l->ey && !l->held_y && !(l->held_y = tr_edge_acquire(l->ey))) return;
     uint64_t first;

@@ -140,7 +140,10 @@ static void a_timed_run_does_not_run_through_its_prefetched_batches(void **state
     o.seconds = 0.2;
     o.slow_device = 0;
     o.slow_us = 10000; /* after each forward and each backward */
-    if (strategy) o.strategy = TR_STRATEGY_PIPELINE, o.devices = "host:2", o.microbatches = 2;
+    /* a ring of 3 micro-batches of 2 per step: the loader waits for a credit mid-step when
+     * the end comes, and must see the end there too */
+    if (strategy)
+      o.strategy = TR_STRATEGY_PIPELINE, o.devices = "host:2", o.microbatches = 2, o.prefetch = 3;
     tr_train_result r;
     run_ok(&o, &r);
     if (r.steps > 40) /* about 10 fit in the time; the ring, 256 */
