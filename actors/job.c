@@ -126,6 +126,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, siz
   tr__result_init(&j->result, tr_model_name(c->model), j->strategy);
   j->result.replicas = R;
   j->result.stages = P;
+  memcpy(j->result.cuts, j->cuts, (size_t)(P + 1) * sizeof *j->cuts);
   j->result.microbatches = M;
   j->result.ndevices = R * P;
   if (c->async) {

@@ -54,7 +54,9 @@ typedef struct tr_train_options {
   int schedule;            /* a tr_schedule_kind (tr_schedule.h); -1: 1f1b */
   int stages;              /* hybrid: devices per replica; 0: 2 */
   const int *cuts;         /* stage boundaries: ncuts = stages - 1 layer indices, increasing;
-                              NULL: balanced by cost (tr_model_balance) */
+                              NULL: balanced by each layer's time, measured on the first
+                              device before the run (by FLOPs when deterministic: the same
+                              cut every run) */
   int ncuts;
   int64_t steps;           /* the run's last step (a resumed run continues to it); 0: seconds */
   double seconds;          /* with steps 0: train this long */
@@ -114,6 +116,7 @@ typedef struct tr_train_result {
   double initial_loss;     /* the first step's */
   double final_loss;       /* mean of the last 1% of steps (at least one) */
   int replicas, stages, microbatches; /* the layout that ran */
+  int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
   char schedule[8];        /* "gpipe", "1f1b"; "" unless pipelined */
   double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages */
   double bubble_fraction;  /* measured; and the schedule's own (equal unit costs) */

@@ -128,6 +128,22 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
   return rc;
 }
 
+/* Pipeline stages balanced by what each layer costs on the device, timed before the run:
+ * FLOPs miss what is not a GEMM (activations, norms, attention's softmax) and what small
+ * GEMMs lose. Where measuring fails, tr_job_new balances by FLOPs instead. */
+static void measured_cuts(run *rn) {
+  tr_job_config *c = &rn->jc;
+  const int L = tr_model_layer_count(rn->model);
+  const int batch = c->global_batch / (c->replicas * c->microbatches);
+  double *cost = malloc((size_t)L * sizeof *cost);
+  if (cost && batch > 0 &&
+      tr_model_measure_layers(rn->model, tr_device_list_get(rn->devices, 0), batch, 5, cost,
+                              NULL, 0) == 0 &&
+      tr_model_balance_costs(rn->model, cost, c->stages, rn->cuts) == 0)
+    c->cuts = rn->cuts;
+  free(cost);
+}
+
 /* Fills the run from the options: everything that can be wrong with them is found here,
  * before any thread starts. */
 static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
@@ -159,6 +175,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if ((rc = tr_device_list_open(&rn->devices, o->devices, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
+  if (c->stages > 1 && !c->cuts && !o->deterministic) measured_cuts(rn);
   if (c->async && (rc = open_server(rn, o, err, n))) return rc;
   if (o->resume && (rc = tr__checkpoint_peek(o->resume, rn->model, &rn->first_step, err, n)))
     return rc;

@@ -330,6 +330,15 @@ double tr_model_layer_flops(const tr_model *m, int layer) {
 
 /* Cuts minimising the costliest stage: dynamic programming over (layers, stages). */
 int tr_model_balance(const tr_model *m, int parts, int *cuts) {
+  double *flops = malloc((size_t)m->nlayers * sizeof *flops);
+  if (flops == NULL) return TR_ENOMEM;
+  for (int i = 0; i < m->nlayers; i++) flops[i] = tr_model_layer_flops(m, i);
+  int rc = tr_model_balance_costs(m, flops, parts, cuts);
+  free(flops);
+  return rc;
+}
+
+int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int *cuts) {
   const int L = m->nlayers;
   if (parts < 1 || parts > L) return TR_EINVAL;
   double *pre = malloc((size_t)(L + 1) * sizeof *pre);
@@ -340,7 +349,7 @@ int tr_model_balance(const tr_model *m, int parts, int *cuts) {
     return TR_ENOMEM;
   }
   pre[0] = 0;
-  for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + tr_model_layer_flops(m, i);
+  for (int i = 0; i < L; i++) pre[i + 1] = pre[i] + cost[i];
 #define AT(a, i, k) a[(size_t)(i) * (size_t)(parts + 1) + (size_t)(k)]
   /* best(i, k): the least max cost of cutting layers [0, i) into k stages */
   for (int i = 0; i <= L; i++)

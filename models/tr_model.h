@@ -177,9 +177,11 @@ const tr_tensor_info *tr_model_tensor(const tr_model *m, int index);
 void tr_model_layer_tensors(const tr_model *m, int layer, int *first, int *count);
 
 /* Layer boundaries that cut the model into `parts` stages whose costliest stage is as cheap
- * as possible (cost: tr_model_layer_flops): cuts[0] = 0 < cuts[1] < ... < cuts[parts] =
- * layer count. TR_EINVAL when the model has fewer layers than parts. */
+ * as possible: cuts[0] = 0 < cuts[1] < ... < cuts[parts] = layer count. The cost of a layer
+ * is cost[layer] (>= 0: measured seconds, say), or tr_model_layer_flops for
+ * tr_model_balance. TR_EINVAL when the model has fewer layers than parts. */
 int tr_model_balance(const tr_model *m, int parts, int *cuts);
+int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int *cuts);
 
 /* ---- stages ------------------------------------------------------------------------------ */
 
@@ -274,6 +276,13 @@ int tr_stage_set_optim(tr_stage *st, const tr_optim_config *o);
 const tr_optim_config *tr_stage_optim(const tr_stage *st);
 int64_t tr_stage_step_count(const tr_stage *st);
 void tr_stage_set_step_count(tr_stage *st, int64_t steps); /* resuming from a checkpoint */
+
+/* Times each layer's forward and backward on `d` for a micro-batch of `batch` samples, from
+ * the calling thread (which becomes d's owner): cost[layer] in seconds, the fastest of `reps`
+ * rounds over every layer after one that warms up, each layer a stage of its own on zeroed
+ * inputs. For cutting by measured cost (tr_model_balance_costs). */
+int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps, double *cost,
+                            char *err, size_t err_size);
 
 /* ---- asynchronous training ------------------------------------------------------------------ */
 

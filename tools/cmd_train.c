@@ -88,6 +88,10 @@ static void print_json(const tr_train_result *r, double sgemm) {
          r->stages, r->microbatches);
   if (r->schedule[0]) printf("\"%s\",", r->schedule);
   else printf("null,");
+  printf("\"cuts\":");
+  if (r->stages > 1)
+    for (int s = 0; s <= r->stages; s++) printf("%s%d", s ? "," : "[", r->cuts[s]);
+  printf(r->stages > 1 ? "]," : "null,");
   const bool async = !strcmp(r->strategy, "async");
   if (async && isfinite(r->staleness_mean)) {
     printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g,\"histogram\":[", r->staleness_mean,
@@ -146,6 +150,8 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   if (isfinite(r->bubble_fraction))
     fprintf(stderr, ", bubble %.3f (%s, m = %d: %.3f in theory)", r->bubble_fraction,
             r->schedule, r->microbatches, r->bubble_theory);
+  for (int s = 1; s < r->stages; s++)
+    fprintf(stderr, "%s%d", s > 1 ? "," : ", cut before layers ", r->cuts[s]);
   const bool async = !strcmp(r->strategy, "async");
   if (r->replicas > 1 && !async) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
   fputc('\n', stderr);

@@ -222,6 +222,37 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_non_null(strstr(err, "resnet"));
 }
 
+/* Cutting by the costs given: the costliest stage as cheap as can be; and the costs measured
+ * on a device are there for every layer (their sizes are the machine's, not asserted). */
+static void stages_balance_the_costs_given_or_measured(void **state) {
+  (void)state;
+  tr_model *m = tiny_mlp(); /* Linear, ReLU, Linear, ReLU, Linear */
+  int cuts[4];
+  const double heavy_last[] = {1, 1, 1, 1, 10};
+  assert_int_equal(tr_model_balance_costs(m, heavy_last, 2, cuts), 0);
+  assert_true(cuts[0] == 0 && cuts[1] == 4 && cuts[2] == 5); /* 10 alone, 4 before it */
+  const double heavy_relu[] = {1, 5, 1, 1, 1}; /* FLOPs would say a ReLU is free */
+  assert_int_equal(tr_model_balance_costs(m, heavy_relu, 3, cuts), 0);
+  assert_true(cuts[0] == 0 && cuts[3] == 5);
+  double worst = 0; /* the best cut into 3 leaves no stage above 5 */
+  for (int s = 0; s < 3; s++) {
+    double c = 0;
+    for (int l = cuts[s]; l < cuts[s + 1]; l++) c += heavy_relu[l];
+    worst = fmax(worst, c);
+  }
+  assert_true(worst == 5);
+  assert_int_equal(tr_model_balance_costs(m, heavy_last, 6, cuts), TR_EINVAL); /* 5 layers */
+
+  double cost[5] = {-1, -1, -1, -1, -1};
+  char err[256];
+  assert_int_equal(tr_model_measure_layers(m, tr_device_list_get(devs, 0), 4, 3, cost, err,
+                                           sizeof err), 0);
+  for (int l = 0; l < 5; l++) assert_true(cost[l] > 0 && cost[l] < 1);
+  assert_int_equal(tr_model_balance_costs(m, cost, 2, cuts), 0);
+  assert_true(cuts[0] == 0 && cuts[1] > 0 && cuts[1] < 5 && cuts[2] == 5);
+  tr_model_free(m);
+}
+
 static void initialisation_follows_pytorch_defaults(void **state) {
   (void)state;
   const tr_gpt_config g = {.vocab = 64, .ctx = 16, .width = 32, .layers = 1, .heads = 2, .hidden = 48};
@@ -803,6 +834,7 @@ static void host_copies_round_trip(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(workloads_are_those_of_workloads_md),
+      cmocka_unit_test(stages_balance_the_costs_given_or_measured),
       cmocka_unit_test(initialisation_follows_pytorch_defaults),
       cmocka_unit_test(losses_are_the_means_pytorch_reports),
       cmocka_unit_test(cut_model_gives_the_uncut_loss_and_gradients_bitwise),
