@@ -23,7 +23,7 @@ typedef struct coordinator {
   pending ck[PENDING];
   tr__report *dones; /* [device] */
   int ndone;
-  tr__server_done_msg server; /* async */
+  tr__server_report server; /* async */
 } coordinator;
 
 void *tr__coordinator_new(tr_job *j) {
@@ -158,7 +158,7 @@ static size_t step_losses(const coordinator *c, double **out) {
 static void record_async(coordinator *c, double window) {
   tr_job *j = c->j;
   tr_train_result *r = &j->result;
-  const tr__server_done_msg *s = &c->server;
+  const tr__server_report *s = &c->server;
   int64_t window_updates = 0;
   for (int w = 0; w < j->c.replicas; w++) window_updates += c->dones[w].window_steps;
   r->steps = tr_graph_first_step(j->g) + s->updates;
@@ -236,7 +236,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     const tr__report *d = &((const tr__done_msg *)msg)->report;
     c->dones[tr__device_index(j, d->replica, d->stage)] = *d;
   } else if (msg->type == &tr__server_done_type) {
-    c->server = *(const tr__server_done_msg *)msg;
+    c->server = ((const tr__server_done_msg *)msg)->report; /* not its header: the mailbox's */
   }
   if (msg->type == &tr__done_type || msg->type == &tr__server_done_type) {
     if (++c->ndone < j->c.replicas * j->c.stages + (j->c.async != 0)) return 0;

@@ -62,6 +62,8 @@ static bool claim(tr_actor *self, loader *l) {
   if (j->c.async) {
     tr__batch_msg *b = tr_msg_new(&tr__batch_type);
     b->step = -1;
+    b->slot = -1;
+    b->mb = 0;
     tr_actor_send(tr_edge_to(l->ex), b);
   }
   tr_graph_done(j->g, self);

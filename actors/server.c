@@ -58,7 +58,7 @@ typedef struct server {
   tr_event *stats_ev[STATS_RING];
   int64_t stats_issued, stats_read;
 
-  tr__server_done_msg fig; /* the figures, sent at the end */
+  tr__server_report fig; /* the figures, sent at the end */
   int64_t warm;
   bool done, lent; /* lent: Hogwild! workers hold the parameters */
   char err[512];
@@ -131,8 +131,6 @@ static int server_open(tr_actor *self) {
   const int64_t total = tr_graph_end_step(j->g) - tr_graph_first_step(j->g);
   /* as the stages warm up: a tenth of the updates (at most 100), 3 in a timed run */
   sv->warm = total > INT64_MAX / 2 ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100;
-  sv->fig.window_start = tr_now_ns();
-  sv->fig.momentum = j->result.momentum;
   for (int i = 0; i < sv->W && j->c.hogwild; i++) {
     if (tr_device_can_access_peer(sv->dev, sv->w[i].dev) != 1)
       return tr_actor_fail(self, TR_EINVAL, "--hogwild: worker %d on %s cannot reach the "
@@ -142,6 +140,9 @@ static int server_open(tr_actor *self) {
   for (int i = 0; i < sv->W && j->c.hogwild; i++) {
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
     r->hdr.from = self;
+    r->pulled = false;
+    r->version = 0;
+    r->ready = NULL;
     r->share = sv->st;
     tr_actor_send(sv->w[i].actor, r);
     sv->lent = true;
@@ -192,6 +193,7 @@ static int serve(tr_actor *self, server *sv) {
     r->pulled = w->pull;
     r->version = sv->version;
     r->ready = w->reply_ev;
+    r->share = NULL;
     tr_actor_send(w->actor, r);
     w->waiting = false;
   }
@@ -220,10 +222,6 @@ static int count_update(tr_actor *self, server *sv, worker *w, int64_t stale) {
   if (stale > sv->fig.staleness_max) sv->fig.staleness_max = stale;
   sv->version++;
   w->clock++;
-  if (sv->version == sv->warm) {
-    sv->fig.window_start = tr_now_ns();
-    sv->fig.busy_ns = 0;
-  }
   /* The gradient is read by everything queued on the stream so far: the worker's next push
    * may come (it waits for the reply's event before writing its gradients again). */
   tr_edge_release(w->push, 1);
@@ -287,13 +285,9 @@ static int finish(tr_actor *self, server *sv) {
   if (rc == 0 && j->c.checkpoint) rc = snapshot_to(self, sv, tr_graph_first_step(j->g) + sv->version);
   if (rc) return rc;
   tr__server_done_msg *d = tr_msg_new(&tr__server_done_type);
-  tr_msg hdr = d->hdr;
-  *d = sv->fig;
-  d->hdr = hdr;
   d->hdr.from = self;
-  d->updates = sv->version;
-  d->window_updates = sv->version > sv->warm ? sv->version - sv->warm : sv->version;
-  d->window_end = tr_now_ns();
+  d->report = sv->fig;
+  d->report.updates = sv->version;
   tr_actor_send(j->coordinator, d);
   sv->done = true;
   tr_graph_done(j->g, self);

@@ -730,6 +730,9 @@ static int push_update(tr_actor *self, stage_actor *a) {
     m->step = a->batch_step;
     m->version = a->version;
     m->applied = applied;
+    m->ready = NULL;
+    m->grads = m->params = NULL;
+    m->dev = a->dev;
     if (j->c.hogwild) {
       tr_edge_send(a->push, m);
       return DONE;
@@ -737,7 +740,6 @@ static int push_update(tr_actor *self, stage_actor *a) {
     m->ready = a->push_ev;
     m->grads = tr_stage_grads(a->st);
     m->params = tr_stage_params(a->st);
-    m->dev = a->dev;
     tr_edge_send(a->push, m);
     a->pushed = true;
   }

@@ -157,16 +157,20 @@ typedef struct tr__leave_msg {
   int worker;
 } tr__leave_msg;
 
-/* server → coordinator, once: its figures */
-typedef struct tr__server_done_msg {
-  tr_msg hdr;
-  int64_t updates, window_updates;
-  uint64_t window_start, window_end, busy_ns;
+/* The server's figures at the end of the run. */
+typedef struct tr__server_report {
+  int64_t updates;
+  uint64_t busy_ns; /* after the warm-up, like the stages' */
   int64_t hist[TR_TRAIN_STALENESS_BINS];
   double staleness_sum, consistency_sum;
   int64_t staleness_max, consistency_n;
   int clock_gap_max;
-  double momentum;
+} tr__server_report;
+
+/* server → coordinator, once */
+typedef struct tr__server_done_msg {
+  tr_msg hdr;
+  tr__server_report report;
 } tr__server_done_msg;
 
 /* A stage's figures at the end of the run. */
