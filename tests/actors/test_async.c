@@ -26,42 +26,10 @@
 #define SCRATCH_NAME "async"
 #include "scratch.h"
 
-/* ---- the models (test_parallel.c's) ------------------------------------------------------ */
+/* ---- the models: specs.h's ------------------------------------------------------------- */
 
-#define LINEAR(i, o, b) {.kind = TR_LAYER_LINEAR, .in = (i), .out = (o), .bias = (b)}
-#define RELU(w) {.kind = TR_LAYER_RELU, .in = (w), .out = (w)}
-#define LAYERNORM(w) {.kind = TR_LAYER_LAYERNORM, .in = (w), .out = (w)}
-#define EMBEDDING(v, w) {.kind = TR_LAYER_EMBEDDING, .in = 1, .out = (w), .vocab = (v)}
-#define BLOCK(w, h, hid) {.kind = TR_LAYER_BLOCK, .in = (w), .out = (w), .heads = (h), .hidden = (hid)}
-
-/* 4 x Linear(64,64), ReLU between; MSE; momentum 0.9 */
-static const tr_layer_spec mlp4_layers[] = {
-    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1), RELU(64),
-    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1),
-};
-static const tr_model_spec mlp4 = {
-    .name = "mlp4",
-    .ctx = 1,
-    .loss = TR_LOSS_MSE,
-    .nlayers = 7,
-    .layers = mlp4_layers,
-    .batch = 48,
-    .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f, .momentum = 0.9f},
-};
-
-/* A gpt of one block, context 16, width 32; AdamW (eps 1e-6: see test_parallel.c). */
-static const tr_layer_spec gpt1_layers[] = {
-    EMBEDDING(256, 32), BLOCK(32, 2, 64), LAYERNORM(32), LINEAR(32, 256, 0),
-};
-static const tr_model_spec gpt1 = {
-    .name = "gpt1",
-    .ctx = 16,
-    .loss = TR_LOSS_CROSSENTROPY,
-    .nlayers = 4,
-    .layers = gpt1_layers,
-    .batch = 48,
-    .optim = {.kind = TR_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f},
-};
+#include "compare.h"
+#include "specs.h"
 
 static const char *model_name(const tr_train_options *o) {
   return o->spec ? o->spec->name : o->model;
@@ -98,11 +66,6 @@ static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
 
 /* ---- comparing checkpoints ------------------------------------------------------------- */
 
-static bool optimizer_state(const char *name) {
-  return !strncmp(name, "momentum.", 9) || !strncmp(name, "adam_m.", 7) ||
-         !strncmp(name, "adam_v.", 7);
-}
-
 static tr_checkpoint *open_ck(const char *file) {
   tr_checkpoint *ck;
   char err[512];
@@ -110,38 +73,13 @@ static tr_checkpoint *open_ck(const char *file) {
   return ck;
 }
 
-static double element(const tr_checkpoint_tensor *t, size_t i) {
-  float v;
-  memcpy(&v, (const char *)t->data + i * sizeof v, sizeof v);
-  return v;
-}
-
-/* The largest ||a - b|| / ||b|| over the parameter tensors of two checkpoints. NaN fails. */
-static double params_difference(const char *file_a, const char *file_b) {
-  tr_checkpoint *a = open_ck(file_a), *b = open_ck(file_b);
-  double most = 0;
-  size_t params = 0;
-  for (size_t k = 0; k < tr_checkpoint_count(b); k++) {
-    const tr_checkpoint_tensor *tb = tr_checkpoint_tensor_at(b, k);
-    if (optimizer_state(tb->name)) continue;
-    params++;
-    const tr_checkpoint_tensor *ta = tr_checkpoint_find(a, tb->name);
-    if (ta == NULL) fail_msg("%s: no tensor '%s'", file_a, tb->name);
-    assert_int_equal(ta->nbytes, tb->nbytes);
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < tb->nbytes / sizeof(float); i++) {
-      const double x = element(ta, i), y = element(tb, i);
-      if (isnan(x) || isnan(y)) fail_msg("tensor '%s' holds NaN", tb->name);
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    const double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
-    if (rel > most) most = rel;
-  }
-  assert_true(params > 0);
-  tr_checkpoint_close(a);
-  tr_checkpoint_close(b);
-  return most;
+/* The largest relative difference of the parameters of two checkpoints (compare.h); fails
+ * where they cannot be compared. */
+static double difference(const char *file_a, const char *file_b) {
+  char worst[128];
+  const double d = params_difference(file_a, file_b, worst, sizeof worst);
+  if (isinf(d)) fail_msg("%s and %s cannot be compared (above)", file_a, file_b);
+  return d;
 }
 
 /* Every tensor of `reference` (parameters and optimizer state) is in `file`, bit for bit. */
@@ -154,7 +92,7 @@ static void assert_same_tensors(const char *file, const char *reference, const c
     if (ta == NULL) fail_msg("%s: no tensor '%s'", what, tb->name);
     if (ta->nbytes != tb->nbytes || memcmp(ta->data, tb->data, tb->nbytes))
       fail_msg("%s: tensor '%s' differs from single's (relative %.3g overall)", what, tb->name,
-               params_difference(file, reference));
+               difference(file, reference));
     state += optimizer_state(tb->name);
   }
   assert_true(tr_checkpoint_count(b) > state); /* parameters were compared */
@@ -317,7 +255,7 @@ static void dc_asgd_corrects_the_stale_updates_of_one_worker(void **state) {
                       "one worker pulling every 4, twice");
   o.dc_lambda = 4.0f;
   run_to(o, "dc.safetensors", &r);
-  const double dc = params_difference(path("dc.safetensors"), path("plain1.safetensors"));
+  const double dc = difference(path("dc.safetensors"), path("plain1.safetensors"));
   if (!(dc > 1e-6))
     fail_msg("dc_lambda 4 on updates up to 3 stale moved the parameters by %.3g only", dc);
 }
@@ -344,8 +282,8 @@ static void dc_asgd_with_two_workers_changes_the_parameters(void **state) {
                "expected 20 and 20 (utilization %.3f and %.3f)", (long long)r.staleness_hist[0],
                (long long)r.staleness_hist[1], r.utilization[0], r.utilization[1]);
   }
-  const double noise = params_difference(path("plain1.safetensors"), path("plain2.safetensors"));
-  const double dc = params_difference(path("dc.safetensors"), path("plain1.safetensors"));
+  const double noise = difference(path("plain1.safetensors"), path("plain2.safetensors"));
+  const double dc = difference(path("dc.safetensors"), path("plain1.safetensors"));
   fprintf(stderr, "dc_lambda 1000 moved the parameters by %.3g; two runs without it differ by %.3g\n",
           dc, noise);
   if (!(dc > 2e-2 && dc > 4 * noise))
@@ -474,7 +412,7 @@ static void pulling_every_four_pushes_makes_updates_up_to_three_stale(void **sta
   assert_true(r.staleness_max == 3);
   assert_true(fabs(r.staleness_mean - 1.5) < 1e-12);
   assert_true(r.consistency > 0); /* the worker's parameters lag the server's */
-  const double d = params_difference(path("every4.safetensors"), path("single.safetensors"));
+  const double d = difference(path("every4.safetensors"), path("single.safetensors"));
   if (!(d > 1e-6)) fail_msg("pull every 4 ends %.3g from single: stale gradients changed nothing", d);
 }
 
@@ -580,7 +518,7 @@ static void a_failing_worker_stops_the_run_by_name(void **state) {
   const uint64_t step = checkpoint_step(o.checkpoint);
   if (!(step >= 2 && step % 2 == 0 && step < 1000))
     fail_msg("the checkpoint left is of step %llu", (unsigned long long)step);
-  params_difference(o.checkpoint, o.checkpoint); /* every tensor is there and a number */
+  difference(o.checkpoint, o.checkpoint); /* every tensor is there and a number */
 
   tr_train_options resumed = async(options("simplenet", NULL, (int64_t)step + 6), "host:2", 2);
   resumed.resume = o.checkpoint;
@@ -690,7 +628,7 @@ static void a_resumed_async_run_continues_to_its_last_step(void **state) {
   assert_staleness_adds_up(&r); /* 8 updates in this run */
   assert_int_equal(checkpoint_step(path("whole.safetensors")), 14);
   /* the resumed run started where the first ended, and trained on */
-  assert_true(params_difference(path("whole.safetensors"), path("half.safetensors")) > 1e-6);
+  assert_true(difference(path("whole.safetensors"), path("half.safetensors")) > 1e-6);
 }
 
 /* ---- stress ------------------------------------------------------------------------------ */

@@ -29,44 +29,10 @@
 #define GPU4 "cuda:0,cuda:0,cuda:0,cuda:0"
 #define HOST1 "host:1"
 
-/* ---- the models (test_parallel.c's) ------------------------------------------------------ */
+/* ---- the models: specs.h's ------------------------------------------------------------- */
 
-#define LINEAR(i, o, b) {.kind = TR_LAYER_LINEAR, .in = (i), .out = (o), .bias = (b)}
-#define RELU(w) {.kind = TR_LAYER_RELU, .in = (w), .out = (w)}
-#define LAYERNORM(w) {.kind = TR_LAYER_LAYERNORM, .in = (w), .out = (w)}
-#define EMBEDDING(v, w) {.kind = TR_LAYER_EMBEDDING, .in = 1, .out = (w), .vocab = (v)}
-#define BLOCK(w, h, hid) {.kind = TR_LAYER_BLOCK, .in = (w), .out = (w), .heads = (h), .hidden = (hid)}
-
-/* 4 x Linear(64,64), ReLU between; MSE; momentum 0.9 */
-static const tr_layer_spec mlp4_layers[] = {
-    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1), RELU(64),
-    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1),
-};
-static const tr_model_spec mlp4 = {
-    .name = "mlp4",
-    .ctx = 1,
-    .loss = TR_LOSS_MSE,
-    .nlayers = 7,
-    .layers = mlp4_layers,
-    .batch = 48,
-    .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f, .momentum = 0.9f},
-};
-
-/* A gpt of one block: byte tokens, context 16, width 32; AdamW with eps 1e-6 (see
- * test_parallel.c: a tiny eps turns the rounding in the keys' bias gradient into full
- * steps of random sign). */
-static const tr_layer_spec gpt1_layers[] = {
-    EMBEDDING(256, 32), BLOCK(32, 2, 64), LAYERNORM(32), LINEAR(32, 256, 0),
-};
-static const tr_model_spec gpt1 = {
-    .name = "gpt1",
-    .ctx = 16,
-    .loss = TR_LOSS_CROSSENTROPY,
-    .nlayers = 4,
-    .layers = gpt1_layers,
-    .batch = 48,
-    .optim = {.kind = TR_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f},
-};
+#include "../../actors/compare.h"
+#include "../../actors/specs.h"
 
 /* simplenet (SGD, no optimizer state), mlp4 (momentum), gpt1 (AdamW, attention, embedding) */
 typedef struct model_case {
@@ -112,68 +78,6 @@ static int run_to(tr_train_options o, const char *file, tr_train_result *r) {
 
 /* ---- comparing checkpoints --------------------------------------------------------------- */
 
-static bool optimizer_state(const char *name) {
-  return !strncmp(name, "momentum.", 9) || !strncmp(name, "adam_m.", 7) ||
-         !strncmp(name, "adam_v.", 7);
-}
-
-static double element(const tr_checkpoint_tensor *t, size_t i) {
-  float v;
-  memcpy(&v, (const char *)t->data + i * sizeof v, sizeof v);
-  return v;
-}
-
-/* The largest ||a - b|| / ||b|| over the parameter tensors (not optimizer state) of two
- * checkpoints holding the same tensors; +inf when they cannot be compared or hold NaN (it
- * then prints why), so that no comparison passes by accident. */
-static double params_difference(const char *file_a, const char *file_b, char *worst, size_t n) {
-  tr_checkpoint *a = NULL, *b = NULL;
-  char err[512];
-  double most = 0;
-  snprintf(worst, n, "-");
-  if (tr_checkpoint_open(&a, file_a, err, sizeof err) ||
-      tr_checkpoint_open(&b, file_b, err, sizeof err)) {
-    printf("  %s\n", err);
-    most = INFINITY;
-    goto out;
-  }
-  size_t params = 0, params_a = 0;
-  for (size_t k = 0; k < tr_checkpoint_count(a); k++)
-    params_a += !optimizer_state(tr_checkpoint_tensor_at(a, k)->name);
-  for (size_t k = 0; k < tr_checkpoint_count(b); k++) {
-    const tr_checkpoint_tensor *tb = tr_checkpoint_tensor_at(b, k);
-    if (optimizer_state(tb->name)) continue;
-    params++;
-    const tr_checkpoint_tensor *ta = tr_checkpoint_find(a, tb->name);
-    if (ta == NULL || ta->dtype != TR_DTYPE_F32 || tb->dtype != TR_DTYPE_F32 ||
-        ta->nbytes != tb->nbytes) {
-      printf("  tensor '%s': missing or of another type or size in %s\n", tb->name, file_a);
-      most = INFINITY;
-      goto out;
-    }
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < tb->nbytes / sizeof(float); i++) {
-      const double x = element(ta, i), y = element(tb, i);
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    const double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
-    if (isnan(rel)) printf("  tensor '%s' holds NaN or infinity\n", tb->name);
-    if (!(rel < most)) { /* NaN included */
-      most = isnan(rel) ? INFINITY : rel;
-      snprintf(worst, n, "%s", tb->name);
-    }
-  }
-  if (params == 0 || params != params_a) {
-    printf("  %s holds %zu parameter tensors, %s %zu\n", file_a, params_a, file_b, params);
-    most = INFINITY;
-  }
-out:
-  tr_checkpoint_close(a);
-  tr_checkpoint_close(b);
-  return most;
-}
-
 /* Prints the difference of a from the reference b; false when it exceeds the tolerance. */
 static bool same_params(const char *a, const char *b, double tolerance, const char *what) {
   char worst[128];
@@ -182,18 +86,6 @@ static bool same_params(const char *a, const char *b, double tolerance, const ch
   printf("  %-52s %9.3g %s (tensor %s, allowed %.0e)\n", what, d, ok ? "ok  " : "FAIL", worst,
          tolerance);
   return ok;
-}
-
-static char *slurp(const char *file, size_t *size) {
-  FILE *f = fopen(file, "rb");
-  if (f == NULL) return NULL;
-  fseek(f, 0, SEEK_END);
-  *size = (size_t)ftell(f);
-  rewind(f);
-  char *buf = malloc(*size ? *size : 1);
-  if (buf && fread(buf, 1, *size, f) != *size) free(buf), buf = NULL;
-  fclose(f);
-  return buf;
 }
 
 static bool same_file(const char *a, const char *b, const char *what) {

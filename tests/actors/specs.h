@@ -1,0 +1,47 @@
+/* specs.h — the small models the training tests share: an mlp of four layers (momentum) and
+ * a gpt of one block (AdamW), beside the built-in simplenet; and the macros that spell a
+ * layer as a constant initialiser. */
+#ifndef TR_TEST_SPECS_H
+#define TR_TEST_SPECS_H
+
+#include "troupe.h"
+
+#define LINEAR(i, o, b) {.kind = TR_LAYER_LINEAR, .in = (i), .out = (o), .bias = (b)}
+#define RELU(w) {.kind = TR_LAYER_RELU, .in = (w), .out = (w)}
+#define LAYERNORM(w) {.kind = TR_LAYER_LAYERNORM, .in = (w), .out = (w)}
+#define EMBEDDING(v, w) {.kind = TR_LAYER_EMBEDDING, .in = 1, .out = (w), .vocab = (v)}
+#define BLOCK(w, h, hid) {.kind = TR_LAYER_BLOCK, .in = (w), .out = (w), .heads = (h), .hidden = (hid)}
+
+/* 4 x Linear(64,64), ReLU between; MSE; momentum 0.9 */
+static const tr_layer_spec mlp4_layers[] = {
+    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1), RELU(64),
+    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1),
+};
+static const tr_model_spec mlp4 = {
+    .name = "mlp4",
+    .ctx = 1,
+    .loss = TR_LOSS_MSE,
+    .nlayers = 7,
+    .layers = mlp4_layers,
+    .batch = 48,
+    .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f, .momentum = 0.9f},
+};
+
+/* A gpt of one block: byte tokens (the arithmetic corpus), context 16, width 32; AdamW.
+ * eps 1e-6, not 1e-8: the gradient of the keys' bias is zero but for rounding (softmax
+ * ignores a shift shared by all keys), and with a tiny eps AdamW turns that rounding into
+ * steps of full size and random sign, which no two orders of summation share. */
+static const tr_layer_spec gpt1_layers[] = {
+    EMBEDDING(256, 32), BLOCK(32, 2, 64), LAYERNORM(32), LINEAR(32, 256, 0),
+};
+static const tr_model_spec gpt1 = {
+    .name = "gpt1",
+    .ctx = 16,
+    .loss = TR_LOSS_CROSSENTROPY,
+    .nlayers = 4,
+    .layers = gpt1_layers,
+    .batch = 48,
+    .optim = {.kind = TR_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f},
+};
+
+#endif
