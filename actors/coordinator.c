@@ -154,18 +154,10 @@ static size_t step_losses(const coordinator *c, double **out) {
   return l ? nl : 0;
 }
 
-/* The server's figures: the run's steps are its updates. */
+/* The server's own figures. */
 static void record_async(coordinator *c, double window) {
-  tr_job *j = c->j;
-  tr_train_result *r = &j->result;
+  tr_train_result *r = &c->j->result;
   const tr__server_report *s = &c->server;
-  int64_t window_updates = 0;
-  for (int w = 0; w < j->c.replicas; w++) window_updates += c->dones[w].window_steps;
-  r->steps = tr_graph_first_step(j->g) + s->updates;
-  r->samples = s->updates * j->c.global_batch;
-  r->window_steps = window_updates;
-  r->steps_per_s = window > 0 ? (double)window_updates / r->seconds : NAN;
-  r->samples_per_s = r->steps_per_s * j->c.global_batch;
   r->server_utilization = window > 0 ? (double)s->busy_ns / window : NAN;
   r->staleness_mean = s->updates ? s->staleness_sum / (double)s->updates : NAN;
   r->staleness_max = s->updates ? (double)s->staleness_max : NAN;
@@ -192,11 +184,18 @@ static void record_result(coordinator *c) {
   for (int i = 0; i < n && len < sizeof r->devices; i++)
     len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s", i ? "," : "",
                             tr_device_name(j->devs[i]));
-  r->steps = d0->steps;
-  r->samples = (d0->steps - first) * j->c.global_batch;
-  r->window_steps = d0->window_steps;
+  /* The steps every stage ran; async: the server's updates, each one worker's push. */
+  int64_t steps = d0->steps, window_steps = d0->window_steps;
+  if (j->c.async) {
+    steps = first + c->server.updates;
+    window_steps = 0;
+    for (int w = 0; w < R; w++) window_steps += c->dones[w].window_steps;
+  }
+  r->steps = steps;
+  r->samples = (steps - first) * j->c.global_batch;
+  r->window_steps = window_steps;
   r->seconds = window / 1e9;
-  r->steps_per_s = window > 0 ? (double)d0->window_steps / r->seconds : NAN;
+  r->steps_per_s = window > 0 ? (double)window_steps / r->seconds : NAN;
   r->samples_per_s = r->steps_per_s * j->c.global_batch;
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
     r->utilization[i] = window > 0 ? (double)c->dones[i].busy_ns / window : NAN;

@@ -52,12 +52,11 @@ static bool claim(tr_actor *self, loader *l) {
   tr_job *j = l->j;
   if (!j->c.async) { /* the first stage claims the step; the end may have come meanwhile */
     if (l->step < tr_graph_end_step(j->g)) return true;
-  } else if (l->claimed) {
-    return true;
-  } else {
+  } else if (!l->claimed) {
     l->step = tr_graph_first_step(j->g) + atomic_fetch_add(&j->next_step, 1);
-    if (tr_graph_claim_step(j->g, l->step)) return l->claimed = true;
+    l->claimed = tr_graph_claim_step(j->g, l->step);
   }
+  if (l->claimed) return true;
   l->done = true;
   if (j->c.async) {
     tr__batch_msg *b = tr_msg_new(&tr__batch_type);

@@ -33,6 +33,7 @@ typedef struct worker {
   tr_actor *actor;
   tr_event *reply_ev;
   int64_t clock;    /* pushes applied */
+  bool direct;      /* its memory is readable here */
   bool active;      /* has not left */
   bool waiting;     /* its reply is held (SSP) */
   bool pull;        /* the held reply brings parameters */
@@ -118,7 +119,12 @@ static int server_open(tr_actor *self) {
     w->dev = j->devs[i];
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
       return fail_device(self, sv, "opening events");
-    if (!sv->scratch && tr_device_can_access_peer(sv->dev, w->dev) != 1 &&
+    w->direct = tr_device_can_access_peer(sv->dev, w->dev) == 1;
+    if (j->c.hogwild && !w->direct)
+      return tr_actor_fail(self, TR_EINVAL, "--hogwild: worker %d on %s cannot reach the "
+                           "server's memory on %s (host devices only)", i,
+                           tr_device_name(w->dev), tr_device_name(sv->dev));
+    if (!sv->scratch && !w->direct &&
         tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
       return fail_device(self, sv, "allocating the staging buffer");
   }
@@ -131,12 +137,6 @@ static int server_open(tr_actor *self) {
   const int64_t total = tr_graph_end_step(j->g) - tr_graph_first_step(j->g);
   /* as the stages warm up: a tenth of the updates (at most 100), 3 in a timed run */
   sv->warm = total > INT64_MAX / 2 ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100;
-  for (int i = 0; i < sv->W && j->c.hogwild; i++) {
-    if (tr_device_can_access_peer(sv->dev, sv->w[i].dev) != 1)
-      return tr_actor_fail(self, TR_EINVAL, "--hogwild: worker %d on %s cannot reach the "
-                           "server's memory on %s (host devices only)", i,
-                           tr_device_name(sv->w[i].dev), tr_device_name(sv->dev));
-  }
   for (int i = 0; i < sv->W && j->c.hogwild; i++) {
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
     r->hdr.from = self;
@@ -241,7 +241,7 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   float *params = tr_stage_params(sv->st), *grads = m->grads;
   const float *pulled = m->params;
   if (tr_stream_wait_event(sv->s, m->ready)) return fail_device(self, sv, "waiting for a push");
-  if (tr_device_can_access_peer(sv->dev, m->dev) != 1) {
+  if (!w->direct) {
     grads = NULL;
     if (tr_memcpy_peer(sv->s, tr_stage_grads(sv->st), sv->dev, m->grads, m->dev, bytes) ||
         tr_memcpy_peer(sv->s, sv->scratch, sv->dev, m->params, m->dev, bytes))

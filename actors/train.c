@@ -123,7 +123,10 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
   const char *want = o->server ? o->server : spec;
   char why[256];
   int rc = tr_device_list_open(&rn->server, want, why, sizeof why);
-  if (rc == 0 && tr_device_list_count(rn->server) != 1) rc = TR_EINVAL, snprintf(why, sizeof why, "give one device");
+  if (rc == 0 && tr_device_list_count(rn->server) != 1) {
+    snprintf(why, sizeof why, "give one device");
+    rc = TR_EINVAL;
+  }
   if (rc) snprintf(err, n, "--server %s: %s", want, why);
   return rc;
 }
@@ -134,9 +137,11 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
 static void measured_cuts(run *rn) {
   tr_job_config *c = &rn->jc;
   const int L = tr_model_layer_count(rn->model);
-  const int batch = c->global_batch / (c->replicas * c->microbatches);
+  const int parts = c->replicas * c->microbatches, batch = c->global_batch / parts;
+  if (c->stages > L || c->stages > TR__MAX_STAGES || batch < 1 || c->global_batch % parts)
+    return; /* not a layout: tr_job_new says why */
   double *cost = malloc((size_t)L * sizeof *cost);
-  if (cost && batch > 0 &&
+  if (cost &&
       tr_model_measure_layers(rn->model, tr_device_list_get(rn->devices, 0), batch, 5, cost,
                               NULL, 0) == 0 &&
       tr_model_balance_costs(rn->model, cost, c->stages, rn->cuts) == 0)
@@ -175,7 +180,6 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if ((rc = tr_device_list_open(&rn->devices, o->devices, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
-  if (c->stages > 1 && !c->cuts && !o->deterministic) measured_cuts(rn);
   if (c->async && (rc = open_server(rn, o, err, n))) return rc;
   if (o->resume && (rc = tr__checkpoint_peek(o->resume, rn->model, &rn->first_step, err, n)))
     return rc;
@@ -188,6 +192,8 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   tr_data_config dc;
   tr_data_config_for(&dc, rn->model, o->seed, o->data);
   if ((rc = tr_data_open(&rn->data, &dc, err, n))) return rc;
+  /* last: measuring takes a moment, wasted on options found wrong after it */
+  if (c->stages > 1 && !c->cuts && !o->deterministic) measured_cuts(rn);
   c->data = rn->data;
   return 0;
 }

@@ -120,7 +120,9 @@ fi
 
 # ---- the programs: the carried ones, or rebuilt here ----------------------------------------
 
-programs=(test_cuda_devices test_cuda_ops test_cuda_train troupe)
+targets=(tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_train
+         tools/troupe)
+programs=("${targets[@]##*/}")
 say "unpacking $archive"
 if [[ ! -f $archive ]]; then
   echo "no $archive: run tools/gpu-prepare.sh first, and name build-gpu-check/carry in carry"
@@ -160,15 +162,13 @@ if [[ -n $why ]]; then
   t0=$(date +%s)
   if ! meson setup "$work/build" "$root" -Dpkg_config_path="$deps/lib/pkgconfig" -Dcuda=enabled \
          -Dgpu_archs="${archs:-90}" -Dbuildtype=release -Db_ndebug=false -Dtests=true ||
-     ! timeout 300 ninja -C "$work/build" tests/gpu/cuda/test_cuda_ops \
-         tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_train tools/troupe; then
+     ! timeout 300 ninja -C "$work/build" "${targets[@]}"; then
     note "build" "FAILED ($why)"
     return 1
   fi
   bin=$work/bin-here
   mkdir -p "$bin"
-  cp "$work/build/tests/gpu/cuda/test_cuda_ops" "$work/build/tests/gpu/cuda/test_cuda_devices" \
-     "$work/build/tests/gpu/cuda/test_cuda_train" "$work/build/tools/troupe" "$bin/"
+  cp "${targets[@]/#/$work/build/}" "$bin/"
   note "programs" "rebuilt here (sm_${archs:-90}, $(($(date +%s) - t0))s): $why"
 else
   note "programs" "carried ($(sed -n 's/^commit=//p' "$work/MANIFEST"), built from these sources)"

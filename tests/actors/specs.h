@@ -1,6 +1,6 @@
-/* specs.h — the small models the training tests share: an mlp of four layers (momentum) and
- * a gpt of one block (AdamW), beside the built-in simplenet; and the macros that spell a
- * layer as a constant initialiser. */
+/* specs.h — what the training tests share: the small models (an mlp of four layers with
+ * momentum, a gpt of one block with AdamW, beside the built-in simplenet), the macros that
+ * spell a layer as a constant initialiser, and the parallel layouts a run is tried in. */
 #ifndef TR_TEST_SPECS_H
 #define TR_TEST_SPECS_H
 
@@ -43,5 +43,30 @@ static const tr_model_spec gpt1 = {
     .batch = 48,
     .optim = {.kind = TR_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-6f},
 };
+
+static inline const char *model_name(const tr_train_options *o) {
+  return o->spec ? o->spec->name : o->model;
+}
+
+/* A parallel layout of a run, as the equivalence tests list them. */
+typedef struct layout_case {
+  tr_strategy strategy;
+  const char *devices;
+  int schedule; /* pipeline */
+  int microbatches;
+} layout_case;
+
+#define DP(devices) {TR_STRATEGY_DP, devices, -1, 0}
+#define MP(devices) {TR_STRATEGY_MP, devices, -1, 0}
+#define PIPELINE(devices, schedule, m) {TR_STRATEGY_PIPELINE, devices, schedule, m}
+#define HYBRID(devices) {TR_STRATEGY_HYBRID, devices, -1, 0}
+
+static inline tr_train_options with_layout(tr_train_options o, const layout_case *c) {
+  o.strategy = c->strategy;
+  o.devices = c->devices;
+  o.schedule = c->schedule;
+  o.microbatches = c->microbatches;
+  return o;
+}
 
 #endif

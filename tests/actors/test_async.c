@@ -31,10 +31,6 @@
 #include "compare.h"
 #include "specs.h"
 
-static const char *model_name(const tr_train_options *o) {
-  return o->spec ? o->spec->name : o->model;
-}
-
 /* A single-device run on host:1; async() turns it into `workers` workers on `devices`. */
 static tr_train_options options(const char *model, const tr_model_spec *spec, int64_t steps) {
   tr_train_options o = tr_train_defaults();

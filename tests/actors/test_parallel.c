@@ -69,7 +69,7 @@ static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
   char err[1024];
   o.checkpoint = path(file);
   if (tr_train_run(&o, r, err, sizeof err))
-    fail_msg("%s %s on %s: %s", tr_strategy_name(o.strategy), o.spec ? o.spec->name : o.model,
+    fail_msg("%s %s on %s: %s", tr_strategy_name(o.strategy), model_name(&o),
              o.devices, err);
   assert_int_equal(r->steps, o.steps);
   assert_int_equal(r->samples, o.steps * o.batch);
@@ -99,18 +99,6 @@ static void assert_same_file(const char *a, const char *b, const char *what) {
 enum { TOLERANCE_STEPS = 4 };
 static const double tolerance = 1e-5;
 
-typedef struct layout_case {
-  tr_strategy strategy;
-  const char *devices;
-  int schedule; /* pipeline */
-  int microbatches;
-} layout_case;
-
-#define DP(devices) {TR_STRATEGY_DP, devices, -1, 0}
-#define MP(devices) {TR_STRATEGY_MP, devices, -1, 0}
-#define PIPELINE(devices, schedule, m) {TR_STRATEGY_PIPELINE, devices, schedule, m}
-#define HYBRID(devices) {TR_STRATEGY_HYBRID, devices, -1, 0}
-
 static const layout_case all_layouts[] = {
     DP("host:2"),
     DP("host:4"),
@@ -136,7 +124,7 @@ static void assert_a_step_shows(tr_train_options base) {
                                         worst, sizeof worst);
   if (!(step > 10 * tolerance && isfinite(step)))
     fail_msg("%s: the last step moved the parameters by %.3g only",
-             base.spec ? base.spec->name : base.model, step);
+             model_name(&base), step);
 }
 
 static void each_layout_matches_single(tr_train_options base, const layout_case *cases,
@@ -145,13 +133,11 @@ static void each_layout_matches_single(tr_train_options base, const layout_case 
   run_to(base, "single.safetensors", &r);
   for (size_t k = 0; k < ncases; k++) {
     const layout_case *c = &cases[k];
-    tr_train_options o = layout(base, c->strategy, c->devices);
-    o.schedule = c->schedule;
-    o.microbatches = c->microbatches;
+    tr_train_options o = with_layout(base, c);
     run_to(o, "parallel.safetensors", &r);
     char what[160];
     snprintf(what, sizeof what, "%s %s on %s (%s, m %d)", tr_strategy_name(c->strategy),
-             base.spec ? base.spec->name : base.model, c->devices,
+             model_name(&base), c->devices,
              c->strategy == TR_STRATEGY_PIPELINE ? tr_schedule_kind_name(c->schedule) : "-",
              c->microbatches);
     assert_same_params(path("parallel.safetensors"), path("single.safetensors"), tolerance, what);

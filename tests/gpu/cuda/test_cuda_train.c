@@ -43,9 +43,6 @@ static const model_case models[] = {{"simplenet", NULL}, {NULL, &mlp4}, {NULL, &
 enum { NMODELS = sizeof models / sizeof *models };
 
 static const char *case_name(model_case m) { return m.spec ? m.spec->name : m.model; }
-static const char *model_name(const tr_train_options *o) {
-  return o->spec ? o->spec->name : o->model;
-}
 
 /* batch 48: 2 and 4 replicas, 3 and 8 micro-batches, 2 replicas x 4 micro-batches divide it */
 static tr_train_options options(model_case m, const char *devices, int64_t steps) {
@@ -157,18 +154,6 @@ static void cuda_trains_the_parameters_the_host_trains(void **state) {
 enum { LAYOUT_STEPS = 4 };
 static const double layout_tolerance = 1e-5;
 
-typedef struct layout_case {
-  tr_strategy strategy;
-  const char *devices;
-  int schedule; /* pipeline */
-  int microbatches;
-} layout_case;
-
-#define DP(devices) {TR_STRATEGY_DP, devices, -1, 0}
-#define MP(devices) {TR_STRATEGY_MP, devices, -1, 0}
-#define PIPELINE(devices, schedule, m) {TR_STRATEGY_PIPELINE, devices, schedule, m}
-#define HYBRID(devices) {TR_STRATEGY_HYBRID, devices, -1, 0}
-
 static const layout_case gpu_layouts[] = {
     DP(GPU2),
     DP(GPU4),
@@ -179,14 +164,6 @@ static const layout_case gpu_layouts[] = {
     PIPELINE(GPU2, TR_SCHEDULE_1F1B, 8),
     HYBRID(GPU4),
 };
-
-static tr_train_options with_layout(tr_train_options o, const layout_case *c) {
-  o.strategy = c->strategy;
-  o.devices = c->devices;
-  o.schedule = c->schedule;
-  o.microbatches = c->microbatches;
-  return o;
-}
 
 static void every_layout_matches_single_on_cuda(model_case m) {
   int failures = 0;
