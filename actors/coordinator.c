@@ -78,27 +78,6 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   return rc ? tr_actor_fail(self, rc, "%s", err) : 0;
 }
 
-/* FLOPs per sample as WORKLOADS.md counts them: 6 per weight of a Linear (forward 2,
- * backward 4), and for token models 6 per parameter per token plus attention's 12 × T ×
- * width per token and block. */
-static double flops_per_sample(const tr_model *m) {
-  double flops = 0;
-  int T = tr_model_ctx(m);
-  if (tr_model_token_input(m)) {
-    flops = 6.0 * (double)tr_model_param_count(m) * T;
-    for (int l = 0; l < tr_model_layer_count(m); l++) {
-      const tr_layer_spec *ls = tr_model_layer(m, l);
-      if (ls->kind == TR_LAYER_BLOCK) flops += 12.0 * T * ls->in * T;
-    }
-  } else {
-    for (int l = 0; l < tr_model_layer_count(m); l++) {
-      const tr_layer_spec *ls = tr_model_layer(m, l);
-      if (ls->kind == TR_LAYER_LINEAR) flops += 6.0 * ls->in * ls->out;
-    }
-  }
-  return flops;
-}
-
 /* max over replicas of ||θ_r - θ_0|| / ||θ_0||, each replica's parameters over its stages */
 static double consistency(const coordinator *c) {
   const tr_job *j = c->j;
@@ -221,7 +200,7 @@ static void record_result(coordinator *c) {
   free(losses);
   const tr_model *m = j->c.model;
   if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
-  r->gflops = flops_per_sample(m) * r->samples_per_s / 1e9;
+  r->gflops = tr_model_train_flops(m) * r->samples_per_s / 1e9;
 }
 
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {

@@ -328,6 +328,22 @@ double tr_model_layer_flops(const tr_model *m, int layer) {
   return 0;
 }
 
+/* WORKLOADS.md's count: 6 per weight of a Linear (forward 2, backward 4), and for token
+ * models 6 per parameter per token plus attention's 12 × T × width per token and block. */
+double tr_model_train_flops(const tr_model *m) {
+  const double T = m->ctx;
+  double flops = 0;
+  if (tr_model_token_input(m)) {
+    flops = 6.0 * (double)m->param_count * T;
+    for (int l = 0; l < m->nlayers; l++)
+      if (m->layers[l].kind == TR_LAYER_BLOCK) flops += 12.0 * T * m->layers[l].in * T;
+    return flops;
+  }
+  for (int l = 0; l < m->nlayers; l++)
+    if (m->layers[l].kind == TR_LAYER_LINEAR) flops += 6.0 * m->layers[l].in * m->layers[l].out;
+  return flops;
+}
+
 /* Cuts minimising the costliest stage: dynamic programming over (layers, stages). */
 int tr_model_balance(const tr_model *m, int parts, int *cuts) {
   double *flops = malloc((size_t)m->nlayers * sizeof *flops);

@@ -161,6 +161,8 @@ size_t tr_model_numel(const tr_model *m);
 void tr_model_layer_span(const tr_model *m, int layer, size_t *offset, size_t *numel);
 /* Forward FLOPs per sample of a layer (GEMMs, attention included): a cost for cutting. */
 double tr_model_layer_flops(const tr_model *m, int layer);
+/* FLOPs of training one sample (forward and backward): what GFLOP/s figures count. */
+double tr_model_train_flops(const tr_model *m);
 
 typedef struct tr_tensor_info {
   char name[48];      /* "0.weight", "1.attn.qkv.weight", "5.wpe" */
