@@ -35,7 +35,8 @@
  *
  * Ownership: a device belongs to one thread, its pinned actor's. Every call on a device, its
  * streams, its events and its memory comes from that thread; the only exceptions are reads
- * of its memory by another device's peer copy (ordered by an event) and tr_device_list_close.
+ * of its memory by another device's peer copy (ordered by an event), tr_host_alloc and
+ * tr_host_free, and tr_device_list_close.
  * The first call binds the device to the calling thread; tr_device_bind hands it to another
  * thread (the previous owner must be done with it, e.g. it opened and initialised the device
  * and then started the actor). Debug builds assert the owner on every call.
@@ -142,8 +143,9 @@ int tr_device_free(tr_device *d, void *ptr);
 int tr_stream_alloc(tr_stream *s, size_t bytes, void **out);
 int tr_stream_free(tr_stream *s, void *ptr);
 
-/* Host memory for fast asynchronous copies to and from `d` (CUDA: pinned). Host devices:
- * ordinary aligned memory. */
+/* Host memory for fast asynchronous copies to and from `d` (CUDA: pinned, usable with every
+ * GPU). Host devices: ordinary aligned memory. Any thread may call these two: host memory
+ * belongs to no device's owner (a loader on the event loop fills buffers a device reads). */
 int tr_host_alloc(tr_device *d, size_t bytes, void **out);
 int tr_host_free(tr_device *d, void *ptr);
 
