@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "tr_checkpoint.h"
-#include "train_impl.h"
+#include "job_impl.h"
 
 /* The optimizer state's tensors: how many copies of the parameters, and their prefixes. */
 static int state_prefixes(tr_optim_kind kind, const char **prefix) {
@@ -98,27 +98,28 @@ int tr__stage_snapshot(tr_stage *st, tr__part *p) {
   return rc;
 }
 
-int tr__checkpoint_write(const tr_job *j, int64_t step, const tr__part *parts, int nparts,
+int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
                          char *err, size_t err_size) {
-  const char *path = j->c.checkpoint;
+  const tr_job_config *c = &run->c;
+  const char *path = c->checkpoint.path;
   tr_checkpoint_writer *w = tr_checkpoint_writer_new();
   if (w == NULL) {
     snprintf(err, err_size, "%s: out of memory", path);
     return TR_ENOMEM;
   }
-  const tr_optim_config *o = &j->c.optim;
+  const tr_optim_config *o = &c->optim;
   char lr[32];
   snprintf(lr, sizeof lr, "%.9g", (double)o->lr);
-  uint64_t rng[2] = {j->c.seed, (uint64_t)step};
-  each_tensor(j->c.model, o->kind, parts, nparts, add_tensor, w);
+  uint64_t rng[2] = {c->seed, (uint64_t)step};
+  each_tensor(c->model, o->kind, parts, nparts, add_tensor, w);
   tr_checkpoint_writer_put(w, "format", "troupe checkpoint 1");
-  tr_checkpoint_writer_put(w, "model", tr_model_name(j->c.model));
+  tr_checkpoint_writer_put(w, "model", tr_model_name(c->model));
   tr_checkpoint_writer_put_u64(w, "step", (uint64_t)step);
-  tr_checkpoint_writer_put_u64(w, "batch", (uint64_t)j->c.global_batch);
+  tr_checkpoint_writer_put_u64(w, "batch", (uint64_t)c->global_batch);
   tr_checkpoint_writer_put_u64s(w, "rng", rng, 2); /* data: a function of (seed, step) */
   tr_checkpoint_writer_put(w, "optimizer", tr_optim_kind_name(o->kind));
   tr_checkpoint_writer_put(w, "lr", lr);
-  tr_checkpoint_writer_put(w, "strategy", j->strategy);
+  tr_checkpoint_writer_put(w, "strategy", run->strategy);
   int rc = tr_checkpoint_writer_save(w, path);
   if (rc) snprintf(err, err_size, "%s", tr_checkpoint_writer_error(w));
   tr_checkpoint_writer_free(w);

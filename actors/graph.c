@@ -8,7 +8,8 @@
  * always sees the other (the pattern of the mailbox's park protocol).
  *
  * Steps: `claimed` is one past the highest step any source claimed; finishing sets its STOP
- * bit, freezing it, so the end every source sees is the same.
+ * bit, freezing it, so the end every source sees is the same. `taken` hands steps out to
+ * sources that share them (tr_graph_take_step).
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -28,6 +29,7 @@ struct tr_edge {
   const tr_msgtype *type;
   const char *name;
   int credits, wake_at;
+  bool notify;
   _Atomic int available;
   _Atomic int starving;
   _Atomic int peak; /* written by the producer only */
@@ -36,18 +38,21 @@ struct tr_edge {
 
 typedef struct member {
   tr_actor *actor;
+  bool service;     /* not waited for */
+  _Atomic bool done; /* its part is over (read by tr_graph_print) */
   struct member *next;
 } member;
 
 struct tr_graph {
   tr_system *sys;
   member *members;
-  int nmembers;
+  int nmembers, nwaited; /* nwaited: members that are not services */
   tr_edge *edges;
   tr_actor *timer; /* the graph's own loop actor, for a time limit */
   bool ran;
   int64_t first_step, end_limit;
   _Atomic int64_t claimed; /* one past the highest step claimed, | STOP once finished */
+  _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
   _Atomic int ndone;
 };
 
@@ -82,7 +87,7 @@ void tr_graph_free(tr_graph *g) {
 tr_system *tr_graph_system(const tr_graph *g) { return g->sys; }
 const char *tr_graph_error(const tr_graph *g) { return tr_system_error(g->sys); }
 
-int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
+static int add(tr_graph *g, const tr_actor_config *config, bool service, tr_actor **out) {
   TR_ASSERT(!g->ran);
   member *m = calloc(1, sizeof *m);
   if (m == NULL) return TR_ENOMEM;
@@ -91,15 +96,25 @@ int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
     free(m);
     return rc;
   }
+  m->service = service;
   m->next = g->members;
   g->members = m;
   g->nmembers++;
+  g->nwaited += !service;
   *out = m->actor;
   return 0;
 }
 
+int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
+  return add(g, config, false, out);
+}
+
+int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
+  return add(g, config, true, out);
+}
+
 int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
-  TR_ASSERT(!g->ran && c->from && c->to && c->type);
+  TR_ASSERT(!g->ran && c->from && c->to);
   *out = NULL;
   const int wake_at = c->wake_at > 0 ? c->wake_at : 1;
   if (c->credits < 1 || wake_at > c->credits) return TR_EINVAL;
@@ -111,6 +126,7 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
                  .name = c->name ? c->name : c->type->name,
                  .credits = c->credits,
                  .wake_at = wake_at,
+                 .notify = c->notify != 0,
                  .next = g->edges};
   atomic_init(&e->available, c->credits);
   g->edges = e;
@@ -138,23 +154,44 @@ int tr_edge_acquire(tr_edge *e) {
 
 void tr_edge_send(tr_edge *e, void *msg) {
   tr_msg *m = msg;
-  TR_ASSERT(m->type == e->type);
+  TR_ASSERT(e->type == NULL || m->type == e->type);
   m->from = e->from;
   tr_actor_send(e->to, m);
+}
+
+int tr_edge_send_control(tr_edge *e, void *msg) {
+  if (!tr_edge_acquire(e)) {
+    tr_msg_free(msg);
+    return tr_actor_fail(e->from, TR_ESTATE, "edge '%s' from '%s' to '%s': all %d credits in "
+                         "flight, which its protocol never allows", e->name,
+                         tr_actor_name(e->from), tr_actor_name(e->to), e->credits);
+  }
+  tr_edge_send(e, msg);
+  return 0;
+}
+
+static void send_credit(tr_edge *e, int count) {
+  tr_edge_credit_msg *c = tr_msg_new(&tr_edge_credit_type);
+  c->hdr.from = e->to;
+  c->edge = e;
+  c->count = count;
+  tr_actor_send_ctl(e->from, c);
 }
 
 void tr_edge_release(tr_edge *e, int n) {
   int now = atomic_fetch_add(&e->available, n) + n;
   TR_ASSERT(now <= e->credits);
+  if (e->notify) {
+    atomic_store(&e->starving, 0);
+    send_credit(e, n);
+    return;
+  }
   /* `now` may be stale by the time the flag is taken (the producer may have run on and
    * starved again): taken with too few free, the flag goes back, and the count is read
    * again, since a release in between may have missed the flag. */
   while (now >= e->wake_at && atomic_load(&e->starving) && atomic_exchange(&e->starving, 0)) {
     if (atomic_load(&e->available) >= e->wake_at) {
-      tr_edge_credit_msg *c = tr_msg_new(&tr_edge_credit_type);
-      c->hdr.from = e->to;
-      c->edge = e;
-      tr_actor_send_ctl(e->from, c);
+      send_credit(e, atomic_load(&e->available));
       return;
     }
     atomic_store(&e->starving, 1);
@@ -165,6 +202,7 @@ void tr_edge_release(tr_edge *e, int n) {
 int tr_edge_available(const tr_edge *e) { return atomic_load(&e->available); }
 int tr_edge_peak(const tr_edge *e) { return atomic_load(&e->peak); }
 int tr_edge_credits(const tr_edge *e) { return e->credits; }
+const char *tr_edge_name(const tr_edge *e) { return e->name; }
 tr_actor *tr_edge_from(const tr_edge *e) { return e->from; }
 tr_actor *tr_edge_to(const tr_edge *e) { return e->to; }
 
@@ -178,6 +216,11 @@ int tr_graph_claim_step(tr_graph *g, int64_t step) {
     if (c & STOP) return 0;
     if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) return 1;
   }
+}
+
+int64_t tr_graph_take_step(tr_graph *g) {
+  const int64_t step = g->first_step + atomic_fetch_add(&g->taken, 1);
+  return tr_graph_claim_step(g, step) ? step : -1;
 }
 
 /* Read from `claimed`, which the STOP bit freezes, so a source refused a claim reads the end
@@ -202,8 +245,28 @@ void tr_graph_finish(tr_graph *g) {
 }
 
 void tr_graph_done(tr_graph *g, tr_actor *self) {
-  (void)self;
-  if (atomic_fetch_add(&g->ndone, 1) + 1 == g->nmembers) tr_system_stop(g->sys, 0);
+  member *m = g->members;
+  while (m && m->actor != self) m = m->next;
+  TR_ASSERT(m != NULL && !atomic_load(&m->done));
+  atomic_store(&m->done, true);
+  if (!m->service && atomic_fetch_add(&g->ndone, 1) + 1 == g->nwaited) tr_system_stop(g->sys, 0);
+}
+
+void tr_graph_print(tr_graph *g, FILE *f) {
+  fprintf(f, "graph of %d actors and their edges:\n", g->nmembers);
+  for (const member *m = g->members; m; m = m->next) {
+    fprintf(f, "  actor '%s' (%s)%s%s\n", tr_actor_name(m->actor),
+            tr_actor_kind_of(m->actor) == TR_ACTOR_PINNED ? "pinned" : "loop",
+            m->service ? ", a service" : "", atomic_load(&m->done) ? ", done" : "");
+  }
+  for (const tr_edge *e = g->edges; e; e = e->next) {
+    const int out = e->credits - atomic_load(&e->available);
+    fprintf(f, "  edge %s -> %s '%s' (%s): %d of %d in flight, peak %d%s%s\n",
+            tr_actor_name(e->from), tr_actor_name(e->to), e->name,
+            e->type ? e->type->name : "control", out, e->credits, atomic_load(&e->peak),
+            atomic_load(&e->starving) ? ", producer waits for credit" : "",
+            e->notify ? ", notifies" : "");
+  }
 }
 
 static int timer_receive(tr_actor *self, tr_msg *msg) {
@@ -215,7 +278,7 @@ static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_r
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
   TR_ASSERT(!g->ran);
   if (first_step < 0 || end_step < 0 || (end_step > 0 && end_step <= first_step) ||
-      !(seconds >= 0) || (end_step == 0 && seconds == 0) || g->nmembers == 0)
+      !(seconds >= 0) || (end_step == 0 && seconds == 0) || g->nwaited == 0)
     return TR_EINVAL;
   g->ran = true;
   g->first_step = first_step;

@@ -1,24 +1,59 @@
-/* job.c — a training job: its configuration checked, its actors added, their edges wired. */
+/* job.c — a training job: its configuration checked and completed, its actors added, their
+ * edges wired. Errors name the field of tr_job_config at fault. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "clipnorm.h"
+#include "group.h"
+#include "worker.h"
 
-TR_MSGTYPE_DEFINE(tr__ring_type, tr__ring_msg);
-TR_MSGTYPE_DEFINE(tr__batch_type, tr__batch_msg);
-TR_MSGTYPE_DEFINE(tr__tensor_type, tr__tensor_msg);
-TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
-TR_MSGTYPE_DEFINE(tr__norm_type, tr__norm_msg);
+TR_MSGTYPE_DEFINE(tr_batch_type, tr_batch_msg);
+TR_MSGTYPE_DEFINE(tr_activation_type, tr_tensor_msg);
+TR_MSGTYPE_DEFINE(tr_gradient_type, tr_tensor_msg);
+TR_MSGTYPE_DEFINE(tr_report_type, tr_report_msg);
 TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
-TR_MSGTYPE_DEFINE(tr__progress_type, tr__progress_msg);
+TR_MSGTYPE_DEFINE(tr__loss_type, tr__loss_msg);
 TR_MSGTYPE_DEFINE(tr__part_type, tr__part_msg);
 TR_MSGTYPE_DEFINE(tr__done_type, tr__done_msg);
-TR_MSGTYPE_DEFINE(tr__push_type, tr__push_msg);
-TR_MSGTYPE_DEFINE(tr__reply_type, tr__reply_msg);
-TR_MSGTYPE_DEFINE(tr__leave_type, tr__leave_msg);
 TR_MSGTYPE_DEFINE(tr__server_done_type, tr__server_done_msg);
+
+tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
+  tr_batch_msg *f = tr_msg_new(&tr_batch_type);
+  *f = (tr_batch_msg){.hdr = f->hdr, .step = b->step, .mb = b->mb, .count = b->count,
+                      .first = b->first, .x = b->x, .y = b->y};
+  return f;
+}
+
+struct tr_job {
+  tr__run run;
+  tr_schedule *sc;
+  int prefetch;
+  /* the actors as added, for wiring */
+  tr_actor **stages;  /* [replica × stages + stage] */
+  tr_actor **loaders; /* [replica] */
+  int *chained;       /* [replica]: links of its chain made */
+  tr_actor *coordinator, *server;
+};
+
+tr_job_config tr_job_defaults(void) {
+  return (tr_job_config){.seed = 1,
+                         .layout = {.replicas = 1, .stages = 1, .microbatches = 1,
+                                    .schedule = TR_SCHEDULE_1F1B},
+                         .optim = {.kind = TR_OPTIM_MODEL},
+                         .async = {.staleness = -1}};
+}
+
+static int bad(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (err && n) vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return TR_EINVAL;
+}
 
 /* As many micro-batches as fit in 4 MiB, from 2 × m (a step and the next) to 256: a deep
  * ring means few wake-ups of the loader's loop where a step takes microseconds, a shallow
@@ -27,250 +62,382 @@ static int default_prefetch(const tr_job_config *c, int mb_batch) {
   const tr_model *m = c->model;
   const size_t bytes = (tr_model_input_bytes(m) + tr_model_target_bytes(m)) * (size_t)mb_batch;
   const size_t fit = bytes ? ((size_t)4 << 20) / bytes : 256;
-  const size_t lo = 2 * (size_t)c->microbatches, hi = lo > 256 ? lo : 256;
+  const size_t lo = 2 * (size_t)c->layout.microbatches, hi = lo > 256 ? lo : 256;
   return (int)(fit < lo ? lo : fit > hi ? hi : fit);
 }
 
-int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *c, char *err, size_t n) {
-  *out = NULL;
-  const int R = c->replicas, P = c->stages, M = c->microbatches;
-  const int layers = tr_model_layer_count(c->model);
-  if (R < 1 || P < 1 || M < 1 || R * P > TR_TRAIN_MAX_DEVICES || P > TR__MAX_STAGES) {
-    snprintf(err, n, "--devices: %d replicas × %d stages × %d micro-batches is not a layout "
-             "(at most %d devices)", R, P, M, TR_TRAIN_MAX_DEVICES);
-    return TR_EINVAL;
+/* The model's optimizer where the configuration leaves it to the model. */
+static tr_optim_config resolve_optim(tr_optim_config o, const tr_model *m) {
+  const tr_optim_config model = tr_model_optim(m);
+  if (o.kind == TR_OPTIM_MODEL) {
+    tr_optim_config r = model;
+    if (o.lr > 0) r.lr = o.lr;
+    if (o.clip > 0) r.clip = o.clip;
+    return r;
   }
-  if (P > layers) {
-    snprintf(err, n, "--devices: %d stages, but model '%s' has %d layers to cut", P,
-             tr_model_name(c->model), layers);
-    return TR_EINVAL;
-  }
-  if (c->async && (P != 1 || M != 1)) {
-    snprintf(err, n, "--strategy async: a worker trains the whole model on whole batches (%d "
-             "stages and %d micro-batches given)", P, M);
-    return TR_EINVAL;
-  }
-  if (c->async && c->staleness < -1) {
-    snprintf(err, n, "--staleness %d: give a number of pushes >= 0", c->staleness);
-    return TR_EINVAL;
-  }
-  if (c->async && c->pull_every < 0) {
-    snprintf(err, n, "--pull-every %d: give a number of pushes >= 1", c->pull_every);
-    return TR_EINVAL;
-  }
-  if (c->async && !(c->dc_lambda >= 0)) {
-    snprintf(err, n, "--dc-lambda %g: give a number >= 0", (double)c->dc_lambda);
-    return TR_EINVAL;
-  }
-  if (c->async && c->hogwild &&
-      (c->staleness >= 0 || c->dc_lambda > 0 || c->pull_every > 1 || c->staleness_lr)) {
-    snprintf(err, n, "--hogwild: the workers update the shared parameters themselves, so "
-             "--staleness, --dc-lambda, --pull-every and --staleness-lr do not apply");
-    return TR_EINVAL;
-  }
-  const int parts = c->async ? 1 : R * M; /* an asynchronous worker takes whole batches */
-  if (c->global_batch < parts || c->global_batch % parts) {
-    snprintf(err, n, "--batch %d: not divisible by replicas × micro-batches (%d × %d)",
-             c->global_batch, R, M);
-    return TR_EINVAL;
-  }
-  tr_job *j = calloc(1, sizeof *j);
-  if (j == NULL) return TR_ENOMEM;
-  j->c = *c;
-  j->g = g;
-  j->mb_batch = c->global_batch / parts;
+  if (!(o.lr > 0)) o.lr = model.lr;
+  return o;
+}
+
+static int check_layout(const tr_job_config *c, int layers, char *err, size_t n) {
+  const tr_layout_config *l = &c->layout;
+  const int R = l->replicas, P = l->stages, M = l->microbatches;
+  if (R < 1 || P < 1 || M < 1 || R * P > TR_TRAIN_MAX_DEVICES || P > TR__MAX_STAGES)
+    return bad(err, n, "layout: %d replicas × %d stages × %d micro-batches is not a layout "
+               "(at most %d devices)", R, P, M, TR_TRAIN_MAX_DEVICES);
+  if (P > layers)
+    return bad(err, n, "layout.stages: %d stages, but model '%s' has %d layers to cut", P,
+               tr_model_name(c->model), layers);
+  if ((unsigned)l->schedule >= TR_SCHEDULE_COUNT)
+    return bad(err, n, "layout.schedule: %d is not a schedule", (int)l->schedule);
+  if (l->prefetch < 0) return bad(err, n, "layout.prefetch %d: give 0 or more", l->prefetch);
+  if (c->async.enabled && (P != 1 || M != 1))
+    return bad(err, n, "async: a worker trains the whole model on whole batches (layout has "
+               "%d stages and %d micro-batches)", P, M);
+  const int parts = c->async.enabled ? 1 : R * M; /* an asynchronous worker takes whole batches */
+  if (c->global_batch < parts || c->global_batch % parts)
+    return bad(err, n, "global_batch %d: not divisible by replicas × micro-batches (%d × %d)",
+               c->global_batch, R, M);
+  if (l->cuts && l->ncuts != P - 1)
+    return bad(err, n, "layout.cuts: %d boundaries given, %d stages need %d", l->ncuts, P, P - 1);
+  for (int s = 0; l->cuts && s < l->ncuts; s++)
+    if (l->cuts[s] < 1 || l->cuts[s] >= layers || (s && l->cuts[s] <= l->cuts[s - 1]))
+      return bad(err, n, "layout.cuts: %d stages need %d increasing layer boundaries inside "
+                 "1..%d", P, P - 1, layers - 1);
+  return 0;
+}
+
+static int check_async(const tr_async_config *a, char *err, size_t n) {
+  if (!a->enabled) return 0;
+  if (a->staleness < -1)
+    return bad(err, n, "async.staleness %d: give a number of pushes >= 0, or -1", a->staleness);
+  if (a->pull_every < 0) return bad(err, n, "async.pull_every %d: give 1 or more", a->pull_every);
+  if (!(a->dc_lambda >= 0)) return bad(err, n, "async.dc_lambda %g: give a number >= 0", (double)a->dc_lambda);
+  if (a->hogwild && (a->staleness >= 0 || a->dc_lambda > 0 || a->pull_every > 1 || a->staleness_lr))
+    return bad(err, n, "async.hogwild: the workers update the shared parameters themselves, so "
+               "async.staleness, async.dc_lambda, async.pull_every and async.staleness_lr do "
+               "not apply");
+  return 0;
+}
+
+static int check_data(const tr_job_config *c, char *err, size_t n) {
+  const size_t mx = tr_model_input_bytes(c->model), my = tr_model_target_bytes(c->model);
+  const size_t dx = tr_data_x_bytes(c->data), dy = tr_data_y_bytes(c->data);
+  if (dx != mx || dy != my)
+    return bad(err, n, "data: samples of %zu bytes of inputs and %zu of targets, but model '%s' "
+               "takes %zu and %zu", dx, dy, tr_model_name(c->model), mx, my);
+  return 0;
+}
+
+/* Checks the configuration and fills in what it leaves to the model. */
+static int complete(tr_job_config *c, char *err, size_t n) {
+  if (c->model == NULL) return bad(err, n, "model: none given");
+  if (c->data == NULL) return bad(err, n, "data: none given");
+  if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
+  c->optim = resolve_optim(c->optim, c->model);
+  int rc;
+  if ((rc = check_data(c, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
+      (rc = check_async(&c->async, err, n)))
+    return rc;
+  if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
+    return bad(err, n, "optim.kind %d: not an optimizer", (int)c->optim.kind);
+  if (!(c->optim.lr > 0)) return bad(err, n, "optim.lr %g: give a positive rate", (double)c->optim.lr);
+  if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))
+    return bad(err, n, "checkpoint.every %lld: needs checkpoint.path, and >= 0",
+               (long long)c->checkpoint.every);
   /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
    * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
-  if (c->async && c->momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {
-    float mu = c->optim.momentum - (1.0f - 1.0f / (float)R);
-    j->c.optim.momentum = mu > 0 ? mu : 0;
+  if (c->async.enabled && c->async.momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {
+    const float mu = c->optim.momentum - (1.0f - 1.0f / (float)c->layout.replicas);
+    c->optim.momentum = mu > 0 ? mu : 0;
   }
+  return 0;
+}
+
+int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err, size_t n) {
+  *out = NULL;
+  tr_job_config c = *config;
+  int rc = complete(&c, err, n);
+  if (rc) return rc;
+  const int R = c.layout.replicas, P = c.layout.stages, M = c.layout.microbatches;
+  tr_job *j = calloc(1, sizeof *j);
+  if (j == NULL) return TR_ENOMEM;
+  tr__run *run = &j->run;
+  run->g = g;
+  run->mb_batch = c.global_batch / (c.async.enabled ? 1 : R * M);
   /* An asynchronous worker's loader keeps one batch ready: a step a loader has taken is its
    * worker's, so a deep ring would hand a fast loader steps a slow worker could have had. */
-  j->prefetch = c->prefetch > 0 ? c->prefetch : c->async ? 2 : default_prefetch(c, j->mb_batch);
-  snprintf(j->strategy, sizeof j->strategy, "%s",
-           c->strategy ? c->strategy
-           : c->async       ? "async"
-           : R > 1 && P > 1 ? "hybrid"
-           : R > 1          ? "dp"
-           : P > 1          ? (M > 1 ? "pipeline" : "mp")
-                            : "single");
-  int rc = 0;
-  if (c->cuts) {
-    for (int s = 0; s <= P; s++) j->cuts[s] = c->cuts[s];
-    for (int s = 0; s < P && rc == 0; s++)
-      if (j->cuts[s] >= j->cuts[s + 1]) rc = TR_EINVAL;
-    if (rc || j->cuts[0] != 0 || j->cuts[P] != layers) {
-      snprintf(err, n, "--cuts: %d stages need %d increasing layer boundaries inside 1..%d",
-               P, P - 1, layers - 1);
-      rc = TR_EINVAL;
-    }
-  } else if ((rc = tr_model_balance(c->model, P, j->cuts))) {
-    snprintf(err, n, "cutting model '%s' into %d stages: %s", tr_model_name(c->model), P,
-             tr_strerror(rc));
+  j->prefetch = c.layout.prefetch > 0 ? c.layout.prefetch
+                : c.async.enabled     ? 2
+                                      : default_prefetch(&c, run->mb_batch);
+  c.layout.prefetch = j->prefetch;
+  snprintf(run->strategy, sizeof run->strategy, "%s",
+           c.strategy        ? c.strategy
+           : c.async.enabled ? "async"
+           : R > 1 && P > 1  ? "hybrid"
+           : R > 1           ? "dp"
+           : P > 1           ? (M > 1 ? "pipeline" : "mp")
+                             : "single");
+  const int layers = tr_model_layer_count(c.model);
+  run->cuts[0] = 0;
+  run->cuts[P] = layers;
+  if (c.layout.cuts) {
+    for (int s = 1; s < P; s++) run->cuts[s] = c.layout.cuts[s - 1];
+  } else if ((rc = tr_model_balance(c.model, P, run->cuts))) {
+    snprintf(err, n, "layout.stages: cutting model '%s' into %d stages: %s",
+             tr_model_name(c.model), P, tr_strerror(rc));
   }
+  c.layout.cuts = run->cuts + 1;
+  c.layout.ncuts = P - 1;
+  c.strategy = run->strategy;
+  run->c = c;
   if (rc == 0 &&
-      (rc = tr_schedule_new(&j->own_sc, &(tr_schedule_config){.kind = c->schedule,
-                                                               .stages = P,
-                                                               .microbatches = M})))
-    snprintf(err, n, "--schedule: %s", tr_strerror(rc));
-  j->sc = j->own_sc;
+      (rc = tr_schedule_new(&j->sc, &(tr_schedule_config){.kind = c.layout.schedule,
+                                                          .stages = P, .microbatches = M})))
+    snprintf(err, n, "layout.schedule: %s", tr_strerror(rc));
+  run->sc = j->sc;
   j->stages = calloc((size_t)(R * P), sizeof *j->stages);
   j->loaders = calloc((size_t)R, sizeof *j->loaders);
-  j->devs = calloc((size_t)(R * P), sizeof *j->devs);
-  if (rc == 0 && (!j->stages || !j->loaders || !j->devs)) rc = TR_ENOMEM;
+  j->chained = calloc((size_t)R, sizeof *j->chained);
+  if (rc == 0 && (!j->stages || !j->loaders || !j->chained)) rc = TR_ENOMEM;
   if (rc) {
     tr_job_free(j);
     return rc;
   }
-  tr__result_init(&j->result, tr_model_name(c->model), j->strategy);
-  j->result.replicas = R;
-  j->result.stages = P;
-  memcpy(j->result.cuts, j->cuts, (size_t)(P + 1) * sizeof *j->cuts);
-  j->result.microbatches = M;
-  j->result.ndevices = R * P;
-  if (c->async) {
-    j->result.workers = R;
-    j->result.momentum = j->c.optim.kind == TR_OPTIM_MOMENTUM ? j->c.optim.momentum : NAN;
-  }
-  if (P > 1) snprintf(j->result.schedule, sizeof j->result.schedule, "%s", tr_schedule_kind_name(c->schedule));
   *out = j;
   return 0;
 }
 
 void tr_job_free(tr_job *j) {
   if (j == NULL) return;
-  tr_schedule_free(j->own_sc);
+  tr_schedule_free(j->sc);
   free(j->stages);
   free(j->loaders);
-  free(j->devs);
+  free(j->chained);
   free(j);
 }
+
+const tr_job_config *tr_job_get_config(const tr_job *j) { return &j->run.c; }
+int tr_job_microbatch_samples(const tr_job *j) { return j->run.mb_batch; }
+void tr__job_set_test_hooks(tr_job *j, const tr__test_hooks *h) { j->run.hooks = *h; }
+
+/* ---- actors -------------------------------------------------------------------------------- */
 
 static int add(tr_job *j, const char *name, tr_actor_kind kind, const tr_behaviour *b,
                void *state, tr_actor **out) {
   if (state == NULL) return TR_ENOMEM;
   int rc = tr_graph_add(
-      j->g, &(tr_actor_config){.name = name, .kind = kind, .behaviour = b, .state = state}, out);
+      j->run.g, &(tr_actor_config){.name = name, .kind = kind, .behaviour = b, .state = state}, out);
   if (rc) b->destroy(state);
   return rc;
 }
 
-int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
-  TR_ASSERT(replica >= 0 && replica < j->c.replicas && j->loaders[replica] == NULL);
-  char name[32];
-  snprintf(name, sizeof name, j->c.replicas > 1 ? "loader%d" : "loader", replica);
-  int rc = add(j, name, TR_ACTOR_LOOP, &tr__loader_behaviour, tr__loader_new(j, replica), out);
-  if (rc == 0) j->loaders[replica] = *out;
-  return rc;
-}
-
-int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out) {
-  TR_ASSERT(replica >= 0 && replica < j->c.replicas && stage >= 0 && stage < j->c.stages);
-  const int i = tr__device_index(j, replica, stage);
-  TR_ASSERT(j->stages[i] == NULL);
-  char name[32];
-  if (j->c.async) snprintf(name, sizeof name, "worker%d", replica);
-  else if (j->c.replicas > 1 && j->c.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
-  else if (j->c.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
-  else snprintf(name, sizeof name, "stage%d", stage);
-  int rc = add(j, name, TR_ACTOR_PINNED, &tr__stage_behaviour,
-               tr__stage_new(j, replica, stage, dev), out);
-  if (rc) return rc;
-  j->stages[i] = *out;
-  j->devs[i] = dev;
-  return 0;
-}
-
-int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
-  TR_ASSERT(j->coordinator == NULL);
-  int rc = add(j, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
-               tr__coordinator_new(j), &j->coordinator);
-  *out = j->coordinator;
-  return rc;
-}
-
 static int stage_index_of(const tr_job *j, const tr_actor *a) {
-  for (int i = 0; i < j->c.replicas * j->c.stages; i++)
+  const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
+  for (int i = 0; a && i < n; i++)
     if (j->stages[i] == a) return i;
   return -1;
 }
 
+static int loader_index_of(const tr_job *j, const tr_actor *a) {
+  for (int r = 0; a && r < j->run.c.layout.replicas; r++)
+    if (j->loaders[r] == a) return r;
+  return -1;
+}
+
+static int connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,
+                   const char *name, int credits, tr_edge **out) {
+  return tr_graph_connect(j->run.g, &(tr_edge_config){.from = from, .to = to, .type = type,
+                                                      .name = name, .credits = credits},
+                          out);
+}
+
+/* A stage or the server → the coordinator, once both exist. */
+static int connect_report(tr_job *j, tr_actor *from, int source) {
+  if (j->coordinator == NULL || from == NULL) return 0;
+  tr_edge *e;
+  int rc = connect(j, from, j->coordinator, NULL, "report", TR__REPORT_CREDITS, &e);
+  if (rc == 0) rc = tr__coordinator_add_source(tr_actor_state(j->coordinator), source, e);
+  if (rc) return rc;
+  if (from == j->server) tr__server_set_report(tr_actor_state(from), e);
+  else tr__stage_set_report(tr_actor_state(from), e);
+  return 0;
+}
+
+int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
+  if (replica < 0 || replica >= j->run.c.layout.replicas || j->loaders[replica]) return TR_EINVAL;
+  char name[32];
+  snprintf(name, sizeof name, j->run.c.layout.replicas > 1 ? "loader%d" : "loader", replica);
+  void *state = tr__loader_new(&j->run, replica);
+  int rc = add(j, name, TR_ACTOR_LOOP, &tr__loader_behaviour, state, out);
+  if (rc) return rc;
+  j->loaders[replica] = *out;
+  tr_actor *first = j->stages[tr__device_index(&j->run, replica, 0)];
+  if (first) tr__loader_set_device(state, tr__stage_device(tr_actor_state(first)));
+  return 0;
+}
+
+int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out) {
+  const tr_job_config *c = &j->run.c;
+  if (replica < 0 || replica >= c->layout.replicas || stage < 0 || stage >= c->layout.stages ||
+      dev == NULL)
+    return TR_EINVAL;
+  const int i = tr__device_index(&j->run, replica, stage);
+  if (j->stages[i]) return TR_EINVAL;
+  char name[32];
+  if (c->async.enabled) snprintf(name, sizeof name, "worker%d", replica);
+  else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
+  else if (c->layout.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
+  else snprintf(name, sizeof name, "stage%d", stage);
+  int rc = add(j, name, TR_ACTOR_PINNED, &tr__stage_behaviour,
+               tr__stage_new(&j->run, replica, stage, dev), out);
+  if (rc) return rc;
+  j->stages[i] = *out;
+  if (stage == 0 && j->loaders[replica])
+    tr__loader_set_device(tr_actor_state(j->loaders[replica]), dev);
+  return connect_report(j, *out, i);
+}
+
+int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
+  if (j->coordinator) return TR_EINVAL;
+  int rc = add(j, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
+               tr__coordinator_new(&j->run), &j->coordinator);
+  const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
+  for (int i = 0; i < n && rc == 0; i++) rc = connect_report(j, j->stages[i], i);
+  if (rc == 0) rc = connect_report(j, j->server, n);
+  *out = j->coordinator;
+  return rc;
+}
+
 int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
-  TR_ASSERT(j->c.async && j->server == NULL);
-  int rc = add(j, "server", TR_ACTOR_PINNED, &tr__server_behaviour, tr__server_new(j, dev),
-               &j->server);
-  j->server_dev = dev;
+  if (!j->run.c.async.enabled || j->server || dev == NULL) return TR_EINVAL;
+  int rc = add(j, "server", TR_ACTOR_PINNED, &tr__server_behaviour,
+               tr__server_new(&j->run, dev), &j->server);
   *out = j->server;
+  if (rc == 0) rc = connect_report(j, j->server, j->run.c.layout.replicas);
   return rc;
 }
 
 int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
-  TR_ASSERT(j->c.async);
+  if (!j->run.c.async.enabled) return TR_EINVAL;
   return tr_job_add_stage(j, worker, 0, dev, out);
 }
 
-int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
-  const int w = stage_index_of(j, worker);
-  TR_ASSERT(j->c.async && server == j->server && w >= 0);
-  tr_edge *push;
-  int rc = tr_graph_connect(j->g, &(tr_edge_config){.from = worker, .to = server,
-                                                    .type = &tr__push_type, .name = "push",
-                                                    .credits = 1},
-                            &push);
+/* ---- edges --------------------------------------------------------------------------------- */
+
+int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
+                           tr_edge **out) {
+  const unsigned carries = what & (TR_BATCH_INPUTS | TR_BATCH_TARGETS);
+  if (carries == 0 || from == NULL || to == NULL) return TR_EINVAL;
+  const int depth = j->prefetch, notify = (what & TR_BATCH_NOTIFY) != 0;
+  tr_edge *e;
+  int rc = tr_graph_connect(
+      j->run.g,
+      &(tr_edge_config){.from = from, .to = to, .type = &tr_batch_type,
+                        .name = carries == TR_BATCH_TARGETS ? "targets" : "inputs",
+                        .credits = depth, .wake_at = notify || depth < 2 ? 1 : depth / 2,
+                        .notify = notify},
+      &e);
   if (rc) return rc;
-  tr__stage_set_push(tr_actor_state(worker), push);
-  return tr__server_set_worker(tr_actor_state(server), w, push);
+  const int loader = loader_index_of(j, from), stage = stage_index_of(j, to);
+  if (loader >= 0 && (rc = tr__loader_add_edge(tr_actor_state(from), e, carries))) return rc;
+  if (stage >= 0 && (rc = tr__stage_add_input(tr_actor_state(to), e, carries))) return rc;
+  if (out) *out = e;
+  return 0;
 }
 
 int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
-  const int depth = j->prefetch, wake = depth / 2 > 1 ? depth / 2 : 1;
-  tr_edge *x, *y = NULL;
-  int rc = tr_graph_connect(j->g, &(tr_edge_config){.from = loader, .to = first,
-                                                    .type = &tr__batch_type, .name = "inputs",
-                                                    .credits = depth, .wake_at = wake}, &x);
-  if (rc == 0 && last != first)
-    rc = tr_graph_connect(j->g, &(tr_edge_config){.from = loader, .to = last,
-                                                  .type = &tr__batch_type, .name = "targets",
-                                                  .credits = depth, .wake_at = wake}, &y);
-  if (rc) return rc;
-  tr__loader_set_edges(tr_actor_state(loader), x, y);
-  tr__stage_set_input(tr_actor_state(first), x, NULL);
-  if (y) tr__stage_set_input(tr_actor_state(last), NULL, y);
+  if (first == last)
+    return tr_job_connect_batches(j, loader, first, TR_BATCH_INPUTS | TR_BATCH_TARGETS, NULL);
+  int rc = tr_job_connect_batches(j, loader, first, TR_BATCH_INPUTS, NULL);
+  return rc ? rc : tr_job_connect_batches(j, loader, last, TR_BATCH_TARGETS, NULL);
+}
+
+/* Every two stages of replica r exchange gradient norms when clipping across stages. */
+static int connect_clip(tr_job *j, int r) {
+  const int P = j->run.c.layout.stages;
+  tr_edge *e[TR__MAX_STAGES][TR__MAX_STAGES] = {{0}};
+  for (int s = 0; s < P; s++)
+    for (int t = 0; t < P; t++) {
+      if (s == t) continue;
+      int rc = connect(j, j->stages[tr__device_index(&j->run, r, s)],
+                       j->stages[tr__device_index(&j->run, r, t)], &tr__norm_type, "norm",
+                       TR__CLIP_CREDITS, &e[s][t]);
+      if (rc) return rc;
+    }
+  for (int s = 0; s < P; s++) {
+    tr_edge *out[TR__MAX_STAGES], *in[TR__MAX_STAGES];
+    for (int t = 0; t < P; t++) out[t] = e[s][t], in[t] = e[t][s];
+    int rc = tr__stage_set_clip(tr_actor_state(j->stages[tr__device_index(&j->run, r, s)]), out, in);
+    if (rc) return rc;
+  }
   return 0;
 }
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
-  const int i = stage_index_of(j, from);
-  TR_ASSERT(i >= 0 && stage_index_of(j, to) == i + 1);
-  const int s = i % j->c.stages;
+  const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
+  if (i < 0 || stage_index_of(j, to) != i + 1 || i % P == P - 1) return TR_EINVAL;
+  const int s = i % P, r = i / P;
   tr_edge *act, *grad;
   /* Stage s holds at most its slot count of micro-batches, and each one's activation is
    * read by s+1 before s can release the slot; the input gradient alternates two buffers. */
-  int rc = tr_graph_connect(j->g, &(tr_edge_config){.from = from, .to = to,
-                                                    .type = &tr__tensor_type, .name = "act",
-                                                    .credits = tr_schedule_slots(j->sc, s)},
-                            &act);
-  if (rc == 0)
-    rc = tr_graph_connect(j->g, &(tr_edge_config){.from = to, .to = from,
-                                                  .type = &tr__tensor_type, .name = "grad",
-                                                  .credits = 2},
-                          &grad);
+  int rc = connect(j, from, to, &tr_activation_type, "act", tr_schedule_slots(j->sc, s), &act);
+  if (rc == 0) rc = connect(j, to, from, &tr_gradient_type, "grad", 2, &grad);
   if (rc) return rc;
   tr__stage_set_chain(tr_actor_state(from), act, grad, true);
   tr__stage_set_chain(tr_actor_state(to), grad, act, false);
+  if (++j->chained[r] == P - 1 && j->run.c.optim.clip > 0) return connect_clip(j, r);
   return 0;
 }
 
 int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
-  TR_ASSERT(n >= 1);
+  if (n < 1 || n > TR_TRAIN_MAX_DEVICES) return TR_EINVAL;
   if (n == 1) return 0;
+  const int P = j->run.c.layout.stages;
+  const int s = stage_index_of(j, members[0]) % P;
+  tr_device *devs[TR_TRAIN_MAX_DEVICES];
   for (int i = 0; i < n; i++) {
-    TR_ASSERT(stage_index_of(j, members[i]) >= 0);
-    int rc = tr__stage_set_group(tr_actor_state(members[i]), members, n);
-    if (rc) return rc;
+    const int k = stage_index_of(j, members[i]);
+    if (k < 0 || k % P != s) return TR_EINVAL;
+    devs[i] = tr__stage_device(tr_actor_state(members[i]));
   }
-  return 0;
+  const int credits =
+      tr__group_credits(tr__group_buckets(j->run.c.model, j->run.cuts[s], j->run.cuts[s + 1]));
+  tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
+  if (e == NULL) return TR_ENOMEM;
+  int rc = 0;
+  for (int a = 0; a < n && rc == 0; a++)
+    for (int b = 0; b < n && rc == 0; b++)
+      if (a != b) rc = connect(j, members[a], members[b], &tr__bucket_type, "bucket", credits, &e[a][b]);
+  for (int a = 0; a < n && rc == 0; a++) {
+    tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
+    for (int b = 0; b < n; b++) out[b] = e[a][b], in[b] = e[b][a];
+    rc = tr__stage_set_group(tr_actor_state(members[a]), n, a, out, in, devs);
+  }
+  free(e);
+  return rc;
+}
+
+int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
+  if (j->coordinator == NULL || observer == NULL || every < 1) return TR_EINVAL;
+  tr_edge *e;
+  int rc = connect(j, j->coordinator, observer, &tr_report_type, "report", 4, &e);
+  if (rc == 0) rc = tr__coordinator_add_observer(tr_actor_state(j->coordinator), e, every);
+  if (rc == 0 && out) *out = e;
+  return rc;
+}
+
+int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
+  const int w = stage_index_of(j, worker);
+  if (!j->run.c.async.enabled || server == NULL || server != j->server || w < 0) return TR_EINVAL;
+  tr_edge *push, *reply;
+  int rc = connect(j, worker, server, NULL, "push", 1, &push);
+  if (rc == 0) rc = connect(j, server, worker, &tr__reply_type, "reply", TR__REPLY_CREDITS, &reply);
+  if (rc == 0) rc = tr__stage_set_server(tr_actor_state(worker), push, reply);
+  if (rc == 0)
+    rc = tr__server_set_worker(tr_actor_state(server), w, push, reply,
+                               tr__stage_device(tr_actor_state(worker)));
+  return rc;
 }
 
 void tr__result_init(tr_train_result *r, const char *model, const char *strategy) {
@@ -279,8 +446,11 @@ void tr__result_init(tr_train_result *r, const char *model, const char *strategy
   snprintf(r->strategy, sizeof r->strategy, "%s", strategy);
   r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
   r->bubble_fraction = r->bubble_theory = r->staleness_mean = r->staleness_max = NAN;
-  r->consistency = r->gflops = r->tokens_per_s = NAN;
+  r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;
   for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
 }
 
-void tr_job_result(const tr_job *j, tr_train_result *r) { *r = j->result; }
+void tr_job_result(const tr_job *j, tr_train_result *r) {
+  if (j->coordinator) *r = *tr__coordinator_result(tr_actor_state(j->coordinator));
+  else tr__result_init(r, tr_model_name(j->run.c.model), j->run.strategy);
+}

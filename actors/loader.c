@@ -1,71 +1,120 @@
 /* loader.c — the loader actor (libuv loop): fills its replica's share of every step, micro-
- * batch by micro-batch, into the buffers its stages lend it.
+ * batch by micro-batch, into buffers it owns, and lends them to the stages as tr_batch_msg
+ * (tr_protocol.h).
  *
- * It fills a buffer only with a credit of every edge it feeds in hand (inputs to the first
- * stage, targets to the last; one edge for both when they are one stage), so it is at most
- * `prefetch` micro-batches ahead. Buffers are used in ring order: each consumer returns
- * them in the order they came, so a credit means the oldest buffer is free. The first stage
- * claims each step from the graph as it starts it; the loader's part is over once its next
- * step is past the end (a timed run's end is known once its time is up). Samples are a pure function of (seed, sample index) (tr_data.h),
- * so step k's batch is the same whichever thread fills it and however the run was
- * interrupted and resumed.
+ * It owns as many buffers as its edges have credits (pinned host memory of its replica's
+ * first device) and fills one only with a credit of every edge it feeds in hand (inputs to
+ * the first stage, targets to the last; one edge for both when they are one stage), so it
+ * is at most `prefetch` micro-batches ahead. Buffers are used in ring order: each consumer
+ * returns them in the order they came, so a credit means the oldest buffer is free. The
+ * first stage claims each step from the graph as it starts it; the loader's part is over
+ * once its next step is past the end (a timed run's end is known once its time is up).
+ * Samples are a pure function of (seed, sample index) (tr_data.h), so step k's batch is the
+ * same whichever thread fills it and however the run was interrupted and resumed.
  *
- * In an asynchronous job the loaders take steps from one counter and claim them, so every
- * step is one worker's, whole (two batches ahead at most: tr_job_new); a loader whose claim
- * fails tells its worker so (a batch of step -1).
+ * In an asynchronous job the loaders take steps from the graph in turn (tr_graph_take_step),
+ * so every step is one worker's, whole; a loader that finds no more tells its worker so (a
+ * batch of step -1, which takes no credit).
  */
 #include <stdlib.h>
 
-#include "train_impl.h"
+#include "job_impl.h"
 
 enum { TURN_NS = 1000 * 1000 };
 
+typedef struct out_edge {
+  tr_edge *e;
+  unsigned what;
+  bool held; /* a credit taken */
+} out_edge;
+
 typedef struct loader {
-  tr_job *j;
+  const tr__run *run;
   int replica;
-  tr_edge *ex, *ey;  /* ey: NULL when ex brings targets too */
-  bool held_x, held_y;
-  void **x, **y;
-  int depth, slot, rings;
+  out_edge out[2];
+  int nout;
+  tr_device *dev;    /* whose pinned memory the buffers are; NULL: plain memory */
+  void **x, **y;     /* [depth] */
+  int depth, slot;
   int64_t step;
   int mb;
   bool claimed, done; /* claimed (async): l->step is this loader's to fill */
   bool resuming;      /* a poll to itself is on its way */
 } loader;
 
-void *tr__loader_new(tr_job *j, int replica) {
+void *tr__loader_new(const tr__run *run, int replica) {
   loader *l = calloc(1, sizeof *l);
   if (l == NULL) return NULL;
-  l->j = j;
+  l->run = run;
   l->replica = replica;
   return l;
 }
 
-void tr__loader_set_edges(void *state, tr_edge *x, tr_edge *y) {
+int tr__loader_add_edge(void *state, tr_edge *e, unsigned what) {
   loader *l = state;
-  l->ex = x;
-  l->ey = y;
+  if (l->nout == 2) return TR_EINVAL;
+  l->out[l->nout++] = (out_edge){.e = e, .what = what};
+  return 0;
+}
+
+void tr__loader_set_device(void *state, tr_device *dev) { ((loader *)state)->dev = dev; }
+
+static unsigned carried(const loader *l) {
+  unsigned what = 0;
+  for (int i = 0; i < l->nout; i++) what |= l->out[i].what;
+  return what;
+}
+
+static int buffer(loader *l, size_t bytes, void **out) {
+  if (l->dev) return tr_host_alloc(l->dev, bytes, out);
+  return (*out = aligned_alloc(64, (bytes + 63) & ~(size_t)63)) ? 0 : TR_ENOMEM;
+}
+
+static int loader_start(tr_actor *self) {
+  loader *l = tr_actor_state(self);
+  const tr_job_config *c = &l->run->c;
+  if (l->nout == 0)
+    return tr_actor_fail(self, TR_EINVAL, "the loader of replica %d feeds nothing "
+                         "(tr_job_feed, tr_job_connect_batches)", l->replica);
+  l->step = tr_graph_first_step(l->run->g);
+  l->depth = tr_edge_credits(l->out[0].e);
+  for (int i = 1; i < l->nout; i++)
+    if (tr_edge_credits(l->out[i].e) < l->depth) l->depth = tr_edge_credits(l->out[i].e);
+  const unsigned what = carried(l);
+  const size_t n = (size_t)l->run->mb_batch;
+  if ((what & TR_BATCH_INPUTS) && !(l->x = calloc((size_t)l->depth, sizeof *l->x))) return TR_ENOMEM;
+  if ((what & TR_BATCH_TARGETS) && !(l->y = calloc((size_t)l->depth, sizeof *l->y))) return TR_ENOMEM;
+  for (int i = 0; i < l->depth; i++)
+    if ((l->x && buffer(l, n * tr_model_input_bytes(c->model), &l->x[i])) ||
+        (l->y && buffer(l, n * tr_model_target_bytes(c->model), &l->y[i])))
+      return tr_actor_fail(self, TR_ENOMEM, "allocating %d batch buffers: out of memory",
+                           l->depth);
+  return 0;
+}
+
+/* Tells the worker fed that there is no more (async), without a credit. */
+static void end_of_data(tr_actor *self, loader *l) {
+  for (int i = 0; i < l->nout; i++) {
+    tr_batch_msg *b = tr_msg_new(&tr_batch_type);
+    *b = (tr_batch_msg){.hdr = b->hdr, .step = -1};
+    b->hdr.from = self;
+    tr_actor_send(tr_edge_to(l->out[i].e), b);
+  }
 }
 
 /* The next step this loader fills, or false once the run has no more for it. */
 static bool claim(tr_actor *self, loader *l) {
-  tr_job *j = l->j;
-  if (!j->c.async) { /* the first stage claims the step; the end may have come meanwhile */
-    if (l->step < tr_graph_end_step(j->g)) return true;
+  const tr__run *run = l->run;
+  if (!run->c.async.enabled) { /* the first stage claims the step; the end may have come */
+    if (l->step < tr_graph_end_step(run->g)) return true;
   } else if (!l->claimed) {
-    l->step = tr_graph_first_step(j->g) + atomic_fetch_add(&j->next_step, 1);
-    l->claimed = tr_graph_claim_step(j->g, l->step);
+    l->step = tr_graph_take_step(run->g);
+    l->claimed = l->step >= 0;
   }
   if (l->claimed) return true;
   l->done = true;
-  if (j->c.async) {
-    tr__batch_msg *b = tr_msg_new(&tr__batch_type);
-    b->step = -1;
-    b->slot = -1;
-    b->mb = 0;
-    tr_actor_send(tr_edge_to(l->ex), b);
-  }
-  tr_graph_done(j->g, self);
+  if (run->c.async.enabled) end_of_data(self, l);
+  tr_graph_done(run->g, self);
   return false;
 }
 
@@ -73,66 +122,81 @@ static bool claim(tr_actor *self, loader *l) {
  * faster than the data (a GPU), credits come back as fast as batches are made, and a loader
  * that never returned would keep its loop's timers (the end of a timed run) and the other
  * loop actors waiting. It asks itself to go on instead. */
-static void produce(tr_actor *self, loader *l) {
-  tr_job *j = l->j;
-  const int workers = j->c.async ? 1 : j->c.replicas * j->c.microbatches;
-  const int base = j->c.async ? 0 : l->replica * j->c.microbatches; /* of the shards */
+static int produce(tr_actor *self, loader *l) {
+  const tr_job_config *c = &l->run->c;
+  const int M = c->layout.microbatches;
+  const int shards = c->async.enabled ? 1 : c->layout.replicas * M;
+  const int base = c->async.enabled ? 0 : l->replica * M; /* of the shards */
   const uint64_t t0 = tr_now_ns();
   while (!l->done) {
     if (tr_now_ns() - t0 > TURN_NS) {
       if (!l->resuming) {
-        tr__poll_msg *p = tr_msg_new(&tr__poll_type);
-        p->hdr.from = self;
-        tr_actor_send(self, p);
+        tr_actor_send(self, tr_msg_new(&tr__poll_type));
         l->resuming = true;
       }
-      return;
+      return 0;
     }
-    if (!claim(self, l)) return; /* mid-step too: the end may come while it waits there */
-    if (!l->held_x && !(l->held_x = tr_edge_acquire(l->ex))) return;
-    if (l->ey && !l->held_y && !(l->held_y = tr_edge_acquire(l->ey))) return;
+    if (!claim(self, l)) return 0; /* mid-step too: the end may come while it waits there */
+    for (int i = 0; i < l->nout; i++)
+      if (!l->out[i].held && !(l->out[i].held = tr_edge_acquire(l->out[i].e))) return 0;
     uint64_t first;
     size_t count;
-    tr_data_shard((uint64_t)l->step, (size_t)j->c.global_batch, base + l->mb, workers,
-                  &first, &count);
-    tr_data_fill(j->c.data, first, count, l->x[l->slot], l->y[l->slot]);
-    for (int e = 0; e < (l->ey ? 2 : 1); e++) {
-      tr__batch_msg *b = tr_msg_new(&tr__batch_type);
-      b->slot = l->slot;
-      b->mb = l->mb;
-      b->step = l->step;
-      tr_edge_send(e ? l->ey : l->ex, b);
+    tr_data_shard((uint64_t)l->step, (size_t)c->global_batch, base + l->mb, shards, &first, &count);
+    void *x = l->x ? l->x[l->slot] : NULL, *y = l->y ? l->y[l->slot] : NULL;
+    tr_data_fill(c->data, first, count, x, y); /* MERGE: returns a status with the data branch */
+    int rc = 0;
+    if (rc)
+      return tr_actor_fail(self, rc, "filling samples [%llu, %llu) of step %lld",
+                           (unsigned long long)first, (unsigned long long)(first + count),
+                           (long long)l->step);
+    for (int i = 0; i < l->nout; i++) {
+      const unsigned what = l->out[i].what;
+      tr_batch_msg *b = tr_msg_new(&tr_batch_type);
+      *b = (tr_batch_msg){.hdr = b->hdr,
+                          .step = l->step,
+                          .mb = l->mb,
+                          .count = (int)count,
+                          .first = first,
+                          .x = what & TR_BATCH_INPUTS ? x : NULL,
+                          .y = what & TR_BATCH_TARGETS ? y : NULL};
+      tr_edge_send(l->out[i].e, b);
+      l->out[i].held = false;
     }
-    l->held_x = l->held_y = false;
     l->slot = (l->slot + 1) % l->depth;
-    if (++l->mb == j->c.microbatches) {
+    if (++l->mb == M) {
       l->mb = 0;
       l->step++;
       l->claimed = false;
     }
   }
+  return 0;
 }
 
 static int loader_receive(tr_actor *self, tr_msg *msg) {
   loader *l = tr_actor_state(self);
   if (msg->type == &tr__poll_type) l->resuming = false;
-  if (msg->type == &tr__ring_type) {
-    const tr__ring_msg *r = (const tr__ring_msg *)msg;
-    if (r->x) l->x = r->x;
-    if (r->y) l->y = r->y;
-    l->depth = r->depth;
-    l->rings++;
-  }
-  /* Credits, the end of the run: try again. Both rings are needed before anything. */
-  if (l->rings == (l->ey ? 2 : 1)) produce(self, l);
-  return 0;
+  /* Credits, the end of the run, the poll: try again. */
+  return produce(self, l);
 }
 
-static int loader_start(tr_actor *self) {
-  loader *l = tr_actor_state(self);
-  l->step = tr_graph_first_step(l->j->g);
-  return 0;
+static int loader_run(tr_actor *self) {
+  int rc = loader_start(self);
+  return rc ? rc : produce(self, tr_actor_state(self));
+}
+
+static void loader_destroy(void *state) {
+  loader *l = state;
+  for (int i = 0; i < l->depth; i++) {
+    void *bufs[2] = {l->x ? l->x[i] : NULL, l->y ? l->y[i] : NULL};
+    for (int k = 0; k < 2; k++) {
+      if (bufs[k] && l->dev) tr_host_free(l->dev, bufs[k]);
+      else free(bufs[k]);
+    }
+  }
+  free(l->x);
+  free(l->y);
+  free(l);
 }
 
 const tr_behaviour tr__loader_behaviour = {
-    .name = "loader", .start = loader_start, .receive = loader_receive, .destroy = free};
+    .name = "loader", .start = loader_run, .receive = loader_receive, .destroy = loader_destroy};

@@ -1,8 +1,8 @@
 /* server.c — the parameter server (pinned): the master parameters and the optimizer state of
  * an asynchronous job, on one device.
  *
- * Each push is one update, whole within one callback, so the parameters are never seen half
- * updated: the gradient is copied in from the worker's memory, its staleness (versions
+ * The protocol's messages are worker.h's. Each push is one update, whole within one
+ * callback, so the parameters are never seen half updated: the gradient is copied in from the worker's memory, its staleness (versions
  * applied since the worker pulled) and the worker's distance from the server are measured,
  * delay compensation (DC-ASGD) and the staleness-scaled step size apply when asked, and the
  * optimizer steps (clipping, when configured, by this push's own norm). Then the push's
@@ -17,20 +17,22 @@
  * the workers update them in place with no lock, and their pushes only count the updates
  * and their staleness. The parameters then outlive the workers: they are freed once every
  * thread has stopped (server_destroy).
+ *
+ * Checkpoint parts and, at the end, the figures go to the coordinator on the report edge;
+ * a part that finds no credit waits, superseded by a later one, so updates never wait.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
-#include "tr_trace.h"
+#include "metrics.h"
+#include "worker.h"
 
 enum { STATS_RING = 64 }; /* distance measurements in flight to the host */
 
 typedef struct worker {
-  tr_edge *push;
-  tr_actor *actor;
+  tr_edge *push, *reply;
   tr_event *reply_ev;
   int64_t clock;    /* pushes applied */
   bool direct;      /* its memory is readable here */
@@ -43,7 +45,8 @@ typedef struct worker {
 
 typedef struct server {
   tr_actor *self;
-  tr_job *j;
+  const tr__run *run;
+  tr_edge *report;
   tr_device *dev;
   tr_stage *st;
   tr_stream *s;
@@ -52,6 +55,7 @@ typedef struct server {
   int W, active;
   worker *w;
   int64_t version;  /* updates applied in this run */
+  _Atomic int64_t applied; /* Hogwild!: updates the workers applied */
   float lr;
 
   /* ||θ_worker − θ_server||² and ||θ_server||² per push: device → host ring */
@@ -60,17 +64,19 @@ typedef struct server {
   int64_t stats_issued, stats_read;
 
   tr__server_report fig; /* the figures, sent at the end */
-  int64_t warm;
-  bool done, lent; /* lent: Hogwild! workers hold the parameters */
+  tr__busy busy;
+  bool finishing, done, lent; /* lent: Hogwild! workers hold the parameters */
+  bool saved;                 /* the last checkpoint part is taken */
+  tr__part_msg *pending;      /* a checkpoint part waiting for a credit */
   char err[512];
 } server;
 
-void *tr__server_new(tr_job *j, tr_device *dev) {
+void *tr__server_new(const tr__run *run, tr_device *dev) {
   server *sv = calloc(1, sizeof *sv);
   if (sv == NULL) return NULL;
-  sv->j = j;
+  sv->run = run;
   sv->dev = dev;
-  sv->W = j->c.replicas;
+  sv->W = run->c.layout.replicas;
   if ((sv->w = calloc((size_t)sv->W, sizeof *sv->w)) == NULL) {
     free(sv);
     return NULL;
@@ -78,15 +84,18 @@ void *tr__server_new(tr_job *j, tr_device *dev) {
   return sv;
 }
 
-int tr__server_set_worker(void *state, int w, tr_edge *push) {
+int tr__server_set_worker(void *state, int w, tr_edge *push, tr_edge *reply, tr_device *dev) {
   server *sv = state;
-  TR_ASSERT(w >= 0 && w < sv->W && sv->w[w].push == NULL);
+  if (w < 0 || w >= sv->W || sv->w[w].push) return TR_EINVAL;
   sv->w[w].push = push;
-  sv->w[w].actor = tr_edge_from(push);
+  sv->w[w].reply = reply;
+  sv->w[w].dev = dev;
   sv->w[w].active = true;
   sv->active++;
   return 0;
 }
+
+void tr__server_set_report(void *state, tr_edge *report) { ((server *)state)->report = report; }
 
 static int fail_device(tr_actor *self, server *sv, const char *what) {
   const char *why = sv->st ? tr_stage_error(sv->st) : tr_device_error(sv->dev);
@@ -95,33 +104,35 @@ static int fail_device(tr_actor *self, server *sv, const char *what) {
 
 static int server_open(tr_actor *self) {
   server *sv = tr_actor_state(self);
-  tr_job *j = sv->j;
+  const tr__run *run = sv->run;
+  const tr_job_config *jc = &run->c;
   sv->self = self;
-  if (sv->active < sv->W)
-    return tr_actor_fail(self, TR_EINVAL, "the server serves %d of %d workers (tr_job_serve)",
-                         sv->active, sv->W);
+  if (sv->active < sv->W || sv->report == NULL)
+    return tr_actor_fail(self, TR_EINVAL, "the server is not wired: it serves %d of %d workers "
+                         "(tr_job_serve)%s", sv->active, sv->W,
+                         sv->report ? "" : " and has no coordinator (tr_job_add_coordinator)");
   if (tr_device_bind(sv->dev)) return fail_device(self, sv, "binding the device");
-  tr_stage_config c = {.batch = j->mb_batch,
+  tr_stage_config c = {.batch = run->mb_batch,
                        .slots = 0,
-                       .global_batch = j->c.global_batch,
-                       .seed = j->c.seed,
-                       .optim = j->c.optim};
-  if (tr_stage_open(&sv->st, j->c.model, sv->dev, &c, sv->err, sizeof sv->err))
+                       .global_batch = jc->global_batch,
+                       .seed = jc->seed,
+                       .optim = jc->optim};
+  if (tr_stage_open(&sv->st, jc->model, sv->dev, &c, sv->err, sizeof sv->err))
     return tr_actor_fail(self, TR_EDEVICE, "opening the server's parameters on %s: %s",
                          tr_device_name(sv->dev), sv->err);
-  if (j->c.resume && tr__stage_load(sv->st, j->c.resume, sv->err, sizeof sv->err))
+  if (jc->checkpoint.resume &&
+      tr__stage_load(sv->st, jc->checkpoint.resume, sv->err, sizeof sv->err))
     return tr_actor_fail(self, TR_EFORMAT, "%s", sv->err);
   sv->s = tr_stage_stream(sv->st);
   sv->numel = tr_stage_get_info(sv->st)->numel;
-  sv->lr = j->c.optim.lr;
+  sv->lr = jc->optim.lr;
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
-    w->dev = j->devs[i];
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
       return fail_device(self, sv, "opening events");
     w->direct = tr_device_can_access_peer(sv->dev, w->dev) == 1;
-    if (j->c.hogwild && !w->direct)
-      return tr_actor_fail(self, TR_EINVAL, "--hogwild: worker %d on %s cannot reach the "
+    if (jc->async.hogwild && !w->direct)
+      return tr_actor_fail(self, TR_EINVAL, "async.hogwild: worker %d on %s cannot reach the "
                            "server's memory on %s (host devices only)", i,
                            tr_device_name(w->dev), tr_device_name(sv->dev));
     if (!sv->scratch && !w->direct &&
@@ -134,18 +145,18 @@ static int server_open(tr_actor *self) {
   for (int i = 0; i < STATS_RING; i++)
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &sv->stats_ev[i]))
       return fail_device(self, sv, "opening events");
-  const int64_t total = tr_graph_end_step(j->g) - tr_graph_first_step(j->g);
-  /* as the stages warm up: a tenth of the updates (at most 100), 3 in a timed run */
-  sv->warm = total > INT64_MAX / 2 ? 3 : total < 10 ? 0 : total / 10 < 100 ? total / 10 : 100;
-  for (int i = 0; i < sv->W && j->c.hogwild; i++) {
+  const int64_t end = tr_graph_end_step(run->g);
+  sv->busy = tr__busy_begin(0, end == INT64_MAX ? INT64_MAX : end - tr_graph_first_step(run->g));
+  for (int i = 0; i < sv->W && jc->async.hogwild; i++) {
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
-    r->hdr.from = self;
     r->pulled = false;
     r->version = 0;
     r->ready = NULL;
     r->share = sv->st;
-    tr_actor_send(sv->w[i].actor, r);
+    r->applied = &sv->applied;
     sv->lent = true;
+    int rc = tr_edge_send_control(sv->w[i].reply, r);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -165,19 +176,13 @@ static int harvest(tr_actor *self, server *sv, bool wait) {
   return 0;
 }
 
-static void busy(tr_actor *self, server *sv, const char *what, uint64_t t0) {
-  uint64_t t1 = tr_now_ns();
-  if (sv->version >= sv->warm) sv->fig.busy_ns += t1 - t0;
-  if (tr_trace_enabled(self)) tr_trace_record(self, what, t0, t1, -1);
-}
-
 /* Replies to every held worker SSP lets go: one at most `staleness` pushes ahead of the
  * slowest worker still running. */
 static int serve(tr_actor *self, server *sv) {
   int64_t slowest = INT64_MAX;
   for (int i = 0; i < sv->W; i++)
     if (sv->w[i].active && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
-  const int S = sv->j->c.staleness;
+  const int S = sv->run->c.async.staleness;
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
     if (!w->waiting) continue;
@@ -189,34 +194,51 @@ static int serve(tr_actor *self, server *sv) {
       return fail_device(self, sv, "sending parameters");
     if (tr_event_record(w->reply_ev, sv->s)) return fail_device(self, sv, "replying");
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
-    r->hdr.from = self;
     r->pulled = w->pull;
     r->version = sv->version;
     r->ready = w->reply_ev;
     r->share = NULL;
-    tr_actor_send(w->actor, r);
+    r->applied = NULL;
     w->waiting = false;
+    int rc = tr_edge_send_control(w->reply, r);
+    if (rc) return rc;
   }
   return 0;
 }
 
-static int snapshot_to(tr_actor *self, server *sv, int64_t step) {
+/* A copy of the parameters after update `step`, for the coordinator: held until the report
+ * edge has a credit, and superseded by a later one meanwhile (the file would be
+ * overwritten by it anyway), so the updates never wait for the checkpoint's writer. */
+static int snapshot(tr_actor *self, server *sv, int64_t step) {
   tr__part_msg *p = tr_msg_new(&tr__part_type);
-  p->hdr.from = self;
+  p->source = sv->W;
   p->stage = 0;
   p->step = step;
   if (tr__stage_snapshot(sv->st, &p->part)) {
     tr_msg_free(p);
     return fail_device(self, sv, "copying the parameters for a checkpoint");
   }
-  tr_actor_send(sv->j->coordinator, p);
+  if (sv->pending) {
+    tr__part_free(&sv->pending->part);
+    tr_msg_free(sv->pending);
+  }
+  sv->pending = p;
   return 0;
+}
+
+/* 1 when no checkpoint part waits any more, 0 while one waits for a credit. */
+static int send_pending(server *sv) {
+  if (sv->pending == NULL) return 1;
+  if (!tr_edge_acquire(sv->report)) return 0;
+  tr_edge_send(sv->report, sv->pending);
+  sv->pending = NULL;
+  return 1;
 }
 
 /* An update applied (by the server, or a Hogwild! worker): its staleness, the worker's clock,
  * the push's credit back, checkpoints. */
 static int count_update(tr_actor *self, server *sv, worker *w, int64_t stale) {
-  tr_job *j = sv->j;
+  const tr__run *run = sv->run;
   sv->fig.hist[stale < TR_TRAIN_STALENESS_BINS ? stale : TR_TRAIN_STALENESS_BINS - 1]++;
   sv->fig.staleness_sum += (double)stale;
   if (stale > sv->fig.staleness_max) sv->fig.staleness_max = stale;
@@ -225,17 +247,21 @@ static int count_update(tr_actor *self, server *sv, worker *w, int64_t stale) {
   /* The gradient is read by everything queued on the stream so far: the worker's next push
    * may come (it waits for the reply's event before writing its gradients again). */
   tr_edge_release(w->push, 1);
-  const int64_t step = tr_graph_first_step(j->g) + sv->version, every = j->c.checkpoint_every;
-  if (j->c.checkpoint && every > 0 && step % every == 0 && step < tr_graph_end_step(j->g))
-    return snapshot_to(self, sv, step);
+  const int64_t step = tr_graph_first_step(run->g) + sv->version;
+  const int64_t every = run->c.checkpoint.every;
+  if (run->c.checkpoint.path && every > 0 && step % every == 0 && step < tr_graph_end_step(run->g)) {
+    int rc = snapshot(self, sv, step);
+    if (rc) return rc;
+    send_pending(sv);
+  }
   return 0;
 }
 
 /* One push, one update. */
 static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
-  tr_job *j = sv->j;
+  const tr_async_config *ac = &sv->run->c.async;
   worker *w = &sv->w[m->worker];
-  if (j->c.hogwild) return count_update(self, sv, w, m->applied - m->version);
+  if (ac->hogwild) return count_update(self, sv, w, m->applied - m->version);
   const uint64_t t0 = tr_now_ns();
   const size_t bytes = sv->numel * sizeof(float);
   float *params = tr_stage_params(sv->st), *grads = m->grads;
@@ -263,9 +289,9 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
     return fail_device(self, sv, "measuring a worker's distance");
   sv->stats_issued++;
 
-  if (j->c.dc_lambda > 0 && tr_dc_asgd(sv->s, grads, params, pulled, sv->numel, j->c.dc_lambda))
+  if (ac->dc_lambda > 0 && tr_dc_asgd(sv->s, grads, params, pulled, sv->numel, ac->dc_lambda))
     return fail_device(self, sv, "delay compensation");
-  if (j->c.staleness_lr) tr_stage_set_lr(sv->st, stale > 1 ? sv->lr / (float)stale : sv->lr);
+  if (ac->staleness_lr) tr_stage_set_lr(sv->st, stale > 1 ? sv->lr / (float)stale : sv->lr);
   if (tr_stage_step(sv->st, NULL)) return fail_device(self, sv, "optimizer step");
   tr_stage_use_grads(sv->st, NULL);
   w->params = m->params;
@@ -274,36 +300,54 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   int rc = count_update(self, sv, w, stale);
   if (rc == 0) rc = harvest(self, sv, false);
   if (rc == 0) rc = serve(self, sv);
-  busy(self, sv, "update", t0);
+  tr__busy_add(&sv->busy, self, sv->version - 1, "update", t0, -1);
   return rc;
 }
 
+/* Every worker has left: the last checkpoint part and the figures go to the coordinator,
+ * each once a credit is free. */
 static int finish(tr_actor *self, server *sv) {
-  tr_job *j = sv->j;
-  if (tr_stream_synchronize(sv->s)) return fail_device(self, sv, "finishing the run");
-  int rc = harvest(self, sv, true);
-  if (rc == 0 && j->c.checkpoint) rc = snapshot_to(self, sv, tr_graph_first_step(j->g) + sv->version);
-  if (rc) return rc;
+  const tr__run *run = sv->run;
+  if (!sv->finishing) {
+    if (tr_stream_synchronize(sv->s)) return fail_device(self, sv, "finishing the run");
+    int rc = harvest(self, sv, true);
+    if (rc) return rc;
+    sv->finishing = true;
+  }
+  if (!sv->saved && run->c.checkpoint.path) {
+    int rc = snapshot(self, sv, tr_graph_first_step(run->g) + sv->version);
+    if (rc) return rc;
+  }
+  sv->saved = true;
+  if (!send_pending(sv) || !tr_edge_acquire(sv->report)) return 0;
   tr__server_done_msg *d = tr_msg_new(&tr__server_done_type);
-  d->hdr.from = self;
+  d->source = sv->W;
   d->report = sv->fig;
   d->report.updates = sv->version;
-  tr_actor_send(j->coordinator, d);
+  d->report.busy_ns = sv->busy.busy_ns;
+  tr_edge_send(sv->report, d);
   sv->done = true;
-  tr_graph_done(j->g, self);
+  tr_graph_done(run->g, self);
   return 0;
 }
 
 static int server_receive(tr_actor *self, tr_msg *msg) {
   server *sv = tr_actor_state(self);
   if (sv->done) return 0;
-  if (msg->type == &tr__push_type) return apply(self, sv, (const tr__push_msg *)msg);
+  if (sv->finishing) return finish(self, sv); /* a credit of the report edge */
+  if (msg->type == &tr_edge_credit_type) send_pending(sv);
+  if (msg->type == &tr__push_type) {
+    const tr__push_msg *m = (const tr__push_msg *)msg;
+    return apply(self, sv, m);
+  }
   if (msg->type == &tr__leave_type) {
-    sv->w[((const tr__leave_msg *)msg)->worker].active = false;
+    const int w = ((const tr__leave_msg *)msg)->worker;
+    tr_edge_release(sv->w[w].push, 1);
+    sv->w[w].active = false;
     if (--sv->active == 0) return finish(self, sv);
     return serve(self, sv); /* the slowest may have left */
   }
-  return 0; /* tr_graph_end_msg: the workers' leaving says when it is over */
+  return 0; /* credits; tr_graph_end_msg: the workers' leaving says when it is over */
 }
 
 static void server_stop(tr_actor *self) {
@@ -333,6 +377,10 @@ static void server_destroy(void *state) {
   if (sv->st) { /* lent to Hogwild! workers, whose threads have all stopped by now */
     tr_device_bind(sv->dev);
     tr_stage_close(sv->st);
+  }
+  if (sv->pending) {
+    tr__part_free(&sv->pending->part);
+    tr_msg_free(sv->pending);
   }
   free(sv->w);
   free(sv);

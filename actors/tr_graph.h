@@ -1,9 +1,10 @@
 /* tr_graph.h — training graphs: actors joined by typed edges that carry credits, run for a
  * number of steps, a number of seconds, or until stopped.
  *
- * A graph owns a tr_system. Add actors to it (the built-in ones of tr_workers.h, or your
- * own behaviours), connect them with edges, and run it. Every strategy troupe ships is
- * built with exactly these calls.
+ * A graph owns a tr_system. Add actors to it (the built-in ones of tr_job.h, or your own
+ * behaviours), connect them with edges, and run it. Every strategy troupe ships is built
+ * with exactly these calls, and every path between its actors, control traffic included,
+ * is an edge: so a graph can be printed (tr_graph_print) and a stuck one explained.
  *
  * Edges. An edge carries messages of one type from one actor to another and has a fixed
  * number of credits: how many of its buffers may be in flight. The producer takes a credit
@@ -12,7 +13,11 @@
  * finds no credit stops producing; a tr_edge_credit_msg reaches it on its priority lane once
  * `wake_at` credits are free again, and it tries again. So memory is bounded by
  * construction, and a producer far ahead of a slow consumer sleeps instead of spinning
- * (`wake_at` > 1 wakes it once for a run of buffers rather than once per buffer).
+ * (`wake_at` > 1 wakes it once for a run of buffers rather than once per buffer). An edge
+ * made with `notify` instead tells its producer of every release (a relay that passes
+ * buffers on learns when to give its own back). Control edges, whose protocol bounds what
+ * is in flight, take a credit per message too: the count is then a checked invariant, and
+ * what is in flight shows in tr_graph_print.
  *
  *   tr_edge *e;                                   // loader -> stage, 16 batches in flight
  *   tr_graph_connect(g, &(tr_edge_config){.from = loader, .to = stage, .type = &batch_type,
@@ -34,9 +39,15 @@
  * highest step claimed so far: every claimant sees the same answer for every step, so
  * replicas stop at the same step, and every actor receives a tr_graph_end_msg naming the
  * end. Claiming where the work starts, not where its input is made, keeps a timed run from
- * running on through every batch prefetched when the time is up. Each actor calls tr_graph_done once its part is over;
- * when all have, tr_graph_run returns 0. An actor's failure (its callback returning non-zero)
+ * running on through every batch prefetched when the time is up. Sources that share out
+ * the steps among themselves take them with tr_graph_take_step. Each actor calls
+ * tr_graph_done once its part is over; when all have, tr_graph_run returns 0. A service
+ * (tr_graph_add_service: a relay, say) has no part of its own and is not waited for. An actor's failure (its callback returning non-zero)
  * stops the whole graph, and tr_graph_run returns that status (tr_graph_error says who).
+ *
+ * Hangs: with a watchdog (tr_system_config.watchdog_ms), a graph that makes no progress,
+ * busy or idle, stops with TR_ETIMEDOUT and an error that names each actor's state and
+ * prints the graph: which actors are done, and each edge's credits in flight.
  *
  * Threads: build and run the graph from one thread; tr_edge_* and tr_graph_claim_step,
  * tr_graph_finish and tr_graph_done from the actors, as noted.
@@ -45,6 +56,7 @@
 #define TR_GRAPH_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tr_system.h"
 
@@ -63,13 +75,16 @@ tr_system *tr_graph_system(const tr_graph *g);
 
 /* Adds an actor; it starts when the graph runs. Before tr_graph_run only. */
 int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out);
+/* The same for a service: the run ends without waiting for its tr_graph_done. */
+int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out);
 
 typedef struct tr_edge_config {
   tr_actor *from, *to;    /* both added to this graph */
-  const tr_msgtype *type; /* what it carries */
+  const tr_msgtype *type; /* what it carries; NULL: messages of several types (control) */
   const char *name;       /* for reports ("act", "grad"); NULL: the type's name */
   int credits;            /* buffers in flight at most, >= 1 */
   int wake_at;            /* a starved producer is woken once this many are free; 0: 1 */
+  int notify;             /* the producer gets a tr_edge_credit_msg for every release */
 } tr_edge_config;
 
 /* An edge; TR_EINVAL for credits < 1 or wake_at > credits. Before tr_graph_run only. */
@@ -80,6 +95,10 @@ int tr_edge_acquire(tr_edge *e);
 /* Producer: sends `msg` (of the edge's type) on the consumer's data lane, spending a credit
  * taken with tr_edge_acquire. */
 void tr_edge_send(tr_edge *e, void *msg);
+/* Producer, on a control edge whose protocol guarantees a credit: takes it and sends, or
+ * returns TR_ESTATE with the actor's error naming the edge (a broken protocol).
+ * Call from the producer's callbacks. */
+int tr_edge_send_control(tr_edge *e, void *msg);
 /* Consumer, any thread: `n` buffers of the edge are free again. */
 void tr_edge_release(tr_edge *e, int n);
 /* Credits in the producer's hands now; the most that were ever out at once (an upper bound
@@ -87,13 +106,16 @@ void tr_edge_release(tr_edge *e, int n);
 int tr_edge_available(const tr_edge *e);
 int tr_edge_peak(const tr_edge *e);
 int tr_edge_credits(const tr_edge *e);
+const char *tr_edge_name(const tr_edge *e);
 tr_actor *tr_edge_from(const tr_edge *e);
 tr_actor *tr_edge_to(const tr_edge *e);
 
-/* "Credits are free again: try tr_edge_acquire." On the producer's priority lane. */
+/* "Credits are free again: try tr_edge_acquire." On the producer's priority lane. `count`:
+ * on a notify edge, the credits that release gave back; else how many were free. */
 typedef struct tr_edge_credit_msg {
   tr_msg hdr;
   tr_edge *edge;
+  int count;
 } tr_edge_credit_msg;
 extern const tr_msgtype tr_edge_credit_type;
 
@@ -106,6 +128,9 @@ const char *tr_graph_error(const tr_graph *g);
 /* Sources, any thread: 1 when `step` belongs to the run (claiming it), 0 when the run ends
  * before it. */
 int tr_graph_claim_step(tr_graph *g, int64_t step);
+/* Sources that share the steps out, any thread: the next step no one has taken, claimed, or
+ * -1 when the run has no more. */
+int64_t tr_graph_take_step(tr_graph *g);
 /* The first step not run: known from the start with a step limit, else INT64_MAX until the
  * run is finished. Any thread. */
 int64_t tr_graph_end_step(const tr_graph *g);
@@ -124,6 +149,11 @@ typedef struct tr_graph_end_msg {
   int64_t end_step;
 } tr_graph_end_msg;
 extern const tr_msgtype tr_graph_end_type;
+
+/* Writes the graph: each actor (its kind, whether its part is done, what it is handling and
+ * what waits in its mailbox) and each edge (producer → consumer, name, credits in flight of
+ * its total, the most ever in flight). Any thread; a snapshot while it runs. */
+void tr_graph_print(tr_graph *g, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -1,16 +1,17 @@
-/* tr_job.h — the built-in actors of a training graph, and how they connect.
+/* tr_job.h — the built-in actors of a training graph, their configuration, and how they
+ * connect.
  *
- * A job is one training run's shared description: the model, the data, the optimizer, the
- * global batch and its layout on the devices — `replicas` data-parallel copies, each cut
- * into `stages` pipeline stages, each stage training `microbatches` micro-batches per step
- * under a schedule (tr_schedule.h). Its actors:
+ * A job is one training run's description: the model, the data, the optimizer, the global
+ * batch and its layout on the devices — `replicas` data-parallel copies, each cut into
+ * `stages` pipeline stages, each stage training `microbatches` micro-batches per step under
+ * a schedule (tr_schedule.h). Its actors:
  *
  *   loader       (loop)    one per replica: fills that replica's share of every step's
- *                          samples, micro-batch by micro-batch, into buffers the stages lend
- *   stage        (pinned)  one per device: layers [cuts[s], cuts[s+1]) of the model; runs its
+ *                          samples, micro-batch by micro-batch, into buffers it owns
+ *   stage        (pinned)  one per device: layers of the model between two cuts; runs its
  *                          schedule's action list every step; in a replica group it all-
  *                          reduces gradients bucket by bucket while backward still runs
- *   coordinator  (loop)    progress, checkpoints, and the run's figures (tr_train_result)
+ *   coordinator  (loop)    progress, checkpoints, reports to observers, the run's figures
  *   server       (pinned)  asynchronous jobs: the master parameters and the optimizer; it
  *                          applies each worker's pushed gradient as one update and answers
  *                          with fresh parameters (a stage is then a worker)
@@ -18,10 +19,13 @@
  * Every synchronous strategy of tr_train_run is this graph with other numbers: single is
  * 1 × 1 × 1; dp R × 1; mp 1 × P with one micro-batch; pipeline 1 × P × m; hybrid R × P × m.
  * async is R workers of 1 stage, each with its loader, served by one server (tr_job_serve).
- * A data-parallel pipeline, wired by hand with the calls below:
+ * A data-parallel pipeline, wired by hand:
  *
+ *   tr_job_config cfg = tr_job_defaults();
+ *   cfg.model = model;  cfg.data = data;                  // the model's batch and optimizer
+ *   cfg.layout = (tr_layout_config){.replicas = 2, .stages = 2, .microbatches = 4};
  *   tr_job *j;
- *   tr_job_new(&j, g, &cfg, err, sizeof err);     // cfg.replicas = 2, cfg.stages = 2, ...
+ *   if (tr_job_new(&j, g, &cfg, err, sizeof err)) ...;    // err names the field at fault
  *   tr_actor *stage[2][2], *loader, *coord;
  *   for (int r = 0; r < 2; r++) {
  *     tr_job_add_loader(j, r, &loader);
@@ -35,11 +39,15 @@
  *   tr_train_result r;
  *   if (!rc) tr_job_result(j, &r);
  *
- * Edges and their credits: loader → first stage (inputs) and → last stage (targets), as
- * many micro-batches as `prefetch`; stage s → s+1 (activations), as many as stage s has
- * slots; stage s+1 → s (gradients of activations), two (the stage's two input-gradient
- * buffers). A replica group is not an edge but a collective: each member reduces its own
- * chunk of every bucket straight from the others' memory and writes the sum back to them.
+ * Every path between the job's actors is an edge of the graph (tr_graph_print shows them):
+ * loader → first stage (inputs) and → last stage (targets), `layout.prefetch` micro-batches
+ * each; stage s → s+1 (activations), as many as stage s has slots; s+1 → s (gradients of
+ * activations), two; between the members of a replica group (gradient buckets, ready and
+ * reduced); between the stages of a replica when clipping (gradient norms); worker ↔ server
+ * (pushes, replies); every stage and the server → coordinator (losses, checkpoint parts,
+ * final figures); coordinator → each observer (reports). Actors of your own take part
+ * through the messages of tr_protocol.h: tr_job_connect_batches puts one between the loader
+ * and a stage, or in the loader's place; tr_job_observe sends one reports.
  */
 #ifndef TR_JOB_H
 #define TR_JOB_H
@@ -51,63 +59,161 @@
 #include "tr_device.h"
 #include "tr_graph.h"
 #include "tr_model.h"
+#include "tr_protocol.h"
 #include "tr_schedule.h"
-#include "tr_train.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct tr_job_config {
-  const tr_model *model;  /* outlive the job */
-  const tr_data *data;
-  tr_optim_config optim;
-  int global_batch;       /* samples per step, over every replica and micro-batch */
-  int replicas, stages;   /* >= 1 each */
-  int microbatches;       /* per step and replica, >= 1; global_batch divisible by
-                             replicas × microbatches */
-  tr_schedule_kind schedule;
-  const int *cuts;        /* stages + 1 layer boundaries from 0 to the layer count;
-                             NULL: tr_model_balance */
-  uint64_t seed;
-  int prefetch;           /* micro-batches each loader keeps ready; 0: as fit in 4 MiB,
-                             from 2 × microbatches to 256 (async: 2) */
-  const char *checkpoint; /* written at the end (and every checkpoint_every steps) */
-  int64_t checkpoint_every;
-  const char *resume;     /* every stage starts from this checkpoint */
-  const char *strategy;   /* recorded in results and checkpoints; NULL: derived */
-  int progress;           /* a progress line on stderr */
-  int slow_device, slow_us; /* testing: tr_train_options */
+enum { TR_TRAIN_MAX_DEVICES = 64, TR_TRAIN_STALENESS_BINS = 32 };
 
-  /* Asynchronous training: `replicas` workers (one stage each, one micro-batch of the whole
-   * global batch) and a server; the fields mean what tr_train_options says. */
-  int async;
-  int staleness, staleness_lr, pull_every, momentum_correction, hogwild;
-  float dc_lambda;
-  int fail_device, fail_step;
+/* The figures of WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
+typedef struct tr_train_result {
+  char model[32], strategy[16], devices[256];
+  int ndevices;
+  int64_t first_step;      /* where the run began: 0, or the resumed checkpoint's step */
+  int64_t steps;           /* the last step reached */
+  int64_t samples;         /* samples trained in this run */
+  double seconds;          /* of the measured window (after warm-up steps) */
+  int64_t window_steps;
+  double samples_per_s, steps_per_s;
+  double initial_loss;     /* the first step's */
+  double final_loss;       /* mean of the last 1% of steps (at least one) */
+  int replicas, stages, microbatches; /* the layout that ran */
+  int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
+  char schedule[8];        /* "gpipe", "1f1b"; "" unless pipelined */
+  double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages */
+  double bubble_fraction;  /* measured; and the schedule's own (equal unit costs) */
+  double bubble_theory;
+  int peak_microbatches[TR_TRAIN_MAX_DEVICES]; /* the most micro-batches a device's stage
+                                                  held activations of at once */
+  /* async: per update, server version at apply − version the gradient was computed from */
+  double staleness_mean, staleness_max;
+  int64_t staleness_hist[TR_TRAIN_STALENESS_BINS]; /* updates of staleness 0, 1, ...; the
+                                                      last bin: that much or more */
+  int clock_gap_max;       /* SSP: the most pushes a worker was ahead of the slowest when
+                              its pull was served */
+  int workers;
+  double momentum;         /* the explicit momentum the server used (after correction) */
+  double server_utilization;
+  /* sync: max over replicas of ||θ_r − θ_0|| / ||θ_0||; async: the mean over pushes of
+   * ||θ_worker − θ_server|| / ||θ_server|| */
+  double consistency;
+  double gflops;           /* WORKLOADS.md's FLOP count × samples/s */
+  double tokens_per_s;     /* gpt */
+} tr_train_result;
+
+/* How the global batch is laid out on the devices. */
+typedef struct tr_layout_config {
+  int replicas;            /* data-parallel copies (asynchronous jobs: workers), >= 1 */
+  int stages;              /* pipeline stages of each replica, >= 1 */
+  int microbatches;        /* per step and replica, >= 1; the global batch is divisible by
+                              replicas × microbatches */
+  tr_schedule_kind schedule;
+  const int *cuts;         /* ncuts = stages - 1 increasing layer indices where a stage
+                              begins; NULL: tr_model_balance (by FLOPs) */
+  int ncuts;
+  int prefetch;            /* micro-batches each loader keeps ready; 0: as fit in 4 MiB, from
+                              2 × microbatches to 256 (asynchronous jobs: 2) */
+} tr_layout_config;
+
+/* Asynchronous training: `layout.replicas` workers (one stage each, whole global batches)
+ * push gradients to a parameter server, which applies each as one update. */
+typedef struct tr_async_config {
+  int enabled;
+  int staleness;           /* SSP: a worker more than this many pushes ahead of the slowest
+                              waits; -1: unbounded (tr_job_defaults) */
+  float dc_lambda;         /* delay compensation (DC-ASGD): g + λ g⊙g⊙(θ_now − θ_pulled) */
+  int momentum_correction; /* take off the explicit momentum the 1 − 1/workers that
+                              asynchrony adds (Mitliagkas et al. 2016) */
+  int staleness_lr;        /* divide the step size by the update's staleness (when > 1) */
+  int pull_every;          /* pull fresh parameters every this many pushes; 0: 1 */
+  int hogwild;             /* host devices: the workers update the server's parameters in
+                              place, with no lock (Hogwild!, Niu et al. 2011) */
+} tr_async_config;
+
+/* Checkpoints: safetensors files written atomically (tr_checkpoint.h). */
+typedef struct tr_checkpoint_config {
+  const char *path;        /* written at the end, and every `every` steps; NULL: none */
+  int64_t every;
+  const char *resume;      /* every stage starts from this checkpoint */
+} tr_checkpoint_config;
+
+typedef struct tr_precision_config {
+  int tf32;                /* CUDA: TF32 tensor cores in fp32 GEMMs (tr_device_set_tf32) */
+} tr_precision_config;
+
+typedef struct tr_job_config {
+  const tr_model *model;   /* outlives the job */
+  const tr_data *data;     /* samples of the model's input and target sizes (tr_data_check) */
+  int global_batch;        /* samples per step over every replica and micro-batch; 0: the
+                              model's batch */
+  uint64_t seed;           /* initialisation (the data has its own) */
+  tr_layout_config layout;
+  /* The optimizer: kind TR_OPTIM_MODEL (tr_job_defaults) takes the model's (tr_model_optim),
+   * with lr and clip overriding it when > 0; another kind is used as given, lr 0 meaning the
+   * model's learning rate. */
+  tr_optim_config optim;
+  tr_async_config async;
+  tr_checkpoint_config checkpoint;
+  tr_precision_config precision;
+  const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
+  int progress;            /* a progress line on stderr */
 } tr_job_config;
+
+/* The model's optimizer, as an optim.kind. */
+#define TR_OPTIM_MODEL ((tr_optim_kind)-1)
+
+/* One replica, one stage, one micro-batch under 1F1B, the model's batch and optimizer,
+ * unbounded asynchrony, seed 1, no checkpoints. */
+tr_job_config tr_job_defaults(void);
 
 typedef struct tr_job tr_job;
 
-/* Checks the configuration against the model (err names what is wrong: TR_EINVAL). The
- * graph runs the job's actors; the job must outlive tr_graph_run. */
+/* Checks the configuration against the model and fills in its defaults: TR_EINVAL with err
+ * naming the field at fault ("layout.microbatches: ..."). The graph runs the job's actors;
+ * the job must outlive tr_graph_run. */
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err,
                size_t err_size);
 /* After the graph has been freed. */
 void tr_job_free(tr_job *j);
+
+/* The configuration as the job runs it: defaults filled in, cuts chosen. */
+const tr_job_config *tr_job_get_config(const tr_job *j);
+/* Samples in every micro-batch: what a producer of batches sends (tr_batch_msg.count). */
+int tr_job_microbatch_samples(const tr_job *j);
 
 int tr_job_add_loader(tr_job *j, int replica, tr_actor **out);
 /* Stage `stage` of replica `replica` on `dev` (which that actor's thread will own). */
 int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out);
 int tr_job_add_coordinator(tr_job *j, tr_actor **out);
 
+/* What a batch edge carries (tr_job_connect_batches). */
+enum {
+  TR_BATCH_INPUTS = 1,  /* tr_batch_msg.x */
+  TR_BATCH_TARGETS = 2, /* tr_batch_msg.y */
+  TR_BATCH_NOTIFY = 4   /* the producer is told of every release (a relay's way out) */
+};
+
+/* A batch edge from `from` (a loader, or an actor of yours that sends tr_batch_msg) to `to`
+ * (a stage: its inputs if it is its replica's first, targets if its last; or an actor of
+ * yours), carrying `what`; layout.prefetch credits. *out (when not NULL): the edge, for
+ * actors of yours. */
+int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
+                           tr_edge **out);
 /* loader → `first` (inputs) and → `last` (targets): the replica's first and last stage,
- * the same actor when there is one stage. */
+ * the same actor when there is one stage (one edge carries both). */
 int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last);
 /* Stage s → stage s+1 of one replica: activations forward, their gradients back. */
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
 /* Stage s of every replica (in replica order): gradients all-reduced before each update. */
 int tr_job_group(tr_job *j, tr_actor *const *members, int n);
+/* The coordinator → `observer`: a tr_report_msg every `every` steps (>= 1) and a last one
+ * when the run is over. The observer releases the edge's credit after each; it is a member
+ * of the graph like any other, whose part is over after the last report. Before
+ * tr_job_add_coordinator or after. */
+int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out);
 
 /* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
  * `dev`, fed by a loader like any stage. */

@@ -1,10 +1,11 @@
 /* train.c — tr_train_run: options → model, devices, data → the strategy's graph → figures. */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "train_impl.h"
+#include "job_impl.h"
 #include "tr_trace.h"
 
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
@@ -24,14 +25,11 @@ int tr_strategy_parse(const char *name, tr_strategy *out) {
 }
 
 tr_train_options tr_train_defaults(void) {
-  return (tr_train_options){.model = "simplenet",
-                            .strategy = TR_STRATEGY_SINGLE,
-                            .devices = "auto",
-                            .steps = 100,
-                            .optimizer = -1,
-                            .schedule = -1,
-                            .staleness = -1,
-                            .seed = 1};
+  tr_train_options o = {.model = "simplenet", .strategy = TR_STRATEGY_SINGLE, .devices = "auto",
+                        .job = tr_job_defaults(), .steps = 100};
+  /* the strategy and the devices decide these */
+  o.job.layout.replicas = o.job.layout.stages = o.job.layout.microbatches = 0;
+  return o;
 }
 
 /* Everything one run holds, built from the options before any thread starts. */
@@ -45,66 +43,56 @@ typedef struct run {
   int64_t first_step, end_step;
 } run;
 
-/* The layout of a strategy on n devices: replicas × stages, micro-batches, schedule. */
+static int bad(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t n, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, n, fmt, ap);
+  va_end(ap);
+  return TR_EINVAL;
+}
+
+/* The layout of a strategy on n devices: replicas × stages, micro-batches. */
 static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t size) {
-  tr_job_config *c = &rn->jc;
+  tr_layout_config *l = &rn->jc.layout;
+  const tr_layout_config *given = &o->job.layout;
   int R = 1, P = 1;
+  if (given->replicas && o->strategy != TR_STRATEGY_ASYNC)
+    return bad(err, size, "layout.replicas %d: the strategy and the devices decide it (it is "
+               "async's number of workers)", given->replicas);
+  if (given->stages && o->strategy != TR_STRATEGY_HYBRID)
+    return bad(err, size, "layout.stages %d: the strategy and the devices decide it (it is "
+               "hybrid's stages per replica)", given->stages);
   switch (o->strategy) {
     case TR_STRATEGY_SINGLE: break;
     case TR_STRATEGY_DP: R = n; break;
     case TR_STRATEGY_MP:
     case TR_STRATEGY_PIPELINE: P = n; break;
     case TR_STRATEGY_HYBRID:
-      P = o->stages > 0 ? o->stages : 2;
-      if (n % P) {
-        snprintf(err, size, "--devices: %d devices do not make replicas of %d stages", n, P);
-        return TR_EINVAL;
-      }
+      P = given->stages > 0 ? given->stages : 2;
+      if (n % P)
+        return bad(err, size, "devices: %d devices do not make replicas of %d stages "
+                   "(layout.stages)", n, P);
       R = n / P;
       break;
     case TR_STRATEGY_ASYNC:
-      R = o->workers > 0 ? o->workers : n;
-      if (o->workers < 0 || R > n) {
-        snprintf(err, size, "--workers %d: give 1 to %d, one worker per device of --devices %s",
-                 o->workers, n, o->devices);
-        return TR_EINVAL;
-      }
-      if (o->microbatches > 1 || o->cuts) {
-        snprintf(err, size, "--strategy async: a worker trains the whole model on whole batches "
-                 "(no --microbatches or --cuts)");
-        return TR_EINVAL;
-      }
-      c->async = 1;
-      c->staleness = o->staleness;
-      c->dc_lambda = o->dc_lambda;
-      c->momentum_correction = o->momentum_correction;
-      c->staleness_lr = o->staleness_lr;
-      c->pull_every = o->pull_every;
-      c->hogwild = o->hogwild;
-      c->fail_device = o->fail_device;
-      c->fail_step = o->fail_step;
+      R = given->replicas > 0 ? given->replicas : n;
+      if (given->replicas < 0 || R > n)
+        return bad(err, size, "layout.replicas %d: give 1 to %d workers, one per device of %s",
+                   given->replicas, n, o->devices);
+      if (given->microbatches > 1 || given->cuts)
+        return bad(err, size, "async: a worker trains the whole model on whole batches (no "
+                   "layout.microbatches or layout.cuts)");
       break;
   }
-  c->replicas = R;
-  c->stages = P;
+  rn->jc.async.enabled = o->strategy == TR_STRATEGY_ASYNC;
+  if (o->strategy == TR_STRATEGY_MP && given->microbatches > 1)
+    return bad(err, size, "layout.microbatches %d: mp trains one micro-batch at a time (that is "
+               "the pipeline strategy)", given->microbatches);
   const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;
-  if (o->strategy == TR_STRATEGY_MP && o->microbatches > 1) {
-    snprintf(err, size, "--microbatches %d: mp trains one micro-batch at a time (that is "
-             "--strategy pipeline)", o->microbatches);
-    return TR_EINVAL;
-  }
-  c->microbatches = o->microbatches > 0 ? o->microbatches : pipelined ? 2 * P : 1;
-  c->schedule = o->schedule >= 0 ? (tr_schedule_kind)o->schedule : TR_SCHEDULE_1F1B;
-  if (o->cuts) {
-    if (o->ncuts != P - 1) {
-      snprintf(err, size, "--cuts: %d boundaries given, %d stages need %d", o->ncuts, P, P - 1);
-      return TR_EINVAL;
-    }
-    rn->cuts[0] = 0;
-    for (int s = 1; s < P; s++) rn->cuts[s] = o->cuts[s - 1];
-    rn->cuts[P] = tr_model_layer_count(rn->model);
-    c->cuts = rn->cuts;
-  }
+  l->replicas = R;
+  l->stages = P;
+  l->microbatches = given->microbatches > 0 ? given->microbatches : pipelined ? 2 * P : 1;
   return 0;
 }
 
@@ -113,11 +101,9 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
 static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) {
   char spec[32];
   const tr_device_info *first = tr_device_get_info(tr_device_list_get(rn->devices, 0));
-  if (o->hogwild && first->kind != TR_DEVICE_HOST) {
-    snprintf(err, n, "--hogwild: host devices only (the workers share the server's memory), "
-             "not %s", o->devices);
-    return TR_EINVAL;
-  }
+  if (o->job.async.hogwild && first->kind != TR_DEVICE_HOST)
+    return bad(err, n, "async.hogwild: host devices only (the workers share the server's "
+               "memory), not %s", o->devices);
   if (first->kind == TR_DEVICE_CUDA) snprintf(spec, sizeof spec, "cuda:%d", first->ordinal);
   else snprintf(spec, sizeof spec, "host:1");
   const char *want = o->server ? o->server : spec;
@@ -127,7 +113,7 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
     snprintf(why, sizeof why, "give one device");
     rc = TR_EINVAL;
   }
-  if (rc) snprintf(err, n, "--server %s: %s", want, why);
+  if (rc) snprintf(err, n, "server %s: %s", want, why);
   return rc;
 }
 
@@ -136,16 +122,20 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
  * GEMMs lose. Where measuring fails, tr_job_new balances by FLOPs instead. */
 static void measured_cuts(run *rn) {
   tr_job_config *c = &rn->jc;
-  const int L = tr_model_layer_count(rn->model);
-  const int parts = c->replicas * c->microbatches, batch = c->global_batch / parts;
-  if (c->stages > L || c->stages > TR__MAX_STAGES || batch < 1 || c->global_batch % parts)
+  const int L = tr_model_layer_count(rn->model), P = c->layout.stages;
+  const int parts = c->layout.replicas * c->layout.microbatches;
+  const int global = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
+  const int batch = global / parts;
+  if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
     return; /* not a layout: tr_job_new says why */
   double *cost = malloc((size_t)L * sizeof *cost);
   if (cost &&
       tr_model_measure_layers(rn->model, tr_device_list_get(rn->devices, 0), batch, 5, cost,
                               NULL, 0) == 0 &&
-      tr_model_balance_costs(rn->model, cost, c->stages, rn->cuts) == 0)
-    c->cuts = rn->cuts;
+      tr_model_balance_costs(rn->model, cost, P, rn->cuts) == 0) {
+    c->layout.cuts = rn->cuts + 1;
+    c->layout.ncuts = P - 1;
+  }
   free(cost);
 }
 
@@ -153,58 +143,43 @@ static void measured_cuts(run *rn) {
  * before any thread starts. */
 static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc;
-  if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0))) {
-    snprintf(err, n, "--steps or --seconds: give a positive number of steps or seconds");
-    return TR_EINVAL;
-  }
+  if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0)))
+    return bad(err, n, "steps or seconds: give a positive number of steps or seconds");
   rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
                : tr_model_named(&rn->model, o->model, err, n);
   if (rc) return rc;
+  rn->jc = o->job;
   tr_job_config *c = &rn->jc;
   c->model = rn->model;
-  c->global_batch = o->batch > 0 ? o->batch : tr_model_batch(rn->model);
-  c->optim = tr_model_optim(rn->model);
-  if (o->optimizer >= 0) c->optim = tr_optim_defaults((tr_optim_kind)o->optimizer, c->optim.lr);
-  if (o->lr > 0) c->optim.lr = o->lr;
-  if (o->clip > 0) c->optim.clip = o->clip;
-  c->seed = o->seed;
-  c->prefetch = o->prefetch;
-  c->checkpoint = o->checkpoint;
-  c->checkpoint_every = o->checkpoint_every;
-  c->resume = o->resume;
   c->strategy = tr_strategy_name(o->strategy);
-  c->progress = o->progress;
-  c->slow_device = o->slow_device;
-  c->slow_us = o->slow_us;
-
   if ((rc = tr_device_list_open(&rn->devices, o->devices, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
-  if (c->async && (rc = open_server(rn, o, err, n))) return rc;
-  if (o->resume && (rc = tr__checkpoint_peek(o->resume, rn->model, &rn->first_step, err, n)))
-    return rc;
+  if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
+  const char *resume = c->checkpoint.resume;
+  if (resume && (rc = tr__checkpoint_peek(resume, rn->model, &rn->first_step, err, n))) return rc;
   rn->end_step = o->steps;
-  if (o->steps > 0 && rn->first_step >= o->steps) {
-    snprintf(err, n, "--resume %s: the checkpoint is at step %lld, --steps %lld is reached",
-             o->resume, (long long)rn->first_step, (long long)o->steps);
-    return TR_EINVAL;
-  }
+  if (o->steps > 0 && rn->first_step >= o->steps)
+    return bad(err, n, "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is "
+               "reached", resume, (long long)rn->first_step, (long long)o->steps);
+  if (o->labels) /* MERGE: .npy data with the data branch */
+    return bad(err, n, "labels %s: not read yet", o->labels);
   tr_data_config dc;
-  tr_data_config_for(&dc, rn->model, o->seed, o->data);
+  tr_data_config_for(&dc, rn->model, o->job.seed, o->data);
   if ((rc = tr_data_open(&rn->data, &dc, err, n))) return rc;
-  /* last: measuring takes a moment, wasted on options found wrong after it */
-  if (c->stages > 1 && !c->cuts && !o->deterministic) measured_cuts(rn);
   c->data = rn->data;
+  /* last: measuring takes a moment, wasted on options found wrong after it */
+  if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic) measured_cuts(rn);
   return 0;
 }
 
 /* The strategy's graph, with the public calls of tr_job.h: per replica a loader and a
  * chain of stages, per stage index a replica group, and one coordinator. */
 static int build(tr_job *j, const run *rn) {
-  const int R = rn->jc.replicas, P = rn->jc.stages;
+  const int R = rn->jc.layout.replicas, P = rn->jc.layout.stages;
   tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator, *server = NULL;
   int rc = 0;
-  if (rn->jc.async) {
+  if (rn->jc.async.enabled) {
     rc = tr_job_add_server(j, tr_device_list_get(rn->server, 0), &server);
     for (int w = 0; w < R && rc == 0; w++) {
       rc = tr_job_add_worker(j, w, tr_device_list_get(rn->devices, w), &stage[w]);
@@ -233,7 +208,8 @@ static int build(tr_job *j, const run *rn) {
   return rc;
 }
 
-int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
+int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
+                         tr_train_result *r, char *err, size_t err_size) {
   run rn = {0};
   tr_graph *g = NULL;
   tr_job *j = NULL;
@@ -251,6 +227,7 @@ int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_
     goto out;
   }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
+  if (hooks) tr__job_set_test_hooks(j, hooks);
   if ((rc = build(j, &rn))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
@@ -261,7 +238,7 @@ int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_
   }
   tr_job_result(j, r);
   if (o->trace && (rc = tr_system_trace_write(tr_graph_system(g), o->trace)))
-    snprintf(err, err_size, "--trace %s: cannot write the trace", o->trace);
+    snprintf(err, err_size, "trace %s: cannot write the trace", o->trace);
 out:
   tr_graph_free(g);
   tr_job_free(j);
@@ -270,4 +247,8 @@ out:
   tr_device_list_close(rn.server);
   tr_model_free(rn.model);
   return rc;
+}
+
+int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
+  return tr__train_run_hooked(o, NULL, r, err, err_size);
 }

@@ -44,18 +44,13 @@ int main(int argc, char **argv) {
 
   /* The job: W workers ("replicas" of one stage, each training whole 64-sample batches),
    * asynchronous, SSP with bound 1. */
-  const tr_job_config jc = {
-      .model = model,
-      .data = data,
-      .optim = tr_model_optim(model),        /* SGD, lr 0.01: the server's */
-      .global_batch = tr_model_batch(model), /* 64 samples per step: one push */
-      .replicas = W,
-      .stages = 1,
-      .microbatches = 1,
-      .seed = 1,
-      .async = 1,
-      .staleness = 1,
-  };
+  tr_job_config jc = tr_job_defaults(); /* the model's batch (64 samples per step: one push)
+                                           and optimizer (SGD, lr 0.01: the server's) */
+  jc.model = model;
+  jc.data = data;
+  jc.layout.replicas = W;
+  jc.async.enabled = 1;
+  jc.async.staleness = 1;
   if ((rc = tr_graph_new(&g, NULL))) {
     snprintf(err, sizeof err, "creating the graph: %s", tr_strerror(rc));
     goto out;

@@ -41,16 +41,12 @@ int main(int argc, char **argv) {
 
   /* The job: what every actor of the graph shares. R replicas of one stage each, one
    * micro-batch per step; tr_job_new checks the layout (64 samples must split evenly). */
-  const tr_job_config jc = {
-      .model = model,
-      .data = data,
-      .optim = tr_model_optim(model),        /* SGD, lr 0.01 */
-      .global_batch = tr_model_batch(model), /* 64 samples per step, over all replicas */
-      .replicas = R,
-      .stages = 1,
-      .microbatches = 1,
-      .seed = 1, /* every replica starts from the same parameters */
-  };
+  tr_job_config jc = tr_job_defaults(); /* the model's batch (64 samples per step, over all
+                                           replicas) and optimizer (SGD, lr 0.01); seed 1:
+                                           every replica starts from the same parameters */
+  jc.model = model;
+  jc.data = data;
+  jc.layout.replicas = R;
   if ((rc = tr_graph_new(&g, NULL))) {
     snprintf(err, sizeof err, "creating the graph: %s", tr_strerror(rc));
     goto out;

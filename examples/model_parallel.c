@@ -18,7 +18,7 @@
 int main(int argc, char **argv) {
   const char *spec = argc > 1 ? argv[1] : "host:2";
   const int64_t steps = 2000;
-  const int cuts[] = {0, 2, 3}; /* stage s: layers [cuts[s], cuts[s+1]) */
+  const int cuts[] = {2}; /* stage 1 begins at layer 2: stage 0 has layers 0 and 1 */
   char err[1024] = "";
   tr_model *model = NULL;
   tr_device_list *devs = NULL;
@@ -44,18 +44,13 @@ int main(int argc, char **argv) {
 
   /* One replica of two stages, one micro-batch per step. With one micro-batch the schedule
    * has nothing to reorder: gpipe (all forwards, then all backwards) is the plain order. */
-  const tr_job_config jc = {
-      .model = model,
-      .data = data,
-      .optim = tr_model_optim(model),        /* SGD, lr 0.01 */
-      .global_batch = tr_model_batch(model), /* 64 samples per step */
-      .replicas = 1,
-      .stages = 2,
-      .microbatches = 1,
-      .schedule = TR_SCHEDULE_GPIPE,
-      .cuts = cuts, /* NULL would balance the stages by their cost (tr_model_balance) */
-      .seed = 1,
-  };
+  tr_job_config jc = tr_job_defaults(); /* the model's batch (64) and optimizer (SGD, 0.01) */
+  jc.model = model;
+  jc.data = data;
+  jc.layout.stages = 2;
+  jc.layout.schedule = TR_SCHEDULE_GPIPE;
+  jc.layout.cuts = cuts; /* NULL would balance the stages by their cost (tr_model_balance) */
+  jc.layout.ncuts = 1;
   if ((rc = tr_graph_new(&g, NULL))) {
     snprintf(err, sizeof err, "creating the graph: %s", tr_strerror(rc));
     goto out;

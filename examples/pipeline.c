@@ -46,17 +46,12 @@ int main(int argc, char **argv) {
 
   /* One replica of two stages, 8 micro-batches per step under 1F1B. The cuts are left to
    * tr_model_balance, which puts four of the eight Linears on each stage. */
-  const tr_job_config jc = {
-      .model = model,
-      .data = data,
-      .optim = tr_model_optim(model),        /* momentum 0.9, lr 1e-3 */
-      .global_batch = tr_model_batch(model), /* 256 samples per step */
-      .replicas = 1,
-      .stages = 2,
-      .microbatches = 8, /* of 32 samples; gradients add up over them before the update */
-      .schedule = TR_SCHEDULE_1F1B,
-      .seed = 1,
-  };
+  tr_job_config jc = tr_job_defaults(); /* the model's batch (256 samples per step) and
+                                           optimizer (momentum 0.9, lr 1e-3); 1F1B */
+  jc.model = model;
+  jc.data = data;
+  jc.layout.stages = 2;
+  jc.layout.microbatches = 8; /* of 32 samples; gradients add up over them before the update */
   if ((rc = tr_graph_new(&g, NULL))) {
     snprintf(err, sizeof err, "creating the graph: %s", tr_strerror(rc));
     goto out;

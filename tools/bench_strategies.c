@@ -183,22 +183,22 @@ int bench_strategies(int argc, char **argv) {
   if (n > 1) {
     ROW("dp", o->strategy = TR_STRATEGY_DP);
     ROW("mp", o->strategy = TR_STRATEGY_MP);
-    ROW("pipeline gpipe", o->strategy = TR_STRATEGY_PIPELINE, o->schedule = TR_SCHEDULE_GPIPE,
-        o->microbatches = 8);
-    ROW("pipeline 1f1b", o->strategy = TR_STRATEGY_PIPELINE, o->schedule = TR_SCHEDULE_1F1B,
-        o->microbatches = 8);
+    ROW("pipeline gpipe", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_GPIPE,
+        o->job.layout.microbatches = 8);
+    ROW("pipeline 1f1b", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_1F1B,
+        o->job.layout.microbatches = 8);
   }
-  if (n >= 4 && n % 2 == 0) ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->microbatches = 4);
+  if (n >= 4 && n % 2 == 0) ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4);
   const int async1 = nrows;
-  ROW("async 1", o->strategy = TR_STRATEGY_ASYNC, o->workers = 1);
+  ROW("async 1", o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = 1);
   if (n > 1) {
     char label[24];
     snprintf(label, sizeof label, "async %d", n);
-    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->workers = n);
+    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n);
     snprintf(label, sizeof label, "async %d S=2", n);
-    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->workers = n, o->staleness = 2);
+    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n, o->job.async.staleness = 2);
     snprintf(label, sizeof label, "async %d dc .04", n);
-    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->workers = n, o->dc_lambda = 0.04f);
+    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n, o->job.async.dc_lambda = 0.04f);
   }
 #undef ROW
   for (int i = 0; i < nrows; i++) {

@@ -45,9 +45,12 @@ static void usage(FILE *f) {
           "  --lr X                         learning rate (default: the workload's)\n"
           "  --optimizer sgd|momentum|adamw (default: the workload's)\n"
           "  --clip NORM                    global-norm gradient clipping\n"
-          "  --data FILE                    train gpt on a byte or text file\n"
+          "  --data FILE                    token models (gpt): a byte or text file; float models:\n"
+          "                                 a NumPy .npy array of inputs, with --labels\n"
+          "  --labels FILE                  a NumPy .npy array of targets (with --data)\n"
           "  --seed N                       initialisation and data (default 1)\n"
           "  --deterministic                bitwise-repeatable runs\n"
+          "  --tf32                         CUDA: TF32 tensor cores in fp32 GEMMs\n"
           "  --trace FILE.json              Chrome/Perfetto trace of every actor\n"
           "  --checkpoint FILE              safetensors checkpoint at the end ...\n"
           "  --checkpoint-every N           ... and every N steps\n"
@@ -182,9 +185,72 @@ static bool parse_cuts(const char *v, int *cuts, const int **out, int *count) {
   return true;
 }
 
+/* Library messages name the fields of tr_train_options and tr_job_config; a user of the
+ * command knows its flags. A field with a '.' or '_' is replaced wherever it stands as a
+ * word; a plain one ("devices") only where it begins the message, since elsewhere it may be
+ * prose. Longest names first, so "layout.cuts" is not read as "layout". */
+static const struct {
+  const char *field, *flag;
+} field_flags[] = {
+    {"async.momentum_correction", "--momentum-correction"},
+    {"layout.microbatches", "--microbatches"},
+    {"checkpoint.resume", "--resume"},
+    {"checkpoint.every", "--checkpoint-every"},
+    {"checkpoint.path", "--checkpoint"},
+    {"async.staleness_lr", "--staleness-lr"},
+    {"async.pull_every", "--pull-every"},
+    {"async.dc_lambda", "--dc-lambda"},
+    {"async.staleness", "--staleness"},
+    {"async.hogwild", "--hogwild"},
+    {"layout.schedule", "--schedule"},
+    {"layout.replicas", "--workers"},
+    {"layout.stages", "--stages"},
+    {"layout.cuts", "--cuts"},
+    {"global_batch", "--batch"},
+    {"optim.kind", "--optimizer"},
+    {"optim.clip", "--clip"},
+    {"optim.lr", "--lr"},
+    {"steps or seconds", "--steps or --seconds"},
+    {"devices", "--devices"},
+    {"seconds", "--seconds"},
+    {"labels", "--labels"},
+    {"layout", "--devices"},
+    {"server", "--server"},
+    {"async", "--strategy async"},
+    {"steps", "--steps"},
+    {"model", "--model"},
+    {"trace", "--trace"},
+    {"data", "--data"},
+};
+
+static bool word_char(char c) { return (c >= 'a' && c <= 'z') || c == '_' || c == '.' || c == '-'; }
+
+/* Writes `msg` to f with every field name that stands as a word replaced by its flag. */
+static void print_with_flags(FILE *f, const char *msg) {
+  for (const char *p = msg; *p;) {
+    bool done = false;
+    for (size_t k = 0; k < sizeof field_flags / sizeof *field_flags && !done; k++) {
+      const char *field = field_flags[k].field;
+      const size_t n = strlen(field);
+      const bool anywhere = strpbrk(field, "._") != NULL;
+      if (strncmp(p, field, n) == 0 && (p == msg || (anywhere && !word_char(p[-1]))) &&
+          !word_char(p[n])) {
+        fputs(field_flags[k].flag, f);
+        p += n;
+        done = true;
+      }
+    }
+    if (!done) fputc(*p++, f);
+  }
+}
+
 int cmd_train(int argc, char **argv) {
   tr_train_options o = tr_train_defaults();
+  tr_layout_config *layout = &o.job.layout;
+  tr_async_config *async = &o.job.async;
   int cuts[64];
+  int optimizer = -1;
+  double lr = 0, clip = 0;
   bool json = false, quiet = false, steps_given = false;
   const char *async_given = NULL; /* the last option that only async reads */
   for (int i = 1; i < argc; i++) {
@@ -206,44 +272,43 @@ int cmd_train(int argc, char **argv) {
       if (!cli_value_str(argc, argv, &i, &o.devices)) return CLI_USAGE;
     } else if (!strcmp(a, "--microbatches")) {
       if (!cli_value_u64(argc, argv, &i, 1, 1 << 16, &u)) return CLI_USAGE;
-      o.microbatches = (int)u;
+      layout->microbatches = (int)u;
     } else if (!strcmp(a, "--schedule")) {
-      tr_schedule_kind k;
       if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_schedule_kind_parse(v, &k)) {
+      if (tr_schedule_kind_parse(v, &layout->schedule)) {
         fprintf(stderr, "troupe: --schedule: '%s' is not gpipe or 1f1b\n", v);
         return CLI_USAGE;
       }
-      o.schedule = (int)k;
     } else if (!strcmp(a, "--stages")) {
       if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
-      o.stages = (int)u;
+      layout->stages = (int)u;
     } else if (!strcmp(a, "--cuts")) {
-      if (!cli_value_str(argc, argv, &i, &v) || !parse_cuts(v, cuts, &o.cuts, &o.ncuts)) return CLI_USAGE;
+      if (!cli_value_str(argc, argv, &i, &v) || !parse_cuts(v, cuts, &layout->cuts, &layout->ncuts))
+        return CLI_USAGE;
     } else if (!strcmp(a, "--workers")) {
       if (!cli_value_u64(argc, argv, &i, 1, TR_TRAIN_MAX_DEVICES, &u)) return CLI_USAGE;
-      o.workers = (int)u;
+      layout->replicas = (int)u;
       async_given = a;
     } else if (!strcmp(a, "--staleness")) {
       if (!cli_value_u64(argc, argv, &i, 0, INT_MAX, &u)) return CLI_USAGE;
-      o.staleness = (int)u;
+      async->staleness = (int)u;
       async_given = a;
     } else if (!strcmp(a, "--dc-lambda")) {
       if (!cli_value_double(argc, argv, &i, 0, 1e6, &d)) return CLI_USAGE;
-      o.dc_lambda = (float)d;
+      async->dc_lambda = (float)d;
       async_given = a;
     } else if (!strcmp(a, "--momentum-correction")) {
-      o.momentum_correction = 1;
+      async->momentum_correction = 1;
       async_given = a;
     } else if (!strcmp(a, "--staleness-lr")) {
-      o.staleness_lr = 1;
+      async->staleness_lr = 1;
       async_given = a;
     } else if (!strcmp(a, "--pull-every")) {
       if (!cli_value_u64(argc, argv, &i, 1, 1 << 20, &u)) return CLI_USAGE;
-      o.pull_every = (int)u;
+      async->pull_every = (int)u;
       async_given = a;
     } else if (!strcmp(a, "--hogwild")) {
-      o.hogwild = 1;
+      async->hogwild = 1;
       async_given = a;
     } else if (!strcmp(a, "--server")) {
       if (!cli_value_str(argc, argv, &i, &o.server)) return CLI_USAGE;
@@ -256,10 +321,9 @@ int cmd_train(int argc, char **argv) {
       if (!cli_value_double(argc, argv, &i, 1e-3, 1e7, &o.seconds)) return CLI_USAGE;
     } else if (!strcmp(a, "--batch")) {
       if (!cli_value_u64(argc, argv, &i, 1, 1 << 20, &u)) return CLI_USAGE;
-      o.batch = (int)u;
+      o.job.global_batch = (int)u;
     } else if (!strcmp(a, "--lr")) {
-      if (!cli_value_double(argc, argv, &i, 1e-12, 1e6, &d)) return CLI_USAGE;
-      o.lr = (float)d;
+      if (!cli_value_double(argc, argv, &i, 1e-12, 1e6, &lr)) return CLI_USAGE;
     } else if (!strcmp(a, "--optimizer")) {
       tr_optim_kind k;
       if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
@@ -267,25 +331,28 @@ int cmd_train(int argc, char **argv) {
         fprintf(stderr, "troupe: --optimizer: '%s' is not sgd, momentum or adamw\n", v);
         return CLI_USAGE;
       }
-      o.optimizer = (int)k;
+      optimizer = (int)k;
     } else if (!strcmp(a, "--clip")) {
-      if (!cli_value_double(argc, argv, &i, 1e-12, 1e12, &d)) return CLI_USAGE;
-      o.clip = (float)d;
+      if (!cli_value_double(argc, argv, &i, 1e-12, 1e12, &clip)) return CLI_USAGE;
     } else if (!strcmp(a, "--data")) {
       if (!cli_value_str(argc, argv, &i, &o.data)) return CLI_USAGE;
+    } else if (!strcmp(a, "--labels")) {
+      if (!cli_value_str(argc, argv, &i, &o.labels)) return CLI_USAGE;
     } else if (!strcmp(a, "--seed")) {
-      if (!cli_value_u64(argc, argv, &i, 0, UINT64_MAX, &o.seed)) return CLI_USAGE;
+      if (!cli_value_u64(argc, argv, &i, 0, UINT64_MAX, &o.job.seed)) return CLI_USAGE;
     } else if (!strcmp(a, "--deterministic")) {
       o.deterministic = 1;
+    } else if (!strcmp(a, "--tf32")) {
+      o.job.precision.tf32 = 1;
     } else if (!strcmp(a, "--trace")) {
       if (!cli_value_str(argc, argv, &i, &o.trace)) return CLI_USAGE;
     } else if (!strcmp(a, "--checkpoint")) {
-      if (!cli_value_str(argc, argv, &i, &o.checkpoint)) return CLI_USAGE;
+      if (!cli_value_str(argc, argv, &i, &o.job.checkpoint.path)) return CLI_USAGE;
     } else if (!strcmp(a, "--checkpoint-every")) {
       if (!cli_value_u64(argc, argv, &i, 1, INT64_MAX, &u)) return CLI_USAGE;
-      o.checkpoint_every = (int64_t)u;
+      o.job.checkpoint.every = (int64_t)u;
     } else if (!strcmp(a, "--resume")) {
-      if (!cli_value_str(argc, argv, &i, &o.resume)) return CLI_USAGE;
+      if (!cli_value_str(argc, argv, &i, &o.job.checkpoint.resume)) return CLI_USAGE;
     } else if (!strcmp(a, "--json")) {
       json = true;
     } else if (!strcmp(a, "--watchdog")) {
@@ -307,17 +374,27 @@ int cmd_train(int argc, char **argv) {
     fprintf(stderr, "troupe: %s: applies to --strategy async only\n", async_given);
     return CLI_USAGE;
   }
-  if (o.checkpoint_every && !o.checkpoint) {
+  if (o.job.checkpoint.every && !o.job.checkpoint.path) {
     fprintf(stderr, "troupe: --checkpoint-every needs --checkpoint FILE\n");
     return CLI_USAGE;
   }
-  o.progress = !quiet && isatty(STDERR_FILENO);
+  if (o.labels && !o.data) {
+    fprintf(stderr, "troupe: --labels needs --data FILE.npy\n");
+    return CLI_USAGE;
+  }
+  /* --optimizer alone: that kind's defaults at the model's learning rate (lr 0) */
+  if (optimizer >= 0) o.job.optim = tr_optim_defaults((tr_optim_kind)optimizer, 0);
+  o.job.optim.lr = (float)lr;
+  o.job.optim.clip = (float)clip;
+  o.job.progress = !quiet && isatty(STDERR_FILENO);
 
   tr_train_result r;
   char err[1024];
   int rc = tr_train_run(&o, &r, err, sizeof err);
   if (rc) {
-    fprintf(stderr, "troupe: %s\n", err);
+    fputs("troupe: ", stderr);
+    print_with_flags(stderr, err);
+    fputc('\n', stderr);
     return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
   }
   /* On host devices, the hardware's yardstick, measured now, after the run (WORKLOADS.md):
@@ -325,7 +402,7 @@ int cmd_train(int argc, char **argv) {
   double sgemm = NAN;
   if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0)
     sgemm = cli_sgemm_gflops(2048);
-  if (!quiet) print_summary(&r, sgemm, o.staleness);
+  if (!quiet) print_summary(&r, sgemm, async->staleness);
   if (json) print_json(&r, sgemm);
   return CLI_OK;
 }

@@ -64,8 +64,8 @@ typedef struct layout_case {
 static inline tr_train_options with_layout(tr_train_options o, const layout_case *c) {
   o.strategy = c->strategy;
   o.devices = c->devices;
-  o.schedule = c->schedule;
-  o.microbatches = c->microbatches;
+  if (c->schedule >= 0) o.job.layout.schedule = (tr_schedule_kind)c->schedule;
+  o.job.layout.microbatches = c->microbatches;
   return o;
 }
 

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "../runtime/test_util.h"
+#include "job_testing.h" /* slow and failing workers */
 #include "troupe.h"
 
 #define SCRATCH_NAME "async"
@@ -38,7 +39,7 @@ static tr_train_options options(const char *model, const tr_model_spec *spec, in
   o.spec = spec;
   o.devices = "host:1";
   o.steps = steps;
-  o.batch = spec ? spec->batch : 64;
+  o.job.global_batch = spec ? spec->batch : 64;
   o.watchdog_ms = 20000; /* a stuck graph fails with a report of each actor, not a timeout */
   return o;
 }
@@ -46,18 +47,23 @@ static tr_train_options options(const char *model, const tr_model_spec *spec, in
 static tr_train_options async(tr_train_options o, const char *devices, int workers) {
   o.strategy = TR_STRATEGY_ASYNC;
   o.devices = devices;
-  o.workers = workers;
+  o.job.layout.replicas = workers;
   return o;
 }
 
-static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
+static void run_hooked(tr_train_options o, const tr__test_hooks *h, const char *file,
+                       tr_train_result *r) {
   char err[1024];
-  o.checkpoint = file ? path(file) : NULL;
-  if (tr_train_run(&o, r, err, sizeof err))
+  o.job.checkpoint.path = file ? path(file) : NULL;
+  if (tr__train_run_hooked(&o, h, r, err, sizeof err))
     fail_msg("%s %s on %s (%d workers): %s", tr_strategy_name(o.strategy), model_name(&o),
-             o.devices, o.workers, err);
+             o.devices, o.job.layout.replicas, err);
   assert_int_equal(r->steps, o.steps);
-  assert_int_equal(r->samples, (o.steps - r->first_step) * o.batch);
+  assert_int_equal(r->samples, (o.steps - r->first_step) * o.job.global_batch);
+}
+
+static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
+  run_hooked(o, NULL, file, r);
 }
 
 /* ---- comparing checkpoints ------------------------------------------------------------- */
@@ -159,9 +165,9 @@ static void one_worker_equals_single_bitwise(void **state) {
                                      options(NULL, &gpt1, EQUAL_STEPS)};
   for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
     tr_train_options o = models[k];
-    o.staleness = 0;
+    o.job.async.staleness = 0;
     assert_one_worker_is_single(o, "staleness 0");
-    o.staleness = -1;
+    o.job.async.staleness = -1;
     assert_one_worker_is_single(o, "unbounded");
   }
 }
@@ -173,11 +179,10 @@ static void one_worker_equals_single_bitwise(void **state) {
 static void a_fast_worker_is_held_at_the_staleness_bound(void **state) {
   (void)state;
   tr_train_options o = async(options("simplenet", NULL, 60), "host:2", 2);
-  o.slow_device = 1;
-  o.slow_us = 3000;
-  o.staleness = 2;
+  const tr__test_hooks slow = {.slow_device = 1, .slow_us = 3000};
+  o.job.async.staleness = 2;
   tr_train_result r;
-  run_to(o, NULL, &r);
+  run_hooked(o, &slow, NULL, &r);
   assert_staleness_adds_up(&r);
   if (r.clock_gap_max != 2)
     fail_msg("staleness 2, a slow worker: pulls were served %d pushes ahead of the slowest "
@@ -185,8 +190,8 @@ static void a_fast_worker_is_held_at_the_staleness_bound(void **state) {
              "staleness max %.0f)", r.clock_gap_max, r.utilization[0], r.utilization[1],
              r.staleness_max);
 
-  o.staleness = -1;
-  run_to(o, NULL, &r);
+  o.job.async.staleness = -1;
+  run_hooked(o, &slow, NULL, &r);
   assert_staleness_adds_up(&r);
   if (!(r.clock_gap_max > 2))
     fail_msg("unbounded, a slow worker: the fast one ran only %d pushes ahead, so the run "
@@ -231,10 +236,10 @@ static void dc_asgd_op_matches_a_hand_computed_example(void **state) {
 static void dc_asgd_with_one_worker_changes_nothing(void **state) {
   (void)state;
   tr_train_options o = options(NULL, &mlp4, EQUAL_STEPS);
-  o.dc_lambda = 0.5f;
+  o.job.async.dc_lambda = 0.5f;
   assert_one_worker_is_single(o, "dc_lambda 0.5");
   o = options("simplenet", NULL, EQUAL_STEPS);
-  o.dc_lambda = 2.0f;
+  o.job.async.dc_lambda = 2.0f;
   assert_one_worker_is_single(o, "dc_lambda 2");
 }
 
@@ -243,13 +248,13 @@ static void dc_asgd_with_one_worker_changes_nothing(void **state) {
 static void dc_asgd_corrects_the_stale_updates_of_one_worker(void **state) {
   (void)state;
   tr_train_options o = async(options("simplenet", NULL, 12), "host:1", 1);
-  o.pull_every = 4;
+  o.job.async.pull_every = 4;
   tr_train_result r;
   run_to(o, "plain1.safetensors", &r);
   run_to(o, "plain2.safetensors", &r);
   assert_same_tensors(path("plain2.safetensors"), path("plain1.safetensors"),
                       "one worker pulling every 4, twice");
-  o.dc_lambda = 4.0f;
+  o.job.async.dc_lambda = 4.0f;
   run_to(o, "dc.safetensors", &r);
   const double dc = difference(path("dc.safetensors"), path("plain1.safetensors"));
   if (!(dc > 1e-6))
@@ -266,13 +271,13 @@ static void dc_asgd_corrects_the_stale_updates_of_one_worker(void **state) {
 static void dc_asgd_with_two_workers_changes_the_parameters(void **state) {
   (void)state;
   tr_train_options o = async(options("simplenet", NULL, 40), "host:2", 2);
-  o.slow_device = 1;
-  o.slow_us = 1000;
-  o.staleness = 0;
+  const tr__test_hooks slow = {.slow_device = 1, .slow_us = 1000};
+  o.job.async.staleness = 0;
   tr_train_result r;
   for (int k = 0; k < 3; k++) {
-    o.dc_lambda = k < 2 ? 0 : 1000.0f;
-    run_to(o, k == 0 ? "plain1.safetensors" : k == 1 ? "plain2.safetensors" : "dc.safetensors", &r);
+    o.job.async.dc_lambda = k < 2 ? 0 : 1000.0f;
+    run_hooked(o, &slow,
+               k == 0 ? "plain1.safetensors" : k == 1 ? "plain2.safetensors" : "dc.safetensors", &r);
     if (r.staleness_hist[0] != 20 || r.staleness_hist[1] != 20)
       fail_msg("staleness 0, one slow worker of 2: %lld fresh and %lld one-stale updates of 40, "
                "expected 20 and 20 (utilization %.3f and %.3f)", (long long)r.staleness_hist[0],
@@ -298,7 +303,7 @@ static float *initial_params(const tr_train_options *o, tr_model **model) {
   tr_device_list *list;
   if (tr_device_list_open(&list, "host:1", err, sizeof err)) fail_msg("%s", err);
   tr_stage_config c = tr_stage_defaults(*model);
-  c.seed = o->seed;
+  c.seed = o->job.seed;
   tr_stage *st;
   if (tr_stage_open(&st, *model, tr_device_list_get(list, 0), &c, err, sizeof err))
     fail_msg("%s", err);
@@ -336,8 +341,8 @@ static void every_pushed_gradient_is_clipped(void **state) {
   (void)state;
   const float lr = 0.1f, clip = 0.05f;
   tr_train_options o = async(options("simplenet", NULL, 1), "host:1", 1);
-  o.lr = lr;
-  o.clip = clip;
+  o.job.optim.lr = lr;
+  o.job.optim.clip = clip;
   tr_model *m;
   float *theta0 = initial_params(&o, &m);
   tr_train_result r;
@@ -349,8 +354,8 @@ static void every_pushed_gradient_is_clipped(void **state) {
 
   enum { K = 20 };
   o = async(options("simplenet", NULL, K), "host:2", 2);
-  o.lr = lr;
-  o.clip = clip;
+  o.job.optim.lr = lr;
+  o.job.optim.clip = clip;
   run_to(o, "clipk.safetensors", &r);
   assert_int_equal(hist_sum(&r), K);
   const double bound = K * (double)lr * clip;
@@ -358,7 +363,7 @@ static void every_pushed_gradient_is_clipped(void **state) {
   if (!(clipped <= bound * (1 + 1e-4)))
     fail_msg("%d clipped updates of 2 workers moved the parameters by %.6g, more than "
              "%d × lr × clip = %.6g", K, clipped, K, bound);
-  o.clip = 0;
+  o.job.optim.clip = 0;
   run_to(o, "free.safetensors", &r);
   const double free_ = distance_from(theta0, m, path("free.safetensors"));
   if (!(free_ > 3 * bound))
@@ -376,12 +381,12 @@ static void momentum_correction_takes_off_what_asynchrony_adds(void **state) {
   tr_train_result r;
   run_to(o, NULL, &r);
   if (!(fabs(r.momentum - 0.9) < 1e-6)) fail_msg("no correction: momentum %g, expected 0.9", r.momentum);
-  o.momentum_correction = 1;
+  o.job.async.momentum_correction = 1;
   run_to(o, NULL, &r);
   if (!(fabs(r.momentum - 0.4) < 1e-6))
     fail_msg("2 workers, corrected: momentum %g, expected 0.9 - (1 - 1/2) = 0.4", r.momentum);
   o = async(options(NULL, &mlp4, 4), "host:1", 1);
-  o.momentum_correction = 1;
+  o.job.async.momentum_correction = 1;
   run_to(o, NULL, &r);
   if (!(fabs(r.momentum - 0.9) < 1e-6))
     fail_msg("1 worker, corrected: momentum %g, expected 0.9 (asynchrony adds none)", r.momentum);
@@ -398,7 +403,7 @@ static void pulling_every_four_pushes_makes_updates_up_to_three_stale(void **sta
   tr_train_result r;
   run_to(o, "single.safetensors", &r);
   o = async(o, "host:1", 1);
-  o.pull_every = 4;
+  o.job.async.pull_every = 4;
   run_to(o, "every4.safetensors", &r);
   assert_staleness_adds_up(&r);
   for (int s = 0; s < TR_TRAIN_STALENESS_BINS; s++)
@@ -426,7 +431,7 @@ static void more_workers_converge_like_one(void **state) {
   double lo[2] = {INFINITY, INFINITY}, hi[2] = {0, 0};
   for (uint64_t seed = 1; seed <= 3; seed++) {
     tr_train_options o = options("simplenet", NULL, STEPS);
-    o.seed = seed;
+    o.job.seed = seed;
     tr_train_result single, r;
     run_to(o, NULL, &single);
     assert_true(single.final_loss < 0.1 * single.initial_loss);
@@ -464,7 +469,7 @@ static void more_workers_converge_like_one(void **state) {
 static void hogwild_workers_train_the_shared_parameters(void **state) {
   (void)state;
   tr_train_options o = options(NULL, &mlp4, EQUAL_STEPS);
-  o.hogwild = 1;
+  o.job.async.hogwild = 1;
   tr_train_result r;
   run_to(o, "single.safetensors", &r);
   run_to(async(o, "host:1", 1), "hogwild.safetensors", &r);
@@ -475,7 +480,7 @@ static void hogwild_workers_train_the_shared_parameters(void **state) {
   o = options("simplenet", NULL, 3000);
   tr_train_result single;
   run_to(o, NULL, &single);
-  o.hogwild = 1;
+  o.job.async.hogwild = 1;
   run_to(async(o, "host:2", 2), NULL, &r);
   assert_staleness_adds_up(&r);
   fprintf(stderr, "Hogwild!, 2 workers: final loss %.5g, %.3f × single's, staleness mean %.2f "
@@ -494,30 +499,28 @@ static void hogwild_workers_train_the_shared_parameters(void **state) {
 static void a_failing_worker_stops_the_run_by_name(void **state) {
   (void)state;
   tr_train_options o = async(options("simplenet", NULL, 1000), "host:2", 2);
-  o.slow_device = 1;
-  o.slow_us = 2000;
-  o.staleness = 2; /* worker 0 cannot finish the run alone before worker 1 fails */
-  o.fail_device = 1;
-  o.fail_step = 5;
-  o.checkpoint = path("failing.safetensors");
-  o.checkpoint_every = 2;
+  const tr__test_hooks failing = {.slow_device = 1, .slow_us = 2000, .fail_device = 1,
+                                  .fail_step = 5};
+  o.job.async.staleness = 2; /* worker 0 cannot finish the run alone before worker 1 fails */
+  o.job.checkpoint.path = path("failing.safetensors");
+  o.job.checkpoint.every = 2;
   tr_train_result r;
   char err[1024] = "";
   const uint64_t t0 = tr_now_ns();
-  int rc = tr_train_run(&o, &r, err, sizeof err);
+  int rc = tr__train_run_hooked(&o, &failing, &r, err, sizeof err);
   const double took = (double)(tr_now_ns() - t0) / 1e9;
   if (rc == 0) fail_msg("worker 1 failed its 5th push, yet the run succeeded");
   if (!strstr(err, "worker1")) fail_msg("the error does not name worker1: '%s'", err);
   if (!(took < 10)) fail_msg("the failed run took %.1f s to stop", took);
 
-  if (access(o.checkpoint, F_OK)) fail_msg("no checkpoint was left by the failed run");
-  const uint64_t step = checkpoint_step(o.checkpoint);
+  if (access(o.job.checkpoint.path, F_OK)) fail_msg("no checkpoint was left by the failed run");
+  const uint64_t step = checkpoint_step(o.job.checkpoint.path);
   if (!(step >= 2 && step % 2 == 0 && step < 1000))
     fail_msg("the checkpoint left is of step %llu", (unsigned long long)step);
-  difference(o.checkpoint, o.checkpoint); /* every tensor is there and a number */
+  difference(o.job.checkpoint.path, o.job.checkpoint.path); /* every tensor is there and a number */
 
   tr_train_options resumed = async(options("simplenet", NULL, (int64_t)step + 6), "host:2", 2);
-  resumed.resume = o.checkpoint;
+  resumed.job.checkpoint.resume = o.job.checkpoint.path;
   run_to(resumed, "resumed.safetensors", &r);
   assert_int_equal(r.first_step, (int64_t)step);
   assert_staleness_adds_up(&r);
@@ -532,7 +535,7 @@ static void async_runs_report_their_figures(void **state) {
   (void)state;
   enum { N = 300 };
   tr_train_options o = async(options("simplenet", NULL, N), "host:2", 2);
-  o.staleness = 4;
+  o.job.async.staleness = 4;
   tr_train_result r;
   run_to(o, NULL, &r);
   assert_string_equal(r.strategy, "async");
@@ -540,7 +543,7 @@ static void async_runs_report_their_figures(void **state) {
   assert_int_equal(r.ndevices, 2);
   assert_staleness_adds_up(&r);
   assert_true(r.samples_per_s > 0 && r.steps_per_s > 0);
-  assert_true(fabs(r.samples_per_s - r.steps_per_s * o.batch) < 1e-6 * r.samples_per_s);
+  assert_true(fabs(r.samples_per_s - r.steps_per_s * o.job.global_batch) < 1e-6 * r.samples_per_s);
   for (int i = 0; i < 2; i++)
     if (!(r.utilization[i] > 0 && r.utilization[i] <= 1))
       fail_msg("2 workers: utilization[%d] = %g, expected (0, 1]", i, r.utilization[i]);
@@ -567,7 +570,7 @@ static void a_timed_async_run_stops_on_time_and_counts_its_updates(void **state)
   const double took = (double)(tr_now_ns() - t0) / 1e9;
   if (!(took >= 0.299 && took < 5.0)) fail_msg("a 0.3 s async run took %.3f s", took);
   assert_true(r.steps > 10);
-  assert_int_equal(r.samples, r.steps * o.batch);
+  assert_int_equal(r.samples, r.steps * o.job.global_batch);
   assert_staleness_adds_up(&r);
   assert_true(r.steps_per_s > 0 && r.window_steps > 0 && r.window_steps <= r.steps);
 }
@@ -586,26 +589,26 @@ static void bad_async_options_are_named(void **state) {
   (void)state;
   const tr_train_options base = async(options("simplenet", NULL, 2), "host:2", 2);
   tr_train_options o = base;
-  o.workers = 3;
-  expect_einval(&o, "--workers");
+  o.job.layout.replicas = 3;
+  expect_einval(&o, "layout.replicas");
   o = base;
-  o.dc_lambda = -0.1f;
-  expect_einval(&o, "--dc-lambda");
+  o.job.async.dc_lambda = -0.1f;
+  expect_einval(&o, "async.dc_lambda");
   o = base;
-  o.dc_lambda = NAN;
-  expect_einval(&o, "--dc-lambda");
+  o.job.async.dc_lambda = NAN;
+  expect_einval(&o, "async.dc_lambda");
   o = base;
-  o.staleness = -2;
-  expect_einval(&o, "--staleness");
+  o.job.async.staleness = -2;
+  expect_einval(&o, "async.staleness");
   o = base;
-  o.pull_every = -1;
-  expect_einval(&o, "--pull-every");
+  o.job.async.pull_every = -1;
+  expect_einval(&o, "async.pull_every");
   o = base;
   o.server = "gpu:0";
-  expect_einval(&o, "--server");
+  expect_einval(&o, "server");
   o = base;
   o.server = "host:2"; /* one device */
-  expect_einval(&o, "--server");
+  expect_einval(&o, "server");
 }
 
 /* ---- resume --------------------------------------------------------------------------------- */
@@ -617,7 +620,7 @@ static void a_resumed_async_run_continues_to_its_last_step(void **state) {
   run_to(o, "half.safetensors", &r);
   assert_int_equal(checkpoint_step(path("half.safetensors")), 6);
   o.steps = 14;
-  o.resume = path("half.safetensors");
+  o.job.checkpoint.resume = path("half.safetensors");
   run_to(o, "whole.safetensors", &r);
   assert_int_equal(r.first_step, 6);
   assert_int_equal(r.steps, 14);
@@ -633,7 +636,7 @@ static void four_workers_hold_a_tight_bound_for_thousands_of_steps(void **state)
   (void)state;
   const int64_t steps = (int64_t)test_scaled(1000);
   tr_train_options o = async(options("simplenet", NULL, steps), "host:4", 4);
-  o.staleness = 1;
+  o.job.async.staleness = 1;
   tr_train_result r;
   run_to(o, "long.safetensors", &r);
   assert_staleness_adds_up(&r);

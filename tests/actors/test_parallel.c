@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../runtime/test_util.h"
+#include "job_testing.h" /* slowing a device down */
 #include "troupe.h"
 
 #define SCRATCH_NAME "parallel"
@@ -47,7 +48,7 @@ static tr_train_options options(const char *model, const tr_model_spec *spec, in
   o.spec = spec;
   o.devices = "host:1";
   o.steps = steps;
-  o.batch = spec ? spec->batch : 48;
+  o.job.global_batch = spec ? spec->batch : 48;
   o.watchdog_ms = 20000; /* a stuck graph fails with a report of each actor, not a timeout */
   return o;
 }
@@ -60,19 +61,24 @@ static tr_train_options layout(tr_train_options o, tr_strategy strategy, const c
 
 static tr_train_options pipeline(tr_train_options o, const char *devices, int schedule, int m) {
   o = layout(o, TR_STRATEGY_PIPELINE, devices);
-  o.schedule = schedule;
-  o.microbatches = m;
+  o.job.layout.schedule = schedule;
+  o.job.layout.microbatches = m;
   return o;
 }
 
-static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
+static void run_hooked(tr_train_options o, const tr__test_hooks *h, const char *file,
+                       tr_train_result *r) {
   char err[1024];
-  o.checkpoint = path(file);
-  if (tr_train_run(&o, r, err, sizeof err))
+  o.job.checkpoint.path = path(file);
+  if (tr__train_run_hooked(&o, h, r, err, sizeof err))
     fail_msg("%s %s on %s: %s", tr_strategy_name(o.strategy), model_name(&o),
              o.devices, err);
   assert_int_equal(r->steps, o.steps);
-  assert_int_equal(r->samples, o.steps * o.batch);
+  assert_int_equal(r->samples, o.steps * o.job.global_batch);
+}
+
+static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
+  run_hooked(o, NULL, file, r);
 }
 
 /* ---- comparing checkpoints ------------------------------------------------------------- */
@@ -175,7 +181,7 @@ static void mlp_workload_trains_alike_data_parallel(void **state) {
   (void)state;
   static const layout_case dp2 = DP("host:2");
   tr_train_options o = options("mlp", NULL, 2);
-  o.batch = 8;
+  o.job.global_batch = 8;
   each_layout_matches_single(o, &dp2, 1);
 }
 
@@ -191,9 +197,7 @@ static void deterministic_parallel_runs_are_bitwise_identical(void **state) {
       HYBRID("host:4"),
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
-    tr_train_options o = layout(options(NULL, &mlp4, 5), cases[k].strategy, cases[k].devices);
-    o.schedule = cases[k].schedule;
-    o.microbatches = cases[k].microbatches;
+    tr_train_options o = with_layout(options(NULL, &mlp4, 5), &cases[k]);
     o.deterministic = 1;
     tr_train_result a, b;
     run_to(o, "first.safetensors", &a);
@@ -262,10 +266,10 @@ static void clipping_uses_the_norm_across_stages_and_replicas(void **state) {
   for (int model = 0; model < 2; model++) {
     tr_train_options base = model ? options(NULL, &mlp4, TOLERANCE_STEPS)
                                   : options("simplenet", NULL, TOLERANCE_STEPS);
-    base.lr = 0.1f; /* clipped steps are short: a larger rate keeps them visible */
+    base.job.optim.lr = 0.1f; /* clipped steps are short: a larger rate keeps them visible */
     tr_train_result r;
     run_to(base, "unclipped.safetensors", &r);
-    base.clip = 0.01f;
+    base.job.optim.clip = 0.01f;
     assert_a_step_shows(base);
     static const layout_case cases[] = {
         DP("host:2"),
@@ -290,10 +294,9 @@ static void stages_hold_no_more_microbatches_than_their_schedule(void **state) {
   enum { P = 4, M = 8 };
   for (int schedule = TR_SCHEDULE_GPIPE; schedule <= TR_SCHEDULE_1F1B; schedule++) {
     tr_train_options o = pipeline(options(NULL, &chain4, 3), "host:4", schedule, M);
-    o.slow_device = P - 1;
-    o.slow_us = 2000;
+    const tr__test_hooks slow = {.slow_device = P - 1, .slow_us = 2000};
     tr_train_result r;
-    run_to(o, "slow.safetensors", &r);
+    run_hooked(o, &slow, "slow.safetensors", &r);
     for (int s = 0; s < P; s++) {
       const int bound = schedule == TR_SCHEDULE_1F1B ? (P - s < M ? P - s : M) : M;
       if (r.peak_microbatches[s] < 1 || r.peak_microbatches[s] > bound)
@@ -320,24 +323,24 @@ static void bad_layouts_are_named(void **state) {
   (void)state;
   /* 50 samples do not split into 4 replicas */
   tr_train_options o = layout(options("simplenet", NULL, 2), TR_STRATEGY_DP, "host:4");
-  o.batch = 50;
-  expect_einval(&o, "--batch", NULL);
+  o.job.global_batch = 50;
+  expect_einval(&o, "global_batch", NULL);
   /* nor 48 into 4 replicas x 5 micro-batches */
-  o.batch = 48;
-  o.microbatches = 5;
-  expect_einval(&o, "--batch", "--microbatches");
+  o.job.global_batch = 48;
+  o.job.layout.microbatches = 5;
+  expect_einval(&o, "global_batch", "layout.microbatches");
   /* nor 50 into 4 micro-batches of a pipeline */
   o = pipeline(options("simplenet", NULL, 2), "host:2", TR_SCHEDULE_1F1B, 4);
-  o.batch = 50;
-  expect_einval(&o, "--batch", "--microbatches");
+  o.job.global_batch = 50;
+  expect_einval(&o, "global_batch", "layout.microbatches");
   /* simplenet has 3 layers: not 4 stages */
   o = pipeline(options("simplenet", NULL, 2), "host:4", TR_SCHEDULE_1F1B, 4);
-  expect_einval(&o, "--devices", "layers");
+  expect_einval(&o, "layout.stages", "layers");
   o = layout(options("simplenet", NULL, 2), TR_STRATEGY_MP, "host:4");
-  expect_einval(&o, "--devices", "layers");
+  expect_einval(&o, "layout.stages", "layers");
   /* 3 devices are no whole number of 2-stage replicas */
   o = layout(options(NULL, &mlp4, 2), TR_STRATEGY_HYBRID, "host:3");
-  expect_einval(&o, "--devices", "--stages");
+  expect_einval(&o, "devices", "layout.stages");
 }
 
 /* ---- stress: a long pipeline run repeats itself --------------------------------------------- */

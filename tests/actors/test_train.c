@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "job_testing.h" /* slowing a device down */
 #include "troupe.h"
 
 #define SCRATCH_NAME "train"
@@ -23,11 +24,13 @@ static tr_train_options simplenet(int64_t steps) {
   return o;
 }
 
-static void run_ok(const tr_train_options *o, tr_train_result *r) {
+static void run_hooked(const tr_train_options *o, const tr__test_hooks *h, tr_train_result *r) {
   char err[1024];
-  int rc = tr_train_run(o, r, err, sizeof err);
+  int rc = tr__train_run_hooked(o, h, r, err, sizeof err);
   if (rc) fail_msg("tr_train_run: %s", err);
 }
+
+static void run_ok(const tr_train_options *o, tr_train_result *r) { run_hooked(o, NULL, r); }
 
 static char *slurp(const char *file, size_t *size) {
   FILE *f = fopen(file, "rb");
@@ -68,9 +71,9 @@ static void two_runs_with_one_seed_are_bitwise_identical(void **state) {
   tr_train_options o = simplenet(200);
   o.deterministic = 1;
   tr_train_result a, b;
-  o.checkpoint = path("run1.safetensors");
+  o.job.checkpoint.path = path("run1.safetensors");
   run_ok(&o, &a);
-  o.checkpoint = path("run2.safetensors");
+  o.job.checkpoint.path = path("run2.safetensors");
   run_ok(&o, &b);
   assert_memory_equal(&a.final_loss, &b.final_loss, sizeof a.final_loss);
   assert_same_file(path("run1.safetensors"), path("run2.safetensors"));
@@ -82,16 +85,16 @@ static void resumed_run_is_bitwise_the_uninterrupted_one(void **state) {
   for (int i = 0; i < 2; i++) {
     tr_train_options o = simplenet(6);
     o.model = models[i];
-    o.batch = i ? 2 : 64; /* a small gpt batch keeps the test fast */
+    o.job.global_batch = i ? 2 : 64; /* a small gpt batch keeps the test fast */
     tr_train_result r;
-    o.checkpoint = path("whole.safetensors");
+    o.job.checkpoint.path = path("whole.safetensors");
     run_ok(&o, &r);
     o.steps = 3;
-    o.checkpoint = path("half.safetensors");
+    o.job.checkpoint.path = path("half.safetensors");
     run_ok(&o, &r);
     o.steps = 6;
-    o.resume = path("half.safetensors");
-    o.checkpoint = path("resumed.safetensors");
+    o.job.checkpoint.resume = path("half.safetensors");
+    o.job.checkpoint.path = path("resumed.safetensors");
     run_ok(&o, &r);
     assert_int_equal(r.first_step, 3);
     assert_int_equal(r.steps, 6);
@@ -102,13 +105,13 @@ static void resumed_run_is_bitwise_the_uninterrupted_one(void **state) {
 static void checkpoints_every_n_steps_hold_that_step(void **state) {
   (void)state;
   tr_train_options o = simplenet(10);
-  o.checkpoint = path("every.safetensors");
-  o.checkpoint_every = 4;
+  o.job.checkpoint.path = path("every.safetensors");
+  o.job.checkpoint.every = 4;
   tr_train_result r;
   run_ok(&o, &r);
   tr_checkpoint *ck;
   char err[256];
-  assert_int_equal(tr_checkpoint_open(&ck, o.checkpoint, err, sizeof err), 0);
+  assert_int_equal(tr_checkpoint_open(&ck, o.job.checkpoint.path, err, sizeof err), 0);
   uint64_t step;
   assert_int_equal(tr_checkpoint_meta_u64(ck, "step", &step), 0);
   assert_int_equal(step, 10); /* the final one replaced the one of step 8 */
@@ -138,14 +141,14 @@ static void a_timed_run_does_not_run_through_its_prefetched_batches(void **state
   for (int strategy = 0; strategy < 2; strategy++) {
     tr_train_options o = simplenet(0);
     o.seconds = 0.2;
-    o.slow_device = 0;
-    o.slow_us = 10000; /* after each forward and each backward */
+    const tr__test_hooks slow = {.slow_device = 0, .slow_us = 10000}; /* after each forward
+                                                                         and each backward */
     /* a ring of 3 micro-batches of 2 per step: the loader waits for a credit mid-step when
      * the end comes, and must see the end there too */
     if (strategy)
-      o.strategy = TR_STRATEGY_PIPELINE, o.devices = "host:2", o.microbatches = 2, o.prefetch = 3;
+      o.strategy = TR_STRATEGY_PIPELINE, o.devices = "host:2", o.job.layout.microbatches = 2, o.job.layout.prefetch = 3;
     tr_train_result r;
-    run_ok(&o, &r);
+    run_hooked(&o, &slow, &r);
     if (r.steps > 40) /* about 10 fit in the time; the ring, 256 */
       fail_msg("%s: a 0.2 s run of 20 ms steps ran %lld steps", r.strategy, (long long)r.steps);
   }
@@ -169,31 +172,31 @@ static void bad_input_is_named(void **state) {
   expect_error(&o, TR_EINVAL, "host:x");
 
   o = simplenet(10);
-  o.resume = path("missing.safetensors");
+  o.job.checkpoint.resume = path("missing.safetensors");
   expect_error(&o, TR_EIO, "missing.safetensors");
 
   /* a checkpoint of another model */
   tr_train_options g = simplenet(2);
   g.model = "gpt";
-  g.batch = 1;
-  g.checkpoint = path("gpt.safetensors");
+  g.job.global_batch = 1;
+  g.job.checkpoint.path = path("gpt.safetensors");
   tr_train_result r;
   run_ok(&g, &r);
   o = simplenet(10);
-  o.resume = g.checkpoint;
+  o.job.checkpoint.resume = g.job.checkpoint.path;
   expect_error(&o, TR_EFORMAT, "a checkpoint of model 'gpt', not 'simplenet'");
 
   /* a corrupt one */
   FILE *f = fopen(path("corrupt.safetensors"), "wb");
   fputs("\x10\0\0\0\0\0\0\0{\"a\":", f);
   fclose(f);
-  o.resume = path("corrupt.safetensors");
+  o.job.checkpoint.resume = path("corrupt.safetensors");
   expect_error(&o, TR_EFORMAT, "corrupt.safetensors");
 
   o = simplenet(10);
   o.strategy = TR_STRATEGY_ASYNC;
-  o.microbatches = 2; /* a worker takes whole batches */
-  expect_error(&o, TR_EINVAL, "--strategy async");
+  o.job.layout.microbatches = 2; /* a worker takes whole batches */
+  expect_error(&o, TR_EINVAL, "async: a worker trains the whole model");
 }
 
 int main(void) {

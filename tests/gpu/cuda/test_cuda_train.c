@@ -51,7 +51,7 @@ static tr_train_options options(model_case m, const char *devices, int64_t steps
   o.spec = m.spec;
   o.devices = devices;
   o.steps = steps;
-  o.batch = 48;
+  o.job.global_batch = 48;
   o.watchdog_ms = 20000; /* a stuck graph fails with a report of each actor, not a timeout */
   return o;
 }
@@ -59,12 +59,12 @@ static tr_train_options options(model_case m, const char *devices, int64_t steps
 /* Runs o to its end, writing its checkpoint to file; 0, or the failure printed. */
 static int run_to(tr_train_options o, const char *file, tr_train_result *r) {
   char err[1024];
-  o.checkpoint = path(file);
+  o.job.checkpoint.path = path(file);
   int rc = tr_train_run(&o, r, err, sizeof err);
   if (rc) {
     printf("  %s %s on %s: FAILED: %s\n", tr_strategy_name(o.strategy), model_name(&o),
            o.devices, err);
-  } else if (r->steps != o.steps || r->samples != (o.steps - r->first_step) * o.batch) {
+  } else if (r->steps != o.steps || r->samples != (o.steps - r->first_step) * o.job.global_batch) {
     printf("  %s %s on %s: FAILED: ran to step %lld with %lld samples\n",
            tr_strategy_name(o.strategy), model_name(&o), o.devices, (long long)r->steps,
            (long long)r->samples);
@@ -363,7 +363,7 @@ static void async_training_runs_on_cuda(void **state) {
     tr_train_options o = options(models[k], GPU1, LAYOUT_STEPS);
     if (run_to(o, "single.safetensors", &r)) fail_msg("single %s failed", case_name(models[k]));
     o.strategy = TR_STRATEGY_ASYNC;
-    o.staleness = 0;
+    o.job.async.staleness = 0;
     char what[96];
     snprintf(what, sizeof what, "async %s, 1 worker on " GPU1, case_name(models[k]));
     failures += run_to(o, "async.safetensors", &r) != 0 ||
@@ -372,7 +372,7 @@ static void async_training_runs_on_cuda(void **state) {
   tr_train_options o = options(models[0], GPU2, 400);
   o.strategy = TR_STRATEGY_ASYNC;
   for (int dc = 0; dc < 2; dc++) {
-    o.dc_lambda = dc ? 0.5f : 0;
+    o.job.async.dc_lambda = dc ? 0.5f : 0;
     if (run_to(o, "async2.safetensors", &r)) {
       failures++;
       continue;
@@ -391,8 +391,8 @@ static void async_training_runs_on_cuda(void **state) {
     }
     failures += check_utilization(&r, 2);
   }
-  o.dc_lambda = 0;
-  o.hogwild = 1;
+  o.job.async.dc_lambda = 0;
+  o.job.async.hogwild = 1;
   char err[512];
   if (tr_train_run(&o, &r, err, sizeof err) == 0 || !strstr(err, "hogwild")) {
     printf("  --hogwild on " GPU2 ": expected a refusal naming it, got '%s'\n", err);
@@ -432,7 +432,7 @@ static void checkpoints_move_between_cuda_and_host(void **state) {
     };
     for (size_t l = 0; l < sizeof legs / sizeof *legs; l++) {
       tr_train_options o = options(m, legs[l].devices, 6);
-      o.resume = path(legs[l].from);
+      o.job.checkpoint.resume = path(legs[l].from);
       if (run_to(o, legs[l].to, &r)) {
         failures++;
         continue;

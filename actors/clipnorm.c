@@ -1,0 +1,117 @@
+/* clipnorm.c — the norm exchange of clipping across stages (clipnorm.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "clipnorm.h"
+
+TR_MSGTYPE_DEFINE(tr__norm_type, tr__norm_msg);
+
+enum { IDLE, MEASURING, GATHERING };
+
+struct tr__clip {
+  tr_actor *self;
+  tr_stage *st;
+  tr_device *dev;
+  int P, me, phase;
+  tr_edge **out, **in; /* [P] */
+  float *host, *dev_sumsq; /* host[0]: this stage's share, host[1]: the global sum */
+  tr_event *ev;
+  double part[2][TR__MAX_STAGES]; /* per step parity: each stage's share */
+  int got[2];
+};
+
+tr__clip *tr__clip_new(int stages, int me, tr_edge *const *out, tr_edge *const *in) {
+  tr__clip *c = calloc(1, sizeof *c);
+  if (c == NULL) return NULL;
+  c->P = stages;
+  c->me = me;
+  c->out = malloc((size_t)stages * sizeof *c->out);
+  c->in = malloc((size_t)stages * sizeof *c->in);
+  if (!c->out || !c->in) {
+    tr__clip_free(c);
+    return NULL;
+  }
+  memcpy(c->out, out, (size_t)stages * sizeof *out);
+  memcpy(c->in, in, (size_t)stages * sizeof *in);
+  return c;
+}
+
+static int fail(tr__clip *c) {
+  return tr_actor_fail(c->self, TR_EDEVICE, "the gradient norm on %s: %s",
+                       tr_device_name(c->dev), tr_device_error(c->dev));
+}
+
+int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *st) {
+  c->self = self;
+  c->st = st;
+  c->dev = tr_stage_device(st);
+  if (tr_host_alloc(c->dev, 2 * sizeof(float), (void **)&c->host) ||
+      tr_device_alloc(c->dev, sizeof(float), (void **)&c->dev_sumsq) ||
+      tr_event_open(c->dev, TR_EVENT_DEFAULT, &c->ev))
+    return fail(c);
+  return 0;
+}
+
+int tr__clip_receive(tr__clip *c, const tr__norm_msg *m) {
+  tr_edge_release(c->in[m->stage], 1);
+  c->part[m->step & 1][m->stage] = m->sumsq;
+  c->got[m->step & 1]++;
+  return 0;
+}
+
+int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq) {
+  const int par = (int)(step & 1);
+  tr_stream *s = tr_stage_stream(c->st);
+  if (c->phase == IDLE) {
+    if (tr_stage_grad_sumsq(c->st, c->dev_sumsq, 0) ||
+        tr_memcpy(s, c->host, c->dev_sumsq, sizeof(float), TR_COPY_D2H) ||
+        tr_event_record(c->ev, s))
+      return fail(c);
+    c->phase = MEASURING;
+  }
+  if (c->phase == MEASURING) {
+    const int q = tr_event_query(c->ev);
+    if (q < 0) return fail(c);
+    if (q == 0) return 0;
+    for (int t = 0; t < c->P; t++) {
+      if (t == c->me) continue;
+      tr__norm_msg *n = tr_msg_new(&tr__norm_type);
+      n->stage = c->me;
+      n->step = step;
+      n->sumsq = c->host[0];
+      int rc = tr_edge_send_control(c->out[t], n);
+      if (rc) return rc;
+    }
+    c->part[par][c->me] = c->host[0];
+    c->got[par]++;
+    c->phase = GATHERING;
+  }
+  if (c->got[par] < c->P) return 0;
+  double total = 0; /* in stage order: every stage adds the same numbers alike */
+  for (int t = 0; t < c->P; t++) total += c->part[par][t];
+  c->got[par] = 0;
+  c->host[1] = (float)total;
+  if (tr_memcpy(s, c->dev_sumsq, &c->host[1], sizeof(float), TR_COPY_H2D)) return fail(c);
+  c->phase = IDLE;
+  *sumsq = c->dev_sumsq;
+  return 1;
+}
+
+bool tr__clip_waiting(const tr__clip *c) { return c->phase == MEASURING; }
+
+void tr__clip_close(tr__clip *c) {
+  if (c == NULL || c->dev == NULL) return;
+  if (c->host) tr_host_free(c->dev, c->host);
+  if (c->dev_sumsq) tr_device_free(c->dev, c->dev_sumsq);
+  if (c->ev) tr_event_close(c->ev);
+  c->host = NULL;
+  c->dev_sumsq = NULL;
+  c->ev = NULL;
+}
+
+void tr__clip_free(tr__clip *c) {
+  if (c == NULL) return;
+  free(c->out);
+  free(c->in);
+  free(c);
+}

@@ -1,0 +1,273 @@
+/* group.c — the replica group's bucketed all-reduce (group.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "group.h"
+
+TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
+
+enum { BUCKET_FLOATS = (1 << 20) / 4 }; /* 1 MiB: a bucket per mlp layer, overlap for the rest */
+
+typedef struct bucket {
+  size_t lo, hi;  /* elements of the stage's gradients */
+  int low_layer;  /* final once this layer's backward is issued */
+} bucket;
+
+/* What the members tell each other, per step parity. */
+typedef struct group_step {
+  int *ready;          /* [bucket]: members whose bucket is final */
+  tr_event **peer_ev;  /* [bucket × n]: their events */
+  tr_event **reduced;  /* [bucket × n]: the owners' events, waited for before the update */
+  int nreduced;
+  tr_event **own_ready, **own_reduced; /* [bucket]: this member's */
+} group_step;
+
+struct tr__group {
+  tr_actor *self;
+  tr_stage *st;
+  tr_device *dev;
+  tr_stream *comm;
+  tr__busy *busy;
+  int n, me, nb, next_bucket;
+  tr_edge **out, **in;    /* [n] */
+  tr_device **devs;       /* [n] */
+  float **grads;          /* [n]: their gradient allocations, as their messages say */
+  bucket *buckets;
+  group_step gs[2];
+  float *scratch; /* chunks staged from members this device cannot read directly */
+  bool direct;    /* every member's memory is readable here */
+  bool armed;     /* the step's last backward runs: buckets are announced */
+  int64_t step;   /* the armed step */
+  int hook_rc;    /* a failure inside tr__group_grad_ready */
+};
+
+/* Buckets, last layers first, each at least BUCKET_FLOATS unless the stage runs out. */
+static int plan(const tr_model *m, int first, int end, bucket *out) {
+  size_t base, n, hi = 0;
+  tr_model_layer_span(m, first, &base, &n);
+  int nb = 0;
+  bool open = false;
+  for (int l = end - 1; l >= first; l--) {
+    size_t off;
+    tr_model_layer_span(m, l, &off, &n);
+    off -= base;
+    if (!open) hi = off + n, open = true;
+    if (hi - off >= BUCKET_FLOATS || l == first) {
+      if (out) out[nb] = (bucket){.lo = off, .hi = hi, .low_layer = l};
+      nb++;
+      open = false;
+    }
+  }
+  return nb;
+}
+
+int tr__group_buckets(const tr_model *m, int first, int end) { return plan(m, first, end, NULL); }
+
+tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
+                         tr_device *const *devs) {
+  tr__group *g = calloc(1, sizeof *g);
+  if (g == NULL) return NULL;
+  g->n = n;
+  g->me = me;
+  g->out = malloc((size_t)n * sizeof *g->out);
+  g->in = malloc((size_t)n * sizeof *g->in);
+  g->devs = malloc((size_t)n * sizeof *g->devs);
+  g->grads = calloc((size_t)n, sizeof *g->grads);
+  if (!g->out || !g->in || !g->devs || !g->grads) {
+    tr__group_free(g);
+    return NULL;
+  }
+  memcpy(g->out, out, (size_t)n * sizeof *out);
+  memcpy(g->in, in, (size_t)n * sizeof *in);
+  memcpy(g->devs, devs, (size_t)n * sizeof *devs);
+  return g;
+}
+
+static int fail(tr__group *g, const char *what) {
+  return tr_actor_fail(g->self, TR_EDEVICE, "all-reduce: %s on %s: %s", what,
+                       tr_device_name(g->dev), tr_device_error(g->dev));
+}
+
+int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
+  const tr_stage_info *info = tr_stage_get_info(st);
+  g->self = self;
+  g->st = st;
+  g->dev = tr_stage_device(st);
+  g->busy = busy;
+  g->buckets = calloc((size_t)(info->end - info->first), sizeof *g->buckets);
+  if (g->buckets == NULL) return TR_ENOMEM;
+  g->nb = plan(tr_stage_model(st), info->first, info->end, g->buckets);
+  const int n = g->n, nb = g->nb;
+  size_t largest = 0;
+  for (int b = 0; b < nb; b++)
+    if (g->buckets[b].hi - g->buckets[b].lo > largest) largest = g->buckets[b].hi - g->buckets[b].lo;
+  for (int p = 0; p < 2; p++) {
+    group_step *s = &g->gs[p];
+    s->ready = calloc((size_t)nb, sizeof *s->ready);
+    s->peer_ev = calloc((size_t)(nb * n), sizeof *s->peer_ev);
+    s->reduced = calloc((size_t)(nb * n), sizeof *s->reduced);
+    s->own_ready = calloc((size_t)nb, sizeof *s->own_ready);
+    s->own_reduced = calloc((size_t)nb, sizeof *s->own_reduced);
+    if (!s->ready || !s->peer_ev || !s->reduced || !s->own_ready || !s->own_reduced)
+      return TR_ENOMEM;
+    for (int b = 0; b < nb; b++)
+      if (tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_ready[b]) ||
+          tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_reduced[b]))
+        return fail(g, "opening events");
+  }
+  if (tr_stream_open(g->dev, "allreduce", &g->comm)) return fail(g, "opening its stream");
+  /* Where a member's memory is not readable here, its chunks are staged through scratch. */
+  g->direct = true;
+  for (int r = 0; r < n; r++) g->direct &= tr_device_can_access_peer(g->dev, g->devs[r]) == 1;
+  if (!g->direct &&
+      tr_device_alloc(g->dev, ((largest + (size_t)n - 1) / (size_t)n + 16) * sizeof(float),
+                      (void **)&g->scratch))
+    return fail(g, "allocating scratch");
+  return 0;
+}
+
+static void chunk_of(const tr__group *g, int b, int c, size_t *lo, size_t *hi) {
+  const bucket *bk = &g->buckets[b];
+  size_t len = bk->hi - bk->lo, per = ((len + (size_t)g->n - 1) / (size_t)g->n + 15) & ~(size_t)15;
+  size_t from = (size_t)c * per < len ? (size_t)c * per : len;
+  size_t to = from + per < len ? from + per : len;
+  *lo = bk->lo + from;
+  *hi = bk->lo + to;
+}
+
+static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced);
+
+/* Every member's bucket b is final: sum this member's chunk over them, in member order,
+ * and write the sum into every member's gradients. */
+static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
+  const uint64_t t0 = tr_now_ns();
+  size_t lo, hi;
+  chunk_of(g, b, g->me, &lo, &hi);
+  const size_t n = hi - lo;
+  float *mine = tr_stage_grads(g->st) + lo;
+  for (int r = 0; r < g->n; r++)
+    if (tr_stream_wait_event(g->comm, s->peer_ev[b * g->n + r])) return fail(g, "waiting for a member");
+  for (int r = 0; r < g->n && n; r++) {
+    const float *theirs = g->grads[r] + lo;
+    if (r == g->me && r > 0) continue; /* already in place: summed below in order */
+    if (!g->direct && r != g->me) {
+      if (tr_memcpy_peer(g->comm, g->scratch, g->dev, theirs, g->devs[r], n * sizeof(float)))
+        return fail(g, "staging a chunk");
+      theirs = g->scratch;
+    }
+    int rc = 0;
+    if (r == 0 && g->me != 0) rc = tr_add(g->comm, mine, theirs, mine, n); /* g0 + g_me ... */
+    else if (r > 0) rc = tr_axpy(g->comm, mine, 1.0f, theirs, n);
+    if (rc) return fail(g, "summing");
+  }
+  for (int r = 0; r < g->n && n; r++) {
+    if (r == g->me) continue;
+    if (tr_memcpy_peer(g->comm, g->grads[r] + lo, g->devs[r], mine, g->dev, n * sizeof(float)))
+      return fail(g, "writing the sum");
+  }
+  if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
+  int rc = announce(g, step, b, s->own_reduced[b], true);
+  tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
+  return rc;
+}
+
+int tr__group_receive(tr__group *g, const tr__bucket_msg *m) {
+  if (m->member != g->me) tr_edge_release(g->in[m->member], 1);
+  group_step *s = &g->gs[m->step & 1];
+  if (m->reduced) {
+    s->reduced[s->nreduced++] = m->ready;
+    return 0;
+  }
+  s->peer_ev[m->bucket * g->n + m->member] = m->ready;
+  g->grads[m->member] = m->grads;
+  if (++s->ready[m->bucket] < g->n) return 0;
+  s->ready[m->bucket] = 0;
+  return reduce_chunk(g, s, m->step, m->bucket);
+}
+
+/* Tells every member that bucket b is final here (or this member's chunk of it summed),
+ * itself directly. */
+static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced) {
+  const tr__bucket_msg own = {.bucket = b, .member = g->me, .reduced = reduced, .step = step,
+                              .ready = ev, .grads = tr_stage_grads(g->st)};
+  for (int r = 0; r < g->n; r++) {
+    if (r == g->me) continue;
+    tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
+    tr_msg hdr = m->hdr;
+    *m = own;
+    m->hdr = hdr;
+    int rc = tr_edge_send_control(g->out[r], m);
+    if (rc) return rc;
+  }
+  return tr__group_receive(g, &own);
+}
+
+void tr__group_arm(tr__group *g, int64_t step) {
+  g->armed = true;
+  g->step = step;
+  g->next_bucket = 0;
+}
+
+void tr__group_grad_ready(void *group, tr_stage *st, int layer) {
+  (void)st;
+  tr__group *g = group;
+  while (g->armed && g->hook_rc == 0 && g->next_bucket < g->nb &&
+         layer <= g->buckets[g->next_bucket].low_layer) {
+    const int b = g->next_bucket++;
+    tr_event *ev = g->gs[g->step & 1].own_ready[b];
+    g->hook_rc = tr_event_record(ev, tr_stage_stream(g->st)) ? fail(g, "recording")
+                                                             : announce(g, g->step, b, ev, false);
+  }
+}
+
+int tr__group_disarm(tr__group *g) {
+  tr__group_grad_ready(g, g->st, tr_stage_get_info(g->st)->first); /* every bucket announced */
+  g->armed = false;
+  return g->hook_rc;
+}
+
+int tr__group_wait(tr__group *g, int64_t step, tr_stream *s) {
+  group_step *gs = &g->gs[step & 1];
+  if (gs->nreduced < g->nb * g->n) return 0;
+  for (int i = 0; i < gs->nreduced; i++)
+    if (tr_stream_wait_event(s, gs->reduced[i])) return fail(g, "waiting for the sums");
+  gs->nreduced = 0;
+  return 1;
+}
+
+int tr__group_sync(tr__group *g) {
+  return g->comm && tr_stream_synchronize(g->comm) ? fail(g, "finishing") : 0;
+}
+
+void tr__group_close(tr__group *g) {
+  if (g == NULL) return;
+  if (g->comm) tr_stream_synchronize(g->comm);
+  for (int p = 0; p < 2; p++)
+    for (int b = 0; b < g->nb; b++) {
+      if (g->gs[p].own_ready && g->gs[p].own_ready[b]) tr_event_close(g->gs[p].own_ready[b]);
+      if (g->gs[p].own_reduced && g->gs[p].own_reduced[b]) tr_event_close(g->gs[p].own_reduced[b]);
+    }
+  if (g->scratch) tr_device_free(g->dev, g->scratch);
+  if (g->comm) tr_stream_close(g->comm);
+  g->scratch = NULL;
+  g->comm = NULL;
+  g->nb = 0;
+}
+
+void tr__group_free(tr__group *g) {
+  if (g == NULL) return;
+  for (int p = 0; p < 2; p++) {
+    group_step *s = &g->gs[p];
+    free(s->ready);
+    free(s->peer_ev);
+    free(s->reduced);
+    free(s->own_ready);
+    free(s->own_reduced);
+  }
+  free(g->out);
+  free(g->in);
+  free(g->devs);
+  free(g->grads);
+  free(g->buckets);
+  free(g);
+}

@@ -1,0 +1,64 @@
+/* group.h — the replica group: the members holding the same stage of every data-parallel
+ * replica sum their gradients bucket by bucket while backward still runs.
+ *
+ * During the last micro-batch's backward of a step, each bucket of layers (about a MiB of
+ * gradients, last layers first) is announced to every member once final. The member that
+ * owns chunk c of a bucket sums chunk c over all members, in member order (the same bits on
+ * every member, whatever the timing), on its own stream, writes the sum into every member's
+ * gradients and announces that. A member updates once every chunk of every bucket has
+ * been announced (tr__group_wait). Announcements travel on edges between every two members,
+ * whose credits the protocol bounds: bucket messages of the next step may arrive before
+ * this one is over, never those of the step after (they need this member's chunks).
+ *
+ * The stage actor drives it from its own thread:
+ *
+ *   tr__group_open(g, self, st, &busy);           // once, at start
+ *   tr_stage_on_grad_ready(st, tr__group_grad_ready, g);
+ *   tr__group_arm(g, step);                       // before the step's last backward
+ *   tr_stage_backward(st, slot, &dinput);
+ *   rc = tr__group_disarm(g);                     // every bucket announced
+ *   ...  tr__group_receive(g, msg) for each tr__bucket_msg ...
+ *   rc = tr__group_wait(g, step, stream);         // 1 once summed (stream waits), 0: not yet
+ */
+#ifndef TR_GROUP_H
+#define TR_GROUP_H
+
+#include <stdbool.h>
+
+#include "job_impl.h"
+#include "metrics.h"
+
+typedef struct tr__group tr__group;
+
+typedef struct tr__bucket_msg {
+  tr_msg hdr;
+  int bucket, member;
+  bool reduced;  /* false: the sender's bucket is final; true: the sender's chunk is summed */
+  int64_t step;
+  tr_event *ready;
+  float *grads;  /* the sender's gradient allocation */
+} tr__bucket_msg;
+extern const tr_msgtype tr__bucket_type;
+
+/* Buckets of layers [first, end) of m: what the edges' credits are sized by. */
+int tr__group_buckets(const tr_model *m, int first, int end);
+/* Credits of an edge between two members holding `buckets` buckets. */
+static inline int tr__group_credits(int buckets) { return 4 * buckets; }
+
+/* Member `me` of `n`; out[i], in[i]: the edges to and from member i (NULL for me); devs[i]:
+ * member i's device. */
+tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
+                         tr_device *const *devs);
+int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy);
+void tr__group_arm(tr__group *g, int64_t step);
+int tr__group_disarm(tr__group *g);
+void tr__group_grad_ready(void *group, tr_stage *st, int layer);
+int tr__group_receive(tr__group *g, const tr__bucket_msg *m);
+int tr__group_wait(tr__group *g, int64_t step, tr_stream *s);
+/* The group's stream has run everything (the end of the run). */
+int tr__group_sync(tr__group *g);
+/* Device resources, on the stage's thread; then the rest. */
+void tr__group_close(tr__group *g);
+void tr__group_free(tr__group *g);
+
+#endif

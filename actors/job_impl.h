@@ -1,0 +1,174 @@
+/* job_impl.h — what the built-in training actors share: the run's read-only description,
+ * the private messages of their protocols, and how job.c makes and wires them.
+ *
+ *   loader r ──batch (inputs)──► stage r,0 ──act──► stage r,1 ... ──► stage r,P-1
+ *            ──batch (targets)─────────────────────────────────────────►┘
+ *                                  ◄──grad──        ◄──grad──
+ *   stage r,s ◄──bucket──► stage r',s     (the replica group of stage s: group.c)
+ *   stage r,s ◄──norm──► stage r,s'       (global-norm clipping over the stages: clipnorm.c)
+ *   every stage ──report (losses, checkpoint parts, final figures)──► coordinator
+ *   coordinator ──report──► each observer
+ *
+ * Asynchronous jobs: each stage is a whole model, a worker (worker.c), and instead of
+ * updating it
+ *   worker w ──push (gradient; leave at the end)──► server ──reply──► worker w
+ *   server ──report──► coordinator
+ *
+ * Every arrow is an edge of the graph (tr_graph.h) with its credits. Actors know each other
+ * only through their edges; what they share is the tr__run, written by tr_job_new and read
+ * only afterwards.
+ */
+#ifndef TR_JOB_IMPL_H
+#define TR_JOB_IMPL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "job_testing.h"
+#include "tr_job.h"
+#include "tr_system.h"
+
+enum {
+  TR__MAX_STAGES = 64,
+  TR__REPORT_CREDITS = 4, /* stage → coordinator: a loss chunk, a checkpoint part, the end */
+};
+
+/* The run as every actor of the job sees it: read-only once tr_job_new has returned. */
+typedef struct tr__run {
+  tr_job_config c;          /* defaults filled in; c.layout.cuts points at cuts + 1 */
+  tr_graph *g;
+  const tr_schedule *sc;
+  int cuts[TR__MAX_STAGES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
+  int mb_batch;             /* samples per micro-batch */
+  char strategy[16];
+  tr__test_hooks hooks;
+} tr__run;
+
+/* The number of stage (r, s) in figures: r × stages + s. */
+static inline int tr__device_index(const tr__run *run, int replica, int stage) {
+  return replica * run->c.layout.stages + stage;
+}
+
+/* Every figure not a number (JSON null) until measured. */
+void tr__result_init(tr_train_result *r, const char *model, const char *strategy);
+
+/* ---- private messages ------------------------------------------------------------------ */
+
+/* An actor to itself: look at the device's events again. */
+typedef struct tr__poll_msg {
+  tr_msg hdr;
+} tr__poll_msg;
+
+/* A stage's (or the server's) losses, in step order: entry i is the loss of step steps[i]
+ * (the stage's share of the global batch's mean loss). Variable size. */
+typedef struct tr__loss_entry {
+  int64_t step;
+  float loss;
+} tr__loss_entry;
+
+typedef struct tr__loss_msg {
+  tr_msg hdr;
+  int source; /* tr__device_index of the sender */
+  int n;
+  tr__loss_entry e[];
+} tr__loss_msg;
+
+/* A stage's parameters and optimizer state on the host, for a checkpoint. */
+typedef struct tr__part {
+  int first, end;   /* layers */
+  size_t offset, numel, state_numel;
+  float *params, *state; /* malloc'd; the receiver frees them */
+} tr__part;
+
+/* stage of replica 0 (or the server) → coordinator: its part of the checkpoint of `step` */
+typedef struct tr__part_msg {
+  tr_msg hdr;
+  int source, stage;
+  int64_t step;
+  tr__part part;
+} tr__part_msg;
+
+/* A stage's figures at the end of the run. */
+typedef struct tr__report {
+  int replica, stage;
+  char device[32];
+  int64_t steps, window_steps;
+  uint64_t window_start, window_end, busy_ns;
+  int peak_microbatches;
+  const float *params; /* a host copy (in replica groups), for consistency, or NULL */
+  size_t numel;        /* of params */
+} tr__report;
+
+typedef struct tr__done_msg {
+  tr_msg hdr;
+  int source;
+  tr__report report;
+} tr__done_msg;
+
+/* The server's figures at the end of the run. */
+typedef struct tr__server_report {
+  int64_t updates;
+  uint64_t busy_ns; /* after the warm-up, like the stages' */
+  int64_t hist[TR_TRAIN_STALENESS_BINS];
+  double staleness_sum, consistency_sum;
+  int64_t staleness_max, consistency_n;
+  int clock_gap_max;
+} tr__server_report;
+
+typedef struct tr__server_done_msg {
+  tr_msg hdr;
+  int source;
+  tr__server_report report;
+} tr__server_done_msg;
+
+extern const tr_msgtype tr__poll_type, tr__loss_type, tr__part_type, tr__done_type,
+    tr__server_done_type;
+
+/* ---- the actors, as job.c makes and wires them ------------------------------------------- */
+
+extern const tr_behaviour tr__loader_behaviour, tr__stage_behaviour, tr__coordinator_behaviour,
+    tr__server_behaviour;
+
+void *tr__loader_new(const tr__run *run, int replica);
+/* An outgoing batch edge carrying `what` (TR_BATCH_INPUTS | TR_BATCH_TARGETS). */
+int tr__loader_add_edge(void *loader, tr_edge *e, unsigned what);
+/* The device whose pinned host memory the batches live in (the replica's first stage's). */
+void tr__loader_set_device(void *loader, tr_device *dev);
+
+void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev);
+int tr__stage_add_input(void *stage, tr_edge *e, unsigned what);
+void tr__stage_set_chain(void *stage, tr_edge *out, tr_edge *in, bool forward);
+/* This stage's member number `me` in a group of `n`, and its edges to and from member i. */
+int tr__stage_set_group(void *stage, int n, int me, tr_edge *const *out, tr_edge *const *in,
+                        tr_device *const *devs);
+int tr__stage_set_clip(void *stage, tr_edge *const *out, tr_edge *const *in);
+void tr__stage_set_report(void *stage, tr_edge *report);
+/* async: the worker's push edge and the server's replies */
+int tr__stage_set_server(void *stage, tr_edge *push, tr_edge *reply);
+tr_device *tr__stage_device(const void *stage);
+
+void *tr__server_new(const tr__run *run, tr_device *dev);
+int tr__server_set_worker(void *server, int worker, tr_edge *push, tr_edge *reply,
+                          tr_device *dev);
+void tr__server_set_report(void *server, tr_edge *report);
+
+void *tr__coordinator_new(const tr__run *run);
+/* The report edge from source `source` (tr__device_index; the server: replicas × stages). */
+int tr__coordinator_add_source(void *coordinator, int source, tr_edge *e);
+int tr__coordinator_add_observer(void *coordinator, tr_edge *e, int every);
+const tr_train_result *tr__coordinator_result(const void *coordinator);
+
+/* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
+
+/* The step a checkpoint of model `m` was taken at, checked before any thread starts. */
+int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
+                        size_t err_size);
+/* On the stage's own thread: its share to the host, and back from a file. */
+int tr__stage_snapshot(tr_stage *st, tr__part *part);
+void tr__part_free(tr__part *part);
+int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size);
+/* The whole model from its stages' parts, to run->c.checkpoint.path. */
+int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
+                         char *err, size_t err_size);
+
+#endif

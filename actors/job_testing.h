@@ -1,0 +1,26 @@
+/* job_testing.h — hooks that let tests slow a device down or make a worker fail, to check
+ * that credits hold and that failures stop a run with a clear message. Not installed: no
+ * program but the tests has a use for them.
+ *
+ *   tr__test_hooks h = {.slow_device = 1, .slow_us = 2000};
+ *   rc = tr__train_run_hooked(&options, &h, &result, err, sizeof err);
+ */
+#ifndef TR_JOB_TESTING_H
+#define TR_JOB_TESTING_H
+
+#include <stddef.h>
+
+#include "tr_train.h"
+
+typedef struct tr__test_hooks {
+  int slow_device, slow_us;  /* device slow_device sleeps slow_us after each forward and
+                                backward (0: off) */
+  int fail_device, fail_step; /* async: worker fail_device fails its push number fail_step
+                                 (from 1; 0: off) */
+} tr__test_hooks;
+
+void tr__job_set_test_hooks(tr_job *j, const tr__test_hooks *hooks);
+int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
+                         tr_train_result *r, char *err, size_t err_size);
+
+#endif

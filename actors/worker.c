@@ -1,0 +1,126 @@
+/* worker.c — an asynchronous worker's push and reply (worker.h). */
+#include <stdlib.h>
+
+#include "worker.h"
+
+TR_MSGTYPE_DEFINE(tr__push_type, tr__push_msg);
+TR_MSGTYPE_DEFINE(tr__reply_type, tr__reply_msg);
+TR_MSGTYPE_DEFINE(tr__leave_type, tr__leave_msg);
+
+struct tr__worker {
+  const tr__run *run;
+  int index;
+  tr_actor *self;
+  tr_stage *st;
+  tr_device *dev;
+  tr_edge *push, *reply;
+  tr_event *push_ev;
+  int64_t version;       /* of the parameters held */
+  int since_pull;
+  bool pushed, replied, shared;
+  tr__reply_msg got;     /* the reply to the push in flight (its fields) */
+  _Atomic int64_t *applied; /* Hogwild!: updates applied to the shared parameters */
+};
+
+tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply) {
+  tr__worker *w = calloc(1, sizeof *w);
+  if (w == NULL) return NULL;
+  *w = (tr__worker){.run = run, .index = index, .push = push, .reply = reply};
+  return w;
+}
+
+static int fail(tr__worker *w, const char *what) {
+  return tr_actor_fail(w->self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(w->dev),
+                       tr_stage_error(w->st));
+}
+
+int tr__worker_open(tr__worker *w, tr_actor *self, tr_stage *st) {
+  w->self = self;
+  w->st = st;
+  w->dev = tr_stage_device(st);
+  if (tr_event_open(w->dev, TR_EVENT_DEFAULT, &w->push_ev)) return fail(w, "opening events");
+  return 0;
+}
+
+void tr__worker_receive(tr__worker *w, const tr__reply_msg *m) {
+  tr_edge_release(w->reply, 1);
+  w->got.pulled = m->pulled; /* the fields: its header is the mailbox's */
+  w->got.version = m->version;
+  w->got.ready = m->ready;
+  w->got.share = m->share;
+  w->got.applied = m->applied;
+  w->replied = true;
+}
+
+int tr__worker_begin(tr__worker *w) {
+  if (!w->run->c.async.hogwild) return 1;
+  if (!w->shared) { /* the server's parameters, before the first step */
+    if (!w->replied) return 0;
+    if (tr_stage_share_params(w->st, w->got.share))
+      return tr_actor_fail(w->self, TR_EINVAL, "%s", tr_stage_error(w->st));
+    w->applied = w->got.applied;
+    w->shared = true;
+    w->replied = false;
+  }
+  w->version = atomic_load(w->applied);
+  return 1;
+}
+
+int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy *busy) {
+  const tr_job_config *c = &w->run->c;
+  const tr__test_hooks *h = &w->run->hooks;
+  if (!w->pushed) {
+    if (h->fail_step > 0 && w->index == h->fail_device && pushes + 1 == h->fail_step)
+      return tr_actor_fail(w->self, TR_EDEVICE, "push %d of step %lld on %s: an injected "
+                           "failure (tr__test_hooks.fail_step)", h->fail_step,
+                           (long long)batch_step, tr_device_name(w->dev));
+    if (!tr_edge_acquire(w->push)) return 0; /* the server still reads the last one */
+    int64_t applied = -1;
+    if (c->async.hogwild) {
+      const uint64_t t0 = tr_now_ns();
+      if (tr_stage_step(w->st, NULL) || tr_stage_zero_grads(w->st))
+        return fail(w, "optimizer step (Hogwild!)");
+      applied = atomic_fetch_add(w->applied, 1);
+      tr__busy_add(busy, w->self, pushes, "update", t0, -1);
+    } else if (tr_event_record(w->push_ev, tr_stage_stream(w->st))) {
+      return fail(w, "pushing the gradient");
+    }
+    const int every = c->async.pull_every > 0 ? c->async.pull_every : 1;
+    tr__push_msg *m = tr_msg_new(&tr__push_type);
+    m->worker = w->index;
+    m->pull = w->since_pull + 1 >= every;
+    m->step = batch_step;
+    m->version = w->version;
+    m->applied = applied;
+    m->ready = c->async.hogwild ? NULL : w->push_ev;
+    m->grads = c->async.hogwild ? NULL : tr_stage_grads(w->st);
+    m->params = c->async.hogwild ? NULL : tr_stage_params(w->st);
+    m->dev = w->dev;
+    tr_edge_send(w->push, m);
+    if (c->async.hogwild) return 1;
+    w->pushed = true;
+  }
+  /* The next backward may write the gradients only once the server has read them. */
+  if (!w->replied) return 0;
+  if (tr_stream_wait_event(tr_stage_stream(w->st), w->got.ready) || tr_stage_zero_grads(w->st))
+    return fail(w, "taking the server's reply");
+  if (w->got.pulled) w->version = w->got.version, w->since_pull = 0;
+  else w->since_pull++;
+  w->pushed = w->replied = false;
+  return 1;
+}
+
+int tr__worker_leave(tr__worker *w) {
+  if (!tr_edge_acquire(w->push)) return 0; /* a Hogwild! push still being counted */
+  tr__leave_msg *l = tr_msg_new(&tr__leave_type);
+  l->worker = w->index;
+  tr_edge_send(w->push, l);
+  return 1;
+}
+
+void tr__worker_close(tr__worker *w) {
+  if (w && w->push_ev) tr_event_close(w->push_ev);
+  if (w) w->push_ev = NULL;
+}
+
+void tr__worker_free(tr__worker *w) { free(w); }

@@ -1,0 +1,73 @@
+/* worker.h — the asynchronous protocol between workers and the parameter server, and the
+ * worker's side of it: what a stage does in place of its update when it is a worker.
+ *
+ * A worker trains whole global batches at the parameters it last pulled. Its step pushes
+ * the gradient to the server (one credit: the next push waits for the reply) and waits for
+ * the reply, which says the gradient has been read — and, every `pull_every` pushes, that
+ * the server's parameters have been written into the worker's. Hogwild!: the server's first
+ * reply lends its parameters, which the worker then updates in place itself, pushing only
+ * to count the update. At the end the worker leaves, so the server knows whom to wait for.
+ *
+ *   tr__worker_open(w, self, st);
+ *   rc = tr__worker_begin(w);                        // before each step (Hogwild!: shared)
+ *   rc = tr__worker_step(w, pushes, batch_step, &busy); // in place of the update
+ *   rc = tr__worker_leave(w);                        // at the end
+ * Each returns 1 when done, 0 while it waits for a message, or a negative status.
+ */
+#ifndef TR_WORKER_H
+#define TR_WORKER_H
+
+#include <stdbool.h>
+
+#include "job_impl.h"
+#include "metrics.h"
+
+/* worker → server: the gradient of step `step` at parameters of version `version`, in the
+ * worker's memory (grads, beside its parameters), final once `ready` has completed; `pull`:
+ * reply with fresh parameters. Hogwild!: the worker has applied it itself, as update
+ * number `applied` (no reply). */
+typedef struct tr__push_msg {
+  tr_msg hdr;
+  int worker;
+  bool pull;
+  int64_t step, version, applied;
+  tr_event *ready;
+  float *grads, *params;
+  tr_device *dev;
+} tr__push_msg;
+
+/* server → worker: the push has been read (and, with `pulled`, the worker's parameters are
+ * the server's of version `version`) once `ready` has completed. Hogwild!: once, before
+ * anything, the parameters to train in place and the count of updates applied to them. */
+typedef struct tr__reply_msg {
+  tr_msg hdr;
+  bool pulled;
+  int64_t version;
+  tr_event *ready;
+  tr_stage *share;
+  _Atomic int64_t *applied;
+} tr__reply_msg;
+
+/* worker → server: it pushes no more */
+typedef struct tr__leave_msg {
+  tr_msg hdr;
+  int worker;
+} tr__leave_msg;
+
+extern const tr_msgtype tr__push_type, tr__reply_type, tr__leave_type;
+
+/* Replies in flight to one worker at most: the Hogwild! share, then one per push. */
+enum { TR__REPLY_CREDITS = 2 };
+
+typedef struct tr__worker tr__worker;
+
+tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply);
+int tr__worker_open(tr__worker *w, tr_actor *self, tr_stage *st);
+void tr__worker_receive(tr__worker *w, const tr__reply_msg *m);
+int tr__worker_begin(tr__worker *w);
+int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy *busy);
+int tr__worker_leave(tr__worker *w);
+void tr__worker_close(tr__worker *w);
+void tr__worker_free(tr__worker *w);
+
+#endif
