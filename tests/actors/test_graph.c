@@ -1,6 +1,8 @@
 /* test_graph.c — the graph API (tr_graph.h) with actors of the test's own: credits bound what
- * is in flight and wake a starved producer once per `wake_at`, sources agree on the end of a
- * run however it ends, and a run ends when every actor is done or one fails.
+ * is in flight and wake a starved producer once per `wake_at` (or, on a notify edge, hear of
+ * every release), sources agree on the end of a run however it ends and share its steps out
+ * exactly, a run ends when every actor but its services is done or one fails, a control
+ * edge beyond its credits names itself, and a graph prints its actors and edges.
  *
  * Actors never call cmocka from their threads: they record what they saw in their state, and
  * the test asserts on it once tr_graph_run has returned. */
@@ -649,6 +651,196 @@ static void a_wake_up_finds_wake_at_credits_free(void **state) {
   tr_graph_free(g);
 }
 
+/* ---- notify edges, shared steps, services, control edges, printing -------------------------- */
+
+/* A relay's view: on a notify edge every release comes back as a credit message with its
+ * count, even while the producer never ran short. */
+typedef struct notified {
+  tr_graph *g;
+  tr_edge *e;
+  int64_t total, sent, credited, messages;
+  bool done;
+} notified;
+
+static void notified_send(tr_actor *self, notified *n) {
+  while (n->sent < n->total && tr_edge_acquire(n->e)) {
+    item_msg *m = tr_msg_new(&item_type);
+    m->seq = n->sent++;
+    tr_edge_send(n->e, m);
+  }
+  if (n->credited == n->total && !n->done) {
+    n->done = true;
+    tr_graph_done(n->g, self);
+  }
+}
+static int notified_start(tr_actor *self) {
+  notified_send(self, tr_actor_state(self));
+  return 0;
+}
+static int notified_receive(tr_actor *self, tr_msg *msg) {
+  notified *n = tr_actor_state(self);
+  if (msg->type == &tr_edge_credit_type) {
+    n->credited += ((tr_edge_credit_msg *)msg)->count;
+    n->messages++;
+  }
+  notified_send(self, n);
+  return 0;
+}
+static const tr_behaviour notified_behaviour = {
+    .name = "notified", .start = notified_start, .receive = notified_receive};
+
+/* Releases every item at once, then says it is done after `total`. */
+typedef struct releaser {
+  tr_graph *g;
+  tr_edge *e;
+  int64_t total, received;
+} releaser;
+static int releaser_receive(tr_actor *self, tr_msg *msg) {
+  releaser *r = tr_actor_state(self);
+  if (msg->type != &item_type) return 0;
+  tr_edge_release(r->e, 1);
+  if (++r->received == r->total) tr_graph_done(r->g, self);
+  return 0;
+}
+static const tr_behaviour releaser_behaviour = {.name = "releaser", .receive = releaser_receive};
+
+static void a_notify_edge_reports_every_release_to_its_producer(void **state) {
+  (void)state;
+  const int64_t total = (int64_t)test_scaled(2000);
+  tr_graph *g = graph_new();
+  notified n = {.g = g, .total = total};
+  releaser r = {.g = g, .total = total};
+  tr_actor *pa = add(g, "relay", TR_ACTOR_PINNED, &notified_behaviour, &n);
+  tr_actor *ca = add(g, "stage", TR_ACTOR_PINNED, &releaser_behaviour, &r);
+  assert_int_equal(tr_graph_connect(g, &(tr_edge_config){.from = pa, .to = ca, .type = &item_type,
+                                                          .credits = 8, .notify = 1},
+                                    &n.e),
+                   0);
+  r.e = n.e;
+  assert_int_equal(tr_graph_run(g, 0, 1, 0), 0);
+  assert_int_equal(r.received, total);
+  assert_int_equal(n.credited, total);  /* every release, counted */
+  assert_int_equal(n.messages, total);  /* one message per release of one */
+  tr_graph_free(g);
+}
+
+/* Sources that take steps in turn: every step of the run exactly once, none beyond it. */
+typedef struct taker {
+  tr_graph *g;
+  unsigned char *seen; /* [step] */
+  int64_t taken;
+} taker;
+static int taker_start(tr_actor *self) {
+  taker *t = tr_actor_state(self);
+  for (int64_t step; (step = tr_graph_take_step(t->g)) >= 0; t->taken++) t->seen[step]++;
+  tr_graph_done(t->g, self);
+  return 0;
+}
+static int idle_receive(tr_actor *self, tr_msg *msg) {
+  (void)self, (void)msg;
+  return 0;
+}
+static const tr_behaviour taker_behaviour = {.name = "taker", .start = taker_start,
+                                             .receive = idle_receive};
+
+static void taken_steps_go_to_one_source_each(void **state) {
+  (void)state;
+  enum { FIRST = 5, END = 5005, SOURCES = 3 };
+  unsigned char *seen = calloc(END + 100, 1);
+  tr_graph *g = graph_new();
+  taker t[SOURCES];
+  for (int i = 0; i < SOURCES; i++) {
+    t[i] = (taker){.g = g, .seen = seen};
+    char name[16];
+    snprintf(name, sizeof name, "taker-%d", i);
+    add(g, name, TR_ACTOR_PINNED, &taker_behaviour, &t[i]);
+  }
+  assert_int_equal(tr_graph_run(g, FIRST, END, 0), 0);
+  int64_t total = 0;
+  for (int i = 0; i < SOURCES; i++) total += t[i].taken;
+  assert_int_equal(total, END - FIRST);
+  for (int64_t k = 0; k < END + 100; k++)
+    if (seen[k] != (k >= FIRST && k < END)) fail_msg("step %lld taken %d times", (long long)k, seen[k]);
+  free(seen);
+  tr_graph_free(g);
+}
+
+static const tr_behaviour idle_behaviour = {.name = "idle", .receive = idle_receive};
+
+static void a_run_ends_without_waiting_for_its_services(void **state) {
+  (void)state;
+  tr_graph *g = graph_new();
+  finisher f = {.g = g};
+  add(g, "worker", TR_ACTOR_PINNED, &finisher_behaviour, &f);
+  tr_actor *svc;
+  assert_int_equal(tr_graph_add_service(g, &(tr_actor_config){.name = "relay", .kind = TR_ACTOR_LOOP,
+                                                              .behaviour = &idle_behaviour},
+                                        &svc),
+                   0);
+  assert_int_equal(tr_graph_run(g, 0, 1, 0), 0);
+  assert_true(f.finished);
+  tr_graph_free(g);
+
+  g = graph_new(); /* services alone are no run */
+  assert_int_equal(tr_graph_add_service(g, &(tr_actor_config){.name = "relay", .kind = TR_ACTOR_LOOP,
+                                                              .behaviour = &idle_behaviour},
+                                        &svc),
+                   0);
+  assert_int_equal(tr_graph_run(g, 0, 1, 0), TR_EINVAL);
+  tr_graph_free(g);
+}
+
+/* A control edge whose protocol allowed one message in flight sees two. */
+typedef struct chatty {
+  tr_graph *g;
+  tr_edge *e;
+} chatty;
+static int chatty_start(tr_actor *self) {
+  chatty *c = tr_actor_state(self);
+  int rc = tr_edge_send_control(c->e, tr_msg_new(&item_type));
+  return rc ? rc : tr_edge_send_control(c->e, tr_msg_new(&item_type));
+}
+static const tr_behaviour chatty_behaviour = {.name = "chatty", .start = chatty_start,
+                                              .receive = idle_receive};
+
+static void a_control_edge_beyond_its_credits_fails_naming_it(void **state) {
+  (void)state;
+  tr_graph *g = graph_new();
+  chatty c = {.g = g};
+  tr_actor *a = add(g, "chatty", TR_ACTOR_PINNED, &chatty_behaviour, &c);
+  tr_actor *b = add(g, "listener", TR_ACTOR_LOOP, &idle_behaviour, NULL);
+  assert_int_equal(tr_graph_connect(g, &(tr_edge_config){.from = a, .to = b, .name = "norms",
+                                                          .credits = 1},
+                                    &c.e),
+                   0);
+  assert_int_equal(tr_graph_run(g, 0, 0, 30.0), TR_ESTATE);
+  const char *err = tr_graph_error(g);
+  if (!strstr(err, "chatty") || !strstr(err, "'norms'") || !strstr(err, "listener"))
+    fail_msg("the error does not name the edge and its ends: '%s'", err);
+  tr_graph_free(g);
+}
+
+static void print_shows_actors_edges_and_credits_in_flight(void **state) {
+  (void)state;
+  tr_graph *g = graph_new();
+  tr_actor *a = add(g, "loader", TR_ACTOR_LOOP, &idle_behaviour, NULL);
+  tr_actor *b = add(g, "stage0", TR_ACTOR_PINNED, &idle_behaviour, NULL);
+  tr_edge *e = connect(g, a, b, 4, 1);
+  assert_int_equal(tr_edge_acquire(e), 1); /* two buffers out */
+  assert_int_equal(tr_edge_acquire(e), 1);
+  char *text = NULL;
+  size_t size = 0;
+  FILE *f = open_memstream(&text, &size);
+  tr_graph_print(g, f);
+  fclose(f);
+  const char *want[] = {"actor 'loader' (loop)", "actor 'stage0' (pinned)",
+                        "edge loader -> stage0 'item_msg' (item_msg): 2 of 4 in flight, peak 2"};
+  for (size_t k = 0; k < sizeof want / sizeof *want; k++)
+    if (!strstr(text, want[k])) fail_msg("the print lacks \"%s\":\n%s", want[k], text);
+  free(text);
+  tr_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_producer_never_has_more_than_its_credits_in_flight),
@@ -664,6 +856,11 @@ int main(void) {
       cmocka_unit_test(run_rejects_missing_or_bad_limits),
       cmocka_unit_test(many_producers_stream_in_order_within_their_credits),
       cmocka_unit_test(a_wake_up_finds_wake_at_credits_free),
+      cmocka_unit_test(a_notify_edge_reports_every_release_to_its_producer),
+      cmocka_unit_test(taken_steps_go_to_one_source_each),
+      cmocka_unit_test(a_run_ends_without_waiting_for_its_services),
+      cmocka_unit_test(a_control_edge_beyond_its_credits_fails_naming_it),
+      cmocka_unit_test(print_shows_actors_edges_and_credits_in_flight),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
