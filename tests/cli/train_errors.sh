@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# train_errors.sh TROUPE — `troupe train` with bad options exits 2 and names the flag at fault
+# (the library names the field; the command maps it to its flag), before training anything.
+set -u
+troupe=$1
+failed=0
+
+# expect WHAT PATTERN -- ARGS...: exit status 2 and stderr matching PATTERN (grep -E)
+expect() {
+  local what=$1 pattern=$2
+  shift 3
+  local err rc
+  err=$("$troupe" train --quiet "$@" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 2 ]] || ! grep -qE -- "$pattern" <<<"$err"; then
+    printf 'FAIL %s: exit %d, stderr: %s\n' "$what" "$rc" "$err"
+    failed=1
+  else
+    printf 'ok   %s: %s\n' "$what" "$err"
+  fi
+}
+
+expect "batch not divisible" '^troupe: --batch 48: .*micro-batches' -- \
+  --strategy pipeline --devices host:2 --microbatches 5 --batch 48 --steps 2
+expect "hybrid on 3 devices" '^troupe: --devices: 3 devices .*\(--stages\)' -- \
+  --strategy hybrid --devices host:3 --steps 2
+expect "too many workers" '^troupe: --workers 3: give 1 to 2' -- \
+  --strategy async --devices host:2 --workers 3 --steps 2
+expect "hogwild with a bound" '^troupe: --hogwild: .*--staleness, --dc-lambda' -- \
+  --strategy async --devices host:2 --hogwild --staleness 1 --steps 2
+expect "cuts for another layout" '^troupe: --cuts: 1 boundaries given, 4 stages need 3' -- \
+  --model mlp --strategy pipeline --devices host:4 --cuts 3 --steps 2
+expect "mp with micro-batches" '^troupe: --microbatches 4: mp trains one' -- \
+  --strategy mp --devices host:2 --microbatches 4 --steps 2
+expect "an unknown model" "^troupe: --model 'resnet'" -- --model resnet --steps 2
+expect "labels without data" '^troupe: --labels needs --data' -- --labels y.npy --steps 2
+exit $failed
