@@ -147,11 +147,44 @@ static void init_matches_host_bit_for_bit(void **state) {
   assert_true(inexact * 10000 <= total);
 }
 
+/* Dropout masks compare floats exactly on both sides: bit for bit, at any offset. */
+static int run_dropout(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_dropout_mask(s, F(0), p->n, p->a, p->b, (uint64_t)p->t, (uint64_t)p->V);
+}
+
+static void dropout_mask_matches_host_bit_for_bit(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(108);
+  const uint64_t offsets[] = {0, 1, 2, 3, 5, (1ull << 33) + 1};
+  const float ps[] = {0.0f, 0.1f, 0.5f, 1.0f};
+  for (int k = 0; k < NSIZES; k++)
+    for (int j = 0; j < 6; j++) {
+      P p = {.n = sizes[k], .V = offsets[j], .t = (int64_t)th_next(&r), .o = (size_t)(j & 1),
+             .a = ps[(k + j) % 4], .b = 1.25f};
+      const size_t m = p.n + p.o;
+      float *x = th_alloc_f(m);
+      memset(x, 0, m * sizeof *x);
+      th_arg args[] = {{"mask", m, 4, TH_OUT, x, 0}};
+      void *want[1], *got[1];
+      assert_int_equal(th_run(host, args, 1, run_dropout, &p, want), 0);
+      assert_int_equal(th_run(gpu, args, 1, run_dropout, &p, got), 0);
+      assert_memory_equal(want[0], got[0], m * sizeof(float));
+      th_free_outputs(want, 1);
+      th_free_outputs(got, 1);
+      free(x);
+    }
+}
+
 /* ---- element-wise ops ------------------------------------------------------------------ */
 
 static int run_add(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_add(s, F(2), F(0), F(1), p->n);
+}
+static int run_mul(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_mul(s, F(2), F(0), F(1), p->n);
 }
 static int run_axpy(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
@@ -229,6 +262,7 @@ static void elementwise_ops_match_host(void **state) {
         th_arg args[] = {{"a", m, 4, TH_IN, x, 0}, {"b", m, 4, TH_IN, y, 0},
                          {"out", m, 4, TH_OUT, z, 0}};
         CMP(args, run_add, &p);
+        CMP(args, run_mul, &p);
         CMP(args, run_relu_bwd, &p);
         CMP(args, run_gelu_bwd, &p);
         CMP(args, run_mse_bwd, &p);
@@ -597,6 +631,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(fill_matches_host),
       cmocka_unit_test(init_matches_host_bit_for_bit),
+      cmocka_unit_test(dropout_mask_matches_host_bit_for_bit),
       cmocka_unit_test(elementwise_ops_match_host),
       cmocka_unit_test(reductions_match_host),
       cmocka_unit_test(bias_and_layernorm_match_host),
