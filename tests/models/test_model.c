@@ -170,7 +170,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_int_equal(tr_model_named(&m, "simplenet", err, sizeof err), 0);
   assert_int_equal(tr_model_param_count(m), 10 * 100 + 100 + 100 + 1);
   assert_int_equal(tr_model_layer_count(m), 3);
-  assert_int_equal(tr_model_layer(m, 1)->kind, TR_LAYER_RELU);
+  assert_true(tr_model_layer(m, 1)->type == &tr_layer_relu_type);
   assert_int_equal(tr_model_loss(m), TR_LOSS_MSE);
   assert_int_equal(tr_model_batch(m), 64);
   assert_int_equal(tr_model_optim(m).kind, TR_OPTIM_SGD);
@@ -181,7 +181,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_int_equal(tr_model_param_count(m), 8 * (1024 * 1024 + 1024));
   assert_int_equal(tr_model_layer_count(m), 15); /* 8 linears, ReLU between, none after */
   for (int i = 0; i < 15; i++)
-    assert_int_equal(tr_model_layer(m, i)->kind, i % 2 ? TR_LAYER_RELU : TR_LAYER_LINEAR);
+    assert_true(tr_model_layer(m, i)->type == (i % 2 ? &tr_layer_relu_type : &tr_layer_linear_type));
   assert_int_equal(tr_model_batch(m), 256);
   assert_int_equal(tr_model_optim(m).kind, TR_OPTIM_MOMENTUM);
   assert_true(tr_model_optim(m).lr == 1e-3f && tr_model_optim(m).momentum == 0.9f);
@@ -191,7 +191,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
     assert_int_equal(tr_model_balance(m, parts, cuts), 0);
     for (int k = 0; k < parts; k++) {
       int linears = 0;
-      for (int i = cuts[k]; i < cuts[k + 1]; i++) linears += tr_model_layer(m, i)->kind == TR_LAYER_LINEAR;
+      for (int i = cuts[k]; i < cuts[k + 1]; i++) linears += tr_model_layer(m, i)->type == &tr_layer_linear_type;
       assert_int_equal(linears, 8 / parts);
     }
   }
@@ -204,7 +204,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_int_equal(tr_model_ctx(m), 128);
   assert_int_equal(tr_model_layer(m, 1)->heads, 4);
   assert_int_equal(tr_model_layer(m, 1)->hidden, 1024);
-  assert_int_equal(tr_model_layer(m, 5)->kind, TR_LAYER_LAYERNORM);
+  assert_true(tr_model_layer(m, 5)->type == &tr_layer_layernorm_type);
   assert_int_equal(tr_model_layer(m, 6)->bias, 0); /* untied head without bias */
   assert_int_equal(tr_model_loss(m), TR_LOSS_CROSSENTROPY);
   assert_int_equal(tr_model_batch(m), 8);
@@ -269,10 +269,10 @@ static void initialisation_follows_pytorch_defaults(void **state) {
     for (size_t j = 0; j < t->numel; j++) s += x[j], s2 += (double)x[j] * x[j], mx = fmax(mx, fabs(x[j]));
     const double mean = s / t->numel, var = s2 / t->numel - mean * mean;
     covered += t->numel;
-    const tr_layer_kind kind = tr_model_layer(m, t->layer)->kind;
+    const tr_layer_type *kind = tr_model_layer(m, t->layer)->type;
     if (strstr(t->name, "wte") || strstr(t->name, "wpe")) { /* N(0,1) */
       assert_true(fabs(mean) < 0.1 && fabs(var - 1) < 0.1);
-    } else if (strstr(t->name, "ln") || kind == TR_LAYER_LAYERNORM) { /* ones, zeros */
+    } else if (strstr(t->name, "ln") || kind == &tr_layer_layernorm_type) { /* ones, zeros */
       for (size_t j = 0; j < t->numel; j++) assert_true(x[j] == (strstr(t->name, "weight") ? 1.0f : 0.0f));
     } else { /* Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), weight and bias alike */
       const int fan_in = (int)(strstr(t->name, "mlp.proj") ? g.hidden : g.width);
