@@ -296,36 +296,48 @@ static void dropout_masks_do_not_depend_on_how_the_batch_is_split(void **state) 
   tr_model_free(m);
 }
 
-/* Ones through Dropout(p 0.25): every output 0 or 4/3 exactly, about 3/4 of them kept
- * (within 5 standard deviations); other samples, other masks. */
-static void dropout_keeps_about_one_minus_p_and_scales_the_rest(void **state) {
-  (void)state;
-  enum { B = 8, W = 4096 };
-  const size_t n = (size_t)B * W;
-  const tr_layer_spec layers[2] = {tr_layer_linear(3, W, 1), tr_layer_dropout(W, 0.25f)};
-  tr_model *m = model_of(2, layers, 1, B);
-  tr_stage *st = stage_of(m, 0, 1, 2, B, 1, B);
-  float *ones = malloc(n * 4);
-  for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
-  put(st, tr_stage_input(st, 0), ones, n * 4);
-  float *out[2];
-  for (int k = 0; k < 2; k++) {
-    tr_stage_set_samples(st, 0, (uint64_t)k * B);
-    forward_ok(st, 0);
-    out[k] = get(st, tr_stage_output(st, 0), n);
-  }
-  size_t kept = 0;
-  for (size_t i = 0; i < n; i++) {
-    assert_true(out[0][i] == 0.0f || out[0][i] == (float)(1.0 / 0.75));
-    kept += out[0][i] != 0.0f;
-  }
-  const double want = 0.75 * (double)n, sd = sqrt((double)n * 0.75 * 0.25);
-  fprintf(stderr, "dropout: kept %zu of %zu (expected %.0f)\n", kept, n, want);
-  assert_true(fabs((double)kept - want) <= 5 * sd);
-  assert_true(memcmp(out[0], out[1], n * 4) != 0);
-  free(out[0]), free(out[1]), free(ones);
+enum { ONES_B = 8, ONES_W = 4096, ONES_N = ONES_B * ONES_W };
+
+/* Layer 1 of [Linear(3, ONES_W), spec] on a micro-batch of ones, samples from `first`: its
+ * output (ONES_N floats). */
+static float *ones_through(tr_layer_spec spec, uint64_t first) {
+  const tr_layer_spec layers[2] = {tr_layer_linear(3, ONES_W, 1), spec};
+  tr_model *m = model_of(2, layers, 1, ONES_B);
+  tr_stage *st = stage_of(m, 0, 1, 2, ONES_B, 1, ONES_B);
+  float *ones = malloc(ONES_N * 4);
+  for (size_t i = 0; i < ONES_N; i++) ones[i] = 1.0f;
+  put(st, tr_stage_input(st, 0), ones, ONES_N * 4);
+  tr_stage_set_samples(st, 0, first);
+  forward_ok(st, 0);
+  float *out = get(st, tr_stage_output(st, 0), ONES_N);
+  free(ones);
   tr_stage_close(st);
   tr_model_free(m);
+  return out;
+}
+
+/* How many of out are `hit`, asserting every other one is `miss`: within 5 standard
+ * deviations of a binomial count of probability q. */
+static void expect_fraction(const char *what, const float *out, float hit, float miss, double q) {
+  size_t count = 0;
+  for (size_t i = 0; i < ONES_N; i++) {
+    assert_true(out[i] == hit || out[i] == miss);
+    count += out[i] == hit;
+  }
+  const double want = q * ONES_N, sd = sqrt(ONES_N * q * (1 - q));
+  fprintf(stderr, "%s: %zu of %d (expected %.0f)\n", what, count, ONES_N, want);
+  assert_true(fabs((double)count - want) <= 5 * sd);
+}
+
+/* Ones through Dropout(p 0.25): every output 0 or 4/3 exactly, about 3/4 of them kept;
+ * other samples, other masks. */
+static void dropout_keeps_about_one_minus_p_and_scales_the_rest(void **state) {
+  (void)state;
+  float *out = ones_through(tr_layer_dropout(ONES_W, 0.25f), 0);
+  float *other = ones_through(tr_layer_dropout(ONES_W, 0.25f), ONES_B);
+  expect_fraction("dropout kept", out, (float)(1.0 / 0.75), 0.0f, 0.75);
+  assert_true(memcmp(out, other, ONES_N * 4) != 0);
+  free(out), free(other);
 }
 
 /* Two dropouts in a row inside a residual, each p 1/2, on ones: 1 + f(1) is 5 where both
@@ -333,29 +345,10 @@ static void dropout_keeps_about_one_minus_p_and_scales_the_rest(void **state) {
  * and 1 elsewhere. */
 static void dropout_layers_draw_independent_masks(void **state) {
   (void)state;
-  enum { B = 8, W = 4096 };
-  const size_t n = (size_t)B * W;
-  const tr_layer_spec two[2] = {tr_layer_dropout(W, 0.5f), tr_layer_dropout(W, 0.5f)};
-  const tr_layer_spec layers[2] = {tr_layer_linear(3, W, 1), tr_layer_residual(2, two)};
-  tr_model *m = model_of(2, layers, 1, B);
-  tr_stage *st = stage_of(m, 0, 1, 2, B, 1, B);
-  float *ones = malloc(n * 4);
-  for (size_t i = 0; i < n; i++) ones[i] = 1.0f;
-  put(st, tr_stage_input(st, 0), ones, n * 4);
-  tr_stage_set_samples(st, 0, 0);
-  forward_ok(st, 0);
-  float *out = get(st, tr_stage_output(st, 0), n);
-  size_t both = 0;
-  for (size_t i = 0; i < n; i++) {
-    assert_true(out[i] == 1.0f || out[i] == 5.0f);
-    both += out[i] == 5.0f;
-  }
-  const double want = 0.25 * (double)n, sd = sqrt((double)n * 0.25 * 0.75);
-  fprintf(stderr, "two dropouts: both kept %zu of %zu (expected %.0f)\n", both, n, want);
-  assert_true(fabs((double)both - want) <= 5 * sd);
-  free(out), free(ones);
-  tr_stage_close(st);
-  tr_model_free(m);
+  const tr_layer_spec two[2] = {tr_layer_dropout(ONES_W, 0.5f), tr_layer_dropout(ONES_W, 0.5f)};
+  float *out = ones_through(tr_layer_residual(2, two), 0);
+  expect_fraction("two dropouts both kept", out, 5.0f, 1.0f, 0.25);
+  free(out);
 }
 
 /* In evaluation dropout passes its input and its gradient through unchanged, and needs no
