@@ -1,6 +1,7 @@
 /* stage.c — layers [first, end) of a model on one device: the memory plan made at open
  * (parameters, gradients, optimizer state, per-slot activations, shared backward scratch),
- * initialisation, and the forward and backward passes. The optimizer lives in optim.c. */
+ * initialisation, and the forward and backward passes. Every layer is reached through its
+ * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +31,6 @@ int tr__stage_fail(tr_stage *st, int rc, const char *fmt, ...) {
   return rc;
 }
 
-static int layer_fail(tr_stage *st, int rc, const char *pass, const tr__stage_layer *L) {
-  return tr__stage_fail_why(st, rc, st->layer_err, "%s of layer %d (%s)", pass, L->index,
-                            L->spec->type->name);
-}
-
-const char *tr_stage_error(const tr_stage *st) { return st->err; }
-
 int tr__stage_fail_why(tr_stage *st, int rc, const char *why, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -44,6 +38,14 @@ int tr__stage_fail_why(tr_stage *st, int rc, const char *why, const char *fmt, .
   va_end(ap);
   return rc;
 }
+
+/* A layer's failure, in its own words when it gave some (tr_layer_fail). */
+static int layer_fail(tr_stage *st, int rc, const char *pass, const tr__stage_layer *L) {
+  return tr__stage_fail_why(st, rc, st->layer_err, "%s of layer %d (%s)", pass, L->index,
+                            L->spec->type->name);
+}
+
+const char *tr_stage_error(const tr_stage *st) { return st->err; }
 
 /* ---- the memory plan ---------------------------------------------------------------------------- */
 
