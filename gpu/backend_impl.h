@@ -126,7 +126,10 @@ struct tr__backend {
                       uint64_t offset);
   int (*init_normal)(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
                      uint64_t offset);
+  int (*dropout_mask)(tr_stream *s, float *mask, size_t n, float p, float scale, uint64_t seed,
+                      uint64_t offset);
   int (*add)(tr_stream *s, float *out, const float *a, const float *b, size_t n);
+  int (*mul)(tr_stream *s, float *out, const float *a, const float *b, size_t n);
   int (*axpy)(tr_stream *s, float *y, float alpha, const float *x, size_t n);
   int (*scale)(tr_stream *s, float *x, float alpha, size_t n);
   int (*scale_dev)(tr_stream *s, float *x, const float *scalar, size_t n);
@@ -178,7 +181,8 @@ struct tr__backend {
 int tr__device_fail(tr_device *d, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Philox4x32-10 (Salmon et al., SC'11), the generator behind tr_init_*: shared so that
+/* Philox4x32-10 (Salmon et al., SC'11), the generator behind tr_init_* and
+ * tr_dropout_mask: shared so that
  * every backend computes the same words for the same (counter, key). Plain C, usable from
  * CUDA device code when compiled with __host__ __device__ (TR__HD). */
 #ifndef TR__HD
@@ -199,6 +203,19 @@ static inline TR__HD void tr__philox4x32_10(const uint32_t ctr_in[4], uint32_t k
     key1 += 0xBB67AE85u;
   }
   out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
+}
+
+/* The four words at counter (ctr low, ctr high, tag, 0) under key (seed low, seed high): tag
+ * 0 is tr_init_uniform's stream, 1 tr_init_normal's, 2 tr_dropout_mask's. */
+static inline TR__HD void tr__philox_at(uint64_t ctr, uint32_t tag, uint64_t seed,
+                                        uint32_t out[4]) {
+  const uint32_t c[4] = {(uint32_t)ctr, (uint32_t)(ctr >> 32), tag, 0u};
+  tr__philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), out);
+}
+
+/* Dropout's keep/drop of a Philox word: u = (w >> 8) 2^-24 is exact in float. */
+static inline TR__HD float tr__dropout_value(uint32_t w, float p, float scale) {
+  return (float)(w >> 8) * 0x1p-24f >= p ? scale : 0.0f;
 }
 
 #ifdef __cplusplus

@@ -3,6 +3,7 @@
  * backend_impl.h promises). */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -573,6 +574,18 @@ int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint
   return d->be->init_normal(s, x, n, mean, std, seed, offset);
 }
 
+int tr_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale, uint64_t seed,
+                    uint64_t offset) {
+  ENTER(s);
+  if (!(p >= 0.0f && p <= 1.0f) || !isfinite(scale))
+    return tr__device_fail(d, TR_EINVAL, "%s: p %g must lie in [0,1] and scale %g be finite",
+                           __func__, (double)p, (double)scale);
+  if (!n) return 0;
+  NOT_NULL(mask);
+  SLOT(dropout_mask);
+  return d->be->dropout_mask(s, mask, n, p, scale, seed, offset);
+}
+
 int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
   ENTER(s);
   if (!n) return 0;
@@ -581,6 +594,16 @@ int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
   NOT_NULL(b);
   SLOT(add);
   return d->be->add(s, out, a, b, n);
+}
+
+int tr_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
+  ENTER(s);
+  if (!n) return 0;
+  NOT_NULL(out);
+  NOT_NULL(a);
+  NOT_NULL(b);
+  SLOT(mul);
+  return d->be->mul(s, out, a, b, n);
 }
 
 int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n) {

@@ -234,10 +234,21 @@ int tr_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64
 int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
                    uint64_t offset);
 
+/* Dropout's mask, counter-based like the initialisers: element i of mask (n) receives
+ * `scale` when u_j >= p and 0 otherwise, for j = offset + i and u_j = (w >> 8) * 2^-24 in
+ * [0,1), w word j%4 of Philox4x32-10 at counter (j/4 low, j/4 high, 2, 0) with the key of
+ * tr_init_*. A pure function of (seed, j): every backend, whole or in pieces, gives the same
+ * mask. An element is kept with probability 1 - p (exactly, for p a multiple of 2^-24);
+ * inverted dropout takes scale = 1/(1 - p). p in [0,1], scale finite. */
+int tr_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale, uint64_t seed,
+                    uint64_t offset);
+
 /* ---- element-wise arithmetic ------------------------------------------------------------------ */
 
 /* out (n) = a (n) + b (n) */
 int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n);
+/* out (n) = a (n) * b (n) */
+int tr_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n);
 /* y (n) += alpha * x (n) */
 int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n);
 /* x (n) *= alpha */

@@ -11,6 +11,7 @@
  *   tr_device.h   devices (host CPUs, CUDA GPUs): memory, streams, events, GEMM, kernels
  *   tr_checkpoint.h  safetensors checkpoints, written atomically, read with validation
  *   tr_layers.h   layers with explicit forward and backward
+ *   tr_layer_type.h  layer kinds as tables of operations: the built-in ones, and your own
  *   tr_model.h    models, cut into stages on devices; optimizers
  *   tr_data.h     the workloads' data: synthetic generators and byte files
  *   tr_train.h    training runs: a model, a strategy, devices, and the run's figures
@@ -27,6 +28,7 @@
 #include "tr_device.h"
 #include "tr_graph.h"
 #include "tr_job.h"
+#include "tr_layer_type.h"
 #include "tr_layers.h"
 #include "tr_mailbox.h"
 #include "tr_model.h"

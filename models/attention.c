@@ -85,6 +85,7 @@ size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d) {
   const size_t N = (size_t)d.B * d.T, C = (size_t)d.C, H = (size_t)d.H;
   carver c = {base, 0};
   tr_block_acts t;
+  t.out = carve(&c, N * C);
   t.ln1 = carve(&c, N * C);
   t.ln1_mean = carve(&c, N);
   t.ln1_rstd = carve(&c, N);
@@ -97,7 +98,6 @@ size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d) {
   t.ln2_rstd = carve(&c, N);
   t.fch = carve(&c, N * H);
   t.fch_gelu = carve(&c, N * H);
-  t.out = carve(&c, N * C);
   if (base) *a = t;
   return c.used;
 }

@@ -18,6 +18,7 @@ int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps
     c.end = l + 1;
     c.batch = c.global_batch = batch;
     rc = tr_stage_open(&st[l], m, d, &c, err, err_size);
+    if (rc == 0) tr_stage_set_samples(st[l], 0, 0); /* random layers draw as in training */
   }
   /* Round after round over every layer, keeping each layer's fastest: what another thread
    * takes from the machine for a while then lands on every layer alike, or on none. */

@@ -2,39 +2,11 @@
  * space (every tensor's name, shape, offset and initialisation) and cost-balanced cuts. */
 #include <float.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "models_impl.h"
-
-/* ---- layer specs ---------------------------------------------------------------------------- */
-
-tr_layer_spec tr_layer_linear(int in, int out, int bias) {
-  return (tr_layer_spec){.kind = TR_LAYER_LINEAR, .in = in, .out = out, .bias = bias};
-}
-tr_layer_spec tr_layer_relu(int width) {
-  return (tr_layer_spec){.kind = TR_LAYER_RELU, .in = width, .out = width};
-}
-tr_layer_spec tr_layer_gelu(int width) {
-  return (tr_layer_spec){.kind = TR_LAYER_GELU, .in = width, .out = width};
-}
-tr_layer_spec tr_layer_layernorm(int width) {
-  return (tr_layer_spec){.kind = TR_LAYER_LAYERNORM, .in = width, .out = width};
-}
-tr_layer_spec tr_layer_embedding(int vocab, int width) {
-  return (tr_layer_spec){.kind = TR_LAYER_EMBEDDING, .in = 1, .out = width, .vocab = vocab};
-}
-tr_layer_spec tr_layer_block(int width, int heads, int hidden) {
-  return (tr_layer_spec){
-      .kind = TR_LAYER_BLOCK, .in = width, .out = width, .heads = heads, .hidden = hidden};
-}
-
-const char *tr_layer_kind_name(tr_layer_kind kind) {
-  static const char *names[] = {"linear", "relu", "gelu", "layernorm", "embedding", "block"};
-  return (unsigned)kind < sizeof names / sizeof names[0] ? names[kind] : "?";
-}
 
 /* ---- optimizers ------------------------------------------------------------------------------ */
 
@@ -60,135 +32,123 @@ tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr) {
 
 /* ---- building a model ------------------------------------------------------------------------- */
 
-static int say(char *err, size_t size, const char *fmt, ...) {
-  if (err && size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
+/* Specs in a tree (composites' inner layers) up to this deep. */
+enum { MAX_DEPTH = 16 };
+
+/* Specs of layers[0..n) and everything inside them, or -1 when nested too deep. */
+static int count_specs(int n, const tr_layer_spec *layers, int depth) {
+  if (depth > MAX_DEPTH) return -1;
+  int total = n;
+  for (int i = 0; i < n; i++) {
+    if (layers[i].n <= 0 || !layers[i].inner) continue;
+    int k = count_specs(layers[i].n, layers[i].inner, depth + 1);
+    if (k < 0) return -1;
+    total += k;
   }
-  return TR_EINVAL;
+  return total;
 }
 
-static int check_layer(const tr_model_spec *sp, int i, char *err, size_t size) {
-  const tr_layer_spec *l = &sp->layers[i];
-  const char *k = tr_layer_kind_name(l->kind);
-  if (!strcmp(k, "?")) return say(err, size, "layer %d: unknown kind %d", i, (int)l->kind);
-  if (l->in <= 0 || l->out <= 0)
-    return say(err, size, "layer %d (%s): widths %d -> %d must be positive", i, k, l->in, l->out);
-  if (l->kind != TR_LAYER_LINEAR && l->kind != TR_LAYER_EMBEDDING && l->in != l->out)
-    return say(err, size, "layer %d (%s): in %d and out %d differ", i, k, l->in, l->out);
-  if (l->kind == TR_LAYER_EMBEDDING && (i != 0 || l->vocab <= 0 || l->in != 1))
-    return say(err, size, "layer %d (embedding): must be layer 0 with a vocabulary (has %d)", i,
-               l->vocab);
-  if (l->kind == TR_LAYER_BLOCK && (l->heads <= 0 || l->in % l->heads || l->hidden <= 0))
-    return say(err, size, "layer %d (block): width %d, %d heads, hidden %d", i, l->in, l->heads,
-               l->hidden);
-  if (i > 0 && l->in != sp->layers[i - 1].out)
-    return say(err, size, "layer %d (%s): takes width %d, layer %d gives %d", i, k, l->in, i - 1,
-               sp->layers[i - 1].out);
-  return 0;
+/* Copies layers[0..n) to `to`, and their inner specs after them, depth first; returns the
+ * next free spec. */
+static tr_layer_spec *copy_specs(tr_layer_spec *to, int n, const tr_layer_spec *layers) {
+  memcpy(to, layers, (size_t)n * sizeof *to);
+  tr_layer_spec *next = to + n;
+  for (int i = 0; i < n; i++) {
+    if (to[i].n <= 0 || !to[i].inner) continue;
+    tr_layer_spec *inner = next;
+    next = copy_specs(inner, to[i].n, to[i].inner);
+    to[i].inner = inner;
+  }
+  return next;
 }
 
-/* Appends a tensor to the model's table at the next aligned offset. */
-static void add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
-                       tr__init_kind init, float bound) {
+int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
+                         tr_init_kind init, float scale) {
+  if (m->ntensors == m->tensors_cap) {
+    const int cap = m->tensors_cap ? 2 * m->tensors_cap : 16;
+    tr_tensor_info *t = realloc(m->tensors, (size_t)cap * sizeof *t);
+    if (t) m->tensors = t;
+    tr__tensor_init *in = realloc(m->init, (size_t)cap * sizeof *in);
+    if (in) m->init = in;
+    if (!t || !in) return TR_ENOMEM;
+    m->tensors_cap = cap;
+  }
   tr_tensor_info *t = &m->tensors[m->ntensors];
-  snprintf(t->name, sizeof t->name, "%d.%s", layer, name);
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
   t->layer = layer;
   t->ndim = d1 ? 2 : 1;
   t->shape[0] = d0;
   t->shape[1] = d1;
   t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
   t->offset = m->numel;
-  m->init[m->ntensors] = (tr__tensor_init){init, bound};
+  m->init[m->ntensors] = (tr__tensor_init){init, scale};
   m->numel += tr__align_floats(t->numel);
   m->param_count += t->numel;
   m->ntensors++;
+  return 0;
 }
 
-/* PyTorch's Linear: weight and bias uniform in +-1/sqrt(fan_in). */
-static void add_linear(tr_model *m, int layer, const char *prefix, int in, int out, int bias) {
-  char name[40];
-  const float b = 1.0f / sqrtf((float)in);
-  snprintf(name, sizeof name, "%sweight", prefix);
-  add_tensor(m, layer, name, out, in, TR__INIT_UNIFORM, b);
-  snprintf(name, sizeof name, "%sbias", prefix);
-  if (bias) add_tensor(m, layer, name, out, 0, TR__INIT_UNIFORM, b);
-}
-
-static void add_layernorm(tr_model *m, int layer, const char *prefix, int width) {
-  char name[40];
-  snprintf(name, sizeof name, "%sweight", prefix);
-  add_tensor(m, layer, name, width, 0, TR__INIT_ONES, 0);
-  snprintf(name, sizeof name, "%sbias", prefix);
-  add_tensor(m, layer, name, width, 0, TR__INIT_ZEROS, 0);
-}
-
-/* The tensors of each layer, in the order the stage reads them. */
-static void layout(tr_model *m) {
+/* The tensors of each layer, as its kind declares them, in the order the stage reads them. */
+static int layout(tr_model *m, char *err, size_t size) {
   for (int i = 0; i < m->nlayers; i++) {
     const tr_layer_spec *l = &m->layers[i];
+    char what[256] = "", prefix[16];
     m->layer_tensor0[i] = m->ntensors;
     m->layer_offset[i] = m->numel;
-    switch (l->kind) {
-    case TR_LAYER_LINEAR: add_linear(m, i, "", l->in, l->out, l->bias); break;
-    case TR_LAYER_LAYERNORM: add_layernorm(m, i, "", l->in); break;
-    case TR_LAYER_EMBEDDING:
-      add_tensor(m, i, "wte", l->vocab, l->out, TR__INIT_NORMAL, 0);
-      add_tensor(m, i, "wpe", m->ctx, l->out, TR__INIT_NORMAL, 0);
-      break;
-    case TR_LAYER_BLOCK:
-      add_layernorm(m, i, "ln1.", l->in);
-      add_linear(m, i, "attn.qkv.", l->in, 3 * l->in, 1);
-      add_linear(m, i, "attn.proj.", l->in, l->in, 1);
-      add_layernorm(m, i, "ln2.", l->in);
-      add_linear(m, i, "mlp.fc.", l->in, l->hidden, 1);
-      add_linear(m, i, "mlp.proj.", l->hidden, l->in, 1);
-      break;
-    case TR_LAYER_RELU:
-    case TR_LAYER_GELU: break;
+    tr_tensor_list t = {.m = m, .layer = i, .err = what, .err_size = sizeof what};
+    snprintf(prefix, sizeof prefix, "%d", i);
+    int rc = tr_tensor_list_add_layer(&t, prefix, l, m->ctx);
+    if (rc) {
+      tr__say(err, size, "layer %d (%s): its tensors: %s", i, l->type->name,
+              *what ? what : tr_strerror(rc));
+      return rc;
     }
   }
   m->layer_tensor0[m->nlayers] = m->ntensors;
   m->layer_offset[m->nlayers] = m->numel;
+  return 0;
 }
 
 int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_size) {
   *out = NULL;
   if (!sp || sp->nlayers <= 0 || !sp->layers)
-    return say(err, err_size, "model: no layers");
+    return tr__say(err, err_size, "model: no layers");
   if (sp->ctx <= 0 || sp->batch <= 0)
-    return say(err, err_size, "model: context %d and batch %d must be positive", sp->ctx, sp->batch);
-  for (int i = 0; i < sp->nlayers; i++) TR__TRY(check_layer(sp, i, err, err_size));
-  const tr_layer_spec *last = &sp->layers[sp->nlayers - 1];
+    return tr__say(err, err_size, "model: context %d and batch %d must be positive", sp->ctx,
+                   sp->batch);
+  const int nspecs = count_specs(sp->nlayers, sp->layers, 0);
+  if (nspecs < 0)
+    return tr__say(err, err_size, "model: layers nested more than %d deep", MAX_DEPTH);
+  const tr_layer_spec *first = &sp->layers[0];
+  const int tokens = first->type && first->type->token_input;
+  TR__TRY(tr_layers_check(sp->nlayers, sp->layers, first->in, tokens, err, err_size));
   if (sp->loss != TR_LOSS_MSE && sp->loss != TR_LOSS_CROSSENTROPY)
-    return say(err, err_size, "model: unknown loss %d", (int)sp->loss);
-  if (sp->loss == TR_LOSS_CROSSENTROPY && last->kind != TR_LAYER_LINEAR)
-    return say(err, err_size, "model: cross-entropy needs logits from a linear last layer");
+    return tr__say(err, err_size, "model: unknown loss %d", (int)sp->loss);
 
   tr_model *m = calloc(1, sizeof *m);
-  int max_tensors = 12 * sp->nlayers; /* a block has the most: 12 */
   if (m) {
-    m->layers = malloc((size_t)sp->nlayers * sizeof *m->layers);
-    m->tensors = calloc((size_t)max_tensors, sizeof *m->tensors);
-    m->init = calloc((size_t)max_tensors, sizeof *m->init);
+    m->layers = malloc((size_t)nspecs * sizeof *m->layers);
     m->layer_tensor0 = calloc((size_t)sp->nlayers + 1, sizeof *m->layer_tensor0);
     m->layer_offset = calloc((size_t)sp->nlayers + 1, sizeof *m->layer_offset);
   }
-  if (!m || !m->layers || !m->tensors || !m->init || !m->layer_tensor0 || !m->layer_offset) {
+  if (!m || !m->layers || !m->layer_tensor0 || !m->layer_offset) {
     tr_model_free(m);
-    say(err, err_size, "model: out of memory");
+    tr__say(err, err_size, "model: out of memory");
     return TR_ENOMEM;
   }
   snprintf(m->name, sizeof m->name, "%s", sp->name ? sp->name : "model");
   m->ctx = sp->ctx;
   m->loss = sp->loss;
   m->nlayers = sp->nlayers;
-  memcpy(m->layers, sp->layers, (size_t)sp->nlayers * sizeof *m->layers);
+  copy_specs(m->layers, sp->nlayers, sp->layers);
   m->batch = sp->batch;
   m->optim = sp->optim;
-  layout(m);
+  int rc = layout(m, err, err_size);
+  if (rc) {
+    tr_model_free(m);
+    return rc;
+  }
   *out = m;
   return 0;
 }
@@ -263,8 +223,8 @@ int tr_model_named(tr_model **out, const char *name, char *err, size_t err_size)
   if (name && !strcmp(name, "simplenet")) rc = tr_model_simplenet(out);
   else if (name && !strcmp(name, "mlp")) rc = tr_model_mlp(out, 1024, 8);
   else if (name && !strcmp(name, "gpt")) rc = tr_model_gpt(out, NULL);
-  else return say(err, err_size, "model '%s': not one of simplenet, mlp, gpt", name ? name : "");
-  if (rc) say(err, err_size, "model '%s': %s", name, tr_strerror(rc));
+  else return tr__say(err, err_size, "model '%s': not one of simplenet, mlp, gpt", name ? name : "");
+  if (rc) tr__say(err, err_size, "model '%s': %s", name, tr_strerror(rc));
   return rc;
 }
 
@@ -285,7 +245,7 @@ const tr_layer_spec *tr_model_layer(const tr_model *m, int layer) {
   return &m->layers[layer];
 }
 
-int tr_model_token_input(const tr_model *m) { return m->layers[0].kind == TR_LAYER_EMBEDDING; }
+int tr_model_token_input(const tr_model *m) { return m->layers[0].type->token_input; }
 
 size_t tr_model_input_bytes(const tr_model *m) {
   return (size_t)m->ctx * (tr_model_token_input(m) ? sizeof(int32_t) : (size_t)m->layers[0].in * sizeof(float));
@@ -315,33 +275,14 @@ void tr_model_layer_tensors(const tr_model *m, int layer, int *first, int *count
 }
 
 double tr_model_layer_flops(const tr_model *m, int layer) {
-  const tr_layer_spec *l = tr_model_layer(m, layer);
-  const double T = m->ctx, C = l->in, H = l->hidden;
-  switch (l->kind) {
-  case TR_LAYER_LINEAR: return 2.0 * T * l->in * l->out;
-  case TR_LAYER_RELU:
-  case TR_LAYER_GELU: return T * C;
-  case TR_LAYER_LAYERNORM: return 8.0 * T * C;
-  case TR_LAYER_EMBEDDING: return T * l->out;
-  case TR_LAYER_BLOCK: return 2.0 * T * (4.0 * C * C + 2.0 * C * H) + 4.0 * T * T * C;
-  }
-  return 0;
+  return tr_layer_flops(tr_model_layer(m, layer), m->ctx);
 }
 
-/* WORKLOADS.md's count: 6 per weight of a Linear (forward 2, backward 4), and for token
- * models 6 per parameter per token plus attention's 12 × T × width per token and block. */
+/* Backward costs twice forward: the input's gradient and the weights' are a product each. */
 double tr_model_train_flops(const tr_model *m) {
-  const double T = m->ctx;
   double flops = 0;
-  if (tr_model_token_input(m)) {
-    flops = 6.0 * (double)m->param_count * T;
-    for (int l = 0; l < m->nlayers; l++)
-      if (m->layers[l].kind == TR_LAYER_BLOCK) flops += 12.0 * T * m->layers[l].in * T;
-    return flops;
-  }
-  for (int l = 0; l < m->nlayers; l++)
-    if (m->layers[l].kind == TR_LAYER_LINEAR) flops += 6.0 * m->layers[l].in * m->layers[l].out;
-  return flops;
+  for (int l = 0; l < m->nlayers; l++) flops += tr_model_layer_flops(m, l);
+  return 3.0 * flops;
 }
 
 /* Cuts minimising the costliest stage: dynamic programming over (layers, stages). */

@@ -14,6 +14,9 @@
     if (tr__rc_) return tr__rc_; \
   } while (0)
 
+/* Writes the message into err (when not NULL) and returns TR_EINVAL. */
+int tr__say(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Tensors and buffer parts start on 64-byte boundaries: 16 floats. */
 #define TR__ALIGN_FLOATS 16
 
@@ -21,23 +24,35 @@ static inline size_t tr__align_floats(size_t n) {
   return (n + TR__ALIGN_FLOATS - 1) / TR__ALIGN_FLOATS * TR__ALIGN_FLOATS;
 }
 
-/* How a tensor starts out (PyTorch's defaults). */
-typedef enum tr__init_kind { TR__INIT_UNIFORM, TR__INIT_NORMAL, TR__INIT_ONES, TR__INIT_ZEROS } tr__init_kind;
-
+/* How a tensor starts out (tr_tensor_list_add). */
 typedef struct tr__tensor_init {
-  tr__init_kind kind;
-  float bound; /* uniform: [-bound, bound) */
+  tr_init_kind kind;
+  float scale;
 } tr__tensor_init;
+
+/* Where a kind's `tensors` declares to: the model's table, or a count alone (m NULL). */
+struct tr_tensor_list {
+  tr_model *m;
+  int layer;
+  char prefix[48]; /* "3." at the top, "3.0." inside a composite */
+  int count;
+  char *err;       /* what is wrong with a declaration, or NULL */
+  size_t err_size;
+};
+
+/* Appends a tensor named `name` to m's table at the next aligned offset. */
+int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
+                         tr_init_kind init, float scale);
 
 struct tr_model {
   char name[32];
   int ctx;
   tr_loss_kind loss;
   int nlayers;
-  tr_layer_spec *layers;
+  tr_layer_spec *layers;   /* one allocation with every inner spec (deep copies) */
   int batch;
   tr_optim_config optim;
-  int ntensors;
+  int ntensors, tensors_cap;
   tr_tensor_info *tensors;
   tr__tensor_init *init;   /* per tensor */
   int *layer_tensor0;      /* per layer + 1: tensors of layer l are [l0[l], l0[l+1]) */

@@ -1,31 +1,59 @@
 /* stage.c — layers [first, end) of a model on one device: the memory plan made at open
  * (parameters, gradients, optimizer state, per-slot activations, shared backward scratch),
- * initialisation, and the forward and backward passes. The optimizer lives in optim.c. */
+ * initialisation, and the forward and backward passes. Every layer is reached through its
+ * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "stage_impl.h"
+#include "tr_layers.h" /* the losses */
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
-int tr__stage_fail(tr_stage *st, int rc, const char *fmt, ...) {
+/* "...: <what>: <why>", why being a layer's own account, the device's, or the status's. */
+static int stage_fail_v(tr_stage *st, int rc, const char *why, const char *fmt, va_list ap) {
   char what[256];
+  vsnprintf(what, sizeof what, fmt, ap);
+  const char *dev = tr_device_error(st->dev);
+  if (!why || !*why) why = dev && *dev ? dev : tr_strerror(rc);
+  snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s on %s: %s: %s", st->info.first,
+           st->info.end, st->m->name, tr_device_name(st->dev), what, why);
+  return rc;
+}
+
+int tr__stage_fail(tr_stage *st, int rc, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(what, sizeof what, fmt, ap);
+  stage_fail_v(st, rc, NULL, fmt, ap);
   va_end(ap);
-  const char *dev = tr_device_error(st->dev);
-  snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s on %s: %s: %s", st->info.first,
-           st->info.end, st->m->name, tr_device_name(st->dev), what,
-           dev && *dev ? dev : tr_strerror(rc));
   return rc;
+}
+
+int tr__stage_fail_why(tr_stage *st, int rc, const char *why, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  stage_fail_v(st, rc, why, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* A layer's failure, in its own words when it gave some (tr_layer_fail). */
+static int layer_fail(tr_stage *st, int rc, const char *pass, const tr__stage_layer *L) {
+  return tr__stage_fail_why(st, rc, st->layer_err, "%s of layer %d (%s)", pass, L->index,
+                            L->spec->type->name);
 }
 
 const char *tr_stage_error(const tr_stage *st) { return st->err; }
 
 /* ---- the memory plan ---------------------------------------------------------------------------- */
+
+/* floats (or int32 tokens) of one row of the stage's input */
+static size_t input_row(const tr_stage *st) {
+  const tr_layer_spec *l = &st->m->layers[st->info.first];
+  return l->type->token_input ? 1 : (size_t)l->in;
+}
 
 static size_t plan_slot(tr_stage *st) {
   const tr_model *m = st->m;
@@ -33,18 +61,11 @@ static size_t plan_slot(tr_stage *st) {
   const size_t rows = (size_t)in->rows;
   size_t at = 0;
   st->in_off = at;
-  at += tr__align_floats(in->is_first && tr_model_token_input(m) ? rows
-                                                                  : rows * (size_t)m->layers[in->first].in);
+  at += tr__align_floats(rows * input_row(st));
   for (int i = 0; i < st->nl; i++) {
     tr__stage_layer *L = &st->layers[i];
-    const tr_layer_spec *l = L->spec;
     L->act_off = at;
-    if (l->kind == TR_LAYER_BLOCK) {
-      at += tr_block_acts_carve(NULL, NULL, L->dims);
-      continue;
-    }
-    at += tr__align_floats(rows * (size_t)l->out);
-    if (l->kind == TR_LAYER_LAYERNORM) at += 2 * tr__align_floats(rows);
+    at += tr__align_floats(tr_layer_act_floats(L->spec, in->batch, m->ctx));
   }
   const size_t out = (size_t)m->layers[in->end - 1].out;
   if (in->is_last) {
@@ -64,48 +85,42 @@ static size_t plan_slot(tr_stage *st) {
 }
 
 /* Backward's scratch: two gradient buffers that alternate through the layers, two for the
- * stage's input gradient, the blocks' temporaries and a few device scalars. */
+ * stage's input gradient, the layers' own scratch (the largest any asks for) and a few
+ * device scalars. */
 static size_t plan_scratch(tr_stage *st, float *base) {
   const tr_stage_info *in = &st->info;
   const size_t rows = (size_t)in->rows;
-  size_t wide = 0, at = 0, block = 0;
+  size_t wide = 0, at = 0, layer = 0;
   for (int i = 0; i < st->nl; i++) {
     const tr_layer_spec *l = st->layers[i].spec;
     wide = wide > (size_t)l->out ? wide : (size_t)l->out;
-    if (l->kind != TR_LAYER_EMBEDDING) wide = wide > (size_t)l->in ? wide : (size_t)l->in;
-    if (l->kind == TR_LAYER_BLOCK) block = tr_block_scratch_carve(NULL, NULL, st->layers[i].dims);
+    if (!l->type->token_input) wide = wide > (size_t)l->in ? wide : (size_t)l->in;
+    const size_t s = tr__align_floats(tr_layer_scratch_floats(l, in->batch, st->m->ctx));
+    layer = layer > s ? layer : s;
   }
   const size_t g = tr__align_floats(rows * wide);
   st->g[0] = base ? base + at : NULL, at += g;
   st->g[1] = base ? base + at : NULL, at += g;
   if (!in->is_first) {
-    const size_t d = tr__align_floats(rows * (size_t)st->m->layers[in->first].in);
+    const size_t d = tr__align_floats(rows * input_row(st));
     st->dinput[0] = base ? base + at : NULL, at += d;
     st->dinput[1] = base ? base + at : NULL, at += d;
   }
-  for (int i = 0; i < st->nl && base; i++)
-    if (st->layers[i].spec->kind == TR_LAYER_BLOCK)
-      tr_block_scratch_carve(&st->bsc, base + at, st->layers[i].dims);
-  at += block;
+  st->layer_scratch = base ? base + at : NULL;
+  at += layer;
   st->scalars = base ? base + at : NULL;
   at += TR__ALIGN_FLOATS;
   return at;
 }
 
-/* Points each layer at its tensors inside the stage's parameter and gradient allocations. */
+/* Points the stage's tensor table into its parameter and gradient allocations. */
 static void bind_params(tr_stage *st) {
   const tr_model *m = st->m;
-  for (int i = 0; i < st->nl; i++) {
-    tr__stage_layer *L = &st->layers[i];
-    int t0, nt;
-    tr_model_layer_tensors(m, L->index, &t0, &nt);
-    float **p = L->p.t, **g = L->g.t;
-    TR_ASSERT(nt <= (int)(sizeof L->p.t / sizeof L->p.t[0]));
-    for (int k = 0; k < nt; k++) {
-      const size_t off = m->tensors[t0 + k].offset - st->info.offset;
-      p[k] = st->params + off;
-      g[k] = st->grads + off;
-    }
+  const int t0 = m->layer_tensor0[st->info.first];
+  for (int t = 0; t < st->nt; t++) {
+    const size_t off = m->tensors[t0 + t].offset - st->info.offset;
+    st->tensors[t] = st->params + off;
+    st->tensors[st->nt + t] = st->grads + off;
   }
 }
 
@@ -122,12 +137,14 @@ static int init_params(tr_stage *st, uint64_t seed) {
     float *p = st->params + (ti->offset - st->info.offset);
     /* every element from (seed, its offset in the whole model): the same however cut */
     switch (it->kind) {
-    case TR__INIT_UNIFORM:
-      TR__TRY(tr_init_uniform(s, p, ti->numel, -it->bound, it->bound, seed, ti->offset));
+    case TR_INIT_UNIFORM:
+      TR__TRY(tr_init_uniform(s, p, ti->numel, -it->scale, it->scale, seed, ti->offset));
       break;
-    case TR__INIT_NORMAL: TR__TRY(tr_init_normal(s, p, ti->numel, 0.0f, 1.0f, seed, ti->offset)); break;
-    case TR__INIT_ONES: TR__TRY(tr_fill(s, p, ti->numel, 1.0f)); break;
-    case TR__INIT_ZEROS: break;
+    case TR_INIT_NORMAL:
+      TR__TRY(tr_init_normal(s, p, ti->numel, 0.0f, it->scale, seed, ti->offset));
+      break;
+    case TR_INIT_ONES: TR__TRY(tr_fill(s, p, ti->numel, 1.0f)); break;
+    case TR_INIT_ZEROS: break;
     }
   }
   return 0;
@@ -170,15 +187,22 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   *in = (tr_stage_info){.first = cfg->first, .end = end, .batch = cfg->batch,
                         .rows = cfg->batch * m->ctx, .slots = cfg->slots, .global_batch = gb,
                         .is_first = cfg->first == 0, .is_last = end == m->nlayers};
+  st->training = 1;
   st->nl = end - cfg->first;
+  st->nt = m->layer_tensor0[end] - m->layer_tensor0[cfg->first];
   st->layers = calloc((size_t)st->nl, sizeof *st->layers);
-  if (!st->layers) return open_fail(st, TR_ENOMEM, err, err_size, "out of memory");
+  st->tensors = calloc(2 * (size_t)st->nt + 1, sizeof *st->tensors);
+  st->samples = calloc((size_t)cfg->slots + 1, sizeof *st->samples);
+  if (!st->layers || !st->tensors || !st->samples)
+    return open_fail(st, TR_ENOMEM, err, err_size, "out of memory");
   for (int i = 0; i < st->nl; i++) {
     tr__stage_layer *L = &st->layers[i];
     L->index = cfg->first + i;
     L->spec = &m->layers[L->index];
-    L->dims = (tr_block_dims){cfg->batch, m->ctx, L->spec->in, L->spec->heads, L->spec->hidden};
+    L->t0 = m->layer_tensor0[L->index] - m->layer_tensor0[cfg->first];
+    L->seed = tr_layer_seed(cfg->seed, (uint64_t)L->index);
   }
+  for (int k = 0; k < cfg->slots; k++) st->samples[k] = TR_SAMPLES_UNKNOWN;
   size_t off, n;
   tr_model_layer_span(m, cfg->first, &in->offset, &n);
   tr_model_layer_span(m, end - 1, &off, &n);
@@ -191,8 +215,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   in->slot_bytes = slot * sizeof(float);
   in->scratch_bytes = scratch * sizeof(float);
   const size_t rows = (size_t)in->rows, out_w = (size_t)m->layers[end - 1].out;
-  in->input_bytes = rows * (in->is_first && tr_model_token_input(m) ? sizeof(int32_t)
-                                                                    : m->layers[cfg->first].in * sizeof(float));
+  in->input_bytes = rows * input_row(st) * 4; /* int32 tokens or floats */
   in->output_bytes = rows * out_w * sizeof(float);
   in->target_bytes = !in->is_last ? 0
                      : rows * (m->loss == TR_LOSS_CROSSENTROPY ? sizeof(int32_t) : out_w * sizeof(float));
@@ -226,6 +249,8 @@ void tr_stage_close(tr_stage *st) {
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) tr_device_free(st->dev, bufs[i]);
   free(st->layers);
+  free(st->tensors);
+  free(st->samples);
   free(st);
 }
 
@@ -286,16 +311,18 @@ void tr_stage_on_grad_ready(tr_stage *st, tr_grad_ready_fn fn, void *arg) {
   st->ready_arg = arg;
 }
 
-/* A layer's output in a slot; a block's is the last of its activations. */
-static float *layer_out(const tr__stage_layer *L, float *base, tr_block_acts *acts) {
-  if (L->spec->kind != TR_LAYER_BLOCK) return base + L->act_off;
-  tr_block_acts_carve(acts, base + L->act_off, L->dims);
-  return acts->out;
+void tr_stage_set_samples(tr_stage *st, int slot, uint64_t first_sample) {
+  TR_ASSERT(slot >= 0 && slot < st->info.slots);
+  st->samples[slot] = first_sample;
 }
 
+void tr_stage_set_training(tr_stage *st, int on) { st->training = on != 0; }
+
+/* A layer's output: the start of its activations. */
+static float *layer_out(const tr__stage_layer *L, float *base) { return base + L->act_off; }
+
 const float *tr_stage_output(const tr_stage *st, int slot) {
-  tr_block_acts a;
-  return layer_out(&st->layers[st->nl - 1], slot_base(st, slot), &a);
+  return layer_out(&st->layers[st->nl - 1], slot_base(st, slot));
 }
 
 /* ---- forward and backward ----------------------------------------------------------------------- */
@@ -307,41 +334,26 @@ static float loss_scale(const tr_stage *st) {
   return (float)(1.0 / n);
 }
 
-static int layer_forward(tr_stage *st, const tr__stage_layer *L, float *base, const float *x) {
-  tr_stream *s = st->s;
-  const tr_layer_spec *l = L->spec;
-  const int N = st->info.rows;
-  float *out = base + L->act_off;
-  switch (l->kind) {
-  case TR_LAYER_LINEAR: return tr_linear_forward(s, out, x, L->p.w, l->bias ? L->p.b : NULL, N, l->in, l->out);
-  case TR_LAYER_RELU: return tr_relu_forward(s, out, x, (size_t)N * l->in);
-  case TR_LAYER_GELU: return tr_gelu_forward(s, out, x, (size_t)N * l->in);
-  case TR_LAYER_LAYERNORM: {
-    float *mean = out + tr__align_floats((size_t)N * l->in), *rstd = mean + tr__align_floats(N);
-    return tr_layernorm_forward(s, out, mean, rstd, x, L->p.w, L->p.b, N, l->in);
-  }
-  case TR_LAYER_EMBEDDING:
-    return tr_embedding_forward(s, out, (const int32_t *)x, L->p.w, L->p.b, L->dims.B, L->dims.T,
-                                l->out, l->vocab);
-  case TR_LAYER_BLOCK: {
-    tr_block_acts a;
-    tr_block_acts_carve(&a, out, L->dims);
-    return tr_block_forward(s, &a, &L->p.block, x, L->dims);
-  }
-  }
-  return TR_EINVAL;
+/* What layer L's kind needs for the slot's micro-batch, its input at x. */
+static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, const void *x) {
+  st->layer_err[0] = 0;
+  return (tr_layer_ctx){.s = st->s, .l = L->spec, .B = st->info.batch, .T = st->m->ctx,
+                        .p = st->tensors + L->t0, .g = st->tensors + st->nt + L->t0, .x = x,
+                        .act = layer_out(L, slot_base(st, slot)), .scratch = st->layer_scratch,
+                        .seed = L->seed, .first_sample = st->samples[slot],
+                        .training = st->training, .err = st->layer_err,
+                        .err_size = sizeof st->layer_err};
 }
 
 int tr_stage_forward(tr_stage *st, int slot) {
   float *base = slot_base(st, slot);
   const float *x = base + st->in_off;
-  tr_block_acts a;
   for (int i = 0; i < st->nl; i++) {
     const tr__stage_layer *L = &st->layers[i];
-    int rc = layer_forward(st, L, base, x);
-    if (rc) return tr__stage_fail(st, rc, "forward of layer %d (%s)", L->index,
-                                  tr_layer_kind_name(L->spec->kind));
-    x = layer_out(L, base, &a);
+    const tr_layer_ctx c = layer_ctx(st, L, slot, x);
+    int rc = L->spec->type->forward(&c);
+    if (rc) return layer_fail(st, rc, "forward", L);
+    x = layer_out(L, base);
   }
   if (!st->info.is_last) return 0;
   const tr_model *m = st->m;
@@ -353,36 +365,6 @@ int tr_stage_forward(tr_stage *st, int slot) {
                                          (const int32_t *)(base + st->target_off), N, V,
                                          loss_scale(st));
   return rc ? tr__stage_fail(st, rc, "loss") : 0;
-}
-
-static int layer_backward(tr_stage *st, const tr__stage_layer *L, float *base, const float *x,
-                          const float *dout, float *dinp, float *spare) {
-  tr_stream *s = st->s;
-  const tr_layer_spec *l = L->spec;
-  const int N = st->info.rows;
-  const size_t n = (size_t)N * l->in;
-  const float *out = base + L->act_off;
-  switch (l->kind) {
-  case TR_LAYER_LINEAR:
-    return tr_linear_backward(s, dinp, L->g.w, l->bias ? L->g.b : NULL, dout, x, L->p.w, N,
-                              l->in, l->out);
-  case TR_LAYER_RELU: return dinp ? tr_relu_backward(s, dinp, dout, x, n) : 0;
-  case TR_LAYER_GELU: return dinp ? tr_gelu_backward(s, dinp, dout, x, n) : 0;
-  case TR_LAYER_LAYERNORM: {
-    const float *mean = out + tr__align_floats(n), *rstd = mean + tr__align_floats(N);
-    return tr_layernorm_backward(s, dinp ? dinp : spare, L->g.w, L->g.b, dout, x, L->p.w, mean,
-                                 rstd, N, l->in);
-  }
-  case TR_LAYER_EMBEDDING:
-    return tr_embedding_backward(s, L->g.w, L->g.b, dout, (const int32_t *)x, L->dims.B,
-                                 L->dims.T, l->out, l->vocab);
-  case TR_LAYER_BLOCK: {
-    tr_block_acts a;
-    tr_block_acts_carve(&a, base + L->act_off, L->dims);
-    return tr_block_backward(s, dinp, &L->g.block, &st->bsc, dout, x, &L->p.block, &a, L->dims);
-  }
-  }
-  return TR_EINVAL;
 }
 
 int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
@@ -405,15 +387,13 @@ int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
     dout = base + st->dout_off;
   }
   float *dfirst = st->info.is_first ? NULL : st->dinput[st->dinput_next];
-  tr_block_acts a;
   for (int i = st->nl - 1; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
-    const float *x = i ? layer_out(&st->layers[i - 1], base, &a) : base + st->in_off;
-    float *other = dout == st->g[0] ? st->g[1] : st->g[0];
-    float *dinp = i ? other : dfirst;
-    rc = layer_backward(st, L, base, x, dout, dinp, other);
-    if (rc) return tr__stage_fail(st, rc, "backward of layer %d (%s)", L->index,
-                                  tr_layer_kind_name(L->spec->kind));
+    const float *x = i ? layer_out(&st->layers[i - 1], base) : base + st->in_off;
+    float *dinp = i ? (dout == st->g[0] ? st->g[1] : st->g[0]) : dfirst;
+    const tr_layer_ctx c = layer_ctx(st, L, slot, x);
+    rc = L->spec->type->backward(&c, dout, dinp);
+    if (rc) return layer_fail(st, rc, "backward", L);
     if (st->ready) st->ready(st->ready_arg, st, L->index);
     dout = dinp;
   }

@@ -137,7 +137,8 @@ typedef struct tr_block_scratch {
 } tr_block_scratch;
 
 /* Lay the activations / scratch out from `base` (64-byte aligned; each part is too);
- * return the floats they take. base NULL: only the size (the struct is left untouched). */
+ * return the floats they take. base NULL: only the size (the struct is left untouched).
+ * The activations' output comes first: a->out == base. */
 size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d);
 size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d);
 

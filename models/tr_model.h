@@ -19,6 +19,7 @@
  *   for (int step = 0; step < steps; step++) {
  *     tr_memcpy(s, tr_stage_input(st, 0), x, xbytes, TR_COPY_H2D);
  *     tr_memcpy(s, tr_stage_target(st, 0), y, ybytes, TR_COPY_H2D);
+ *     tr_stage_set_samples(st, 0, (uint64_t)step * c.batch); // samples [step B, step B + B)
  *     tr_stage_zero_grads(st);
  *     tr_stage_forward(st, 0);                          // loss: tr_stage_loss(st, 0) (device)
  *     tr_stage_backward(st, 0, NULL);
@@ -36,6 +37,11 @@
  * adds tr_stage_grad_sumsq into a device scalar, the caller sums those, and every stage
  * steps with tr_stage_step(st, global_sumsq).
  *
+ * Random layers (dropout) draw from (the seed, the layer's index in the model, the sample's
+ * index in the data set, the element's place in the sample) alone. Whoever fills a slot says
+ * which samples it holds (tr_stage_set_samples): then a batch split into micro-batches,
+ * replicas and stages draws exactly the single device's masks, and trains to its results.
+ *
  * Every op is issued on the device's compute stream (tr_stage_stream) and, like all device
  * work, is complete only once an event recorded after it completes. Calls come from the
  * device's owner thread. Functions return 0 or a negative TR_E... status; the message is
@@ -48,38 +54,13 @@
 #include <stdint.h>
 
 #include "tr_device.h"
+#include "tr_layer_type.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- layers and models ---------------------------------------------------------------- */
-
-typedef enum tr_layer_kind {
-  TR_LAYER_LINEAR,    /* (N,in) -> (N,out): weight (out,in), bias (out) unless bias == 0 */
-  TR_LAYER_RELU,      /* (N,in) -> (N,in) */
-  TR_LAYER_GELU,      /* (N,in) -> (N,in), tanh approximation */
-  TR_LAYER_LAYERNORM, /* (N,in) -> (N,in): weight, bias (in) */
-  TR_LAYER_EMBEDDING, /* tokens (B,T) in [0,vocab) -> (B,T,out): wte (vocab,out), wpe (T,out) */
-  TR_LAYER_BLOCK      /* pre-LN transformer block (B,T,in) -> (B,T,in), `heads`, MLP `hidden` */
-} tr_layer_kind;
-
-typedef struct tr_layer_spec {
-  tr_layer_kind kind;
-  int in, out;        /* row widths; equal except for linear and embedding (in: 1 token) */
-  int bias;           /* linear: 1 with a bias */
-  int vocab;          /* embedding */
-  int heads, hidden;  /* block */
-} tr_layer_spec;
-
-tr_layer_spec tr_layer_linear(int in, int out, int bias);
-tr_layer_spec tr_layer_relu(int width);
-tr_layer_spec tr_layer_gelu(int width);
-tr_layer_spec tr_layer_layernorm(int width);
-tr_layer_spec tr_layer_embedding(int vocab, int width);
-tr_layer_spec tr_layer_block(int width, int heads, int hidden);
-/* "linear", "relu", ... */
-const char *tr_layer_kind_name(tr_layer_kind kind);
+/* ---- models (layers: tr_layer_type.h) ----------------------------------------------------- */
 
 typedef enum tr_loss_kind {
   TR_LOSS_MSE,         /* mean over all output elements; targets float (B*T, out) */
@@ -118,8 +99,10 @@ typedef struct tr_model_spec {
 
 typedef struct tr_model tr_model;
 
-/* Checks the layers fit together (widths chain, an embedding only first, a block's width
- * divisible by its heads, the loss matches the last layer); err names the layer at fault. */
+/* Checks the layers fit together (tr_layers_check: widths chain, a token kind only first,
+ * each kind's own check, a block's width divisible by its heads, say) and deep-copies the
+ * specs (composites' inner ones too); err names the layer at fault. The last layer's output
+ * is what the loss reads: predictions (MSE) or logits (cross-entropy). */
 int tr_model_new(tr_model **out, const tr_model_spec *spec, char *err, size_t err_size);
 void tr_model_free(tr_model *m);
 
@@ -159,13 +142,18 @@ size_t tr_model_param_count(const tr_model *m);
 size_t tr_model_numel(const tr_model *m);
 /* Layer `layer`'s tensors as one span [offset, offset + numel) of the parameter space. */
 void tr_model_layer_span(const tr_model *m, int layer, size_t *offset, size_t *numel);
-/* Forward FLOPs per sample of a layer (GEMMs, attention included): a cost for cutting. */
+/* Forward FLOPs per sample of a layer, from its kind's table: matrix products only, 2 per
+ * multiply-add. Linear: 2 T in out (T = ctx); block: 2 T (4 C^2 + 2 C H) for its four
+ * projections plus 4 T^2 C for attention's q k^T and att v; element-wise layers, layernorm
+ * and embedding: 0; residual: the sum of its inner layers'. A cost for cutting. */
 double tr_model_layer_flops(const tr_model *m, int layer);
-/* FLOPs of training one sample (forward and backward): what GFLOP/s figures count. */
+/* FLOPs of training one sample: 3 x the sum of tr_model_layer_flops (backward is two
+ * products for each of forward's). What GFLOP/s figures count. */
 double tr_model_train_flops(const tr_model *m);
 
 typedef struct tr_tensor_info {
-  char name[48];      /* "0.weight", "1.attn.qkv.weight", "5.wpe" */
+  char name[48];      /* "0.weight", "1.attn.qkv.weight", "5.wpe", "2.0.weight" (a residual's
+                         first inner layer) */
   int layer;
   int ndim;           /* 1 or 2 */
   int64_t shape[2];
@@ -245,6 +233,14 @@ void *tr_stage_target(tr_stage *st, int slot);   /* NULL unless last */
 float *tr_stage_dout(tr_stage *st, int slot);    /* NULL when last */
 const float *tr_stage_output(const tr_stage *st, int slot);
 const float *tr_stage_loss(const tr_stage *st, int slot); /* NULL unless last */
+
+/* The slot's micro-batch holds samples [first_sample, first_sample + batch) of the data set
+ * (tr_data_shard's range). Random layers need it in training: their forward fails until it
+ * is set. It holds for the slot's forward and backward alike, until set again. */
+void tr_stage_set_samples(tr_stage *st, int slot, uint64_t first_sample);
+/* Training (on, the default) or evaluation (off: dropout is the identity). Forward and
+ * backward of one micro-batch must see the same setting. */
+void tr_stage_set_training(tr_stage *st, int on);
 
 /* Forward of the slot's micro-batch through the stage's layers (and the loss when last). */
 int tr_stage_forward(tr_stage *st, int slot);

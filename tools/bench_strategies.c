@@ -214,7 +214,7 @@ int bench_strategies(int argc, char **argv) {
   int width = 0, layers = 0, batch = 0;
   if (host && n > 1 && tr_model_named(&m, model, err, sizeof err) == 0 && !tr_model_token_input(m)) {
     for (int l = 0; l < tr_model_layer_count(m); l++)
-      if (tr_model_layer(m, l)->kind == TR_LAYER_LINEAR) layers++, width = tr_model_layer(m, l)->in;
+      if (tr_model_layer(m, l)->type == &tr_layer_linear_type) layers++, width = tr_model_layer(m, l)->in;
     batch = tr_model_batch(m);
     if (width >= 64 && batch % (8 * n) == 0) {
       ref1 = gemm_gflops(1, batch, width, layers, 1.0);

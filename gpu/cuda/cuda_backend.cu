@@ -566,7 +566,9 @@ static constexpr tr__backend tr__cuda_make_backend() {
   b.fill = tr__cuda_fill;
   b.init_uniform = tr__cuda_init_uniform;
   b.init_normal = tr__cuda_init_normal;
+  b.dropout_mask = tr__cuda_dropout_mask;
   b.add = tr__cuda_add;
+  b.mul = tr__cuda_mul;
   b.axpy = tr__cuda_axpy;
   b.scale = tr__cuda_scale;
   b.scale_dev = tr__cuda_scale_dev;

@@ -150,7 +150,9 @@ int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int 
 int tr__cuda_fill(tr_stream *, float *, size_t, float);
 int tr__cuda_init_uniform(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
 int tr__cuda_init_normal(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
+int tr__cuda_dropout_mask(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
 int tr__cuda_add(tr_stream *, float *, const float *, const float *, size_t);
+int tr__cuda_mul(tr_stream *, float *, const float *, const float *, size_t);
 int tr__cuda_axpy(tr_stream *, float *, float, const float *, size_t);
 int tr__cuda_scale(tr_stream *, float *, float, size_t);
 int tr__cuda_scale_dev(tr_stream *, float *, const float *, size_t);

@@ -1,5 +1,5 @@
 /* cuda_kernels.cu — the element-wise kernels and whole-tensor reductions of the CUDA backend:
- * fill, Philox initialisation, add/axpy/scale, ReLU, GELU, MSE, the optimizer updates, sum,
+ * fill, Philox initialisation and dropout masks, add/mul/axpy/scale, ReLU, GELU, MSE, the optimizer updates, sum,
  * sum of squares and the clipping factor.
  *
  * Element-wise ops share one grid-stride kernel template (tr__ew_kernel): an op is a functor
@@ -91,33 +91,59 @@ int tr__cuda_fill(tr_stream *s, float *x, size_t n, float value) {
  * large-argument reduction that would put a stack frame in local memory. */
 __device__ __forceinline__ double tr__u24(uint32_t w) { return (double)(w >> 8) * 0x1p-24; }
 
+/* One value per Philox word, stream `tag`: thread per Philox call, group g covering global
+ * indices 4g .. 4g+3; f turns index j's word into x[j - offset]. */
+template <typename F>
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__init_uniform_kernel(float *x, size_t n, double lo, double span, uint32_t k0,
-                            uint32_t k1, uint64_t offset) {
-  /* Thread per Philox call: group g covers global indices 4g .. 4g+3. */
+    tr__philox4_kernel(float *x, size_t n, uint64_t seed, uint64_t offset, uint32_t tag, F f) {
   uint64_t g0 = offset / 4, g1 = (offset + n - 1) / 4;
   for (uint64_t g = g0 + blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; g <= g1;
        g += (uint64_t)gridDim.x * blockDim.x) {
-    uint32_t ctr[4] = {(uint32_t)g, (uint32_t)(g >> 32), 0u, 0u}, w[4];
-    tr__philox4x32_10(ctr, k0, k1, w);
+    uint32_t w[4];
+    tr__philox_at(g, tag, seed, w);
 #pragma unroll
     for (int c = 0; c < 4; c++) {
       uint64_t j = 4 * g + c;
-      if (j >= offset && j - offset < n)
-        x[j - offset] = (float)__dadd_rn(lo, __dmul_rn(span, tr__u24(w[c])));
+      if (j >= offset && j - offset < n) x[j - offset] = f(w[c]);
     }
   }
 }
 
+template <typename F>
+static int tr__philox4(tr_stream *s, const char *name, float *x, size_t n, uint64_t seed,
+                       uint64_t offset, uint32_t tag, F f) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  size_t groups = (offset + n - 1) / 4 - offset / 4 + 1;
+  unsigned grid = tr__cu_grid(tr__cu_dev(d), groups, TR__CU_BLOCK);
+  tr__philox4_kernel<F><<<grid, TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(x, n, seed, offset,
+                                                                           tag, f);
+  TR__LAUNCHED(d, name);
+  return 0;
+}
+
+struct tr__uniform_f {
+  double lo, span;
+  __device__ float operator()(uint32_t w) const {
+    return (float)__dadd_rn(lo, __dmul_rn(span, tr__u24(w)));
+  }
+};
+
+/* the float comparison is exact, as on the host */
+struct tr__dropout_f {
+  float p, scale;
+  __device__ float operator()(uint32_t w) const { return tr__dropout_value(w, p, scale); }
+};
+
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__init_normal_kernel(float *x, size_t n, double mean, double std, uint32_t k0,
-                           uint32_t k1, uint64_t offset) {
+    tr__init_normal_kernel(float *x, size_t n, double mean, double std, uint64_t seed,
+                           uint64_t offset) {
   /* Thread per Philox call: pair q covers global indices 2q (words 0,1) and 2q+1 (2,3). */
   uint64_t q0 = offset / 2, q1 = (offset + n - 1) / 2;
   for (uint64_t q = q0 + blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; q <= q1;
        q += (uint64_t)gridDim.x * blockDim.x) {
-    uint32_t ctr[4] = {(uint32_t)q, (uint32_t)(q >> 32), 1u, 0u}, w[4];
-    tr__philox4x32_10(ctr, k0, k1, w);
+    uint32_t w[4];
+    tr__philox_at(q, 1, seed, w);
 #pragma unroll
     for (int c = 0; c < 2; c++) {
       uint64_t j = 2 * q + c;
@@ -132,14 +158,8 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
 
 int tr__cuda_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
                           uint64_t offset) {
-  tr_device *d = s->dev;
-  TR__CU_ENTER(d);
-  size_t groups = (offset + n - 1) / 4 - offset / 4 + 1;
-  unsigned grid = tr__cu_grid(tr__cu_dev(d), groups, TR__CU_BLOCK);
-  tr__init_uniform_kernel<<<grid, TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
-      x, n, (double)lo, (double)hi - (double)lo, (uint32_t)seed, (uint32_t)(seed >> 32), offset);
-  TR__LAUNCHED(d, "init_uniform");
-  return 0;
+  return tr__philox4(s, "init_uniform", x, n, seed, offset, 0,
+                     tr__uniform_f{(double)lo, (double)hi - (double)lo});
 }
 
 int tr__cuda_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
@@ -149,15 +169,23 @@ int tr__cuda_init_normal(tr_stream *s, float *x, size_t n, float mean, float std
   size_t pairs = (offset + n - 1) / 2 - offset / 2 + 1;
   unsigned grid = tr__cu_grid(tr__cu_dev(d), pairs, TR__CU_BLOCK);
   tr__init_normal_kernel<<<grid, TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
-      x, n, (double)mean, (double)std, (uint32_t)seed, (uint32_t)(seed >> 32), offset);
+      x, n, (double)mean, (double)std, seed, offset);
   TR__LAUNCHED(d, "init_normal");
   return 0;
+}
+
+int tr__cuda_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale,
+                          uint64_t seed, uint64_t offset) {
+  return tr__philox4(s, "dropout_mask", mask, n, seed, offset, 2, tr__dropout_f{p, scale});
 }
 
 /* ---- arithmetic --------------------------------------------------------------------------- */
 
 struct tr__add_f {
   __device__ void operator()(const float *x, float *y, size_t) const { y[0] = x[0] + x[1]; }
+};
+struct tr__mul_f {
+  __device__ void operator()(const float *x, float *y, size_t) const { y[0] = x[0] * x[1]; }
 };
 struct tr__axpy_f {
   float a;
@@ -175,6 +203,11 @@ struct tr__scale_dev_f {
 int tr__cuda_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
   tr__ew_ptrs<2, 1> p = {{a, b}, {out}};
   return tr__ew(s, "add", n, p, tr__add_f{});
+}
+
+int tr__cuda_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
+  tr__ew_ptrs<2, 1> p = {{a, b}, {out}};
+  return tr__ew(s, "mul", n, p, tr__mul_f{});
 }
 
 int tr__cuda_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n) {

@@ -60,7 +60,10 @@ int tr__host_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, 
                           uint64_t offset);
 int tr__host_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
                          uint64_t offset);
+int tr__host_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale,
+                          uint64_t seed, uint64_t offset);
 int tr__host_add(tr_stream *s, float *out, const float *a, const float *b, size_t n);
+int tr__host_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n);
 int tr__host_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n);
 int tr__host_scale(tr_stream *s, float *x, float alpha, size_t n);
 int tr__host_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n);

@@ -71,11 +71,6 @@ int tr__host_fill(tr_stream *s, float *x, size_t n, float value) {
   return 0;
 }
 
-static inline void philox(uint64_t ctr, uint32_t tag, uint64_t seed, uint32_t w[4]) {
-  const uint32_t c[4] = {(uint32_t)ctr, (uint32_t)(ctr >> 32), tag, 0};
-  tr__philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), w);
-}
-
 int tr__host_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
                           uint64_t offset) {
   (void)s;
@@ -83,7 +78,7 @@ int tr__host_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, 
   const double span = (double)hi - (double)lo;
   for (size_t i = 0; i < n; i++) {
     uint64_t j = offset + i;
-    if (i == 0 || (j & 3) == 0) philox(j >> 2, 0, seed, w);
+    if (i == 0 || (j & 3) == 0) tr__philox_at(j >> 2, 0, seed, w);
     double u = (double)(w[j & 3] >> 8) * 0x1p-24;
     x[i] = (float)((double)lo + span * u);
   }
@@ -97,11 +92,23 @@ int tr__host_init_normal(tr_stream *s, float *x, size_t n, float mean, float std
   const double two_pi = 6.283185307179586476925286766559;
   for (size_t i = 0; i < n; i++) {
     uint64_t j = offset + i;
-    if (i == 0 || (j & 1) == 0) philox(j >> 1, 1, seed, w);
+    if (i == 0 || (j & 1) == 0) tr__philox_at(j >> 1, 1, seed, w);
     const uint32_t *p = w + 2 * (j & 1);
     double u1 = (double)((p[0] >> 8) + 1) * 0x1p-24, u2 = (double)(p[1] >> 8) * 0x1p-24;
     double z = sqrt(-2.0 * log(u1)) * cos(two_pi * u2);
     x[i] = (float)((double)mean + (double)std * z);
+  }
+  return 0;
+}
+
+int tr__host_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale,
+                          uint64_t seed, uint64_t offset) {
+  (void)s;
+  uint32_t w[4];
+  for (size_t i = 0; i < n; i++) {
+    uint64_t j = offset + i;
+    if (i == 0 || (j & 3) == 0) tr__philox_at(j >> 2, 2, seed, w);
+    mask[i] = tr__dropout_value(w[j & 3], p, scale);
   }
   return 0;
 }
@@ -111,6 +118,12 @@ int tr__host_init_normal(tr_stream *s, float *x, size_t n, float mean, float std
 int tr__host_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+  return 0;
+}
+
+int tr__host_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) out[i] = a[i] * b[i];
   return 0;
 }
 

@@ -6,11 +6,11 @@
 
 #include "troupe.h"
 
-#define LINEAR(i, o, b) {.kind = TR_LAYER_LINEAR, .in = (i), .out = (o), .bias = (b)}
-#define RELU(w) {.kind = TR_LAYER_RELU, .in = (w), .out = (w)}
-#define LAYERNORM(w) {.kind = TR_LAYER_LAYERNORM, .in = (w), .out = (w)}
-#define EMBEDDING(v, w) {.kind = TR_LAYER_EMBEDDING, .in = 1, .out = (w), .vocab = (v)}
-#define BLOCK(w, h, hid) {.kind = TR_LAYER_BLOCK, .in = (w), .out = (w), .heads = (h), .hidden = (hid)}
+#define LINEAR(i, o, b) {.type = &tr_layer_linear_type, .in = (i), .out = (o), .bias = (b)}
+#define RELU(w) {.type = &tr_layer_relu_type, .in = (w), .out = (w)}
+#define LAYERNORM(w) {.type = &tr_layer_layernorm_type, .in = (w), .out = (w)}
+#define EMBEDDING(v, w) {.type = &tr_layer_embedding_type, .in = 1, .out = (w), .vocab = (v)}
+#define BLOCK(w, h, hid) {.type = &tr_layer_block_type, .in = (w), .out = (w), .heads = (h), .hidden = (hid)}
 
 /* 4 x Linear(64,64), ReLU between; MSE; momentum 0.9 */
 static const tr_layer_spec mlp4_layers[] = {

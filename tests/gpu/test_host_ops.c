@@ -198,6 +198,92 @@ static void init_in_shards_equals_init_whole(void **state) {
   }
 }
 
+/* ---- dropout masks ---------------------------------------------------------------------------- */
+
+/* tr_device.h's definition, in double: scale where u >= p, else 0. */
+static double ref_dropout(uint64_t seed, uint64_t j, double p, double scale) {
+  uint32_t c[4] = {(uint32_t)(j >> 2), (uint32_t)(j >> 34), 2, 0}, w[4];
+  tr__philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), w);
+  return (double)(w[j & 3] >> 8) * 0x1p-24 >= p ? scale : 0.0;
+}
+
+static int run_dropout(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_dropout_mask(s, a[0], p->n, p->a, p->b, (uint64_t)p->t, (uint64_t)p->V);
+}
+
+static void dropout_mask_follows_the_philox_definition(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(30);
+  const float ps[] = {0.0f, 0.1f, 0.5f, 0.875f, 1.0f};
+  for (int k = 0; k < NSIZES; k++)
+    for (int q = 0; q < 5; q++) {
+      const uint64_t seed = th_next(&r), offset = th_next(&r) % 1000 + (q == 4 ? (1ull << 34) : 0);
+      P p = {.n = sizes[k], .a = ps[q], .b = 1.0f / (1.0f - ps[q] / 2), .t = (int64_t)seed,
+             .V = offset};
+      th_arg args[] = {{"mask", p.n, 4, TH_OUT, NULL, 0}};
+      void *out[1];
+      RUN(args, run_dropout, &p, out);
+      double *ref = th_alloc_d(p.n);
+      for (size_t i = 0; i < p.n; i++) ref[i] = ref_dropout(seed, offset + i, p.a, p.b);
+      CHECK("dropout_mask", out[0], ref, p.n, 0); /* every element exactly */
+      free(ref);
+      th_free_outputs(out, 1);
+    }
+}
+
+static void dropout_mask_in_shards_equals_mask_whole(void **state) {
+  (void)state;
+  enum { N = 1001 };
+  const size_t cut[] = {0, 1, 334, 777, N};
+  P p = {.n = N, .a = 0.3f, .b = 2.0f, .t = 7, .V = 5};
+  th_arg args[] = {{"mask", N, 4, TH_OUT, NULL, 0}};
+  void *whole[1], *part[1];
+  RUN(args, run_dropout, &p, whole);
+  float *joined = th_alloc_f(N);
+  for (int k = 0; k < 4; k++) {
+    P q = p;
+    q.n = cut[k + 1] - cut[k];
+    q.V = p.V + cut[k];
+    th_arg a1[] = {{"mask", q.n, 4, TH_OUT, NULL, 0}};
+    RUN(a1, run_dropout, &q, part);
+    memcpy(joined + cut[k], part[0], q.n * sizeof(float));
+    th_free_outputs(part, 1);
+  }
+  assert_memory_equal(joined, whole[0], N * sizeof(float));
+  free(joined);
+  th_free_outputs(whole, 1);
+}
+
+/* Kept with probability 1 - p: within 5 standard deviations over 200000 draws; p 0 keeps
+ * everything, p 1 nothing; p outside [0,1] is refused. */
+static void dropout_mask_keeps_a_fraction_one_minus_p(void **state) {
+  (void)state;
+  enum { N = 200000 };
+  const float ps[] = {0.0f, 0.1f, 0.5f, 0.9f, 1.0f};
+  for (int q = 0; q < 5; q++) {
+    P p = {.n = N, .a = ps[q], .b = 3.0f, .t = 4242 + q};
+    th_arg args[] = {{"mask", N, 4, TH_OUT, NULL, 0}};
+    void *out[1];
+    RUN(args, run_dropout, &p, out);
+    const float *m = out[0];
+    size_t kept = 0;
+    for (int i = 0; i < N; i++) {
+      assert_true(m[i] == 0.0f || m[i] == 3.0f);
+      kept += m[i] != 0.0f;
+    }
+    const double want = (1.0 - ps[q]) * N, sd = sqrt(N * (double)ps[q] * (1.0 - ps[q]));
+    fprintf(stderr, "dropout p %.1f: kept %zu of %d (expected %.0f)\n", (double)ps[q], kept, N, want);
+    assert_true(fabs((double)kept - want) <= 5 * sd);
+    th_free_outputs(out, 1);
+  }
+  float x[4];
+  tr_stream *s = tr_device_stream(dev);
+  assert_int_equal(tr_dropout_mask(s, x, 4, 1.5f, 1.0f, 0, 0), TR_EINVAL);
+  assert_int_equal(tr_dropout_mask(s, x, 4, NAN, 1.0f, 0, 0), TR_EINVAL);
+  assert_int_equal(tr_dropout_mask(s, x, 4, -0.1f, 1.0f, 0, 0), TR_EINVAL);
+}
+
 /* The host's exponential, under every softmax and GELU: within 1.3 ulp over its domain. */
 static void host_exp_is_within_1_3_ulp_on_its_domain(void **state) {
   (void)state;
@@ -226,6 +312,10 @@ static void host_exp_is_within_1_3_ulp_on_its_domain(void **state) {
 /* ---- element-wise arithmetic ----------------------------------------------------------------- */
 
 static int run_add(tr_stream *s, void **a, void *ctx) { return tr_add(s, a[2], a[0], a[1], ((P *)ctx)->n); }
+static int run_mul(tr_stream *s, void **a, void *ctx) { return tr_mul(s, a[2], a[0], a[1], ((P *)ctx)->n); }
+static int run_mul_inplace(tr_stream *s, void **a, void *ctx) {
+  return tr_mul(s, a[1], a[0], a[1], ((P *)ctx)->n);
+}
 static int run_axpy(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_axpy(s, a[1], p->a, a[0], p->n);
@@ -238,7 +328,7 @@ static int run_scale_dev(tr_stream *s, void **a, void *ctx) {
   return tr_scale_dev(s, a[1], a[0], ((P *)ctx)->n);
 }
 
-static void add_axpy_scale_match_float64(void **state) {
+static void add_mul_axpy_scale_match_float64(void **state) {
   (void)state;
   th_rng r = th_rng_for(2);
   for (int k = 0; k < NSIZES; k++) {
@@ -255,6 +345,16 @@ static void add_axpy_scale_match_float64(void **state) {
     for (size_t i = 0; i < n; i++) ref[i] = (double)x[i] + y[i];
     CHECK("add", out[2], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
+
+    RUN(a_add, run_mul, &p, out);
+    for (size_t i = 0; i < n; i++) ref[i] = (double)x[i] * y[i];
+    CHECK("mul", out[2], ref, n, TH_TOL_ELEMENTWISE);
+    th_free_outputs(out, 3);
+
+    th_arg a_mul[] = {{"a", n, 4, TH_IN, x, 0}, {"b", n, 4, TH_OUT, y, 0}}; /* out = b */
+    RUN(a_mul, run_mul_inplace, &p, out);
+    CHECK("mul in place", out[1], ref, n, TH_TOL_ELEMENTWISE);
+    th_free_outputs(out, 2);
 
     th_arg a_axpy[] = {{"x", n, 4, TH_IN, x, 0}, {"y", n, 4, TH_OUT, y, 0}};
     RUN(a_axpy, run_axpy, &p, out);
@@ -1070,7 +1170,10 @@ int main(void) {
       cmocka_unit_test(init_has_the_distributions_asked_for),
       cmocka_unit_test(init_in_shards_equals_init_whole),
       cmocka_unit_test(host_exp_is_within_1_3_ulp_on_its_domain),
-      cmocka_unit_test(add_axpy_scale_match_float64),
+      cmocka_unit_test(dropout_mask_follows_the_philox_definition),
+      cmocka_unit_test(dropout_mask_in_shards_equals_mask_whole),
+      cmocka_unit_test(dropout_mask_keeps_a_fraction_one_minus_p),
+      cmocka_unit_test(add_mul_axpy_scale_match_float64),
       cmocka_unit_test(sum_and_sumsq_match_float64_and_accumulate),
       cmocka_unit_test(clip_factor_is_min_of_one_and_max_norm_over_norm),
       cmocka_unit_test(bias_add_and_bias_grad_match_float64),

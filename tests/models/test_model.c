@@ -170,7 +170,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_int_equal(tr_model_named(&m, "simplenet", err, sizeof err), 0);
   assert_int_equal(tr_model_param_count(m), 10 * 100 + 100 + 100 + 1);
   assert_int_equal(tr_model_layer_count(m), 3);
-  assert_int_equal(tr_model_layer(m, 1)->kind, TR_LAYER_RELU);
+  assert_true(tr_model_layer(m, 1)->type == &tr_layer_relu_type);
   assert_int_equal(tr_model_loss(m), TR_LOSS_MSE);
   assert_int_equal(tr_model_batch(m), 64);
   assert_int_equal(tr_model_optim(m).kind, TR_OPTIM_SGD);
@@ -181,7 +181,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_int_equal(tr_model_param_count(m), 8 * (1024 * 1024 + 1024));
   assert_int_equal(tr_model_layer_count(m), 15); /* 8 linears, ReLU between, none after */
   for (int i = 0; i < 15; i++)
-    assert_int_equal(tr_model_layer(m, i)->kind, i % 2 ? TR_LAYER_RELU : TR_LAYER_LINEAR);
+    assert_true(tr_model_layer(m, i)->type == (i % 2 ? &tr_layer_relu_type : &tr_layer_linear_type));
   assert_int_equal(tr_model_batch(m), 256);
   assert_int_equal(tr_model_optim(m).kind, TR_OPTIM_MOMENTUM);
   assert_true(tr_model_optim(m).lr == 1e-3f && tr_model_optim(m).momentum == 0.9f);
@@ -191,7 +191,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
     assert_int_equal(tr_model_balance(m, parts, cuts), 0);
     for (int k = 0; k < parts; k++) {
       int linears = 0;
-      for (int i = cuts[k]; i < cuts[k + 1]; i++) linears += tr_model_layer(m, i)->kind == TR_LAYER_LINEAR;
+      for (int i = cuts[k]; i < cuts[k + 1]; i++) linears += tr_model_layer(m, i)->type == &tr_layer_linear_type;
       assert_int_equal(linears, 8 / parts);
     }
   }
@@ -204,7 +204,7 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_int_equal(tr_model_ctx(m), 128);
   assert_int_equal(tr_model_layer(m, 1)->heads, 4);
   assert_int_equal(tr_model_layer(m, 1)->hidden, 1024);
-  assert_int_equal(tr_model_layer(m, 5)->kind, TR_LAYER_LAYERNORM);
+  assert_true(tr_model_layer(m, 5)->type == &tr_layer_layernorm_type);
   assert_int_equal(tr_model_layer(m, 6)->bias, 0); /* untied head without bias */
   assert_int_equal(tr_model_loss(m), TR_LOSS_CROSSENTROPY);
   assert_int_equal(tr_model_batch(m), 8);
@@ -220,6 +220,88 @@ static void workloads_are_those_of_workloads_md(void **state) {
   assert_int_equal(tr_model_named(&m, "resnet", err, sizeof err), TR_EINVAL);
   assert_null(m);
   assert_non_null(strstr(err, "resnet"));
+}
+
+/* Checkpoints name tensors by tr_model_tensor: the workloads' names, shapes and offsets (each
+ * tensor on a 16-float boundary, in this order) are those every earlier checkpoint has. */
+typedef struct want_tensor {
+  char name[48];
+  int64_t d0, d1;
+} want_tensor;
+
+static int want(want_tensor *w, int n, const char *name, int64_t d0, int64_t d1) {
+  snprintf(w[n].name, sizeof w[n].name, "%s", name);
+  w[n].d0 = d0, w[n].d1 = d1;
+  return n + 1;
+}
+
+static void check_tensors(const char *model, const want_tensor *w, int n, size_t numel) {
+  tr_model *m;
+  char err[128];
+  assert_int_equal(tr_model_named(&m, model, err, sizeof err), 0);
+  assert_int_equal(tr_model_tensor_count(m), n);
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    const tr_tensor_info *t = tr_model_tensor(m, i);
+    assert_string_equal(t->name, w[i].name);
+    assert_true(t->shape[0] == w[i].d0 && t->shape[1] == w[i].d1 && t->ndim == (w[i].d1 ? 2 : 1));
+    assert_int_equal(t->offset, at);
+    at += (t->numel + 15) / 16 * 16;
+  }
+  assert_int_equal(tr_model_numel(m), numel);
+  tr_model_free(m);
+}
+
+static void workload_tensor_names_shapes_and_offsets_are_unchanged(void **state) {
+  (void)state;
+  want_tensor w[64];
+  char name[48];
+  int n = 0;
+  n = want(w, n, "0.weight", 100, 10), n = want(w, n, "0.bias", 100, 0);
+  n = want(w, n, "2.weight", 1, 100), n = want(w, n, "2.bias", 1, 0);
+  check_tensors("simplenet", w, n, 1248);
+  n = 0;
+  for (int k = 0; k < 8; k++) {
+    snprintf(name, sizeof name, "%d.weight", 2 * k), n = want(w, n, name, 1024, 1024);
+    snprintf(name, sizeof name, "%d.bias", 2 * k), n = want(w, n, name, 1024, 0);
+  }
+  check_tensors("mlp", w, n, 8 * (1024 * 1024 + 1024));
+  static const struct { const char *name; int64_t d0, d1; } block[12] = {
+      {"ln1.weight", 256, 0},         {"ln1.bias", 256, 0},         {"attn.qkv.weight", 768, 256},
+      {"attn.qkv.bias", 768, 0},      {"attn.proj.weight", 256, 256}, {"attn.proj.bias", 256, 0},
+      {"ln2.weight", 256, 0},         {"ln2.bias", 256, 0},         {"mlp.fc.weight", 1024, 256},
+      {"mlp.fc.bias", 1024, 0},       {"mlp.proj.weight", 256, 1024}, {"mlp.proj.bias", 256, 0}};
+  n = 0;
+  n = want(w, n, "0.wte", 256, 256), n = want(w, n, "0.wpe", 128, 256);
+  for (int b = 1; b <= 4; b++)
+    for (int k = 0; k < 12; k++) {
+      snprintf(name, sizeof name, "%d.%s", b, block[k].name);
+      n = want(w, n, name, block[k].d0, block[k].d1);
+    }
+  n = want(w, n, "5.weight", 256, 0), n = want(w, n, "5.bias", 256, 0);
+  n = want(w, n, "6.weight", 256, 256);
+  check_tensors("gpt", w, n, 3323392);
+}
+
+/* Forward FLOPs are matrix products only; training is three times forward. */
+static void train_flops_are_three_times_the_forward_products(void **state) {
+  (void)state;
+  tr_model *m;
+  char err[128];
+  assert_int_equal(tr_model_named(&m, "mlp", err, sizeof err), 0);
+  assert_true(tr_model_train_flops(m) == 6.0 * 8 * 1024 * 1024);
+  assert_true(tr_model_layer_flops(m, 0) == 2.0 * 1024 * 1024 && tr_model_layer_flops(m, 1) == 0);
+  tr_model_free(m);
+  assert_int_equal(tr_model_named(&m, "simplenet", err, sizeof err), 0);
+  assert_true(tr_model_train_flops(m) == 6.0 * (10 * 100 + 100 * 1));
+  tr_model_free(m);
+  assert_int_equal(tr_model_named(&m, "gpt", err, sizeof err), 0);
+  const double T = 128, C = 256, H = 1024, V = 256;
+  const double block = 2 * T * (4 * C * C + 2 * C * H) + 4 * T * T * C;
+  for (int l = 1; l <= 4; l++) assert_true(tr_model_layer_flops(m, l) == block);
+  assert_true(tr_model_layer_flops(m, 0) == 0 && tr_model_layer_flops(m, 5) == 0);
+  assert_true(tr_model_train_flops(m) == 3 * (4 * block + 2 * T * C * V));
+  tr_model_free(m);
 }
 
 /* Cutting by the costs given: the costliest stage as cheap as can be; and the costs measured
@@ -269,10 +351,10 @@ static void initialisation_follows_pytorch_defaults(void **state) {
     for (size_t j = 0; j < t->numel; j++) s += x[j], s2 += (double)x[j] * x[j], mx = fmax(mx, fabs(x[j]));
     const double mean = s / t->numel, var = s2 / t->numel - mean * mean;
     covered += t->numel;
-    const tr_layer_kind kind = tr_model_layer(m, t->layer)->kind;
+    const tr_layer_type *kind = tr_model_layer(m, t->layer)->type;
     if (strstr(t->name, "wte") || strstr(t->name, "wpe")) { /* N(0,1) */
       assert_true(fabs(mean) < 0.1 && fabs(var - 1) < 0.1);
-    } else if (strstr(t->name, "ln") || kind == TR_LAYER_LAYERNORM) { /* ones, zeros */
+    } else if (strstr(t->name, "ln") || kind == &tr_layer_layernorm_type) { /* ones, zeros */
       for (size_t j = 0; j < t->numel; j++) assert_true(x[j] == (strstr(t->name, "weight") ? 1.0f : 0.0f));
     } else { /* Linear: U(-1/sqrt(fan_in), 1/sqrt(fan_in)), weight and bias alike */
       const int fan_in = (int)(strstr(t->name, "mlp.proj") ? g.hidden : g.width);
@@ -834,6 +916,8 @@ static void host_copies_round_trip(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(workloads_are_those_of_workloads_md),
+      cmocka_unit_test(workload_tensor_names_shapes_and_offsets_are_unchanged),
+      cmocka_unit_test(train_flops_are_three_times_the_forward_products),
       cmocka_unit_test(stages_balance_the_costs_given_or_measured),
       cmocka_unit_test(initialisation_follows_pytorch_defaults),
       cmocka_unit_test(losses_are_the_means_pytorch_reports),

@@ -104,34 +104,44 @@ static uint32_t ulps(float a, float b) {
   return ia > ib ? (uint32_t)(ia - ib) : (uint32_t)(ib - ia);
 }
 
-/* Same (seed, index) -> same float, whatever the device. Uniform values use exact
- * arithmetic only: byte for byte. Normal values go through double log and cos, whose last
+static int run_dropout(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_dropout_mask(s, F(0), p->n, p->a, p->b, (uint64_t)p->t, (uint64_t)p->V);
+}
+
+/* Same (seed, index) -> same float, whatever the device. Uniform values and dropout masks
+ * use exact arithmetic only: byte for byte. Normal values go through double log and cos, whose last
  * bits CUDA's and glibc's libm may round differently; rounding to float hides that almost
  * always, so they must agree to one unit in the last place, and nearly all exactly. */
-static void init_matches_host_bit_for_bit(void **state) {
+static void init_and_dropout_masks_match_host_bit_for_bit(void **state) {
   (void)state;
   th_rng r = th_rng_for(102);
   const uint64_t offsets[] = {0, 1, 2, 3, 5, (1ull << 33) + 1};
+  static const char *names[] = {"init_uniform", "init_normal", "dropout_mask"};
+  static const th_run_fn fns[] = {run_uniform, run_normal, run_dropout};
+  const float a[] = {-0.25f, 0.5f, 0.0f}, b[] = {1.75f, 0.02f, 1.25f}; /* dropout: p, scale */
+  const float ps[] = {0.0f, 0.1f, 0.5f, 1.0f};
   size_t total = 0, inexact = 0;
   for (int k = 0; k < NSIZES; k++)
     for (int j = 0; j < 6; j++)
-      for (int normal = 0; normal < 2; normal++) {
+      for (int kind = 0; kind < 3; kind++) {
+        const int normal = kind == 1;
         P p = {.n = sizes[k], .V = offsets[j], .t = (int64_t)th_next(&r), .o = (size_t)(j & 1)};
-        p.a = normal ? 0.5f : -0.25f, p.b = normal ? 0.02f : 1.75f;
+        p.a = kind == 2 ? ps[(k + j) % 4] : a[kind], p.b = b[kind];
         const size_t m = p.n + p.o;
         float *x = th_alloc_f(m);
         memset(x, 0, m * sizeof *x);
         th_arg args[] = {{"x", m, 4, TH_OUT, x, 0}};
         void *want[1], *got[1];
-        th_run_fn fn = normal ? run_normal : run_uniform;
+        th_run_fn fn = fns[kind];
         assert_int_equal(th_run(host, args, 1, fn, &p, want), 0);
         assert_int_equal(th_run(gpu, args, 1, fn, &p, got), 0);
         const float *w = want[0], *g = got[0];
         for (size_t i = 0; i < m; i++) {
           uint32_t d = ulps(w[i], g[i]);
           if (d > (uint32_t)normal || !isfinite(g[i])) {
-            fprintf(stderr, "init_%s n=%zu offset=%llu: [%zu] host %.9g cuda %.9g (%u ulp)\n",
-                    normal ? "normal" : "uniform", p.n, (unsigned long long)p.V, i,
+            fprintf(stderr, "%s n=%zu offset=%llu: [%zu] host %.9g cuda %.9g (%u ulp)\n",
+                    names[kind], p.n, (unsigned long long)p.V, i,
                     (double)w[i], (double)g[i], d);
             fail();
           }
@@ -152,6 +162,10 @@ static void init_matches_host_bit_for_bit(void **state) {
 static int run_add(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_add(s, F(2), F(0), F(1), p->n);
+}
+static int run_mul(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_mul(s, F(2), F(0), F(1), p->n);
 }
 static int run_axpy(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
@@ -229,6 +243,7 @@ static void elementwise_ops_match_host(void **state) {
         th_arg args[] = {{"a", m, 4, TH_IN, x, 0}, {"b", m, 4, TH_IN, y, 0},
                          {"out", m, 4, TH_OUT, z, 0}};
         CMP(args, run_add, &p);
+        CMP(args, run_mul, &p);
         CMP(args, run_relu_bwd, &p);
         CMP(args, run_gelu_bwd, &p);
         CMP(args, run_mse_bwd, &p);
@@ -596,7 +611,7 @@ int main(void) {
   }
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(fill_matches_host),
-      cmocka_unit_test(init_matches_host_bit_for_bit),
+      cmocka_unit_test(init_and_dropout_masks_match_host_bit_for_bit),
       cmocka_unit_test(elementwise_ops_match_host),
       cmocka_unit_test(reductions_match_host),
       cmocka_unit_test(bias_and_layernorm_match_host),

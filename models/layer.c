@@ -1,0 +1,115 @@
+/* layer.c — what every layer kind shares: checking a chain of layers, declaring tensors,
+ * the table's optional slots with their defaults, and the layers' random keys. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "layers/layers_impl.h"
+
+int tr__say(char *err, size_t size, const char *fmt, ...) {
+  if (err && size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, size, fmt, ap);
+    va_end(ap);
+  }
+  return TR_EINVAL;
+}
+
+int tr__check_same_width(const tr_layer_spec *l, int in, char *err, size_t err_size) {
+  return l->out == in ? 0 : tr__say(err, err_size, "in %d and out %d differ", in, l->out);
+}
+
+static int check_one(const tr_layer_spec *l, int in, int tokens, char *err, size_t size) {
+  const tr_layer_type *k = l->type;
+  if (!k || !k->name || !k->forward || !k->backward)
+    return tr__say(err, size, "no kind, or a kind without name, forward or backward");
+  if (k->token_input != tokens)
+    return tr__say(err, size, k->token_input ? "takes tokens, and only the model's first layer may"
+                                         : "takes floats, not the model's tokens");
+  if (l->in <= 0 || l->out <= 0)
+    return tr__say(err, size, "widths %d -> %d must be positive", l->in, l->out);
+  if (l->in != in) return tr__say(err, size, "takes width %d, is given %d", l->in, in);
+  return k->check ? k->check(l, in, err, size) : 0;
+}
+
+int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char *err,
+                    size_t err_size) {
+  if (n <= 0 || !layers) return tr__say(err, err_size, "no layers");
+  char what[256] = "";
+  for (int i = 0; i < n; i++) {
+    const tr_layer_spec *l = &layers[i];
+    if (check_one(l, i ? layers[i - 1].out : in, i == 0 && tokens, what, sizeof what))
+      return tr__say(err, err_size, "layer %d (%s): %s", i, l->type && l->type->name ? l->type->name : "?",
+                 what);
+  }
+  return 0;
+}
+
+/* ---- tensors ------------------------------------------------------------------------------ */
+
+int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
+                       tr_init_kind init, float scale) {
+  if (d0 <= 0 || d1 < 0 || (unsigned)init > TR_INIT_ZEROS)
+    return tr__say(t->err, t->err_size, "tensor %s%s: shape (%lld,%lld), init %d", t->prefix, name,
+               (long long)d0, (long long)d1, (int)init);
+  t->count++;
+  if (!t->m) return 0;
+  char full[sizeof t->prefix + 64];
+  int k = snprintf(full, sizeof full, "%s%s", t->prefix, name);
+  if (k < 0 || (size_t)k >= sizeof ((tr_tensor_info *)0)->name)
+    return tr__say(t->err, t->err_size, "tensor %s: name longer than %zu characters", full,
+               sizeof ((tr_tensor_info *)0)->name - 1);
+  return tr__model_add_tensor(t->m, t->layer, full, d0, d1, init, scale);
+}
+
+int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_layer_spec *l,
+                             int T) {
+  if (!l->type->tensors) return 0;
+  const size_t len = strlen(t->prefix);
+  int k = snprintf(t->prefix + len, sizeof t->prefix - len, "%s.", prefix);
+  int rc = k < 0 || (size_t)k >= sizeof t->prefix - len
+               ? tr__say(t->err, t->err_size, "tensors of %s%s: names nested too deep", t->prefix, prefix)
+               : l->type->tensors(l, T, t);
+  t->prefix[len] = 0;
+  return rc;
+}
+
+int tr_layer_tensor_count(const tr_layer_spec *l, int T) {
+  tr_tensor_list t = {0};
+  return tr_tensor_list_add_layer(&t, "", l, T) ? 0 : t.count;
+}
+
+/* ---- the optional slots ---------------------------------------------------------------------- */
+
+size_t tr_layer_act_floats(const tr_layer_spec *l, int B, int T) {
+  return l->type->act_floats ? l->type->act_floats(l, B, T) : (size_t)B * T * l->out;
+}
+
+size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T) {
+  return l->type->scratch_floats ? l->type->scratch_floats(l, B, T) : 0;
+}
+
+double tr_layer_flops(const tr_layer_spec *l, int T) {
+  return l->type->flops ? l->type->flops(l, T) : 0.0;
+}
+
+/* ---- randomness and errors ---------------------------------------------------------------------- */
+
+/* splitmix64's finaliser over the pair: distinct (seed, index) give unrelated keys. */
+uint64_t tr_layer_seed(uint64_t seed, uint64_t index) {
+  uint64_t z = seed ^ (index + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int tr_layer_fail(const tr_layer_ctx *c, int rc, const char *fmt, ...) {
+  if (c->err && c->err_size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->err, c->err_size, fmt, ap);
+    va_end(ap);
+  }
+  return rc;
+}

@@ -1,0 +1,47 @@
+/* dropout.c — the dropout layer kind (inverted dropout): in training each element is kept
+ * with probability 1 - p and scaled by 1/(1-p); in evaluation the identity. The mask is
+ * drawn again in backward rather than kept: it is a pure function of (the layer's key, the
+ * element's sample and place), so it costs no activation memory. */
+#include "layers_impl.h"
+
+tr_layer_spec tr_layer_dropout(int width, float p) {
+  return (tr_layer_spec){.type = &tr_layer_dropout_type, .in = width, .out = width, .p = p};
+}
+
+static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
+  TR__TRY(tr__check_same_width(l, in, err, err_size));
+  if (l->p >= 0.0f && l->p < 1.0f) return 0;
+  return tr__say(err, err_size, "p %g must lie in [0,1)", (double)l->p);
+}
+
+static int identity(const tr_layer_ctx *c) { return !c->training || c->l->p == 0.0f; }
+
+/* to (N,C) = the micro-batch's mask: element e of sample b is number (first + b) C T + e of
+ * the layer's stream, wherever the sample lands */
+static int mask(const tr_layer_ctx *c, float *to) {
+  const size_t per_sample = (size_t)c->T * c->l->in;
+  if (c->first_sample == TR_SAMPLES_UNKNOWN)
+    return tr_layer_fail(c, TR_EINVAL, "training needs the samples' positions "
+                                       "(tr_stage_set_samples)");
+  const float scale = (float)(1.0 / (1.0 - (double)c->l->p));
+  return tr_dropout_mask(c->s, to, (size_t)c->B * per_sample, c->l->p, scale, c->seed,
+                         c->first_sample * per_sample);
+}
+
+static int forward(const tr_layer_ctx *c) {
+  const size_t n = tr__numel(c, c->l->in);
+  if (identity(c)) return tr_memcpy(c->s, c->act, c->x, n * sizeof(float), TR_COPY_D2D);
+  TR__TRY(mask(c, c->act));
+  return tr_mul(c->s, c->act, c->act, c->x, n);
+}
+
+static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  const size_t n = tr__numel(c, c->l->in);
+  if (!dinp) return 0;
+  if (identity(c)) return tr_memcpy(c->s, dinp, dout, n * sizeof(float), TR_COPY_D2D);
+  TR__TRY(mask(c, dinp));
+  return tr_mul(c->s, dinp, dinp, dout, n);
+}
+
+const tr_layer_type tr_layer_dropout_type = {
+    .name = "dropout", .check = check, .forward = forward, .backward = backward};

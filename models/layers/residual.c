@@ -1,0 +1,119 @@
+/* residual.c — the residual kind, a composite: out = x + f(x), f its inner layers in order.
+ * Written with the public table API alone, as a user's composite would be: the inner layers'
+ * tensors follow one another in its own (named "<i>.<name>"), their activations follow its
+ * output, and their scratch follows the gradient buffers it passes between them. */
+#include <stdio.h>
+
+#include "layers_impl.h"
+
+tr_layer_spec tr_layer_residual(int n, const tr_layer_spec *inner) {
+  const int w = n > 0 && inner ? inner[0].in : 0;
+  return (tr_layer_spec){.type = &tr_layer_residual_type, .in = w, .out = w, .n = n, .inner = inner};
+}
+
+static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
+  TR__TRY(tr__check_same_width(l, in, err, err_size));
+  if (l->n <= 0 || !l->inner) {
+    return tr__say(err, err_size, "has no inner layers");
+  }
+  char what[256];
+  if (tr_layers_check(l->n, l->inner, in, 0, what, sizeof what)) {
+    return tr__say(err, err_size, "inner %s", what);
+  }
+  if (l->inner[l->n - 1].out == in) return 0;
+  return tr__say(err, err_size, "its inner layers lead from width %d to %d, not back", in,
+           l->inner[l->n - 1].out);
+}
+
+static int tensors(const tr_layer_spec *l, int T, tr_tensor_list *t) {
+  for (int i = 0; i < l->n; i++) {
+    char prefix[16];
+    snprintf(prefix, sizeof prefix, "%d", i);
+    TR__TRY(tr_tensor_list_add_layer(t, prefix, &l->inner[i], T));
+  }
+  return 0;
+}
+
+static size_t act_floats(const tr_layer_spec *l, int B, int T) {
+  size_t at = tr__align_floats((size_t)B * T * l->out);
+  for (int i = 0; i < l->n; i++) at += tr__align_floats(tr_layer_act_floats(&l->inner[i], B, T));
+  return at;
+}
+
+/* Backward passes gradients between inner layers in up to two buffers that alternate. */
+static int gradient_buffers(const tr_layer_spec *l) { return l->n >= 3 ? 2 : l->n - 1; }
+
+static size_t gradient_buffer_floats(const tr_layer_spec *l, int B, int T) {
+  int wide = 0;
+  for (int i = 0; i + 1 < l->n; i++) wide = l->inner[i].out > wide ? l->inner[i].out : wide;
+  return tr__align_floats((size_t)B * T * wide);
+}
+
+static size_t scratch_floats(const tr_layer_spec *l, int B, int T) {
+  size_t inner = 0;
+  for (int i = 0; i < l->n; i++) {
+    const size_t s = tr__align_floats(tr_layer_scratch_floats(&l->inner[i], B, T));
+    inner = s > inner ? s : inner;
+  }
+  return (size_t)gradient_buffers(l) * gradient_buffer_floats(l, B, T) + inner;
+}
+
+static double flops(const tr_layer_spec *l, int T) {
+  double f = 0;
+  for (int i = 0; i < l->n; i++) f += tr_layer_flops(&l->inner[i], T);
+  return f;
+}
+
+/* Inner layer i's context, its tensors starting at tensor t and its activations at act. */
+static tr_layer_ctx inner_ctx(const tr_layer_ctx *c, int i, int t, float *act) {
+  tr_layer_ctx in = *c;
+  in.l = &c->l->inner[i];
+  in.p = c->p + t;
+  in.g = c->g + t;
+  in.act = act;
+  in.scratch = c->scratch + (size_t)gradient_buffers(c->l) * gradient_buffer_floats(c->l, c->B, c->T);
+  in.seed = tr_layer_seed(c->seed, (uint64_t)i);
+  return in;
+}
+
+static int forward(const tr_layer_ctx *c) {
+  const tr_layer_spec *l = c->l;
+  const size_t n = tr__numel(c, l->out);
+  float *act = c->act + tr__align_floats(n);
+  const void *x = c->x;
+  int t = 0;
+  for (int i = 0; i < l->n; i++) {
+    tr_layer_ctx in = inner_ctx(c, i, t, act);
+    in.x = x;
+    TR__TRY(l->inner[i].type->forward(&in));
+    x = act;
+    t += tr_layer_tensor_count(&l->inner[i], c->T);
+    act += tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
+  }
+  return tr_add(c->s, c->act, c->x, x, n);
+}
+
+static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  const tr_layer_spec *l = c->l;
+  const size_t n = tr__numel(c, l->out);
+  /* from the last inner layer back: where its tensors and activations start */
+  float *act = c->act + act_floats(l, c->B, c->T);
+  int t = 0;
+  for (int i = 0; i < l->n; i++) t += tr_layer_tensor_count(&l->inner[i], c->T);
+  float *buf[2] = {c->scratch, c->scratch + gradient_buffer_floats(l, c->B, c->T)};
+  const float *g = dout;
+  for (int i = l->n - 1; i >= 0; i--) {
+    t -= tr_layer_tensor_count(&l->inner[i], c->T);
+    act -= tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
+    tr_layer_ctx in = inner_ctx(c, i, t, act);
+    in.x = i ? act - tr__align_floats(tr_layer_act_floats(&l->inner[i - 1], c->B, c->T)) : c->x;
+    float *d = i ? buf[(l->n - 1 - i) & 1] : dinp;
+    TR__TRY(l->inner[i].type->backward(&in, g, d));
+    g = d;
+  }
+  return dinp ? tr_add(c->s, dinp, dinp, dout, n) : 0; /* and the identity's share */
+}
+
+const tr_layer_type tr_layer_residual_type = {
+    .name = "residual", .check = check, .tensors = tensors, .act_floats = act_floats,
+    .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops};
