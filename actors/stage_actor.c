@@ -446,6 +446,8 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
     int rc = take_inputs(self, a, act);
     if (rc != DONE) return rc;
   }
+  /* random layers draw each sample's mask from its place in the data set */
+  tr_stage_set_samples(a->st, act->slot, a->slot_first[act->slot]);
   if (tr_stage_forward(a->st, act->slot)) return fail_device(self, a, "forward");
   if (info->is_last) {
     const int k = (int)(a->step % LOSS_RING);

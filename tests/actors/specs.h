@@ -10,6 +10,9 @@
 #define RELU(w) {.type = &tr_layer_relu_type, .in = (w), .out = (w)}
 #define LAYERNORM(w) {.type = &tr_layer_layernorm_type, .in = (w), .out = (w)}
 #define EMBEDDING(v, w) {.type = &tr_layer_embedding_type, .in = 1, .out = (w), .vocab = (v)}
+#define DROPOUT(w, prob) {.type = &tr_layer_dropout_type, .in = (w), .out = (w), .p = (prob)}
+#define RESIDUAL(w, count, layers) \
+  {.type = &tr_layer_residual_type, .in = (w), .out = (w), .n = (count), .inner = (layers)}
 #define BLOCK(w, h, hid) {.type = &tr_layer_block_type, .in = (w), .out = (w), .heads = (h), .hidden = (hid)}
 
 /* 4 x Linear(64,64), ReLU between; MSE; momentum 0.9 */

@@ -167,6 +167,30 @@ static void mlp_trains_alike_on_every_layout(void **state) {
                              sizeof all_layouts / sizeof *all_layouts);
 }
 
+/* Dropout and a residual span: the masks depend on each sample's place in the data set, so
+ * every layout draws single's, and the residual is never split. */
+static const tr_layer_spec res_inner[] = {LINEAR(32, 32, 1), RELU(32), DROPOUT(32, 0.25f),
+                                          LINEAR(32, 32, 1)};
+static const tr_layer_spec dropnet_layers[] = {
+    LINEAR(16, 32, 1), DROPOUT(32, 0.1f), RESIDUAL(32, 4, res_inner), RELU(32), LINEAR(32, 8, 1),
+};
+static const tr_model_spec dropnet = {
+    .name = "dropnet",
+    .ctx = 1,
+    .loss = TR_LOSS_MSE,
+    .nlayers = 5,
+    .layers = dropnet_layers,
+    .batch = 48,
+    .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f, .momentum = 0.9f},
+};
+
+static void dropout_and_residual_train_alike_on_every_layout(void **state) {
+  (void)state;
+  assert_a_step_shows(options(NULL, &dropnet, TOLERANCE_STEPS));
+  each_layout_matches_single(options(NULL, &dropnet, TOLERANCE_STEPS), all_layouts,
+                             sizeof all_layouts / sizeof *all_layouts);
+}
+
 static void gpt_trains_alike_on_every_layout(void **state) {
   (void)state;
   assert_a_step_shows(options(NULL, &gpt1, TOLERANCE_STEPS));
@@ -363,6 +387,7 @@ int main(void) {
       cmocka_unit_test(simplenet_trains_alike_on_every_layout),
       cmocka_unit_test(mlp_trains_alike_on_every_layout),
       cmocka_unit_test(gpt_trains_alike_on_every_layout),
+      cmocka_unit_test(dropout_and_residual_train_alike_on_every_layout),
       cmocka_unit_test(mlp_workload_trains_alike_data_parallel),
       cmocka_unit_test(deterministic_parallel_runs_are_bitwise_identical),
       cmocka_unit_test(runs_report_their_layout_and_figures),
