@@ -68,7 +68,7 @@ extern "C" {
 
 enum { TR_TRAIN_MAX_DEVICES = 64, TR_TRAIN_STALENESS_BINS = 32 };
 
-/* The figures of WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
+/* The figures of docs/WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
 typedef struct tr_train_result {
   char model[32], strategy[16], devices[256];
   int ndevices;
@@ -100,7 +100,7 @@ typedef struct tr_train_result {
   /* sync: max over replicas of ||θ_r − θ_0|| / ||θ_0||; async: the mean over pushes of
    * ||θ_worker − θ_server|| / ||θ_server|| */
   double consistency;
-  double gflops;           /* WORKLOADS.md's FLOP count × samples/s */
+  double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
 } tr_train_result;
 

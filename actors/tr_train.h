@@ -4,7 +4,7 @@
  * end: a loader actor on the libuv loop fills batches ahead (its prefetch depth is the
  * credit count of the loader → stage edge), a stage actor pinned to each device trains,
  * and a coordinator on the loop drives the run, prints progress and collects the figures
- * WORKLOADS.md defines. It is what `troupe train` runs.
+ * docs/WORKLOADS.md defines. It is what `troupe train` runs.
  *
  *   tr_train_options o = tr_train_defaults();
  *   o.model = "simplenet";

@@ -1,4 +1,4 @@
-/* model.c — model descriptions: layer specs, the workloads of WORKLOADS.md, the parameter
+/* model.c — model descriptions: layer specs, the workloads of docs/WORKLOADS.md, the parameter
  * space (every tensor's name, shape, offset and initialisation) and cost-balanced cuts. */
 #include <float.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* tr_data.h — the training data of WORKLOADS.md: synthetic generators and byte files.
+/* tr_data.h — the training data of docs/WORKLOADS.md: synthetic generators and byte files.
  *
  * A data set is an endless numbered sequence of samples; sample i is a pure function of
  * (seed, i), so any thread can fill any range, in any order, on any number of workers, and

@@ -106,7 +106,7 @@ typedef struct tr_model tr_model;
 int tr_model_new(tr_model **out, const tr_model_spec *spec, char *err, size_t err_size);
 void tr_model_free(tr_model *m);
 
-/* The workloads of WORKLOADS.md, exactly: */
+/* The workloads of docs/WORKLOADS.md, exactly: */
 /* simplenet: Linear(10,100) -> ReLU -> Linear(100,1), MSE; SGD lr 0.01; batch 64 */
 int tr_model_simplenet(tr_model **out);
 /* mlp: depth x Linear(width,width), ReLU between (workload: 1024, 8); MSE; momentum 0.9,

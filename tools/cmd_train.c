@@ -1,4 +1,4 @@
-/* cmd_train.c — `troupe train`: parse the options of WORKLOADS.md, run tr_train_run, print
+/* cmd_train.c — `troupe train`: parse the options of docs/WORKLOADS.md, run tr_train_run, print
  * a summary on stderr and, with --json, one JSON object on stdout. */
 #include <limits.h>
 #include <math.h>
@@ -397,7 +397,7 @@ int cmd_train(int argc, char **argv) {
     fputc('\n', stderr);
     return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
   }
-  /* On host devices, the hardware's yardstick, measured now, after the run (WORKLOADS.md):
+  /* On host devices, the hardware's yardstick, measured now, after the run (docs/WORKLOADS.md):
    * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. */
   double sgemm = NAN;
   if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0)

@@ -1,4 +1,4 @@
-/* reference.c — the yardstick of "fraction of the hardware" on host devices (WORKLOADS.md):
+/* reference.c — the yardstick of "fraction of the hardware" on host devices (docs/WORKLOADS.md):
  * single-precision GEMM of the BLAS troupe links, square, one thread, in this process. */
 #include <cblas.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* troupe.c — the `troupe` command line: one executable, one sub-command per job.
  *
- * Exit status: 0 success, 1 runtime failure, 2 usage error (WORKLOADS.md's contract).
+ * Exit status: 0 success, 1 runtime failure, 2 usage error (docs/WORKLOADS.md's contract).
  * Sub-commands register in `commands` below; each parses its own arguments.
  */
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* test_data.c — the data sets of WORKLOADS.md: samples are a function of (seed, index),
+/* test_data.c — the data sets of docs/WORKLOADS.md: samples are a function of (seed, index),
  * shards are disjoint and make up the batch, the generators draw what they claim, the
  * arithmetic corpus is correct arithmetic, files are sampled as whole sequences with
  * next-byte targets, and a bad file is a clear error. */

@@ -1,4 +1,4 @@
-/* test_model.c — models and stages: the workloads as WORKLOADS.md defines them, PyTorch's
+/* test_model.c — models and stages: the workloads as docs/WORKLOADS.md defines them, PyTorch's
  * initialisation, cutting (stages on separate devices give the uncut model's parameters,
  * loss and gradients bit for bit), micro-batches (their accumulated gradient is the
  * batch's), the optimizers and clipping, learning (simplenet, a tiny gpt on the arithmetic
