@@ -73,7 +73,7 @@ static bool claim(tr_actor *self, loader *l) {
  * faster than the data (a GPU), credits come back as fast as batches are made, and a loader
  * that never returned would keep its loop's timers (the end of a timed run) and the other
  * loop actors waiting. It asks itself to go on instead. */
-static void produce(tr_actor *self, loader *l) {
+static int produce(tr_actor *self, loader *l) {
   tr_job *j = l->j;
   const int workers = j->c.async ? 1 : j->c.replicas * j->c.microbatches;
   const int base = j->c.async ? 0 : l->replica * j->c.microbatches; /* of the shards */
@@ -86,16 +86,20 @@ static void produce(tr_actor *self, loader *l) {
         tr_actor_send(self, p);
         l->resuming = true;
       }
-      return;
+      return 0;
     }
-    if (!claim(self, l)) return; /* mid-step too: the end may come while it waits there */
-    if (!l->held_x && !(l->held_x = tr_edge_acquire(l->ex))) return;
-    if (l->ey && !l->held_y && !(l->held_y = tr_edge_acquire(l->ey))) return;
+    if (!claim(self, l)) return 0; /* mid-step too: the end may come while it waits there */
+    if (!l->held_x && !(l->held_x = tr_edge_acquire(l->ex))) return 0;
+    if (l->ey && !l->held_y && !(l->held_y = tr_edge_acquire(l->ey))) return 0;
     uint64_t first;
     size_t count;
     tr_data_shard((uint64_t)l->step, (size_t)j->c.global_batch, base + l->mb, workers,
                   &first, &count);
-    tr_data_fill(j->c.data, first, count, l->x[l->slot], l->y[l->slot]);
+    const int rc = tr_data_fill(j->c.data, first, count, l->x[l->slot], l->y[l->slot]);
+    if (rc)
+      return tr_actor_fail(self, rc, "data '%s': samples [%llu, %llu): %s", tr_data_name(j->c.data),
+                           (unsigned long long)first, (unsigned long long)(first + count),
+                           tr_strerror(rc));
     for (int e = 0; e < (l->ey ? 2 : 1); e++) {
       tr__batch_msg *b = tr_msg_new(&tr__batch_type);
       b->slot = l->slot;
@@ -111,6 +115,7 @@ static void produce(tr_actor *self, loader *l) {
       l->claimed = false;
     }
   }
+  return 0;
 }
 
 static int loader_receive(tr_actor *self, tr_msg *msg) {
@@ -124,8 +129,7 @@ static int loader_receive(tr_actor *self, tr_msg *msg) {
     l->rings++;
   }
   /* Credits, the end of the run: try again. Both rings are needed before anything. */
-  if (l->rings == (l->ey ? 2 : 1)) produce(self, l);
-  return 0;
+  return l->rings == (l->ey ? 2 : 1) ? produce(self, l) : 0;
 }
 
 static int loader_start(tr_actor *self) {
