@@ -120,15 +120,6 @@ static int check_async(const tr_async_config *a, char *err, size_t n) {
   return 0;
 }
 
-static int check_data(const tr_job_config *c, char *err, size_t n) {
-  const size_t mx = tr_model_input_bytes(c->model), my = tr_model_target_bytes(c->model);
-  const size_t dx = tr_data_x_bytes(c->data), dy = tr_data_y_bytes(c->data);
-  if (dx != mx || dy != my)
-    return bad(err, n, "data: samples of %zu bytes of inputs and %zu of targets, but model '%s' "
-               "takes %zu and %zu", dx, dy, tr_model_name(c->model), mx, my);
-  return 0;
-}
-
 /* Checks the configuration and fills in what it leaves to the model. */
 static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return bad(err, n, "model: none given");
@@ -136,7 +127,7 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
   c->optim = resolve_optim(c->optim, c->model);
   int rc;
-  if ((rc = check_data(c, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
+  if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
       (rc = check_async(&c->async, err, n)))
     return rc;
   if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)

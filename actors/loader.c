@@ -143,12 +143,12 @@ static int produce(tr_actor *self, loader *l) {
     size_t count;
     tr_data_shard((uint64_t)l->step, (size_t)c->global_batch, base + l->mb, shards, &first, &count);
     void *x = l->x ? l->x[l->slot] : NULL, *y = l->y ? l->y[l->slot] : NULL;
-    tr_data_fill(c->data, first, count, x, y); /* MERGE: returns a status with the data branch */
-    int rc = 0;
+    const int rc = tr_data_fill(c->data, first, count, x, y);
     if (rc)
-      return tr_actor_fail(self, rc, "filling samples [%llu, %llu) of step %lld",
-                           (unsigned long long)first, (unsigned long long)(first + count),
-                           (long long)l->step);
+      return tr_actor_fail(self, rc, "data '%s': samples [%llu, %llu) of step %lld: %s",
+                           tr_data_name(c->data), (unsigned long long)first,
+                           (unsigned long long)(first + count), (long long)l->step,
+                           tr_strerror(rc));
     for (int i = 0; i < l->nout; i++) {
       const unsigned what = l->out[i].what;
       tr_batch_msg *b = tr_msg_new(&tr_batch_type);

@@ -162,11 +162,8 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (o->steps > 0 && rn->first_step >= o->steps)
     return bad(err, n, "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is "
                "reached", resume, (long long)rn->first_step, (long long)o->steps);
-  if (o->labels) /* MERGE: .npy data with the data branch */
-    return bad(err, n, "labels %s: not read yet", o->labels);
-  tr_data_config dc;
-  tr_data_config_for(&dc, rn->model, o->job.seed, o->data);
-  if ((rc = tr_data_open(&rn->data, &dc, err, n))) return rc;
+  if ((rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n)))
+    return rc;
   c->data = rn->data;
   /* last: measuring takes a moment, wasted on options found wrong after it */
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic) measured_cuts(rn);

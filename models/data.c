@@ -1,11 +1,9 @@
-/* data.c — the synthetic data sets and byte files of tr_data.h. Every sample is drawn from
- * its own counter-based stream (splitmix64 seeded by a hash of the seed, a tag and the
- * sample's index), so samples need no shared state and no order. */
+/* data.c — the core of tr_data.h: opening a source through its table (data_impl.h), the
+ * user's callbacks, the choice of a model's data and the check of its sizes, shards. The
+ * sources themselves live in data_synth.c, data_text.c and data_npy.c. */
 #include <errno.h>
 #include <fcntl.h>
-#include <math.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,215 +11,70 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "host/host_cpu.h"
-#include "tr_data.h"
+#include "data_impl.h"
 #include "tr_model.h"
 
-enum { TEACHER_HIDDEN = 32, GROUP = 8 /* samples through the teacher at once */ };
-
-/* Tags keep the streams of one seed apart. */
-#define TAG_TEACHER 0x7465616368657231ull /* the teacher's weights */
-#define TAG_SAMPLE 0x73616d706c657331ull  /* sample i's values or offset */
-#define TAG_CORPUS 0x636f727075733121ull  /* the arithmetic corpus */
-
-typedef struct zig {
-  uint32_t k[128];
-  float w[128], f[128];
-} zig;
-
-struct tr_data {
-  tr_data_config c;
-  zig z;
-  float *teacher;  /* W1^T (in,32), b1 (32), W2 (out,32), b2 (out) */
-  uint8_t *corpus; /* ARITHMETIC: malloc'd; FILE: mapped */
-  size_t size;
-  char *path;
-};
-
-/* ---- random numbers ----------------------------------------------------------------------- */
-
-static uint64_t mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-typedef struct rng {
-  uint64_t s;
-} rng;
-
-static rng rng_for(uint64_t seed, uint64_t tag, uint64_t index) {
-  return (rng){mix(seed ^ mix(tag ^ mix(index)))};
-}
-
-static uint64_t next(rng *r) { return mix(r->s += 0x9e3779b97f4a7c15ull); }
-
-static double uniform(rng *r) { return (double)(next(r) >> 11) * 0x1p-53; } /* [0,1) */
-
-/* Normals by Marsaglia and Tsang's ziggurat (128 layers): one 64-bit draw, a table look-up
- * and a compare for 98% of them, where Box-Muller spends a log, a sqrt and a sincos. Bits
- * 0-6 pick the layer, bits 32-63 are the signed abscissa, so the two do not correlate. */
-#define ZIG_R 3.442619855899
-#define ZIG_V 9.91256303526217e-3
-
-static void zig_tables(zig *z) {
-  const double m = 2147483648.0, q = ZIG_V / exp(-0.5 * ZIG_R * ZIG_R);
-  double dn = ZIG_R, tn = dn;
-  z->k[0] = (uint32_t)(dn / q * m);
-  z->k[1] = 0;
-  z->w[0] = (float)(q / m);
-  z->w[127] = (float)(dn / m);
-  z->f[0] = 1.0f;
-  z->f[127] = (float)exp(-0.5 * dn * dn);
-  for (int i = 126; i >= 1; i--) {
-    dn = sqrt(-2.0 * log(ZIG_V / dn + exp(-0.5 * dn * dn)));
-    z->k[i + 1] = (uint32_t)(dn / tn * m);
-    tn = dn;
-    z->f[i] = (float)exp(-0.5 * dn * dn);
-    z->w[i] = (float)(dn / m);
-  }
-}
-
-/* A draw's layer (bits 0-6) and signed abscissa (bits 32-63). */
-static inline void zig_split(uint64_t u, int32_t *hz, unsigned *iz) {
-  *hz = (int32_t)(u >> 32);
-  *iz = (unsigned)u & 127;
-}
-
-static inline bool zig_inside(const zig *z, int32_t hz, unsigned iz) {
-  return (uint32_t)(hz < 0 ? -(int64_t)hz : hz) < z->k[iz];
-}
-
-/* The 2% of draws that fall outside their layer's rectangle, out of line so that the
- * common case inlines into the fill loops. */
-static __attribute__((noinline)) float normal_edge(const zig *z, rng *r, uint64_t u) {
-  for (;; u = next(r)) {
-    int32_t hz;
-    unsigned iz;
-    zig_split(u, &hz, &iz);
-    const float x = (float)hz * z->w[iz];
-    if (zig_inside(z, hz, iz)) return x;
-    if (iz == 0) { /* the tail beyond R */
-      double t, y;
-      do {
-        t = -log(1.0 - uniform(r)) / ZIG_R;
-        y = -log(1.0 - uniform(r));
-      } while (y + y < t * t);
-      return (float)(hz > 0 ? ZIG_R + t : -ZIG_R - t);
-    }
-    /* the wedge: accept under the density, else draw again */
-    if (z->f[iz] + (float)uniform(r) * (z->f[iz - 1] - z->f[iz]) < expf(-0.5f * x * x)) return x;
-  }
-}
-
-static inline float normal(const zig *z, rng *r) {
-  const uint64_t u = next(r);
-  int32_t hz;
-  unsigned iz;
-  zig_split(u, &hz, &iz);
-  return zig_inside(z, hz, iz) ? (float)hz * z->w[iz] : normal_edge(z, r, u);
-}
-
-/* ---- opening --------------------------------------------------------------------------------- */
-
-static int say(int rc, char *err, size_t size, const char *fmt, ...) {
-  if (err && size) {
+int tr__data_say(int rc, char *err, size_t err_size, const char *fmt, ...) {
+  if (err && err_size) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
+    vsnprintf(err, err_size, fmt, ap);
     va_end(ap);
   }
   return rc;
 }
 
-void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
-                        const char *path) {
-  const int L = tr_model_layer_count(m);
-  *c = (tr_data_config){.seed = seed, .ctx = tr_model_ctx(m), .path = path,
-                        .in = tr_model_layer(m, 0)->in, .out = tr_model_layer(m, L - 1)->out};
-  if (tr_model_token_input(m)) c->kind = path ? TR_DATA_FILE : TR_DATA_ARITHMETIC;
-  else c->kind = strcmp(tr_model_name(m), "simplenet") ? TR_DATA_GAUSSIAN : TR_DATA_TEACHER;
-}
-
-/* Drawn as PyTorch draws a fresh Linear (weights and biases uniform in +-1/sqrt(fan_in)),
- * from the teacher's own stream of the seed: what a Python script would get from
- * nn.Sequential(Linear(10,32), Tanh(), Linear(32,1)) under another seed. */
-static int make_teacher(tr_data *d) {
-  const int in = d->c.in, out = d->c.out, H = TEACHER_HIDDEN;
-  const size_t n = (size_t)in * H + H + (size_t)out * H + out;
-  if (!(d->teacher = malloc(n * sizeof *d->teacher))) return TR_ENOMEM;
-  rng r = rng_for(d->c.seed, TAG_TEACHER, 0);
-  float *w1t = d->teacher, *b1 = w1t + (size_t)in * H, *w2 = b1 + H, *b2 = w2 + (size_t)out * H;
-  const double k1 = 1 / sqrt((double)in), k2 = 1 / sqrt((double)H);
-  /* drawn in PyTorch's order, W1 (32,in) row by row, kept transposed for the forward */
-  for (int j = 0; j < H; j++)
-    for (int i = 0; i < in; i++) w1t[(size_t)i * H + j] = (float)(k1 * (2 * uniform(&r) - 1));
-  for (int j = 0; j < H; j++) b1[j] = (float)(k1 * (2 * uniform(&r) - 1));
-  for (size_t i = 0; i < (size_t)out * H; i++) w2[i] = (float)(k2 * (2 * uniform(&r) - 1));
-  for (int i = 0; i < out; i++) b2[i] = (float)(k2 * (2 * uniform(&r) - 1));
-  return 0;
-}
-
-/* Lines "a+b=c\n", a and b uniform in [0, 100), until the corpus is full. */
-static int make_corpus(tr_data *d) {
-  const size_t size = d->c.corpus_bytes ? d->c.corpus_bytes : (size_t)1 << 20;
-  if (!(d->corpus = malloc(size + 16))) return TR_ENOMEM;
-  rng r = rng_for(d->c.seed, TAG_CORPUS, 0);
-  size_t at = 0;
-  while (at < size) {
-    const int a = (int)(next(&r) % 100), b = (int)(next(&r) % 100);
-    at += (size_t)snprintf((char *)d->corpus + at, 16, "%d+%d=%d\n", a, b, a + b);
-  }
-  d->size = size;
-  return 0;
-}
-
-static int map_file(tr_data *d, char *err, size_t err_size) {
-  int fd = open(d->path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return say(TR_EIO, err, err_size, "data file '%s': %s", d->path, strerror(errno));
+int tr__data_map(const char *path, const char *what, const uint8_t **p, size_t *size, char *err,
+                 size_t err_size) {
+  *p = NULL;
+  *size = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat sb;
+  if (fd < 0 || fstat(fd, &sb)) {
+    const int e = errno;
+    if (fd >= 0) close(fd);
+    return tr__data_say(TR_EIO, err, err_size, "%s '%s': %s", what, path, strerror(e));
+  }
   int rc = 0;
-  if (fstat(fd, &sb)) {
-    rc = say(TR_EIO, err, err_size, "data file '%s': %s", d->path, strerror(errno));
-  } else if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size < (uint64_t)d->c.ctx + 1) {
-    rc = say(TR_EIO, err, err_size, "data file '%s': %lld bytes, needs at least %d (context + 1)",
-             d->path, (long long)sb.st_size, d->c.ctx + 1);
-  } else {
-    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) rc = say(TR_EIO, err, err_size, "data file '%s': mmap: %s", d->path, strerror(errno));
-    else d->corpus = p, d->size = (size_t)sb.st_size;
+  if (!S_ISREG(sb.st_mode)) {
+    rc = tr__data_say(TR_EIO, err, err_size, "%s '%s': not a regular file", what, path);
+  } else if (sb.st_size > 0) {
+    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (m == MAP_FAILED)
+      rc = tr__data_say(TR_EIO, err, err_size, "%s '%s': mmap: %s", what, path, strerror(errno));
+    else
+      *p = m, *size = (size_t)sb.st_size;
   }
   close(fd);
   return rc;
 }
 
-int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size) {
+void tr__data_unmap(const uint8_t *p, size_t size) {
+  if (p) munmap((void *)p, size);
+}
+
+/* ---- opening ------------------------------------------------------------------------------- */
+
+static const struct {
+  const char *name; /* FILE, NPY: named by their path instead */
+  int (*open)(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
+} kinds[] = {
+    [TR_DATA_TEACHER] = {"teacher", tr__data_open_synthetic},
+    [TR_DATA_GAUSSIAN] = {"gaussian", tr__data_open_synthetic},
+    [TR_DATA_CLASSIFIER] = {"classifier", tr__data_open_synthetic},
+    [TR_DATA_ARITHMETIC] = {"arithmetic", tr__data_open_text},
+    [TR_DATA_FILE] = {"file", tr__data_open_text},
+    [TR_DATA_NPY] = {"npy", tr__data_open_npy},
+};
+
+/* A tr_data named `name`, opened by `open` (which sets its ops first), or nothing. */
+static int open_with(tr_data **out, const char *name,
+                     int (*open)(tr_data *, const void *, char *, size_t), const void *arg,
+                     char *err, size_t err_size) {
   *out = NULL;
-  const int floats = c->kind == TR_DATA_TEACHER || c->kind == TR_DATA_GAUSSIAN;
-  if ((unsigned)c->kind > TR_DATA_FILE || (floats && (c->in <= 0 || c->out <= 0)) ||
-      (!floats && c->ctx <= 0) || (c->kind == TR_DATA_FILE && !c->path))
-    return say(TR_EINVAL, err, err_size, "data: kind %d, widths %d/%d, context %d, path %s: invalid",
-               (int)c->kind, c->in, c->out, c->ctx, c->path ? c->path : "(none)");
   tr_data *d = calloc(1, sizeof *d);
-  if (!d) return say(TR_ENOMEM, err, err_size, "data: out of memory");
-  d->c = *c;
-  zig_tables(&d->z);
-  int rc = 0;
-  if (c->path && !(d->path = strdup(c->path))) rc = TR_ENOMEM;
-  d->c.path = d->path;
-  if (!rc) {
-    switch (c->kind) {
-    case TR_DATA_TEACHER: rc = make_teacher(d); break;
-    case TR_DATA_GAUSSIAN: break;
-    case TR_DATA_ARITHMETIC:
-      rc = make_corpus(d);
-      if (!rc && d->size < (size_t)c->ctx + 1)
-        rc = say(TR_EINVAL, err, err_size, "data: corpus of %zu bytes, context %d", d->size, c->ctx);
-      break;
-    case TR_DATA_FILE: rc = map_file(d, err, err_size); break;
-    }
-  }
-  if (rc == TR_ENOMEM) say(rc, err, err_size, "data: out of memory");
+  int rc = d && (d->name = strdup(name)) ? open(d, arg, err, err_size) : TR_ENOMEM;
+  if (rc == TR_ENOMEM) tr__data_say(rc, err, err_size, "data '%s': out of memory", name);
   if (rc) {
     tr_data_close(d);
     return rc;
@@ -230,112 +83,129 @@ int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_s
   return 0;
 }
 
+static int open_config(tr_data *d, const void *arg, char *err, size_t err_size) {
+  const tr_data_config *c = arg;
+  return kinds[c->kind].open(d, c, err, err_size);
+}
+
+int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size) {
+  *out = NULL;
+  if ((unsigned)c->kind >= sizeof kinds / sizeof *kinds || !kinds[c->kind].open)
+    return tr__data_say(TR_EINVAL, err, err_size, "data: unknown kind %d", (int)c->kind);
+  const int by_path = (c->kind == TR_DATA_FILE || c->kind == TR_DATA_NPY) && c->path;
+  const char *name = by_path ? c->path : kinds[c->kind].name;
+  return open_with(out, name, open_config, c, err, err_size);
+}
+
+static int fill_callback(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
+  const tr_data_callback *cb = d->self; /* its name is d->name */
+  const int rc = cb->fill(cb->arg, first, count, x, y);
+  return rc > 0 ? TR_EIO : rc;
+}
+
+static void close_callback(tr_data *d) { free(d->self); }
+
+static const tr__data_ops callback_ops = {.fill = fill_callback, .close = close_callback};
+
+static int open_callback(tr_data *d, const void *arg, char *err, size_t err_size) {
+  const tr_data_callback *cb = arg;
+  d->ops = &callback_ops;
+  if (!cb->fill || cb->x_bytes == 0)
+    return tr__data_say(TR_EINVAL, err, err_size, "data '%s': %s", d->name,
+                        cb->fill ? "x_bytes is 0" : "no fill function");
+  tr_data_callback *self = malloc(sizeof *self);
+  if (!(d->self = self)) return TR_ENOMEM;
+  *self = *cb;
+  d->x_bytes = cb->x_bytes;
+  d->y_bytes = cb->y_bytes;
+  return 0;
+}
+
+int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size) {
+  return open_with(out, cb->name ? cb->name : "callback", open_callback, cb, err, err_size);
+}
+
 void tr_data_close(tr_data *d) {
   if (!d) return;
-  if (d->c.kind == TR_DATA_FILE && d->corpus) munmap(d->corpus, d->size);
-  else free(d->corpus);
-  free(d->teacher);
-  free(d->path);
+  if (d->ops) d->ops->close(d);
+  free(d->name);
   free(d);
 }
 
-/* ---- samples ----------------------------------------------------------------------------------- */
+/* ---- a model's data ------------------------------------------------------------------------ */
 
-size_t tr_data_x_bytes(const tr_data *d) {
-  return d->c.kind <= TR_DATA_GAUSSIAN ? (size_t)d->c.in * sizeof(float)
-                                       : (size_t)d->c.ctx * sizeof(int32_t);
+void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
+                        const char *path) {
+  const int L = tr_model_layer_count(m), out = tr_model_layer(m, L - 1)->out;
+  const int ce = tr_model_loss(m) == TR_LOSS_CROSSENTROPY;
+  *c = (tr_data_config){.seed = seed, .ctx = tr_model_ctx(m), .path = path,
+                        .in = tr_model_layer(m, 0)->in, .out = out, .classes = ce ? out : 0};
+  if (tr_model_token_input(m)) c->kind = path ? TR_DATA_FILE : TR_DATA_ARITHMETIC;
+  else if (path) c->kind = TR_DATA_NPY;
+  else if (ce) c->kind = TR_DATA_CLASSIFIER;
+  /* the workload mlp measures throughput on Gaussian targets (WORKLOADS.md) */
+  else c->kind = strcmp(tr_model_name(m), "mlp") ? TR_DATA_TEACHER : TR_DATA_GAUSSIAN;
 }
 
-size_t tr_data_y_bytes(const tr_data *d) {
-  return d->c.kind <= TR_DATA_GAUSSIAN ? (size_t)d->c.out * sizeof(float)
-                                       : (size_t)d->c.ctx * sizeof(int32_t);
-}
-
-/* tanh(a) = (e - 1) / (e + 1), e = exp(2a) with |a| <= 9, written so that a loop of it
- * vectorises: exp as 2^k p(r), k rounded by the 1.5 * 2^23 trick, 2^k put into the exponent
- * bits, p the degree-6 Taylor polynomial on |r| <= ln2/2 (relative error 1.2e-7). The
- * teacher is defined by this function; libm's tanhf (through expm1f, scalar) cost four
- * fifths of the whole batch. Absolute error below 2e-7. */
-static inline float tanh_vec(float a) {
-  const float x = 2.0f * (a > 9.0f ? 9.0f : a < -9.0f ? -9.0f : a);
-  const float k = (x * 1.44269504f + 12582912.0f) - 12582912.0f;
-  const float r = (x - k * 0.693145752f) - k * 1.42860677e-6f;
-  const float p = 1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
-  const int32_t bits = ((int32_t)k + 127) << 23;
-  float two_k;
-  memcpy(&two_k, &bits, sizeof two_k);
-  const float e = p * two_k;
-  return (e - 1.0f) / (e + 1.0f);
-}
-
-/* GROUP floats in one value (the compilers' vector extension): a sum along a loop kept in
- * registers, where GCC's vectoriser would keep it in memory. */
-typedef float lanes __attribute__((vector_size(GROUP * sizeof(float))));
-
-/* y (out) = W2 tanh(W1 x + b1) + b2, in float, for n <= GROUP samples at once (x and y rows
- * of in and out floats), one per vector lane: each sample's sums run in the order one
- * sample alone would take, so grouping changes no bit, while the loops vectorise across
- * samples (one sample's sums are sequential, and its tanh half a vector). */
-static inline __attribute__((always_inline)) void teacher(const tr_data *d, const float *x,
-                                                          float *y, size_t n) {
-  enum { CHUNK = 16 }; /* inputs transposed at a time, before any is read back */
-  const int in = d->c.in, out = d->c.out, H = TEACHER_HIDDEN;
-  const float *w1t = d->teacher, *b1 = w1t + (size_t)in * H, *w2 = b1 + H, *b2 = w2 + (size_t)out * H;
-  float h[TEACHER_HIDDEN][GROUP], xt[CHUNK][GROUP] = {{0}}, a[GROUP];
-  for (int j = 0; j < H; j++)
-    for (int s = 0; s < GROUP; s++) h[j][s] = b1[j];
-  for (int i0 = 0; i0 < in; i0 += CHUNK) {
-    const int ni = in - i0 < CHUNK ? in - i0 : CHUNK;
-    for (size_t s = 0; s < n; s++)
-      for (int i = 0; i < ni; i++) xt[i][s] = x[s * (size_t)in + (size_t)(i0 + i)];
-    for (int i = 0; i < ni; i++)
-      for (int j = 0; j < H; j++)
-        for (int s = 0; s < GROUP; s++) h[j][s] += w1t[(size_t)(i0 + i) * H + j] * xt[i][s];
+int tr_data_open_for(tr_data **out, const struct tr_model *m, uint64_t seed, const char *path,
+                     const char *labels, char *err, size_t err_size) {
+  *out = NULL;
+  const char *model = tr_model_name(m);
+  if (tr_model_token_input(m) && labels)
+    return tr__data_say(TR_EINVAL, err, err_size,
+                        "data: labels '%s' given, but model '%s' reads tokens: its data is one "
+                        "byte or text file",
+                        labels, model);
+  if (!tr_model_token_input(m) && !path != !labels)
+    return tr__data_say(TR_EINVAL, err, err_size,
+                        "data: model '%s' reads floats: its data is two .npy files, features and "
+                        "labels (%s '%s' alone)",
+                        model, path ? "features" : "labels", path ? path : labels);
+  tr_data_config c;
+  tr_data_config_for(&c, m, seed, path);
+  c.labels = labels;
+  int rc = tr_data_open(out, &c, err, err_size);
+  if (!rc && (rc = tr_data_check(*out, m, err, err_size))) {
+    tr_data_close(*out);
+    *out = NULL;
   }
-  for (int j = 0; j < H; j++)
-    for (int s = 0; s < GROUP; s++) h[j][s] = tanh_vec(h[j][s]);
-  for (int o = 0; o < out; o++) { /* a sum along j per lane: kept in a register */
-    lanes acc = (lanes){0} + b2[o], hj;
-    for (int j = 0; j < H; j++) {
-      memcpy(&hj, h[j], sizeof hj);
-      acc += w2[(size_t)o * H + j] * hj;
-    }
-    memcpy(a, &acc, sizeof a);
-    for (size_t s = 0; s < n; s++) y[s * (size_t)out + (size_t)o] = a[s];
-  }
+  return rc;
 }
 
-/* AVX2 doubles the lanes and changes no bit (no fused multiply-adds, host_cpu.h). */
-TR__TARGET_AVX2 static void teacher_avx2(const tr_data *d, const float *x, float *y, size_t n) {
-  teacher(d, x, y, n);
+/* "one int32 label", "128 int32 tokens", "4 rows of 8 floats" */
+static void describe(char *buf, size_t size, int rows, int per_row, const char *what) {
+  if (per_row == 1 && rows == 1) snprintf(buf, size, "one %s", what);
+  else if (per_row == 1) snprintf(buf, size, "%d %ss", rows, what);
+  else if (rows == 1) snprintf(buf, size, "%d %ss", per_row, what);
+  else snprintf(buf, size, "%d rows of %d %ss", rows, per_row, what);
 }
-static void teacher_base(const tr_data *d, const float *x, float *y, size_t n) { teacher(d, x, y, n); }
 
-void tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
-  const size_t xb = tr_data_x_bytes(d), yb = tr_data_y_bytes(d);
-  for (size_t k = 0; k < count; k++) {
-    rng r = rng_for(d->c.seed, TAG_SAMPLE, first + k);
-    void *xs = (char *)x + k * xb, *ys = y ? (char *)y + k * yb : NULL;
-    if (d->c.kind == TR_DATA_TEACHER || d->c.kind == TR_DATA_GAUSSIAN) {
-      float *xf = xs, *yf = ys;
-      for (int i = 0; i < d->c.in; i++) xf[i] = normal(&d->z, &r);
-      if (!yf) continue;
-      if (d->c.kind == TR_DATA_GAUSSIAN) {
-        for (int i = 0; i < d->c.out; i++) yf[i] = normal(&d->z, &r);
-      } else if ((k + 1) % GROUP == 0 || k + 1 == count) { /* a group has its x: its y */
-        const size_t g = k - k % GROUP;
-        (tr__cpu_avx2() ? teacher_avx2 : teacher_base)(d, (const float *)((char *)x + g * xb),
-                                                       (float *)((char *)y + g * yb), k + 1 - g);
-      }
-    } else {
-      const int T = d->c.ctx;
-      const size_t at = (size_t)(next(&r) % (uint64_t)(d->size - (size_t)T));
-      int32_t *xt = xs, *yt = ys;
-      for (int t = 0; t < T; t++) xt[t] = d->corpus[at + (size_t)t];
-      if (yt)
-        for (int t = 0; t < T; t++) yt[t] = d->corpus[at + (size_t)t + 1];
-    }
+int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t err_size) {
+  const int T = tr_model_ctx(m), out = tr_model_layer(m, tr_model_layer_count(m) - 1)->out;
+  const size_t want[2] = {tr_model_input_bytes(m), tr_model_target_bytes(m)};
+  const size_t have[2] = {d->x_bytes, d->y_bytes};
+  for (int k = 0; k < 2; k++) {
+    if (have[k] == want[k]) continue;
+    char what[64];
+    if (k == 0 && tr_model_token_input(m)) describe(what, sizeof what, T, 1, "int32 token");
+    else if (k == 0) describe(what, sizeof what, T, tr_model_layer(m, 0)->in, "float");
+    else if (tr_model_loss(m) == TR_LOSS_MSE) describe(what, sizeof what, T, out, "float");
+    else describe(what, sizeof what, T, 1, "int32 label");
+    return tr__data_say(TR_EINVAL, err, err_size,
+                        "data '%s': %zu bytes of %s per sample, model '%s' wants %zu (%s)", d->name,
+                        have[k], k ? "targets" : "inputs", tr_model_name(m), want[k], what);
   }
+  return 0;
+}
+
+/* ---- samples ------------------------------------------------------------------------------- */
+
+const char *tr_data_name(const tr_data *d) { return d->name; }
+size_t tr_data_x_bytes(const tr_data *d) { return d->x_bytes; }
+size_t tr_data_y_bytes(const tr_data *d) { return d->y_bytes; }
+
+int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
+  return count ? d->ops->fill(d, first, count, x, y) : 0;
 }
 
 void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, uint64_t *first,
@@ -348,6 +218,6 @@ void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, 
 }
 
 const uint8_t *tr_data_corpus(const tr_data *d, size_t *size) {
-  if (size) *size = d->corpus ? d->size : 0;
+  if (size) *size = d->corpus ? d->corpus_size : 0;
   return d->corpus;
 }

@@ -1,31 +1,69 @@
-/* tr_data.h — the training data of docs/WORKLOADS.md: synthetic generators and byte files.
+/* tr_data.h — training data (docs/WORKLOADS.md): built-in sources and the user's own, behind one
+ * interface.
  *
- * A data set is an endless numbered sequence of samples; sample i is a pure function of
+ * A data set is an endless numbered sequence of samples. Step k of a run with global batch
+ * G uses samples [k*G, (k+1)*G); tr_data_shard splits that range among workers (data-
+ * parallel replicas, micro-batches), so N workers see disjoint samples whose union is
+ * exactly the single-device batch. The built-in sources make sample i a pure function of
  * (seed, i), so any thread can fill any range, in any order, on any number of workers, and
- * get the same bytes. Step k of a run with global batch G uses samples [k*G, (k+1)*G);
- * tr_data_shard splits that range among workers (data-parallel replicas, micro-batches),
- * so N workers see disjoint samples whose union is exactly the single-device batch.
+ * get the same bytes: a run resumed from a checkpoint at step k sees what it would have seen.
  *
- *   TR_DATA_TEACHER     x ~ N(0,1)^in; y = a fixed random teacher Linear(in,32) -> tanh ->
- *                       Linear(32,out), initialised as PyTorch initialises a Linear, from a
- *                       stream of the seed the student's init never uses (simplenet)
- *   TR_DATA_GAUSSIAN    x ~ N(0,1)^in, y ~ N(0,1)^out (mlp: throughput, not learning)
+ * Built-in sources (tr_data_config, tr_data_open):
+ *   TR_DATA_TEACHER     x ~ N(0,1)^in per row; y = a fixed random teacher Linear(in,32) ->
+ *                       tanh -> Linear(32,out) of the row, initialised as PyTorch initialises
+ *                       a Linear, from a stream of the seed the student's init never uses
+ *   TR_DATA_GAUSSIAN    x ~ N(0,1)^in, y ~ N(0,1)^out per row (throughput, not learning)
+ *   TR_DATA_CLASSIFIER  x ~ N(0,1)^in per row; y = the int32 class in [0, classes) that such
+ *                       a teacher with `classes` outputs scores highest
  *   TR_DATA_ARITHMETIC  a corpus generated in code, lines of small-integer sums such as
  *                       "37+58=95\n"; a sample is `ctx` bytes at an offset drawn from
- *                       (seed, i), its targets the `ctx` bytes after each (gpt)
+ *                       (seed, i), its targets the `ctx` bytes after each
  *   TR_DATA_FILE        the same sampling over any byte or text file, mapped read-only
+ *   TR_DATA_NPY         two NumPy .npy files, features `path` of shape (N, ...) and `labels`
+ *                       of shape (N,) or (N, ...), mapped read-only; dtypes little-endian
+ *                       float32 '<f4', int32 '<i4' or uint8 '|u1', C order. Sample i is row
+ *                       perm_e(i mod N) of both, where e = i / N is the epoch and perm_e a
+ *                       pseudo-random permutation of [0, N) drawn from (seed, e): each epoch
+ *                       visits every row once, in an order of its own. Features arrive as
+ *                       float32 (uint8 and int32 converted, values unchanged); labels as
+ *                       int32 class indices in [0, classes) when classes > 0 (from int32 or
+ *                       uint8, every one checked at open), else as float32 targets.
+ * The float sources' samples are `ctx` rows (0 or 1: one). Inputs and targets are written
+ * to host memory; the loader copies them on.
  *
- * Inputs and targets are floats (TEACHER, GAUSSIAN: in and out per sample) or int32 byte
- * tokens (ARITHMETIC, FILE: ctx each), written to host memory; the loader copies them on.
+ * The user's source (tr_data_callback, tr_data_open_callback): a function that fills any
+ * range of samples, and the bytes of one sample's x and y.
  *
- *   tr_data_config c;
- *   tr_data_config_for(&c, model, seed, NULL);          // the model's workload data
+ * What a model trains on (tr_data_open_for), by what the model is:
+ *   token input (gpt)          the arithmetic corpus; or `path`, a byte or text file
+ *   float input, MSE           the teacher at the model's widths, rows = ctx per sample (the
+ *                              workload simplenet's); the workload "mlp": Gaussian x and y
+ *   float input, cross-entropy the teacher classifier, one int32 label per row
+ *   float input, with `path`   .npy features `path` and labels `labels`, both required
+ * and the source's sizes checked against the model's (tr_data_check).
+ *
  *   tr_data *d;
- *   if (tr_data_open(&d, &c, err, sizeof err)) ...;
+ *   if (tr_data_open_for(&d, model, seed, NULL, NULL, err, sizeof err)) ...; // err says why
  *   uint64_t first; size_t n;
  *   tr_data_shard(step, global_batch, worker, workers, &first, &n);
- *   tr_data_fill(d, first, n, x, y);                    // n samples of x and y
+ *   if ((rc = tr_data_fill(d, first, n, x, y))) ...;  // n samples of x and y
  *   tr_data_close(d);
+ *
+ * A source of one's own, say from an array the program holds:
+ *
+ *   static int fill(void *arg, uint64_t first, size_t count, void *x, void *y) {
+ *     const my_set *s = arg;
+ *     for (size_t k = 0; k < count; k++) {
+ *       const size_t i = (size_t)((first + k) % s->n);
+ *       memcpy((float *)x + k * 784, s->images + i * 784, 784 * sizeof(float));
+ *       if (y) ((int32_t *)y)[k] = s->labels[i];
+ *     }
+ *     return 0;
+ *   }
+ *   tr_data_callback cb = {.name = "mine", .x_bytes = 784 * 4, .y_bytes = 4, .fill = fill,
+ *                          .arg = &set};
+ *   if (tr_data_open_callback(&d, &cb, err, sizeof err)) ...;
+ *   if (tr_data_check(d, model, err, sizeof err)) ...;  // its sizes are the model's
  */
 #ifndef TR_DATA_H
 #define TR_DATA_H
@@ -43,39 +81,77 @@ typedef enum tr_data_kind {
   TR_DATA_TEACHER,
   TR_DATA_GAUSSIAN,
   TR_DATA_ARITHMETIC,
-  TR_DATA_FILE
+  TR_DATA_FILE,
+  TR_DATA_CLASSIFIER,
+  TR_DATA_NPY
 } tr_data_kind;
 
 typedef struct tr_data_config {
   tr_data_kind kind;
   uint64_t seed;
-  int in, out;          /* TEACHER, GAUSSIAN: floats per sample of x and y */
-  int ctx;              /* ARITHMETIC, FILE: tokens per sample */
+  int in, out;          /* TEACHER, GAUSSIAN, CLASSIFIER: floats per row of x (in) and y (out) */
+  int classes;          /* CLASSIFIER: the teacher's outputs; NPY: > 0, int32 labels in
+                           [0, classes); 0, float32 targets */
+  int ctx;              /* float sources: rows per sample (0: 1); ARITHMETIC, FILE: tokens */
   size_t corpus_bytes;  /* ARITHMETIC: size of the generated corpus (0: 1 MiB) */
-  const char *path;     /* FILE (copied) */
+  const char *path;     /* FILE: the bytes; NPY: the features */
+  const char *labels;   /* NPY: the labels */
 } tr_data_config;
 
 struct tr_model;
-/* The data a model trains on by default: simplenet the teacher, other float models
- * Gaussian samples of their widths, token models the arithmetic corpus, or `path` when it
- * is not NULL. */
+/* The built-in source a model trains on by default (the table above); with `path` not NULL
+ * the file of a token model, or the .npy features of a float model (labels: set
+ * c->labels). */
 void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
                         const char *path);
 
 typedef struct tr_data tr_data;
 
-/* TR_EINVAL for a bad configuration, TR_EIO for a file that cannot be read or is shorter
- * than ctx + 1 bytes; err names the cause. */
+/* TR_EINVAL for a bad configuration or a malformed file, TR_EIO for a file that cannot be
+ * read (or a byte file shorter than ctx + 1 bytes); err names the file and the cause:
+ * "labels.npy: shape (60000,) but features have 59999 rows". Paths are not kept. */
 int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size);
+
+/* A user's source: fill writes samples [first, first + count) of an endless numbered
+ * sequence, count * x_bytes into x and count * y_bytes into y (y NULL: inputs only), and
+ * returns 0 or a negative TR_E... status (a positive value counts as TR_EIO), which
+ * tr_data_fill returns: a failing source stops a run. fill is called from the loaders'
+ * threads, several at once, with ranges in any order and sometimes more than once: the
+ * built-in sources' contract, a pure function of (seed, index), is what makes runs
+ * reproducible and resumable, and a callback should keep it too. */
+typedef int (*tr_data_fill_fn)(void *arg, uint64_t first, size_t count, void *x, void *y);
+
+typedef struct tr_data_callback {
+  const char *name;         /* in messages (copied); NULL: "callback" */
+  size_t x_bytes, y_bytes;  /* of one sample; x_bytes > 0 */
+  tr_data_fill_fn fill;
+  void *arg;                /* fill's first argument; outlives the tr_data */
+} tr_data_callback;
+
+int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size);
+
+/* The data `m` trains on (the table above), checked with tr_data_check. path NULL: the
+ * default (labels NULL too); token models: path is a byte or text file (labels NULL);
+ * float models: path and labels are the .npy features and labels, both required. */
+int tr_data_open_for(tr_data **out, const struct tr_model *m, uint64_t seed, const char *path,
+                     const char *labels, char *err, size_t err_size);
+
+/* TR_EINVAL, naming both sizes, when a sample's x or y bytes differ from the model's input
+ * or target bytes (tr_model_input_bytes, tr_model_target_bytes):
+ * "data 'teacher': 40 bytes of targets per sample, model 'mnist' wants 4 (one int32 label)". */
+int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t err_size);
+
 void tr_data_close(tr_data *d);
 
+/* "teacher", "gaussian", "classifier", "arithmetic", the file's path, the callback's name. */
+const char *tr_data_name(const tr_data *d);
 /* Bytes of one sample's x and y. */
 size_t tr_data_x_bytes(const tr_data *d);
 size_t tr_data_y_bytes(const tr_data *d);
 
 /* Samples [first, first + count) into x (count x x_bytes) and y (count x y_bytes; NULL:
- * skip). Reads the data set only: threads may fill concurrently. */
-void tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
+ * skip); 0 or the source's TR_E... status. Threads may fill concurrently. */
+int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
 
 /* Worker `worker` of `workers` at step `step` of global batch `global_batch`: its samples
  * are [*first, *first + *count), contiguous, sizes differing by at most one. */

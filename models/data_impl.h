@@ -1,0 +1,71 @@
+/* data_impl.h — the table behind every data source of tr_data.h, and what sources share:
+ * counter-based random streams and a read-only file mapping.
+ *
+ * A source is opened by the core (data.c), which allocates the tr_data and fills in its
+ * name; the source's opener sets ops first (so that a failure half-way is undone by
+ * ops->close), then self, the sample sizes and, for text, the corpus. fill must be safe to
+ * call from several threads at once: a built-in source keeps no mutable state after open.
+ */
+#ifndef TR_DATA_IMPL_H
+#define TR_DATA_IMPL_H
+
+#include <stdint.h>
+
+#include "tr_data.h"
+
+typedef struct tr__data_ops {
+  /* samples [first, first + count) into x and (when not NULL) y; 0 or a TR_E... status */
+  int (*fill)(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
+  /* frees self and what it holds; called once, also after a failed open */
+  void (*close)(tr_data *d);
+} tr__data_ops;
+
+struct tr_data {
+  const tr__data_ops *ops;
+  void *self;                 /* the source's own state */
+  char *name;                 /* "teacher", a path, a callback's name */
+  size_t x_bytes, y_bytes;    /* of one sample */
+  const uint8_t *corpus;      /* text sources: for tr_data_corpus */
+  size_t corpus_size;
+};
+
+/* The built-in sources' openers (tr_data_open dispatches on the kind). */
+int tr__data_open_synthetic(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
+int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
+int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
+
+/* Writes the message (when err is not NULL) and returns rc. */
+int tr__data_say(int rc, char *err, size_t err_size, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* `path` mapped read-only: *p and *size (a regular file; an empty one maps to a NULL *p).
+ * TR_EIO naming `what` and the path. tr__data_unmap undoes it. */
+int tr__data_map(const char *path, const char *what, const uint8_t **p, size_t *size, char *err,
+                 size_t err_size);
+void tr__data_unmap(const uint8_t *p, size_t size);
+
+/* ---- random streams: splitmix64 seeded by a hash of (seed, tag, index) -------------------------- */
+
+/* Tags keep the streams of one seed apart. */
+#define TR__TAG_SAMPLE 0x73616d706c657331ull /* sample i's values or offset */
+
+static inline uint64_t tr__mix(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+typedef struct tr__rng {
+  uint64_t s;
+} tr__rng;
+
+static inline tr__rng tr__rng_for(uint64_t seed, uint64_t tag, uint64_t index) {
+  return (tr__rng){tr__mix(seed ^ tr__mix(tag ^ tr__mix(index)))};
+}
+
+static inline uint64_t tr__rng_next(tr__rng *r) { return tr__mix(r->s += 0x9e3779b97f4a7c15ull); }
+
+/* uniform in [0, 1) */
+static inline double tr__rng_uniform(tr__rng *r) { return (double)(tr__rng_next(r) >> 11) * 0x1p-53; }
+
+#endif

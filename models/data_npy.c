@@ -1,0 +1,162 @@
+/* data_npy.c — the NPY source of tr_data.h: features and labels as two .npy files, mapped
+ * read-only, one row per sample. Sample i is row perm_e(i mod N) of both, e = i / N its
+ * epoch, perm_e a bijection of [0, N) keyed by (seed, e): a four-round Feistel network on
+ * the smallest even number of bits that holds N, walking each value's cycle until it falls
+ * inside [0, N) (fewer than four steps on average). So every epoch visits each row once, in
+ * an order of its own, and a sample is still a function of (seed, i) alone. */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_impl.h"
+#include "npy.h"
+
+#define TAG_EPOCH 0x65706f6368733121ull /* the key of each epoch's order */
+
+typedef struct file {
+  const char *path;
+  const uint8_t *map;
+  size_t size;
+  tr__npy h;
+  size_t row; /* elements per row */
+} file;
+
+typedef struct npy_source {
+  file x, y;
+  uint64_t rows, seed;
+  unsigned half;  /* bits of each Feistel half: 4^half >= rows */
+  bool y_int;     /* labels delivered as int32 (cross-entropy), else float32 */
+} npy_source;
+
+static uint64_t permute(const npy_source *s, uint64_t epoch, uint64_t i) {
+  const uint64_t key = tr__rng_for(s->seed, TAG_EPOCH, epoch).s;
+  const uint64_t mask = (1ull << s->half) - 1;
+  uint64_t v = i;
+  do {
+    uint64_t l = v >> s->half, r = v & mask;
+    for (uint64_t round = 0; round < 4; round++) {
+      const uint64_t t = l ^ (tr__mix(key ^ tr__mix(r + (round << 56))) & mask);
+      l = r;
+      r = t;
+    }
+    v = l << s->half | r;
+  } while (v >= s->rows);
+  return v;
+}
+
+static inline uint32_t le32(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* n elements of dtype t at p, as float32 or as int32 */
+static void row_float(float *dst, const uint8_t *p, tr__npy_dtype t, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (t == TR__NPY_U1) {
+      dst[i] = p[i];
+    } else {
+      const uint32_t u = le32(p + 4 * i);
+      if (t == TR__NPY_I4) dst[i] = (float)(int32_t)u;
+      else memcpy(dst + i, &u, 4);
+    }
+  }
+}
+
+static void row_int(int32_t *dst, const uint8_t *p, tr__npy_dtype t, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = t == TR__NPY_U1 ? p[i] : (int32_t)le32(p + 4 * i);
+}
+
+static const uint8_t *row_at(const file *f, uint64_t r) {
+  return f->map + f->h.offset + r * f->row * tr__npy_item(f->h.dtype);
+}
+
+static int fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
+  const npy_source *s = d->self;
+  for (size_t k = 0; k < count; k++) {
+    const uint64_t i = first + k, r = permute(s, i / s->rows, i % s->rows);
+    row_float((float *)x + k * s->x.row, row_at(&s->x, r), s->x.h.dtype, s->x.row);
+    if (!y) continue;
+    if (s->y_int) row_int((int32_t *)y + k * s->y.row, row_at(&s->y, r), s->y.h.dtype, s->y.row);
+    else row_float((float *)y + k * s->y.row, row_at(&s->y, r), s->y.h.dtype, s->y.row);
+  }
+  return 0;
+}
+
+static void close_npy(tr_data *d) {
+  npy_source *s = d->self;
+  if (s) {
+    tr__data_unmap(s->x.map, s->x.size);
+    tr__data_unmap(s->y.map, s->y.size);
+  }
+  free(s);
+}
+
+static const tr__data_ops npy_ops = {.fill = fill, .close = close_npy};
+
+static int open_file(file *f, const char *path, const char *what, char *err, size_t err_size) {
+  f->path = path;
+  int rc = tr__data_map(path, what, &f->map, &f->size, err, err_size);
+  if (rc || (rc = tr__npy_parse(&f->h, f->map ? f->map : (const uint8_t *)"", f->size, path, err,
+                                err_size)))
+    return rc;
+  f->row = 1;
+  /* exact (the data's size is), or 0 when a dimension is 0, wrapping or not: refused */
+  for (int k = 1; k < f->h.ndim; k++) f->row *= (size_t)f->h.shape[k];
+  if (f->h.shape[0] == 0 || f->row == 0) {
+    char s[256];
+    tr__npy_shape_str(&f->h, s, sizeof s);
+    return tr__data_say(TR_EINVAL, err, err_size, "%s: shape %s has no %s", path, s,
+                        f->h.shape[0] ? "values in its rows" : "rows");
+  }
+  return 0;
+}
+
+/* Cross-entropy's labels: int32 or uint8, each in [0, classes). */
+static int check_labels(const file *f, int classes, char *err, size_t err_size) {
+  if (f->h.dtype == TR__NPY_F4)
+    return tr__data_say(TR_EINVAL, err, err_size,
+                        "%s: dtype float32, but a classifier's labels are int32 or uint8 class "
+                        "indices",
+                        f->path);
+  const uint64_t n = f->h.shape[0] * f->row;
+  const uint8_t *p = f->map + f->h.offset;
+  for (uint64_t i = 0; i < n; i++) {
+    const int64_t v = f->h.dtype == TR__NPY_U1 ? p[i] : (int32_t)le32(p + 4 * i);
+    if (v < 0 || v >= classes)
+      return tr__data_say(TR_EINVAL, err, err_size,
+                          "%s: label %" PRId64 " at row %" PRIu64
+                          " is outside [0, %d), the model's classes",
+                          f->path, v, i / f->row, classes);
+  }
+  return 0;
+}
+
+int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err_size) {
+  d->ops = &npy_ops;
+  if (!c->path || !c->labels)
+    return tr__data_say(TR_EINVAL, err, err_size,
+                        "data '%s': .npy data is two files, features (path) and labels (labels)",
+                        c->path ? c->path : c->labels ? c->labels : d->name);
+  if (c->classes < 0)
+    return tr__data_say(TR_EINVAL, err, err_size, "data '%s': classes %d < 0", d->name, c->classes);
+  npy_source *s = calloc(1, sizeof *s);
+  if (!(d->self = s)) return TR_ENOMEM;
+  s->seed = c->seed;
+  s->y_int = c->classes > 0;
+  int rc;
+  if ((rc = open_file(&s->x, c->path, "features", err, err_size)) ||
+      (rc = open_file(&s->y, c->labels, "labels", err, err_size)))
+    return rc;
+  s->rows = s->x.h.shape[0];
+  if (s->y.h.shape[0] != s->rows) {
+    char sh[256];
+    tr__npy_shape_str(&s->y.h, sh, sizeof sh);
+    return tr__data_say(TR_EINVAL, err, err_size, "%s: shape %s but features have %" PRIu64 " rows",
+                        c->labels, sh, s->rows);
+  }
+  if (s->y_int && (rc = check_labels(&s->y, c->classes, err, err_size))) return rc;
+  while (s->half < 32 && (s->rows - 1) >> (2 * s->half)) s->half++;
+  d->x_bytes = s->x.row * sizeof(float);
+  d->y_bytes = s->y.row * (s->y_int ? sizeof(int32_t) : sizeof(float));
+  return 0;
+}
