@@ -3,6 +3,8 @@
  * cJSON prints numbers through doubles and offsets must come out as exact integers. */
 #include "tr_checkpoint.h"
 
+#include "models_impl.h"
+
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -403,35 +405,6 @@ static int build_header(tr_checkpoint_writer *w, wtensor **order, sbuf *b) {
   return 0;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-  const char *c = p;
-  while (n) {
-    ssize_t k = write(fd, c, n < (1u << 30) ? n : (1u << 30));
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    c += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-/* Creates "<dir>/.<base>.tmp.<random>" exclusively (0666 less the umask, as the target
- * would get), storing its name in `tmp`. */
-static int create_temp(const char *dir, const char *base, char *tmp, size_t cap) {
-  for (int attempt = 0; attempt < 64; attempt++) {
-    uint64_t r;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
-      r = tr_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^ (uint64_t)attempt;
-    /* The base is cut so the name stays within NAME_MAX; uniqueness comes from r. */
-    snprintf(tmp, cap, "%s/.%.200s.tmp.%016" PRIx64, dir, base, r);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  return -1;
-}
-
 int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
   if (w->failed) {
     char prev[ERR_SIZE];
@@ -440,83 +413,30 @@ int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
            path ? path : "(null)", prev);
     return w->failed;
   }
-  size_t plen = path ? strlen(path) : 0;
+  const size_t plen = path ? strlen(path) : 0;
   if (!plen || path[plen - 1] == '/') {
     format(w->error, sizeof w->error, "checkpoint: '%s' is not a file path", path ? path : "");
     return TR_EINVAL;
   }
   w->error[0] = '\0';
   wtensor **order = malloc((w->nt ? w->nt : 1) * sizeof *order);
-  char *dir = malloc(plen + 2), *tmp = malloc(plen + 256);
+  tr__span *spans = malloc((w->nt + 1) * sizeof *spans);
   sbuf b = {0};
-  int rc = TR_ENOMEM, fd = -1, e = 0;
-  const char *stage = NULL, *where = NULL;
-  if (tmp) tmp[0] = '\0'; /* no temporary file to remove yet */
-  if (!order || !dir || !tmp) goto out;
-  for (size_t i = 0; i < w->nt; i++) order[i] = &w->t[i];
-  qsort(order, w->nt, sizeof *order, layout_cmp);
-  if (build_header(w, order, &b)) goto out;
-
-  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-  if (!slash) strcpy(dir, ".");
-  else if (slash == path) strcpy(dir, "/");
-  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = '\0';
-
-  rc = TR_EIO;
-  fd = create_temp(dir, base, tmp, plen + 256);
-  if (fd < 0) {
-    e = errno, stage = "creating a temporary file in", where = dir;
-    tmp[0] = '\0';
-    goto out;
+  int rc = TR_ENOMEM;
+  if (order && spans) {
+    for (size_t i = 0; i < w->nt; i++) order[i] = &w->t[i];
+    qsort(order, w->nt, sizeof *order, layout_cmp);
   }
-  stage = "writing the temporary file";
-  if ((e = write_all(fd, b.p, b.len))) goto out;
-  for (size_t i = 0; i < w->nt; i++) {
-    if (order[i]->nbytes && (e = write_all(fd, order[i]->data, order[i]->nbytes))) goto out;
-  }
-  stage = "syncing the temporary file";
-  if (fsync(fd)) {
-    e = errno;
-    goto out;
-  }
-  stage = "closing the temporary file";
-  int c = close(fd);
-  fd = -1;
-  if (c) {
-    e = errno;
-    goto out;
-  }
-  stage = "renaming the temporary file over it";
-  if (rename(tmp, path)) {
-    e = errno;
-    goto out;
-  }
-  tmp[0] = '\0'; /* it is the target now: nothing to clean up */
-  /* The rename is durable only once the directory entry is: fsync the directory. Some file
-   * systems cannot (EINVAL); the data itself is already synced. */
-  stage = "syncing the directory", where = dir;
-  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0 || (fsync(dfd) && errno != EINVAL)) {
-    e = errno;
-    if (dfd >= 0) close(dfd);
-    goto out;
-  }
-  close(dfd);
-  rc = 0;
-out:
-  if (fd >= 0) close(fd);
-  if (tmp && tmp[0]) unlink(tmp);
-  if (rc == TR_ENOMEM) {
+  if (order && spans && !build_header(w, order, &b)) {
+    spans[0] = (tr__span){b.p, b.len};
+    for (size_t i = 0; i < w->nt; i++) spans[i + 1] = (tr__span){order[i]->data, order[i]->nbytes};
+    rc = tr__write_atomic(path, spans, w->nt + 1, w->error, sizeof w->error);
+  } else {
     format(w->error, sizeof w->error, "%s: out of memory", path);
-  } else if (rc) {
-    char ebuf[128];
-    format(w->error, sizeof w->error, "%s: %s%s%s: %s", path, stage, where ? " " : "",
-           where ? where : "", strerror_r(e, ebuf, sizeof ebuf));
   }
   free(b.p);
   free(order);
-  free(dir);
-  free(tmp);
+  free(spans);
   return rc;
 }
 

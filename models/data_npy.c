@@ -5,11 +5,13 @@
  * inside [0, N) (fewer than four steps on average). So every epoch visits each row once, in
  * an order of its own, and a sample is still a function of (seed, i) alone. */
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data_impl.h"
+#include "models_impl.h"
 #include "npy.h"
 
 #define TAG_EPOCH 0x65706f6368733121ull /* the key of each epoch's order */
@@ -159,4 +161,40 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
   d->x_bytes = s->x.row * sizeof(float);
   d->y_bytes = s->y.row * (s->y_int ? sizeof(int32_t) : sizeof(float));
   return 0;
+}
+
+/* ---- writing ----------------------------------------------------------------------------- */
+
+int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t *shape,
+                      const void *data, char *err, size_t err_size) {
+  const char *descr = dtype == TR_DTYPE_F32 ? "<f4" : dtype == TR_DTYPE_I32 ? "<i4"
+                      : dtype == TR_DTYPE_U8  ? "|u1" : NULL;
+  if (descr == NULL || ndim < 1 || ndim > TR__NPY_MAX_DIMS)
+    return tr__data_say(TR_EINVAL, err, err_size, "%s: cannot write dtype %s with %d dimensions "
+                        "as .npy (float32, int32 or uint8; 1 to %d dimensions)",
+                        path ? path : "(null)", tr_dtype_name(dtype), ndim, TR__NPY_MAX_DIMS);
+  /* magic, version 1.0, a 2-byte header length, the dict padded with spaces and ended by a
+   * newline so that the data starts at a multiple of 64, as NumPy writes it */
+  char h[512];
+  size_t elements = 1;
+  int n = snprintf(h + 10, sizeof h - 10, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                   descr);
+  for (int d = 0; d < ndim; d++) {
+    if (shape[d] < 0)
+      return tr__data_say(TR_EINVAL, err, err_size, "%s: dimension %d is %lld", path, d,
+                          (long long)shape[d]);
+    elements *= (size_t)shape[d];
+    n += snprintf(h + 10 + n, sizeof h - 10 - (size_t)n, "%s%lld", d ? ", " : "",
+                  (long long)shape[d]);
+  }
+  n += snprintf(h + 10 + n, sizeof h - 10 - (size_t)n, "%s), }", ndim == 1 ? "," : "");
+  size_t total = 10 + (size_t)n + 1;
+  total = (total + 63) / 64 * 64;
+  memcpy(h, "\x93NUMPY\x01\x00", 8);
+  h[8] = (char)((total - 10) & 0xff);
+  h[9] = (char)((total - 10) >> 8);
+  memset(h + 10 + n, ' ', total - 10 - (size_t)n - 1);
+  h[total - 1] = '\n';
+  const tr__span spans[2] = {{h, total}, {data, elements * tr_dtype_size(dtype)}};
+  return tr__write_atomic(path, spans, 2, err, err_size);
 }

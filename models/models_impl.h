@@ -60,4 +60,16 @@ struct tr_model {
   size_t numel, param_count;
 };
 
+/* A piece of a file to write. */
+typedef struct tr__span {
+  const void *p;
+  size_t n;
+} tr__span;
+
+/* Writes the spans to `path` so that it holds the old file or the whole new one, whatever
+ * happens (file_atomic.c). 0, or TR_EINVAL (not a file path), TR_EIO, TR_ENOMEM with `err`
+ * naming the path, what failed and why. */
+int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *err,
+                     size_t err_size);
+
 #endif

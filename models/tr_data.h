@@ -72,6 +72,7 @@
 #include <stdint.h>
 
 #include "tr_base.h"
+#include "tr_checkpoint.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -157,6 +158,14 @@ int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *
  * are [*first, *first + *count), contiguous, sizes differing by at most one. */
 void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, uint64_t *first,
                    size_t *count);
+
+/* Writes an array as a NumPy .npy file (version 1.0, C order), the kind the NPY source reads:
+ * dtype TR_DTYPE_F32, TR_DTYPE_I32 or TR_DTYPE_U8, ndim 1 to 8 dimensions of `shape`, the
+ * product of the dimensions elements at `data`. The file is written atomically (a temporary
+ * file renamed over it), so a reader sees the old file or the new one. 0, or TR_EINVAL (a
+ * dtype or shape it cannot write) or TR_EIO with err naming the file. */
+int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t *shape,
+                      const void *data, char *err, size_t err_size);
 
 /* The corpus (ARITHMETIC, FILE), for inspection and sampling text; NULL otherwise. */
 const uint8_t *tr_data_corpus(const tr_data *d, size_t *size);

@@ -883,6 +883,52 @@ static void npy_fuzz_seeds_are_valid_files(void **state) {
   free(names);
 }
 
+/* tr_data_write_npy writes what NumPy writes, byte for byte (its seed files were written by
+ * NumPy 1.24), atomically, and refuses what it cannot write. */
+static void written_npy_files_are_numpys_bytes(void **state) {
+  (void)state;
+  const char *seeds = getenv("TR_NPY_CORPUS");
+  if (!seeds) skip();
+  const struct {
+    const char *file;
+    tr_dtype dtype;
+    int ndim;
+    int64_t shape[2];
+  } cases[] = {{"float32-2d-v1.npy", TR_DTYPE_F32, 2, {3, 4}},
+               {"uint8-empty-rows.npy", TR_DTYPE_U8, 2, {0, 3}}};
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    char p[1024], err[512];
+    snprintf(p, sizeof p, "%s/%s", seeds, cases[k].file);
+    static uint8_t numpy[1 << 12], ours[1 << 12];
+    FILE *f = fopen(p, "rb");
+    assert_non_null(f);
+    const size_t size = fread(numpy, 1, sizeof numpy, f);
+    fclose(f);
+    tr__npy a;
+    if (tr__npy_parse(&a, numpy, size, p, err, sizeof err)) fail_msg("%s", err);
+    const char *out = at("written.npy");
+    if (tr_data_write_npy(out, cases[k].dtype, cases[k].ndim, cases[k].shape, numpy + a.offset,
+                          err, sizeof err))
+      fail_msg("%s", err);
+    f = fopen(out, "rb");
+    assert_non_null(f);
+    const size_t n = fread(ours, 1, sizeof ours, f);
+    fclose(f);
+    assert_int_equal(n, size);
+    assert_memory_equal(ours, numpy, size);
+  }
+  char err[256];
+  const int64_t shape[1] = {4};
+  const double d[4] = {0};
+  assert_int_equal(tr_data_write_npy(at("f64.npy"), TR_DTYPE_F64, 1, shape, d, err, sizeof err),
+                   TR_EINVAL);
+  assert_non_null(strstr(err, "F64"));
+  char missing[600];
+  snprintf(missing, sizeof missing, "%s/nodir/x.npy", dir);
+  assert_int_equal(tr_data_write_npy(missing, TR_DTYPE_U8, 1, shape, d, err, sizeof err), TR_EIO);
+  assert_non_null(strstr(err, "nodir/x.npy"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(samples_are_a_function_of_seed_and_index),
@@ -901,6 +947,7 @@ int main(void) {
       cmocka_unit_test(npy_malformed_headers_are_refused_with_their_message),
       cmocka_unit_test(npy_features_and_labels_must_agree_with_each_other_and_the_model),
       cmocka_unit_test(npy_fuzz_seeds_are_valid_files),
+      cmocka_unit_test(written_npy_files_are_numpys_bytes),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

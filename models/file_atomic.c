@@ -1,0 +1,114 @@
+/* file_atomic.c — files written so that a reader, or a crash, sees the old file or the new
+ * one and never a part: the bytes go to a temporary file beside the target, which is synced
+ * and renamed over it, and then the directory is synced (models_impl.h). Checkpoints and
+ * .npy arrays are written this way. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "models_impl.h"
+
+static int write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    ssize_t k = write(fd, c, n < (1u << 30) ? n : (1u << 30));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return errno;
+    }
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+/* Creates "<dir>/.<base>.tmp.<random>" exclusively (0666 less the umask, as the target
+ * would get), storing its name in `tmp`. */
+static int create_temp(const char *dir, const char *base, char *tmp, size_t cap) {
+  for (int attempt = 0; attempt < 64; attempt++) {
+    uint64_t r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+      r = tr_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^ (uint64_t)attempt;
+    /* The base is cut so the name stays within NAME_MAX; uniqueness comes from r. */
+    snprintf(tmp, cap, "%s/.%.200s.tmp.%016" PRIx64, dir, base, r);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *err,
+                     size_t err_size) {
+  const size_t plen = path ? strlen(path) : 0;
+  if (!plen || path[plen - 1] == '/') {
+    snprintf(err, err_size, "'%s' is not a file path", path ? path : "");
+    return TR_EINVAL;
+  }
+  char *dir = malloc(plen + 2), *tmp = malloc(plen + 256);
+  int rc = TR_ENOMEM, fd = -1, e = 0;
+  const char *stage = NULL, *where = NULL;
+  if (tmp) tmp[0] = '\0'; /* no temporary file to remove yet */
+  if (!dir || !tmp) goto out;
+  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  if (!slash) strcpy(dir, ".");
+  else if (slash == path) strcpy(dir, "/");
+  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = '\0';
+
+  rc = TR_EIO;
+  fd = create_temp(dir, base, tmp, plen + 256);
+  if (fd < 0) {
+    e = errno, stage = "creating a temporary file in", where = dir;
+    tmp[0] = '\0';
+    goto out;
+  }
+  stage = "writing the temporary file";
+  for (size_t i = 0; i < n; i++)
+    if (spans[i].n && (e = write_all(fd, spans[i].p, spans[i].n))) goto out;
+  stage = "syncing the temporary file";
+  if (fsync(fd)) {
+    e = errno;
+    goto out;
+  }
+  stage = "closing the temporary file";
+  int c = close(fd);
+  fd = -1;
+  if (c) {
+    e = errno;
+    goto out;
+  }
+  stage = "renaming the temporary file over it";
+  if (rename(tmp, path)) {
+    e = errno;
+    goto out;
+  }
+  tmp[0] = '\0'; /* it is the target now: nothing to clean up */
+  /* The rename is durable only once the directory entry is: fsync the directory. Some file
+   * systems cannot (EINVAL); the data itself is already synced. */
+  stage = "syncing the directory", where = dir;
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0 || (fsync(dfd) && errno != EINVAL)) {
+    e = errno;
+    if (dfd >= 0) close(dfd);
+    goto out;
+  }
+  close(dfd);
+  rc = 0;
+out:
+  if (fd >= 0) close(fd);
+  if (tmp && tmp[0]) unlink(tmp);
+  if (rc == TR_ENOMEM) {
+    snprintf(err, err_size, "%s: out of memory", path);
+  } else if (rc) {
+    char ebuf[128];
+    snprintf(err, err_size, "%s: %s%s%s: %s", path, stage, where ? " " : "", where ? where : "",
+             strerror_r(e, ebuf, sizeof ebuf));
+  }
+  free(dir);
+  free(tmp);
+  return rc;
+}
