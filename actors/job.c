@@ -289,6 +289,24 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   return connect_report(j, *out, i);
 }
 
+int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
+  const int R = j->run.c.layout.replicas, P = j->run.c.layout.stages;
+  if (tr_device_list_count(devs) < R * P) return TR_EINVAL;
+  tr_actor **st = j->stages;
+  int rc = 0;
+  for (int i = 0; i < R * P && rc == 0; i++)
+    rc = tr_job_add_stage(j, i / P, i % P, tr_device_list_get(devs, i), &st[i]);
+  for (int i = 0; i < R * P && rc == 0; i++)
+    if (i % P < P - 1) rc = tr_job_chain(j, st[i], st[i + 1]);
+  for (int s = 0; s < P && rc == 0; s++) {
+    tr_actor *group[TR_TRAIN_MAX_DEVICES];
+    for (int r = 0; r < R; r++) group[r] = st[r * P + s];
+    rc = tr_job_group(j, group, R);
+  }
+  if (rc == 0 && out) memcpy(out, st, (size_t)(R * P) * sizeof *out);
+  return rc;
+}
+
 int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   if (j->coordinator) return TR_EINVAL;
   int rc = add(j, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,

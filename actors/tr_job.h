@@ -35,6 +35,7 @@
  *   }
  *   for (int s = 0; s < 2; s++) tr_job_group(j, (tr_actor *[]){stage[0][s], stage[1][s]}, 2);
  *   tr_job_add_coordinator(j, &coord);
+ *   // (tr_job_add_stages does the stages, chains and groups in one call)
  *   int rc = tr_graph_run(g, 0, 1000, 0);
  *   tr_train_result r;
  *   if (!rc) tr_job_result(j, &r);
@@ -188,6 +189,11 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out);
 /* Stage `stage` of replica `replica` on `dev` (which that actor's thread will own). */
 int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out);
 int tr_job_add_coordinator(tr_job *j, tr_actor **out);
+/* Every stage of the layout, stage s of replica r on device r × stages + s of `devs`, each
+ * replica's stages chained and each stage's replicas grouped: the whole graph of a
+ * synchronous strategy but for how batches come in (loaders, or actors of yours) and the
+ * coordinator. stages (when not NULL) receives the actors, [r × stages + s]. */
+int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **stages);
 
 /* What a batch edge carries (tr_job_connect_batches). */
 enum {

@@ -170,8 +170,8 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   return 0;
 }
 
-/* The strategy's graph, with the public calls of tr_job.h: per replica a loader and a
- * chain of stages, per stage index a replica group, and one coordinator. */
+/* The strategy's graph, with the public calls of tr_job.h: its stages (chained, grouped),
+ * a loader per replica, one coordinator; async: a server and its workers. */
 static int build(tr_job *j, const run *rn) {
   const int R = rn->jc.layout.replicas, P = rn->jc.layout.stages;
   tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator, *server = NULL;
@@ -180,26 +180,14 @@ static int build(tr_job *j, const run *rn) {
     rc = tr_job_add_server(j, tr_device_list_get(rn->server, 0), &server);
     for (int w = 0; w < R && rc == 0; w++) {
       rc = tr_job_add_worker(j, w, tr_device_list_get(rn->devices, w), &stage[w]);
-      if (rc == 0) rc = tr_job_add_loader(j, w, &loader);
-      if (rc == 0) rc = tr_job_feed(j, loader, stage[w], stage[w]);
       if (rc == 0) rc = tr_job_serve(j, server, stage[w]);
     }
-    if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
-    return rc;
+  } else {
+    rc = tr_job_add_stages(j, rn->devices, stage);
   }
   for (int r = 0; r < R && rc == 0; r++) {
-    for (int s = 0; s < P && rc == 0; s++)
-      rc = tr_job_add_stage(j, r, s, tr_device_list_get(rn->devices, r * P + s),
-                            &stage[r * P + s]);
-    if (rc == 0) rc = tr_job_add_loader(j, r, &loader);
+    rc = tr_job_add_loader(j, r, &loader);
     if (rc == 0) rc = tr_job_feed(j, loader, stage[r * P], stage[r * P + P - 1]);
-    for (int s = 0; s + 1 < P && rc == 0; s++)
-      rc = tr_job_chain(j, stage[r * P + s], stage[r * P + s + 1]);
-  }
-  for (int s = 0; s < P && rc == 0; s++) {
-    tr_actor *group[TR_TRAIN_MAX_DEVICES];
-    for (int r = 0; r < R; r++) group[r] = stage[r * P + s];
-    rc = tr_job_group(j, group, R);
   }
   if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
   return rc;
