@@ -94,6 +94,9 @@ void tr__system_fail(tr_system *sys, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void tr__loop_wake(tr_system *sys);
 
+/* watchdog.c */
+void tr__watchdog_start(tr_system *sys); /* loop thread, when the run begins */
+
 /* actor.c */
 int tr__actor_turn(tr_actor *a); /* messages handled, or -1 when the actor is done */
 void *tr__pinned_main(void *arg);
