@@ -35,7 +35,7 @@ struct tr_actor {
   tr_actor_kind kind;
   int spin_us;
   uint32_t id;
-  bool started; /* start callback ran */
+  _Atomic bool started; /* start callback ran; read by the watchdog (starting is not idle) */
   bool done;    /* stopped or failed: handles nothing more */
   bool has_thread;
   pthread_t thread;
@@ -79,7 +79,7 @@ struct tr_system {
 
   pthread_mutex_t lock; /* the first error, the trace buffer list */
   int status;
-  char error[1024];
+  char error[4096]; /* room for a watchdog's report of many actors */
   tr__trace_buf *traces;
   tr__trace_buf *loop_trace;
   tr_msg_pool *loop_pool;

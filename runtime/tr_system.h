@@ -116,9 +116,14 @@ const char *tr_system_error(const tr_system *sys);
  * the actors, their pending messages and the loop. */
 void tr_system_free(tr_system *sys);
 
-/* Writes one line per actor that is not idle ("'stage1' (pinned stage): handling
- * 'fwd_msg', 1234 handled"; "parked with messages waiting"), then how many are idle, into
- * `buf`. Any thread; a snapshot for diagnosing a graph that stopped moving. */
+/* Writes every actor's state into `buf`, the busy ones first, then the idle ones, each in
+ * spawn order ("'stage1' (pinned stage): handling 'fwd_msg', messages waiting (data lane),
+ * 1234 handled"; "'loader' (loop loader): idle, nothing waiting, 87 handled"), then how
+ * many actors there are and how many are idle. States: "not started", "handling 'type'",
+ * "parked" (a pinned actor asleep on its futex), "between turns" (messages waiting, none
+ * taken yet), "idle". Lanes say whether messages wait, not how many: mailboxes keep no
+ * count, which every push would pay for. Actors that do not fit are counted ("12 more not
+ * shown"). Any thread; a snapshot for diagnosing a graph that stopped moving. */
 void tr_system_report(tr_system *sys, char *buf, size_t size);
 
 /* The libuv loop, for loop actors that want handles of their own (close them in `stop`). */

@@ -1,5 +1,6 @@
 /* test_system.c — actors' lives: spawn and stop, errors, shutdown with messages in flight,
- * the priority lane, pinned ↔ loop traffic, timers, signals and tracing. */
+ * the priority lane, pinned ↔ loop traffic, timers, signals, the watchdog and its report,
+ * and tracing. */
 #include <pthread.h>
 #include <signal.h>
 #include <setjmp.h>
@@ -354,9 +355,14 @@ static void watchdog_names_the_actor_that_makes_no_progress(void **state) {
   assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
   const char *err = tr_system_error(sys);
   assert_non_null(strstr(err, "no progress for 150 ms"));
-  assert_non_null(strstr(err, "'sleeper' (pinned stage): handling 'num_msg', 0 handled"));
-  assert_null(strstr(err, "bystander")); /* idle actors are only counted */
-  assert_non_null(strstr(err, "1 idle"));
+  const char *sleeper = strstr(
+      err, "'sleeper' (pinned stage): handling 'num_msg', messages waiting (data lane), 0 handled");
+  const char *bystander = strstr(err, "'bystander' (pinned counter): parked, nothing waiting, 0 handled");
+  assert_non_null(sleeper);
+  assert_non_null(bystander);
+  assert_true(sleeper < bystander); /* the busy first: in a stall they are the story */
+  assert_non_null(strstr(err, "2 actors, 1 idle"));
+  assert_null(strstr(err, "idle but not done"));
   tr_system_free(sys);
 }
 
@@ -373,6 +379,61 @@ static void watchdog_leaves_an_idle_system_alone(void **state) {
   tr_actor *t = spawn(sys, "ticker", TR_ACTOR_PINNED, &ticker, NULL);
   tr_actor_timer_start(t, 400, 0, 0); /* ten periods with nothing to do: idle, not stuck */
   assert_int_equal(tr_system_run(sys), 0);
+  tr_system_free(sys);
+}
+
+/* ---- the report ----------------------------------------------------------------------------- */
+
+static void report_names_each_actor_its_state_and_which_lanes_hold_messages(void **state) {
+  (void)state;
+  tr_system *sys = system_new(NULL);
+  _Atomic int count = 0;
+  tr_actor *p = spawn(sys, "p", TR_ACTOR_PINNED, &counting, &count);
+  tr_actor *l = spawn(sys, "l", TR_ACTOR_LOOP, &counting, &count);
+  spawn(sys, "q", TR_ACTOR_LOOP, &counting, &count);
+  tr_actor_send(p, num_new(1, NULL));
+  tr_actor_send(p, num_new(2, NULL));
+  tr_actor_send_ctl(l, num_new(3, NULL));
+  tr_actor_send(l, num_new(4, NULL));
+  char buf[1024];
+  tr_system_report(sys, buf, sizeof buf);
+  assert_string_equal(buf,
+                      "'p' (pinned counter): not started, messages waiting (data lane), 0 handled; "
+                      "'l' (loop counter): not started, messages waiting (priority and data "
+                      "lanes), 0 handled; "
+                      "'q' (loop counter): not started, nothing waiting, 0 handled; "
+                      "3 actors, 0 idle");
+  tr_system_free(sys);
+}
+
+static void report_that_does_not_fit_counts_the_actors_it_left_out(void **state) {
+  (void)state;
+  tr_system *sys = system_new(NULL);
+  _Atomic int count = 0;
+  for (int i = 0; i < 50; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "a%02d", i);
+    spawn(sys, name, TR_ACTOR_LOOP, &counting, &count);
+  }
+  char buf[300];
+  memset(buf, '#', sizeof buf);
+  tr_system_report(sys, buf, sizeof buf);
+  assert_true(strlen(buf) < sizeof buf);
+  const char *more = strstr(buf, " more not shown; 50 actors, 0 idle");
+  assert_non_null(more);
+  while (more > buf && more[-1] != ' ') more--; /* back to the count */
+  int shown = 0;
+  for (const char *e = buf; (e = strstr(e, "(loop counter): not started, nothing waiting, 0 handled; "));
+       e++)
+    shown++;
+  assert_true(shown > 0);
+  assert_int_equal(shown + atoi(more), 50); /* whole entries, and the rest counted */
+  assert_true(strncmp(buf, "'a00' (loop counter)", 20) == 0);
+  buf[0] = '#';
+  tr_system_report(sys, buf, 1);
+  assert_int_equal(buf[0], 0);
+  tr_system_report(sys, buf, 0); /* writes nothing at all */
+  assert_int_equal(buf[0], 0);
   tr_system_free(sys);
 }
 
@@ -432,6 +493,8 @@ int main(void) {
       cmocka_unit_test(sigint_stops_the_system_gracefully),
       cmocka_unit_test(watchdog_names_the_actor_that_makes_no_progress),
       cmocka_unit_test(watchdog_leaves_an_idle_system_alone),
+      cmocka_unit_test(report_names_each_actor_its_state_and_which_lanes_hold_messages),
+      cmocka_unit_test(report_that_does_not_fit_counts_the_actors_it_left_out),
       cmocka_unit_test(actors_spawned_during_a_run_start_and_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
