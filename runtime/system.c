@@ -217,6 +217,7 @@ int tr_system_new(tr_system **out, const tr_system_config *config) {
   sys->trace_on = config->trace != 0;
   sys->handle_signals = config->handle_signals != 0;
   sys->watchdog_ms = config->watchdog_ms;
+  sys->watchdog_idle = config->watchdog_idle != 0;
   tr_mailbox_init(&sys->requests);
   pthread_mutex_init(&sys->lock, NULL);
   if (sys->name == NULL || uv_loop_init(&sys->loop) != 0) {

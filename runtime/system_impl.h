@@ -57,8 +57,10 @@ struct tr_system {
   uv_signal_t sigint, sigterm;
   uv_timer_t watchdog;
   int watchdog_ms;
+  bool watchdog_idle;
   uint64_t watchdog_handled; /* loop thread: total handled at the previous tick */
-  uint64_t watchdog_stalled_at; /* loop thread: uv_now when the stall began; 0: none */
+  int watchdog_seen;         /* loop thread: what the previous ticks saw (watchdog.c) */
+  uint64_t watchdog_since;   /* loop thread: uv_now when they began to see it */
   tr_mailbox requests; /* timer requests, consumed on the loop */
   char *name;
   int turn_batch;

@@ -34,6 +34,18 @@
  * Errors: a callback that returns non-zero stops the whole system; tr_system_run returns that
  * status and tr_system_error names the actor, its kind and the message type it was handling.
  *
+ * Watchdog: with watchdog_ms set, the loop looks at every actor four times per period and
+ * stops a stuck system with TR_ETIMEDOUT. Stuck is busy without progress: for a whole
+ * period not one message handled although an actor was handling one or had some waiting.
+ * With watchdog_idle, stuck is also idle but not done: every actor waiting for a message
+ * that nobody will send, no timer pending, no stop. The error names each actor's state
+ * (tr_system_report).
+ *
+ * The idle watchdog sees what the runtime knows of: mailboxes, timers, loop actors' own
+ * handles. Work that will send a message from elsewhere (a device's completion callback, a
+ * thread that is not an actor, a libuv request such as uv_fs_read) is invisible to it: keep
+ * a timer pending while such work is out, or leave watchdog_idle off.
+ *
  * Shutdown is a protocol: tr_system_stop (from any thread, or SIGINT/SIGTERM when
  * handle_signals is set) sends a stop on every actor's priority lane; each runs its `stop`
  * callback on its own thread and quits, pinned threads are joined, loop handles closed, and
@@ -92,6 +104,12 @@ typedef struct tr_system_config {
   int watchdog_ms;    /* 0: off. Else: when, over this long, no actor handled a message
                          although one was busy or had messages waiting, the system stops
                          with TR_ETIMEDOUT and tr_system_error names each actor's state. */
+  int watchdog_idle;  /* with watchdog_ms: a system idle but not done is stuck too. When,
+                         over watchdog_ms, no actor handled a message, every actor had
+                         started and was handling nothing with nothing waiting, no timer
+                         was pending, no loop actor's own handle was active and nobody
+                         stopped the system, it stops with TR_ETIMEDOUT ("idle but not
+                         done") and tr_system_error names each actor's state. */
 } tr_system_config;
 
 /* Creates a system. On failure *out is NULL and the status says why. */

@@ -119,29 +119,79 @@ void tr_system_report(tr_system *sys, char *buf, size_t size) {
 
 /* ---- the watchdog ------------------------------------------------------------------------ */
 
-/* A stall is "busy and no message handled"; one sample of it means nothing (a message may
- * have arrived a moment ago), so the watchdog samples four times per period and fires only
- * when every sample over a whole period saw the same stall. */
+/* What a tick saw: progress (or nothing to worry about), a stall (busy, nothing handled
+ * since the previous tick), or idle but not done (nothing busy, nothing handled, nothing
+ * pending, no stop). */
+enum { SEEN_PROGRESS, SEEN_STALL, SEEN_IDLE };
+
+typedef struct handle_walk {
+  tr_system *sys;
+  bool active;
+} handle_walk;
+
+static void note_active_handle(uv_handle_t *h, void *arg) {
+  handle_walk *w = arg;
+  tr_system *sys = w->sys;
+  if (h == (uv_handle_t *)&sys->async || h == (uv_handle_t *)&sys->watchdog ||
+      h == (uv_handle_t *)&sys->sigint || h == (uv_handle_t *)&sys->sigterm)
+    return;
+  if (uv_is_active(h) && uv_has_ref(h)) w->active = true;
+}
+
+/* Whether something will still happen though no actor does anything: a timer is pending
+ * (its tick is a message, so a repeating timer always is), a request for one is on its way
+ * to the loop, or a loop actor keeps a handle of its own active (a socket, a timer): what
+ * would keep a libuv loop alive keeps the system alive. Loop thread. */
+static bool something_pending(tr_system *sys) {
+  if (sys->timers != NULL || tr_mailbox_pending(&sys->requests)) return true;
+  /* Without timers, the runtime's own timer handles left are closing, hence inactive. */
+  handle_walk w = {sys, false};
+  uv_walk(&sys->loop, note_active_handle, &w);
+  return w.active;
+}
+
+static void watchdog_fire(tr_system *sys, int seen) {
+  char report[sizeof sys->error - 128];
+  tr_system_report(sys, report, sizeof report);
+  if (seen == SEEN_IDLE) {
+    tr__system_fail(sys, TR_ETIMEDOUT,
+                    "%s: idle but not done for %d ms (nothing to handle, no timer pending, "
+                    "no stop): %s",
+                    sys->name, sys->watchdog_ms, report);
+  } else {
+    tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s", sys->name,
+                    sys->watchdog_ms, report);
+  }
+}
+
+/* One sample means nothing (a message may have arrived a moment ago, an actor may be
+ * between popping a message and handling it), so the watchdog samples four times per
+ * period and fires only when every sample over a whole period saw the same thing. Counts
+ * of handled messages only grow, so the same total at every sample means that nothing was
+ * handled in between; and what would make an idle system busy between two samples (a
+ * message sent, a timer started) is still visible at the next one unless it was handled. */
 static void watchdog_tick(uv_timer_t *h) {
   tr_system *sys = h->data;
   uint64_t handled = 0;
-  bool busy = false;
+  bool busy = false, idle = true;
   for (tr_actor *a = atomic_load(&sys->actors); a; a = a->next_all) {
     actor_view v = actor_look(a);
     handled += v.handled;
     busy |= view_busy(&v);
+    idle &= view_idle(&v);
   }
-  uint64_t now = uv_now(&sys->loop) + 1; /* + 1: never 0, which means "no stall" */
-  if (handled != sys->watchdog_handled || !busy || atomic_load(&sys->stopping)) {
+  int seen = SEEN_PROGRESS;
+  if (handled == sys->watchdog_handled && !atomic_load(&sys->stopping)) {
+    if (busy) seen = SEEN_STALL;
+    else if (sys->watchdog_idle && idle && !something_pending(sys)) seen = SEEN_IDLE;
+  }
+  uint64_t now = uv_now(&sys->loop);
+  if (seen == SEEN_PROGRESS || seen != sys->watchdog_seen) {
     sys->watchdog_handled = handled;
-    sys->watchdog_stalled_at = 0;
-  } else if (sys->watchdog_stalled_at == 0) {
-    sys->watchdog_stalled_at = now;
-  } else if (now - sys->watchdog_stalled_at >= (uint64_t)sys->watchdog_ms) {
-    char report[sizeof sys->error - 128];
-    tr_system_report(sys, report, sizeof report);
-    tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s", sys->name,
-                    sys->watchdog_ms, report);
+    sys->watchdog_seen = seen;
+    sys->watchdog_since = now;
+  } else if (now - sys->watchdog_since >= (uint64_t)sys->watchdog_ms) {
+    watchdog_fire(sys, seen);
   }
 }
 
