@@ -218,6 +218,8 @@ int tr_system_new(tr_system **out, const tr_system_config *config) {
   sys->handle_signals = config->handle_signals != 0;
   sys->watchdog_ms = config->watchdog_ms;
   sys->watchdog_idle = config->watchdog_idle != 0;
+  sys->describe = config->describe;
+  sys->describe_arg = config->describe_arg;
   tr_mailbox_init(&sys->requests);
   pthread_mutex_init(&sys->lock, NULL);
   if (sys->name == NULL || uv_loop_init(&sys->loop) != 0) {

@@ -58,6 +58,8 @@ struct tr_system {
   uv_timer_t watchdog;
   int watchdog_ms;
   bool watchdog_idle;
+  void (*describe)(void *arg, char *buf, size_t size);
+  void *describe_arg;
   uint64_t watchdog_handled; /* loop thread: total handled at the previous tick */
   int watchdog_seen;         /* loop thread: what the previous ticks saw (watchdog.c) */
   uint64_t watchdog_since;   /* loop thread: uv_now when they began to see it */

@@ -39,7 +39,15 @@
  * period not one message handled although an actor was handling one or had some waiting.
  * With watchdog_idle, stuck is also idle but not done: every actor waiting for a message
  * that nobody will send, no timer pending, no stop. The error names each actor's state
- * (tr_system_report).
+ * (tr_system_report), then adds what the layer above says of itself:
+ *
+ *   static void graph_describe(void *arg, char *buf, size_t size) {
+ *     const my_graph *g = arg;    // atomics only: the graph's actors are still running
+ *     snprintf(buf, size, "graph: loader->stage0 %d of %d credits",
+ *              atomic_load(&g->credits), g->depth);
+ *   }
+ *   tr_system_new(&sys, &(tr_system_config){.watchdog_ms = 5000, .watchdog_idle = 1,
+ *                                           .describe = graph_describe, .describe_arg = g});
  *
  * The idle watchdog sees what the runtime knows of: mailboxes, timers, loop actors' own
  * handles. Work that will send a message from elsewhere (a device's completion callback, a
@@ -110,6 +118,14 @@ typedef struct tr_system_config {
                          was pending, no loop actor's own handle was active and nobody
                          stopped the system, it stops with TR_ETIMEDOUT ("idle but not
                          done") and tr_system_error names each actor's state. */
+  /* Optional, with watchdog_ms: the layer above describes itself (its graph, its edges and
+   * credits) in `buf`, which starts empty; the text is appended to the watchdog's error.
+   * Called on the loop thread, once, when the watchdog fires, while pinned actors still
+   * run: it must not block (the loop waits for it), must read only what another thread
+   * may read (atomics, its own locks) and must not free or run the system. It may call
+   * tr_system_report and tr_system_stop. */
+  void (*describe)(void *arg, char *buf, size_t size);
+  void *describe_arg;
 } tr_system_config;
 
 /* Creates a system. On failure *out is NULL and the status says why. */

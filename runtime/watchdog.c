@@ -151,16 +151,23 @@ static bool something_pending(tr_system *sys) {
 }
 
 static void watchdog_fire(tr_system *sys, int seen) {
-  char report[sizeof sys->error - 128];
-  tr_system_report(sys, report, sizeof report);
+  char described[1024] = "";
+  if (sys->describe) {
+    sys->describe(sys->describe_arg, described, sizeof described);
+    described[sizeof described - 1] = 0;
+  }
+  /* The layer above's text must survive a long report: the report gets what is left. */
+  char report[sizeof sys->error];
+  size_t used = strlen(described) + strlen(sys->name) + 128;
+  tr_system_report(sys, report, used + 256 < sizeof report ? sizeof report - used : 256);
   if (seen == SEEN_IDLE) {
     tr__system_fail(sys, TR_ETIMEDOUT,
                     "%s: idle but not done for %d ms (nothing to handle, no timer pending, "
-                    "no stop): %s",
-                    sys->name, sys->watchdog_ms, report);
+                    "no stop): %s%s%s",
+                    sys->name, sys->watchdog_ms, report, described[0] ? "; " : "", described);
   } else {
-    tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s", sys->name,
-                    sys->watchdog_ms, report);
+    tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s%s%s", sys->name,
+                    sys->watchdog_ms, report, described[0] ? "; " : "", described);
   }
 }
 

@@ -422,6 +422,67 @@ static void watchdog_stops_an_idle_system_that_nobody_stops_naming_each_actor(vo
   tr_system_free(sys);
 }
 
+typedef struct describer {
+  int calls;
+  pthread_t thread;
+  const char *text;
+} describer;
+
+static void describe_graph(void *arg, char *buf, size_t size) {
+  describer *d = arg;
+  d->calls++;
+  d->thread = pthread_self();
+  snprintf(buf, size, "%s", d->text);
+}
+
+static void watchdog_error_carries_the_describe_hook_text(void **state) {
+  (void)state;
+  for (int idle = 0; idle <= 1; idle++) { /* a stall, then idle but not done */
+    describer d = {.text = "graph: edge loader->stage0 holds 0 of 2 credits"};
+    tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 150,
+                                                    .watchdog_idle = 1,
+                                                    .describe = describe_graph,
+                                                    .describe_arg = &d});
+    tr_actor *s = spawn(sys, "stage0", TR_ACTOR_PINNED, idle ? &counting : &sleepy,
+                        idle ? calloc(1, sizeof(_Atomic int)) : NULL);
+    if (!idle) tr_actor_send(s, num_new(1, NULL));
+    assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
+    const char *err = tr_system_error(sys);
+    assert_non_null(strstr(err, idle ? "idle but not done" : "no progress"));
+    const char *actor = strstr(err, "'stage0'");
+    const char *graph = strstr(err, "; graph: edge loader->stage0 holds 0 of 2 credits");
+    assert_non_null(actor);
+    assert_non_null(graph);
+    assert_true(actor < graph); /* appended to the runtime's report */
+    assert_int_equal(d.calls, 1);
+    assert_true(pthread_equal(d.thread, pthread_self())); /* the loop thread: run's caller */
+    if (idle) free(tr_actor_state(s));
+    tr_system_free(sys);
+  }
+}
+
+static void describe_hook_text_survives_a_report_too_long_for_the_error(void **state) {
+  (void)state;
+  char text[1000];
+  memset(text, 'x', sizeof text);
+  memcpy(text + sizeof text - 5, "END.", 5);
+  describer d = {.text = text};
+  tr_system *sys = system_new(&(tr_system_config){
+      .watchdog_ms = 100, .watchdog_idle = 1, .describe = describe_graph, .describe_arg = &d});
+  _Atomic int count = 0;
+  for (int i = 0; i < 200; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "an-actor-with-a-rather-long-name-%03d", i);
+    spawn(sys, name, TR_ACTOR_LOOP, &counting, &count);
+  }
+  assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
+  const char *err = tr_system_error(sys);
+  assert_non_null(strstr(err, "'an-actor-with-a-rather-long-name-000' (loop counter): idle"));
+  assert_non_null(strstr(err, " more not shown; 200 actors, 200 idle; xxxx"));
+  assert_non_null(strstr(err, "xxxxEND."));
+  tr_system_free(sys);
+}
+
 typedef struct alarm_clock {
   int ticks, stop_after;
   uint64_t tick_at;
@@ -684,6 +745,8 @@ int main(void) {
       cmocka_unit_test(watchdog_names_the_actor_that_makes_no_progress),
       cmocka_unit_test(watchdog_leaves_an_idle_system_alone),
       cmocka_unit_test(watchdog_stops_an_idle_system_that_nobody_stops_naming_each_actor),
+      cmocka_unit_test(watchdog_error_carries_the_describe_hook_text),
+      cmocka_unit_test(describe_hook_text_survives_a_report_too_long_for_the_error),
       cmocka_unit_test(watchdog_waits_for_a_pending_timer_before_calling_a_system_idle),
       cmocka_unit_test(a_repeating_timer_keeps_an_idle_watched_system_alive),
       cmocka_unit_test(watchdog_never_stops_a_busy_system_that_makes_progress),
