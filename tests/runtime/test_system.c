@@ -358,7 +358,8 @@ static void watchdog_names_the_actor_that_makes_no_progress(void **state) {
   assert_non_null(strstr(err, "no progress for 150 ms"));
   const char *sleeper = strstr(
       err, "'sleeper' (pinned stage): handling 'num_msg', messages waiting (data lane), 0 handled");
-  const char *bystander = strstr(err, "'bystander' (pinned counter): parked, nothing waiting, 0 handled");
+  const char *bystander =
+      strstr(err, "'bystander' (pinned counter): parked, nothing waiting, 0 handled");
   assert_non_null(sleeper);
   assert_non_null(bystander);
   assert_true(sleeper < bystander); /* the busy first: in a stall they are the story */
@@ -509,7 +510,8 @@ static void watchdog_waits_for_a_pending_timer_before_calling_a_system_idle(void
   assert_true((c.tick_at - t0) / 1000000 >= 499);
   assert_true(ms_since(c.tick_at) >= 100); /* ...and called it idle a period after */
   assert_non_null(strstr(tr_system_error(sys), "idle but not done"));
-  assert_non_null(strstr(tr_system_error(sys), "'alarm' (pinned alarm): parked, nothing waiting, 1 handled"));
+  assert_non_null(strstr(tr_system_error(sys),
+                         "'alarm' (pinned alarm): parked, nothing waiting, 1 handled"));
   tr_system_free(sys);
 }
 
@@ -524,7 +526,8 @@ static void a_repeating_timer_keeps_an_idle_watched_system_alive(void **state) {
   assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT); /* once the timer is stopped */
   assert_int_equal(c.ticks, 4);
   assert_true(ms_since(c.tick_at) >= 100);
-  assert_non_null(strstr(tr_system_error(sys), "'metronome' (loop alarm): idle, nothing waiting, 4 handled"));
+  assert_non_null(strstr(tr_system_error(sys),
+                         "'metronome' (loop alarm): idle, nothing waiting, 4 handled"));
   tr_system_free(sys);
 }
 
@@ -674,9 +677,8 @@ static void report_that_does_not_fit_counts_the_actors_it_left_out(void **state)
   assert_non_null(more);
   while (more > buf && more[-1] != ' ') more--; /* back to the count */
   int shown = 0;
-  for (const char *e = buf; (e = strstr(e, "(loop counter): not started, nothing waiting, 0 handled; "));
-       e++)
-    shown++;
+  const char *entry = "(loop counter): not started, nothing waiting, 0 handled; ";
+  for (const char *e = buf; (e = strstr(e, entry)); e++) shown++;
   assert_true(shown > 0);
   assert_int_equal(shown + atoi(more), 50); /* whole entries, and the rest counted */
   assert_true(strncmp(buf, "'a00' (loop counter)", 20) == 0);
