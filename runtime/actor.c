@@ -95,21 +95,21 @@ static int deliver(tr_actor *a, tr_msg *m) {
 void tr__actor_stop_now(tr_actor *a) {
   if (a->done) return;
   a->done = true;
-  if (a->started && a->b->stop) a->b->stop(a);
+  if (atomic_load_explicit(&a->started, memory_order_relaxed) && a->b->stop) a->b->stop(a);
 }
 
 int tr__actor_turn(tr_actor *a) {
   tr_msg *m, *released;
   int n = 0;
 
-  if (!a->started) {
+  if (!atomic_load_explicit(&a->started, memory_order_relaxed)) {
     int rc = a->b->start ? a->b->start(a) : 0;
     if (rc != 0) {
       actor_failed(a, rc, "starting");
       tr__actor_stop_now(a); /* marks it done; `stop` is only for actors that started */
       return -1;
     }
-    a->started = true;
+    atomic_store_explicit(&a->started, true, memory_order_relaxed);
   }
 
   while ((m = tr_mailbox_pop(&a->ctl, &released)) != NULL) {

@@ -195,64 +195,6 @@ static void on_async(uv_async_t *h) {
   if (again) tr__loop_wake(sys);
 }
 
-/* ---- the watchdog ------------------------------------------------------------------------ */
-
-static bool actor_busy(tr_actor *a) {
-  return atomic_load_explicit(&a->handling, memory_order_relaxed) != NULL ||
-         tr_mailbox_pending(&a->ctl) || tr_mailbox_pending(&a->data);
-}
-
-void tr_system_report(tr_system *sys, char *buf, size_t size) {
-  size_t len = 0;
-  int idle = 0;
-  buf[0] = 0;
-  for (tr_actor *a = atomic_load(&sys->actors); a; a = a->next_all) {
-    const tr_msgtype *t = atomic_load_explicit(&a->handling, memory_order_relaxed);
-    bool waiting = tr_mailbox_pending(&a->ctl) || tr_mailbox_pending(&a->data);
-    if (t == NULL && !waiting) {
-      idle++;
-      continue;
-    }
-    const char *state = t ? "handling" : a->kind == TR_ACTOR_PINNED &&
-                                                 atomic_load(&a->park) == TR__PARKING
-                                             ? "parked with messages waiting"
-                                             : "messages waiting";
-    int n = snprintf(buf + len, size - len, "%s'%s' (%s %s): %s%s%s%s, %llu handled", len ? "; " : "",
-                     a->name, a->kind == TR_ACTOR_PINNED ? "pinned" : "loop",
-                     a->b->name ? a->b->name : "actor", state, t ? " '" : "", t ? t->name : "",
-                     t ? "'" : "",
-                     (unsigned long long)atomic_load_explicit(&a->handled, memory_order_relaxed));
-    if (n < 0 || (size_t)n >= size - len) return;
-    len += (size_t)n;
-  }
-  snprintf(buf + len, size - len, "%s%d idle", len ? "; " : "", idle);
-}
-
-/* A stall is "busy and no message handled"; one sample of it means nothing (a message may
- * have arrived a moment ago), so the watchdog samples four times per period and fires only
- * when every sample over a whole period saw the same stall. */
-static void watchdog_tick(uv_timer_t *h) {
-  tr_system *sys = h->data;
-  uint64_t handled = 0;
-  bool busy = false;
-  for (tr_actor *a = atomic_load(&sys->actors); a; a = a->next_all) {
-    handled += atomic_load_explicit(&a->handled, memory_order_relaxed);
-    busy |= actor_busy(a);
-  }
-  uint64_t now = uv_now(&sys->loop) + 1; /* + 1: never 0, which means "no stall" */
-  if (handled != sys->watchdog_handled || !busy || atomic_load(&sys->stopping)) {
-    sys->watchdog_handled = handled;
-    sys->watchdog_stalled_at = 0;
-  } else if (sys->watchdog_stalled_at == 0) {
-    sys->watchdog_stalled_at = now;
-  } else if (now - sys->watchdog_stalled_at >= (uint64_t)sys->watchdog_ms) {
-    char report[768];
-    tr_system_report(sys, report, sizeof report);
-    tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s", sys->name,
-                    sys->watchdog_ms, report);
-  }
-}
-
 static void on_signal(uv_signal_t *h, int signum) {
   tr_system *sys = h->data;
   tr__system_fail(sys, TR_EINTR, "%s: stopped by %s", sys->name,
@@ -275,6 +217,9 @@ int tr_system_new(tr_system **out, const tr_system_config *config) {
   sys->trace_on = config->trace != 0;
   sys->handle_signals = config->handle_signals != 0;
   sys->watchdog_ms = config->watchdog_ms;
+  sys->watchdog_idle = config->watchdog_idle != 0;
+  sys->describe = config->describe;
+  sys->describe_arg = config->describe_arg;
   tr_mailbox_init(&sys->requests);
   pthread_mutex_init(&sys->lock, NULL);
   if (sys->name == NULL || uv_loop_init(&sys->loop) != 0) {
@@ -364,12 +309,7 @@ int tr_system_run(tr_system *sys) {
     uv_signal_start(&sys->sigint, on_signal, SIGINT);
     uv_signal_start(&sys->sigterm, on_signal, SIGTERM);
   }
-  if (sys->watchdog_ms > 0) {
-    uv_timer_init(&sys->loop, &sys->watchdog);
-    sys->watchdog.data = sys;
-    uint64_t tick = sys->watchdog_ms >= 4 ? (uint64_t)sys->watchdog_ms / 4 : 1;
-    uv_timer_start(&sys->watchdog, watchdog_tick, tick, tick);
-  }
+  if (sys->watchdog_ms > 0) tr__watchdog_start(sys);
   /* Actors spawned from now on start their own threads; these were spawned before the run. */
   tr_actor *before = atomic_load(&sys->actors);
   atomic_store(&sys->running, 1);

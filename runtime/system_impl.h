@@ -35,7 +35,7 @@ struct tr_actor {
   tr_actor_kind kind;
   int spin_us;
   uint32_t id;
-  bool started; /* start callback ran */
+  _Atomic bool started; /* start callback ran; read by the watchdog (starting is not idle) */
   bool done;    /* stopped or failed: handles nothing more */
   bool has_thread;
   pthread_t thread;
@@ -57,8 +57,12 @@ struct tr_system {
   uv_signal_t sigint, sigterm;
   uv_timer_t watchdog;
   int watchdog_ms;
+  bool watchdog_idle;
+  void (*describe)(void *arg, char *buf, size_t size);
+  void *describe_arg;
   uint64_t watchdog_handled; /* loop thread: total handled at the previous tick */
-  uint64_t watchdog_stalled_at; /* loop thread: uv_now when the stall began; 0: none */
+  int watchdog_seen;         /* loop thread: what the previous ticks saw (watchdog.c) */
+  uint64_t watchdog_since;   /* loop thread: uv_now when they began to see it */
   tr_mailbox requests; /* timer requests, consumed on the loop */
   char *name;
   int turn_batch;
@@ -79,7 +83,7 @@ struct tr_system {
 
   pthread_mutex_t lock; /* the first error, the trace buffer list */
   int status;
-  char error[1024];
+  char error[4096]; /* room for a watchdog's report of many actors */
   tr__trace_buf *traces;
   tr__trace_buf *loop_trace;
   tr_msg_pool *loop_pool;
@@ -93,6 +97,9 @@ void tr__trace_free_all(tr_system *sys);
 void tr__system_fail(tr_system *sys, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 void tr__loop_wake(tr_system *sys);
+
+/* watchdog.c */
+void tr__watchdog_start(tr_system *sys); /* loop thread, when the run begins */
 
 /* actor.c */
 int tr__actor_turn(tr_actor *a); /* messages handled, or -1 when the actor is done */

@@ -34,6 +34,26 @@
  * Errors: a callback that returns non-zero stops the whole system; tr_system_run returns that
  * status and tr_system_error names the actor, its kind and the message type it was handling.
  *
+ * Watchdog: with watchdog_ms set, the loop looks at every actor four times per period and
+ * stops a stuck system with TR_ETIMEDOUT. Stuck is busy without progress: for a whole
+ * period not one message handled although an actor was handling one or had some waiting.
+ * With watchdog_idle, stuck is also idle but not done: every actor waiting for a message
+ * that nobody will send, no timer pending, no stop. The error names each actor's state
+ * (tr_system_report), then adds what the layer above says of itself:
+ *
+ *   static void graph_describe(void *arg, char *buf, size_t size) {
+ *     const my_graph *g = arg;    // atomics only: the graph's actors are still running
+ *     snprintf(buf, size, "graph: loader->stage0 %d of %d credits",
+ *              atomic_load(&g->credits), g->depth);
+ *   }
+ *   tr_system_new(&sys, &(tr_system_config){.watchdog_ms = 5000, .watchdog_idle = 1,
+ *                                           .describe = graph_describe, .describe_arg = g});
+ *
+ * The idle watchdog sees what the runtime knows of: mailboxes, timers, loop actors' own
+ * handles. Work that will send a message from elsewhere (a device's completion callback, a
+ * thread that is not an actor, a libuv request such as uv_fs_read) is invisible to it: keep
+ * a timer pending while such work is out, or leave watchdog_idle off.
+ *
  * Shutdown is a protocol: tr_system_stop (from any thread, or SIGINT/SIGTERM when
  * handle_signals is set) sends a stop on every actor's priority lane; each runs its `stop`
  * callback on its own thread and quits, pinned threads are joined, loop handles closed, and
@@ -92,6 +112,20 @@ typedef struct tr_system_config {
   int watchdog_ms;    /* 0: off. Else: when, over this long, no actor handled a message
                          although one was busy or had messages waiting, the system stops
                          with TR_ETIMEDOUT and tr_system_error names each actor's state. */
+  int watchdog_idle;  /* with watchdog_ms: a system idle but not done is stuck too. When,
+                         over watchdog_ms, no actor handled a message, every actor had
+                         started and was handling nothing with nothing waiting, no timer
+                         was pending, no loop actor's own handle was active and nobody
+                         stopped the system, it stops with TR_ETIMEDOUT ("idle but not
+                         done") and tr_system_error names each actor's state. */
+  /* Optional, with watchdog_ms: the layer above describes itself (its graph, its edges and
+   * credits) in `buf`, which starts empty; the text is appended to the watchdog's error.
+   * Called on the loop thread, once, when the watchdog fires, while pinned actors still
+   * run: it must not block (the loop waits for it), must read only what another thread
+   * may read (atomics, its own locks) and must not free or run the system. It may call
+   * tr_system_report and tr_system_stop. */
+  void (*describe)(void *arg, char *buf, size_t size);
+  void *describe_arg;
 } tr_system_config;
 
 /* Creates a system. On failure *out is NULL and the status says why. */
@@ -116,9 +150,14 @@ const char *tr_system_error(const tr_system *sys);
  * the actors, their pending messages and the loop. */
 void tr_system_free(tr_system *sys);
 
-/* Writes one line per actor that is not idle ("'stage1' (pinned stage): handling
- * 'fwd_msg', 1234 handled"; "parked with messages waiting"), then how many are idle, into
- * `buf`. Any thread; a snapshot for diagnosing a graph that stopped moving. */
+/* Writes every actor's state into `buf`, the busy ones first, then the idle ones, each in
+ * spawn order ("'stage1' (pinned stage): handling 'fwd_msg', messages waiting (data lane),
+ * 1234 handled"; "'loader' (loop loader): idle, nothing waiting, 87 handled"), then how
+ * many actors there are and how many are idle. States: "not started", "handling 'type'",
+ * "parked" (a pinned actor asleep on its futex), "between turns" (messages waiting, none
+ * taken yet), "idle". Lanes say whether messages wait, not how many: mailboxes keep no
+ * count, which every push would pay for. Actors that do not fit are counted ("12 more not
+ * shown"). Any thread; a snapshot for diagnosing a graph that stopped moving. */
 void tr_system_report(tr_system *sys, char *buf, size_t size);
 
 /* The libuv loop, for loop actors that want handles of their own (close them in `stop`). */

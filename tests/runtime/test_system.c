@@ -1,5 +1,6 @@
 /* test_system.c — actors' lives: spawn and stop, errors, shutdown with messages in flight,
- * the priority lane, pinned ↔ loop traffic, timers, signals and tracing. */
+ * the priority lane, pinned ↔ loop traffic, timers, signals, the watchdog and its report,
+ * and tracing. */
 #include <pthread.h>
 #include <signal.h>
 #include <setjmp.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <uv.h>
 
 #include "test_util.h"
 #include "troupe.h"
@@ -354,9 +356,15 @@ static void watchdog_names_the_actor_that_makes_no_progress(void **state) {
   assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
   const char *err = tr_system_error(sys);
   assert_non_null(strstr(err, "no progress for 150 ms"));
-  assert_non_null(strstr(err, "'sleeper' (pinned stage): handling 'num_msg', 0 handled"));
-  assert_null(strstr(err, "bystander")); /* idle actors are only counted */
-  assert_non_null(strstr(err, "1 idle"));
+  const char *sleeper = strstr(
+      err, "'sleeper' (pinned stage): handling 'num_msg', messages waiting (data lane), 0 handled");
+  const char *bystander =
+      strstr(err, "'bystander' (pinned counter): parked, nothing waiting, 0 handled");
+  assert_non_null(sleeper);
+  assert_non_null(bystander);
+  assert_true(sleeper < bystander); /* the busy first: in a stall they are the story */
+  assert_non_null(strstr(err, "2 actors, 1 idle"));
+  assert_null(strstr(err, "idle but not done"));
   tr_system_free(sys);
 }
 
@@ -373,6 +381,312 @@ static void watchdog_leaves_an_idle_system_alone(void **state) {
   tr_actor *t = spawn(sys, "ticker", TR_ACTOR_PINNED, &ticker, NULL);
   tr_actor_timer_start(t, 400, 0, 0); /* ten periods with nothing to do: idle, not stuck */
   assert_int_equal(tr_system_run(sys), 0);
+  tr_system_free(sys);
+}
+
+/* ---- the watchdog: idle but not done ------------------------------------------------------ */
+
+static uint64_t ms_since(uint64_t t0_ns) { return (tr_now_ns() - t0_ns) / 1000000; }
+
+/* Passes a countdown along a ring; at 0 it stops passing, and nobody stops the system. */
+typedef struct relay {
+  tr_actor *next;
+} relay;
+
+static int relay_receive(tr_actor *self, tr_msg *msg) {
+  relay *r = tr_actor_state(self);
+  uint64_t n = ((num_msg *)msg)->n;
+  if (n > 0) tr_actor_send(r->next, num_new(n - 1, self));
+  return 0;
+}
+static const tr_behaviour relay_behaviour = {.name = "relay", .receive = relay_receive};
+
+static void watchdog_stops_an_idle_system_that_nobody_stops_naming_each_actor(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 200, .watchdog_idle = 1});
+  relay ra, rb, rl;
+  tr_actor *a = spawn(sys, "relay-a", TR_ACTOR_PINNED, &relay_behaviour, &ra);
+  tr_actor *b = spawn(sys, "relay-b", TR_ACTOR_PINNED, &relay_behaviour, &rb);
+  tr_actor *l = spawn(sys, "relay-l", TR_ACTOR_LOOP, &relay_behaviour, &rl);
+  ra.next = b, rb.next = l, rl.next = a;
+  tr_actor_send(a, num_new(5, NULL)); /* a 5, b 4, l 3, a 2, b 1, l 0: two each */
+  uint64_t t0 = tr_now_ns();
+  assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
+  assert_true(ms_since(t0) >= 200); /* a whole period of idleness first */
+  const char *err = tr_system_error(sys);
+  assert_non_null(strstr(err, "idle but not done for 200 ms"));
+  assert_null(strstr(err, "no progress"));
+  assert_non_null(strstr(err, "'relay-a' (pinned relay): parked, nothing waiting, 2 handled"));
+  assert_non_null(strstr(err, "'relay-b' (pinned relay): parked, nothing waiting, 2 handled"));
+  assert_non_null(strstr(err, "'relay-l' (loop relay): idle, nothing waiting, 2 handled"));
+  assert_non_null(strstr(err, "3 actors, 3 idle"));
+  tr_system_free(sys);
+}
+
+typedef struct describer {
+  int calls;
+  pthread_t thread;
+  const char *text;
+} describer;
+
+static void describe_graph(void *arg, char *buf, size_t size) {
+  describer *d = arg;
+  d->calls++;
+  d->thread = pthread_self();
+  snprintf(buf, size, "%s", d->text);
+}
+
+static void watchdog_error_carries_the_describe_hook_text(void **state) {
+  (void)state;
+  for (int idle = 0; idle <= 1; idle++) { /* a stall, then idle but not done */
+    describer d = {.text = "graph: edge loader->stage0 holds 0 of 2 credits"};
+    tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 150,
+                                                    .watchdog_idle = 1,
+                                                    .describe = describe_graph,
+                                                    .describe_arg = &d});
+    tr_actor *s = spawn(sys, "stage0", TR_ACTOR_PINNED, idle ? &counting : &sleepy,
+                        idle ? calloc(1, sizeof(_Atomic int)) : NULL);
+    if (!idle) tr_actor_send(s, num_new(1, NULL));
+    assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
+    const char *err = tr_system_error(sys);
+    assert_non_null(strstr(err, idle ? "idle but not done" : "no progress"));
+    const char *actor = strstr(err, "'stage0'");
+    const char *graph = strstr(err, "; graph: edge loader->stage0 holds 0 of 2 credits");
+    assert_non_null(actor);
+    assert_non_null(graph);
+    assert_true(actor < graph); /* appended to the runtime's report */
+    assert_int_equal(d.calls, 1);
+    assert_true(pthread_equal(d.thread, pthread_self())); /* the loop thread: run's caller */
+    if (idle) free(tr_actor_state(s));
+    tr_system_free(sys);
+  }
+}
+
+static void describe_hook_text_survives_a_report_too_long_for_the_error(void **state) {
+  (void)state;
+  char text[1000];
+  memset(text, 'x', sizeof text);
+  memcpy(text + sizeof text - 5, "END.", 5);
+  describer d = {.text = text};
+  tr_system *sys = system_new(&(tr_system_config){
+      .watchdog_ms = 100, .watchdog_idle = 1, .describe = describe_graph, .describe_arg = &d});
+  _Atomic int count = 0;
+  for (int i = 0; i < 200; i++) {
+    char name[64];
+    snprintf(name, sizeof name, "an-actor-with-a-rather-long-name-%03d", i);
+    spawn(sys, name, TR_ACTOR_LOOP, &counting, &count);
+  }
+  assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
+  const char *err = tr_system_error(sys);
+  assert_non_null(strstr(err, "'an-actor-with-a-rather-long-name-000' (loop counter): idle"));
+  assert_non_null(strstr(err, " more not shown; 200 actors, 200 idle; xxxx"));
+  assert_non_null(strstr(err, "xxxxEND."));
+  tr_system_free(sys);
+}
+
+typedef struct alarm_clock {
+  int ticks, stop_after;
+  uint64_t tick_at;
+} alarm_clock;
+
+static int alarm_receive(tr_actor *self, tr_msg *msg) {
+  alarm_clock *c = tr_actor_state(self);
+  if (msg->type != &tr_timer_msg_type) return tr_actor_fail(self, TR_EINVAL, "not a tick");
+  c->tick_at = tr_now_ns();
+  if (++c->ticks == c->stop_after) tr_actor_timer_stop(self, ((tr_timer_msg *)msg)->tag);
+  return 0;
+}
+static const tr_behaviour alarm_behaviour = {.name = "alarm", .receive = alarm_receive};
+
+static void watchdog_waits_for_a_pending_timer_before_calling_a_system_idle(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 100, .watchdog_idle = 1});
+  alarm_clock c = {0};
+  tr_actor *a = spawn(sys, "alarm", TR_ACTOR_PINNED, &alarm_behaviour, &c);
+  uint64_t t0 = tr_now_ns();
+  tr_actor_timer_start(a, 500, 0, 7); /* five periods with nothing to do but wait */
+  assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT);
+  assert_int_equal(c.ticks, 1); /* the watchdog let the timer fire... */
+  assert_true((c.tick_at - t0) / 1000000 >= 499);
+  assert_true(ms_since(c.tick_at) >= 100); /* ...and called it idle a period after */
+  assert_non_null(strstr(tr_system_error(sys), "idle but not done"));
+  assert_non_null(strstr(tr_system_error(sys),
+                         "'alarm' (pinned alarm): parked, nothing waiting, 1 handled"));
+  tr_system_free(sys);
+}
+
+static void a_repeating_timer_keeps_an_idle_watched_system_alive(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 100, .watchdog_idle = 1});
+  alarm_clock c = {.stop_after = 4};
+  tr_actor *a = spawn(sys, "metronome", TR_ACTOR_LOOP, &alarm_behaviour, &c);
+  /* Ticks 250 ms apart: between two, every sample sees nothing handled for longer than a
+   * period; only the pending timer tells the watchdog that something will happen. */
+  tr_actor_timer_start(a, 250, 250, 1);
+  assert_int_equal(tr_system_run(sys), TR_ETIMEDOUT); /* once the timer is stopped */
+  assert_int_equal(c.ticks, 4);
+  assert_true(ms_since(c.tick_at) >= 100);
+  assert_non_null(strstr(tr_system_error(sys),
+                         "'metronome' (loop alarm): idle, nothing waiting, 4 handled"));
+  tr_system_free(sys);
+}
+
+typedef struct rally {
+  tr_actor *peer;
+  uint64_t rounds;
+} rally;
+
+static int rally_receive(tr_actor *self, tr_msg *msg) {
+  rally *r = tr_actor_state(self);
+  uint64_t n = ((num_msg *)msg)->n;
+  usleep(40 * 1000); /* slower than a tick (25 ms): some ticks see no progress */
+  if (n >= r->rounds) tr_system_stop(tr_actor_system(self), 0);
+  else tr_actor_send(r->peer, num_new(n + 1, self));
+  return 0;
+}
+static const tr_behaviour rally_behaviour = {.name = "rally", .receive = rally_receive};
+
+static void watchdog_never_stops_a_busy_system_that_makes_progress(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 100, .watchdog_idle = 1});
+  rally ra = {.rounds = 20}, rb = ra;
+  tr_actor *a = spawn(sys, "rally-a", TR_ACTOR_PINNED, &rally_behaviour, &ra);
+  tr_actor *b = spawn(sys, "rally-b", TR_ACTOR_LOOP, &rally_behaviour, &rb);
+  ra.peer = b, rb.peer = a;
+  tr_actor_send(a, num_new(0, NULL));
+  assert_int_equal(tr_system_run(sys), 0); /* 800 ms, eight periods, none without progress */
+  tr_system_free(sys);
+}
+
+typedef struct late_stop {
+  tr_system *sys;
+  int ms;
+} late_stop;
+
+static void *stop_later(void *arg) {
+  late_stop *s = arg;
+  usleep((useconds_t)s->ms * 1000);
+  tr_system_stop(s->sys, 0);
+  return NULL;
+}
+
+static void watchdog_without_the_idle_option_leaves_an_idle_system_alone(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 40});
+  _Atomic int count = 0;
+  tr_actor *a = spawn(sys, "idler", TR_ACTOR_PINNED, &counting, &count);
+  tr_actor_send(a, num_new(1, NULL));
+  /* Ten periods idle, no timer pending: only a thread the runtime cannot see will stop it. */
+  late_stop s = {sys, 400};
+  pthread_t t;
+  pthread_create(&t, NULL, stop_later, &s);
+  assert_int_equal(tr_system_run(sys), 0);
+  pthread_join(t, NULL);
+  assert_int_equal(atomic_load(&count), 1001);
+  tr_system_free(sys);
+}
+
+static int slow_start(tr_actor *self) {
+  usleep(400 * 1000); /* a device coming up: four periods without a message */
+  tr_actor_send(self, num_new(1, self));
+  return 0;
+}
+static const tr_behaviour slow_starter = {
+    .name = "stage", .start = slow_start, .receive = stop_on_tick};
+
+static void an_actor_still_starting_is_not_idle(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 100, .watchdog_idle = 1});
+  spawn(sys, "stage0", TR_ACTOR_PINNED, &slow_starter, NULL);
+  assert_int_equal(tr_system_run(sys), 0);
+  tr_system_free(sys);
+}
+
+typedef struct own_timer {
+  uv_timer_t handle;
+  tr_system *sys;
+} own_timer;
+
+static void own_timer_fired(uv_timer_t *h) {
+  own_timer *t = h->data;
+  tr_system_stop(t->sys, 0);
+}
+
+static int own_timer_start(tr_actor *self) {
+  own_timer *t = tr_actor_state(self);
+  t->sys = tr_actor_system(self);
+  uv_timer_init(tr_system_loop(t->sys), &t->handle);
+  t->handle.data = t;
+  uv_timer_start(&t->handle, own_timer_fired, 400, 0);
+  return 0;
+}
+static void own_timer_stop(tr_actor *self) {
+  own_timer *t = tr_actor_state(self);
+  uv_close((uv_handle_t *)&t->handle, NULL);
+}
+static const tr_behaviour own_timer_behaviour = {
+    .name = "io", .start = own_timer_start, .receive = counting_receive, .stop = own_timer_stop};
+
+static void a_loop_actors_own_active_handle_keeps_an_idle_system_alive(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 100, .watchdog_idle = 1});
+  own_timer t;
+  spawn(sys, "io", TR_ACTOR_LOOP, &own_timer_behaviour, &t);
+  assert_int_equal(tr_system_run(sys), 0); /* its own timer stops it, 400 ms in */
+  tr_system_free(sys);
+}
+
+/* ---- the report ----------------------------------------------------------------------------- */
+
+static void report_names_each_actor_its_state_and_which_lanes_hold_messages(void **state) {
+  (void)state;
+  tr_system *sys = system_new(NULL);
+  _Atomic int count = 0;
+  tr_actor *p = spawn(sys, "p", TR_ACTOR_PINNED, &counting, &count);
+  tr_actor *l = spawn(sys, "l", TR_ACTOR_LOOP, &counting, &count);
+  spawn(sys, "q", TR_ACTOR_LOOP, &counting, &count);
+  tr_actor_send(p, num_new(1, NULL));
+  tr_actor_send(p, num_new(2, NULL));
+  tr_actor_send_ctl(l, num_new(3, NULL));
+  tr_actor_send(l, num_new(4, NULL));
+  char buf[1024];
+  tr_system_report(sys, buf, sizeof buf);
+  assert_string_equal(buf,
+                      "'p' (pinned counter): not started, messages waiting (data lane), 0 handled; "
+                      "'l' (loop counter): not started, messages waiting (priority and data "
+                      "lanes), 0 handled; "
+                      "'q' (loop counter): not started, nothing waiting, 0 handled; "
+                      "3 actors, 0 idle");
+  tr_system_free(sys);
+}
+
+static void report_that_does_not_fit_counts_the_actors_it_left_out(void **state) {
+  (void)state;
+  tr_system *sys = system_new(NULL);
+  _Atomic int count = 0;
+  for (int i = 0; i < 50; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "a%02d", i);
+    spawn(sys, name, TR_ACTOR_LOOP, &counting, &count);
+  }
+  char buf[300];
+  memset(buf, '#', sizeof buf);
+  tr_system_report(sys, buf, sizeof buf);
+  assert_true(strlen(buf) < sizeof buf);
+  const char *more = strstr(buf, " more not shown; 50 actors, 0 idle");
+  assert_non_null(more);
+  while (more > buf && more[-1] != ' ') more--; /* back to the count */
+  int shown = 0;
+  const char *entry = "(loop counter): not started, nothing waiting, 0 handled; ";
+  for (const char *e = buf; (e = strstr(e, entry)); e++) shown++;
+  assert_true(shown > 0);
+  assert_int_equal(shown + atoi(more), 50); /* whole entries, and the rest counted */
+  assert_true(strncmp(buf, "'a00' (loop counter)", 20) == 0);
+  buf[0] = '#';
+  tr_system_report(sys, buf, 1);
+  assert_int_equal(buf[0], 0);
+  tr_system_report(sys, buf, 0); /* writes nothing at all */
+  assert_int_equal(buf[0], 0);
   tr_system_free(sys);
 }
 
@@ -432,6 +746,17 @@ int main(void) {
       cmocka_unit_test(sigint_stops_the_system_gracefully),
       cmocka_unit_test(watchdog_names_the_actor_that_makes_no_progress),
       cmocka_unit_test(watchdog_leaves_an_idle_system_alone),
+      cmocka_unit_test(watchdog_stops_an_idle_system_that_nobody_stops_naming_each_actor),
+      cmocka_unit_test(watchdog_error_carries_the_describe_hook_text),
+      cmocka_unit_test(describe_hook_text_survives_a_report_too_long_for_the_error),
+      cmocka_unit_test(watchdog_waits_for_a_pending_timer_before_calling_a_system_idle),
+      cmocka_unit_test(a_repeating_timer_keeps_an_idle_watched_system_alive),
+      cmocka_unit_test(watchdog_never_stops_a_busy_system_that_makes_progress),
+      cmocka_unit_test(watchdog_without_the_idle_option_leaves_an_idle_system_alone),
+      cmocka_unit_test(an_actor_still_starting_is_not_idle),
+      cmocka_unit_test(a_loop_actors_own_active_handle_keeps_an_idle_system_alive),
+      cmocka_unit_test(report_names_each_actor_its_state_and_which_lanes_hold_messages),
+      cmocka_unit_test(report_that_does_not_fit_counts_the_actors_it_left_out),
       cmocka_unit_test(actors_spawned_during_a_run_start_and_stop),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
