@@ -5,13 +5,16 @@
  *
  * Every message comes on a report edge from one source (a stage, or the server) and gives
  * its credit back as soon as it is handled. A step's loss is complete once every replica's
- * last stage has sent its share (asynchronous jobs: the worker that took the step). */
+ * last stage has sent its share (asynchronous jobs: the worker that took the step;
+ * losses.h). Each observer gets a report per `every` complete steps, timed by when the
+ * steps ended on their stages; reports wait for credits, and one that falls far behind
+ * hears of several intervals at once. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "job_impl.h"
+#include "losses.h"
 
 enum { PENDING = 4,              /* checkpoints being assembled at once */
        PROGRESS_NS = 100 * 1000 * 1000 };
@@ -22,13 +25,19 @@ typedef struct pending {
   tr__part parts[TR__MAX_STAGES];
 } pending;
 
+/* An observer's reports: the interval being gathered, and those waiting for a credit. */
 typedef struct observer {
   tr_edge *edge;
   int every;
-  int64_t reported;  /* steps [first, reported) have been reported */
-  uint64_t at;       /* when the last report was sent */
+  double sum;          /* of the interval's losses */
+  int64_t n;           /* its steps so far */
+  uint64_t from_t;     /* when the step before it ended */
+  tr_report_msg *queue; /* waiting for a credit (the headers unused) */
+  int nq, capq;
   bool told_last;
 } observer;
+
+enum { QUEUE_MAX = 64 }; /* reports an observer may fall behind before they merge */
 
 typedef struct coordinator {
   const tr__run *run;
@@ -43,13 +52,8 @@ typedef struct coordinator {
   tr__report *dones;         /* [stage source] */
   tr__server_report server;  /* async */
   int ndone;
-  bool finished;             /* every source is done: the figures are in */
-  /* step k's loss: the sum of sum[k - first] over `needed` shares */
-  double *sum;
-  uint8_t *parts;
-  int64_t nsteps, complete;  /* steps with room, and the steps [first, first + complete)
-                                whose loss is whole */
-  int needed;
+  bool finished, done;       /* every source is done: the figures are in; so are the reports */
+  tr__loss_book losses;
   tr_train_result result;
 } coordinator;
 
@@ -67,7 +71,6 @@ void *tr__coordinator_new(const tr__run *run) {
     free(c);
     return NULL;
   }
-  c->needed = run->c.async.enabled ? 1 : l->replicas;
   for (int i = 0; i < PENDING; i++) c->ck[i].step = -1;
   return c;
 }
@@ -97,91 +100,132 @@ static int coordinator_start(tr_actor *self) {
   c->self = self;
   for (int s = 0; s < c->nsources; s++)
     if (c->sources[s] == NULL)
-      return tr_actor_fail(self, TR_EINVAL, "the coordinator hears from %s %d of %d: add every "
-                           "stage (and the server) before running", "no source", s, c->nsources);
+      return tr_actor_fail(self, TR_EINVAL, "the coordinator has no report edge from %s %d: "
+                           "every stage (and the server) must be added to the job",
+                           s < c->run->c.layout.replicas * c->run->c.layout.stages ? "stage"
+                                                                                 : "the server",
+                           s);
+  const tr_job_config *jc = &c->run->c;
+  tr__loss_book_init(&c->losses, tr_graph_first_step(c->run->g),
+                     jc->async.enabled ? 1 : jc->layout.replicas);
   c->t_start = tr_now_ns();
-  for (int i = 0; i < c->nobs; i++) c->obs[i].at = c->t_start;
+  for (int i = 0; i < c->nobs; i++) c->obs[i].from_t = c->t_start;
   return 0;
 }
-
-static double step_loss(const coordinator *c, int64_t k) { return c->sum[k]; }
 
 /* ---- observers -------------------------------------------------------------------------- */
 
-/* The steps observer `o` has not heard of, as a report: whole intervals of `every` steps
- * (all there are, when its consumer has fallen behind), or what is left when `last`. */
-static void tell(coordinator *c, observer *o, bool last) {
-  const int64_t first = tr_graph_first_step(c->run->g);
-  int64_t upto = last ? c->complete : o->reported + (c->complete - o->reported) / o->every * o->every;
-  if ((upto == o->reported && !last) || o->told_last || !tr_edge_acquire(o->edge)) return;
-  const uint64_t now = tr_now_ns();
-  double sum = 0;
-  for (int64_t k = o->reported; k < upto; k++) sum += step_loss(c, k);
-  const int64_t steps = upto - o->reported;
-  tr_report_msg *r = tr_msg_new(&tr_report_type);
-  r->step = first + upto;
-  r->steps = steps;
-  r->loss = steps ? sum / (double)steps : NAN;
-  r->last_loss = upto > 0 ? step_loss(c, upto - 1) : NAN;
-  r->samples = upto * c->run->c.global_batch;
-  r->seconds = (double)(now - c->t_start) / 1e9;
-  r->step_seconds = steps ? (double)(now - o->at) / 1e9 / (double)steps : NAN;
-  r->last = last;
-  tr_edge_send(o->edge, r);
-  o->reported = upto;
-  o->at = now;
-  o->told_last = last;
+/* Sends what waits while credits last. */
+static void flush(observer *o) {
+  int sent = 0;
+  while (sent < o->nq && tr_edge_acquire(o->edge)) {
+    tr_report_msg *r = tr_msg_new(&tr_report_type);
+    const tr_msg hdr = r->hdr;
+    *r = o->queue[sent++];
+    r->hdr = hdr;
+    tr_edge_send(o->edge, r);
+    o->told_last |= r->last;
+  }
+  memmove(o->queue, o->queue + sent, (size_t)(o->nq - sent) * sizeof *o->queue);
+  o->nq -= sent;
 }
 
-/* Every observer told of the end: the coordinator's part is over. */
-static void maybe_done(coordinator *c) {
-  if (!c->finished) return;
-  for (int i = 0; i < c->nobs; i++) {
-    tell(c, &c->obs[i], true);
-    if (!c->obs[i].told_last) return;
-  }
-  tr_graph_done(c->run->g, c->self);
+/* The mean of two means of n and m values (NaN stands for none: n or m is 0). */
+static double mean_of(double x, int64_t n, double y, int64_t m) {
+  return n + m == 0 ? NAN : ((n ? x * (double)n : 0) + (m ? y * (double)m : 0)) / (double)(n + m);
 }
 
-/* ---- losses and progress ------------------------------------------------------------------ */
-
-static int add_losses(coordinator *c, const tr__loss_msg *m) {
-  const int64_t first = tr_graph_first_step(c->run->g);
-  for (int i = 0; i < m->n; i++) {
-    const int64_t k = m->e[i].step - first;
-    if (k < 0) continue;
-    if (k >= c->nsteps) {
-      int64_t n = c->nsteps ? 2 * c->nsteps : 1024;
-      while (n <= k) n *= 2;
-      double *sum = realloc(c->sum, (size_t)n * sizeof *sum);
-      if (sum) c->sum = sum;
-      uint8_t *parts = realloc(c->parts, (size_t)n);
-      if (parts) c->parts = parts;
-      if (!sum || !parts) return TR_ENOMEM;
-      memset(c->sum + c->nsteps, 0, (size_t)(n - c->nsteps) * sizeof *sum);
-      memset(c->parts + c->nsteps, 0, (size_t)(n - c->nsteps));
-      c->nsteps = n;
-    }
-    c->sum[k] += m->e[i].loss; /* the replicas' shares, added in the order they come */
-    c->parts[k]++;
+/* The interval gathered so far, as a report, queued; one that falls far behind merges its
+ * last two reports into one. */
+static int report(coordinator *c, observer *o, int64_t step, double last_loss, uint64_t t,
+                  bool last) {
+  if (o->nq == o->capq) {
+    const int cap = o->capq ? 2 * o->capq : 4;
+    tr_report_msg *q = realloc(o->queue, (size_t)cap * sizeof *q);
+    if (q == NULL) return TR_ENOMEM;
+    o->queue = q;
+    o->capq = cap;
   }
-  while (c->complete < c->nsteps && c->parts[c->complete] == c->needed) c->complete++;
+  const int64_t first = tr_graph_first_step(c->run->g);
+  o->queue[o->nq++] = (tr_report_msg){
+      .step = step,
+      .steps = o->n,
+      .loss = o->n ? o->sum / (double)o->n : NAN,
+      .last_loss = last_loss,
+      .samples = (step - first) * c->run->c.global_batch,
+      .seconds = (double)(t - c->t_start) / 1e9,
+      .step_seconds = o->n ? (double)(t - o->from_t) / 1e9 / (double)o->n : NAN,
+      .last = last};
+  if (o->nq > QUEUE_MAX) { /* the older of the last two takes the newer in */
+    tr_report_msg *a = &o->queue[o->nq - 2], *b = &o->queue[o->nq - 1];
+    a->loss = mean_of(a->loss, a->steps, b->loss, b->steps);
+    a->step_seconds = mean_of(a->step_seconds, a->steps, b->step_seconds, b->steps);
+    a->steps += b->steps;
+    a->step = b->step;
+    a->last_loss = b->last_loss;
+    a->samples = b->samples;
+    a->seconds = b->seconds;
+    a->last = b->last;
+    o->nq--;
+  }
+  o->sum = 0;
+  o->n = 0;
+  o->from_t = t;
   return 0;
 }
 
+typedef struct step_ctx {
+  coordinator *c;
+  int rc;
+} step_ctx;
+
+static void on_step(void *arg, int64_t step, double loss, uint64_t t) {
+  step_ctx *x = arg;
+  for (int i = 0; i < x->c->nobs && x->rc == 0; i++) {
+    observer *o = &x->c->obs[i];
+    o->sum += loss;
+    if (++o->n == o->every) x->rc = report(x->c, o, step + 1, loss, t, false);
+  }
+}
+
+/* Every observer told of the end (the rest of its steps in a last report): the
+ * coordinator's part is over. */
+static int maybe_done(coordinator *c) {
+  if (!c->finished || c->done) return 0;
+  bool all = true;
+  for (int i = 0; i < c->nobs; i++) {
+    observer *o = &c->obs[i];
+    const bool queued = o->nq && o->queue[o->nq - 1].last;
+    if (!o->told_last && !queued) {
+      int rc = report(c, o, tr_graph_first_step(c->run->g) + c->losses.complete,
+                      tr__loss_book_last(&c->losses), tr_now_ns(), true);
+      if (rc) return rc;
+    }
+    flush(o);
+    all &= o->told_last;
+  }
+  if (!all) return 0; /* a credit message brings the coordinator back */
+  c->done = true;
+  tr_graph_done(c->run->g, c->self);
+  return 0;
+}
+
+/* ---- progress ------------------------------------------------------------------------------ */
+
 static void show_progress(coordinator *c) {
   const uint64_t now = tr_now_ns();
-  if (c->complete == 0 || now - c->last_progress < PROGRESS_NS) return;
+  const int64_t done = c->losses.complete;
+  if (done == 0 || now - c->last_progress < PROGRESS_NS) return;
   c->last_progress = now;
   tr_graph *g = c->run->g;
   const int64_t first = tr_graph_first_step(g), end = tr_graph_end_step(g);
-  const int64_t step = first + c->complete;
+  const int64_t step = first + done;
   const double secs = (double)(now - c->t_start) / 1e9;
-  const double rate = secs > 0 ? (double)c->complete / secs : 0;
+  const double rate = secs > 0 ? (double)done / secs : 0;
   const double eta = end == INT64_MAX || rate <= 0 ? 0 : (double)(end - step) / rate;
   fprintf(stderr, "\r\033[Kstep %lld", (long long)step);
   if (end != INT64_MAX) fprintf(stderr, "/%lld", (long long)end);
-  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", step_loss(c, c->complete - 1),
+  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", tr__loss_book_last(&c->losses),
           rate * c->run->c.global_batch, eta > 0 ? eta : 0);
   c->printed = true;
 }
@@ -301,14 +345,8 @@ static void record_result(coordinator *c) {
   if (jc->async.enabled) record_async(c, window);
   else r->consistency = R > 1 ? consistency(c) : 0;
 
-  const int64_t nl = c->complete;
-  if (nl > 0) {
-    const int64_t tail = nl / 100 ? nl / 100 : 1;
-    double sum = 0;
-    for (int64_t k = nl - tail; k < nl; k++) sum += step_loss(c, k);
-    r->initial_loss = step_loss(c, 0);
-    r->final_loss = sum / (double)tail;
-  }
+  r->initial_loss = c->losses.initial;
+  r->final_loss = tr__loss_book_final(&c->losses);
   const tr_model *m = jc->model;
   if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
   r->gflops = tr_model_train_flops(m) * r->samples_per_s / 1e9;
@@ -324,14 +362,13 @@ static int source_of(const coordinator *c, int source) {
 
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   coordinator *c = tr_actor_state(self);
-  const tr__run *run = c->run;
   int rc = 0;
   if (msg->type == &tr__loss_type) {
     const tr__loss_msg *m = (const tr__loss_msg *)msg;
     source_of(c, m->source);
-    if ((rc = add_losses(c, m))) return rc;
-    if (run->c.progress) show_progress(c);
-    for (int i = 0; i < c->nobs; i++) tell(c, &c->obs[i], false);
+    step_ctx x = {.c = c};
+    if ((rc = tr__loss_book_add(&c->losses, m, on_step, &x)) || (rc = x.rc)) return rc;
+    if (c->run->c.progress) show_progress(c);
   } else if (msg->type == &tr__part_type) {
     tr__part_msg *p = (tr__part_msg *)msg;
     source_of(c, p->source);
@@ -347,13 +384,13 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     c->ndone++;
   }
   if (rc) return rc;
+  for (int i = 0; i < c->nobs; i++) flush(&c->obs[i]); /* also on their credits */
   if (!c->finished && c->ndone == c->nsources) {
     if (c->printed) fputc('\n', stderr);
     record_result(c);
     c->finished = true;
   }
-  maybe_done(c); /* also on credits of the observers' edges */
-  return 0;
+  return maybe_done(c);
 }
 
 static void coordinator_destroy(void *state) {
@@ -364,9 +401,9 @@ static void coordinator_destroy(void *state) {
   for (int i = 0; i < n; i++) free((void *)c->dones[i].params);
   free(c->dones);
   free(c->sources);
+  for (int i = 0; i < c->nobs; i++) free(c->obs[i].queue);
   free(c->obs);
-  free(c->sum);
-  free(c->parts);
+  tr__loss_book_free(&c->losses);
   free(c);
 }
 

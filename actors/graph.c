@@ -56,11 +56,24 @@ struct tr_graph {
   _Atomic int ndone;
 };
 
+static void describe(void *arg, char *buf, size_t size) {
+  FILE *f = fmemopen(buf, size, "w");
+  if (f == NULL) return;
+  tr_graph_print(arg, f);
+  fclose(f);
+}
+
 int tr_graph_new(tr_graph **out, const tr_system_config *config) {
   *out = NULL;
   tr_graph *g = calloc(1, sizeof *g);
   if (g == NULL) return TR_ENOMEM;
-  int rc = tr_system_new(&g->sys, config ? config : &(tr_system_config){0});
+  /* A graph whose actors all wait for messages no one will send is stuck as surely as one
+   * whose actor never returns: the watchdog reports both, with the graph's own picture. */
+  tr_system_config c = config ? *config : (tr_system_config){0};
+  c.watchdog_idle = c.watchdog_ms > 0;
+  c.describe = describe;
+  c.describe_arg = g;
+  int rc = tr_system_new(&g->sys, &c);
   if (rc) {
     free(g);
     return rc;

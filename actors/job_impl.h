@@ -59,10 +59,11 @@ typedef struct tr__poll_msg {
   tr_msg hdr;
 } tr__poll_msg;
 
-/* A stage's (or the server's) losses, in step order: entry i is the loss of step steps[i]
- * (the stage's share of the global batch's mean loss). Variable size. */
+/* A stage's losses (losses.h): its share of step `step`'s loss (of the global batch's mean),
+ * and when the step ended there. Variable size. */
 typedef struct tr__loss_entry {
   int64_t step;
+  uint64_t t;
   float loss;
 } tr__loss_entry;
 

@@ -14,7 +14,7 @@
  *
  * In an asynchronous job the loaders take steps from the graph in turn (tr_graph_take_step),
  * so every step is one worker's, whole; a loader that finds no more tells its worker so (a
- * batch of step -1, which takes no credit).
+ * batch of step -1).
  */
 #include <stdlib.h>
 
@@ -39,6 +39,7 @@ typedef struct loader {
   int64_t step;
   int mb;
   bool claimed, done; /* claimed (async): l->step is this loader's to fill */
+  bool ending;        /* async: the run has no more steps; the worker is to be told */
   bool resuming;      /* a poll to itself is on its way */
 } loader;
 
@@ -92,14 +93,24 @@ static int loader_start(tr_actor *self) {
   return 0;
 }
 
-/* Tells the worker fed that there is no more (async), without a credit. */
-static void end_of_data(tr_actor *self, loader *l) {
+/* A credit of every edge in hand (kept across calls until used). */
+static bool acquire_all(loader *l) {
+  for (int i = 0; i < l->nout; i++)
+    if (!l->out[i].held && !(l->out[i].held = tr_edge_acquire(l->out[i].e))) return false;
+  return true;
+}
+
+/* Tells the worker fed that there is no more (async): a batch of step -1, once a credit of
+ * its edges is in hand. False while it waits for one. */
+static bool end_of_data(loader *l) {
+  if (!acquire_all(l)) return false;
   for (int i = 0; i < l->nout; i++) {
     tr_batch_msg *b = tr_msg_new(&tr_batch_type);
     *b = (tr_batch_msg){.hdr = b->hdr, .step = -1};
-    b->hdr.from = self;
-    tr_actor_send(tr_edge_to(l->out[i].e), b);
+    tr_edge_send(l->out[i].e, b);
+    l->out[i].held = false;
   }
+  return true;
 }
 
 /* The next step this loader fills, or false once the run has no more for it. */
@@ -107,13 +118,14 @@ static bool claim(tr_actor *self, loader *l) {
   const tr__run *run = l->run;
   if (!run->c.async.enabled) { /* the first stage claims the step; the end may have come */
     if (l->step < tr_graph_end_step(run->g)) return true;
-  } else if (!l->claimed) {
+  } else if (!l->claimed && !l->ending) {
     l->step = tr_graph_take_step(run->g);
     l->claimed = l->step >= 0;
+    l->ending = !l->claimed;
   }
   if (l->claimed) return true;
+  if (l->ending && !end_of_data(l)) return false;
   l->done = true;
-  if (run->c.async.enabled) end_of_data(self, l);
   tr_graph_done(run->g, self);
   return false;
 }
@@ -137,8 +149,7 @@ static int produce(tr_actor *self, loader *l) {
       return 0;
     }
     if (!claim(self, l)) return 0; /* mid-step too: the end may come while it waits there */
-    for (int i = 0; i < l->nout; i++)
-      if (!l->out[i].held && !(l->out[i].held = tr_edge_acquire(l->out[i].e))) return 0;
+    if (!acquire_all(l)) return 0;
     uint64_t first;
     size_t count;
     tr_data_shard((uint64_t)l->step, (size_t)c->global_batch, base + l->mb, shards, &first, &count);

@@ -14,8 +14,6 @@
 #ifndef TR_METRICS_H
 #define TR_METRICS_H
 
-#include <stdbool.h>
-
 #include "job_impl.h"
 
 typedef struct tr__busy {
@@ -33,20 +31,5 @@ void tr__busy_open_window(tr__busy *b, int64_t step);
 /* Work from t0 until now, of micro-batch `mb` (-1: none) during `step`. */
 void tr__busy_add(tr__busy *b, tr_actor *self, int64_t step, const char *what, uint64_t t0,
                   int mb);
-
-typedef struct tr__losses {
-  tr_edge *edge;   /* to the coordinator */
-  int source;      /* the sender's tr__device_index */
-  tr__loss_entry *e;
-  int n, cap;
-  uint64_t last_sent;
-} tr__losses;
-
-int tr__losses_add(tr__losses *l, int64_t step, float loss);
-/* Sends what has gathered: a few times a second while nothing else of the sender's is in
- * flight on the edge, or now (`force`) once a credit is free. 1 when nothing is left
- * unsent, 0 when it must wait for a credit. */
-int tr__losses_flush(tr__losses *l, bool force);
-void tr__losses_free(tr__losses *l);
 
 #endif

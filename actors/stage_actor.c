@@ -28,6 +28,7 @@
 
 #include "clipnorm.h"
 #include "group.h"
+#include "losses.h"
 #include "metrics.h"
 #include "worker.h"
 
@@ -102,8 +103,9 @@ typedef struct stage_actor {
   float *loss_ring;
   tr_event *loss_ev[LOSS_RING];
   int64_t loss_step[LOSS_RING];
+  uint64_t loss_t[LOSS_RING]; /* when the step ended */
   int64_t harvested;
-  tr__losses losses;
+  tr__loss_log losses;
 
   tr__busy busy;
   int live, peak;
@@ -160,7 +162,7 @@ int tr__stage_set_clip(void *state, tr_edge *const *out, tr_edge *const *in) {
 void tr__stage_set_report(void *state, tr_edge *report) {
   stage_actor *a = state;
   a->report = report;
-  a->losses = (tr__losses){.edge = report, .source = a->index};
+  a->losses = (tr__loss_log){.edge = report, .source = a->index};
 }
 
 int tr__stage_set_server(void *state, tr_edge *push, tr_edge *reply) {
@@ -232,10 +234,9 @@ static int open_events(stage_actor *a, tr_event **ev, int n) {
 
 static int open_queues(stage_actor *a) {
   int rel = 0, rc = 0;
-  /* an asynchronous worker's loader ends with a batch that takes no credit */
   for (int i = 0; i < a->nin; i++) {
     const int credits = tr_edge_credits(a->in[i].edge);
-    rc |= fifo_open(&a->in[i].q, credits + (a->worker != NULL));
+    rc |= fifo_open(&a->in[i].q, credits);
     rel += credits;
   }
   if (a->act_in) rc |= fifo_open(&a->actq, tr_edge_credits(a->act_in)), rel += tr_edge_credits(a->act_in);
@@ -496,7 +497,7 @@ static int harvest(tr_actor *self, stage_actor *a) {
     if (q == 0) break;
     double sum = 0;
     for (int mb = 0; mb < a->m; mb++) sum += a->loss_ring[k * a->m + mb];
-    if (tr__losses_add(&a->losses, a->loss_step[k], (float)sum)) return TR_ENOMEM;
+    if (tr__loss_log_add(&a->losses, a->loss_step[k], (float)sum, a->loss_t[k])) return TR_ENOMEM;
     a->harvested++;
   }
   return 0;
@@ -540,6 +541,7 @@ static int update(tr_actor *self, stage_actor *a) {
 
 /* The step is over: figures, losses; then the checkpoint part when one is due. */
 static int step_over(tr_actor *self, stage_actor *a) {
+  if (a->loss_ring) a->loss_t[a->step % LOSS_RING] = tr_now_ns();
   a->step++;
   if (a->step == a->busy.warm_step) {
     /* The window opens once the warm-up steps have really run. */
@@ -552,7 +554,7 @@ static int step_over(tr_actor *self, stage_actor *a) {
     return fail_device(self, a, "waiting for a loss");
   int rc = harvest(self, a);
   if (rc) return rc;
-  tr__losses_flush(&a->losses, false);
+  tr__loss_log_flush(&a->losses, false);
   return 0;
 }
 
@@ -620,7 +622,7 @@ static int finish(tr_actor *self, stage_actor *a) {
     a->end_phase = END_LOSSES;
   }
   if (a->end_phase == END_LOSSES) {
-    if (!tr__losses_flush(&a->losses, true)) return 0;
+    if (!tr__loss_log_flush(&a->losses, true)) return 0;
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
@@ -650,7 +652,9 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       if (a->worker) { /* asynchronous: until the loader has no more */
         const entry *x = fifo_peek(&a->in[0].q);
         if (x == NULL) break;
-        if (x->step < 0) {
+        if (x->step < 0) { /* its credit goes back; the loader is done */
+          tr_edge_release(a->in[0].edge, 1);
+          fifo_pop(&a->in[0].q);
           a->finishing = true;
           continue;
         }
@@ -773,7 +777,7 @@ static void stage_destroy(void *state) {
   tr__group_free(a->group);
   tr__clip_free(a->clip);
   tr__worker_free(a->worker);
-  tr__losses_free(&a->losses);
+  tr__loss_log_free(&a->losses);
   free(a);
 }
 

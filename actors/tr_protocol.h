@@ -57,7 +57,7 @@ extern "C" {
 typedef struct tr_batch_msg {
   tr_msg hdr;
   int64_t step;   /* the run's step; < 0: the producer has no more (an asynchronous worker's
-                     loader says so once, without taking a credit) */
+                     loader says so once) */
   int mb;         /* micro-batch of the step, 0 .. m-1 */
   int count;      /* samples */
   uint64_t first; /* the data set's index of the first sample */

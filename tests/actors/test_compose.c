@@ -2,7 +2,8 @@
  * messages of tr_protocol.h: a producer that replaces the loader trains exactly what the
  * loader would, a relay between the loader and the first stage sees every batch and can
  * change it, an observer hears every N steps and the end, a user's classifier learns its
- * default data under single, pipeline and dp alike, and what does not fit (a data source of
+ * default data under single, pipeline and dp alike, a graph left waiting is stopped with its
+ * picture, and what does not fit (a data source of
  * other sizes than the model's, batches of the wrong size) is refused by name. */
 #include <math.h>
 #include <setjmp.h>
@@ -89,6 +90,13 @@ static int relay_receive(tr_actor *self, tr_msg *msg) {
   return 0;
 }
 static const tr_behaviour relay_behaviour = {.name = "relay", .receive = relay_receive};
+
+/* A relay that keeps every batch: the stage after it waits for ever. */
+static int swallow(tr_actor *self, tr_msg *msg) {
+  (void)self, (void)msg;
+  return 0;
+}
+static const tr_behaviour swallower_behaviour = {.name = "swallower", .receive = swallow};
 
 /* An observer that keeps the reports it hears. */
 enum { MAX_REPORTS = 64 };
@@ -329,6 +337,49 @@ static void a_users_classifier_learns_under_single_pipeline_and_dp(void **state)
   }
 }
 
+/* A relay that never passes a batch on leaves every actor waiting: the watchdog stops the run
+ * as idle but not done, naming the actors and printing the graph's edges, with the relay's
+ * way out empty and its way in full. */
+static void a_graph_left_waiting_is_stopped_and_printed(void **state) {
+  (void)state;
+  run r;
+  memset(&r, 0, sizeof r);
+  char err[512];
+  assert_int_equal(tr_model_simplenet(&r.model), 0);
+  assert_int_equal(tr_device_list_open(&r.devs, "host:1", err, sizeof err), 0);
+  assert_int_equal(tr_data_open_for(&r.data, r.model, SEED, NULL, NULL, err, sizeof err), 0);
+  assert_int_equal(tr_graph_new(&r.g, &(tr_system_config){.watchdog_ms = 300}), 0);
+  tr_job_config c = tr_job_defaults();
+  c.model = r.model;
+  c.data = r.data;
+  c.layout.prefetch = 4;
+  assert_int_equal(tr_job_new(&r.j, r.g, &c, err, sizeof err), 0);
+  assert_int_equal(tr_job_add_stage(r.j, 0, 0, tr_device_list_get(r.devs, 0), &r.stage), 0);
+  assert_int_equal(tr_job_add_coordinator(r.j, &r.coordinator), 0);
+  tr_actor *loader, *relay_actor;
+  assert_int_equal(tr_job_add_loader(r.j, 0, &loader), 0);
+  assert_int_equal(tr_graph_add_service(r.g, &(tr_actor_config){.name = "swallower",
+                                                                 .kind = TR_ACTOR_LOOP,
+                                                                 .behaviour = &swallower_behaviour},
+                                        &relay_actor),
+                   0);
+  assert_int_equal(tr_job_connect_batches(r.j, loader, relay_actor, TR_BATCH_INPUTS, NULL), 0);
+  assert_int_equal(tr_job_connect_batches(r.j, relay_actor, r.stage,
+                                          TR_BATCH_INPUTS | TR_BATCH_NOTIFY, NULL), 0);
+  assert_int_equal(tr_job_connect_batches(r.j, loader, r.stage, TR_BATCH_TARGETS, NULL), 0);
+  const uint64_t t0 = tr_now_ns();
+  assert_int_equal(tr_graph_run(r.g, 0, STEPS, 0), TR_ETIMEDOUT);
+  const double took = (double)(tr_now_ns() - t0) / 1e9;
+  const char *e = tr_graph_error(r.g);
+  const char *want[] = {"idle but not done", "'stage0'", "'loader'", "'swallower'",
+                        "edge loader -> swallower 'inputs' (tr_batch_msg): 4 of 4 in flight",
+                        "edge swallower -> stage0 'inputs' (tr_batch_msg): 0 of 4 in flight"};
+  for (size_t k = 0; k < sizeof want / sizeof *want; k++)
+    if (!strstr(e, want[k])) fail_msg("the error lacks \"%s\": %s", want[k], e);
+  if (!(took >= 0.3 && took < 5)) fail_msg("the stuck run stopped after %.2f s", took);
+  close_run(&r);
+}
+
 static void data_of_other_sizes_than_the_model_is_refused_by_name(void **state) {
   (void)state;
   tr_model *m;
@@ -371,6 +422,7 @@ int main(void) {
       cmocka_unit_test(a_relay_before_the_stage_sees_and_can_change_every_batch),
       cmocka_unit_test(an_observer_hears_every_n_steps_and_the_end),
       cmocka_unit_test(a_users_classifier_learns_under_single_pipeline_and_dp),
+      cmocka_unit_test(a_graph_left_waiting_is_stopped_and_printed),
       cmocka_unit_test(data_of_other_sizes_than_the_model_is_refused_by_name),
       cmocka_unit_test(a_batch_of_the_wrong_size_stops_the_run_naming_its_producer),
   };

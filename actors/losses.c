@@ -1,0 +1,126 @@
+/* losses.c — losses in chunks from the stages, added up step by step at the coordinator
+ * (losses.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "losses.h"
+
+enum { CHUNK_NS = 100 * 1000 * 1000 };
+
+/* ---- the stage's log --------------------------------------------------------------------- */
+
+int tr__loss_log_add(tr__loss_log *l, int64_t step, float loss, uint64_t t) {
+  if (l->n == l->cap) {
+    const int cap = l->cap ? 2 * l->cap : 256;
+    tr__loss_entry *grown = realloc(l->e, (size_t)cap * sizeof *grown);
+    if (grown == NULL) return TR_ENOMEM;
+    l->e = grown;
+    l->cap = cap;
+  }
+  l->e[l->n++] = (tr__loss_entry){.step = step, .loss = loss, .t = t};
+  return 0;
+}
+
+int tr__loss_log_flush(tr__loss_log *l, bool force) {
+  if (l->n == 0) return 1;
+  const uint64_t now = tr_now_ns();
+  /* Unforced, a chunk leaves only while the edge is empty: the credits stay for the
+   * checkpoint parts and the end, which must not wait behind losses. */
+  if (!force && (now - l->last_sent < CHUNK_NS ||
+                 tr_edge_available(l->edge) < tr_edge_credits(l->edge)))
+    return 0;
+  if (!tr_edge_acquire(l->edge)) return 0;
+  tr__loss_msg *m = tr_msg_new_size(&tr__loss_type, sizeof *m + (size_t)l->n * sizeof *l->e);
+  m->source = l->source;
+  m->n = l->n;
+  memcpy(m->e, l->e, (size_t)l->n * sizeof *l->e);
+  tr_edge_send(l->edge, m);
+  l->n = 0;
+  l->last_sent = now;
+  return 1;
+}
+
+void tr__loss_log_free(tr__loss_log *l) {
+  free(l->e);
+  *l = (tr__loss_log){0};
+}
+
+/* ---- the coordinator's book ---------------------------------------------------------------- */
+
+void tr__loss_book_init(tr__loss_book *b, int64_t first, int needed) {
+  *b = (tr__loss_book){.first = first, .needed = needed, .initial = NAN};
+}
+
+/* Room in the window for step index k (relative to first). */
+static int window_fit(tr__loss_book *b, int64_t k) {
+  if (k - b->complete < b->wcap) return 0;
+  int64_t cap = b->wcap ? 2 * b->wcap : 1024;
+  while (k - b->complete >= cap) cap *= 2;
+  tr__step_share *w = calloc((size_t)cap, sizeof *w);
+  if (w == NULL) return TR_ENOMEM;
+  for (int64_t i = b->complete; i < b->complete + b->wcap; i++) w[i % cap] = b->window[i % b->wcap];
+  free(b->window);
+  b->window = w;
+  b->wcap = cap;
+  return 0;
+}
+
+/* Keeps the last max(1, n/100) losses of n complete steps: the ring doubles while that is
+ * more than half of it, before anything it will need is overwritten. */
+static int tail_keep(tr__loss_book *b, int64_t k, double loss) {
+  const int64_t need = (k + 1) / 100 + 1;
+  if (2 * need > b->tcap) {
+    const int64_t cap = b->tcap ? 2 * b->tcap : 64;
+    double *t = malloc((size_t)cap * sizeof *t);
+    if (t == NULL) return TR_ENOMEM;
+    for (int64_t i = k - b->tcap > 0 ? k - b->tcap : 0; i < k; i++) t[i % cap] = b->tail[i % b->tcap];
+    free(b->tail);
+    b->tail = t;
+    b->tcap = cap;
+  }
+  b->tail[k % b->tcap] = loss;
+  return 0;
+}
+
+int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, tr__on_step_fn on_step,
+                      void *arg) {
+  for (int i = 0; i < m->n; i++) {
+    const int64_t k = m->e[i].step - b->first;
+    if (k < b->complete) continue; /* not of this run */
+    if (window_fit(b, k)) return TR_ENOMEM;
+    tr__step_share *s = &b->window[k % b->wcap];
+    s->sum += m->e[i].loss; /* in double: the shares' bits add up alike in any order */
+    if (m->e[i].t > s->t) s->t = m->e[i].t;
+    s->parts++;
+  }
+  while (b->wcap && b->window[b->complete % b->wcap].parts == b->needed) {
+    tr__step_share *s = &b->window[b->complete % b->wcap];
+    const int64_t k = b->complete++;
+    const double loss = s->sum;
+    const uint64_t t = s->t;
+    *s = (tr__step_share){0};
+    if (k == 0) b->initial = loss;
+    if (tail_keep(b, k, loss)) return TR_ENOMEM;
+    if (on_step) on_step(arg, b->first + k, loss, t);
+  }
+  return 0;
+}
+
+double tr__loss_book_last(const tr__loss_book *b) {
+  return b->complete ? b->tail[(b->complete - 1) % b->tcap] : NAN;
+}
+
+double tr__loss_book_final(const tr__loss_book *b) {
+  const int64_t n = b->complete, tail = n / 100 ? n / 100 : 1;
+  if (n == 0) return NAN;
+  double sum = 0;
+  for (int64_t k = n - tail; k < n; k++) sum += b->tail[k % b->tcap];
+  return sum / (double)tail;
+}
+
+void tr__loss_book_free(tr__loss_book *b) {
+  free(b->window);
+  free(b->tail);
+  *b = (tr__loss_book){0};
+}

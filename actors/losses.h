@@ -1,0 +1,71 @@
+/* losses.h — the run's losses, from the stages that compute them to the figures.
+ *
+ * A stage whose layers end in the loss keeps each step's share (its replica's part of the
+ * global batch's mean) with the time the step ended, and sends them to the coordinator in
+ * chunks a few times a second (tr__loss_log). The coordinator adds the shares of each step
+ * up (tr__loss_book): once every share of a step has come, in any order, the step is
+ * complete, and its loss goes to whoever listens (observers' reports, the progress line)
+ * and into the little the figures need afterwards — the first step's loss, and the last 1%
+ * of steps for the final loss. So the coordinator keeps a window of incomplete steps and
+ * that tail, not every step of a long run.
+ *
+ *   // a stage, after each step and at the end
+ *   tr__loss_log_add(&log, step, loss, tr_now_ns());
+ *   tr__loss_log_flush(&log, false);           // 1: nothing left unsent; 0: waits for credit
+ *
+ *   // the coordinator
+ *   tr__loss_book_add(&book, msg, on_step, arg); // on_step(arg, step, loss, t) per completion
+ *   r->final_loss = tr__loss_book_final(&book);
+ */
+#ifndef TR_LOSSES_H
+#define TR_LOSSES_H
+
+#include <stdbool.h>
+
+#include "job_impl.h"
+
+typedef struct tr__loss_log {
+  tr_edge *edge;   /* to the coordinator */
+  int source;      /* the sender's tr__device_index */
+  tr__loss_entry *e;
+  int n, cap;
+  uint64_t last_sent;
+} tr__loss_log;
+
+int tr__loss_log_add(tr__loss_log *l, int64_t step, float loss, uint64_t t);
+/* Sends what has gathered: a few times a second while nothing else of the sender's is in
+ * flight on the edge, or now (`force`) once a credit is free. 1 when nothing is left
+ * unsent, 0 when it must wait for a credit. */
+int tr__loss_log_flush(tr__loss_log *l, bool force);
+void tr__loss_log_free(tr__loss_log *l);
+
+typedef struct tr__step_share {
+  double sum;      /* of the shares come so far */
+  uint64_t t;      /* the latest end among them */
+  int parts;
+} tr__step_share;
+
+typedef struct tr__loss_book {
+  int needed;              /* shares that make a step: the replicas (async: 1) */
+  int64_t first;           /* the run's first step */
+  int64_t complete;        /* steps [first, first + complete) are complete */
+  tr__step_share *window;  /* steps first + complete + i at [(complete + i) % wcap] */
+  int64_t wcap;
+  double *tail;            /* the last tcap complete steps' losses, step k at [k % tcap] */
+  int64_t tcap;
+  double initial;          /* the first step's */
+} tr__loss_book;
+
+typedef void (*tr__on_step_fn)(void *arg, int64_t step, double loss, uint64_t t);
+
+void tr__loss_book_init(tr__loss_book *b, int64_t first, int needed);
+/* The shares of a chunk; on_step once for every step this completes, in step order. */
+int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, tr__on_step_fn on_step,
+                      void *arg);
+/* The loss of the last complete step; the mean of the last 1% (at least one); NaN while
+ * there is none. */
+double tr__loss_book_last(const tr__loss_book *b);
+double tr__loss_book_final(const tr__loss_book *b);
+void tr__loss_book_free(tr__loss_book *b);
+
+#endif
