@@ -8,7 +8,9 @@
  * Run it as `custom_pipeline [DIR]` (the .npy files go to DIR; default: a new directory in
  * /tmp). It exits 0 once all three runs have learned alike.
  */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <troupe.h>

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # check-install.sh — checks that an installed troupe is usable the way the README says:
 # installs a configured build into a scratch folder (meson install --destdir), then builds
-# tests/install/hello.c against it through the installed troupe.pc, once against the shared
-# library and once against the static one, and runs both. Also runs the installed `troupe`.
+# tests/install/hello.c and examples/custom_pipeline.c against it through the installed
+# troupe.pc, once against the shared library and once against the static one, and runs
+# them. Also runs the installed `troupe`.
 #
 #   tools/check-install.sh [BUILD_DIR]      # default: build
 #
@@ -45,25 +46,27 @@ fi
 say "installed $(pkg-config --modversion troupe) under $destdir$prefix"
 
 # Strict C11 with warnings as errors: the public headers must not lean on _GNU_SOURCE or
-# on warnings being tolerated in users' builds.
+# on warnings being tolerated in users' builds. Two programs: the README's hello, and the
+# example that composes a graph of its own parts (it writes its data under $scratch).
 cflags=(-std=c11 -Wall -Wextra -Wpedantic -Werror -O1)
-src=tests/install/hello.c
-
-say "shared: $cc hello.c \$(pkg-config --cflags --libs troupe)"
-# shellcheck disable=SC2046  # pkg-config output is a list of words
-"$cc" "${cflags[@]}" "$src" -o "$scratch/hello-shared" $(pkg-config --cflags --libs troupe) \
-  -Wl,-rpath,"$libdir" || fail "hello.c does not build against the shared library"
-"$scratch/hello-shared" || fail "hello (shared) exited $?"
-ldd "$scratch/hello-shared" | grep -q "$libdir/libtroupe.so" ||
-  fail "hello (shared) did not load libtroupe from $libdir"
-
-say "static: $cc hello.c \$(pkg-config --cflags --static --libs troupe), libtroupe.a"
 static_libs=$(pkg-config --static --libs troupe)
 static_libs=${static_libs/-ltroupe/$libdir/libtroupe.a}
-# shellcheck disable=SC2046,SC2086
-"$cc" "${cflags[@]}" "$src" -o "$scratch/hello-static" $(pkg-config --cflags troupe) $static_libs ||
-  fail "hello.c does not build against the static library with: $static_libs"
-"$scratch/hello-static" || fail "hello (static) exited $?"
+for src in tests/install/hello.c examples/custom_pipeline.c; do
+  name=$(basename "$src" .c)
+  say "shared: $cc $name.c \$(pkg-config --cflags --libs troupe)"
+  # shellcheck disable=SC2046  # pkg-config output is a list of words
+  "$cc" "${cflags[@]}" "$src" -o "$scratch/$name-shared" $(pkg-config --cflags --libs troupe) \
+    -lm -Wl,-rpath,"$libdir" || fail "$name.c does not build against the shared library"
+  "$scratch/$name-shared" "$scratch" >/dev/null || fail "$name (shared) exited $?"
+  ldd "$scratch/$name-shared" | grep -q "$libdir/libtroupe.so" ||
+    fail "$name (shared) did not load libtroupe from $libdir"
+
+  say "static: $cc $name.c \$(pkg-config --cflags --static --libs troupe), libtroupe.a"
+  # shellcheck disable=SC2046,SC2086
+  "$cc" "${cflags[@]}" "$src" -o "$scratch/$name-static" $(pkg-config --cflags troupe) \
+    $static_libs || fail "$name.c does not build against the static library with: $static_libs"
+  "$scratch/$name-static" "$scratch" >/dev/null || fail "$name (static) exited $?"
+done
 
 troupe_bin=$destdir$prefix/bin/troupe
 [[ -x $troupe_bin ]] || fail "the troupe executable was not installed"
