@@ -46,6 +46,56 @@ void tr__loss_log_free(tr__loss_log *l) {
   *l = (tr__loss_log){0};
 }
 
+/* ---- the stage's ring ---------------------------------------------------------------------- */
+
+int tr__loss_ring_open(tr__loss_ring *r, tr_device *dev, int m, int64_t first) {
+  *r = (tr__loss_ring){.dev = dev, .m = m, .read = first};
+  if (tr_host_alloc(dev, (size_t)TR__LOSS_RING * (size_t)m * sizeof(float), (void **)&r->host))
+    return TR_EDEVICE;
+  for (int i = 0; i < TR__LOSS_RING; i++)
+    if (tr_event_open(dev, TR_EVENT_DEFAULT, &r->ev[i])) return TR_EDEVICE;
+  return 0;
+}
+
+int tr__loss_ring_copy(tr__loss_ring *r, tr_stream *s, int64_t pos, int mb, const float *loss,
+                       int64_t step) {
+  const int k = (int)(pos % TR__LOSS_RING);
+  r->step[k] = step;
+  if (tr_memcpy(s, &r->host[k * r->m + mb], loss, sizeof(float), TR_COPY_D2H)) return TR_EDEVICE;
+  return mb == r->m - 1 && tr_event_record(r->ev[k], s) ? TR_EDEVICE : 0;
+}
+
+void tr__loss_ring_ended(tr__loss_ring *r, int64_t pos) {
+  r->t[pos % TR__LOSS_RING] = tr_now_ns();
+}
+
+/* Each step's loss is the sum over its micro-batches (each already scaled by 1/global
+ * batch), in micro-batch order. */
+int tr__loss_ring_read(tr__loss_ring *r, tr__loss_log *log, int64_t upto, bool room) {
+  if (room && upto - r->read >= TR__LOSS_RING &&
+      tr_event_synchronize(r->ev[r->read % TR__LOSS_RING]))
+    return TR_EDEVICE;
+  while (r->read < upto) {
+    const int k = (int)(r->read % TR__LOSS_RING);
+    const int q = tr_event_query(r->ev[k]);
+    if (q < 0) return TR_EDEVICE;
+    if (q == 0) break;
+    double sum = 0;
+    for (int mb = 0; mb < r->m; mb++) sum += r->host[k * r->m + mb];
+    if (tr__loss_log_add(log, r->step[k], (float)sum, r->t[k])) return TR_ENOMEM;
+    r->read++;
+  }
+  return 0;
+}
+
+void tr__loss_ring_close(tr__loss_ring *r) {
+  if (r->dev == NULL) return;
+  for (int i = 0; i < TR__LOSS_RING; i++)
+    if (r->ev[i]) tr_event_close(r->ev[i]);
+  if (r->host) tr_host_free(r->dev, r->host);
+  *r = (tr__loss_ring){0};
+}
+
 /* ---- the coordinator's book ---------------------------------------------------------------- */
 
 void tr__loss_book_init(tr__loss_book *b, int64_t first, int needed) {

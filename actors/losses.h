@@ -1,16 +1,19 @@
 /* losses.h — the run's losses, from the stages that compute them to the figures.
  *
- * A stage whose layers end in the loss keeps each step's share (its replica's part of the
- * global batch's mean) with the time the step ended, and sends them to the coordinator in
- * chunks a few times a second (tr__loss_log). The coordinator adds the shares of each step
+ * A stage whose layers end in the loss copies each micro-batch's loss to the host as its
+ * forward is issued (tr__loss_ring) and, once a step's copies have landed, keeps the step's
+ * share (its replica's part of the global batch's mean) with the time the step ended,
+ * sending them to the coordinator in chunks a few times a second (tr__loss_log). The coordinator adds the shares of each step
  * up (tr__loss_book): once every share of a step has come, in any order, the step is
  * complete, and its loss goes to whoever listens (observers' reports, the progress line)
  * and into the little the figures need afterwards — the first step's loss, and the last 1%
  * of steps for the final loss. So the coordinator keeps a window of incomplete steps and
  * that tail, not every step of a long run.
  *
- *   // a stage, after each step and at the end
- *   tr__loss_log_add(&log, step, loss, tr_now_ns());
+ *   // a stage: each forward of the last stage, each step's end, and now and then
+ *   tr__loss_ring_copy(&ring, stream, step, mb, tr_stage_loss(st, slot), run_step);
+ *   tr__loss_ring_ended(&ring, step);
+ *   tr__loss_ring_read(&ring, &log, steps_done, false);  // what has landed, into the log
  *   tr__loss_log_flush(&log, false);           // 1: nothing left unsent; 0: waits for credit
  *
  *   // the coordinator
@@ -38,6 +41,30 @@ int tr__loss_log_add(tr__loss_log *l, int64_t step, float loss, uint64_t t);
  * unsent, 0 when it must wait for a credit. */
 int tr__loss_log_flush(tr__loss_log *l, bool force);
 void tr__loss_log_free(tr__loss_log *l);
+
+/* Micro-batch losses on their way from the device: step p's at host[(p % ring) × m + mb],
+ * read once the event recorded after the step's last copy has completed. */
+enum { TR__LOSS_RING = 256 };
+typedef struct tr__loss_ring {
+  tr_device *dev;
+  int m;                        /* micro-batches per step */
+  float *host;                  /* pinned */
+  tr_event *ev[TR__LOSS_RING];
+  int64_t step[TR__LOSS_RING];  /* the run's step of each (a worker's differ from its own) */
+  uint64_t t[TR__LOSS_RING];    /* when it ended */
+  int64_t read;                 /* steps read so far */
+} tr__loss_ring;
+
+/* On the device's thread. `first`: the position of the first step (the stage's count). */
+int tr__loss_ring_open(tr__loss_ring *r, tr_device *dev, int m, int64_t first);
+/* Micro-batch mb's loss (a device scalar) of position `pos`, which is the run's `step`. */
+int tr__loss_ring_copy(tr__loss_ring *r, tr_stream *s, int64_t pos, int mb, const float *loss,
+                       int64_t step);
+void tr__loss_ring_ended(tr__loss_ring *r, int64_t pos);
+/* Every position before `upto` whose copies have landed, into the log, in order; with
+ * `room`, first waits for the oldest unread one if `upto` would overwrite it. */
+int tr__loss_ring_read(tr__loss_ring *r, tr__loss_log *log, int64_t upto, bool room);
+void tr__loss_ring_close(tr__loss_ring *r);
 
 typedef struct tr__step_share {
   double sum;      /* of the shares come so far */

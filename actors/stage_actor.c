@@ -28,11 +28,11 @@
 
 #include "clipnorm.h"
 #include "group.h"
+#include "inbox.h"
 #include "losses.h"
 #include "metrics.h"
 #include "worker.h"
 
-enum { LOSS_RING = 256 };
 enum { BLOCKED = 0, DONE = 1 };
 /* Where the step action is: the sums of the replica group, the norm exchange, the update
  * done and a checkpoint part to send. */
@@ -40,28 +40,11 @@ enum { STEP_REDUCE, STEP_CLIP, STEP_SAVE };
 /* Where the end is. */
 enum { END_DEVICE, END_LOSSES, END_PART, END_FIGURES, END_LEAVE };
 
-/* A queued batch or tensor. */
-typedef struct entry {
-  int64_t step;
-  int mb, count;
-  uint64_t first;
-  const void *x, *y;   /* a batch's */
-  const void *data;    /* a tensor's, valid after `ready`, on `dev` */
-  size_t bytes;
-  tr_event *ready;
-  tr_device *dev;
-} entry;
-
-typedef struct fifo {
-  entry *e;
-  int cap, head, n;
-} fifo;
-
 /* A batch edge into this stage and what it brings. */
 typedef struct input {
   tr_edge *edge;
   unsigned what;
-  fifo q;
+  tr__queue q;
 } input;
 
 typedef struct stage_actor {
@@ -80,17 +63,14 @@ typedef struct stage_actor {
   input in[2];
   int nin;
   tr_edge *act_out, *act_in, *grad_out, *grad_in;
-  fifo actq, gradq;
+  tr__queue actq, gradq;
   tr_event **act_ev; /* [slot] */
   tr_event *grad_ev[2];
   int grad_parity;
   bool grad_credit;
   const float *dinput;
   uint64_t *slot_first; /* [slot]: the first sample of the micro-batch in it */
-  /* credits to return once a copy has run: a ring of (edge, event) */
-  tr_edge **rel_edge;
-  tr_event **rel_ev;
-  int rel_cap, rel_head, rel_n;
+  tr__returns returns;   /* credits owed once the copies out of lent buffers have run */
 
   tr__group *group;
   tr__clip *clip;
@@ -99,12 +79,8 @@ typedef struct stage_actor {
   int step_phase, end_phase;
   int64_t batch_step; /* the run's step of the batch in hand (a worker's differs from step) */
 
-  /* losses (last stage): device → loss_ring[step % LOSS_RING][mb] → the coordinator */
-  float *loss_ring;
-  tr_event *loss_ev[LOSS_RING];
-  int64_t loss_step[LOSS_RING];
-  uint64_t loss_t[LOSS_RING]; /* when the step ended */
-  int64_t harvested;
+  /* losses (last stage): the device → ring → log → the coordinator */
+  tr__loss_ring ring;
   tr__loss_log losses;
 
   tr__busy busy;
@@ -180,50 +156,6 @@ static void busy(stage_actor *a, const char *what, uint64_t t0, int mb) {
   tr__busy_add(&a->busy, a->self, a->step, what, t0, mb);
 }
 
-/* ---- queues ------------------------------------------------------------------------------ */
-
-static int fifo_open(fifo *q, int cap) {
-  q->cap = cap;
-  q->e = calloc((size_t)cap, sizeof *q->e);
-  return q->e ? 0 : TR_ENOMEM;
-}
-static entry *fifo_peek(fifo *q) { return q->n ? &q->e[q->head] : NULL; }
-static void fifo_pop(fifo *q) {
-  q->head = (q->head + 1) % q->cap;
-  q->n--;
-}
-/* The edge's credits bound what can be queued: a full queue is a broken protocol. */
-static void fifo_push(fifo *q, entry e) {
-  TR_ASSERT(q->n < q->cap);
-  q->e[(q->head + q->n++) % q->cap] = e;
-}
-
-/* Returns the credit of `e` once everything queued on the compute stream so far (the copy
- * out of its buffer) has run. */
-static int release_after_copy(stage_actor *a, tr_edge *e) {
-  tr_event *ev = a->rel_ev[(a->rel_head + a->rel_n) % a->rel_cap];
-  if (tr_event_record(ev, a->s)) return TR_EDEVICE;
-  if (a->rel_n == 0 && tr_event_query(ev) == 1) { /* host devices: always */
-    tr_edge_release(e, 1);
-    return 0;
-  }
-  TR_ASSERT(a->rel_n < a->rel_cap);
-  a->rel_edge[(a->rel_head + a->rel_n++) % a->rel_cap] = e;
-  return 0;
-}
-
-static int drain_releases(stage_actor *a) {
-  while (a->rel_n) {
-    int q = tr_event_query(a->rel_ev[a->rel_head]);
-    if (q < 0) return TR_EDEVICE;
-    if (q == 0) break;
-    tr_edge_release(a->rel_edge[a->rel_head], 1);
-    a->rel_head = (a->rel_head + 1) % a->rel_cap;
-    a->rel_n--;
-  }
-  return 0;
-}
-
 /* ---- opening ------------------------------------------------------------------------------ */
 
 static int open_events(stage_actor *a, tr_event **ev, int n) {
@@ -232,22 +164,20 @@ static int open_events(stage_actor *a, tr_event **ev, int n) {
   return 0;
 }
 
+/* A queue per edge that lends this stage buffers, and room to owe every credit back. */
 static int open_queues(stage_actor *a) {
-  int rel = 0, rc = 0;
+  int owed = 0, rc = 0;
   for (int i = 0; i < a->nin; i++) {
-    const int credits = tr_edge_credits(a->in[i].edge);
-    rc |= fifo_open(&a->in[i].q, credits);
-    rel += credits;
+    rc |= tr__queue_open(&a->in[i].q, tr_edge_credits(a->in[i].edge));
+    owed += tr_edge_credits(a->in[i].edge);
   }
-  if (a->act_in) rc |= fifo_open(&a->actq, tr_edge_credits(a->act_in)), rel += tr_edge_credits(a->act_in);
-  if (a->grad_in) rc |= fifo_open(&a->gradq, tr_edge_credits(a->grad_in)), rel += tr_edge_credits(a->grad_in);
-  a->rel_cap = rel ? rel : 1;
-  a->rel_edge = calloc((size_t)a->rel_cap, sizeof *a->rel_edge);
-  a->rel_ev = calloc((size_t)a->rel_cap, sizeof *a->rel_ev);
+  if (a->act_in) rc |= tr__queue_open(&a->actq, tr_edge_credits(a->act_in)), owed += tr_edge_credits(a->act_in);
+  if (a->grad_in) rc |= tr__queue_open(&a->gradq, tr_edge_credits(a->grad_in)), owed += tr_edge_credits(a->grad_in);
   a->act_ev = calloc((size_t)a->info->slots, sizeof *a->act_ev);
   a->slot_first = calloc((size_t)a->info->slots, sizeof *a->slot_first);
-  if (rc || !a->rel_edge || !a->rel_ev || !a->act_ev || !a->slot_first) return TR_ENOMEM;
-  if ((rc = open_events(a, a->rel_ev, a->rel_cap))) return rc;
+  if (rc || !a->act_ev || !a->slot_first) return TR_ENOMEM;
+  if ((rc = tr__returns_open(&a->returns, a->dev, owed)))
+    return rc == TR_EDEVICE ? fail_device(a->self, a, "opening events") : rc;
   if (a->act_out && (rc = open_events(a, a->act_ev, a->info->slots))) return rc;
   if (a->grad_out && (rc = open_events(a, a->grad_ev, 2))) return rc;
   return 0;
@@ -296,12 +226,10 @@ static int stage_open(tr_actor *self) {
     return tr_actor_fail(self, TR_EFORMAT, "%s", a->err);
   if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
   if ((rc = open_queues(a))) return rc;
-  if (a->info->is_last) {
-    if (tr_host_alloc(a->dev, (size_t)LOSS_RING * (size_t)a->m * sizeof(float),
-                      (void **)&a->loss_ring))
-      return fail_device(self, a, "allocating the loss ring");
-    if ((rc = open_events(a, a->loss_ev, LOSS_RING))) return rc;
-  }
+  tr_graph *g = run->g;
+  a->step = a->worker ? 0 : tr_graph_first_step(g);
+  if (a->info->is_last && tr__loss_ring_open(&a->ring, a->dev, a->m, a->step))
+    return fail_device(self, a, "allocating the loss ring");
   if (a->group) {
     if ((rc = tr__group_open(a->group, self, a->st, &a->busy))) return rc;
     tr_stage_on_grad_ready(a->st, tr__group_grad_ready, a->group);
@@ -309,8 +237,6 @@ static int stage_open(tr_actor *self) {
   if (a->clip && (rc = tr__clip_open(a->clip, self, a->st))) return rc;
   if (a->worker && (rc = tr__worker_open(a->worker, self, a->st))) return rc;
 
-  tr_graph *g = run->g;
-  a->step = a->harvested = a->worker ? 0 : tr_graph_first_step(g);
   /* an asynchronous worker pushes about its share of the steps */
   const int64_t end = tr_graph_end_step(g);
   a->busy = tr__busy_begin(a->step, end == INT64_MAX ? INT64_MAX
@@ -347,8 +273,8 @@ static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
                            a->run->mb_batch, want_x && want_y ? "inputs and targets"
                                              : want_x ? "inputs" : "targets");
   }
-  fifo_push(&in->q, (entry){.step = b->step, .mb = b->mb, .count = b->count, .first = b->first,
-                            .x = b->x, .y = b->y});
+  tr__queue_push(&in->q, (tr__lent){.step = b->step, .mb = b->mb, .count = b->count,
+                                    .first = b->first, .x = b->x, .y = b->y});
   return 0;
 }
 
@@ -358,9 +284,9 @@ static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, b
     return tr_actor_fail(self, TR_EINVAL, "%s of %zu bytes from '%s': this stage takes %zu",
                          act ? "an activation" : "a gradient", t->bytes,
                          tr_actor_name(t->hdr.from), want);
-  fifo_push(act ? &a->actq : &a->gradq,
-            (entry){.step = t->step, .mb = t->mb, .first = t->first, .data = t->data,
-                    .bytes = t->bytes, .ready = t->ready, .dev = t->dev});
+  tr__queue_push(act ? &a->actq : &a->gradq,
+                 (tr__lent){.step = t->step, .mb = t->mb, .first = t->first, .data = t->data,
+                            .bytes = t->bytes, .ready = t->ready, .dev = t->dev});
   return 0;
 }
 
@@ -376,7 +302,7 @@ static void hold(stage_actor *a, int delta) {
   if (a->live > a->peak) a->peak = a->live;
 }
 
-static int out_of_order(tr_actor *self, stage_actor *a, const char *what, const entry *e,
+static int out_of_order(tr_actor *self, stage_actor *a, const char *what, const tr__lent *e,
                         const tr_action *act) {
   return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d came where the "
                        "schedule has step %lld, micro-batch %d: producers send in schedule order",
@@ -384,17 +310,18 @@ static int out_of_order(tr_actor *self, stage_actor *a, const char *what, const 
 }
 
 /* A tensor from a neighbour into this stage's `dst`, then its credit goes back. */
-static int receive_tensor(tr_actor *self, stage_actor *a, fifo *q, tr_edge *e, void *dst,
+static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge *e, void *dst,
                           const tr_action *act) {
-  entry *in = fifo_peek(q);
+  const tr__lent *in = tr__queue_peek(q);
   if (in == NULL) return BLOCKED;
   if (in->step != a->step || in->mb != act->mb) return out_of_order(self, a, "a tensor", in, act);
   uint64_t t0 = tr_now_ns();
   if (tr_stream_wait_event(a->s, in->ready) ||
-      tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes) || release_after_copy(a, e))
+      tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes) ||
+      tr__returns_after(&a->returns, a->s, e))
     return fail_device(self, a, "receiving a tensor");
   if (act->kind == TR_ACTION_RECV_ACT) a->slot_first[act->slot] = in->first;
-  fifo_pop(q);
+  tr__queue_pop(q);
   busy(a, act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad", t0, act->mb);
   return DONE;
 }
@@ -418,10 +345,10 @@ static int send_tensor(stage_actor *a, tr_edge *e, const tr_msgtype *type, const
 static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
   const tr_stage_info *info = a->info;
   for (int i = 0; i < a->nin; i++)
-    if (fifo_peek(&a->in[i].q) == NULL) return BLOCKED;
+    if (tr__queue_peek(&a->in[i].q) == NULL) return BLOCKED;
   for (int i = 0; i < a->nin; i++) {
     input *in = &a->in[i];
-    const entry *e = fifo_peek(&in->q);
+    const tr__lent *e = tr__queue_peek(&in->q);
     if ((!a->worker && e->step != a->step) || e->mb != act->mb)
       return out_of_order(self, a, "a batch", e, act);
     a->batch_step = e->step;
@@ -433,8 +360,9 @@ static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
     if ((in->what & TR_BATCH_TARGETS) && info->is_last &&
         tr_memcpy(a->s, tr_stage_target(a->st, act->slot), e->y, info->target_bytes, TR_COPY_H2D))
       return fail_device(self, a, "copying targets in");
-    if (release_after_copy(a, in->edge)) return fail_device(self, a, "copying a batch in");
-    fifo_pop(&in->q);
+    if (tr__returns_after(&a->returns, a->s, in->edge))
+      return fail_device(self, a, "copying a batch in");
+    tr__queue_pop(&in->q);
   }
   if (info->is_first) hold(a, 1);
   return DONE;
@@ -450,14 +378,10 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(a->st, act->slot, a->slot_first[act->slot]);
   if (tr_stage_forward(a->st, act->slot)) return fail_device(self, a, "forward");
-  if (info->is_last) {
-    const int k = (int)(a->step % LOSS_RING);
-    a->loss_step[k] = a->worker ? a->batch_step : a->step;
-    if (tr_memcpy(a->s, &a->loss_ring[k * a->m + act->mb], tr_stage_loss(a->st, act->slot),
-                  sizeof(float), TR_COPY_D2H) ||
-        (act->mb == a->m - 1 && tr_event_record(a->loss_ev[k], a->s)))
-      return fail_device(self, a, "copying the loss out");
-  }
+  if (info->is_last && tr__loss_ring_copy(&a->ring, a->s, a->step, act->mb,
+                                           tr_stage_loss(a->st, act->slot),
+                                           a->worker ? a->batch_step : a->step))
+    return fail_device(self, a, "copying the loss out");
   slow_down(a);
   busy(a, "forward", t0, act->mb);
   return DONE;
@@ -486,21 +410,12 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
-/* Reads the losses that have landed: each step's is the sum over its micro-batches (each
- * already scaled by 1/global batch), in micro-batch order. */
-static int harvest(tr_actor *self, stage_actor *a) {
-  if (drain_releases(a)) return fail_device(self, a, "returning credits");
-  while (a->loss_ring && a->harvested < a->step) {
-    const int k = (int)(a->harvested % LOSS_RING);
-    const int q = tr_event_query(a->loss_ev[k]);
-    if (q < 0) return fail_device(self, a, "reading a loss");
-    if (q == 0) break;
-    double sum = 0;
-    for (int mb = 0; mb < a->m; mb++) sum += a->loss_ring[k * a->m + mb];
-    if (tr__loss_log_add(&a->losses, a->loss_step[k], (float)sum, a->loss_t[k])) return TR_ENOMEM;
-    a->harvested++;
-  }
-  return 0;
+/* Gives back the credits whose copies have run, and reads the losses that have landed
+ * (`room`: waiting for the oldest if the next step would overwrite it). */
+static int harvest(tr_actor *self, stage_actor *a, bool room) {
+  if (tr__returns_drain(&a->returns)) return fail_device(self, a, "returning credits");
+  const int rc = a->ring.dev ? tr__loss_ring_read(&a->ring, &a->losses, a->step, room) : 0;
+  return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
 }
 
 /* This stage's part of the checkpoint of `step`, once a credit of the report edge is free. */
@@ -541,18 +456,14 @@ static int update(tr_actor *self, stage_actor *a) {
 
 /* The step is over: figures, losses; then the checkpoint part when one is due. */
 static int step_over(tr_actor *self, stage_actor *a) {
-  if (a->loss_ring) a->loss_t[a->step % LOSS_RING] = tr_now_ns();
+  if (a->ring.dev) tr__loss_ring_ended(&a->ring, a->step);
   a->step++;
   if (a->step == a->busy.warm_step) {
     /* The window opens once the warm-up steps have really run. */
     if (tr_stream_synchronize(a->s)) return fail_device(self, a, "warming up");
     tr__busy_open_window(&a->busy, a->step);
   }
-  /* Before the loss of a step may overwrite a ring entry, that entry must be read. */
-  if (a->loss_ring && a->step - a->harvested >= LOSS_RING &&
-      tr_event_synchronize(a->loss_ev[a->harvested % LOSS_RING]))
-    return fail_device(self, a, "waiting for a loss");
-  int rc = harvest(self, a);
+  int rc = harvest(self, a, true);
   if (rc) return rc;
   tr__loss_log_flush(&a->losses, false);
   return 0;
@@ -618,7 +529,7 @@ static int finish(tr_actor *self, stage_actor *a) {
     if (tr_stream_synchronize(a->s) || (a->group && tr__group_sync(a->group)))
       return fail_device(self, a, "finishing the run");
     a->window_end = tr_now_ns();
-    if ((rc = harvest(self, a))) return rc;
+    if ((rc = harvest(self, a, false))) return rc;
     a->end_phase = END_LOSSES;
   }
   if (a->end_phase == END_LOSSES) {
@@ -650,11 +561,11 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     }
     if (a->pc == 0 && a->step_phase == STEP_REDUCE) {
       if (a->worker) { /* asynchronous: until the loader has no more */
-        const entry *x = fifo_peek(&a->in[0].q);
+        const tr__lent *x = tr__queue_peek(&a->in[0].q);
         if (x == NULL) break;
         if (x->step < 0) { /* its credit goes back; the loader is done */
           tr_edge_release(a->in[0].edge, 1);
-          fifo_pop(&a->in[0].q);
+          tr__queue_pop(&a->in[0].q);
           a->finishing = true;
           continue;
         }
@@ -709,8 +620,8 @@ static int run_actions(tr_actor *self, stage_actor *a) {
 }
 
 static void poll_later(tr_actor *self, stage_actor *a) {
-  const bool waiting = a->rel_n > 0 || (a->clip && tr__clip_waiting(a->clip)) ||
-                       (a->loss_ring && a->harvested < a->step);
+  const bool waiting = tr__returns_owed(&a->returns) || (a->clip && tr__clip_waiting(a->clip)) ||
+                       (a->ring.dev && a->ring.read < a->step);
   if (!waiting || a->polling || a->done) return;
   a->polling = true;
   tr_actor_send(self, tr_msg_new(&tr__poll_type));
@@ -729,7 +640,7 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   else if (t == &tr__reply_type) tr__worker_receive(a->worker, (const tr__reply_msg *)msg);
   else if (t == &tr__poll_type) {
     a->polling = false;
-    rc = harvest(self, a);
+    rc = harvest(self, a, false);
   }
   /* tr_edge_credit_msg and tr_graph_end_msg only say "look again". */
   if (rc == 0) rc = run_actions(self, a);
@@ -744,15 +655,12 @@ static void stage_stop(tr_actor *self) {
   tr__group_close(a->group);
   tr__clip_close(a->clip);
   tr__worker_close(a->worker);
-  for (int i = 0; i < a->rel_cap && a->rel_ev; i++)
-    if (a->rel_ev[i]) tr_event_close(a->rel_ev[i]);
+  tr__returns_close(&a->returns);
   for (int i = 0; a->info && i < a->info->slots && a->act_ev; i++)
     if (a->act_ev[i]) tr_event_close(a->act_ev[i]);
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
-  for (int i = 0; i < LOSS_RING; i++)
-    if (a->loss_ev[i]) tr_event_close(a->loss_ev[i]);
-  if (a->loss_ring) tr_host_free(a->dev, a->loss_ring);
+  tr__loss_ring_close(&a->ring);
   tr_stage_close(a->st);
   a->st = NULL;
   a->info = NULL;
@@ -767,13 +675,12 @@ static int stage_start(tr_actor *self) {
 
 static void stage_destroy(void *state) {
   stage_actor *a = state;
-  for (int i = 0; i < a->nin; i++) free(a->in[i].q.e);
-  free(a->actq.e);
-  free(a->gradq.e);
+  for (int i = 0; i < a->nin; i++) tr__queue_free(&a->in[i].q);
+  tr__queue_free(&a->actq);
+  tr__queue_free(&a->gradq);
+  tr__returns_free(&a->returns);
   free(a->act_ev);
   free(a->slot_first);
-  free(a->rel_edge);
-  free(a->rel_ev);
   tr__group_free(a->group);
   tr__clip_free(a->clip);
   tr__worker_free(a->worker);
