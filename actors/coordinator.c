@@ -126,6 +126,7 @@ static void flush(observer *o) {
     tr_edge_send(o->edge, r);
     o->told_last |= r->last;
   }
+  if (sent == 0) return;
   memmove(o->queue, o->queue + sent, (size_t)(o->nq - sent) * sizeof *o->queue);
   o->nq -= sent;
 }
