@@ -46,15 +46,6 @@ tr_job_config tr_job_defaults(void) {
                          .async = {.staleness = -1}};
 }
 
-static int bad(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *err, size_t n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (err && n) vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-  return TR_EINVAL;
-}
-
 /* As many micro-batches as fit in 4 MiB, from 2 × m (a step and the next) to 256: a deep
  * ring means few wake-ups of the loader's loop where a step takes microseconds, a shallow
  * one a short overrun of a timed run where a step takes long. */
@@ -83,47 +74,62 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
   const tr_layout_config *l = &c->layout;
   const int R = l->replicas, P = l->stages, M = l->microbatches;
   if (R < 1 || P < 1 || M < 1 || R * P > TR_TRAIN_MAX_DEVICES || P > TR__MAX_STAGES)
-    return bad(err, n, "layout: %d replicas × %d stages × %d micro-batches is not a layout "
-               "(at most %d devices)", R, P, M, TR_TRAIN_MAX_DEVICES);
+    return tr_errorf(err, n, TR_EINVAL,
+                     "layout: %d replicas × %d stages × %d micro-batches is not a layout "
+                     "(at most %d devices)",
+                     R, P, M, TR_TRAIN_MAX_DEVICES);
   if (P > layers)
-    return bad(err, n, "layout.stages: %d stages, but model '%s' has %d layers to cut", P,
-               tr_model_name(c->model), layers);
+    return tr_errorf(err, n, TR_EINVAL,
+                     "layout.stages: %d stages, but model '%s' has %d layers to cut", P,
+                     tr_model_name(c->model), layers);
   if ((unsigned)l->schedule >= TR_SCHEDULE_COUNT)
-    return bad(err, n, "layout.schedule: %d is not a schedule", (int)l->schedule);
-  if (l->prefetch < 0) return bad(err, n, "layout.prefetch %d: give 0 or more", l->prefetch);
+    return tr_errorf(err, n, TR_EINVAL, "layout.schedule: %d is not a schedule", (int)l->schedule);
+  if (l->prefetch < 0)
+    return tr_errorf(err, n, TR_EINVAL, "layout.prefetch %d: give 0 or more", l->prefetch);
   if (c->async.enabled && (P != 1 || M != 1))
-    return bad(err, n, "async: a worker trains the whole model on whole batches (layout has "
-               "%d stages and %d micro-batches)", P, M);
+    return tr_errorf(err, n, TR_EINVAL,
+                     "async: a worker trains the whole model on whole batches (layout has "
+                     "%d stages and %d micro-batches)",
+                     P, M);
   const int parts = c->async.enabled ? 1 : R * M; /* an asynchronous worker takes whole batches */
   if (c->global_batch < parts || c->global_batch % parts)
-    return bad(err, n, "global_batch %d: not divisible by replicas × micro-batches (%d × %d)",
-               c->global_batch, R, M);
+    return tr_errorf(err, n, TR_EINVAL,
+                     "global_batch %d: not divisible by replicas × micro-batches (%d × %d)",
+                     c->global_batch, R, M);
   if (l->cuts && l->ncuts != P - 1)
-    return bad(err, n, "layout.cuts: %d boundaries given, %d stages need %d", l->ncuts, P, P - 1);
+    return tr_errorf(err, n, TR_EINVAL, "layout.cuts: %d boundaries given, %d stages need %d",
+                     l->ncuts, P, P - 1);
   for (int s = 0; l->cuts && s < l->ncuts; s++)
     if (l->cuts[s] < 1 || l->cuts[s] >= layers || (s && l->cuts[s] <= l->cuts[s - 1]))
-      return bad(err, n, "layout.cuts: %d stages need %d increasing layer boundaries inside "
-                 "1..%d", P, P - 1, layers - 1);
+      return tr_errorf(err, n, TR_EINVAL,
+                       "layout.cuts: %d stages need %d increasing layer boundaries inside "
+                       "1..%d",
+                       P, P - 1, layers - 1);
   return 0;
 }
 
 static int check_async(const tr_async_config *a, char *err, size_t n) {
   if (!a->enabled) return 0;
   if (a->staleness < -1)
-    return bad(err, n, "async.staleness %d: give a number of pushes >= 0, or -1", a->staleness);
-  if (a->pull_every < 0) return bad(err, n, "async.pull_every %d: give 1 or more", a->pull_every);
-  if (!(a->dc_lambda >= 0)) return bad(err, n, "async.dc_lambda %g: give a number >= 0", (double)a->dc_lambda);
+    return tr_errorf(err, n, TR_EINVAL, "async.staleness %d: give a number of pushes >= 0, or -1",
+                     a->staleness);
+  if (a->pull_every < 0)
+    return tr_errorf(err, n, TR_EINVAL, "async.pull_every %d: give 1 or more", a->pull_every);
+  if (!(a->dc_lambda >= 0))
+    return tr_errorf(err, n, TR_EINVAL, "async.dc_lambda %g: give a number >= 0",
+                     (double)a->dc_lambda);
   if (a->hogwild && (a->staleness >= 0 || a->dc_lambda > 0 || a->pull_every > 1 || a->staleness_lr))
-    return bad(err, n, "async.hogwild: the workers update the shared parameters themselves, so "
-               "async.staleness, async.dc_lambda, async.pull_every and async.staleness_lr do "
-               "not apply");
+    return tr_errorf(err, n, TR_EINVAL,
+                     "async.hogwild: the workers update the shared parameters themselves, so "
+                     "async.staleness, async.dc_lambda, async.pull_every and async.staleness_lr do "
+                     "not apply");
   return 0;
 }
 
 /* Checks the configuration and fills in what it leaves to the model. */
 static int complete(tr_job_config *c, char *err, size_t n) {
-  if (c->model == NULL) return bad(err, n, "model: none given");
-  if (c->data == NULL) return bad(err, n, "data: none given");
+  if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, "model: none given");
+  if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL, "data: none given");
   if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
   c->optim = resolve_optim(c->optim, c->model);
   int rc;
@@ -131,11 +137,12 @@ static int complete(tr_job_config *c, char *err, size_t n) {
       (rc = check_async(&c->async, err, n)))
     return rc;
   if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
-    return bad(err, n, "optim.kind %d: not an optimizer", (int)c->optim.kind);
-  if (!(c->optim.lr > 0)) return bad(err, n, "optim.lr %g: give a positive rate", (double)c->optim.lr);
+    return tr_errorf(err, n, TR_EINVAL, "optim.kind %d: not an optimizer", (int)c->optim.kind);
+  if (!(c->optim.lr > 0))
+    return tr_errorf(err, n, TR_EINVAL, "optim.lr %g: give a positive rate", (double)c->optim.lr);
   if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))
-    return bad(err, n, "checkpoint.every %lld: needs checkpoint.path, and >= 0",
-               (long long)c->checkpoint.every);
+    return tr_errorf(err, n, TR_EINVAL, "checkpoint.every %lld: needs checkpoint.path, and >= 0",
+                     (long long)c->checkpoint.every);
   /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
    * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
   if (c->async.enabled && c->async.momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {

@@ -43,26 +43,21 @@ typedef struct run {
   int64_t first_step, end_step;
 } run;
 
-static int bad(char *err, size_t n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int bad(char *err, size_t n, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, n, fmt, ap);
-  va_end(ap);
-  return TR_EINVAL;
-}
-
 /* The layout of a strategy on n devices: replicas × stages, micro-batches. */
 static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t size) {
   tr_layout_config *l = &rn->jc.layout;
   const tr_layout_config *given = &o->job.layout;
   int R = 1, P = 1;
   if (given->replicas && o->strategy != TR_STRATEGY_ASYNC)
-    return bad(err, size, "layout.replicas %d: the strategy and the devices decide it (it is "
-               "async's number of workers)", given->replicas);
+    return tr_errorf(err, size, TR_EINVAL,
+                     "layout.replicas %d: the strategy and the devices decide it (it is "
+                     "async's number of workers)",
+                     given->replicas);
   if (given->stages && o->strategy != TR_STRATEGY_HYBRID)
-    return bad(err, size, "layout.stages %d: the strategy and the devices decide it (it is "
-               "hybrid's stages per replica)", given->stages);
+    return tr_errorf(err, size, TR_EINVAL,
+                     "layout.stages %d: the strategy and the devices decide it (it is "
+                     "hybrid's stages per replica)",
+                     given->stages);
   switch (o->strategy) {
     case TR_STRATEGY_SINGLE: break;
     case TR_STRATEGY_DP: R = n; break;
@@ -71,24 +66,30 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
     case TR_STRATEGY_HYBRID:
       P = given->stages > 0 ? given->stages : 2;
       if (n % P)
-        return bad(err, size, "devices: %d devices do not make replicas of %d stages "
-                   "(layout.stages)", n, P);
+        return tr_errorf(err, size, TR_EINVAL,
+                         "devices: %d devices do not make replicas of %d stages "
+                         "(layout.stages)",
+                         n, P);
       R = n / P;
       break;
     case TR_STRATEGY_ASYNC:
       R = given->replicas > 0 ? given->replicas : n;
       if (given->replicas < 0 || R > n)
-        return bad(err, size, "layout.replicas %d: give 1 to %d workers, one per device of %s",
-                   given->replicas, n, o->devices);
+        return tr_errorf(err, size, TR_EINVAL,
+                         "layout.replicas %d: give 1 to %d workers, one per device of %s",
+                         given->replicas, n, o->devices);
       if (given->microbatches > 1 || given->cuts)
-        return bad(err, size, "async: a worker trains the whole model on whole batches (no "
-                   "layout.microbatches or layout.cuts)");
+        return tr_errorf(err, size, TR_EINVAL,
+                         "async: a worker trains the whole model on whole batches (no "
+                         "layout.microbatches or layout.cuts)");
       break;
   }
   rn->jc.async.enabled = o->strategy == TR_STRATEGY_ASYNC;
   if (o->strategy == TR_STRATEGY_MP && given->microbatches > 1)
-    return bad(err, size, "layout.microbatches %d: mp trains one micro-batch at a time (that is "
-               "the pipeline strategy)", given->microbatches);
+    return tr_errorf(err, size, TR_EINVAL,
+                     "layout.microbatches %d: mp trains one micro-batch at a time (that is "
+                     "the pipeline strategy)",
+                     given->microbatches);
   const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;
   l->replicas = R;
   l->stages = P;
@@ -102,8 +103,10 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
   char spec[32];
   const tr_device_info *first = tr_device_get_info(tr_device_list_get(rn->devices, 0));
   if (o->job.async.hogwild && first->kind != TR_DEVICE_HOST)
-    return bad(err, n, "async.hogwild: host devices only (the workers share the server's "
-               "memory), not %s", o->devices);
+    return tr_errorf(err, n, TR_EINVAL,
+                     "async.hogwild: host devices only (the workers share the server's "
+                     "memory), not %s",
+                     o->devices);
   if (first->kind == TR_DEVICE_CUDA) snprintf(spec, sizeof spec, "cuda:%d", first->ordinal);
   else snprintf(spec, sizeof spec, "host:1");
   const char *want = o->server ? o->server : spec;
@@ -144,7 +147,8 @@ static void measured_cuts(run *rn) {
 static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc;
   if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0)))
-    return bad(err, n, "steps or seconds: give a positive number of steps or seconds");
+    return tr_errorf(err, n, TR_EINVAL,
+                     "steps or seconds: give a positive number of steps or seconds");
   rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
                : tr_model_named(&rn->model, o->model, err, n);
   if (rc) return rc;
@@ -160,8 +164,10 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (resume && (rc = tr__checkpoint_peek(resume, rn->model, &rn->first_step, err, n))) return rc;
   rn->end_step = o->steps;
   if (o->steps > 0 && rn->first_step >= o->steps)
-    return bad(err, n, "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is "
-               "reached", resume, (long long)rn->first_step, (long long)o->steps);
+    return tr_errorf(err, n, TR_EINVAL,
+                     "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is "
+                     "reached",
+                     resume, (long long)rn->first_step, (long long)o->steps);
   if ((rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n)))
     return rc;
   c->data = rn->data;

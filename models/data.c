@@ -14,16 +14,6 @@
 #include "data_impl.h"
 #include "tr_model.h"
 
-int tr__data_say(int rc, char *err, size_t err_size, const char *fmt, ...) {
-  if (err && err_size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-  }
-  return rc;
-}
-
 int tr__data_map(const char *path, const char *what, const uint8_t **p, size_t *size, char *err,
                  size_t err_size) {
   *p = NULL;
@@ -33,15 +23,15 @@ int tr__data_map(const char *path, const char *what, const uint8_t **p, size_t *
   if (fd < 0 || fstat(fd, &sb)) {
     const int e = errno;
     if (fd >= 0) close(fd);
-    return tr__data_say(TR_EIO, err, err_size, "%s '%s': %s", what, path, strerror(e));
+    return tr_errorf(err, err_size, TR_EIO, "%s '%s': %s", what, path, strerror(e));
   }
   int rc = 0;
   if (!S_ISREG(sb.st_mode)) {
-    rc = tr__data_say(TR_EIO, err, err_size, "%s '%s': not a regular file", what, path);
+    rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': not a regular file", what, path);
   } else if (sb.st_size > 0) {
     void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED)
-      rc = tr__data_say(TR_EIO, err, err_size, "%s '%s': mmap: %s", what, path, strerror(errno));
+      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': mmap: %s", what, path, strerror(errno));
     else
       *p = m, *size = (size_t)sb.st_size;
   }
@@ -74,7 +64,7 @@ static int open_with(tr_data **out, const char *name,
   *out = NULL;
   tr_data *d = calloc(1, sizeof *d);
   int rc = d && (d->name = strdup(name)) ? open(d, arg, err, err_size) : TR_ENOMEM;
-  if (rc == TR_ENOMEM) tr__data_say(rc, err, err_size, "data '%s': out of memory", name);
+  if (rc == TR_ENOMEM) tr_errorf(err, err_size, rc, "data '%s': out of memory", name);
   if (rc) {
     tr_data_close(d);
     return rc;
@@ -91,7 +81,7 @@ static int open_config(tr_data *d, const void *arg, char *err, size_t err_size) 
 int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size) {
   *out = NULL;
   if ((unsigned)c->kind >= sizeof kinds / sizeof *kinds || !kinds[c->kind].open)
-    return tr__data_say(TR_EINVAL, err, err_size, "data: unknown kind %d", (int)c->kind);
+    return tr_errorf(err, err_size, TR_EINVAL, "data: unknown kind %d", (int)c->kind);
   const int by_path = (c->kind == TR_DATA_FILE || c->kind == TR_DATA_NPY) && c->path;
   const char *name = by_path ? c->path : kinds[c->kind].name;
   return open_with(out, name, open_config, c, err, err_size);
@@ -111,8 +101,8 @@ static int open_callback(tr_data *d, const void *arg, char *err, size_t err_size
   const tr_data_callback *cb = arg;
   d->ops = &callback_ops;
   if (!cb->fill || cb->x_bytes == 0)
-    return tr__data_say(TR_EINVAL, err, err_size, "data '%s': %s", d->name,
-                        cb->fill ? "x_bytes is 0" : "no fill function");
+    return tr_errorf(err, err_size, TR_EINVAL, "data '%s': %s", d->name,
+                     cb->fill ? "x_bytes is 0" : "no fill function");
   tr_data_callback *self = malloc(sizeof *self);
   if (!(d->self = self)) return TR_ENOMEM;
   *self = *cb;
@@ -152,15 +142,15 @@ int tr_data_open_for(tr_data **out, const struct tr_model *m, uint64_t seed, con
   *out = NULL;
   const char *model = tr_model_name(m);
   if (tr_model_token_input(m) && labels)
-    return tr__data_say(TR_EINVAL, err, err_size,
-                        "data: labels '%s' given, but model '%s' reads tokens: its data is one "
-                        "byte or text file",
-                        labels, model);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "data: labels '%s' given, but model '%s' reads tokens: its data is one "
+                     "byte or text file",
+                     labels, model);
   if (!tr_model_token_input(m) && !path != !labels)
-    return tr__data_say(TR_EINVAL, err, err_size,
-                        "data: model '%s' reads floats: its data is two .npy files, features and "
-                        "labels (%s '%s' alone)",
-                        model, path ? "features" : "labels", path ? path : labels);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "data: model '%s' reads floats: its data is two .npy files, features and "
+                     "labels (%s '%s' alone)",
+                     model, path ? "features" : "labels", path ? path : labels);
   tr_data_config c;
   tr_data_config_for(&c, m, seed, path);
   c.labels = labels;
@@ -191,9 +181,9 @@ int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t 
     else if (k == 0) describe(what, sizeof what, T, tr_model_layer(m, 0)->in, "float");
     else if (tr_model_loss(m) == TR_LOSS_MSE) describe(what, sizeof what, T, out, "float");
     else describe(what, sizeof what, T, 1, "int32 label");
-    return tr__data_say(TR_EINVAL, err, err_size,
-                        "data '%s': %zu bytes of %s per sample, model '%s' wants %zu (%s)", d->name,
-                        have[k], k ? "targets" : "inputs", tr_model_name(m), want[k], what);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "data '%s': %zu bytes of %s per sample, model '%s' wants %zu (%s)", d->name,
+                     have[k], k ? "targets" : "inputs", tr_model_name(m), want[k], what);
   }
   return 0;
 }

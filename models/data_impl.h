@@ -34,10 +34,6 @@ int tr__data_open_synthetic(tr_data *d, const tr_data_config *c, char *err, size
 int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
 int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
 
-/* Writes the message (when err is not NULL) and returns rc. */
-int tr__data_say(int rc, char *err, size_t err_size, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
 /* `path` mapped read-only: *p and *size (a regular file; an empty one maps to a NULL *p).
  * TR_EIO naming `what` and the path. tr__data_unmap undoes it. */
 int tr__data_map(const char *path, const char *what, const uint8_t **p, size_t *size, char *err,

@@ -107,8 +107,8 @@ static int open_file(file *f, const char *path, const char *what, char *err, siz
   if (f->h.shape[0] == 0 || f->row == 0) {
     char s[256];
     tr__npy_shape_str(&f->h, s, sizeof s);
-    return tr__data_say(TR_EINVAL, err, err_size, "%s: shape %s has no %s", path, s,
-                        f->h.shape[0] ? "values in its rows" : "rows");
+    return tr_errorf(err, err_size, TR_EINVAL, "%s: shape %s has no %s", path, s,
+                     f->h.shape[0] ? "values in its rows" : "rows");
   }
   return 0;
 }
@@ -116,19 +116,19 @@ static int open_file(file *f, const char *path, const char *what, char *err, siz
 /* Cross-entropy's labels: int32 or uint8, each in [0, classes). */
 static int check_labels(const file *f, int classes, char *err, size_t err_size) {
   if (f->h.dtype == TR__NPY_F4)
-    return tr__data_say(TR_EINVAL, err, err_size,
-                        "%s: dtype float32, but a classifier's labels are int32 or uint8 class "
-                        "indices",
-                        f->path);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "%s: dtype float32, but a classifier's labels are int32 or uint8 class "
+                     "indices",
+                     f->path);
   const uint64_t n = f->h.shape[0] * f->row;
   const uint8_t *p = f->map + f->h.offset;
   for (uint64_t i = 0; i < n; i++) {
     const int64_t v = f->h.dtype == TR__NPY_U1 ? p[i] : (int32_t)le32(p + 4 * i);
     if (v < 0 || v >= classes)
-      return tr__data_say(TR_EINVAL, err, err_size,
-                          "%s: label %" PRId64 " at row %" PRIu64
-                          " is outside [0, %d), the model's classes",
-                          f->path, v, i / f->row, classes);
+      return tr_errorf(err, err_size, TR_EINVAL,
+                       "%s: label %" PRId64 " at row %" PRIu64
+                       " is outside [0, %d), the model's classes",
+                       f->path, v, i / f->row, classes);
   }
   return 0;
 }
@@ -136,11 +136,13 @@ static int check_labels(const file *f, int classes, char *err, size_t err_size) 
 int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err_size) {
   d->ops = &npy_ops;
   if (!c->path || !c->labels)
-    return tr__data_say(TR_EINVAL, err, err_size,
-                        "data '%s': .npy data is two files, features (path) and labels (labels)",
-                        c->path ? c->path : c->labels ? c->labels : d->name);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "data '%s': .npy data is two files, features (path) and labels (labels)",
+                     c->path     ? c->path
+                     : c->labels ? c->labels
+                                 : d->name);
   if (c->classes < 0)
-    return tr__data_say(TR_EINVAL, err, err_size, "data '%s': classes %d < 0", d->name, c->classes);
+    return tr_errorf(err, err_size, TR_EINVAL, "data '%s': classes %d < 0", d->name, c->classes);
   npy_source *s = calloc(1, sizeof *s);
   if (!(d->self = s)) return TR_ENOMEM;
   s->seed = c->seed;
@@ -153,8 +155,8 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
   if (s->y.h.shape[0] != s->rows) {
     char sh[256];
     tr__npy_shape_str(&s->y.h, sh, sizeof sh);
-    return tr__data_say(TR_EINVAL, err, err_size, "%s: shape %s but features have %" PRIu64 " rows",
-                        c->labels, sh, s->rows);
+    return tr_errorf(err, err_size, TR_EINVAL, "%s: shape %s but features have %" PRIu64 " rows",
+                     c->labels, sh, s->rows);
   }
   if (s->y_int && (rc = check_labels(&s->y, c->classes, err, err_size))) return rc;
   while (s->half < 32 && (s->rows - 1) >> (2 * s->half)) s->half++;
@@ -170,9 +172,10 @@ int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t 
   const char *descr = dtype == TR_DTYPE_F32 ? "<f4" : dtype == TR_DTYPE_I32 ? "<i4"
                       : dtype == TR_DTYPE_U8  ? "|u1" : NULL;
   if (descr == NULL || ndim < 1 || ndim > TR__NPY_MAX_DIMS)
-    return tr__data_say(TR_EINVAL, err, err_size, "%s: cannot write dtype %s with %d dimensions "
-                        "as .npy (float32, int32 or uint8; 1 to %d dimensions)",
-                        path ? path : "(null)", tr_dtype_name(dtype), ndim, TR__NPY_MAX_DIMS);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "%s: cannot write dtype %s with %d dimensions "
+                     "as .npy (float32, int32 or uint8; 1 to %d dimensions)",
+                     path ? path : "(null)", tr_dtype_name(dtype), ndim, TR__NPY_MAX_DIMS);
   /* magic, version 1.0, a 2-byte header length, the dict padded with spaces and ended by a
    * newline so that the data starts at a multiple of 64, as NumPy writes it */
   char h[512];
@@ -181,8 +184,8 @@ int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t 
                    descr);
   for (int d = 0; d < ndim; d++) {
     if (shape[d] < 0)
-      return tr__data_say(TR_EINVAL, err, err_size, "%s: dimension %d is %lld", path, d,
-                          (long long)shape[d]);
+      return tr_errorf(err, err_size, TR_EINVAL, "%s: dimension %d is %lld", path, d,
+                       (long long)shape[d]);
     elements *= (size_t)shape[d];
     n += snprintf(h + 10 + n, sizeof h - 10 - (size_t)n, "%s%lld", d ? ", " : "",
                   (long long)shape[d]);

@@ -225,9 +225,9 @@ int tr__data_open_synthetic(tr_data *d, const tr_data_config *c, char *err, size
   const int out = classes ? c->classes : c->out;
   d->ops = &synth_ops;
   if (c->in <= 0 || out <= 0 || c->ctx < 0)
-    return tr__data_say(TR_EINVAL, err, err_size,
-                        "data '%s': in %d, %s %d, ctx %d: widths must be positive", d->name, c->in,
-                        classes ? "classes" : "out", out, c->ctx);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "data '%s': in %d, %s %d, ctx %d: widths must be positive", d->name, c->in,
+                     classes ? "classes" : "out", out, c->ctx);
   synth *g = calloc(1, sizeof *g);
   if (!(d->self = g)) return TR_ENOMEM;
   *g = (synth){.kind = c->kind, .seed = c->seed, .in = c->in, .out = out,

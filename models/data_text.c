@@ -58,8 +58,8 @@ static const tr__data_ops text_ops = {.fill = fill, .close = close_text};
 int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t err_size) {
   d->ops = &text_ops;
   if (c->ctx <= 0 || (c->kind == TR_DATA_FILE && !c->path))
-    return tr__data_say(TR_EINVAL, err, err_size, "data '%s': ctx %d%s: invalid", d->name, c->ctx,
-                        c->kind == TR_DATA_FILE && !c->path ? ", no path" : "");
+    return tr_errorf(err, err_size, TR_EINVAL, "data '%s': ctx %d%s: invalid", d->name, c->ctx,
+                     c->kind == TR_DATA_FILE && !c->path ? ", no path" : "");
   text *t = calloc(1, sizeof *t);
   if (!(d->self = t)) return TR_ENOMEM;
   *t = (text){.seed = c->seed, .ctx = c->ctx};
@@ -73,9 +73,9 @@ int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t er
   }
   d->corpus_size = t->size;
   if (t->size < (size_t)c->ctx + 1)
-    return tr__data_say(c->kind == TR_DATA_FILE ? TR_EIO : TR_EINVAL, err, err_size,
-                        "data '%s': %zu bytes, needs at least %d (context + 1)", d->name, t->size,
-                        c->ctx + 1);
+    return tr_errorf(err, err_size, c->kind == TR_DATA_FILE ? TR_EIO : TR_EINVAL,
+                     "data '%s': %zu bytes, needs at least %d (context + 1)", d->name, t->size,
+                     c->ctx + 1);
   d->x_bytes = d->y_bytes = (size_t)c->ctx * sizeof(int32_t);
   return 0;
 }

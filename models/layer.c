@@ -6,42 +6,34 @@
 
 #include "layers/layers_impl.h"
 
-int tr__say(char *err, size_t size, const char *fmt, ...) {
-  if (err && size) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, size, fmt, ap);
-    va_end(ap);
-  }
-  return TR_EINVAL;
-}
-
 int tr__check_same_width(const tr_layer_spec *l, int in, char *err, size_t err_size) {
-  return l->out == in ? 0 : tr__say(err, err_size, "in %d and out %d differ", in, l->out);
+  return l->out == in ? 0
+                      : tr_errorf(err, err_size, TR_EINVAL, "in %d and out %d differ", in, l->out);
 }
 
 static int check_one(const tr_layer_spec *l, int in, int tokens, char *err, size_t size) {
   const tr_layer_type *k = l->type;
   if (!k || !k->name || !k->forward || !k->backward)
-    return tr__say(err, size, "no kind, or a kind without name, forward or backward");
+    return tr_errorf(err, size, TR_EINVAL, "no kind, or a kind without name, forward or backward");
   if (k->token_input != tokens)
-    return tr__say(err, size, k->token_input ? "takes tokens, and only the model's first layer may"
-                                         : "takes floats, not the model's tokens");
+    return tr_errorf(err, size, TR_EINVAL,
+                     k->token_input ? "takes tokens, and only the model's first layer may"
+                                    : "takes floats, not the model's tokens");
   if (l->in <= 0 || l->out <= 0)
-    return tr__say(err, size, "widths %d -> %d must be positive", l->in, l->out);
-  if (l->in != in) return tr__say(err, size, "takes width %d, is given %d", l->in, in);
+    return tr_errorf(err, size, TR_EINVAL, "widths %d -> %d must be positive", l->in, l->out);
+  if (l->in != in) return tr_errorf(err, size, TR_EINVAL, "takes width %d, is given %d", l->in, in);
   return k->check ? k->check(l, in, err, size) : 0;
 }
 
 int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char *err,
                     size_t err_size) {
-  if (n <= 0 || !layers) return tr__say(err, err_size, "no layers");
+  if (n <= 0 || !layers) return tr_errorf(err, err_size, TR_EINVAL, "no layers");
   char what[256] = "";
   for (int i = 0; i < n; i++) {
     const tr_layer_spec *l = &layers[i];
     if (check_one(l, i ? layers[i - 1].out : in, i == 0 && tokens, what, sizeof what))
-      return tr__say(err, err_size, "layer %d (%s): %s", i, l->type && l->type->name ? l->type->name : "?",
-                 what);
+      return tr_errorf(err, err_size, TR_EINVAL, "layer %d (%s): %s", i,
+                       l->type && l->type->name ? l->type->name : "?", what);
   }
   return 0;
 }
@@ -51,15 +43,15 @@ int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char
 int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
                        tr_init_kind init, float scale) {
   if (d0 <= 0 || d1 < 0 || (unsigned)init > TR_INIT_ZEROS)
-    return tr__say(t->err, t->err_size, "tensor %s%s: shape (%lld,%lld), init %d", t->prefix, name,
-               (long long)d0, (long long)d1, (int)init);
+    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s%s: shape (%lld,%lld), init %d",
+                     t->prefix, name, (long long)d0, (long long)d1, (int)init);
   t->count++;
   if (!t->m) return 0;
   char full[sizeof t->prefix + 64];
   int k = snprintf(full, sizeof full, "%s%s", t->prefix, name);
   if (k < 0 || (size_t)k >= sizeof ((tr_tensor_info *)0)->name)
-    return tr__say(t->err, t->err_size, "tensor %s: name longer than %zu characters", full,
-               sizeof ((tr_tensor_info *)0)->name - 1);
+    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s: name longer than %zu characters",
+                     full, sizeof((tr_tensor_info *)0)->name - 1);
   return tr__model_add_tensor(t->m, t->layer, full, d0, d1, init, scale);
 }
 
@@ -69,7 +61,8 @@ int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_lay
   const size_t len = strlen(t->prefix);
   int k = snprintf(t->prefix + len, sizeof t->prefix - len, "%s.", prefix);
   int rc = k < 0 || (size_t)k >= sizeof t->prefix - len
-               ? tr__say(t->err, t->err_size, "tensors of %s%s: names nested too deep", t->prefix, prefix)
+               ? tr_errorf(t->err, t->err_size, TR_EINVAL, "tensors of %s%s: names nested too deep",
+                           t->prefix, prefix)
                : l->type->tensors(l, T, t);
   t->prefix[len] = 0;
   return rc;

@@ -100,8 +100,8 @@ static int layout(tr_model *m, char *err, size_t size) {
     snprintf(prefix, sizeof prefix, "%d", i);
     int rc = tr_tensor_list_add_layer(&t, prefix, l, m->ctx);
     if (rc) {
-      tr__say(err, size, "layer %d (%s): its tensors: %s", i, l->type->name,
-              *what ? what : tr_strerror(rc));
+      tr_errorf(err, size, TR_EINVAL, "layer %d (%s): its tensors: %s", i, l->type->name,
+                *what ? what : tr_strerror(rc));
       return rc;
     }
   }
@@ -113,18 +113,18 @@ static int layout(tr_model *m, char *err, size_t size) {
 int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_size) {
   *out = NULL;
   if (!sp || sp->nlayers <= 0 || !sp->layers)
-    return tr__say(err, err_size, "model: no layers");
+    return tr_errorf(err, err_size, TR_EINVAL, "model: no layers");
   if (sp->ctx <= 0 || sp->batch <= 0)
-    return tr__say(err, err_size, "model: context %d and batch %d must be positive", sp->ctx,
-                   sp->batch);
+    return tr_errorf(err, err_size, TR_EINVAL, "model: context %d and batch %d must be positive",
+                     sp->ctx, sp->batch);
   const int nspecs = count_specs(sp->nlayers, sp->layers, 0);
   if (nspecs < 0)
-    return tr__say(err, err_size, "model: layers nested more than %d deep", MAX_DEPTH);
+    return tr_errorf(err, err_size, TR_EINVAL, "model: layers nested more than %d deep", MAX_DEPTH);
   const tr_layer_spec *first = &sp->layers[0];
   const int tokens = first->type && first->type->token_input;
   TR__TRY(tr_layers_check(sp->nlayers, sp->layers, first->in, tokens, err, err_size));
   if (sp->loss != TR_LOSS_MSE && sp->loss != TR_LOSS_CROSSENTROPY)
-    return tr__say(err, err_size, "model: unknown loss %d", (int)sp->loss);
+    return tr_errorf(err, err_size, TR_EINVAL, "model: unknown loss %d", (int)sp->loss);
 
   tr_model *m = calloc(1, sizeof *m);
   if (m) {
@@ -134,7 +134,7 @@ int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_
   }
   if (!m || !m->layers || !m->layer_tensor0 || !m->layer_offset) {
     tr_model_free(m);
-    tr__say(err, err_size, "model: out of memory");
+    tr_errorf(err, err_size, TR_EINVAL, "model: out of memory");
     return TR_ENOMEM;
   }
   snprintf(m->name, sizeof m->name, "%s", sp->name ? sp->name : "model");
@@ -223,8 +223,10 @@ int tr_model_named(tr_model **out, const char *name, char *err, size_t err_size)
   if (name && !strcmp(name, "simplenet")) rc = tr_model_simplenet(out);
   else if (name && !strcmp(name, "mlp")) rc = tr_model_mlp(out, 1024, 8);
   else if (name && !strcmp(name, "gpt")) rc = tr_model_gpt(out, NULL);
-  else return tr__say(err, err_size, "model '%s': not one of simplenet, mlp, gpt", name ? name : "");
-  if (rc) tr__say(err, err_size, "model '%s': %s", name, tr_strerror(rc));
+  else
+    return tr_errorf(err, err_size, TR_EINVAL, "model '%s': not one of simplenet, mlp, gpt",
+                     name ? name : "");
+  if (rc) tr_errorf(err, err_size, TR_EINVAL, "model '%s': %s", name, tr_strerror(rc));
   return rc;
 }
 

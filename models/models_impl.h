@@ -14,9 +14,6 @@
     if (tr__rc_) return tr__rc_; \
   } while (0)
 
-/* Writes the message into err (when not NULL) and returns TR_EINVAL. */
-int tr__say(char *err, size_t size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-
 /* Tensors and buffer parts start on 64-byte boundaries: 16 floats. */
 #define TR__ALIGN_FLOATS 16
 

@@ -1,6 +1,7 @@
-/* base.c — status names, the assertion failure path, clocks. */
+/* base.c — status names and messages, the assertion failure path, clocks. */
 #include "tr_base.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -16,6 +17,16 @@ const char *tr_strerror(int status) {
 #undef TR__STATUS_CASE
   }
   return "unknown status";
+}
+
+int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...) {
+  if (err && err_size) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+  }
+  return status;
 }
 
 void tr__assert_fail(const char *expr, const char *file, int line) {

@@ -47,6 +47,12 @@ enum tr_status {
 /* The name and description of a status code ("TR_EINVAL: invalid argument"). */
 const char *tr_strerror(int status);
 
+/* For functions that report into a caller's buffer (`char *err, size_t err_size`): writes
+ * the message there (nothing when err is NULL or err_size 0) and returns `status`, so a
+ * check reads `return tr_errorf(err, n, TR_EINVAL, "layout.stages %d: ...", p);`. */
+int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 #ifdef __cplusplus
 #define TR_NORETURN [[noreturn]]
 #else

@@ -10,7 +10,8 @@ tr_layer_spec tr_layer_block(int width, int heads, int hidden) {
 static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
   TR__TRY(tr__check_same_width(l, in, err, err_size));
   if (l->heads > 0 && l->in % l->heads == 0 && l->hidden > 0) return 0;
-  return tr__say(err, err_size, "width %d, %d heads, hidden %d", l->in, l->heads, l->hidden);
+  return tr_errorf(err, err_size, TR_EINVAL, "width %d, %d heads, hidden %d", l->in, l->heads,
+                   l->hidden);
 }
 
 static tr_block_dims dims(const tr_layer_spec *l, int B, int T) {

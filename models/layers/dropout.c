@@ -11,7 +11,7 @@ tr_layer_spec tr_layer_dropout(int width, float p) {
 static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
   TR__TRY(tr__check_same_width(l, in, err, err_size));
   if (l->p >= 0.0f && l->p < 1.0f) return 0;
-  return tr__say(err, err_size, "p %g must lie in [0,1)", (double)l->p);
+  return tr_errorf(err, err_size, TR_EINVAL, "p %g must lie in [0,1)", (double)l->p);
 }
 
 static int identity(const tr_layer_ctx *c) { return !c->training || c->l->p == 0.0f; }

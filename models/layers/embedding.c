@@ -9,8 +9,8 @@ tr_layer_spec tr_layer_embedding(int vocab, int width) {
 static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
   (void)in;
   if (l->vocab > 0 && l->in == 1) return 0;
-  return tr__say(err, err_size, "needs a vocabulary (has %d) and one token a row (in %d)",
-                 l->vocab, l->in);
+  return tr_errorf(err, err_size, TR_EINVAL,
+                   "needs a vocabulary (has %d) and one token a row (in %d)", l->vocab, l->in);
 }
 
 /* PyTorch's Embedding: normal(0, 1) */

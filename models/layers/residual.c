@@ -14,15 +14,15 @@ tr_layer_spec tr_layer_residual(int n, const tr_layer_spec *inner) {
 static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
   TR__TRY(tr__check_same_width(l, in, err, err_size));
   if (l->n <= 0 || !l->inner) {
-    return tr__say(err, err_size, "has no inner layers");
+    return tr_errorf(err, err_size, TR_EINVAL, "has no inner layers");
   }
   char what[256];
   if (tr_layers_check(l->n, l->inner, in, 0, what, sizeof what)) {
-    return tr__say(err, err_size, "inner %s", what);
+    return tr_errorf(err, err_size, TR_EINVAL, "inner %s", what);
   }
   if (l->inner[l->n - 1].out == in) return 0;
-  return tr__say(err, err_size, "its inner layers lead from width %d to %d, not back", in,
-           l->inner[l->n - 1].out);
+  return tr_errorf(err, err_size, TR_EINVAL, "its inner layers lead from width %d to %d, not back",
+                   in, l->inner[l->n - 1].out);
 }
 
 static int tensors(const tr_layer_spec *l, int T, tr_tensor_list *t) {
