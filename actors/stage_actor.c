@@ -1,8 +1,8 @@
 /* stage_actor.c — the stage runner: one device, layers [cuts[s], cuts[s+1]) of the model,
  * and every step the action list its schedule gives it (tr_schedule.h). Nothing else: the
  * replica group's all-reduce (group.c), the norm exchange of clipping (clipnorm.c) and the
- * asynchronous worker's push (worker.c) are parts it calls at the step action, and the
- * figures are metrics.c's.
+ * asynchronous worker's push (worker.c) are parts it calls at the step action; what others
+ * lend it waits in inbox.c's queues; losses and figures are losses.c's and metrics.c's.
  *
  * The actor never waits inside a callback. Messages (batches, activations, gradients, and
  * the parts' own) are queued on arrival, then the action list runs as far as it can: an
