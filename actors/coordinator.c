@@ -131,6 +131,12 @@ static void flush(observer *o) {
   o->nq -= sent;
 }
 
+/* The stages' clocks and the coordinator's are one monotonic clock, but a step may end on
+ * a stage a moment before the coordinator started. */
+static double seconds_between(uint64_t t0, uint64_t t1) {
+  return t1 > t0 ? (double)(t1 - t0) / 1e9 : 0;
+}
+
 /* The mean of two means of n and m values (NaN stands for none: n or m is 0). */
 static double mean_of(double x, int64_t n, double y, int64_t m) {
   return n + m == 0 ? NAN : ((n ? x * (double)n : 0) + (m ? y * (double)m : 0)) / (double)(n + m);
@@ -154,8 +160,8 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
       .loss = o->n ? o->sum / (double)o->n : NAN,
       .last_loss = last_loss,
       .samples = (step - first) * c->run->c.global_batch,
-      .seconds = (double)(t - c->t_start) / 1e9,
-      .step_seconds = o->n ? (double)(t - o->from_t) / 1e9 / (double)o->n : NAN,
+      .seconds = seconds_between(c->t_start, t),
+      .step_seconds = o->n ? seconds_between(o->from_t, t) / (double)o->n : NAN,
       .last = last};
   if (o->nq > QUEUE_MAX) { /* the older of the last two takes the newer in */
     tr_report_msg *a = &o->queue[o->nq - 2], *b = &o->queue[o->nq - 1];
