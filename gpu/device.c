@@ -177,7 +177,7 @@ static int stream_new(tr_device *d, const char *name, tr_stream **out) {
 }
 
 static void device_close(tr_device *d) {
-  if (d->impl || d->streams) {
+  if (d->be && (d->impl || d->streams)) {
     while (d->streams) {
       tr_stream *s = d->streams;
       d->streams = s->next;
@@ -257,6 +257,25 @@ fail:
 
 int tr_device_list_count(const tr_device_list *list) { return list->n; }
 
+int tr_device_list_add_remote(tr_device_list *list, int at, const tr_device_info *info) {
+  if (at < 0 || at > list->n || list->n >= MAX_DEVICES) return TR_EINVAL;
+  tr_device **devs = realloc(list->devs, (size_t)(list->n + 1) * sizeof *devs);
+  tr_device *d = calloc(1, sizeof *d);
+  if (devs) list->devs = devs;
+  if (!devs || !d) {
+    free(d);
+    return TR_ENOMEM;
+  }
+  d->list = list; /* no backend: every call on it is refused */
+  d->info = *info;
+  d->info.remote = 1;
+  memmove(devs + at + 1, devs + at, (size_t)(list->n - at) * sizeof *devs);
+  devs[at] = d;
+  list->n++;
+  for (int i = 0; i < list->n; i++) devs[i]->info.index = i;
+  return 0;
+}
+
 tr_device *tr_device_list_get(const tr_device_list *list, int index) {
   TR_ASSERT(index >= 0 && index < list->n);
   return list->devs[index];
@@ -267,19 +286,22 @@ const char *tr_device_name(const tr_device *d) { return d->info.name; }
 const char *tr_device_error(const tr_device *d) { return d->error; }
 
 int tr_device_can_access_peer(const tr_device *d, const tr_device *peer) {
+  if (!d->be || !peer->be) return 0; /* another process's memory */
   if (d->be->can_access_peer) return d->be->can_access_peer(d, peer);
   return d->be == peer->be;
 }
 
 int tr_device_bind(tr_device *d) {
+  TR_ASSERT(d->be != NULL);
   d->owner = pthread_self();
   __atomic_store_n(&d->bound, 1, __ATOMIC_RELEASE);
   return d->be->bind ? d->be->bind(d) : 0;
 }
 
 /* Every call on a device passes here: the first binds the caller as owner, debug builds
- * check that later ones come from it. */
+ * check that later ones come from it. Another process's device runs nothing here. */
 static inline int enter(tr_device *d) {
+  TR_ASSERT(d->be != NULL);
   if (__builtin_expect(!__atomic_load_n(&d->bound, __ATOMIC_ACQUIRE), 0)) return tr_device_bind(d);
 #ifndef NDEBUG
   if (!pthread_equal(d->owner, pthread_self())) {
@@ -342,7 +364,7 @@ int tr_device_free(tr_device *d, void *ptr) { return tr_stream_free(d->stream, p
 
 /* Host memory belongs to no device thread: no owner is bound or checked. */
 int tr_host_alloc(tr_device *d, size_t bytes, void **out) {
-  TR_ASSERT(d != NULL);
+  TR_ASSERT(d != NULL && d->be != NULL);
   NOT_NULL(out);
   *out = NULL;
   if (!bytes) return 0;
@@ -354,7 +376,7 @@ int tr_host_alloc(tr_device *d, size_t bytes, void **out) {
 }
 
 int tr_host_free(tr_device *d, void *ptr) {
-  TR_ASSERT(d != NULL);
+  TR_ASSERT(d != NULL && d->be != NULL);
   if (!ptr) return 0;
   if (d->be->host_free) return d->be->host_free(d, ptr);
   free(ptr);

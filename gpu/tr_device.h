@@ -85,6 +85,8 @@ typedef struct tr_device_info {
   uint64_t memory_free;  /* bytes when the list was opened */
   int cc_major, cc_minor;/* CUDA compute capability; 0 for host devices */
   int multiprocessors;   /* CUDA SMs; host: threads the device computes with (1) */
+  int rank;              /* the process (MPI rank) that owns it: 0 in a single process */
+  int remote;            /* owned by another process: a placeholder that runs nothing here */
 } tr_device_info;
 
 /* ---- discovery ------------------------------------------------------------------------ */
@@ -100,6 +102,12 @@ void tr_device_list_close(tr_device_list *list);
 
 int tr_device_list_count(const tr_device_list *list);
 tr_device *tr_device_list_get(const tr_device_list *list, int index);
+
+/* Inserts, at position `at` (0 .. count), a device of another process: `info` says what and
+ * whose it is (info->rank); the list then names it in its place, and nothing may run on it
+ * here (tr_world_devices builds a job's global list this way). TR_EINVAL for `at` out of
+ * range. */
+int tr_device_list_add_remote(tr_device_list *list, int at, const tr_device_info *info);
 
 /* Physical devices of a kind on this machine: GPUs (0 without a driver or without the CUDA
  * backend in this build), or host CPU threads. Never fails. */
