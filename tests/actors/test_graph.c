@@ -410,6 +410,7 @@ static void a_step_limit_bounds_claims_and_sends_no_end_message(void **state) {
  * the one tr_graph_end_step reports and every actor's end message names. */
 static void racing_sources_stop_at_one_end_on_a_time_limit(void **state) {
   (void)state;
+  int raced = 0; /* rounds that ran steps: a loaded machine may start the threads late */
   for (int round = 0; round < 12; round++) {
     tr_graph *g = graph_new();
     source a = {.g = g, .wait_end = true}, b = {.g = g, .wait_end = true};
@@ -422,7 +423,8 @@ static void racing_sources_stop_at_one_end_on_a_time_limit(void **state) {
     assert_int_equal(tr_graph_run(g, first, 0, 0.01), 0);
     double took = (double)(tr_now_ns() - t0) / 1e9;
     const int64_t end = tr_graph_end_step(g);
-    assert_true(end > first && end < INT64_MAX);
+    assert_true(end >= first && end < INT64_MAX);
+    raced += end > first;
     assert_int_equal(a.claimed, end - first);
     assert_int_equal(b.claimed, end - first);
     /* a source refused a claim knows where the run ends */
@@ -439,6 +441,7 @@ static void racing_sources_stop_at_one_end_on_a_time_limit(void **state) {
     if (!(took >= 0.009 && took < 5)) fail_msg("a 0.01 s run took %.3f s", took);
     tr_graph_free(g);
   }
+  assert_true(raced > 0);
 }
 
 /* tr_graph_finish from a source ends the run after the steps claimed, before the step
@@ -732,7 +735,7 @@ typedef struct taker {
 } taker;
 static int taker_start(tr_actor *self) {
   taker *t = tr_actor_state(self);
-  for (int64_t step; (step = tr_graph_take_step(t->g)) >= 0; t->taken++) t->seen[step]++;
+  for (int64_t step; (step = tr_graph_take_step(t->g, self)) >= 0; t->taken++) t->seen[step]++;
   tr_graph_done(t->g, self);
   return 0;
 }

@@ -539,7 +539,7 @@ typedef struct rally {
 static int rally_receive(tr_actor *self, tr_msg *msg) {
   rally *r = tr_actor_state(self);
   uint64_t n = ((num_msg *)msg)->n;
-  usleep(40 * 1000); /* slower than a tick (25 ms): some ticks see no progress */
+  usleep(80 * 1000); /* slower than a tick (50 ms): some ticks see no progress */
   if (n >= r->rounds) tr_system_stop(tr_actor_system(self), 0);
   else tr_actor_send(r->peer, num_new(n + 1, self));
   return 0;
@@ -548,13 +548,13 @@ static const tr_behaviour rally_behaviour = {.name = "rally", .receive = rally_r
 
 static void watchdog_never_stops_a_busy_system_that_makes_progress(void **state) {
   (void)state;
-  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 100, .watchdog_idle = 1});
-  rally ra = {.rounds = 20}, rb = ra;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 200, .watchdog_idle = 1});
+  rally ra = {.rounds = 12}, rb = ra;
   tr_actor *a = spawn(sys, "rally-a", TR_ACTOR_PINNED, &rally_behaviour, &ra);
   tr_actor *b = spawn(sys, "rally-b", TR_ACTOR_LOOP, &rally_behaviour, &rb);
   ra.peer = b, rb.peer = a;
   tr_actor_send(a, num_new(0, NULL));
-  assert_int_equal(tr_system_run(sys), 0); /* 800 ms, eight periods, none without progress */
+  assert_int_equal(tr_system_run(sys), 0); /* 960 ms, five periods, none without progress */
   tr_system_free(sys);
 }
 
@@ -572,12 +572,12 @@ static void *stop_later(void *arg) {
 
 static void watchdog_without_the_idle_option_leaves_an_idle_system_alone(void **state) {
   (void)state;
-  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 40});
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 80});
   _Atomic int count = 0;
   tr_actor *a = spawn(sys, "idler", TR_ACTOR_PINNED, &counting, &count);
   tr_actor_send(a, num_new(1, NULL));
   /* Ten periods idle, no timer pending: only a thread the runtime cannot see will stop it. */
-  late_stop s = {sys, 400};
+  late_stop s = {sys, 800};
   pthread_t t;
   pthread_create(&t, NULL, stop_later, &s);
   assert_int_equal(tr_system_run(sys), 0);
