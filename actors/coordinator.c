@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "graph_impl.h"
 #include "losses.h"
+#include "world_impl.h"
 
 enum { PENDING = 4,              /* checkpoints being assembled at once */
        PROGRESS_NS = 100 * 1000 * 1000 };
@@ -308,6 +310,7 @@ static void record_result(coordinator *c) {
   r->stages = P;
   r->microbatches = jc->layout.microbatches;
   r->ndevices = n;
+  r->ranks = tr_world_size(tr__graph_world(run->g));
   memcpy(r->cuts, run->cuts, (size_t)(P + 1) * sizeof *run->cuts);
   if (P > 1) snprintf(r->schedule, sizeof r->schedule, "%s", tr_schedule_kind_name(jc->layout.schedule));
   if (jc->async.enabled) {
@@ -321,9 +324,13 @@ static void record_result(coordinator *c) {
     const tr__report *d = &c->dones[i];
     if (d->window_start < start) start = d->window_start;
     if (d->window_end > end) end = d->window_end;
-    if (len < sizeof r->devices)
+    if (len < sizeof r->devices && r->ranks > 1) /* host:0@r1: host:0 of rank 1 */
+      len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s@r%d",
+                              i ? "," : "", d->device, d->rank);
+    else if (len < sizeof r->devices)
       len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s", i ? "," : "",
                               d->device);
+    if (i < TR_TRAIN_MAX_DEVICES) r->rank[i] = d->rank;
   }
   const double window = end > start ? (double)(end - start) : 0;
   r->first_step = first;
@@ -367,6 +374,12 @@ static int source_of(const coordinator *c, int source) {
   return source;
 }
 
+/* What to add to a time the sender of `m` took, to read it on this process's clock. */
+static int64_t clock_offset(const coordinator *c, const tr_msg *m) {
+  tr_graph *g = c->run->g;
+  return tr__world_clock_offset(tr__graph_world(g), tr_graph_actor_rank(g, m->from));
+}
+
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   coordinator *c = tr_actor_state(self);
   int rc = 0;
@@ -374,7 +387,9 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     const tr__loss_msg *m = (const tr__loss_msg *)msg;
     source_of(c, m->source);
     step_ctx x = {.c = c};
-    if ((rc = tr__loss_book_add(&c->losses, m, on_step, &x)) || (rc = x.rc)) return rc;
+    if ((rc = tr__loss_book_add(&c->losses, m, clock_offset(c, msg), on_step, &x)) ||
+        (rc = x.rc))
+      return rc;
     if (c->run->c.progress) show_progress(c);
   } else if (msg->type == &tr__part_type) {
     tr__part_msg *p = (tr__part_msg *)msg;
@@ -382,7 +397,11 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     rc = add_part(self, c, p);
   } else if (msg->type == &tr__done_type) {
     const tr__done_msg *d = (const tr__done_msg *)msg;
-    c->dones[source_of(c, d->source)] = d->report;
+    tr__report *r = &c->dones[source_of(c, d->source)];
+    *r = d->report;
+    r->rank = tr_graph_actor_rank(c->run->g, msg->from);
+    r->window_start += (uint64_t)clock_offset(c, msg);
+    r->window_end += (uint64_t)clock_offset(c, msg);
     c->ndone++;
   } else if (msg->type == &tr__server_done_type) {
     const tr__server_done_msg *d = (const tr__server_done_msg *)msg;

@@ -9,7 +9,10 @@
  *
  * Steps: `claimed` is one past the highest step any source claimed; finishing sets its STOP
  * bit, freezing it, so the end every source sees is the same. `taken` hands steps out to
- * sources that share them (tr_graph_take_step).
+ * sources that share them (tr_graph_take_step). Across processes (graph_impl.h), finishing
+ * first sets PENDING on every rank — claims beyond what each has claimed wait — and then
+ * every rank takes the largest of those claims as the end; rank 0 hands the shared steps
+ * out to every rank's sources.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -17,41 +20,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tr_graph.h"
+#include "graph_impl.h"
+#include "transport.h"
+#include "world_impl.h"
 
 TR_MSGTYPE_DEFINE(tr_edge_credit_type, tr_edge_credit_msg);
 TR_MSGTYPE_DEFINE(tr_graph_end_type, tr_graph_end_msg);
+TR_MSGTYPE_DEFINE(tr_graph_wake_type, tr_graph_wake_msg);
 
 #define STOP (INT64_C(1) << 62)
+#define PENDING (INT64_C(1) << 61)
+#define CLAIMS (~(STOP | PENDING))
 
-struct tr_edge {
-  tr_actor *from, *to;
-  const tr_msgtype *type;
-  const char *name;
-  int credits, wake_at;
-  bool notify;
-  _Atomic int available;
-  _Atomic int starving;
-  _Atomic int peak; /* written by the producer only */
-  tr_edge *next;
-};
-
-typedef struct member {
-  tr_actor *actor;
-  bool service;     /* not waited for */
-  _Atomic bool done; /* its part is over (read by tr_graph_print) */
-  struct member *next;
-} member;
+typedef tr__member member;
 
 struct tr_graph {
   tr_system *sys;
-  member *members;
-  int nmembers, nwaited; /* nwaited: members that are not services */
-  tr_edge *edges;
+  member *members;                 /* newest first */
+  member **by_id;                  /* [id] */
+  int nmembers, cap_members, nwaited; /* nwaited: this rank's members that are not services */
+  tr_edge *edges;                  /* newest first */
+  tr_edge **edge_by_id;
+  int nedges, cap_edges;
+  tr_world *world;
+  int rank, watchdog_ms;
+  tr_actor *transport;             /* across processes */
   tr_actor *timer; /* the graph's own loop actor, for a time limit */
   bool ran;
   int64_t first_step, end_limit;
-  _Atomic int64_t claimed; /* one past the highest step claimed, | STOP once finished */
+  _Atomic int64_t claimed; /* one past the highest step claimed, | PENDING, | STOP */
   _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
   _Atomic int ndone;
 };
@@ -78,6 +75,7 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
     free(g);
     return rc;
   }
+  g->watchdog_ms = c.watchdog_ms;
   g->end_limit = INT64_MAX;
   *out = g;
   return 0;
@@ -94,55 +92,140 @@ void tr_graph_free(tr_graph *g) {
     next = e->next;
     free(e);
   }
+  free(g->by_id);
+  free(g->edge_by_id);
   free(g);
+}
+
+int tr_graph_set_world(tr_graph *g, tr_world *w) {
+  if (g->ran || g->nmembers || g->world) return TR_ESTATE;
+  g->world = w;
+  g->rank = tr_world_rank(w);
+  if (tr_world_size(w) == 1) return 0;
+  return tr__transport_add(g, w, &g->transport);
+}
+
+int tr_graph_rank(const tr_graph *g) { return g->rank; }
+int tr_graph_actor_rank(const tr_graph *g, const tr_actor *a) {
+  const member *m = tr__graph_member_of(g, a);
+  return m ? m->rank : -1;
 }
 
 tr_system *tr_graph_system(const tr_graph *g) { return g->sys; }
 const char *tr_graph_error(const tr_graph *g) { return tr_system_error(g->sys); }
 
-static int add(tr_graph *g, const tr_actor_config *config, bool service, tr_actor **out) {
+/* Stands for an actor of another rank: edges name it; nothing is ever delivered to it. */
+static int remote_receive(tr_actor *self, tr_msg *msg) {
+  return tr_actor_fail(self, TR_ESTATE, "'%s' lives in another process: a '%s' came to it "
+                       "outside an edge", tr_actor_name(self), msg->type->name);
+}
+static const tr_behaviour remote_behaviour = {.name = "remote", .receive = remote_receive};
+
+static int add(tr_graph *g, int rank, const tr_actor_config *config, bool service,
+               tr_actor **out) {
   TR_ASSERT(!g->ran);
+  if (rank < 0 || rank >= tr_world_size(g->world)) return TR_EINVAL;
+  if (g->nmembers == g->cap_members) {
+    const int cap = g->cap_members ? 2 * g->cap_members : 32;
+    member **grown = realloc(g->by_id, (size_t)cap * sizeof *grown);
+    if (grown == NULL) return TR_ENOMEM;
+    g->by_id = grown;
+    g->cap_members = cap;
+  }
   member *m = calloc(1, sizeof *m);
   if (m == NULL) return TR_ENOMEM;
-  int rc = tr_actor_spawn(g->sys, config, &m->actor);
+  m->rank = rank;
+  m->remote = rank != g->rank;
+  atomic_init(&m->granted, -1);
+  tr_actor_config c = *config;
+  if (m->remote) { /* it runs on the rank it lives on; its state here is only kept */
+    m->placeholder = remote_behaviour;
+    m->placeholder.destroy = config->state ? config->behaviour->destroy : NULL;
+    c = (tr_actor_config){.name = config->name, .kind = TR_ACTOR_LOOP,
+                          .behaviour = &m->placeholder, .state = config->state};
+  }
+  int rc = tr_actor_spawn(g->sys, &c, &m->actor);
   if (rc) {
     free(m);
     return rc;
   }
   m->service = service;
+  m->id = g->nmembers;
   m->next = g->members;
   g->members = m;
-  g->nmembers++;
-  g->nwaited += !service;
+  g->by_id[g->nmembers++] = m;
+  g->nwaited += !service && !m->remote;
   *out = m->actor;
   return 0;
 }
 
 int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
-  return add(g, config, false, out);
+  return add(g, g->rank, config, false, out);
 }
 
 int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
-  return add(g, config, true, out);
+  return add(g, g->rank, config, true, out);
 }
+
+int tr_graph_add_on(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out) {
+  return add(g, rank, config, false, out);
+}
+
+int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config,
+                            tr_actor **out) {
+  return add(g, rank, config, true, out);
+}
+
+member *tr__graph_member_of(const tr_graph *g, const tr_actor *a) {
+  for (member *m = g->members; m; m = m->next)
+    if (m->actor == a) return m;
+  return NULL;
+}
+member *tr__graph_member(const tr_graph *g, int id) {
+  return id >= 0 && id < g->nmembers ? g->by_id[id] : NULL;
+}
+int tr__graph_member_count(const tr_graph *g) { return g->nmembers; }
+tr_edge *tr__graph_edge(const tr_graph *g, int id) {
+  return id >= 0 && id < g->nedges ? g->edge_by_id[id] : NULL;
+}
+int tr__graph_edge_count(const tr_graph *g) { return g->nedges; }
+tr_world *tr__graph_world(const tr_graph *g) { return g->world; }
+tr_actor *tr__graph_transport(const tr_graph *g) { return g->transport; }
+tr_actor *tr__graph_transport_on(const tr_graph *g, int rank) {
+  return g->transport ? g->by_id[rank]->actor : NULL; /* members 0 .. size − 1 */
+}
+int tr__graph_watchdog_ms(const tr_graph *g) { return g->watchdog_ms; }
 
 int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
   TR_ASSERT(!g->ran && c->from && c->to);
   *out = NULL;
   const int wake_at = c->wake_at > 0 ? c->wake_at : 1;
-  if (c->credits < 1 || wake_at > c->credits) return TR_EINVAL;
+  const member *from = tr__graph_member_of(g, c->from), *to = tr__graph_member_of(g, c->to);
+  if (c->credits < 1 || wake_at > c->credits || !from || !to) return TR_EINVAL;
+  if (g->nedges == g->cap_edges) {
+    const int cap = g->cap_edges ? 2 * g->cap_edges : 64;
+    tr_edge **grown = realloc(g->edge_by_id, (size_t)cap * sizeof *grown);
+    if (grown == NULL) return TR_ENOMEM;
+    g->edge_by_id = grown;
+    g->cap_edges = cap;
+  }
   tr_edge *e = calloc(1, sizeof *e);
   if (e == NULL) return TR_ENOMEM;
-  *e = (tr_edge){.from = c->from,
+  *e = (tr_edge){.g = g,
+                 .id = g->nedges,
+                 .from = c->from,
                  .to = c->to,
                  .type = c->type,
                  .name = c->name ? c->name : c->type->name,
                  .credits = c->credits,
                  .wake_at = wake_at,
                  .notify = c->notify != 0,
+                 .remote_from = from->remote,
+                 .remote_to = to->remote,
                  .next = g->edges};
   atomic_init(&e->available, c->credits);
   g->edges = e;
+  g->edge_by_id[g->nedges++] = e;
   *out = e;
   return 0;
 }
@@ -169,7 +252,8 @@ void tr_edge_send(tr_edge *e, void *msg) {
   tr_msg *m = msg;
   TR_ASSERT(e->type == NULL || m->type == e->type);
   m->from = e->from;
-  tr_actor_send(e->to, m);
+  if (e->remote_to) tr__transport_send(e->g->transport, e, m);
+  else tr_actor_send(e->to, m);
 }
 
 int tr_edge_send_control(tr_edge *e, void *msg) {
@@ -192,6 +276,10 @@ static void send_credit(tr_edge *e, int count) {
 }
 
 void tr_edge_release(tr_edge *e, int n) {
+  if (e->remote_from) { /* the producer's credits are kept where it lives */
+    tr__transport_release(e->g->transport, e, n);
+    return;
+  }
   int now = atomic_fetch_add(&e->available, n) + n;
   TR_ASSERT(now <= e->credits);
   if (e->notify) {
@@ -225,15 +313,43 @@ int tr_graph_claim_step(tr_graph *g, int64_t step) {
   if (step >= g->end_limit) return 0;
   int64_t c = atomic_load(&g->claimed);
   for (;;) {
-    if (step < (c & ~STOP)) return 1;
+    if (step < (c & CLAIMS)) return 1;
     if (c & STOP) return 0;
+    if (c & PENDING) return -1; /* the ranks are agreeing on the end: a message will come */
     if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) return 1;
   }
 }
 
-int64_t tr_graph_take_step(tr_graph *g) {
+int64_t tr__graph_take_local(tr_graph *g) {
   const int64_t step = g->first_step + atomic_fetch_add(&g->taken, 1);
-  return tr_graph_claim_step(g, step) ? step : -1;
+  const int claim = tr_graph_claim_step(g, step);
+  if (claim < 0) atomic_fetch_sub(&g->taken, 1); /* asked again once the end is known */
+  return claim > 0 ? step : claim < 0 ? -2 : -1;
+}
+
+int64_t tr_graph_take_step(tr_graph *g, tr_actor *self) {
+  if (g->rank == 0) return tr__graph_take_local(g);
+  member *m = tr__graph_member_of(g, self); /* rank 0 hands every rank's steps out */
+  TR_ASSERT(m != NULL && !m->remote);
+  const int64_t granted = atomic_exchange(&m->granted, -1);
+  if (granted != -1) {
+    m->asked = false;
+    return granted == INT64_MIN ? -1 : granted;
+  }
+  if (!m->asked) {
+    m->asked = true;
+    tr__transport_take(g->transport, m->id);
+  }
+  return -2;
+}
+
+void tr__graph_grant(tr_graph *g, int id, int64_t step) {
+  member *m = tr__graph_member(g, id);
+  TR_ASSERT(m != NULL && !m->remote);
+  atomic_store(&m->granted, step < 0 ? INT64_MIN : step); /* INT64_MIN: none, but answered */
+  tr_graph_wake_msg *w = tr_msg_new(&tr_graph_wake_type);
+  w->hdr.from = NULL;
+  tr_actor_send_ctl(m->actor, w);
 }
 
 /* Read from `claimed`, which the STOP bit freezes, so a source refused a claim reads the end
@@ -241,15 +357,14 @@ int64_t tr_graph_take_step(tr_graph *g) {
 int64_t tr_graph_end_step(const tr_graph *g) {
   int64_t c = atomic_load(&g->claimed);
   if (!(c & STOP)) return g->end_limit;
-  return (c & ~STOP) < g->end_limit ? c & ~STOP : g->end_limit;
+  return (c & CLAIMS) < g->end_limit ? c & CLAIMS : g->end_limit;
 }
 int64_t tr_graph_first_step(const tr_graph *g) { return g->first_step; }
 
-void tr_graph_finish(tr_graph *g) {
-  int64_t c = atomic_fetch_or(&g->claimed, STOP);
-  if (c & STOP) return;
-  int64_t end = c < g->end_limit ? c : g->end_limit;
+/* Every actor of this rank learns the end (idle ones would not look otherwise). */
+static void tell_end(tr_graph *g, int64_t end) {
   for (member *m = g->members; m; m = m->next) {
+    if (m->remote) continue;
     tr_graph_end_msg *msg = tr_msg_new(&tr_graph_end_type);
     msg->hdr.from = NULL;
     msg->end_step = end;
@@ -257,22 +372,60 @@ void tr_graph_finish(tr_graph *g) {
   }
 }
 
+void tr_graph_finish(tr_graph *g) {
+  if (g->transport) { /* the ranks agree on the end first */
+    tr__transport_finish(g->transport);
+    return;
+  }
+  int64_t c = atomic_fetch_or(&g->claimed, STOP);
+  if (c & STOP) return;
+  tell_end(g, c < g->end_limit ? c : g->end_limit);
+}
+
+int64_t tr__graph_freeze(tr_graph *g) {
+  return atomic_fetch_or(&g->claimed, PENDING) & CLAIMS;
+}
+
+void tr__graph_set_end(tr_graph *g, int64_t end) {
+  int64_t c = atomic_load(&g->claimed);
+  TR_ASSERT((c & PENDING) && (c & CLAIMS) <= end);
+  atomic_store(&g->claimed, end | STOP);
+  tell_end(g, end < g->end_limit ? end : g->end_limit);
+}
+
 void tr_graph_done(tr_graph *g, tr_actor *self) {
-  member *m = g->members;
-  while (m && m->actor != self) m = m->next;
-  TR_ASSERT(m != NULL && !atomic_load(&m->done));
+  member *m = tr__graph_member_of(g, self);
+  TR_ASSERT(m != NULL && !m->remote && !atomic_load(&m->done));
   atomic_store(&m->done, true);
-  if (!m->service && atomic_fetch_add(&g->ndone, 1) + 1 == g->nwaited) tr_system_stop(g->sys, 0);
+  if (m->service) return;
+  const int done = atomic_fetch_add(&g->ndone, 1) + 1;
+  /* With a transport, the run is over once it has said goodbye to the other ranks: it is
+   * told when it is the last of this rank's actors left. */
+  if (done == g->nwaited) tr_system_stop(g->sys, 0);
+  else if (g->transport && done == g->nwaited - 1) tr__transport_locals_done(g->transport);
 }
 
 void tr_graph_print(tr_graph *g, FILE *f) {
-  fprintf(f, "graph of %d actors and their edges:\n", g->nmembers);
+  fprintf(f, "graph of %d actors and their edges", g->nmembers);
+  if (g->transport) fprintf(f, " (rank %d of %d)", g->rank, tr_world_size(g->world));
+  fprintf(f, ":\n");
   for (const member *m = g->members; m; m = m->next) {
+    if (m->remote) {
+      fprintf(f, "  actor '%s' on rank %d\n", tr_actor_name(m->actor), m->rank);
+      continue;
+    }
     fprintf(f, "  actor '%s' (%s)%s%s\n", tr_actor_name(m->actor),
             tr_actor_kind_of(m->actor) == TR_ACTOR_PINNED ? "pinned" : "loop",
             m->service ? ", a service" : "", atomic_load(&m->done) ? ", done" : "");
   }
   for (const tr_edge *e = g->edges; e; e = e->next) {
+    if (e->remote_from && e->remote_to) continue; /* between two other ranks */
+    if (e->remote_from) {
+      fprintf(f, "  edge %s -> %s '%s' (%s): from rank %d, its credits kept there\n",
+              tr_actor_name(e->from), tr_actor_name(e->to), e->name,
+              e->type ? e->type->name : "control", tr_graph_actor_rank(g, e->from));
+      continue;
+    }
     const int out = e->credits - atomic_load(&e->available);
     fprintf(f, "  edge %s -> %s '%s' (%s): %d of %d in flight, peak %d%s%s\n",
             tr_actor_name(e->from), tr_actor_name(e->to), e->name,
@@ -291,13 +444,14 @@ static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_r
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
   TR_ASSERT(!g->ran);
   if (first_step < 0 || end_step < 0 || (end_step > 0 && end_step <= first_step) ||
-      !(seconds >= 0) || (end_step == 0 && seconds == 0) || g->nwaited == 0)
+      !(seconds >= 0) || (end_step == 0 && seconds == 0) ||
+      g->nwaited == (g->transport != NULL))
     return TR_EINVAL;
   g->ran = true;
   g->first_step = first_step;
   g->end_limit = end_step > 0 ? end_step : INT64_MAX;
   atomic_store(&g->claimed, first_step);
-  if (seconds > 0) {
+  if (seconds > 0 && g->rank == 0) { /* one clock for every rank: rank 0's */
     int rc = tr_actor_spawn(g->sys,
                             &(tr_actor_config){.name = "graph", .kind = TR_ACTOR_LOOP,
                                                .behaviour = &timer_behaviour, .state = g},
@@ -305,5 +459,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     if (rc == 0) rc = tr_actor_timer_start(g->timer, (uint64_t)(seconds * 1e3), 0, 0);
     if (rc) return rc;
   }
-  return tr_system_run(g->sys);
+  const int rc = tr_system_run(g->sys);
+  if (rc && g->transport) tr__world_broken(g->world); /* the other ranks may be stuck */
+  return rc;
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "group.h"
+#include "transport.h"
 
 TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
 
@@ -19,7 +20,10 @@ typedef struct group_step {
   tr_event **peer_ev;  /* [bucket × n]: their events */
   tr_event **reduced;  /* [bucket × n]: the owners' events, waited for before the update */
   int nreduced;
-  tr_event **own_ready, **own_reduced; /* [bucket]: this member's */
+  int *reduced_n;      /* [bucket]: its chunks summed here (across ranks: then summed on) */
+  tr_event **final_ev; /* [bucket]: across ranks, the leader's once the whole sum is written */
+  int nfinal, next_cross;
+  tr_event **own_ready, **own_reduced, **own_final; /* [bucket]: this member's */
 } group_step;
 
 struct tr__group {
@@ -39,6 +43,11 @@ struct tr__group {
   bool armed;     /* the step's last backward runs: buckets are announced */
   int64_t step;   /* the armed step */
   int hook_rc;    /* a failure inside tr__group_grad_ready */
+  /* Across ranks: the members here are the group's part in this process; their leader
+   * (member 0 here) sums each bucket with the other ranks' through the transport. */
+  int cross;              /* the group's number with the transport; -1: every member is here */
+  tr_edge *sum, *summed;  /* the leader's, to and from the transport */
+  float *host;            /* the leader's gradients staged for MPI (not host memory) */
 };
 
 /* Buckets, last layers first, each at least BUCKET_FLOATS unless the stage runs out. */
@@ -63,6 +72,12 @@ static int plan(const tr_model *m, int first, int end, bucket *out) {
 
 int tr__group_buckets(const tr_model *m, int first, int end) { return plan(m, first, end, NULL); }
 
+void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed) {
+  g->cross = group;
+  g->sum = sum;
+  g->summed = summed;
+}
+
 tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
                          tr_device *const *devs) {
   tr__group *g = calloc(1, sizeof *g);
@@ -80,6 +95,7 @@ tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
   memcpy(g->out, out, (size_t)n * sizeof *out);
   memcpy(g->in, in, (size_t)n * sizeof *in);
   memcpy(g->devs, devs, (size_t)n * sizeof *devs);
+  g->cross = -1;
   return g;
 }
 
@@ -108,13 +124,22 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
     s->reduced = calloc((size_t)(nb * n), sizeof *s->reduced);
     s->own_ready = calloc((size_t)nb, sizeof *s->own_ready);
     s->own_reduced = calloc((size_t)nb, sizeof *s->own_reduced);
-    if (!s->ready || !s->peer_ev || !s->reduced || !s->own_ready || !s->own_reduced)
+    s->own_final = calloc((size_t)nb, sizeof *s->own_final);
+    s->reduced_n = calloc((size_t)nb, sizeof *s->reduced_n);
+    s->final_ev = calloc((size_t)nb, sizeof *s->final_ev);
+    if (!s->ready || !s->peer_ev || !s->reduced || !s->own_ready || !s->own_reduced ||
+        !s->own_final || !s->reduced_n || !s->final_ev)
       return TR_ENOMEM;
     for (int b = 0; b < nb; b++)
       if (tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_ready[b]) ||
-          tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_reduced[b]))
+          tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_reduced[b]) ||
+          tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_final[b]))
         return fail(g, "opening events");
   }
+  const tr_device_info *di = tr_device_get_info(g->dev);
+  if (g->cross >= 0 && g->me == 0 && di->kind != TR_DEVICE_HOST &&
+      tr_host_alloc(g->dev, (info->numel ? info->numel : 1) * sizeof(float), (void **)&g->host))
+    return fail(g, "allocating the gradients' staging for MPI");
   if (tr_stream_open(g->dev, "allreduce", &g->comm)) return fail(g, "opening its stream");
   /* Where a member's memory is not readable here, its chunks are staged through scratch. */
   g->direct = true;
@@ -135,7 +160,7 @@ static void chunk_of(const tr__group *g, int b, int c, size_t *lo, size_t *hi) {
   *hi = bk->lo + to;
 }
 
-static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced);
+static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced, bool final);
 
 /* Every member's bucket b is final: sum this member's chunk over them, in member order,
  * and write the sum into every member's gradients. */
@@ -166,17 +191,67 @@ static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
       return fail(g, "writing the sum");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
-  int rc = announce(g, step, b, s->own_reduced[b], true);
+  int rc = announce(g, step, b, s->own_reduced[b], true, false);
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return rc;
 }
 
-int tr__group_receive(tr__group *g, const tr__bucket_msg *m) {
+/* The leader: buckets whose every chunk is summed here go to the other ranks, in bucket
+ * order (every rank issues the same collectives in the same order). */
+static int sum_across(tr__group *g, group_step *s, int64_t step) {
+  while (s->next_cross < g->nb && s->reduced_n[s->next_cross] == g->n) {
+    const int b = s->next_cross++;
+    const bucket *bk = &g->buckets[b];
+    float *p = tr_stage_grads(g->st) + bk->lo;
+    for (int r = 0; r < g->n; r++)
+      if (tr_stream_wait_event(g->comm, s->reduced[b * g->n + r])) return fail(g, "waiting");
+    if (g->host) { /* MPI reads host memory: stage the bucket through it */
+      if (tr_memcpy(g->comm, g->host + bk->lo, p, (bk->hi - bk->lo) * sizeof(float), TR_COPY_D2H))
+        return fail(g, "staging a bucket");
+      p = g->host + bk->lo;
+    }
+    if (tr_stream_synchronize(g->comm)) return fail(g, "finishing a bucket");
+    tr__sum_msg *m = tr_msg_new(&tr__sum_type);
+    *m = (tr__sum_msg){.hdr = m->hdr, .group = g->cross, .bucket = b, .step = step, .p = p,
+                       .n = bk->hi - bk->lo};
+    int rc = tr_edge_send_control(g->sum, m);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* The leader: bucket b holds the sum over every rank (staged: on the host); it goes to the
+ * members here, and they are told. */
+static int summed(tr__group *g, const tr__summed_msg *m) {
+  tr_edge_release(g->summed, 1);
+  group_step *s = &g->gs[m->step & 1];
+  const bucket *bk = &g->buckets[m->bucket];
+  const size_t n = bk->hi - bk->lo;
+  float *mine = tr_stage_grads(g->st) + bk->lo;
+  if (g->host && tr_memcpy(g->comm, mine, g->host + bk->lo, n * sizeof(float), TR_COPY_H2D))
+    return fail(g, "taking a bucket's sum");
+  for (int r = 1; r < g->n; r++)
+    if (tr_memcpy_peer(g->comm, g->grads[r] + bk->lo, g->devs[r], mine, g->dev, n * sizeof(float)))
+      return fail(g, "writing the sum");
+  if (tr_event_record(s->own_final[m->bucket], g->comm)) return fail(g, "recording");
+  return announce(g, m->step, m->bucket, s->own_final[m->bucket], true, true);
+}
+
+int tr__group_receive(tr__group *g, const tr_msg *msg) {
+  if (msg->type == &tr__summed_type) return summed(g, (const tr__summed_msg *)msg);
+  const tr__bucket_msg *m = (const tr__bucket_msg *)msg;
   if (m->member != g->me) tr_edge_release(g->in[m->member], 1);
   group_step *s = &g->gs[m->step & 1];
-  if (m->reduced) {
-    s->reduced[s->nreduced++] = m->ready;
+  if (m->final) { /* across ranks: the leader has the whole sum written here */
+    s->final_ev[m->bucket] = m->ready;
+    s->nfinal++;
     return 0;
+  }
+  if (m->reduced) {
+    s->reduced[m->bucket * g->n + m->member] = m->ready;
+    s->nreduced++;
+    s->reduced_n[m->bucket]++;
+    return g->cross >= 0 && g->me == 0 ? sum_across(g, s, m->step) : 0;
   }
   s->peer_ev[m->bucket * g->n + m->member] = m->ready;
   g->grads[m->member] = m->grads;
@@ -187,9 +262,10 @@ int tr__group_receive(tr__group *g, const tr__bucket_msg *m) {
 
 /* Tells every member that bucket b is final here (or this member's chunk of it summed),
  * itself directly. */
-static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced) {
-  const tr__bucket_msg own = {.bucket = b, .member = g->me, .reduced = reduced, .step = step,
-                              .ready = ev, .grads = tr_stage_grads(g->st)};
+static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced, bool final) {
+  const tr__bucket_msg own = {.hdr.type = &tr__bucket_type, .bucket = b, .member = g->me,
+                              .reduced = reduced, .final = final, .step = step, .ready = ev,
+                              .grads = tr_stage_grads(g->st)};
   for (int r = 0; r < g->n; r++) {
     if (r == g->me) continue;
     tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
@@ -199,7 +275,7 @@ static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduce
     int rc = tr_edge_send_control(g->out[r], m);
     if (rc) return rc;
   }
-  return tr__group_receive(g, &own);
+  return tr__group_receive(g, &own.hdr);
 }
 
 void tr__group_arm(tr__group *g, int64_t step) {
@@ -215,8 +291,9 @@ void tr__group_grad_ready(void *group, tr_stage *st, int layer) {
          layer <= g->buckets[g->next_bucket].low_layer) {
     const int b = g->next_bucket++;
     tr_event *ev = g->gs[g->step & 1].own_ready[b];
-    g->hook_rc = tr_event_record(ev, tr_stage_stream(g->st)) ? fail(g, "recording")
-                                                             : announce(g, g->step, b, ev, false);
+    g->hook_rc = tr_event_record(ev, tr_stage_stream(g->st))
+                     ? fail(g, "recording")
+                     : announce(g, g->step, b, ev, false, false);
   }
 }
 
@@ -228,10 +305,13 @@ int tr__group_disarm(tr__group *g) {
 
 int tr__group_wait(tr__group *g, int64_t step, tr_stream *s) {
   group_step *gs = &g->gs[step & 1];
-  if (gs->nreduced < g->nb * g->n) return 0;
-  for (int i = 0; i < gs->nreduced; i++)
-    if (tr_stream_wait_event(s, gs->reduced[i])) return fail(g, "waiting for the sums");
-  gs->nreduced = 0;
+  if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * g->n) return 0;
+  const int n = g->cross >= 0 ? g->nb : g->nb * g->n;
+  tr_event **ev = g->cross >= 0 ? gs->final_ev : gs->reduced;
+  for (int i = 0; i < n; i++)
+    if (tr_stream_wait_event(s, ev[i])) return fail(g, "waiting for the sums");
+  gs->nreduced = gs->nfinal = gs->next_cross = 0;
+  memset(gs->reduced_n, 0, (size_t)g->nb * sizeof *gs->reduced_n);
   return 1;
 }
 
@@ -246,7 +326,10 @@ void tr__group_close(tr__group *g) {
     for (int b = 0; b < g->nb; b++) {
       if (g->gs[p].own_ready && g->gs[p].own_ready[b]) tr_event_close(g->gs[p].own_ready[b]);
       if (g->gs[p].own_reduced && g->gs[p].own_reduced[b]) tr_event_close(g->gs[p].own_reduced[b]);
+      if (g->gs[p].own_final && g->gs[p].own_final[b]) tr_event_close(g->gs[p].own_final[b]);
     }
+  if (g->host) tr_host_free(g->dev, g->host);
+  g->host = NULL;
   if (g->scratch) tr_device_free(g->dev, g->scratch);
   if (g->comm) tr_stream_close(g->comm);
   g->scratch = NULL;
@@ -263,6 +346,9 @@ void tr__group_free(tr__group *g) {
     free(s->reduced);
     free(s->own_ready);
     free(s->own_reduced);
+    free(s->own_final);
+    free(s->reduced_n);
+    free(s->final_ev);
   }
   free(g->out);
   free(g->in);

@@ -6,7 +6,10 @@
  * owns chunk c of a bucket sums chunk c over all members, in member order (the same bits on
  * every member, whatever the timing), on its own stream, writes the sum into every member's
  * gradients and announces that. A member updates once every chunk of every bucket has
- * been announced (tr__group_wait). Announcements travel on edges between every two members,
+ * been announced (tr__group_wait). Across processes, the members of each process do that
+ * among themselves, and then their leader sums each bucket with the other processes'
+ * through the transport (transport.h) and writes the total to them; they wait for its word.
+ * Announcements travel on edges between every two members,
  * whose credits the protocol bounds: bucket messages of the next step may arrive before
  * this one is over, never those of the step after (they need this member's chunks).
  *
@@ -34,6 +37,7 @@ typedef struct tr__bucket_msg {
   tr_msg hdr;
   int bucket, member;
   bool reduced;  /* false: the sender's bucket is final; true: the sender's chunk is summed */
+  bool final;    /* across ranks: the leader has the sum over every rank written */
   int64_t step;
   tr_event *ready;
   float *grads;  /* the sender's gradient allocation */
@@ -53,7 +57,11 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy);
 void tr__group_arm(tr__group *g, int64_t step);
 int tr__group_disarm(tr__group *g);
 void tr__group_grad_ready(void *group, tr_stage *st, int layer);
-int tr__group_receive(tr__group *g, const tr__bucket_msg *m);
+/* A tr__bucket_msg, or (the leader of a group across ranks) a tr__summed_msg. */
+int tr__group_receive(tr__group *g, const tr_msg *m);
+/* The group spans ranks (transport.h): the members given to tr__group_new are its part in
+ * this process, number `group` with the transport; the leader (member 0) sums through it. */
+void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed);
 int tr__group_wait(tr__group *g, int64_t step, tr_stream *s);
 /* The group's stream has run everything (the end of the run). */
 int tr__group_sync(tr__group *g);

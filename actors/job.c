@@ -8,11 +8,14 @@
 
 #include "clipnorm.h"
 #include "group.h"
+#include "transport.h"
 #include "worker.h"
 
 TR_MSGTYPE_DEFINE(tr_batch_type, tr_batch_msg);
-TR_MSGTYPE_DEFINE(tr_activation_type, tr_tensor_msg);
-TR_MSGTYPE_DEFINE(tr_gradient_type, tr_tensor_msg);
+/* one struct, two types with names of their own (a name says what a message is, on the wire
+ * and in traces) */
+const tr_msgtype tr_activation_type = {"tr_activation_msg", (uint32_t)sizeof(tr_tensor_msg)};
+const tr_msgtype tr_gradient_type = {"tr_gradient_msg", (uint32_t)sizeof(tr_tensor_msg)};
 TR_MSGTYPE_DEFINE(tr_report_type, tr_report_msg);
 TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
 TR_MSGTYPE_DEFINE(tr__loss_type, tr__loss_msg);
@@ -23,7 +26,8 @@ TR_MSGTYPE_DEFINE(tr__server_done_type, tr__server_done_msg);
 tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
   tr_batch_msg *f = tr_msg_new(&tr_batch_type);
   *f = (tr_batch_msg){.hdr = f->hdr, .step = b->step, .mb = b->mb, .count = b->count,
-                      .first = b->first, .x = b->x, .y = b->y};
+                      .first = b->first, .x = b->x, .y = b->y, .x_bytes = b->x_bytes,
+                      .y_bytes = b->y_bytes};
   return f;
 }
 
@@ -36,6 +40,7 @@ struct tr_job {
   tr_actor **loaders; /* [replica] */
   int *chained;       /* [replica]: links of its chain made */
   tr_actor *coordinator, *server;
+  int ncross; /* replica groups over several ranks, numbered for the transports */
 };
 
 tr_job_config tr_job_defaults(void) {
@@ -221,14 +226,19 @@ void tr__job_set_test_hooks(tr_job *j, const tr__test_hooks *h) { j->run.hooks =
 
 /* ---- actors -------------------------------------------------------------------------------- */
 
-static int add(tr_job *j, const char *name, tr_actor_kind kind, const tr_behaviour *b,
+/* Adds an actor on rank `rank` (tr_graph_add_on: elsewhere its state is kept, never run). */
+static int add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const tr_behaviour *b,
                void *state, tr_actor **out) {
   if (state == NULL) return TR_ENOMEM;
-  int rc = tr_graph_add(
-      j->run.g, &(tr_actor_config){.name = name, .kind = kind, .behaviour = b, .state = state}, out);
+  int rc = tr_graph_add_on(
+      j->run.g, rank,
+      &(tr_actor_config){.name = name, .kind = kind, .behaviour = b, .state = state}, out);
   if (rc) b->destroy(state);
   return rc;
 }
+
+/* Actors live where their device is: a device list of tr_world_devices names the rank. */
+static int rank_of(const tr_device *dev) { return tr_device_get_info(dev)->rank; }
 
 static int stage_index_of(const tr_job *j, const tr_actor *a) {
   const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
@@ -266,12 +276,17 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
   if (replica < 0 || replica >= j->run.c.layout.replicas || j->loaders[replica]) return TR_EINVAL;
   char name[32];
   snprintf(name, sizeof name, j->run.c.layout.replicas > 1 ? "loader%d" : "loader", replica);
+  /* beside the replica's first stage, whose pinned memory the batches live in */
+  tr_actor *first = j->stages[tr__device_index(&j->run, replica, 0)];
+  tr_device *dev = first ? tr__stage_device(tr_actor_state(first)) : NULL;
+  if (!dev && tr_world_size(tr__graph_world(j->run.g)) > 1)
+    return TR_ESTATE; /* across processes, its rank is its first stage's: add that first */
   void *state = tr__loader_new(&j->run, replica);
-  int rc = add(j, name, TR_ACTOR_LOOP, &tr__loader_behaviour, state, out);
+  int rc = add(j, dev ? rank_of(dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
+               &tr__loader_behaviour, state, out);
   if (rc) return rc;
   j->loaders[replica] = *out;
-  tr_actor *first = j->stages[tr__device_index(&j->run, replica, 0)];
-  if (first) tr__loader_set_device(state, tr__stage_device(tr_actor_state(first)));
+  if (dev) tr__loader_set_device(state, dev);
   return 0;
 }
 
@@ -287,7 +302,7 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
   else if (c->layout.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
   else snprintf(name, sizeof name, "stage%d", stage);
-  int rc = add(j, name, TR_ACTOR_PINNED, &tr__stage_behaviour,
+  int rc = add(j, rank_of(dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
   j->stages[i] = *out;
@@ -316,7 +331,7 @@ int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
 
 int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   if (j->coordinator) return TR_EINVAL;
-  int rc = add(j, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
+  int rc = add(j, 0, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
                tr__coordinator_new(&j->run), &j->coordinator);
   const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
   for (int i = 0; i < n && rc == 0; i++) rc = connect_report(j, j->stages[i], i);
@@ -327,7 +342,7 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
 
 int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
   if (!j->run.c.async.enabled || j->server || dev == NULL) return TR_EINVAL;
-  int rc = add(j, "server", TR_ACTOR_PINNED, &tr__server_behaviour,
+  int rc = add(j, rank_of(dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
                tr__server_new(&j->run, dev), &j->server);
   *out = j->server;
   if (rc == 0) rc = connect_report(j, j->server, j->run.c.layout.replicas);
@@ -406,32 +421,74 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   return 0;
 }
 
-int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
-  if (n < 1 || n > TR_TRAIN_MAX_DEVICES) return TR_EINVAL;
-  if (n == 1) return 0;
-  const int P = j->run.c.layout.stages;
-  const int s = stage_index_of(j, members[0]) % P;
+/* The bucket edges between every two of members[0, n) (all on one rank), each told its
+ * own where it lives here. */
+static int mesh(tr_job *j, tr_actor *const *members, int n, int credits) {
   tr_device *devs[TR_TRAIN_MAX_DEVICES];
-  for (int i = 0; i < n; i++) {
-    const int k = stage_index_of(j, members[i]);
-    if (k < 0 || k % P != s) return TR_EINVAL;
-    devs[i] = tr__stage_device(tr_actor_state(members[i]));
-  }
-  const int credits =
-      tr__group_credits(tr__group_buckets(j->run.c.model, j->run.cuts[s], j->run.cuts[s + 1]));
   tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
   if (e == NULL) return TR_ENOMEM;
+  for (int i = 0; i < n; i++) devs[i] = tr__stage_device(tr_actor_state(members[i]));
   int rc = 0;
   for (int a = 0; a < n && rc == 0; a++)
     for (int b = 0; b < n && rc == 0; b++)
       if (a != b) rc = connect(j, members[a], members[b], &tr__bucket_type, "bucket", credits, &e[a][b]);
-  for (int a = 0; a < n && rc == 0; a++) {
+  const bool here = tr_graph_actor_rank(j->run.g, members[0]) == tr_graph_rank(j->run.g);
+  for (int a = 0; a < n && rc == 0 && here; a++) {
     tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
     for (int b = 0; b < n; b++) out[b] = e[a][b], in[b] = e[b][a];
     rc = tr__stage_set_group(tr_actor_state(members[a]), n, a, out, in, devs);
   }
   free(e);
   return rc;
+}
+
+/* A group over several ranks: a mesh on each, and each rank's leader (its member of lowest
+ * index) sums with the other ranks' through its transport. Every rank makes the same edges
+ * in the same order. */
+static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
+  tr_graph *g = j->run.g;
+  const int me = tr_graph_rank(g), size = tr_world_size(tr__graph_world(g)), k = j->ncross++;
+  int ranks[TR_TRAIN_MAX_DEVICES], nranks = 0;
+  for (int rank = 0; rank < size; rank++)
+    for (int i = 0; i < n; i++)
+      if (tr_graph_actor_rank(g, members[i]) == rank) {
+        ranks[nranks++] = rank;
+        break;
+      }
+  int rc = tr__transport_group(tr__graph_transport(g), k, ranks, nranks);
+  for (int rank = 0; rank < size && rc == 0; rank++) {
+    tr_actor *here[TR_TRAIN_MAX_DEVICES];
+    int m = 0;
+    for (int i = 0; i < n; i++)
+      if (tr_graph_actor_rank(g, members[i]) == rank) here[m++] = members[i];
+    if (m == 0) continue;
+    tr_actor *transport = tr__graph_transport_on(g, rank);
+    tr_edge *sum, *summed;
+    rc = mesh(j, here, m, credits);
+    if (rc == 0) rc = connect(j, here[0], transport, &tr__sum_type, "sum", credits, &sum);
+    if (rc == 0) rc = connect(j, transport, here[0], &tr__summed_type, "summed", credits, &summed);
+    if (rc == 0 && rank == me)
+      rc = tr__transport_group_edges(tr__graph_transport(g), k, sum, summed);
+    for (int i = 0; i < m && rc == 0 && rank == me; i++)
+      tr__stage_span_ranks(tr_actor_state(here[i]), k, i ? NULL : sum, i ? NULL : summed);
+  }
+  return rc;
+}
+
+int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
+  if (n < 1 || n > TR_TRAIN_MAX_DEVICES) return TR_EINVAL;
+  const int P = j->run.c.layout.stages;
+  const int s = stage_index_of(j, members[0]) % P;
+  bool one_rank = true;
+  for (int i = 0; i < n; i++) {
+    const int k = stage_index_of(j, members[i]);
+    if (k < 0 || k % P != s) return TR_EINVAL;
+    one_rank &= tr_graph_actor_rank(j->run.g, members[i]) == tr_graph_actor_rank(j->run.g, members[0]);
+  }
+  const int credits =
+      tr__group_credits(tr__group_buckets(j->run.c.model, j->run.cuts[s], j->run.cuts[s + 1]));
+  if (!one_rank) return span_ranks(j, members, n, credits);
+  return n == 1 ? 0 : mesh(j, members, n, credits);
 }
 
 int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
@@ -460,6 +517,7 @@ void tr__result_init(tr_train_result *r, const char *model, const char *strategy
   memset(r, 0, sizeof *r);
   snprintf(r->model, sizeof r->model, "%s", model);
   snprintf(r->strategy, sizeof r->strategy, "%s", strategy);
+  r->ranks = 1;
   r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
   r->bubble_fraction = r->bubble_theory = r->staleness_mean = r->staleness_max = NAN;
   r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;

@@ -92,6 +92,7 @@ typedef struct tr__part_msg {
 /* A stage's figures at the end of the run. */
 typedef struct tr__report {
   int replica, stage;
+  int rank;            /* the process that ran it (the coordinator's reading) */
   char device[32];
   int64_t steps, window_steps;
   uint64_t window_start, window_end, busy_ns;
@@ -142,6 +143,9 @@ void tr__stage_set_chain(void *stage, tr_edge *out, tr_edge *in, bool forward);
 /* This stage's member number `me` in a group of `n`, and its edges to and from member i. */
 int tr__stage_set_group(void *stage, int n, int me, tr_edge *const *out, tr_edge *const *in,
                         tr_device *const *devs);
+/* After tr__stage_set_group: the group spans ranks (group.h); the leader's edges to and from
+ * the transport, NULL for the others. */
+void tr__stage_span_ranks(void *stage, int group, tr_edge *sum, tr_edge *summed);
 int tr__stage_set_clip(void *stage, tr_edge *const *out, tr_edge *const *in);
 void tr__stage_set_report(void *stage, tr_edge *report);
 /* async: the worker's push edge and the server's replies */

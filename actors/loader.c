@@ -119,7 +119,8 @@ static bool claim(tr_actor *self, loader *l) {
   if (!run->c.async.enabled) { /* the first stage claims the step; the end may have come */
     if (l->step < tr_graph_end_step(run->g)) return true;
   } else if (!l->claimed && !l->ending) {
-    l->step = tr_graph_take_step(run->g);
+    l->step = tr_graph_take_step(run->g, self);
+    if (l->step == -2) return false; /* rank 0 answers with a wake-up */
     l->claimed = l->step >= 0;
     l->ending = !l->claimed;
   }
@@ -169,7 +170,9 @@ static int produce(tr_actor *self, loader *l) {
                           .count = (int)count,
                           .first = first,
                           .x = what & TR_BATCH_INPUTS ? x : NULL,
-                          .y = what & TR_BATCH_TARGETS ? y : NULL};
+                          .y = what & TR_BATCH_TARGETS ? y : NULL,
+                          .x_bytes = what & TR_BATCH_INPUTS ? count * tr_model_input_bytes(c->model) : 0,
+                          .y_bytes = what & TR_BATCH_TARGETS ? count * tr_model_target_bytes(c->model) : 0};
       tr_edge_send(l->out[i].e, b);
       l->out[i].held = false;
     }

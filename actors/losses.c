@@ -133,15 +133,16 @@ static int tail_keep(tr__loss_book *b, int64_t k, double loss) {
   return 0;
 }
 
-int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, tr__on_step_fn on_step,
-                      void *arg) {
+int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
+                      tr__on_step_fn on_step, void *arg) {
   for (int i = 0; i < m->n; i++) {
     const int64_t k = m->e[i].step - b->first;
     if (k < b->complete) continue; /* not of this run */
     if (window_fit(b, k)) return TR_ENOMEM;
     tr__step_share *s = &b->window[k % b->wcap];
     s->sum += m->e[i].loss; /* in double: the shares' bits add up alike in any order */
-    if (m->e[i].t > s->t) s->t = m->e[i].t;
+    const uint64_t t = m->e[i].t + (uint64_t)offset;
+    if (t > s->t) s->t = t;
     s->parts++;
   }
   while (b->wcap && b->window[b->complete % b->wcap].parts == b->needed) {

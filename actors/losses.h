@@ -86,9 +86,10 @@ typedef struct tr__loss_book {
 typedef void (*tr__on_step_fn)(void *arg, int64_t step, double loss, uint64_t t);
 
 void tr__loss_book_init(tr__loss_book *b, int64_t first, int needed);
-/* The shares of a chunk; on_step once for every step this completes, in step order. */
-int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, tr__on_step_fn on_step,
-                      void *arg);
+/* The shares of a chunk, whose times read `offset` ns later on this clock (another
+ * process's: tr_world.h); on_step once for every step this completes, in step order. */
+int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
+                      tr__on_step_fn on_step, void *arg);
 /* The loss of the last complete step; the mean of the last 1% (at least one); NaN while
  * there is none. */
 double tr__loss_book_last(const tr__loss_book *b);

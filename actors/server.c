@@ -11,7 +11,9 @@
  * of the slowest worker still running waits until that one catches up or leaves.
  *
  * The worker's gradient and parameters (those it pulled: it never changes them) are read in
- * place where the device can (host devices; logical devices of one GPU), else staged.
+ * place where the device can (host devices; logical devices of one GPU), else staged. A
+ * worker of another process pushes host copies and gets the parameters it pulls with its
+ * reply (codec.h).
  *
  * Hogwild!: the server's first reply lends each worker its parameters and optimizer state;
  * the workers update them in place with no lock, and their pushes only count the updates
@@ -36,6 +38,9 @@ typedef struct worker {
   tr_event *reply_ev;
   int64_t clock;    /* pushes applied */
   bool direct;      /* its memory is readable here */
+  bool remote;      /* it lives in another process: pushes come in host memory, and the
+                       parameters pulled go back with the reply, from `host` */
+  float *host;
   bool active;      /* has not left */
   bool waiting;     /* its reply is held (SSP) */
   bool pull;        /* the held reply brings parameters */
@@ -130,11 +135,15 @@ static int server_open(tr_actor *self) {
     worker *w = &sv->w[i];
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
       return fail_device(self, sv, "opening events");
-    w->direct = tr_device_can_access_peer(sv->dev, w->dev) == 1;
+    w->remote = tr_device_get_info(w->dev)->remote;
+    w->direct = !w->remote && tr_device_can_access_peer(sv->dev, w->dev) == 1;
     if (jc->async.hogwild && !w->direct)
       return tr_actor_fail(self, TR_EINVAL, "async.hogwild: worker %d on %s cannot reach the "
-                           "server's memory on %s (host devices only)", i,
+                           "server's memory on %s (host devices of one process only)", i,
                            tr_device_name(w->dev), tr_device_name(sv->dev));
+    if (w->remote &&
+        tr_host_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&w->host))
+      return fail_device(self, sv, "allocating a remote worker's pull buffer");
     if (!sv->scratch && !w->direct &&
         tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
       return fail_device(self, sv, "allocating the staging buffer");
@@ -152,6 +161,8 @@ static int server_open(tr_actor *self) {
     r->pulled = false;
     r->version = 0;
     r->ready = NULL;
+    r->params = NULL;
+    r->numel = 0;
     r->share = sv->st;
     r->applied = &sv->applied;
     sv->lent = true;
@@ -189,14 +200,19 @@ static int serve(tr_actor *self, server *sv) {
     const int64_t gap = w->clock - slowest;
     if (S >= 0 && gap > S) continue;
     if (gap > sv->fig.clock_gap_max) sv->fig.clock_gap_max = (int)gap;
-    if (w->pull && tr_memcpy_peer(sv->s, w->params, w->dev, tr_stage_params(sv->st), sv->dev,
-                                  sv->numel * sizeof(float)))
+    const size_t bytes = sv->numel * sizeof(float);
+    if (w->pull && (w->remote ? tr_memcpy(sv->s, w->host, tr_stage_params(sv->st), bytes,
+                                          TR_COPY_D2H) || tr_stream_synchronize(sv->s)
+                              : tr_memcpy_peer(sv->s, w->params, w->dev,
+                                               tr_stage_params(sv->st), sv->dev, bytes)))
       return fail_device(self, sv, "sending parameters");
     if (tr_event_record(w->reply_ev, sv->s)) return fail_device(self, sv, "replying");
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
     r->pulled = w->pull;
     r->version = sv->version;
     r->ready = w->reply_ev;
+    r->params = w->remote && w->pull ? w->host : NULL; /* the worker copies them in */
+    r->numel = sv->numel;
     r->share = NULL;
     r->applied = NULL;
     w->waiting = false;
@@ -266,8 +282,16 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   const size_t bytes = sv->numel * sizeof(float);
   float *params = tr_stage_params(sv->st), *grads = m->grads;
   const float *pulled = m->params;
-  if (tr_stream_wait_event(sv->s, m->ready)) return fail_device(self, sv, "waiting for a push");
-  if (!w->direct) {
+  if (w->remote) { /* host memory of its message, complete; given back with the credit */
+    grads = NULL;
+    if (tr_memcpy(sv->s, tr_stage_grads(sv->st), m->grads, bytes, TR_COPY_H2D) ||
+        tr_memcpy(sv->s, sv->scratch, m->params, bytes, TR_COPY_H2D) ||
+        tr_stream_synchronize(sv->s))
+      return fail_device(self, sv, "copying a push from another process");
+    pulled = sv->scratch;
+  } else if (tr_stream_wait_event(sv->s, m->ready)) {
+    return fail_device(self, sv, "waiting for a push");
+  } else if (!w->direct) {
     grads = NULL;
     if (tr_memcpy_peer(sv->s, tr_stage_grads(sv->st), sv->dev, m->grads, m->dev, bytes) ||
         tr_memcpy_peer(sv->s, sv->scratch, sv->dev, m->params, m->dev, bytes))
@@ -353,8 +377,11 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
 static void server_stop(tr_actor *self) {
   server *sv = tr_actor_state(self);
   if (sv->s) tr_stream_synchronize(sv->s);
-  for (int i = 0; i < sv->W; i++)
+  for (int i = 0; i < sv->W; i++) {
     if (sv->w[i].reply_ev) tr_event_close(sv->w[i].reply_ev);
+    if (sv->w[i].host) tr_host_free(sv->dev, sv->w[i].host);
+    sv->w[i].host = NULL;
+  }
   for (int i = 0; i < STATS_RING; i++)
     if (sv->stats_ev[i]) tr_event_close(sv->stats_ev[i]);
   if (sv->stats_dev) tr_device_free(sv->dev, sv->stats_dev);

@@ -29,6 +29,7 @@
 #include "clipnorm.h"
 #include "group.h"
 #include "inbox.h"
+#include "transport.h"
 #include "losses.h"
 #include "metrics.h"
 #include "worker.h"
@@ -39,6 +40,14 @@ enum { BLOCKED = 0, DONE = 1 };
 enum { STEP_REDUCE, STEP_CLIP, STEP_SAVE };
 /* Where the end is. */
 enum { END_DEVICE, END_LOSSES, END_PART, END_FIGURES, END_LEAVE };
+
+/* Tensors for a stage of another process, from a device whose memory MPI cannot read: host
+ * copies, one per credit of the edge, reused in order as the credits come back. */
+typedef struct staged {
+  uint8_t *buf; /* n × bytes, pinned; NULL: sent from where they are */
+  int n, next;
+  size_t bytes;
+} staged;
 
 /* A batch edge into this stage and what it brings. */
 typedef struct input {
@@ -63,6 +72,7 @@ typedef struct stage_actor {
   input in[2];
   int nin;
   tr_edge *act_out, *act_in, *grad_out, *grad_in;
+  staged act_host, grad_host; /* act_out's and grad_out's, across processes */
   tr__queue actq, gradq;
   tr_event **act_ev; /* [slot] */
   tr_event *grad_ev[2];
@@ -129,6 +139,10 @@ int tr__stage_set_group(void *state, int n, int me, tr_edge *const *out, tr_edge
   return a->group ? 0 : TR_ENOMEM;
 }
 
+void tr__stage_span_ranks(void *state, int group, tr_edge *sum, tr_edge *summed) {
+  tr__group_span_ranks(((stage_actor *)state)->group, group, sum, summed);
+}
+
 int tr__stage_set_clip(void *state, tr_edge *const *out, tr_edge *const *in) {
   stage_actor *a = state;
   a->clip = tr__clip_new(a->run->c.layout.stages, a->stage, out, in);
@@ -165,6 +179,17 @@ static int open_events(stage_actor *a, tr_event **ev, int n) {
 }
 
 /* A queue per edge that lends this stage buffers, and room to owe every credit back. */
+static int open_staged(stage_actor *a, staged *h, tr_edge *e, size_t bytes) {
+  tr_graph *g = a->run->g;
+  if (e == NULL || tr_device_get_info(a->dev)->kind == TR_DEVICE_HOST ||
+      tr_graph_actor_rank(g, tr_edge_to(e)) == tr_graph_rank(g))
+    return 0;
+  *h = (staged){.n = tr_edge_credits(e), .bytes = bytes};
+  if (tr_host_alloc(a->dev, (size_t)h->n * (bytes ? bytes : 1), (void **)&h->buf))
+    return fail_device(a->self, a, "allocating host copies for another process");
+  return 0;
+}
+
 static int open_queues(stage_actor *a) {
   int owed = 0, rc = 0;
   for (int i = 0; i < a->nin; i++) {
@@ -180,6 +205,9 @@ static int open_queues(stage_actor *a) {
     return rc == TR_EDEVICE ? fail_device(a->self, a, "opening events") : rc;
   if (a->act_out && (rc = open_events(a, a->act_ev, a->info->slots))) return rc;
   if (a->grad_out && (rc = open_events(a, a->grad_ev, 2))) return rc;
+  if ((rc = open_staged(a, &a->act_host, a->act_out, a->info->output_bytes)) ||
+      (rc = open_staged(a, &a->grad_host, a->grad_out, a->info->input_bytes)))
+    return rc;
   return 0;
 }
 
@@ -266,12 +294,18 @@ static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
                          "stage", from);
   if (b->step >= 0) {
     const bool want_x = in->what & TR_BATCH_INPUTS, want_y = in->what & TR_BATCH_TARGETS;
-    if (b->count != a->run->mb_batch || (want_x && !b->x) || (want_y && a->info->is_last && !b->y))
-      return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' of %d samples%s%s: this stage "
-                           "takes micro-batches of %d samples with %s", from, b->count,
-                           b->x ? "" : ", no inputs", b->y ? "" : ", no targets",
-                           a->run->mb_batch, want_x && want_y ? "inputs and targets"
-                                             : want_x ? "inputs" : "targets");
+    const tr_model *m = a->run->c.model;
+    const size_t n = (size_t)a->run->mb_batch;
+    if (b->count != a->run->mb_batch ||
+        (want_x && (!b->x || b->x_bytes != n * tr_model_input_bytes(m))) ||
+        (want_y && a->info->is_last && (!b->y || b->y_bytes != n * tr_model_target_bytes(m))))
+      return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' of %d samples (%zu bytes of "
+                           "inputs, %zu of targets): this stage takes micro-batches of %d "
+                           "samples with %s (%zu and %zu bytes)", from, b->count,
+                           b->x ? b->x_bytes : 0, b->y ? b->y_bytes : 0, a->run->mb_batch,
+                           want_x && want_y ? "inputs and targets" : want_x ? "inputs" : "targets",
+                           want_x ? n * tr_model_input_bytes(m) : 0,
+                           want_y ? n * tr_model_target_bytes(m) : 0);
   }
   tr__queue_push(&in->q, (tr__lent){.step = b->step, .mb = b->mb, .count = b->count,
                                     .first = b->first, .x = b->x, .y = b->y});
@@ -316,8 +350,10 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge 
   if (in == NULL) return BLOCKED;
   if (in->step != a->step || in->mb != act->mb) return out_of_order(self, a, "a tensor", in, act);
   uint64_t t0 = tr_now_ns();
-  if (tr_stream_wait_event(a->s, in->ready) ||
-      tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes) ||
+  /* from another process: host memory, complete (in->dev and in->ready NULL) */
+  if ((in->ready && tr_stream_wait_event(a->s, in->ready)) ||
+      (in->dev ? tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes)
+               : tr_memcpy(a->s, dst, in->data, in->bytes, TR_COPY_H2D)) ||
       tr__returns_after(&a->returns, a->s, e))
     return fail_device(self, a, "receiving a tensor");
   if (act->kind == TR_ACTION_RECV_ACT) a->slot_first[act->slot] = in->first;
@@ -326,8 +362,15 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge 
   return DONE;
 }
 
-static int send_tensor(stage_actor *a, tr_edge *e, const tr_msgtype *type, const void *data,
-                       size_t bytes, tr_event *ev, const tr_action *act) {
+static int send_tensor(stage_actor *a, tr_edge *e, staged *h, const tr_msgtype *type,
+                       const void *data, size_t bytes, tr_event *ev, const tr_action *act) {
+  if (h->buf) { /* for another process: a host copy, complete before it goes */
+    uint8_t *copy = h->buf + (size_t)h->next * h->bytes;
+    h->next = (h->next + 1) % h->n;
+    if (tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2H) || tr_stream_synchronize(a->s))
+      return fail_device(a->self, a, "copying a tensor for another process");
+    data = copy;
+  }
   if (tr_event_record(ev, a->s)) return fail_device(a->self, a, "sending a tensor");
   tr_tensor_msg *t = tr_msg_new(type);
   t->step = a->step;
@@ -571,10 +614,16 @@ static int run_actions(tr_actor *self, stage_actor *a) {
         }
         int rc = tr__worker_begin(a->worker);
         if (rc != DONE) return rc < 0 ? rc : 0;
-      } else if (a->stage == 0 ? !tr_graph_claim_step(a->run->g, a->step)
-                               : a->step >= tr_graph_end_step(a->run->g)) {
-        a->finishing = true; /* the first stage claims each step as it starts it */
-        continue;
+      } else {
+        /* the first stage claims each step as it starts it; -1: the ranks are agreeing on
+         * the end, which a tr_graph_end_msg brings */
+        const int claim = a->stage == 0 ? tr_graph_claim_step(a->run->g, a->step)
+                                        : a->step < tr_graph_end_step(a->run->g);
+        if (claim < 0) break;
+        if (claim == 0) {
+          a->finishing = true;
+          continue;
+        }
       }
     }
     const tr_action *act = &a->acts[a->pc];
@@ -591,7 +640,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
           rc = BLOCKED;
           break;
         }
-        rc = send_tensor(a, a->act_out, &tr_activation_type, tr_stage_output(a->st, act->slot),
+        rc = send_tensor(a, a->act_out, &a->act_host, &tr_activation_type, tr_stage_output(a->st, act->slot),
                          info->output_bytes, a->act_ev[act->slot], act);
         break;
       case TR_ACTION_RECV_GRAD:
@@ -601,7 +650,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       case TR_ACTION_SEND_GRAD:
         TR_ASSERT(a->grad_credit);
         a->grad_credit = false;
-        rc = send_tensor(a, a->grad_out, &tr_gradient_type, a->dinput, info->input_bytes,
+        rc = send_tensor(a, a->grad_out, &a->grad_host, &tr_gradient_type, a->dinput, info->input_bytes,
                          a->grad_ev[a->grad_parity], act);
         a->grad_parity ^= 1;
         if (rc == DONE) hold(a, -1);
@@ -635,7 +684,7 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   if (t == &tr_batch_type) rc = take_batch(self, a, (const tr_batch_msg *)msg);
   else if (t == &tr_activation_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, true);
   else if (t == &tr_gradient_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, false);
-  else if (t == &tr__bucket_type) rc = tr__group_receive(a->group, (const tr__bucket_msg *)msg);
+  else if (t == &tr__bucket_type || t == &tr__summed_type) rc = tr__group_receive(a->group, msg);
   else if (t == &tr__norm_type) rc = tr__clip_receive(a->clip, (const tr__norm_msg *)msg);
   else if (t == &tr__reply_type) tr__worker_receive(a->worker, (const tr__reply_msg *)msg);
   else if (t == &tr__poll_type) {
@@ -661,6 +710,9 @@ static void stage_stop(tr_actor *self) {
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
   tr__loss_ring_close(&a->ring);
+  if (a->act_host.buf) tr_host_free(a->dev, a->act_host.buf);
+  if (a->grad_host.buf) tr_host_free(a->dev, a->grad_host.buf);
+  a->act_host.buf = a->grad_host.buf = NULL;
   tr_stage_close(a->st);
   a->st = NULL;
   a->info = NULL;

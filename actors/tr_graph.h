@@ -59,6 +59,7 @@
 #include <stdio.h>
 
 #include "tr_system.h"
+#include "tr_world.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -77,6 +78,22 @@ tr_system *tr_graph_system(const tr_graph *g);
 int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out);
 /* The same for a service: the run ends without waiting for its tr_graph_done. */
 int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out);
+
+/* Across processes (tr_world.h): every rank builds the same graph, in the same order, after
+ * tr_graph_set_world (before any actor is added), and places each actor on a rank: there it
+ * is the actor, elsewhere a placeholder that edges name (its state is kept, never run, and
+ * destroyed with the graph). An edge between two ranks is carried
+ * by the graph's transport (one pinned actor per rank), credits included; a message crosses
+ * as its type says (tr_protocol.h's and the job's own types; a type of yours byte for byte:
+ * no pointers in it, then). TR_ESTATE once an actor is added. A world of one changes
+ * nothing. */
+int tr_graph_set_world(tr_graph *g, tr_world *w);
+int tr_graph_add_on(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out);
+int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config,
+                            tr_actor **out);
+/* This process's rank; the rank an actor of the graph lives on (-1: not the graph's). */
+int tr_graph_rank(const tr_graph *g);
+int tr_graph_actor_rank(const tr_graph *g, const tr_actor *a);
 
 typedef struct tr_edge_config {
   tr_actor *from, *to;    /* both added to this graph */
@@ -126,11 +143,13 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
 const char *tr_graph_error(const tr_graph *g);
 
 /* Sources, any thread: 1 when `step` belongs to the run (claiming it), 0 when the run ends
- * before it. */
+ * before it; across processes, -1 while the ranks agree on the end of a timed run (a
+ * tr_graph_end_msg comes once they have: ask again then). */
 int tr_graph_claim_step(tr_graph *g, int64_t step);
-/* Sources that share the steps out, any thread: the next step no one has taken, claimed, or
- * -1 when the run has no more. */
-int64_t tr_graph_take_step(tr_graph *g);
+/* Sources that share the steps out, from their callbacks: the next step no one has taken,
+ * claimed, or -1 when the run has no more; across processes, -2 while rank 0 (which hands
+ * every rank's steps out) answers: a tr_graph_wake_msg comes, then ask again. */
+int64_t tr_graph_take_step(tr_graph *g, tr_actor *self);
 /* The first step not run: known from the start with a step limit, else INT64_MAX until the
  * run is finished. Any thread. */
 int64_t tr_graph_end_step(const tr_graph *g);
@@ -149,6 +168,12 @@ typedef struct tr_graph_end_msg {
   int64_t end_step;
 } tr_graph_end_msg;
 extern const tr_msgtype tr_graph_end_type;
+
+/* "What you waited on in the graph has come: look again" (tr_graph_take_step). */
+typedef struct tr_graph_wake_msg {
+  tr_msg hdr;
+} tr_graph_wake_msg;
+extern const tr_msgtype tr_graph_wake_type;
 
 /* Writes the graph: each actor (its kind, whether its part is done, what it is handling and
  * what waits in its mailbox) and each edge (producer → consumer, name, credits in flight of

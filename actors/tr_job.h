@@ -71,8 +71,12 @@ enum { TR_TRAIN_MAX_DEVICES = 64, TR_TRAIN_STALENESS_BINS = 32 };
 
 /* The figures of docs/WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
 typedef struct tr_train_result {
-  char model[32], strategy[16], devices[256];
+  char model[32], strategy[16];
+  char devices[256];       /* the devices' names in order ("host:0,host:1"); across processes
+                              with their ranks ("host:0@r0,host:0@r1") */
   int ndevices;
+  int ranks;               /* the processes the job spanned (tr_world.h): 1 in one */
+  int rank[TR_TRAIN_MAX_DEVICES]; /* the process that ran device i (as utilization[i]) */
   int64_t first_step;      /* where the run began: 0, or the resumed checkpoint's step */
   int64_t steps;           /* the last step reached */
   int64_t samples;         /* samples trained in this run */

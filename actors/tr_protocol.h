@@ -15,7 +15,7 @@
  *     tr_batch_msg *b = tr_msg_new(&tr_batch_type);
  *     *b = (tr_batch_msg){.hdr = b->hdr, .step = next_step, .mb = mb, .count = n,
  *                         .first = (uint64_t)next_step * global_batch + mb * n,
- *                         .x = xs[slot], .y = ys[slot]};
+ *                         .x = xs[slot], .y = ys[slot], .x_bytes = n * xb, .y_bytes = n * yb};
  *     fill(xs[slot], ys[slot], ...);
  *     tr_edge_send(out, b);
  *     slot = (slot + 1) % credits; ...
@@ -63,6 +63,7 @@ typedef struct tr_batch_msg {
   uint64_t first; /* the data set's index of the first sample */
   void *x, *y;    /* count × input bytes, count × target bytes (tr_model.h); NULL where the
                      edge does not carry them */
+  size_t x_bytes, y_bytes; /* at x and at y (0 where NULL) */
 } tr_batch_msg;
 extern const tr_msgtype tr_batch_type;
 

@@ -46,7 +46,7 @@ typedef struct tr_train_options {
   const char *model;       /* "simplenet", "mlp", "gpt" */
   const struct tr_model_spec *spec; /* a model of your own instead (tr_model.h); NULL: model */
   tr_strategy strategy;
-  const char *devices;     /* "host:N", "cuda:0,1", "auto" */
+  const char *devices;     /* "host:N", "cuda:0,1", "auto"; across processes also "none" */
   /* The job (tr_job.h) as tr_train_run builds it: job.model and job.data come from the
    * fields here; job.layout.replicas and .stages follow from the strategy and the devices:
    * single: one device. dp: a replica per device. mp: the layers cut across the devices,
@@ -66,6 +66,13 @@ typedef struct tr_train_options {
   int watchdog_ms;         /* no progress for this long fails the run; 0: the default */
   const char *server;      /* async: the server's device; NULL: host:1 for host workers,
                               else a logical device on the first worker's GPU */
+  /* The processes the job spans (tr_world.h); NULL: this one alone. Every rank calls
+   * tr_train_run with the same options but its own `devices` (and `data`): the job's devices
+   * are every rank's in rank order, and each rank runs the stages on its own. The ranks
+   * compare their options first and refuse to start, naming the ranks, where they differ.
+   * The result is rank 0's (the others' holds no figures); the async server lives on rank
+   * 0, and a trace is written by each rank, rank r's named with ".rank<r>". */
+  tr_world *world;
 } tr_train_options;
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's

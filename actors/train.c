@@ -1,6 +1,8 @@
 /* train.c — tr_train_run: options → model, devices, data → the strategy's graph → figures. */
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,7 +100,7 @@ static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t s
 }
 
 /* The server's device: as asked, else a host device of its own beside host workers, or a
- * logical device on the first worker's GPU. */
+ * logical device on the first worker's GPU. Across processes it lives on rank 0. */
 static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) {
   char spec[32];
   const tr_device_info *first = tr_device_get_info(tr_device_list_get(rn->devices, 0));
@@ -111,7 +113,10 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
   else snprintf(spec, sizeof spec, "host:1");
   const char *want = o->server ? o->server : spec;
   char why[256];
-  int rc = tr_device_list_open(&rn->server, want, why, sizeof why);
+  int rc = tr_world_size(o->world) > 1
+               ? tr_world_devices(o->world, tr_world_rank(o->world) == 0 ? want : NULL,
+                                  &rn->server, why, sizeof why)
+               : tr_device_list_open(&rn->server, want, why, sizeof why);
   if (rc == 0 && tr_device_list_count(rn->server) != 1) {
     snprintf(why, sizeof why, "give one device");
     rc = TR_EINVAL;
@@ -122,57 +127,188 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
 
 /* Pipeline stages balanced by what each layer costs on the device, timed before the run:
  * FLOPs miss what is not a GEMM (activations, norms, attention's softmax) and what small
- * GEMMs lose. Where measuring fails, tr_job_new balances by FLOPs instead. */
-static void measured_cuts(run *rn) {
+ * GEMMs lose. Where measuring fails, tr_job_new balances by FLOPs instead. Across processes
+ * rank 0 measures on its first device and every rank takes its cut. */
+static int measured_cuts(run *rn, tr_world *w) {
   tr_job_config *c = &rn->jc;
   const int L = tr_model_layer_count(rn->model), P = c->layout.stages;
   const int parts = c->layout.replicas * c->layout.microbatches;
   const int global = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
   const int batch = global / parts;
   if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
-    return; /* not a layout: tr_job_new says why */
+    return 0; /* not a layout: tr_job_new says why (on every rank alike) */
+  tr_device *dev = tr_device_list_get(rn->devices, 0);
+  int cut[TR__MAX_STAGES + 2] = {0}; /* cut[0]: measured; the cuts after */
   double *cost = malloc((size_t)L * sizeof *cost);
-  if (cost &&
-      tr_model_measure_layers(rn->model, tr_device_list_get(rn->devices, 0), batch, 5, cost,
-                              NULL, 0) == 0 &&
-      tr_model_balance_costs(rn->model, cost, P, rn->cuts) == 0) {
+  cut[0] = cost && !tr_device_get_info(dev)->remote &&
+           tr_model_measure_layers(rn->model, dev, batch, 5, cost, NULL, 0) == 0 &&
+           tr_model_balance_costs(rn->model, cost, P, cut + 1) == 0;
+  free(cost);
+  if (tr_world_size(w) > 1) {
+    int *all = malloc(sizeof cut * (size_t)tr_world_size(w));
+    if (all == NULL || tr_world_allgather(w, cut, sizeof cut, all)) {
+      free(all);
+      return TR_ESYS;
+    }
+    memcpy(cut, all, sizeof cut); /* rank 0's */
+    free(all);
+  }
+  if (cut[0]) {
+    memcpy(rn->cuts, cut + 1, (size_t)(P + 1) * sizeof *rn->cuts);
     c->layout.cuts = rn->cuts + 1;
     c->layout.ncuts = P - 1;
   }
-  free(cost);
+  return 0;
+}
+
+/* FNV-1a, for comparing what the ranks were given. */
+static uint64_t digest(uint64_t h, const void *p, size_t n) {
+  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
+  return h;
+}
+
+static uint64_t digest_str(uint64_t h, const char *s) {
+  return s ? digest(h, s, strlen(s) + 1) : digest(h, "", 1);
+}
+
+/* What every rank of a job must have been given alike, and whether it got this far. */
+typedef struct agreement {
+  int failed; /* this rank could not read its options (its own message says why) */
+  uint64_t model, run, layout, optim, async, checkpoint;
+} agreement;
+
+static uint64_t model_digest(const tr_model *m) {
+  const size_t f[] = {(size_t)tr_model_layer_count(m), tr_model_numel(m),
+                      tr_model_param_count(m),         tr_model_input_bytes(m),
+                      tr_model_target_bytes(m),        (size_t)tr_model_batch(m)};
+  uint64_t h = digest(digest_str(0xcbf29ce484222325ull, tr_model_name(m)), f, sizeof f);
+  for (int l = 0; l < tr_model_layer_count(m); l++) {
+    size_t span[2];
+    tr_model_layer_span(m, l, &span[0], &span[1]);
+    const double flops = tr_model_layer_flops(m, l);
+    h = digest(digest(h, span, sizeof span), &flops, sizeof flops);
+  }
+  return h;
+}
+
+static agreement agreement_of(const run *rn, const tr_train_options *o) {
+  const uint64_t h0 = 0xcbf29ce484222325ull;
+  const tr_job_config *j = &o->job;
+  const tr_layout_config *l = &j->layout;
+  const tr_optim_config *op = &j->optim;
+  const tr_async_config *as = &j->async;
+  const double run_f[] = {(double)o->steps, o->seconds, (double)j->seed, j->global_batch,
+                          o->deterministic};
+  const int layout_f[] = {(int)o->strategy, l->replicas, l->stages, l->microbatches,
+                          (int)l->schedule, l->ncuts, l->prefetch};
+  const float optim_f[] = {op->lr, op->momentum, op->weight_decay, op->beta1, op->beta2,
+                           op->eps, op->clip, (float)op->kind, (float)op->nesterov,
+                           (float)j->precision.tf32};
+  const float async_f[] = {(float)as->staleness, as->dc_lambda, (float)as->momentum_correction,
+                           (float)as->staleness_lr, (float)as->pull_every, (float)as->hogwild};
+  agreement a = {.model = rn->model ? model_digest(rn->model) : 0,
+                 .run = digest(h0, run_f, sizeof run_f),
+                 .layout = digest(h0, layout_f, sizeof layout_f),
+                 .optim = digest(h0, optim_f, sizeof optim_f),
+                 .async = digest(h0, async_f, sizeof async_f),
+                 .checkpoint = digest_str(digest_str(digest(h0, &j->checkpoint.every,
+                                                            sizeof j->checkpoint.every),
+                                                     j->checkpoint.path),
+                                          j->checkpoint.resume)};
+  if (l->cuts) a.layout = digest(a.layout, l->cuts, (size_t)l->ncuts * sizeof *l->cuts);
+  return a;
+}
+
+/* Every rank compares what it was given with rank 0's before any opens a device; `rc` is
+ * this rank's own verdict so far. A failure names the ranks that differ, or the first that
+ * could not read its options. */
+static int agree(const run *rn, const tr_train_options *o, int rc, char *err, size_t n) {
+  static const struct {
+    size_t at;
+    const char *what;
+  } fields[] = {{offsetof(agreement, model), "model"},
+                {offsetof(agreement, run), "steps, seconds, seed, batch or deterministic"},
+                {offsetof(agreement, layout), "strategy or layout"},
+                {offsetof(agreement, optim), "optim or precision"},
+                {offsetof(agreement, async), "async"},
+                {offsetof(agreement, checkpoint), "checkpoint"}};
+  tr_world *w = o->world;
+  const int size = tr_world_size(w);
+  agreement mine = agreement_of(rn, o), *all = calloc((size_t)size, sizeof *all);
+  mine.failed = rc != 0;
+  if (all == NULL || tr_world_allgather(w, &mine, sizeof mine, all)) {
+    free(all);
+    return rc ? rc : tr_errorf(err, n, TR_ESYS, "options: the ranks could not compare them");
+  }
+  char differ[256] = "";
+  size_t len = 0;
+  int failed = -1;
+  for (int r = 0; r < size; r++) {
+    if (all[r].failed && failed < 0) failed = r;
+    for (size_t f = 0; f < sizeof fields / sizeof *fields && r > 0; f++)
+      if (len < sizeof differ &&
+          memcmp((char *)&all[r] + fields[f].at, (char *)&all[0] + fields[f].at, sizeof(uint64_t)))
+        len += (size_t)snprintf(differ + len, sizeof differ - len, "%s%s on rank %d",
+                                len ? ", " : "", fields[f].what, r);
+  }
+  free(all);
+  if (rc) return rc; /* this rank's own message */
+  if (failed >= 0)
+    return tr_errorf(err, n, TR_EINVAL, "rank %d could not start (its own message says why)",
+                     failed);
+  if (len)
+    return tr_errorf(err, n, TR_EINVAL, "options: the %s differ from rank 0's: every rank of "
+                     "a job must be given the same", differ);
+  return 0;
+}
+
+/* This rank's devices; across processes, every rank's in rank order ("none": this rank runs
+ * only what lives on rank 0 — the coordinator, the async server). */
+static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n) {
+  const bool none = o->devices && !strcmp(o->devices, "none");
+  if (tr_world_size(o->world) > 1)
+    return tr_world_devices(o->world, none ? NULL : o->devices, &rn->devices, err, n);
+  if (none)
+    return tr_errorf(err, n, TR_EINVAL, "devices: none is for a rank of a job across "
+                     "processes (mpirun) whose other ranks have devices");
+  return tr_device_list_open(&rn->devices, o->devices, err, n);
 }
 
 /* Fills the run from the options: everything that can be wrong with them is found here,
- * before any thread starts. */
+ * before any thread starts. Across processes, what each rank reads alone (model, data,
+ * checkpoint) comes first; then the ranks agree and share their devices, each step made by
+ * every rank, so that one rank's bad option ends them all with a message. */
 static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc;
   if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0)))
-    return tr_errorf(err, n, TR_EINVAL,
-                     "steps or seconds: give a positive number of steps or seconds");
-  rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
-               : tr_model_named(&rn->model, o->model, err, n);
-  if (rc) return rc;
+    rc = tr_errorf(err, n, TR_EINVAL,
+                   "steps or seconds: give a positive number of steps or seconds");
+  else
+    rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
+                 : tr_model_named(&rn->model, o->model, err, n);
   rn->jc = o->job;
   tr_job_config *c = &rn->jc;
   c->model = rn->model;
   c->strategy = tr_strategy_name(o->strategy);
-  if ((rc = tr_device_list_open(&rn->devices, o->devices, err, n))) return rc;
+  const char *resume = c->checkpoint.resume;
+  if (rc == 0 && resume) rc = tr__checkpoint_peek(resume, rn->model, &rn->first_step, err, n);
+  rn->end_step = o->steps;
+  if (rc == 0 && o->steps > 0 && rn->first_step >= o->steps)
+    rc = tr_errorf(err, n, TR_EINVAL,
+                   "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is reached",
+                   resume, (long long)rn->first_step, (long long)o->steps);
+  if (rc == 0)
+    rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
+  c->data = rn->data;
+  if (tr_world_size(o->world) > 1) rc = agree(rn, o, rc, err, n);
+  if (rc || (rc = open_devices(rn, o, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
-  const char *resume = c->checkpoint.resume;
-  if (resume && (rc = tr__checkpoint_peek(resume, rn->model, &rn->first_step, err, n))) return rc;
-  rn->end_step = o->steps;
-  if (o->steps > 0 && rn->first_step >= o->steps)
-    return tr_errorf(err, n, TR_EINVAL,
-                     "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is "
-                     "reached",
-                     resume, (long long)rn->first_step, (long long)o->steps);
-  if ((rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n)))
-    return rc;
-  c->data = rn->data;
   /* last: measuring takes a moment, wasted on options found wrong after it */
-  if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic) measured_cuts(rn);
+  if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&
+      (rc = measured_cuts(rn, o->world)))
+    return tr_errorf(err, n, rc, "layout.cuts: the ranks could not share rank 0's cut");
   return 0;
 }
 
@@ -199,6 +335,16 @@ static int build(tr_job *j, const run *rn) {
   return rc;
 }
 
+/* Rank 0 writes the trace where asked; rank r beside it, ".rank<r>" before the extension. */
+static void trace_path(char *out, size_t n, const char *path, const tr_world *w) {
+  const int rank = tr_world_rank(w);
+  const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
+  if (rank == 0) snprintf(out, n, "%s", path);
+  else if (dot && (!slash || dot > slash))
+    snprintf(out, n, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
+  else snprintf(out, n, "%s.rank%d", path, rank);
+}
+
 int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
                          tr_train_result *r, char *err, size_t err_size) {
   run rn = {0};
@@ -217,6 +363,10 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
     snprintf(err, err_size, "creating the actor system: %s", tr_strerror(rc));
     goto out;
   }
+  if (tr_world_size(o->world) > 1 && (rc = tr_graph_set_world(g, o->world))) {
+    snprintf(err, err_size, "starting the transport between processes: %s", tr_strerror(rc));
+    goto out;
+  }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
   if (hooks) tr__job_set_test_hooks(j, hooks);
   if ((rc = build(j, &rn))) {
@@ -228,8 +378,12 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
     goto out;
   }
   tr_job_result(j, r);
-  if (o->trace && (rc = tr_system_trace_write(tr_graph_system(g), o->trace)))
-    snprintf(err, err_size, "trace %s: cannot write the trace", o->trace);
+  if (o->trace) {
+    char path[4096];
+    trace_path(path, sizeof path, o->trace, o->world);
+    if ((rc = tr_system_trace_write(tr_graph_system(g), path)))
+      snprintf(err, err_size, "trace %s: cannot write the trace", path);
+  }
 out:
   tr_graph_free(g);
   tr_job_free(j);

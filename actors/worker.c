@@ -15,6 +15,8 @@ struct tr__worker {
   tr_device *dev;
   tr_edge *push, *reply;
   tr_event *push_ev;
+  float *host; /* a server of another process, a device MPI cannot read: the push's copy
+                  (gradient, parameters) */
   int64_t version;       /* of the parameters held */
   int since_pull;
   bool pushed, replied, shared;
@@ -39,14 +41,40 @@ int tr__worker_open(tr__worker *w, tr_actor *self, tr_stage *st) {
   w->st = st;
   w->dev = tr_stage_device(st);
   if (tr_event_open(w->dev, TR_EVENT_DEFAULT, &w->push_ev)) return fail(w, "opening events");
+  tr_graph *g = w->run->g;
+  const size_t numel = tr_stage_get_info(st)->numel;
+  if (tr_graph_actor_rank(g, tr_edge_to(w->push)) != tr_graph_rank(g) &&
+      tr_device_get_info(w->dev)->kind != TR_DEVICE_HOST &&
+      tr_host_alloc(w->dev, 2 * (numel ? numel : 1) * sizeof(float), (void **)&w->host))
+    return fail(w, "allocating the push's host copy");
+  return 0;
+}
+
+/* The push's gradient and parameters where the server can read them: in place, or (for a
+ * server of another process) a host copy, complete before the push goes. */
+static int push_from(tr__worker *w, tr__push_msg *m) {
+  m->grads = tr_stage_grads(w->st);
+  m->params = tr_stage_params(w->st);
+  if (w->host == NULL) return 0;
+  const size_t n = m->numel;
+  tr_stream *s = tr_stage_stream(w->st);
+  if (tr_memcpy(s, w->host, m->grads, n * sizeof(float), TR_COPY_D2H) ||
+      tr_memcpy(s, w->host + n, m->params, n * sizeof(float), TR_COPY_D2H) ||
+      tr_stream_synchronize(s))
+    return fail(w, "copying the push for another process");
+  m->grads = w->host;
+  m->params = w->host + n;
   return 0;
 }
 
 void tr__worker_receive(tr__worker *w, const tr__reply_msg *m) {
-  tr_edge_release(w->reply, 1);
+  /* parameters that came with the reply are read from its buffer: its credit (and with it
+   * the buffer) goes back once they are copied in */
+  if (!m->params) tr_edge_release(w->reply, 1);
   w->got.pulled = m->pulled; /* the fields: its header is the mailbox's */
   w->got.version = m->version;
   w->got.ready = m->ready;
+  w->got.params = m->params;
   w->got.share = m->share;
   w->got.applied = m->applied;
   w->replied = true;
@@ -93,17 +121,28 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
     m->version = w->version;
     m->applied = applied;
     m->ready = c->async.hogwild ? NULL : w->push_ev;
-    m->grads = c->async.hogwild ? NULL : tr_stage_grads(w->st);
-    m->params = c->async.hogwild ? NULL : tr_stage_params(w->st);
+    m->grads = m->params = NULL;
+    m->numel = tr_stage_get_info(w->st)->numel;
     m->dev = w->dev;
+    const int rc = c->async.hogwild ? 0 : push_from(w, m);
+    if (rc) {
+      tr_msg_free(m);
+      return rc;
+    }
     tr_edge_send(w->push, m);
     if (c->async.hogwild) return 1;
     w->pushed = true;
   }
-  /* The next backward may write the gradients only once the server has read them. */
+  /* The next backward may write the gradients only once the server has read them. A
+   * server of another process sends the parameters pulled with its reply. */
   if (!w->replied) return 0;
-  if (tr_stream_wait_event(tr_stage_stream(w->st), w->got.ready) || tr_stage_zero_grads(w->st))
+  tr_stream *s = tr_stage_stream(w->st);
+  if ((w->got.ready && tr_stream_wait_event(s, w->got.ready)) ||
+      (w->got.params && (tr_stage_upload(w->st, TR_STAGE_PARAMS, w->got.params) ||
+                         tr_stream_synchronize(s))) ||
+      tr_stage_zero_grads(w->st))
     return fail(w, "taking the server's reply");
+  if (w->got.params) tr_edge_release(w->reply, 1);
   if (w->got.pulled) w->version = w->got.version, w->since_pull = 0;
   else w->since_pull++;
   w->pushed = w->replied = false;
@@ -119,8 +158,11 @@ int tr__worker_leave(tr__worker *w) {
 }
 
 void tr__worker_close(tr__worker *w) {
-  if (w && w->push_ev) tr_event_close(w->push_ev);
-  if (w) w->push_ev = NULL;
+  if (w == NULL) return;
+  if (w->push_ev) tr_event_close(w->push_ev);
+  if (w->host) tr_host_free(w->dev, w->host);
+  w->push_ev = NULL;
+  w->host = NULL;
 }
 
 void tr__worker_free(tr__worker *w) { free(w); }

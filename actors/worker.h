@@ -32,7 +32,8 @@ typedef struct tr__push_msg {
   bool pull;
   int64_t step, version, applied;
   tr_event *ready;
-  float *grads, *params;
+  float *grads, *params; /* numel each; in host memory (dev NULL) when from another process */
+  size_t numel;
   tr_device *dev;
 } tr__push_msg;
 
@@ -44,6 +45,9 @@ typedef struct tr__reply_msg {
   bool pulled;
   int64_t version;
   tr_event *ready;
+  const float *params; /* to a worker of another process: the parameters pulled (numel, host
+                          memory), which it copies in itself; NULL: written into its memory */
+  size_t numel;
   tr_stage *share;
   _Atomic int64_t *applied;
 } tr__reply_msg;

@@ -257,6 +257,16 @@ fail:
 
 int tr_device_list_count(const tr_device_list *list) { return list->n; }
 
+int tr_device_list_new(tr_device_list **out) {
+  *out = calloc(1, sizeof **out);
+  return *out ? 0 : TR_ENOMEM;
+}
+
+void tr_device_list_set_rank(tr_device_list *list, int rank) {
+  for (int i = 0; i < list->n; i++)
+    if (!list->devs[i]->info.remote) list->devs[i]->info.rank = rank;
+}
+
 int tr_device_list_add_remote(tr_device_list *list, int at, const tr_device_info *info) {
   if (at < 0 || at > list->n || list->n >= MAX_DEVICES) return TR_EINVAL;
   tr_device **devs = realloc(list->devs, (size_t)(list->n + 1) * sizeof *devs);

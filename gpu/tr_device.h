@@ -103,6 +103,10 @@ void tr_device_list_close(tr_device_list *list);
 int tr_device_list_count(const tr_device_list *list);
 tr_device *tr_device_list_get(const tr_device_list *list, int index);
 
+/* An empty list, to hold other processes' devices (tr_device_list_add_remote). */
+int tr_device_list_new(tr_device_list **out);
+/* This process is rank `rank` of a job: its own devices say so (tr_device_info.rank). */
+void tr_device_list_set_rank(tr_device_list *list, int rank);
 /* Inserts, at position `at` (0 .. count), a device of another process: `info` says what and
  * whose it is (info->rank); the list then names it in its place, and nothing may run on it
  * here (tr_world_devices builds a job's global list this way). TR_EINVAL for `at` out of

@@ -21,7 +21,9 @@ static void usage(FILE *f) {
           "                                 per device; mp the layers cut across them; pipeline\n"
           "                                 that cut with micro-batches; hybrid replicas of pipelines;\n"
           "                                 async workers pushing to a parameter server\n"
-          "  --devices host:N|cuda:I,..|auto the devices (default auto: every GPU, else host:1)\n"
+          "  --devices host:N|cuda:I,..|auto the devices (default auto: every GPU, else host:1);\n"
+          "                                 under mpirun this rank's (none: rank 0 only\n"
+          "                                 coordinates and serves), every rank's in rank order\n"
           "  --microbatches M               per step and replica (pipeline, hybrid: 2 x stages)\n"
           "  --schedule gpipe|1f1b          pipeline schedule (default 1f1b)\n"
           "  --stages N                     hybrid: devices per pipeline (default 2)\n"
@@ -51,7 +53,8 @@ static void usage(FILE *f) {
           "  --seed N                       initialisation and data (default 1)\n"
           "  --deterministic                bitwise-repeatable runs\n"
           "  --tf32                         CUDA: TF32 tensor cores in fp32 GEMMs\n"
-          "  --trace FILE.json              Chrome/Perfetto trace of every actor\n"
+          "  --trace FILE.json              Chrome/Perfetto trace of every actor (under mpirun,\n"
+          "                                 rank r writes FILE.rankR.json)\n"
           "  --checkpoint FILE              safetensors checkpoint at the end ...\n"
           "  --checkpoint-every N           ... and every N steps\n"
           "  --resume FILE                  continue from a checkpoint\n"
@@ -84,6 +87,8 @@ static void print_json(const tr_train_result *r, double sgemm) {
     if (isfinite(r->utilization[i])) printf("%s%.4f", i ? "," : "", r->utilization[i]);
     else printf("%snull", i ? "," : "");
   }
+  printf("],\"ranks\":%d,\"rank\":[", r->ranks);
+  for (int i = 0; i < r->ndevices; i++) printf("%s%d", i ? "," : "", r->rank[i]);
   printf("],");
   json_number("bubble_fraction", r->bubble_fraction, false);
   json_number("bubble_theory", r->bubble_theory, false);
@@ -390,13 +395,18 @@ int cmd_train(int argc, char **argv) {
 
   tr_train_result r;
   char err[1024];
-  int rc = tr_train_run(&o, &r, err, sizeof err);
+  int rc = tr_world_open(&o.world, err, sizeof err);
+  const int rank = tr_world_rank(o.world), ranks = tr_world_size(o.world);
+  if (rc == 0) rc = tr_train_run(&o, &r, err, sizeof err);
   if (rc) {
-    fputs("troupe: ", stderr);
+    if (ranks > 1) fprintf(stderr, "troupe: rank %d: ", rank);
+    else fputs("troupe: ", stderr);
     print_with_flags(stderr, err);
     fputc('\n', stderr);
-    return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
   }
+  tr_world_close(o.world); /* after a failed run across ranks, ends them all */
+  if (rc) return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
+  if (rank != 0) return CLI_OK; /* rank 0 speaks for the job */
   /* On host devices, the hardware's yardstick, measured now, after the run (docs/WORKLOADS.md):
    * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. */
   double sgemm = NAN;

@@ -51,7 +51,9 @@ static int produce(tr_actor *self, tr_msg *msg) {
     tr_data_fill(p->data, first, n, p->x[p->slot], p->y[p->slot]);
     tr_batch_msg *b = tr_msg_new(&tr_batch_type);
     *b = (tr_batch_msg){.hdr = b->hdr, .step = p->step++, .mb = 0, .count = p->count,
-                        .first = first, .x = p->x[p->slot], .y = p->y[p->slot]};
+                        .first = first, .x = p->x[p->slot], .y = p->y[p->slot],
+                        .x_bytes = (size_t)p->count * tr_data_x_bytes(p->data),
+                        .y_bytes = (size_t)p->count * tr_data_y_bytes(p->data)};
     tr_edge_send(p->out, b);
     p->slot = (p->slot + 1) % p->ring;
   }

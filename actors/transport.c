@@ -1,0 +1,769 @@
+/* transport.c — the actor that carries a graph's edges between processes over MPI, one per
+ * rank (graph_impl.h).
+ *
+ * Out: an edge whose consumer lives elsewhere hands each message here; it goes out as its
+ * type's bytes (codec.h) in one MPI_Isend to the consumer's rank. In: a progress thread
+ * probes for messages from every rank and hands them here; a message is rebuilt pointing into
+ * its receive buffer and delivered to its consumer, and the buffer is kept until the consumer
+ * gives the edge's credit back — which goes to the producer's rank, whose transport gives it
+ * to the edge there. So credits bound what crosses exactly as they bound what is in flight
+ * inside a process.
+ *
+ * The same thread completes sends and collectives (MPI progresses a request only while it is
+ * called), sends heartbeats and notices a rank that has gone silent. It spins while requests
+ * are outstanding and backs off to sub-millisecond sleeps when nothing is, so an idle job
+ * costs little and the watchdog still sees an idle graph as idle: nothing here counts as
+ * progress but messages that come.
+ *
+ * Protocols between transports: releases; the end of a timed run (rank 0 gathers every
+ * rank's claims and sends the end: graph_impl.h); steps handed out by rank 0; the replica
+ * groups' sums across ranks (MPI_Iallreduce on a communicator per group); a goodbye from
+ * every rank to every rank before any leaves (MPI orders each pair's messages, so a goodbye
+ * comes after everything sent before it); and an abort, which ends every rank with the text
+ * of the failure.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "codec.h"
+#include "transport.h"
+#include "world_impl.h"
+
+TR_MSGTYPE_DEFINE(tr__sum_type, tr__sum_msg);
+TR_MSGTYPE_DEFINE(tr__summed_type, tr__summed_msg);
+
+#ifndef TR_HAVE_MPI
+
+/* Without MPI a world is one process: no graph has a transport. */
+int tr__transport_add(tr_graph *g, tr_world *w, tr_actor **out) {
+  (void)g, (void)w;
+  *out = NULL;
+  return TR_ESTATE;
+}
+void tr__transport_send(tr_actor *t, tr_edge *e, tr_msg *m) { (void)t, (void)e, (void)m, TR_ASSERT(0); }
+void tr__transport_release(tr_actor *t, tr_edge *e, int n) { (void)t, (void)e, (void)n, TR_ASSERT(0); }
+void tr__transport_finish(tr_actor *t) { (void)t, TR_ASSERT(0); }
+void tr__transport_take(tr_actor *t, int member) { (void)t, (void)member, TR_ASSERT(0); }
+void tr__transport_locals_done(tr_actor *t) { (void)t, TR_ASSERT(0); }
+int tr__transport_group(tr_actor *t, int group, const int *ranks, int n) {
+  (void)t, (void)group, (void)ranks, (void)n;
+  return TR_ESTATE;
+}
+int tr__transport_group_edges(tr_actor *t, int group, tr_edge *sum, tr_edge *summed) {
+  (void)t, (void)group, (void)sum, (void)summed;
+  return TR_ESTATE;
+}
+
+#else
+
+enum {
+  TAG_MSG = 1, TAG_RELEASE, TAG_FINISH, TAG_FREEZE, TAG_FROZEN, TAG_END, TAG_TAKE, TAG_GRANT,
+  TAG_BYE, TAG_ABORT, TAG_HEARTBEAT
+};
+enum { HEAD = 64, NAME = 48, MAX_GROUPS = 64 };
+
+/* ---- the messages it takes locally ------------------------------------------------------ */
+
+typedef struct out_msg { /* an edge's message for another rank */
+  tr_msg hdr;
+  tr_edge *edge;
+  tr_msg *m;
+} out_msg;
+
+typedef struct release_msg { /* a consumer here gave credits back */
+  tr_msg hdr;
+  int edge, n;
+} release_msg;
+
+enum { CMD_FINISH, CMD_TAKE, CMD_LOCALS_DONE };
+typedef struct cmd_msg {
+  tr_msg hdr;
+  int what, member;
+} cmd_msg;
+
+typedef struct in_msg { /* from the progress thread: what another rank sent */
+  tr_msg hdr;
+  int source, tag;
+  uint8_t *buf;
+  size_t n;
+} in_msg;
+
+typedef struct silent_msg { /* from the progress thread */
+  tr_msg hdr;
+  int rank;
+  double seconds;
+} silent_msg;
+
+typedef struct broken_msg { /* from the progress thread: MPI failed a request */
+  tr_msg hdr;
+  int rank; /* the send's destination; -1: a sum across ranks */
+  char why[MPI_MAX_ERROR_STRING];
+} broken_msg;
+
+static TR_MSGTYPE_DEFINE(out_type, out_msg);
+static TR_MSGTYPE_DEFINE(release_type, release_msg);
+static TR_MSGTYPE_DEFINE(cmd_type, cmd_msg);
+static TR_MSGTYPE_DEFINE(in_type, in_msg);
+static TR_MSGTYPE_DEFINE(silent_type, silent_msg);
+static TR_MSGTYPE_DEFINE(broken_type, broken_msg);
+
+/* ---- its state ------------------------------------------------------------------------------ */
+
+typedef struct held { /* a receive buffer a message points into, until its credit comes back */
+  uint8_t *buf;
+  struct held *next;
+} held;
+
+typedef struct queue {
+  held *head, *tail;
+} queue;
+
+typedef struct request { /* an MPI request the progress thread completes */
+  MPI_Request r;
+  int dest;       /* a send's rank; -1: a sum */
+  uint8_t *buf;   /* freed once complete (sends) */
+  tr__sum_msg *sum; /* a sum across ranks: handed back once complete */
+  struct request *next;
+} request;
+
+typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the end */
+  int rank, member;
+  struct deferred *next;
+} deferred;
+
+typedef struct transport {
+  tr_graph *g;
+  tr_actor *self;
+  MPI_Comm comm;
+  int rank, size;
+  uint64_t limit_ns;     /* a rank silent this long has stopped */
+  queue *held;           /* [edge id] */
+  int nheld;
+  /* groups: a communicator each among the ranks that hold members */
+  int ngroups;
+  int group_ranks[MAX_GROUPS][64], group_n[MAX_GROUPS];
+  MPI_Comm group_comm[MAX_GROUPS];
+  tr_edge *sum_in[MAX_GROUPS], *summed[MAX_GROUPS]; /* the group's edges with its leader here */
+  /* the end of a timed run (rank 0 gathers); steps handed out */
+  bool finishing, asked_finish;
+  int frozen;
+  int64_t frozen_max;
+  deferred *deferred;
+  /* goodbyes */
+  bool said_bye, done, stopping;
+  int byes;
+  bool *bye_from; /* [rank] */
+  /* the progress thread, and what it shares with the actor under the lock */
+  pthread_t thread;
+  bool thread_started;
+  _Atomic bool running;
+  pthread_mutex_t lock;
+  request *requests;
+  uint64_t *heard;       /* [rank]: last message from it (progress thread only) */
+  bool *reported;        /* [rank] */
+  bool remote_failure;   /* the run ends for another rank's failure: no abort sent back */
+} transport;
+
+static uint64_t now_ns(void) { return tr_now_ns(); }
+
+/* ---- sending ------------------------------------------------------------------------------ */
+
+/* An MPI_Isend of `buf` (malloc'd, freed once sent; NULL with n 0) to `dest`. */
+static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
+  request *q = calloc(1, sizeof *q);
+  if (q == NULL) {
+    free(buf);
+    return TR_ENOMEM;
+  }
+  q->buf = buf;
+  q->dest = dest;
+  pthread_mutex_lock(&t->lock);
+  const int rc = MPI_Isend(buf, (int)n, MPI_BYTE, dest, tag, t->comm, &q->r);
+  if (rc == MPI_SUCCESS) {
+    q->next = t->requests;
+    t->requests = q;
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (rc != MPI_SUCCESS) {
+    free(buf);
+    free(q);
+    return tr_actor_fail(t->self, TR_ESYS, "sending to rank %d: MPI_Isend failed (%d)", dest, rc);
+  }
+  return 0;
+}
+
+static int post_copy(transport *t, int dest, int tag, const void *p, size_t n) {
+  uint8_t *buf = malloc(n ? n : 1);
+  if (buf == NULL) return TR_ENOMEM;
+  memcpy(buf, p, n);
+  return post(t, dest, tag, buf, n);
+}
+
+static int post_all(transport *t, int tag, const void *p, size_t n) {
+  for (int r = 0; r < t->size; r++) {
+    if (r == t->rank) continue;
+    int rc = post_copy(t, r, tag, p, n);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static int send_out(transport *t, tr_edge *e, tr_msg *m) {
+  tr__codec scratch;
+  const tr__codec *c = tr__codec_find(m->type->name, e->type, &scratch);
+  if (c == NULL) {
+    tr_msg_free(m);
+    return tr_actor_fail(t->self, TR_EINVAL, "edge '%s' from '%s' to '%s' on rank %d: a '%s' "
+                         "cannot cross processes (no codec knows it)", e->name,
+                         tr_actor_name(e->from), tr_actor_name(e->to),
+                         tr_graph_actor_rank(t->g, e->to), m->type->name);
+  }
+  const size_t n = c->size(c, m);
+  uint8_t *buf = malloc(HEAD + n);
+  if (buf == NULL) {
+    tr_msg_free(m);
+    return TR_ENOMEM;
+  }
+  memset(buf, 0, HEAD);
+  memcpy(buf, &e->id, sizeof e->id);
+  snprintf((char *)buf + 8, NAME, "%s", m->type->name);
+  c->put(c, m, buf + HEAD);
+  tr_msg_free(m); /* sent: the runtime never saw it */
+  return post(t, tr_graph_actor_rank(t->g, e->to), TAG_MSG, buf, HEAD + n);
+}
+
+/* ---- receiving ---------------------------------------------------------------------------- */
+
+static void hold(queue *q, uint8_t *buf) {
+  held *h = malloc(sizeof *h);
+  TR_ASSERT(h != NULL);
+  *h = (held){.buf = buf};
+  if (q->tail) q->tail->next = h;
+  else q->head = h;
+  q->tail = h;
+}
+
+static void unhold(queue *q, int n) {
+  while (n-- > 0 && q->head) {
+    held *h = q->head;
+    q->head = h->next;
+    if (q->head == NULL) q->tail = NULL;
+    free(h->buf);
+    free(h);
+  }
+}
+
+static int deliver(transport *t, const in_msg *in) {
+  int id;
+  memcpy(&id, in->buf, sizeof id);
+  tr_edge *e = tr__graph_edge(t->g, id);
+  char name[NAME + 1] = "";
+  memcpy(name, in->buf + 8, NAME);
+  if (e == NULL || in->n < HEAD || e->remote_to)
+    return tr_actor_fail(t->self, TR_ESTATE, "rank %d sent a '%s' on edge %d, which has no "
+                         "consumer here: the ranks built different graphs", in->source, name, id);
+  tr__codec scratch;
+  const tr__codec *c = tr__codec_find(name, e->type, &scratch);
+  tr_msg *m = c ? c->get(c, in->buf + HEAD, in->n - HEAD) : NULL;
+  if (m == NULL)
+    return tr_actor_fail(t->self, TR_EINVAL, "edge '%s' from '%s' on rank %d: a '%s' of %zu "
+                         "bytes could not be read", e->name, tr_actor_name(e->from), in->source,
+                         name, in->n);
+  tr__member *to = tr__graph_member_of(t->g, e->to);
+  if (atomic_load(&to->done)) { /* its part is over: the run is ending */
+    tr_msg_free(m);
+    free(in->buf);
+    return 0;
+  }
+  m->from = e->from;
+  hold(&t->held[id], in->buf);
+  tr_actor_send(e->to, m);
+  return 0;
+}
+
+/* ---- the end of a timed run, and shared steps ---------------------------------------------- */
+
+static int grant(transport *t, int rank, int member) {
+  const int64_t step = tr__graph_take_local(t->g);
+  if (step == -2) { /* asked again once the end is known */
+    deferred *d = malloc(sizeof *d);
+    if (d == NULL) return TR_ENOMEM;
+    *d = (deferred){.rank = rank, .member = member, .next = t->deferred};
+    t->deferred = d;
+    return 0;
+  }
+  const struct {
+    int32_t member, pad;
+    int64_t step;
+  } g = {member, 0, step};
+  return post_copy(t, rank, TAG_GRANT, &g, sizeof g);
+}
+
+static int end_at(transport *t, int64_t end) {
+  tr__graph_set_end(t->g, end);
+  int rc = 0;
+  while (t->deferred && rc == 0) {
+    deferred *d = t->deferred;
+    t->deferred = d->next;
+    rc = grant(t, d->rank, d->member);
+    free(d);
+  }
+  return rc;
+}
+
+/* Rank 0: every rank stops claiming and says how far it got. */
+static int start_finish(transport *t) {
+  if (t->finishing) return 0;
+  t->finishing = true;
+  t->frozen = 1;
+  t->frozen_max = tr__graph_freeze(t->g);
+  return post_all(t, TAG_FREEZE, NULL, 0);
+}
+
+static int frozen(transport *t, int64_t claimed) {
+  if (claimed > t->frozen_max) t->frozen_max = claimed;
+  if (++t->frozen < t->size) return 0;
+  const int64_t end = t->frozen_max;
+  int rc = post_all(t, TAG_END, &end, sizeof end);
+  return rc ? rc : end_at(t, end);
+}
+
+/* ---- goodbyes ------------------------------------------------------------------------------- */
+
+static void maybe_done(transport *t) {
+  if (t->done || !t->said_bye || t->byes < t->size - 1) return;
+  t->done = true;
+  tr_graph_done(t->g, t->self);
+}
+
+/* ---- sums across ranks ---------------------------------------------------------------------- */
+
+/* The group's edges to and from its leader here. */
+static int start_sum(transport *t, const tr__sum_msg *s, tr_edge *from) {
+  TR_ASSERT(s->group >= 0 && s->group < t->ngroups && t->group_comm[s->group] != MPI_COMM_NULL);
+  request *q = calloc(1, sizeof *q);
+  if (q == NULL) return TR_ENOMEM;
+  q->dest = -1;
+  q->sum = tr_msg_new(&tr__sum_type); /* the request outlives the message handled */
+  const tr_msg hdr = q->sum->hdr;
+  *q->sum = *s;
+  q->sum->hdr = hdr;
+  q->sum->hdr.from = s->hdr.from;
+  (void)from; /* its credit goes back once the sum is complete */
+  pthread_mutex_lock(&t->lock);
+  const int rc = MPI_Iallreduce(MPI_IN_PLACE, s->p, (int)s->n, MPI_FLOAT, MPI_SUM,
+                                t->group_comm[s->group], &q->r);
+  if (rc == MPI_SUCCESS) {
+    q->next = t->requests;
+    t->requests = q;
+  }
+  pthread_mutex_unlock(&t->lock);
+  if (rc != MPI_SUCCESS) {
+    tr_msg_free(q->sum);
+    free(q);
+    return tr_actor_fail(t->self, TR_ESYS, "summing bucket %d of step %lld across ranks: "
+                         "MPI_Iallreduce failed (%d)", s->bucket, (long long)s->step, rc);
+  }
+  return 0;
+}
+
+/* The sum is in place: its credit back, and the leader told on its "summed" edge. */
+static int sum_complete(transport *t, const tr__sum_msg *s, tr_edge *from) {
+  tr_edge_release(from, 1);
+  tr_edge *reply = t->summed[s->group];
+  tr__summed_msg *d = tr_msg_new(&tr__summed_type);
+  d->bucket = s->bucket;
+  d->step = s->step;
+  return tr_edge_send_control(reply, d);
+}
+
+/* ---- the actor ------------------------------------------------------------------------------ */
+
+static int on_incoming(transport *t, in_msg *in) {
+  int rc = 0;
+  int32_t i32[2] = {0, 0};
+  int64_t i64 = 0;
+  memcpy(i32, in->buf, in->n < sizeof i32 ? in->n : sizeof i32);
+  if (in->n >= sizeof i64) memcpy(&i64, in->buf, sizeof i64);
+  switch (in->tag) {
+    case TAG_MSG: return deliver(t, in); /* keeps the buffer */
+    case TAG_RELEASE: {
+      tr_edge *e = tr__graph_edge(t->g, i32[0]);
+      if (e && !e->remote_from) tr_edge_release(e, i32[1]);
+      break;
+    }
+    case TAG_FINISH: rc = start_finish(t); break;
+    case TAG_FREEZE: {
+      const int64_t claimed = tr__graph_freeze(t->g);
+      rc = post_copy(t, 0, TAG_FROZEN, &claimed, sizeof claimed);
+      break;
+    }
+    case TAG_FROZEN: rc = frozen(t, i64); break;
+    case TAG_END: rc = end_at(t, i64); break;
+    case TAG_TAKE: rc = grant(t, in->source, i32[0]); break;
+    case TAG_GRANT: {
+      int64_t step;
+      memcpy(&step, in->buf + 8, sizeof step);
+      tr__graph_grant(t->g, i32[0], step);
+      break;
+    }
+    case TAG_BYE:
+      if (!t->bye_from[in->source]) t->bye_from[in->source] = true, t->byes++;
+      maybe_done(t);
+      break;
+    case TAG_ABORT: {
+      char text[1024];
+      snprintf(text, sizeof text, "%.*s", (int)in->n, (const char *)in->buf);
+      t->remote_failure = true;
+      rc = tr_actor_fail(t->self, TR_ESTATE, "rank %d failed: %s", in->source, text);
+      break;
+    }
+    default: break;
+  }
+  free(in->buf);
+  return rc;
+}
+
+/* The names of the actors that live on `rank`, for a message about it. */
+static void actors_of(const transport *t, int rank, char *buf, size_t size) {
+  size_t len = 0;
+  buf[0] = 0;
+  for (int i = 0; i < tr__graph_member_count(t->g) && len < size; i++) {
+    const tr__member *m = tr__graph_member(t->g, i);
+    if (m->rank == rank && m->actor != t->self)
+      len += (size_t)snprintf(buf + len, size - len, "%s'%s'", len ? ", " : "",
+                              tr_actor_name(m->actor));
+  }
+}
+
+static int transport_receive(tr_actor *self, tr_msg *msg) {
+  transport *t = tr_actor_state(self);
+  if (t->done) {
+    if (msg->type == &in_type) free(((in_msg *)msg)->buf);
+    if (msg->type == &out_type) tr_msg_free(((out_msg *)msg)->m);
+    return 0;
+  }
+  if (msg->type == &out_type) {
+    const out_msg *o = (const out_msg *)msg;
+    return send_out(t, o->edge, o->m);
+  }
+  if (msg->type == &release_type) {
+    const release_msg *r = (const release_msg *)msg;
+    tr_edge *e = tr__graph_edge(t->g, r->edge);
+    unhold(&t->held[r->edge], r->n);
+    const int32_t wire[2] = {r->edge, r->n};
+    return post_copy(t, tr_graph_actor_rank(t->g, e->from), TAG_RELEASE, wire, sizeof wire);
+  }
+  if (msg->type == &in_type) return on_incoming(t, (in_msg *)msg);
+  if (msg->type == &tr__sum_type) {
+    const tr__sum_msg *s = (const tr__sum_msg *)msg;
+    return s->complete ? sum_complete(t, s, t->sum_in[s->group]) : start_sum(t, s, t->sum_in[s->group]);
+  }
+  if (msg->type == &broken_type) {
+    const broken_msg *b = (const broken_msg *)msg;
+    char who[512];
+    t->remote_failure = true;
+    if (b->rank < 0)
+      return tr_actor_fail(self, TR_ESYS, "a sum across ranks failed: %s", b->why);
+    actors_of(t, b->rank, who, sizeof who);
+    return tr_actor_fail(self, TR_ESYS, "rank %d cannot be reached (it runs %s): %s", b->rank,
+                         who, b->why);
+  }
+  if (msg->type == &silent_type) {
+    const silent_msg *s = (const silent_msg *)msg;
+    char who[512];
+    actors_of(t, s->rank, who, sizeof who);
+    t->remote_failure = true;
+    return tr_actor_fail(self, TR_ETIMEDOUT, "rank %d has not been heard from for %.1f s (it "
+                         "runs %s): it stopped, or its host did", s->rank, s->seconds, who);
+  }
+  if (msg->type == &cmd_type) {
+    const cmd_msg *c = (const cmd_msg *)msg;
+    switch (c->what) {
+      case CMD_FINISH:
+        if (t->rank == 0) return start_finish(t);
+        if (t->asked_finish) return 0;
+        t->asked_finish = true;
+        return post(t, 0, TAG_FINISH, NULL, 0);
+      case CMD_TAKE: {
+        const int32_t m = c->member;
+        return post_copy(t, 0, TAG_TAKE, &m, sizeof m);
+      }
+      case CMD_LOCALS_DONE:
+        t->said_bye = true;
+        {
+          int rc = post_all(t, TAG_BYE, NULL, 0);
+          if (rc) return rc;
+        }
+        maybe_done(t);
+        return 0;
+    }
+  }
+  return 0; /* tr_graph_end_msg: nothing to do */
+}
+
+/* ---- the progress thread -------------------------------------------------------------------- */
+
+/* Completes what can be; 1 when anything did, or anything is still out. */
+static int progress_requests(transport *t, bool *pending) {
+  int did = 0;
+  pthread_mutex_lock(&t->lock);
+  for (request **pq = &t->requests; *pq;) {
+    request *q = *pq;
+    int flag = 0;
+    const int rc = MPI_Test(&q->r, &flag, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && !flag) {
+      pq = &q->next;
+      continue;
+    }
+    *pq = q->next;
+    if (rc != MPI_SUCCESS) { /* a rank that is gone, typically: the actor fails the run */
+      broken_msg *b = tr_msg_new(&broken_type);
+      int len = 0;
+      b->rank = q->dest;
+      MPI_Error_string(rc, b->why, &len);
+      tr_actor_send(t->self, b);
+      if (q->sum) tr_msg_free(q->sum);
+    } else if (q->sum) { /* back to the actor, which owns the edges */
+      q->sum->complete = true;
+      tr_actor_send(t->self, q->sum);
+    }
+    free(q->buf);
+    free(q);
+    did = 1;
+  }
+  *pending = t->requests != NULL;
+  pthread_mutex_unlock(&t->lock);
+  return did;
+}
+
+static int progress_incoming(transport *t) {
+  int flag = 0;
+  MPI_Message message;
+  MPI_Status st;
+  if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, t->comm, &flag, &message, &st) != MPI_SUCCESS ||
+      !flag)
+    return 0;
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  uint8_t *buf = malloc(count > 0 ? (size_t)count : 1);
+  TR_ASSERT(buf != NULL);
+  MPI_Mrecv(buf, count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+  t->heard[st.MPI_SOURCE] = now_ns();
+  if (st.MPI_TAG == TAG_HEARTBEAT) {
+    free(buf);
+    return 1;
+  }
+  in_msg *in = tr_msg_new(&in_type);
+  in->source = st.MPI_SOURCE;
+  in->tag = st.MPI_TAG;
+  in->buf = buf;
+  in->n = (size_t)count;
+  tr_actor_send(t->self, in);
+  return 1;
+}
+
+static void heartbeat(transport *t, uint64_t *last) {
+  const uint64_t now = now_ns();
+  if (now - *last < t->limit_ns / 8) return;
+  *last = now;
+  for (int r = 0; r < t->size; r++) {
+    if (r == t->rank) continue;
+    request *q = calloc(1, sizeof *q);
+    if (q == NULL) continue;
+    pthread_mutex_lock(&t->lock);
+    if (MPI_Isend(NULL, 0, MPI_BYTE, r, TAG_HEARTBEAT, t->comm, &q->r) == MPI_SUCCESS) {
+      q->next = t->requests;
+      t->requests = q;
+    } else {
+      free(q);
+    }
+    pthread_mutex_unlock(&t->lock);
+    if (!t->reported[r] && !t->bye_from[r] && now - t->heard[r] > t->limit_ns) {
+      t->reported[r] = true;
+      silent_msg *s = tr_msg_new(&silent_type);
+      s->rank = r;
+      s->seconds = (double)(now - t->heard[r]) / 1e9;
+      tr_actor_send(t->self, s);
+    }
+  }
+}
+
+static void *progress(void *arg) {
+  transport *t = arg;
+  pthread_setname_np(pthread_self(), "troupe-mpi");
+  uint64_t last_beat = 0;
+  unsigned idle = 0;
+  while (atomic_load(&t->running)) {
+    bool pending = false;
+    const int did = progress_requests(t, &pending) | progress_incoming(t);
+    heartbeat(t, &last_beat);
+    if (did || pending) { /* requests progress only while MPI is called: stay close */
+      idle = did ? 0 : idle;
+      if (!did && pending) sched_yield();
+      continue;
+    }
+    /* nothing out, nothing in: spin a little, then sleep up to half a millisecond */
+    if (++idle < 64) continue;
+    const long us = idle < 256 ? 20 : idle < 1024 ? 100 : 500;
+    nanosleep(&(struct timespec){0, us * 1000}, NULL);
+  }
+  return NULL;
+}
+
+/* ---- life ------------------------------------------------------------------------------------ */
+
+static int transport_start(tr_actor *self) {
+  transport *t = tr_actor_state(self);
+  t->self = self;
+  t->nheld = tr__graph_edge_count(t->g);
+  t->held = calloc((size_t)t->nheld + 1, sizeof *t->held);
+  t->heard = calloc((size_t)t->size, sizeof *t->heard);
+  t->reported = calloc((size_t)t->size, sizeof *t->reported);
+  t->bye_from = calloc((size_t)t->size, sizeof *t->bye_from);
+  if (!t->held || !t->heard || !t->reported || !t->bye_from) return TR_ENOMEM;
+  for (int r = 0; r < t->size; r++) t->heard[r] = now_ns();
+  /* every rank splits the same communicators in the same order */
+  for (int k = 0; k < t->ngroups; k++) {
+    bool in = false;
+    for (int i = 0; i < t->group_n[k]; i++) in |= t->group_ranks[k][i] == t->rank;
+    if (MPI_Comm_split(t->comm, in ? k : MPI_UNDEFINED, t->rank, &t->group_comm[k]) != MPI_SUCCESS)
+      return tr_actor_fail(self, TR_ESYS, "making the communicator of group %d failed", k);
+  }
+  atomic_store(&t->running, true);
+  if (pthread_create(&t->thread, NULL, progress, t))
+    return tr_actor_fail(self, TR_ESYS, "starting the MPI progress thread failed");
+  t->thread_started = true;
+  return 0;
+}
+
+/* Stops the progress thread once what was sent has gone (a rank that is gone may never take
+ * it: then after a second). An unfinished run tells every rank why first. */
+static void transport_stop(tr_actor *self) {
+  transport *t = tr_actor_state(self);
+  if (!t->done && !t->remote_failure) {
+    const char *why = tr_system_error(tr_actor_system(self));
+    post_all(t, TAG_ABORT, why && *why ? why : "stopped", why && *why ? strlen(why) : 7);
+  }
+  const uint64_t until = now_ns() + 1000000000ull;
+  bool pending = true;
+  while (t->thread_started && pending && now_ns() < until) {
+    pthread_mutex_lock(&t->lock);
+    pending = t->requests != NULL;
+    pthread_mutex_unlock(&t->lock);
+    if (pending) nanosleep(&(struct timespec){0, 100000}, NULL);
+  }
+  atomic_store(&t->running, false);
+  if (t->thread_started) pthread_join(t->thread, NULL);
+  t->thread_started = false;
+}
+
+static void transport_destroy(void *state) {
+  transport *t = state;
+  if (t == NULL) return;
+  for (request *q = t->requests, *next; q; q = next) {
+    next = q->next;
+    if (q->r != MPI_REQUEST_NULL) MPI_Request_free(&q->r);
+    free(q->buf);
+    if (q->sum) tr_msg_free(q->sum);
+    free(q);
+  }
+  for (int i = 0; t->held && i < t->nheld; i++) unhold(&t->held[i], 1 << 30);
+  for (int k = 0; k < t->ngroups; k++)
+    if (t->group_comm[k] != MPI_COMM_NULL) MPI_Comm_free(&t->group_comm[k]);
+  while (t->deferred) {
+    deferred *d = t->deferred;
+    t->deferred = d->next;
+    free(d);
+  }
+  free(t->held);
+  free(t->heard);
+  free(t->reported);
+  free(t->bye_from);
+  pthread_mutex_destroy(&t->lock);
+  free(t);
+}
+
+static const tr_behaviour transport_behaviour = {.name = "transport",
+                                                 .start = transport_start,
+                                                 .receive = transport_receive,
+                                                 .stop = transport_stop,
+                                                 .destroy = transport_destroy};
+
+/* Every rank's transport, in rank order (so members 0 .. size − 1 of every rank's graph):
+ * this rank's is the actor, the others placeholders that the groups' edges name. */
+int tr__transport_add(tr_graph *g, tr_world *w, tr_actor **out) {
+  transport *t = calloc(1, sizeof *t);
+  if (t == NULL) return TR_ENOMEM;
+  t->g = g;
+  t->comm = w->comm;
+  t->rank = w->rank;
+  t->size = w->size;
+  const int watchdog = tr__graph_watchdog_ms(g);
+  t->limit_ns = (uint64_t)(watchdog > 0 ? watchdog : 60000) * 1000000ull;
+  for (int k = 0; k < MAX_GROUPS; k++) t->group_comm[k] = MPI_COMM_NULL;
+  pthread_mutex_init(&t->lock, NULL);
+  int rc = 0;
+  for (int r = 0; r < w->size && rc == 0; r++) {
+    char name[32];
+    snprintf(name, sizeof name, "transport%d", r);
+    tr_actor *a;
+    rc = tr_graph_add_on(
+        g, r,
+        &(tr_actor_config){.name = name, .kind = TR_ACTOR_PINNED,
+                           .behaviour = &transport_behaviour, .state = r == w->rank ? t : NULL},
+        &a);
+    if (rc == 0 && r == w->rank) *out = a, t = NULL; /* the graph owns it now */
+  }
+  if (t) transport_destroy(t);
+  return rc;
+}
+
+/* ---- what the graph and the job hand it ------------------------------------------------------ */
+
+void tr__transport_send(tr_actor *a, tr_edge *e, tr_msg *m) {
+  out_msg *o = tr_msg_new(&out_type);
+  o->edge = e;
+  o->m = m;
+  tr_actor_send(a, o);
+}
+
+void tr__transport_release(tr_actor *a, tr_edge *e, int n) {
+  release_msg *r = tr_msg_new(&release_type);
+  r->edge = e->id;
+  r->n = n;
+  tr_actor_send(a, r);
+}
+
+static void command(tr_actor *a, int what, int member) {
+  cmd_msg *c = tr_msg_new(&cmd_type);
+  c->what = what;
+  c->member = member;
+  tr_actor_send(a, c);
+}
+
+void tr__transport_finish(tr_actor *a) { command(a, CMD_FINISH, -1); }
+void tr__transport_take(tr_actor *a, int member) { command(a, CMD_TAKE, member); }
+void tr__transport_locals_done(tr_actor *a) { command(a, CMD_LOCALS_DONE, -1); }
+
+int tr__transport_group(tr_actor *a, int group, const int *ranks, int n) {
+  transport *t = tr_actor_state(a);
+  if (group != t->ngroups || group >= MAX_GROUPS || n > 64) return TR_EINVAL;
+  memcpy(t->group_ranks[group], ranks, (size_t)n * sizeof *ranks);
+  t->group_n[group] = n;
+  t->ngroups++;
+  return 0;
+}
+
+int tr__transport_group_edges(tr_actor *a, int group, tr_edge *sum, tr_edge *summed) {
+  transport *t = tr_actor_state(a);
+  if (group < 0 || group >= t->ngroups) return TR_EINVAL;
+  t->sum_in[group] = sum;
+  t->summed[group] = summed;
+  return 0;
+}
+
+#endif
