@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# mpi.sh CASE TROUPE PARAMS_DIFF — one job across two MPI ranks (Open MPI, oversubscribed on
+# a small machine), checked against the same training in one process or for how it fails.
+#
+#   dp, gpipe, 1f1b, hybrid, async  final parameters within 1e-5 of one device's
+#   killed                          a rank killed mid-run: the job ends, the other rank names
+#                                   it, the last periodic checkpoint resumes
+#   stopped                         a rank stopped (SIGSTOP): the same, within the watchdog
+#   mismatch                        ranks given different options: refused before training,
+#                                   naming the rank
+set -u
+case_=$1 troupe=$(realpath "$2") params_diff=$(realpath "$3")
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+mpirun=(mpirun --allow-run-as-root --oversubscribe --bind-to none)
+steps=30
+common=(--model simplenet --steps $steps --quiet --deterministic)
+
+fail() { printf 'FAIL %s: %s\n' "$case_" "$*"; exit 1; }
+
+# same_as_single MPIRUN_ARGS...: the run's checkpoint against one device's
+same_as_single() {
+  "$troupe" train "${common[@]}" --checkpoint single.ckpt || fail "the single-device run"
+  timeout 120 "${mpirun[@]}" "$@" >out.txt 2>err.txt || fail "mpirun exit $?: $(cat err.txt)"
+  "$params_diff" run.ckpt single.ckpt 1e-5 || fail "parameters differ from one device's"
+  printf 'ok   %s\n' "$case_"
+}
+
+case $case_ in
+  dp)     same_as_single -np 2 "$troupe" train "${common[@]}" --strategy dp --devices host:1 --checkpoint run.ckpt ;;
+  gpipe)  same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule gpipe --devices host:1 --checkpoint run.ckpt ;;
+  1f1b)   same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule 1f1b --devices host:1 --checkpoint run.ckpt ;;
+  hybrid) same_as_single -np 2 "$troupe" train "${common[@]}" --strategy hybrid --devices host:2 --checkpoint run.ckpt ;;
+  async)  # rank 0 serves (no devices of its own), the worker lives on rank 1
+    same_as_single -np 1 "$troupe" train "${common[@]}" --strategy async --devices none --checkpoint run.ckpt \
+      : -np 1 "$troupe" train "${common[@]}" --strategy async --devices host:1 --checkpoint run.ckpt ;;
+  killed|stopped)
+    args=(train --model simplenet --seconds 60 --quiet --strategy dp --devices host:1
+          --checkpoint run.ckpt --checkpoint-every 20 --watchdog 2000)
+    # --enable-recovery: mpirun leaves the surviving rank to find out for itself
+    timeout 120 "${mpirun[@]}" --enable-recovery -np 2 sh -c \
+      '"$0" "$@"; echo $? > rc.$OMPI_COMM_WORLD_RANK' \
+      "$troupe" "${args[@]}" >out.txt 2>err.txt &
+    job=$!
+    for _ in $(seq 200); do [[ -s run.ckpt ]] && break; sleep 0.05; done
+    [[ -s run.ckpt ]] || fail "no periodic checkpoint appeared: $(cat err.txt)"
+    # rank 1's process: the one whose environment says so
+    victim=
+    for pid in $(ps -eo pid,args | awk -v t="$troupe" '$2 == t && /--watchdog 2000/ {print $1}'); do
+      grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/"$pid"/environ 2>/dev/null && victim=$pid
+    done
+    [[ -n $victim ]] || fail "rank 1's process not found"
+    t0=$(date +%s%N)
+    if [[ $case_ == killed ]]; then kill -KILL "$victim"; else kill -STOP "$victim"; fi
+    wait $job
+    took=$(( ($(date +%s%N) - t0) / 1000000 ))
+    [[ $case_ == stopped ]] && kill -KILL "$victim" 2>/dev/null
+    grep -q 'rank 1 has not been heard from .* (it runs .*replica1' err.txt ||
+      fail "rank 0 did not name rank 1 and what it runs: $(cat err.txt)"
+    [[ -f rc.0 && $(cat rc.0) -ne 0 ]] || fail "rank 0 exited $(cat rc.0 2>/dev/null || echo '(none)')"
+    (( took < 10000 )) || fail "the job took ${took} ms to end (watchdog 2000 ms)"
+    "$params_diff" run.ckpt run.ckpt 0 >/dev/null || fail "the last periodic checkpoint is damaged"
+    step=$(grep -ao '"step":"[0-9]*"' run.ckpt | head -1 | tr -dc 0-9)
+    "$troupe" train --model simplenet --resume run.ckpt --steps $((step + 10)) --quiet ||
+      fail "the last periodic checkpoint (step $step) does not resume"
+    printf 'ok   %s: ended %d ms after rank 1 was %s; %s\n' "$case_" "$took" \
+      "$([[ $case_ == killed ]] && echo killed || echo stopped)" "$(grep -o 'rank 1 has not.*' err.txt)" ;;
+  mismatch)
+    timeout 60 "${mpirun[@]}" -np 1 "$troupe" train "${common[@]}" --strategy dp --devices host:1 \
+      : -np 1 "$troupe" train --model simplenet --steps 31 --quiet --deterministic --strategy dp --devices host:1 \
+      >out.txt 2>err.txt && fail "ranks with different --steps trained"
+    grep -q 'rank 0: options: the steps, seconds, seed, batch or deterministic on rank 1 differ' err.txt ||
+      fail "the error does not name the option and the rank: $(cat err.txt)"
+    timeout 60 "${mpirun[@]}" -np 1 "$troupe" train "${common[@]}" --strategy dp --devices host:1 \
+      : -np 1 "$troupe" train "${common[@]}" --model mlp --strategy dp --devices host:1 \
+      >out.txt 2>err.txt && fail "ranks with different models trained"
+    grep -q 'model on rank 1 differ' err.txt || fail "a different model was not named: $(cat err.txt)"
+    printf 'ok   %s: %s\n' "$case_" "$(grep -m1 'rank 0' err.txt)" ;;
+  *) fail "no such case" ;;
+esac
