@@ -347,11 +347,15 @@ static int start_sum(transport *t, const tr__sum_msg *s, tr_edge *from) {
   request *q = calloc(1, sizeof *q);
   if (q == NULL) return TR_ENOMEM;
   q->dest = -1;
-  q->sum = tr_msg_new(&tr__sum_type); /* the request outlives the message handled */
-  const tr_msg hdr = q->sum->hdr;
-  *q->sum = *s;
-  q->sum->hdr = hdr;
-  q->sum->hdr.from = s->hdr.from;
+  /* the request outlives the message handled: its fields, never its header (the mailbox's,
+   * which the next push writes) */
+  q->sum = tr_msg_new(&tr__sum_type);
+  q->sum->group = s->group;
+  q->sum->bucket = s->bucket;
+  q->sum->step = s->step;
+  q->sum->p = s->p;
+  q->sum->n = s->n;
+  q->sum->complete = false;
   (void)from; /* its credit goes back once the sum is complete */
   pthread_mutex_lock(&t->lock);
   const int rc = MPI_Iallreduce(MPI_IN_PLACE, s->p, (int)s->n, MPI_FLOAT, MPI_SUM,
