@@ -398,11 +398,19 @@ int cmd_train(int argc, char **argv) {
   int rc = tr_world_open(&o.world, err, sizeof err);
   const int rank = tr_world_rank(o.world), ranks = tr_world_size(o.world);
   if (rc == 0) rc = tr_train_run(&o, &r, err, sizeof err);
-  if (rc) {
-    if (ranks > 1) fprintf(stderr, "troupe: rank %d: ", rank);
-    else fputs("troupe: ", stderr);
-    print_with_flags(stderr, err);
-    fputc('\n', stderr);
+  if (rc) { /* one write: the ranks of a job share the terminal */
+    char *line = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&line, &len);
+    if (f) {
+      if (ranks > 1) fprintf(f, "troupe: rank %d: ", rank);
+      else fputs("troupe: ", f);
+      print_with_flags(f, err);
+      fputc('\n', f);
+      fclose(f);
+      fputs(line, stderr);
+      free(line);
+    }
   }
   tr_world_close(o.world); /* after a failed run across ranks, ends them all */
   if (rc) return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
