@@ -137,7 +137,8 @@ typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the
 typedef struct transport {
   tr_graph *g;
   tr_actor *self;
-  MPI_Comm comm;
+  MPI_Comm world; /* the world's */
+  MPI_Comm comm;  /* this run's own duplicate: nothing of an earlier graph's reaches it */
   int rank, size;
   uint64_t limit_ns;     /* a rank silent this long has stopped */
   queue *held;           /* [edge id] */
@@ -630,6 +631,8 @@ static int transport_start(tr_actor *self) {
   t->bye_from = calloc((size_t)t->size, sizeof *t->bye_from);
   if (!t->held || !t->heard || !t->reported || !t->bye_from) return TR_ENOMEM;
   for (int r = 0; r < t->size; r++) t->heard[r] = now_ns();
+  if (MPI_Comm_dup(t->world, &t->comm) != MPI_SUCCESS)
+    return tr_actor_fail(self, TR_ESYS, "duplicating the world's communicator failed");
   /* every rank splits the same communicators in the same order */
   for (int k = 0; k < t->ngroups; k++) {
     bool in = false;
@@ -678,6 +681,7 @@ static void transport_destroy(void *state) {
   for (int i = 0; t->held && i < t->nheld; i++) unhold(&t->held[i], 1 << 30);
   for (int k = 0; k < t->ngroups; k++)
     if (t->group_comm[k] != MPI_COMM_NULL) MPI_Comm_free(&t->group_comm[k]);
+  if (t->comm != MPI_COMM_NULL) MPI_Comm_free(&t->comm);
   while (t->deferred) {
     deferred *d = t->deferred;
     t->deferred = d->next;
@@ -703,7 +707,8 @@ int tr__transport_add(tr_graph *g, tr_world *w, tr_actor **out) {
   transport *t = calloc(1, sizeof *t);
   if (t == NULL) return TR_ENOMEM;
   t->g = g;
-  t->comm = w->comm;
+  t->world = w->comm;
+  t->comm = MPI_COMM_NULL;
   t->rank = w->rank;
   t->size = w->size;
   const int watchdog = tr__graph_watchdog_ms(g);

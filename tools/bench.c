@@ -5,14 +5,19 @@
 
 #include "cli.h"
 
+int bench_allreduce(int argc, char **argv);
 int bench_mailbox(int argc, char **argv);
 int bench_ops(int argc, char **argv);
+int bench_scaleout(int argc, char **argv);
 int bench_strategies(int argc, char **argv);
 
 static const cli_command benches[] = {
     {"mailbox", "mailbox and actor messaging against a mutex queue, futex and uv_async",
      bench_mailbox},
     {"ops", "device ops: GEMM against cblas_sgemm, kernels against memcpy", bench_ops},
+    {"scaleout", "dp over processes (mpirun) against one process; the all-reduce across ranks",
+     bench_scaleout},
+    {"allreduce", "under mpirun: the sum across ranks against raw MPI_Allreduce", bench_allreduce},
 };
 enum { NBENCHES = sizeof benches / sizeof benches[0] };
 
