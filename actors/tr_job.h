@@ -28,8 +28,8 @@
  *   if (tr_job_new(&j, g, &cfg, err, sizeof err)) ...;    // err names the field at fault
  *   tr_actor *stage[2][2], *loader, *coord;
  *   for (int r = 0; r < 2; r++) {
- *     tr_job_add_loader(j, r, &loader);
  *     for (int s = 0; s < 2; s++) tr_job_add_stage(j, r, s, devs[2 * r + s], &stage[r][s]);
+ *     tr_job_add_loader(j, r, &loader);
  *     tr_job_feed(j, loader, stage[r][0], stage[r][1]);   // inputs to 0, targets to 1
  *     tr_job_chain(j, stage[r][0], stage[r][1]);          // activations and gradients
  *   }
@@ -49,6 +49,14 @@
  * final figures); coordinator → each observer (reports). Actors of your own take part
  * through the messages of tr_protocol.h: tr_job_connect_batches puts one between the loader
  * and a stage, or in the loader's place; tr_job_observe sends one reports.
+ *
+ * Across processes (a graph given a world, tr_graph_set_world; devices from
+ * tr_world_devices), every rank makes the same calls in the same order, and each actor lives
+ * on a rank: a stage, a worker and the server on their device's, a loader on its replica's
+ * first stage's (add that stage before the loader: TR_ESTATE otherwise), the coordinator on
+ * rank 0. A replica group spanning ranks sums inside each rank first, then across ranks
+ * through the transports. Observers are yours to place (tr_graph_add_on); a report crosses
+ * to them like any message.
  */
 #ifndef TR_JOB_H
 #define TR_JOB_H
