@@ -9,15 +9,19 @@
  * to the edge there. So credits bound what crosses exactly as they bound what is in flight
  * inside a process.
  *
- * The same thread completes sends and collectives (MPI progresses a request only while it is
- * called), sends heartbeats and notices a rank that has gone silent. It spins while requests
+ * The same thread completes sends (MPI progresses a request only while it is called), sends
+ * heartbeats and notices a rank that has gone silent. Sums run on a thread of their own per
+ * replica group, one blocking MPI_Allreduce after another in the order the leader hands
+ * them over: Open MPI's nonblocking MPI_Iallreduce (libnbc) reached a third of the blocking
+ * one's bandwidth here, and a blocked thread still leaves the progress thread free to
+ * notice a rank that is gone. It spins while requests
  * are outstanding and backs off to sub-millisecond sleeps when nothing is, so an idle job
  * costs little and the watchdog still sees an idle graph as idle: nothing here counts as
  * progress but messages that come.
  *
  * Protocols between transports: releases; the end of a timed run (rank 0 gathers every
  * rank's claims and sends the end: graph_impl.h); steps handed out by rank 0; the replica
- * groups' sums across ranks (MPI_Iallreduce on a communicator per group); a goodbye from
+ * groups' sums across ranks (MPI_Allreduce on a communicator per group); a goodbye from
  * every rank to every rank before any leaves (MPI orders each pair's messages, so a goodbye
  * comes after everything sent before it); and an abort, which ends every rank with the text
  * of the failure.
@@ -121,13 +125,21 @@ typedef struct queue {
   held *head, *tail;
 } queue;
 
-typedef struct request { /* an MPI request the progress thread completes */
+typedef struct request { /* a send the progress thread completes */
   MPI_Request r;
-  int dest;       /* a send's rank; -1: a sum */
-  uint8_t *buf;   /* freed once complete (sends) */
-  tr__sum_msg *sum; /* a sum across ranks: handed back once complete */
+  int dest;
+  uint8_t *buf;   /* freed once complete */
   struct request *next;
 } request;
+
+typedef struct summer { /* a group's sums, one after another on a thread of its own */
+  pthread_t thread;
+  bool started, stop, busy; /* busy: inside MPI_Allreduce */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  tr__sum_msg *queue[256]; /* a ring: a step's buckets, two steps at most */
+  int head, n;
+} summer;
 
 typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the end */
   int rank, member;
@@ -147,6 +159,7 @@ typedef struct transport {
   int ngroups;
   int group_ranks[MAX_GROUPS][64], group_n[MAX_GROUPS];
   MPI_Comm group_comm[MAX_GROUPS];
+  summer *summers[MAX_GROUPS]; /* where this rank holds members */
   tr_edge *sum_in[MAX_GROUPS], *summed[MAX_GROUPS]; /* the group's edges with its leader here */
   /* the end of a timed run (rank 0 gathers); steps handed out */
   bool finishing, asked_finish;
@@ -342,37 +355,108 @@ static void maybe_done(transport *t) {
 
 /* ---- sums across ranks ---------------------------------------------------------------------- */
 
-/* The group's edges to and from its leader here. */
-static int start_sum(transport *t, const tr__sum_msg *s, tr_edge *from) {
-  TR_ASSERT(s->group >= 0 && s->group < t->ngroups && t->group_comm[s->group] != MPI_COMM_NULL);
-  request *q = calloc(1, sizeof *q);
-  if (q == NULL) return TR_ENOMEM;
-  q->dest = -1;
-  /* the request outlives the message handled: its fields, never its header (the mailbox's,
+static void *summer_main(void *arg);
+
+/* A bucket to sum: to its group's thread. */
+static int start_sum(transport *t, const tr__sum_msg *s) {
+  TR_ASSERT(s->group >= 0 && s->group < t->ngroups && t->summers[s->group] != NULL);
+  summer *u = t->summers[s->group];
+  /* the thread outlives the message handled: its fields, never its header (the mailbox's,
    * which the next push writes) */
-  q->sum = tr_msg_new(&tr__sum_type);
-  q->sum->group = s->group;
-  q->sum->bucket = s->bucket;
-  q->sum->step = s->step;
-  q->sum->p = s->p;
-  q->sum->n = s->n;
-  q->sum->complete = false;
-  (void)from; /* its credit goes back once the sum is complete */
-  pthread_mutex_lock(&t->lock);
-  const int rc = MPI_Iallreduce(MPI_IN_PLACE, s->p, (int)s->n, MPI_FLOAT, MPI_SUM,
-                                t->group_comm[s->group], &q->r);
-  if (rc == MPI_SUCCESS) {
-    q->next = t->requests;
-    t->requests = q;
+  tr__sum_msg *c = tr_msg_new(&tr__sum_type);
+  c->group = s->group;
+  c->bucket = s->bucket;
+  c->step = s->step;
+  c->p = s->p;
+  c->n = s->n;
+  c->complete = false;
+  pthread_mutex_lock(&u->lock);
+  const bool room = u->n < (int)(sizeof u->queue / sizeof *u->queue);
+  if (room) u->queue[(u->head + u->n++) % (int)(sizeof u->queue / sizeof *u->queue)] = c;
+  pthread_cond_signal(&u->wake);
+  pthread_mutex_unlock(&u->lock);
+  if (room) return 0;
+  tr_msg_free(c);
+  return tr_actor_fail(t->self, TR_ESTATE, "summing bucket %d of step %lld across ranks: "
+                       "more than 256 buckets waiting", s->bucket, (long long)s->step);
+}
+
+typedef struct summer_arg {
+  transport *t;
+  int group;
+} summer_arg;
+
+static void *summer_main(void *arg) {
+  summer_arg a = *(summer_arg *)arg;
+  free(arg);
+  transport *t = a.t;
+  summer *u = t->summers[a.group];
+  char name[16];
+  snprintf(name, sizeof name, "troupe-sum%d", a.group);
+  pthread_setname_np(pthread_self(), name);
+  for (;;) {
+    pthread_mutex_lock(&u->lock);
+    while (u->n == 0 && !u->stop) pthread_cond_wait(&u->wake, &u->lock);
+    if (u->n == 0) { /* stopped */
+      pthread_mutex_unlock(&u->lock);
+      return NULL;
+    }
+    tr__sum_msg *s = u->queue[u->head];
+    u->head = (u->head + 1) % (int)(sizeof u->queue / sizeof *u->queue);
+    u->n--;
+    u->busy = true;
+    pthread_mutex_unlock(&u->lock);
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, s->p, (int)s->n, MPI_FLOAT, MPI_SUM,
+                                 t->group_comm[a.group]);
+    pthread_mutex_lock(&u->lock);
+    u->busy = false;
+    pthread_mutex_unlock(&u->lock);
+    if (rc != MPI_SUCCESS) { /* a rank that is gone, typically: the actor fails the run */
+      broken_msg *b = tr_msg_new(&broken_type);
+      int len = 0;
+      b->rank = -1;
+      MPI_Error_string(rc, b->why, &len);
+      tr_msg_free(s);
+      tr_actor_send(t->self, b);
+      return NULL;
+    }
+    s->complete = true;
+    tr_actor_send(t->self, s); /* back to the actor, which owns the edges */
   }
-  pthread_mutex_unlock(&t->lock);
-  if (rc != MPI_SUCCESS) {
-    tr_msg_free(q->sum);
-    free(q);
-    return tr_actor_fail(t->self, TR_ESYS, "summing bucket %d of step %lld across ranks: "
-                         "MPI_Iallreduce failed (%d)", s->bucket, (long long)s->step, rc);
+}
+
+static int start_summer(transport *t, int group) {
+  summer *u = calloc(1, sizeof *u);
+  summer_arg *a = malloc(sizeof *a);
+  if (u == NULL || a == NULL) {
+    free(u);
+    free(a);
+    return TR_ENOMEM;
   }
+  pthread_mutex_init(&u->lock, NULL);
+  pthread_cond_init(&u->wake, NULL);
+  t->summers[group] = u;
+  *a = (summer_arg){t, group};
+  if (pthread_create(&u->thread, NULL, summer_main, a)) {
+    free(a);
+    return TR_ESYS;
+  }
+  u->started = true;
   return 0;
+}
+
+/* Stops a group's thread; one still inside a sum whose other ranks are gone is left
+ * behind (the process is on its way out: the world ends the job). */
+static void stop_summer(summer *u) {
+  if (u == NULL || !u->started) return;
+  pthread_mutex_lock(&u->lock);
+  u->stop = true;
+  const bool stuck = u->busy;
+  pthread_cond_signal(&u->wake);
+  pthread_mutex_unlock(&u->lock);
+  if (stuck) pthread_detach(u->thread);
+  else pthread_join(u->thread, NULL);
+  u->started = stuck;
 }
 
 /* The sum is in place: its credit back, and the leader told on its "summed" edge. */
@@ -465,7 +549,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &in_type) return on_incoming(t, (in_msg *)msg);
   if (msg->type == &tr__sum_type) {
     const tr__sum_msg *s = (const tr__sum_msg *)msg;
-    return s->complete ? sum_complete(t, s, t->sum_in[s->group]) : start_sum(t, s, t->sum_in[s->group]);
+    return s->complete ? sum_complete(t, s, t->sum_in[s->group]) : start_sum(t, s);
   }
   if (msg->type == &broken_type) {
     const broken_msg *b = (const broken_msg *)msg;
@@ -531,10 +615,6 @@ static int progress_requests(transport *t, bool *pending) {
       b->rank = q->dest;
       MPI_Error_string(rc, b->why, &len);
       tr_actor_send(t->self, b);
-      if (q->sum) tr_msg_free(q->sum);
-    } else if (q->sum) { /* back to the actor, which owns the edges */
-      q->sum->complete = true;
-      tr_actor_send(t->self, q->sum);
     }
     free(q->buf);
     free(q);
@@ -639,6 +719,8 @@ static int transport_start(tr_actor *self) {
     for (int i = 0; i < t->group_n[k]; i++) in |= t->group_ranks[k][i] == t->rank;
     if (MPI_Comm_split(t->comm, in ? k : MPI_UNDEFINED, t->rank, &t->group_comm[k]) != MPI_SUCCESS)
       return tr_actor_fail(self, TR_ESYS, "making the communicator of group %d failed", k);
+    if (in && start_summer(t, k))
+      return tr_actor_fail(self, TR_ESYS, "starting the thread of group %d's sums failed", k);
   }
   atomic_store(&t->running, true);
   if (pthread_create(&t->thread, NULL, progress, t))
@@ -666,6 +748,7 @@ static void transport_stop(tr_actor *self) {
   atomic_store(&t->running, false);
   if (t->thread_started) pthread_join(t->thread, NULL);
   t->thread_started = false;
+  for (int k = 0; k < t->ngroups; k++) stop_summer(t->summers[k]);
 }
 
 static void transport_destroy(void *state) {
@@ -675,12 +758,21 @@ static void transport_destroy(void *state) {
     next = q->next;
     if (q->r != MPI_REQUEST_NULL) MPI_Request_free(&q->r);
     free(q->buf);
-    if (q->sum) tr_msg_free(q->sum);
     free(q);
   }
   for (int i = 0; t->held && i < t->nheld; i++) unhold(&t->held[i], 1 << 30);
-  for (int k = 0; k < t->ngroups; k++)
+  for (int k = 0; k < t->ngroups; k++) {
+    summer *u = t->summers[k];
+    if (u && u->started) continue; /* left behind inside a sum: its memory and communicator too */
+    if (u) {
+      for (int i = 0; i < u->n; i++)
+        tr_msg_free(u->queue[(u->head + i) % (int)(sizeof u->queue / sizeof *u->queue)]);
+      pthread_mutex_destroy(&u->lock);
+      pthread_cond_destroy(&u->wake);
+      free(u);
+    }
     if (t->group_comm[k] != MPI_COMM_NULL) MPI_Comm_free(&t->group_comm[k]);
+  }
   if (t->comm != MPI_COMM_NULL) MPI_Comm_free(&t->comm);
   while (t->deferred) {
     deferred *d = t->deferred;
