@@ -2,6 +2,7 @@
  * (header excluded, pointers meaningless on arrival) followed by what its pointers point
  * at, each part starting on a 64-byte boundary of the payload so that arrays land aligned in
  * the receiver's buffer. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,7 +13,12 @@
 
 enum { ALIGN = 64 };
 
+/* Sizes read from another process's bytes may be anything: past TOO_BIG they make a total no
+ * buffer holds, rather than wrapping around. */
+#define TOO_BIG (SIZE_MAX / 4)
+
 static size_t up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
+static size_t floats(size_t n) { return n < TOO_BIG / sizeof(float) ? n * sizeof(float) : TOO_BIG; }
 
 /* The struct, then `n` arrays of the given bytes. */
 typedef struct layout {
@@ -25,7 +31,7 @@ static layout lay(size_t head, const size_t *bytes, int n) {
   for (int i = 0; i < n; i++) {
     l.at[i] = l.total;
     l.bytes[i] = bytes[i];
-    l.total += up(bytes[i]);
+    l.total = bytes[i] < TOO_BIG && l.total < TOO_BIG ? l.total + up(bytes[i]) : SIZE_MAX;
   }
   return l;
 }
@@ -57,10 +63,20 @@ static void flat_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
 }
 
 static tr_msg *flat_get(const tr__codec *c, const uint8_t *in, size_t n) {
-  if (n < body(c->type)) return NULL;
+  if (n < body(c->type) || n > UINT32_MAX / 2) return NULL;
   tr_msg *m = tr_msg_new_size(c->type, sizeof(tr_msg) + n);
   memcpy((uint8_t *)m + sizeof(tr_msg), in, n);
   return m;
+}
+
+/* A stage's losses: as many entries as its size holds, and no more claimed. */
+static tr_msg *loss_get(const tr__codec *c, const uint8_t *in, size_t n) {
+  tr__loss_msg *m = (tr__loss_msg *)flat_get(c, in, n);
+  if (m && (m->n < 0 || (size_t)m->n > (n - body(c->type)) / sizeof m->e[0])) {
+    tr_msg_free(m);
+    return NULL;
+  }
+  return m ? &m->hdr : NULL;
 }
 
 /* ---- a batch: x and y --------------------------------------------------------------------- */
@@ -133,14 +149,14 @@ static tr_msg *tensor_get(const tr__codec *c, const uint8_t *in, size_t n) {
 static size_t part_size(const tr__codec *c, const tr_msg *m) {
   (void)c;
   const tr__part *p = &((const tr__part_msg *)m)->part;
-  const size_t bytes[2] = {p->numel * sizeof(float), p->state_numel * sizeof(float)};
+  const size_t bytes[2] = {floats(p->numel), floats(p->state_numel)};
   return lay(sizeof(tr__part_msg), bytes, 2).total;
 }
 
 static void part_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
   (void)c;
   const tr__part *p = &((const tr__part_msg *)m)->part;
-  const size_t bytes[2] = {p->numel * sizeof(float), p->state_numel * sizeof(float)};
+  const size_t bytes[2] = {floats(p->numel), floats(p->state_numel)};
   const layout l = lay(sizeof(tr__part_msg), bytes, 2);
   put_struct(m, out);
   memcpy(out + l.at[0], p->params, l.bytes[0]);
@@ -158,7 +174,7 @@ static tr_msg *part_get(const tr__codec *c, const uint8_t *in, size_t n) {
   tr__part_msg *pm = (tr__part_msg *)get_struct(c->type, in, n, sizeof *pm - sizeof(tr_msg));
   if (pm == NULL) return NULL;
   tr__part *p = &pm->part;
-  const size_t bytes[2] = {p->numel * sizeof(float), p->state_numel * sizeof(float)};
+  const size_t bytes[2] = {floats(p->numel), floats(p->state_numel)};
   const layout l = lay(sizeof *pm, bytes, 2);
   p->params = p->state = NULL;
   if (l.total <= n) {
@@ -173,26 +189,30 @@ static tr_msg *part_get(const tr__codec *c, const uint8_t *in, size_t n) {
   return &pm->hdr;
 }
 
+static void part_sent(tr_msg *m) { tr__part_free(&((tr__part_msg *)m)->part); }
+
 static size_t done_size(const tr__codec *c, const tr_msg *m) {
   (void)c;
   const tr__report *r = &((const tr__done_msg *)m)->report;
-  const size_t bytes = r->params ? r->numel * sizeof(float) : 0;
+  const size_t bytes = r->params ? floats(r->numel) : 0;
   return lay(sizeof(tr__done_msg), &bytes, 1).total;
 }
 
 static void done_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
   (void)c;
   const tr__report *r = &((const tr__done_msg *)m)->report;
-  const size_t bytes = r->params ? r->numel * sizeof(float) : 0;
+  const size_t bytes = r->params ? floats(r->numel) : 0;
   put_struct(m, out);
   if (bytes) memcpy(out + lay(sizeof(tr__done_msg), &bytes, 1).at[0], r->params, bytes);
 }
+
+static void done_sent(tr_msg *m) { free((void *)((tr__done_msg *)m)->report.params); }
 
 static tr_msg *done_get(const tr__codec *c, const uint8_t *in, size_t n) {
   tr__done_msg *d = (tr__done_msg *)get_struct(c->type, in, n, sizeof *d - sizeof(tr_msg));
   if (d == NULL) return NULL;
   tr__report *r = &d->report;
-  const size_t bytes = r->params ? r->numel * sizeof(float) : 0;
+  const size_t bytes = r->params ? floats(r->numel) : 0;
   const layout l = lay(sizeof *d, &bytes, 1);
   r->params = NULL;
   if (bytes && (l.total > n || !(r->params = copy_out(in, l.at[0], bytes)))) {
@@ -205,8 +225,8 @@ static tr_msg *done_get(const tr__codec *c, const uint8_t *in, size_t n) {
 /* ---- the asynchronous protocol: a push's gradient and parameters, a reply's pull ----------- */
 
 static layout push_layout(const tr__push_msg *p) {
-  const size_t b = p->grads ? p->numel * sizeof(float) : 0;
-  return lay(sizeof *p, (size_t[]){b, p->params ? b : 0}, 2);
+  const size_t b = floats(p->numel);
+  return lay(sizeof *p, (size_t[]){p->grads ? b : 0, p->params ? b : 0}, 2);
 }
 
 static size_t push_size(const tr__codec *c, const tr_msg *m) {
@@ -241,14 +261,14 @@ static tr_msg *push_get(const tr__codec *c, const uint8_t *in, size_t n) {
 static size_t reply_size(const tr__codec *c, const tr_msg *m) {
   (void)c;
   const tr__reply_msg *r = (const tr__reply_msg *)m;
-  const size_t b = r->params ? r->numel * sizeof(float) : 0;
+  const size_t b = r->params ? floats(r->numel) : 0;
   return lay(sizeof *r, &b, 1).total;
 }
 
 static void reply_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
   (void)c;
   const tr__reply_msg *r = (const tr__reply_msg *)m;
-  const size_t b = r->params ? r->numel * sizeof(float) : 0;
+  const size_t b = r->params ? floats(r->numel) : 0;
   put_struct(m, out);
   if (b) memcpy(out + lay(sizeof *r, &b, 1).at[0], r->params, b);
 }
@@ -256,7 +276,7 @@ static void reply_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
 static tr_msg *reply_get(const tr__codec *c, const uint8_t *in, size_t n) {
   tr__reply_msg *r = (tr__reply_msg *)get_struct(c->type, in, n, sizeof *r - sizeof(tr_msg));
   if (r == NULL) return NULL;
-  const size_t b = r->params ? r->numel * sizeof(float) : 0;
+  const size_t b = r->params ? floats(r->numel) : 0;
   const layout l = lay(sizeof *r, &b, 1);
   if (r->share || l.total > n) { /* Hogwild! shares memory: never across processes */
     tr_msg_free(r);
@@ -270,17 +290,17 @@ static tr_msg *reply_get(const tr__codec *c, const uint8_t *in, size_t n) {
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-#define FLAT(t) {&t, flat_size, flat_put, flat_get}
+#define FLAT(t) {&t, flat_size, flat_put, flat_get, NULL}
 static const tr__codec codecs[] = {
-    {&tr_batch_type, batch_size, batch_put, batch_get},
-    {&tr_activation_type, tensor_size, tensor_put, tensor_get},
-    {&tr_gradient_type, tensor_size, tensor_put, tensor_get},
-    {&tr__part_type, part_size, part_put, part_get},
-    {&tr__done_type, done_size, done_put, done_get},
-    {&tr__push_type, push_size, push_put, push_get},
-    {&tr__reply_type, reply_size, reply_put, reply_get},
+    {&tr_batch_type, batch_size, batch_put, batch_get, NULL},
+    {&tr_activation_type, tensor_size, tensor_put, tensor_get, NULL},
+    {&tr_gradient_type, tensor_size, tensor_put, tensor_get, NULL},
+    {&tr__part_type, part_size, part_put, part_get, part_sent},
+    {&tr__done_type, done_size, done_put, done_get, done_sent},
+    {&tr__push_type, push_size, push_put, push_get, NULL},
+    {&tr__reply_type, reply_size, reply_put, reply_get, NULL},
     FLAT(tr_report_type),
-    FLAT(tr__loss_type),
+    {&tr__loss_type, flat_size, flat_put, loss_get, NULL},
     FLAT(tr__server_done_type),
     FLAT(tr__leave_type),
     FLAT(tr__norm_type),
@@ -292,7 +312,7 @@ const tr__codec *tr__codec_find(const char *name, const tr_msgtype *fallback,
   for (size_t i = 0; i < sizeof codecs / sizeof *codecs; i++)
     if (!strcmp(codecs[i].type->name, name)) return &codecs[i];
   if (fallback && !strcmp(fallback->name, name)) {
-    *scratch = (tr__codec){fallback, flat_size, flat_put, flat_get};
+    *scratch = (tr__codec){fallback, flat_size, flat_put, flat_get, NULL};
     return scratch;
   }
   return NULL;

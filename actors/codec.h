@@ -11,6 +11,7 @@
  *
  *   const tr__codec *c = tr__codec_find(msg->type->name, edge_type);
  *   size_t n = c->size(c, msg);  c->put(c, msg, buf);            // the sender
+ *   if (c->sent) c->sent(msg);  tr_msg_free(msg);
  *   tr_msg *m = c->get(c, buf, n);                               // the receiver
  */
 #ifndef TR_CODEC_H
@@ -27,6 +28,9 @@ struct tr__codec {
   size_t (*size)(const tr__codec *c, const tr_msg *m);       /* bytes of the payload */
   void (*put)(const tr__codec *c, const tr_msg *m, uint8_t *out);
   tr_msg *(*get)(const tr__codec *c, const uint8_t *in, size_t n); /* NULL: malformed */
+  /* After put, what the sent message owned (arrays its receiver would have freed); NULL:
+   * nothing */
+  void (*sent)(tr_msg *m);
 };
 
 /* The built-in codec of the type named `name`, else byte for byte as `fallback` (the edge's

@@ -245,6 +245,7 @@ static int send_out(transport *t, tr_edge *e, tr_msg *m) {
   memcpy(buf, &e->id, sizeof e->id);
   snprintf((char *)buf + 8, NAME, "%s", m->type->name);
   c->put(c, m, buf + HEAD);
+  if (c->sent) c->sent(m);
   tr_msg_free(m); /* sent: the runtime never saw it */
   return post(t, tr_graph_actor_rank(t->g, e->to), TAG_MSG, buf, HEAD + n);
 }

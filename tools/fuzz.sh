@@ -4,8 +4,9 @@
 #
 #   checkpoint   the checkpoint reader (seeds: tests/fuzz/corpus, checkpoint.dict)
 #   npy          the .npy header parser (seeds: tests/fuzz/npy-corpus, npy.dict)
+#   codec        the decoders of messages between processes (seeds: tests/fuzz/codec-corpus)
 #
-#   tools/fuzz.sh            # 60 seconds in all: 30 each
+#   tools/fuzz.sh            # 60 seconds in all: 20 each
 #   tools/fuzz.sh 600        # ten minutes
 #   FUZZ_JOBS=2 tools/fuzz.sh 300   # two fuzzing processes per target sharing one corpus
 #
@@ -28,6 +29,7 @@ cd "$root"
 targets=(
   "checkpoint tests/fuzz/corpus tests/fuzz/checkpoint.dict 65536"
   "npy tests/fuzz/npy-corpus tests/fuzz/npy.dict 4096"
+  "codec tests/fuzz/codec-corpus tests/fuzz/codec.dict 4096"
 )
 
 command -v clang >/dev/null || { echo "fuzz: clang is needed (tools/setup.sh installs it)" >&2; exit 1; }
