@@ -35,12 +35,13 @@ draw() {
 }
 
 # every micro-batch of step 3: one forward and one backward rectangle on each device lane
+# (the window may also show a stage already busy with step 4, or still with step 2)
 for schedule in 1f1b gpipe; do
   if draw "$schedule" --strategy pipeline --devices host:2 --microbatches 4 --schedule "$schedule"; then
     for mb in 0 1 2 3; do
       for kind in fwd:forward bwd:backward; do
         check "$schedule: ${kind#*:} of micro-batch $mb on both stages" test \
-          "$(count "<rect class=\"${kind%:*}\"[^>]*><title>${kind#*:} · micro-batch $mb ·" "$dir/$schedule.svg")" -eq 2
+          "$(count "<rect class=\"${kind%:*}\"[^>]*><title>${kind#*:} · micro-batch $mb · [^<]* · step 3<" "$dir/$schedule.svg")" -eq 2
       done
     done
   fi
