@@ -602,6 +602,7 @@ static void render(FILE *f, const trace *t, const view *v, const char *title, do
     for (int k = 0; k < l->n; k++) {
       const slice *s = &l->s[k];
       const double a = fmax(s->t0, v->t0), b = fmin(s->t1, v->t1);
+      if (b <= a) continue; /* outside the window */
       double x = L.x0 + (a - v->t0) * L.scale, w = (b - a) * L.scale;
       if (w < 0.25 && s->kind == K_MSG) continue; /* specks; still busy in the bubble */
       if (w > 3) w -= 0.5;    /* a hairline between neighbours */
