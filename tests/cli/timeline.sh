@@ -44,6 +44,8 @@ for schedule in 1f1b gpipe; do
           "$(count "<rect class=\"${kind%:*}\"[^>]*><title>${kind#*:} · micro-batch $mb · [^<]* · step 3<" "$dir/$schedule.svg")" -eq 2
       done
     done
+    check "$schedule: of the other 7 steps, only what overlaps step 3" test \
+      "$(count '<rect class="fwd"[^>]*><title>forward · micro-batch [0-9] · [^<]* · step [^3]<' "$dir/$schedule.svg")" -lt 8
   fi
 done
 if draw dp --strategy dp --devices host:2; then
@@ -64,7 +66,7 @@ cat >"$dir/zb.json" <<'EOF'
 {"ph":"X","pid":1,"tid":1,"ts":45,"dur":5,"name":"update","args":{"actor":"stage0"}}
 ]}
 EOF
-check "zero-bubble: drawn" "$troupe" timeline "$dir/zb.json" -o "$dir/zb.svg"
+check "zero-bubble: drawn" "$troupe" timeline "$dir/zb.json" -o "$dir/zb.svg" --title zb
 check "zero-bubble: well-formed SVG" xmllint --noout "$dir/zb.svg"
 check "zero-bubble: B and W apart, W hatched" grep -q '<rect class="bwdB".*<rect class="bwdW".*url(#hatch)' <(tr -d '\n' <"$dir/zb.svg")
 check "zero-bubble: the unknown slice in the legend" grep -q '>other: gather &lt;x&gt; &amp; y</text>' "$dir/zb.svg"
