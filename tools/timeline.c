@@ -70,7 +70,7 @@ static const char *string(const cJSON *o, const char *key) {
   return cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(o, key));
 }
 
-/* False for a slice without a name, a start or a duration. */
+/* False for a slice without a name, a finite start or a finite duration >= 0. */
 static bool add_event(tl_trace *t, const cJSON *ev) {
   const char *ph = string(ev, "ph"), *name = string(ev, "name");
   const cJSON *args = cJSON_GetObjectItemCaseSensitive(ev, "args");
@@ -83,13 +83,14 @@ static bool add_event(tl_trace *t, const cJSON *ev) {
     return true;
   }
   const double ts = number(ev, "ts", NAN), dur = number(ev, "dur", NAN);
-  if (name == NULL || !isfinite(ts) || !(dur >= 0 && isfinite(dur))) return false;
+  if (name == NULL || !isfinite(ts) || !(dur >= 0) || !isfinite(ts + dur)) return false;
+  double arg = number(args, "arg", -1);
+  if (!(arg >= 0 && arg < 0x1p62)) arg = -1; /* none, or none a long long holds */
   if (l->n == l->cap) {
     l->s = realloc(l->s, (size_t)(l->cap = l->cap ? 2 * l->cap : 256) * sizeof *l->s);
     TR_ASSERT(l->s != NULL);
   }
-  l->s[l->n++] =
-      (tl_slice){ts, ts + dur, name, (long long)number(args, "arg", -1), kind_of(name), 0};
+  l->s[l->n++] = (tl_slice){ts, ts + dur, name, (long long)arg, kind_of(name), 0};
   const char *actor = string(args, "actor");
   bool seen = actor == NULL;
   for (int i = 0; i < l->nactors && !seen; i++) seen = !strcmp(l->actor[i], actor);
@@ -154,11 +155,11 @@ int tl_trace_read(tl_trace *t) {
     }
     got = fread(text + len, 1, cap - len, f);
   }
-  const bool bad_read = ferror(f);
+  const int bad_read = ferror(f) ? errno : 0;
   fclose(f);
   if (bad_read) {
     free(text);
-    return fail(t, "cannot read it");
+    return fail(t, strerror(bad_read));
   }
   const char *end = NULL;
   t->json = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -178,7 +179,7 @@ int tl_trace_read(tl_trace *t) {
   for (const cJSON *ev = evs->child; ev; ev = ev->next, i++) {
     if (!add_event(t, ev)) {
       char what[96];
-      snprintf(what, sizeof what, "event %d is a slice without a name, ts or dur", i);
+      snprintf(what, sizeof what, "event %d: a slice needs a name, a ts and a dur >= 0, finite", i);
       return fail(t, what);
     }
   }

@@ -97,7 +97,7 @@ expect "not JSON" "^troupe: timeline: $dir/cut.json: not JSON \(at byte [0-9]+\)
 expect "no traceEvents" "^troupe: timeline: $dir/other.json: no \"traceEvents\" array" -- "$dir/other.json"
 expect "no slices" "^troupe: timeline: $dir/empty.json: no slices" -- "$dir/empty.json"
 expect "nothing lasts" "^troupe: timeline: $dir/instant.json: nothing to draw" -- "$dir/instant.json"
-expect "a slice without ts" "^troupe: timeline: $dir/nots.json: event 0 is a slice without" -- "$dir/nots.json"
+expect "a slice without ts" "^troupe: timeline: $dir/nots.json: event 0: a slice needs a name, a ts and a dur" -- "$dir/nots.json"
 expect "steps past the end" "^troupe: --steps 7:9: $dir/1f1b.json has 8 steps \(0:8\)" -- "$dir/1f1b.json" --steps 7:9
 expect "steps without updates" "^troupe: --steps: $dir/instant.json has no \"update\" slices" -- "$dir/instant.json" --steps 0:1
 expect "steps not A:B" "^troupe: --steps: '4:2' is not A:B" -- "$dir/1f1b.json" --steps 4:2
