@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "tr_trace.h"
 #include "worker.h"
 
 enum { STATS_RING = 64 }; /* distance measurements in flight to the host */
@@ -117,6 +118,7 @@ static int server_open(tr_actor *self) {
                          "(tr_job_serve)%s", sv->active, sv->W,
                          sv->report ? "" : " and has no coordinator (tr_job_add_coordinator)");
   if (tr_device_bind(sv->dev)) return fail_device(self, sv, "binding the device");
+  tr_trace_label(self, tr_device_name(sv->dev));
   tr_stage_config c = {.batch = run->mb_batch,
                        .slots = 0,
                        .global_batch = jc->global_batch,

@@ -32,6 +32,7 @@
 #include "transport.h"
 #include "losses.h"
 #include "metrics.h"
+#include "tr_trace.h"
 #include "worker.h"
 
 enum { BLOCKED = 0, DONE = 1 };
@@ -234,6 +235,7 @@ static int stage_open(tr_actor *self) {
   const tr_job_config *c = &run->c;
   a->self = self;
   if (tr_device_bind(a->dev)) return fail_device(self, a, "binding the device");
+  tr_trace_label(self, tr_device_name(a->dev)); /* the timeline names lanes by device */
   if (c->precision.tf32 && tr_device_set_tf32(a->dev, 1)) return fail_device(self, a, "TF32");
   tr_stage_config sc = {.first = run->cuts[a->stage],
                         .end = run->cuts[a->stage + 1],

@@ -19,6 +19,7 @@ typedef struct tr__trace_chunk tr__trace_chunk;
 typedef struct tr__trace_buf {
   struct tr__trace_buf *next; /* the system's list */
   char thread[32];
+  char label[32]; /* tr_trace_label's, or empty */
   int tid;
   tr__trace_chunk *first, *last;
 } tr__trace_buf;

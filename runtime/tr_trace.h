@@ -35,6 +35,11 @@ int tr_trace_enabled(const tr_actor *self);
 void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64_t end_ns,
                      int64_t arg);
 
+/* Says what the lane of `self`'s thread stands for (its device: "host:0"); the trace names
+ * the thread "stage0 (host:0)" and keeps the label as a field of its own ("label"), for
+ * tools. Pinned actors only (loop actors share the loop's lane); the string is copied. */
+void tr_trace_label(tr_actor *self, const char *label);
+
 /* Visits every event, thread by thread in recording order. Call once the run is over. */
 typedef void (*tr_trace_visit_fn)(void *ctx, const char *thread, int tid,
                                   const tr_trace_event *ev);

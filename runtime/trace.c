@@ -59,6 +59,11 @@ void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64
   c->ev[c->n++] = (tr_trace_event){self->name, name, start_ns, end_ns, arg};
 }
 
+void tr_trace_label(tr_actor *self, const char *label) {
+  if (self->kind == TR_ACTOR_PINNED && self->trace)
+    snprintf(self->trace->label, sizeof self->trace->label, "%s", label);
+}
+
 void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx) {
   pthread_mutex_lock(&sys->lock);
   tr__trace_buf *first = sys->traces;
@@ -132,7 +137,15 @@ int tr_system_trace_write(tr_system *sys, const char *path) {
   for (tr__trace_buf *b = sys->traces; b; b = b->next) {
     fprintf(f, "%s\n{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":",
             j.first ? "" : ",", b->tid);
-    put_json_string(f, b->thread);
+    if (b->label[0]) {
+      char both[sizeof b->thread + sizeof b->label + 3];
+      snprintf(both, sizeof both, "%s (%s)", b->thread, b->label);
+      put_json_string(f, both);
+      fputs(",\"label\":", f);
+      put_json_string(f, b->label);
+    } else {
+      put_json_string(f, b->thread);
+    }
     fputs("}}", f);
     j.first = false;
   }

@@ -30,6 +30,7 @@ double cli_sgemm_gflops(int n);
 /* Sub-commands. */
 int cmd_bench(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_timeline(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 
 #endif

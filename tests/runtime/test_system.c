@@ -733,6 +733,44 @@ static void actors_spawned_during_a_run_start_and_stop(void **state) {
   tr_system_free(sys);
 }
 
+/* tr_trace_label: a pinned actor's lane is named with what it runs on; a loop actor's
+ * label does not rename the loop's lane, which its fellow loop actors share. */
+static int labelling_start(tr_actor *self) {
+  tr_trace_label(self, "dev:7");
+  return 0;
+}
+static int labelling_receive(tr_actor *self, tr_msg *msg) {
+  (void)msg;
+  if (tr_actor_state(self)) tr_system_stop(tr_actor_system(self), 0);
+  return 0;
+}
+static const tr_behaviour labelling = {
+    .name = "labelling", .start = labelling_start, .receive = labelling_receive};
+
+static void trace_names_a_pinned_lane_by_its_label(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.trace = 1});
+  static int stops;
+  tr_actor *pinned = spawn(sys, "stage0", TR_ACTOR_PINNED, &labelling, &stops);
+  tr_actor *loop = spawn(sys, "loader", TR_ACTOR_LOOP, &labelling, NULL);
+  tr_actor_send(loop, num_new(0, NULL));
+  tr_actor_send(pinned, num_new(0, NULL));
+  assert_int_equal(tr_system_run(sys), 0);
+  char path[] = "/tmp/troupe-trace-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  assert_int_equal(tr_system_trace_write(sys, path), 0);
+  FILE *f = fopen(path, "r");
+  char text[4096] = {0};
+  assert_true(fread(text, 1, sizeof text - 1, f) > 0);
+  fclose(f);
+  unlink(path);
+  assert_non_null(strstr(text, "\"args\":{\"name\":\"stage0 (dev:7)\",\"label\":\"dev:7\"}"));
+  assert_non_null(strstr(text, "\"args\":{\"name\":\"loop\"}"));
+  tr_system_free(sys);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(hundreds_of_actors_start_stop_and_free_with_messages_in_flight),
@@ -758,6 +796,7 @@ int main(void) {
       cmocka_unit_test(report_names_each_actor_its_state_and_which_lanes_hold_messages),
       cmocka_unit_test(report_that_does_not_fit_counts_the_actors_it_left_out),
       cmocka_unit_test(actors_spawned_during_a_run_start_and_stop),
+      cmocka_unit_test(trace_names_a_pinned_lane_by_its_label),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
