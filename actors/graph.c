@@ -9,7 +9,11 @@
  *
  * Steps: `claimed` is one past the highest step any source claimed; finishing sets its STOP
  * bit, freezing it, so the end every source sees is the same. `taken` hands steps out to
- * sources that share them (tr_graph_take_step).
+ * sources that share them (tr_graph_take_step). Each new claim tells the tracer that a step
+ * begins (its profiling window opens and closes on steps).
+ *
+ * Traces: every message sent on an edge is a flow from its send to its handling, and each
+ * edge's credits in flight are a counter track, sampled at every acquire and release.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -18,6 +22,7 @@
 #include <string.h>
 
 #include "tr_graph.h"
+#include "tr_trace.h"
 
 TR_MSGTYPE_DEFINE(tr_edge_credit_type, tr_edge_credit_msg);
 TR_MSGTYPE_DEFINE(tr_graph_end_type, tr_graph_end_msg);
@@ -34,6 +39,7 @@ struct tr_edge {
   _Atomic int starving;
   _Atomic int peak; /* written by the producer only */
   tr_edge *next;
+  char track[96];   /* the trace's counter: "credits producer→consumer name" */
 };
 
 typedef struct member {
@@ -142,6 +148,8 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
                  .notify = c->notify != 0,
                  .next = g->edges};
   atomic_init(&e->available, c->credits);
+  snprintf(e->track, sizeof e->track, "credits %s→%s %s", tr_actor_name(e->from),
+           tr_actor_name(e->to), e->name);
   g->edges = e;
   *out = e;
   return 0;
@@ -162,6 +170,7 @@ int tr_edge_acquire(tr_edge *e) {
   int out = e->credits - atomic_fetch_sub(&e->available, 1) + 1;
   if (out > atomic_load_explicit(&e->peak, memory_order_relaxed))
     atomic_store_explicit(&e->peak, out, memory_order_relaxed);
+  tr_trace_counter(e->track, out);
   return 1;
 }
 
@@ -169,6 +178,7 @@ void tr_edge_send(tr_edge *e, void *msg) {
   tr_msg *m = msg;
   TR_ASSERT(e->type == NULL || m->type == e->type);
   m->from = e->from;
+  tr_trace_flow(m, e->name);
   tr_actor_send(e->to, m);
 }
 
@@ -194,6 +204,7 @@ static void send_credit(tr_edge *e, int count) {
 void tr_edge_release(tr_edge *e, int n) {
   int now = atomic_fetch_add(&e->available, n) + n;
   TR_ASSERT(now <= e->credits);
+  tr_trace_counter(e->track, e->credits - now);
   if (e->notify) {
     atomic_store(&e->starving, 0);
     send_credit(e, n);
@@ -227,7 +238,10 @@ int tr_graph_claim_step(tr_graph *g, int64_t step) {
   for (;;) {
     if (step < (c & ~STOP)) return 1;
     if (c & STOP) return 0;
-    if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) return 1;
+    if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) {
+      tr_system_trace_step(g->sys, step);
+      return 1;
+    }
   }
 }
 
@@ -297,6 +311,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
   g->first_step = first_step;
   g->end_limit = end_step > 0 ? end_step : INT64_MAX;
   atomic_store(&g->claimed, first_step);
+  tr_system_trace_step(g->sys, first_step); /* the window is open from the start if it holds it */
   if (seconds > 0) {
     int rc = tr_actor_spawn(g->sys,
                             &(tr_actor_config){.name = "graph", .kind = TR_ACTOR_LOOP,
@@ -305,5 +320,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     if (rc == 0) rc = tr_actor_timer_start(g->timer, (uint64_t)(seconds * 1e3), 0, 0);
     if (rc) return rc;
   }
-  return tr_system_run(g->sys);
+  const int rc = tr_system_run(g->sys);
+  tr_system_trace_step(g->sys, INT64_MAX); /* the window ends with the run */
+  return rc;
 }
