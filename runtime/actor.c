@@ -98,9 +98,9 @@ static int turn(tr_actor *a) {
   int n = 0;
 
   if (!atomic_load_explicit(&a->started, memory_order_relaxed)) {
-    int rc = !a->b->start                                       ? 0
-             : __builtin_expect(a->sys->trace_on | tr__nvtx_live, 0) ? tr__trace_start(a)
-                                                                  : a->b->start(a);
+    int rc = 0;
+    if (a->b->start)
+      rc = __builtin_expect(a->sys->trace_on | tr__nvtx_live, 0) ? tr__trace_start(a) : a->b->start(a);
     if (rc != 0) {
       actor_failed(a, rc, "starting");
       tr__actor_stop_now(a); /* marks it done; `stop` is only for actors that started */
