@@ -140,7 +140,7 @@ static int by_track_time(const void *a, const void *b) {
 
 /* Each send followed by its handling, same id: an arrow named after the edge. */
 static void put_flows(writer *w) {
-  qsort(w->flows, w->nflows, sizeof *w->flows, by_id_time);
+  if (w->nflows) qsort(w->flows, w->nflows, sizeof *w->flows, by_id_time); /* NULL when none */
   for (size_t i = 0; i + 1 < w->nflows; i++) {
     const item *s = &w->flows[i], *f = &w->flows[i + 1];
     if (s->ev->phase != TR_TRACE_FLOW_OUT || f->ev->phase != TR_TRACE_FLOW_IN ||
@@ -159,7 +159,7 @@ static void put_flows(writer *w) {
 }
 
 static void put_counters(writer *w) {
-  qsort(w->counters, w->ncounters, sizeof *w->counters, by_track_time);
+  if (w->ncounters) qsort(w->counters, w->ncounters, sizeof *w->counters, by_track_time);
   for (size_t i = 0; i < w->ncounters; i++) {
     const tr_trace_event *ev = w->counters[i].ev;
     begin_event(w, "C", 1, 0, ev->start_ns);
