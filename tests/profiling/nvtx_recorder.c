@@ -36,7 +36,23 @@ static void add(nvtx_rec r) {
   pthread_mutex_unlock(&lock);
 }
 
-static const char *copy(const char *s) { return s ? strdup(s) : NULL; }
+/* Every copy stays reachable until the process ends: records are reset, names are not. */
+static char **strings;
+static size_t nstrings, capstrings;
+
+static const char *copy(const char *s) {
+  if (s == NULL) return NULL;
+  char *c = strdup(s);
+  pthread_mutex_lock(&lock);
+  if (nstrings == capstrings) {
+    capstrings = capstrings ? 2 * capstrings : 256;
+    strings = realloc(strings, capstrings * sizeof *strings);
+    if (strings == NULL) abort();
+  }
+  strings[nstrings++] = c;
+  pthread_mutex_unlock(&lock);
+  return c;
+}
 static const char *domain_name(nvtxDomainHandle_t d) { return (const char *)d; }
 
 static nvtx_rec from_attributes(nvtx_rec_type type, nvtxDomainHandle_t d,
