@@ -64,9 +64,13 @@ void tr__busy_add(tr__busy *b, tr_actor *self, int64_t step, const char *what, u
   if (step >= b->warm_step) b->busy_ns += t1 - t0;
   int i = b->open;
   while (i > 0 && b->opened[i - 1] != t0) i--;
-  if (i > 0) b->open = i - 1; /* its range, and any begun inside it and left open */
-  else if (!tr_trace_enabled(self) || !tr_trace_wants(self, step)) return;
-  tr_trace_end(self, kind_of(what), (int64_t[3]){step, b->stage, mb}, t0, t1);
+  const int64_t args[3] = {step, b->stage, mb};
+  if (i > 0) { /* its range, and any begun inside it and left open */
+    b->open = i - 1;
+    tr_trace_end(self, kind_of(what), args, t0, t1);
+  } else if (tr_trace_enabled(self) && tr_trace_wants(self, step)) {
+    tr_trace_range(self, kind_of(what), args, t0, t1); /* begun without tr__busy_start */
+  }
 }
 
 /* The built-in actors' handling of messages, and their start callbacks. */

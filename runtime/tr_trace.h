@@ -99,10 +99,14 @@ int tr_trace_wants(const tr_actor *self, int64_t step);
  * is attached. Returns tr_now_ns(). Ranges nest; each is closed by tr_trace_end with the
  * same kind and args, on the same thread. */
 uint64_t tr_trace_begin(tr_actor *self, tr_trace_kind *kind, const int64_t args[3]);
-/* Closes the innermost range: the NVTX pop, and the trace records [start_ns, end_ns]; the
- * device layer's hook runs for kinds with `device` set. */
+/* Closes the innermost range: the NVTX pop, then tr_trace_range. */
 void tr_trace_end(tr_actor *self, tr_trace_kind *kind, const int64_t args[3], uint64_t start_ns,
                   uint64_t end_ns);
+/* Records a range of `kind` that has ended, [start_ns, end_ns], in the trace only (NVTX
+ * cannot place a range after the fact); the device layer's hook runs for kinds with
+ * `device` set. */
+void tr_trace_range(tr_actor *self, tr_trace_kind *kind, const int64_t args[3],
+                    uint64_t start_ns, uint64_t end_ns);
 
 /* Sender, on an actor's thread, just before sending `msg`: when that thread records, stamps
  * the message with a new flow id and records its start; the runtime records the end when

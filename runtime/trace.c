@@ -111,6 +111,11 @@ uint64_t tr_trace_begin(tr_actor *self, tr_trace_kind *kind, const int64_t args[
 void tr_trace_end(tr_actor *self, tr_trace_kind *kind, const int64_t args[3], uint64_t start_ns,
                   uint64_t end_ns) {
   tr__nvtx_pop();
+  tr_trace_range(self, kind, args, start_ns, end_ns);
+}
+
+void tr_trace_range(tr_actor *self, tr_trace_kind *kind, const int64_t args[3],
+                    uint64_t start_ns, uint64_t end_ns) {
   tr__trace_buf *b = self->trace;
   if (!self->sys->trace_on || b == NULL) return;
   append(b, &(tr_trace_event){.actor = self->name, .name = kind->name, .start_ns = start_ns,
