@@ -78,7 +78,8 @@ typedef struct tr_trace_event {
   const char *name;  /* the range's; a flow's edge; a counter's track */
   uint64_t start_ns; /* tr_now_ns() clock */
   uint64_t end_ns;   /* = start_ns for flows and counters */
-  int64_t arg;       /* tr_trace_record's (-1 unused); a flow's id; a counter's value */
+  int64_t arg;       /* tr_trace_record's (-1 unused), a kind's last argument; a flow's
+                        id; a counter's value */
   const tr_trace_kind *kind; /* ranges of a kind, device slices; NULL otherwise */
   int64_t args[3];   /* the kind's arguments */
   tr_trace_phase phase;

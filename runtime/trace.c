@@ -118,9 +118,12 @@ void tr_trace_range(tr_actor *self, tr_trace_kind *kind, const int64_t args[3],
                     uint64_t start_ns, uint64_t end_ns) {
   tr__trace_buf *b = self->trace;
   if (!self->sys->trace_on || b == NULL) return;
+  /* arg: the last argument, as tr_trace_record's ranges had it (a micro-batch), for tools
+   * that read those */
   append(b, &(tr_trace_event){.actor = self->name, .name = kind->name, .start_ns = start_ns,
-                              .end_ns = end_ns, .arg = -1, .kind = kind,
-                              .args = {args[0], args[1], args[2]}, .phase = TR_TRACE_RANGE});
+                              .end_ns = end_ns, .arg = kind->args[2] ? args[2] : -1,
+                              .kind = kind, .args = {args[0], args[1], args[2]},
+                              .phase = TR_TRACE_RANGE});
   const tr_trace_device_hooks *h = atomic_load_explicit(&device_hooks, memory_order_acquire);
   if (kind->device && h && h->range_end) h->range_end(kind, args, start_ns);
 }
