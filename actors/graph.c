@@ -12,7 +12,12 @@
  * sources that share them (tr_graph_take_step). Across processes (graph_impl.h), finishing
  * first sets PENDING on every rank — claims beyond what each has claimed wait — and then
  * every rank takes the largest of those claims as the end; rank 0 hands the shared steps
- * out to every rank's sources.
+ * out to every rank's sources. Each new claim tells the tracer that a step begins (its
+ * profiling window opens and closes on steps).
+ *
+ * Traces: every message sent on an edge inside a process is a flow from its send to its
+ * handling, and each edge's credits in flight are a counter track, sampled at every acquire
+ * and release.
  */
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -21,6 +26,7 @@
 #include <string.h>
 
 #include "graph_impl.h"
+#include "tr_trace.h"
 #include "transport.h"
 #include "world_impl.h"
 
@@ -224,6 +230,8 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
                  .remote_to = to->remote,
                  .next = g->edges};
   atomic_init(&e->available, c->credits);
+  snprintf(e->track, sizeof e->track, "credits %s→%s %s", tr_actor_name(e->from),
+           tr_actor_name(e->to), e->name);
   g->edges = e;
   g->edge_by_id[g->nedges++] = e;
   *out = e;
@@ -245,6 +253,7 @@ int tr_edge_acquire(tr_edge *e) {
   int out = e->credits - atomic_fetch_sub(&e->available, 1) + 1;
   if (out > atomic_load_explicit(&e->peak, memory_order_relaxed))
     atomic_store_explicit(&e->peak, out, memory_order_relaxed);
+  tr_trace_counter(e->track, out);
   return 1;
 }
 
@@ -252,8 +261,12 @@ void tr_edge_send(tr_edge *e, void *msg) {
   tr_msg *m = msg;
   TR_ASSERT(e->type == NULL || m->type == e->type);
   m->from = e->from;
-  if (e->remote_to) tr__transport_send(e->g->transport, e, m);
-  else tr_actor_send(e->to, m);
+  if (e->remote_to) {
+    tr__transport_send(e->g->transport, e, m);
+  } else {
+    tr_trace_flow(m, e->name);
+    tr_actor_send(e->to, m);
+  }
 }
 
 int tr_edge_send_control(tr_edge *e, void *msg) {
@@ -282,6 +295,7 @@ void tr_edge_release(tr_edge *e, int n) {
   }
   int now = atomic_fetch_add(&e->available, n) + n;
   TR_ASSERT(now <= e->credits);
+  tr_trace_counter(e->track, e->credits - now);
   if (e->notify) {
     atomic_store(&e->starving, 0);
     send_credit(e, n);
@@ -316,7 +330,10 @@ int tr_graph_claim_step(tr_graph *g, int64_t step) {
     if (step < (c & CLAIMS)) return 1;
     if (c & STOP) return 0;
     if (c & PENDING) return -1; /* the ranks are agreeing on the end: a message will come */
-    if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) return 1;
+    if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) {
+      tr_system_trace_step(g->sys, step);
+      return 1;
+    }
   }
 }
 
@@ -451,6 +468,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
   g->first_step = first_step;
   g->end_limit = end_step > 0 ? end_step : INT64_MAX;
   atomic_store(&g->claimed, first_step);
+  tr_system_trace_step(g->sys, first_step); /* the window is open from the start if it holds it */
   if (seconds > 0 && g->rank == 0) { /* one clock for every rank: rank 0's */
     int rc = tr_actor_spawn(g->sys,
                             &(tr_actor_config){.name = "graph", .kind = TR_ACTOR_LOOP,
@@ -460,6 +478,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     if (rc) return rc;
   }
   const int rc = tr_system_run(g->sys);
+  tr_system_trace_step(g->sys, INT64_MAX); /* the window ends with the run */
   if (rc && g->transport) tr__world_broken(g->world); /* the other ranks may be stuck */
   return rc;
 }

@@ -28,6 +28,7 @@ struct tr_edge {
   _Atomic int starving;
   _Atomic int peak; /* written by the producer only */
   tr_edge *next;
+  char track[96];   /* the trace's counter: "credits producer→consumer name" */
 };
 
 typedef struct tr__member {

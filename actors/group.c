@@ -165,7 +165,7 @@ static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduce
 /* Every member's bucket b is final: sum this member's chunk over them, in member order,
  * and write the sum into every member's gradients. */
 static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
-  const uint64_t t0 = tr_now_ns();
+  const uint64_t t0 = tr__busy_start(g->busy, g->self, step, "allreduce", b);
   size_t lo, hi;
   chunk_of(g, b, g->me, &lo, &hi);
   const size_t n = hi - lo;

@@ -148,6 +148,10 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))
     return tr_errorf(err, n, TR_EINVAL, "checkpoint.every %lld: needs checkpoint.path, and >= 0",
                      (long long)c->checkpoint.every);
+  if (c->profile.from < 0 || c->profile.to < 0 || (c->profile.to && c->profile.to <= c->profile.from))
+    return tr_errorf(err, n, TR_EINVAL, "profile.from %lld, profile.to %lld: give steps [from, to) "
+                     "with to > from >= 0 (to 0: to the end)",
+                     (long long)c->profile.from, (long long)c->profile.to);
   /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
    * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
   if (c->async.enabled && c->async.momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {
@@ -199,6 +203,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
                                                           .stages = P, .microbatches = M})))
     snprintf(err, n, "layout.schedule: %s", tr_strerror(rc));
   run->sc = j->sc;
+  tr__profile_attach(g, &c.profile);
   j->stages = calloc((size_t)(R * P), sizeof *j->stages);
   j->loaders = calloc((size_t)R, sizeof *j->loaders);
   j->chained = calloc((size_t)R, sizeof *j->chained);

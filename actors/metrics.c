@@ -1,10 +1,44 @@
-/* metrics.c — busy time after a warm-up (metrics.h). */
+/* metrics.c — busy time after a warm-up, and the training actors' ranges (metrics.h).
+ *
+ * The palette (Okabe and Ito's, told apart by colour-blind readers too), one colour per
+ * kind, grouped by category; README "Profiling" lists it and `troupe timeline` is to draw
+ * with the same:
+ *   compute        forward #0072B2 blue, backward #D55E00 vermillion
+ *   communication  recv act #56B4E9 sky blue, recv grad #E69F00 orange,
+ *                  allreduce #CC79A7 reddish purple
+ *   optimizer      update #009E73 bluish green
+ *   data           fill #F0E442 yellow
+ *   control        handled messages, start #999999 grey
+ */
+#include <string.h>
+
 #include "metrics.h"
-#include "tr_trace.h"
+
+#define STEP_STAGE_MB {"step", "stage", "mb"}
+
+static tr_trace_kind kinds[] = {
+    {.name = "forward", .category = "compute", .color = 0xFF0072B2, .device = 1, .args = STEP_STAGE_MB},
+    {.name = "backward", .category = "compute", .color = 0xFFD55E00, .device = 1, .args = STEP_STAGE_MB},
+    {.name = "recv act", .category = "communication", .color = 0xFF56B4E9, .device = 1, .args = STEP_STAGE_MB},
+    {.name = "recv grad", .category = "communication", .color = 0xFFE69F00, .device = 1, .args = STEP_STAGE_MB},
+    /* on the group's own stream, not the device's: not timed there */
+    {.name = "allreduce", .category = "communication", .color = 0xFFCC79A7, .args = {"step", "stage", "bucket"}},
+    {.name = "update", .category = "optimizer", .color = 0xFF009E73, .device = 1, .args = STEP_STAGE_MB},
+};
+static tr_trace_kind other = {.name = "work", .category = "compute", .color = 0xFF0072B2, .args = STEP_STAGE_MB};
+static tr_trace_kind fill = {.name = "fill", .category = "data", .color = 0xFFF0E442};
+static tr_trace_kind control = {.category = "control", .color = 0xFF999999};
+static tr_trace_kind start = {.name = "start", .category = "control", .color = 0xFF999999};
+
+static tr_trace_kind *kind_of(const char *what) {
+  for (size_t i = 0; i < sizeof kinds / sizeof *kinds; i++)
+    if (kinds[i].name == what || !strcmp(kinds[i].name, what)) return &kinds[i];
+  return &other;
+}
 
 tr__busy tr__busy_begin(int64_t first_step, int64_t steps) {
   const int64_t warm = steps == INT64_MAX ? 3 : steps < 10 ? 0 : steps / 10 < 100 ? steps / 10 : 100;
-  return (tr__busy){.warm_step = first_step + warm, .window_start = tr_now_ns()};
+  return (tr__busy){.warm_step = first_step + warm, .window_start = tr_now_ns(), .stage = -1};
 }
 
 void tr__busy_open_window(tr__busy *b, int64_t step) {
@@ -13,9 +47,42 @@ void tr__busy_open_window(tr__busy *b, int64_t step) {
   b->busy_ns = 0;
 }
 
+uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb) {
+  if (!tr_trace_wants(self, step)) return tr_now_ns();
+  const uint64_t t0 = tr_trace_begin(self, kind_of(what), (int64_t[3]){step, b->stage, mb});
+  if (b->open == TR__BUSY_NESTED) { /* a start whose end never came: forget the oldest */
+    memmove(b->opened, b->opened + 1, (TR__BUSY_NESTED - 1) * sizeof *b->opened);
+    b->open--;
+  }
+  b->opened[b->open++] = t0;
+  return t0;
+}
+
 void tr__busy_add(tr__busy *b, tr_actor *self, int64_t step, const char *what, uint64_t t0,
                   int mb) {
   const uint64_t t1 = tr_now_ns();
   if (step >= b->warm_step) b->busy_ns += t1 - t0;
-  if (tr_trace_enabled(self)) tr_trace_record(self, what, t0, t1, mb);
+  int i = b->open;
+  while (i > 0 && b->opened[i - 1] != t0) i--;
+  const int64_t args[3] = {step, b->stage, mb};
+  if (i > 0) { /* its range, and any begun inside it and left open */
+    b->open = i - 1;
+    tr_trace_end(self, kind_of(what), args, t0, t1);
+  } else if (tr_trace_enabled(self) && tr_trace_wants(self, step)) {
+    tr_trace_range(self, kind_of(what), args, t0, t1); /* begun without tr__busy_start */
+  }
+}
+
+/* The built-in actors' handling of messages, and their start callbacks. */
+static tr_trace_kind *classify(const tr_behaviour *b, const tr_msgtype *type) {
+  if (b == &tr__loader_behaviour) return &fill;
+  if (b != &tr__stage_behaviour && b != &tr__server_behaviour && b != &tr__coordinator_behaviour)
+    return NULL; /* an actor of the user's: the runtime's default */
+  return type ? &control : &start;
+}
+
+void tr__profile_attach(tr_graph *g, const tr_profile_config *profile) {
+  tr_system *sys = tr_graph_system(g);
+  tr_system_trace_classify(sys, classify);
+  if (profile->from > 0 || profile->to > 0) tr_system_trace_window(sys, profile->from, profile->to);
 }

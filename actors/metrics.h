@@ -1,25 +1,35 @@
 /* metrics.h — what every actor that works on a device measures for the run's figures: the
- * time it was busy after a warm-up (utilization, bubbles), traced as it goes, and the losses
- * it sends the coordinator in chunks.
+ * time it was busy after a warm-up (utilization, bubbles), traced as it goes; and how the
+ * training actors' work shows in a trace and in Nsight Systems (the kinds of range, their
+ * categories and colours, and the profiling window of tr_job_config.profile).
  *
  *   tr__busy b = tr__busy_begin(first_step, steps_expected);
- *   uint64_t t0 = tr_now_ns();  ... issue the forward ...
- *   tr__busy_add(&b, self, step, "forward", t0, mb);
+ *   b.stage = stage;                                   // for the ranges' arguments
+ *   uint64_t t0 = tr__busy_start(&b, self, step, "forward", mb);   // the range opens
+ *   ... issue the forward ...
+ *   tr__busy_add(&b, self, step, "forward", t0, mb);   // it closes; busy time counted
  *
- *   tr__losses l = {.edge = report, .source = index};
- *   tr__losses_add(&l, step, loss);        // after each step
- *   tr__losses_flush(&l, false);           // a chunk a few times a second
- *   if (!tr__losses_flush(&l, true)) ...;  // at the end: everything, once a credit is free
+ * A range opens where the work begins and closes where it ends, on the thread that does it:
+ * NVTX ranges cannot be placed after the fact. tr__busy_add without a tr__busy_start still
+ * records the range in the Chrome trace (it knows t0), but pushes no NVTX range. A start
+ * must not be followed by a return that skips its tr__busy_add (check what could block
+ * first): a range left open ends with the message handler, shorter than the work.
  */
 #ifndef TR_METRICS_H
 #define TR_METRICS_H
 
 #include "job_impl.h"
+#include "tr_trace.h"
+
+enum { TR__BUSY_NESTED = 4 }; /* ranges open at once: a bucket's all-reduce inside a backward */
 
 typedef struct tr__busy {
   int64_t warm_step;     /* steps before this one warm up: not counted */
   uint64_t window_start; /* when the measured window opened */
   uint64_t busy_ns;      /* time inside device work since then */
+  int stage;             /* the stage, for the ranges' arguments; -1 (tr__busy_begin): none */
+  int open;              /* ranges opened by tr__busy_start, innermost last */
+  uint64_t opened[TR__BUSY_NESTED];
 } tr__busy;
 
 /* A tenth of the `steps` expected (at most 100) warm up; 3 when their count is unknown
@@ -28,8 +38,17 @@ tr__busy tr__busy_begin(int64_t first_step, int64_t steps);
 /* `step` is now the current one: the window opens as the warm-up ends (the caller has let
  * its device finish the warm-up's work). */
 void tr__busy_open_window(tr__busy *b, int64_t step);
-/* Work from t0 until now, of micro-batch `mb` (-1: none) during `step`. */
+/* Work `what` ("forward", "backward", "recv act", "recv grad", "allreduce", "update") of
+ * micro-batch `mb` (-1: none; the bucket for "allreduce") during `step` begins now: its range
+ * opens when the step is traced. Returns now. */
+uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb);
+/* The work begun at t0 ends now: busy time, and its range (tr__busy_start's, or recorded
+ * now in the trace). */
 void tr__busy_add(tr__busy *b, tr_actor *self, int64_t step, const char *what, uint64_t t0,
                   int mb);
+
+/* The job's graph traces as troupe's ranges read: the loader's handling as "fill" (data),
+ * the other built-in actors' as control, the window of `profile`. From tr_job_new. */
+void tr__profile_attach(tr_graph *g, const tr_profile_config *profile);
 
 #endif

@@ -280,7 +280,7 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   const tr_async_config *ac = &sv->run->c.async;
   worker *w = &sv->w[m->worker];
   if (ac->hogwild) return count_update(self, sv, w, m->applied - m->version);
-  const uint64_t t0 = tr_now_ns();
+  const uint64_t t0 = tr__busy_start(&sv->busy, self, sv->version, "update", -1);
   const size_t bytes = sv->numel * sizeof(float);
   float *params = tr_stage_params(sv->st), *grads = m->grads;
   const float *pulled = m->params;

@@ -272,6 +272,7 @@ static int stage_open(tr_actor *self) {
   a->busy = tr__busy_begin(a->step, end == INT64_MAX ? INT64_MAX
                                                      : (end - tr_graph_first_step(g)) /
                                                            (a->worker ? c->layout.replicas : 1));
+  a->busy.stage = a->stage;
   return 0;
 }
 
@@ -351,7 +352,8 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge 
   const tr__lent *in = tr__queue_peek(q);
   if (in == NULL) return BLOCKED;
   if (in->step != a->step || in->mb != act->mb) return out_of_order(self, a, "a tensor", in, act);
-  uint64_t t0 = tr_now_ns();
+  const char *what = act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad";
+  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
   /* from another process: host memory, complete (in->dev and in->ready NULL) */
   if ((in->ready && tr_stream_wait_event(a->s, in->ready)) ||
       (in->dev ? tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes)
@@ -360,7 +362,7 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge 
     return fail_device(self, a, "receiving a tensor");
   if (act->kind == TR_ACTION_RECV_ACT) a->slot_first[act->slot] = in->first;
   tr__queue_pop(q);
-  busy(a, act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad", t0, act->mb);
+  busy(a, what, t0, act->mb);
   return DONE;
 }
 
@@ -415,7 +417,9 @@ static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
 
 static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   const tr_stage_info *info = a->info;
-  uint64_t t0 = tr_now_ns();
+  for (int i = 0; i < a->nin; i++) /* its range opens only once it can run */
+    if (tr__queue_peek(&a->in[i].q) == NULL) return BLOCKED;
+  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "forward", act->mb);
   if (a->nin) {
     int rc = take_inputs(self, a, act);
     if (rc != DONE) return rc;
@@ -439,7 +443,7 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
     if (!tr_edge_acquire(a->grad_out)) return BLOCKED;
     a->grad_credit = true;
   }
-  uint64_t t0 = tr_now_ns();
+  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "backward", act->mb);
   const bool last = a->group && act->mb == a->m - 1; /* buckets go out as layers finish */
   if (last) tr__group_arm(a->group, a->step);
   if (tr_stage_backward(a->st, act->slot, &a->dinput)) return fail_device(self, a, "backward");
@@ -492,7 +496,7 @@ static int update(tr_actor *self, stage_actor *a) {
     int rc = tr__clip_global(a->clip, a->step, &sumsq);
     if (rc != DONE) return rc;
   }
-  uint64_t t0 = tr_now_ns();
+  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "update", -1);
   if (tr_stage_step(a->st, sumsq) || tr_stage_zero_grads(a->st))
     return fail_device(self, a, "optimizer step");
   busy(a, "update", t0, -1);

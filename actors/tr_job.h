@@ -157,6 +157,13 @@ typedef struct tr_precision_config {
   int tf32;                /* CUDA: TF32 tensor cores in fp32 GEMMs (tr_device_set_tf32) */
 } tr_precision_config;
 
+/* Profiling a window of a long run (README "Profiling"): the trace and the NVTX ranges cover
+ * steps [from, to) only, and on CUDA cudaProfilerStart/Stop bracket them (what nsys
+ * --capture-range=cudaProfilerApi waits for). from = to = 0: every step. */
+typedef struct tr_profile_config {
+  int64_t from, to;        /* to > from, or to 0: from `from` to the end */
+} tr_profile_config;
+
 typedef struct tr_job_config {
   const tr_model *model;   /* outlives the job */
   const tr_data *data;     /* samples of the model's input and target sizes (tr_data_check) */
@@ -171,6 +178,7 @@ typedef struct tr_job_config {
   tr_async_config async;
   tr_checkpoint_config checkpoint;
   tr_precision_config precision;
+  tr_profile_config profile;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
   int progress;            /* a progress line on stderr */
 } tr_job_config;

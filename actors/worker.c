@@ -105,7 +105,7 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
     if (!tr_edge_acquire(w->push)) return 0; /* the server still reads the last one */
     int64_t applied = -1;
     if (c->async.hogwild) {
-      const uint64_t t0 = tr_now_ns();
+      const uint64_t t0 = tr__busy_start(busy, w->self, pushes, "update", -1);
       if (tr_stage_step(w->st, NULL) || tr_stage_zero_grads(w->st))
         return fail(w, "optimizer step (Hogwild!)");
       applied = atomic_fetch_add(w->applied, 1);

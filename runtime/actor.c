@@ -74,13 +74,8 @@ static void actor_failed(tr_actor *a, int status, const char *during) {
 static int deliver(tr_actor *a, tr_msg *m) {
   int rc;
   atomic_store_explicit(&a->handling, m->type, memory_order_relaxed);
-  if (__builtin_expect(a->sys->trace_on, 0)) {
-    uint64_t t0 = tr_now_ns();
-    rc = a->b->receive(a, m);
-    tr_trace_record(a, m->type->name, t0, tr_now_ns(), -1);
-  } else {
-    rc = a->b->receive(a, m);
-  }
+  if (__builtin_expect(a->sys->trace_on | tr__nvtx_live, 0)) rc = tr__trace_deliver(a, m);
+  else rc = a->b->receive(a, m);
   atomic_store_explicit(&a->handling, NULL, memory_order_relaxed);
   atomic_store_explicit(&a->handled, atomic_load_explicit(&a->handled, memory_order_relaxed) + 1,
                         memory_order_relaxed);
@@ -98,12 +93,14 @@ void tr__actor_stop_now(tr_actor *a) {
   if (atomic_load_explicit(&a->started, memory_order_relaxed) && a->b->stop) a->b->stop(a);
 }
 
-int tr__actor_turn(tr_actor *a) {
+static int turn(tr_actor *a) {
   tr_msg *m, *released;
   int n = 0;
 
   if (!atomic_load_explicit(&a->started, memory_order_relaxed)) {
-    int rc = a->b->start ? a->b->start(a) : 0;
+    int rc = 0;
+    if (a->b->start)
+      rc = __builtin_expect(a->sys->trace_on | tr__nvtx_live, 0) ? tr__trace_start(a) : a->b->start(a);
     if (rc != 0) {
       actor_failed(a, rc, "starting");
       tr__actor_stop_now(a); /* marks it done; `stop` is only for actors that started */
@@ -140,6 +137,16 @@ int tr__actor_turn(tr_actor *a) {
   return n;
 }
 
+/* A loop actor's turn records into the loop's trace, and only while it runs: the loop
+ * thread may outlive the system. */
+int tr__actor_turn(tr_actor *a) {
+  if (a->kind != TR_ACTOR_LOOP) return turn(a);
+  tr__trace_thread(a->trace, "loop");
+  const int n = turn(a);
+  tr__trace_thread(NULL, NULL);
+  return n;
+}
+
 static void pinned_idle(tr_actor *a) {
   if (a->spin_us != TR_SPIN_NONE) {
     uint64_t deadline = a->spin_us == TR_SPIN_FOREVER ? UINT64_MAX
@@ -166,6 +173,7 @@ void *tr__pinned_main(void *arg) {
   snprintf(tname, sizeof tname, "%s", a->name);
   pthread_setname_np(pthread_self(), tname);
   if (sys->trace_on) a->trace = tr__trace_buf_new(sys, a->name, (int)a->id + 1);
+  tr__trace_thread(a->trace, a->name); /* before anything it handles: NVTX names the row */
   tr_msg_pool_attach(a->pool);
 
   for (;;) {

@@ -18,9 +18,11 @@ typedef struct tr__trace_chunk tr__trace_chunk;
 /* One thread's trace events. Only that thread appends; readers wait for the run's end. */
 typedef struct tr__trace_buf {
   struct tr__trace_buf *next; /* the system's list */
+  tr_system *sys;
   char thread[32];
   char label[32]; /* tr_trace_label's, or empty */
   int tid;
+  uint32_t flow_seq; /* this thread's flows so far (trace.c makes ids of tid and it) */
   tr__trace_chunk *first, *last;
 } tr__trace_buf;
 
@@ -70,6 +72,13 @@ struct tr_system {
   int spin_us;
   bool trace_on;
   bool handle_signals;
+  /* The profiling window (trace.c): set before the run, moved by tr_system_trace_step. */
+  bool trace_window;                 /* a window was set: closed outside it */
+  _Atomic bool trace_closed;         /* records and NVTX ranges are off now */
+  int64_t trace_from, trace_to;      /* steps [from, to); to 0: no end */
+  int64_t trace_step;                /* the newest step begun (under lock) */
+  uint64_t trace_nvtx_window;        /* the NVTX range of the open window */
+  tr_trace_classify_fn trace_classify;
 
   _Atomic(tr_actor *) actors;      /* every actor, newest first */
   _Atomic(tr_actor *) loop_actors; /* loop actors, newest first */
@@ -93,6 +102,17 @@ struct tr_system {
 /* trace.c */
 tr__trace_buf *tr__trace_buf_new(tr_system *sys, const char *thread, int tid);
 void tr__trace_free_all(tr_system *sys);
+/* The calling thread records into `b` (NULL: nowhere); names it for NVTX once. */
+void tr__trace_thread(tr__trace_buf *b, const char *name);
+/* deliver() and the start callback when something traces: NVTX range, record, flow in. */
+int tr__trace_deliver(tr_actor *a, tr_msg *m);
+int tr__trace_start(tr_actor *a);
+/* trace_nvtx.c: a tool is attached (set once NVTX is initialised; 0 without NVTX). */
+#ifdef TR_HAVE_NVTX
+extern int tr__nvtx_live;
+#else
+#define tr__nvtx_live 0
+#endif
 
 /* system.c */
 void tr__system_fail(tr_system *sys, int status, const char *fmt, ...)

@@ -53,6 +53,7 @@ typedef struct tr_msg {
   struct tr_actor *from; /* the sender if it set it; the runtime's own messages set it */
   tr_msg_pool *pool;     /* where its memory goes back to; NULL: the allocator */
   uint32_t size;         /* bytes allocated, header included */
+  uint32_t flow;         /* a traced send's flow id (tr_trace_flow), else 0: in the padding */
 } tr_msg;
 
 /* Allocates a message of `type` (type->size bytes, payload uninitialised). Never returns

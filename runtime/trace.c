@@ -1,12 +1,17 @@
-/* trace.c — per-thread event buffers and the Chrome trace writer. */
-#include <errno.h>
-#include <fcntl.h>
+/* trace.c — per-thread event buffers, the profiling window, and the hooks the runtime calls
+ * when something traces (tr_trace.h). NVTX is trace_nvtx.c's, the JSON writer
+ * trace_json.c's.
+ *
+ * Each thread records into its own buffer, found through a thread-local pointer that the
+ * actor's thread sets when it starts (pinned) or around each turn (loop): recording never
+ * takes a lock, and a counter or a flow from code that has no actor at hand (an edge's
+ * release) lands on the right lane.
+ */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "system_impl.h"
+#include "trace_impl.h"
 
 enum { CHUNK_EVENTS = 4096 };
 
@@ -16,10 +21,15 @@ struct tr__trace_chunk {
   tr_trace_event ev[CHUNK_EVENTS];
 };
 
+static __thread tr__trace_buf *here __attribute__((tls_model("initial-exec")));
+static __thread int named;
+static const tr_trace_device_hooks *_Atomic device_hooks;
+
 tr__trace_buf *tr__trace_buf_new(tr_system *sys, const char *thread, int tid) {
   tr__trace_buf *b = calloc(1, sizeof *b);
   TR_ASSERT(b != NULL);
   snprintf(b->thread, sizeof b->thread, "%s", thread);
+  b->sys = sys;
   b->tid = tid;
   pthread_mutex_lock(&sys->lock);
   b->next = sys->traces;
@@ -40,12 +50,25 @@ void tr__trace_free_all(tr_system *sys) {
   sys->traces = NULL;
 }
 
-int tr_trace_enabled(const tr_actor *self) { return self->sys->trace_on; }
+void tr__trace_thread(tr__trace_buf *b, const char *name) {
+  here = b;
+  if (name && !named) {
+    named = 1;
+    tr__nvtx_name_thread(name);
+  }
+}
 
-void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64_t end_ns,
-                     int64_t arg) {
-  tr__trace_buf *b = self->trace;
-  if (!self->sys->trace_on || b == NULL) return;
+static bool closed(const tr_system *sys) {
+  return atomic_load_explicit(&sys->trace_closed, memory_order_relaxed);
+}
+
+/* The calling thread's buffer, when it records now. */
+static tr__trace_buf *recording(void) {
+  tr__trace_buf *b = here;
+  return b && !closed(b->sys) ? b : NULL;
+}
+
+static void append(tr__trace_buf *b, const tr_trace_event *ev) {
   tr__trace_chunk *c = b->last;
   if (c == NULL || c->n == CHUNK_EVENTS) {
     tr__trace_chunk *fresh = malloc(sizeof *fresh);
@@ -56,13 +79,170 @@ void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64
     else b->first = fresh;
     b->last = c = fresh;
   }
-  c->ev[c->n++] = (tr_trace_event){self->name, name, start_ns, end_ns, arg};
+  c->ev[c->n++] = *ev;
 }
 
 void tr_trace_label(tr_actor *self, const char *label) {
   if (self->kind == TR_ACTOR_PINNED && self->trace)
     snprintf(self->trace->label, sizeof self->trace->label, "%s", label);
 }
+
+int tr_trace_enabled(const tr_actor *self) { return self->sys->trace_on; }
+
+void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64_t end_ns,
+                     int64_t arg) {
+  tr__trace_buf *b = self->trace;
+  if (!self->sys->trace_on || b == NULL || closed(self->sys)) return;
+  append(b, &(tr_trace_event){.actor = self->name, .name = name, .start_ns = start_ns,
+                              .end_ns = end_ns, .arg = arg, .phase = TR_TRACE_RANGE});
+}
+
+static bool in_window(const tr_system *sys, int64_t step) {
+  return !sys->trace_window ||
+         (step >= sys->trace_from && (sys->trace_to == 0 || step < sys->trace_to));
+}
+
+int tr_trace_wants(const tr_actor *self, int64_t step) {
+  const tr_system *sys = self->sys;
+  return (sys->trace_on || tr__nvtx_live) && in_window(sys, step);
+}
+
+uint64_t tr_trace_begin(tr_actor *self, tr_trace_kind *kind, const int64_t args[3]) {
+  (void)self;
+  tr__nvtx_push(kind, NULL, args);
+  return tr_now_ns();
+}
+
+void tr_trace_end(tr_actor *self, tr_trace_kind *kind, const int64_t args[3], uint64_t start_ns,
+                  uint64_t end_ns) {
+  tr__nvtx_pop();
+  tr_trace_range(self, kind, args, start_ns, end_ns);
+}
+
+void tr_trace_range(tr_actor *self, tr_trace_kind *kind, const int64_t args[3],
+                    uint64_t start_ns, uint64_t end_ns) {
+  tr__trace_buf *b = self->trace;
+  if (!self->sys->trace_on || b == NULL) return;
+  /* arg: the last argument, as tr_trace_record's ranges had it (a micro-batch), for tools
+   * that read those */
+  append(b, &(tr_trace_event){.actor = self->name, .name = kind->name, .start_ns = start_ns,
+                              .end_ns = end_ns, .arg = kind->args[2] ? args[2] : -1,
+                              .kind = kind, .args = {args[0], args[1], args[2]},
+                              .phase = TR_TRACE_RANGE});
+  const tr_trace_device_hooks *h = atomic_load_explicit(&device_hooks, memory_order_acquire);
+  if (kind->device && h && h->range_end) h->range_end(kind, args, start_ns);
+}
+
+/* A handled message (m) or the start callback (m NULL), as a range of the classifier's kind. */
+static int traced_call(tr_actor *a, tr_msg *m, tr_trace_kind *kind) {
+  static tr_trace_kind message = {.category = "message", .color = 0xFF999999};
+  if (kind == NULL) kind = &message;
+  const char *name = kind->name ? kind->name : m ? m->type->name : "start";
+  const int pushed = tr__nvtx_push(kind, name, NULL);
+  const int floor = tr__nvtx_enter();
+  const uint64_t t0 = tr_now_ns();
+  const int rc = m ? a->b->receive(a, m) : a->b->start(a);
+  const uint64_t t1 = tr_now_ns();
+  tr__nvtx_leave(floor, pushed); /* ranges the callback left open end with it */
+  tr__trace_buf *b = a->trace;
+  if (a->sys->trace_on && b) {
+    append(b, &(tr_trace_event){.actor = a->name, .name = name, .start_ns = t0, .end_ns = t1,
+                                .arg = -1, .kind = kind, .phase = TR_TRACE_RANGE});
+    /* inside the range, so that viewers bind the arrow to it */
+    if (m && m->flow)
+      append(b, &(tr_trace_event){.actor = a->name, .start_ns = t0 + 1, .end_ns = t0 + 1,
+                                  .arg = m->flow, .phase = TR_TRACE_FLOW_IN});
+  }
+  return rc;
+}
+
+int tr__trace_deliver(tr_actor *a, tr_msg *m) {
+  tr_system *sys = a->sys;
+  if (closed(sys)) return a->b->receive(a, m);
+  return traced_call(a, m, sys->trace_classify ? sys->trace_classify(a->b, m->type) : NULL);
+}
+
+int tr__trace_start(tr_actor *a) {
+  tr_system *sys = a->sys;
+  tr_trace_kind *kind = sys->trace_classify && !closed(sys) ? sys->trace_classify(a->b, NULL) : NULL;
+  return kind ? traced_call(a, NULL, kind) : a->b->start(a);
+}
+
+void tr_trace_flow(tr_msg *m, const char *name) {
+  tr__trace_buf *b = recording();
+  if (b == NULL || !b->sys->trace_on) {
+    m->flow = 0;
+    return;
+  }
+  /* 12 bits of the thread and 20 of its sends: an id comes back only after a million sends
+   * of one thread, long after its message was handled. */
+  if ((++b->flow_seq & 0xFFFFF) == 0) b->flow_seq++;
+  m->flow = ((uint32_t)b->tid & 0xFFF) << 20 | (b->flow_seq & 0xFFFFF);
+  const uint64_t t = tr_now_ns();
+  append(b, &(tr_trace_event){.name = name, .start_ns = t, .end_ns = t, .arg = m->flow,
+                              .phase = TR_TRACE_FLOW_OUT});
+}
+
+void tr_trace_counter(const char *track, int64_t value) {
+  tr__trace_buf *b = recording();
+  if (b == NULL || !b->sys->trace_on) return;
+  const uint64_t t = tr_now_ns();
+  append(b, &(tr_trace_event){.name = track, .start_ns = t, .end_ns = t, .arg = value,
+                              .phase = TR_TRACE_COUNTER});
+}
+
+int tr_trace_here(void) {
+  const tr__trace_buf *b = recording();
+  return b && b->sys->trace_on;
+}
+
+void tr_trace_device_slice(const char *lane, const tr_trace_kind *kind, const int64_t args[3],
+                           uint64_t start_ns, uint64_t end_ns) {
+  tr__trace_buf *b = here; /* the window may have closed since the work was issued */
+  if (b == NULL || !b->sys->trace_on) return;
+  append(b, &(tr_trace_event){.actor = lane, .name = kind->name, .start_ns = start_ns,
+                              .end_ns = end_ns, .arg = -1, .kind = kind,
+                              .args = {args[0], args[1], args[2]}, .phase = TR_TRACE_DEVICE});
+}
+
+void tr_trace_set_device_hooks(const tr_trace_device_hooks *hooks) {
+  atomic_store_explicit(&device_hooks, hooks, memory_order_release);
+}
+
+/* ---- the window ------------------------------------------------------------------------- */
+
+void tr_system_trace_classify(tr_system *sys, tr_trace_classify_fn fn) { sys->trace_classify = fn; }
+
+void tr_system_trace_window(tr_system *sys, int64_t from, int64_t to) {
+  TR_ASSERT(!sys->ran && from >= 0 && to >= 0 && (to == 0 || to > from));
+  sys->trace_window = from > 0 || to > 0;
+  sys->trace_from = from;
+  sys->trace_to = to;
+  sys->trace_step = -1;
+  atomic_store(&sys->trace_closed, sys->trace_window);
+}
+
+/* Opens or closes: the NVTX range of the window, the device layer's profiler. */
+static void window_turns(tr_system *sys, bool open) {
+  atomic_store(&sys->trace_closed, !open);
+  if (open) sys->trace_nvtx_window = tr__nvtx_window_open();
+  else tr__nvtx_window_close(sys->trace_nvtx_window);
+  const tr_trace_device_hooks *h = atomic_load_explicit(&device_hooks, memory_order_acquire);
+  if (h && h->window) h->window(open);
+}
+
+void tr_system_trace_step(tr_system *sys, int64_t step) {
+  if (!sys->trace_window) return;
+  pthread_mutex_lock(&sys->lock);
+  if (step > sys->trace_step) {
+    sys->trace_step = step;
+    const bool open = in_window(sys, step);
+    if (open == closed(sys)) window_turns(sys, open);
+  }
+  pthread_mutex_unlock(&sys->lock);
+}
+
+/* ---- reading ---------------------------------------------------------------------------- */
 
 void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx) {
   pthread_mutex_lock(&sys->lock);
@@ -82,80 +262,4 @@ uint64_t tr_system_trace_count(tr_system *sys) {
   uint64_t n = 0;
   tr_system_trace_visit(sys, count_one, &n);
   return n;
-}
-
-/* Names come from actors and message types; escape what JSON needs escaped. */
-static void put_json_string(FILE *f, const char *s) {
-  fputc('"', f);
-  for (; *s; s++) {
-    unsigned char ch = (unsigned char)*s;
-    if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-    else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
-    else fputc(ch, f);
-  }
-  fputc('"', f);
-}
-
-typedef struct json_ctx {
-  FILE *f;
-  uint64_t t0;
-  bool first;
-} json_ctx;
-
-static void min_start(void *ctx, const char *thread, int tid, const tr_trace_event *ev) {
-  (void)thread, (void)tid;
-  uint64_t *t0 = ctx;
-  if (ev->start_ns < *t0) *t0 = ev->start_ns;
-}
-
-static void put_event(void *ctx, const char *thread, int tid, const tr_trace_event *ev) {
-  (void)thread;
-  json_ctx *j = ctx;
-  fprintf(j->f, "%s\n{\"ph\":\"X\",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"name\":",
-          j->first ? "" : ",", tid, (double)(ev->start_ns - j->t0) / 1e3,
-          (double)(ev->end_ns - ev->start_ns) / 1e3);
-  put_json_string(j->f, ev->name);
-  fputs(",\"args\":{\"actor\":", j->f);
-  put_json_string(j->f, ev->actor);
-  if (ev->arg >= 0) fprintf(j->f, ",\"arg\":%lld", (long long)ev->arg);
-  fputs("}}", j->f);
-  j->first = false;
-}
-
-int tr_system_trace_write(tr_system *sys, const char *path) {
-  char *tmp;
-  if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) return TR_ENOMEM;
-  FILE *f = fopen(tmp, "w");
-  if (f == NULL) {
-    free(tmp);
-    return TR_EIO;
-  }
-  json_ctx j = {f, UINT64_MAX, true};
-  tr_system_trace_visit(sys, min_start, &j.t0);
-  fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[", f);
-  pthread_mutex_lock(&sys->lock);
-  for (tr__trace_buf *b = sys->traces; b; b = b->next) {
-    fprintf(f, "%s\n{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":",
-            j.first ? "" : ",", b->tid);
-    if (b->label[0]) {
-      char both[sizeof b->thread + sizeof b->label + 3];
-      snprintf(both, sizeof both, "%s (%s)", b->thread, b->label);
-      put_json_string(f, both);
-      fputs(",\"label\":", f);
-      put_json_string(f, b->label);
-    } else {
-      put_json_string(f, b->thread);
-    }
-    fputs("}}", f);
-    j.first = false;
-  }
-  pthread_mutex_unlock(&sys->lock);
-  tr_system_trace_visit(sys, put_event, &j);
-  fputs("\n]}\n", f);
-  int ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok = fclose(f) == 0 && ok;
-  if (ok) ok = rename(tmp, path) == 0;
-  if (!ok) unlink(tmp);
-  free(tmp);
-  return ok ? 0 : TR_EIO;
 }

@@ -55,6 +55,8 @@ static void usage(FILE *f) {
           "  --tf32                         CUDA: TF32 tensor cores in fp32 GEMMs\n"
           "  --trace FILE.json              Chrome/Perfetto trace of every actor (under mpirun,\n"
           "                                 rank r writes FILE.rankR.json)\n"
+          "  --profile-steps A:B            trace and NVTX ranges for steps [A, B) only (A: to the\n"
+          "                                 end); on CUDA cudaProfilerStart/Stop around them\n"
           "  --checkpoint FILE              safetensors checkpoint at the end ...\n"
           "  --checkpoint-every N           ... and every N steps\n"
           "  --resume FILE                  continue from a checkpoint\n"
@@ -190,6 +192,25 @@ static bool parse_cuts(const char *v, int *cuts, const int **out, int *count) {
   return true;
 }
 
+/* "A:B" (B > A) or "A:" (to the end): the steps to profile. */
+static bool parse_steps(const char *v, tr_profile_config *out) {
+  char *end;
+  const long long a = strtoll(v, &end, 10);
+  long long b = 0;
+  bool ok = end != v && *end == ':' && a >= 0;
+  if (ok && end[1]) {
+    const char *p = end + 1;
+    b = strtoll(p, &end, 10);
+    ok = end != p && *end == 0 && b > a;
+  }
+  if (!ok) {
+    fprintf(stderr, "troupe: --profile-steps: '%s' is not A:B with B > A >= 0, or A:\n", v);
+    return false;
+  }
+  *out = (tr_profile_config){.from = a, .to = b};
+  return true;
+}
+
 /* Library messages name the fields of tr_train_options and tr_job_config; a user of the
  * command knows its flags. A field with a '.' or '_' is replaced wherever it stands as a
  * word; a plain one ("devices") only where it begins the message, since elsewhere it may be
@@ -198,6 +219,8 @@ static const struct {
   const char *field, *flag;
 } field_flags[] = {
     {"async.momentum_correction", "--momentum-correction"},
+    {"profile.from", "--profile-steps"},
+    {"profile.to", "--profile-steps"},
     {"layout.microbatches", "--microbatches"},
     {"checkpoint.resume", "--resume"},
     {"checkpoint.every", "--checkpoint-every"},
@@ -351,6 +374,8 @@ int cmd_train(int argc, char **argv) {
       o.job.precision.tf32 = 1;
     } else if (!strcmp(a, "--trace")) {
       if (!cli_value_str(argc, argv, &i, &o.trace)) return CLI_USAGE;
+    } else if (!strcmp(a, "--profile-steps")) {
+      if (!cli_value_str(argc, argv, &i, &v) || !parse_steps(v, &o.job.profile)) return CLI_USAGE;
     } else if (!strcmp(a, "--checkpoint")) {
       if (!cli_value_str(argc, argv, &i, &o.job.checkpoint.path)) return CLI_USAGE;
     } else if (!strcmp(a, "--checkpoint-every")) {

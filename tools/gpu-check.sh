@@ -2,7 +2,10 @@
 # gpu-check.sh — verifies the CUDA backend on a GPU machine in about five minutes: the CUDA
 # test programs (every op against the host backend; streams, events, peer copies between
 # logical devices; training on cuda:0 against host:1 and every strategy on logical devices
-# of one GPU against single), `troupe devices`, `troupe train` of each workload on cuda:0,
+# of one GPU against single), the profiling test on logical devices of one GPU (NVTX ranges
+# through the recorder, the Chrome trace; tests/profiling), `nsys profile -t cuda,nvtx,osrt`
+# of a pipeline where Nsight Systems is installed, `troupe devices`, `troupe train` of each
+# workload on cuda:0,
 # `troupe bench ops` on cuda:0, `troupe bench` of the strategies on cuda:0,cuda:0 (and four
 # logical devices), `nvidia-smi topo -m` and compute-sanitizer's memcheck where they exist,
 # with a short table last.
@@ -22,12 +25,12 @@
 #   tools/gpu-check.sh --source-hash    # the hash gpu-prepare.sh records (no GPU needed)
 #
 # Output: progress and every program's output on stdout/stderr, the summary last. Under $OUT
-# (or /tmp/gpu-check-out), six files: gpu-check.log (all of stdout and stderr), tests.txt
+# (or /tmp/gpu-check-out), seven files: gpu-check.log (all of stdout and stderr), tests.txt
 # (the test programs' output), results.json (`troupe devices`, `troupe train` of each
 # workload and `troupe bench ops`, as their JSON), bench.md (the strategy tables),
-# sanitizer.txt (memcheck's report) and summary.txt (the table printed last). Exit 0 when
-# every check passed, 1 otherwise; a missing nvidia-smi topo or compute-sanitizer is noted,
-# not failed.
+# sanitizer.txt (memcheck's report), nsys.txt (Nsight Systems' NVTX summary) and
+# summary.txt (the table printed last). Exit 0 when every check passed, 1 otherwise; a
+# missing nvidia-smi topo, compute-sanitizer or nsys is noted, not failed.
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -121,7 +124,7 @@ fi
 # ---- the programs: the carried ones, or rebuilt here ----------------------------------------
 
 targets=(tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_train
-         tools/troupe)
+         tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
 programs=("${targets[@]##*/}")
 say "unpacking $archive"
 if [[ ! -f $archive ]]; then
@@ -202,6 +205,54 @@ for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300; do
     *) note "$t" "FAILED, exit $rc (${counts:-no count}; ${dt}s)"; failed=1 ;;
   esac
 done
+
+# What a profiler sees on a GPU: the profiling test with the NVTX recorder in Nsight's place
+# (tests/profiling/test_profile.c), its runs on logical devices of cuda:0.
+limit=$(allow 180)
+say "test_profile on cuda (NVTX recorder; at most ${limit}s)"
+t0=$(date +%s)
+NVTX_INJECTION64_PATH="$bin/libnvtx_recorder.so" TR_PROFILE_DEVICES=cuda \
+  timeout -k 10 "$limit" "$bin/test_profile" 2>&1 | tee "$work/test_profile.txt"
+rc=${PIPESTATUS[0]}
+dt=$(($(date +%s) - t0))
+{ printf '==== %s: exit %d after %ds\n' test_profile "$rc" "$dt"; cat "$work/test_profile.txt"; echo; } >>"$out/tests.txt"
+counts=$(grep -oE '^\[  (PASSED|FAILED)  \] [0-9]+' "$work/test_profile.txt" | awk '{print tolower($2), $4}' | paste -sd, -)
+skips=$(grep -c '^\[  SKIPPED \]' "$work/test_profile.txt")
+case $rc in
+  0) note "test_profile (cuda)" "passed (${counts:-?}; $skips skipped; ${dt}s)"
+     ((skips)) && failed=1 ;; # on CUDA the NVTX tests must run
+  124 | 137) note "test_profile (cuda)" "TIMED OUT after ${dt}s"; failed=1 ;;
+  *) note "test_profile (cuda)" "FAILED, exit $rc (${counts:-no count}; ${dt}s)"; failed=1 ;;
+esac
+
+# Nsight Systems itself, where it is installed: a pipeline on two logical devices, steps 5 to
+# 15 captured (cudaProfilerStart/Stop), and its NVTX summary, which must list the ranges.
+nsys=
+for n in "$(command -v nsys)" /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys; do
+  [[ -n $n && -x $n ]] && { nsys=$n; break; }
+done
+if [[ -z $nsys ]]; then
+  note "nsys profile" "not available (noted, not failed)"
+  echo "no nsys on this machine" >"$out/nsys.txt"
+elif ! late "nsys profile" 40; then
+  limit=$(allow 90 40)
+  say "nsys profile -t cuda,nvtx,osrt troupe train (at most ${limit}s)"
+  timeout -k 10 "$limit" "$nsys" profile -t cuda,nvtx,osrt --capture-range=cudaProfilerApi \
+    --force-overwrite=true -o "$work/profile" "$bin/troupe" train --model gpt --strategy pipeline \
+    --devices cuda:0,cuda:0 --steps 20 --profile-steps 5:15 --quiet >"$out/nsys.txt" 2>&1
+  rc=$?
+  report=$(ls "$work"/profile.nsys-rep 2>/dev/null)
+  # the report's name before nsys 2023.4 was nvtxsum
+  [[ -n $report ]] && { timeout 60 "$nsys" stats --report nvtx_sum "$report" ||
+                        timeout 60 "$nsys" stats --report nvtxsum "$report"; } >>"$out/nsys.txt" 2>&1
+  tail -30 "$out/nsys.txt"
+  if ((rc == 0)) && grep -q 'forward' "$out/nsys.txt" && grep -q 'backward' "$out/nsys.txt"; then
+    note "nsys profile" "ok (forward and backward ranges in nvtx_sum)"
+  else
+    note "nsys profile" "FAILED: $(exit_says $rc "$limit"), ranges $(grep -c forward "$out/nsys.txt") forward lines"
+    failed=1
+  fi
+fi
 
 # the workloads on one GPU, with their figures
 for m in "mlp --seconds 3" "gpt --seconds 3" "simplenet --steps 20000"; do

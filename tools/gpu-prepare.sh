@@ -3,7 +3,8 @@
 # GPU machine that has nvcc, meson and ninja but no package registry and none of troupe's
 # dev packages: one compressed archive, build-gpu-check/carry/gpu-check.tar.xz, holding
 #
-#   bin/     test_cuda_ops, test_cuda_devices, test_cuda_train and troupe, built here with
+#   bin/     test_cuda_ops, test_cuda_devices, test_cuda_train, test_profile (with the NVTX
+#            recorder libnvtx_recorder.so it loads) and troupe, built here with
 #            libuv, jemalloc and OpenBLAS linked statically (cmocka and cJSON ship no archive: their .so go
 #            along);
 #   deps/    those libraries with their headers and pkg-config files (paths relative to the
@@ -14,7 +15,7 @@
 #   tools/gpu-prepare.sh                 # then call the device tool as it prints at the end
 #   GPU_ARCHS=80,90 tools/gpu-prepare.sh # compute capabilities (default 90: H100/H200)
 #
-# Only those four programs are built (and libtroupe.a): Debian's libuv_a.a is not
+# Only those programs are built (and libtroupe.a): Debian's libuv_a.a is not
 # position-independent, so libtroupe.so could not link it. OpenBLAS built for every x86 CPU
 # (DYNAMIC_ARCH) adds about 25 MB to each program; xz with a 64 MiB window stores the
 # copies once, which keeps the archive (about 6 MiB) far inside the device tool's 64 MiB.
@@ -120,7 +121,7 @@ else
   meson setup "$build" "${opts[@]}" >/dev/null
 fi
 targets=(tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_train
-         tools/troupe)
+         tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
 say "building ${targets[*]} for sm_${archs//,/, sm_}"
 ninja -C "$build" "${targets[@]}"
 

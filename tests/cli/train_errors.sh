@@ -34,4 +34,6 @@ expect "mp with micro-batches" '^troupe: --microbatches 4: mp trains one' -- \
   --strategy mp --devices host:2 --microbatches 4 --steps 2
 expect "an unknown model" "^troupe: --model 'resnet'" -- --model resnet --steps 2
 expect "labels without data" '^troupe: --labels needs --data' -- --labels y.npy --steps 2
+expect "a profile window ending first" "^troupe: --profile-steps: '5:3' is not A:B" -- \
+  --profile-steps 5:3 --steps 2
 exit $failed
