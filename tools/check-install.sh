@@ -58,7 +58,7 @@ for src in tests/install/hello.c examples/custom_pipeline.c; do
   "$cc" "${cflags[@]}" "$src" -o "$scratch/$name-shared" $(pkg-config --cflags --libs troupe) \
     -lm -Wl,-rpath,"$libdir" || fail "$name.c does not build against the shared library"
   "$scratch/$name-shared" "$scratch" >/dev/null || fail "$name (shared) exited $?"
-  ldd "$scratch/$name-shared" | grep -q "$libdir/libtroupe.so" ||
+  ldd "$scratch/$name-shared" | grep "$libdir/libtroupe.so" >/dev/null ||
     fail "$name (shared) did not load libtroupe from $libdir"
 
   say "static: $cc $name.c \$(pkg-config --cflags --static --libs troupe), libtroupe.a"
