@@ -26,6 +26,7 @@
  * comes after everything sent before it); and an abort, which ends every rank with the text
  * of the failure.
  */
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -167,7 +168,7 @@ typedef struct transport {
   int64_t frozen_max;
   deferred *deferred;
   /* goodbyes */
-  bool said_bye, done, stopping;
+  bool said_bye, done;
   int byes;
   bool *bye_from; /* [rank] */
   /* the progress thread, and what it shares with the actor under the lock */
@@ -194,6 +195,12 @@ static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
   }
   q->buf = buf;
   q->dest = dest;
+  if (n > INT_MAX) { /* MPI counts in int */
+    free(buf);
+    free(q);
+    return tr_actor_fail(t->self, TR_EINVAL, "sending %zu bytes to rank %d: more than one MPI "
+                         "message holds (%d)", n, dest, INT_MAX);
+  }
   pthread_mutex_lock(&t->lock);
   const int rc = MPI_Isend(buf, (int)n, MPI_BYTE, dest, tag, t->comm, &q->r);
   if (rc == MPI_SUCCESS) {
