@@ -279,17 +279,23 @@ static void unhold(queue *q, int n) {
 }
 
 static int deliver(transport *t, const in_msg *in) {
+  if (in->n < HEAD) {
+    free(in->buf);
+    return tr_actor_fail(t->self, TR_EINVAL, "rank %d sent a message of %zu bytes, shorter "
+                         "than its head (%d)", in->source, in->n, HEAD);
+  }
   int id;
   memcpy(&id, in->buf, sizeof id);
   tr_edge *e = tr__graph_edge(t->g, id);
   char name[NAME + 1] = "";
   memcpy(name, in->buf + 8, NAME);
-  if (e == NULL || in->n < HEAD || e->remote_to)
+  tr__codec scratch;
+  const tr__codec *c = e && !e->remote_to ? tr__codec_find(name, e->type, &scratch) : NULL;
+  tr_msg *m = c ? c->get(c, in->buf + HEAD, in->n - HEAD) : NULL;
+  if (m == NULL) free(in->buf);
+  if (e == NULL || e->remote_to)
     return tr_actor_fail(t->self, TR_ESTATE, "rank %d sent a '%s' on edge %d, which has no "
                          "consumer here: the ranks built different graphs", in->source, name, id);
-  tr__codec scratch;
-  const tr__codec *c = tr__codec_find(name, e->type, &scratch);
-  tr_msg *m = c ? c->get(c, in->buf + HEAD, in->n - HEAD) : NULL;
   if (m == NULL)
     return tr_actor_fail(t->self, TR_EINVAL, "edge '%s' from '%s' on rank %d: a '%s' of %zu "
                          "bytes could not be read", e->name, tr_actor_name(e->from), in->source,
@@ -502,8 +508,8 @@ static int on_incoming(transport *t, in_msg *in) {
     case TAG_END: rc = end_at(t, i64); break;
     case TAG_TAKE: rc = grant(t, in->source, i32[0]); break;
     case TAG_GRANT: {
-      int64_t step;
-      memcpy(&step, in->buf + 8, sizeof step);
+      int64_t step = -1;
+      if (in->n >= 8 + sizeof step) memcpy(&step, in->buf + 8, sizeof step);
       tr__graph_grant(t->g, i32[0], step);
       break;
     }
