@@ -59,12 +59,13 @@ case $case_ in
     grep -q 'rank 1 has not been heard from .* (it runs .*replica1' err.txt ||
       fail "rank 0 did not name rank 1 and what it runs: $(cat err.txt)"
     # rank 0's status: its own, or (when its MPI_Abort ended the wrapper first) the one it
-    # asked mpirun for
+    # asked mpirun for. Open MPI 4.1's mpirun sometimes crashes while handling that abort
+    # under --enable-recovery, taking the banner with it: then rank 0's failure line (printed
+    # just before it aborts, only when its run failed) is what is left to go by.
     if [[ -f rc.0 ]]; then
       [[ $(cat rc.0) -ne 0 ]] || fail "rank 0 exited 0"
-    else
-      grep -q 'MPI_ABORT was invoked on rank 0 .* with errorcode 1' err.txt ||
-        fail "rank 0 left no exit status: $(cat err.txt)"
+    elif ! grep -q 'MPI_ABORT was invoked on rank 0 .* with errorcode 1' err.txt; then
+      grep -q '^troupe: rank 0: ' err.txt || fail "rank 0 left no exit status: $(cat err.txt)"
     fi
     (( took < 10000 )) || fail "the job took ${took} ms to end (watchdog 2000 ms)"
     "$params_diff" run.ckpt run.ckpt 0 >/dev/null || fail "the last periodic checkpoint is damaged"
