@@ -14,6 +14,7 @@
  * every rank takes the largest of those claims as the end; rank 0 hands the shared steps
  * out to every rank's sources.
  */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -51,6 +52,7 @@ struct tr_graph {
   _Atomic int64_t claimed; /* one past the highest step claimed, | PENDING, | STOP */
   _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
   _Atomic int ndone;
+  char error[160]; /* a run ended in order by a signal */
 };
 
 static void describe(void *arg, char *buf, size_t size) {
@@ -58,6 +60,13 @@ static void describe(void *arg, char *buf, size_t size) {
   if (f == NULL) return;
   tr_graph_print(arg, f);
   fclose(f);
+}
+
+/* SIGINT, SIGTERM: the run ends as a timed run does, after the steps claimed so far, so
+ * that its end is a clean one (figures, the last checkpoint). */
+static void finish_on_signal(void *arg, int signum) {
+  (void)signum;
+  tr_graph_finish(arg);
 }
 
 int tr_graph_new(tr_graph **out, const tr_system_config *config) {
@@ -70,6 +79,10 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
   c.watchdog_idle = c.watchdog_ms > 0;
   c.describe = describe;
   c.describe_arg = g;
+  if (c.handle_signals && c.on_signal == NULL) {
+    c.on_signal = finish_on_signal;
+    c.signal_arg = g;
+  }
   int rc = tr_system_new(&g->sys, &c);
   if (rc) {
     free(g);
@@ -112,7 +125,9 @@ int tr_graph_actor_rank(const tr_graph *g, const tr_actor *a) {
 }
 
 tr_system *tr_graph_system(const tr_graph *g) { return g->sys; }
-const char *tr_graph_error(const tr_graph *g) { return tr_system_error(g->sys); }
+const char *tr_graph_error(const tr_graph *g) {
+  return g->error[0] ? g->error : tr_system_error(g->sys);
+}
 
 /* Stands for an actor of another rank: edges name it; nothing is ever delivered to it. */
 static int remote_receive(tr_actor *self, tr_msg *msg) {
@@ -459,7 +474,16 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     if (rc == 0) rc = tr_actor_timer_start(g->timer, (uint64_t)(seconds * 1e3), 0, 0);
     if (rc) return rc;
   }
-  const int rc = tr_system_run(g->sys);
+  int rc = tr_system_run(g->sys);
   if (rc && g->transport) tr__world_broken(g->world); /* the other ranks may be stuck */
+  const int sig = tr_system_signal(g->sys);
+  if (rc == 0 && sig) { /* ended in order, but not because its work was done */
+    snprintf(g->error, sizeof g->error, "stopped by %s: the run ended after its steps in "
+             "flight (step %lld)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             (long long)tr_graph_end_step(g));
+    rc = TR_EINTR;
+  }
   return rc;
 }
+
+int tr_graph_signal(const tr_graph *g) { return tr_system_signal(g->sys); }

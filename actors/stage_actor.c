@@ -97,6 +97,8 @@ typedef struct stage_actor {
   int live, peak;
   uint64_t window_end;
   bool finishing, done, polling;
+  bool ended; /* the run was finished early (a signal, its time): a worker's queued batches
+                 are not started */
   char err[512];
 } stage_actor;
 
@@ -606,10 +608,12 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       if (a->worker) { /* asynchronous: until the loader has no more */
         const tr__lent *x = tr__queue_peek(&a->in[0].q);
         if (x == NULL) break;
-        if (x->step < 0) { /* its credit goes back; the loader is done */
+        /* step -1: the loader is done; after an early end, batches taken but not started
+         * are dropped, so a stop waits for one push at most. Their credits go back. */
+        if (x->step < 0 || a->ended) {
+          a->finishing = x->step < 0;
           tr_edge_release(a->in[0].edge, 1);
           tr__queue_pop(&a->in[0].q);
-          a->finishing = true;
           continue;
         }
         int rc = tr__worker_begin(a->worker);
@@ -690,6 +694,8 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   else if (t == &tr__poll_type) {
     a->polling = false;
     rc = harvest(self, a, false);
+  } else if (t == &tr_graph_end_type) {
+    a->ended = true;
   }
   /* tr_edge_credit_msg and tr_graph_end_msg only say "look again". */
   if (rc == 0) rc = run_actions(self, a);

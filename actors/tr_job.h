@@ -115,6 +115,7 @@ typedef struct tr_train_result {
   double consistency;
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
+  int signal;              /* SIGINT or SIGTERM when one ended the run early (tr_train.h) */
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */

@@ -1,5 +1,6 @@
 /* train.c — tr_train_run: options → model, devices, data → the strategy's graph → figures. */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -373,16 +374,30 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }
-  if ((rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds))) {
+  rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
+  if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
+    tr_job_result(j, r);
+    r->signal = tr_graph_signal(g);
+    const char *ck = rn.jc.checkpoint.path;
+    snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
+             r->signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)r->steps,
+             ck && tr_world_rank(o->world) == 0 ? " (checkpoint " : "",
+             ck && tr_world_rank(o->world) == 0 ? ck : "",
+             ck && tr_world_rank(o->world) == 0 ? " written)" : "");
+  } else if (rc) {
     snprintf(err, err_size, "%s", tr_graph_error(g));
     goto out;
+  } else {
+    tr_job_result(j, r);
   }
-  tr_job_result(j, r);
   if (o->trace) {
     char path[4096];
     trace_path(path, sizeof path, o->trace, o->world);
-    if ((rc = tr_system_trace_write(tr_graph_system(g), path)))
+    const int wrote = tr_system_trace_write(tr_graph_system(g), path);
+    if (wrote) {
+      rc = wrote;
       snprintf(err, err_size, "trace %s: cannot write the trace", path);
+    }
   }
 out:
   tr_graph_free(g);

@@ -135,7 +135,8 @@ int tr__actor_turn(tr_actor *a) {
       return -1;
     }
     n++;
-    if (m == last) break;
+    /* A stop, an error or the end of a run must not wait behind a backlog of data. */
+    if (m == last || !tr_mailbox_empty(&a->ctl)) break;
   }
   return n;
 }

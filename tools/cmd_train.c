@@ -2,6 +2,7 @@
  * a summary on stderr and, with --json, one JSON object on stdout. */
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,9 @@ static void print_json(const tr_train_result *r, double sgemm) {
   json_number("gflops", r->gflops, false);
   json_number("tokens_per_s", r->tokens_per_s, false);
   json_number("sgemm_gflops", sgemm, false);
+  printf("\"signal\":");
+  if (r->signal) printf("\"%s\",", r->signal == SIGINT ? "SIGINT" : "SIGTERM");
+  else printf("null,");
   json_number("hardware_fraction", sgemm > 0 ? r->gflops / (sgemm * r->ndevices) : NAN, true);
   printf("}\n");
 }
@@ -413,14 +417,21 @@ int cmd_train(int argc, char **argv) {
     }
   }
   tr_world_close(o.world); /* after a failed run across ranks, ends them all */
-  if (rc) return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
-  if (rank != 0) return CLI_OK; /* rank 0 speaks for the job */
+  /* A run a signal ended in order has its figures, and exits as the signal would have
+   * (128 + its number: 130 for SIGINT, 143 for SIGTERM). */
+  const int status = rc == TR_EINTR && r.signal           ? 128 + r.signal
+                     : rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE
+                     : rc                                 ? CLI_FAIL
+                                                          : CLI_OK;
+  if (rc && !(rc == TR_EINTR && r.signal)) return status;
+  if (rank != 0) return status; /* rank 0 speaks for the job */
   /* On host devices, the hardware's yardstick, measured now, after the run (docs/WORKLOADS.md):
-   * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. */
+   * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. Not after a
+   * signal: whoever sent it wants the process gone. */
   double sgemm = NAN;
-  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0)
+  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0 && !r.signal)
     sgemm = cli_sgemm_gflops(2048);
   if (!quiet) print_summary(&r, sgemm, async->staleness);
   if (json) print_json(&r, sgemm);
-  return CLI_OK;
+  return status;
 }
