@@ -325,7 +325,7 @@ tr_actor *tr_edge_to(const tr_edge *e) { return e->to; }
 /* ---- steps and the end of the run ------------------------------------------------------- */
 
 int tr_graph_claim_step(tr_graph *g, int64_t step) {
-  if (step >= g->end_limit) return 0;
+  if (step >= g->end_limit || step >= TR_GRAPH_STEP_LIMIT - 1) return 0;
   int64_t c = atomic_load(&g->claimed);
   for (;;) {
     if (step < (c & CLAIMS)) return 1;
@@ -459,6 +459,7 @@ static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_r
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
   TR_ASSERT(!g->ran);
   if (first_step < 0 || end_step < 0 || (end_step > 0 && end_step <= first_step) ||
+      first_step >= TR_GRAPH_STEP_LIMIT || end_step >= TR_GRAPH_STEP_LIMIT ||
       !(seconds >= 0) || (end_step == 0 && seconds == 0) ||
       g->nwaited == (g->transport != NULL))
     return TR_EINVAL;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "clipnorm.h"
+#include "tr_file.h"
 #include "group.h"
 #include "transport.h"
 #include "worker.h"
@@ -33,6 +34,7 @@ tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
 
 struct tr_job {
   tr__run run;
+  tr_checkpoint *resume; /* opened here (checkpoint.resume without resume_from) */
   tr_schedule *sc;
   int prefetch;
   /* the actors as added, for wiring */
@@ -148,6 +150,10 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))
     return tr_errorf(err, n, TR_EINVAL, "checkpoint.every %lld: needs checkpoint.path, and >= 0",
                      (long long)c->checkpoint.every);
+  /* found now, not after the run it was to save */
+  if (c->checkpoint.path &&
+      (rc = tr_file_check_output(c->checkpoint.path, "checkpoint.path", err, n)))
+    return rc;
   /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
    * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
   if (c->async.enabled && c->async.momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {
@@ -155,6 +161,21 @@ static int complete(tr_job_config *c, char *err, size_t n) {
     c->optim.momentum = mu > 0 ? mu : 0;
   }
   return 0;
+}
+
+/* The checkpoint to resume from, read once and checked against the job. */
+static int open_resume(tr_job *j, tr_job_config *c, char *err, size_t n) {
+  tr_checkpoint_config *k = &c->checkpoint;
+  if (!k->resume && !k->resume_from) return 0;
+  const char *path = k->resume ? k->resume : "checkpoint.resume_from";
+  if (!k->resume_from) {
+    int rc = tr_checkpoint_open(&j->resume, k->resume, err, n);
+    if (rc) return rc;
+    k->resume_from = j->resume;
+  }
+  int64_t step;
+  return tr__checkpoint_check((tr_checkpoint *)k->resume_from, path, c->model, c->optim.kind,
+                              &step, err, n);
 }
 
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err, size_t n) {
@@ -165,6 +186,10 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   const int R = c.layout.replicas, P = c.layout.stages, M = c.layout.microbatches;
   tr_job *j = calloc(1, sizeof *j);
   if (j == NULL) return TR_ENOMEM;
+  if ((rc = open_resume(j, &c, err, n))) {
+    tr_job_free(j);
+    return rc;
+  }
   tr__run *run = &j->run;
   run->g = g;
   run->mb_batch = c.global_batch / (c.async.enabled ? 1 : R * M);
@@ -213,6 +238,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
 
 void tr_job_free(tr_job *j) {
   if (j == NULL) return;
+  tr_checkpoint_close(j->resume);
   tr_schedule_free(j->sc);
   free(j->stages);
   free(j->loaders);

@@ -165,13 +165,23 @@ const tr_train_result *tr__coordinator_result(const void *coordinator);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
 
-/* The step a checkpoint of model `m` was taken at, checked before any thread starts. */
-int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
-                        size_t err_size);
-/* On the stage's own thread: its share to the host, and back from a file. */
+#define TR__CHECKPOINT_FORMAT "troupe checkpoint 1"
+
+/* Whether `ck` (read from `path`) can resume model `m` under optimizer `kind`, before any
+ * thread starts: its format, model, step (below TR_GRAPH_STEP_LIMIT: *step), optimizer,
+ * and every tensor the stages will read — there, float32, of its shape, finite. TR_EFORMAT
+ * naming what is wrong. */
+int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
+                         tr_optim_kind kind, int64_t *step, char *err, size_t err_size);
+/* What differs, legally, between the run that wrote `ck` and this one (batch, seed,
+ * strategy), as text for the user ("batch 64 (this run: 32)"); "" when nothing does. */
+void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,
+                                const char *strategy, char *buf, size_t n);
+/* On the stage's own thread: its share to the host, and back from the checkpoint every
+ * stage resumes from (read once: each stage takes its own view of its bytes). */
 int tr__stage_snapshot(tr_stage *st, tr__part *part);
 void tr__part_free(tr__part *part);
-int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size);
+int tr__stage_load(tr_stage *st, const tr_checkpoint *ck, char *err, size_t err_size);
 /* The whole model from its stages' parts, to run->c.checkpoint.path. */
 int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
                          char *err, size_t err_size);

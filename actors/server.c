@@ -125,8 +125,8 @@ static int server_open(tr_actor *self) {
   if (tr_stage_open(&sv->st, jc->model, sv->dev, &c, sv->err, sizeof sv->err))
     return tr_actor_fail(self, TR_EDEVICE, "opening the server's parameters on %s: %s",
                          tr_device_name(sv->dev), sv->err);
-  if (jc->checkpoint.resume &&
-      tr__stage_load(sv->st, jc->checkpoint.resume, sv->err, sizeof sv->err))
+  if (jc->checkpoint.resume_from &&
+      tr__stage_load(sv->st, jc->checkpoint.resume_from, sv->err, sizeof sv->err))
     return tr_actor_fail(self, TR_EFORMAT, "%s", sv->err);
   sv->s = tr_stage_stream(sv->st);
   sv->numel = tr_stage_get_info(sv->st)->numel;

@@ -252,7 +252,8 @@ static int stage_open(tr_actor *self) {
   a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
   int rc = check_wiring(self, a);
   if (rc) return rc;
-  if (c->checkpoint.resume && tr__stage_load(a->st, c->checkpoint.resume, a->err, sizeof a->err))
+  if (c->checkpoint.resume_from &&
+      tr__stage_load(a->st, c->checkpoint.resume_from, a->err, sizeof a->err))
     return tr_actor_fail(self, TR_EFORMAT, "%s", a->err);
   if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
   if ((rc = open_queues(a))) return rc;

@@ -136,7 +136,11 @@ typedef struct tr_edge_credit_msg {
 } tr_edge_credit_msg;
 extern const tr_msgtype tr_edge_credit_type;
 
-/* Runs steps [first_step, end_step) (end_step 0: no step limit), for at most `seconds`
+/* Steps are below this: the end of a run is kept in one word with flags above it. */
+#define TR_GRAPH_STEP_LIMIT (INT64_C(1) << 61)
+
+/* Runs steps [first_step, end_step) (end_step 0: no step limit; both below
+ * TR_GRAPH_STEP_LIMIT), for at most `seconds`
  * (0: no time limit; one of the two limits is required), until every actor is done. 0, or
  * the first failure's status. Once per graph.
  *

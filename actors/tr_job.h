@@ -149,9 +149,17 @@ typedef struct tr_async_config {
 
 /* Checkpoints: safetensors files written atomically (tr_checkpoint.h). */
 typedef struct tr_checkpoint_config {
-  const char *path;        /* written at the end, and every `every` steps; NULL: none */
+  const char *path;        /* written at the end, and every `every` steps; NULL: none. Its
+                              directory must exist and be writable (tr_job_new checks) */
   int64_t every;
-  const char *resume;      /* every stage starts from this checkpoint */
+  const char *resume;      /* every stage starts from this checkpoint, read once by
+                              tr_job_new (each stage takes a view of its bytes), and checked
+                              first: format, model, step, optimizer, every tensor's shape,
+                              its values finite */
+  const struct tr_checkpoint *resume_from; /* the same already open (tr_checkpoint_open;
+                              `resume` names it in messages; it outlives the job): a caller
+                              that read it to learn its step passes it on, so that one
+                              reading of the file serves the whole run. NULL: open `resume` */
 } tr_checkpoint_config;
 
 typedef struct tr_precision_config {

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tr_base.h"
 #include "tr_job.h"
@@ -73,6 +74,9 @@ typedef struct tr_train_options {
    * The result is rank 0's (the others' holds no figures); the async server lives on rank
    * 0, and a trace is written by each rank, rank r's named with ".rank<r>". */
   tr_world *world;
+  FILE *notes;             /* what the user should know of the run before it starts (a
+                              resumed checkpoint taken with another batch, seed or strategy);
+                              NULL: keep it to yourself */
 } tr_train_options;
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "job_impl.h"
+#include "tr_file.h"
 #include "tr_trace.h"
 
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
@@ -41,6 +42,7 @@ typedef struct run {
   tr_device_list *devices;
   tr_device_list *server; /* async */
   tr_data *data;
+  tr_checkpoint *resume;  /* read once; every stage reads its bytes */
   tr_job_config jc;
   int cuts[TR__MAX_STAGES + 1];
   int64_t first_step, end_step;
@@ -275,6 +277,40 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
   return tr_device_list_open(&rn->devices, o->devices, err, n);
 }
 
+/* The files the run will write: each must be writable now, not after the run. Rank 0
+ * writes the checkpoints; every rank its trace. */
+static int check_outputs(const tr_train_options *o, char *err, size_t n) {
+  int rc = 0;
+  if (o->job.checkpoint.path && tr_world_rank(o->world) == 0)
+    rc = tr_file_check_output(o->job.checkpoint.path, "checkpoint.path", err, n);
+  if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, "trace", err, n);
+  return rc;
+}
+
+/* The checkpoint to resume from, read once, checked, and its step; what differs legally
+ * from this run (batch, seed, strategy) goes to the notes. The stages read its bytes. */
+static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) {
+  tr_job_config *c = &rn->jc;
+  const char *path = c->checkpoint.resume;
+  const tr_optim_kind kind =
+      c->optim.kind == TR_OPTIM_MODEL ? tr_model_optim(rn->model).kind : c->optim.kind;
+  char why[768];
+  int rc = tr_checkpoint_open(&rn->resume, path, why, sizeof why);
+  if (rc == 0)
+    rc = tr__checkpoint_check(rn->resume, path, rn->model, kind, &rn->first_step, why,
+                              sizeof why);
+  if (rc) return tr_errorf(err, n, rc, "checkpoint.resume: %s", why);
+  c->checkpoint.resume_from = rn->resume;
+  char differ[512];
+  const int batch = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
+  tr__checkpoint_differences(rn->resume, (uint64_t)batch, c->seed, c->strategy, differ,
+                             sizeof differ);
+  if (differ[0] && o->notes && tr_world_rank(o->world) == 0)
+    fprintf(o->notes, "troupe: resuming %s at step %lld, taken with %s\n", path,
+            (long long)rn->first_step, differ);
+  return 0;
+}
+
 /* Fills the run from the options: everything that can be wrong with them is found here,
  * before any thread starts. Across processes, what each rank reads alone (model, data,
  * checkpoint) comes first; then the ranks agree and share their devices, each step made by
@@ -291,13 +327,16 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   tr_job_config *c = &rn->jc;
   c->model = rn->model;
   c->strategy = tr_strategy_name(o->strategy);
-  const char *resume = c->checkpoint.resume;
-  if (rc == 0 && resume) rc = tr__checkpoint_peek(resume, rn->model, &rn->first_step, err, n);
+  if (rc == 0 && o->steps >= TR_GRAPH_STEP_LIMIT)
+    rc = tr_errorf(err, n, TR_EINVAL, "steps %lld: at most 2^61 - 1",
+                   (long long)o->steps);
+  if (rc == 0) rc = check_outputs(o, err, n);
+  if (rc == 0 && c->checkpoint.resume) rc = open_resume(rn, o, err, n);
   rn->end_step = o->steps;
   if (rc == 0 && o->steps > 0 && rn->first_step >= o->steps)
     rc = tr_errorf(err, n, TR_EINVAL,
                    "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is reached",
-                   resume, (long long)rn->first_step, (long long)o->steps);
+                   c->checkpoint.resume, (long long)rn->first_step, (long long)o->steps);
   if (rc == 0)
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
   c->data = rn->data;
@@ -405,6 +444,7 @@ out:
   tr_data_close(rn.data);
   tr_device_list_close(rn.devices);
   tr_device_list_close(rn.server);
+  tr_checkpoint_close(rn.resume);
   tr_model_free(rn.model);
   return rc;
 }

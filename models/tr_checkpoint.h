@@ -58,6 +58,8 @@
  * Threads: a writer or an open checkpoint belongs to one thread at a time; different ones
  * may be used from different threads (cJSON records its last parse error in a global, a
  * race without consequence here, since the reader takes error positions from the call).
+ * Threads that read one file each take a view of it (tr_checkpoint_view): the file is read
+ * once, and every view sees the same bytes.
  */
 #ifndef TR_CHECKPOINT_H
 #define TR_CHECKPOINT_H
@@ -165,14 +167,22 @@ const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w);
 
 typedef struct tr_checkpoint tr_checkpoint;
 
-/* Maps and validates a checkpoint file. On failure *out is NULL and `err` (when not NULL)
- * receives the message, which begins with the path. */
+/* Reads and validates a checkpoint file (read whole, not mapped: a file changed under a
+ * reader cannot crash it). On failure *out is NULL and `err` (when not NULL) receives the
+ * message, which begins with the path: TR_EIO for a file that cannot be read, TR_EINVAL for
+ * a path that is not a regular file (a FIFO is refused without waiting on it), TR_EFORMAT
+ * for one that is not a valid checkpoint. */
 int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size);
 
 /* The same for `size` bytes in memory, which the checkpoint borrows: keep them unchanged
  * until tr_checkpoint_close. `name` stands for the file in messages (NULL: "<memory>"). */
 int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t size,
                               const char *name, char *err, size_t err_size);
+
+/* Another open checkpoint over the same bytes as `ck` (no copy, no file read): for another
+ * thread, whose lookups and errors are then its own. Close every view before `ck`. */
+int tr_checkpoint_view(const tr_checkpoint *ck, tr_checkpoint **out, char *err,
+                       size_t err_size);
 
 void tr_checkpoint_close(tr_checkpoint *ck);
 

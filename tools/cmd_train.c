@@ -396,6 +396,7 @@ int cmd_train(int argc, char **argv) {
   o.job.optim.lr = (float)lr;
   o.job.optim.clip = (float)clip;
   o.job.progress = !quiet && isatty(STDERR_FILENO);
+  o.notes = stderr;
 
   tr_train_result r;
   char err[1024];
