@@ -31,8 +31,8 @@ typedef struct pending {
 typedef struct observer {
   tr_edge *edge;
   int every;
-  double sum;          /* of the interval's losses */
-  int64_t n;           /* its steps so far */
+  double sum;          /* of the interval's finite losses */
+  int64_t n, finite;   /* its steps so far, those with a finite loss */
   uint64_t from_t;     /* when the step before it ended */
   tr_report_msg *queue; /* waiting for a credit (the headers unused) */
   int nq, capq;
@@ -159,7 +159,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
   o->queue[o->nq++] = (tr_report_msg){
       .step = step,
       .steps = o->n,
-      .loss = o->n ? o->sum / (double)o->n : NAN,
+      .loss = o->finite ? o->sum / (double)o->finite : NAN,
       .last_loss = last_loss,
       .samples = (step - first) * c->run->c.global_batch,
       .seconds = seconds_between(c->t_start, t),
@@ -178,7 +178,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
     o->nq--;
   }
   o->sum = 0;
-  o->n = 0;
+  o->n = o->finite = 0;
   o->from_t = t;
   return 0;
 }
@@ -192,7 +192,7 @@ static void on_step(void *arg, int64_t step, double loss, uint64_t t) {
   step_ctx *x = arg;
   for (int i = 0; i < x->c->nobs && x->rc == 0; i++) {
     observer *o = &x->c->obs[i];
-    o->sum += loss;
+    if (isfinite(loss)) o->sum += loss, o->finite++; /* a skipped step's (on_nonfinite) */
     if (++o->n == o->every) x->rc = report(x->c, o, step + 1, loss, t, false);
   }
 }
@@ -361,6 +361,7 @@ static void record_result(coordinator *c) {
 
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);
+  r->skipped_steps = jc->async.enabled ? c->server.skipped : c->dones[0].skipped;
   const tr_model *m = jc->model;
   if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
   r->gflops = tr_model_train_flops(m) * r->samples_per_s / 1e9;

@@ -45,6 +45,21 @@ struct tr_job {
   int ncross; /* replica groups over several ranks, numbered for the transports */
 };
 
+static const char *const nonfinite_names[] = {"stop", "skip"};
+
+const char *tr_nonfinite_policy_name(tr_nonfinite_policy p) {
+  return (unsigned)p < 2 ? nonfinite_names[p] : "?";
+}
+
+int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out) {
+  for (unsigned i = 0; i < 2; i++)
+    if (!strcmp(name, nonfinite_names[i])) {
+      *out = (tr_nonfinite_policy)i;
+      return 0;
+    }
+  return TR_EINVAL;
+}
+
 tr_job_config tr_job_defaults(void) {
   return (tr_job_config){.seed = 1,
                          .layout = {.replicas = 1, .stages = 1, .microbatches = 1,
@@ -143,6 +158,8 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
       (rc = check_async(&c->async, err, n)))
     return rc;
+  if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
+    return tr_errorf(err, n, TR_EINVAL, "on_nonfinite %d: not stop or skip", (int)c->on_nonfinite);
   if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
     return tr_errorf(err, n, TR_EINVAL, "optim.kind %d: not an optimizer", (int)c->optim.kind);
   if (!(c->optim.lr > 0))
@@ -410,7 +427,7 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
   return rc ? rc : tr_job_connect_batches(j, loader, last, TR_BATCH_TARGETS, NULL);
 }
 
-/* Every two stages of replica r exchange gradient norms when clipping across stages. */
+/* Every two stages of replica r exchange gradient norms (clipping, skipping across stages). */
 static int connect_clip(tr_job *j, int r) {
   const int P = j->run.c.layout.stages;
   tr_edge *e[TR__MAX_STAGES][TR__MAX_STAGES] = {{0}};
@@ -443,7 +460,10 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   if (rc) return rc;
   tr__stage_set_chain(tr_actor_state(from), act, grad, true);
   tr__stage_set_chain(tr_actor_state(to), grad, act, false);
-  if (++j->chained[r] == P - 1 && j->run.c.optim.clip > 0) return connect_clip(j, r);
+  /* the stages agree on the gradients' norm: to clip alike, to skip an update alike */
+  if (++j->chained[r] == P - 1 &&
+      (j->run.c.optim.clip > 0 || j->run.c.on_nonfinite == TR_NONFINITE_SKIP))
+    return connect_clip(j, r);
   return 0;
 }
 

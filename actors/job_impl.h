@@ -44,6 +44,11 @@ typedef struct tr__run {
   tr__test_hooks hooks;
 } tr__run;
 
+/* How a value that is not a finite number reads in a message: "NaN", "+Inf", "-Inf". */
+static inline const char *tr__nonfinite_name(double v) {
+  return v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
+
 /* The number of stage (r, s) in figures: r × stages + s. */
 static inline int tr__device_index(const tr__run *run, int replica, int stage) {
   return replica * run->c.layout.stages + stage;
@@ -97,6 +102,7 @@ typedef struct tr__report {
   int64_t steps, window_steps;
   uint64_t window_start, window_end, busy_ns;
   int peak_microbatches;
+  int64_t skipped;     /* updates skipped for a norm that was not finite */
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
 } tr__report;
@@ -115,6 +121,7 @@ typedef struct tr__server_report {
   double staleness_sum, consistency_sum;
   int64_t staleness_max, consistency_n;
   int clock_gap_max;
+  int64_t skipped;  /* updates skipped for a norm that was not finite */
 } tr__server_report;
 
 typedef struct tr__server_done_msg {

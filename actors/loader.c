@@ -156,13 +156,15 @@ static int produce(tr_actor *self, loader *l) {
     tr_data_shard((uint64_t)l->step, (size_t)c->global_batch, base + l->mb, shards, &first, &count);
     void *x = l->x ? l->x[l->slot] : NULL, *y = l->y ? l->y[l->slot] : NULL;
     const int rc = tr_data_fill(c->data, first, count, x, y);
-    if (rc) {
-      const char *why = tr_data_error(c->data);
+    if (rc && tr_data_error(c->data)[0]) /* the source's words, which name it */
+      return tr_actor_fail(self, rc, "samples [%llu, %llu) of step %lld: %s",
+                           (unsigned long long)first, (unsigned long long)(first + count),
+                           (long long)l->step, tr_data_error(c->data));
+    if (rc)
       return tr_actor_fail(self, rc, "data '%s': samples [%llu, %llu) of step %lld: %s",
                            tr_data_name(c->data), (unsigned long long)first,
                            (unsigned long long)(first + count), (long long)l->step,
-                           why[0] ? why : tr_strerror(rc));
-    }
+                           tr_strerror(rc));
     for (int i = 0; i < l->nout; i++) {
       const unsigned what = l->out[i].what;
       tr_batch_msg *b = tr_msg_new(&tr_batch_type);

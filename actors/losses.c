@@ -19,6 +19,11 @@ int tr__loss_log_add(tr__loss_log *l, int64_t step, float loss, uint64_t t) {
     l->cap = cap;
   }
   l->e[l->n++] = (tr__loss_entry){.step = step, .loss = loss, .t = t};
+  if (!isfinite(loss) && !l->nonfinite) {
+    l->nonfinite = true;
+    l->nonfinite_step = step;
+    l->nonfinite_loss = loss;
+  }
   return 0;
 }
 
@@ -151,7 +156,7 @@ int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
     const double loss = s->sum;
     const uint64_t t = s->t;
     *s = (tr__step_share){0};
-    if (k == 0) b->initial = loss;
+    if (isnan(b->initial) && isfinite(loss)) b->initial = loss;
     if (tail_keep(b, k, loss)) return TR_ENOMEM;
     if (on_step) on_step(arg, b->first + k, loss, t);
   }
@@ -164,10 +169,13 @@ double tr__loss_book_last(const tr__loss_book *b) {
 
 double tr__loss_book_final(const tr__loss_book *b) {
   const int64_t n = b->complete, tail = n / 100 ? n / 100 : 1;
-  if (n == 0) return NAN;
   double sum = 0;
-  for (int64_t k = n - tail; k < n; k++) sum += b->tail[k % b->tcap];
-  return sum / (double)tail;
+  int64_t finite = 0; /* a skipped step's loss (on_nonfinite) is not one of them */
+  for (int64_t k = n - tail; k < n && n > 0; k++) {
+    const double loss = b->tail[k % b->tcap];
+    if (isfinite(loss)) sum += loss, finite++;
+  }
+  return finite ? sum / (double)finite : NAN;
 }
 
 void tr__loss_book_free(tr__loss_book *b) {

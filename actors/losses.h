@@ -33,6 +33,9 @@ typedef struct tr__loss_log {
   tr__loss_entry *e;
   int n, cap;
   uint64_t last_sent;
+  bool nonfinite;  /* a loss that was not finite came: the first one's step and value */
+  int64_t nonfinite_step;
+  float nonfinite_loss;
 } tr__loss_log;
 
 int tr__loss_log_add(tr__loss_log *l, int64_t step, float loss, uint64_t t);

@@ -21,6 +21,7 @@
  * coordinator, then (replica 0) the last checkpoint part, the figures, and (a worker) the
  * leave. Each waits for a credit of its edge where it must.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,6 +95,7 @@ typedef struct stage_actor {
   tr__loss_log losses;
 
   tr__busy busy;
+  int64_t skipped; /* updates skipped for a norm that was not finite */
   int live, peak;
   uint64_t window_end;
   bool finishing, done, polling;
@@ -265,6 +267,9 @@ static int stage_open(tr_actor *self) {
     if ((rc = tr__group_open(a->group, self, a->st, &a->busy))) return rc;
     tr_stage_on_grad_ready(a->st, tr__group_grad_ready, a->group);
   }
+  /* every update checks the gradients' norm: across the stages when they must agree
+   * (clipping, skipping), else this stage's own */
+  if (!a->worker && !a->clip && !(a->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
   if (a->clip && (rc = tr__clip_open(a->clip, self, a->st))) return rc;
   if (a->worker && (rc = tr__worker_open(a->worker, self, a->st))) return rc;
 
@@ -456,12 +461,27 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
+/* A step that diverged, named (on_nonfinite TR_NONFINITE_STOP). */
+static int not_finite(tr_actor *self, stage_actor *a, const char *what, double value) {
+  return tr_actor_fail(self, TR_ENONFINITE, "step %lld, stage %d of replica %d on %s: %s is "
+                       "%s: the run diverged (on_nonfinite skip goes on without such updates)",
+                       (long long)(a->worker ? a->batch_step : a->step), a->stage, a->replica,
+                       tr_device_name(a->dev), what, tr__nonfinite_name(value));
+}
+
 /* Gives back the credits whose copies have run, and reads the losses that have landed
  * (`room`: waiting for the oldest if the next step would overwrite it). */
 static int harvest(tr_actor *self, stage_actor *a, bool room) {
   if (tr__returns_drain(&a->returns)) return fail_device(self, a, "returning credits");
   const int rc = a->ring.dev ? tr__loss_ring_read(&a->ring, &a->losses, a->step, room) : 0;
-  return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
+  if (rc) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
+  const tr__loss_log *l = &a->losses;
+  if (l->nonfinite && a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
+    return tr_actor_fail(self, TR_ENONFINITE, "step %lld, stage %d of replica %d on %s: the "
+                         "loss is %s: the run diverged (on_nonfinite skip goes on without such "
+                         "updates)", (long long)l->nonfinite_step, a->stage, a->replica,
+                         tr_device_name(a->dev), tr__nonfinite_name(l->nonfinite_loss));
+  return 0;
 }
 
 /* This stage's part of the checkpoint of `step`, once a credit of the report edge is free. */
@@ -489,11 +509,17 @@ static int update(tr_actor *self, stage_actor *a) {
     a->step_phase = STEP_CLIP;
   }
   const float *sumsq = NULL;
-  if (a->clip) {
-    int rc = tr__clip_global(a->clip, a->step, &sumsq);
-    if (rc != DONE) return rc;
-  }
+  double norm2 = 0;
+  int rc = tr__clip_global(a->clip, a->step, &sumsq, &norm2);
+  if (rc != DONE) return rc;
   uint64_t t0 = tr_now_ns();
+  if (!isfinite(norm2)) { /* the same number on every stage and replica */
+    if (a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
+      return not_finite(self, a, "the gradient norm", sqrt(norm2));
+    a->skipped++;
+    if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
+    return DONE;
+  }
   if (tr_stage_step(a->st, sumsq) || tr_stage_zero_grads(a->st))
     return fail_device(self, a, "optimizer step");
   busy(a, "update", t0, -1);
@@ -548,7 +574,8 @@ static int send_figures(tr_actor *self, stage_actor *a) {
                     .window_start = a->busy.window_start,
                     .window_end = a->window_end,
                     .busy_ns = a->busy.busy_ns,
-                    .peak_microbatches = a->peak};
+                    .peak_microbatches = a->peak,
+                    .skipped = a->skipped};
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
   const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
   d->window_steps = a->step > a->busy.warm_step ? a->step - a->busy.warm_step : a->step - first;

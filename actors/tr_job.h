@@ -91,8 +91,9 @@ typedef struct tr_train_result {
   double seconds;          /* of the measured window (after warm-up steps) */
   int64_t window_steps;
   double samples_per_s, steps_per_s;
-  double initial_loss;     /* the first step's */
-  double final_loss;       /* mean of the last 1% of steps (at least one) */
+  double initial_loss;     /* the first step's (the first finite one's) */
+  double final_loss;       /* mean of the last 1% of steps (at least one), of those whose loss
+                              is finite; a successful run always has one */
   int replicas, stages, microbatches; /* the layout that ran */
   int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
   char schedule[8];        /* "gpipe", "1f1b"; "" unless pipelined */
@@ -116,6 +117,8 @@ typedef struct tr_train_result {
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
   int signal;              /* SIGINT or SIGTERM when one ended the run early (tr_train.h) */
+  int64_t skipped_steps;   /* updates skipped for a gradient norm that was not finite
+                              (on_nonfinite TR_NONFINITE_SKIP) */
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -162,6 +165,17 @@ typedef struct tr_checkpoint_config {
                               reading of the file serves the whole run. NULL: open `resume` */
 } tr_checkpoint_config;
 
+/* What a step whose gradient norm or loss is not a finite number (NaN, ±Inf) does. */
+typedef enum tr_nonfinite_policy {
+  TR_NONFINITE_STOP, /* the run fails (TR_ENONFINITE), naming the step and the stage */
+  TR_NONFINITE_SKIP  /* the update is skipped on every stage (the parameters stay as they
+                        were), counted in tr_train_result.skipped_steps, and the run goes on */
+} tr_nonfinite_policy;
+
+/* "stop", "skip"; parse: 0, or TR_EINVAL. */
+const char *tr_nonfinite_policy_name(tr_nonfinite_policy p);
+int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out);
+
 typedef struct tr_precision_config {
   int tf32;                /* CUDA: TF32 tensor cores in fp32 GEMMs (tr_device_set_tf32) */
 } tr_precision_config;
@@ -180,6 +194,9 @@ typedef struct tr_job_config {
   tr_async_config async;
   tr_checkpoint_config checkpoint;
   tr_precision_config precision;
+  /* Every update first checks that the gradients' global norm is finite (and every loss
+   * read back is): a step that diverged never reaches the parameters. */
+  tr_nonfinite_policy on_nonfinite;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
   int progress;            /* a progress line on stderr */
 } tr_job_config;

@@ -428,6 +428,14 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
     goto out;
   } else {
     tr_job_result(j, r);
+    /* a run that "succeeds" without a loss to show has not (every step skipped, or none) */
+    if (tr_world_rank(o->world) == 0 && !isfinite(r->final_loss)) {
+      rc = TR_ENONFINITE;
+      snprintf(err, err_size, "the run's final loss is %g: %s", r->final_loss,
+               r->skipped_steps ? "every update of its last steps was skipped "
+                                  "(on_nonfinite skip)"
+                                : "no step had a finite loss");
+    }
   }
   if (o->trace) {
     char path[4096];

@@ -120,6 +120,7 @@ static void print_json(const tr_train_result *r, double sgemm) {
   json_number("gflops", r->gflops, false);
   json_number("tokens_per_s", r->tokens_per_s, false);
   json_number("sgemm_gflops", sgemm, false);
+  printf("\"skipped_steps\":%lld,", (long long)r->skipped_steps);
   printf("\"signal\":");
   if (r->signal) printf("\"%s\",", r->signal == SIGINT ? "SIGINT" : "SIGTERM");
   else printf("null,");
@@ -166,6 +167,9 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
     fprintf(stderr, "%s%d", s > 1 ? "," : ", cut before layers ", r->cuts[s]);
   const bool async = !strcmp(r->strategy, "async");
   if (r->replicas > 1 && !async) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
+  if (r->skipped_steps)
+    fprintf(stderr, ", %lld update%s skipped (gradient norm not finite)",
+            (long long)r->skipped_steps, r->skipped_steps == 1 ? "" : "s");
   fputc('\n', stderr);
   if (async) print_async(r, staleness);
 }
@@ -202,6 +206,8 @@ static const struct {
   const char *field, *flag;
 } field_flags[] = {
     {"async.momentum_correction", "--momentum-correction"},
+    {"checkpoint.resume_from", "--resume"},
+    {"on_nonfinite", "--on-nonfinite"},
     {"layout.microbatches", "--microbatches"},
     {"checkpoint.resume", "--resume"},
     {"checkpoint.every", "--checkpoint-every"},
@@ -367,6 +373,12 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--watchdog")) {
       if (!cli_value_u64(argc, argv, &i, 1, 24 * 3600 * 1000, &u)) return CLI_USAGE;
       o.watchdog_ms = (int)u;
+    } else if (!strcmp(a, "--on-nonfinite")) {
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_nonfinite_policy_parse(v, &o.job.on_nonfinite)) {
+        fprintf(stderr, "troupe: --on-nonfinite: '%s' is not stop or skip\n", v);
+        return CLI_USAGE;
+      }
     } else if (!strcmp(a, "--quiet")) {
       quiet = true;
     } else {
