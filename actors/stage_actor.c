@@ -473,7 +473,10 @@ static int not_finite(tr_actor *self, stage_actor *a, const char *what, double v
  * (`room`: waiting for the oldest if the next step would overwrite it). */
 static int harvest(tr_actor *self, stage_actor *a, bool room) {
   if (tr__returns_drain(&a->returns)) return fail_device(self, a, "returning credits");
-  const int rc = a->ring.dev ? tr__loss_ring_read(&a->ring, &a->losses, a->step, room) : 0;
+  int rc = a->ring.dev ? tr__loss_ring_read(&a->ring, &a->losses, a->step, room) : 0;
+  if (rc == 0 && a->ring.dev && a->losses.n == TR__LOSS_CHUNK && /* full: send, read on */
+      tr__loss_log_flush(&a->losses, true))
+    rc = tr__loss_ring_read(&a->ring, &a->losses, a->step, false);
   if (rc) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
   const tr__loss_log *l = &a->losses;
   if (l->nonfinite && a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
@@ -605,8 +608,11 @@ static int finish(tr_actor *self, stage_actor *a) {
     if ((rc = harvest(self, a, false))) return rc;
     a->end_phase = END_LOSSES;
   }
-  if (a->end_phase == END_LOSSES) {
-    if (!tr__loss_log_flush(&a->losses, true)) return 0;
+  if (a->end_phase == END_LOSSES) { /* every loss read and sent, a chunk at a time */
+    do {
+      if (!tr__loss_log_flush(&a->losses, true)) return 0; /* a credit brings it back */
+      if ((rc = harvest(self, a, false))) return rc;
+    } while (a->losses.n > 0);
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
@@ -633,6 +639,13 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       return rc < 0 ? rc : 0;
     }
     if (a->pc == 0 && a->step_phase == STEP_REDUCE) {
+      /* The step's losses need their places in the ring: its oldest read first (they wait
+       * on the device, or on a credit to send the losses read before them). */
+      if (a->ring.dev && !tr__loss_ring_free(&a->ring, a->step)) {
+        int rc = harvest(self, a, false);
+        if (rc) return rc;
+        if (!tr__loss_ring_free(&a->ring, a->step)) break;
+      }
       if (a->worker) { /* asynchronous: until the loader has no more */
         const tr__lent *x = tr__queue_peek(&a->in[0].q);
         if (x == NULL) break;
@@ -701,8 +714,10 @@ static int run_actions(tr_actor *self, stage_actor *a) {
 }
 
 static void poll_later(tr_actor *self, stage_actor *a) {
+  /* a full log waits for its credit's message, not for polls */
   const bool waiting = tr__returns_owed(&a->returns) || (a->clip && tr__clip_waiting(a->clip)) ||
-                       (a->ring.dev && a->ring.read < a->step);
+                       (a->ring.dev && a->ring.read < a->step &&
+                        a->losses.n < TR__LOSS_CHUNK);
   if (!waiting || a->polling || a->done) return;
   a->polling = true;
   tr_actor_send(self, tr_msg_new(&tr__poll_type));
