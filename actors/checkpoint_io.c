@@ -225,7 +225,11 @@ int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t er
   const tr_optim_kind kind = tr_stage_optim(st)->kind;
   if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) || (rc = part_for(st, &p)) ||
       (rc = each_tensor(tr_stage_model(st), kind, &p, 1, read_tensor, ck))) {
-    snprintf(err, err_size, "%s", rc == TR_ENOMEM ? "out of memory" : tr_checkpoint_error(ck));
+    if (rc == TR_ENOMEM)
+      snprintf(err, err_size, "resuming the stage: out of memory (%zu bytes asked for)",
+               (info->numel + info->state_numel) * sizeof(float));
+    else
+      snprintf(err, err_size, "%s", tr_checkpoint_error(ck));
   } else if ((rc = tr_stage_upload(st, TR_STAGE_PARAMS, p.params)) ||
              (info->state_numel && (rc = tr_stage_upload(st, TR_STAGE_OPT_STATE, p.state))) ||
              (rc = tr_stream_synchronize(tr_stage_stream(st)))) {

@@ -45,6 +45,7 @@ typedef struct coordinator {
   const tr__run *run;
   tr_actor *self;
   uint64_t t_start, last_progress;
+  uint64_t last_end, slowest; /* when the last complete step ended; the longest step */
   bool printed;
   int nsources;
   tr_edge **sources;         /* [source]: its report edge */
@@ -115,9 +116,24 @@ static int coordinator_start(tr_actor *self) {
     return tr_actor_fail(self, TR_ENOMEM, "the losses of the last 1%% of %lld steps: out of "
                          "memory (%lld bytes asked for)", (long long)(end - first),
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
-  c->t_start = tr_now_ns();
+  c->t_start = c->last_end = tr_now_ns();
   for (int i = 0; i < c->nobs; i++) c->obs[i].from_t = c->t_start;
   return 0;
+}
+
+/* The watchdog fits the run: a step much slower than any seen so far is a hang, a step as
+ * slow as the others is not. Asynchronous steps end interleaved, a worker's each in turn. */
+static void fit_watchdog(coordinator *c, uint64_t t) {
+  const tr_job_config *jc = &c->run->c;
+  uint64_t took = t > c->last_end ? t - c->last_end : 0;
+  c->last_end = t > c->last_end ? t : c->last_end;
+  if (jc->async.enabled) took *= (uint64_t)jc->layout.replicas;
+  if (jc->watchdog_steps <= 0 || took <= c->slowest) return;
+  c->slowest = took;
+  const double ms = (double)took / 1e6 * jc->watchdog_steps;
+  const int want = ms > INT32_MAX ? INT32_MAX : ms > jc->watchdog_min_ms ? (int)ms : jc->watchdog_min_ms;
+  tr_system *sys = tr_graph_system(c->run->g);
+  if (want != tr_system_watchdog_ms(sys)) tr_system_set_watchdog_ms(sys, want);
 }
 
 /* ---- observers -------------------------------------------------------------------------- */
@@ -195,6 +211,7 @@ typedef struct step_ctx {
 
 static void on_step(void *arg, int64_t step, double loss, uint64_t t) {
   step_ctx *x = arg;
+  fit_watchdog(x->c, t);
   for (int i = 0; i < x->c->nobs && x->rc == 0; i++) {
     observer *o = &x->c->obs[i];
     if (isfinite(loss)) o->sum += loss, o->finite++; /* a skipped step's (on_nonfinite) */

@@ -85,11 +85,12 @@ static int loader_start(tr_actor *self) {
   const size_t n = (size_t)l->run->mb_batch;
   if ((what & TR_BATCH_INPUTS) && !(l->x = calloc((size_t)l->depth, sizeof *l->x))) return TR_ENOMEM;
   if ((what & TR_BATCH_TARGETS) && !(l->y = calloc((size_t)l->depth, sizeof *l->y))) return TR_ENOMEM;
+  const size_t xb = n * tr_model_input_bytes(c->model), yb = n * tr_model_target_bytes(c->model);
   for (int i = 0; i < l->depth; i++)
-    if ((l->x && buffer(l, n * tr_model_input_bytes(c->model), &l->x[i])) ||
-        (l->y && buffer(l, n * tr_model_target_bytes(c->model), &l->y[i])))
-      return tr_actor_fail(self, TR_ENOMEM, "allocating %d batch buffers: out of memory",
-                           l->depth);
+    if ((l->x && buffer(l, xb, &l->x[i])) || (l->y && buffer(l, yb, &l->y[i])))
+      return tr_actor_fail(self, TR_ENOMEM, "allocating %d batch buffers of %zu bytes each: "
+                           "out of memory%s%s", l->depth, (l->x ? xb : 0) + (l->y ? yb : 0),
+                           l->dev ? ": " : "", l->dev ? tr_device_error(l->dev) : "");
   return 0;
 }
 

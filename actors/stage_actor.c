@@ -336,7 +336,8 @@ static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, b
 
 static void slow_down(stage_actor *a) {
   const tr__test_hooks *h = &a->run->hooks;
-  if (h->slow_us > 0 && a->index == h->slow_device) usleep((useconds_t)h->slow_us);
+  if (h->slow_us > 0 && a->index == h->slow_device)
+    usleep((useconds_t)(h->slow_us + (a->step - tr_graph_first_step(a->run->g)) * h->slow_growth_us));
 }
 
 static void hold(stage_actor *a, int delta) {
@@ -494,9 +495,13 @@ static int send_part(tr_actor *self, stage_actor *a, int64_t step) {
   p->source = a->index;
   p->stage = a->stage;
   p->step = step;
-  if (tr__stage_snapshot(a->st, &p->part)) {
+  const int rc = tr__stage_snapshot(a->st, &p->part);
+  if (rc) {
     tr_msg_free(p);
     tr_edge_release(a->report, 1);
+    if (rc == TR_ENOMEM)
+      return tr_actor_fail(self, rc, "copying the stage for a checkpoint: out of memory (%zu "
+                           "bytes asked for)", (a->info->numel + a->info->state_numel) * sizeof(float));
     return fail_device(self, a, "copying the stage for a checkpoint");
   }
   tr_edge_send(a->report, p);
@@ -586,9 +591,13 @@ static int send_figures(tr_actor *self, stage_actor *a) {
     float *host = malloc((a->info->numel ? a->info->numel : 1) * sizeof *host);
     if (host == NULL || tr_stage_download(a->st, TR_STAGE_PARAMS, host) ||
         tr_stream_synchronize(a->s)) {
-      free(host);
       tr_msg_free(msg);
       tr_edge_release(a->report, 1);
+      if (host == NULL)
+        return tr_actor_fail(self, TR_ENOMEM, "copying the parameters for the consistency "
+                             "check: out of memory (%zu bytes asked for)",
+                             a->info->numel * sizeof *host);
+      free(host);
       return fail_device(self, a, "copying the parameters for the consistency check");
     }
     d->params = host; /* the coordinator frees it */

@@ -197,6 +197,12 @@ typedef struct tr_job_config {
   /* Every update first checks that the gradients' global norm is finite (and every loss
    * read back is): a step that diverged never reaches the parameters. */
   tr_nonfinite_policy on_nonfinite;
+  /* The graph's watchdog (tr_system_config.watchdog_ms, when on) follows the run: once a
+   * step has ended, the coordinator keeps it at watchdog_steps times the slowest step seen,
+   * never below watchdog_min_ms, so that a run whose steps are slow is not taken for a hung
+   * one. 0: the watchdog stays as configured (tr_job_defaults). */
+  int watchdog_steps;
+  int watchdog_min_ms;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
   int progress;            /* a progress line on stderr */
 } tr_job_config;

@@ -64,7 +64,9 @@ typedef struct tr_train_options {
   const char *labels;      /* a .npy array of targets beside data (float models) */
   int deterministic;       /* bitwise-repeatable runs (host devices always are) */
   const char *trace;       /* Chrome trace JSON written here after the run; NULL: none */
-  int watchdog_ms;         /* no progress for this long fails the run; 0: the default */
+  int watchdog_ms;         /* no progress for this long fails the run; 0: the default, which
+                              follows the run: 10 times the slowest step seen (the first one
+                              guessed from its FLOPs), at least a minute */
   const char *server;      /* async: the server's device; NULL: host:1 for host workers,
                               else a logical device on the first worker's GPU */
   /* The processes the job spans (tr_world.h); NULL: this one alone. Every rank calls

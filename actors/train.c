@@ -375,6 +375,19 @@ static int build(tr_job *j, const run *rn) {
   return rc;
 }
 
+/* The default watchdog: WATCHDOG_STEPS times the slowest step seen, at least a minute. Before
+ * the first step has ended, the first step is guessed from its FLOPs at a rate far below
+ * any device's (10 GFLOP/s, for the whole step on one device): a run whose first step takes
+ * minutes on a slow machine is not a hang. */
+enum { WATCHDOG_STEPS = 10, WATCHDOG_MIN_MS = 60000 };
+
+static int default_watchdog(const run *rn) {
+  const int batch = rn->jc.global_batch ? rn->jc.global_batch : tr_model_batch(rn->model);
+  const double guess_ms = tr_model_train_flops(rn->model) * batch / 10e9 * 1e3;
+  const double ms = WATCHDOG_STEPS * guess_ms;
+  return ms > 24 * 3600e3 ? 24 * 3600 * 1000 : ms > WATCHDOG_MIN_MS ? (int)ms : WATCHDOG_MIN_MS;
+}
+
 /* Rank 0 writes the trace where asked; rank r beside it, ".rank<r>" before the extension. */
 static void trace_path(char *out, size_t n, const char *path, const tr_world *w) {
   const int rank = tr_world_rank(w);
@@ -398,7 +411,11 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
   tr_system_config sc = {.name = "train",
                          .handle_signals = 1,
                          .trace = o->trace != NULL,
-                         .watchdog_ms = o->watchdog_ms > 0 ? o->watchdog_ms : 60000};
+                         .watchdog_ms = o->watchdog_ms > 0 ? o->watchdog_ms : default_watchdog(&rn)};
+  if (o->watchdog_ms <= 0) { /* the default follows the steps as they are measured */
+    rn.jc.watchdog_steps = WATCHDOG_STEPS;
+    rn.jc.watchdog_min_ms = WATCHDOG_MIN_MS;
+  }
   if ((rc = tr_graph_new(&g, &sc))) {
     snprintf(err, err_size, "creating the actor system: %s", tr_strerror(rc));
     goto out;

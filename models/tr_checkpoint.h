@@ -45,7 +45,8 @@
  * the previous file at the target path as it was, and a failed write removes its temporary.
  * (Only when the last step, the directory's fsync, fails is the new file already in place;
  * save still reports it, as the rename may not survive a crash. A process killed mid-write
- * leaves a ".<name>.tmp.*" file beside the target, never a partial target.) The new file
+ * leaves a ".<name>.tmp.*" file beside the target, never a partial target; the next
+ * successful write of that target removes it, and any other no live writer holds.) The new file
  * gets the usual permissions (0666 less the umask), not those of the file it replaces.
  *
  * Reads validate everything: the header length (at most 100 MB, inside the file), the JSON
