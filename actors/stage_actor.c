@@ -427,6 +427,11 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
     int rc = take_inputs(self, a, act);
     if (rc != DONE) return rc;
   }
+  const tr__test_hooks *h = &a->run->hooks;
+  if (h->nan_step > 0 && info->is_first && (a->worker ? a->batch_step : a->step) == h->nan_step - 1 &&
+      !tr_model_token_input(a->run->c.model) &&
+      tr_scale(a->s, tr_stage_input(a->st, act->slot), NAN, info->input_bytes / sizeof(float)))
+    return fail_device(self, a, "poisoning a batch (tr__test_hooks.nan_step)");
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(a->st, act->slot, a->slot_first[act->slot]);
   if (tr_stage_forward(a->st, act->slot)) return fail_device(self, a, "forward");
