@@ -56,13 +56,23 @@ static void usage(FILE *f) {
           "  --tf32                         CUDA: TF32 tensor cores in fp32 GEMMs\n"
           "  --trace FILE.json              Chrome/Perfetto trace of every actor (under mpirun,\n"
           "                                 rank r writes FILE.rankR.json)\n"
-          "  --checkpoint FILE              safetensors checkpoint at the end ...\n"
+          "  --checkpoint FILE              safetensors checkpoint at the end, a signal's end too\n"
+          "                                 (its directory must exist and be writable) ...\n"
           "  --checkpoint-every N           ... and every N steps\n"
-          "  --resume FILE                  continue from a checkpoint\n"
+          "  --resume FILE                  continue from a checkpoint (checked first: its model,\n"
+          "                                 format, step, tensors, values all finite)\n"
+          "  --on-nonfinite stop|skip       a step whose gradient norm or loss is NaN or infinite:\n"
+          "                                 stop the run naming the step and stage (default), or\n"
+          "                                 skip its update and count it (skipped_steps)\n"
           "  --json                         one JSON object of the run's figures on stdout\n"
           "  --watchdog MS                  fail the run, naming each actor's state, when it makes\n"
-          "                                 no progress for MS milliseconds (default 60000)\n"
-          "  --quiet                        no progress line or summary\n");
+          "                                 no progress for MS milliseconds (default: 10 x the\n"
+          "                                 slowest step seen, at least 60000)\n"
+          "  --quiet                        no progress line or summary\n"
+          "\n"
+          "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its flag),\n"
+          "130 / 143 a run SIGINT / SIGTERM ended after its step in flight, its checkpoint and\n"
+          "figures written; a second signal ends the process at once.\n");
 }
 
 static void json_number(const char *key, double v, bool last) {
