@@ -167,10 +167,6 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))
     return tr_errorf(err, n, TR_EINVAL, "checkpoint.every %lld: needs checkpoint.path, and >= 0",
                      (long long)c->checkpoint.every);
-  /* found now, not after the run it was to save */
-  if (c->checkpoint.path &&
-      (rc = tr_file_check_output(c->checkpoint.path, "checkpoint.path", err, n)))
-    return rc;
   /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
    * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
   if (c->async.enabled && c->async.momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {
@@ -200,6 +196,10 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   tr_job_config c = *config;
   int rc = complete(&c, err, n);
   if (rc) return rc;
+  /* found now, not after the run it was to save; rank 0 writes the checkpoints */
+  if (c.checkpoint.path && tr_graph_rank(g) == 0 &&
+      (rc = tr_file_check_output(c.checkpoint.path, "checkpoint.path", err, n)))
+    return rc;
   const int R = c.layout.replicas, P = c.layout.stages, M = c.layout.microbatches;
   tr_job *j = calloc(1, sizeof *j);
   if (j == NULL) return TR_ENOMEM;
