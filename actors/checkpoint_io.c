@@ -7,6 +7,7 @@
  * PyTorch sees the weights as they are. The data of step k is a function of (seed, k)
  * (tr_data.h), so the step is the whole RNG state of the loader.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,7 +113,7 @@ int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts
   snprintf(lr, sizeof lr, "%.9g", (double)o->lr);
   uint64_t rng[2] = {c->seed, (uint64_t)step};
   each_tensor(c->model, o->kind, parts, nparts, add_tensor, w);
-  tr_checkpoint_writer_put(w, "format", "troupe checkpoint 1");
+  tr_checkpoint_writer_put(w, "format", TR__CHECKPOINT_FORMAT);
   tr_checkpoint_writer_put(w, "model", tr_model_name(c->model));
   tr_checkpoint_writer_put_u64(w, "step", (uint64_t)step);
   tr_checkpoint_writer_put_u64(w, "batch", (uint64_t)c->global_batch);
@@ -126,47 +127,113 @@ int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts
   return rc;
 }
 
-int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
-                        size_t err_size) {
-  tr_checkpoint *ck;
-  int rc = tr_checkpoint_open(&ck, path, err, err_size);
-  if (rc) return rc;
-  const char *model = tr_checkpoint_meta(ck, "model");
-  uint64_t s;
-  if (model == NULL || strcmp(model, tr_model_name(m)) != 0) {
-    snprintf(err, err_size, "%s: a checkpoint of model '%s', not '%s'", path,
-             model ? model : "(none)", tr_model_name(m));
-    rc = TR_EFORMAT;
-  } else if ((rc = tr_checkpoint_meta_u64(ck, "step", &s))) {
-    snprintf(err, err_size, "%s", tr_checkpoint_error(ck));
-  } else {
-    *step = (int64_t)s;
+/* The first element of `t` (float32) that is not finite, or -1. */
+static int64_t first_nonfinite(const tr_checkpoint_tensor *t) {
+  const unsigned char *p = t->data;
+  for (size_t i = 0; i < t->nbytes / 4; i++) {
+    uint32_t u;
+    memcpy(&u, p + 4 * i, 4); /* a file of another writer may not align its tensors */
+    if ((u & 0x7f800000u) == 0x7f800000u) return (int64_t)i;
   }
-  tr_checkpoint_close(ck);
+  return -1;
+}
+
+/* Every tensor the model and its optimizer state need: there, float32, of its shape, and
+ * finite (a checkpoint of a run that diverged would train on NaN from its first step). */
+static int check_tensors(tr_checkpoint *ck, const char *path, const tr_model *m,
+                         tr_optim_kind kind, char *err, size_t n) {
+  const char *prefix[2];
+  const int copies = state_prefixes(kind, prefix);
+  for (int copy = -1; copy < copies; copy++) {
+    for (int i = 0; i < tr_model_tensor_count(m); i++) {
+      const tr_tensor_info *info = tr_model_tensor(m, i);
+      char name[96];
+      snprintf(name, sizeof name, "%s%s", copy < 0 ? "" : prefix[copy], info->name);
+      const tr_checkpoint_tensor *t;
+      if (tr_checkpoint_expect(ck, name, TR_DTYPE_F32, info->ndim, info->shape, &t))
+        return tr_errorf(err, n, TR_EFORMAT, "%s", tr_checkpoint_error(ck));
+      const int64_t bad = first_nonfinite(t);
+      if (bad >= 0) {
+        float v;
+        memcpy(&v, (const unsigned char *)t->data + 4 * bad, 4);
+        return tr_errorf(err, n, TR_EFORMAT,
+                         "%s: tensor '%s' holds %s (element %lld of %zu): a run that diverged "
+                         "cannot be resumed from it",
+                         path, name, isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", (long long)bad,
+                         t->nbytes / 4);
+      }
+    }
+  }
+  return 0;
+}
+
+int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
+                         tr_optim_kind kind, int64_t *step, char *err, size_t n) {
+  const char *format = tr_checkpoint_meta(ck, "format");
+  const char *model = tr_checkpoint_meta(ck, "model");
+  const char *opt = tr_checkpoint_meta(ck, "optimizer");
+  const char *want = tr_optim_kind_name(kind);
+  uint64_t s;
+  if (format == NULL || strncmp(format, "troupe checkpoint ", 18) != 0)
+    return tr_errorf(err, n, TR_EFORMAT, "%s: not a troupe checkpoint (its metadata has no "
+                     "'format: %s')", path, TR__CHECKPOINT_FORMAT);
+  if (strcmp(format, TR__CHECKPOINT_FORMAT) != 0)
+    return tr_errorf(err, n, TR_EFORMAT, "%s: format '%s', but this troupe reads '%s'", path,
+                     format, TR__CHECKPOINT_FORMAT);
+  if (model == NULL || strcmp(model, tr_model_name(m)) != 0)
+    return tr_errorf(err, n, TR_EFORMAT, "%s: a checkpoint of model '%s', not '%s'", path,
+                     model ? model : "(none)", tr_model_name(m));
+  if (tr_checkpoint_meta_u64(ck, "step", &s))
+    return tr_errorf(err, n, TR_EFORMAT, "%s", tr_checkpoint_error(ck));
+  if (s >= (uint64_t)TR_GRAPH_STEP_LIMIT)
+    return tr_errorf(err, n, TR_EFORMAT, "%s: step %llu is out of range (a run's steps are "
+                     "below 2^61)", path, (unsigned long long)s);
+  if (opt == NULL || strcmp(opt, want) != 0)
+    return tr_errorf(err, n, TR_EFORMAT, "%s: optimizer state of '%s', but this run uses '%s'",
+                     path, opt ? opt : "(none)", want);
+  int rc = check_tensors(ck, path, m, kind, err, n);
+  if (rc == 0) *step = (int64_t)s;
   return rc;
 }
 
-int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size) {
+void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,
+                                const char *strategy, char *buf, size_t n) {
+  uint64_t was_batch = batch, rng[2] = {seed, 0};
+  const char *was_strategy = tr_checkpoint_meta(ck, "strategy");
+  tr_checkpoint_meta_u64(ck, "batch", &was_batch); /* left as it is where absent */
+  tr_checkpoint_meta_u64s(ck, "rng", rng, 2);
+  size_t len = 0;
+  buf[0] = 0;
+  if (was_batch != batch && len < n)
+    len += (size_t)snprintf(buf + len, n - len, "batch %llu (this run: %llu)",
+                            (unsigned long long)was_batch, (unsigned long long)batch);
+  if (rng[0] != seed && len < n)
+    len += (size_t)snprintf(buf + len, n - len, "%sseed %llu (this run: %llu)", len ? ", " : "",
+                            (unsigned long long)rng[0], (unsigned long long)seed);
+  if (was_strategy && strcmp(was_strategy, strategy) != 0 && len < n)
+    snprintf(buf + len, n - len, "%sstrategy %s (this run: %s)", len ? ", " : "", was_strategy,
+             strategy);
+}
+
+int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t err_size) {
   const tr_stage_info *info = tr_stage_get_info(st);
-  tr_checkpoint *ck;
-  int rc = tr_checkpoint_open(&ck, path, err, err_size);
+  tr_checkpoint *ck; /* this thread's own view of the bytes every stage shares */
+  int rc = tr_checkpoint_view(from, &ck, err, err_size);
   if (rc) return rc;
   tr__part p = {0};
   uint64_t step;
-  const char *opt = tr_checkpoint_meta(ck, "optimizer");
   const tr_optim_kind kind = tr_stage_optim(st)->kind;
-  const char *want = tr_optim_kind_name(kind);
-  if (opt == NULL || strcmp(opt, want) != 0) {
-    snprintf(err, err_size, "%s: optimizer state of '%s', but this run uses '%s'", path,
-             opt ? opt : "(none)", want);
-    rc = TR_EFORMAT;
-  } else if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) || (rc = part_for(st, &p)) ||
-             (rc = each_tensor(tr_stage_model(st), kind, &p, 1, read_tensor, ck))) {
-    snprintf(err, err_size, "%s", rc == TR_ENOMEM ? "out of memory" : tr_checkpoint_error(ck));
+  if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) || (rc = part_for(st, &p)) ||
+      (rc = each_tensor(tr_stage_model(st), kind, &p, 1, read_tensor, ck))) {
+    if (rc == TR_ENOMEM)
+      snprintf(err, err_size, "resuming the stage: out of memory (%zu bytes asked for)",
+               (info->numel + info->state_numel) * sizeof(float));
+    else
+      snprintf(err, err_size, "%s", tr_checkpoint_error(ck));
   } else if ((rc = tr_stage_upload(st, TR_STAGE_PARAMS, p.params)) ||
              (info->state_numel && (rc = tr_stage_upload(st, TR_STAGE_OPT_STATE, p.state))) ||
              (rc = tr_stream_synchronize(tr_stage_stream(st)))) {
-    snprintf(err, err_size, "%s: copying to the device: %s", path, tr_stage_error(st));
+    snprintf(err, err_size, "copying a checkpoint to the device: %s", tr_stage_error(st));
   } else {
     tr_stage_set_step_count(st, (int64_t)step);
   }

@@ -31,8 +31,10 @@ tr__clip *tr__clip_new(int stages, int me, tr_edge *const *out, tr_edge *const *
     tr__clip_free(c);
     return NULL;
   }
-  memcpy(c->out, out, (size_t)stages * sizeof *out);
-  memcpy(c->in, in, (size_t)stages * sizeof *in);
+  for (int s = 0; s < stages; s++) {
+    c->out[s] = out ? out[s] : NULL;
+    c->in[s] = in ? in[s] : NULL;
+  }
   return c;
 }
 
@@ -59,7 +61,7 @@ int tr__clip_receive(tr__clip *c, const tr__norm_msg *m) {
   return 0;
 }
 
-int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq) {
+int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm2) {
   const int par = (int)(step & 1);
   tr_stream *s = tr_stage_stream(c->st);
   if (c->phase == IDLE) {
@@ -90,14 +92,25 @@ int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq) {
   double total = 0; /* in stage order: every stage adds the same numbers alike */
   for (int t = 0; t < c->P; t++) total += c->part[par][t];
   c->got[par] = 0;
-  c->host[1] = (float)total;
-  if (tr_memcpy(s, c->dev_sumsq, &c->host[1], sizeof(float), TR_COPY_H2D)) return fail(c);
+  c->host[1] = (float)total; /* one stage: the device holds this number already */
+  if (c->P > 1 && tr_memcpy(s, c->dev_sumsq, &c->host[1], sizeof(float), TR_COPY_H2D))
+    return fail(c);
   c->phase = IDLE;
   *sumsq = c->dev_sumsq;
+  *norm2 = total;
   return 1;
 }
 
 bool tr__clip_waiting(const tr__clip *c) { return c->phase == MEASURING; }
+
+int tr__norm2_now(tr_stream *s, const float *grads, size_t n, float *dev, float *host,
+                  double *norm2) {
+  int rc = tr_sumsq(s, dev, grads, n, 0);
+  if (rc == 0) rc = tr_memcpy(s, host, dev, sizeof(float), TR_COPY_D2H);
+  if (rc == 0) rc = tr_stream_synchronize(s);
+  if (rc == 0) *norm2 = *host;
+  return rc;
+}
 
 void tr__clip_close(tr__clip *c) {
   if (c == NULL || c->dev == NULL) return;

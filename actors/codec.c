@@ -8,6 +8,7 @@
 
 #include "clipnorm.h"
 #include "codec.h"
+#include "losses.h"
 #include "job_impl.h"
 #include "worker.h"
 
@@ -69,14 +70,29 @@ static tr_msg *flat_get(const tr__codec *c, const uint8_t *in, size_t n) {
   return m;
 }
 
-/* A stage's losses: as many entries as its size holds, and no more claimed. */
+/* ---- a chunk of losses: the entries it holds, in a message of the one chunk size --------- */
+
+static size_t loss_size(const tr__codec *c, const tr_msg *m) {
+  (void)c;
+  const tr__loss_msg *l = (const tr__loss_msg *)m;
+  return offsetof(tr__loss_msg, e) - sizeof(tr_msg) + (size_t)l->n * sizeof *l->e;
+}
+
+static void loss_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
+  memcpy(out, (const uint8_t *)m + sizeof(tr_msg), loss_size(c, m));
+}
+
 static tr_msg *loss_get(const tr__codec *c, const uint8_t *in, size_t n) {
-  tr__loss_msg *m = (tr__loss_msg *)flat_get(c, in, n);
-  if (m && (m->n < 0 || (size_t)m->n > (n - body(c->type)) / sizeof m->e[0])) {
-    tr_msg_free(m);
+  (void)c;
+  const size_t head = offsetof(tr__loss_msg, e) - sizeof(tr_msg);
+  tr__loss_msg *l = tr_msg_new_size(&tr__loss_type, sizeof *l + TR__LOSS_CHUNK * sizeof *l->e);
+  if (n >= head) memcpy((uint8_t *)l + sizeof(tr_msg), in, head);
+  if (n < head || l->n < 0 || l->n > TR__LOSS_CHUNK || n != head + (size_t)l->n * sizeof *l->e) {
+    tr_msg_free(l);
     return NULL;
   }
-  return m ? &m->hdr : NULL;
+  memcpy(l->e, in + head, (size_t)l->n * sizeof *l->e);
+  return &l->hdr;
 }
 
 /* ---- a batch: x and y --------------------------------------------------------------------- */
@@ -300,7 +316,7 @@ static const tr__codec codecs[] = {
     {&tr__push_type, push_size, push_put, push_get, NULL},
     {&tr__reply_type, reply_size, reply_put, reply_get, NULL},
     FLAT(tr_report_type),
-    {&tr__loss_type, flat_size, flat_put, loss_get, NULL},
+    {&tr__loss_type, loss_size, loss_put, loss_get, NULL},
     FLAT(tr__server_done_type),
     FLAT(tr__leave_type),
     FLAT(tr__norm_type),

@@ -31,8 +31,8 @@ typedef struct pending {
 typedef struct observer {
   tr_edge *edge;
   int every;
-  double sum;          /* of the interval's losses */
-  int64_t n;           /* its steps so far */
+  double sum;          /* of the interval's finite losses */
+  int64_t n, finite;   /* its steps so far, those with a finite loss */
   uint64_t from_t;     /* when the step before it ended */
   tr_report_msg *queue; /* waiting for a credit (the headers unused) */
   int nq, capq;
@@ -45,6 +45,7 @@ typedef struct coordinator {
   const tr__run *run;
   tr_actor *self;
   uint64_t t_start, last_progress;
+  uint64_t last_end, slowest; /* when the last complete step ended; the longest step */
   bool printed;
   int nsources;
   tr_edge **sources;         /* [source]: its report edge */
@@ -108,11 +109,31 @@ static int coordinator_start(tr_actor *self) {
                                                                                  : "the server",
                            s);
   const tr_job_config *jc = &c->run->c;
-  tr__loss_book_init(&c->losses, tr_graph_first_step(c->run->g),
-                     jc->async.enabled ? 1 : jc->layout.replicas);
-  c->t_start = tr_now_ns();
+  tr_graph *g = c->run->g;
+  const int64_t end = tr_graph_end_step(g), first = tr_graph_first_step(g);
+  if (tr__loss_book_init(&c->losses, first, jc->async.enabled ? 1 : jc->layout.replicas,
+                         end == INT64_MAX ? 0 : end - first))
+    return tr_actor_fail(self, TR_ENOMEM, "the losses of the last 1%% of %lld steps: out of "
+                         "memory (%lld bytes asked for)", (long long)(end - first),
+                         (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
+  c->t_start = c->last_end = tr_now_ns();
   for (int i = 0; i < c->nobs; i++) c->obs[i].from_t = c->t_start;
   return 0;
+}
+
+/* The watchdog fits the run: a step much slower than any seen so far is a hang, a step as
+ * slow as the others is not. Asynchronous steps end interleaved, a worker's each in turn. */
+static void fit_watchdog(coordinator *c, uint64_t t) {
+  const tr_job_config *jc = &c->run->c;
+  uint64_t took = t > c->last_end ? t - c->last_end : 0;
+  c->last_end = t > c->last_end ? t : c->last_end;
+  if (jc->async.enabled) took *= (uint64_t)jc->layout.replicas;
+  if (jc->watchdog_steps <= 0 || took <= c->slowest) return;
+  c->slowest = took;
+  const double ms = (double)took / 1e6 * jc->watchdog_steps;
+  const int want = ms > INT32_MAX ? INT32_MAX : ms > jc->watchdog_min_ms ? (int)ms : jc->watchdog_min_ms;
+  tr_system *sys = tr_graph_system(c->run->g);
+  if (want != tr_system_watchdog_ms(sys)) tr_system_set_watchdog_ms(sys, want);
 }
 
 /* ---- observers -------------------------------------------------------------------------- */
@@ -159,7 +180,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
   o->queue[o->nq++] = (tr_report_msg){
       .step = step,
       .steps = o->n,
-      .loss = o->n ? o->sum / (double)o->n : NAN,
+      .loss = o->finite ? o->sum / (double)o->finite : NAN,
       .last_loss = last_loss,
       .samples = (step - first) * c->run->c.global_batch,
       .seconds = seconds_between(c->t_start, t),
@@ -178,7 +199,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
     o->nq--;
   }
   o->sum = 0;
-  o->n = 0;
+  o->n = o->finite = 0;
   o->from_t = t;
   return 0;
 }
@@ -190,9 +211,10 @@ typedef struct step_ctx {
 
 static void on_step(void *arg, int64_t step, double loss, uint64_t t) {
   step_ctx *x = arg;
+  fit_watchdog(x->c, t);
   for (int i = 0; i < x->c->nobs && x->rc == 0; i++) {
     observer *o = &x->c->obs[i];
-    o->sum += loss;
+    if (isfinite(loss)) o->sum += loss, o->finite++; /* a skipped step's (on_nonfinite) */
     if (++o->n == o->every) x->rc = report(x->c, o, step + 1, loss, t, false);
   }
 }
@@ -361,6 +383,7 @@ static void record_result(coordinator *c) {
 
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);
+  r->skipped_steps = jc->async.enabled ? c->server.skipped : c->dones[0].skipped;
   const tr_model *m = jc->model;
   if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
   r->gflops = tr_model_train_flops(m) * r->samples_per_s / 1e9;

@@ -19,6 +19,7 @@
  * handling, and each edge's credits in flight are a counter track, sampled at every acquire
  * and release.
  */
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -57,6 +58,7 @@ struct tr_graph {
   _Atomic int64_t claimed; /* one past the highest step claimed, | PENDING, | STOP */
   _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
   _Atomic int ndone;
+  char error[160]; /* a run ended in order by a signal */
 };
 
 static void describe(void *arg, char *buf, size_t size) {
@@ -64,6 +66,13 @@ static void describe(void *arg, char *buf, size_t size) {
   if (f == NULL) return;
   tr_graph_print(arg, f);
   fclose(f);
+}
+
+/* SIGINT, SIGTERM: the run ends as a timed run does, after the steps claimed so far, so
+ * that its end is a clean one (figures, the last checkpoint). */
+static void finish_on_signal(void *arg, int signum) {
+  (void)signum;
+  tr_graph_finish(arg);
 }
 
 int tr_graph_new(tr_graph **out, const tr_system_config *config) {
@@ -76,6 +85,10 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
   c.watchdog_idle = c.watchdog_ms > 0;
   c.describe = describe;
   c.describe_arg = g;
+  if (c.handle_signals && c.on_signal == NULL) {
+    c.on_signal = finish_on_signal;
+    c.signal_arg = g;
+  }
   int rc = tr_system_new(&g->sys, &c);
   if (rc) {
     free(g);
@@ -118,7 +131,9 @@ int tr_graph_actor_rank(const tr_graph *g, const tr_actor *a) {
 }
 
 tr_system *tr_graph_system(const tr_graph *g) { return g->sys; }
-const char *tr_graph_error(const tr_graph *g) { return tr_system_error(g->sys); }
+const char *tr_graph_error(const tr_graph *g) {
+  return g->error[0] ? g->error : tr_system_error(g->sys);
+}
 
 /* Stands for an actor of another rank: edges name it; nothing is ever delivered to it. */
 static int remote_receive(tr_actor *self, tr_msg *msg) {
@@ -324,7 +339,7 @@ tr_actor *tr_edge_to(const tr_edge *e) { return e->to; }
 /* ---- steps and the end of the run ------------------------------------------------------- */
 
 int tr_graph_claim_step(tr_graph *g, int64_t step) {
-  if (step >= g->end_limit) return 0;
+  if (step >= g->end_limit || step >= TR_GRAPH_STEP_LIMIT - 1) return 0;
   int64_t c = atomic_load(&g->claimed);
   for (;;) {
     if (step < (c & CLAIMS)) return 1;
@@ -461,6 +476,7 @@ static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_r
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
   TR_ASSERT(!g->ran);
   if (first_step < 0 || end_step < 0 || (end_step > 0 && end_step <= first_step) ||
+      first_step >= TR_GRAPH_STEP_LIMIT || end_step >= TR_GRAPH_STEP_LIMIT ||
       !(seconds >= 0) || (end_step == 0 && seconds == 0) ||
       g->nwaited == (g->transport != NULL))
     return TR_EINVAL;
@@ -477,8 +493,17 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     if (rc == 0) rc = tr_actor_timer_start(g->timer, (uint64_t)(seconds * 1e3), 0, 0);
     if (rc) return rc;
   }
-  const int rc = tr_system_run(g->sys);
+  int rc = tr_system_run(g->sys);
   tr_system_trace_step(g->sys, INT64_MAX); /* the window ends with the run */
   if (rc && g->transport) tr__world_broken(g->world); /* the other ranks may be stuck */
+  const int sig = tr_system_signal(g->sys);
+  if (rc == 0 && sig) { /* ended in order, but not because its work was done */
+    snprintf(g->error, sizeof g->error, "stopped by %s: the run ended after its steps in "
+             "flight (step %lld)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             (long long)tr_graph_end_step(g));
+    rc = TR_EINTR;
+  }
   return rc;
 }
+
+int tr_graph_signal(const tr_graph *g) { return tr_system_signal(g->sys); }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "clipnorm.h"
+#include "tr_file.h"
 #include "group.h"
 #include "transport.h"
 #include "worker.h"
@@ -33,6 +34,7 @@ tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
 
 struct tr_job {
   tr__run run;
+  tr_checkpoint *resume; /* opened here (checkpoint.resume without resume_from) */
   tr_schedule *sc;
   int prefetch;
   /* the actors as added, for wiring */
@@ -42,6 +44,21 @@ struct tr_job {
   tr_actor *coordinator, *server;
   int ncross; /* replica groups over several ranks, numbered for the transports */
 };
+
+static const char *const nonfinite_names[] = {"stop", "skip"};
+
+const char *tr_nonfinite_policy_name(tr_nonfinite_policy p) {
+  return (unsigned)p < 2 ? nonfinite_names[p] : "?";
+}
+
+int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out) {
+  for (unsigned i = 0; i < 2; i++)
+    if (!strcmp(name, nonfinite_names[i])) {
+      *out = (tr_nonfinite_policy)i;
+      return 0;
+    }
+  return TR_EINVAL;
+}
 
 tr_job_config tr_job_defaults(void) {
   return (tr_job_config){.seed = 1,
@@ -141,6 +158,8 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
       (rc = check_async(&c->async, err, n)))
     return rc;
+  if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
+    return tr_errorf(err, n, TR_EINVAL, "on_nonfinite %d: not stop or skip", (int)c->on_nonfinite);
   if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
     return tr_errorf(err, n, TR_EINVAL, "optim.kind %d: not an optimizer", (int)c->optim.kind);
   if (!(c->optim.lr > 0))
@@ -161,14 +180,37 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   return 0;
 }
 
+/* The checkpoint to resume from, read once and checked against the job. */
+static int open_resume(tr_job *j, tr_job_config *c, char *err, size_t n) {
+  tr_checkpoint_config *k = &c->checkpoint;
+  if (!k->resume && !k->resume_from) return 0;
+  const char *path = k->resume ? k->resume : "checkpoint.resume_from";
+  if (!k->resume_from) {
+    int rc = tr_checkpoint_open(&j->resume, k->resume, err, n);
+    if (rc) return rc;
+    k->resume_from = j->resume;
+  }
+  int64_t step;
+  return tr__checkpoint_check((tr_checkpoint *)k->resume_from, path, c->model, c->optim.kind,
+                              &step, err, n);
+}
+
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err, size_t n) {
   *out = NULL;
   tr_job_config c = *config;
   int rc = complete(&c, err, n);
   if (rc) return rc;
+  /* found now, not after the run it was to save; rank 0 writes the checkpoints */
+  if (c.checkpoint.path && tr_graph_rank(g) == 0 &&
+      (rc = tr_file_check_output(c.checkpoint.path, "checkpoint.path", err, n)))
+    return rc;
   const int R = c.layout.replicas, P = c.layout.stages, M = c.layout.microbatches;
   tr_job *j = calloc(1, sizeof *j);
   if (j == NULL) return TR_ENOMEM;
+  if ((rc = open_resume(j, &c, err, n))) {
+    tr_job_free(j);
+    return rc;
+  }
   tr__run *run = &j->run;
   run->g = g;
   run->mb_batch = c.global_batch / (c.async.enabled ? 1 : R * M);
@@ -218,6 +260,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
 
 void tr_job_free(tr_job *j) {
   if (j == NULL) return;
+  tr_checkpoint_close(j->resume);
   tr_schedule_free(j->sc);
   free(j->stages);
   free(j->loaders);
@@ -389,7 +432,7 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
   return rc ? rc : tr_job_connect_batches(j, loader, last, TR_BATCH_TARGETS, NULL);
 }
 
-/* Every two stages of replica r exchange gradient norms when clipping across stages. */
+/* Every two stages of replica r exchange gradient norms (clipping, skipping across stages). */
 static int connect_clip(tr_job *j, int r) {
   const int P = j->run.c.layout.stages;
   tr_edge *e[TR__MAX_STAGES][TR__MAX_STAGES] = {{0}};
@@ -422,7 +465,10 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   if (rc) return rc;
   tr__stage_set_chain(tr_actor_state(from), act, grad, true);
   tr__stage_set_chain(tr_actor_state(to), grad, act, false);
-  if (++j->chained[r] == P - 1 && j->run.c.optim.clip > 0) return connect_clip(j, r);
+  /* the stages agree on the gradients' norm: to clip alike, to skip an update alike */
+  if (++j->chained[r] == P - 1 &&
+      (j->run.c.optim.clip > 0 || j->run.c.on_nonfinite == TR_NONFINITE_SKIP))
+    return connect_clip(j, r);
   return 0;
 }
 

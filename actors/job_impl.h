@@ -44,6 +44,11 @@ typedef struct tr__run {
   tr__test_hooks hooks;
 } tr__run;
 
+/* How a value that is not a finite number reads in a message: "NaN", "+Inf", "-Inf". */
+static inline const char *tr__nonfinite_name(double v) {
+  return v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
+
 /* The number of stage (r, s) in figures: r × stages + s. */
 static inline int tr__device_index(const tr__run *run, int replica, int stage) {
   return replica * run->c.layout.stages + stage;
@@ -97,6 +102,7 @@ typedef struct tr__report {
   int64_t steps, window_steps;
   uint64_t window_start, window_end, busy_ns;
   int peak_microbatches;
+  int64_t skipped;     /* updates skipped for a norm that was not finite */
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
 } tr__report;
@@ -115,6 +121,7 @@ typedef struct tr__server_report {
   double staleness_sum, consistency_sum;
   int64_t staleness_max, consistency_n;
   int clock_gap_max;
+  int64_t skipped;  /* updates skipped for a norm that was not finite */
 } tr__server_report;
 
 typedef struct tr__server_done_msg {
@@ -165,13 +172,23 @@ const tr_train_result *tr__coordinator_result(const void *coordinator);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
 
-/* The step a checkpoint of model `m` was taken at, checked before any thread starts. */
-int tr__checkpoint_peek(const char *path, const tr_model *m, int64_t *step, char *err,
-                        size_t err_size);
-/* On the stage's own thread: its share to the host, and back from a file. */
+#define TR__CHECKPOINT_FORMAT "troupe checkpoint 1"
+
+/* Whether `ck` (read from `path`) can resume model `m` under optimizer `kind`, before any
+ * thread starts: its format, model, step (below TR_GRAPH_STEP_LIMIT: *step), optimizer,
+ * and every tensor the stages will read — there, float32, of its shape, finite. TR_EFORMAT
+ * naming what is wrong. */
+int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
+                         tr_optim_kind kind, int64_t *step, char *err, size_t err_size);
+/* What differs, legally, between the run that wrote `ck` and this one (batch, seed,
+ * strategy), as text for the user ("batch 64 (this run: 32)"); "" when nothing does. */
+void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,
+                                const char *strategy, char *buf, size_t n);
+/* On the stage's own thread: its share to the host, and back from the checkpoint every
+ * stage resumes from (read once: each stage takes its own view of its bytes). */
 int tr__stage_snapshot(tr_stage *st, tr__part *part);
 void tr__part_free(tr__part *part);
-int tr__stage_load(tr_stage *st, const char *path, char *err, size_t err_size);
+int tr__stage_load(tr_stage *st, const tr_checkpoint *ck, char *err, size_t err_size);
 /* The whole model from its stages' parts, to run->c.checkpoint.path. */
 int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
                          char *err, size_t err_size);

@@ -15,8 +15,12 @@
 typedef struct tr__test_hooks {
   int slow_device, slow_us;  /* device slow_device sleeps slow_us after each forward and
                                 backward (0: off) */
+  int slow_growth_us;        /* ... and this much longer at every step (steps that slow
+                                down as the run goes) */
   int fail_device, fail_step; /* async: worker fail_device fails its push number fail_step
                                  (from 1; 0: off) */
+  int64_t nan_step;          /* float models: the inputs of step nan_step - 1 of the run are
+                                NaN on every replica's first stage (0: off) */
 } tr__test_hooks;
 
 void tr__job_set_test_hooks(tr_job *j, const tr__test_hooks *hooks);

@@ -85,11 +85,12 @@ static int loader_start(tr_actor *self) {
   const size_t n = (size_t)l->run->mb_batch;
   if ((what & TR_BATCH_INPUTS) && !(l->x = calloc((size_t)l->depth, sizeof *l->x))) return TR_ENOMEM;
   if ((what & TR_BATCH_TARGETS) && !(l->y = calloc((size_t)l->depth, sizeof *l->y))) return TR_ENOMEM;
+  const size_t xb = n * tr_model_input_bytes(c->model), yb = n * tr_model_target_bytes(c->model);
   for (int i = 0; i < l->depth; i++)
-    if ((l->x && buffer(l, n * tr_model_input_bytes(c->model), &l->x[i])) ||
-        (l->y && buffer(l, n * tr_model_target_bytes(c->model), &l->y[i])))
-      return tr_actor_fail(self, TR_ENOMEM, "allocating %d batch buffers: out of memory",
-                           l->depth);
+    if ((l->x && buffer(l, xb, &l->x[i])) || (l->y && buffer(l, yb, &l->y[i])))
+      return tr_actor_fail(self, TR_ENOMEM, "allocating %d batch buffers of %zu bytes each: "
+                           "out of memory%s%s", l->depth, (l->x ? xb : 0) + (l->y ? yb : 0),
+                           l->dev ? ": " : "", l->dev ? tr_device_error(l->dev) : "");
   return 0;
 }
 
@@ -156,6 +157,10 @@ static int produce(tr_actor *self, loader *l) {
     tr_data_shard((uint64_t)l->step, (size_t)c->global_batch, base + l->mb, shards, &first, &count);
     void *x = l->x ? l->x[l->slot] : NULL, *y = l->y ? l->y[l->slot] : NULL;
     const int rc = tr_data_fill(c->data, first, count, x, y);
+    if (rc && tr_data_error(c->data)[0]) /* the source's words, which name it */
+      return tr_actor_fail(self, rc, "samples [%llu, %llu) of step %lld: %s",
+                           (unsigned long long)first, (unsigned long long)(first + count),
+                           (long long)l->step, tr_data_error(c->data));
     if (rc)
       return tr_actor_fail(self, rc, "data '%s': samples [%llu, %llu) of step %lld: %s",
                            tr_data_name(c->data), (unsigned long long)first,

@@ -11,15 +11,15 @@ enum { CHUNK_NS = 100 * 1000 * 1000 };
 /* ---- the stage's log --------------------------------------------------------------------- */
 
 int tr__loss_log_add(tr__loss_log *l, int64_t step, float loss, uint64_t t) {
-  if (l->n == l->cap) {
-    const int cap = l->cap ? 2 * l->cap : 256;
-    tr__loss_entry *grown = realloc(l->e, (size_t)cap * sizeof *grown);
-    if (grown == NULL) return TR_ENOMEM;
-    l->e = grown;
-    l->cap = cap;
-  }
+  if (l->e == NULL && (l->e = malloc(TR__LOSS_CHUNK * sizeof *l->e)) == NULL) return TR_ENOMEM;
+  if (l->n == TR__LOSS_CHUNK) return 0;
   l->e[l->n++] = (tr__loss_entry){.step = step, .loss = loss, .t = t};
-  return 0;
+  if (!isfinite(loss) && !l->nonfinite) {
+    l->nonfinite = true;
+    l->nonfinite_step = step;
+    l->nonfinite_loss = loss;
+  }
+  return 1;
 }
 
 int tr__loss_log_flush(tr__loss_log *l, bool force) {
@@ -27,11 +27,12 @@ int tr__loss_log_flush(tr__loss_log *l, bool force) {
   const uint64_t now = tr_now_ns();
   /* Unforced, a chunk leaves only while the edge is empty: the credits stay for the
    * checkpoint parts and the end, which must not wait behind losses. */
-  if (!force && (now - l->last_sent < CHUNK_NS ||
-                 tr_edge_available(l->edge) < tr_edge_credits(l->edge)))
+  if (!force && l->n < TR__LOSS_CHUNK &&
+      (now - l->last_sent < CHUNK_NS || tr_edge_available(l->edge) < tr_edge_credits(l->edge)))
     return 0;
   if (!tr_edge_acquire(l->edge)) return 0;
-  tr__loss_msg *m = tr_msg_new_size(&tr__loss_type, sizeof *m + (size_t)l->n * sizeof *l->e);
+  /* every chunk of one size, however full */
+  tr__loss_msg *m = tr_msg_new_size(&tr__loss_type, sizeof *m + TR__LOSS_CHUNK * sizeof *l->e);
   m->source = l->source;
   m->n = l->n;
   memcpy(m->e, l->e, (size_t)l->n * sizeof *l->e);
@@ -43,7 +44,8 @@ int tr__loss_log_flush(tr__loss_log *l, bool force) {
 
 void tr__loss_log_free(tr__loss_log *l) {
   free(l->e);
-  *l = (tr__loss_log){0};
+  l->e = NULL;
+  l->n = 0;
 }
 
 /* ---- the stage's ring ---------------------------------------------------------------------- */
@@ -82,7 +84,9 @@ int tr__loss_ring_read(tr__loss_ring *r, tr__loss_log *log, int64_t upto, bool r
     if (q == 0) break;
     double sum = 0;
     for (int mb = 0; mb < r->m; mb++) sum += r->host[k * r->m + mb];
-    if (tr__loss_log_add(log, r->step[k], (float)sum, r->t[k])) return TR_ENOMEM;
+    const int added = tr__loss_log_add(log, r->step[k], (float)sum, r->t[k]);
+    if (added < 0) return added;
+    if (added == 0) break; /* the log is full: read again once it has been sent */
     r->read++;
   }
   return 0;
@@ -98,8 +102,14 @@ void tr__loss_ring_close(tr__loss_ring *r) {
 
 /* ---- the coordinator's book ---------------------------------------------------------------- */
 
-void tr__loss_book_init(tr__loss_book *b, int64_t first, int needed) {
-  *b = (tr__loss_book){.first = first, .needed = needed, .initial = NAN};
+int tr__loss_book_init(tr__loss_book *b, int64_t first, int needed, int64_t expected) {
+  *b = (tr__loss_book){.first = first, .needed = needed, .expected = expected, .initial = NAN};
+  if (expected <= 0) return 0;
+  /* Written now, so that its pages are the process's from the start, not taken one by one
+   * through the run. */
+  b->tcap = expected / 100 + 1;
+  b->tail = calloc((size_t)b->tcap, sizeof *b->tail);
+  return b->tail ? 0 : TR_ENOMEM;
 }
 
 /* Room in the window for step index k (relative to first). */
@@ -116,12 +126,14 @@ static int window_fit(tr__loss_book *b, int64_t k) {
   return 0;
 }
 
-/* Keeps the last max(1, n/100) losses of n complete steps: the ring doubles while that is
- * more than half of it, before anything it will need is overwritten. */
+/* Keeps the last max(1, n/100) losses of n complete steps, before anything the final loss
+ * will need is overwritten: sized once for a run of known length (more steps than expected
+ * come only from a longer run than configured, and grow it like a timed one's), else grown
+ * by an eighth when full. */
 static int tail_keep(tr__loss_book *b, int64_t k, double loss) {
   const int64_t need = (k + 1) / 100 + 1;
-  if (2 * need > b->tcap) {
-    const int64_t cap = b->tcap ? 2 * b->tcap : 64;
+  if (need > b->tcap) {
+    const int64_t cap = b->tcap ? b->tcap + b->tcap / 8 + 1 : 64;
     double *t = malloc((size_t)cap * sizeof *t);
     if (t == NULL) return TR_ENOMEM;
     for (int64_t i = k - b->tcap > 0 ? k - b->tcap : 0; i < k; i++) t[i % cap] = b->tail[i % b->tcap];
@@ -151,7 +163,7 @@ int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
     const double loss = s->sum;
     const uint64_t t = s->t;
     *s = (tr__step_share){0};
-    if (k == 0) b->initial = loss;
+    if (isnan(b->initial) && isfinite(loss)) b->initial = loss;
     if (tail_keep(b, k, loss)) return TR_ENOMEM;
     if (on_step) on_step(arg, b->first + k, loss, t);
   }
@@ -164,10 +176,13 @@ double tr__loss_book_last(const tr__loss_book *b) {
 
 double tr__loss_book_final(const tr__loss_book *b) {
   const int64_t n = b->complete, tail = n / 100 ? n / 100 : 1;
-  if (n == 0) return NAN;
   double sum = 0;
-  for (int64_t k = n - tail; k < n; k++) sum += b->tail[k % b->tcap];
-  return sum / (double)tail;
+  int64_t finite = 0; /* a skipped step's loss (on_nonfinite) is not one of them */
+  for (int64_t k = n - tail; k < n && n > 0; k++) {
+    const double loss = b->tail[k % b->tcap];
+    if (isfinite(loss)) sum += loss, finite++;
+  }
+  return finite ? sum / (double)finite : NAN;
 }
 
 void tr__loss_book_free(tr__loss_book *b) {

@@ -10,6 +10,12 @@
  * of steps for the final loss. So the coordinator keeps a window of incomplete steps and
  * that tail, not every step of a long run.
  *
+ * Memory stays flat however long the run: the stage's log holds one chunk of a fixed size
+ * (a full log waits for a credit of the report edge, and the stage for its ring, before it
+ * trains on), every chunk message has that one size (so the allocator reuses one size
+ * class instead of caching a spread of them on every thread), and the tail, exact since
+ * the final loss is defined on it, is sized once when the run's length is known.
+ *
  *   // a stage: each forward of the last stage, each step's end, and now and then
  *   tr__loss_ring_copy(&ring, stream, step, mb, tr_stage_loss(st, slot), run_step);
  *   tr__loss_ring_ended(&ring, step);
@@ -27,18 +33,24 @@
 
 #include "job_impl.h"
 
+enum { TR__LOSS_CHUNK = 1000 }; /* entries of a log and of a chunk message, at most */
+
 typedef struct tr__loss_log {
   tr_edge *edge;   /* to the coordinator */
   int source;      /* the sender's tr__device_index */
-  tr__loss_entry *e;
-  int n, cap;
+  tr__loss_entry *e; /* TR__LOSS_CHUNK of them */
+  int n;
   uint64_t last_sent;
+  bool nonfinite;  /* a loss that was not finite came: the first one's step and value */
+  int64_t nonfinite_step;
+  float nonfinite_loss;
 } tr__loss_log;
 
+/* 1: added; 0: the log is full (flush it first); TR_ENOMEM. */
 int tr__loss_log_add(tr__loss_log *l, int64_t step, float loss, uint64_t t);
 /* Sends what has gathered: a few times a second while nothing else of the sender's is in
- * flight on the edge, or now (`force`) once a credit is free. 1 when nothing is left
- * unsent, 0 when it must wait for a credit. */
+ * flight on the edge, at once when the log is full or (`force`) once a credit is free. 1
+ * when nothing is left unsent, 0 when it must wait for a credit. */
 int tr__loss_log_flush(tr__loss_log *l, bool force);
 void tr__loss_log_free(tr__loss_log *l);
 
@@ -61,9 +73,14 @@ int tr__loss_ring_open(tr__loss_ring *r, tr_device *dev, int m, int64_t first);
 int tr__loss_ring_copy(tr__loss_ring *r, tr_stream *s, int64_t pos, int mb, const float *loss,
                        int64_t step);
 void tr__loss_ring_ended(tr__loss_ring *r, int64_t pos);
-/* Every position before `upto` whose copies have landed, into the log, in order; with
- * `room`, first waits for the oldest unread one if `upto` would overwrite it. */
+/* Every position before `upto` whose copies have landed, into the log, in order, while it
+ * has room; with `room`, first waits for the oldest unread one if `upto` would overwrite
+ * it. */
 int tr__loss_ring_read(tr__loss_ring *r, tr__loss_log *log, int64_t upto, bool room);
+/* Position `pos` may be written: every one a ring before it has been read. */
+static inline bool tr__loss_ring_free(const tr__loss_ring *r, int64_t pos) {
+  return pos - r->read < TR__LOSS_RING;
+}
 void tr__loss_ring_close(tr__loss_ring *r);
 
 typedef struct tr__step_share {
@@ -80,12 +97,15 @@ typedef struct tr__loss_book {
   int64_t wcap;
   double *tail;            /* the last tcap complete steps' losses, step k at [k % tcap] */
   int64_t tcap;
-  double initial;          /* the first step's */
+  int64_t expected;        /* the run's steps, when known (the tail's size from the start) */
+  double initial;          /* the first finite step's */
 } tr__loss_book;
 
 typedef void (*tr__on_step_fn)(void *arg, int64_t step, double loss, uint64_t t);
 
-void tr__loss_book_init(tr__loss_book *b, int64_t first, int needed);
+/* `expected`: the steps the run will have, or 0 when it is timed (the tail grows with it,
+ * by an eighth at a time). */
+int tr__loss_book_init(tr__loss_book *b, int64_t first, int needed, int64_t expected);
 /* The shares of a chunk, whose times read `offset` ns later on this clock (another
  * process's: tr_world.h); on_step once for every step this completes, in step order. */
 int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,

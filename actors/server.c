@@ -28,11 +28,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clipnorm.h"
 #include "metrics.h"
 #include "tr_trace.h"
 #include "worker.h"
 
-enum { STATS_RING = 64 }; /* distance measurements in flight to the host */
+enum { STATS_RING = 64,    /* distance measurements in flight to the host */
+       NORM = 2 * STATS_RING }; /* where a push's gradient norm is measured */
 
 typedef struct worker {
   tr_edge *push, *reply;
@@ -127,8 +129,8 @@ static int server_open(tr_actor *self) {
   if (tr_stage_open(&sv->st, jc->model, sv->dev, &c, sv->err, sizeof sv->err))
     return tr_actor_fail(self, TR_EDEVICE, "opening the server's parameters on %s: %s",
                          tr_device_name(sv->dev), sv->err);
-  if (jc->checkpoint.resume &&
-      tr__stage_load(sv->st, jc->checkpoint.resume, sv->err, sizeof sv->err))
+  if (jc->checkpoint.resume_from &&
+      tr__stage_load(sv->st, jc->checkpoint.resume_from, sv->err, sizeof sv->err))
     return tr_actor_fail(self, TR_EFORMAT, "%s", sv->err);
   sv->s = tr_stage_stream(sv->st);
   sv->numel = tr_stage_get_info(sv->st)->numel;
@@ -150,8 +152,9 @@ static int server_open(tr_actor *self) {
         tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
       return fail_device(self, sv, "allocating the staging buffer");
   }
-  if (tr_device_alloc(sv->dev, 2 * STATS_RING * sizeof(float), (void **)&sv->stats_dev) ||
-      tr_host_alloc(sv->dev, 2 * STATS_RING * sizeof(float), (void **)&sv->stats_host))
+  /* two per push in flight, and the gradient's norm at NORM */
+  if (tr_device_alloc(sv->dev, (NORM + 1) * sizeof(float), (void **)&sv->stats_dev) ||
+      tr_host_alloc(sv->dev, (NORM + 1) * sizeof(float), (void **)&sv->stats_host))
     return fail_device(self, sv, "allocating the statistics");
   for (int i = 0; i < STATS_RING; i++)
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &sv->stats_ev[i]))
@@ -279,7 +282,10 @@ static int count_update(tr_actor *self, server *sv, worker *w, int64_t stale) {
 static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   const tr_async_config *ac = &sv->run->c.async;
   worker *w = &sv->w[m->worker];
-  if (ac->hogwild) return count_update(self, sv, w, m->applied - m->version);
+  if (ac->hogwild) {
+    sv->fig.skipped += m->skipped;
+    return count_update(self, sv, w, m->applied - m->version);
+  }
   const uint64_t t0 = tr__busy_start(&sv->busy, self, sv->version, "update", -1);
   const size_t bytes = sv->numel * sizeof(float);
   float *params = tr_stage_params(sv->st), *grads = m->grads;
@@ -318,7 +324,21 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   if (ac->dc_lambda > 0 && tr_dc_asgd(sv->s, grads, params, pulled, sv->numel, ac->dc_lambda))
     return fail_device(self, sv, "delay compensation");
   if (ac->staleness_lr) tr_stage_set_lr(sv->st, stale > 1 ? sv->lr / (float)stale : sv->lr);
-  if (tr_stage_step(sv->st, NULL)) return fail_device(self, sv, "optimizer step");
+  double norm2;
+  if (tr__norm2_now(sv->s, grads, sv->numel, &sv->stats_dev[NORM], &sv->stats_host[NORM], &norm2))
+    return fail_device(self, sv, "the gradient's norm");
+  if (!isfinite(norm2)) {
+    if (sv->run->c.on_nonfinite != TR_NONFINITE_SKIP)
+      return tr_actor_fail(self, TR_ENONFINITE, "update %lld (worker %d's gradient of step "
+                           "%lld) on %s: the gradient norm is %s: the run diverged "
+                           "(on_nonfinite skip goes on without such updates)",
+                           (long long)(tr_graph_first_step(sv->run->g) + sv->version + 1),
+                           m->worker, (long long)m->step, tr_device_name(sv->dev),
+                           tr__nonfinite_name(norm2));
+    sv->fig.skipped++; /* the parameters stay as they were */
+  } else if (tr_stage_step(sv->st, NULL)) {
+    return fail_device(self, sv, "optimizer step");
+  }
   tr_stage_use_grads(sv->st, NULL);
   w->params = m->params;
   w->waiting = true;

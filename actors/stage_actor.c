@@ -21,6 +21,7 @@
  * coordinator, then (replica 0) the last checkpoint part, the figures, and (a worker) the
  * leave. Each waits for a credit of its edge where it must.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,9 +96,12 @@ typedef struct stage_actor {
   tr__loss_log losses;
 
   tr__busy busy;
+  int64_t skipped; /* updates skipped for a norm that was not finite */
   int live, peak;
   uint64_t window_end;
   bool finishing, done, polling;
+  bool ended; /* the run was finished early (a signal, its time): a worker's queued batches
+                 are not started */
   char err[512];
 } stage_actor;
 
@@ -252,7 +256,8 @@ static int stage_open(tr_actor *self) {
   a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
   int rc = check_wiring(self, a);
   if (rc) return rc;
-  if (c->checkpoint.resume && tr__stage_load(a->st, c->checkpoint.resume, a->err, sizeof a->err))
+  if (c->checkpoint.resume_from &&
+      tr__stage_load(a->st, c->checkpoint.resume_from, a->err, sizeof a->err))
     return tr_actor_fail(self, TR_EFORMAT, "%s", a->err);
   if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
   if ((rc = open_queues(a))) return rc;
@@ -264,6 +269,9 @@ static int stage_open(tr_actor *self) {
     if ((rc = tr__group_open(a->group, self, a->st, &a->busy))) return rc;
     tr_stage_on_grad_ready(a->st, tr__group_grad_ready, a->group);
   }
+  /* every update checks the gradients' norm: across the stages when they must agree
+   * (clipping, skipping), else this stage's own */
+  if (!a->worker && !a->clip && !(a->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
   if (a->clip && (rc = tr__clip_open(a->clip, self, a->st))) return rc;
   if (a->worker && (rc = tr__worker_open(a->worker, self, a->st))) return rc;
 
@@ -331,7 +339,8 @@ static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, b
 
 static void slow_down(stage_actor *a) {
   const tr__test_hooks *h = &a->run->hooks;
-  if (h->slow_us > 0 && a->index == h->slow_device) usleep((useconds_t)h->slow_us);
+  if (h->slow_us > 0 && a->index == h->slow_device)
+    usleep((useconds_t)(h->slow_us + (a->step - tr_graph_first_step(a->run->g)) * h->slow_growth_us));
 }
 
 static void hold(stage_actor *a, int delta) {
@@ -424,6 +433,11 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
     int rc = take_inputs(self, a, act);
     if (rc != DONE) return rc;
   }
+  const tr__test_hooks *h = &a->run->hooks;
+  if (h->nan_step > 0 && info->is_first && (a->worker ? a->batch_step : a->step) == h->nan_step - 1 &&
+      !tr_model_token_input(a->run->c.model) &&
+      tr_scale(a->s, tr_stage_input(a->st, act->slot), NAN, info->input_bytes / sizeof(float)))
+    return fail_device(self, a, "poisoning a batch (tr__test_hooks.nan_step)");
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(a->st, act->slot, a->slot_first[act->slot]);
   if (tr_stage_forward(a->st, act->slot)) return fail_device(self, a, "forward");
@@ -459,12 +473,30 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
+/* A step that diverged, named (on_nonfinite TR_NONFINITE_STOP). */
+static int not_finite(tr_actor *self, stage_actor *a, const char *what, double value) {
+  return tr_actor_fail(self, TR_ENONFINITE, "step %lld, stage %d of replica %d on %s: %s is "
+                       "%s: the run diverged (on_nonfinite skip goes on without such updates)",
+                       (long long)(a->worker ? a->batch_step : a->step), a->stage, a->replica,
+                       tr_device_name(a->dev), what, tr__nonfinite_name(value));
+}
+
 /* Gives back the credits whose copies have run, and reads the losses that have landed
  * (`room`: waiting for the oldest if the next step would overwrite it). */
 static int harvest(tr_actor *self, stage_actor *a, bool room) {
   if (tr__returns_drain(&a->returns)) return fail_device(self, a, "returning credits");
-  const int rc = a->ring.dev ? tr__loss_ring_read(&a->ring, &a->losses, a->step, room) : 0;
-  return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
+  int rc = a->ring.dev ? tr__loss_ring_read(&a->ring, &a->losses, a->step, room) : 0;
+  if (rc == 0 && a->ring.dev && a->losses.n == TR__LOSS_CHUNK && /* full: send, read on */
+      tr__loss_log_flush(&a->losses, true))
+    rc = tr__loss_ring_read(&a->ring, &a->losses, a->step, false);
+  if (rc) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
+  const tr__loss_log *l = &a->losses;
+  if (l->nonfinite && a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
+    return tr_actor_fail(self, TR_ENONFINITE, "step %lld, stage %d of replica %d on %s: the "
+                         "loss is %s: the run diverged (on_nonfinite skip goes on without such "
+                         "updates)", (long long)l->nonfinite_step, a->stage, a->replica,
+                         tr_device_name(a->dev), tr__nonfinite_name(l->nonfinite_loss));
+  return 0;
 }
 
 /* This stage's part of the checkpoint of `step`, once a credit of the report edge is free. */
@@ -474,9 +506,13 @@ static int send_part(tr_actor *self, stage_actor *a, int64_t step) {
   p->source = a->index;
   p->stage = a->stage;
   p->step = step;
-  if (tr__stage_snapshot(a->st, &p->part)) {
+  const int rc = tr__stage_snapshot(a->st, &p->part);
+  if (rc) {
     tr_msg_free(p);
     tr_edge_release(a->report, 1);
+    if (rc == TR_ENOMEM)
+      return tr_actor_fail(self, rc, "copying the stage for a checkpoint: out of memory (%zu "
+                           "bytes asked for)", (a->info->numel + a->info->state_numel) * sizeof(float));
     return fail_device(self, a, "copying the stage for a checkpoint");
   }
   tr_edge_send(a->report, p);
@@ -492,11 +528,17 @@ static int update(tr_actor *self, stage_actor *a) {
     a->step_phase = STEP_CLIP;
   }
   const float *sumsq = NULL;
-  if (a->clip) {
-    int rc = tr__clip_global(a->clip, a->step, &sumsq);
-    if (rc != DONE) return rc;
+  double norm2 = 0;
+  int rc = tr__clip_global(a->clip, a->step, &sumsq, &norm2);
+  if (rc != DONE) return rc;
+  if (!isfinite(norm2)) { /* the same number on every stage and replica */
+    if (a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
+      return not_finite(self, a, "the gradient norm", sqrt(norm2));
+    a->skipped++;
+    if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
+    return DONE;
   }
-  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "update", -1);
+  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "update", -1); /* its range opens */
   if (tr_stage_step(a->st, sumsq) || tr_stage_zero_grads(a->st))
     return fail_device(self, a, "optimizer step");
   busy(a, "update", t0, -1);
@@ -551,7 +593,8 @@ static int send_figures(tr_actor *self, stage_actor *a) {
                     .window_start = a->busy.window_start,
                     .window_end = a->window_end,
                     .busy_ns = a->busy.busy_ns,
-                    .peak_microbatches = a->peak};
+                    .peak_microbatches = a->peak,
+                    .skipped = a->skipped};
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
   const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
   d->window_steps = a->step > a->busy.warm_step ? a->step - a->busy.warm_step : a->step - first;
@@ -559,9 +602,13 @@ static int send_figures(tr_actor *self, stage_actor *a) {
     float *host = malloc((a->info->numel ? a->info->numel : 1) * sizeof *host);
     if (host == NULL || tr_stage_download(a->st, TR_STAGE_PARAMS, host) ||
         tr_stream_synchronize(a->s)) {
-      free(host);
       tr_msg_free(msg);
       tr_edge_release(a->report, 1);
+      if (host == NULL)
+        return tr_actor_fail(self, TR_ENOMEM, "copying the parameters for the consistency "
+                             "check: out of memory (%zu bytes asked for)",
+                             a->info->numel * sizeof *host);
+      free(host);
       return fail_device(self, a, "copying the parameters for the consistency check");
     }
     d->params = host; /* the coordinator frees it */
@@ -581,8 +628,11 @@ static int finish(tr_actor *self, stage_actor *a) {
     if ((rc = harvest(self, a, false))) return rc;
     a->end_phase = END_LOSSES;
   }
-  if (a->end_phase == END_LOSSES) {
-    if (!tr__loss_log_flush(&a->losses, true)) return 0;
+  if (a->end_phase == END_LOSSES) { /* every loss read and sent, a chunk at a time */
+    do {
+      if (!tr__loss_log_flush(&a->losses, true)) return 0; /* a credit brings it back */
+      if ((rc = harvest(self, a, false))) return rc;
+    } while (a->losses.n > 0);
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
@@ -609,13 +659,22 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       return rc < 0 ? rc : 0;
     }
     if (a->pc == 0 && a->step_phase == STEP_REDUCE) {
+      /* The step's losses need their places in the ring: its oldest read first (they wait
+       * on the device, or on a credit to send the losses read before them). */
+      if (a->ring.dev && !tr__loss_ring_free(&a->ring, a->step)) {
+        int rc = harvest(self, a, false);
+        if (rc) return rc;
+        if (!tr__loss_ring_free(&a->ring, a->step)) break;
+      }
       if (a->worker) { /* asynchronous: until the loader has no more */
         const tr__lent *x = tr__queue_peek(&a->in[0].q);
         if (x == NULL) break;
-        if (x->step < 0) { /* its credit goes back; the loader is done */
+        /* step -1: the loader is done; after an early end, batches taken but not started
+         * are dropped, so a stop waits for one push at most. Their credits go back. */
+        if (x->step < 0 || a->ended) {
+          a->finishing = x->step < 0;
           tr_edge_release(a->in[0].edge, 1);
           tr__queue_pop(&a->in[0].q);
-          a->finishing = true;
           continue;
         }
         int rc = tr__worker_begin(a->worker);
@@ -675,8 +734,10 @@ static int run_actions(tr_actor *self, stage_actor *a) {
 }
 
 static void poll_later(tr_actor *self, stage_actor *a) {
+  /* a full log waits for its credit's message, not for polls */
   const bool waiting = tr__returns_owed(&a->returns) || (a->clip && tr__clip_waiting(a->clip)) ||
-                       (a->ring.dev && a->ring.read < a->step);
+                       (a->ring.dev && a->ring.read < a->step &&
+                        a->losses.n < TR__LOSS_CHUNK);
   if (!waiting || a->polling || a->done) return;
   a->polling = true;
   tr_actor_send(self, tr_msg_new(&tr__poll_type));
@@ -696,6 +757,8 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   else if (t == &tr__poll_type) {
     a->polling = false;
     rc = harvest(self, a, false);
+  } else if (t == &tr_graph_end_type) {
+    a->ended = true;
   }
   /* tr_edge_credit_msg and tr_graph_end_msg only say "look again". */
   if (rc == 0) rc = run_actions(self, a);

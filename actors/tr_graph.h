@@ -136,11 +136,22 @@ typedef struct tr_edge_credit_msg {
 } tr_edge_credit_msg;
 extern const tr_msgtype tr_edge_credit_type;
 
-/* Runs steps [first_step, end_step) (end_step 0: no step limit), for at most `seconds`
+/* Steps are below this: the end of a run is kept in one word with flags above it. */
+#define TR_GRAPH_STEP_LIMIT (INT64_C(1) << 61)
+
+/* Runs steps [first_step, end_step) (end_step 0: no step limit; both below
+ * TR_GRAPH_STEP_LIMIT), for at most `seconds`
  * (0: no time limit; one of the two limits is required), until every actor is done. 0, or
- * the first failure's status (TR_EINTR on SIGINT with handle_signals). Once per graph. */
+ * the first failure's status. Once per graph.
+ *
+ * Signals (tr_system_config.handle_signals): the first SIGINT or SIGTERM finishes the run
+ * (tr_graph_finish): every actor ends its part in order, as at the end of a timed run, and
+ * tr_graph_run returns TR_EINTR once they all have, the actors' figures complete
+ * (tr_graph_signal says which signal). A second signal ends the process at once. */
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds);
 const char *tr_graph_error(const tr_graph *g);
+/* The signal that finished the run (SIGINT, SIGTERM), or 0. Any thread. */
+int tr_graph_signal(const tr_graph *g);
 
 /* Sources, any thread: 1 when `step` belongs to the run (claiming it), 0 when the run ends
  * before it; across processes, -1 while the ranks agree on the end of a timed run (a

@@ -91,8 +91,9 @@ typedef struct tr_train_result {
   double seconds;          /* of the measured window (after warm-up steps) */
   int64_t window_steps;
   double samples_per_s, steps_per_s;
-  double initial_loss;     /* the first step's */
-  double final_loss;       /* mean of the last 1% of steps (at least one) */
+  double initial_loss;     /* the first step's (the first finite one's) */
+  double final_loss;       /* mean of the last 1% of steps (at least one), of those whose loss
+                              is finite; a successful run always has one */
   int replicas, stages, microbatches; /* the layout that ran */
   int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
   char schedule[8];        /* "gpipe", "1f1b"; "" unless pipelined */
@@ -115,6 +116,9 @@ typedef struct tr_train_result {
   double consistency;
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
+  int signal;              /* SIGINT or SIGTERM when one ended the run early (tr_train.h) */
+  int64_t skipped_steps;   /* updates skipped for a gradient norm that was not finite
+                              (on_nonfinite TR_NONFINITE_SKIP) */
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -148,10 +152,29 @@ typedef struct tr_async_config {
 
 /* Checkpoints: safetensors files written atomically (tr_checkpoint.h). */
 typedef struct tr_checkpoint_config {
-  const char *path;        /* written at the end, and every `every` steps; NULL: none */
+  const char *path;        /* written at the end, and every `every` steps; NULL: none. Its
+                              directory must exist and be writable (tr_job_new checks) */
   int64_t every;
-  const char *resume;      /* every stage starts from this checkpoint */
+  const char *resume;      /* every stage starts from this checkpoint, read once by
+                              tr_job_new (each stage takes a view of its bytes), and checked
+                              first: format, model, step, optimizer, every tensor's shape,
+                              its values finite */
+  const struct tr_checkpoint *resume_from; /* the same already open (tr_checkpoint_open;
+                              `resume` names it in messages; it outlives the job): a caller
+                              that read it to learn its step passes it on, so that one
+                              reading of the file serves the whole run. NULL: open `resume` */
 } tr_checkpoint_config;
+
+/* What a step whose gradient norm or loss is not a finite number (NaN, ±Inf) does. */
+typedef enum tr_nonfinite_policy {
+  TR_NONFINITE_STOP, /* the run fails (TR_ENONFINITE), naming the step and the stage */
+  TR_NONFINITE_SKIP  /* the update is skipped on every stage (the parameters stay as they
+                        were), counted in tr_train_result.skipped_steps, and the run goes on */
+} tr_nonfinite_policy;
+
+/* "stop", "skip"; parse: 0, or TR_EINVAL. */
+const char *tr_nonfinite_policy_name(tr_nonfinite_policy p);
+int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out);
 
 typedef struct tr_precision_config {
   int tf32;                /* CUDA: TF32 tensor cores in fp32 GEMMs (tr_device_set_tf32) */
@@ -179,6 +202,15 @@ typedef struct tr_job_config {
   tr_checkpoint_config checkpoint;
   tr_precision_config precision;
   tr_profile_config profile;
+  /* Every update first checks that the gradients' global norm is finite (and every loss
+   * read back is): a step that diverged never reaches the parameters. */
+  tr_nonfinite_policy on_nonfinite;
+  /* The graph's watchdog (tr_system_config.watchdog_ms, when on) follows the run: once a
+   * step has ended, the coordinator keeps it at watchdog_steps times the slowest step seen,
+   * never below watchdog_min_ms, so that a run whose steps are slow is not taken for a hung
+   * one. 0: the watchdog stays as configured (tr_job_defaults). */
+  int watchdog_steps;
+  int watchdog_min_ms;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
   int progress;            /* a progress line on stderr */
 } tr_job_config;

@@ -19,6 +19,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tr_base.h"
 #include "tr_job.h"
@@ -63,7 +64,9 @@ typedef struct tr_train_options {
   const char *labels;      /* a .npy array of targets beside data (float models) */
   int deterministic;       /* bitwise-repeatable runs (host devices always are) */
   const char *trace;       /* Chrome trace JSON written here after the run; NULL: none */
-  int watchdog_ms;         /* no progress for this long fails the run; 0: the default */
+  int watchdog_ms;         /* no progress for this long fails the run; 0: the default, which
+                              follows the run: 10 times the slowest step seen (the first one
+                              guessed from its FLOPs), at least a minute */
   const char *server;      /* async: the server's device; NULL: host:1 for host workers,
                               else a logical device on the first worker's GPU */
   /* The processes the job spans (tr_world.h); NULL: this one alone. Every rank calls
@@ -73,6 +76,9 @@ typedef struct tr_train_options {
    * The result is rank 0's (the others' holds no figures); the async server lives on rank
    * 0, and a trace is written by each rank, rank r's named with ".rank<r>". */
   tr_world *world;
+  FILE *notes;             /* what the user should know of the run before it starts (a
+                              resumed checkpoint taken with another batch, seed or strategy);
+                              NULL: keep it to yourself */
 } tr_train_options;
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's
@@ -81,7 +87,9 @@ tr_train_options tr_train_defaults(void);
 
 /* Runs the training. 0, or a negative status with `err` naming the actor, device and
  * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
- * of job, "layout.cuts: ..."). */
+ * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT or SIGTERM ended the run
+ * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
+ * asked for) holds that step; a second signal ends the process at once. */
 int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
 
 #ifdef __cplusplus

@@ -1,5 +1,6 @@
 /* train.c — tr_train_run: options → model, devices, data → the strategy's graph → figures. */
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "job_impl.h"
+#include "tr_file.h"
 #include "tr_trace.h"
 
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
@@ -40,6 +42,7 @@ typedef struct run {
   tr_device_list *devices;
   tr_device_list *server; /* async */
   tr_data *data;
+  tr_checkpoint *resume;  /* read once; every stage reads its bytes */
   tr_job_config jc;
   int cuts[TR__MAX_STAGES + 1];
   int64_t first_step, end_step;
@@ -274,6 +277,40 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
   return tr_device_list_open(&rn->devices, o->devices, err, n);
 }
 
+/* The files the run will write: each must be writable now, not after the run. Rank 0
+ * writes the checkpoints; every rank its trace. */
+static int check_outputs(const tr_train_options *o, char *err, size_t n) {
+  int rc = 0;
+  if (o->job.checkpoint.path && tr_world_rank(o->world) == 0)
+    rc = tr_file_check_output(o->job.checkpoint.path, "checkpoint.path", err, n);
+  if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, "trace", err, n);
+  return rc;
+}
+
+/* The checkpoint to resume from, read once, checked, and its step; what differs legally
+ * from this run (batch, seed, strategy) goes to the notes. The stages read its bytes. */
+static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) {
+  tr_job_config *c = &rn->jc;
+  const char *path = c->checkpoint.resume;
+  const tr_optim_kind kind =
+      c->optim.kind == TR_OPTIM_MODEL ? tr_model_optim(rn->model).kind : c->optim.kind;
+  char why[768];
+  int rc = tr_checkpoint_open(&rn->resume, path, why, sizeof why);
+  if (rc == 0)
+    rc = tr__checkpoint_check(rn->resume, path, rn->model, kind, &rn->first_step, why,
+                              sizeof why);
+  if (rc) return tr_errorf(err, n, rc, "checkpoint.resume: %s", why);
+  c->checkpoint.resume_from = rn->resume;
+  char differ[512];
+  const int batch = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
+  tr__checkpoint_differences(rn->resume, (uint64_t)batch, c->seed, c->strategy, differ,
+                             sizeof differ);
+  if (differ[0] && o->notes && tr_world_rank(o->world) == 0)
+    fprintf(o->notes, "troupe: resuming %s at step %lld, taken with %s\n", path,
+            (long long)rn->first_step, differ);
+  return 0;
+}
+
 /* Fills the run from the options: everything that can be wrong with them is found here,
  * before any thread starts. Across processes, what each rank reads alone (model, data,
  * checkpoint) comes first; then the ranks agree and share their devices, each step made by
@@ -290,13 +327,16 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   tr_job_config *c = &rn->jc;
   c->model = rn->model;
   c->strategy = tr_strategy_name(o->strategy);
-  const char *resume = c->checkpoint.resume;
-  if (rc == 0 && resume) rc = tr__checkpoint_peek(resume, rn->model, &rn->first_step, err, n);
+  if (rc == 0 && o->steps >= TR_GRAPH_STEP_LIMIT)
+    rc = tr_errorf(err, n, TR_EINVAL, "steps %lld: at most 2^61 - 1",
+                   (long long)o->steps);
+  if (rc == 0) rc = check_outputs(o, err, n);
+  if (rc == 0 && c->checkpoint.resume) rc = open_resume(rn, o, err, n);
   rn->end_step = o->steps;
   if (rc == 0 && o->steps > 0 && rn->first_step >= o->steps)
     rc = tr_errorf(err, n, TR_EINVAL,
                    "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is reached",
-                   resume, (long long)rn->first_step, (long long)o->steps);
+                   c->checkpoint.resume, (long long)rn->first_step, (long long)o->steps);
   if (rc == 0)
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
   c->data = rn->data;
@@ -335,6 +375,19 @@ static int build(tr_job *j, const run *rn) {
   return rc;
 }
 
+/* The default watchdog: WATCHDOG_STEPS times the slowest step seen, at least a minute. Before
+ * the first step has ended, the first step is guessed from its FLOPs at a rate far below
+ * any device's (10 GFLOP/s, for the whole step on one device): a run whose first step takes
+ * minutes on a slow machine is not a hang. */
+enum { WATCHDOG_STEPS = 10, WATCHDOG_MIN_MS = 60000 };
+
+static int default_watchdog(const run *rn) {
+  const int batch = rn->jc.global_batch ? rn->jc.global_batch : tr_model_batch(rn->model);
+  const double guess_ms = tr_model_train_flops(rn->model) * batch / 10e9 * 1e3;
+  const double ms = WATCHDOG_STEPS * guess_ms;
+  return ms > 24 * 3600e3 ? 24 * 3600 * 1000 : ms > WATCHDOG_MIN_MS ? (int)ms : WATCHDOG_MIN_MS;
+}
+
 /* Rank 0 writes the trace where asked; rank r beside it, ".rank<r>" before the extension. */
 static void trace_path(char *out, size_t n, const char *path, const tr_world *w) {
   const int rank = tr_world_rank(w);
@@ -358,7 +411,11 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
   tr_system_config sc = {.name = "train",
                          .handle_signals = 1,
                          .trace = o->trace != NULL,
-                         .watchdog_ms = o->watchdog_ms > 0 ? o->watchdog_ms : 60000};
+                         .watchdog_ms = o->watchdog_ms > 0 ? o->watchdog_ms : default_watchdog(&rn)};
+  if (o->watchdog_ms <= 0) { /* the default follows the steps as they are measured */
+    rn.jc.watchdog_steps = WATCHDOG_STEPS;
+    rn.jc.watchdog_min_ms = WATCHDOG_MIN_MS;
+  }
   if ((rc = tr_graph_new(&g, &sc))) {
     snprintf(err, err_size, "creating the actor system: %s", tr_strerror(rc));
     goto out;
@@ -373,16 +430,38 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }
-  if ((rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds))) {
+  rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
+  if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
+    tr_job_result(j, r);
+    r->signal = tr_graph_signal(g);
+    const char *ck = rn.jc.checkpoint.path;
+    snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
+             r->signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)r->steps,
+             ck && tr_world_rank(o->world) == 0 ? " (checkpoint " : "",
+             ck && tr_world_rank(o->world) == 0 ? ck : "",
+             ck && tr_world_rank(o->world) == 0 ? " written)" : "");
+  } else if (rc) {
     snprintf(err, err_size, "%s", tr_graph_error(g));
     goto out;
+  } else {
+    tr_job_result(j, r);
+    /* a run that "succeeds" without a loss to show has not (every step skipped, or none) */
+    if (tr_world_rank(o->world) == 0 && !isfinite(r->final_loss)) {
+      rc = TR_ENONFINITE;
+      snprintf(err, err_size, "the run's final loss is %g: %s", r->final_loss,
+               r->skipped_steps ? "every update of its last steps was skipped "
+                                  "(on_nonfinite skip)"
+                                : "no step had a finite loss");
+    }
   }
-  tr_job_result(j, r);
   if (o->trace) {
     char path[4096];
     trace_path(path, sizeof path, o->trace, o->world);
-    if ((rc = tr_system_trace_write(tr_graph_system(g), path)))
+    const int wrote = tr_system_trace_write(tr_graph_system(g), path);
+    if (wrote) {
+      rc = wrote;
       snprintf(err, err_size, "trace %s: cannot write the trace", path);
+    }
   }
 out:
   tr_graph_free(g);
@@ -390,6 +469,7 @@ out:
   tr_data_close(rn.data);
   tr_device_list_close(rn.devices);
   tr_device_list_close(rn.server);
+  tr_checkpoint_close(rn.resume);
   tr_model_free(rn.model);
   return rc;
 }

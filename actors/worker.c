@@ -1,6 +1,8 @@
 /* worker.c — an asynchronous worker's push and reply (worker.h). */
+#include <math.h>
 #include <stdlib.h>
 
+#include "clipnorm.h"
 #include "worker.h"
 
 TR_MSGTYPE_DEFINE(tr__push_type, tr__push_msg);
@@ -17,6 +19,7 @@ struct tr__worker {
   tr_event *push_ev;
   float *host; /* a server of another process, a device MPI cannot read: the push's copy
                   (gradient, parameters) */
+  float *norm_dev, *norm_host; /* Hogwild!: the gradient's norm, before updating in place */
   int64_t version;       /* of the parameters held */
   int since_pull;
   bool pushed, replied, shared;
@@ -41,6 +44,10 @@ int tr__worker_open(tr__worker *w, tr_actor *self, tr_stage *st) {
   w->st = st;
   w->dev = tr_stage_device(st);
   if (tr_event_open(w->dev, TR_EVENT_DEFAULT, &w->push_ev)) return fail(w, "opening events");
+  if (w->run->c.async.hogwild &&
+      (tr_device_alloc(w->dev, sizeof(float), (void **)&w->norm_dev) ||
+       tr_host_alloc(w->dev, sizeof(float), (void **)&w->norm_host)))
+    return fail(w, "allocating the gradient norm");
   tr_graph *g = w->run->g;
   const size_t numel = tr_stage_get_info(st)->numel;
   if (tr_graph_actor_rank(g, tr_edge_to(w->push)) != tr_graph_rank(g) &&
@@ -104,9 +111,20 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
                            (long long)batch_step, tr_device_name(w->dev));
     if (!tr_edge_acquire(w->push)) return 0; /* the server still reads the last one */
     int64_t applied = -1;
+    bool skipped = false;
     if (c->async.hogwild) {
       const uint64_t t0 = tr__busy_start(busy, w->self, pushes, "update", -1);
-      if (tr_stage_step(w->st, NULL) || tr_stage_zero_grads(w->st))
+      double norm2;
+      if (tr__norm2_now(tr_stage_stream(w->st), tr_stage_grads(w->st),
+                        tr_stage_get_info(w->st)->numel, w->norm_dev, w->norm_host, &norm2))
+        return fail(w, "the gradient's norm (Hogwild!)");
+      skipped = !isfinite(norm2);
+      if (skipped && c->on_nonfinite != TR_NONFINITE_SKIP)
+        return tr_actor_fail(w->self, TR_ENONFINITE, "step %lld, worker %d on %s: the gradient "
+                             "norm is %s: the run diverged (on_nonfinite skip goes on without "
+                             "such updates)", (long long)batch_step, w->index,
+                             tr_device_name(w->dev), tr__nonfinite_name(norm2));
+      if ((!skipped && tr_stage_step(w->st, NULL)) || tr_stage_zero_grads(w->st))
         return fail(w, "optimizer step (Hogwild!)");
       applied = atomic_fetch_add(w->applied, 1);
       tr__busy_add(busy, w->self, pushes, "update", t0, -1);
@@ -117,6 +135,7 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
     tr__push_msg *m = tr_msg_new(&tr__push_type);
     m->worker = w->index;
     m->pull = w->since_pull + 1 >= every;
+    m->skipped = skipped;
     m->step = batch_step;
     m->version = w->version;
     m->applied = applied;
@@ -161,8 +180,10 @@ void tr__worker_close(tr__worker *w) {
   if (w == NULL) return;
   if (w->push_ev) tr_event_close(w->push_ev);
   if (w->host) tr_host_free(w->dev, w->host);
+  if (w->norm_dev) tr_device_free(w->dev, w->norm_dev);
+  if (w->norm_host) tr_host_free(w->dev, w->norm_host);
   w->push_ev = NULL;
-  w->host = NULL;
+  w->host = w->norm_dev = w->norm_host = NULL;
 }
 
 void tr__worker_free(tr__worker *w) { free(w); }

@@ -30,6 +30,7 @@ typedef struct tr__push_msg {
   tr_msg hdr;
   int worker;
   bool pull;
+  bool skipped; /* Hogwild!: the update was not applied, its gradient norm not finite */
   int64_t step, version, applied;
   tr_event *ready;
   float *grads, *params; /* numel each; in host memory (dev NULL) when from another process */

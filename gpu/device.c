@@ -381,7 +381,7 @@ int tr_host_alloc(tr_device *d, size_t bytes, void **out) {
   if (d->be->host_alloc) return d->be->host_alloc(d, bytes, out);
   size_t rounded = (bytes + 63) & ~(size_t)63;
   if (rounded < bytes || !(*out = aligned_alloc(64, rounded)))
-    return tr__device_fail(d, TR_ENOMEM, "host_alloc: %zu bytes: out of memory", bytes);
+    return tr__device_fail(d, TR_ENOMEM, "host_alloc: %zu bytes asked for: out of memory", bytes);
   return 0;
 }
 

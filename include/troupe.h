@@ -8,6 +8,7 @@
  *   tr_mailbox.h  the lock-free MPSC queue under every actor
  *   tr_system.h   actors (pinned to a thread, or on the libuv loop) and the system
  *   tr_trace.h    per-thread tracing and Chrome trace output
+ *   tr_file.h     the files a run is given, checked before the work that needs them
  *   tr_device.h   devices (host CPUs, CUDA GPUs): memory, streams, events, GEMM, kernels
  *   tr_checkpoint.h  safetensors checkpoints, written atomically, read with validation
  *   tr_layers.h   layers with explicit forward and backward
@@ -26,6 +27,7 @@
 #include "tr_checkpoint.h"
 #include "tr_data.h"
 #include "tr_device.h"
+#include "tr_file.h"
 #include "tr_graph.h"
 #include "tr_job.h"
 #include "tr_layer_type.h"

@@ -2,6 +2,7 @@
  * (tr_checkpoint.h). The JSON header is parsed by cJSON; it is written here by hand, because
  * cJSON prints numbers through doubles and offsets must come out as exact integers. */
 #include "tr_checkpoint.h"
+#include "tr_file.h"
 
 #include "models_impl.h"
 
@@ -13,7 +14,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -448,8 +448,7 @@ typedef struct rmeta {
 
 struct tr_checkpoint {
   char *name;
-  void *map;
-  size_t map_len;
+  void *owned; /* the file's bytes, read by tr_checkpoint_open */
   const unsigned char *bytes;
   size_t size;
   cJSON *root; /* names, keys and values point into it */
@@ -681,7 +680,7 @@ static int parse_file(parse *p) {
 
 void tr_checkpoint_close(tr_checkpoint *ck) {
   if (!ck) return;
-  if (ck->map) munmap(ck->map, ck->map_len);
+  free(ck->owned);
   cJSON_Delete(ck->root);
   free(ck->t);
   free(ck->m);
@@ -718,42 +717,35 @@ int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t siz
 
 int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size) {
   *out = NULL;
-  char ebuf[128];
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat st;
-  if (fd < 0 || fstat(fd, &st)) {
-    format(err, err_size, "%s: cannot open: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
-    if (fd >= 0) close(fd);
-    return TR_EIO;
-  }
-  if (!S_ISREG(st.st_mode)) {
+  int fd;
+  uint64_t size64;
+  int rc = tr_file_open_regular(path, NULL, &fd, &size64, err, err_size);
+  if (rc) return rc;
+  /* Read, not mapped: a file cut short under a mapping would kill the process (SIGBUS);
+   * a read of one comes back short, and the file is refused. */
+  const size_t size = (size_t)size64;
+  void *bytes = size ? malloc(size) : NULL;
+  if (size && bytes == NULL) {
     close(fd);
-    format(err, err_size, "%s: not a regular file", path);
-    return TR_EIO;
+    format(err, err_size, "%s: out of memory (%zu bytes asked for)", path, size);
+    return TR_ENOMEM;
   }
-  size_t size = (size_t)st.st_size;
-  void *map = NULL;
-  if (size) {
-    /* MAP_PRIVATE: the writer replaces files by rename, so the mapped inode never changes
-     * under us (only an in-place truncation by another program could, with SIGBUS). */
-    map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (map == MAP_FAILED) {
-      format(err, err_size, "%s: cannot map: %s", path, strerror_r(errno, ebuf, sizeof ebuf));
-      close(fd);
-      return TR_EIO;
-    }
-  }
+  rc = size ? tr_file_read_at(fd, bytes, size, 0, "checkpoint", path, err, err_size) : 0;
   close(fd);
-  tr_checkpoint *ck;
-  int rc = tr_checkpoint_open_memory(&ck, map, size, path, err, err_size);
+  tr_checkpoint *ck = NULL;
+  if (rc == 0) rc = tr_checkpoint_open_memory(&ck, bytes, size, path, err, err_size);
   if (rc) {
-    if (map) munmap(map, size);
+    free(bytes);
     return rc;
   }
-  ck->map = map;
-  ck->map_len = size;
+  ck->owned = bytes;
   *out = ck;
   return 0;
+}
+
+int tr_checkpoint_view(const tr_checkpoint *ck, tr_checkpoint **out, char *err,
+                       size_t err_size) {
+  return tr_checkpoint_open_memory(out, ck->bytes, ck->size, ck->name, err, err_size);
 }
 
 /* ---- lookups ----------------------------------------------------------------------- */

@@ -1,46 +1,29 @@
 /* data.c — the core of tr_data.h: opening a source through its table (data_impl.h), the
  * user's callbacks, the choice of a model's data and the check of its sizes, shards. The
  * sources themselves live in data_synth.c, data_text.c and data_npy.c. */
-#include <errno.h>
-#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "data_impl.h"
 #include "tr_model.h"
 
-int tr__data_map(const char *path, const char *what, const uint8_t **p, size_t *size, char *err,
-                 size_t err_size) {
-  *p = NULL;
-  *size = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  struct stat sb;
-  if (fd < 0 || fstat(fd, &sb)) {
-    const int e = errno;
-    if (fd >= 0) close(fd);
-    return tr_errorf(err, err_size, TR_EIO, "%s '%s': %s", what, path, strerror(e));
+int tr__data_fail(const tr_data *d, int status, const char *fmt, ...) {
+  tr_data *w = (tr_data *)d; /* the one thing fill may write, once */
+  int none = 0;
+  if (atomic_compare_exchange_strong(&w->failed, &none, 1)) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(w->error, sizeof w->error, fmt, ap);
+    va_end(ap);
+    atomic_store(&w->failed, 2);
   }
-  int rc = 0;
-  if (!S_ISREG(sb.st_mode)) {
-    rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': not a regular file", what, path);
-  } else if (sb.st_size > 0) {
-    void *m = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED)
-      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': mmap: %s", what, path, strerror(errno));
-    else
-      *p = m, *size = (size_t)sb.st_size;
-  }
-  close(fd);
-  return rc;
+  return status;
 }
 
-void tr__data_unmap(const uint8_t *p, size_t size) {
-  if (p) munmap((void *)p, size);
+const char *tr_data_error(const tr_data *d) {
+  return atomic_load(&((tr_data *)d)->failed) == 2 ? d->error : "";
 }
 
 /* ---- opening ------------------------------------------------------------------------------- */

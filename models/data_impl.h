@@ -3,12 +3,14 @@
  *
  * A source is opened by the core (data.c), which allocates the tr_data and fills in its
  * name; the source's opener sets ops first (so that a failure half-way is undone by
- * ops->close), then self, the sample sizes and, for text, the corpus. fill must be safe to
- * call from several threads at once: a built-in source keeps no mutable state after open.
+ * ops->close), then self, the sample sizes and, for the generated text, the corpus. fill
+ * must be safe to call from several threads at once: a built-in source keeps no mutable
+ * state after open but the text of its first failure (tr__data_fail).
  */
 #ifndef TR_DATA_IMPL_H
 #define TR_DATA_IMPL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "tr_data.h"
@@ -25,8 +27,10 @@ struct tr_data {
   void *self;                 /* the source's own state */
   char *name;                 /* "teacher", a path, a callback's name */
   size_t x_bytes, y_bytes;    /* of one sample */
-  const uint8_t *corpus;      /* text sources: for tr_data_corpus */
+  const uint8_t *corpus;      /* the generated corpus: for tr_data_corpus */
   size_t corpus_size;
+  _Atomic int failed;         /* 0; 1 while the first failure's text is written; 2 after */
+  char error[512];            /* tr_data_error */
 };
 
 /* The built-in sources' openers (tr_data_open dispatches on the kind). */
@@ -34,11 +38,10 @@ int tr__data_open_synthetic(tr_data *d, const tr_data_config *c, char *err, size
 int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
 int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
 
-/* `path` mapped read-only: *p and *size (a regular file; an empty one maps to a NULL *p).
- * TR_EIO naming `what` and the path. tr__data_unmap undoes it. */
-int tr__data_map(const char *path, const char *what, const uint8_t **p, size_t *size, char *err,
-                 size_t err_size);
-void tr__data_unmap(const uint8_t *p, size_t size);
+/* From fill, on any thread: keeps the text of the source's first failure (tr_data_error)
+ * and returns `status`. */
+int tr__data_fail(const tr_data *d, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* ---- random streams: splitmix64 seeded by a hash of (seed, tag, index) -------------------------- */
 

@@ -1,5 +1,6 @@
-/* data_npy.c — the NPY source of tr_data.h: features and labels as two .npy files, mapped
- * read-only, one row per sample. Sample i is row perm_e(i mod N) of both, e = i / N its
+/* data_npy.c — the NPY source of tr_data.h: features and labels as two .npy files, read
+ * row by row with pread (a file cut short while it is trained on fails the read, not the
+ * process), one row per sample. Sample i is row perm_e(i mod N) of both, e = i / N its
  * epoch, perm_e a bijection of [0, N) keyed by (seed, e): a four-round Feistel network on
  * the smallest even number of bits that holds N, walking each value's cycle until it falls
  * inside [0, N) (fewer than four steps on average). So every epoch visits each row once, in
@@ -9,19 +10,24 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data_impl.h"
 #include "models_impl.h"
 #include "npy.h"
+#include "tr_file.h"
 
 #define TAG_EPOCH 0x65706f6368733121ull /* the key of each epoch's order */
 
+enum { HEADER_MAX = 65536 + 12 }; /* the most of a file read for its header */
+
 typedef struct file {
-  const char *path;
-  const uint8_t *map;
-  size_t size;
+  char *path;
+  const char *what;  /* "features", "labels" */
+  int fd;
   tr__npy h;
-  size_t row; /* elements per row */
+  size_t row;        /* elements per row */
+  size_t row_bytes;
 } file;
 
 typedef struct npy_source {
@@ -68,27 +74,45 @@ static void row_int(int32_t *dst, const uint8_t *p, tr__npy_dtype t, size_t n) {
   for (size_t i = 0; i < n; i++) dst[i] = t == TR__NPY_U1 ? p[i] : (int32_t)le32(p + 4 * i);
 }
 
-static const uint8_t *row_at(const file *f, uint64_t r) {
-  return f->map + f->h.offset + r * f->row * tr__npy_item(f->h.dtype);
+/* Row r of the file into buf. */
+static int read_row(const tr_data *d, const file *f, uint64_t r, uint8_t *buf) {
+  char why[384];
+  const int rc = tr_file_read_at(f->fd, buf, f->row_bytes, f->h.offset + r * f->row_bytes,
+                                 f->what, f->path, why, sizeof why);
+  return rc ? tr__data_fail(d, rc, "%s", why) : 0;
 }
 
 static int fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
   const npy_source *s = d->self;
-  for (size_t k = 0; k < count; k++) {
+  const size_t most = s->x.row_bytes > s->y.row_bytes ? s->x.row_bytes : s->y.row_bytes;
+  uint8_t *buf = malloc(most);
+  if (buf == NULL)
+    return tr__data_fail(d, TR_ENOMEM, "data '%s': out of memory (%zu bytes asked for)",
+                         d->name, most);
+  int rc = 0;
+  for (size_t k = 0; k < count && rc == 0; k++) {
     const uint64_t i = first + k, r = permute(s, i / s->rows, i % s->rows);
-    row_float((float *)x + k * s->x.row, row_at(&s->x, r), s->x.h.dtype, s->x.row);
+    if ((rc = read_row(d, &s->x, r, buf))) break;
+    row_float((float *)x + k * s->x.row, buf, s->x.h.dtype, s->x.row);
     if (!y) continue;
-    if (s->y_int) row_int((int32_t *)y + k * s->y.row, row_at(&s->y, r), s->y.h.dtype, s->y.row);
-    else row_float((float *)y + k * s->y.row, row_at(&s->y, r), s->y.h.dtype, s->y.row);
+    if ((rc = read_row(d, &s->y, r, buf))) break;
+    if (s->y_int) row_int((int32_t *)y + k * s->y.row, buf, s->y.h.dtype, s->y.row);
+    else row_float((float *)y + k * s->y.row, buf, s->y.h.dtype, s->y.row);
   }
-  return 0;
+  free(buf);
+  return rc;
+}
+
+static void close_file(file *f) {
+  if (f->fd >= 0) close(f->fd);
+  free(f->path);
 }
 
 static void close_npy(tr_data *d) {
   npy_source *s = d->self;
   if (s) {
-    tr__data_unmap(s->x.map, s->x.size);
-    tr__data_unmap(s->y.map, s->y.size);
+    close_file(&s->x);
+    close_file(&s->y);
   }
   free(s);
 }
@@ -96,11 +120,21 @@ static void close_npy(tr_data *d) {
 static const tr__data_ops npy_ops = {.fill = fill, .close = close_npy};
 
 static int open_file(file *f, const char *path, const char *what, char *err, size_t err_size) {
-  f->path = path;
-  int rc = tr__data_map(path, what, &f->map, &f->size, err, err_size);
-  if (rc || (rc = tr__npy_parse(&f->h, f->map ? f->map : (const uint8_t *)"", f->size, path, err,
-                                err_size)))
-    return rc;
+  f->what = what;
+  if ((f->path = strdup(path)) == NULL)
+    return tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory", what, path);
+  uint64_t size;
+  int rc = tr_file_open_regular(path, what, &f->fd, &size, err, err_size);
+  if (rc) return rc;
+  const size_t head = size < HEADER_MAX ? (size_t)size : HEADER_MAX;
+  uint8_t *h = malloc(head ? head : 1);
+  if (h == NULL)
+    return tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory (%zu bytes asked for)",
+                     what, path, head);
+  rc = tr_file_read_at(f->fd, h, head, 0, what, path, err, err_size);
+  if (rc == 0) rc = tr__npy_parse_head(&f->h, h, head, size, path, err, err_size);
+  free(h);
+  if (rc) return rc;
   f->row = 1;
   /* exact (the data's size is), or 0 when a dimension is 0, wrapping or not: refused */
   for (int k = 1; k < f->h.ndim; k++) f->row *= (size_t)f->h.shape[k];
@@ -110,6 +144,7 @@ static int open_file(file *f, const char *path, const char *what, char *err, siz
     return tr_errorf(err, err_size, TR_EINVAL, "%s: shape %s has no %s", path, s,
                      f->h.shape[0] ? "values in its rows" : "rows");
   }
+  f->row_bytes = f->row * tr__npy_item(f->h.dtype);
   return 0;
 }
 
@@ -121,16 +156,29 @@ static int check_labels(const file *f, int classes, char *err, size_t err_size) 
                      "indices",
                      f->path);
   const uint64_t n = f->h.shape[0] * f->row;
-  const uint8_t *p = f->map + f->h.offset;
-  for (uint64_t i = 0; i < n; i++) {
-    const int64_t v = f->h.dtype == TR__NPY_U1 ? p[i] : (int32_t)le32(p + 4 * i);
-    if (v < 0 || v >= classes)
-      return tr_errorf(err, err_size, TR_EINVAL,
+  const size_t item = tr__npy_item(f->h.dtype);
+  enum { CHUNK = 1 << 16 }; /* labels, a chunk at a time */
+  uint8_t *p = malloc(CHUNK);
+  if (p == NULL)
+    return tr_errorf(err, err_size, TR_ENOMEM, "%s: out of memory (%d bytes asked for)",
+                     f->path, CHUNK);
+  int rc = 0;
+  for (uint64_t at = 0; at < n && rc == 0; at += CHUNK / item) {
+    const uint64_t m = n - at < CHUNK / item ? n - at : CHUNK / item;
+    if ((rc = tr_file_read_at(f->fd, p, (size_t)m * item, f->h.offset + at * item, f->what,
+                              f->path, err, err_size)))
+      break;
+    for (uint64_t i = 0; i < m && rc == 0; i++) {
+      const int64_t v = f->h.dtype == TR__NPY_U1 ? p[i] : (int32_t)le32(p + 4 * i);
+      if (v < 0 || v >= classes)
+        rc = tr_errorf(err, err_size, TR_EINVAL,
                        "%s: label %" PRId64 " at row %" PRIu64
                        " is outside [0, %d), the model's classes",
-                       f->path, v, i / f->row, classes);
+                       f->path, v, (at + i) / f->row, classes);
+    }
   }
-  return 0;
+  free(p);
+  return rc;
 }
 
 int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err_size) {
@@ -145,6 +193,7 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
     return tr_errorf(err, err_size, TR_EINVAL, "data '%s': classes %d < 0", d->name, c->classes);
   npy_source *s = calloc(1, sizeof *s);
   if (!(d->self = s)) return TR_ENOMEM;
+  s->x.fd = s->y.fd = -1;
   s->seed = c->seed;
   s->y_int = c->classes > 0;
   int rc;

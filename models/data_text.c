@@ -1,10 +1,16 @@
 /* data_text.c — the token sources of tr_data.h: a corpus of bytes, generated (ARITHMETIC)
- * or a file mapped read-only (FILE); sample i is ctx bytes at an offset drawn from
- * (seed, i), its targets the byte after each. */
+ * or a file (FILE); sample i is ctx bytes at an offset drawn from (seed, i), its targets the
+ * byte after each.
+ *
+ * A file is read with pread as it is trained on, not mapped: a file cut short under a
+ * mapping kills the process with SIGBUS at the first access past its new end, where a read
+ * comes back short and the run ends with a message naming the file. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "data_impl.h"
+#include "tr_file.h"
 
 #define TAG_CORPUS 0x636f727075733121ull /* the arithmetic corpus */
 
@@ -12,8 +18,8 @@ typedef struct text {
   uint64_t seed;
   int ctx;
   uint8_t *generated; /* ARITHMETIC: malloc'd */
-  const uint8_t *map; /* FILE: mapped */
-  size_t size;
+  int fd;             /* FILE: open for reading, -1 otherwise */
+  size_t size;        /* of the corpus; a file's when it was opened */
 } text;
 
 /* Lines "a+b=c\n", a and b uniform in [0, 100), until the corpus is full. */
@@ -29,26 +35,41 @@ static int make_corpus(text *t, size_t size) {
   return 0;
 }
 
+/* The ctx + 1 bytes of a sample from the file, into `buf`. */
+static int read_sample(const tr_data *d, const text *t, size_t at, uint8_t *buf) {
+  char why[384];
+  const int rc = tr_file_read_at(t->fd, buf, (size_t)t->ctx + 1, at, "data", d->name, why,
+                                 sizeof why);
+  return rc ? tr__data_fail(d, rc, "%s", why) : 0;
+}
+
 static int fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
   const text *t = d->self;
-  const uint8_t *corpus = d->corpus;
   const int T = t->ctx;
-  for (size_t k = 0; k < count; k++) {
+  uint8_t *buf = t->fd >= 0 ? malloc((size_t)T + 1) : NULL;
+  if (t->fd >= 0 && buf == NULL)
+    return tr__data_fail(d, TR_ENOMEM, "data '%s': out of memory (%d bytes asked for)", d->name,
+                         T + 1);
+  int rc = 0;
+  for (size_t k = 0; k < count && rc == 0; k++) {
     tr__rng r = tr__rng_for(t->seed, TR__TAG_SAMPLE, first + k);
     const size_t at = (size_t)(tr__rng_next(&r) % (uint64_t)(t->size - (size_t)T));
+    const uint8_t *bytes = t->generated ? t->generated + at : buf;
+    if (buf && (rc = read_sample(d, t, at, buf))) break;
     int32_t *xt = (int32_t *)x + k * (size_t)T, *yt = y ? (int32_t *)y + k * (size_t)T : NULL;
-    for (int i = 0; i < T; i++) xt[i] = corpus[at + (size_t)i];
+    for (int i = 0; i < T; i++) xt[i] = bytes[i];
     if (yt)
-      for (int i = 0; i < T; i++) yt[i] = corpus[at + (size_t)i + 1];
+      for (int i = 0; i < T; i++) yt[i] = bytes[i + 1];
   }
-  return 0;
+  free(buf);
+  return rc;
 }
 
 static void close_text(tr_data *d) {
   text *t = d->self;
   if (t) {
     free(t->generated);
-    tr__data_unmap(t->map, t->map ? t->size : 0);
+    if (t->fd >= 0) close(t->fd);
   }
   free(t);
 }
@@ -62,16 +83,17 @@ int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t er
                      c->kind == TR_DATA_FILE && !c->path ? ", no path" : "");
   text *t = calloc(1, sizeof *t);
   if (!(d->self = t)) return TR_ENOMEM;
-  *t = (text){.seed = c->seed, .ctx = c->ctx};
+  *t = (text){.seed = c->seed, .ctx = c->ctx, .fd = -1};
   int rc;
   if (c->kind == TR_DATA_ARITHMETIC) {
     if ((rc = make_corpus(t, c->corpus_bytes ? c->corpus_bytes : (size_t)1 << 20))) return rc;
     d->corpus = t->generated;
+    d->corpus_size = t->size;
   } else {
-    if ((rc = tr__data_map(c->path, "data file", &t->map, &t->size, err, err_size))) return rc;
-    d->corpus = t->map;
+    uint64_t size;
+    if ((rc = tr_file_open_regular(c->path, "data", &t->fd, &size, err, err_size))) return rc;
+    t->size = (size_t)size;
   }
-  d->corpus_size = t->size;
   if (t->size < (size_t)c->ctx + 1)
     return tr_errorf(err, err_size, c->kind == TR_DATA_FILE ? TR_EIO : TR_EINVAL,
                      "data '%s': %zu bytes, needs at least %d (context + 1)", d->name, t->size,

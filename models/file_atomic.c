@@ -1,14 +1,25 @@
 /* file_atomic.c — files written so that a reader, or a crash, sees the old file or the new
  * one and never a part: the bytes go to a temporary file beside the target, which is synced
  * and renamed over it, and then the directory is synced (models_impl.h). Checkpoints and
- * .npy arrays are written this way. */
+ * .npy arrays are written this way.
+ *
+ * A writer killed half-way leaves its temporary file behind. Each writer holds an exclusive
+ * flock on its temporary file while it writes, and the lock dies with its process: so once
+ * a write has succeeded, the temporaries of the same target that nobody holds (and that are
+ * more than a moment old: a writer takes its lock just after creating the file) are
+ * leftovers, and go. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "models_impl.h"
@@ -37,9 +48,42 @@ static int create_temp(const char *dir, const char *base, char *tmp, size_t cap)
     /* The base is cut so the name stays within NAME_MAX; uniqueness comes from r. */
     snprintf(tmp, cap, "%s/.%.200s.tmp.%016" PRIx64, dir, base, r);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) flock(fd, LOCK_EX | LOCK_NB); /* a new file: no one else holds it */
     if (fd >= 0 || errno != EEXIST) return fd;
   }
   return -1;
+}
+
+/* Whether `name` is a temporary file of target `base`: ".<base>.tmp.<16 hex digits>". */
+static bool temp_of(const char *name, const char *base) {
+  char prefix[256];
+  const int n = snprintf(prefix, sizeof prefix, ".%.200s.tmp.", base);
+  if (strncmp(name, prefix, (size_t)n) != 0 || strlen(name) != (size_t)n + 16) return false;
+  for (const char *p = name + n; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+  return true;
+}
+
+enum { LEFTOVER_AGE_S = 2 }; /* younger temporaries may belong to a writer just starting */
+
+/* Removes the temporaries of `base` in `dir` that no live writer holds. Best effort: a
+ * leftover that cannot be removed is left for the next write. */
+static void remove_leftovers(const char *dir, const char *base) {
+  DIR *d = opendir(dir);
+  if (d == NULL) return;
+  const int dfd = dirfd(d);
+  const time_t now = time(NULL);
+  for (struct dirent *e; (e = readdir(d)) != NULL;) {
+    if (!temp_of(e->d_name, base)) continue;
+    const int fd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat sb;
+    if (fd < 0) continue;
+    if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_mtime + LEFTOVER_AGE_S < now &&
+        flock(fd, LOCK_EX | LOCK_NB) == 0)
+      unlinkat(dfd, e->d_name, 0);
+    close(fd);
+  }
+  closedir(d);
 }
 
 int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *err,
@@ -98,6 +142,7 @@ int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *er
   }
   close(dfd);
   rc = 0;
+  remove_leftovers(dir, base);
 out:
   if (fd >= 0) close(fd);
   if (tmp && tmp[0]) unlink(tmp);

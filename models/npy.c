@@ -151,20 +151,30 @@ static int dict(cursor *c, tr__npy *a) {
 
 int tr__npy_parse(tr__npy *out, const uint8_t *p, size_t size, const char *name, char *err,
                   size_t err_size) {
+  return tr__npy_parse_head(out, p, size, size, name, err, err_size);
+}
+
+int tr__npy_parse_head(tr__npy *out, const uint8_t *p, size_t have, uint64_t file_size,
+                       const char *name, char *err, size_t err_size) {
   cursor c = {.name = name, .err = err, .err_size = err_size};
+  if (file_size > SIZE_MAX || have > file_size)
+    return bad(&c, "%zu bytes read of a file of %llu", have, (unsigned long long)file_size);
+  const size_t size = (size_t)file_size;
   memset(out, 0, sizeof *out);
-  if (size < 10 || memcmp(p, "\x93NUMPY", 6))
+  if (size < 10 || have < 10 || memcmp(p, "\x93NUMPY", 6))
     return bad(&c, "not a .npy file (no \\x93NUMPY magic)");
   const int major = p[6], minor = p[7];
   if (major < 1 || major > 3 || minor != 0)
     return bad(&c, "version %d.%d is not 1.0, 2.0 or 3.0", major, minor);
   const size_t lead = major == 1 ? 10 : 12; /* magic, version, header length */
-  if (size < lead) return bad(&c, "%zu bytes: shorter than a version %d.0 preamble", size, major);
+  if (have < lead) return bad(&c, "%zu bytes: shorter than a version %d.0 preamble", size, major);
   size_t hlen = (size_t)p[8] | (size_t)p[9] << 8;
   if (major > 1) hlen |= (size_t)p[10] << 16 | (size_t)p[11] << 24;
   if (hlen > size - lead)
     return bad(&c, "header of %zu bytes runs past the end of the file (%zu bytes)", hlen, size);
   out->offset = lead + hlen;
+  if (out->offset > have)
+    return bad(&c, "header of %zu bytes: longer than the %zu bytes read for it", hlen, have);
   if (out->offset % ALIGN)
     return bad(&c, "header ends at byte %zu, not on a %d-byte boundary", out->offset, ALIGN);
   if (hlen == 0 || p[out->offset - 1] != '\n') return bad(&c, "header does not end with '\\n'");

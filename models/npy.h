@@ -38,6 +38,10 @@ typedef struct tr__npy {
 /* 0, or TR_EINVAL with err "<name>: what is wrong". */
 int tr__npy_parse(tr__npy *out, const uint8_t *p, size_t size, const char *name, char *err,
                   size_t err_size);
+/* The same from the first `have` bytes of a file of `file_size`: enough for the header,
+ * whose data is then checked against the file's size. */
+int tr__npy_parse_head(tr__npy *out, const uint8_t *p, size_t have, uint64_t file_size,
+                       const char *name, char *err, size_t err_size);
 
 /* "float32", "int32", "uint8"; bytes of one element. */
 const char *tr__npy_dtype_name(tr__npy_dtype t);

@@ -45,7 +45,8 @@
  * the previous file at the target path as it was, and a failed write removes its temporary.
  * (Only when the last step, the directory's fsync, fails is the new file already in place;
  * save still reports it, as the rename may not survive a crash. A process killed mid-write
- * leaves a ".<name>.tmp.*" file beside the target, never a partial target.) The new file
+ * leaves a ".<name>.tmp.*" file beside the target, never a partial target; the next
+ * successful write of that target removes it, and any other no live writer holds.) The new file
  * gets the usual permissions (0666 less the umask), not those of the file it replaces.
  *
  * Reads validate everything: the header length (at most 100 MB, inside the file), the JSON
@@ -58,6 +59,8 @@
  * Threads: a writer or an open checkpoint belongs to one thread at a time; different ones
  * may be used from different threads (cJSON records its last parse error in a global, a
  * race without consequence here, since the reader takes error positions from the call).
+ * Threads that read one file each take a view of it (tr_checkpoint_view): the file is read
+ * once, and every view sees the same bytes.
  */
 #ifndef TR_CHECKPOINT_H
 #define TR_CHECKPOINT_H
@@ -165,14 +168,22 @@ const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w);
 
 typedef struct tr_checkpoint tr_checkpoint;
 
-/* Maps and validates a checkpoint file. On failure *out is NULL and `err` (when not NULL)
- * receives the message, which begins with the path. */
+/* Reads and validates a checkpoint file (read whole, not mapped: a file changed under a
+ * reader cannot crash it). On failure *out is NULL and `err` (when not NULL) receives the
+ * message, which begins with the path: TR_EIO for a file that cannot be read, TR_EINVAL for
+ * a path that is not a regular file (a FIFO is refused without waiting on it), TR_EFORMAT
+ * for one that is not a valid checkpoint. */
 int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size);
 
 /* The same for `size` bytes in memory, which the checkpoint borrows: keep them unchanged
  * until tr_checkpoint_close. `name` stands for the file in messages (NULL: "<memory>"). */
 int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t size,
                               const char *name, char *err, size_t err_size);
+
+/* Another open checkpoint over the same bytes as `ck` (no copy, no file read): for another
+ * thread, whose lookups and errors are then its own. Close every view before `ck`. */
+int tr_checkpoint_view(const tr_checkpoint *ck, tr_checkpoint **out, char *err,
+                       size_t err_size);
 
 void tr_checkpoint_close(tr_checkpoint *ck);
 

@@ -18,9 +18,11 @@
  *   TR_DATA_ARITHMETIC  a corpus generated in code, lines of small-integer sums such as
  *                       "37+58=95\n"; a sample is `ctx` bytes at an offset drawn from
  *                       (seed, i), its targets the `ctx` bytes after each
- *   TR_DATA_FILE        the same sampling over any byte or text file, mapped read-only
+ *   TR_DATA_FILE        the same sampling over any byte or text file, read as it trains (a
+ *                       file cut short meanwhile fails tr_data_fill with TR_EIO, not the
+ *                       process with SIGBUS)
  *   TR_DATA_NPY         two NumPy .npy files, features `path` of shape (N, ...) and `labels`
- *                       of shape (N,) or (N, ...), mapped read-only; dtypes little-endian
+ *                       of shape (N,) or (N, ...), read likewise; dtypes little-endian
  *                       float32 '<f4', int32 '<i4' or uint8 '|u1', C order. Sample i is row
  *                       perm_e(i mod N) of both, where e = i / N is the epoch and perm_e a
  *                       pseudo-random permutation of [0, N) drawn from (seed, e): each epoch
@@ -108,9 +110,10 @@ void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t se
 
 typedef struct tr_data tr_data;
 
-/* TR_EINVAL for a bad configuration or a malformed file, TR_EIO for a file that cannot be
- * read (or a byte file shorter than ctx + 1 bytes); err names the file and the cause:
- * "labels.npy: shape (60000,) but features have 59999 rows". Paths are not kept. */
+/* TR_EINVAL for a bad configuration, a malformed file, or a path that is not a regular file
+ * (a FIFO, a device, a directory: refused without waiting on it), TR_EIO for a file that
+ * cannot be read (or a byte file shorter than ctx + 1 bytes); err names the file and the
+ * cause: "labels.npy: shape (60000,) but features have 59999 rows". Paths are not kept. */
 int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size);
 
 /* A user's source: fill writes samples [first, first + count) of an endless numbered
@@ -151,7 +154,8 @@ size_t tr_data_x_bytes(const tr_data *d);
 size_t tr_data_y_bytes(const tr_data *d);
 
 /* Samples [first, first + count) into x (count x x_bytes) and y (count x y_bytes; NULL:
- * skip); 0 or the source's TR_E... status. Threads may fill concurrently. */
+ * skip); 0 or the source's TR_E... status (tr_data_error says why). Threads may fill
+ * concurrently. */
 int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
 
 /* Worker `worker` of `workers` at step `step` of global batch `global_batch`: its samples
@@ -167,8 +171,14 @@ void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, 
 int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t *shape,
                       const void *data, char *err, size_t err_size);
 
-/* The corpus (ARITHMETIC, FILE), for inspection and sampling text; NULL otherwise. */
+/* The generated corpus (ARITHMETIC), for inspection and sampling text; NULL otherwise (a
+ * FILE source reads its file as it trains, never holding it whole). */
 const uint8_t *tr_data_corpus(const tr_data *d, size_t *size);
+
+/* What went wrong in the source's first failing tr_data_fill ("data 'big.bin': ends at 0
+ * bytes, before 129 bytes at 52311: it changed (was truncated) while it was read"), or "".
+ * Any thread. */
+const char *tr_data_error(const tr_data *d);
 
 #ifdef __cplusplus
 }

@@ -132,7 +132,8 @@ static int turn(tr_actor *a) {
       return -1;
     }
     n++;
-    if (m == last) break;
+    /* A stop, an error or the end of a run must not wait behind a backlog of data. */
+    if (m == last || !tr_mailbox_empty(&a->ctl)) break;
   }
   return n;
 }

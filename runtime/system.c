@@ -195,10 +195,31 @@ static void on_async(uv_async_t *h) {
   if (again) tr__loop_wake(sys);
 }
 
+/* The first signal is the system's; the second is the process's: once the handlers are
+ * stopped, libuv restores the default action, which ends the process however busy its
+ * threads are. */
 static void on_signal(uv_signal_t *h, int signum) {
   tr_system *sys = h->data;
-  tr__system_fail(sys, TR_EINTR, "%s: stopped by %s", sys->name,
-                  signum == SIGINT ? "SIGINT" : "SIGTERM");
+  int none = 0;
+  if (!atomic_compare_exchange_strong(&sys->signal, &none, signum)) return;
+  if (sys->on_signal == NULL) {
+    tr__system_fail(sys, TR_EINTR, "%s: stopped by %s", sys->name,
+                    signum == SIGINT ? "SIGINT" : "SIGTERM");
+    return;
+  }
+  uv_signal_stop(&sys->sigint);
+  uv_signal_stop(&sys->sigterm);
+  sys->on_signal(sys->signal_arg, signum);
+}
+
+int tr_system_signal(const tr_system *sys) { return atomic_load(&((tr_system *)sys)->signal); }
+
+int tr_system_watchdog_ms(const tr_system *sys) {
+  return atomic_load(&((tr_system *)sys)->watchdog_ms);
+}
+
+void tr_system_set_watchdog_ms(tr_system *sys, int ms) {
+  if (ms >= 1 && atomic_load(&sys->watchdog_ms) > 0) atomic_store(&sys->watchdog_ms, ms);
 }
 
 /* ---- lifecycle ------------------------------------------------------------------------- */
@@ -220,6 +241,8 @@ int tr_system_new(tr_system **out, const tr_system_config *config) {
   sys->watchdog_idle = config->watchdog_idle != 0;
   sys->describe = config->describe;
   sys->describe_arg = config->describe_arg;
+  sys->on_signal = config->on_signal;
+  sys->signal_arg = config->signal_arg;
   tr_mailbox_init(&sys->requests);
   pthread_mutex_init(&sys->lock, NULL);
   if (sys->name == NULL || uv_loop_init(&sys->loop) != 0) {

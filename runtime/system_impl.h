@@ -59,10 +59,13 @@ struct tr_system {
   uv_async_t async;
   uv_signal_t sigint, sigterm;
   uv_timer_t watchdog;
-  int watchdog_ms;
+  _Atomic int watchdog_ms; /* may change while it runs (tr_system_set_watchdog_ms) */
   bool watchdog_idle;
   void (*describe)(void *arg, char *buf, size_t size);
   void *describe_arg;
+  void (*on_signal)(void *arg, int signum);
+  void *signal_arg;
+  _Atomic int signal; /* the signal that came, or 0 */
   uint64_t watchdog_handled; /* loop thread: total handled at the previous tick */
   int watchdog_seen;         /* loop thread: what the previous ticks saw (watchdog.c) */
   uint64_t watchdog_since;   /* loop thread: uv_now when they began to see it */

@@ -35,7 +35,8 @@ extern "C" {
   X(TR_EDEVICE, -9, "device operation failed")                             \
   X(TR_EIO, -10, "input/output error")                                     \
   X(TR_EFORMAT, -11, "malformed data")                                     \
-  X(TR_ETIMEDOUT, -12, "timed out")
+  X(TR_ETIMEDOUT, -12, "timed out")                                       \
+  X(TR_ENONFINITE, -13, "not a finite number")
 
 enum tr_status {
   TR_OK = 0,

@@ -12,7 +12,8 @@
  *                    loop actor's mailbox per wake-up (sends coalesce).
  *
  * A turn handles the whole priority lane, then at most `turn_batch` data messages, up to the
- * newest one present when the turn began, so a busy producer cannot starve control traffic.
+ * newest one present when the turn began, and ends early when a control message arrives: a
+ * busy producer cannot starve control traffic, and a stop overtakes queued data.
  *
  *   static int pong_receive(tr_actor *self, tr_msg *m) {
  *     ping_msg *reply = tr_msg_new(&ping_type);
@@ -105,7 +106,8 @@ typedef struct tr_actor_config {
 
 typedef struct tr_system_config {
   const char *name;   /* for messages; "troupe" if NULL */
-  int handle_signals; /* SIGINT and SIGTERM start a graceful stop (tr_system_run: TR_EINTR) */
+  int handle_signals; /* SIGINT and SIGTERM start a graceful stop (tr_system_run: TR_EINTR),
+                         or with on_signal, whatever on_signal starts (see below) */
   int trace;          /* record every handled message (see tr_trace.h) */
   int turn_batch;     /* data messages per turn at most; 0 for the default (64) */
   int spin_us;        /* default spin of pinned actors; 0 for the default (20 µs) */
@@ -126,6 +128,13 @@ typedef struct tr_system_config {
    * tr_system_report and tr_system_stop. */
   void (*describe)(void *arg, char *buf, size_t size);
   void *describe_arg;
+  /* Optional, with handle_signals: the first SIGINT or SIGTERM is handed to on_signal (on
+   * the loop thread) instead of stopping the system, so that the layer above can end its
+   * work in order (a training graph finishes its step and writes its checkpoint). The
+   * system's handlers go at that moment: a second signal has its default effect and ends
+   * the process at once, which is what a user pressing Ctrl-C twice means. */
+  void (*on_signal)(void *arg, int signum);
+  void *signal_arg;
 } tr_system_config;
 
 /* Creates a system. On failure *out is NULL and the status says why. */
@@ -145,6 +154,16 @@ void tr_system_stop(tr_system *sys, int status);
 
 /* The first failure's text, or "" when there was none. */
 const char *tr_system_error(const tr_system *sys);
+
+/* The signal (SIGINT, SIGTERM) that reached the system, or 0. Any thread. */
+int tr_system_signal(const tr_system *sys);
+
+/* The watchdog's period in milliseconds (0: off), and a new one for a system whose watchdog
+ * is on (ms >= 1; a system configured without one keeps none): the layer above may learn
+ * how long its work takes only once it runs (a step of a large model on a slow device).
+ * Any thread; the next look of the watchdog uses it. */
+int tr_system_watchdog_ms(const tr_system *sys);
+void tr_system_set_watchdog_ms(tr_system *sys, int ms);
 
 /* Stops nothing: call after tr_system_run has returned (or instead of running it). Frees
  * the actors, their pending messages and the loop. */

@@ -150,7 +150,7 @@ static bool something_pending(tr_system *sys) {
   return w.active;
 }
 
-static void watchdog_fire(tr_system *sys, int seen) {
+static void watchdog_fire(tr_system *sys, int seen, int period_ms) {
   char described[1024] = "";
   if (sys->describe) {
     sys->describe(sys->describe_arg, described, sizeof described);
@@ -164,10 +164,10 @@ static void watchdog_fire(tr_system *sys, int seen) {
     tr__system_fail(sys, TR_ETIMEDOUT,
                     "%s: idle but not done for %d ms (nothing to handle, no timer pending, "
                     "no stop): %s%s%s",
-                    sys->name, sys->watchdog_ms, report, described[0] ? "; " : "", described);
+                    sys->name, period_ms, report, described[0] ? "; " : "", described);
   } else {
     tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s%s%s", sys->name,
-                    sys->watchdog_ms, report, described[0] ? "; " : "", described);
+                    period_ms, report, described[0] ? "; " : "", described);
   }
 }
 
@@ -193,18 +193,22 @@ static void watchdog_tick(uv_timer_t *h) {
     else if (sys->watchdog_idle && idle && !something_pending(sys)) seen = SEEN_IDLE;
   }
   uint64_t now = uv_now(&sys->loop);
+  const int period = atomic_load(&sys->watchdog_ms);
   if (seen == SEEN_PROGRESS || seen != sys->watchdog_seen) {
     sys->watchdog_handled = handled;
     sys->watchdog_seen = seen;
     sys->watchdog_since = now;
-  } else if (now - sys->watchdog_since >= (uint64_t)sys->watchdog_ms) {
-    watchdog_fire(sys, seen);
+  } else if (now - sys->watchdog_since >= (uint64_t)period) {
+    watchdog_fire(sys, seen, period);
   }
 }
 
+/* Four looks per period, and at least one a second: the period may shrink while it runs
+ * (tr_system_set_watchdog_ms), and a period of hours must not mean a look every hour. */
 void tr__watchdog_start(tr_system *sys) {
   uv_timer_init(&sys->loop, &sys->watchdog);
   sys->watchdog.data = sys;
-  uint64_t tick = sys->watchdog_ms >= 4 ? (uint64_t)sys->watchdog_ms / 4 : 1;
+  const int period = atomic_load(&sys->watchdog_ms);
+  const uint64_t tick = period >= 4000 ? 1000 : period >= 4 ? (uint64_t)period / 4 : 1;
   uv_timer_start(&sys->watchdog, watchdog_tick, tick, tick);
 }

@@ -2,6 +2,7 @@
  * a summary on stderr and, with --json, one JSON object on stdout. */
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,13 +58,23 @@ static void usage(FILE *f) {
           "                                 rank r writes FILE.rankR.json)\n"
           "  --profile-steps A:B            trace and NVTX ranges for steps [A, B) only (A: to the\n"
           "                                 end); on CUDA cudaProfilerStart/Stop around them\n"
-          "  --checkpoint FILE              safetensors checkpoint at the end ...\n"
+          "  --checkpoint FILE              safetensors checkpoint at the end, a signal's end too\n"
+          "                                 (its directory must exist and be writable) ...\n"
           "  --checkpoint-every N           ... and every N steps\n"
-          "  --resume FILE                  continue from a checkpoint\n"
+          "  --resume FILE                  continue from a checkpoint (checked first: its model,\n"
+          "                                 format, step, tensors, values all finite)\n"
+          "  --on-nonfinite stop|skip       a step whose gradient norm or loss is NaN or infinite:\n"
+          "                                 stop the run naming the step and stage (default), or\n"
+          "                                 skip its update and count it (skipped_steps)\n"
           "  --json                         one JSON object of the run's figures on stdout\n"
           "  --watchdog MS                  fail the run, naming each actor's state, when it makes\n"
-          "                                 no progress for MS milliseconds (default 60000)\n"
-          "  --quiet                        no progress line or summary\n");
+          "                                 no progress for MS milliseconds (default: 10 x the\n"
+          "                                 slowest step seen, at least 60000)\n"
+          "  --quiet                        no progress line or summary\n"
+          "\n"
+          "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its flag),\n"
+          "130 / 143 a run SIGINT / SIGTERM ended after its step in flight, its checkpoint and\n"
+          "figures written; a second signal ends the process at once.\n");
 }
 
 static void json_number(const char *key, double v, bool last) {
@@ -121,6 +132,10 @@ static void print_json(const tr_train_result *r, double sgemm) {
   json_number("gflops", r->gflops, false);
   json_number("tokens_per_s", r->tokens_per_s, false);
   json_number("sgemm_gflops", sgemm, false);
+  printf("\"skipped_steps\":%lld,", (long long)r->skipped_steps);
+  printf("\"signal\":");
+  if (r->signal) printf("\"%s\",", r->signal == SIGINT ? "SIGINT" : "SIGTERM");
+  else printf("null,");
   json_number("hardware_fraction", sgemm > 0 ? r->gflops / (sgemm * r->ndevices) : NAN, true);
   printf("}\n");
 }
@@ -164,6 +179,9 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
     fprintf(stderr, "%s%d", s > 1 ? "," : ", cut before layers ", r->cuts[s]);
   const bool async = !strcmp(r->strategy, "async");
   if (r->replicas > 1 && !async) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
+  if (r->skipped_steps)
+    fprintf(stderr, ", %lld update%s skipped (gradient norm not finite)",
+            (long long)r->skipped_steps, r->skipped_steps == 1 ? "" : "s");
   fputc('\n', stderr);
   if (async) print_async(r, staleness);
 }
@@ -221,6 +239,8 @@ static const struct {
     {"async.momentum_correction", "--momentum-correction"},
     {"profile.from", "--profile-steps"},
     {"profile.to", "--profile-steps"},
+    {"checkpoint.resume_from", "--resume"},
+    {"on_nonfinite", "--on-nonfinite"},
     {"layout.microbatches", "--microbatches"},
     {"checkpoint.resume", "--resume"},
     {"checkpoint.every", "--checkpoint-every"},
@@ -388,6 +408,12 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--watchdog")) {
       if (!cli_value_u64(argc, argv, &i, 1, 24 * 3600 * 1000, &u)) return CLI_USAGE;
       o.watchdog_ms = (int)u;
+    } else if (!strcmp(a, "--on-nonfinite")) {
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_nonfinite_policy_parse(v, &o.job.on_nonfinite)) {
+        fprintf(stderr, "troupe: --on-nonfinite: '%s' is not stop or skip\n", v);
+        return CLI_USAGE;
+      }
     } else if (!strcmp(a, "--quiet")) {
       quiet = true;
     } else {
@@ -417,6 +443,7 @@ int cmd_train(int argc, char **argv) {
   o.job.optim.lr = (float)lr;
   o.job.optim.clip = (float)clip;
   o.job.progress = !quiet && isatty(STDERR_FILENO);
+  o.notes = stderr;
 
   tr_train_result r;
   char err[1024];
@@ -438,14 +465,21 @@ int cmd_train(int argc, char **argv) {
     }
   }
   tr_world_close(o.world); /* after a failed run across ranks, ends them all */
-  if (rc) return rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE : CLI_FAIL;
-  if (rank != 0) return CLI_OK; /* rank 0 speaks for the job */
+  /* A run a signal ended in order has its figures, and exits as the signal would have
+   * (128 + its number: 130 for SIGINT, 143 for SIGTERM). */
+  const int status = rc == TR_EINTR && r.signal           ? 128 + r.signal
+                     : rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE
+                     : rc                                 ? CLI_FAIL
+                                                          : CLI_OK;
+  if (rc && !(rc == TR_EINTR && r.signal)) return status;
+  if (rank != 0) return status; /* rank 0 speaks for the job */
   /* On host devices, the hardware's yardstick, measured now, after the run (docs/WORKLOADS.md):
-   * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. */
+   * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. Not after a
+   * signal: whoever sent it wants the process gone. */
   double sgemm = NAN;
-  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0)
+  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0 && !r.signal)
     sgemm = cli_sgemm_gflops(2048);
   if (!quiet) print_summary(&r, sgemm, async->staleness);
   if (json) print_json(&r, sgemm);
-  return CLI_OK;
+  return status;
 }

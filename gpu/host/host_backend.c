@@ -4,6 +4,7 @@
  * thread per device: the parallelism comes from running several devices on several threads. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,6 +120,21 @@ static void host_close(tr_device *d) {
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
+/* MemAvailable of /proc/meminfo in bytes (what can be had without swapping), or SIZE_MAX
+ * when it cannot be read. */
+static size_t memory_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[128];
+  unsigned long long kb = 0;
+  bool found = false;
+  while (f && !found && fgets(line, sizeof line, f))
+    found = sscanf(line, "MemAvailable: %llu kB", &kb) == 1;
+  if (f) fclose(f);
+  return found && kb < SIZE_MAX / 1024 ? (size_t)kb * 1024 : SIZE_MAX;
+}
+
+enum { CHECKED_ALLOC = 16 << 20 }; /* allocations this large are checked against the machine */
+
 static int host_alloc(tr_stream *s, size_t bytes, void **out) {
   tr_device *d = s->dev;
   host_dev *h = d->impl;
@@ -135,9 +151,15 @@ static int host_alloc(tr_stream *s, size_t bytes, void **out) {
       break;
     }
   if (!b) {
+    /* With overcommit, an allocation larger than the machine succeeds and the process is
+     * killed when it touches the pages, with no word of why: refuse it here instead. */
+    const size_t avail = size >= CHECKED_ALLOC ? memory_available() : SIZE_MAX;
+    if (size > avail)
+      return tr__device_fail(d, TR_ENOMEM, "alloc: %zu bytes asked for: out of memory (%zu "
+                             "bytes available on this machine)", bytes, avail);
     void *mem = NULL;
     if (posix_memalign(&mem, 64, BLOCK_HEADER + size))
-      return tr__device_fail(d, TR_ENOMEM, "alloc: %zu bytes: out of memory", bytes);
+      return tr__device_fail(d, TR_ENOMEM, "alloc: %zu bytes asked for: out of memory", bytes);
     b = mem;
     b->magic = BLOCK_MAGIC;
     b->size = size;

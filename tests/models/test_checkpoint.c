@@ -729,8 +729,14 @@ static void files_that_are_not_checkpoints_are_refused(void **state) {
   assert_int_equal(tr_checkpoint_open(&ck, missing, err, sizeof err), TR_EIO);
   assert_null(ck);
   assert_non_null(strstr(err, "missing.safetensors: cannot open"));
-  assert_int_equal(tr_checkpoint_open(&ck, d->path, err, sizeof err), TR_EIO);
-  assert_non_null(strstr(err, "not a regular file"));
+  assert_int_equal(tr_checkpoint_open(&ck, d->path, err, sizeof err), TR_EINVAL);
+  assert_non_null(strstr(err, "a directory, not a regular file"));
+  /* a FIFO is refused at once, not waited on for a writer that never comes */
+  const char *fifo = path_in(d, "fifo.safetensors");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(tr_checkpoint_open(&ck, fifo, err, sizeof err), TR_EINVAL);
+  assert_null(ck);
+  assert_non_null(strstr(err, "fifo.safetensors: a FIFO, not a regular file"));
   const char *empty = path_in(d, "empty.safetensors");
   FILE *f = fopen(empty, "w");
   assert_non_null(f);

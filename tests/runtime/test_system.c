@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <uv.h>
@@ -227,6 +228,32 @@ static void priority_lane_overtakes_queued_data(void **state) {
   }
 }
 
+/* A control message sent while a turn works through queued data is handled next, not after
+ * the rest of the turn's batch: a stop overtakes a backlog. */
+static int interrupt_receive(tr_actor *self, tr_msg *msg) {
+  order_log *log = tr_actor_state(self);
+  const uint64_t n = ((num_msg *)msg)->n;
+  log->seen[log->n++] = n;
+  if (n == 2) tr_actor_send_ctl(self, num_new(100, NULL)); /* mid-turn */
+  if (log->n == 11) tr_system_stop(tr_actor_system(self), 0);
+  return 0;
+}
+static const tr_behaviour interrupt_behaviour = {.name = "order", .receive = interrupt_receive};
+
+static void a_control_message_cuts_a_turn_of_queued_data_short(void **state) {
+  (void)state;
+  for (int kind = TR_ACTOR_PINNED; kind <= TR_ACTOR_LOOP; kind++) {
+    tr_system *sys = system_new(NULL);
+    order_log log = {.n = 0};
+    tr_actor *a = spawn(sys, "order", (tr_actor_kind)kind, &interrupt_behaviour, &log);
+    for (uint64_t i = 0; i < 10; i++) tr_actor_send(a, num_new(i, NULL));
+    assert_int_equal(tr_system_run(sys), 0);
+    const uint64_t want[11] = {0, 1, 2, 100, 3, 4, 5, 6, 7, 8, 9};
+    for (int i = 0; i < 11; i++) assert_int_equal(log.seen[i], want[i]);
+    tr_system_free(sys);
+  }
+}
+
 /* ---- pinned ↔ loop traffic ------------------------------------------------------------- */
 
 typedef struct echo {
@@ -336,6 +363,77 @@ static void sigint_stops_the_system_gracefully(void **state) {
   tr_system_free(sys);
 }
 
+/* With on_signal, the first signal is the layer above's to act on (here: a clean stop after
+ * a last message); the system notes which signal came. */
+typedef struct signalled {
+  tr_system *sys;
+  int signum, calls;
+} signalled;
+
+static void note_signal(void *arg, int signum) {
+  signalled *s = arg;
+  s->signum = signum;
+  s->calls++;
+  tr_system_stop(s->sys, 0);
+}
+
+static void on_signal_takes_the_first_signal_instead_of_a_stop(void **state) {
+  (void)state;
+  signalled s = {0};
+  tr_system *sys = system_new(&(tr_system_config){.handle_signals = 1, .on_signal = note_signal,
+                                                  .signal_arg = &s});
+  s.sys = sys;
+  tr_actor *r = spawn(sys, "raiser", TR_ACTOR_PINNED, &raiser, NULL);
+  tr_actor_timer_start(r, 5, 0, 0);
+  assert_int_equal(tr_system_run(sys), 0); /* the hook's clean stop */
+  assert_int_equal(s.calls, 1);
+  assert_int_equal(s.signum, SIGINT);
+  assert_int_equal(tr_system_signal(sys), SIGINT);
+  tr_system_free(sys);
+}
+
+static void ignore_signal(void *arg, int signum) { (void)arg, (void)signum; }
+static int tick_receive(tr_actor *self, tr_msg *msg) { return (void)self, (void)msg, 0; }
+static const tr_behaviour ticking = {.name = "ticks", .receive = tick_receive};
+
+/* The second signal has its default effect: it ends the process at once, however busy (a
+ * child process here, whose system runs on and would never stop by itself). */
+static void a_second_signal_ends_the_process(void **state) {
+  (void)state;
+  int ready[2];
+  assert_int_equal(pipe(ready), 0);
+  const pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    tr_system *sys;
+    if (tr_system_new(&sys, &(tr_system_config){.handle_signals = 1, .on_signal = ignore_signal}))
+      _exit(3);
+    tr_actor *a;
+    if (tr_actor_spawn(sys, &(tr_actor_config){.name = "ticks", .kind = TR_ACTOR_LOOP,
+                                               .behaviour = &ticking}, &a) ||
+        tr_actor_timer_start(a, 1, 1, 7))
+      _exit(4);
+    if (write(ready[1], "r", 1) != 1) _exit(5);
+    tr_system_run(sys);
+    _exit(6); /* never: only the signals end it */
+  }
+  char c;
+  assert_int_equal(read(ready[0], &c, 1), 1);
+  usleep(200 * 1000); /* its handlers are in place once its loop runs */
+  kill(child, SIGINT);
+  usleep(200 * 1000);
+  int status;
+  assert_int_equal(waitpid(child, &status, WNOHANG), 0); /* the first: handed to the hook */
+  kill(child, SIGINT);
+  const uint64_t t0 = tr_now_ns();
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(tr_now_ns() - t0 < 2000000000ull);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGINT);
+  close(ready[0]);
+  close(ready[1]);
+}
+
 /* ---- the watchdog ----------------------------------------------------------------------- */
 
 static int sleepy_receive(tr_actor *self, tr_msg *msg) {
@@ -374,6 +472,32 @@ static int stop_on_tick(tr_actor *self, tr_msg *msg) {
   return 0;
 }
 static const tr_behaviour ticker = {.name = "ticker", .receive = stop_on_tick};
+
+/* A watchdog period lengthened during the run is the one it keeps to: a handler slower than
+ * the configured period is no stall any more. */
+static int lengthen_then_sleep(tr_actor *self, tr_msg *msg) {
+  (void)msg;
+  tr_system_set_watchdog_ms(tr_actor_system(self), 5000);
+  usleep(600 * 1000);
+  tr_system_stop(tr_actor_system(self), 0);
+  return 0;
+}
+static const tr_behaviour lengthener = {.name = "stage", .receive = lengthen_then_sleep};
+
+static void a_watchdog_period_can_grow_while_the_system_runs(void **state) {
+  (void)state;
+  tr_system *sys = system_new(&(tr_system_config){.watchdog_ms = 150});
+  assert_int_equal(tr_system_watchdog_ms(sys), 150);
+  tr_actor *a = spawn(sys, "slow", TR_ACTOR_PINNED, &lengthener, NULL);
+  tr_actor_send(a, num_new(1, NULL));
+  assert_int_equal(tr_system_run(sys), 0);
+  assert_int_equal(tr_system_watchdog_ms(sys), 5000);
+  tr_system_free(sys);
+  tr_system *off = system_new(NULL); /* a system without a watchdog gets none */
+  tr_system_set_watchdog_ms(off, 1000);
+  assert_int_equal(tr_system_watchdog_ms(off), 0);
+  tr_system_free(off);
+}
 
 static void watchdog_leaves_an_idle_system_alone(void **state) {
   (void)state;
@@ -779,9 +903,13 @@ int main(void) {
       cmocka_unit_test(spawn_rejects_a_missing_receive),
       cmocka_unit_test(free_without_run_frees_queued_messages),
       cmocka_unit_test(priority_lane_overtakes_queued_data),
+      cmocka_unit_test(a_control_message_cuts_a_turn_of_queued_data_short),
       cmocka_unit_test(pinned_and_loop_actors_exchange_in_both_directions),
       cmocka_unit_test(timers_fire_once_or_repeatedly_until_stopped),
       cmocka_unit_test(sigint_stops_the_system_gracefully),
+      cmocka_unit_test(on_signal_takes_the_first_signal_instead_of_a_stop),
+      cmocka_unit_test(a_second_signal_ends_the_process),
+      cmocka_unit_test(a_watchdog_period_can_grow_while_the_system_runs),
       cmocka_unit_test(watchdog_names_the_actor_that_makes_no_progress),
       cmocka_unit_test(watchdog_leaves_an_idle_system_alone),
       cmocka_unit_test(watchdog_stops_an_idle_system_that_nobody_stops_naming_each_actor),

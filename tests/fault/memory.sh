@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# memory.sh TROUPE — long runs in bounded memory: the resident set of `troupe train`, after
+# its warm-up, stays within 1 MiB for as long as it trains, simplenet (the most steps per
+# second) and async (the most messages per step). TR_TEST_SCALE stretches the runs: 1 is a
+# few seconds each; the stress suite's 10 is half a minute, some hundreds of thousands of
+# steps. Not a benchmark: the number of steps is whatever the machine does in that time.
+set -u
+troupe=$(realpath "$1")
+scale=${TR_TEST_SCALE:-1}
+seconds=$((3 * scale + 2))
+limit_kb=1024
+failed=0
+
+rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
+
+# measure WHAT ARGS: the resident set 1.5 s in (the warm-up), then its most until the end
+measure() {
+  local what=$1
+  shift
+  local out
+  out=$(mktemp)
+  "$troupe" train --quiet --seconds "$seconds" --json "$@" >"$out" &
+  local pid=$! warm=0 most=0 rss
+  sleep 1.5
+  warm=$(rss_kb $pid)
+  most=$warm
+  while rss=$(rss_kb $pid) && [[ -n $rss ]]; do
+    ((rss > most)) && most=$rss
+    sleep 0.2
+  done
+  wait $pid
+  local rc=$? steps
+  steps=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['steps'])" "$out" 2>/dev/null)
+  rm -f "$out"
+  if [[ $rc -ne 0 || -z $warm ]]; then
+    printf 'FAIL %s: exit %d\n' "$what" "$rc"
+    failed=1
+  elif ((most - warm > limit_kb)); then
+    printf 'FAIL %s: %d steps, resident %d kB after the warm-up, %d kB at most (+%d kB)\n' \
+      "$what" "$steps" "$warm" "$most" $((most - warm))
+    failed=1
+  else
+    printf 'ok   %s: %d steps, resident %d kB after the warm-up, %d kB at most (+%d kB)\n' \
+      "$what" "$steps" "$warm" "$most" $((most - warm))
+  fi
+}
+
+measure "simplenet" --model simplenet --devices host:1
+measure "async, 2 workers" --model simplenet --strategy async --devices host:2
+exit $failed
