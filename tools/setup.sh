@@ -19,9 +19,11 @@ build_dir=${BUILD_DIR:-build}
 # recommends, so they are named here (headers, and clang's sanitizer runtimes).
 # libgfortran-12-dev: openblas.pc's Libs.private names -lgfortran, so linking troupe
 # statically (`pkg-config --static --libs troupe`) needs it.
+# liburcu-dev: `troupe bench mailbox` measures the mailbox against liburcu's wait-free queue.
 packages=(
   meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-dev
   libuv1-dev libjemalloc-dev libcmocka-dev libopenblas-dev libgfortran-12-dev libcjson-dev
+  liburcu-dev
 )
 
 say() { printf 'setup: %s\n' "$*" >&2; }
