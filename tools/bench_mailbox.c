@@ -214,6 +214,11 @@ static void *flow_producer(void *arg) {
   return NULL;
 }
 
+static inline struct cds_wfcq_node *wfcq_pop(flow *f) {
+  struct cds_wfcq_node *node = __cds_wfcq_dequeue_nonblocking(&f->wfcq_head, &f->wfcq_tail);
+  return node == CDS_WFCQ_WOULDBLOCK ? NULL : node;
+}
+
 /* Messages per second through one consumer, on the calling thread. */
 static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t per_producer) {
   flow *f = aligned_alloc(64, sizeof *f);
@@ -240,19 +245,23 @@ static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t p
   while (atomic_load(&f->ready) < producers) tr_cpu_relax();
   uint64_t total = per_producer * (uint64_t)producers, t0 = tr_now_ns();
   atomic_fetch_add(&f->ready, 1);
+  tr_spin spin = TR_SPIN_INIT; /* the queues' consumers wait as a pinned actor does */
   for (uint64_t n = 0; n < total; n++) {
     tr_msg *m, *released = NULL;
     if (queue == Q_MAILBOX) {
-      /* Waits as a pinned actor does. */
-      unsigned backoff = 1;
-      while ((m = tr_mailbox_pop(&f->mailbox, &released)) == NULL) tr_backoff(&backoff);
+      if ((m = tr_mailbox_pop(&f->mailbox, &released)) == NULL) {
+        tr_spin_begin(&spin);
+        do tr_spin_wait(&spin); while ((m = tr_mailbox_pop(&f->mailbox, &released)) == NULL);
+        tr_spin_found(&spin);
+      }
     } else if (queue == Q_WFCQ) {
-      /* The same wait; "would block" (a push between its two steps) waits like empty. */
-      unsigned backoff = 1;
-      struct cds_wfcq_node *node;
-      while ((node = __cds_wfcq_dequeue_nonblocking(&f->wfcq_head, &f->wfcq_tail)) == NULL ||
-             node == CDS_WFCQ_WOULDBLOCK)
-        tr_backoff(&backoff);
+      /* "Would block" (a push between its exchange and its link) waits as empty does. */
+      struct cds_wfcq_node *node = wfcq_pop(f);
+      if (node == NULL) {
+        tr_spin_begin(&spin);
+        do tr_spin_wait(&spin); while ((node = wfcq_pop(f)) == NULL);
+        tr_spin_found(&spin);
+      }
       m = &caa_container_of(node, bench_msg, wfcq)->hdr;
     } else {
       m = mq_pop_wait(&f->mq);
