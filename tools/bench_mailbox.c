@@ -289,6 +289,75 @@ static double flow_run(queue_kind queue, mem_kind mem, int producers, uint64_t p
   return (double)total / secs;
 }
 
+/* The end-to-end stream through the runtime: a thread with a pool of its own allocates and
+ * sends (tr_actor_send) to a pinned actor, whose turns receive the messages and free them. */
+/* The actor's line: the sender reads nothing of it while messages flow. */
+typedef struct sink {
+  _Alignas(64) uint64_t count, got, t_end;
+  _Atomic int started;
+} sink;
+
+static int sink_start(tr_actor *self) {
+  pin_to_cpu(0);
+  atomic_store(&((sink *)tr_actor_state(self))->started, 1);
+  return 0;
+}
+static int sink_receive(tr_actor *self, tr_msg *msg) {
+  (void)msg;
+  sink *s = tr_actor_state(self);
+  if (++s->got == s->count) {
+    s->t_end = tr_now_ns();
+    tr_system_stop(tr_actor_system(self), 0);
+  }
+  return 0;
+}
+static const tr_behaviour sink_behaviour = {
+    .name = "sink", .start = sink_start, .receive = sink_receive};
+
+typedef struct sender {
+  _Alignas(64) tr_actor *to;
+  sink *sink;
+  tr_msg_pool *pool;
+  uint64_t count, t0;
+} sender;
+
+static void *sender_main(void *arg) {
+  sender *s = arg;
+  pin_to_cpu(1);
+  tr_msg_pool_attach(s->pool);
+  while (!atomic_load(&s->sink->started)) tr_cpu_relax();
+  s->t0 = tr_now_ns();
+  for (uint64_t i = 0; i < s->count; i++) {
+    bench_msg *m = tr_msg_new(&bench_type);
+    m->seq = i;
+    tr_actor_send(s->to, m);
+  }
+  tr_msg_pool_attach(NULL);
+  return NULL;
+}
+
+static double actor_flow_run(uint64_t count) {
+  tr_system *sys;
+  TR_ASSERT(tr_system_new(&sys, &(tr_system_config){.name = "bench"}) == 0);
+  sink k = {.count = count};
+  tr_actor *a;
+  TR_ASSERT(tr_actor_spawn(sys,
+                           &(tr_actor_config){.name = "sink",
+                                              .kind = TR_ACTOR_PINNED,
+                                              .behaviour = &sink_behaviour,
+                                              .state = &k},
+                           &a) == 0);
+  sender s = {.to = a, .sink = &k, .pool = tr_msg_pool_new(), .count = count};
+  pthread_t t;
+  pthread_create(&t, NULL, sender_main, &s);
+  TR_ASSERT(tr_system_run(sys) == 0);
+  pthread_join(t, NULL);
+  tr_system_free(sys);
+  tr_msg_pool_free(s.pool); /* after the system: the actor's thread sent its frees home */
+  unpin();
+  return (double)count / ((double)(k.t_end - s.t0) / 1e9);
+}
+
 /* ---- round trips through the runtime ---------------------------------------------------- */
 
 typedef struct rtt_state {
@@ -586,7 +655,7 @@ int bench_mailbox(int argc, char **argv) {
   /* Cases alternate round by round, so that a change in the machine's load (other
    * processes, frequency) hits troupe and its reference alike; figures are medians over
    * rounds (throughput) or over every sample of every round (latency). */
-  enum { T_QMB, T_QWF, T_QMQ, T_EMB, T_EMQ, T_EJE, T_ELIBC, T_MMB, T_MMQ, NT };
+  enum { T_QMB, T_QWF, T_QMQ, T_EMB, T_EMQ, T_EACT, T_EJE, T_ELIBC, T_MMB, T_MMQ, NT };
   enum { L_SPIN, L_SPIN_RAW, L_PARK, L_PARK_RAW, L_LOOP, L_LOOP_RAW, L_LOOP_UV2, NL };
   double tput[NT][ROUNDS_MAX];
   uint64_t *lat[NL];
@@ -598,6 +667,7 @@ int bench_mailbox(int argc, char **argv) {
     tput[T_QMQ][r] = flow_run(Q_MUTEX, MEM_RECYCLED, 1, nmutex) / M;
     tput[T_EMB][r] = flow_run(Q_MAILBOX, MEM_TROUPE, 1, n) / M;
     tput[T_EMQ][r] = flow_run(Q_MUTEX, MEM_TROUPE, 1, nmutex) / M;
+    tput[T_EACT][r] = actor_flow_run(n) / M;
     tput[T_EJE][r] = HAVE_JEMALLOC ? flow_run(Q_MAILBOX, MEM_JEMALLOC, 1, n) / M : 0;
     tput[T_ELIBC][r] = flow_run(Q_MAILBOX, MEM_LIBC, 1, n) / M;
     tput[T_MMB][r] = flow_run(Q_MAILBOX, MEM_TROUPE, 2, n / 2) / M;
@@ -613,6 +683,7 @@ int bench_mailbox(int argc, char **argv) {
   double q_mb = median(tput[T_QMB], rounds), q_wf = median(tput[T_QWF], rounds),
          q_mq = median(tput[T_QMQ], rounds);
   double e_mb = median(tput[T_EMB], rounds), e_mq = median(tput[T_EMQ], rounds);
+  double e_act = median(tput[T_EACT], rounds);
   double e_libc = median(tput[T_ELIBC], rounds);
 #ifdef TR_USE_JEMALLOC
   double e_je = median(tput[T_EJE], rounds);
@@ -632,6 +703,8 @@ int bench_mailbox(int argc, char **argv) {
        "≥ 0.8× wfcqueue", q_mb >= 0.8 * q_wf},
       {"queue 1→1, mutex queue", q_mq, "M msg/s", "troupe's queue", q_mb, "(reference)", true},
       {"end to end 1→1, alloc+free", e_mb, "M msg/s", "mutex queue", e_mq, "≥ 30 M/s", e_mb >= 30},
+      {"end to end 1→1, to a pinned actor", e_act, "M msg/s", "the same, queue only", e_mb,
+       "≥ 30 M/s", e_act >= 30},
 #ifdef TR_USE_JEMALLOC
       {"end to end 1→1, jemalloc alone", e_je, "M msg/s", "troupe's messages", e_mb,
        "(allocator choice)", true},
