@@ -69,45 +69,50 @@ static void *watch(void *arg) {
   return NULL;
 }
 
+static tr_actor *spawn_pinned(tr_system *sys, const char *name, const tr_behaviour *b,
+                              void *state, int spin_us) {
+  tr_actor *a;
+  assert_int_equal(tr_actor_spawn(sys,
+                                  &(tr_actor_config){.name = name,
+                                                     .kind = TR_ACTOR_PINNED,
+                                                     .behaviour = b,
+                                                     .state = state,
+                                                     .spin_us = spin_us},
+                                  &a),
+                   0);
+  return a;
+}
+
+/* Runs `sys` while a watchdog looks at `progress`; fails the test if it stalled. */
+static void run_watched(tr_system *sys, _Atomic uint64_t *progress, uint64_t expect,
+                        const char *what) {
+  watchdog w = {sys, progress, 0, 0};
+  pthread_t wt;
+  assert_int_equal(pthread_create(&wt, NULL, watch, &w), 0);
+  int rc = tr_system_run(sys);
+  atomic_store(&w.done, 1);
+  pthread_join(wt, NULL);
+  if (w.stalled) fail_msg("no progress for 5 s after %llu of %llu %s: lost wake-up",
+                          (unsigned long long)atomic_load(progress),
+                          (unsigned long long)expect, what);
+  assert_int_equal(rc, 0);
+  assert_int_equal(atomic_load(progress), expect);
+}
+
 static void ping_pong(uint64_t rounds, int spin_us, unsigned max_delay_spins) {
   tr_system *sys;
   assert_int_equal(tr_system_new(&sys, NULL), 0);
   _Atomic uint64_t progress = 0;
   player pa = {NULL, rounds, 0x9E3779B97F4A7C15ULL, max_delay_spins, &progress};
   player pb = {NULL, rounds, 0xD1B54A32D192ED03ULL, max_delay_spins, &progress};
-  tr_actor *a, *b;
-  assert_int_equal(tr_actor_spawn(sys,
-                                  &(tr_actor_config){.name = "ping",
-                                                     .kind = TR_ACTOR_PINNED,
-                                                     .behaviour = &player_behaviour,
-                                                     .state = &pa,
-                                                     .spin_us = spin_us},
-                                  &a),
-                   0);
-  assert_int_equal(tr_actor_spawn(sys,
-                                  &(tr_actor_config){.name = "pong",
-                                                     .kind = TR_ACTOR_PINNED,
-                                                     .behaviour = &player_behaviour,
-                                                     .state = &pb,
-                                                     .spin_us = spin_us},
-                                  &b),
-                   0);
+  tr_actor *a = spawn_pinned(sys, "ping", &player_behaviour, &pa, spin_us);
+  tr_actor *b = spawn_pinned(sys, "pong", &player_behaviour, &pb, spin_us);
   pa.peer = b;
   pb.peer = a;
   ball *first = tr_msg_new(&ball_type);
   first->n = 0;
   tr_actor_send(a, first);
-
-  watchdog w = {sys, &progress, 0, 0};
-  pthread_t wt;
-  assert_int_equal(pthread_create(&wt, NULL, watch, &w), 0);
-  int rc = tr_system_run(sys);
-  atomic_store(&w.done, 1);
-  pthread_join(wt, NULL);
-  if (w.stalled) fail_msg("no progress for 5 s after %llu exchanges: lost wake-up",
-                          (unsigned long long)atomic_load(&progress));
-  assert_int_equal(rc, 0);
-  assert_int_equal(atomic_load(&progress), rounds);
+  run_watched(sys, &progress, rounds, "exchanges");
   tr_system_free(sys);
 }
 
@@ -189,29 +194,13 @@ static void stream_bursts(uint64_t total, int spin_us) {
   assert_int_equal(tr_system_new(&sys, NULL), 0);
   _Atomic uint64_t progress = 0;
   counter c = {total, &progress};
-  tr_actor *a;
-  assert_int_equal(tr_actor_spawn(sys,
-                                  &(tr_actor_config){.name = "counter",
-                                                     .kind = TR_ACTOR_PINNED,
-                                                     .behaviour = &counter_behaviour,
-                                                     .state = &c,
-                                                     .spin_us = spin_us},
-                                  &a),
-                   0);
-  bursts b = {a, total, 0x243F6A8885A308D3ULL};
-  pthread_t st, wt;
+  bursts b = {spawn_pinned(sys, "counter", &counter_behaviour, &c, spin_us), total,
+              0x243F6A8885A308D3ULL};
+  pthread_t st;
   assert_int_equal(pthread_create(&st, NULL, send_bursts, &b), 0);
-  watchdog w = {sys, &progress, 0, 0};
-  assert_int_equal(pthread_create(&wt, NULL, watch, &w), 0);
-  int rc = tr_system_run(sys);
-  atomic_store(&w.done, 1);
-  pthread_join(wt, NULL);
+  run_watched(sys, &progress, total, "messages");
   void *pool;
   pthread_join(st, &pool);
-  if (w.stalled) fail_msg("no progress for 5 s after %llu of %llu messages: lost wake-up",
-                          (unsigned long long)atomic_load(&progress), (unsigned long long)total);
-  assert_int_equal(rc, 0);
-  assert_int_equal(atomic_load(&progress), total);
   tr_system_free(sys);
   tr_msg_pool_free(pool);
 }
