@@ -106,7 +106,7 @@ typedef struct tr_spin {
   unsigned looks;  /* in this idle period */
 } tr_spin;
 
-enum { TR_SPIN_GAP_MAX = 1024, TR_SPIN_STEP_MAX = 8 }; /* pauses: ~20 µs and ~0.2 µs */
+enum { TR_SPIN_GAP_MAX = 1024, TR_SPIN_STEP_MAX = 8 }; /* pauses, ~25 ns each here */
 #define TR_SPIN_INIT ((tr_spin){.gap = 1})
 
 static inline void tr_spin_begin(tr_spin *s) {
