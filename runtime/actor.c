@@ -148,15 +148,18 @@ int tr__actor_turn(tr_actor *a) {
   return n;
 }
 
-static void pinned_idle(tr_actor *a) {
+static void pinned_idle(tr_actor *a, tr_spin *spin) {
   if (a->spin_us != TR_SPIN_NONE) {
     uint64_t deadline = a->spin_us == TR_SPIN_FOREVER ? UINT64_MAX
                                                       : tr_now_ns() + (uint64_t)a->spin_us * 1000;
-    unsigned backoff = 1;
-    for (unsigned i = 1;; i++) {
-      if (!tr_mailbox_empty(&a->ctl) || !tr_mailbox_empty(&a->data)) return;
-      tr_backoff(&backoff);
-      if ((i & 15) == 0 && tr_now_ns() > deadline) break;
+    tr_spin_begin(spin);
+    for (;;) {
+      tr_spin_wait(spin);
+      if (!tr_mailbox_empty(&a->ctl) || !tr_mailbox_empty(&a->data)) {
+        tr_spin_found(spin);
+        return;
+      }
+      if ((spin->looks & 15) == 0 && tr_now_ns() > deadline) break;
     }
   }
   tr_msg_pool_flush(); /* what it holds for other threads must not sleep with it */
@@ -177,10 +180,11 @@ void *tr__pinned_main(void *arg) {
   tr__trace_thread(a->trace, a->name); /* before anything it handles: NVTX names the row */
   tr_msg_pool_attach(a->pool);
 
+  tr_spin spin = TR_SPIN_INIT;
   for (;;) {
     int n = tr__actor_turn(a);
     if (n < 0) break;
-    if (n == 0) pinned_idle(a);
+    if (n == 0) pinned_idle(a, &spin);
   }
 
   tr_msg_pool_attach(NULL);

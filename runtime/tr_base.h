@@ -84,12 +84,46 @@ static inline void tr_cpu_relax(void) {
 #endif
 }
 
-/* One step of a spin-wait on a line another thread will write: pause `*backoff` times, then
- * double it, up to 8 pauses. A waiter that polls such a line flat out steals it from the
- * writer on every poll and slows the writer more than it gains in latency. Start at 1. */
-static inline void tr_backoff(unsigned *backoff) {
-  for (unsigned k = 0; k < *backoff; k++) tr_cpu_relax();
-  if (*backoff < 8) *backoff *= 2;
+/* A consumer's spin-wait on a queue that another thread fills. Each look reads the line the
+ * producer writes next and takes it from the producer, so a consumer that keeps up with a
+ * stream slows it down more than it gains: it should look seldom then, and let messages
+ * pile up. A message that comes alone (a round trip) wants the opposite. The wait learns
+ * which it is: an idle period starts with `gap` pauses before its first look; when that look
+ * finds a message, messages stream and the next gap is twice as long (up to
+ * TR_SPIN_GAP_MAX); when it finds none, gap drops to one pause and the next looks come
+ * after 1, 2, 4, then every 8 pauses. The state is the consumer's, kept across periods:
+ *
+ *   tr_spin spin = TR_SPIN_INIT;
+ *   ...
+ *   if ((m = pop(q)) == NULL) {               // empty: an idle period
+ *     tr_spin_begin(&spin);
+ *     do tr_spin_wait(&spin); while ((m = pop(q)) == NULL);
+ *     tr_spin_found(&spin);
+ *   }
+ */
+typedef struct tr_spin {
+  unsigned gap;    /* pauses before an idle period's first look */
+  unsigned pauses; /* before the next look */
+  unsigned looks;  /* in this idle period */
+} tr_spin;
+
+enum { TR_SPIN_GAP_MAX = 1024, TR_SPIN_STEP_MAX = 8 }; /* pauses, ~25 ns each here */
+#define TR_SPIN_INIT ((tr_spin){.gap = 1})
+
+static inline void tr_spin_begin(tr_spin *s) {
+  s->pauses = s->gap;
+  s->looks = 0;
+}
+
+static inline void tr_spin_wait(tr_spin *s) {
+  if (s->looks++ == 1) s->gap = 1; /* the first look found nothing: no stream */
+  for (unsigned k = 0; k < s->pauses; k++) tr_cpu_relax();
+  s->pauses = s->looks == 1 ? 1 : s->pauses < TR_SPIN_STEP_MAX ? 2 * s->pauses : s->pauses;
+}
+
+/* The look after the last tr_spin_wait found a message. */
+static inline void tr_spin_found(tr_spin *s) {
+  if (s->looks == 1 && s->gap < TR_SPIN_GAP_MAX) s->gap *= 2;
 }
 
 #define TR_CACHE_LINE 64

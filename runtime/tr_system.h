@@ -92,7 +92,9 @@ typedef struct tr_behaviour {
 } tr_behaviour;
 
 /* How long a pinned actor spins on an empty mailbox before it parks: a number of µs, or 0
- * for the system's default, or one of these. */
+ * for the system's default, or one of these. While messages stream in, it waits longer
+ * between looks (up to ~25 µs, see tr_spin), so a shorter spin may run that long once, when
+ * the stream ends. */
 #define TR_SPIN_NONE (-1)    /* park at once */
 #define TR_SPIN_FOREVER (-2) /* never park: lowest latency, burns a core */
 

@@ -20,11 +20,12 @@ build_dir=${BUILD_DIR:-build}
 # libgfortran-12-dev: openblas.pc's Libs.private names -lgfortran, so linking troupe
 # statically (`pkg-config --static --libs troupe`) needs it. Open MPI: jobs across processes
 # (`mpirun -np N troupe train ...`) and their tests. libxml2-utils: xmllint, with which the
-# test of `troupe timeline` reads its SVG back (the test skips without it).
+# test of `troupe timeline` reads its SVG back (the test skips without it). liburcu-dev:
+# `troupe bench mailbox` measures the mailbox against liburcu's wait-free queue.
 packages=(
   meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-dev
   libuv1-dev libjemalloc-dev libcmocka-dev libopenblas-dev libgfortran-12-dev libcjson-dev
-  openmpi-bin libopenmpi-dev libxml2-utils
+  openmpi-bin libopenmpi-dev libxml2-utils liburcu-dev
 )
 
 say() { printf 'setup: %s\n' "$*" >&2; }
