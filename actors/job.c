@@ -143,7 +143,7 @@ static int check_zero(const tr_job_config *c, char *err, size_t n) {
                      "and hybrid", c->zero);
   if (c->layout.replicas < 2)
     return tr_errorf(err, n, TR_EINVAL, "zero %d: ZeRO shards the optimizer state across "
-                     "data-parallel replicas (dp, hybrid), and this job has %d",
+                     "data-parallel replicas (dp, hybrid); this job has %d replica",
                      c->zero, c->layout.replicas);
   return 0;
 }
