@@ -1,6 +1,7 @@
-/* checkpoint_io.c — the model's parameters and optimizer state, gathered from its stages,
- * to a safetensors checkpoint with the step and the run's configuration in its metadata;
- * and each stage's share back from one.
+/* checkpoint_io.c — the model's parameters and optimizer state, gathered from its stages
+ * (and under ZeRO from the shards of every replica), to a safetensors checkpoint with the
+ * step and the run's configuration in its metadata; and each stage's share (or shard) back
+ * from one. A checkpoint always holds the whole state, so it resumes into any layout.
  *
  * Tensors keep the model's names ("0.weight"); optimizer state is stored under the same
  * names with a prefix ("momentum.0.weight", "adam_m.0.weight", "adam_v.0.weight"), so that
@@ -68,19 +69,23 @@ static int read_tensor(void *ctx, const char *name, int ndim, const int64_t *sha
   return tr_checkpoint_read(ctx, name, TR_DTYPE_F32, ndim, shape, data);
 }
 
-/* A part shaped like the stage, with zeroed host buffers (padding stays 0). */
-static int part_for(tr_stage *st, tr__part *p) {
-  const tr_stage_info *info = tr_stage_get_info(st);
-  *p = (tr__part){.first = info->first,
-                  .end = info->end,
-                  .offset = info->offset,
-                  .numel = info->numel,
-                  .state_numel = info->state_numel};
-  p->params = calloc(info->numel ? info->numel : 1, sizeof *p->params);
-  p->state = calloc(info->state_numel ? info->state_numel : 1, sizeof *p->state);
-  if (p->params && p->state) return 0;
+/* A part of layers [first, end) at `offset`, `numel` elements, holding optimizer state of
+ * `copies` × elements [so, so + sn), with zeroed host buffers (padding stays 0). */
+static int part_new(tr__part *p, const tr_stage_info *info, int copies, size_t so, size_t sn,
+                    bool params) {
+  *p = (tr__part){.first = info->first, .end = info->end, .offset = info->offset,
+                  .numel = info->numel, .shard_offset = so, .shard_numel = sn,
+                  .state_numel = (size_t)copies * sn};
+  p->params = params ? calloc(info->numel ? info->numel : 1, sizeof *p->params) : NULL;
+  p->state = calloc(p->state_numel ? p->state_numel : 1, sizeof *p->state);
+  if ((p->params || !params) && p->state) return 0;
   tr__part_free(p);
   return TR_ENOMEM;
+}
+
+static int copies_of(tr_optim_kind kind) {
+  const char *prefix[2];
+  return state_prefixes(kind, prefix);
 }
 
 void tr__part_free(tr__part *p) {
@@ -89,14 +94,41 @@ void tr__part_free(tr__part *p) {
   p->params = p->state = NULL;
 }
 
-int tr__stage_snapshot(tr_stage *st, tr__part *p) {
-  int rc = part_for(st, p);
+int tr__stage_snapshot(tr_stage *st, tr__part *p, bool params) {
+  const tr_stage_info *info = tr_stage_get_info(st);
+  int rc = part_new(p, info, copies_of(tr_stage_optim(st)->kind), info->shard_offset,
+                    info->shard_numel, params);
   if (rc) return rc;
-  if ((rc = tr_stage_download(st, TR_STAGE_PARAMS, p->params)) ||
+  if ((params && (rc = tr_stage_download(st, TR_STAGE_PARAMS, p->params))) ||
       (p->state_numel && (rc = tr_stage_download(st, TR_STAGE_OPT_STATE, p->state))) ||
       (rc = tr_stream_synchronize(tr_stage_stream(st))))
     tr__part_free(p);
   return rc;
+}
+
+int tr__part_merge(tr__part *whole, tr__part *part, tr_optim_kind kind) {
+  const int copies = copies_of(kind);
+  const size_t n = part->numel;
+  if (!whole->params && !whole->state) {
+    if (part->params && part->shard_offset == 0 && part->shard_numel == n) {
+      *whole = *part; /* the whole stage in one part: taken over */
+      part->params = part->state = NULL;
+      return 0;
+    }
+    const tr_stage_info shape = {.first = part->first, .end = part->end,
+                                 .offset = part->offset, .numel = n};
+    int rc = part_new(whole, &shape, copies, 0, n, true);
+    if (rc) return rc;
+  }
+  TR_ASSERT(whole->first == part->first && whole->numel == n &&
+            part->shard_offset + part->shard_numel <= n &&
+            part->state_numel == (size_t)copies * part->shard_numel);
+  if (part->params) memcpy(whole->params, part->params, n * sizeof *whole->params);
+  for (int k = 0; k < copies; k++) /* state: copy k of the shard, at its place in copy k */
+    memcpy(whole->state + (size_t)k * n + part->shard_offset,
+           part->state + (size_t)k * part->shard_numel, part->shard_numel * sizeof(float));
+  tr__part_free(part);
+  return 0;
 }
 
 int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
@@ -196,6 +228,14 @@ int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
   return rc;
 }
 
+/* The stage's shard of the whole state of p, in place: copy k of it to k × shard_numel. */
+static void keep_shard(tr__part *p, const tr_stage_info *info, int copies) {
+  for (int k = 0; k < copies; k++)
+    memmove(p->state + (size_t)k * info->shard_numel,
+            p->state + (size_t)k * p->numel + info->shard_offset,
+            info->shard_numel * sizeof *p->state);
+}
+
 void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,
                                 const char *strategy, char *buf, size_t n) {
   uint64_t was_batch = batch, rng[2] = {seed, 0};
@@ -223,19 +263,23 @@ int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t er
   tr__part p = {0};
   uint64_t step;
   const tr_optim_kind kind = tr_stage_optim(st)->kind;
-  if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) || (rc = part_for(st, &p)) ||
+  const int copies = copies_of(kind);
+  if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) ||
+      (rc = part_new(&p, info, copies, 0, info->numel, true)) ||
       (rc = each_tensor(tr_stage_model(st), kind, &p, 1, read_tensor, ck))) {
     if (rc == TR_ENOMEM)
       snprintf(err, err_size, "resuming the stage: out of memory (%zu bytes asked for)",
-               (info->numel + info->state_numel) * sizeof(float));
+               (size_t)(1 + copies) * info->numel * sizeof(float));
     else
       snprintf(err, err_size, "%s", tr_checkpoint_error(ck));
-  } else if ((rc = tr_stage_upload(st, TR_STAGE_PARAMS, p.params)) ||
-             (info->state_numel && (rc = tr_stage_upload(st, TR_STAGE_OPT_STATE, p.state))) ||
-             (rc = tr_stream_synchronize(tr_stage_stream(st)))) {
-    snprintf(err, err_size, "copying a checkpoint to the device: %s", tr_stage_error(st));
   } else {
-    tr_stage_set_step_count(st, (int64_t)step);
+    keep_shard(&p, info, copies);
+    if ((rc = tr_stage_upload(st, TR_STAGE_PARAMS, p.params)) ||
+        (info->state_numel && (rc = tr_stage_upload(st, TR_STAGE_OPT_STATE, p.state))) ||
+        (rc = tr_stream_synchronize(tr_stage_stream(st))))
+      snprintf(err, err_size, "copying a checkpoint to the device: %s", tr_stage_error(st));
+    else
+      tr_stage_set_step_count(st, (int64_t)step);
   }
   tr_checkpoint_close(ck);
   tr__part_free(&p);

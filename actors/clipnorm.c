@@ -12,26 +12,27 @@ struct tr__clip {
   tr_actor *self;
   tr_stage *st;
   tr_device *dev;
-  int P, me, phase;
-  tr_edge **out, **in; /* [P] */
+  int n, me, phase;
+  tr_edge **out, **in; /* [n] */
   float *host, *dev_sumsq; /* host[0]: this stage's share, host[1]: the global sum */
   tr_event *ev;
-  double part[2][TR__MAX_STAGES]; /* per step parity: each stage's share */
+  double part[2][TR_TRAIN_MAX_DEVICES]; /* per step parity: each one's share */
   int got[2];
 };
 
-tr__clip *tr__clip_new(int stages, int me, tr_edge *const *out, tr_edge *const *in) {
+tr__clip *tr__clip_new(int n, int me, tr_edge *const *out, tr_edge *const *in) {
+  TR_ASSERT(n >= 1 && n <= TR_TRAIN_MAX_DEVICES && me >= 0 && me < n);
   tr__clip *c = calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  c->P = stages;
+  c->n = n;
   c->me = me;
-  c->out = malloc((size_t)stages * sizeof *c->out);
-  c->in = malloc((size_t)stages * sizeof *c->in);
+  c->out = malloc((size_t)n * sizeof *c->out);
+  c->in = malloc((size_t)n * sizeof *c->in);
   if (!c->out || !c->in) {
     tr__clip_free(c);
     return NULL;
   }
-  for (int s = 0; s < stages; s++) {
+  for (int s = 0; s < n; s++) {
     c->out[s] = out ? out[s] : NULL;
     c->in[s] = in ? in[s] : NULL;
   }
@@ -55,8 +56,8 @@ int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *st) {
 }
 
 int tr__clip_receive(tr__clip *c, const tr__norm_msg *m) {
-  tr_edge_release(c->in[m->stage], 1);
-  c->part[m->step & 1][m->stage] = m->sumsq;
+  tr_edge_release(c->in[m->from], 1);
+  c->part[m->step & 1][m->from] = m->sumsq;
   c->got[m->step & 1]++;
   return 0;
 }
@@ -75,10 +76,10 @@ int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm
     const int q = tr_event_query(c->ev);
     if (q < 0) return fail(c);
     if (q == 0) return 0;
-    for (int t = 0; t < c->P; t++) {
+    for (int t = 0; t < c->n; t++) {
       if (t == c->me) continue;
       tr__norm_msg *n = tr_msg_new(&tr__norm_type);
-      n->stage = c->me;
+      n->from = c->me;
       n->step = step;
       n->sumsq = c->host[0];
       int rc = tr_edge_send_control(c->out[t], n);
@@ -88,12 +89,12 @@ int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm
     c->got[par]++;
     c->phase = GATHERING;
   }
-  if (c->got[par] < c->P) return 0;
-  double total = 0; /* in stage order: every stage adds the same numbers alike */
-  for (int t = 0; t < c->P; t++) total += c->part[par][t];
+  if (c->got[par] < c->n) return 0;
+  double total = 0; /* in order: every one adds the same numbers alike */
+  for (int t = 0; t < c->n; t++) total += c->part[par][t];
   c->got[par] = 0;
   c->host[1] = (float)total; /* one stage: the device holds this number already */
-  if (c->P > 1 && tr_memcpy(s, c->dev_sumsq, &c->host[1], sizeof(float), TR_COPY_H2D))
+  if (c->n > 1 && tr_memcpy(s, c->dev_sumsq, &c->host[1], sizeof(float), TR_COPY_H2D))
     return fail(c);
   c->phase = IDLE;
   *sumsq = c->dev_sumsq;

@@ -1,10 +1,12 @@
-/* clipnorm.h — the gradients' global norm before each update, across the stages of a
- * replica: every stage adds its share of the squared gradients and tells the others, and
- * each sums the shares in stage order (the same number on every stage). Clipping scales by
- * min(1, clip / norm), and a norm that is not finite stops the run or skips the update on
- * every stage alike. Replicas need no exchange: after the all-reduce their gradients, and
- * so their norms, are equal. A stage whose norm is its own (no clipping across stages, no
- * skipping to agree on) has a norm of one stage: tr__clip_new(1, 0, ...).
+/* clipnorm.h — the gradients' global norm before each update: every participant adds its
+ * share of the squared gradients and tells the others, and each sums the shares in order
+ * (the same number on every one). Clipping scales by min(1, clip / norm), and a norm that is
+ * not finite stops the run or skips the update everywhere alike. The participants are the
+ * stages of a replica: replicas need no exchange, since after the all-reduce their
+ * gradients, and so their norms, are equal. Sharded (ZeRO), a replica's stage holds the sum
+ * of its shard alone, so the exchange is among every stage of every replica, each adding its
+ * shard's share (tr_stage_grad_sumsq). A stage whose norm is its own (no clipping across
+ * stages, no skipping to agree on) is one participant: tr__clip_new(1, 0, NULL, NULL).
  *
  *   rc = tr__clip_global(c, step, &sumsq, &norm2); // 0: not yet (device work or other
  *                                                  // stages' shares pending), 1: sumsq on
@@ -22,16 +24,17 @@ typedef struct tr__clip tr__clip;
 
 typedef struct tr__norm_msg {
   tr_msg hdr;
-  int stage;
+  int from; /* the sender's number in the exchange */
   int64_t step;
   double sumsq;
 } tr__norm_msg;
 extern const tr_msgtype tr__norm_type;
 
-/* Stage `me` of `stages`; out[s], in[s]: the edges to and from stage s (NULL for me; NULL
- * arrays for one stage). Each carries at most two steps' shares: its credits. */
+/* Number `me` of `n` in the exchange (at most TR_TRAIN_MAX_DEVICES); out[s], in[s]: the
+ * edges to and from number s (NULL for me; NULL arrays for one). Each carries at most two
+ * steps' shares: its credits. */
 enum { TR__CLIP_CREDITS = 2 };
-tr__clip *tr__clip_new(int stages, int me, tr_edge *const *out, tr_edge *const *in);
+tr__clip *tr__clip_new(int n, int me, tr_edge *const *out, tr_edge *const *in);
 int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *st);
 int tr__clip_receive(tr__clip *c, const tr__norm_msg *m);
 int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm2);

@@ -162,20 +162,23 @@ static tr_msg *tensor_get(const tr__codec *c, const uint8_t *in, size_t n) {
 
 /* ---- a checkpoint part and the final figures: arrays the coordinator takes over ------------ */
 
+/* A shard of the optimizer state (ZeRO) may come without the parameters. */
+static layout part_layout(const tr__part *p) {
+  const size_t bytes[2] = {p->params ? floats(p->numel) : 0, floats(p->state_numel)};
+  return lay(sizeof(tr__part_msg), bytes, 2);
+}
+
 static size_t part_size(const tr__codec *c, const tr_msg *m) {
   (void)c;
-  const tr__part *p = &((const tr__part_msg *)m)->part;
-  const size_t bytes[2] = {floats(p->numel), floats(p->state_numel)};
-  return lay(sizeof(tr__part_msg), bytes, 2).total;
+  return part_layout(&((const tr__part_msg *)m)->part).total;
 }
 
 static void part_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
   (void)c;
   const tr__part *p = &((const tr__part_msg *)m)->part;
-  const size_t bytes[2] = {floats(p->numel), floats(p->state_numel)};
-  const layout l = lay(sizeof(tr__part_msg), bytes, 2);
+  const layout l = part_layout(p);
   put_struct(m, out);
-  memcpy(out + l.at[0], p->params, l.bytes[0]);
+  if (l.bytes[0]) memcpy(out + l.at[0], p->params, l.bytes[0]);
   if (l.bytes[1]) memcpy(out + l.at[1], p->state, l.bytes[1]);
 }
 
@@ -190,14 +193,14 @@ static tr_msg *part_get(const tr__codec *c, const uint8_t *in, size_t n) {
   tr__part_msg *pm = (tr__part_msg *)get_struct(c->type, in, n, sizeof *pm - sizeof(tr_msg));
   if (pm == NULL) return NULL;
   tr__part *p = &pm->part;
-  const size_t bytes[2] = {floats(p->numel), floats(p->state_numel)};
-  const layout l = lay(sizeof *pm, bytes, 2);
+  const layout l = part_layout(p); /* params: the sender's pointer, or NULL */
+  const bool params = p->params != NULL;
   p->params = p->state = NULL;
-  if (l.total <= n) {
-    p->params = copy_out(in, l.at[0], l.bytes[0]);
+  if (l.total <= n && p->shard_offset <= p->numel && p->shard_numel <= p->numel - p->shard_offset) {
+    p->params = params ? copy_out(in, l.at[0], l.bytes[0]) : NULL;
     p->state = copy_out(in, l.at[1], l.bytes[1]);
   }
-  if (!p->params || !p->state) {
+  if ((params && !p->params) || !p->state) {
     tr__part_free(p);
     tr_msg_free(pm);
     return NULL;

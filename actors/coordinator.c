@@ -263,19 +263,23 @@ static void show_progress(coordinator *c) {
 
 /* ---- checkpoints ---------------------------------------------------------------------------- */
 
+/* Each stage of replica 0 sends its part; under ZeRO every replica's stage sends its shard
+ * of the optimizer state too, and the stage's part is whole once all have come. */
 static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
-  const int P = c->run->c.layout.stages;
+  const tr_job_config *jc = &c->run->c;
+  const int P = jc->layout.stages, parts = P * (jc->zero ? jc->layout.replicas : 1);
   pending *slot = NULL;
   for (int i = 0; i < PENDING && !slot; i++)
     if (c->ck[i].step == p->step) slot = &c->ck[i];
   for (int i = 0; i < PENDING && !slot; i++)
     if (c->ck[i].step < 0) slot = &c->ck[i], slot->step = p->step;
   TR_ASSERT(slot != NULL);
-  slot->parts[p->stage] = p->part;
-  p->part.params = p->part.state = NULL; /* the slot owns them now */
-  if (++slot->got < P) return 0;
+  int rc = tr__part_merge(&slot->parts[p->stage], &p->part, jc->optim.kind);
+  if (rc) return tr_actor_fail(self, rc, "assembling the checkpoint of step %lld: out of memory",
+                               (long long)p->step);
+  if (++slot->got < parts) return 0;
   char err[512];
-  int rc = tr__checkpoint_write(c->run, slot->step, slot->parts, P, err, sizeof err);
+  rc = tr__checkpoint_write(c->run, slot->step, slot->parts, P, err, sizeof err);
   for (int s = 0; s < P; s++) tr__part_free(&slot->parts[s]);
   slot->step = -1;
   slot->got = 0;
@@ -331,6 +335,7 @@ static void record_result(coordinator *c) {
   r->replicas = R;
   r->stages = P;
   r->microbatches = jc->layout.microbatches;
+  r->zero = jc->zero;
   r->ndevices = n;
   r->ranks = tr_world_size(tr__graph_world(run->g));
   memcpy(r->cuts, run->cuts, (size_t)(P + 1) * sizeof *run->cuts);
@@ -373,6 +378,12 @@ static void record_result(coordinator *c) {
     r->utilization[i] = window > 0 ? (double)c->dones[i].busy_ns / window : NAN;
     r->peak_microbatches[i] = c->dones[i].peak_microbatches;
     busy += (double)c->dones[i].busy_ns;
+    const tr_memory_figures *d = &c->dones[i].memory;
+    tr_memory_figures *replica = &r->memory.replicas[i / P];
+    r->memory.devices[i] = *d;
+    replica->params += d->params;
+    replica->grads += d->grads;
+    replica->optimizer_state += d->optimizer_state;
   }
   if (P > 1) {
     r->bubble_fraction = window > 0 ? 1 - busy / (n * window) : NAN;

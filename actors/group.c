@@ -1,4 +1,5 @@
-/* group.c — the replica group's bucketed all-reduce (group.h). */
+/* group.c — the replica group's bucketed all-reduce, or reduce-scatter and all-gather when
+ * the optimizer is sharded (group.h). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,10 @@ typedef struct group_step {
   tr_event **final_ev; /* [bucket]: across ranks, the leader's once the whole sum is written */
   int nfinal, next_cross;
   tr_event **own_ready, **own_reduced, **own_final; /* [bucket]: this member's */
+  /* sharded */
+  tr_event *updated, *own_gathered; /* this member's: its update issued, its shard written */
+  tr_event **gathered;              /* [member]: theirs */
+  int ngathered;
 } group_step;
 
 struct tr__group {
@@ -36,7 +41,10 @@ struct tr__group {
   tr_edge **out, **in;    /* [n] */
   tr_device **devs;       /* [n] */
   float **grads;          /* [n]: their gradient allocations, as their messages say */
+  float **params;         /* [n]: their parameter allocations, likewise */
   bucket *buckets;
+  bool sharded;           /* ZeRO stage 1: member r updates shard r alone */
+  size_t shard_lo, shard_hi; /* this member's, of the stage's elements */
   group_step gs[2];
   float *scratch; /* chunks staged from members this device cannot read directly */
   bool direct;    /* every member's memory is readable here */
@@ -79,7 +87,7 @@ void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed
 }
 
 tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
-                         tr_device *const *devs) {
+                         tr_device *const *devs, bool sharded) {
   tr__group *g = calloc(1, sizeof *g);
   if (g == NULL) return NULL;
   g->n = n;
@@ -88,7 +96,8 @@ tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
   g->in = malloc((size_t)n * sizeof *g->in);
   g->devs = malloc((size_t)n * sizeof *g->devs);
   g->grads = calloc((size_t)n, sizeof *g->grads);
-  if (!g->out || !g->in || !g->devs || !g->grads) {
+  g->params = calloc((size_t)n, sizeof *g->params);
+  if (!g->out || !g->in || !g->devs || !g->grads || !g->params) {
     tr__group_free(g);
     return NULL;
   }
@@ -96,7 +105,12 @@ tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
   memcpy(g->in, in, (size_t)n * sizeof *in);
   memcpy(g->devs, devs, (size_t)n * sizeof *devs);
   g->cross = -1;
+  g->sharded = sharded && n > 1;
   return g;
+}
+
+tr_stage_shard tr__group_shard(const tr__group *g) {
+  return g->sharded ? (tr_stage_shard){.count = g->n, .index = g->me} : (tr_stage_shard){0};
 }
 
 static int fail(tr__group *g, const char *what) {
@@ -114,6 +128,8 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
   if (g->buckets == NULL) return TR_ENOMEM;
   g->nb = plan(tr_stage_model(st), info->first, info->end, g->buckets);
   const int n = g->n, nb = g->nb;
+  g->shard_lo = info->shard_offset;
+  g->shard_hi = info->shard_offset + info->shard_numel;
   size_t largest = 0;
   for (int b = 0; b < nb; b++)
     if (g->buckets[b].hi - g->buckets[b].lo > largest) largest = g->buckets[b].hi - g->buckets[b].lo;
@@ -127,9 +143,13 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
     s->own_final = calloc((size_t)nb, sizeof *s->own_final);
     s->reduced_n = calloc((size_t)nb, sizeof *s->reduced_n);
     s->final_ev = calloc((size_t)nb, sizeof *s->final_ev);
+    s->gathered = calloc((size_t)n, sizeof *s->gathered);
     if (!s->ready || !s->peer_ev || !s->reduced || !s->own_ready || !s->own_reduced ||
-        !s->own_final || !s->reduced_n || !s->final_ev)
+        !s->own_final || !s->reduced_n || !s->final_ev || !s->gathered)
       return TR_ENOMEM;
+    if (g->sharded && (tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->updated) ||
+                       tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_gathered)))
+      return fail(g, "opening events");
     for (int b = 0; b < nb; b++)
       if (tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_ready[b]) ||
           tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_reduced[b]) ||
@@ -151,23 +171,31 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
   return 0;
 }
 
-static void chunk_of(const tr__group *g, int b, int c, size_t *lo, size_t *hi) {
+/* This member's chunk of bucket b: its share of n (64-byte aligned), or sharded, the part in
+ * its shard (maybe none). */
+static void own_chunk(const tr__group *g, int b, size_t *lo, size_t *hi) {
   const bucket *bk = &g->buckets[b];
+  if (g->sharded) {
+    *lo = bk->lo > g->shard_lo ? bk->lo : g->shard_lo;
+    *hi = bk->hi < g->shard_hi ? bk->hi : g->shard_hi;
+    if (*hi < *lo) *hi = *lo;
+    return;
+  }
   size_t len = bk->hi - bk->lo, per = ((len + (size_t)g->n - 1) / (size_t)g->n + 15) & ~(size_t)15;
-  size_t from = (size_t)c * per < len ? (size_t)c * per : len;
+  size_t from = (size_t)g->me * per < len ? (size_t)g->me * per : len;
   size_t to = from + per < len ? from + per : len;
   *lo = bk->lo + from;
   *hi = bk->lo + to;
 }
 
-static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced, bool final);
+static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_news news);
 
 /* Every member's bucket b is final: sum this member's chunk over them, in member order,
- * and write the sum into every member's gradients. */
+ * and write the sum into every member's gradients (sharded: only its own needs it). */
 static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
   const uint64_t t0 = tr__busy_start(g->busy, g->self, step, "allreduce", b);
   size_t lo, hi;
-  chunk_of(g, b, g->me, &lo, &hi);
+  own_chunk(g, b, &lo, &hi);
   const size_t n = hi - lo;
   float *mine = tr_stage_grads(g->st) + lo;
   for (int r = 0; r < g->n; r++)
@@ -185,13 +213,13 @@ static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
     else if (r > 0) rc = tr_axpy(g->comm, mine, 1.0f, theirs, n);
     if (rc) return fail(g, "summing");
   }
-  for (int r = 0; r < g->n && n; r++) {
+  for (int r = 0; r < g->n && n && !g->sharded; r++) {
     if (r == g->me) continue;
     if (tr_memcpy_peer(g->comm, g->grads[r] + lo, g->devs[r], mine, g->dev, n * sizeof(float)))
       return fail(g, "writing the sum");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
-  int rc = announce(g, step, b, s->own_reduced[b], true, false);
+  int rc = announce(g, step, b, s->own_reduced[b], TR__BUCKET_REDUCED);
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return rc;
 }
@@ -234,7 +262,7 @@ static int summed(tr__group *g, const tr__summed_msg *m) {
     if (tr_memcpy_peer(g->comm, g->grads[r] + bk->lo, g->devs[r], mine, g->dev, n * sizeof(float)))
       return fail(g, "writing the sum");
   if (tr_event_record(s->own_final[m->bucket], g->comm)) return fail(g, "recording");
-  return announce(g, m->step, m->bucket, s->own_final[m->bucket], true, true);
+  return announce(g, m->step, m->bucket, s->own_final[m->bucket], TR__BUCKET_FINAL);
 }
 
 int tr__group_receive(tr__group *g, const tr_msg *msg) {
@@ -242,30 +270,36 @@ int tr__group_receive(tr__group *g, const tr_msg *msg) {
   const tr__bucket_msg *m = (const tr__bucket_msg *)msg;
   if (m->member != g->me) tr_edge_release(g->in[m->member], 1);
   group_step *s = &g->gs[m->step & 1];
-  if (m->final) { /* across ranks: the leader has the whole sum written here */
+  switch (m->news) {
+  case TR__BUCKET_FINAL: /* across ranks: the leader has the whole sum written here */
     s->final_ev[m->bucket] = m->ready;
     s->nfinal++;
     return 0;
-  }
-  if (m->reduced) {
+  case TR__BUCKET_REDUCED:
     s->reduced[m->bucket * g->n + m->member] = m->ready;
     s->nreduced++;
     s->reduced_n[m->bucket]++;
     return g->cross >= 0 && g->me == 0 ? sum_across(g, s, m->step) : 0;
+  case TR__BUCKET_GATHERED:
+    s->gathered[m->member] = m->ready;
+    s->ngathered++;
+    return 0;
+  case TR__BUCKET_READY: break;
   }
   s->peer_ev[m->bucket * g->n + m->member] = m->ready;
   g->grads[m->member] = m->grads;
+  g->params[m->member] = m->params;
   if (++s->ready[m->bucket] < g->n) return 0;
   s->ready[m->bucket] = 0;
   return reduce_chunk(g, s, m->step, m->bucket);
 }
 
-/* Tells every member that bucket b is final here (or this member's chunk of it summed),
- * itself directly. */
-static int announce(tr__group *g, int64_t step, int b, tr_event *ev, bool reduced, bool final) {
+/* Tells every member the news of bucket b (final here, this member's chunk of it summed,
+ * ...), itself directly. */
+static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_news news) {
   const tr__bucket_msg own = {.hdr.type = &tr__bucket_type, .bucket = b, .member = g->me,
-                              .reduced = reduced, .final = final, .step = step, .ready = ev,
-                              .grads = tr_stage_grads(g->st)};
+                              .news = news, .step = step, .ready = ev,
+                              .grads = tr_stage_grads(g->st), .params = tr_stage_params(g->st)};
   for (int r = 0; r < g->n; r++) {
     if (r == g->me) continue;
     tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
@@ -293,7 +327,7 @@ void tr__group_grad_ready(void *group, tr_stage *st, int layer) {
     tr_event *ev = g->gs[g->step & 1].own_ready[b];
     g->hook_rc = tr_event_record(ev, tr_stage_stream(g->st))
                      ? fail(g, "recording")
-                     : announce(g, g->step, b, ev, false, false);
+                     : announce(g, g->step, b, ev, TR__BUCKET_READY);
   }
 }
 
@@ -315,6 +349,37 @@ int tr__group_wait(tr__group *g, int64_t step, tr_stream *s) {
   return 1;
 }
 
+/* Every member's gradients of the step were read by their owners before this member's
+ * update (tr__group_wait), and so were its parameters by its forward and backward: the
+ * shard goes out on the group's stream once the update has run. */
+int tr__group_gather(tr__group *g, int64_t step) {
+  if (!g->sharded) return 0;
+  group_step *s = &g->gs[step & 1];
+  const size_t lo = g->shard_lo, n = g->shard_hi - g->shard_lo;
+  const float *mine = tr_stage_params(g->st) + lo;
+  if (tr_event_record(s->updated, tr_stage_stream(g->st)) ||
+      tr_stream_wait_event(g->comm, s->updated))
+    return fail(g, "waiting for the update");
+  for (int r = 0; r < g->n && n; r++) {
+    if (r == g->me) continue;
+    if (tr_memcpy_peer(g->comm, g->params[r] + lo, g->devs[r], mine, g->dev, n * sizeof(float)))
+      return fail(g, "writing the updated shard");
+  }
+  if (tr_event_record(s->own_gathered, g->comm)) return fail(g, "recording");
+  return announce(g, step, -1, s->own_gathered, TR__BUCKET_GATHERED);
+}
+
+int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s) {
+  if (!g->sharded) return 1;
+  group_step *gs = &g->gs[step & 1];
+  if (gs->ngathered < g->n) return 0;
+  for (int r = 0; r < g->n; r++)
+    if (r != g->me && tr_stream_wait_event(s, gs->gathered[r]))
+      return fail(g, "waiting for the updated shards");
+  gs->ngathered = 0;
+  return 1;
+}
+
 int tr__group_sync(tr__group *g) {
   return g->comm && tr_stream_synchronize(g->comm) ? fail(g, "finishing") : 0;
 }
@@ -328,6 +393,11 @@ void tr__group_close(tr__group *g) {
       if (g->gs[p].own_reduced && g->gs[p].own_reduced[b]) tr_event_close(g->gs[p].own_reduced[b]);
       if (g->gs[p].own_final && g->gs[p].own_final[b]) tr_event_close(g->gs[p].own_final[b]);
     }
+  for (int p = 0; p < 2; p++) {
+    if (g->gs[p].updated) tr_event_close(g->gs[p].updated);
+    if (g->gs[p].own_gathered) tr_event_close(g->gs[p].own_gathered);
+    g->gs[p].updated = g->gs[p].own_gathered = NULL;
+  }
   if (g->host) tr_host_free(g->dev, g->host);
   g->host = NULL;
   if (g->scratch) tr_device_free(g->dev, g->scratch);
@@ -349,11 +419,13 @@ void tr__group_free(tr__group *g) {
     free(s->own_final);
     free(s->reduced_n);
     free(s->final_ev);
+    free(s->gathered);
   }
   free(g->out);
   free(g->in);
   free(g->devs);
   free(g->grads);
+  free(g->params);
   free(g->buckets);
   free(g);
 }

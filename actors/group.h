@@ -6,7 +6,13 @@
  * owns chunk c of a bucket sums chunk c over all members, in member order (the same bits on
  * every member, whatever the timing), on its own stream, writes the sum into every member's
  * gradients and announces that. A member updates once every chunk of every bucket has
- * been announced (tr__group_wait). Across processes, the members of each process do that
+ * been announced (tr__group_wait).
+ *
+ * Sharded (ZeRO stage 1, tr_stage_shard): member c's chunk of a bucket is the part of it in
+ * member c's shard, and its sum stays there (a reduce-scatter): member c alone updates
+ * those parameters. Then it writes its updated shard into every member's parameters and
+ * announces that (tr__group_gather, an all-gather); a member goes on to the next step once
+ * every member's shard is in (tr__group_gathered). Across processes, the members of each process do that
  * among themselves, and then their leader sums each bucket with the other processes'
  * through the transport (transport.h) and writes the total to them; they wait for its word.
  * Announcements travel on edges between every two members,
@@ -22,6 +28,9 @@
  *   rc = tr__group_disarm(g);                     // every bucket announced
  *   ...  tr__group_receive(g, msg) for each tr__bucket_msg ...
  *   rc = tr__group_wait(g, step, stream);         // 1 once summed (stream waits), 0: not yet
+ *   tr_stage_step(st, ...);                       // sharded: then
+ *   rc = tr__group_gather(g, step);               // this member's shard to every member
+ *   rc = tr__group_gathered(g, step, stream);     // 1 once every shard is in, 0: not yet
  */
 #ifndef TR_GROUP_H
 #define TR_GROUP_H
@@ -33,26 +42,36 @@
 
 typedef struct tr__group tr__group;
 
+typedef enum tr__bucket_news {
+  TR__BUCKET_READY,    /* the sender's bucket is final */
+  TR__BUCKET_REDUCED,  /* the sender's chunk of it is summed */
+  TR__BUCKET_FINAL,    /* across ranks: the leader has the sum over every rank written */
+  TR__BUCKET_GATHERED  /* sharded: the sender's updated shard is in every member's parameters
+                          (bucket -1) */
+} tr__bucket_news;
+
 typedef struct tr__bucket_msg {
   tr_msg hdr;
   int bucket, member;
-  bool reduced;  /* false: the sender's bucket is final; true: the sender's chunk is summed */
-  bool final;    /* across ranks: the leader has the sum over every rank written */
+  tr__bucket_news news;
   int64_t step;
   tr_event *ready;
-  float *grads;  /* the sender's gradient allocation */
+  float *grads, *params; /* the sender's gradient and parameter allocations */
 } tr__bucket_msg;
 extern const tr_msgtype tr__bucket_type;
 
 /* Buckets of layers [first, end) of m: what the edges' credits are sized by. */
 int tr__group_buckets(const tr_model *m, int first, int end);
-/* Credits of an edge between two members holding `buckets` buckets. */
-static inline int tr__group_credits(int buckets) { return 4 * buckets; }
+/* Credits of an edge between two members holding `buckets` buckets: two steps of a ready
+ * and a reduced bucket each, and of a gathered shard. */
+static inline int tr__group_credits(int buckets) { return 4 * buckets + 2; }
 
 /* Member `me` of `n`; out[i], in[i]: the edges to and from member i (NULL for me); devs[i]:
- * member i's device. */
+ * member i's device. Sharded: each member's stage holds shard `me` of `n` (tr_stage_shard). */
 tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
-                         tr_device *const *devs);
+                         tr_device *const *devs, bool sharded);
+/* What the member's stage must be opened with: shard me of n, or the whole (unsharded). */
+tr_stage_shard tr__group_shard(const tr__group *g);
 int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy);
 void tr__group_arm(tr__group *g, int64_t step);
 int tr__group_disarm(tr__group *g);
@@ -63,6 +82,12 @@ int tr__group_receive(tr__group *g, const tr_msg *m);
  * this process, number `group` with the transport; the leader (member 0) sums through it. */
 void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed);
 int tr__group_wait(tr__group *g, int64_t step, tr_stream *s);
+/* Sharded: the update of this member's shard is issued on the stage's stream; it goes into
+ * every other member's parameters and they are told. Unsharded: nothing. */
+int tr__group_gather(tr__group *g, int64_t step);
+/* 1 once every member's updated shard is in this member's parameters (s waits for the
+ * copies), 0: not yet. Unsharded: 1. */
+int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s);
 /* The group's stream has run everything (the end of the run). */
 int tr__group_sync(tr__group *g);
 /* Device resources, on the stage's thread; then the rest. */

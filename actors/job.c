@@ -43,6 +43,7 @@ struct tr_job {
   int *chained;       /* [replica]: links of its chain made */
   tr_actor *coordinator, *server;
   int ncross; /* replica groups over several ranks, numbered for the transports */
+  int grouped; /* calls of tr_job_group */
 };
 
 static const char *const nonfinite_names[] = {"stop", "skip"};
@@ -148,6 +149,22 @@ static int check_async(const tr_async_config *a, char *err, size_t n) {
   return 0;
 }
 
+static int check_zero(const tr_job_config *c, char *err, size_t n) {
+  if (c->zero == 0) return 0;
+  if (c->zero != 1)
+    return tr_errorf(err, n, TR_EINVAL, "zero %d: give 0 (off) or 1 (ZeRO stage 1: optimizer "
+                     "state sharded across the replicas)", c->zero);
+  if (c->async.enabled)
+    return tr_errorf(err, n, TR_EINVAL, "zero %d: asynchronous training keeps the optimizer "
+                     "state on the parameter server; ZeRO shards it across the replicas of dp "
+                     "and hybrid", c->zero);
+  if (c->layout.replicas < 2)
+    return tr_errorf(err, n, TR_EINVAL, "zero %d: ZeRO shards the optimizer state across "
+                     "data-parallel replicas (dp, hybrid); this job has %d replica",
+                     c->zero, c->layout.replicas);
+  return 0;
+}
+
 /* Checks the configuration and fills in what it leaves to the model. */
 static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, "model: none given");
@@ -160,6 +177,7 @@ static int complete(tr_job_config *c, char *err, size_t n) {
     return rc;
   if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
     return tr_errorf(err, n, TR_EINVAL, "on_nonfinite %d: not stop or skip", (int)c->on_nonfinite);
+  if ((rc = check_zero(c, err, n))) return rc;
   if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
     return tr_errorf(err, n, TR_EINVAL, "optim.kind %d: not an optimizer", (int)c->optim.kind);
   if (!(c->optim.lr > 0))
@@ -432,25 +450,31 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
   return rc ? rc : tr_job_connect_batches(j, loader, last, TR_BATCH_TARGETS, NULL);
 }
 
-/* Every two stages of replica r exchange gradient norms (clipping, skipping across stages). */
-static int connect_clip(tr_job *j, int r) {
-  const int P = j->run.c.layout.stages;
-  tr_edge *e[TR__MAX_STAGES][TR__MAX_STAGES] = {{0}};
-  for (int s = 0; s < P; s++)
-    for (int t = 0; t < P; t++) {
-      if (s == t) continue;
-      int rc = connect(j, j->stages[tr__device_index(&j->run, r, s)],
-                       j->stages[tr__device_index(&j->run, r, t)], &tr__norm_type, "norm",
-                       TR__CLIP_CREDITS, &e[s][t]);
-      if (rc) return rc;
-    }
-  for (int s = 0; s < P; s++) {
-    tr_edge *out[TR__MAX_STAGES], *in[TR__MAX_STAGES];
-    for (int t = 0; t < P; t++) out[t] = e[s][t], in[t] = e[t][s];
-    int rc = tr__stage_set_clip(tr_actor_state(j->stages[tr__device_index(&j->run, r, s)]), out, in);
-    if (rc) return rc;
+/* Whether the stages exchange their gradients' norms: to clip by the global one, or to skip
+ * a step whose norm is not finite on every stage alike. */
+static bool agree_on_norms(const tr_job_config *c) {
+  return c->optim.clip > 0 || c->on_nonfinite == TR_NONFINITE_SKIP;
+}
+
+/* Every two of the stages [first, first + n) exchange gradient norms when clipping: the
+ * stages of one replica, whose gradients are whole after the all-reduce; sharded (ZeRO),
+ * every stage of every replica, each of which holds the sum of its shard alone. */
+static int connect_clip(tr_job *j, int first, int n) {
+  tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
+  if (e == NULL) return TR_ENOMEM;
+  int rc = 0;
+  for (int s = 0; s < n && rc == 0; s++)
+    for (int t = 0; t < n && rc == 0; t++)
+      if (s != t)
+        rc = connect(j, j->stages[first + s], j->stages[first + t], &tr__norm_type, "norm",
+                     TR__CLIP_CREDITS, &e[s][t]);
+  for (int s = 0; s < n && rc == 0; s++) {
+    tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
+    for (int t = 0; t < n; t++) out[t] = e[s][t], in[t] = e[t][s];
+    rc = tr__stage_set_clip(tr_actor_state(j->stages[first + s]), n, s, out, in);
   }
-  return 0;
+  free(e);
+  return rc;
 }
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
@@ -465,10 +489,10 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   if (rc) return rc;
   tr__stage_set_chain(tr_actor_state(from), act, grad, true);
   tr__stage_set_chain(tr_actor_state(to), grad, act, false);
-  /* the stages agree on the gradients' norm: to clip alike, to skip an update alike */
-  if (++j->chained[r] == P - 1 &&
-      (j->run.c.optim.clip > 0 || j->run.c.on_nonfinite == TR_NONFINITE_SKIP))
-    return connect_clip(j, r);
+  /* the stages agree on the gradients' norm: to clip alike, to skip an update alike (sharded,
+   * every stage of every replica does: tr_job_group) */
+  if (++j->chained[r] == P - 1 && agree_on_norms(&j->run.c) && !j->run.c.zero)
+    return connect_clip(j, tr__device_index(&j->run, r, 0), P);
   return 0;
 }
 
@@ -538,8 +562,15 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
   }
   const int credits =
       tr__group_credits(tr__group_buckets(j->run.c.model, j->run.cuts[s], j->run.cuts[s + 1]));
-  if (!one_rank) return span_ranks(j, members, n, credits);
-  return n == 1 ? 0 : mesh(j, members, n, credits);
+  if (!one_rank && j->run.c.zero) return TR_EINVAL; /* tr_train_run says why, first */
+  int rc = !one_rank ? span_ranks(j, members, n, credits)
+           : n == 1  ? 0
+                     : mesh(j, members, n, credits);
+  /* sharded, once every stage is grouped: the norms of clipping go between every two */
+  const int R = j->run.c.layout.replicas;
+  if (rc == 0 && ++j->grouped == P && j->run.c.zero && agree_on_norms(&j->run.c))
+    rc = connect_clip(j, 0, R * P);
+  return rc;
 }
 
 int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {

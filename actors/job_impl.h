@@ -79,11 +79,15 @@ typedef struct tr__loss_msg {
   tr__loss_entry e[];
 } tr__loss_msg;
 
-/* A stage's parameters and optimizer state on the host, for a checkpoint. */
+/* A stage's parameters and optimizer state on the host, for a checkpoint: the whole of
+ * them, or (ZeRO) a shard of the state, with or without the parameters. */
 typedef struct tr__part {
   int first, end;   /* layers */
-  size_t offset, numel, state_numel;
-  float *params, *state; /* malloc'd; the receiver frees them */
+  size_t offset, numel;
+  size_t shard_offset, shard_numel; /* the state's elements of the stage: [shard_offset,
+                                       shard_offset + shard_numel); whole: 0, numel */
+  size_t state_numel;    /* copies (tr_stage_info.state_numel) × shard_numel */
+  float *params, *state; /* malloc'd (params NULL: not sent); the receiver frees them */
 } tr__part;
 
 /* stage of replica 0 (or the server) → coordinator: its part of the checkpoint of `step` */
@@ -103,6 +107,7 @@ typedef struct tr__report {
   uint64_t window_start, window_end, busy_ns;
   int peak_microbatches;
   int64_t skipped;     /* updates skipped for a norm that was not finite */
+  tr_memory_figures memory; /* what the stage allocated */
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
 } tr__report;
@@ -153,7 +158,8 @@ int tr__stage_set_group(void *stage, int n, int me, tr_edge *const *out, tr_edge
 /* After tr__stage_set_group: the group spans ranks (group.h); the leader's edges to and from
  * the transport, NULL for the others. */
 void tr__stage_span_ranks(void *stage, int group, tr_edge *sum, tr_edge *summed);
-int tr__stage_set_clip(void *stage, tr_edge *const *out, tr_edge *const *in);
+/* Number `me` of `n` stages exchanging gradient norms (clipnorm.h), the edges to and from each. */
+int tr__stage_set_clip(void *stage, int n, int me, tr_edge *const *out, tr_edge *const *in);
 void tr__stage_set_report(void *stage, tr_edge *report);
 /* async: the worker's push edge and the server's replies */
 int tr__stage_set_server(void *stage, tr_edge *push, tr_edge *reply);
@@ -184,10 +190,14 @@ int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
  * strategy), as text for the user ("batch 64 (this run: 32)"); "" when nothing does. */
 void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,
                                 const char *strategy, char *buf, size_t n);
-/* On the stage's own thread: its share to the host, and back from the checkpoint every
- * stage resumes from (read once: each stage takes its own view of its bytes). */
-int tr__stage_snapshot(tr_stage *st, tr__part *part);
+/* On the stage's own thread: its share to the host (its parameters too when `params`), and
+ * back from the checkpoint every stage resumes from (read once: each stage takes its own
+ * view of its bytes). */
+int tr__stage_snapshot(tr_stage *st, tr__part *part, bool params);
 void tr__part_free(tr__part *part);
+/* Adds `part` (parameters, or a shard of the optimizer state, or both) to `whole`, that
+ * stage's whole part (zeroed at first: it is allocated then), and frees part's buffers. */
+int tr__part_merge(tr__part *whole, tr__part *part, tr_optim_kind kind);
 int tr__stage_load(tr_stage *st, const tr_checkpoint *ck, char *err, size_t err_size);
 /* The whole model from its stages' parts, to run->c.checkpoint.path. */
 int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,

@@ -37,9 +37,10 @@
 #include "worker.h"
 
 enum { BLOCKED = 0, DONE = 1 };
-/* Where the step action is: the sums of the replica group, the norm exchange, the update
- * done and a checkpoint part to send. */
-enum { STEP_REDUCE, STEP_CLIP, STEP_SAVE };
+/* Where the step action is: the sums of the replica group, the norm exchange and the
+ * update, the updated shards of the others (sharded optimizer), the update done and a
+ * checkpoint part to send. */
+enum { STEP_REDUCE, STEP_CLIP, STEP_GATHER, STEP_SAVE };
 /* Where the end is. */
 enum { END_DEVICE, END_LOSSES, END_PART, END_FIGURES, END_LEAVE };
 
@@ -140,7 +141,7 @@ void tr__stage_set_chain(void *state, tr_edge *out, tr_edge *in, bool forward) {
 int tr__stage_set_group(void *state, int n, int me, tr_edge *const *out, tr_edge *const *in,
                         tr_device *const *devs) {
   stage_actor *a = state;
-  a->group = tr__group_new(n, me, out, in, devs);
+  a->group = tr__group_new(n, me, out, in, devs, a->run->c.zero != 0);
   return a->group ? 0 : TR_ENOMEM;
 }
 
@@ -148,9 +149,9 @@ void tr__stage_span_ranks(void *state, int group, tr_edge *sum, tr_edge *summed)
   tr__group_span_ranks(((stage_actor *)state)->group, group, sum, summed);
 }
 
-int tr__stage_set_clip(void *state, tr_edge *const *out, tr_edge *const *in) {
+int tr__stage_set_clip(void *state, int n, int me, tr_edge *const *out, tr_edge *const *in) {
   stage_actor *a = state;
-  a->clip = tr__clip_new(a->run->c.layout.stages, a->stage, out, in);
+  a->clip = tr__clip_new(n, me, out, in);
   return a->clip ? 0 : TR_ENOMEM;
 }
 
@@ -164,6 +165,11 @@ int tr__stage_set_server(void *state, tr_edge *push, tr_edge *reply) {
   stage_actor *a = state;
   a->worker = tr__worker_new(a->run, a->replica, push, reply);
   return a->worker ? 0 : TR_ENOMEM;
+}
+
+/* ZeRO stage 1: this stage holds one shard of the optimizer, its group the others. */
+static bool sharded(const stage_actor *a) {
+  return a->group && tr__group_shard(a->group).count > 1;
 }
 
 static int fail_device(tr_actor *self, stage_actor *a, const char *what) {
@@ -220,12 +226,16 @@ static int check_wiring(tr_actor *self, stage_actor *a) {
   const tr_stage_info *info = a->info;
   unsigned what = 0;
   for (int i = 0; i < a->nin; i++) what |= a->in[i].what;
+  const tr_job_config *c = &a->run->c;
   const char *missing = !a->report                                 ? "a coordinator (tr_job_add_coordinator)"
                         : info->is_first && !(what & TR_BATCH_INPUTS)    ? "an edge of inputs"
                         : info->is_last && !(what & TR_BATCH_TARGETS)    ? "an edge of targets"
                         : !info->is_first && !a->act_in                  ? "activations from stage s-1"
                         : !info->is_last && !a->act_out                  ? "a chain to stage s+1"
-                        : a->run->c.async.enabled && !a->worker          ? "a server (tr_job_serve)"
+                        : c->async.enabled && !a->worker                 ? "a server (tr_job_serve)"
+                        : c->zero && !a->group                           ? "a replica group (tr_job_group)"
+                        : c->zero && c->optim.clip > 0 && !a->clip       ? "the norm exchange with "
+                                                       "every stage (tr_job_group of every stage)"
                                                                          : NULL;
   if (missing)
     return tr_actor_fail(self, TR_EINVAL, "stage %d of replica %d is not wired: it lacks %s",
@@ -247,7 +257,8 @@ static int stage_open(tr_actor *self) {
                         .slots = tr_schedule_slots(run->sc, a->stage),
                         .global_batch = c->global_batch,
                         .seed = c->seed,
-                        .optim = c->optim};
+                        .optim = c->optim,
+                        .shard = a->group ? tr__group_shard(a->group) : (tr_stage_shard){0}};
   if (tr_stage_open(&a->st, c->model, a->dev, &sc, a->err, sizeof a->err))
     return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
                          tr_device_name(a->dev), a->err);
@@ -499,6 +510,12 @@ static int harvest(tr_actor *self, stage_actor *a, bool room) {
   return 0;
 }
 
+/* Replica 0 sends the checkpoint its parameters and optimizer state; sharded, every replica
+ * sends its shard of the state (the coordinator puts them together). */
+static bool sends_parts(const stage_actor *a) {
+  return a->run->c.checkpoint.path && !a->worker && (a->replica == 0 || sharded(a));
+}
+
 /* This stage's part of the checkpoint of `step`, once a credit of the report edge is free. */
 static int send_part(tr_actor *self, stage_actor *a, int64_t step) {
   if (!tr_edge_acquire(a->report)) return BLOCKED;
@@ -506,7 +523,7 @@ static int send_part(tr_actor *self, stage_actor *a, int64_t step) {
   p->source = a->index;
   p->stage = a->stage;
   p->step = step;
-  const int rc = tr__stage_snapshot(a->st, &p->part);
+  const int rc = tr__stage_snapshot(a->st, &p->part, a->replica == 0);
   if (rc) {
     tr_msg_free(p);
     tr_edge_release(a->report, 1);
@@ -527,22 +544,27 @@ static int update(tr_actor *self, stage_actor *a) {
     }
     a->step_phase = STEP_CLIP;
   }
-  const float *sumsq = NULL;
-  double norm2 = 0;
-  int rc = tr__clip_global(a->clip, a->step, &sumsq, &norm2);
-  if (rc != DONE) return rc;
-  if (!isfinite(norm2)) { /* the same number on every stage and replica */
-    if (a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
-      return not_finite(self, a, "the gradient norm", sqrt(norm2));
-    a->skipped++;
-    if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
-    return DONE;
+  if (a->step_phase == STEP_CLIP) {
+    const float *sumsq = NULL;
+    double norm2 = 0;
+    int rc = tr__clip_global(a->clip, a->step, &sumsq, &norm2);
+    if (rc != DONE) return rc;
+    if (!isfinite(norm2)) { /* the same number on every stage and replica: none updates */
+      if (a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
+        return not_finite(self, a, "the gradient norm", sqrt(norm2));
+      a->skipped++;
+      if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
+      return DONE;
+    }
+    uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "update", -1); /* its range opens */
+    if (tr_stage_step(a->st, sumsq) || tr_stage_zero_grads(a->st))
+      return fail_device(self, a, "optimizer step");
+    rc = a->group ? tr__group_gather(a->group, a->step) : 0; /* sharded: the shard out */
+    busy(a, "update", t0, -1);
+    if (rc) return rc;
+    a->step_phase = STEP_GATHER;
   }
-  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "update", -1); /* its range opens */
-  if (tr_stage_step(a->st, sumsq) || tr_stage_zero_grads(a->st))
-    return fail_device(self, a, "optimizer step");
-  busy(a, "update", t0, -1);
-  return DONE;
+  return a->group ? tr__group_gathered(a->group, a->step, a->s) : DONE;
 }
 
 /* The step is over: figures, losses; then the checkpoint part when one is due. */
@@ -570,7 +592,7 @@ static int step_action(tr_actor *self, stage_actor *a) {
   }
   const tr_job_config *c = &a->run->c;
   const int64_t every = c->checkpoint.every;
-  if (c->checkpoint.path && every > 0 && !a->worker && a->replica == 0 && a->step % every == 0 &&
+  if (sends_parts(a) && every > 0 && a->step % every == 0 &&
       a->step < tr_graph_end_step(a->run->g)) {
     int rc = send_part(self, a, a->step);
     if (rc != DONE) return rc;
@@ -594,7 +616,10 @@ static int send_figures(tr_actor *self, stage_actor *a) {
                     .window_end = a->window_end,
                     .busy_ns = a->busy.busy_ns,
                     .peak_microbatches = a->peak,
-                    .skipped = a->skipped};
+                    .skipped = a->skipped,
+                    .memory = {.params = (int64_t)(a->info->numel * sizeof(float)),
+                               .grads = (int64_t)(a->info->numel * sizeof(float)),
+                               .optimizer_state = (int64_t)(a->info->state_numel * sizeof(float))}};
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
   const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
   d->window_steps = a->step > a->busy.warm_step ? a->step - a->busy.warm_step : a->step - first;
@@ -619,7 +644,6 @@ static int send_figures(tr_actor *self, stage_actor *a) {
 }
 
 static int finish(tr_actor *self, stage_actor *a) {
-  const tr_job_config *c = &a->run->c;
   int rc = DONE;
   if (a->end_phase == END_DEVICE) {
     if (tr_stream_synchronize(a->s) || (a->group && tr__group_sync(a->group)))
@@ -636,8 +660,7 @@ static int finish(tr_actor *self, stage_actor *a) {
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
-    if (c->checkpoint.path && !a->worker && a->replica == 0 &&
-        (rc = send_part(self, a, a->step)) != DONE)
+    if (sends_parts(a) && (rc = send_part(self, a, a->step)) != DONE)
       return rc;
     a->end_phase = END_FIGURES;
   }

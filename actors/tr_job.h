@@ -77,6 +77,18 @@ extern "C" {
 
 enum { TR_TRAIN_MAX_DEVICES = 64, TR_TRAIN_STALENESS_BINS = 32 };
 
+/* Bytes of device memory a stage allocated for the model (tr_stage_info): its parameters,
+ * their gradients, and the optimizer state it holds (under ZeRO, its shard's). */
+typedef struct tr_memory_figures {
+  int64_t params, grads, optimizer_state;
+} tr_memory_figures;
+
+typedef struct tr_memory_result {
+  tr_memory_figures devices[TR_TRAIN_MAX_DEVICES];  /* device i (as utilization[i]) */
+  tr_memory_figures replicas[TR_TRAIN_MAX_DEVICES]; /* replica (async: worker) r: the sum
+                                                       over its stages */
+} tr_memory_result;
+
 /* The figures of docs/WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
 typedef struct tr_train_result {
   char model[32], strategy[16];
@@ -95,6 +107,7 @@ typedef struct tr_train_result {
   double final_loss;       /* mean of the last 1% of steps (at least one), of those whose loss
                               is finite; a successful run always has one */
   int replicas, stages, microbatches; /* the layout that ran */
+  int zero;                /* the ZeRO stage that ran (tr_job_config.zero) */
   int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
   char schedule[8];        /* "gpipe", "1f1b"; "" unless pipelined */
   double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages */
@@ -119,6 +132,7 @@ typedef struct tr_train_result {
   int signal;              /* SIGINT or SIGTERM when one ended the run early (tr_train.h) */
   int64_t skipped_steps;   /* updates skipped for a gradient norm that was not finite
                               (on_nonfinite TR_NONFINITE_SKIP) */
+  tr_memory_result memory;
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -211,6 +225,12 @@ typedef struct tr_job_config {
    * one. 0: the watchdog stays as configured (tr_job_defaults). */
   int watchdog_steps;
   int watchdog_min_ms;
+  /* ZeRO stage: 0, or 1: the replicas of each stage split its optimizer state into equal
+   * shards (tr_stage_shard), their gradients are reduce-scattered (each replica sums the
+   * shard it updates) and the updated shards all-gathered into every replica's parameters.
+   * Synchronous jobs with layout.replicas > 1 (dp, hybrid), in one process per replica
+   * group; checkpoints hold the whole state, as unsharded runs write it. */
+  int zero;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
   int progress;            /* a progress line on stderr */
 } tr_job_config;
@@ -265,7 +285,9 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
 int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last);
 /* Stage s → stage s+1 of one replica: activations forward, their gradients back. */
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
-/* Stage s of every replica (in replica order): gradients all-reduced before each update. */
+/* Stage s of every replica (in replica order): gradients all-reduced before each update
+ * (with zero: reduce-scattered, and the updated shards all-gathered, member i holding shard
+ * i; TR_EINVAL when the members live in more than one process). */
 int tr_job_group(tr_job *j, tr_actor *const *members, int n);
 /* The coordinator → `observer`: a tr_report_msg every `every` steps (>= 1) and a last one
  * when the run is over. The observer releases the edge's credit after each; it is a member

@@ -203,7 +203,7 @@ static agreement agreement_of(const run *rn, const tr_train_options *o) {
   const double run_f[] = {(double)o->steps, o->seconds, (double)j->seed, j->global_batch,
                           o->deterministic};
   const int layout_f[] = {(int)o->strategy, l->replicas, l->stages, l->microbatches,
-                          (int)l->schedule, l->ncuts, l->prefetch};
+                          (int)l->schedule, l->ncuts, l->prefetch, j->zero};
   const float optim_f[] = {op->lr, op->momentum, op->weight_decay, op->beta1, op->beta2,
                            op->eps, op->clip, (float)op->kind, (float)op->nesterov,
                            (float)j->precision.tf32};
@@ -262,6 +262,25 @@ static int agree(const run *rn, const tr_train_options *o, int rc, char *err, si
   if (len)
     return tr_errorf(err, n, TR_EINVAL, "options: the %s differ from rank 0's: every rank of "
                      "a job must be given the same", differ);
+  return 0;
+}
+
+/* ZeRO shards the optimizer within one process: the replica group of a stage must not
+ * span ranks (group.h sums across them, but does not scatter and gather). */
+static int check_zero_ranks(const run *rn, char *err, size_t n) {
+  const tr_layout_config *l = &rn->jc.layout;
+  if (!rn->jc.zero || rn->jc.async.enabled) return 0;
+  for (int s = 0; s < l->stages; s++)
+    for (int r = 1; r < l->replicas; r++) {
+      const tr_device *d0 = tr_device_list_get(rn->devices, s);
+      const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
+      const int a = tr_device_get_info(d0)->rank, b = tr_device_get_info(d)->rank;
+      if (a != b)
+        return tr_errorf(err, n, TR_EINVAL,
+                         "zero %d: the replicas of stage %d live in ranks %d and %d; ZeRO "
+                         "shards the optimizer state among replicas of one process only (run "
+                         "without zero across processes)", rn->jc.zero, s, a, b);
+    }
   return 0;
 }
 
@@ -344,6 +363,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (rc || (rc = open_devices(rn, o, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
+  if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
   /* last: measuring takes a moment, wasted on options found wrong after it */
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&

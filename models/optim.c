@@ -1,7 +1,8 @@
 /* optim.c — a stage's gradients and optimizer: zeroing, the sum of squares for global-norm
- * clipping, the update over the stage's whole parameter allocation in one op, and copies of
- * parameters, gradients and optimizer state to and from the host. Padding between tensors
- * holds zeros in all three, and every update keeps it so. */
+ * clipping, the update over the stage's whole parameter allocation in one op (over its
+ * shard's, under ZeRO stage 1), and copies of parameters, gradients and optimizer state to
+ * and from the host. Padding between tensors holds zeros in all three, and every update
+ * keeps it so. */
 #include <stdio.h>
 
 #include "stage_impl.h"
@@ -17,7 +18,8 @@ int tr_stage_zero_grads(tr_stage *st) {
 }
 
 int tr_stage_grad_sumsq(tr_stage *st, float *out, int accumulate) {
-  int rc = tr_sumsq(st->s, out, st->grads, st->info.numel, accumulate);
+  const tr_stage_info *in = &st->info;
+  int rc = tr_sumsq(st->s, out, st->grads + in->shard_offset, in->shard_numel, accumulate);
   return rc ? tr__stage_fail(st, rc, "sum of squared gradients") : 0;
 }
 
@@ -26,31 +28,33 @@ int tr_stage_scale_grads(tr_stage *st, const float *factor) {
   return rc ? tr__stage_fail(st, rc, "scaling gradients") : 0;
 }
 
-static int clip(tr_stage *st, const float *global_sumsq) {
+/* Scales the shard's gradients, the ones the update reads. */
+static int clip(tr_stage *st, float *grads, size_t n, const float *global_sumsq) {
   float *factor = st->scalars + 1;
   if (!global_sumsq) {
-    TR__TRY(tr_sumsq(st->s, st->scalars, st->grads, st->info.numel, 0));
+    TR__TRY(tr_sumsq(st->s, st->scalars, grads, n, 0));
     global_sumsq = st->scalars;
   }
   TR__TRY(tr_clip_factor(st->s, factor, global_sumsq, st->optim.clip));
-  return tr_scale_dev(st->s, st->grads, factor, st->info.numel);
+  return tr_scale_dev(st->s, grads, factor, n);
 }
 
 int tr_stage_step(tr_stage *st, const float *global_sumsq) {
   const tr_optim_config *o = &st->optim;
-  const size_t n = st->info.numel;
-  int rc = o->clip > 0 ? clip(st, global_sumsq) : 0;
+  const size_t n = st->info.shard_numel;
+  float *p = st->params + st->info.shard_offset, *g = st->grads + st->info.shard_offset;
+  int rc = o->clip > 0 ? clip(st, g, n, global_sumsq) : 0;
   if (rc) return tr__stage_fail(st, rc, "clipping gradients");
   st->steps++;
   switch (o->kind) {
-  case TR_OPTIM_SGD: rc = tr_sgd_update(st->s, st->params, st->grads, n, o->lr, o->weight_decay); break;
+  case TR_OPTIM_SGD: rc = tr_sgd_update(st->s, p, g, n, o->lr, o->weight_decay); break;
   case TR_OPTIM_MOMENTUM:
-    rc = tr_momentum_update(st->s, st->params, st->grads, st->state, n, o->lr, o->momentum,
-                            o->weight_decay, o->nesterov);
+    rc = tr_momentum_update(st->s, p, g, st->state, n, o->lr, o->momentum, o->weight_decay,
+                            o->nesterov);
     break;
   case TR_OPTIM_ADAMW:
-    rc = tr_adamw_update(st->s, st->params, st->grads, st->state, st->state + n, n, o->lr,
-                         o->beta1, o->beta2, o->eps, o->weight_decay, st->steps);
+    rc = tr_adamw_update(st->s, p, g, st->state, st->state + n, n, o->lr, o->beta1, o->beta2,
+                         o->eps, o->weight_decay, st->steps);
     break;
   default: rc = TR_EINVAL;
   }

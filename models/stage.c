@@ -150,6 +150,18 @@ static int init_params(tr_stage *st, uint64_t seed) {
   return 0;
 }
 
+/* Shard `index` of `count` equal ones, each a multiple of 16 floats: [*offset, + *numel). */
+static void shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n) {
+  if (sh.count <= 1) {
+    *offset = 0, *n = numel;
+    return;
+  }
+  const size_t per = tr__align_floats((numel + (size_t)sh.count - 1) / (size_t)sh.count);
+  const size_t from = (size_t)sh.index * per, to = from + per;
+  *offset = from < numel ? from : numel;
+  *n = (to < numel ? to : numel) - *offset;
+}
+
 static int alloc(tr_stage *st, size_t floats, float **out) {
   *out = NULL;
   return floats ? tr_device_alloc(st->dev, floats * sizeof(float), (void **)out) : 0;
@@ -169,12 +181,16 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   *out = NULL;
   const int end = cfg->end ? cfg->end : m->nlayers;
   const int gb = cfg->global_batch ? cfg->global_batch : cfg->batch;
+  const tr_stage_shard sh = cfg->shard;
   if (cfg->first < 0 || end <= cfg->first || end > m->nlayers || cfg->batch <= 0 ||
-      cfg->slots < 0 || gb < cfg->batch || (size_t)cfg->batch * (size_t)m->ctx > INT32_MAX) {
+      cfg->slots < 0 || gb < cfg->batch || (size_t)cfg->batch * (size_t)m->ctx > INT32_MAX ||
+      sh.count < 0 || sh.index < 0 || (sh.count > 1 && sh.index >= sh.count)) {
     if (err && err_size)
       snprintf(err, err_size,
-               "stage of %s: layers [%d,%d) of %d, batch %d, %d slots, global batch %d: invalid",
-               m->name, cfg->first, end, m->nlayers, cfg->batch, cfg->slots, gb);
+               "stage of %s: layers [%d,%d) of %d, batch %d, %d slots, global batch %d, "
+               "shard %d of %d: invalid",
+               m->name, cfg->first, end, m->nlayers, cfg->batch, cfg->slots, gb, sh.index,
+               sh.count);
     return TR_EINVAL;
   }
   tr_stage *st = calloc(1, sizeof *st);
@@ -207,8 +223,9 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   tr_model_layer_span(m, cfg->first, &in->offset, &n);
   tr_model_layer_span(m, end - 1, &off, &n);
   in->numel = off + n - in->offset;
-  in->state_numel = cfg->optim.kind == TR_OPTIM_ADAMW      ? 2 * in->numel
-                    : cfg->optim.kind == TR_OPTIM_MOMENTUM ? in->numel
+  shard_span(in->numel, sh, &in->shard_offset, &in->shard_numel);
+  in->state_numel = cfg->optim.kind == TR_OPTIM_ADAMW      ? 2 * in->shard_numel
+                    : cfg->optim.kind == TR_OPTIM_MOMENTUM ? in->shard_numel
                                                            : 0;
   /* a parameter-only stage (slots 0) needs no activations and no backward scratch */
   const size_t slot = plan_slot(st), scratch = cfg->slots ? plan_scratch(st, NULL) : TR__ALIGN_FLOATS;
@@ -260,7 +277,7 @@ void tr_stage_use_grads(tr_stage *st, float *grads) { st->grads = grads ? grads 
 
 int tr_stage_share_params(tr_stage *st, const tr_stage *owner) {
   if (owner->m != st->m || owner->info.first != st->info.first || owner->info.end != st->info.end ||
-      owner->optim.kind != st->optim.kind ||
+      owner->optim.kind != st->optim.kind || owner->info.state_numel != st->info.state_numel ||
       tr_device_can_access_peer(st->dev, owner->dev) != 1) {
     snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s on %s: cannot share the parameters of "
              "stage [%d,%d) of %s on %s", st->info.first, st->info.end, st->m->name,

@@ -175,6 +175,15 @@ int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int
 
 /* ---- stages ------------------------------------------------------------------------------ */
 
+/* ZeRO stage 1: the replicas of a stage split its optimizer. The stage's parameters are cut
+ * into `count` shards of equal length (each a multiple of 16 floats, so each starts on a
+ * 64-byte boundary; the last may be shorter, or empty), and a stage given shard `index`
+ * holds optimizer state for that shard only and updates only its parameters: the rest of
+ * them are the other replicas' to update and to copy in. count 0 or 1: the whole stage. */
+typedef struct tr_stage_shard {
+  int count, index;
+} tr_stage_shard;
+
 typedef struct tr_stage_config {
   int first, end;       /* layers [first, end); end 0: to the last layer */
   int batch;            /* samples per micro-batch (rows: batch x ctx) */
@@ -185,6 +194,7 @@ typedef struct tr_stage_config {
                            the loss is scaled by 1/global_batch; 0: batch */
   uint64_t seed;        /* initialisation */
   tr_optim_config optim;
+  tr_stage_shard shard; /* ZeRO stage 1: the part of the optimizer this stage holds */
 } tr_stage_config;
 
 /* The whole model, its workload batch and optimizer, one slot, seed 0. */
@@ -200,7 +210,10 @@ typedef struct tr_stage_info {
   size_t target_bytes;  /* per slot, last stage only */
   size_t numel;         /* elements of parameters, and of gradients */
   size_t offset;        /* of the stage's first element in the model's parameter space */
-  size_t state_numel;   /* optimizer state: 0 (SGD), numel (momentum), 2 numel (AdamW: m, v) */
+  size_t shard_offset, shard_numel; /* the parameters the optimizer updates: elements
+                           [shard_offset, shard_offset + shard_numel) (unsharded: 0, numel) */
+  size_t state_numel;   /* optimizer state: 0 (SGD), shard_numel (momentum), 2 shard_numel
+                           (AdamW: m, then v) */
   size_t slot_bytes;    /* device memory per slot */
   size_t scratch_bytes; /* device memory shared by the slots */
 } tr_stage_info;
@@ -259,13 +272,16 @@ void tr_stage_on_grad_ready(tr_stage *st, tr_grad_ready_fn fn, void *arg);
 /* ---- optimizer ------------------------------------------------------------------------------ */
 
 int tr_stage_zero_grads(tr_stage *st);
-/* out[0] (device, this device) = (or += when accumulate) the sum of squared gradients. */
+/* out[0] (device, this device) = (or += when accumulate) the sum of squared gradients of
+ * the shard (the whole stage unless sharded): the shares of the shards of every stage add
+ * up to the global norm's square. */
 int tr_stage_grad_sumsq(tr_stage *st, float *out, int accumulate);
 /* gradients *= factor[0] (device scalar on this device) */
 int tr_stage_scale_grads(tr_stage *st, const float *factor);
-/* One optimizer update of the stage. With clipping configured, the gradients are first
- * scaled by min(1, clip / sqrt(global_sumsq[0])); global_sumsq NULL: this stage's own sum
- * (a model on one stage). Counts the step (AdamW's bias correction uses it). */
+/* One optimizer update of the stage (of its shard's parameters, when sharded). With
+ * clipping configured, the gradients are first scaled by min(1, clip / sqrt(
+ * global_sumsq[0])); global_sumsq NULL: this stage's own sum (a model on one unsharded
+ * stage). Counts the step (AdamW's bias correction uses it). */
 int tr_stage_step(tr_stage *st, const float *global_sumsq);
 void tr_stage_set_lr(tr_stage *st, float lr);
 /* New hyperparameters (learning-rate schedules, asynchrony's momentum correction) for the
@@ -299,7 +315,7 @@ int tr_stage_share_params(tr_stage *st, const tr_stage *owner);
 typedef enum tr_stage_buffer {
   TR_STAGE_PARAMS,    /* numel floats */
   TR_STAGE_GRADS,     /* numel floats */
-  TR_STAGE_OPT_STATE  /* state_numel floats */
+  TR_STAGE_OPT_STATE  /* state_numel floats (of the shard, when sharded) */
 } tr_stage_buffer;
 
 /* host must hold the buffer's elements; it is complete once the stream has run the copy

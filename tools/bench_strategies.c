@@ -84,6 +84,15 @@ static double mean_utilization(const tr_train_result *r) {
 
 static bool is_async(const row *x) { return x->o.strategy == TR_STRATEGY_ASYNC; }
 
+/* The optimizer state a replica (async: a worker) holds: the largest, where ZeRO's last
+ * shard is shorter. */
+static double state_per_replica(const tr_train_result *r) {
+  int64_t most = 0;
+  for (int i = 0; i < r->replicas; i++)
+    if (r->memory.replicas[i].optimizer_state > most) most = r->memory.replicas[i].optimizer_state;
+  return (double)most;
+}
+
 /* `base`: single's samples/s; `async1`: the one-worker async row's updates/s, the reference
  * of the async rows (what a second worker adds, apart from what the server costs). */
 static void print_row(bool md, const row *x, double base, double async1) {
@@ -102,17 +111,17 @@ static void print_row(bool md, const row *x, double base, double async1) {
     snprintf(stale, sizeof stale, "%.2f / %.0f", r->staleness_mean, r->staleness_max);
   }
   if (md)
-    printf("| %-14s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %9.1f | %7s | %3.0f%% | %-13s | "
-           "%-10s | %11.2g | %.4g |\n",
+    printf("| %-15s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %9.1f | %7s | %3.0f%% | %-13s | "
+           "%-10s | %11.2g | %.4g | %9.1f |\n",
            x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
            r->samples_per_s / base, r->steps_per_s, vs1, 100 * mean_utilization(r), bubble,
-           stale, r->consistency, r->final_loss);
+           stale, r->consistency, r->final_loss, state_per_replica(r) / (1 << 20));
   else
-    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g\n", x->label,
+    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g,%.0f\n", x->label,
            r->devices, r->microbatches, r->seconds, r->samples_per_s, r->samples_per_s / base,
            r->steps_per_s, async ? r->steps_per_s / async1 : NAN, mean_utilization(r),
            r->bubble_fraction, r->bubble_theory, async ? r->staleness_mean : NAN,
-           async ? r->staleness_max : NAN, r->consistency, r->final_loss);
+           async ? r->staleness_max : NAN, r->consistency, r->final_loss, state_per_replica(r));
 }
 
 static void usage(FILE *f) {
@@ -122,7 +131,8 @@ static void usage(FILE *f) {
           "seconds (default 5), in this process, and prints one row per strategy: samples/s,\n"
           "the ratio to the single-device run of the same table, steps (updates) per second,\n"
           "mean utilization, the pipeline bubble (measured / the schedule's own), replica\n"
-          "consistency, final loss. The async rows (a parameter server and 1, then every\n"
+          "consistency, final loss, and the optimizer state each replica holds (MiB; the dp\n"
+          "and hybrid rows with --zero 1 shard it across the replicas). The async rows (a parameter server and 1, then every\n"
           "device as, workers; with more than one device also SSP with staleness 2 and\n"
           "DC-ASGD with lambda 0.04) give updates/s against the one-worker async row and the\n"
           "staleness of the updates (mean / max).\n"
@@ -164,7 +174,7 @@ int bench_strategies(int argc, char **argv) {
   const bool host = tr_device_get_info(tr_device_list_get(list, 0))->kind == TR_DEVICE_HOST;
   tr_device_list_close(list);
 
-  row rows[12];
+  row rows[16];
   int nrows = 0;
   tr_train_options base = tr_train_defaults();
   base.model = model;
@@ -182,13 +192,18 @@ int bench_strategies(int argc, char **argv) {
   ROW("single", o->strategy = TR_STRATEGY_SINGLE);
   if (n > 1) {
     ROW("dp", o->strategy = TR_STRATEGY_DP);
+    ROW("dp --zero 1", o->strategy = TR_STRATEGY_DP, o->job.zero = 1);
     ROW("mp", o->strategy = TR_STRATEGY_MP);
     ROW("pipeline gpipe", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_GPIPE,
         o->job.layout.microbatches = 8);
     ROW("pipeline 1f1b", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_1F1B,
         o->job.layout.microbatches = 8);
   }
-  if (n >= 4 && n % 2 == 0) ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4);
+  if (n >= 4 && n % 2 == 0) {
+    ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4);
+    ROW("hybrid --zero 1", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4,
+        o->job.zero = 1);
+  }
   const int async1 = nrows;
   ROW("async 1", o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = 1);
   if (n > 1) {
@@ -245,6 +260,7 @@ int bench_strategies(int argc, char **argv) {
       if (isfinite(r->bubble_fraction))
         printf("\"bubble_fraction\":%.4f,\"bubble_theory\":%.4f,", r->bubble_fraction,
                r->bubble_theory);
+      printf("\"zero\":%d,\"optimizer_state_per_replica\":%.0f,", r->zero, state_per_replica(r));
       printf("\"consistency\":%.3g,\"final_loss\":%.6g}", r->consistency, r->final_loss);
     }
     printf("]");
@@ -256,13 +272,14 @@ int bench_strategies(int argc, char **argv) {
   }
   const bool md = !strcmp(format, "md");
   if (md)
-    printf("| strategy       | devices          |   m |     s |  samples/s | ×single | updates/s | "
-           "×async 1 | util | bubble (theory) | staleness  | consistency | final loss |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| strategy        | devices          |   m |     s |  samples/s | ×single | updates/s | "
+           "×async 1 | util | bubble (theory) | staleness  | consistency | final loss | "
+           "opt. state / replica (MiB) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   else
     printf("strategy,devices,microbatches,seconds,samples_per_s,vs_single,steps_per_s,vs_async1,"
            "utilization,bubble,bubble_theory,staleness_mean,staleness_max,consistency,"
-           "final_loss\n");
+           "final_loss,optimizer_state_per_replica\n");
   for (int i = 0; i < nrows; i++) print_row(md, &rows[i], base_rate, async1_rate);
   if (isfinite(ref1)) {
     fprintf(stdout,

@@ -29,6 +29,9 @@ static void usage(FILE *f) {
           "  --schedule gpipe|1f1b          pipeline schedule (default 1f1b)\n"
           "  --stages N                     hybrid: devices per pipeline (default 2)\n"
           "  --cuts L1,L2,..                stage boundaries as layer indices (default: balanced)\n"
+          "  --zero 0|1                     dp, hybrid: 1 shards the optimizer state across the\n"
+          "                                 replicas (ZeRO stage 1: gradients reduce-scattered,\n"
+          "                                 each replica updates its shard, parameters gathered)\n"
           "  --workers N                    async: workers, one per device (default: every device)\n"
           "  --staleness S                  async: a worker waits while it is more than S pushes\n"
           "                                 ahead of the slowest (SSP; default unbounded)\n"
@@ -82,6 +85,23 @@ static void json_number(const char *key, double v, bool last) {
   else printf("\"%s\":null%s", key, last ? "" : ",");
 }
 
+static void json_memory(const char *key, const tr_memory_figures *m, int n) {
+  printf("\"%s\":[", key);
+  for (int i = 0; i < n; i++)
+    printf("%s{\"params\":%lld,\"grads\":%lld,\"optimizer_state\":%lld}", i ? "," : "",
+           (long long)m[i].params, (long long)m[i].grads, (long long)m[i].optimizer_state);
+  printf("]");
+}
+
+/* Bytes each device's stage allocated, and each replica's over its stages. */
+static void print_memory(const tr_train_result *r) {
+  printf("\"memory\":{");
+  json_memory("devices", r->memory.devices, r->ndevices);
+  printf(",");
+  json_memory("replicas", r->memory.replicas, r->stages ? r->ndevices / r->stages : 0);
+  printf("},");
+}
+
 static void print_json(const tr_train_result *r, double sgemm) {
   printf("{\"model\":");
   cli_json_string(stdout, r->model);
@@ -113,6 +133,8 @@ static void print_json(const tr_train_result *r, double sgemm) {
   if (r->stages > 1)
     for (int s = 0; s <= r->stages; s++) printf("%s%d", s ? "," : "[", r->cuts[s]);
   printf(r->stages > 1 ? "]," : "null,");
+  printf("\"zero\":%d,", r->zero);
+  print_memory(r);
   const bool async = !strcmp(r->strategy, "async");
   if (async && isfinite(r->staleness_mean)) {
     printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g,\"histogram\":[", r->staleness_mean,
@@ -182,6 +204,9 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   if (r->skipped_steps)
     fprintf(stderr, ", %lld update%s skipped (gradient norm not finite)",
             (long long)r->skipped_steps, r->skipped_steps == 1 ? "" : "s");
+  if (r->zero)
+    fprintf(stderr, ", ZeRO %d: optimizer state %.1f MiB per replica", r->zero,
+            (double)r->memory.replicas[0].optimizer_state / (1 << 20));
   fputc('\n', stderr);
   if (async) print_async(r, staleness);
 }
@@ -255,6 +280,7 @@ static const struct {
     {"layout.stages", "--stages"},
     {"layout.cuts", "--cuts"},
     {"global_batch", "--batch"},
+    {"zero", "--zero"},
     {"optim.kind", "--optimizer"},
     {"optim.clip", "--clip"},
     {"optim.lr", "--lr"},
@@ -333,6 +359,9 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--cuts")) {
       if (!cli_value_str(argc, argv, &i, &v) || !parse_cuts(v, cuts, &layout->cuts, &layout->ncuts))
         return CLI_USAGE;
+    } else if (!strcmp(a, "--zero")) {
+      if (!cli_value_u64(argc, argv, &i, 0, 1, &u)) return CLI_USAGE;
+      o.job.zero = (int)u;
     } else if (!strcmp(a, "--workers")) {
       if (!cli_value_u64(argc, argv, &i, 1, TR_TRAIN_MAX_DEVICES, &u)) return CLI_USAGE;
       layout->replicas = (int)u;

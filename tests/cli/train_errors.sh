@@ -36,4 +36,11 @@ expect "an unknown model" "^troupe: --model 'resnet'" -- --model resnet --steps 
 expect "labels without data" '^troupe: --labels needs --data' -- --labels y.npy --steps 2
 expect "a profile window ending first" "^troupe: --profile-steps: '5:3' is not A:B" -- \
   --profile-steps 5:3 --steps 2
+expect "zero with async" '^troupe: --zero 1: asynchronous training .*server' -- \
+  --strategy async --devices host:2 --zero 1 --steps 2
+expect "zero on one device" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 replica' -- \
+  --strategy single --zero 1 --steps 2
+expect "zero on a pipeline" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 replica' -- \
+  --strategy pipeline --devices host:2 --zero 1 --steps 2
+expect "zero stage 2" "^troupe: --zero: '2' is not" -- --strategy dp --devices host:2 --zero 2 --steps 2
 exit $failed

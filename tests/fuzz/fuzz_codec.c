@@ -48,8 +48,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     inside(x->data, x->bytes, in, n);
   } else if (t == &tr__part_type) {
     tr__part *p = &((tr__part_msg *)m)->part;
-    if (!p->params || !p->state) abort();
-    memset(p->params, 0, p->numel * sizeof(float)); /* its own copies, that long */
+    if (!p->state) abort(); /* params may stay NULL: a ZeRO shard of the state alone */
+    if (p->shard_offset > p->numel || p->shard_numel > p->numel - p->shard_offset) abort();
+    if (p->params) memset(p->params, 0, p->numel * sizeof(float)); /* its own copies, that long */
     memset(p->state, 0, p->state_numel * sizeof(float));
     tr__part_free(p);
   } else if (t == &tr__done_type) {

@@ -602,6 +602,87 @@ static void clipping_bounds_the_global_norm(void **state) {
   tr_model_free(m);
 }
 
+/* ZeRO stage 1: four stages each holding a quarter of AdamW's state (the last a shorter
+ * one) update their quarter of the parameters exactly as the unsharded stage updates it,
+ * and leave the rest alone; with clipping, the shares of the shards' squared norms add up
+ * to the whole gradient's. */
+static void sharded_stages_update_their_shard_alone(void **state) {
+  (void)state;
+  tr_model *m = tiny_mlp(); /* three Linear(12,12), each tensor 16-aligned: 480 floats */
+  const size_t N = tr_model_numel(m);
+  assert_int_equal(N, 480);
+  const size_t want_off[4] = {0, 128, 256, 384}, want_n[4] = {128, 128, 128, 96};
+  for (int clipped = 0; clipped < 2; clipped++) {
+    tr_optim_config o = tr_optim_defaults(clipped ? TR_OPTIM_MOMENTUM : TR_OPTIM_ADAMW, 0.05f);
+    o.clip = clipped ? 0.25f : 0;
+    tr_stage_config c = tr_stage_defaults(m);
+    c.batch = c.global_batch = 2, c.seed = 3, c.optim = o;
+    tr_stage *whole, *shard[4];
+    char err[256];
+    assert_int_equal(tr_stage_open(&whole, m, tr_device_list_get(devs, 0), &c, err, sizeof err), 0);
+    for (int k = 0; k < 4; k++) {
+      c.shard = (tr_stage_shard){.count = 4, .index = k};
+      assert_int_equal(tr_stage_open(&shard[k], m, tr_device_list_get(devs, k % 3), &c, err, sizeof err), 0);
+      const tr_stage_info *in = tr_stage_get_info(shard[k]);
+      assert_int_equal(in->numel, N);
+      assert_int_equal(in->shard_offset, want_off[k]);
+      assert_int_equal(in->shard_numel, want_n[k]);
+      assert_int_equal(in->state_numel, (clipped ? 1 : 2) * want_n[k]);
+    }
+    assert_int_equal(tr_stage_get_info(whole)->state_numel, (clipped ? 1 : 2) * N);
+    float *w0 = malloc(N * 4), *ref = malloc(N * 4), *got = malloc(N * 4);
+    assert_int_equal(tr_stage_download(whole, TR_STAGE_PARAMS, w0), 0);
+    mt_rng r = mt_rng_for(450 + (uint64_t)clipped);
+    for (int t = 0; t < 2; t++) {
+      float *g = mt_normals(&r, N, 1, 0); /* a norm of about 20: a clip of 0.25 binds */
+      assert_int_equal(tr_stage_upload(whole, TR_STAGE_GRADS, g), 0);
+      assert_int_equal(tr_stage_step(whole, NULL), 0);
+      float total = 0, *sumsq[4];
+      for (int k = 0; k < 4; k++) {
+        tr_device *d = tr_stage_device(shard[k]);
+        assert_int_equal(tr_stage_upload(shard[k], TR_STAGE_GRADS, g), 0);
+        sumsq[k] = mt_up(d, NULL, 1);
+        assert_int_equal(tr_stage_grad_sumsq(shard[k], sumsq[k], 0), 0);
+        float *h = mt_down(d, sumsq[k], 1);
+        total += *h;
+        free(h);
+      }
+      for (int k = 0; k < 4; k++) {
+        tr_stream *s = tr_stage_stream(shard[k]);
+        assert_int_equal(tr_memcpy(s, sumsq[k], &total, 4, TR_COPY_H2D), 0);
+        assert_int_equal(tr_stage_step(shard[k], clipped ? sumsq[k] : NULL), 0);
+        assert_int_equal(tr_stream_synchronize(s), 0);
+        tr_device_free(tr_stage_device(shard[k]), sumsq[k]);
+      }
+      free(g);
+    }
+    assert_int_equal(tr_stage_download(whole, TR_STAGE_PARAMS, ref), 0);
+    for (int k = 0; k < 4; k++) {
+      assert_int_equal(tr_stage_download(shard[k], TR_STAGE_PARAMS, got), 0);
+      assert_int_equal(tr_stream_synchronize(tr_stage_stream(shard[k])), 0);
+      const size_t lo = want_off[k], hi = lo + want_n[k];
+      if (clipped) /* the clip factor from a sum in another order: rounding apart */
+        assert_true(norm_rel(got + lo, ref + lo, hi - lo) < 1e-6);
+      else
+        assert_memory_equal(got + lo, ref + lo, (hi - lo) * 4);
+      assert_memory_equal(got, w0, lo * 4); /* the other shards' parameters: untouched */
+      assert_memory_equal(got + hi, w0 + hi, (N - hi) * 4);
+      assert_true(norm_rel(got + lo, w0 + lo, hi - lo) > 1e-4); /* and this one moved */
+    }
+    free(w0), free(ref), free(got);
+    tr_stage_close(whole);
+    for (int k = 0; k < 4; k++) tr_stage_close(shard[k]);
+  }
+  /* a shard that is not one of the count */
+  tr_stage_config c = tr_stage_defaults(m);
+  c.shard = (tr_stage_shard){.count = 3, .index = 3};
+  tr_stage *st;
+  char err[256];
+  assert_int_equal(tr_stage_open(&st, m, tr_device_list_get(devs, 0), &c, err, sizeof err), TR_EINVAL);
+  assert_non_null(strstr(err, "shard 3 of 3"));
+  tr_model_free(m);
+}
+
 /* ---- learning ---------------------------------------------------------------------------------------- */
 
 /* Trains one stage on the model's workload data; returns the first loss and the mean of the
@@ -925,6 +1006,7 @@ int main(void) {
       cmocka_unit_test(micro_batches_accumulate_the_batch_gradient),
       cmocka_unit_test(optimizers_follow_pytorch_definitions),
       cmocka_unit_test(clipping_bounds_the_global_norm),
+      cmocka_unit_test(sharded_stages_update_their_shard_alone),
       cmocka_unit_test(simplenet_learns_the_teacher),
       cmocka_unit_test(tiny_gpt_learns_arithmetic),
       cmocka_unit_test(training_is_bitwise_deterministic),

@@ -8,6 +8,10 @@
 #   stopped                         a rank stopped (SIGSTOP): the same, within the watchdog
 #   mismatch                        ranks given different options: refused before training,
 #                                   naming the rank
+#   zero                            --zero 1 with replicas in two ranks: refused, naming the
+#                                   flag; with every replica in rank 1 (rank 0 coordinates):
+#                                   the checkpoint of one process, bitwise (the shards of the
+#                                   optimizer state crossing to the coordinator)
 set -u
 case_=$1 troupe=$(realpath "$2") params_diff=$(realpath "$3")
 dir=$(mktemp -d)
@@ -85,5 +89,18 @@ case $case_ in
       >out.txt 2>err.txt && fail "ranks with different models trained"
     grep -q 'model on rank 1 differ' err.txt || fail "a different model was not named: $(cat err.txt)"
     printf 'ok   %s: %s\n' "$case_" "$(grep -m1 'rank 0' err.txt)" ;;
+  zero)
+    timeout 60 "${mpirun[@]}" -np 2 "$troupe" train "${common[@]}" --strategy dp --devices host:1 \
+      --zero 1 >out.txt 2>err.txt && fail "--zero 1 trained with replicas in two ranks"
+    grep -q 'rank 0: --zero 1: the replicas of stage 0 live in ranks 0 and 1' err.txt ||
+      fail "the error does not name --zero and the ranks: $(cat err.txt)"
+    z=("${common[@]}" --optimizer momentum --strategy dp --zero 1 --checkpoint run.ckpt)
+    timeout 120 "${mpirun[@]}" -np 1 "$troupe" train "${z[@]}" --devices none \
+      : -np 1 "$troupe" train "${z[@]}" --devices host:2 >out.txt 2>err.txt ||
+      fail "mpirun exit $?: $(cat err.txt)"
+    mv run.ckpt ranks.ckpt
+    "$troupe" train "${z[@]}" --devices host:2 || fail "the run in one process"
+    cmp -s ranks.ckpt run.ckpt || fail "the checkpoint differs from one process's"
+    printf 'ok   %s\n' "$case_" ;;
   *) fail "no such case" ;;
 esac
