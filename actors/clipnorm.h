@@ -29,7 +29,9 @@ extern const tr_msgtype tr__norm_type;
  * carries at most two steps' shares: its credits. */
 enum { TR__CLIP_CREDITS = 2 };
 tr__clip *tr__clip_new(int stages, int me, tr_edge *const *out, tr_edge *const *in);
-int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *st);
+/* The stage's chunks st[0, n) (one but under interleaving), on one device: its share is
+ * theirs summed. */
+int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *const *st, int n);
 int tr__clip_receive(tr__clip *c, const tr__norm_msg *m);
 int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq);
 /* Waits on the device (the caller polls its events meanwhile). */

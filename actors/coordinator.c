@@ -242,7 +242,7 @@ static void show_progress(coordinator *c) {
 /* ---- checkpoints ---------------------------------------------------------------------------- */
 
 static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
-  const int P = c->run->c.layout.stages;
+  const int P = tr__pieces(c->run); /* a part per chunk of each stage */
   pending *slot = NULL;
   for (int i = 0; i < PENDING && !slot; i++)
     if (c->ck[i].step == p->step) slot = &c->ck[i];
@@ -309,9 +309,11 @@ static void record_result(coordinator *c) {
   r->replicas = R;
   r->stages = P;
   r->microbatches = jc->layout.microbatches;
+  r->chunks = jc->layout.chunks;
+  r->recompute = jc->memory.recompute != 0;
   r->ndevices = n;
   r->ranks = tr_world_size(tr__graph_world(run->g));
-  memcpy(r->cuts, run->cuts, (size_t)(P + 1) * sizeof *run->cuts);
+  memcpy(r->cuts, run->cuts, (size_t)(tr__pieces(run) + 1) * sizeof *run->cuts);
   if (P > 1) snprintf(r->schedule, sizeof r->schedule, "%s", tr_schedule_kind_name(jc->layout.schedule));
   if (jc->async.enabled) {
     r->workers = R;
@@ -350,6 +352,7 @@ static void record_result(coordinator *c) {
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
     r->utilization[i] = window > 0 ? (double)c->dones[i].busy_ns / window : NAN;
     r->peak_microbatches[i] = c->dones[i].peak_microbatches;
+    r->peak_activation_bytes[i] = c->dones[i].peak_activation_bytes;
     busy += (double)c->dones[i].busy_ns;
   }
   if (P > 1) {

@@ -38,11 +38,17 @@ typedef struct tr__run {
   tr_job_config c;          /* defaults filled in; c.layout.cuts points at cuts + 1 */
   tr_graph *g;
   const tr_schedule *sc;
-  int cuts[TR__MAX_STAGES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
+  int cuts[TR__MAX_STAGES + 1]; /* piece k: layers [cuts[k], cuts[k + 1]); chunk c of stage s
+                                   is piece c × stages + s */
   int mb_batch;             /* samples per micro-batch */
   char strategy[16];
   tr__test_hooks hooks;
 } tr__run;
+
+/* The pieces the model is cut into: stages × chunks. */
+static inline int tr__pieces(const tr__run *run) {
+  return run->c.layout.stages * run->c.layout.chunks;
+}
 
 /* The number of stage (r, s) in figures: r × stages + s. */
 static inline int tr__device_index(const tr__run *run, int replica, int stage) {
@@ -84,7 +90,7 @@ typedef struct tr__part {
 /* stage of replica 0 (or the server) → coordinator: its part of the checkpoint of `step` */
 typedef struct tr__part_msg {
   tr_msg hdr;
-  int source, stage;
+  int source, stage; /* stage: the piece (interleaved: chunk × stages + stage) */
   int64_t step;
   tr__part part;
 } tr__part_msg;
@@ -97,6 +103,7 @@ typedef struct tr__report {
   int64_t steps, window_steps;
   uint64_t window_start, window_end, busy_ns;
   int peak_microbatches;
+  int64_t peak_activation_bytes;
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
 } tr__report;

@@ -25,7 +25,13 @@ static void usage(FILE *f) {
           "                                 under mpirun this rank's (none: rank 0 only\n"
           "                                 coordinates and serves), every rank's in rank order\n"
           "  --microbatches M               per step and replica (pipeline, hybrid: 2 x stages)\n"
-          "  --schedule gpipe|1f1b          pipeline schedule (default 1f1b)\n"
+          "  --schedule gpipe|1f1b|interleaved|zb1\n"
+          "                                 pipeline schedule (default 1f1b): interleaved puts\n"
+          "                                 --chunks model chunks on each device, zb1 splits\n"
+          "                                 backward and puts the weights' half off (ZB-H1)\n"
+          "  --chunks V                     interleaved: model chunks per device (default 2)\n"
+          "  --recompute                    keep only each micro-batch's input, and compute\n"
+          "                                 its activations again in backward\n"
           "  --stages N                     hybrid: devices per pipeline (default 2)\n"
           "  --cuts L1,L2,..                stage boundaries as layer indices (default: balanced)\n"
           "  --workers N                    async: workers, one per device (default: every device)\n"
@@ -71,6 +77,15 @@ static void json_number(const char *key, double v, bool last) {
   else printf("\"%s\":null%s", key, last ? "" : ",");
 }
 
+/* Per device: the most bytes of per-micro-batch memory held at once (README "Memory"). */
+static void print_memory(const tr_train_result *r) {
+  printf("\"memory\":{\"devices\":[");
+  for (int i = 0; i < r->ndevices && i < TR_TRAIN_MAX_DEVICES; i++)
+    printf("%s{\"peak_activation_bytes\":%lld}", i ? "," : "",
+           (long long)r->peak_activation_bytes[i]);
+  printf("]},");
+}
+
 static void print_json(const tr_train_result *r, double sgemm) {
   printf("{\"model\":");
   cli_json_string(stdout, r->model);
@@ -94,14 +109,17 @@ static void print_json(const tr_train_result *r, double sgemm) {
   printf("],");
   json_number("bubble_fraction", r->bubble_fraction, false);
   json_number("bubble_theory", r->bubble_theory, false);
-  printf("\"replicas\":%d,\"stages\":%d,\"microbatches\":%d,\"schedule\":", r->replicas,
-         r->stages, r->microbatches);
+  printf("\"replicas\":%d,\"stages\":%d,\"microbatches\":%d,\"chunks\":%d,\"recompute\":%s,"
+         "\"schedule\":", r->replicas, r->stages, r->microbatches, r->chunks,
+         r->recompute ? "true" : "false");
   if (r->schedule[0]) printf("\"%s\",", r->schedule);
   else printf("null,");
   printf("\"cuts\":");
-  if (r->stages > 1)
-    for (int s = 0; s <= r->stages; s++) printf("%s%d", s ? "," : "[", r->cuts[s]);
-  printf(r->stages > 1 ? "]," : "null,");
+  const int pieces = r->stages * (r->chunks > 0 ? r->chunks : 1);
+  if (pieces > 1)
+    for (int k = 0; k <= pieces; k++) printf("%s%d", k ? "," : "[", r->cuts[k]);
+  printf(pieces > 1 ? "]," : "null,");
+  print_memory(r);
   const bool async = !strcmp(r->strategy, "async");
   if (async && isfinite(r->staleness_mean)) {
     printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g,\"histogram\":[", r->staleness_mean,
@@ -157,11 +175,15 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   for (int i = 0; i < r->ndevices; i++)
     if (isfinite(r->utilization[i]))
       fprintf(stderr, "%s%.0f%%", i ? " " : ", utilization ", 100 * r->utilization[i]);
-  if (isfinite(r->bubble_fraction))
+  if (isfinite(r->bubble_fraction) && r->chunks > 1)
+    fprintf(stderr, ", bubble %.3f (%s, m = %d, %d chunks: %.3f in theory)", r->bubble_fraction,
+            r->schedule, r->microbatches, r->chunks, r->bubble_theory);
+  else if (isfinite(r->bubble_fraction))
     fprintf(stderr, ", bubble %.3f (%s, m = %d: %.3f in theory)", r->bubble_fraction,
             r->schedule, r->microbatches, r->bubble_theory);
-  for (int s = 1; s < r->stages; s++)
-    fprintf(stderr, "%s%d", s > 1 ? "," : ", cut before layers ", r->cuts[s]);
+  for (int k = 1; k < r->stages * (r->chunks > 0 ? r->chunks : 1); k++)
+    fprintf(stderr, "%s%d", k > 1 ? "," : ", cut before layers ", r->cuts[k]);
+  if (r->recompute) fprintf(stderr, ", recomputing activations");
   const bool async = !strcmp(r->strategy, "async");
   if (r->replicas > 1 && !async) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
   fputc('\n', stderr);
@@ -222,6 +244,7 @@ static const struct {
     {"profile.from", "--profile-steps"},
     {"profile.to", "--profile-steps"},
     {"layout.microbatches", "--microbatches"},
+    {"memory.recompute", "--recompute"},
     {"checkpoint.resume", "--resume"},
     {"checkpoint.every", "--checkpoint-every"},
     {"checkpoint.path", "--checkpoint"},
@@ -231,6 +254,7 @@ static const struct {
     {"async.staleness", "--staleness"},
     {"async.hogwild", "--hogwild"},
     {"layout.schedule", "--schedule"},
+    {"layout.chunks", "--chunks"},
     {"layout.replicas", "--workers"},
     {"layout.stages", "--stages"},
     {"layout.cuts", "--cuts"},
@@ -304,9 +328,14 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--schedule")) {
       if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
       if (tr_schedule_kind_parse(v, &layout->schedule)) {
-        fprintf(stderr, "troupe: --schedule: '%s' is not gpipe or 1f1b\n", v);
+        fprintf(stderr, "troupe: --schedule: '%s' is not %s\n", v, tr_schedule_kind_list());
         return CLI_USAGE;
       }
+    } else if (!strcmp(a, "--chunks")) {
+      if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
+      layout->chunks = (int)u;
+    } else if (!strcmp(a, "--recompute")) {
+      o.job.memory.recompute = 1;
     } else if (!strcmp(a, "--stages")) {
       if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
       layout->stages = (int)u;
