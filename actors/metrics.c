@@ -3,7 +3,8 @@
  * The palette (Okabe and Ito's, told apart by colour-blind readers too), one colour per
  * kind, grouped by category; README "Profiling" lists it and `troupe timeline` is to draw
  * with the same:
- *   compute        forward #0072B2 blue, backward #D55E00 vermillion
+ *   compute        forward #0072B2 blue, backward (and its halves, backward input and
+ *                  backward weight) #D55E00 vermillion
  *   communication  recv act #56B4E9 sky blue, recv grad #E69F00 orange,
  *                  allreduce #CC79A7 reddish purple
  *   optimizer      update #009E73 bluish green
@@ -19,6 +20,9 @@
 static tr_trace_kind kinds[] = {
     {.name = "forward", .category = "compute", .color = 0xFF0072B2, .device = 1, .args = STEP_STAGE_MB},
     {.name = "backward", .category = "compute", .color = 0xFFD55E00, .device = 1, .args = STEP_STAGE_MB},
+    /* zero-bubble schedules: backward's halves, in backward's colour */
+    {.name = "backward input", .category = "compute", .color = 0xFFD55E00, .device = 1, .args = STEP_STAGE_MB},
+    {.name = "backward weight", .category = "compute", .color = 0xFFD55E00, .device = 1, .args = STEP_STAGE_MB},
     {.name = "recv act", .category = "communication", .color = 0xFF56B4E9, .device = 1, .args = STEP_STAGE_MB},
     {.name = "recv grad", .category = "communication", .color = 0xFFE69F00, .device = 1, .args = STEP_STAGE_MB},
     /* on the group's own stream, not the device's: not timed there */

@@ -38,9 +38,10 @@ tr__busy tr__busy_begin(int64_t first_step, int64_t steps);
 /* `step` is now the current one: the window opens as the warm-up ends (the caller has let
  * its device finish the warm-up's work). */
 void tr__busy_open_window(tr__busy *b, int64_t step);
-/* Work `what` ("forward", "backward", "recv act", "recv grad", "allreduce", "update") of
- * micro-batch `mb` (-1: none; the bucket for "allreduce") during `step` begins now: its range
- * opens when the step is traced. Returns now. */
+/* Work `what` ("forward", "backward", "backward input", "backward weight", "recv act",
+ * "recv grad", "allreduce", "update") of micro-batch `mb` (-1: none; the bucket for
+ * "allreduce") during `step` begins now: its range opens when the step is traced. Returns
+ * now. */
 uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb);
 /* The work begun at t0 ends now: busy time, and its range (tr__busy_start's, or recorded
  * now in the trace). */
