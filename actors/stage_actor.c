@@ -674,14 +674,12 @@ static int send_figures(tr_actor *self, stage_actor *a) {
   *d = (tr__report){.replica = a->replica,
                     .stage = a->stage,
                     .steps = a->step,
-                    .window_start = a->busy.window_start,
                     .window_end = a->window_end,
-                    .busy_ns = a->busy.busy_ns,
                     .peak_microbatches = a->peak,
                     .peak_activation_bytes = a->peak_bytes};
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
   const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
-  d->window_steps = a->step > a->busy.warm_step ? a->step - a->busy.warm_step : a->step - first;
+  tr__busy_window(&a->busy, a->step, first, &d->window_start, &d->busy_ns, &d->window_steps);
   if (a->group) { /* one chunk (tr_job_new) */
     const size_t numel = a->ch[0].info->numel;
     float *host = malloc((numel ? numel : 1) * sizeof *host);

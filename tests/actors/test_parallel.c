@@ -383,6 +383,27 @@ static void runs_report_their_layout_and_figures(void **state) {
   assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
 }
 
+/* A timed run too short to get past its 3 warm-up steps measures the whole run instead of
+ * an empty window (it once reported the last step's few microseconds as its window, with
+ * every step in it and no device busy). */
+static void a_timed_run_that_ends_warming_up_reports_the_whole_run(void **state) {
+  (void)state;
+  enum { SLOW_US = 20000 };
+  tr_train_options o = pipeline(options(NULL, &mlp4, 0), "host:2", TR_SCHEDULE_1F1B, 3);
+  o.seconds = 0.05;
+  const tr__test_hooks slow = {.slow_device = 1, .slow_us = SLOW_US};
+  tr_train_result r;
+  char err[1024];
+  if (tr__train_run_hooked(&o, &slow, &r, err, sizeof err)) fail_msg("%s", err);
+  assert_true(r.steps >= 1 && r.steps <= 3);
+  assert_int_equal(r.window_steps, r.steps);
+  /* each step sleeps 6 times on device 1: steps/s is bounded by that */
+  if (!(r.steps_per_s > 0 && r.steps_per_s <= 1e6 / (6.0 * SLOW_US)))
+    fail_msg("%lld steps in %.4g s: %.4g steps/s", (long long)r.steps, r.seconds, r.steps_per_s);
+  for (int i = 0; i < 2; i++) assert_true(r.utilization[i] > 0 && r.utilization[i] <= 1);
+  assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
+}
+
 /* ---- clipping by the global norm --------------------------------------------------------- */
 
 /* With a clip that binds, every stage and replica must scale by the norm of the whole
@@ -531,6 +552,7 @@ int main(void) {
       cmocka_unit_test(schedules_and_recomputation_agree_with_1f1b_bitwise),
       cmocka_unit_test(deterministic_parallel_runs_are_bitwise_identical),
       cmocka_unit_test(runs_report_their_layout_and_figures),
+      cmocka_unit_test(a_timed_run_that_ends_warming_up_reports_the_whole_run),
       cmocka_unit_test(clipping_uses_the_norm_across_stages_and_replicas),
       cmocka_unit_test(stages_hold_no_more_microbatches_than_their_schedule),
       cmocka_unit_test(bad_layouts_are_named),
