@@ -168,7 +168,8 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, "model: none given");
   if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL, "data: none given");
   if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
-  if (c->layout.chunks == 0) c->layout.chunks = c->layout.schedule == TR_SCHEDULE_INTERLEAVED ? 2 : 1;
+  if (c->layout.chunks == 0)
+    c->layout.chunks = c->layout.schedule == TR_SCHEDULE_INTERLEAVED ? 2 : 1;
   c->optim = resolve_optim(c->optim, c->model);
   int rc;
   if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||

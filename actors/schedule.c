@@ -57,7 +57,7 @@ const char *tr_action_kind_name(tr_action_kind k) {
   return (unsigned)k < TR_ACTION_COUNT ? action_names[k] : "?";
 }
 
-/* ---- the generators ------------------------------------------------------------------------ */
+/* ---- the generators ---------------------------------------------------------------------- */
 
 /* Appends the actions of one device; the caller sized the list exactly. A chunk's virtual
  * stage is chunk × p + s: the first of them receives no activations, the last sends none. */
@@ -147,7 +147,7 @@ static void gen_zb1(emitter *e, int m) {
   }
 }
 
-/* ---- slots ------------------------------------------------------------------------------------ */
+/* ---- slots ---------------------------------------------------------------------------- */
 
 /* Gives each micro-batch of `chunk` the lowest free slot from its first action on the stage
  * to its last, and returns how many slots were ever in use at once. Works from the list
@@ -201,7 +201,7 @@ static size_t stage_length(const tr_schedule_config *c, int s) {
   return per_mb * (size_t)c->microbatches + 1;
 }
 
-/* ---- the schedule ---------------------------------------------------------------------------- */
+/* ---- the schedule ----------------------------------------------------------------------- */
 
 /* The configuration as generated: chunks filled in; TR_EINVAL for one that makes none. */
 static int complete(const tr_schedule_config *in, tr_schedule_config *c) {

@@ -561,7 +561,8 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
                      : act->kind == TR_ACTION_BACKWARD_INPUT ? "backward input"
                                                              : "backward weight";
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
-  const bool last = a->group && weights && act->mb == a->m - 1; /* buckets go out as layers finish */
+  /* buckets go out as the layers of the last micro-batch finish */
+  const bool last = a->group && weights && act->mb == a->m - 1;
   if (last) tr__group_arm(a->group, a->step);
   const int rc = act->kind == TR_ACTION_BACKWARD ? tr_stage_backward(c->st, act->slot, &a->dinput)
                  : weights ? tr_stage_backward_weight(c->st, act->slot)
@@ -774,8 +775,9 @@ static int run_actions(tr_actor *self, stage_actor *a) {
           rc = BLOCKED;
           break;
         }
-        rc = send_tensor(a, a->act_out, &a->act_host, &tr_activation_type, tr_stage_output(c->st, act->slot),
-                         info->output_bytes, c->act_ev[act->slot], act);
+        rc = send_tensor(a, a->act_out, &a->act_host, &tr_activation_type,
+                         tr_stage_output(c->st, act->slot), info->output_bytes,
+                         c->act_ev[act->slot], act);
         break;
       case TR_ACTION_RECV_GRAD:
         rc = receive_tensor(self, a, &a->gradq, a->grad_in, tr_stage_dout(c->st, act->slot), act);

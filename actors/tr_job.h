@@ -43,7 +43,8 @@
  * Every path between the job's actors is an edge of the graph (tr_graph_print shows them):
  * loader → first stage (inputs) and → last stage (targets), `layout.prefetch` micro-batches
  * each; stage s → s+1 (activations), as many as stage s has slots; s+1 → s (gradients of
- * activations), two (interleaved: around the ring, last → first too); between the members of a replica group (gradient buckets, ready and
+ * activations), two (interleaved: around the ring, the last stage → the first too);
+ * between the members of a replica group (gradient buckets, ready and
  * reduced); between the stages of a replica when clipping (gradient norms); worker ↔ server
  * (pushes, replies); every stage and the server → coordinator (losses, checkpoint parts,
  * final figures); coordinator → each observer (reports). Actors of your own take part

@@ -89,7 +89,8 @@ static inline const char *layout_schedule(const layout_case *c, char *buf, size_
     return buf;
   }
   int k = snprintf(buf, n, "%s", tr_schedule_kind_name((tr_schedule_kind)c->schedule));
-  if (c->chunks && k > 0 && (size_t)k < n) k += snprintf(buf + k, n - (size_t)k, " (v %d)", c->chunks);
+  if (c->chunks && k > 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, " (v %d)", c->chunks);
   if (c->recompute && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, ", recompute");
   return buf;
 }

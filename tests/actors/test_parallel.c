@@ -264,7 +264,8 @@ static void schedules_and_recomputation_agree_with_1f1b_bitwise(void **state) {
                layout_schedule(&same[i], sched, sizeof sched));
       const double d = params_difference(path("other.safetensors"), path("1f1b.safetensors"),
                                          worst, sizeof worst);
-      if (d != 0) fail_msg("%s: parameters differ from 1f1b's by %.3g (tensor '%s')", what, d, worst);
+      if (d != 0)
+        fail_msg("%s: parameters differ from 1f1b's by %.3g (tensor '%s')", what, d, worst);
       if (memcmp(&r.final_loss, &base.final_loss, sizeof r.final_loss))
         fail_msg("%s: final loss %.9g, 1f1b's %.9g", what, r.final_loss, base.final_loss);
     }

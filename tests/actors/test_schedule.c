@@ -583,7 +583,8 @@ static void names_round_trip_and_unknown_names_fail(void **state) {
 static void chunks_default_by_kind(void **state) {
   (void)state;
   tr_schedule *sc;
-  assert_int_equal(tr_schedule_new(&sc, &(tr_schedule_config){TR_SCHEDULE_INTERLEAVED, 2, 4, 0}), 0);
+  const tr_schedule_config il = {TR_SCHEDULE_INTERLEAVED, 2, 4, 0};
+  assert_int_equal(tr_schedule_new(&sc, &il), 0);
   assert_int_equal(tr_schedule_config_of(sc)->chunks, 2);
   tr_schedule_free(sc);
   assert_int_equal(tr_schedule_new(&sc, &(tr_schedule_config){TR_SCHEDULE_ZB1, 2, 4, 0}), 0);

@@ -71,7 +71,8 @@ static tr_model *model_of(const char *name, int nlayers, const tr_layer_spec *la
 }
 
 static tr_model *tiny_gpt(void) {
-  const tr_gpt_config g = {.vocab = 30, .ctx = 6, .width = 8, .layers = 2, .heads = 2, .hidden = 20};
+  const tr_gpt_config g = {.vocab = 30, .ctx = 6, .width = 8, .layers = 2, .heads = 2,
+                           .hidden = 20};
   tr_model *m;
   assert_int_equal(tr_model_gpt(&m, &g), 0);
   return m;
@@ -99,7 +100,7 @@ static tr_model *gainnet(void) {
   return model_of("gainnet", 5, layers, 2, TR_LOSS_MSE);
 }
 
-/* ---- one step of a pipeline of stages, in one of four ways ------------------------------------ */
+/* ---- one step of a pipeline of stages, in one of four ways ---------------------------- */
 
 typedef struct way {
   int split, recompute;
@@ -127,7 +128,8 @@ static void random_batch(const tr_model *m, mt_rng *r, int n, void **x, void **y
     else ((float *)*x)[i] = (float)mt_normal(r);
   }
   for (size_t i = 0; i < yb / 4; i++) {
-    if (tr_model_loss(m) == TR_LOSS_CROSSENTROPY) ((int32_t *)*y)[i] = (int32_t)(mt_next(r) % (uint64_t)V);
+    if (tr_model_loss(m) == TR_LOSS_CROSSENTROPY)
+      ((int32_t *)*y)[i] = (int32_t)(mt_next(r) % (uint64_t)V);
     else ((float *)*y)[i] = (float)mt_normal(r);
   }
 }
@@ -155,7 +157,8 @@ static void weights(tr_stage **st, int n, int i) {
 /* GPipe's forwards, then the backwards: plain ones in micro-batch order, or split ones as
  * ZB-H1 orders them on a stage, each weight half a micro-batch behind its input half
  * (B0 B1 W0 B2 W1 ...), so that kept gradients outlive other micro-batches' passes. */
-static outcome step(const tr_model *m, const int *cuts, int n, way w, const void *x, const void *y) {
+static outcome step(const tr_model *m, const int *cuts, int n, way w, const void *x,
+                    const void *y) {
   tr_stage *st[2];
   outcome o = {0};
   for (int k = 0; k < n; k++) {
@@ -203,7 +206,8 @@ static outcome step(const tr_model *m, const int *cuts, int n, way w, const void
 }
 
 static const char *way_name(way w) {
-  return w.split ? (w.recompute ? "split + recompute" : "split") : w.recompute ? "recompute" : "plain";
+  if (w.split) return w.recompute ? "split + recompute" : "split";
+  return w.recompute ? "recompute" : "plain";
 }
 
 /* Every way against the plain one, bit for bit; recomputation keeps less in each slot. */
@@ -298,7 +302,7 @@ static void grad_ready_fires_in_the_weight_half_last_layer_first(void **state) {
   tr_model_free(m);
 }
 
-/* ---- a kind with half a split ------------------------------------------------------------------ */
+/* ---- a kind with half a split -------------------------------------------------------- */
 
 static int half(const tr_layer_ctx *c, const float *dout) {
   (void)c, (void)dout;
