@@ -42,6 +42,12 @@
  * Tensors are named "<layer>.<name>" in the model ("1.gain"), and a composite's inner
  * layers "<layer>.<i>.<name>" ("2.0.weight"), as PyTorch names the parameters of a
  * Sequential: checkpoints load into the PyTorch model of the same shape.
+ *
+ * Zero-bubble schedules run backward in two halves, the input's gradient first and the
+ * weights' later. A kind whose weight gradient costs what gain's does need not care: its
+ * backward runs whole as the first half. One with GEMMs worth putting off adds
+ * backward_input and backward_weight (and keep_floats for what the first leaves the
+ * second), as linear, embedding, block and residual do.
  */
 #ifndef TR_LAYER_TYPE_H
 #define TR_LAYER_TYPE_H
