@@ -8,8 +8,10 @@
  * activations and sends no gradients; the last stage sends no activations and receives no
  * gradients: its F ends in the loss, and its B starts from it. Every send on one stage is
  * paired with one receive of the same micro-batch and kind on the neighbouring stage, so a
- * stage actor runs its list top to bottom, blocking only on receives, and the pipeline
- * cannot deadlock.
+ * stage actor runs its list top to bottom, blocking only on receives and on its edges'
+ * credits (tr_job.h's: as many activations in flight as the sender holds slots, two
+ * gradients), and the pipeline cannot deadlock (tests/actors/test_schedule.c simulates
+ * every schedule with those credits).
  *
  *   tr_schedule *sc;
  *   if (tr_schedule_new(&sc, &(tr_schedule_config){.kind = TR_SCHEDULE_1F1B,
@@ -59,8 +61,9 @@
  *          and m >= p the bubble is (p-1)/(3m + p-1), a third of 1F1B's idle time (with
  *          m < p, 1 - 3m/(2m + 2p-1): a micro-batch's way down and back is the step).
  * B and W (and gpipe's and 1f1b's backwards) run in micro-batch order on every stage and
- * chunk, so every schedule accumulates each gradient in the same order: for the same cut,
- * m and micro-batch size, all four give bitwise-identical updates.
+ * chunk, so every schedule accumulates each gradient in the same order, and a cut changes no
+ * layer's arithmetic: for the same m and micro-batch size, all four give bitwise-identical
+ * updates.
  *
  * A micro-batch holds its activation slot on a stage (of a chunk) from its first action
  * there (the receive of its activation; on the first virtual stage its forward) to its last
