@@ -10,7 +10,8 @@ enum { IDLE, MEASURING, GATHERING };
 
 struct tr__clip {
   tr_actor *self;
-  tr_stage *st;
+  tr_stage *st[TR__MAX_STAGES];
+  int nst;
   tr_device *dev;
   int n, me, phase;
   tr_edge **out, **in; /* [n] */
@@ -44,10 +45,12 @@ static int fail(tr__clip *c) {
                        tr_device_name(c->dev), tr_device_error(c->dev));
 }
 
-int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *st) {
+int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *const *st, int n) {
+  TR_ASSERT(n >= 1 && n <= TR__MAX_STAGES);
   c->self = self;
-  c->st = st;
-  c->dev = tr_stage_device(st);
+  memcpy(c->st, st, (size_t)n * sizeof *st);
+  c->nst = n;
+  c->dev = tr_stage_device(st[0]);
   if (tr_host_alloc(c->dev, 2 * sizeof(float), (void **)&c->host) ||
       tr_device_alloc(c->dev, sizeof(float), (void **)&c->dev_sumsq) ||
       tr_event_open(c->dev, TR_EVENT_DEFAULT, &c->ev))
@@ -64,10 +67,11 @@ int tr__clip_receive(tr__clip *c, const tr__norm_msg *m) {
 
 int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm2) {
   const int par = (int)(step & 1);
-  tr_stream *s = tr_stage_stream(c->st);
+  tr_stream *s = tr_stage_stream(c->st[0]);
   if (c->phase == IDLE) {
-    if (tr_stage_grad_sumsq(c->st, c->dev_sumsq, 0) ||
-        tr_memcpy(s, c->host, c->dev_sumsq, sizeof(float), TR_COPY_D2H) ||
+    for (int k = 0; k < c->nst; k++)
+      if (tr_stage_grad_sumsq(c->st[k], c->dev_sumsq, k > 0)) return fail(c);
+    if (tr_memcpy(s, c->host, c->dev_sumsq, sizeof(float), TR_COPY_D2H) ||
         tr_event_record(c->ev, s))
       return fail(c);
     c->phase = MEASURING;

@@ -35,7 +35,9 @@ extern const tr_msgtype tr__norm_type;
  * steps' shares: its credits. */
 enum { TR__CLIP_CREDITS = 2 };
 tr__clip *tr__clip_new(int n, int me, tr_edge *const *out, tr_edge *const *in);
-int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *st);
+/* The stage's chunks st[0, n) (one but under interleaving), on one device: its share is
+ * theirs summed. */
+int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *const *st, int n);
 int tr__clip_receive(tr__clip *c, const tr__norm_msg *m);
 int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm2);
 /* The sum of squares of n gradients, now (the stream synchronised; `dev` and `host` a float

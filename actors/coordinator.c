@@ -267,7 +267,8 @@ static void show_progress(coordinator *c) {
  * of the optimizer state too, and the stage's part is whole once all have come. */
 static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   const tr_job_config *jc = &c->run->c;
-  const int P = jc->layout.stages, parts = P * (jc->zero ? jc->layout.replicas : 1);
+  const int P = tr__pieces(c->run); /* a part per chunk of each stage */
+  const int parts = P * (jc->zero ? jc->layout.replicas : 1);
   pending *slot = NULL;
   for (int i = 0; i < PENDING && !slot; i++)
     if (c->ck[i].step == p->step) slot = &c->ck[i];
@@ -336,9 +337,11 @@ static void record_result(coordinator *c) {
   r->stages = P;
   r->microbatches = jc->layout.microbatches;
   r->zero = jc->zero;
+  r->chunks = jc->layout.chunks;
+  r->recompute = jc->memory.recompute != 0;
   r->ndevices = n;
   r->ranks = tr_world_size(tr__graph_world(run->g));
-  memcpy(r->cuts, run->cuts, (size_t)(P + 1) * sizeof *run->cuts);
+  memcpy(r->cuts, run->cuts, (size_t)(tr__pieces(run) + 1) * sizeof *run->cuts);
   if (P > 1) snprintf(r->schedule, sizeof r->schedule, "%s", tr_schedule_kind_name(jc->layout.schedule));
   if (jc->async.enabled) {
     r->workers = R;
@@ -377,6 +380,7 @@ static void record_result(coordinator *c) {
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
     r->utilization[i] = window > 0 ? (double)c->dones[i].busy_ns / window : NAN;
     r->peak_microbatches[i] = c->dones[i].peak_microbatches;
+    r->peak_activation_bytes[i] = c->dones[i].peak_activation_bytes;
     busy += (double)c->dones[i].busy_ns;
     const tr_memory_figures *d = &c->dones[i].memory;
     tr_memory_figures *replica = &r->memory.replicas[i / P];

@@ -23,7 +23,7 @@
 /* A batch (x, y) or a tensor (data, valid after `ready`, on `dev`) of a step's micro-batch. */
 typedef struct tr__lent {
   int64_t step;
-  int mb, count;
+  int mb, count, chunk;
   uint64_t first;
   const void *x, *y;
   const void *data;

@@ -93,6 +93,32 @@ static tr_optim_config resolve_optim(tr_optim_config o, const tr_model *m) {
   return o;
 }
 
+/* Chunks: the interleaved schedule's, v >= 2 per device of a pipeline of one replica; one
+ * for the others. */
+static int check_chunks(const tr_job_config *c, int layers, char *err, size_t n) {
+  const tr_layout_config *l = &c->layout;
+  const int P = l->stages, V = l->chunks;
+  if (l->schedule != TR_SCHEDULE_INTERLEAVED)
+    return V == 1 ? 0
+                  : tr_errorf(err, n, TR_EINVAL, "layout.chunks %d: only the interleaved "
+                              "schedule puts several chunks on a device (layout.schedule is %s)",
+                              V, tr_schedule_kind_name(l->schedule));
+  if (V < 2)
+    return tr_errorf(err, n, TR_EINVAL, "layout.chunks %d: the interleaved schedule puts 2 or "
+                     "more chunks on each device", V);
+  if (P < 2)
+    return tr_errorf(err, n, TR_EINVAL, "layout.schedule: interleaved needs 2 or more stages "
+                     "(on one device it is 1f1b)");
+  if (l->replicas > 1)
+    return tr_errorf(err, n, TR_EINVAL, "layout.schedule: interleaved runs one replica (%d "
+                     "given): a replica group reduces one chunk per device", l->replicas);
+  if ((long)P * V > TR__MAX_STAGES || P * V > layers)
+    return tr_errorf(err, n, TR_EINVAL, "layout.chunks: %d stages × %d chunks are %d pieces, "
+                     "but model '%s' has %d layers to cut (and at most %d pieces)", P, V, P * V,
+                     tr_model_name(c->model), layers, TR__MAX_STAGES);
+  return 0;
+}
+
 static int check_layout(const tr_job_config *c, int layers, char *err, size_t n) {
   const tr_layout_config *l = &c->layout;
   const int R = l->replicas, P = l->stages, M = l->microbatches;
@@ -107,6 +133,9 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
                      tr_model_name(c->model), layers);
   if ((unsigned)l->schedule >= TR_SCHEDULE_COUNT)
     return tr_errorf(err, n, TR_EINVAL, "layout.schedule: %d is not a schedule", (int)l->schedule);
+  int rc = check_chunks(c, layers, err, n);
+  if (rc) return rc;
+  const int pieces = P * l->chunks;
   if (l->prefetch < 0)
     return tr_errorf(err, n, TR_EINVAL, "layout.prefetch %d: give 0 or more", l->prefetch);
   if (c->async.enabled && (P != 1 || M != 1))
@@ -119,15 +148,18 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
     return tr_errorf(err, n, TR_EINVAL,
                      "global_batch %d: not divisible by replicas × micro-batches (%d × %d)",
                      c->global_batch, R, M);
-  if (l->cuts && l->ncuts != P - 1)
-    return tr_errorf(err, n, TR_EINVAL, "layout.cuts: %d boundaries given, %d stages need %d",
-                     l->ncuts, P, P - 1);
+  if (l->cuts && l->ncuts != pieces - 1)
+    return l->chunks > 1
+               ? tr_errorf(err, n, TR_EINVAL, "layout.cuts: %d boundaries given, %d stages × "
+                           "%d chunks need %d", l->ncuts, P, l->chunks, pieces - 1)
+               : tr_errorf(err, n, TR_EINVAL, "layout.cuts: %d boundaries given, %d stages "
+                           "need %d", l->ncuts, P, P - 1);
   for (int s = 0; l->cuts && s < l->ncuts; s++)
     if (l->cuts[s] < 1 || l->cuts[s] >= layers || (s && l->cuts[s] <= l->cuts[s - 1]))
       return tr_errorf(err, n, TR_EINVAL,
-                       "layout.cuts: %d stages need %d increasing layer boundaries inside "
+                       "layout.cuts: %d pieces need %d increasing layer boundaries inside "
                        "1..%d",
-                       P, P - 1, layers - 1);
+                       pieces, pieces - 1, layers - 1);
   return 0;
 }
 
@@ -170,6 +202,8 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, "model: none given");
   if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL, "data: none given");
   if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
+  if (c->layout.chunks == 0)
+    c->layout.chunks = c->layout.schedule == TR_SCHEDULE_INTERLEAVED ? 2 : 1;
   c->optim = resolve_optim(c->optim, c->model);
   int rc;
   if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
@@ -245,22 +279,23 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
            : R > 1           ? "dp"
            : P > 1           ? (M > 1 ? "pipeline" : "mp")
                              : "single");
-  const int layers = tr_model_layer_count(c.model);
+  const int layers = tr_model_layer_count(c.model), pieces = P * c.layout.chunks;
   run->cuts[0] = 0;
-  run->cuts[P] = layers;
+  run->cuts[pieces] = layers;
   if (c.layout.cuts) {
-    for (int s = 1; s < P; s++) run->cuts[s] = c.layout.cuts[s - 1];
-  } else if ((rc = tr_model_balance(c.model, P, run->cuts))) {
-    snprintf(err, n, "layout.stages: cutting model '%s' into %d stages: %s",
-             tr_model_name(c.model), P, tr_strerror(rc));
+    for (int k = 1; k < pieces; k++) run->cuts[k] = c.layout.cuts[k - 1];
+  } else if ((rc = tr_model_balance(c.model, pieces, run->cuts))) {
+    snprintf(err, n, "layout.stages: cutting model '%s' into %d pieces: %s",
+             tr_model_name(c.model), pieces, tr_strerror(rc));
   }
   c.layout.cuts = run->cuts + 1;
-  c.layout.ncuts = P - 1;
+  c.layout.ncuts = pieces - 1;
   c.strategy = run->strategy;
   run->c = c;
   if (rc == 0 &&
       (rc = tr_schedule_new(&j->sc, &(tr_schedule_config){.kind = c.layout.schedule,
-                                                          .stages = P, .microbatches = M})))
+                                                          .stages = P, .microbatches = M,
+                                                          .chunks = c.layout.chunks})))
     snprintf(err, n, "layout.schedule: %s", tr_strerror(rc));
   run->sc = j->sc;
   tr__profile_attach(g, &c.profile);
@@ -386,6 +421,7 @@ int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
     rc = tr_job_add_stage(j, i / P, i % P, tr_device_list_get(devs, i), &st[i]);
   for (int i = 0; i < R * P && rc == 0; i++)
     if (i % P < P - 1) rc = tr_job_chain(j, st[i], st[i + 1]);
+    else if (j->run.c.layout.chunks > 1) rc = tr_job_chain(j, st[i], st[i - P + 1]);
   for (int s = 0; s < P && rc == 0; s++) {
     tr_actor *group[TR_TRAIN_MAX_DEVICES];
     for (int r = 0; r < R; r++) group[r] = st[r * P + s];
@@ -479,11 +515,14 @@ static int connect_clip(tr_job *j, int first, int n) {
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
-  if (i < 0 || stage_index_of(j, to) != i + 1 || i % P == P - 1) return TR_EINVAL;
+  const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
+  if (i < 0 || stage_index_of(j, to) != (wrap ? i - P + 1 : i + 1) || (!wrap && i % P == P - 1))
+    return TR_EINVAL;
   const int s = i % P, r = i / P;
   tr_edge *act, *grad;
-  /* Stage s holds at most its slot count of micro-batches, and each one's activation is
-   * read by s+1 before s can release the slot; the input gradient alternates two buffers. */
+  /* Stage s holds at most its slot count of micro-batches (of all its chunks), and each
+   * one's activation is read by the next before s can release the slot; the input gradient
+   * alternates two buffers. */
   int rc = connect(j, from, to, &tr_activation_type, "act", tr_schedule_slots(j->sc, s), &act);
   if (rc == 0) rc = connect(j, to, from, &tr_gradient_type, "grad", 2, &grad);
   if (rc) return rc;

@@ -38,7 +38,8 @@ typedef struct tr__run {
   tr_job_config c;          /* defaults filled in; c.layout.cuts points at cuts + 1 */
   tr_graph *g;
   const tr_schedule *sc;
-  int cuts[TR__MAX_STAGES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
+  int cuts[TR__MAX_STAGES + 1]; /* piece k: layers [cuts[k], cuts[k + 1]); chunk c of stage s
+                                   is piece c × stages + s */
   int mb_batch;             /* samples per micro-batch */
   char strategy[16];
   tr__test_hooks hooks;
@@ -47,6 +48,11 @@ typedef struct tr__run {
 /* How a value that is not a finite number reads in a message: "NaN", "+Inf", "-Inf". */
 static inline const char *tr__nonfinite_name(double v) {
   return v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf";
+}
+
+/* The pieces the model is cut into: stages × chunks. */
+static inline int tr__pieces(const tr__run *run) {
+  return run->c.layout.stages * run->c.layout.chunks;
 }
 
 /* The number of stage (r, s) in figures: r × stages + s. */
@@ -93,7 +99,7 @@ typedef struct tr__part {
 /* stage of replica 0 (or the server) → coordinator: its part of the checkpoint of `step` */
 typedef struct tr__part_msg {
   tr_msg hdr;
-  int source, stage;
+  int source, stage; /* stage: the piece (interleaved: chunk × stages + stage) */
   int64_t step;
   tr__part part;
 } tr__part_msg;
@@ -108,6 +114,7 @@ typedef struct tr__report {
   int peak_microbatches;
   int64_t skipped;     /* updates skipped for a norm that was not finite */
   tr_memory_figures memory; /* what the stage allocated */
+  int64_t peak_activation_bytes;
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
 } tr__report;

@@ -3,7 +3,8 @@
  * The palette (Okabe and Ito's, told apart by colour-blind readers too), one colour per
  * kind, grouped by category; README "Profiling" lists it and `troupe timeline` is to draw
  * with the same:
- *   compute        forward #0072B2 blue, backward #D55E00 vermillion
+ *   compute        forward #0072B2 blue, backward (and its halves, backward input and
+ *                  backward weight) #D55E00 vermillion
  *   communication  recv act #56B4E9 sky blue, recv grad #E69F00 orange,
  *                  allreduce #CC79A7 reddish purple
  *   optimizer      update #009E73 bluish green
@@ -19,6 +20,9 @@
 static tr_trace_kind kinds[] = {
     {.name = "forward", .category = "compute", .color = 0xFF0072B2, .device = 1, .args = STEP_STAGE_MB},
     {.name = "backward", .category = "compute", .color = 0xFFD55E00, .device = 1, .args = STEP_STAGE_MB},
+    /* zero-bubble schedules: backward's halves, in backward's colour */
+    {.name = "backward input", .category = "compute", .color = 0xFFD55E00, .device = 1, .args = STEP_STAGE_MB},
+    {.name = "backward weight", .category = "compute", .color = 0xFFD55E00, .device = 1, .args = STEP_STAGE_MB},
     {.name = "recv act", .category = "communication", .color = 0xFF56B4E9, .device = 1, .args = STEP_STAGE_MB},
     {.name = "recv grad", .category = "communication", .color = 0xFFE69F00, .device = 1, .args = STEP_STAGE_MB},
     /* on the group's own stream, not the device's: not timed there */
@@ -38,7 +42,17 @@ static tr_trace_kind *kind_of(const char *what) {
 
 tr__busy tr__busy_begin(int64_t first_step, int64_t steps) {
   const int64_t warm = steps == INT64_MAX ? 3 : steps < 10 ? 0 : steps / 10 < 100 ? steps / 10 : 100;
-  return (tr__busy){.warm_step = first_step + warm, .window_start = tr_now_ns(), .stage = -1};
+  const uint64_t now = tr_now_ns();
+  return (tr__busy){.warm_step = first_step + warm, .window_start = now, .run_start = now,
+                    .stage = -1};
+}
+
+void tr__busy_window(const tr__busy *b, int64_t step, int64_t first, uint64_t *start,
+                     uint64_t *busy_ns, int64_t *steps) {
+  const bool windowed = step > b->warm_step;
+  *start = windowed ? b->window_start : b->run_start;
+  *busy_ns = windowed ? b->busy_ns : b->run_busy_ns;
+  *steps = windowed ? step - b->warm_step : step - first;
 }
 
 void tr__busy_open_window(tr__busy *b, int64_t step) {
@@ -62,6 +76,7 @@ void tr__busy_add(tr__busy *b, tr_actor *self, int64_t step, const char *what, u
                   int mb) {
   const uint64_t t1 = tr_now_ns();
   if (step >= b->warm_step) b->busy_ns += t1 - t0;
+  b->run_busy_ns += t1 - t0;
   int i = b->open;
   while (i > 0 && b->opened[i - 1] != t0) i--;
   const int64_t args[3] = {step, b->stage, mb};

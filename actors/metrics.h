@@ -27,6 +27,7 @@ typedef struct tr__busy {
   int64_t warm_step;     /* steps before this one warm up: not counted */
   uint64_t window_start; /* when the measured window opened */
   uint64_t busy_ns;      /* time inside device work since then */
+  uint64_t run_start, run_busy_ns; /* the same from the start, warm-up included */
   int stage;             /* the stage, for the ranges' arguments; -1 (tr__busy_begin): none */
   int open;              /* ranges opened by tr__busy_start, innermost last */
   uint64_t opened[TR__BUSY_NESTED];
@@ -38,9 +39,15 @@ tr__busy tr__busy_begin(int64_t first_step, int64_t steps);
 /* `step` is now the current one: the window opens as the warm-up ends (the caller has let
  * its device finish the warm-up's work). */
 void tr__busy_open_window(tr__busy *b, int64_t step);
-/* Work `what` ("forward", "backward", "recv act", "recv grad", "allreduce", "update") of
- * micro-batch `mb` (-1: none; the bucket for "allreduce") during `step` begins now: its range
- * opens when the step is traced. Returns now. */
+/* The window to report at `step`, the run having begun at `first`: the one after the
+ * warm-up once a step has run in it, else (a run that ended with its warm-up) the whole
+ * run. */
+void tr__busy_window(const tr__busy *b, int64_t step, int64_t first, uint64_t *start,
+                     uint64_t *busy_ns, int64_t *steps);
+/* Work `what` ("forward", "backward", "backward input", "backward weight", "recv act",
+ * "recv grad", "allreduce", "update") of micro-batch `mb` (-1: none; the bucket for
+ * "allreduce") during `step` begins now: its range opens when the step is traced. Returns
+ * now. */
 uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb);
 /* The work begun at t0 ends now: busy time, and its range (tr__busy_start's, or recorded
  * now in the trace). */

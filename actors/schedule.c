@@ -1,5 +1,8 @@
-/* schedule.c — GPipe and 1F1B as per-stage action lists (tr_schedule.h). */
+/* schedule.c — GPipe, 1F1B, interleaved 1F1B and ZB-H1 as per-stage action lists
+ * (tr_schedule.h). */
 #include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,7 +11,8 @@
 struct tr_schedule {
   tr_schedule_config c;
   size_t *start;    /* stage s's actions: actions[start[s] .. start[s+1]) */
-  int *slots;       /* per stage */
+  int *slots;       /* per stage and chunk: [s × chunks + c] */
+  int *peak;        /* per stage, over its chunks */
   tr_action *actions;
 };
 
@@ -38,36 +42,56 @@ int tr_schedule_kind_parse(const char *name, tr_schedule_kind *out) {
   return TR_EINVAL;
 }
 
+const char *tr_schedule_kind_list(void) {
+  static char list[128];
+  if (list[0]) return list;
+  size_t n = 0;
+  for (unsigned i = 0; i < TR_SCHEDULE_COUNT; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s",
+                          i == 0 ? "" : i + 1 == TR_SCHEDULE_COUNT ? " or " : ", ",
+                          schedule_names[i]);
+  return list;
+}
+
 const char *tr_action_kind_name(tr_action_kind k) {
   return (unsigned)k < TR_ACTION_COUNT ? action_names[k] : "?";
 }
 
-/* Appends the actions of one stage; the caller sized the list exactly. */
+/* ---- the generators ---------------------------------------------------------------------- */
+
+/* Appends the actions of one device; the caller sized the list exactly. A chunk's virtual
+ * stage is chunk × p + s: the first of them receives no activations, the last sends none. */
 typedef struct emitter {
   tr_action *a;
   size_t n;
-  int s, p;
+  int s, p, v;
 } emitter;
 
-static void emit(emitter *e, tr_action_kind kind, int mb, int peer) {
-  e->a[e->n++] = (tr_action){.kind = kind, .mb = mb, .peer = peer, .slot = -1, .chunk = 0};
+static void emit(emitter *e, tr_action_kind kind, int chunk, int mb, int peer) {
+  e->a[e->n++] = (tr_action){.kind = kind, .mb = mb, .peer = peer, .slot = -1, .chunk = chunk};
 }
 
-static void forward(emitter *e, int mb) {
-  if (e->s > 0) emit(e, TR_ACTION_RECV_ACT, mb, e->s - 1);
-  emit(e, TR_ACTION_FORWARD, mb, -1);
-  if (e->s < e->p - 1) emit(e, TR_ACTION_SEND_ACT, mb, e->s + 1);
+static bool first_vs(const emitter *e, int chunk) { return chunk == 0 && e->s == 0; }
+static bool last_vs(const emitter *e, int chunk) { return chunk == e->v - 1 && e->s == e->p - 1; }
+static int prev_device(const emitter *e) { return (e->s + e->p - 1) % e->p; }
+static int next_device(const emitter *e) { return (e->s + 1) % e->p; }
+
+static void forward(emitter *e, int chunk, int mb) {
+  if (!first_vs(e, chunk)) emit(e, TR_ACTION_RECV_ACT, chunk, mb, prev_device(e));
+  emit(e, TR_ACTION_FORWARD, chunk, mb, -1);
+  if (!last_vs(e, chunk)) emit(e, TR_ACTION_SEND_ACT, chunk, mb, next_device(e));
 }
 
-static void backward(emitter *e, int mb) {
-  if (e->s < e->p - 1) emit(e, TR_ACTION_RECV_GRAD, mb, e->s + 1);
-  emit(e, TR_ACTION_BACKWARD, mb, -1);
-  if (e->s > 0) emit(e, TR_ACTION_SEND_GRAD, mb, e->s - 1);
+/* The backward (or, zero-bubble, its input half) with its gradient's receive and send. */
+static void backward(emitter *e, tr_action_kind kind, int chunk, int mb) {
+  if (!last_vs(e, chunk)) emit(e, TR_ACTION_RECV_GRAD, chunk, mb, next_device(e));
+  emit(e, kind, chunk, mb, -1);
+  if (!first_vs(e, chunk)) emit(e, TR_ACTION_SEND_GRAD, chunk, mb, prev_device(e));
 }
 
 static void gen_gpipe(emitter *e, int m) {
-  for (int i = 0; i < m; i++) forward(e, i);
-  for (int i = 0; i < m; i++) backward(e, i);
+  for (int i = 0; i < m; i++) forward(e, 0, i);
+  for (int i = 0; i < m; i++) backward(e, TR_ACTION_BACKWARD, 0, i);
 }
 
 /* Warm-up forwards fill the pipeline below this stage: the gradient of micro-batch 0 comes
@@ -75,25 +99,68 @@ static void gen_gpipe(emitter *e, int m) {
 static void gen_1f1b(emitter *e, int m) {
   int warm = e->p - e->s - 1 < m ? e->p - e->s - 1 : m;
   int f = 0, b = 0;
-  while (f < warm) forward(e, f++);
+  while (f < warm) forward(e, 0, f++);
   while (f < m) {
-    forward(e, f++);
-    backward(e, b++);
+    forward(e, 0, f++);
+    backward(e, TR_ACTION_BACKWARD, 0, b++);
   }
-  while (b < m) backward(e, b++);
+  while (b < m) backward(e, TR_ACTION_BACKWARD, 0, b++);
 }
 
-/* Gives each micro-batch the lowest free slot from its first action on the stage to its
- * last, and returns how many slots were ever in use at once. Works from the list alone, so
- * any future schedule gets its slots for free. */
-static int assign_slots(tr_action *a, size_t n, int m, int *slot_of, int *last, char *busy) {
+/* The k-th forward (or backward) of a device under interleaving: micro-batches go in groups
+ * of p, each group through every chunk in turn, chunk 0 first for forwards and last for
+ * backwards. */
+static void interleaved_order(const emitter *e, int k, bool fwd, int *chunk, int *mb) {
+  const int group = k / (e->p * e->v), within = k % (e->p * e->v), c = within / e->p;
+  *chunk = fwd ? c : e->v - 1 - c;
+  *mb = group * e->p + within % e->p;
+}
+
+/* Megatron-LM's warm-up: enough forwards that the first backward's gradient, which comes
+ * from the last virtual stage, finds the pipeline full; then F and B alternate. Where p
+ * does not divide m, the lists are those of m rounded up to a multiple of p with the
+ * micro-batches that do not exist left out: what remains keeps every device's order, so
+ * it cannot deadlock where the whole could not, and the missing ones leave holes. */
+static void gen_interleaved(emitter *e, int m) {
+  const int padded = (m + e->p - 1) / e->p * e->p, total = e->v * padded;
+  const int need = (e->p - e->s - 1) * 2 + (e->v - 1) * e->p, warm = need < total ? need : total;
+  int f = 0, b = 0, c, mb;
+  for (; f < warm; f++)
+    if (interleaved_order(e, f, true, &c, &mb), mb < m) forward(e, c, mb);
+  while (f < total) {
+    if (interleaved_order(e, f++, true, &c, &mb), mb < m) forward(e, c, mb);
+    if (interleaved_order(e, b++, false, &c, &mb), mb < m) backward(e, TR_ACTION_BACKWARD, c, mb);
+  }
+  for (; b < total; b++)
+    if (interleaved_order(e, b, false, &c, &mb), mb < m) backward(e, TR_ACTION_BACKWARD, c, mb);
+}
+
+/* ZB-H1: round x does F(x), B(x - (p-1-s)) and W(x - (p-1)), each where it exists. B
+ * trails F as in 1F1B; W trails F by p-1 on every stage, so each stage holds at most p
+ * micro-batches, and the W's put off fill the tail, where 1F1B waits for gradients. */
+static void gen_zb1(emitter *e, int m) {
+  for (int x = 0; x < m + e->p - 1; x++) {
+    const int b = x - (e->p - 1 - e->s), w = x - (e->p - 1);
+    if (x < m) forward(e, 0, x);
+    if (b >= 0 && b < m) backward(e, TR_ACTION_BACKWARD_INPUT, 0, b);
+    if (w >= 0 && w < m) emit(e, TR_ACTION_BACKWARD_WEIGHT, 0, w, -1);
+  }
+}
+
+/* ---- slots ---------------------------------------------------------------------------- */
+
+/* Gives each micro-batch of `chunk` the lowest free slot from its first action on the stage
+ * to its last, and returns how many slots were ever in use at once. Works from the list
+ * alone, so any future schedule gets its slots for free. */
+static int assign_slots(tr_action *a, size_t n, int chunk, int m, int *slot_of, int *last,
+                        char *busy) {
   int most = 0, live = 0;
   for (int i = 0; i < m; i++) slot_of[i] = -1, busy[i] = 0;
   for (size_t k = 0; k < n; k++)
-    if (a[k].mb >= 0) last[a[k].mb] = (int)k;
+    if (a[k].mb >= 0 && a[k].chunk == chunk) last[a[k].mb] = (int)k;
   for (size_t k = 0; k < n; k++) {
     int mb = a[k].mb;
-    if (mb < 0) continue;
+    if (mb < 0 || a[k].chunk != chunk) continue;
     if (slot_of[mb] < 0) {
       int s = 0;
       while (busy[s]) s++;
@@ -106,43 +173,84 @@ static int assign_slots(tr_action *a, size_t n, int m, int *slot_of, int *last, 
   return most;
 }
 
-/* F and B of every micro-batch, each with the communication that applies, and the step. */
-static size_t stage_length(int s, int p, int m) {
-  size_t per_mb = 2 + 2 * (size_t)(s > 0) + 2 * (size_t)(s < p - 1);
-  return per_mb * (size_t)m + 1;
+/* The most (chunk, micro-batch) pairs live at once on the stage: each from its first action
+ * to its last. last[] and seen[] hold v × m entries. */
+static int device_peak(const tr_action *a, size_t n, int m, int *last, char *seen) {
+  int live = 0, most = 0;
+  for (size_t k = 0; k < n; k++)
+    if (a[k].mb >= 0) last[a[k].chunk * m + a[k].mb] = (int)k, seen[a[k].chunk * m + a[k].mb] = 0;
+  for (size_t k = 0; k < n; k++) {
+    if (a[k].mb < 0) continue;
+    const int i = a[k].chunk * m + a[k].mb;
+    if (!seen[i]++ && ++live > most) most = live;
+    if (last[i] == (int)k) live--;
+  }
+  return most;
 }
 
-int tr_schedule_new(tr_schedule **out, const tr_schedule_config *c) {
-  *out = NULL;
-  if (c == NULL || (unsigned)c->kind >= TR_SCHEDULE_COUNT || c->stages < 1 ||
-      c->microbatches < 1 || c->microbatches > (INT_MAX - 1) / 6)
-    return TR_EINVAL;
-  int p = c->stages, m = c->microbatches;
-  if ((size_t)p > SIZE_MAX / sizeof(tr_action) / stage_length(0, 3, m)) return TR_EINVAL;
+/* Every chunk's F and B (zb1: also W) of every micro-batch, with the communication that
+ * applies, and the step. */
+static size_t stage_length(const tr_schedule_config *c, int s) {
+  const int p = c->stages, v = c->chunks;
+  size_t per_mb = 0;
+  for (int chunk = 0; chunk < v; chunk++) {
+    const int vs = chunk * p + s;
+    per_mb += 2 + 2 * (size_t)(vs > 0) + 2 * (size_t)(vs < p * v - 1);
+    if (c->kind == TR_SCHEDULE_ZB1) per_mb++;
+  }
+  return per_mb * (size_t)c->microbatches + 1;
+}
 
+/* ---- the schedule ----------------------------------------------------------------------- */
+
+/* The configuration as generated: chunks filled in; TR_EINVAL for one that makes none. */
+static int complete(const tr_schedule_config *in, tr_schedule_config *c) {
+  if (in == NULL || (unsigned)in->kind >= TR_SCHEDULE_COUNT) return TR_EINVAL;
+  *c = *in;
+  const bool interleaved = c->kind == TR_SCHEDULE_INTERLEAVED;
+  if (c->chunks == 0) c->chunks = interleaved ? 2 : 1;
+  if (c->stages < 1 || c->microbatches < 1 || c->chunks < 1 || c->chunks > 64 ||
+      (interleaved ? c->chunks < 2 || c->stages < 2 : c->chunks != 1))
+    return TR_EINVAL;
+  if (c->microbatches > (INT_MAX - 1) / 7 / c->chunks) return TR_EINVAL;
+  if ((size_t)c->stages > SIZE_MAX / sizeof(tr_action) / stage_length(c, 0)) return TR_EINVAL;
+  return 0;
+}
+
+int tr_schedule_new(tr_schedule **out, const tr_schedule_config *config) {
+  *out = NULL;
+  tr_schedule_config c;
+  if (complete(config, &c)) return TR_EINVAL;
+  const int p = c.stages, m = c.microbatches, v = c.chunks;
   tr_schedule *sc = calloc(1, sizeof *sc);
-  int *slot_of = malloc((size_t)m * sizeof *slot_of), *last = malloc((size_t)m * sizeof *last);
-  char *busy = malloc((size_t)m);
+  const size_t vm = (size_t)v * (size_t)m;
+  int *slot_of = malloc(vm * sizeof *slot_of), *last = malloc(vm * sizeof *last);
+  char *busy = malloc(vm);
   if (sc == NULL || slot_of == NULL || last == NULL || busy == NULL) goto nomem;
-  sc->c = *c;
+  sc->c = c;
   sc->start = malloc(((size_t)p + 1) * sizeof *sc->start);
-  sc->slots = malloc((size_t)p * sizeof *sc->slots);
-  if (sc->start == NULL || sc->slots == NULL) goto nomem;
+  sc->slots = malloc((size_t)p * (size_t)v * sizeof *sc->slots);
+  sc->peak = malloc((size_t)p * sizeof *sc->peak);
+  if (sc->start == NULL || sc->slots == NULL || sc->peak == NULL) goto nomem;
   sc->start[0] = 0;
-  for (int s = 0; s < p; s++) sc->start[s + 1] = sc->start[s] + stage_length(s, p, m);
+  for (int s = 0; s < p; s++) sc->start[s + 1] = sc->start[s] + stage_length(&c, s);
   sc->actions = malloc(sc->start[p] * sizeof *sc->actions);
   if (sc->actions == NULL) goto nomem;
 
   for (int s = 0; s < p; s++) {
-    emitter e = {.a = sc->actions + sc->start[s], .n = 0, .s = s, .p = p};
-    switch (c->kind) {
+    emitter e = {.a = sc->actions + sc->start[s], .n = 0, .s = s, .p = p, .v = v};
+    switch (c.kind) {
     case TR_SCHEDULE_GPIPE: gen_gpipe(&e, m); break;
     case TR_SCHEDULE_1F1B: gen_1f1b(&e, m); break;
+    case TR_SCHEDULE_INTERLEAVED: gen_interleaved(&e, m); break;
+    case TR_SCHEDULE_ZB1: gen_zb1(&e, m); break;
     default: TR_ASSERT(!"a schedule in TR_SCHEDULE_MAP without a generator");
     }
     e.a[e.n++] = (tr_action){.kind = TR_ACTION_STEP, .mb = -1, .peer = -1, .slot = -1};
     TR_ASSERT(e.n == sc->start[s + 1] - sc->start[s]);
-    sc->slots[s] = assign_slots(e.a, e.n, m, slot_of, last, busy);
+    for (int chunk = 0; chunk < v; chunk++)
+      sc->slots[s * v + chunk] = assign_slots(e.a, e.n, chunk, m, slot_of, last, busy);
+    sc->peak[s] = device_peak(e.a, e.n, m, last, busy);
   }
   free(slot_of);
   free(last);
@@ -162,6 +270,7 @@ void tr_schedule_free(tr_schedule *sc) {
   if (sc == NULL) return;
   free(sc->start);
   free(sc->slots);
+  free(sc->peak);
   free(sc->actions);
   free(sc);
 }
@@ -176,17 +285,27 @@ const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, size_t *n
 
 int tr_schedule_slots(const tr_schedule *sc, int stage) {
   TR_ASSERT(stage >= 0 && stage < sc->c.stages);
-  return sc->slots[stage];
+  return sc->peak[stage];
 }
 
-/* Both schedules keep every stage busy for m(F+B) of a makespan of (m+p-1)(F+B): the last
+int tr_schedule_chunk_slots(const tr_schedule *sc, int stage, int chunk) {
+  TR_ASSERT(stage >= 0 && stage < sc->c.stages && chunk >= 0 && chunk < sc->c.chunks);
+  return sc->slots[stage * sc->c.chunks + chunk];
+}
+
+/* gpipe and 1f1b keep every stage busy for m(F+B) of a makespan of (m+p-1)(F+B): the last
  * micro-batch's forward reaches the last stage p-1 forwards late, and its backward reaches
- * the first stage p-1 backwards late. */
+ * the first stage p-1 backwards late. Interleaving makes each of those p-1 steps a chunk's,
+ * 1/v of a stage's. ZB-H1 leaves (p-1)(F+B-W) of idle time per stage (Qi et al.) once
+ * m >= p; with fewer, one micro-batch's way down and back, 2m + 2p - 1 units, is the step. */
 double tr_schedule_bubble(const tr_schedule *sc) {
-  int p = sc->c.stages, m = sc->c.microbatches;
+  const double p = sc->c.stages, m = sc->c.microbatches, v = sc->c.chunks;
   switch (sc->c.kind) {
   case TR_SCHEDULE_GPIPE:
-  case TR_SCHEDULE_1F1B: return (double)(p - 1) / (double)(m + p - 1);
+  case TR_SCHEDULE_1F1B: return (p - 1) / (m + p - 1);
+  case TR_SCHEDULE_INTERLEAVED: return (p - 1) / (v * m + p - 1);
+  case TR_SCHEDULE_ZB1: /* fewer micro-batches than stages: the path of one, 2p F and B, rules */
+    return m >= p ? (p - 1) / (3 * m + p - 1) : 1 - 3 * m / (2 * m + 2 * p - 1);
   default: TR_ASSERT(!"a schedule in TR_SCHEDULE_MAP without a bubble"); return 0;
   }
 }

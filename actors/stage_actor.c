@@ -52,6 +52,15 @@ typedef struct staged {
   size_t bytes;
 } staged;
 
+/* One model chunk on this device (interleaved schedules put several): layers between two
+ * cuts, and what its slots hold. */
+typedef struct chunk {
+  tr_stage *st;
+  const tr_stage_info *info;
+  tr_event **act_ev;    /* [slot] */
+  uint64_t *slot_first; /* [slot]: the first sample of the micro-batch in it */
+} chunk;
+
 /* A batch edge into this stage and what it brings. */
 typedef struct input {
   tr_edge *edge;
@@ -64,12 +73,13 @@ typedef struct stage_actor {
   const tr__run *run;
   int replica, stage, index;
   tr_device *dev;
-  tr_stage *st;
-  const tr_stage_info *info;
-  tr_stream *s;
+  chunk *ch;
+  int nch, cur;   /* cur: the chunk whose action runs (errors name its layers) */
+  tr_stream *s;   /* the device's, every chunk's */
   int m;
   const tr_action *acts;
   size_t nacts, pc;
+  signed char *holds; /* [action]: +1 where a micro-batch takes its slot, -1 where it frees it */
   int64_t step;
 
   input in[2];
@@ -77,19 +87,17 @@ typedef struct stage_actor {
   tr_edge *act_out, *act_in, *grad_out, *grad_in;
   staged act_host, grad_host; /* act_out's and grad_out's, across processes */
   tr__queue actq, gradq;
-  tr_event **act_ev; /* [slot] */
   tr_event *grad_ev[2];
   int grad_parity;
   bool grad_credit;
   const float *dinput;
-  uint64_t *slot_first; /* [slot]: the first sample of the micro-batch in it */
   tr__returns returns;   /* credits owed once the copies out of lent buffers have run */
 
   tr__group *group;
   tr__clip *clip;
   tr__worker *worker;
   tr_edge *report;
-  int step_phase, end_phase;
+  int step_phase, end_phase, parts_sent;
   int64_t batch_step; /* the run's step of the batch in hand (a worker's differs from step) */
 
   /* losses (last stage): the device → ring → log → the coordinator */
@@ -99,6 +107,7 @@ typedef struct stage_actor {
   tr__busy busy;
   int64_t skipped; /* updates skipped for a norm that was not finite */
   int live, peak;
+  int64_t live_bytes, peak_bytes;
   uint64_t window_end;
   bool finishing, done, polling;
   bool ended; /* the run was finished early (a signal, its time): a worker's queued batches
@@ -173,7 +182,8 @@ static bool sharded(const stage_actor *a) {
 }
 
 static int fail_device(tr_actor *self, stage_actor *a, const char *what) {
-  const char *why = a->st ? tr_stage_error(a->st) : tr_device_error(a->dev);
+  const tr_stage *st = a->ch ? a->ch[a->cur].st : NULL;
+  const char *why = st ? tr_stage_error(st) : tr_device_error(a->dev);
   return tr_actor_fail(self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(a->dev), why);
 }
 
@@ -201,6 +211,16 @@ static int open_staged(stage_actor *a, staged *h, tr_edge *e, size_t bytes) {
   return 0;
 }
 
+/* The most bytes a tensor of this kind takes over the chunks (host copies fit any). */
+static size_t largest(const stage_actor *a, bool outputs) {
+  size_t most = 0;
+  for (int c = 0; c < a->nch; c++) {
+    const size_t b = outputs ? a->ch[c].info->output_bytes : a->ch[c].info->input_bytes;
+    most = b > most ? b : most;
+  }
+  return most;
+}
+
 static int open_queues(stage_actor *a) {
   int owed = 0, rc = 0;
   for (int i = 0; i < a->nin; i++) {
@@ -209,29 +229,38 @@ static int open_queues(stage_actor *a) {
   }
   if (a->act_in) rc |= tr__queue_open(&a->actq, tr_edge_credits(a->act_in)), owed += tr_edge_credits(a->act_in);
   if (a->grad_in) rc |= tr__queue_open(&a->gradq, tr_edge_credits(a->grad_in)), owed += tr_edge_credits(a->grad_in);
-  a->act_ev = calloc((size_t)a->info->slots, sizeof *a->act_ev);
-  a->slot_first = calloc((size_t)a->info->slots, sizeof *a->slot_first);
-  if (rc || !a->act_ev || !a->slot_first) return TR_ENOMEM;
+  for (int c = 0; c < a->nch; c++) {
+    chunk *ch = &a->ch[c];
+    ch->act_ev = calloc((size_t)ch->info->slots, sizeof *ch->act_ev);
+    ch->slot_first = calloc((size_t)ch->info->slots, sizeof *ch->slot_first);
+    if (!ch->act_ev || !ch->slot_first) rc = TR_ENOMEM;
+  }
+  if (rc) return TR_ENOMEM;
   if ((rc = tr__returns_open(&a->returns, a->dev, owed)))
     return rc == TR_EDEVICE ? fail_device(a->self, a, "opening events") : rc;
-  if (a->act_out && (rc = open_events(a, a->act_ev, a->info->slots))) return rc;
+  for (int c = 0; c < a->nch && a->act_out; c++)
+    if ((rc = open_events(a, a->ch[c].act_ev, a->ch[c].info->slots))) return rc;
   if (a->grad_out && (rc = open_events(a, a->grad_ev, 2))) return rc;
-  if ((rc = open_staged(a, &a->act_host, a->act_out, a->info->output_bytes)) ||
-      (rc = open_staged(a, &a->grad_host, a->grad_out, a->info->input_bytes)))
+  if ((rc = open_staged(a, &a->act_host, a->act_out, largest(a, true))) ||
+      (rc = open_staged(a, &a->grad_host, a->grad_out, largest(a, false))))
     return rc;
   return 0;
 }
 
 static int check_wiring(tr_actor *self, stage_actor *a) {
-  const tr_stage_info *info = a->info;
+  bool first = false, last = false, middle_in = false, middle_out = false;
+  for (int c = 0; c < a->nch; c++) {
+    first |= a->ch[c].info->is_first, last |= a->ch[c].info->is_last;
+    middle_in |= !a->ch[c].info->is_first, middle_out |= !a->ch[c].info->is_last;
+  }
   unsigned what = 0;
   for (int i = 0; i < a->nin; i++) what |= a->in[i].what;
   const tr_job_config *c = &a->run->c;
   const char *missing = !a->report                                 ? "a coordinator (tr_job_add_coordinator)"
-                        : info->is_first && !(what & TR_BATCH_INPUTS)    ? "an edge of inputs"
-                        : info->is_last && !(what & TR_BATCH_TARGETS)    ? "an edge of targets"
-                        : !info->is_first && !a->act_in                  ? "activations from stage s-1"
-                        : !info->is_last && !a->act_out                  ? "a chain to stage s+1"
+                        : first && !(what & TR_BATCH_INPUTS)             ? "an edge of inputs"
+                        : last && !(what & TR_BATCH_TARGETS)             ? "an edge of targets"
+                        : middle_in && !a->act_in                        ? "activations from stage s-1"
+                        : middle_out && !a->act_out                      ? "a chain to stage s+1"
                         : c->async.enabled && !a->worker                 ? "a server (tr_job_serve)"
                         : c->zero && !a->group                           ? "a replica group (tr_job_group)"
                         : c->zero && c->optim.clip > 0 && !a->clip       ? "the norm exchange with "
@@ -243,6 +272,71 @@ static int check_wiring(tr_actor *self, stage_actor *a) {
   return 0;
 }
 
+/* Where each (chunk, micro-batch) takes its slot and frees it: its first action and its
+ * last, as the schedule assigned the slots. */
+static int plan_holds(stage_actor *a) {
+  const int m = a->m;
+  int *last = malloc((size_t)(a->nch * m) * sizeof *last);
+  a->holds = calloc(a->nacts, 1);
+  if (last == NULL || a->holds == NULL) {
+    free(last);
+    return TR_ENOMEM;
+  }
+  for (int i = 0; i < a->nch * m; i++) last[i] = -1;
+  for (size_t k = 0; k < a->nacts; k++) {
+    const tr_action *x = &a->acts[k];
+    if (x->mb < 0) continue;
+    if (last[x->chunk * m + x->mb] < 0) a->holds[k] = 1;
+    last[x->chunk * m + x->mb] = (int)k;
+  }
+  for (int i = 0; i < a->nch * m; i++)
+    if (last[i] >= 0) a->holds[last[i]] -= 1;
+  free(last);
+  return 0;
+}
+
+/* Each chunk's stage: its layers, its slots, and a checkpoint's share when resuming. */
+static int open_chunks(tr_actor *self, stage_actor *a) {
+  const tr__run *run = a->run;
+  const tr_job_config *c = &run->c;
+  a->nch = c->layout.chunks;
+  a->ch = calloc((size_t)a->nch, sizeof *a->ch);
+  if (a->ch == NULL) return TR_ENOMEM;
+  for (int k = 0; k < a->nch; k++) {
+    chunk *ch = &a->ch[k];
+    const int piece = k * c->layout.stages + a->stage;
+    tr_stage_config sc = {.first = run->cuts[piece],
+                          .end = run->cuts[piece + 1],
+                          .batch = run->mb_batch,
+                          .slots = tr_schedule_chunk_slots(run->sc, a->stage, k),
+                          .recompute = c->memory.recompute,
+                          .split = c->layout.schedule == TR_SCHEDULE_ZB1,
+                          .global_batch = c->global_batch,
+                          .seed = c->seed,
+                          .optim = c->optim,
+                          .shard = a->group ? tr__group_shard(a->group) : (tr_stage_shard){0}};
+    if (tr_stage_open(&ch->st, c->model, a->dev, &sc, a->err, sizeof a->err))
+      return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
+                           tr_device_name(a->dev), a->err);
+    ch->info = tr_stage_get_info(ch->st);
+    a->cur = k;
+    if (c->checkpoint.resume_from &&
+        tr__stage_load(ch->st, c->checkpoint.resume_from, a->err, sizeof a->err))
+      return tr_actor_fail(self, TR_EFORMAT, "%s", a->err);
+    if (tr_stage_zero_grads(ch->st)) return fail_device(self, a, "zeroing gradients");
+    a->live_bytes += (int64_t)ch->info->work_bytes; /* always in use */
+  }
+  a->cur = 0;
+  a->peak_bytes = a->live_bytes;
+  a->s = tr_stage_stream(a->ch[0].st);
+  return 0;
+}
+
+static tr_stage *const *stages_of(stage_actor *a, tr_stage **out) {
+  for (int c = 0; c < a->nch; c++) out[c] = a->ch[c].st;
+  return out;
+}
+
 static int stage_open(tr_actor *self) {
   stage_actor *a = tr_actor_state(self);
   const tr__run *run = a->run;
@@ -251,40 +345,26 @@ static int stage_open(tr_actor *self) {
   if (tr_device_bind(a->dev)) return fail_device(self, a, "binding the device");
   tr_trace_label(self, tr_device_name(a->dev)); /* the timeline names lanes by device */
   if (c->precision.tf32 && tr_device_set_tf32(a->dev, 1)) return fail_device(self, a, "TF32");
-  tr_stage_config sc = {.first = run->cuts[a->stage],
-                        .end = run->cuts[a->stage + 1],
-                        .batch = run->mb_batch,
-                        .slots = tr_schedule_slots(run->sc, a->stage),
-                        .global_batch = c->global_batch,
-                        .seed = c->seed,
-                        .optim = c->optim,
-                        .shard = a->group ? tr__group_shard(a->group) : (tr_stage_shard){0}};
-  if (tr_stage_open(&a->st, c->model, a->dev, &sc, a->err, sizeof a->err))
-    return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
-                         tr_device_name(a->dev), a->err);
-  a->info = tr_stage_get_info(a->st);
-  a->s = tr_stage_stream(a->st);
-  a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
-  int rc = check_wiring(self, a);
+  int rc = open_chunks(self, a);
   if (rc) return rc;
-  if (c->checkpoint.resume_from &&
-      tr__stage_load(a->st, c->checkpoint.resume_from, a->err, sizeof a->err))
-    return tr_actor_fail(self, TR_EFORMAT, "%s", a->err);
-  if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
-  if ((rc = open_queues(a))) return rc;
+  a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
+  if ((rc = check_wiring(self, a)) || (rc = plan_holds(a)) || (rc = open_queues(a))) return rc;
   tr_graph *g = run->g;
   a->step = a->worker ? 0 : tr_graph_first_step(g);
-  if (a->info->is_last && tr__loss_ring_open(&a->ring, a->dev, a->m, a->step))
+  const tr_stage_info *last = a->ch[a->nch - 1].info;
+  if (last->is_last && tr__loss_ring_open(&a->ring, a->dev, a->m, a->step))
     return fail_device(self, a, "allocating the loss ring");
+  tr_stage *st = a->ch[0].st; /* a replica group and a worker: one chunk (tr_job_new) */
   if (a->group) {
-    if ((rc = tr__group_open(a->group, self, a->st, &a->busy))) return rc;
-    tr_stage_on_grad_ready(a->st, tr__group_grad_ready, a->group);
+    if ((rc = tr__group_open(a->group, self, st, &a->busy))) return rc;
+    tr_stage_on_grad_ready(st, tr__group_grad_ready, a->group);
   }
   /* every update checks the gradients' norm: across the stages when they must agree
    * (clipping, skipping), else this stage's own */
   if (!a->worker && !a->clip && !(a->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
-  if (a->clip && (rc = tr__clip_open(a->clip, self, a->st))) return rc;
-  if (a->worker && (rc = tr__worker_open(a->worker, self, a->st))) return rc;
+  tr_stage *all[TR__MAX_STAGES];
+  if (a->clip && (rc = tr__clip_open(a->clip, self, stages_of(a, all), a->nch))) return rc;
+  if (a->worker && (rc = tr__worker_open(a->worker, self, st))) return rc;
 
   /* an asynchronous worker pushes about its share of the steps */
   const int64_t end = tr_graph_end_step(g);
@@ -320,7 +400,8 @@ static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
     const size_t n = (size_t)a->run->mb_batch;
     if (b->count != a->run->mb_batch ||
         (want_x && (!b->x || b->x_bytes != n * tr_model_input_bytes(m))) ||
-        (want_y && a->info->is_last && (!b->y || b->y_bytes != n * tr_model_target_bytes(m))))
+        (want_y && a->ch[a->nch - 1].info->is_last &&
+         (!b->y || b->y_bytes != n * tr_model_target_bytes(m))))
       return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' of %d samples (%zu bytes of "
                            "inputs, %zu of targets): this stage takes micro-batches of %d "
                            "samples with %s (%zu and %zu bytes)", from, b->count,
@@ -335,14 +416,19 @@ static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
 }
 
 static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, bool act) {
-  const size_t want = act ? a->info->input_bytes : a->info->output_bytes;
+  if (t->chunk < 0 || t->chunk >= a->nch)
+    return tr_actor_fail(self, TR_EINVAL, "%s for chunk %d from '%s': this stage has %d",
+                         act ? "an activation" : "a gradient", t->chunk,
+                         tr_actor_name(t->hdr.from), a->nch);
+  const tr_stage_info *info = a->ch[t->chunk].info;
+  const size_t want = act ? info->input_bytes : info->output_bytes;
   if (t->bytes != want)
     return tr_actor_fail(self, TR_EINVAL, "%s of %zu bytes from '%s': this stage takes %zu",
                          act ? "an activation" : "a gradient", t->bytes,
                          tr_actor_name(t->hdr.from), want);
   tr__queue_push(act ? &a->actq : &a->gradq,
-                 (tr__lent){.step = t->step, .mb = t->mb, .first = t->first, .data = t->data,
-                            .bytes = t->bytes, .ready = t->ready, .dev = t->dev});
+                 (tr__lent){.step = t->step, .mb = t->mb, .chunk = t->chunk, .first = t->first,
+                            .data = t->data, .bytes = t->bytes, .ready = t->ready, .dev = t->dev});
   return 0;
 }
 
@@ -354,13 +440,21 @@ static void slow_down(stage_actor *a) {
     usleep((useconds_t)(h->slow_us + (a->step - tr_graph_first_step(a->run->g)) * h->slow_growth_us));
 }
 
-static void hold(stage_actor *a, int delta) {
+/* The micro-batch of the action just done took its slot (+1) or freed it (-1). */
+static void hold(stage_actor *a, const tr_action *act, int delta) {
   a->live += delta;
+  a->live_bytes += delta * (int64_t)a->ch[act->chunk].info->slot_bytes;
   if (a->live > a->peak) a->peak = a->live;
+  if (a->live_bytes > a->peak_bytes) a->peak_bytes = a->live_bytes;
 }
 
 static int out_of_order(tr_actor *self, stage_actor *a, const char *what, const tr__lent *e,
                         const tr_action *act) {
+  if (a->nch > 1)
+    return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d, chunk %d came where "
+                         "the schedule has step %lld, micro-batch %d, chunk %d: producers send "
+                         "in schedule order", what, (long long)e->step, e->mb, e->chunk,
+                         (long long)a->step, act->mb, act->chunk);
   return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d came where the "
                        "schedule has step %lld, micro-batch %d: producers send in schedule order",
                        what, (long long)e->step, e->mb, (long long)a->step, act->mb);
@@ -371,7 +465,8 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge 
                           const tr_action *act) {
   const tr__lent *in = tr__queue_peek(q);
   if (in == NULL) return BLOCKED;
-  if (in->step != a->step || in->mb != act->mb) return out_of_order(self, a, "a tensor", in, act);
+  if (in->step != a->step || in->mb != act->mb || in->chunk != act->chunk)
+    return out_of_order(self, a, "a tensor", in, act);
   const char *what = act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad";
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
   /* from another process: host memory, complete (in->dev and in->ready NULL) */
@@ -380,10 +475,19 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge 
                : tr_memcpy(a->s, dst, in->data, in->bytes, TR_COPY_H2D)) ||
       tr__returns_after(&a->returns, a->s, e))
     return fail_device(self, a, "receiving a tensor");
-  if (act->kind == TR_ACTION_RECV_ACT) a->slot_first[act->slot] = in->first;
+  if (act->kind == TR_ACTION_RECV_ACT) a->ch[act->chunk].slot_first[act->slot] = in->first;
   tr__queue_pop(q);
   busy(a, what, t0, act->mb);
   return DONE;
+}
+
+/* The chunk a tensor this stage sends is for, on the device that takes it: activations
+ * of the last stage go on to the next chunk of the first, gradients of the first back to
+ * the previous chunk of the last. */
+static int peer_chunk(const stage_actor *a, const tr_action *act) {
+  const int P = a->run->c.layout.stages;
+  if (act->kind == TR_ACTION_SEND_ACT) return act->chunk + (a->stage == P - 1);
+  return act->chunk - (a->stage == 0);
 }
 
 static int send_tensor(stage_actor *a, tr_edge *e, staged *h, const tr_msgtype *type,
@@ -399,7 +503,8 @@ static int send_tensor(stage_actor *a, tr_edge *e, staged *h, const tr_msgtype *
   tr_tensor_msg *t = tr_msg_new(type);
   t->step = a->step;
   t->mb = act->mb;
-  t->first = a->slot_first[act->slot];
+  t->chunk = peer_chunk(a, act);
+  t->first = a->ch[act->chunk].slot_first[act->slot];
   t->data = data;
   t->bytes = bytes;
   t->ready = ev;
@@ -408,77 +513,92 @@ static int send_tensor(stage_actor *a, tr_edge *e, staged *h, const tr_msgtype *
   return DONE;
 }
 
-/* The micro-batch's samples from each batch edge into the slot. */
+/* Whether a forward of chunk `info` takes a batch from edge `in`: inputs for the model's
+ * first layers, targets for its last. */
+static bool takes(const input *in, const tr_stage_info *info) {
+  return ((in->what & TR_BATCH_INPUTS) && info->is_first) ||
+         ((in->what & TR_BATCH_TARGETS) && info->is_last);
+}
+
+/* The micro-batch's samples from each batch edge it takes into the slot. */
 static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
-  const tr_stage_info *info = a->info;
-  for (int i = 0; i < a->nin; i++)
-    if (tr__queue_peek(&a->in[i].q) == NULL) return BLOCKED;
+  chunk *c = &a->ch[act->chunk];
+  const tr_stage_info *info = c->info;
   for (int i = 0; i < a->nin; i++) {
     input *in = &a->in[i];
+    if (!takes(in, info)) continue;
     const tr__lent *e = tr__queue_peek(&in->q);
     if ((!a->worker && e->step != a->step) || e->mb != act->mb)
       return out_of_order(self, a, "a batch", e, act);
     a->batch_step = e->step;
     if ((in->what & TR_BATCH_INPUTS) && info->is_first) {
-      a->slot_first[act->slot] = e->first;
-      if (tr_memcpy(a->s, tr_stage_input(a->st, act->slot), e->x, info->input_bytes, TR_COPY_H2D))
+      c->slot_first[act->slot] = e->first;
+      if (tr_memcpy(a->s, tr_stage_input(c->st, act->slot), e->x, info->input_bytes, TR_COPY_H2D))
         return fail_device(self, a, "copying a batch in");
     }
     if ((in->what & TR_BATCH_TARGETS) && info->is_last &&
-        tr_memcpy(a->s, tr_stage_target(a->st, act->slot), e->y, info->target_bytes, TR_COPY_H2D))
+        tr_memcpy(a->s, tr_stage_target(c->st, act->slot), e->y, info->target_bytes, TR_COPY_H2D))
       return fail_device(self, a, "copying targets in");
     if (tr__returns_after(&a->returns, a->s, in->edge))
       return fail_device(self, a, "copying a batch in");
     tr__queue_pop(&in->q);
   }
-  if (info->is_first) hold(a, 1);
   return DONE;
 }
 
 static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
-  const tr_stage_info *info = a->info;
+  chunk *c = &a->ch[act->chunk];
   for (int i = 0; i < a->nin; i++) /* its range opens only once it can run */
-    if (tr__queue_peek(&a->in[i].q) == NULL) return BLOCKED;
+    if (takes(&a->in[i], c->info) && tr__queue_peek(&a->in[i].q) == NULL) return BLOCKED;
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "forward", act->mb);
-  if (a->nin) {
-    int rc = take_inputs(self, a, act);
-    if (rc != DONE) return rc;
-  }
+  int rc = take_inputs(self, a, act);
+  if (rc != DONE) return rc;
   const tr__test_hooks *h = &a->run->hooks;
-  if (h->nan_step > 0 && info->is_first && (a->worker ? a->batch_step : a->step) == h->nan_step - 1 &&
+  if (h->nan_step > 0 && c->info->is_first &&
+      (a->worker ? a->batch_step : a->step) == h->nan_step - 1 &&
       !tr_model_token_input(a->run->c.model) &&
-      tr_scale(a->s, tr_stage_input(a->st, act->slot), NAN, info->input_bytes / sizeof(float)))
+      tr_scale(a->s, tr_stage_input(c->st, act->slot), NAN, c->info->input_bytes / sizeof(float)))
     return fail_device(self, a, "poisoning a batch (tr__test_hooks.nan_step)");
   /* random layers draw each sample's mask from its place in the data set */
-  tr_stage_set_samples(a->st, act->slot, a->slot_first[act->slot]);
-  if (tr_stage_forward(a->st, act->slot)) return fail_device(self, a, "forward");
-  if (info->is_last && tr__loss_ring_copy(&a->ring, a->s, a->step, act->mb,
-                                           tr_stage_loss(a->st, act->slot),
-                                           a->worker ? a->batch_step : a->step))
+  tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
+  if (tr_stage_forward(c->st, act->slot)) return fail_device(self, a, "forward");
+  if (c->info->is_last && tr__loss_ring_copy(&a->ring, a->s, a->step, act->mb,
+                                              tr_stage_loss(c->st, act->slot),
+                                              a->worker ? a->batch_step : a->step))
     return fail_device(self, a, "copying the loss out");
   slow_down(a);
   busy(a, "forward", t0, act->mb);
   return DONE;
 }
 
+/* The backward, or one of its halves: B (which the gradient's send follows) and W (whose
+ * weight gradients the replica group's hook reduces). */
 static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
+  chunk *c = &a->ch[act->chunk];
+  const bool weights = act->kind != TR_ACTION_BACKWARD_INPUT;
   /* The input gradient lands in one of two buffers: the one sent two backwards ago must
    * have been copied out (its credit back) first. */
-  if (a->grad_out && !a->grad_credit) {
+  if (act->kind != TR_ACTION_BACKWARD_WEIGHT && !c->info->is_first && !a->grad_credit) {
     if (!tr_edge_acquire(a->grad_out)) return BLOCKED;
     a->grad_credit = true;
   }
-  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "backward", act->mb);
-  const bool last = a->group && act->mb == a->m - 1; /* buckets go out as layers finish */
+  const char *what = act->kind == TR_ACTION_BACKWARD         ? "backward"
+                     : act->kind == TR_ACTION_BACKWARD_INPUT ? "backward input"
+                                                             : "backward weight";
+  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
+  /* buckets go out as the layers of the last micro-batch finish */
+  const bool last = a->group && weights && act->mb == a->m - 1;
   if (last) tr__group_arm(a->group, a->step);
-  if (tr_stage_backward(a->st, act->slot, &a->dinput)) return fail_device(self, a, "backward");
+  const int rc = act->kind == TR_ACTION_BACKWARD ? tr_stage_backward(c->st, act->slot, &a->dinput)
+                 : weights ? tr_stage_backward_weight(c->st, act->slot)
+                           : tr_stage_backward_input(c->st, act->slot, &a->dinput);
+  if (rc) return fail_device(self, a, what);
   if (last) {
-    int rc = tr__group_disarm(a->group);
-    if (rc) return rc;
+    int grc = tr__group_disarm(a->group);
+    if (grc) return grc;
   }
-  if (a->info->is_first) hold(a, -1);
   slow_down(a);
-  busy(a, "backward", t0, act->mb);
+  busy(a, what, t0, act->mb);
   return DONE;
 }
 
@@ -516,23 +636,29 @@ static bool sends_parts(const stage_actor *a) {
   return a->run->c.checkpoint.path && !a->worker && (a->replica == 0 || sharded(a));
 }
 
-/* This stage's part of the checkpoint of `step`, once a credit of the report edge is free. */
-static int send_part(tr_actor *self, stage_actor *a, int64_t step) {
-  if (!tr_edge_acquire(a->report)) return BLOCKED;
-  tr__part_msg *p = tr_msg_new(&tr__part_type);
-  p->source = a->index;
-  p->stage = a->stage;
-  p->step = step;
-  const int rc = tr__stage_snapshot(a->st, &p->part, a->replica == 0);
-  if (rc) {
-    tr_msg_free(p);
-    tr_edge_release(a->report, 1);
-    if (rc == TR_ENOMEM)
-      return tr_actor_fail(self, rc, "copying the stage for a checkpoint: out of memory (%zu "
-                           "bytes asked for)", (a->info->numel + a->info->state_numel) * sizeof(float));
-    return fail_device(self, a, "copying the stage for a checkpoint");
+/* This stage's parts of the checkpoint of `step`, a chunk's each, as credits of the report
+ * edge come free. */
+static int send_parts(tr_actor *self, stage_actor *a, int64_t step) {
+  for (; a->parts_sent < a->nch; a->parts_sent++) {
+    if (!tr_edge_acquire(a->report)) return BLOCKED;
+    tr__part_msg *p = tr_msg_new(&tr__part_type);
+    p->source = a->index;
+    p->stage = a->parts_sent * a->run->c.layout.stages + a->stage;
+    p->step = step;
+    a->cur = a->parts_sent;
+    const tr_stage_info *info = a->ch[a->cur].info;
+    const int rc = tr__stage_snapshot(a->ch[a->cur].st, &p->part, a->replica == 0);
+    if (rc) {
+      tr_msg_free(p);
+      tr_edge_release(a->report, 1);
+      if (rc == TR_ENOMEM)
+        return tr_actor_fail(self, rc, "copying the stage for a checkpoint: out of memory (%zu "
+                             "bytes asked for)", (info->numel + info->state_numel) * sizeof(float));
+      return fail_device(self, a, "copying the stage for a checkpoint");
+    }
+    tr_edge_send(a->report, p);
   }
-  tr_edge_send(a->report, p);
+  a->parts_sent = 0;
   return DONE;
 }
 
@@ -553,12 +679,16 @@ static int update(tr_actor *self, stage_actor *a) {
       if (a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
         return not_finite(self, a, "the gradient norm", sqrt(norm2));
       a->skipped++;
-      if (tr_stage_zero_grads(a->st)) return fail_device(self, a, "zeroing gradients");
+      for (a->cur = 0; a->cur < a->nch; a->cur++)
+        if (tr_stage_zero_grads(a->ch[a->cur].st)) return fail_device(self, a, "zeroing gradients");
+      a->cur = 0;
       return DONE;
     }
     uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "update", -1); /* its range opens */
-    if (tr_stage_step(a->st, sumsq) || tr_stage_zero_grads(a->st))
-      return fail_device(self, a, "optimizer step");
+    for (a->cur = 0; a->cur < a->nch; a->cur++)
+      if (tr_stage_step(a->ch[a->cur].st, sumsq) || tr_stage_zero_grads(a->ch[a->cur].st))
+        return fail_device(self, a, "optimizer step");
+    a->cur = 0;
     rc = a->group ? tr__group_gather(a->group, a->step) : 0; /* sharded: the shard out */
     busy(a, "update", t0, -1);
     if (rc) return rc;
@@ -594,7 +724,7 @@ static int step_action(tr_actor *self, stage_actor *a) {
   const int64_t every = c->checkpoint.every;
   if (sends_parts(a) && every > 0 && a->step % every == 0 &&
       a->step < tr_graph_end_step(a->run->g)) {
-    int rc = send_part(self, a, a->step);
+    int rc = send_parts(self, a, a->step);
     if (rc != DONE) return rc;
   }
   a->step_phase = STEP_REDUCE;
@@ -604,6 +734,18 @@ static int step_action(tr_actor *self, stage_actor *a) {
 
 /* ---- the end ------------------------------------------------------------------------------- */
 
+/* What the stage's chunks allocated: parameters, gradients, optimizer state (a shard's). */
+static tr_memory_figures memory_figures(const stage_actor *a) {
+  tr_memory_figures m = {0};
+  for (int c = 0; c < a->nch; c++) {
+    const tr_stage_info *info = a->ch[c].info;
+    m.params += (int64_t)(info->numel * sizeof(float));
+    m.grads += (int64_t)(info->numel * sizeof(float));
+    m.optimizer_state += (int64_t)(info->state_numel * sizeof(float));
+  }
+  return m;
+}
+
 static int send_figures(tr_actor *self, stage_actor *a) {
   if (!tr_edge_acquire(a->report)) return BLOCKED;
   tr__done_msg *msg = tr_msg_new(&tr__done_type);
@@ -612,32 +754,30 @@ static int send_figures(tr_actor *self, stage_actor *a) {
   *d = (tr__report){.replica = a->replica,
                     .stage = a->stage,
                     .steps = a->step,
-                    .window_start = a->busy.window_start,
                     .window_end = a->window_end,
-                    .busy_ns = a->busy.busy_ns,
                     .peak_microbatches = a->peak,
+                    .peak_activation_bytes = a->peak_bytes,
                     .skipped = a->skipped,
-                    .memory = {.params = (int64_t)(a->info->numel * sizeof(float)),
-                               .grads = (int64_t)(a->info->numel * sizeof(float)),
-                               .optimizer_state = (int64_t)(a->info->state_numel * sizeof(float))}};
+                    .memory = memory_figures(a)};
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
   const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
-  d->window_steps = a->step > a->busy.warm_step ? a->step - a->busy.warm_step : a->step - first;
-  if (a->group) {
-    float *host = malloc((a->info->numel ? a->info->numel : 1) * sizeof *host);
-    if (host == NULL || tr_stage_download(a->st, TR_STAGE_PARAMS, host) ||
+  tr__busy_window(&a->busy, a->step, first, &d->window_start, &d->busy_ns, &d->window_steps);
+  if (a->group) { /* one chunk (tr_job_new) */
+    const size_t numel = a->ch[0].info->numel;
+    float *host = malloc((numel ? numel : 1) * sizeof *host);
+    if (host == NULL || tr_stage_download(a->ch[0].st, TR_STAGE_PARAMS, host) ||
         tr_stream_synchronize(a->s)) {
       tr_msg_free(msg);
       tr_edge_release(a->report, 1);
       if (host == NULL)
         return tr_actor_fail(self, TR_ENOMEM, "copying the parameters for the consistency "
                              "check: out of memory (%zu bytes asked for)",
-                             a->info->numel * sizeof *host);
+                             numel * sizeof *host);
       free(host);
       return fail_device(self, a, "copying the parameters for the consistency check");
     }
     d->params = host; /* the coordinator frees it */
-    d->numel = a->info->numel;
+    d->numel = numel;
   }
   tr_edge_send(a->report, msg);
   return DONE;
@@ -660,7 +800,7 @@ static int finish(tr_actor *self, stage_actor *a) {
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
-    if (sends_parts(a) && (rc = send_part(self, a, a->step)) != DONE)
+    if (sends_parts(a) && (rc = send_parts(self, a, a->step)) != DONE)
       return rc;
     a->end_phase = END_FIGURES;
   }
@@ -715,12 +855,14 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       }
     }
     const tr_action *act = &a->acts[a->pc];
-    const tr_stage_info *info = a->info;
+    chunk *c = &a->ch[act->chunk];
+    const tr_stage_info *info = c->info;
+    a->cur = act->chunk;
+    a->busy.stage = act->chunk * a->run->c.layout.stages + a->stage; /* its virtual stage */
     int rc;
     switch (act->kind) {
       case TR_ACTION_RECV_ACT:
-        rc = receive_tensor(self, a, &a->actq, a->act_in, tr_stage_input(a->st, act->slot), act);
-        if (rc == DONE) hold(a, 1);
+        rc = receive_tensor(self, a, &a->actq, a->act_in, tr_stage_input(c->st, act->slot), act);
         break;
       case TR_ACTION_FORWARD: rc = forward(self, a, act); break;
       case TR_ACTION_SEND_ACT:
@@ -728,20 +870,22 @@ static int run_actions(tr_actor *self, stage_actor *a) {
           rc = BLOCKED;
           break;
         }
-        rc = send_tensor(a, a->act_out, &a->act_host, &tr_activation_type, tr_stage_output(a->st, act->slot),
-                         info->output_bytes, a->act_ev[act->slot], act);
+        rc = send_tensor(a, a->act_out, &a->act_host, &tr_activation_type,
+                         tr_stage_output(c->st, act->slot), info->output_bytes,
+                         c->act_ev[act->slot], act);
         break;
       case TR_ACTION_RECV_GRAD:
-        rc = receive_tensor(self, a, &a->gradq, a->grad_in, tr_stage_dout(a->st, act->slot), act);
+        rc = receive_tensor(self, a, &a->gradq, a->grad_in, tr_stage_dout(c->st, act->slot), act);
         break;
-      case TR_ACTION_BACKWARD: rc = backward(self, a, act); break;
+      case TR_ACTION_BACKWARD:
+      case TR_ACTION_BACKWARD_INPUT:
+      case TR_ACTION_BACKWARD_WEIGHT: rc = backward(self, a, act); break;
       case TR_ACTION_SEND_GRAD:
         TR_ASSERT(a->grad_credit);
         a->grad_credit = false;
         rc = send_tensor(a, a->grad_out, &a->grad_host, &tr_gradient_type, a->dinput, info->input_bytes,
                          a->grad_ev[a->grad_parity], act);
         a->grad_parity ^= 1;
-        if (rc == DONE) hold(a, -1);
         break;
       case TR_ACTION_STEP:
         rc = step_action(self, a);
@@ -751,6 +895,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     }
     if (rc < 0) return rc;
     if (rc == BLOCKED) break;
+    if (a->holds[a->pc]) hold(a, act, a->holds[a->pc]);
     a->pc++;
   }
   return 0;
@@ -797,17 +942,20 @@ static void stage_stop(tr_actor *self) {
   tr__clip_close(a->clip);
   tr__worker_close(a->worker);
   tr__returns_close(&a->returns);
-  for (int i = 0; a->info && i < a->info->slots && a->act_ev; i++)
-    if (a->act_ev[i]) tr_event_close(a->act_ev[i]);
+  for (int c = 0; c < a->nch; c++)
+    for (int i = 0; a->ch[c].info && i < a->ch[c].info->slots && a->ch[c].act_ev; i++)
+      if (a->ch[c].act_ev[i]) tr_event_close(a->ch[c].act_ev[i]);
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
   tr__loss_ring_close(&a->ring);
   if (a->act_host.buf) tr_host_free(a->dev, a->act_host.buf);
   if (a->grad_host.buf) tr_host_free(a->dev, a->grad_host.buf);
   a->act_host.buf = a->grad_host.buf = NULL;
-  tr_stage_close(a->st);
-  a->st = NULL;
-  a->info = NULL;
+  for (int c = 0; c < a->nch; c++) {
+    tr_stage_close(a->ch[c].st);
+    a->ch[c].st = NULL;
+    a->ch[c].info = NULL;
+  }
 }
 
 static int stage_start(tr_actor *self) {
@@ -823,8 +971,12 @@ static void stage_destroy(void *state) {
   tr__queue_free(&a->actq);
   tr__queue_free(&a->gradq);
   tr__returns_free(&a->returns);
-  free(a->act_ev);
-  free(a->slot_first);
+  for (int c = 0; c < a->nch; c++) {
+    free(a->ch[c].act_ev);
+    free(a->ch[c].slot_first);
+  }
+  free(a->ch);
+  free(a->holds);
   tr__group_free(a->group);
   tr__clip_free(a->clip);
   tr__worker_free(a->worker);

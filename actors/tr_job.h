@@ -43,7 +43,8 @@
  * Every path between the job's actors is an edge of the graph (tr_graph_print shows them):
  * loader → first stage (inputs) and → last stage (targets), `layout.prefetch` micro-batches
  * each; stage s → s+1 (activations), as many as stage s has slots; s+1 → s (gradients of
- * activations), two; between the members of a replica group (gradient buckets, ready and
+ * activations), two (interleaved: around the ring, the last stage → the first too);
+ * between the members of a replica group (gradient buckets, ready and
  * reduced); between the stages of a replica when clipping (gradient norms); worker ↔ server
  * (pushes, replies); every stage and the server → coordinator (losses, checkpoint parts,
  * final figures); coordinator → each observer (reports). Actors of your own take part
@@ -108,13 +109,21 @@ typedef struct tr_train_result {
                               is finite; a successful run always has one */
   int replicas, stages, microbatches; /* the layout that ran */
   int zero;                /* the ZeRO stage that ran (tr_job_config.zero) */
-  int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* stage s: layers [cuts[s], cuts[s + 1]) */
-  char schedule[8];        /* "gpipe", "1f1b"; "" unless pipelined */
+  int chunks;              /* model chunks per device (interleaved), else 1 */
+  int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* piece k: layers [cuts[k], cuts[k + 1]); piece
+                                         c × stages + s is chunk c of stage s */
+  char schedule[16];       /* "gpipe", "1f1b", "interleaved", "zb1"; "" unless pipelined */
+  int recompute;           /* activations were recomputed in backward */
   double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages */
   double bubble_fraction;  /* measured; and the schedule's own (equal unit costs) */
   double bubble_theory;
   int peak_microbatches[TR_TRAIN_MAX_DEVICES]; /* the most micro-batches a device's stage
-                                                  held activations of at once */
+                                                  held activations of at once (interleaved:
+                                                  (chunk, micro-batch) pairs) */
+  int64_t peak_activation_bytes[TR_TRAIN_MAX_DEVICES]; /* device i's most bytes of memory
+                                                  per micro-batch (its slots: inputs, saved
+                                                  activations, gradients kept for W) held at
+                                                  once, plus what recomputing uses */
   /* async: per update, server version at apply − version the gradient was computed from */
   double staleness_mean, staleness_max;
   int64_t staleness_hist[TR_TRAIN_STALENESS_BINS]; /* updates of staleness 0, 1, ...; the
@@ -142,8 +151,11 @@ typedef struct tr_layout_config {
   int microbatches;        /* per step and replica, >= 1; the global batch is divisible by
                               replicas × microbatches */
   tr_schedule_kind schedule;
-  const int *cuts;         /* ncuts = stages - 1 increasing layer indices where a stage
-                              begins; NULL: tr_model_balance (by FLOPs) */
+  int chunks;              /* model chunks per device: the interleaved schedule's v >= 2
+                              (0: 2); every other schedule 1 (0: 1) */
+  const int *cuts;         /* ncuts = stages × chunks - 1 increasing layer indices where a
+                              piece begins (piece c × stages + s is chunk c of stage s);
+                              NULL: tr_model_balance (by FLOPs) */
   int ncuts;
   int prefetch;            /* micro-batches each loader keeps ready; 0: as fit in 4 MiB, from
                               2 × microbatches to 256 (asynchronous jobs: 2) */
@@ -189,6 +201,12 @@ typedef enum tr_nonfinite_policy {
 /* "stop", "skip"; parse: 0, or TR_EINVAL. */
 const char *tr_nonfinite_policy_name(tr_nonfinite_policy p);
 int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out);
+/* Levers that trade time for memory. */
+typedef struct tr_memory_config {
+  int recompute;           /* activation recomputation: each stage keeps only its micro-
+                              batches' inputs and computes the rest again in backward (about
+                              a forward's time more); results are bitwise the same */
+} tr_memory_config;
 
 typedef struct tr_precision_config {
   int tf32;                /* CUDA: TF32 tensor cores in fp32 GEMMs (tr_device_set_tf32) */
@@ -214,6 +232,7 @@ typedef struct tr_job_config {
   tr_optim_config optim;
   tr_async_config async;
   tr_checkpoint_config checkpoint;
+  tr_memory_config memory;
   tr_precision_config precision;
   tr_profile_config profile;
   /* Every update first checks that the gradients' global norm is finite (and every loss
@@ -283,7 +302,9 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
 /* loader → `first` (inputs) and → `last` (targets): the replica's first and last stage,
  * the same actor when there is one stage (one edge carries both). */
 int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last);
-/* Stage s → stage s+1 of one replica: activations forward, their gradients back. */
+/* Stage s → stage s+1 of one replica: activations forward, their gradients back. With
+ * several chunks per device (interleaved), also the last stage → the first: chunk c's
+ * output on to chunk c+1. */
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
 /* Stage s of every replica (in replica order): gradients all-reduced before each update
  * (with zero: reduce-scattered, and the updated shards all-gathered, member i holding shard

@@ -74,13 +74,15 @@ typedef struct tr_tensor_msg {
   tr_msg hdr;
   int64_t step;
   int mb;
+  int chunk;        /* the receiver's model chunk it is for (interleaved); else 0 */
   uint64_t first;   /* the micro-batch's first sample */
   const void *data; /* in the sender's device memory */
   size_t bytes;
   tr_event *ready;  /* the data is valid once this has completed */
   tr_device *dev;   /* the sender's */
 } tr_tensor_msg;
-/* stage s → s+1: its output; stage s+1 → s: the gradient of that output. */
+/* stage s → s+1: its output; stage s+1 → s: the gradient of that output (interleaved: also
+ * the last stage's output of chunk c → the first stage's chunk c+1, and back). */
 extern const tr_msgtype tr_activation_type, tr_gradient_type;
 
 typedef struct tr_report_msg {

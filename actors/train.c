@@ -134,7 +134,9 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
  * rank 0 measures on its first device and every rank takes its cut. */
 static int measured_cuts(run *rn, tr_world *w) {
   tr_job_config *c = &rn->jc;
-  const int L = tr_model_layer_count(rn->model), P = c->layout.stages;
+  const int interleaved = c->layout.schedule == TR_SCHEDULE_INTERLEAVED;
+  const int L = tr_model_layer_count(rn->model);
+  const int P = c->layout.stages * (c->layout.chunks ? c->layout.chunks : interleaved ? 2 : 1);
   const int parts = c->layout.replicas * c->layout.microbatches;
   const int global = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
   const int batch = global / parts;
@@ -203,7 +205,8 @@ static agreement agreement_of(const run *rn, const tr_train_options *o) {
   const double run_f[] = {(double)o->steps, o->seconds, (double)j->seed, j->global_batch,
                           o->deterministic};
   const int layout_f[] = {(int)o->strategy, l->replicas, l->stages, l->microbatches,
-                          (int)l->schedule, l->ncuts, l->prefetch, j->zero};
+                          (int)l->schedule, l->ncuts, l->prefetch, j->zero, l->chunks,
+                          j->memory.recompute};
   const float optim_f[] = {op->lr, op->momentum, op->weight_decay, op->beta1, op->beta2,
                            op->eps, op->clip, (float)op->kind, (float)op->nesterov,
                            (float)j->precision.tf32};

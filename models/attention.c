@@ -135,27 +135,71 @@ int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params
   return tr_linear_forward_add(s, a->out, a->fch_gelu, p->fcprojw, p->fcprojb, N, H, C);
 }
 
-int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
-                      const tr_block_scratch *sc, const float *dout, const float *inp,
-                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d) {
+size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d) {
+  const size_t N = (size_t)d.B * d.T, C = (size_t)d.C;
+  carver c = {base, 0};
+  tr_block_keep t;
+  t.dfch = carve(&c, N * (size_t)d.H);
+  t.dres1 = carve(&c, N * C);
+  t.dqkv = carve(&c, N * 3 * C);
+  if (base) *k = t;
+  return c.used;
+}
+
+/* The weight halves: of the MLP's output projection (from dout alone), and of the others
+ * (from what the input half kept). */
+static int mlp_out_weight(tr_stream *s, const tr_block_params *g, const float *dout,
+                          const tr_block_acts *a, tr_block_dims d) {
+  return tr_linear_backward_weight(s, g->fcprojw, g->fcprojb, dout, a->fch_gelu, d.B * d.T, d.H,
+                                   d.C);
+}
+
+static int kept_weights(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
+                        const tr_block_acts *a, tr_block_dims d) {
+  const int N = d.B * d.T, C = d.C, H = d.H;
+  TR__TRY(tr_linear_backward_weight(s, g->fcw, g->fcb, k->dfch, a->ln2, N, C, H));
+  TR__TRY(tr_linear_backward_weight(s, g->projw, g->projb, k->dres1, a->atty, N, C, C));
+  return tr_linear_backward_weight(s, g->qkvw, g->qkvb, k->dqkv, a->ln1, N, C, 3 * C);
+}
+
+int tr_block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
+                            const tr_block_scratch *sc, const tr_block_keep *k,
+                            const float *dout, const float *inp, const tr_block_params *p,
+                            const tr_block_acts *a, tr_block_dims d) {
   const int N = d.B * d.T, C = d.C, H = d.H;
   const size_t nc = (size_t)N * C;
   /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
-  TR__TRY(tr_linear_backward(s, sc->dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw,
-                             N, H, C));
-  TR__TRY(tr_gelu_backward(s, sc->dfch, sc->dfch, a->fch, (size_t)N * H));
-  TR__TRY(tr_linear_backward(s, sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, H));
-  TR__TRY(tr_layernorm_backward(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
+  TR__TRY(tr_linear_backward_input(s, k->dfch, dout, p->fcprojw, N, H, C));
+  TR__TRY(tr_gelu_backward(s, k->dfch, k->dfch, a->fch, (size_t)N * H));
+  TR__TRY(tr_linear_backward_input(s, sc->dln, k->dfch, p->fcw, N, C, H));
+  TR__TRY(tr_layernorm_backward(s, k->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
                                 a->ln2_mean, a->ln2_rstd, N, C));
-  TR__TRY(tr_add(s, sc->dres1, sc->dres1, dout, nc)); /* dout is not read after this */
+  TR__TRY(tr_add(s, k->dres1, k->dres1, dout, nc)); /* dout is not read after this */
   /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
-  TR__TRY(tr_linear_backward(s, sc->datty, g->projw, g->projb, sc->dres1, a->atty, p->projw, N, C, C));
-  TR__TRY(tr_attention_backward(s, sc->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
+  TR__TRY(tr_linear_backward_input(s, sc->datty, k->dres1, p->projw, N, C, C));
+  TR__TRY(tr_attention_backward(s, k->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
                                 d.B, d.T, C, d.NH));
-  TR__TRY(tr_linear_backward(s, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C));
+  TR__TRY(tr_linear_backward_input(s, sc->dln, k->dqkv, p->qkvw, N, C, 3 * C));
   /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
   float *dx = dinp ? dinp : sc->datty;
   TR__TRY(tr_layernorm_backward(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
                                 a->ln1_rstd, N, C));
-  return dinp ? tr_add(s, dinp, dinp, sc->dres1, nc) : 0;
+  return dinp ? tr_add(s, dinp, dinp, k->dres1, nc) : 0;
+}
+
+int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
+                             const float *dout, const tr_block_acts *a, tr_block_dims d) {
+  TR__TRY(mlp_out_weight(s, g, dout, a, d));
+  return kept_weights(s, g, k, a, d);
+}
+
+/* Both halves at once, keeping in the scratch; the output projection's weights first, as
+ * dinp may be dout. */
+int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
+                      const tr_block_scratch *sc, const float *dout, const float *inp,
+                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d) {
+  const tr_block_keep k = {.dfch = sc->dfch, .dres1 = sc->dres1, .dqkv = sc->dqkv};
+  TR__TRY(mlp_out_weight(s, g, dout, a, d));
+  TR__TRY(tr_block_backward_input(s, dinp, g, sc, &k, dout, inp, p, a, d));
+  return kept_weights(s, g, &k, a, d);
 }

@@ -15,6 +15,9 @@ static int check_one(const tr_layer_spec *l, int in, int tokens, char *err, size
   const tr_layer_type *k = l->type;
   if (!k || !k->name || !k->forward || !k->backward)
     return tr_errorf(err, size, TR_EINVAL, "no kind, or a kind without name, forward or backward");
+  if (!k->backward_input != !k->backward_weight)
+    return tr_errorf(err, size, TR_EINVAL, "a split backward needs both halves (backward_input "
+                     "and backward_weight), or neither");
   if (k->token_input != tokens)
     return tr_errorf(err, size, TR_EINVAL,
                      k->token_input ? "takes tokens, and only the model's first layer may"
@@ -85,6 +88,22 @@ size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T) {
 
 double tr_layer_flops(const tr_layer_spec *l, int T) {
   return l->type->flops ? l->type->flops(l, T) : 0.0;
+}
+
+size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T) {
+  return l->type->keep_floats ? l->type->keep_floats(l, B, T) : 0;
+}
+
+int tr_layer_splits(const tr_layer_spec *l) { return l->type->backward_weight != NULL; }
+
+int tr_layer_backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  const tr_layer_type *k = c->l->type;
+  return k->backward_input ? k->backward_input(c, dout, dinp) : k->backward(c, dout, dinp);
+}
+
+int tr_layer_backward_weight(const tr_layer_ctx *c, const float *dout) {
+  const tr_layer_type *k = c->l->type;
+  return k->backward_weight ? k->backward_weight(c, dout) : 0;
 }
 
 /* ---- randomness and errors ---------------------------------------------------------------------- */

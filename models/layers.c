@@ -27,11 +27,22 @@ int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const floa
 int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
                        int OC) {
-  /* dinp (N,C) = dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C) */
-  if (dinp) TR__TRY(tr_gemm(s, TR_OP_N, TR_OP_N, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C));
+  TR__TRY(tr_linear_backward_input(s, dinp, dout, weight, N, C, OC));
+  return tr_linear_backward_weight(s, dweight, dbias, dout, inp, N, C, OC);
+}
+
+int tr_linear_backward_input(tr_stream *s, float *dinp, const float *dout, const float *weight,
+                             int N, int C, int OC) {
+  /* dinp (N,C) = dout (N,OC) @ weight (OC,C) */
+  return dinp ? tr_gemm(s, TR_OP_N, TR_OP_N, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C)
+              : 0;
+}
+
+int tr_linear_backward_weight(tr_stream *s, float *dweight, float *dbias, const float *dout,
+                              const float *inp, int N, int C, int OC) {
+  /* dweight (OC,C) += dout^T @ inp (N,C) */
   TR__TRY(tr_gemm(s, TR_OP_T, TR_OP_N, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C));
-  if (dbias) TR__TRY(tr_bias_grad(s, dbias, dout, (size_t)N, (size_t)OC));
-  return 0;
+  return dbias ? tr_bias_grad(s, dbias, dout, (size_t)N, (size_t)OC) : 0;
 }
 
 /* ---- activations ------------------------------------------------------------------------------ */

@@ -3,6 +3,7 @@
  * initialisation, and the forward and backward passes. Every layer is reached through its
  * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c. */
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,37 @@ static size_t input_row(const tr_stage *st) {
   return l->type->token_input ? 1 : (size_t)l->in;
 }
 
+/* One micro-batch's activations from `at` on: each layer's, then (cross-entropy) the loss's
+ * probabilities. In each slot, or (recompute) once, in the work area. */
+static size_t plan_acts(tr_stage *st, size_t at) {
+  const tr_model *m = st->m;
+  const tr_stage_info *in = &st->info;
+  for (int i = 0; i < st->nl; i++) {
+    tr__stage_layer *L = &st->layers[i];
+    L->act_off = at;
+    at += tr__align_floats(tr_layer_act_floats(L->spec, in->batch, m->ctx));
+  }
+  if (in->is_last && m->loss == TR_LOSS_CROSSENTROPY) {
+    st->probs_off = at;
+    at += tr__align_floats((size_t)in->rows * m->layers[in->end - 1].out);
+  }
+  return at;
+}
+
+/* Split: what layer L's W half needs beyond the activations, from `at` on. The gradient of
+ * its output is kept but where the slot's dout holds it (the last layer of a stage that is
+ * not the model's last). */
+static size_t plan_keep(tr_stage *st, tr__stage_layer *L, bool last_layer, size_t at) {
+  const tr_stage_info *in = &st->info;
+  L->dout_off = TR__NO_DOUT;
+  if (tr_layer_splits(L->spec) && (!last_layer || in->is_last)) {
+    L->dout_off = at;
+    at += tr__align_floats((size_t)in->rows * L->spec->out);
+  }
+  L->keep_off = at;
+  return at + tr__align_floats(tr_layer_keep_floats(L->spec, in->batch, st->m->ctx));
+}
+
 static size_t plan_slot(tr_stage *st) {
   const tr_model *m = st->m;
   const tr_stage_info *in = &st->info;
@@ -62,17 +94,14 @@ static size_t plan_slot(tr_stage *st) {
   size_t at = 0;
   st->in_off = at;
   at += tr__align_floats(rows * input_row(st));
-  for (int i = 0; i < st->nl; i++) {
-    tr__stage_layer *L = &st->layers[i];
-    L->act_off = at;
-    at += tr__align_floats(tr_layer_act_floats(L->spec, in->batch, m->ctx));
-  }
   const size_t out = (size_t)m->layers[in->end - 1].out;
+  if (!st->recompute) {
+    at = plan_acts(st, at);
+  } else if (!in->is_last) { /* what goes to the next stage outlives the work area's turn */
+    st->out_off = at;
+    at += tr__align_floats(rows * out);
+  }
   if (in->is_last) {
-    if (m->loss == TR_LOSS_CROSSENTROPY) {
-      st->probs_off = at;
-      at += tr__align_floats(rows * out);
-    }
     st->target_off = at;
     at += tr__align_floats(m->loss == TR_LOSS_CROSSENTROPY ? rows : rows * out);
     st->loss_off = at;
@@ -81,6 +110,8 @@ static size_t plan_slot(tr_stage *st) {
     st->dout_off = at;
     at += tr__align_floats(rows * out);
   }
+  for (int i = 0; st->split && i < st->nl; i++)
+    at = plan_keep(st, &st->layers[i], i == st->nl - 1, at);
   return at;
 }
 
@@ -195,6 +226,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   }
   tr_stage *st = calloc(1, sizeof *st);
   if (!st) return TR_ENOMEM;
+  st->recompute = cfg->recompute != 0;
+  st->split = cfg->split != 0;
   st->m = m;
   st->dev = d;
   st->s = tr_device_stream(d);
@@ -229,8 +262,10 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
                                                            : 0;
   /* a parameter-only stage (slots 0) needs no activations and no backward scratch */
   const size_t slot = plan_slot(st), scratch = cfg->slots ? plan_scratch(st, NULL) : TR__ALIGN_FLOATS;
+  const size_t work = st->recompute && cfg->slots ? plan_acts(st, 0) : 0;
   in->slot_bytes = slot * sizeof(float);
   in->scratch_bytes = scratch * sizeof(float);
+  in->work_bytes = work * sizeof(float);
   const size_t rows = (size_t)in->rows, out_w = (size_t)m->layers[end - 1].out;
   in->input_bytes = rows * input_row(st) * 4; /* int32 tokens or floats */
   in->output_bytes = rows * out_w * sizeof(float);
@@ -243,7 +278,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   if (rc == 0) rc = alloc(st, in->state_numel, &st->state);
   st->own[0] = st->params, st->own[1] = st->grads, st->own[2] = st->state;
   if (rc || (rc = alloc(st, slot * (size_t)cfg->slots, &st->slots)) ||
-      (rc = alloc(st, scratch, &st->scratch)))
+      (rc = alloc(st, scratch, &st->scratch)) || (rc = alloc(st, work, &st->work)))
     return open_fail(st, rc, err, err_size, "allocating device memory");
   if (cfg->slots) plan_scratch(st, st->scratch);
   else st->scalars = st->scratch;
@@ -254,7 +289,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
       (rc = tr_memset(s, st->grads, 0, in->numel * sizeof(float))) ||
       (rc = tr_memset(s, st->state, 0, in->state_numel * sizeof(float))) ||
       (rc = tr_memset(s, st->slots, 0, in->slot_bytes * (size_t)cfg->slots)) ||
-      (rc = tr_memset(s, st->scratch, 0, in->scratch_bytes)))
+      (rc = tr_memset(s, st->scratch, 0, in->scratch_bytes)) ||
+      (work && (rc = tr_memset(s, st->work, 0, in->work_bytes))))
     return open_fail(st, rc, err, err_size, "initialising");
   *out = st;
   return 0;
@@ -262,7 +298,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
 
 void tr_stage_close(tr_stage *st) {
   if (!st) return;
-  float *bufs[] = {st->own[0], st->own[1], st->own[2], st->slots, st->scratch};
+  float *bufs[] = {st->own[0], st->own[1], st->own[2], st->slots, st->scratch, st->work};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) tr_device_free(st->dev, bufs[i]);
   free(st->layers);
@@ -338,8 +374,15 @@ void tr_stage_set_training(tr_stage *st, int on) { st->training = on != 0; }
 /* A layer's output: the start of its activations. */
 static float *layer_out(const tr__stage_layer *L, float *base) { return base + L->act_off; }
 
+/* Where the slot's micro-batch has its activations: in the slot, or in the work area. */
+static float *acts_of(const tr_stage *st, int slot) {
+  return st->recompute ? st->work : slot_base(st, slot);
+}
+
+/* With recompute, the last stage's output lives in the work area until the next pass. */
 const float *tr_stage_output(const tr_stage *st, int slot) {
-  return layer_out(&st->layers[st->nl - 1], slot_base(st, slot));
+  if (st->recompute && !st->info.is_last) return slot_base(st, slot) + st->out_off;
+  return layer_out(&st->layers[st->nl - 1], acts_of(st, slot));
 }
 
 /* ---- forward and backward ----------------------------------------------------------------------- */
@@ -356,65 +399,143 @@ static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, 
   st->layer_err[0] = 0;
   return (tr_layer_ctx){.s = st->s, .l = L->spec, .B = st->info.batch, .T = st->m->ctx,
                         .p = st->tensors + L->t0, .g = st->tensors + st->nt + L->t0, .x = x,
-                        .act = layer_out(L, slot_base(st, slot)), .scratch = st->layer_scratch,
+                        .act = layer_out(L, acts_of(st, slot)), .scratch = st->layer_scratch,
                         .seed = L->seed, .first_sample = st->samples[slot],
                         .training = st->training, .err = st->layer_err,
-                        .err_size = sizeof st->layer_err};
+                        .err_size = sizeof st->layer_err,
+                        .keep = st->split ? slot_base(st, slot) + L->keep_off : NULL};
 }
 
-int tr_stage_forward(tr_stage *st, int slot) {
-  float *base = slot_base(st, slot);
-  const float *x = base + st->in_off;
+/* Layer i's input: the stage's, or the layer before's output. */
+static const float *layer_in(tr_stage *st, int i, int slot) {
+  return i ? layer_out(&st->layers[i - 1], acts_of(st, slot)) : slot_base(st, slot) + st->in_off;
+}
+
+static float *probs_of(tr_stage *st, int slot) { return acts_of(st, slot) + st->probs_off; }
+
+/* The layers' forward of the slot's micro-batch; the loss into `loss` (last stage). */
+static int run_forward(tr_stage *st, int slot, float *loss) {
   for (int i = 0; i < st->nl; i++) {
     const tr__stage_layer *L = &st->layers[i];
-    const tr_layer_ctx c = layer_ctx(st, L, slot, x);
+    const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
     int rc = L->spec->type->forward(&c);
     if (rc) return layer_fail(st, rc, "forward", L);
-    x = layer_out(L, base);
   }
-  if (!st->info.is_last) return 0;
+  if (!st->info.is_last || loss == NULL) return 0;
   const tr_model *m = st->m;
   const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
-  float *loss = base + st->loss_off;
+  float *base = slot_base(st, slot);
+  const float *x = layer_in(st, st->nl, slot);
   int rc = m->loss == TR_LOSS_MSE
                ? tr_mse_forward(st->s, loss, x, base + st->target_off, (size_t)N * V, loss_scale(st))
-               : tr_crossentropy_forward(st->s, loss, base + st->probs_off, x,
+               : tr_crossentropy_forward(st->s, loss, probs_of(st, slot), x,
                                          (const int32_t *)(base + st->target_off), N, V,
                                          loss_scale(st));
   return rc ? tr__stage_fail(st, rc, "loss") : 0;
 }
 
-int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
+int tr_stage_forward(tr_stage *st, int slot) {
   float *base = slot_base(st, slot);
-  const tr_model *m = st->m;
-  const float *dout;
-  int rc = 0;
-  if (st->info.is_last) {
-    const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
-    const float *pred = tr_stage_output(st, slot);
-    rc = m->loss == TR_LOSS_MSE
-             ? tr_mse_backward(st->s, st->g[0], pred, base + st->target_off, (size_t)N * V,
-                               loss_scale(st))
-             : tr_crossentropy_backward(st->s, st->g[0], base + st->probs_off,
-                                        (const int32_t *)(base + st->target_off), N, V,
-                                        loss_scale(st));
-    if (rc) return tr__stage_fail(st, rc, "loss gradient");
-    dout = st->g[0];
-  } else {
-    dout = base + st->dout_off;
+  TR__TRY(run_forward(st, slot, base + st->loss_off));
+  if (!st->recompute || st->info.is_last) return 0;
+  const size_t bytes = st->info.output_bytes;
+  int rc = tr_memcpy(st->s, base + st->out_off, layer_in(st, st->nl, slot), bytes, TR_COPY_D2D);
+  return rc ? tr__stage_fail(st, rc, "keeping the output") : 0;
+}
+
+/* Recompute: the slot's activations again, into the work area (and the probabilities the
+ * loss's gradient reads; the loss itself goes to a scalar of the scratch). */
+static int recompute(tr_stage *st, int slot) {
+  if (!st->recompute) return 0;
+  const bool probs = st->info.is_last && st->m->loss == TR_LOSS_CROSSENTROPY;
+  return run_forward(st, slot, probs ? st->scalars + 2 : NULL);
+}
+
+/* The gradient of the last layer's output: from the loss (last stage), into `to`; else
+ * what the next stage sent. */
+static int loss_gradient(tr_stage *st, int slot, float *to, const float **dout) {
+  float *base = slot_base(st, slot);
+  if (!st->info.is_last) {
+    *dout = base + st->dout_off;
+    return 0;
   }
+  const tr_model *m = st->m;
+  const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
+  int rc = m->loss == TR_LOSS_MSE
+               ? tr_mse_backward(st->s, to, layer_in(st, st->nl, slot), base + st->target_off,
+                                 (size_t)N * V, loss_scale(st))
+               : tr_crossentropy_backward(st->s, to, probs_of(st, slot),
+                                          (const int32_t *)(base + st->target_off), N, V,
+                                          loss_scale(st));
+  if (rc) return tr__stage_fail(st, rc, "loss gradient");
+  *dout = to;
+  return 0;
+}
+
+int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
+  const float *dout;
+  TR__TRY(recompute(st, slot));
+  TR__TRY(loss_gradient(st, slot, st->g[0], &dout));
   float *dfirst = st->info.is_first ? NULL : st->dinput[st->dinput_next];
   for (int i = st->nl - 1; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
-    const float *x = i ? layer_out(&st->layers[i - 1], base) : base + st->in_off;
     float *dinp = i ? (dout == st->g[0] ? st->g[1] : st->g[0]) : dfirst;
-    const tr_layer_ctx c = layer_ctx(st, L, slot, x);
-    rc = L->spec->type->backward(&c, dout, dinp);
+    const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
+    int rc = L->spec->type->backward(&c, dout, dinp);
     if (rc) return layer_fail(st, rc, "backward", L);
     if (st->ready) st->ready(st->ready_arg, st, L->index);
     dout = dinp;
   }
   if (dfirst) st->dinput_next ^= 1;
   if (dinput) *dinput = dfirst;
+  return 0;
+}
+
+/* Split: the gradient of layer i's output as its W half reads it. */
+static const float *kept_dout(tr_stage *st, int i, int slot) {
+  const tr__stage_layer *L = &st->layers[i];
+  return slot_base(st, slot) + (L->dout_off != TR__NO_DOUT ? L->dout_off : st->dout_off);
+}
+
+int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
+  TR_ASSERT(st->split);
+  const float *dout;
+  const int last = st->nl - 1;
+  TR__TRY(recompute(st, slot));
+  const size_t kept = st->layers[last].dout_off; /* set on the last stage when it splits */
+  TR__TRY(loss_gradient(st, slot, kept != TR__NO_DOUT ? slot_base(st, slot) + kept : st->g[0],
+                        &dout));
+  float *dfirst = st->info.is_first ? NULL : st->dinput[st->dinput_next];
+  for (int i = last; i >= 0; i--) {
+    const tr__stage_layer *L = &st->layers[i];
+    /* the gradient of the layer before's output: kept for its W half where it has one */
+    float *dinp = !i ? dfirst
+                  : st->layers[i - 1].dout_off != TR__NO_DOUT
+                      ? slot_base(st, slot) + st->layers[i - 1].dout_off
+                      : dout == st->g[0] ? st->g[1] : st->g[0];
+    const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
+    int rc = tr_layer_backward_input(&c, dout, dinp);
+    if (rc) return layer_fail(st, rc, "backward (input)", L);
+    dout = dinp;
+  }
+  if (dfirst) st->dinput_next ^= 1;
+  if (dinput) *dinput = dfirst;
+  return 0;
+}
+
+int tr_stage_backward_weight(tr_stage *st, int slot) {
+  TR_ASSERT(st->split);
+  bool any = false;
+  for (int i = 0; i < st->nl; i++) any |= tr_layer_splits(st->layers[i].spec) != 0;
+  if (any) TR__TRY(recompute(st, slot)); /* the layers' inputs, again */
+  for (int i = st->nl - 1; i >= 0; i--) {
+    const tr__stage_layer *L = &st->layers[i];
+    if (tr_layer_splits(L->spec)) {
+      const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
+      int rc = tr_layer_backward_weight(&c, kept_dout(st, i, slot));
+      if (rc) return layer_fail(st, rc, "backward (weights)", L);
+    }
+    if (st->ready) st->ready(st->ready_arg, st, L->index);
+  }
   return 0;
 }

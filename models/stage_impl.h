@@ -9,9 +9,15 @@ typedef struct tr__stage_layer {
   const tr_layer_spec *spec;
   int index;              /* in the model */
   int t0;                 /* its tensors: the stage's tensor t0 onwards */
-  size_t act_off;         /* its activations, from a slot's start (floats) */
+  size_t act_off;         /* its activations, from a slot's start (recompute: the work
+                             area's) (floats) */
   uint64_t seed;          /* its random key */
+  size_t keep_off;        /* split: what its B half keeps for its W half, from a slot's start */
+  size_t dout_off;        /* split: the gradient of its output kept for its W half, from a
+                             slot's start; NO_DOUT where the slot's dout serves, or no W half */
 } tr__stage_layer;
+
+#define TR__NO_DOUT SIZE_MAX
 
 struct tr_stage {
   const tr_model *m;
@@ -26,13 +32,18 @@ struct tr_stage {
   size_t slot_stride;
   uint64_t *samples;             /* per slot: the first sample it holds, or TR_SAMPLES_UNKNOWN */
   int training;
-  size_t in_off, target_off, dout_off, probs_off, loss_off; /* within a slot */
+  size_t in_off, target_off, dout_off, loss_off; /* within a slot */
+  size_t probs_off;              /* after the layers' activations */
+  size_t out_off;                /* recompute: the output, kept in the slot to be sent */
+  int recompute, split;
+  float *work;                   /* recompute: one micro-batch's activations */
   float *scratch;                /* one allocation: */
   float *g[2];                   /*   activation gradients, alternating */
   float *dinput[2];              /*   the stage's input gradient, alternating */
   int dinput_next;
   float *layer_scratch;          /*   the layers' (tr_layer_ctx.scratch) */
-  float *scalars;                /*   [0] sum of squares, [1] clip factor */
+  float *scalars;                /*   [0] sum of squares, [1] clip factor, [2] a loss
+                                      recomputed (recompute) */
   int nl;
   tr__stage_layer *layers;
   float **tensors;               /* per tensor of the stage: its parameters, then (after nt) */

@@ -42,6 +42,12 @@
  * Tensors are named "<layer>.<name>" in the model ("1.gain"), and a composite's inner
  * layers "<layer>.<i>.<name>" ("2.0.weight"), as PyTorch names the parameters of a
  * Sequential: checkpoints load into the PyTorch model of the same shape.
+ *
+ * Zero-bubble schedules run backward in two halves, the input's gradient first and the
+ * weights' later. A kind whose weight gradient costs what gain's does need not care: its
+ * backward runs whole as the first half. One with GEMMs worth putting off adds
+ * backward_input and backward_weight (and keep_floats for what the first leaves the
+ * second), as linear, embedding, block and residual do.
  */
 #ifndef TR_LAYER_TYPE_H
 #define TR_LAYER_TYPE_H
@@ -129,6 +135,9 @@ typedef struct tr_layer_ctx {
   int training;               /* 0: evaluation */
   char *err;                  /* tr_layer_fail's text goes here */
   size_t err_size;
+  float *keep;                /* keep_floats floats, this micro-batch's own (64-byte aligned):
+                                 what backward_input leaves for backward_weight in a split
+                                 backward; NULL otherwise */
 } tr_layer_ctx;
 
 typedef struct tr_tensor_list tr_tensor_list;
@@ -160,6 +169,18 @@ struct tr_layer_type {
   /* OPTIONAL (0): forward FLOPs per sample, counting matrix products only (2 per multiply-
    * add); element-wise work counts 0. Cutting balances them; training counts 3 times. */
   double (*flops)(const tr_layer_spec *l, int T);
+  /* OPTIONAL, both or neither: backward in two halves, for zero-bubble schedules, which run
+   * the input's gradient (B) on the pipeline's critical path and the weights' (W) later, in
+   * what would be idle time. backward_input writes dinp as backward does (NULL: not wanted)
+   * and leaves in ctx->keep whatever the other half needs; backward_weight, called later
+   * with the same ctx->x, ctx->act, ctx->keep and dout (kept for it), ADDS the parameter
+   * gradients. Together they give backward's results bitwise. A kind without them runs
+   * backward whole as its B half (layernorm: its parameters' gradients come out of the
+   * same pass over the rows as the input's), and has nothing left for W. */
+  int (*backward_input)(const tr_layer_ctx *c, const float *dout, float *dinp);
+  int (*backward_weight)(const tr_layer_ctx *c, const float *dout);
+  /* OPTIONAL (0): floats of ctx->keep per micro-batch. */
+  size_t (*keep_floats)(const tr_layer_spec *l, int B, int T);
 };
 
 /* How a tensor starts (PyTorch's defaults: Linear uniform in +-1/sqrt(in), Embedding
@@ -192,6 +213,12 @@ int tr_layer_tensor_count(const tr_layer_spec *l, int T);
 size_t tr_layer_act_floats(const tr_layer_spec *l, int B, int T);
 size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T);
 double tr_layer_flops(const tr_layer_spec *l, int T);
+size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T);
+/* Whether the kind's backward splits (it has backward_weight). */
+int tr_layer_splits(const tr_layer_spec *l);
+/* The halves of a split backward with their defaults: backward whole, then nothing. */
+int tr_layer_backward_input(const tr_layer_ctx *c, const float *dout, float *dinp);
+int tr_layer_backward_weight(const tr_layer_ctx *c, const float *dout);
 /* The random key of the layer at `index` under `seed` (a stage: its seed and the layer's
  * index in the model; a composite: its own key and the inner layer's index). */
 uint64_t tr_layer_seed(uint64_t seed, uint64_t index);

@@ -51,6 +51,13 @@ int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const floa
 int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
                        int OC);
+/* Its two halves, which a zero-bubble schedule runs apart (tr_layer_type.h): the input's
+ * gradient dinp (N,C) = dout @ weight, then the parameters' dweight += dout^T @ inp,
+ * dbias += the sum of dout's rows. tr_linear_backward is the one, then the other. */
+int tr_linear_backward_input(tr_stream *s, float *dinp, const float *dout, const float *weight,
+                             int N, int C, int OC);
+int tr_linear_backward_weight(tr_stream *s, float *dweight, float *dbias, const float *dout,
+                              const float *inp, int N, int C, int OC);
 
 /* ---- activations (element-wise over n values) -------------------------------------------- */
 
@@ -136,11 +143,20 @@ typedef struct tr_block_scratch {
   float *datt, *dpreatt;       /* (B,NH,T,T) each */
 } tr_block_scratch;
 
-/* Lay the activations / scratch out from `base` (64-byte aligned; each part is too);
- * return the floats they take. base NULL: only the size (the struct is left untouched).
- * The activations' output comes first: a->out == base. */
+/* What the input half of a split backward keeps for the weight half: the gradients of the
+ * outputs of the three projections before the last (the last one's is the block's dout). */
+typedef struct tr_block_keep {
+  float *dfch;                 /* (B,T,H) of fc, after GELU */
+  float *dres1;                /* (B,T,C) of proj: the first residual's */
+  float *dqkv;                 /* (B,T,3C) of qkv */
+} tr_block_keep;
+
+/* Lay the activations / scratch / kept gradients out from `base` (64-byte aligned; each
+ * part is too); return the floats they take. base NULL: only the size (the struct is left
+ * untouched). The activations' output comes first: a->out == base. */
 size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d);
 size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d);
+size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d);
 
 /* inp (B,T,C) -> a->out (B,T,C) and everything else in *a */
 int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
@@ -149,6 +165,16 @@ int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params
 int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
                       const tr_block_params *p, const tr_block_acts *a, tr_block_dims d);
+/* The same in two halves (tr_layer_type.h): the input's gradient, with the layernorms'
+ * parameter gradients (one pass over the rows gives both) and the attention's (it has no
+ * parameters), keeping in k what the four projections' weights need; later those weights'
+ * gradients, from the same dout. dinp must not overlap dout here: the second half reads it. */
+int tr_block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
+                            const tr_block_scratch *sc, const tr_block_keep *k,
+                            const float *dout, const float *inp, const tr_block_params *p,
+                            const tr_block_acts *a, tr_block_dims d);
+int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
+                             const float *dout, const tr_block_acts *a, tr_block_dims d);
 
 /* ---- losses ---------------------------------------------------------------------------------- */
 

@@ -6,9 +6,10 @@
  * model on one device: its parameters, gradients and optimizer state are each ONE device
  * allocation holding that contiguous slice of the parameter space, so a gradient bucket is a
  * byte range and layer l's tensors lie at tr_stage_layer_span. Activations saved for backward
- * live in `slots`, one per micro-batch in flight (GPipe: m, 1F1B: at most p). Initialisation
- * depends only on the seed and each element's place in the whole model, so a model cut into
- * stages holds exactly the parameters of the uncut one.
+ * live in `slots`, one per micro-batch in flight (GPipe: m, 1F1B: at most p); a stage that
+ * recomputes keeps only each micro-batch's input there and computes the rest again in
+ * backward. Initialisation depends only on the seed and each element's place in the whole
+ * model, so a model cut into stages holds exactly the parameters of the uncut one.
  *
  *   tr_model *m;
  *   tr_model_named(&m, "simplenet", err, sizeof err);
@@ -190,6 +191,12 @@ typedef struct tr_stage_config {
   int slots;            /* micro-batches whose activations are kept at once; 0: none, the
                            stage holds parameters, gradients and optimizer state only (a
                            parameter server's copy) and cannot run forward or backward */
+  int recompute;        /* activation recomputation: a slot keeps its input (and output)
+                           only, and backward computes the layers' activations again, into
+                           one area shared by the slots; results are bitwise the same */
+  int split;            /* room for backward in two halves (tr_stage_backward_input, then
+                           tr_stage_backward_weight): a slot also keeps the gradients its
+                           weight half needs */
   int global_batch;     /* samples per optimizer step over all micro-batches and replicas:
                            the loss is scaled by 1/global_batch; 0: batch */
   uint64_t seed;        /* initialisation */
@@ -216,6 +223,8 @@ typedef struct tr_stage_info {
                            (AdamW: m, then v) */
   size_t slot_bytes;    /* device memory per slot */
   size_t scratch_bytes; /* device memory shared by the slots */
+  size_t work_bytes;    /* recompute: the activations of one micro-batch, shared by the
+                           slots; else 0 */
 } tr_stage_info;
 
 /* Allocates everything the stage will ever use and initialises the parameters (PyTorch's
@@ -262,10 +271,18 @@ int tr_stage_forward(tr_stage *st, int slot);
  * stage's input (input_bytes, floats), or NULL for the first stage; it stays valid through
  * the next backward call too (two buffers alternate), so sending it can overlap that one. */
 int tr_stage_backward(tr_stage *st, int slot, const float **dinput);
+/* The same in two halves (a stage opened with `split`), as zero-bubble schedules run it:
+ * the input's gradient first (*dinput as above; what is still due is kept in the slot),
+ * the weights' later, before the slot is used again. Each layer kind splits as its table
+ * says (tr_layer_type.h); the sums are bitwise tr_stage_backward's. The grad-ready hook is
+ * called in the second half. */
+int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput);
+int tr_stage_backward_weight(tr_stage *st, int slot);
 
-/* Called after the backward of each layer has been issued, last layer first: its gradient
- * span (tr_stage_layer_span) is then final for this micro-batch (data parallelism starts
- * reducing it once the last micro-batch of the step reports it). NULL: none. */
+/* Called after the backward (split: the weight half) of each layer has been issued, last
+ * layer first: its gradient span (tr_stage_layer_span) is then final for this micro-batch
+ * (data parallelism starts reducing it once the last micro-batch of the step reports it).
+ * NULL: none. */
 typedef void (*tr_grad_ready_fn)(void *arg, tr_stage *st, int layer);
 void tr_stage_on_grad_ready(tr_stage *st, tr_grad_ready_fn fn, void *arg);
 

@@ -124,6 +124,16 @@ static void print_row(bool md, const row *x, double base, double async1) {
            async ? r->staleness_max : NAN, r->consistency, r->final_loss, state_per_replica(r));
 }
 
+/* The model's layers, or 0 when it has no such name (its row then says why). */
+static int layers_of(const char *model) {
+  tr_model *m;
+  char err[256];
+  if (tr_model_named(&m, model, err, sizeof err)) return 0;
+  const int n = tr_model_layer_count(m);
+  tr_model_free(m);
+  return n;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: troupe bench [--model M] [--devices SPEC] [--seconds S] [--format md|csv|json]\n\n"
@@ -132,7 +142,10 @@ static void usage(FILE *f) {
           "the ratio to the single-device run of the same table, steps (updates) per second,\n"
           "mean utilization, the pipeline bubble (measured / the schedule's own), replica\n"
           "consistency, final loss, and the optimizer state each replica holds (MiB; the dp\n"
-          "and hybrid rows with --zero 1 shard it across the replicas). The async rows (a parameter server and 1, then every\n"
+          "and hybrid rows with --zero 1 shard it across the replicas). The pipeline rows run\n"
+          "8 micro-batches under GPipe, 1F1B, interleaved 1F1B (2 chunks per device),\n"
+          "zero-bubble ZB-H1, and 1F1B recomputing activations. The async rows (a parameter\n"
+          "server and 1, then every\n"
           "device as, workers; with more than one device also SSP with staleness 2 and\n"
           "DC-ASGD with lambda 0.04) give updates/s against the one-worker async row and the\n"
           "staleness of the updates (mean / max).\n"
@@ -198,6 +211,14 @@ int bench_strategies(int argc, char **argv) {
         o->job.layout.microbatches = 8);
     ROW("pipeline 1f1b", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_1F1B,
         o->job.layout.microbatches = 8);
+    if (layers_of(model) >= 2 * n) /* a piece of the cut for each of 2 chunks per device */
+      ROW("pipeline interleaved", o->strategy = TR_STRATEGY_PIPELINE,
+          o->job.layout.schedule = TR_SCHEDULE_INTERLEAVED, o->job.layout.chunks = 2,
+          o->job.layout.microbatches = 8);
+    ROW("pipeline zb1", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_ZB1,
+        o->job.layout.microbatches = 8);
+    ROW("1f1b recompute", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_1F1B,
+        o->job.layout.microbatches = 8, o->job.memory.recompute = 1);
   }
   if (n >= 4 && n % 2 == 0) {
     ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4);

@@ -26,7 +26,13 @@ static void usage(FILE *f) {
           "                                 under mpirun this rank's (none: rank 0 only\n"
           "                                 coordinates and serves), every rank's in rank order\n"
           "  --microbatches M               per step and replica (pipeline, hybrid: 2 x stages)\n"
-          "  --schedule gpipe|1f1b          pipeline schedule (default 1f1b)\n"
+          "  --schedule gpipe|1f1b|interleaved|zb1\n"
+          "                                 pipeline schedule (default 1f1b): interleaved puts\n"
+          "                                 --chunks model chunks on each device, zb1 splits\n"
+          "                                 backward and puts the weights' half off (ZB-H1)\n"
+          "  --chunks V                     interleaved: model chunks per device (default 2)\n"
+          "  --recompute                    keep only each micro-batch's input, and compute\n"
+          "                                 its activations again in backward\n"
           "  --stages N                     hybrid: devices per pipeline (default 2)\n"
           "  --cuts L1,L2,..                stage boundaries as layer indices (default: balanced)\n"
           "  --zero 0|1                     dp, hybrid: 1 shards the optimizer state across the\n"
@@ -85,21 +91,28 @@ static void json_number(const char *key, double v, bool last) {
   else printf("\"%s\":null%s", key, last ? "" : ",");
 }
 
-static void json_memory(const char *key, const tr_memory_figures *m, int n) {
-  printf("\"%s\":[", key);
-  for (int i = 0; i < n; i++)
-    printf("%s{\"params\":%lld,\"grads\":%lld,\"optimizer_state\":%lld}", i ? "," : "",
-           (long long)m[i].params, (long long)m[i].grads, (long long)m[i].optimizer_state);
-  printf("]");
+static void json_memory(const tr_memory_figures *m, const int64_t *peak_activation_bytes) {
+  printf("{\"params\":%lld,\"grads\":%lld,\"optimizer_state\":%lld", (long long)m->params,
+         (long long)m->grads, (long long)m->optimizer_state);
+  if (peak_activation_bytes)
+    printf(",\"peak_activation_bytes\":%lld", (long long)*peak_activation_bytes);
+  printf("}");
 }
 
-/* Bytes each device's stage allocated, and each replica's over its stages. */
+/* Bytes each device's stage allocated (and its per-micro-batch memory's peak), and each
+ * replica's over its stages. */
 static void print_memory(const tr_train_result *r) {
-  printf("\"memory\":{");
-  json_memory("devices", r->memory.devices, r->ndevices);
-  printf(",");
-  json_memory("replicas", r->memory.replicas, r->stages ? r->ndevices / r->stages : 0);
-  printf("},");
+  printf("\"memory\":{\"devices\":[");
+  for (int i = 0; i < r->ndevices && i < TR_TRAIN_MAX_DEVICES; i++) {
+    if (i) printf(",");
+    json_memory(&r->memory.devices[i], &r->peak_activation_bytes[i]);
+  }
+  printf("],\"replicas\":[");
+  for (int i = 0; r->stages && i < r->ndevices / r->stages; i++) {
+    if (i) printf(",");
+    json_memory(&r->memory.replicas[i], NULL);
+  }
+  printf("]},");
 }
 
 static void print_json(const tr_train_result *r, double sgemm) {
@@ -125,14 +138,16 @@ static void print_json(const tr_train_result *r, double sgemm) {
   printf("],");
   json_number("bubble_fraction", r->bubble_fraction, false);
   json_number("bubble_theory", r->bubble_theory, false);
-  printf("\"replicas\":%d,\"stages\":%d,\"microbatches\":%d,\"schedule\":", r->replicas,
-         r->stages, r->microbatches);
+  printf("\"replicas\":%d,\"stages\":%d,\"microbatches\":%d,\"chunks\":%d,\"recompute\":%s,"
+         "\"schedule\":", r->replicas, r->stages, r->microbatches, r->chunks,
+         r->recompute ? "true" : "false");
   if (r->schedule[0]) printf("\"%s\",", r->schedule);
   else printf("null,");
   printf("\"cuts\":");
-  if (r->stages > 1)
-    for (int s = 0; s <= r->stages; s++) printf("%s%d", s ? "," : "[", r->cuts[s]);
-  printf(r->stages > 1 ? "]," : "null,");
+  const int pieces = r->stages * (r->chunks > 0 ? r->chunks : 1);
+  if (pieces > 1)
+    for (int k = 0; k <= pieces; k++) printf("%s%d", k ? "," : "[", r->cuts[k]);
+  printf(pieces > 1 ? "]," : "null,");
   printf("\"zero\":%d,", r->zero);
   print_memory(r);
   const bool async = !strcmp(r->strategy, "async");
@@ -194,11 +209,15 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   for (int i = 0; i < r->ndevices; i++)
     if (isfinite(r->utilization[i]))
       fprintf(stderr, "%s%.0f%%", i ? " " : ", utilization ", 100 * r->utilization[i]);
-  if (isfinite(r->bubble_fraction))
+  if (isfinite(r->bubble_fraction) && r->chunks > 1)
+    fprintf(stderr, ", bubble %.3f (%s, m = %d, %d chunks: %.3f in theory)", r->bubble_fraction,
+            r->schedule, r->microbatches, r->chunks, r->bubble_theory);
+  else if (isfinite(r->bubble_fraction))
     fprintf(stderr, ", bubble %.3f (%s, m = %d: %.3f in theory)", r->bubble_fraction,
             r->schedule, r->microbatches, r->bubble_theory);
-  for (int s = 1; s < r->stages; s++)
-    fprintf(stderr, "%s%d", s > 1 ? "," : ", cut before layers ", r->cuts[s]);
+  for (int k = 1; k < r->stages * (r->chunks > 0 ? r->chunks : 1); k++)
+    fprintf(stderr, "%s%d", k > 1 ? "," : ", cut before layers ", r->cuts[k]);
+  if (r->recompute) fprintf(stderr, ", recomputing activations");
   const bool async = !strcmp(r->strategy, "async");
   if (r->replicas > 1 && !async) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
   if (r->skipped_steps)
@@ -267,6 +286,7 @@ static const struct {
     {"checkpoint.resume_from", "--resume"},
     {"on_nonfinite", "--on-nonfinite"},
     {"layout.microbatches", "--microbatches"},
+    {"memory.recompute", "--recompute"},
     {"checkpoint.resume", "--resume"},
     {"checkpoint.every", "--checkpoint-every"},
     {"checkpoint.path", "--checkpoint"},
@@ -276,6 +296,7 @@ static const struct {
     {"async.staleness", "--staleness"},
     {"async.hogwild", "--hogwild"},
     {"layout.schedule", "--schedule"},
+    {"layout.chunks", "--chunks"},
     {"layout.replicas", "--workers"},
     {"layout.stages", "--stages"},
     {"layout.cuts", "--cuts"},
@@ -350,9 +371,14 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--schedule")) {
       if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
       if (tr_schedule_kind_parse(v, &layout->schedule)) {
-        fprintf(stderr, "troupe: --schedule: '%s' is not gpipe or 1f1b\n", v);
+        fprintf(stderr, "troupe: --schedule: '%s' is not %s\n", v, tr_schedule_kind_list());
         return CLI_USAGE;
       }
+    } else if (!strcmp(a, "--chunks")) {
+      if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
+      layout->chunks = (int)u;
+    } else if (!strcmp(a, "--recompute")) {
+      o.job.memory.recompute = 1;
     } else if (!strcmp(a, "--stages")) {
       if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
       layout->stages = (int)u;

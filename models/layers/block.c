@@ -60,6 +60,32 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   return tr_block_backward(c->s, dinp, &g, &sc, dout, c->x, &p, &a, d);
 }
 
+static size_t keep_floats(const tr_layer_spec *l, int B, int T) {
+  return tr_block_keep_carve(NULL, NULL, dims(l, B, T));
+}
+
+static int backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  const tr_block_dims d = dims(c->l, c->B, c->T);
+  const tr_block_params p = params(c->p), g = params(c->g);
+  tr_block_acts a;
+  tr_block_scratch sc;
+  tr_block_keep k;
+  tr_block_acts_carve(&a, c->act, d);
+  tr_block_scratch_carve(&sc, c->scratch, d);
+  tr_block_keep_carve(&k, c->keep, d);
+  return tr_block_backward_input(c->s, dinp, &g, &sc, &k, dout, c->x, &p, &a, d);
+}
+
+static int backward_weight(const tr_layer_ctx *c, const float *dout) {
+  const tr_block_dims d = dims(c->l, c->B, c->T);
+  const tr_block_params g = params(c->g);
+  tr_block_acts a;
+  tr_block_keep k;
+  tr_block_acts_carve(&a, c->act, d);
+  tr_block_keep_carve(&k, c->keep, d);
+  return tr_block_backward_weight(c->s, &g, &k, dout, &a, d);
+}
+
 /* the four projections, and attention's q k^T and att v */
 static double flops(const tr_layer_spec *l, int T) {
   const double C = l->in, H = l->hidden;
@@ -68,4 +94,6 @@ static double flops(const tr_layer_spec *l, int T) {
 
 const tr_layer_type tr_layer_block_type = {
     .name = "block", .check = check, .tensors = tensors, .act_floats = act_floats,
-    .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops};
+    .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops,
+    .backward_input = backward_input, .backward_weight = backward_weight,
+    .keep_floats = keep_floats};

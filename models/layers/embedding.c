@@ -31,6 +31,17 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
                                c->l->vocab);
 }
 
+/* split: tokens have no gradient to hurry, so all of it is the weights' half */
+static int backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  (void)c, (void)dout, (void)dinp;
+  return 0;
+}
+
+static int backward_weight(const tr_layer_ctx *c, const float *dout) {
+  return backward(c, dout, NULL);
+}
+
 const tr_layer_type tr_layer_embedding_type = {
     .name = "embedding", .token_input = 1, .check = check, .tensors = tensors,
-    .forward = forward, .backward = backward};
+    .forward = forward, .backward = backward, .backward_input = backward_input,
+    .backward_weight = backward_weight};

@@ -35,7 +35,18 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
                             c->B * c->T, l->in, l->out);
 }
 
+static int backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  return tr_linear_backward_input(c->s, dinp, dout, c->p[0], c->B * c->T, c->l->in, c->l->out);
+}
+
+static int backward_weight(const tr_layer_ctx *c, const float *dout) {
+  const tr_layer_spec *l = c->l;
+  return tr_linear_backward_weight(c->s, c->g[0], l->bias ? c->g[1] : NULL, dout, c->x,
+                                   c->B * c->T, l->in, l->out);
+}
+
 static double flops(const tr_layer_spec *l, int T) { return 2.0 * T * l->in * l->out; }
 
 const tr_layer_type tr_layer_linear_type = {
-    .name = "linear", .tensors = tensors, .forward = forward, .backward = backward, .flops = flops};
+    .name = "linear", .tensors = tensors, .forward = forward, .backward = backward, .flops = flops,
+    .backward_input = backward_input, .backward_weight = backward_weight};

@@ -114,6 +114,82 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   return dinp ? tr_add(c->s, dinp, dinp, dout, n) : 0; /* and the identity's share */
 }
 
+/* ---- split in two (zero-bubble schedules): each inner layer's halves in turn ---------------- */
+
+/* What inner layer i keeps for its weight half: the gradient of its output (but the last
+ * one's, which is the residual's own dout), then its own keep. */
+static size_t inner_dout_floats(const tr_layer_spec *l, int i, int B, int T) {
+  return i + 1 < l->n && tr_layer_splits(&l->inner[i])
+             ? tr__align_floats((size_t)B * T * l->inner[i].out)
+             : 0;
+}
+
+static size_t inner_keep_floats(const tr_layer_spec *l, int i, int B, int T) {
+  return inner_dout_floats(l, i, B, T) +
+         tr__align_floats(tr_layer_keep_floats(&l->inner[i], B, T));
+}
+
+static size_t keep_floats(const tr_layer_spec *l, int B, int T) {
+  size_t at = 0;
+  for (int i = 0; i < l->n; i++) at += inner_keep_floats(l, i, B, T);
+  return at;
+}
+
+/* Inner layer i's context with its input and keep, walking from the last inner layer back:
+ * *t, *act and *keep point just past inner layer i's tensors, activations and keep, and
+ * are moved to their starts. */
+static tr_layer_ctx inner_back(const tr_layer_ctx *c, int i, int *t, float **act, float **keep,
+                               float **kept_dout) {
+  const tr_layer_spec *l = c->l;
+  *t -= tr_layer_tensor_count(&l->inner[i], c->T);
+  *act -= tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
+  *keep -= inner_keep_floats(l, i, c->B, c->T);
+  tr_layer_ctx in = inner_ctx(c, i, *t, *act);
+  in.x = i ? *act - tr__align_floats(tr_layer_act_floats(&l->inner[i - 1], c->B, c->T)) : c->x;
+  *kept_dout = inner_dout_floats(l, i, c->B, c->T) ? *keep : NULL;
+  in.keep = *keep + inner_dout_floats(l, i, c->B, c->T);
+  return in;
+}
+
+static int tensor_count(const tr_layer_ctx *c) {
+  int t = 0;
+  for (int i = 0; i < c->l->n; i++) t += tr_layer_tensor_count(&c->l->inner[i], c->T);
+  return t;
+}
+
+static int backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  const tr_layer_spec *l = c->l;
+  float *act = c->act + act_floats(l, c->B, c->T), *keep = c->keep + keep_floats(l, c->B, c->T);
+  float *buf[2] = {c->scratch, c->scratch + gradient_buffer_floats(l, c->B, c->T)};
+  int t = tensor_count(c);
+  const float *g = dout;
+  for (int i = l->n - 1; i >= 0; i--) {
+    float *kept = NULL;
+    tr_layer_ctx in = inner_back(c, i, &t, &act, &keep, &kept);
+    /* the gradient of inner layer i-1's output: kept where its weight half needs it */
+    float *d = !i ? dinp : inner_dout_floats(l, i - 1, c->B, c->T)
+                               ? keep - inner_keep_floats(l, i - 1, c->B, c->T)
+                               : buf[(l->n - 1 - i) & 1];
+    TR__TRY(tr_layer_backward_input(&in, g, d));
+    g = d;
+  }
+  return dinp ? tr_add(c->s, dinp, dinp, dout, tr__numel(c, l->out)) : 0;
+}
+
+static int backward_weight(const tr_layer_ctx *c, const float *dout) {
+  const tr_layer_spec *l = c->l;
+  float *act = c->act + act_floats(l, c->B, c->T), *keep = c->keep + keep_floats(l, c->B, c->T);
+  int t = tensor_count(c);
+  for (int i = l->n - 1; i >= 0; i--) {
+    float *kept = NULL;
+    tr_layer_ctx in = inner_back(c, i, &t, &act, &keep, &kept);
+    if (tr_layer_splits(&l->inner[i])) TR__TRY(tr_layer_backward_weight(&in, kept ? kept : dout));
+  }
+  return 0;
+}
+
 const tr_layer_type tr_layer_residual_type = {
     .name = "residual", .check = check, .tensors = tensors, .act_floats = act_floats,
-    .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops};
+    .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops,
+    .backward_input = backward_input, .backward_weight = backward_weight,
+    .keep_floats = keep_floats};

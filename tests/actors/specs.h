@@ -4,6 +4,8 @@
 #ifndef TR_TEST_SPECS_H
 #define TR_TEST_SPECS_H
 
+#include <stdio.h>
+
 #include "troupe.h"
 
 #define LINEAR(i, o, b) {.type = &tr_layer_linear_type, .in = (i), .out = (o), .bias = (b)}
@@ -57,19 +59,40 @@ typedef struct layout_case {
   const char *devices;
   int schedule; /* pipeline */
   int microbatches;
+  int chunks;    /* interleaved */
+  int recompute; /* activation recomputation */
 } layout_case;
 
-#define DP(devices) {TR_STRATEGY_DP, devices, -1, 0}
-#define MP(devices) {TR_STRATEGY_MP, devices, -1, 0}
-#define PIPELINE(devices, schedule, m) {TR_STRATEGY_PIPELINE, devices, schedule, m}
-#define HYBRID(devices) {TR_STRATEGY_HYBRID, devices, -1, 0}
+#define SINGLE_RECOMPUTE {TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 1}
+#define DP(devices) {TR_STRATEGY_DP, devices, -1, 0, 0, 0}
+#define MP(devices) {TR_STRATEGY_MP, devices, -1, 0, 0, 0}
+#define PIPELINE(devices, schedule, m) {TR_STRATEGY_PIPELINE, devices, schedule, m, 0, 0}
+#define INTERLEAVED(devices, v, m) {TR_STRATEGY_PIPELINE, devices, TR_SCHEDULE_INTERLEAVED, m, v, 0}
+#define RECOMPUTING(devices, schedule, m) {TR_STRATEGY_PIPELINE, devices, schedule, m, 0, 1}
+#define HYBRID(devices) {TR_STRATEGY_HYBRID, devices, -1, 0, 0, 0}
+#define HYBRID_ZB1(devices) {TR_STRATEGY_HYBRID, devices, TR_SCHEDULE_ZB1, 0, 0, 0}
 
 static inline tr_train_options with_layout(tr_train_options o, const layout_case *c) {
   o.strategy = c->strategy;
   o.devices = c->devices;
   if (c->schedule >= 0) o.job.layout.schedule = (tr_schedule_kind)c->schedule;
   o.job.layout.microbatches = c->microbatches;
+  o.job.layout.chunks = c->chunks;
+  o.job.memory.recompute = c->recompute;
   return o;
+}
+
+/* "1f1b", "interleaved (v 3)", "zb1, recompute", "-": what a case's schedule is. */
+static inline const char *layout_schedule(const layout_case *c, char *buf, size_t n) {
+  if (c->schedule < 0) {
+    snprintf(buf, n, "%s", c->recompute ? "recompute" : "-");
+    return buf;
+  }
+  int k = snprintf(buf, n, "%s", tr_schedule_kind_name((tr_schedule_kind)c->schedule));
+  if (c->chunks && k > 0 && (size_t)k < n)
+    k += snprintf(buf + k, n - (size_t)k, " (v %d)", c->chunks);
+  if (c->recompute && k > 0 && (size_t)k < n) snprintf(buf + k, n - (size_t)k, ", recompute");
+  return buf;
 }
 
 #endif

@@ -314,7 +314,7 @@ static const tr_model_spec mnist = {.name = "mnist", .ctx = 1, .loss = TR_LOSS_C
 
 static void a_users_classifier_learns_under_single_pipeline_and_dp(void **state) {
   (void)state;
-  const layout_case layouts[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0},
+  const layout_case layouts[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0},
                                  PIPELINE("host:2", TR_SCHEDULE_1F1B, 4), DP("host:2")};
   const char *files[] = {"mnist-single.safetensors", "mnist-pipeline.safetensors",
                          "mnist-dp.safetensors"};

@@ -1,9 +1,11 @@
 /* test_parallel.c — the parallel strategies train the model single does: dp, mp, pipeline
- * (gpipe and 1f1b) and hybrid end with the parameters of a single-device run of the same
- * global batch (relative difference 1e-5 per tensor), repeat bitwise when deterministic,
- * report their figures, clip by the global norm, hold micro-batches within the schedule's
- * bound, and name bad layouts. Everything goes through tr_train_run; parameters are compared
- * through the checkpoint each run writes at its end. */
+ * (gpipe, 1f1b, interleaved, zb1, with and without activation recomputation) and hybrid end
+ * with the parameters of a single-device run of the same global batch (relative difference
+ * 1e-5 per tensor); the newer schedules and recomputation give 1f1b's parameters bitwise;
+ * runs repeat bitwise when deterministic, report their figures, clip by the global norm,
+ * hold micro-batches within the schedule's bound, and name bad layouts. Everything goes
+ * through tr_train_run; parameters are compared through the checkpoint each run writes at
+ * its end. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -115,7 +117,27 @@ static const layout_case all_layouts[] = {
     PIPELINE("host:2", TR_SCHEDULE_1F1B, 1),
     PIPELINE("host:2", TR_SCHEDULE_1F1B, 3),
     PIPELINE("host:2", TR_SCHEDULE_1F1B, 8),
+    PIPELINE("host:2", TR_SCHEDULE_ZB1, 1),
+    PIPELINE("host:2", TR_SCHEDULE_ZB1, 3),
+    PIPELINE("host:2", TR_SCHEDULE_ZB1, 8),
+    RECOMPUTING("host:2", TR_SCHEDULE_GPIPE, 3),
+    RECOMPUTING("host:2", TR_SCHEDULE_ZB1, 8),
+    SINGLE_RECOMPUTE,
     HYBRID("host:4"),
+    HYBRID_ZB1("host:4"),
+};
+
+/* Interleaving cuts stages × chunks pieces: the models of four layers or more, on 2 devices
+ * (m a multiple of 2, and not), 3 devices and 3 chunks, and recomputing. */
+static const layout_case interleaved_layouts[] = {
+    INTERLEAVED("host:2", 2, 4),
+    INTERLEAVED("host:2", 2, 3),
+    INTERLEAVED("host:2", 2, 8),
+    {TR_STRATEGY_PIPELINE, "host:2", TR_SCHEDULE_INTERLEAVED, 8, 2, 1},
+};
+static const layout_case interleaved_deep[] = {
+    INTERLEAVED("host:3", 2, 6),
+    INTERLEAVED("host:2", 3, 4),
 };
 
 /* The comparison can see a step: one step less than `base` is well beyond the tolerance
@@ -141,10 +163,9 @@ static void each_layout_matches_single(tr_train_options base, const layout_case 
     const layout_case *c = &cases[k];
     tr_train_options o = with_layout(base, c);
     run_to(o, "parallel.safetensors", &r);
-    char what[160];
+    char what[160], sched[48];
     snprintf(what, sizeof what, "%s %s on %s (%s, m %d)", tr_strategy_name(c->strategy),
-             model_name(&base), c->devices,
-             c->strategy == TR_STRATEGY_PIPELINE ? tr_schedule_kind_name(c->schedule) : "-",
+             model_name(&base), c->devices, layout_schedule(c, sched, sizeof sched),
              c->microbatches);
     assert_same_params(path("parallel.safetensors"), path("single.safetensors"), tolerance, what);
   }
@@ -165,6 +186,10 @@ static void mlp_trains_alike_on_every_layout(void **state) {
   assert_a_step_shows(options(NULL, &mlp4, TOLERANCE_STEPS));
   each_layout_matches_single(options(NULL, &mlp4, TOLERANCE_STEPS), all_layouts,
                              sizeof all_layouts / sizeof *all_layouts);
+  each_layout_matches_single(options(NULL, &mlp4, TOLERANCE_STEPS), interleaved_layouts,
+                             sizeof interleaved_layouts / sizeof *interleaved_layouts);
+  each_layout_matches_single(options(NULL, &mlp4, TOLERANCE_STEPS), interleaved_deep,
+                             sizeof interleaved_deep / sizeof *interleaved_deep);
 }
 
 /* Dropout and a residual span: the masks depend on each sample's place in the data set, so
@@ -189,6 +214,8 @@ static void dropout_and_residual_train_alike_on_every_layout(void **state) {
   assert_a_step_shows(options(NULL, &dropnet, TOLERANCE_STEPS));
   each_layout_matches_single(options(NULL, &dropnet, TOLERANCE_STEPS), all_layouts,
                              sizeof all_layouts / sizeof *all_layouts);
+  each_layout_matches_single(options(NULL, &dropnet, TOLERANCE_STEPS), interleaved_layouts,
+                             sizeof interleaved_layouts / sizeof *interleaved_layouts);
 }
 
 static void gpt_trains_alike_on_every_layout(void **state) {
@@ -196,6 +223,8 @@ static void gpt_trains_alike_on_every_layout(void **state) {
   assert_a_step_shows(options(NULL, &gpt1, TOLERANCE_STEPS));
   each_layout_matches_single(options(NULL, &gpt1, TOLERANCE_STEPS), all_layouts,
                              sizeof all_layouts / sizeof *all_layouts);
+  each_layout_matches_single(options(NULL, &gpt1, TOLERANCE_STEPS), interleaved_layouts,
+                             sizeof interleaved_layouts / sizeof *interleaved_layouts);
 }
 
 /* The mlp workload itself (8 layers of 1024 x 1024: gradient buckets of real size), two
@@ -209,6 +238,40 @@ static void mlp_workload_trains_alike_data_parallel(void **state) {
   each_layout_matches_single(o, &dp2, 1);
 }
 
+/* Every schedule adds each gradient up in micro-batch order and a cut changes no layer's
+ * arithmetic, so with the same micro-batches zb1, interleaved and recomputation give 1f1b's
+ * parameters and losses bit for bit. */
+static void schedules_and_recomputation_agree_with_1f1b_bitwise(void **state) {
+  (void)state;
+  static const layout_case same[] = {
+      PIPELINE("host:2", TR_SCHEDULE_ZB1, 4),
+      INTERLEAVED("host:2", 2, 4),
+      RECOMPUTING("host:2", TR_SCHEDULE_1F1B, 4),
+      RECOMPUTING("host:2", TR_SCHEDULE_ZB1, 4),
+      {TR_STRATEGY_PIPELINE, "host:2", TR_SCHEDULE_INTERLEAVED, 4, 2, 1},
+  };
+  static const layout_case onef1b = PIPELINE("host:2", TR_SCHEDULE_1F1B, 4);
+  const tr_model_spec *specs[] = {&mlp4, &gpt1, &dropnet};
+  for (size_t k = 0; k < sizeof specs / sizeof *specs; k++) {
+    tr_train_result base, r;
+    run_to(with_layout(options(NULL, specs[k], TOLERANCE_STEPS), &onef1b), "1f1b.safetensors",
+           &base);
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+      run_to(with_layout(options(NULL, specs[k], TOLERANCE_STEPS), &same[i]), "other.safetensors",
+             &r);
+      char what[128], sched[48], worst[128];
+      snprintf(what, sizeof what, "%s under %s", specs[k]->name,
+               layout_schedule(&same[i], sched, sizeof sched));
+      const double d = params_difference(path("other.safetensors"), path("1f1b.safetensors"),
+                                         worst, sizeof worst);
+      if (d != 0)
+        fail_msg("%s: parameters differ from 1f1b's by %.3g (tensor '%s')", what, d, worst);
+      if (memcmp(&r.final_loss, &base.final_loss, sizeof r.final_loss))
+        fail_msg("%s: final loss %.9g, 1f1b's %.9g", what, r.final_loss, base.final_loss);
+    }
+  }
+}
+
 /* ---- repeatability ------------------------------------------------------------------------ */
 
 static void deterministic_parallel_runs_are_bitwise_identical(void **state) {
@@ -219,6 +282,10 @@ static void deterministic_parallel_runs_are_bitwise_identical(void **state) {
       PIPELINE("host:2", TR_SCHEDULE_1F1B, 3),
       PIPELINE("host:4", TR_SCHEDULE_GPIPE, 4),
       HYBRID("host:4"),
+      PIPELINE("host:4", TR_SCHEDULE_ZB1, 4),
+      INTERLEAVED("host:2", 2, 3),
+      RECOMPUTING("host:2", TR_SCHEDULE_1F1B, 3),
+      HYBRID_ZB1("host:4"),
   };
   for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
     tr_train_options o = with_layout(options(NULL, &mlp4, 5), &cases[k]);
@@ -270,6 +337,42 @@ static void runs_report_their_layout_and_figures(void **state) {
   /* the schedule's own: (p-1)/(m+p-1) */
   assert_true(fabs(r.bubble_theory - 1.0 / 4.0) < 1e-9);
 
+  for (int i = 0; i < 2; i++) assert_true(r.peak_activation_bytes[i] > 0);
+  assert_int_equal(r.chunks, 1);
+  assert_false(r.recompute);
+
+  /* interleaved: 2 × 2 pieces, (p-1)/(v m + p-1) = 1/9 with m = 4 */
+  o = with_layout(options(NULL, &mlp4, 4), &(layout_case)INTERLEAVED("host:2", 2, 4));
+  run_to(o, "interleaved.safetensors", &r);
+  assert_string_equal(r.schedule, "interleaved");
+  assert_int_equal(r.chunks, 2);
+  assert_int_equal(r.cuts[0], 0);
+  assert_int_equal(r.cuts[4], mlp4.nlayers);
+  for (int k = 0; k < 4; k++) assert_true(r.cuts[k] < r.cuts[k + 1]);
+  assert_utilization_per_device(&r, 2);
+  assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
+  assert_true(fabs(r.bubble_theory - 1.0 / 9.0) < 1e-9);
+
+  /* zb1: (p-1)/(3m + p-1) = 1/13 with m = 4 */
+  o = pipeline(options(NULL, &mlp4, 4), "host:2", TR_SCHEDULE_ZB1, 4);
+  run_to(o, "zb1.safetensors", &r);
+  assert_string_equal(r.schedule, "zb1");
+  assert_true(fabs(r.bubble_theory - 1.0 / 13.0) < 1e-9);
+
+  /* recomputing keeps less: gpipe's 8 micro-batches each keep their input and output only */
+  tr_train_result kept;
+  o = pipeline(options(NULL, &mlp4, 4), "host:2", TR_SCHEDULE_GPIPE, 8);
+  run_to(o, "kept.safetensors", &kept);
+  o.job.memory.recompute = 1;
+  run_to(o, "recomputed.safetensors", &r);
+  assert_true(r.recompute);
+  for (int i = 0; i < 2; i++)
+    if (!(r.peak_activation_bytes[i] > 0 &&
+          r.peak_activation_bytes[i] * 3 < kept.peak_activation_bytes[i] * 2))
+      fail_msg("device %d: %lld activation bytes at the peak recomputing, %lld keeping: "
+               "expected under two thirds", i, (long long)r.peak_activation_bytes[i],
+               (long long)kept.peak_activation_bytes[i]);
+
   o = layout(options(NULL, &mlp4, 4), TR_STRATEGY_HYBRID, "host:4");
   run_to(o, "hybrid.safetensors", &r);
   assert_string_equal(r.strategy, "hybrid");
@@ -278,6 +381,27 @@ static void runs_report_their_layout_and_figures(void **state) {
   assert_int_equal(r.stages, 2);
   assert_int_equal(r.microbatches, 4); /* 2 x stages by default */
   assert_utilization_per_device(&r, 4);
+  assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
+}
+
+/* A timed run too short to get past its 3 warm-up steps measures the whole run instead of
+ * an empty window (it once reported the last step's few microseconds as its window, with
+ * every step in it and no device busy). */
+static void a_timed_run_that_ends_warming_up_reports_the_whole_run(void **state) {
+  (void)state;
+  enum { SLOW_US = 20000 };
+  tr_train_options o = pipeline(options(NULL, &mlp4, 0), "host:2", TR_SCHEDULE_1F1B, 3);
+  o.seconds = 0.05;
+  const tr__test_hooks slow = {.slow_device = 1, .slow_us = SLOW_US};
+  tr_train_result r;
+  char err[1024];
+  if (tr__train_run_hooked(&o, &slow, &r, err, sizeof err)) fail_msg("%s", err);
+  assert_true(r.steps >= 1 && r.steps <= 3);
+  assert_int_equal(r.window_steps, r.steps);
+  /* each step sleeps 6 times on device 1: steps/s is bounded by that */
+  if (!(r.steps_per_s > 0 && r.steps_per_s <= 1e6 / (6.0 * SLOW_US)))
+    fail_msg("%lld steps in %.4g s: %.4g steps/s", (long long)r.steps, r.seconds, r.steps_per_s);
+  for (int i = 0; i < 2; i++) assert_true(r.utilization[i] > 0 && r.utilization[i] <= 1);
   assert_true(r.bubble_fraction >= 0 && r.bubble_fraction < 1);
 }
 
@@ -298,9 +422,13 @@ static void clipping_uses_the_norm_across_stages_and_replicas(void **state) {
     static const layout_case cases[] = {
         DP("host:2"),
         PIPELINE("host:2", TR_SCHEDULE_1F1B, 3),
+        PIPELINE("host:2", TR_SCHEDULE_ZB1, 3),
         HYBRID("host:4"),
     };
     each_layout_matches_single(base, cases, sizeof cases / sizeof *cases);
+    /* a stage's share of the norm sums its chunks' */
+    static const layout_case il = INTERLEAVED("host:2", 2, 3);
+    if (model) each_layout_matches_single(base, &il, 1);
     char worst[128];
     const double clipped = params_difference(path("unclipped.safetensors"),
                                              path("single.safetensors"), worst, sizeof worst);
@@ -312,20 +440,33 @@ static void clipping_uses_the_norm_across_stages_and_replicas(void **state) {
 /* ---- micro-batches held ------------------------------------------------------------------ */
 
 /* A slow last stage lets the stages before it run ahead as far as the schedule allows, and
- * no further: 1f1b's stage s holds at most min(p - s, m) micro-batches, gpipe's m. */
+ * no further: 1f1b's stage s holds at most min(p - s, m) micro-batches, gpipe's m, zb1's
+ * min(p, m) (1F1B's peak), interleaved's its warm-up plus one (chunk, micro-batch) pairs. */
 static void stages_hold_no_more_microbatches_than_their_schedule(void **state) {
   (void)state;
-  enum { P = 4, M = 8 };
-  for (int schedule = TR_SCHEDULE_GPIPE; schedule <= TR_SCHEDULE_1F1B; schedule++) {
-    tr_train_options o = pipeline(options(NULL, &chain4, 3), "host:4", schedule, M);
+  enum { M = 8 };
+  static const layout_case cases[] = {
+      PIPELINE("host:4", TR_SCHEDULE_GPIPE, M),
+      PIPELINE("host:4", TR_SCHEDULE_1F1B, M),
+      PIPELINE("host:4", TR_SCHEDULE_ZB1, M),
+      INTERLEAVED("host:2", 2, M),
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+    const layout_case *c = &cases[k];
+    tr_train_options o = with_layout(options(NULL, &chain4, 3), c);
+    const int P = c->schedule == TR_SCHEDULE_INTERLEAVED ? 2 : 4, V = c->chunks ? c->chunks : 1;
     const tr__test_hooks slow = {.slow_device = P - 1, .slow_us = 2000};
     tr_train_result r;
     run_hooked(o, &slow, "slow.safetensors", &r);
     for (int s = 0; s < P; s++) {
-      const int bound = schedule == TR_SCHEDULE_1F1B ? (P - s < M ? P - s : M) : M;
+      int bound = M;
+      if (c->schedule == TR_SCHEDULE_1F1B) bound = P - s < M ? P - s : M;
+      if (c->schedule == TR_SCHEDULE_ZB1) bound = P < M ? P : M;
+      if (c->schedule == TR_SCHEDULE_INTERLEAVED) bound = (P - s - 1) * 2 + (V - 1) * P + 1;
       if (r.peak_microbatches[s] < 1 || r.peak_microbatches[s] > bound)
         fail_msg("%s: stage %d held %d micro-batches at once, allowed 1 to %d",
-                 tr_schedule_kind_name(schedule), s, r.peak_microbatches[s], bound);
+                 tr_schedule_kind_name((tr_schedule_kind)c->schedule), s,
+                 r.peak_microbatches[s], bound);
     }
   }
 }
@@ -365,6 +506,26 @@ static void bad_layouts_are_named(void **state) {
   /* 3 devices are no whole number of 2-stage replicas */
   o = layout(options(NULL, &mlp4, 2), TR_STRATEGY_HYBRID, "host:3");
   expect_einval(&o, "devices", "layout.stages");
+  /* chunks belong to the interleaved schedule, which takes 2 or more, on 2 or more stages
+   * of one replica, with a piece of the cut for each */
+  o = pipeline(options(NULL, &mlp4, 2), "host:2", TR_SCHEDULE_1F1B, 4);
+  o.job.layout.chunks = 2;
+  expect_einval(&o, "layout.chunks 2: only the interleaved schedule", NULL);
+  o = pipeline(options(NULL, &mlp4, 2), "host:2", TR_SCHEDULE_INTERLEAVED, 4);
+  o.job.layout.chunks = 1;
+  expect_einval(&o, "layout.chunks 1: the interleaved schedule puts 2 or more", NULL);
+  o = pipeline(options("simplenet", NULL, 2), "host:2", TR_SCHEDULE_INTERLEAVED, 4);
+  expect_einval(&o, "layout.chunks: 2 stages × 2 chunks are 4 pieces, but model 'simplenet' "
+                    "has 3 layers", NULL);
+  o = pipeline(options(NULL, &mlp4, 2), "host:1", TR_SCHEDULE_INTERLEAVED, 4);
+  expect_einval(&o, "layout.schedule: interleaved needs 2 or more stages", NULL);
+  o = layout(options(NULL, &mlp4, 2), TR_STRATEGY_HYBRID, "host:4");
+  o.job.layout.schedule = TR_SCHEDULE_INTERLEAVED;
+  expect_einval(&o, "layout.schedule: interleaved runs one replica", NULL);
+  o = pipeline(options(NULL, &mlp4, 2), "host:2", TR_SCHEDULE_INTERLEAVED, 4);
+  o.job.layout.cuts = (const int[]){2};
+  o.job.layout.ncuts = 1;
+  expect_einval(&o, "layout.cuts: 1 boundaries given, 2 stages × 2 chunks need 3", NULL);
 }
 
 /* ---- stress: a long pipeline run repeats itself --------------------------------------------- */
@@ -389,8 +550,10 @@ int main(void) {
       cmocka_unit_test(gpt_trains_alike_on_every_layout),
       cmocka_unit_test(dropout_and_residual_train_alike_on_every_layout),
       cmocka_unit_test(mlp_workload_trains_alike_data_parallel),
+      cmocka_unit_test(schedules_and_recomputation_agree_with_1f1b_bitwise),
       cmocka_unit_test(deterministic_parallel_runs_are_bitwise_identical),
       cmocka_unit_test(runs_report_their_layout_and_figures),
+      cmocka_unit_test(a_timed_run_that_ends_warming_up_reports_the_whole_run),
       cmocka_unit_test(clipping_uses_the_norm_across_stages_and_replicas),
       cmocka_unit_test(stages_hold_no_more_microbatches_than_their_schedule),
       cmocka_unit_test(bad_layouts_are_named),

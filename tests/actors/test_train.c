@@ -1,5 +1,6 @@
 /* test_train.c — training runs end to end (tr_train_run, single device): they learn, they
- * repeat bitwise, a resumed run is the uninterrupted one, and bad input is named. */
+ * repeat bitwise, a resumed run is the uninterrupted one (pipelines of chunks and of split
+ * backwards too), and bad input is named. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -89,6 +90,38 @@ static void resumed_run_is_bitwise_the_uninterrupted_one(void **state) {
     tr_train_result r;
     o.job.checkpoint.path = path("whole.safetensors");
     run_ok(&o, &r);
+    o.steps = 3;
+    o.job.checkpoint.path = path("half.safetensors");
+    run_ok(&o, &r);
+    o.steps = 6;
+    o.job.checkpoint.resume = path("half.safetensors");
+    o.job.checkpoint.path = path("resumed.safetensors");
+    run_ok(&o, &r);
+    assert_int_equal(r.first_step, 3);
+    assert_int_equal(r.steps, 6);
+    assert_same_file(path("whole.safetensors"), path("resumed.safetensors"));
+  }
+}
+
+/* The same through pipelines whose stages hold several chunks (a checkpoint part each) or
+ * split their backward; the run that is not interrupted writes a part mid-run too. */
+static void resumed_pipelines_are_bitwise_the_uninterrupted_ones(void **state) {
+  (void)state;
+  static const tr_schedule_kind kinds[] = {TR_SCHEDULE_INTERLEAVED, TR_SCHEDULE_ZB1};
+  for (int i = 0; i < 2; i++) {
+    tr_train_options o = simplenet(6);
+    o.model = "gpt";
+    o.strategy = TR_STRATEGY_PIPELINE;
+    o.devices = "host:2";
+    o.job.global_batch = 4;
+    o.job.layout.microbatches = 2;
+    o.job.layout.schedule = kinds[i];
+    o.deterministic = 1;
+    tr_train_result r;
+    o.job.checkpoint.path = path("whole.safetensors");
+    o.job.checkpoint.every = 4;
+    run_ok(&o, &r);
+    o.job.checkpoint.every = 0;
     o.steps = 3;
     o.job.checkpoint.path = path("half.safetensors");
     run_ok(&o, &r);
@@ -204,6 +237,7 @@ int main(void) {
       cmocka_unit_test(simplenet_loss_falls_below_a_tenth),
       cmocka_unit_test(two_runs_with_one_seed_are_bitwise_identical),
       cmocka_unit_test(resumed_run_is_bitwise_the_uninterrupted_one),
+      cmocka_unit_test(resumed_pipelines_are_bitwise_the_uninterrupted_ones),
       cmocka_unit_test(checkpoints_every_n_steps_hold_that_step),
       cmocka_unit_test(a_timed_run_stops_on_time),
       cmocka_unit_test(a_timed_run_does_not_run_through_its_prefetched_batches),

@@ -2,7 +2,8 @@
 # timeline.sh TROUPE — `troupe timeline` draws the trace of a real run as well-formed SVG (an
 # XML parser reads it back), a lane per device named by its device, a rectangle per forward
 # and backward of every micro-batch; slices it does not know get the neutral colour and a
-# legend entry; bad input exits 2 with a message naming the file and the problem.
+# legend entry; a zb1 trace shows B and W apart and an interleaved one both chunks; bad input
+# exits 2 with a message naming the file and the problem.
 set -u
 troupe=$1
 if ! command -v xmllint >/dev/null; then
@@ -48,6 +49,24 @@ for schedule in 1f1b gpipe; do
       "$(count '<rect class="fwd"[^>]*><title>forward · micro-batch [0-9] · [^<]* · step [^3]<' "$dir/$schedule.svg")" -lt 8
   fi
 done
+# zero-bubble: each micro-batch's backward in its two halves, B and W, on each stage
+if draw zb1 --strategy pipeline --devices host:2 --microbatches 4 --schedule zb1; then
+  for mb in 0 1 2 3; do
+    for kind in fwd:forward bwdB:"backward input" bwdW:"backward weight"; do
+      check "zb1: ${kind#*:} of micro-batch $mb on both stages" test \
+        "$(count "<rect class=\"${kind%:*}\"[^>]*><title>${kind#*:} · micro-batch $mb · [^<]* · step 3<" "$dir/zb1.svg")" -eq 2
+    done
+  done
+fi
+# interleaved: two chunks on each device, so each micro-batch passes each lane twice each way
+if draw interleaved --model mlp --strategy pipeline --devices host:2 --microbatches 4 --schedule interleaved; then
+  for mb in 0 1 2 3; do
+    for kind in fwd:forward bwd:backward; do
+      check "interleaved: ${kind#*:} of micro-batch $mb in both chunks of both devices" test \
+        "$(count "<rect class=\"${kind%:*}\"[^>]*><title>${kind#*:} · micro-batch $mb · [^<]* · step 3<" "$dir/interleaved.svg")" -eq 4
+    done
+  done
+fi
 if draw dp --strategy dp --devices host:2; then
   # a replica done with its update may start the next step while the other is not
   check "dp: a forward per replica" test "$(count '<rect class="fwd"' "$dir/dp.svg")" -ge 2

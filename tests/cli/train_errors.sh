@@ -43,4 +43,19 @@ expect "zero on one device" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 
 expect "zero on a pipeline" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 replica' -- \
   --strategy pipeline --devices host:2 --zero 1 --steps 2
 expect "zero stage 2" "^troupe: --zero: '2' is not" -- --strategy dp --devices host:2 --zero 2 --steps 2
+expect "chunks without interleaving" '^troupe: --chunks 3: only the interleaved schedule' -- \
+  --model mlp --strategy pipeline --devices host:2 --chunks 3 --steps 2
+expect "interleaving one chunk" '^troupe: --chunks 1: the interleaved schedule puts 2 or more' -- \
+  --model mlp --strategy pipeline --devices host:2 --schedule interleaved --chunks 1 --steps 2
+expect "an unknown schedule" "^troupe: --schedule: 'zigzag' is not gpipe, 1f1b, interleaved or zb1" -- \
+  --strategy pipeline --devices host:2 --schedule zigzag --steps 2
+expect "interleaving replicas" '^troupe: --schedule: interleaved runs one replica' -- \
+  --model mlp --strategy hybrid --devices host:4 --schedule interleaved --steps 2
+expect "interleaving one device" '^troupe: --schedule: interleaved needs 2 or more stages' -- \
+  --model mlp --schedule interleaved --steps 2
+expect "more pieces than layers" "^troupe: --chunks: 2 stages × 2 chunks are 4 pieces, but model 'simplenet' has 3" -- \
+  --strategy pipeline --devices host:2 --schedule interleaved --steps 2
+expect "cuts for interleaving" '^troupe: --cuts: 1 boundaries given, 2 stages × 2 chunks need 3' -- \
+  --model mlp --strategy pipeline --devices host:2 --schedule interleaved --cuts 4 --steps 2
+expect "no chunks" "^troupe: --chunks: '0' is not" -- --chunks 0 --steps 2
 exit $failed

@@ -4,7 +4,7 @@
 # 1008, 2.weight 100 at 1120, 2.bias 1 at 1232, each on a 16-float boundary) span 1248 floats,
 # 4992 bytes, of parameters and of gradients; momentum's state is as large, AdamW's twice,
 # and under --zero 1 each replica holds one shard of it (a multiple of 16 floats, the last
-# one shorter).
+# one shorter). Each device also reports its peak activation bytes.
 set -u
 troupe=$1
 if ! command -v python3 >/dev/null; then
@@ -19,7 +19,9 @@ r = json.load(sys.stdin)
 mem = r["memory"]
 assert r["zero"] == zero, r["zero"]
 want = [{"params": 4992, "grads": 4992, "optimizer_state": s} for s in state]
-assert mem["devices"] == want, mem["devices"]
+allocated = [{k: d[k] for k in ("params", "grads", "optimizer_state")} for d in mem["devices"]]
+assert allocated == want, mem["devices"]
+assert all(d["peak_activation_bytes"] > 0 for d in mem["devices"]), mem["devices"]
 assert mem["replicas"] == want, mem["replicas"]
 '
 

@@ -2,7 +2,8 @@
 # mpi.sh CASE TROUPE PARAMS_DIFF — one job across two MPI ranks (Open MPI, oversubscribed on
 # a small machine), checked against the same training in one process or for how it fails.
 #
-#   dp, gpipe, 1f1b, hybrid, async  final parameters within 1e-5 of one device's
+#   dp, gpipe, 1f1b, zb1 (recomputing), interleaved, hybrid, async
+#                                   final parameters within 1e-5 of one device's
 #   killed                          a rank killed mid-run: the job ends, the other rank names
 #                                   it, the last periodic checkpoint resumes
 #   stopped                         a rank stopped (SIGSTOP): the same, within the watchdog
@@ -35,6 +36,10 @@ case $case_ in
   dp)     same_as_single -np 2 "$troupe" train "${common[@]}" --strategy dp --devices host:1 --checkpoint run.ckpt ;;
   gpipe)  same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule gpipe --devices host:1 --checkpoint run.ckpt ;;
   1f1b)   same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule 1f1b --devices host:1 --checkpoint run.ckpt ;;
+  zb1)    same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule zb1 --recompute --devices host:1 --checkpoint run.ckpt ;;
+  interleaved) # 2 ranks × 2 chunks: the mlp's 15 layers in 4 pieces, the last rank's chunk 0 on to rank 0's chunk 1
+    common=(--model mlp --batch 16 --steps 3 --quiet --deterministic)
+    same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule interleaved --microbatches 4 --devices host:1 --checkpoint run.ckpt ;;
   hybrid) same_as_single -np 2 "$troupe" train "${common[@]}" --strategy hybrid --devices host:2 --checkpoint run.ckpt ;;
   async)  # rank 0 serves (no devices of its own), the worker lives on rank 1
     same_as_single -np 1 "$troupe" train "${common[@]}" --strategy async --devices none --checkpoint run.ckpt \

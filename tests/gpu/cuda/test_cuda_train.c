@@ -1,7 +1,8 @@
 /* test_cuda_train.c — training runs on CUDA devices, end to end through tr_train_run: one
  * GPU trains the parameters one host device trains; every parallel layout on logical
  * devices of one GPU (cuda:0,cuda:0,...: the all-reduce and the stage hand-overs go through
- * peer copies) trains what single on cuda:0 trains; deterministic runs repeat bitwise; the
+ * peer copies), under every schedule (interleaved, zero-bubble) and with recomputation,
+ * trains what single on cuda:0 trains; deterministic runs repeat bitwise; the
  * figures of a run are sane; a checkpoint moves between cuda:0 and host:1 both ways.
  * Parameters are compared through the checkpoint each run writes at its end, as
  * tests/actors/test_parallel.c does on host devices.
@@ -162,8 +163,29 @@ static const layout_case gpu_layouts[] = {
     PIPELINE(GPU2, TR_SCHEDULE_GPIPE, 8),
     PIPELINE(GPU2, TR_SCHEDULE_1F1B, 3),
     PIPELINE(GPU2, TR_SCHEDULE_1F1B, 8),
+    PIPELINE(GPU2, TR_SCHEDULE_ZB1, 3),
+    PIPELINE(GPU2, TR_SCHEDULE_ZB1, 8),
+    RECOMPUTING(GPU2, TR_SCHEDULE_1F1B, 3),
+    RECOMPUTING(GPU2, TR_SCHEDULE_ZB1, 8),
     HYBRID(GPU4),
+    HYBRID_ZB1(GPU4),
 };
+
+/* Interleaving cuts 2 devices × 2 chunks: the models of four layers or more. */
+static const layout_case gpu_interleaved[] = {
+    INTERLEAVED(GPU2, 2, 4),
+    INTERLEAVED(GPU2, 2, 3),
+    {TR_STRATEGY_PIPELINE, GPU2, TR_SCHEDULE_INTERLEAVED, 8, 2, 1},
+};
+
+static int layout_matches(const tr_train_options *base, const layout_case *c) {
+  tr_train_result r;
+  if (run_to(with_layout(*base, c), "parallel.safetensors", &r)) return 1;
+  char what[160], sched[48];
+  snprintf(what, sizeof what, "%s %s on %d x " GPU1 " (%s, m %d)", tr_strategy_name(c->strategy),
+           model_name(base), r.ndevices, layout_schedule(c, sched, sizeof sched), r.microbatches);
+  return !same_params("parallel.safetensors", "single.safetensors", layout_tolerance, what);
+}
 
 static void every_layout_matches_single_on_cuda(model_case m) {
   int failures = 0;
@@ -171,19 +193,11 @@ static void every_layout_matches_single_on_cuda(model_case m) {
   const tr_train_options base = options(m, GPU1, LAYOUT_STEPS);
   failures += !a_step_shows(m, GPU1, layout_tolerance);
   if (run_to(base, "single.safetensors", &r)) fail_msg("single %s on " GPU1 " failed", model_name(&base));
-  for (size_t k = 0; k < sizeof gpu_layouts / sizeof *gpu_layouts; k++) {
-    const layout_case *c = &gpu_layouts[k];
-    if (run_to(with_layout(base, c), "parallel.safetensors", &r)) {
-      failures++;
-      continue;
-    }
-    char what[160];
-    snprintf(what, sizeof what, "%s %s on %d x " GPU1 " (%s, m %d)",
-             tr_strategy_name(c->strategy), model_name(&base), r.ndevices,
-             c->strategy == TR_STRATEGY_PIPELINE ? tr_schedule_kind_name(c->schedule) : "-",
-             r.microbatches);
-    failures += !same_params("parallel.safetensors", "single.safetensors", layout_tolerance, what);
-  }
+  for (size_t k = 0; k < sizeof gpu_layouts / sizeof *gpu_layouts; k++)
+    failures += layout_matches(&base, &gpu_layouts[k]);
+  const int layers = m.spec ? m.spec->nlayers : 3;
+  for (size_t k = 0; k < sizeof gpu_interleaved / sizeof *gpu_interleaved && layers >= 4; k++)
+    failures += layout_matches(&base, &gpu_interleaved[k]);
   if (failures) fail_msg("%s: %d layout(s) on cuda:0 failed or differ from single (above)",
                          model_name(&base), failures);
 }
@@ -221,10 +235,12 @@ static int repeats_bitwise(model_case m, const layout_case *c) {
   return failures;
 }
 
-static void deterministic_dp_on_cuda_is_bitwise_repeatable(void **state) {
+static void deterministic_layouts_on_cuda_are_bitwise_repeatable(void **state) {
   (void)state;
-  static const layout_case dp2 = DP(GPU2);
-  int failures = repeats_bitwise(models[0], &dp2) + repeats_bitwise(models[1], &dp2);
+  static const layout_case dp2 = DP(GPU2), il = INTERLEAVED(GPU2, 2, 4),
+                           zb1 = RECOMPUTING(GPU2, TR_SCHEDULE_ZB1, 4);
+  int failures = repeats_bitwise(models[0], &dp2) + repeats_bitwise(models[1], &dp2) +
+                 repeats_bitwise(models[1], &il) + repeats_bitwise(models[1], &zb1);
   if (failures) fail_msg("%d deterministic run(s) did not repeat bitwise (above)", failures);
 }
 
@@ -232,7 +248,7 @@ static void deterministic_dp_on_cuda_is_bitwise_repeatable(void **state) {
  * order, with no atomics, so --deterministic holds for gpt too. */
 static void deterministic_gpt_on_cuda_is_bitwise_repeatable(void **state) {
   (void)state;
-  static const layout_case single = {TR_STRATEGY_SINGLE, GPU1, -1, 0};
+  static const layout_case single = {TR_STRATEGY_SINGLE, GPU1, -1, 0, 0, 0};
   static const layout_case dp2 = DP(GPU2);
   int failures = repeats_bitwise(models[2], &single) + repeats_bitwise(models[2], &dp2);
   if (failures) fail_msg("%d deterministic gpt run(s) did not repeat bitwise (above)", failures);
@@ -330,6 +346,26 @@ static void runs_on_cuda_report_sane_figures(void **state) {
         r.microbatches != 3) {
       printf("  pipeline: %s, m %d, bubble %g (theory %g): expected gpipe, 3, [0, 1) (0.25)\n",
              r.schedule, r.microbatches, r.bubble_fraction, r.bubble_theory);
+      failures++;
+    }
+  }
+  /* interleaved, 2 chunks on each of 2: (p-1)/(v m + p-1) = 1/9 with m = 4; the device's
+   * activation bytes are counted */
+  o = with_layout(options(models[1], GPU2, 30), &(layout_case)INTERLEAVED(GPU2, 2, 4));
+  if (run_to(o, "figures.safetensors", &r)) {
+    failures++;
+  } else {
+    print_figures(&r);
+    failures += check_common(&r, 2);
+    if (!(r.bubble_fraction >= 0 && r.bubble_fraction < 1) ||
+        !(fabs(r.bubble_theory - 1.0 / 9) < 1e-9) || strcmp(r.schedule, "interleaved") ||
+        r.chunks != 2 || r.cuts[4] != mlp4.nlayers || !(r.peak_activation_bytes[0] > 0) ||
+        !(r.peak_activation_bytes[1] > 0)) {
+      printf("  interleaved: %s, %d chunks, bubble %g (theory %g), cut ends at %d, peak bytes "
+             "%lld %lld: expected interleaved, 2, [0, 1) (1/9), %d, > 0\n", r.schedule,
+             r.chunks, r.bubble_fraction, r.bubble_theory, r.cuts[4],
+             (long long)r.peak_activation_bytes[0], (long long)r.peak_activation_bytes[1],
+             mlp4.nlayers);
       failures++;
     }
   }
@@ -466,7 +502,7 @@ int main(void) {
       cmocka_unit_test(simplenet_trains_alike_on_every_cuda_layout),
       cmocka_unit_test(mlp_trains_alike_on_every_cuda_layout),
       cmocka_unit_test(gpt_trains_alike_on_every_cuda_layout),
-      cmocka_unit_test(deterministic_dp_on_cuda_is_bitwise_repeatable),
+      cmocka_unit_test(deterministic_layouts_on_cuda_are_bitwise_repeatable),
       cmocka_unit_test(deterministic_gpt_on_cuda_is_bitwise_repeatable),
       cmocka_unit_test(runs_on_cuda_report_sane_figures),
       cmocka_unit_test(async_training_runs_on_cuda),
