@@ -122,15 +122,16 @@ int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params
                      const float *inp, tr_block_dims d) {
   const int N = d.B * d.T, C = d.C, H = d.H;
   const size_t nc = (size_t)N * C;
-  TR__TRY(tr_layernorm_forward(s, a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1w, p->ln1b, N, C));
+  TR__TRY(tr_layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1w, p->ln1b, N, C, TR_LAYERNORM_EPS));
   TR__TRY(tr_linear_forward(s, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C));
   TR__TRY(tr_attention_forward(s, a->atty, a->att, a->qkv, d.B, d.T, C, d.NH));
   /* the residuals: the projection's GEMM adds onto a copy of the stream */
   TR__TRY(tr_memcpy(s, a->res1, inp, nc * sizeof(float), TR_COPY_D2D));
   TR__TRY(tr_linear_forward_add(s, a->res1, a->atty, p->projw, p->projb, N, C, C));
-  TR__TRY(tr_layernorm_forward(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p->ln2w, p->ln2b, N, C));
+  TR__TRY(tr_layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p->ln2w, p->ln2b, N, C,
+                           TR_LAYERNORM_EPS));
   TR__TRY(tr_linear_forward(s, a->fch, a->ln2, p->fcw, p->fcb, N, C, H));
-  TR__TRY(tr_gelu_forward(s, a->fch_gelu, a->fch, (size_t)N * H));
+  TR__TRY(tr_gelu_fwd(s, a->fch_gelu, a->fch, (size_t)N * H));
   TR__TRY(tr_memcpy(s, a->out, a->res1, nc * sizeof(float), TR_COPY_D2D));
   return tr_linear_forward_add(s, a->out, a->fch_gelu, p->fcprojw, p->fcprojb, N, H, C);
 }
@@ -143,10 +144,10 @@ int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
   /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
   TR__TRY(tr_linear_backward(s, sc->dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw,
                              N, H, C));
-  TR__TRY(tr_gelu_backward(s, sc->dfch, sc->dfch, a->fch, (size_t)N * H));
+  TR__TRY(tr_gelu_bwd(s, sc->dfch, a->fch, sc->dfch, (size_t)N * H));
   TR__TRY(tr_linear_backward(s, sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, H));
-  TR__TRY(tr_layernorm_backward(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
-                                a->ln2_mean, a->ln2_rstd, N, C));
+  TR__TRY(tr_layernorm_bwd(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
+                           a->ln2_mean, a->ln2_rstd, N, C));
   TR__TRY(tr_add(s, sc->dres1, sc->dres1, dout, nc)); /* dout is not read after this */
   /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
   TR__TRY(tr_linear_backward(s, sc->datty, g->projw, g->projb, sc->dres1, a->atty, p->projw, N, C, C));
@@ -155,7 +156,7 @@ int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
   TR__TRY(tr_linear_backward(s, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C));
   /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
   float *dx = dinp ? dinp : sc->datty;
-  TR__TRY(tr_layernorm_backward(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
-                                a->ln1_rstd, N, C));
+  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C));
   return dinp ? tr_add(s, dinp, dinp, sc->dres1, nc) : 0;
 }

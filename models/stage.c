@@ -360,10 +360,10 @@ int tr_stage_forward(tr_stage *st, int slot) {
   const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
   float *loss = base + st->loss_off;
   int rc = m->loss == TR_LOSS_MSE
-               ? tr_mse_forward(st->s, loss, x, base + st->target_off, (size_t)N * V, loss_scale(st))
-               : tr_crossentropy_forward(st->s, loss, base + st->probs_off, x,
-                                         (const int32_t *)(base + st->target_off), N, V,
-                                         loss_scale(st));
+               ? tr_mse_fwd(st->s, loss, x, base + st->target_off, (size_t)N * V, loss_scale(st))
+               : tr_crossentropy_fwd(st->s, loss, base + st->probs_off, x,
+                                     (const int32_t *)(base + st->target_off), N, V,
+                                     loss_scale(st));
   return rc ? tr__stage_fail(st, rc, "loss") : 0;
 }
 
@@ -376,11 +376,11 @@ int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
     const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
     const float *pred = tr_stage_output(st, slot);
     rc = m->loss == TR_LOSS_MSE
-             ? tr_mse_backward(st->s, st->g[0], pred, base + st->target_off, (size_t)N * V,
-                               loss_scale(st))
-             : tr_crossentropy_backward(st->s, st->g[0], base + st->probs_off,
-                                        (const int32_t *)(base + st->target_off), N, V,
-                                        loss_scale(st));
+             ? tr_mse_bwd(st->s, st->g[0], pred, base + st->target_off, (size_t)N * V,
+                          loss_scale(st))
+             : tr_crossentropy_bwd(st->s, st->g[0], base + st->probs_off,
+                                   (const int32_t *)(base + st->target_off), N, V,
+                                   loss_scale(st));
     if (rc) return tr__stage_fail(st, rc, "loss gradient");
     dout = st->g[0];
   } else {

@@ -1,6 +1,9 @@
-/* tr_layers.h — the layers of troupe's networks as free functions with explicit forward and
- * backward passes (llm.c style: no autograd engine). Each is a short sequence of tr_device.h
- * ops on one stream over device pointers, so the same code runs on host devices and GPUs.
+/* tr_layers.h — the layers of troupe's networks that are more than one device op, as free
+ * functions with explicit forward and backward passes (llm.c style: no autograd engine):
+ * linear, causal self-attention and the transformer block. Each is a short sequence of
+ * tr_device.h ops on one stream over device pointers, so the same code runs on host devices
+ * and GPUs; the layers that are one op (activations, layernorm, embedding, the losses) are
+ * those ops themselves (tr_relu_fwd, tr_layernorm_bwd, tr_mse_fwd, ...).
  *
  * Conventions: row-major float32; N is the number of rows (B for a batch of vectors, B*T
  * for a batch of sequences); shapes are in the comment above each function. Forward passes
@@ -13,12 +16,12 @@
  *
  *   // a two-layer perceptron on stream s, batch of N rows
  *   tr_linear_forward(s, h, x, w1, b1, N, 10, 100);           // h (N,100)
- *   tr_relu_forward(s, a, h, (size_t)N * 100);                // a (N,100)
+ *   tr_relu_fwd(s, a, h, (size_t)N * 100);                    // a (N,100)
  *   tr_linear_forward(s, y, a, w2, b2, N, 100, 1);            // y (N,1)
- *   tr_mse_forward(s, loss, y, target, N, 1.0f / N);
- *   tr_mse_backward(s, dy, y, target, N, 1.0f / N);
+ *   tr_mse_fwd(s, loss, y, target, N, 1.0f / N);
+ *   tr_mse_bwd(s, dy, y, target, N, 1.0f / N);
  *   tr_linear_backward(s, da, dw2, db2, dy, a, w2, N, 100, 1);
- *   tr_relu_backward(s, da, da, h, (size_t)N * 100);          // in place
+ *   tr_relu_bwd(s, da, h, da, (size_t)N * 100);               // in place
  *   tr_linear_backward(s, NULL, dw1, db1, da, x, w1, N, 10, 100);
  *
  * The transformer block keeps its parameters, saved activations and backward scratch in
@@ -51,38 +54,6 @@ int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const floa
 int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
                        int OC);
-
-/* ---- activations (element-wise over n values) -------------------------------------------- */
-
-/* inp (n) -> out (n) = max(inp, 0) */
-int tr_relu_forward(tr_stream *s, float *out, const float *inp, size_t n);
-/* dout (n), inp (n) -> dinp (n); dinp may equal dout */
-int tr_relu_backward(tr_stream *s, float *dinp, const float *dout, const float *inp, size_t n);
-/* inp (n) -> out (n) = gelu(inp), the tanh approximation */
-int tr_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n);
-/* dout (n), inp (n) -> dinp (n); dinp may equal dout */
-int tr_gelu_backward(tr_stream *s, float *dinp, const float *dout, const float *inp, size_t n);
-
-/* ---- layernorm ----------------------------------------------------------------------------- */
-
-/* inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N) (saved for backward);
- * eps TR_LAYERNORM_EPS. out must not overlap inp. */
-int tr_layernorm_forward(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                         const float *weight, const float *bias, int N, int C);
-/* dout (N,C), inp (N,C), weight (C), mean (N), rstd (N) -> dinp (N,C), dweight (C) +=,
- * dbias (C) +=. dinp must not overlap dout or inp. */
-int tr_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
-                          const float *dout, const float *inp, const float *weight,
-                          const float *mean, const float *rstd, int N, int C);
-
-/* ---- embedding with learned positions ------------------------------------------------------ */
-
-/* idx (B,T) int32 in [0,V), wte (V,C), wpe (T,C) -> out (B,T,C) = wte[idx] + wpe[t] */
-int tr_embedding_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
-                         const float *wpe, int B, int T, int C, int V);
-/* dout (B,T,C), idx (B,T) -> dwte (V,C) +=, dwpe (T,C) += */
-int tr_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
-                          const int32_t *idx, int B, int T, int C, int V);
 
 /* ---- causal multi-head self-attention (the part between the two projections) -------------- */
 
@@ -149,22 +120,6 @@ int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params
 int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
                       const tr_block_params *p, const tr_block_acts *a, tr_block_dims d);
-
-/* ---- losses ---------------------------------------------------------------------------------- */
-
-/* pred (n), target (n) -> loss[0] = scale * sum (pred - target)^2 (scale 1/n: the mean) */
-int tr_mse_forward(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
-                   float scale);
-/* -> dpred (n) = 2 scale (pred - target) */
-int tr_mse_backward(tr_stream *s, float *dpred, const float *pred, const float *target,
-                    size_t n, float scale);
-/* logits (N,V), targets (N) int32 in [0,V) -> probs (N,V) (saved for backward),
- * loss[0] = scale * sum_n -log probs[n][targets[n]] */
-int tr_crossentropy_forward(tr_stream *s, float *loss, float *probs, const float *logits,
-                            const int32_t *targets, int N, int V, float scale);
-/* probs (N,V), targets (N) -> dlogits (N,V) = scale (probs - onehot); may equal probs */
-int tr_crossentropy_backward(tr_stream *s, float *dlogits, const float *probs,
-                             const int32_t *targets, int N, int V, float scale);
 
 #ifdef __cplusplus
 }
