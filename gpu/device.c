@@ -39,6 +39,12 @@ const char *tr_device_kind_name(tr_device_kind kind) {
   return kind == TR_DEVICE_HOST ? "host" : kind == TR_DEVICE_CUDA ? "cuda" : "unknown";
 }
 
+const char *tr_bf16_support_name(tr_bf16_support b) {
+  return b == TR_BF16_NATIVE     ? "native"
+         : b == TR_BF16_EMULATED ? "emulated"
+                                 : "converted to fp32";
+}
+
 int tr_device_count(tr_device_kind kind) {
   const tr__backend *be = backend_of(kind);
   int n = be ? be->count() : 0;

@@ -75,16 +75,31 @@ typedef struct tr_event tr_event;
 
 typedef enum tr_device_kind { TR_DEVICE_HOST = 0, TR_DEVICE_CUDA = 1 } tr_device_kind;
 
+/* How a device multiplies bfloat16 matrices (tr_gemm_bf16). */
+typedef enum tr_bf16_support {
+  TR_BF16_NATIVE,    /* with bf16 instructions: AVX512-BF16 or AMX (host), tensor cores (CUDA) */
+  TR_BF16_EMULATED,  /* by the library, with other instructions (oneDNN on AVX-512 alone) */
+  TR_BF16_CONVERTED  /* converted to fp32 and multiplied as such: bf16's results, fp32's speed
+                        (oneDNN on AVX2, OpenBLAS) */
+} tr_bf16_support;
+
+/* "native", "emulated", "converted to fp32". */
+const char *tr_bf16_support_name(tr_bf16_support b);
+
 typedef struct tr_device_info {
   tr_device_kind kind;
   int index;             /* position in its list */
   int ordinal;           /* physical: the GPU's index, or the host device's number */
   char name[32];         /* "host:0", "cuda:1"; "cuda:0/1": the 2nd logical device on GPU 0 */
-  char model[128];       /* "AMD EPYC 7763 (OpenBLAS 0.3.21 Zen)", "NVIDIA H100 80GB HBM3" */
+  char model[128];       /* "AMD EPYC 7763 (oneDNN 2.6.3)", "NVIDIA H100 80GB HBM3" */
   uint64_t memory_total; /* bytes (host: physical memory of the machine) */
   uint64_t memory_free;  /* bytes when the list was opened */
   int cc_major, cc_minor;/* CUDA compute capability; 0 for host devices */
   int multiprocessors;   /* CUDA SMs; host: threads the device computes with (1) */
+  char isa[32];          /* what GEMM runs on: the instruction set the host's library
+                            dispatches to ("avx512_core_bf16" for oneDNN, OpenBLAS's core
+                            "Zen"), or the GPU's "sm_90" */
+  tr_bf16_support bf16;
 } tr_device_info;
 
 /* ---- discovery ------------------------------------------------------------------------ */

@@ -187,6 +187,9 @@ static int tr__cuda_open(tr_device *d) {
     d->info.cc_minor = prop.minor;
     d->info.multiprocessors = prop.multiProcessorCount;
     d->info.memory_total = prop.totalGlobalMem;
+    snprintf(d->info.isa, sizeof d->info.isa, "sm_%d%d", prop.major, prop.minor);
+    /* bf16 tensor cores from Ampere on; cuBLAS emulates them before */
+    d->info.bf16 = prop.major >= 8 ? TR_BF16_NATIVE : TR_BF16_EMULATED;
     cd->sms = prop.multiProcessorCount;
     if (!prop.memoryPoolsSupported) {
       rc = tr__device_fail(d, TR_EDEVICE, "open: %s has no stream-ordered memory pools",

@@ -1,15 +1,14 @@
 /* host_backend.c — the host backend: CPU "devices" with 64-byte-aligned memory, in-order
  * streams run synchronously by the owner thread, events that complete when recorded,
- * memcpy for every copy (peer ones included) and OpenBLAS for GEMM (host_gemm.c), one BLAS
- * thread per device: the parallelism comes from running several devices on several threads. */
-#include <cblas.h>
-#include <pthread.h>
+ * memcpy for every copy (peer ones included) and oneDNN or OpenBLAS for GEMM (host_gemm.c,
+ * host_blas.h), on the device's thread alone: the parallelism comes from running several
+ * devices on several threads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "host_impl.h"
+#include "host_blas.h"
 
 enum { BLOCK_HEADER = 64 };
 #define BLOCK_MAGIC 0x7472686f7374626bull /* "trhostbk": handed out */
@@ -32,6 +31,7 @@ typedef struct host_dev {
   size_t cached;   /* bytes in the cache */
   void *scratch;
   size_t scratch_size;
+  tr__host_blas *blas;
 } host_dev;
 
 typedef struct host_event {
@@ -63,21 +63,6 @@ static void cpu_model(char *out, size_t n) {
   fclose(f);
 }
 
-/* One BLAS thread per host device, for the whole process (OpenBLAS has one setting). */
-static void blas_single_thread(void) {
-#ifdef TR_HAVE_OPENBLAS
-  openblas_set_num_threads(1);
-#endif
-}
-
-static void blas_name(char *out, size_t n) {
-#ifdef TR_HAVE_OPENBLAS
-  snprintf(out, n, "OpenBLAS %s", openblas_get_corename());
-#else
-  snprintf(out, n, "CBLAS");
-#endif
-}
-
 static int host_update_memory(tr_device *d) {
   long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
   d->info.memory_total = page > 0 && total > 0 ? (uint64_t)page * (uint64_t)total : 0;
@@ -86,18 +71,20 @@ static int host_update_memory(tr_device *d) {
 }
 
 static int host_open(tr_device *d) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, blas_single_thread);
   host_dev *h = calloc(1, sizeof *h);
   if (!h) return tr__device_fail(d, TR_ENOMEM, "open: out of memory");
   d->impl = h;
+  int rc = tr__host_blas_open(d, &h->blas);
+  if (rc) return rc;
   char model[80], blas[40];
   cpu_model(model, sizeof model);
-  blas_name(blas, sizeof blas);
+  tr__host_blas_describe(&d->info, blas, sizeof blas);
   snprintf(d->info.model, sizeof d->info.model, "%s (%s)", model, blas);
   d->info.multiprocessors = 1;
   return host_update_memory(d);
 }
+
+tr__host_blas *tr__host_blas_of(const tr_device *d) { return ((host_dev *)d->impl)->blas; }
 
 static void host_close(tr_device *d) {
   host_dev *h = d->impl;
@@ -113,6 +100,7 @@ static void host_close(tr_device *d) {
     free(b);
   }
   free(h->scratch);
+  tr__host_blas_close(h->blas);
   free(h);
   d->impl = NULL;
 }

@@ -46,13 +46,21 @@ void *tr__host_scratch(tr_stream *s, size_t bytes);
 double tr__host_sum_d(const float *x, size_t n);
 double tr__host_sumsq_d(const float *x, size_t n);
 
-/* host_gemm.c */
+/* host_gemm.c: the GEMM slots */
 int tr__host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                           const float *A, int lda, int64_t stride_a, const float *B, int ldb,
                           int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                           int batch);
+
+/* host_tiny.c: the direct path of products of at most TR__HOST_TINY_MNK multiply-adds,
+ * where it beats a library's call (host_gemm.c measures by M N K): 1 when it ran, 0 when it
+ * could not (no scratch for its copies). */
+enum { TR__HOST_TINY_MNK = 128 * 128 * 16 };
+int tr__host_gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc);
 
 /* The kernels (host_kernels.c, host_nn.c): tr__host_<name> for each entry of TR__OP_MAP. */
 #define TR__HOST_OP(name, params, args, checks) int tr__host_##name(tr_stream *s, TR__UNPAREN params);

@@ -1031,17 +1031,23 @@ static int run_gemm(tr_stream *s, void **a, void *ctx) {
                  a[2], p->ldc);
 }
 
-/* C = alpha op(A) op(B) + beta C for one (possibly batched) case, checked in double */
-static void gemm_case(th_rng *r, tr_op opa, tr_op opb, int M, int N, int K, int pad, int batch,
-                      float alpha, float beta) {
-  const int arows = opa == TR_OP_N ? M : K, acols = opa == TR_OP_N ? K : M;
-  const int brows = opb == TR_OP_N ? K : N, bcols = opb == TR_OP_N ? N : K;
-  P p = {.opa = opa, .opb = opb, .M = M, .N = (size_t)N, .K = K, .a = alpha, .b = beta,
-         .lda = (acols ? acols : 1) + pad, .ldb = (bcols ? bcols : 1) + pad, .ldc = N + pad,
-         .batch = batch};
+/* Elements from the first to one past the last of `batch` (rows, cols) matrices, row stride
+ * ld, matrix stride `stride` (matrices may interleave: attention's heads). */
+static size_t extent(int batch, int64_t stride, int rows, int cols, int ld) {
+  if (!rows || !cols) return 1;
+  return (size_t)((int64_t)(batch - 1) * stride + (int64_t)(rows - 1) * ld + cols);
+}
+
+/* C = alpha op(A) op(B) + beta C for the case p describes (strides and leading dimensions
+ * set), checked in double */
+static void gemm_case_p(th_rng *r, P p, int pad) {
+  const tr_op opa = p.opa, opb = p.opb;
+  const int M = p.M, N = (int)p.N, K = p.K, batch = p.batch;
+  const float alpha = p.a, beta = p.b;
   const int nb = batch ? batch : 1;
-  p.sa = (int64_t)arows * p.lda + pad, p.sb = (int64_t)brows * p.ldb + 2 * pad, p.sc = (int64_t)M * p.ldc + pad;
-  size_t na = (size_t)(p.sa * nb), nbb = (size_t)(p.sb * nb), nc = (size_t)(p.sc * nb);
+  const size_t na = extent(nb, p.sa, opa == TR_OP_N ? M : K, opa == TR_OP_N ? K : M, p.lda) + pad,
+               nbb = extent(nb, p.sb, opb == TR_OP_N ? K : N, opb == TR_OP_N ? N : K, p.ldb) + 2 * pad,
+               nc = extent(nb, p.sc, M, N, p.ldc) + pad;
   float *A = th_alloc_f(na), *B = th_alloc_f(nbb), *C = th_alloc_f(nc);
   th_fill_normal(r, A, na, 1);
   th_fill_normal(r, B, nbb, 1);
@@ -1069,12 +1075,25 @@ static void gemm_case(th_rng *r, tr_op opa, tr_op opb, int M, int N, int K, int 
   th_arg args[] = {{"A", na, 4, TH_IN, A, 0}, {"B", nbb, 4, TH_IN, B, 0}, {"C", nc, 4, TH_OUT, C, 0}};
   void *out[3];
   RUN(args, run_gemm, &p, out);
-  char what[128];
-  snprintf(what, sizeof what, "gemm%s %c%c M=%d N=%d K=%d pad=%d beta=%g", batch ? "_batched" : "",
-           opa ? 'T' : 'N', opb ? 'T' : 'N', M, N, K, pad, (double)beta);
+  char what[160];
+  snprintf(what, sizeof what, "gemm%s %c%c M=%d N=%d K=%d lda=%d ldb=%d ldc=%d beta=%g",
+           batch ? "_batched" : "", opa ? 'T' : 'N', opb ? 'T' : 'N', M, N, K, p.lda, p.ldb, p.ldc,
+           (double)beta);
   CHECK(what, out[2], ref, nc, TH_TOL_GEMM);
   th_free_outputs(out, 3);
   free(A), free(B), free(C), free(ref);
+}
+
+/* The same with dense matrices `pad` elements apart and rows `pad` longer than they need */
+static void gemm_case(th_rng *r, tr_op opa, tr_op opb, int M, int N, int K, int pad, int batch,
+                      float alpha, float beta) {
+  const int arows = opa == TR_OP_N ? M : K, acols = opa == TR_OP_N ? K : M;
+  const int brows = opb == TR_OP_N ? K : N, bcols = opb == TR_OP_N ? N : K;
+  P p = {.opa = opa, .opb = opb, .M = M, .N = (size_t)N, .K = K, .a = alpha, .b = beta,
+         .lda = (acols ? acols : 1) + pad, .ldb = (bcols ? bcols : 1) + pad, .ldc = N + pad,
+         .batch = batch};
+  p.sa = (int64_t)arows * p.lda + pad, p.sb = (int64_t)brows * p.ldb + 2 * pad, p.sc = (int64_t)M * p.ldc + pad;
+  gemm_case_p(r, p, pad);
 }
 
 static void gemm_matches_float64_for_every_transposition(void **state) {
@@ -1162,6 +1181,44 @@ static void gemm_batched_matches_float64_with_strides(void **state) {
   }
 }
 
+/* Past the direct path: the library's products (oneDNN's or OpenBLAS's), with every
+ * transposition, leading dimensions longer than the rows, alpha and beta. */
+static void gemm_library_products_match_float64(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(18);
+  const int mnk[][3] = {{70, 90, 80}, {130, 65, 40}, {256, 33, 129}, {9, 300, 200}, {128, 128, 17}};
+  for (size_t k = 0; k < sizeof mnk / sizeof mnk[0]; k++)
+    for (int t = 0; t < 4; t++) {
+      tr_op opa = (tr_op)(t & 1), opb = (tr_op)(t >> 1);
+      gemm_case(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 0, 0, 1.0f, 0.0f);
+      gemm_case(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 3, 0, -1.5f, 0.5f);
+      gemm_case(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 1, 0, 1.0f, 1.0f);
+    }
+}
+
+/* Attention's products as attention.c issues them: the heads of q, k, v and dqkv are (T,hs)
+ * matrices side by side in rows of 3C (leading dimension 3C, hs apart), read and written in
+ * place; the scores (T,T) are dense. Large enough for the library. */
+static void gemm_batched_reads_and_writes_interleaved_heads(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(19);
+  enum { T = 128, HS = 32, NH = 3, C3 = 3 * HS * NH };
+  /* scores = q k^T; dv = att^T dy (into dqkv); dq = dpreatt k (into dqkv) */
+  const P cases[] = {
+      {.opa = TR_OP_N, .opb = TR_OP_T, .M = T, .N = T, .K = HS, .lda = C3, .sa = HS, .ldb = C3,
+       .sb = HS, .ldc = T, .sc = T * T},
+      {.opa = TR_OP_T, .opb = TR_OP_N, .M = T, .N = HS, .K = T, .lda = T, .sa = T * T, .ldb = HS * NH,
+       .sb = HS, .ldc = C3, .sc = HS},
+      {.opa = TR_OP_N, .opb = TR_OP_N, .M = T, .N = HS, .K = T, .lda = T, .sa = T * T, .ldb = C3,
+       .sb = HS, .ldc = C3, .sc = HS},
+  };
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    P p = cases[k];
+    p.a = 1.0f, p.batch = NH;
+    gemm_case_p(&r, p, 0);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(fill_sets_every_element),
@@ -1192,6 +1249,8 @@ int main(void) {
       cmocka_unit_test(gemm_small_products_match_float64_in_every_form),
       cmocka_unit_test(gemm_small_products_do_not_depend_on_alignment),
       cmocka_unit_test(gemm_batched_matches_float64_with_strides),
+      cmocka_unit_test(gemm_library_products_match_float64),
+      cmocka_unit_test(gemm_batched_reads_and_writes_interleaved_heads),
   };
   fprintf(stderr, "TR_TEST_SEED=%llu\n", (unsigned long long)th_seed());
   return cmocka_run_group_tests(tests, setup, teardown);
