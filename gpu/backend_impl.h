@@ -27,6 +27,7 @@
 #define TR_BACKEND_IMPL_H
 
 #include <pthread.h>
+#include <string.h>
 
 #include "tr_device.h"
 
@@ -99,6 +100,8 @@ struct tr_event {
   X(scale, (float *x, float alpha, size_t n), (x, alpha, n), ELEMS(n, 1, 1) EMPTY(return 0) NN(x)) \
   X(scale_dev, (float *x, const float *scalar, size_t n), (x, scalar, n),                         \
     ELEMS(n, 1, 1) EMPTY(return 0) NN(x) NN(scalar))                                              \
+  X(to_bf16, (tr_bf16 *out, const float *inp, size_t n), (out, inp, n),                          \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
   X(sumsq, (float *out, const float *x, size_t n, int accumulate), (out, x, n, accumulate),       \
     NN(out) ELEMS(n, 1, 1) EMPTY(return empty_reduction(s, out, accumulate)) NN(x)                \
     LET(accumulate = accumulate != 0))                                                            \
@@ -242,6 +245,11 @@ struct tr__backend {
                       const float *A, int lda, int64_t stride_a, const float *B, int ldb,
                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                       int batch);
+  /* OPTIONAL (not implemented): tr_gemm_batched_bf16, and tr_gemm_bf16 as a batch of 1 */
+  int (*gemm_bf16)(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                   const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                   int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                   int batch);
 
   /* ---- kernels: a slot per entry of TR__OP_MAP, with the public op's parameters ---- */
 #define TR__OP_SLOT(name, params, args, checks) int (*name)(tr_stream * s, TR__UNPAREN params);
@@ -283,6 +291,22 @@ static inline TR__HD void tr__philox_at(uint64_t ctr, uint32_t tag, uint64_t see
                                         uint32_t out[4]) {
   const uint32_t c[4] = {(uint32_t)ctr, (uint32_t)(ctr >> 32), tag, 0u};
   tr__philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), out);
+}
+
+/* float32 to bfloat16, to the nearest with ties to even (a NaN stays a NaN, made quiet, as
+ * rounding could carry it into infinity), and back (exact): tr_to_bf16 on every backend,
+ * bit for bit. Bit arithmetic and a select, so host loops of them vectorise. */
+static inline TR__HD tr_bf16 tr__bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+  return (tr_bf16)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+static inline TR__HD float tr__bf16_widen(tr_bf16 h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
 }
 
 /* Dropout's keep/drop of a Philox word: u = (w >> 8) 2^-24 is exact in float. */

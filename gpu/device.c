@@ -39,6 +39,22 @@ const char *tr_device_kind_name(tr_device_kind kind) {
   return kind == TR_DEVICE_HOST ? "host" : kind == TR_DEVICE_CUDA ? "cuda" : "unknown";
 }
 
+static const char *const precision_names[] = {
+#define TR__PRECISION_NAME(name, text) text,
+    TR_PRECISION_MAP(TR__PRECISION_NAME)
+#undef TR__PRECISION_NAME
+};
+
+const char *tr_precision_name(tr_precision p) {
+  return (unsigned)p < TR_PRECISION_COUNT ? precision_names[p] : "?";
+}
+
+int tr_precision_parse(const char *name, tr_precision *out) {
+  for (int i = 0; name && i < TR_PRECISION_COUNT; i++)
+    if (!strcmp(name, precision_names[i])) return *out = (tr_precision)i, 0;
+  return TR_EINVAL;
+}
+
 const char *tr_bf16_support_name(tr_bf16_support b) {
   return b == TR_BF16_NATIVE     ? "native"
          : b == TR_BF16_EMULATED ? "emulated"
@@ -491,8 +507,11 @@ int tr_memset(tr_stream *s, void *dst, int value, size_t bytes) {
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 
-static int gemm_check(tr_device *d, const char *fn, tr_op opa, tr_op opb, int M, int N, int K,
-                      int lda, int ldb, int ldc) {
+/* 1 when the product has work for the backend, 0 when it has none (M, N or batch 0), or
+ * a failure naming the op `fn`. */
+static int gemm_begin(tr_device *d, const char *fn, tr_op opa, tr_op opb, int M, int N, int K,
+                      int lda, int ldb, int ldc, int batch, const void *A, const void *B,
+                      const void *C) {
   if ((opa != TR_OP_N && opa != TR_OP_T) || (opb != TR_OP_N && opb != TR_OP_T))
     return tr__device_fail(d, TR_EINVAL, "%s: transposition must be TR_OP_N or TR_OP_T", fn);
   if (M < 0 || N < 0 || K < 0)
@@ -501,20 +520,18 @@ static int gemm_check(tr_device *d, const char *fn, tr_op opa, tr_op opb, int M,
   if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) || ldc < (N > 1 ? N : 1))
     return tr__device_fail(d, TR_EINVAL, "%s: leading dimension too small (lda=%d needs %d, "
                            "ldb=%d needs %d, ldc=%d needs %d)", fn, lda, acols, ldb, bcols, ldc, N);
-  return 0;
+  if (batch < 0) return tr__device_fail(d, TR_EINVAL, "%s: negative batch %d", fn, batch);
+  if (!M || !N || !batch) return 0;
+  const char *null = !C ? "C" : K && !A ? "A" : K && !B ? "B" : NULL;
+  if (null) return tr__device_fail(d, TR_EINVAL, "%s: %s is NULL", fn, null);
+  return 1;
 }
 
 int tr_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   ENTER(s);
-  int rc = gemm_check(d, __func__, opa, opb, M, N, K, lda, ldb, ldc);
-  if (rc) return rc;
-  if (!M || !N) return 0;
-  NOT_NULL(C);
-  if (K) {
-    NOT_NULL(A);
-    NOT_NULL(B);
-  }
+  int rc = gemm_begin(d, __func__, opa, opb, M, N, K, lda, ldb, ldc, 1, A, B, C);
+  if (rc <= 0) return rc;
   return d->be->gemm(s, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -523,22 +540,43 @@ int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, flo
                     int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                     int batch) {
   ENTER(s);
-  int rc = gemm_check(d, __func__, opa, opb, M, N, K, lda, ldb, ldc);
-  if (rc) return rc;
-  if (batch < 0) return tr__device_fail(d, TR_EINVAL, "%s: negative batch %d", __func__, batch);
-  if (!M || !N || !batch) return 0;
-  NOT_NULL(C);
-  if (K) {
-    NOT_NULL(A);
-    NOT_NULL(B);
-  }
+  int rc = gemm_begin(d, __func__, opa, opb, M, N, K, lda, ldb, ldc, batch, A, B, C);
+  if (rc <= 0) return rc;
   if (d->be->gemm_batched)
     return d->be->gemm_batched(s, opa, opb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
                                beta, C, ldc, stride_c, batch);
+  rc = 0;
   for (int i = 0; i < batch && !rc; i++)
     rc = d->be->gemm(s, opa, opb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb,
                      beta, C + i * stride_c, ldc);
   return rc;
+}
+
+static int gemm_bf16(const char *fn, tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K,
+                     float alpha, const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B,
+                     int ldb, int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                     int batch) {
+  ENTER(s);
+  int rc = gemm_begin(d, fn, opa, opb, M, N, K, lda, ldb, ldc, batch, A, B, C);
+  if (rc <= 0) return rc;
+  if (!d->be->gemm_bf16)
+    return tr__device_fail(d, TR_EDEVICE, "%s: not implemented by the %s backend", fn, d->be->name);
+  return d->be->gemm_bf16(s, opa, opb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta,
+                          C, ldc, stride_c, batch);
+}
+
+int tr_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                 const tr_bf16 *A, int lda, const tr_bf16 *B, int ldb, float beta, float *C,
+                 int ldc) {
+  return gemm_bf16(__func__, s, opa, opb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+int tr_gemm_batched_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                         const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                         int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                         int batch) {
+  return gemm_bf16(__func__, s, opa, opb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta,
+                   C, ldc, stride_c, batch);
 }
 
 /* ---- kernels: the wrappers of TR__OP_MAP -------------------------------------------------- */

@@ -47,7 +47,8 @@
  * an event recorded on another device's stream; in debug builds, a device used off its
  * owner thread) aborts through TR_ASSERT.
  *
- * Conventions of the ops (llm.c style shapes in the comments, row-major, float32):
+ * Conventions of the ops (llm.c style shapes in the comments, row-major, float32 unless an
+ * argument is a tr_bf16):
  *   - sizes may be 0 (nothing happens; reductions then write 0 or leave an accumulator),
  *     except the length of a row that must have one (layernorm's C, cross-entropy's V);
  *   - activation gradients (dinp) are overwritten; parameter gradients (dweight, dbias,
@@ -74,6 +75,27 @@ typedef struct tr_stream tr_stream;
 typedef struct tr_event tr_event;
 
 typedef enum tr_device_kind { TR_DEVICE_HOST = 0, TR_DEVICE_CUDA = 1 } tr_device_kind;
+
+/* bfloat16: the upper half of a float32's bits (8 exponent bits, 7 of mantissa), as GEMM
+ * inputs in mixed precision (tr_to_bf16, tr_gemm_bf16). */
+typedef uint16_t tr_bf16;
+
+/* X(name, text): the one list of precisions GEMM inputs come in; `text` is what
+ * --precision takes. */
+#define TR_PRECISION_MAP(X)        \
+  X(TR_PRECISION_FP32, "fp32")    \
+  X(TR_PRECISION_BF16, "bf16")
+
+typedef enum tr_precision {
+#define TR__PRECISION_ENUM(name, text) name,
+  TR_PRECISION_MAP(TR__PRECISION_ENUM)
+#undef TR__PRECISION_ENUM
+  TR_PRECISION_COUNT
+} tr_precision;
+
+/* "fp32", "bf16" ("?" otherwise); parse: 0, or TR_EINVAL (NULL or an unknown name). */
+const char *tr_precision_name(tr_precision p);
+int tr_precision_parse(const char *name, tr_precision *out);
 
 /* How a device multiplies bfloat16 matrices (tr_gemm_bf16). */
 typedef enum tr_bf16_support {
@@ -229,6 +251,22 @@ int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, flo
                     const float *A, int lda, int64_t stride_a, const float *B, int ldb,
                     int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                     int batch);
+
+/* Mixed precision: the same products with A and B in bfloat16, summed in float32 and C in
+ * float32: each C element is alpha * sum_k a_ik b_kj + beta C, the products of bf16 values
+ * (exact in float32) added in float32 in some order. How the device multiplies them is
+ * tr_device_info.bf16; the result is of this definition however it is done. */
+int tr_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                 const tr_bf16 *A, int lda, const tr_bf16 *B, int ldb, float beta, float *C,
+                 int ldc);
+int tr_gemm_batched_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                         const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                         int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                         int batch);
+
+/* out (n) = inp (n) rounded to the nearest bfloat16, ties to even (NaN stays NaN, infinities
+ * and overflow to infinity stay infinite). */
+int tr_to_bf16(tr_stream *s, tr_bf16 *out, const float *inp, size_t n);
 
 /* ---- fills and initialisation -------------------------------------------------------------- */
 

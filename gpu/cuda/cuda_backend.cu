@@ -566,6 +566,7 @@ static constexpr tr__backend tr__cuda_make_backend() {
   b.fill_bytes = tr__cuda_fill_bytes;
   b.gemm = tr__cuda_gemm;
   b.gemm_batched = tr__cuda_gemm_batched;
+  b.gemm_bf16 = tr__cuda_gemm_bf16;
 #define TR__CUDA_SLOT(name, params, args, checks) b.name = tr__cuda_##name;
   TR__OP_MAP(TR__CUDA_SLOT)
 #undef TR__CUDA_SLOT

@@ -141,6 +141,10 @@ int tr__cuda_blas_handle(tr_stream *s, cublasHandle_t *out);
 int tr__cuda_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C,
                   int ldc);
+int tr__cuda_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                       int batch);
 int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K,
                           float alpha, const float *A, int lda, int64_t stride_a,
                           const float *B, int ldb, int64_t stride_b, float beta, float *C,

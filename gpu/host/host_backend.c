@@ -29,8 +29,8 @@ typedef struct host_dev {
   block *live;     /* blocks handed out */
   block *cache;    /* freed blocks, reused for requests of exactly their size */
   size_t cached;   /* bytes in the cache */
-  void *scratch;
-  size_t scratch_size;
+  void *scratch[TR__SCRATCH_COUNT];
+  size_t scratch_size[TR__SCRATCH_COUNT];
   tr__host_blas *blas;
 } host_dev;
 
@@ -99,7 +99,7 @@ static void host_close(tr_device *d) {
     h->cache = b->next;
     free(b);
   }
-  free(h->scratch);
+  for (int i = 0; i < TR__SCRATCH_COUNT; i++) free(h->scratch[i]);
   tr__host_blas_close(h->blas);
   free(h);
   d->impl = NULL;
@@ -160,15 +160,15 @@ static int host_dealloc(tr_stream *s, void *ptr) {
   return 0;
 }
 
-void *tr__host_scratch(tr_stream *s, size_t bytes) {
+void *tr__host_scratch(tr_stream *s, int which, size_t bytes) {
   host_dev *h = s->dev->impl;
-  if (bytes <= h->scratch_size) return h->scratch;
+  if (bytes <= h->scratch_size[which]) return h->scratch[which];
   size_t size = (bytes + 4095) & ~(size_t)4095;
   void *mem = NULL;
   if (size < bytes || posix_memalign(&mem, 64, size)) return NULL;
-  free(h->scratch);
-  h->scratch = mem;
-  h->scratch_size = size;
+  free(h->scratch[which]);
+  h->scratch[which] = mem;
+  h->scratch_size[which] = size;
   return mem;
 }
 
@@ -253,6 +253,7 @@ const tr__backend tr__host_backend = {
     .fill_bytes = host_fill_bytes,
     .gemm = tr__host_gemm,
     .gemm_batched = tr__host_gemm_batched,
+    .gemm_bf16 = tr__host_gemm_bf16,
 #define TR__HOST_SLOT(name, params, args, checks) .name = tr__host_##name,
     TR__OP_MAP(TR__HOST_SLOT)
 #undef TR__HOST_SLOT

@@ -1,5 +1,10 @@
 /* host_gemm.c — the host backend's GEMM slots: empty sums and tiny products here
- * (host_tiny.c), the rest in the library (host_blas.h), a strided batch in one call. */
+ * (host_tiny.c), the rest in the library (host_blas.h), a strided batch in one call.
+ *
+ * bf16 operands go to the library as they are when it multiplies bf16 (tr_device_info.bf16
+ * native or emulated). Otherwise, and for products the direct path takes, they are widened
+ * to float32 first: exactly, so the products are those of the bf16 values either way, summed
+ * in float32. */
 #include "host_blas.h"
 
 /* C = beta C for each matrix of the batch: what an empty sum (K 0, or alpha 0) leaves. */
@@ -27,6 +32,41 @@ static int gemm(tr_stream *s, const tr__gemm_args *g) {
     if (ran) return 0;
   }
   return tr__host_blas_gemm(s, tr__host_blas_of(s->dev), g);
+}
+
+/* The elements a batch of (rows, cols) matrices spans, rows ld and matrices `stride` apart. */
+static size_t span(int batch, int64_t stride, int rows, int cols, int ld) {
+  return (size_t)((int64_t)(batch - 1) * stride + (int64_t)(rows - 1) * ld + cols);
+}
+
+/* `n` bf16 from `from` widened into `to`. */
+static void widen(float *to, const tr_bf16 *from, size_t n) {
+  for (size_t i = 0; i < n; i++) to[i] = tr__bf16_widen(from[i]);
+}
+
+int tr__host_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                       int batch) {
+  tr__gemm_args g = {.opa = opa, .opb = opb, .M = M, .N = N, .K = K, .alpha = alpha,
+                     .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb, .ldc = ldc,
+                     .sa = stride_a, .sb = stride_b, .sc = stride_c, .batch = batch, .bf16 = 1};
+  if (K == 0 || alpha == 0.0f) {
+    scale_c(s, &g);
+    return 0;
+  }
+  if (s->dev->info.bf16 != TR_BF16_CONVERTED && (int64_t)M * N * K > TR__HOST_TINY_MNK)
+    return tr__host_blas_gemm(s, tr__host_blas_of(s->dev), &g);
+  const size_t na = span(batch, stride_a, opa == TR_OP_N ? M : K, opa == TR_OP_N ? K : M, lda),
+               nb = span(batch, stride_b, opb == TR_OP_N ? K : N, opb == TR_OP_N ? N : K, ldb);
+  float *wide = tr__host_scratch(s, TR__SCRATCH_WIDE, (na + nb) * sizeof(float));
+  if (!wide)
+    return tr__device_fail(s->dev, TR_ENOMEM, "gemm_bf16: %zu floats of scratch: out of memory",
+                           na + nb);
+  widen(wide, A, na);
+  widen(wide + na, B, nb);
+  g.A = wide, g.B = wide + na, g.bf16 = 0;
+  return gemm(s, &g);
 }
 
 int tr__host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,

@@ -39,14 +39,21 @@ static inline float tr__host_expf_nonpos(float x) {
   return x < -87.0f ? 0.0f : p * scale;
 }
 
-/* Scratch memory of the device (grows, reused by later ops; NULL when out of memory). */
-void *tr__host_scratch(tr_stream *s, size_t bytes);
+/* Scratch memory of the device, one buffer per use that may overlap another's (grows,
+ * reused by later ops; NULL when out of memory): the kernels' and the direct GEMM path's, and
+ * bf16 GEMM operands widened to float32. */
+enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_COUNT };
+void *tr__host_scratch(tr_stream *s, int which, size_t bytes);
 
 /* sum of x[i] and sum of x[i]^2 over n floats, in double */
 double tr__host_sum_d(const float *x, size_t n);
 double tr__host_sumsq_d(const float *x, size_t n);
 
 /* host_gemm.c: the GEMM slots */
+int tr__host_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                       int batch);
 int tr__host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,

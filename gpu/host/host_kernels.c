@@ -186,6 +186,15 @@ HOST_LOOPS tr__host_bias_grad_loops(tr_stream *s, float *dbias, const float *dou
 HOST_AVX2_TOO(tr__host_bias_grad, (tr_stream *s, float *dbias, const float *dout, size_t N, size_t C),
               (s, dbias, dout, N, C))
 
+/* ---- conversion ----------------------------------------------------------------------------- */
+
+HOST_LOOPS tr__host_to_bf16_loops(tr_stream *s, tr_bf16 *out, const float *inp, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) out[i] = tr__bf16_round(inp[i]);
+  return 0;
+}
+HOST_AVX2_TOO(tr__host_to_bf16, (tr_stream *s, tr_bf16 *out, const float *inp, size_t n), (s, out, inp, n))
+
 /* ---- activations ------------------------------------------------------------------------------- */
 
 HOST_LOOPS tr__host_relu_fwd_loops(tr_stream *s, float *out, const float *inp, size_t n) {

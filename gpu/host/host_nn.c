@@ -91,7 +91,7 @@ int tr__host_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbi
                            const float *dout, const float *inp, const float *weight,
                            const float *mean, const float *rstd, size_t N, size_t C) {
   /* per-channel parameter gradients summed over the rows in double, added once */
-  double *dw = tr__host_scratch(s, 2 * C * sizeof(double));
+  double *dw = tr__host_scratch(s, TR__SCRATCH_OPS, 2 * C * sizeof(double));
   if (!dw) return tr__device_fail(s->dev, TR_ENOMEM, "layernorm_bwd: out of memory");
   double *db = dw + C;
   memset(dw, 0, 2 * C * sizeof(double));

@@ -208,7 +208,7 @@ int tr__host_gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, 
   /* into scratch: op(B) when it is B transposed (zero-padded to whole vectors), or else
    * Y's ragged edge */
   const int copy_y = by_rows && opb == TR_OP_T, Qv = (t.Q + VL - 1) / VL * VL, edge = t.Q % VL;
-  float *y = tr__host_scratch(s, (size_t)K * (copy_y ? (size_t)Qv : VL) * sizeof(float));
+  float *y = tr__host_scratch(s, TR__SCRATCH_OPS, (size_t)K * (copy_y ? (size_t)Qv : VL) * sizeof(float));
   if (!y) return 0;
   if (copy_y) {
     for (int j = 0; j < t.Q; j++) /* reading B's rows in order */

@@ -361,10 +361,15 @@ static void *lone_thread(void *arg) {
   tr_stream *s = tr_device_stream(c->dev);
   float *a;
   c->rc = tr_device_alloc(c->dev, 3 * N * N * sizeof(float), (void **)&a);
+  tr_bf16 *h = (tr_bf16 *)(a + N * N); /* bf16 copies of a's first two matrices */
   if (!c->rc) c->rc = tr_fill(s, a, 2 * N * N, 0.5f);
   for (int t = 0; t < 4 && !c->rc; t++)
     c->rc = tr_gemm(s, (tr_op)(t & 1), (tr_op)(t >> 1), N, N, N, 1, a, N, a + N * N, N, 0,
                     a + 2 * N * N, N);
+  if (!c->rc) c->rc = tr_to_bf16(s, h, a, 2 * N * N);
+  for (int t = 0; t < 4 && !c->rc; t++)
+    c->rc = tr_gemm_bf16(s, (tr_op)(t & 1), (tr_op)(t >> 1), N, N, N, 1, h, N, h + N * N, N, 0,
+                         a + 2 * N * N, N);
   if (c->all_done) pthread_barrier_wait(c->all_done);
   c->threads_seen = process_threads();
   if (c->all_done) pthread_barrier_wait(c->all_done); /* nobody leaves before all counted */
@@ -372,9 +377,9 @@ static void *lone_thread(void *arg) {
   return NULL;
 }
 
-/* Each host device computes on its own thread and nowhere else: GEMMs on the main thread and
- * then on three device threads at once leave the process with no thread more than those
- * (no BLAS or OpenMP team grows behind the devices' backs). */
+/* Each host device computes on its own thread and nowhere else: GEMMs (fp32 and bf16) on the
+ * main thread and then on three device threads at once leave the process with no thread more
+ * than those (no BLAS or OpenMP team grows behind the devices' backs). */
 static void host_gemm_computes_on_the_calling_thread_alone(void **state) {
   (void)state;
   enum { T = 3 };
