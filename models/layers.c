@@ -7,28 +7,44 @@
 /* ---- linear ------------------------------------------------------------------------------- */
 
 static int linear_fwd(tr_stream *s, float *out, float beta, const float *inp, const float *weight,
-                      const float *bias, int N, int C, int OC) {
-  TR__TRY(tr_gemm(s, TR_OP_N, TR_OP_T, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC));
+                      const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp) {
+  if (mp) {
+    TR__TRY(tr_to_bf16(s, mp->inp, inp, (size_t)N * C));
+    TR__TRY(tr_gemm_bf16(s, TR_OP_N, TR_OP_T, N, OC, C, 1.0f, mp->inp, C, mp->weight, C, beta,
+                         out, OC));
+  } else {
+    TR__TRY(tr_gemm(s, TR_OP_N, TR_OP_T, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC));
+  }
   if (bias) TR__TRY(tr_bias_add(s, out, bias, (size_t)N, (size_t)OC));
   return 0;
 }
 
 int tr_linear_forward(tr_stream *s, float *out, const float *inp, const float *weight,
-                      const float *bias, int N, int C, int OC) {
-  return linear_fwd(s, out, 0.0f, inp, weight, bias, N, C, OC);
+                      const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp) {
+  return linear_fwd(s, out, 0.0f, inp, weight, bias, N, C, OC, mp);
 }
 
 int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const float *weight,
-                          const float *bias, int N, int C, int OC) {
-  return linear_fwd(s, out, 1.0f, inp, weight, bias, N, C, OC);
+                          const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp) {
+  return linear_fwd(s, out, 1.0f, inp, weight, bias, N, C, OC, mp);
 }
 
 int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
-                       int OC) {
+                       int OC, const tr_linear_bf16 *mp) {
   /* dinp (N,C) = dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C) */
-  if (dinp) TR__TRY(tr_gemm(s, TR_OP_N, TR_OP_N, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C));
-  TR__TRY(tr_gemm(s, TR_OP_T, TR_OP_N, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C));
+  if (mp) {
+    TR__TRY(tr_to_bf16(s, mp->dout, dout, (size_t)N * OC));
+    if (dinp)
+      TR__TRY(tr_gemm_bf16(s, TR_OP_N, TR_OP_N, N, C, OC, 1.0f, mp->dout, OC, mp->weight, C, 0.0f,
+                           dinp, C));
+    TR__TRY(tr_gemm_bf16(s, TR_OP_T, TR_OP_N, OC, C, N, 1.0f, mp->dout, OC, mp->inp, C, 1.0f,
+                         dweight, C));
+  } else {
+    if (dinp)
+      TR__TRY(tr_gemm(s, TR_OP_N, TR_OP_N, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C));
+    TR__TRY(tr_gemm(s, TR_OP_T, TR_OP_N, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C));
+  }
   if (dbias) TR__TRY(tr_bias_grad(s, dbias, dout, (size_t)N, (size_t)OC));
   return 0;
 }

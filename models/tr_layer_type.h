@@ -129,6 +129,14 @@ typedef struct tr_layer_ctx {
   int training;               /* 0: evaluation */
   char *err;                  /* tr_layer_fail's text goes here */
   size_t err_size;
+  /* Mixed precision: the stage's precision of GEMM inputs (tr_precision_config.gemm). Under
+   * TR_PRECISION_BF16 the three pointers are set (else NULL), for a kind that multiplies in
+   * bf16 (tr_gemm_bf16): */
+  tr_precision precision;
+  const tr_bf16 *const *p16;  /* bf16 copies of p, same order: made once per step, read-only */
+  tr_bf16 *act16;             /* bf16_elems' act elements, this micro-batch's own (64-byte
+                                 aligned): what forward converts and backward reads again */
+  tr_bf16 *scratch16;         /* bf16_elems' scratch elements, shared like scratch */
 } tr_layer_ctx;
 
 typedef struct tr_tensor_list tr_tensor_list;
@@ -160,6 +168,10 @@ struct tr_layer_type {
   /* OPTIONAL (0): forward FLOPs per sample, counting matrix products only (2 per multiply-
    * add); element-wise work counts 0. Cutting balances them; training counts 3 times. */
   double (*flops)(const tr_layer_spec *l, int T);
+  /* OPTIONAL (none: the kind computes in fp32 whatever the precision): under
+   * TR_PRECISION_BF16, the bf16 elements of ctx->act16 per micro-batch (its products' inputs,
+   * converted in forward and kept for backward) and of ctx->scratch16. */
+  void (*bf16_elems)(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
 };
 
 /* How a tensor starts (PyTorch's defaults: Linear uniform in +-1/sqrt(in), Embedding
@@ -191,6 +203,7 @@ int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char
 int tr_layer_tensor_count(const tr_layer_spec *l, int T);
 size_t tr_layer_act_floats(const tr_layer_spec *l, int B, int T);
 size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T);
+void tr_layer_bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
 double tr_layer_flops(const tr_layer_spec *l, int T);
 /* The random key of the layer at `index` under `seed` (a stage: its seed and the layer's
  * index in the model; a composite: its own key and the inner layer's index). */

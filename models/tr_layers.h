@@ -26,6 +26,12 @@
  *
  * The transformer block keeps its parameters, saved activations and backward scratch in
  * structs of pointers; the carve functions lay the latter two out in one buffer each.
+ *
+ * Mixed precision: each function takes its products' bf16 operands in a struct (NULL: all in
+ * fp32). Weights come converted (a stage converts them once per step); a forward converts
+ * the inputs of its products into the struct's buffers, where its backward reads them again,
+ * and a backward converts each gradient once on its way into its two products. Products
+ * take bf16 and sum in fp32 (tr_gemm_bf16); everything else stays fp32.
  */
 #ifndef TR_LAYERS_H
 #define TR_LAYERS_H
@@ -43,31 +49,45 @@ extern "C" {
 
 /* ---- linear ---------------------------------------------------------------------------- */
 
+/* A linear layer's bf16 operands. */
+typedef struct tr_linear_bf16 {
+  const tr_bf16 *weight; /* (OC,C) */
+  tr_bf16 *inp;          /* (N,C): forward writes inp here, backward reads it */
+  tr_bf16 *dout;         /* (N,OC): backward's scratch */
+} tr_linear_bf16;
+
 /* inp (N,C), weight (OC,C), bias (OC) or NULL -> out (N,OC) = inp @ weight^T + bias */
 int tr_linear_forward(tr_stream *s, float *out, const float *inp, const float *weight,
-                      const float *bias, int N, int C, int OC);
+                      const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp);
 /* The same, added to what out holds: out (N,OC) += inp @ weight^T + bias (a residual). */
 int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const float *weight,
-                          const float *bias, int N, int C, int OC);
+                          const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp);
 /* dout (N,OC), inp (N,C), weight (OC,C) -> dinp (N,C) (or NULL), dweight (OC,C) +=,
- * dbias (OC) += (NULL when the layer has no bias) */
+ * dbias (OC) += (NULL when the layer has no bias). mp: as forward left it. */
 int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
-                       int OC);
+                       int OC, const tr_linear_bf16 *mp);
 
 /* ---- causal multi-head self-attention (the part between the two projections) -------------- */
+
+/* Attention's bf16 operands: forward writes qkv and att here, backward reads them. */
+typedef struct tr_attention_bf16 {
+  tr_bf16 *qkv;  /* (B,T,3C) */
+  tr_bf16 *att;  /* (B,NH,T,T) */
+  tr_bf16 *grad; /* backward's scratch: max((B,T,C), (B,NH,T,T)) elements */
+} tr_attention_bf16;
 
 /* qkv (B,T,3C), each row [q | k | v] with head h in columns h*hs .. h*hs+hs-1 of each part
  * (hs = C/NH) -> att (B,NH,T,T) (the softmax weights, saved for backward), out (B,T,C) with
  * head h in columns h*hs..: out = softmax(q k^T / sqrt(hs), causal) v, head by head. The
  * heads are read and written in place through GEMM strides; C % NH == 0. */
 int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
-                         int C, int NH);
+                         int C, int NH, const tr_attention_bf16 *mp);
 /* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C) (overwritten); datt and
  * dpreatt (B,NH,T,T) are scratch. */
 int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt,
                           const float *dout, const float *qkv, const float *att, int B, int T,
-                          int C, int NH);
+                          int C, int NH, const tr_attention_bf16 *mp);
 
 /* ---- the pre-LN transformer block -------------------------------------------------------
  * out = x + proj(attn(qkv(ln1(x)))) then out += fcproj(gelu(fc(ln2(.)))): x (B,T,C), NH heads,
@@ -113,13 +133,30 @@ typedef struct tr_block_scratch {
 size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d);
 size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d);
 
-/* inp (B,T,C) -> a->out (B,T,C) and everything else in *a */
+/* The block's bf16 operands: its weights, the inputs of its products (forward writes them,
+ * backward reads them), and backward's scratch, where one gradient at a time goes on its
+ * way into a product (attention's too: attn.grad is grad). */
+typedef struct tr_block_bf16 {
+  const tr_bf16 *qkvw, *projw, *fcw, *fcprojw; /* (3C,C), (C,C), (H,C), (C,H) */
+  tr_bf16 *ln1, *atty, *ln2, *fch_gelu;        /* (B,T,C) each but fch_gelu (B,T,H) */
+  tr_attention_bf16 attn;                      /* qkv (B,T,3C), att (B,NH,T,T) */
+  tr_bf16 *grad;
+} tr_block_bf16;
+
+/* Lays the bf16 inputs out from `act` and the scratch from `scratch` (64-byte aligned; either
+ * NULL: sizes only, h is left untouched) and sets *act_elems and *scratch_elems to the bf16
+ * elements each takes. The weights are the caller's to set. */
+void tr_block_bf16_carve(tr_block_bf16 *h, tr_bf16 *act, tr_bf16 *scratch, tr_block_dims d,
+                         size_t *act_elems, size_t *scratch_elems);
+
+/* inp (B,T,C) -> a->out (B,T,C) and everything else in *a (and *mp) */
 int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
-                     const float *inp, tr_block_dims d);
+                     const float *inp, tr_block_dims d, const tr_block_bf16 *mp);
 /* dout (B,T,C) -> dinp (B,T,C) (or NULL), g += parameter gradients. dinp may equal dout. */
 int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
-                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d);
+                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
+                      const tr_block_bf16 *mp);
 
 #ifdef __cplusplus
 }

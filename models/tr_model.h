@@ -175,6 +175,20 @@ int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int
 
 /* ---- stages ------------------------------------------------------------------------------ */
 
+/* How a stage computes. gemm TR_PRECISION_BF16 is mixed precision: the matrix products of the
+ * kinds that have bf16 (linear, block, and residuals of them) take their weights and
+ * activations in bfloat16 and sum in float32, while parameters ("master weights"),
+ * gradients, optimizer state, every other op and checkpoints stay float32. The weights'
+ * bf16 copy is made once per step, at the first forward after the parameters may have
+ * changed (tr_stage_open, tr_stage_step, tr_stage_zero_grads, tr_stage_upload,
+ * tr_stage_share_params): whoever writes tr_stage_params directly does so before the
+ * stage's tr_stage_zero_grads. */
+typedef struct tr_precision_config {
+  tr_precision gemm;    /* TR_PRECISION_FP32 (the default) or TR_PRECISION_BF16 */
+  int tf32;             /* CUDA: TF32 tensor cores in fp32 GEMMs; tr_stage_open turns it on
+                           for its device (tr_device_set_tf32) */
+} tr_precision_config;
+
 typedef struct tr_stage_config {
   int first, end;       /* layers [first, end); end 0: to the last layer */
   int batch;            /* samples per micro-batch (rows: batch x ctx) */
@@ -185,6 +199,7 @@ typedef struct tr_stage_config {
                            the loss is scaled by 1/global_batch; 0: batch */
   uint64_t seed;        /* initialisation */
   tr_optim_config optim;
+  tr_precision_config precision;
 } tr_stage_config;
 
 /* The whole model, its workload batch and optimizer, one slot, seed 0. */
@@ -203,6 +218,8 @@ typedef struct tr_stage_info {
   size_t state_numel;   /* optimizer state: 0 (SGD), numel (momentum), 2 numel (AdamW: m, v) */
   size_t slot_bytes;    /* device memory per slot */
   size_t scratch_bytes; /* device memory shared by the slots */
+  size_t params16_bytes;/* the weights' bf16 copy (bf16 only, and only with slots) */
+  tr_precision precision;
 } tr_stage_info;
 
 /* Allocates everything the stage will ever use and initialises the parameters (PyTorch's
