@@ -206,14 +206,14 @@ static int stage_open(tr_actor *self) {
   const tr_job_config *c = &run->c;
   a->self = self;
   if (tr_device_bind(a->dev)) return fail_device(self, a, "binding the device");
-  if (c->precision.tf32 && tr_device_set_tf32(a->dev, 1)) return fail_device(self, a, "TF32");
   tr_stage_config sc = {.first = run->cuts[a->stage],
                         .end = run->cuts[a->stage + 1],
                         .batch = run->mb_batch,
                         .slots = tr_schedule_slots(run->sc, a->stage),
                         .global_batch = c->global_batch,
                         .seed = c->seed,
-                        .optim = c->optim};
+                        .optim = c->optim,
+                        .precision = c->precision};
   if (tr_stage_open(&a->st, c->model, a->dev, &sc, a->err, sizeof a->err))
     return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
                          tr_device_name(a->dev), a->err);

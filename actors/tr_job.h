@@ -141,10 +141,6 @@ typedef struct tr_checkpoint_config {
   const char *resume;      /* every stage starts from this checkpoint */
 } tr_checkpoint_config;
 
-typedef struct tr_precision_config {
-  int tf32;                /* CUDA: TF32 tensor cores in fp32 GEMMs (tr_device_set_tf32) */
-} tr_precision_config;
-
 typedef struct tr_job_config {
   const tr_model *model;   /* outlives the job */
   const tr_data *data;     /* samples of the model's input and target sizes (tr_data_check) */
@@ -158,7 +154,7 @@ typedef struct tr_job_config {
   tr_optim_config optim;
   tr_async_config async;
   tr_checkpoint_config checkpoint;
-  tr_precision_config precision;
+  tr_precision_config precision; /* every stage's (tr_model.h) */
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
   int progress;            /* a progress line on stderr */
 } tr_job_config;
