@@ -62,8 +62,8 @@ int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int 
                           int batch);
 
 /* host_tiny.c: the direct path of products of at most TR__HOST_TINY_MNK multiply-adds,
- * where it beats a library's call (host_gemm.c measures by M N K): 1 when it ran, 0 when it
- * could not (no scratch for its copies). */
+ * where it beats a library's call (host_gemm.c decides by M N K and the transposes): 1 when
+ * it ran, 0 when it could not (no scratch for its copies). */
 enum { TR__HOST_TINY_MNK = 128 * 128 * 16 };
 int tr__host_gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C,

@@ -1166,9 +1166,10 @@ static void gemm_matches_float64_for_every_transposition(void **state) {
   gemm_case(&r, TR_OP_N, TR_OP_N, 4, 5, 0, 0, 0, 1.0f, 2.0f); /* K = 0: C = beta C */
 }
 
-/* Products of at most 128x128x16 multiply-adds take the host's direct path (host_gemm.c)
- * in every form it has: tiles of C or of C transposed, op(B) copied or not, ragged edges,
- * lone rows and narrow 8-row tiles, dot products; and just past it, OpenBLAS again. */
+/* Products of at most 128x128x16 multiply-adds (a quarter of that NT) take the host's direct
+ * path (host_gemm.c) in every form it has: tiles of C or of C transposed, op(B) copied or
+ * not, ragged edges, lone rows and narrow 8-row tiles, dot products; and just past it, the
+ * library again. */
 static void gemm_small_products_match_float64_in_every_form(void **state) {
   (void)state;
   th_rng r = th_rng_for(16);
