@@ -39,7 +39,10 @@
  * tr_host_free, and tr_device_list_close.
  * The first call binds the device to the calling thread; tr_device_bind hands it to another
  * thread (the previous owner must be done with it, e.g. it opened and initialised the device
- * and then started the actor). Debug builds assert the owner on every call.
+ * and then started the actor). Debug builds assert the owner on every call. A host device
+ * computes on its owner thread alone and starts no threads (the parallelism comes from the
+ * devices); with oneDNN, which runs on OpenMP, its GEMMs set the thread's OpenMP thread
+ * count to 1 (omp_set_num_threads).
  *
  * Errors: calls that can fail return 0 or a negative TR_E... status (tr_base.h); the text of
  * the last failure is tr_device_error(device), naming the device, the operation and, for
