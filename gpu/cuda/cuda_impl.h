@@ -151,7 +151,8 @@ int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int 
                           int ldc, int64_t stride_c, int batch);
 
 /* The kernels (cuda_kernels.cu, cuda_nn.cu): tr__cuda_<name> for each entry of TR__OP_MAP. */
-#define TR__CUDA_OP(name, params, args, checks) int tr__cuda_##name(tr_stream *s, TR__UNPAREN params);
+#define TR__CUDA_OP(name, params, args, checks) \
+  int tr__cuda_##name(tr_stream *s, TR__UNPAREN params);
 TR__OP_MAP(TR__CUDA_OP)
 #undef TR__CUDA_OP
 

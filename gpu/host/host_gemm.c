@@ -22,7 +22,8 @@ static void scale_c(tr_stream *s, const tr__gemm_args *g) {
  * begins by copying B transposed (simplenet's 64x100x10 stays: 2.0 µs, oneDNN's 2.2). */
 static int tiny(const tr__gemm_args *g) {
   const int64_t mnk = (int64_t)g->M * g->N * g->K;
-  return mnk <= (g->opa == TR_OP_N && g->opb == TR_OP_T ? TR__HOST_TINY_MNK / 4 : TR__HOST_TINY_MNK);
+  const int nt = g->opa == TR_OP_N && g->opb == TR_OP_T;
+  return mnk <= (nt ? TR__HOST_TINY_MNK / 4 : TR__HOST_TINY_MNK);
 }
 
 static int gemm(tr_stream *s, const tr__gemm_args *g) {

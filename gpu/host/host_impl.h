@@ -70,7 +70,8 @@ int tr__host_gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, 
                        int ldc);
 
 /* The kernels (host_kernels.c, host_nn.c): tr__host_<name> for each entry of TR__OP_MAP. */
-#define TR__HOST_OP(name, params, args, checks) int tr__host_##name(tr_stream *s, TR__UNPAREN params);
+#define TR__HOST_OP(name, params, args, checks) \
+  int tr__host_##name(tr_stream *s, TR__UNPAREN params);
 TR__OP_MAP(TR__HOST_OP)
 #undef TR__HOST_OP
 

@@ -193,7 +193,8 @@ HOST_LOOPS tr__host_to_bf16_loops(tr_stream *s, tr_bf16 *out, const float *inp, 
   for (size_t i = 0; i < n; i++) out[i] = tr__bf16_round(inp[i]);
   return 0;
 }
-HOST_AVX2_TOO(tr__host_to_bf16, (tr_stream *s, tr_bf16 *out, const float *inp, size_t n), (s, out, inp, n))
+HOST_AVX2_TOO(tr__host_to_bf16, (tr_stream *s, tr_bf16 *out, const float *inp, size_t n),
+              (s, out, inp, n))
 
 /* ---- activations ------------------------------------------------------------------------------- */
 

@@ -260,8 +260,8 @@ int tr__host_blas_gemm(tr_stream *s, tr__host_blas *b, const tr__gemm_args *g) {
     const size_t size = (p->pad_bytes + 4095) & ~(size_t)4095;
     void *mem = NULL;
     if (posix_memalign(&mem, 64, size))
-      return tr__device_fail(s->dev, TR_ENOMEM, "gemm: oneDNN scratchpad of %zu bytes: out of memory",
-                             p->pad_bytes);
+      return tr__device_fail(s->dev, TR_ENOMEM,
+                             "gemm: oneDNN scratchpad of %zu bytes: out of memory", p->pad_bytes);
     free(b->pad);
     b->pad = mem, b->pad_size = size;
   }

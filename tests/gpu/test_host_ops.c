@@ -1103,7 +1103,8 @@ static void gemm_case_p(th_rng *r, P p, int pad, int bf16) {
   const int M = p.M, N = (int)p.N, K = p.K, batch = p.batch;
   const int nb = batch ? batch : 1;
   const size_t na = extent(nb, p.sa, opa == TR_OP_N ? M : K, opa == TR_OP_N ? K : M, p.lda) + pad,
-               nbb = extent(nb, p.sb, opb == TR_OP_N ? K : N, opb == TR_OP_N ? N : K, p.ldb) + 2 * pad,
+               nbb = extent(nb, p.sb, opb == TR_OP_N ? K : N, opb == TR_OP_N ? N : K, p.ldb) +
+                     2 * pad,
                nc = extent(nb, p.sc, M, N, p.ldc) + pad;
   float *A = th_alloc_f(na), *B = th_alloc_f(nbb), *C = th_alloc_f(nc);
   th_fill_normal(r, A, na, 1);
@@ -1265,8 +1266,8 @@ static void gemm_batched_reads_and_writes_interleaved_heads(void **state) {
   const P cases[] = {
       {.opa = TR_OP_N, .opb = TR_OP_T, .M = T, .N = T, .K = HS, .lda = C3, .sa = HS, .ldb = C3,
        .sb = HS, .ldc = T, .sc = T * T},
-      {.opa = TR_OP_T, .opb = TR_OP_N, .M = T, .N = HS, .K = T, .lda = T, .sa = T * T, .ldb = HS * NH,
-       .sb = HS, .ldc = C3, .sc = HS},
+      {.opa = TR_OP_T, .opb = TR_OP_N, .M = T, .N = HS, .K = T, .lda = T, .sa = T * T,
+       .ldb = HS * NH, .sb = HS, .ldc = C3, .sc = HS},
       {.opa = TR_OP_N, .opb = TR_OP_N, .M = T, .N = HS, .K = T, .lda = T, .sa = T * T, .ldb = C3,
        .sb = HS, .ldc = C3, .sc = HS},
   };
@@ -1318,16 +1319,18 @@ static void gemm_rows_do_not_depend_on_the_rows_around_them(void **state) {
         }
         for (int m = 1; m < 3; m++)
           if (memcmp(out[0][2], out[m][2], (size_t)rows[m] * N * sizeof(float)))
-            fail_msg("%s N%c N=%d K=%d: the first %d rows differ from those of %d", bf16 ? "bf16" : "fp32",
-                     t ? 'T' : 'N', N, K, rows[m], ROWS);
+            fail_msg("%s N%c N=%d K=%d: the first %d rows differ from those of %d",
+                     bf16 ? "bf16" : "fp32", t ? 'T' : 'N', N, K, rows[m], ROWS);
         for (int m = 0; m < 3; m++) th_free_outputs(out[m], 3);
         free(A), free(B), free(A16), free(B16);
       }
 }
 
-/* ---- mixed precision --------------------------------------------------------------------------------------------- */
+/* ---- mixed precision ------------------------------------------------------------------------ */
 
-static int run_to_bf16(tr_stream *s, void **a, void *ctx) { return tr_to_bf16(s, a[1], a[0], ((P *)ctx)->n); }
+static int run_to_bf16(tr_stream *s, void **a, void *ctx) {
+  return tr_to_bf16(s, a[1], a[0], ((P *)ctx)->n);
+}
 
 /* Every float rounds to its nearest bfloat16, ties to even: random values of every
  * magnitude, exact ties either way, subnormals, zeros, the largest floats (which overflow to
