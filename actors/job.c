@@ -212,6 +212,10 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
     return tr_errorf(err, n, TR_EINVAL, "on_nonfinite %d: not stop or skip", (int)c->on_nonfinite);
   if ((rc = check_zero(c, err, n))) return rc;
+  if (c->layout.stages > 1 && c->layout.schedule == TR_SCHEDULE_ZB1 &&
+      c->precision.gemm != TR_PRECISION_FP32)
+    return tr_errorf(err, n, TR_EINVAL, "layout.schedule zb1: its backward in two halves runs "
+                     "in fp32 only, not with precision.gemm bf16");
   if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
     return tr_errorf(err, n, TR_EINVAL, "optim.kind %d: not an optimizer", (int)c->optim.kind);
   if (!(c->optim.lr > 0))

@@ -314,6 +314,7 @@ static int open_chunks(tr_actor *self, stage_actor *a) {
                           .global_batch = c->global_batch,
                           .seed = c->seed,
                           .optim = c->optim,
+                          .precision = c->precision,
                           .shard = a->group ? tr__group_shard(a->group) : (tr_stage_shard){0}};
     if (tr_stage_open(&ch->st, c->model, a->dev, &sc, a->err, sizeof a->err))
       return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
@@ -344,7 +345,6 @@ static int stage_open(tr_actor *self) {
   a->self = self;
   if (tr_device_bind(a->dev)) return fail_device(self, a, "binding the device");
   tr_trace_label(self, tr_device_name(a->dev)); /* the timeline names lanes by device */
-  if (c->precision.tf32 && tr_device_set_tf32(a->dev, 1)) return fail_device(self, a, "TF32");
   int rc = open_chunks(self, a);
   if (rc) return rc;
   a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);

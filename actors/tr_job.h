@@ -208,10 +208,6 @@ typedef struct tr_memory_config {
                               a forward's time more); results are bitwise the same */
 } tr_memory_config;
 
-typedef struct tr_precision_config {
-  int tf32;                /* CUDA: TF32 tensor cores in fp32 GEMMs (tr_device_set_tf32) */
-} tr_precision_config;
-
 /* Profiling a window of a long run (README "Profiling"): the trace and the NVTX ranges cover
  * steps [from, to) only, and on CUDA cudaProfilerStart/Stop bracket them (what nsys
  * --capture-range=cudaProfilerApi waits for). from = to = 0: every step. */
@@ -233,7 +229,7 @@ typedef struct tr_job_config {
   tr_async_config async;
   tr_checkpoint_config checkpoint;
   tr_memory_config memory;
-  tr_precision_config precision;
+  tr_precision_config precision; /* every stage's (tr_model.h) */
   tr_profile_config profile;
   /* Every update first checks that the gradients' global norm is finite (and every loss
    * read back is): a step that diverged never reaches the parameters. */

@@ -9,8 +9,9 @@
  * through `fill`), and the caller is the owner thread.
  *
  * Slots marked OPTIONAL may be NULL; the wrapper then falls back as noted, or reports
- * "<device>: <op>: not implemented by the <backend> backend" (TR_EDEVICE). Everything else
- * is required.
+ * "<device>: <op>: not implemented by the <backend> backend" (TR_EDEVICE). So may the
+ * kernels' (TR__OP_MAP), except `fill`, which empty reductions use. Everything else is
+ * required.
  *
  * Failures: a slot returns 0 or a negative TR_E... status and, on failure, records the text
  * with tr__device_fail(dev, status, "cudaMemcpyAsync: %s (%s:%d)", ...), which also
@@ -26,6 +27,7 @@
 #define TR_BACKEND_IMPL_H
 
 #include <pthread.h>
+#include <string.h>
 
 #include "tr_device.h"
 
@@ -60,6 +62,130 @@ struct tr_event {
   void *impl;            /* set by `event_open` */
   unsigned flags;        /* TR_EVENT_* */
 };
+
+/* X(name, params, args, checks): the one list of the device layer's kernels. An entry gives
+ * the public function tr_<name>(tr_stream *s, <params>) (declared and documented in
+ * tr_device.h: a declaration that disagrees with the list does not compile), the backend
+ * slot `name` with the same parameters, its wrapper in device.c, and each backend's
+ * prototype and table entry (tr__host_<name>, tr__cuda_<name>). `checks` is what the wrapper
+ * does before it calls the slot, in order, in device.c's words:
+ *
+ *   ELEMS(a, b, c)           the op's element count a * b * c (fails on overflow);
+ *   EMPTY(stmt)              what the op does instead when that count is 0;
+ *   NN(p)                    p must not be NULL;
+ *   REQUIRE(cond, fmt, ...)  fails with TR_EINVAL and the message unless cond holds;
+ *   LET(stmt)                normalises an argument (a flag to 0 or 1).
+ *
+ * A new kernel is an entry here, its declaration in tr_device.h and its implementations
+ * (a backend without one leaves the slot NULL: the wrapper reports "not implemented"). */
+#define TR__UNPAREN(...) __VA_ARGS__
+#define TR__OP_MAP(X)                                                                             \
+  X(fill, (float *x, size_t n, float value), (x, n, value),                                       \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(x))                                                         \
+  X(init_uniform, (float *x, size_t n, float lo, float hi, uint64_t seed, uint64_t offset),       \
+    (x, n, lo, hi, seed, offset), ELEMS(n, 1, 1) EMPTY(return 0) NN(x))                           \
+  X(init_normal, (float *x, size_t n, float mean, float std, uint64_t seed, uint64_t offset),     \
+    (x, n, mean, std, seed, offset), ELEMS(n, 1, 1) EMPTY(return 0) NN(x))                        \
+  X(dropout_mask, (float *mask, size_t n, float p, float scale, uint64_t seed, uint64_t offset),  \
+    (mask, n, p, scale, seed, offset),                                                            \
+    REQUIRE(p >= 0.0f && p <= 1.0f && isfinite(scale),                                            \
+            "p %g must lie in [0,1] and scale %g be finite", (double)p, (double)scale)            \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(mask))                                                      \
+  X(add, (float *out, const float *a, const float *b, size_t n), (out, a, b, n),                  \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(a) NN(b))                                           \
+  X(mul, (float *out, const float *a, const float *b, size_t n), (out, a, b, n),                  \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(a) NN(b))                                           \
+  X(axpy, (float *y, float alpha, const float *x, size_t n), (y, alpha, x, n),                    \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(y) NN(x))                                                   \
+  X(scale, (float *x, float alpha, size_t n), (x, alpha, n), ELEMS(n, 1, 1) EMPTY(return 0) NN(x)) \
+  X(scale_dev, (float *x, const float *scalar, size_t n), (x, scalar, n),                         \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(x) NN(scalar))                                              \
+  X(to_bf16, (tr_bf16 *out, const float *inp, size_t n), (out, inp, n),                          \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
+  X(sumsq, (float *out, const float *x, size_t n, int accumulate), (out, x, n, accumulate),       \
+    NN(out) ELEMS(n, 1, 1) EMPTY(return empty_reduction(s, out, accumulate)) NN(x)                \
+    LET(accumulate = accumulate != 0))                                                            \
+  X(sum, (float *out, const float *x, size_t n, int accumulate), (out, x, n, accumulate),         \
+    NN(out) ELEMS(n, 1, 1) EMPTY(return empty_reduction(s, out, accumulate)) NN(x)                \
+    LET(accumulate = accumulate != 0))                                                            \
+  X(clip_factor, (float *factor, const float *sumsq, float max_norm), (factor, sumsq, max_norm),  \
+    NN(factor) NN(sumsq) REQUIRE(max_norm > 0, "max_norm %g must be > 0", (double)max_norm))      \
+  X(bias_add, (float *out, const float *bias, size_t N, size_t C), (out, bias, N, C),             \
+    ELEMS(N, C, 1) EMPTY(return 0) NN(out) NN(bias))                                              \
+  X(bias_grad, (float *dbias, const float *dout, size_t N, size_t C), (dbias, dout, N, C),        \
+    ELEMS(N, C, 1) EMPTY(return 0) NN(dbias) NN(dout))                                            \
+  X(relu_fwd, (float *out, const float *inp, size_t n), (out, inp, n),                            \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
+  X(relu_bwd, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(dinp) NN(inp) NN(dout))                                     \
+  X(gelu_fwd, (float *out, const float *inp, size_t n), (out, inp, n),                            \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
+  X(gelu_bwd, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(dinp) NN(inp) NN(dout))                                     \
+  X(layernorm_fwd,                                                                                \
+    (float *out, float *mean, float *rstd, const float *inp, const float *weight,                 \
+     const float *bias, size_t N, size_t C, float eps),                                           \
+    (out, mean, rstd, inp, weight, bias, N, C, eps),                                              \
+    ELEMS(N, C, 1) if (!N) return 0; REQUIRE(C > 0, "C must be > 0")                              \
+    NN(out) NN(mean) NN(rstd) NN(inp) NN(weight) NN(bias))                                        \
+  X(layernorm_bwd,                                                                                \
+    (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,              \
+     const float *weight, const float *mean, const float *rstd, size_t N, size_t C),              \
+    (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C),                                  \
+    ELEMS(N, C, 1) EMPTY(return 0) NN(dinp) NN(dweight) NN(dbias) NN(dout) NN(inp) NN(weight)     \
+    NN(mean) NN(rstd))                                                                            \
+  X(softmax_fwd, (float *out, const float *inp, size_t N, size_t C), (out, inp, N, C),            \
+    ELEMS(N, C, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
+  X(softmax_bwd, (float *dinp, const float *out, const float *dout, size_t N, size_t C),          \
+    (dinp, out, dout, N, C), ELEMS(N, C, 1) EMPTY(return 0) NN(dinp) NN(out) NN(dout))            \
+  X(attn_softmax_fwd, (float *att, const float *preatt, size_t BH, size_t T, float scale),        \
+    (att, preatt, BH, T, scale),                                                                  \
+    ELEMS(T, T, BH) EMPTY(return 0) NN(att) NN(preatt)                                            \
+    REQUIRE(scale > 0, "scale %g must be > 0", (double)scale))                                    \
+  X(attn_softmax_bwd,                                                                             \
+    (float *dpreatt, const float *att, const float *datt, size_t BH, size_t T, float scale),      \
+    (dpreatt, att, datt, BH, T, scale),                                                           \
+    ELEMS(T, T, BH) EMPTY(return 0) NN(dpreatt) NN(att) NN(datt))                                 \
+  X(crossentropy_fwd,                                                                             \
+    (float *loss, float *probs, const float *logits, const int32_t *targets, size_t N, size_t V,  \
+     float scale),                                                                                \
+    (loss, probs, logits, targets, N, V, scale),                                                  \
+    ELEMS(N, V, 1) NN(loss) if (!N) return empty_reduction(s, loss, 0);                           \
+    REQUIRE(V > 0, "V must be > 0") NN(probs) NN(logits) NN(targets))                             \
+  X(crossentropy_bwd,                                                                             \
+    (float *dlogits, const float *probs, const int32_t *targets, size_t N, size_t V, float scale), \
+    (dlogits, probs, targets, N, V, scale),                                                       \
+    ELEMS(N, V, 1) EMPTY(return 0) NN(dlogits) NN(probs) NN(targets))                             \
+  X(mse_fwd, (float *loss, const float *pred, const float *target, size_t n, float scale),        \
+    (loss, pred, target, n, scale),                                                               \
+    NN(loss) ELEMS(n, 1, 1) EMPTY(return empty_reduction(s, loss, 0)) NN(pred) NN(target))        \
+  X(mse_bwd, (float *dpred, const float *pred, const float *target, size_t n, float scale),       \
+    (dpred, pred, target, n, scale), ELEMS(n, 1, 1) EMPTY(return 0) NN(dpred) NN(pred) NN(target)) \
+  X(embedding_fwd,                                                                                \
+    (float *out, const int32_t *idx, const float *wte, const float *wpe, size_t B, size_t T,      \
+     size_t C, size_t V),                                                                         \
+    (out, idx, wte, wpe, B, T, C, V),                                                             \
+    ELEMS(B, T, C) EMPTY(return 0) REQUIRE(V > 0, "V must be > 0") NN(out) NN(idx) NN(wte))       \
+  X(embedding_bwd,                                                                                \
+    (float *dwte, float *dwpe, const float *dout, const int32_t *idx, size_t B, size_t T,         \
+     size_t C, size_t V),                                                                         \
+    (dwte, dwpe, dout, idx, B, T, C, V),                                                          \
+    ELEMS(B, T, C) EMPTY(return 0) REQUIRE(V > 0, "V must be > 0") NN(dwte) NN(dout) NN(idx))     \
+  X(dc_asgd, (float *grad, const float *now, const float *pulled, size_t n, float lambda),        \
+    (grad, now, pulled, n, lambda), ELEMS(n, 1, 1) EMPTY(return 0) NN(grad) NN(now) NN(pulled))   \
+  X(sgd_update, (float *param, const float *grad, size_t n, float lr, float weight_decay),        \
+    (param, grad, n, lr, weight_decay), ELEMS(n, 1, 1) EMPTY(return 0) NN(param) NN(grad))        \
+  X(momentum_update,                                                                              \
+    (float *param, const float *grad, float *mom, size_t n, float lr, float momentum,             \
+     float weight_decay, int nesterov),                                                           \
+    (param, grad, mom, n, lr, momentum, weight_decay, nesterov),                                  \
+    ELEMS(n, 1, 1) EMPTY(return 0) NN(param) NN(grad) NN(mom) LET(nesterov = nesterov != 0))      \
+  X(adamw_update,                                                                                 \
+    (float *param, const float *grad, float *m, float *v, size_t n, float lr, float beta1,        \
+     float beta2, float eps, float weight_decay, int64_t t),                                      \
+    (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t),                               \
+    REQUIRE(t >= 1, "step %lld must be >= 1", (long long)t) ELEMS(n, 1, 1) EMPTY(return 0)        \
+    NN(param) NN(grad) NN(m) NN(v))
 
 struct tr__backend {
   const char *name; /* "host", "cuda": also the spec prefix */
@@ -119,62 +245,16 @@ struct tr__backend {
                       const float *A, int lda, int64_t stride_a, const float *B, int ldb,
                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                       int batch);
+  /* OPTIONAL (not implemented): tr_gemm_batched_bf16, and tr_gemm_bf16 as a batch of 1 */
+  int (*gemm_bf16)(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                   const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                   int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                   int batch);
 
-  /* ---- kernels: the arguments and shapes of the public functions of the same name ---- */
-  int (*fill)(tr_stream *s, float *x, size_t n, float value);
-  int (*init_uniform)(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
-                      uint64_t offset);
-  int (*init_normal)(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
-                     uint64_t offset);
-  int (*dropout_mask)(tr_stream *s, float *mask, size_t n, float p, float scale, uint64_t seed,
-                      uint64_t offset);
-  int (*add)(tr_stream *s, float *out, const float *a, const float *b, size_t n);
-  int (*mul)(tr_stream *s, float *out, const float *a, const float *b, size_t n);
-  int (*axpy)(tr_stream *s, float *y, float alpha, const float *x, size_t n);
-  int (*scale)(tr_stream *s, float *x, float alpha, size_t n);
-  int (*scale_dev)(tr_stream *s, float *x, const float *scalar, size_t n);
-  int (*sumsq)(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
-  int (*sum)(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
-  int (*clip_factor)(tr_stream *s, float *factor, const float *sumsq, float max_norm);
-  int (*bias_add)(tr_stream *s, float *out, const float *bias, size_t N, size_t C);
-  int (*bias_grad)(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C);
-  int (*relu_fwd)(tr_stream *s, float *out, const float *inp, size_t n);
-  int (*relu_bwd)(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
-  int (*gelu_fwd)(tr_stream *s, float *out, const float *inp, size_t n);
-  int (*gelu_bwd)(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
-  int (*layernorm_fwd)(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                       const float *weight, const float *bias, size_t N, size_t C, float eps);
-  int (*layernorm_bwd)(tr_stream *s, float *dinp, float *dweight, float *dbias,
-                       const float *dout, const float *inp, const float *weight,
-                       const float *mean, const float *rstd, size_t N, size_t C);
-  int (*softmax_fwd)(tr_stream *s, float *out, const float *inp, size_t N, size_t C);
-  int (*softmax_bwd)(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
-                     size_t C);
-  int (*attn_softmax_fwd)(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
-                          float scale);
-  int (*attn_softmax_bwd)(tr_stream *s, float *dpreatt, const float *att, const float *datt,
-                          size_t BH, size_t T, float scale);
-  int (*crossentropy_fwd)(tr_stream *s, float *loss, float *probs, const float *logits,
-                          const int32_t *targets, size_t N, size_t V, float scale);
-  int (*crossentropy_bwd)(tr_stream *s, float *dlogits, const float *probs,
-                          const int32_t *targets, size_t N, size_t V, float scale);
-  int (*mse_fwd)(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
-                 float scale);
-  int (*mse_bwd)(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
-                 float scale);
-  int (*embedding_fwd)(tr_stream *s, float *out, const int32_t *idx, const float *wte,
-                       const float *wpe, size_t B, size_t T, size_t C, size_t V);
-  int (*embedding_bwd)(tr_stream *s, float *dwte, float *dwpe, const float *dout,
-                       const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
-  int (*dc_asgd)(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
-                 float lambda);
-  int (*sgd_update)(tr_stream *s, float *param, const float *grad, size_t n, float lr,
-                    float weight_decay);
-  int (*momentum_update)(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
-                         float lr, float momentum, float weight_decay, int nesterov);
-  int (*adamw_update)(tr_stream *s, float *param, const float *grad, float *m, float *v,
-                      size_t n, float lr, float beta1, float beta2, float eps,
-                      float weight_decay, int64_t t);
+  /* ---- kernels: a slot per entry of TR__OP_MAP, with the public op's parameters ---- */
+#define TR__OP_SLOT(name, params, args, checks) int (*name)(tr_stream * s, TR__UNPAREN params);
+  TR__OP_MAP(TR__OP_SLOT)
+#undef TR__OP_SLOT
 };
 
 /* Records "<device name>: <text>" as d's last failure and returns status. */
@@ -211,6 +291,22 @@ static inline TR__HD void tr__philox_at(uint64_t ctr, uint32_t tag, uint64_t see
                                         uint32_t out[4]) {
   const uint32_t c[4] = {(uint32_t)ctr, (uint32_t)(ctr >> 32), tag, 0u};
   tr__philox4x32_10(c, (uint32_t)seed, (uint32_t)(seed >> 32), out);
+}
+
+/* float32 to bfloat16, to the nearest with ties to even (a NaN stays a NaN, made quiet, as
+ * rounding could carry it into infinity), and back (exact): tr_to_bf16 on every backend,
+ * bit for bit. Bit arithmetic and a select, so host loops of them vectorise. */
+static inline TR__HD tr_bf16 tr__bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, quiet = (u >> 16) | 0x40u;
+  return (tr_bf16)((u & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
+}
+static inline TR__HD float tr__bf16_widen(tr_bf16 h) {
+  const uint32_t u = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &u, sizeof f);
+  return f;
 }
 
 /* Dropout's keep/drop of a Philox word: u = (w >> 8) 2^-24 is exact in float. */

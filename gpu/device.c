@@ -39,6 +39,28 @@ const char *tr_device_kind_name(tr_device_kind kind) {
   return kind == TR_DEVICE_HOST ? "host" : kind == TR_DEVICE_CUDA ? "cuda" : "unknown";
 }
 
+static const char *const precision_names[] = {
+#define TR__PRECISION_NAME(name, text) text,
+    TR_PRECISION_MAP(TR__PRECISION_NAME)
+#undef TR__PRECISION_NAME
+};
+
+const char *tr_precision_name(tr_precision p) {
+  return (unsigned)p < TR_PRECISION_COUNT ? precision_names[p] : "?";
+}
+
+int tr_precision_parse(const char *name, tr_precision *out) {
+  for (int i = 0; name && i < TR_PRECISION_COUNT; i++)
+    if (!strcmp(name, precision_names[i])) return *out = (tr_precision)i, 0;
+  return TR_EINVAL;
+}
+
+const char *tr_bf16_support_name(tr_bf16_support b) {
+  return b == TR_BF16_NATIVE     ? "native"
+         : b == TR_BF16_EMULATED ? "emulated"
+                                 : "converted to fp32";
+}
+
 int tr_device_count(tr_device_kind kind) {
   const tr__backend *be = backend_of(kind);
   int n = be ? be->count() : 0;
@@ -517,8 +539,11 @@ int tr_memset(tr_stream *s, void *dst, int value, size_t bytes) {
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 
-static int gemm_check(tr_device *d, const char *fn, tr_op opa, tr_op opb, int M, int N, int K,
-                      int lda, int ldb, int ldc) {
+/* 1 when the product has work for the backend, 0 when it has none (M, N or batch 0), or
+ * a failure naming the op `fn`. */
+static int gemm_begin(tr_device *d, const char *fn, tr_op opa, tr_op opb, int M, int N, int K,
+                      int lda, int ldb, int ldc, int batch, const void *A, const void *B,
+                      const void *C) {
   if ((opa != TR_OP_N && opa != TR_OP_T) || (opb != TR_OP_N && opb != TR_OP_T))
     return tr__device_fail(d, TR_EINVAL, "%s: transposition must be TR_OP_N or TR_OP_T", fn);
   if (M < 0 || N < 0 || K < 0)
@@ -527,20 +552,18 @@ static int gemm_check(tr_device *d, const char *fn, tr_op opa, tr_op opb, int M,
   if (lda < (acols > 1 ? acols : 1) || ldb < (bcols > 1 ? bcols : 1) || ldc < (N > 1 ? N : 1))
     return tr__device_fail(d, TR_EINVAL, "%s: leading dimension too small (lda=%d needs %d, "
                            "ldb=%d needs %d, ldc=%d needs %d)", fn, lda, acols, ldb, bcols, ldc, N);
-  return 0;
+  if (batch < 0) return tr__device_fail(d, TR_EINVAL, "%s: negative batch %d", fn, batch);
+  if (!M || !N || !batch) return 0;
+  const char *null = !C ? "C" : K && !A ? "A" : K && !B ? "B" : NULL;
+  if (null) return tr__device_fail(d, TR_EINVAL, "%s: %s is NULL", fn, null);
+  return 1;
 }
 
 int tr_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
   ENTER(s);
-  int rc = gemm_check(d, __func__, opa, opb, M, N, K, lda, ldb, ldc);
-  if (rc) return rc;
-  if (!M || !N) return 0;
-  NOT_NULL(C);
-  if (K) {
-    NOT_NULL(A);
-    NOT_NULL(B);
-  }
+  int rc = gemm_begin(d, __func__, opa, opb, M, N, K, lda, ldb, ldc, 1, A, B, C);
+  if (rc <= 0) return rc;
   return d->be->gemm(s, opa, opb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
@@ -549,395 +572,75 @@ int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, flo
                     int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                     int batch) {
   ENTER(s);
-  int rc = gemm_check(d, __func__, opa, opb, M, N, K, lda, ldb, ldc);
-  if (rc) return rc;
-  if (batch < 0) return tr__device_fail(d, TR_EINVAL, "%s: negative batch %d", __func__, batch);
-  if (!M || !N || !batch) return 0;
-  NOT_NULL(C);
-  if (K) {
-    NOT_NULL(A);
-    NOT_NULL(B);
-  }
+  int rc = gemm_begin(d, __func__, opa, opb, M, N, K, lda, ldb, ldc, batch, A, B, C);
+  if (rc <= 0) return rc;
   if (d->be->gemm_batched)
     return d->be->gemm_batched(s, opa, opb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b,
                                beta, C, ldc, stride_c, batch);
+  rc = 0;
   for (int i = 0; i < batch && !rc; i++)
     rc = d->be->gemm(s, opa, opb, M, N, K, alpha, A + i * stride_a, lda, B + i * stride_b, ldb,
                      beta, C + i * stride_c, ldc);
   return rc;
 }
 
-/* ---- kernels ---------------------------------------------------------------------------------- */
+static int gemm_bf16(const char *fn, tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K,
+                     float alpha, const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B,
+                     int ldb, int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                     int batch) {
+  ENTER(s);
+  int rc = gemm_begin(d, fn, opa, opb, M, N, K, lda, ldb, ldc, batch, A, B, C);
+  if (rc <= 0) return rc;
+  if (!d->be->gemm_bf16)
+    return tr__device_fail(d, TR_EDEVICE, "%s: not implemented by the %s backend", fn, d->be->name);
+  return d->be->gemm_bf16(s, opa, opb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta,
+                          C, ldc, stride_c, batch);
+}
 
-/* (a * b) without overflow, or fails the call. */
-#define SIZE2(a, b, out)                                                                   \
-  size_t out;                                                                              \
-  if (__builtin_mul_overflow((size_t)(a), (size_t)(b), &out))                              \
-  return tr__device_fail(d, TR_EINVAL, "%s: size %zu x %zu overflows", __func__, (size_t)(a), \
-                         (size_t)(b))
+int tr_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                 const tr_bf16 *A, int lda, const tr_bf16 *B, int ldb, float beta, float *C,
+                 int ldc) {
+  return gemm_bf16(__func__, s, opa, opb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+int tr_gemm_batched_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                         const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                         int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                         int batch) {
+  return gemm_bf16(__func__, s, opa, opb, M, N, K, alpha, A, lda, stride_a, B, ldb, stride_b, beta,
+                   C, ldc, stride_c, batch);
+}
+
+/* ---- kernels: the wrappers of TR__OP_MAP -------------------------------------------------- */
 
 /* A reduction over nothing: 0, or the accumulator unchanged. */
 static int empty_reduction(tr_stream *s, float *out, int accumulate) {
   return accumulate ? 0 : s->dev->be->fill(s, out, 1, 0.0f);
 }
 
-int tr_fill(tr_stream *s, float *x, size_t n, float value) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(x);
-  return d->be->fill(s, x, n, value);
+/* n = a * b * c, or fails the call naming the op. */
+static int elems(tr_device *d, const char *fn, size_t a, size_t b, size_t c, size_t *n) {
+  if (!__builtin_mul_overflow(a, b, n) && !__builtin_mul_overflow(*n, c, n)) return 0;
+  return tr__device_fail(d, TR_EINVAL, "%s: size %zu x %zu x %zu overflows", fn, a, b, c);
 }
 
-int tr_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
-                    uint64_t offset) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(x);
-  SLOT(init_uniform);
-  return d->be->init_uniform(s, x, n, lo, hi, seed, offset);
-}
+/* The words of the list's checks (backend_impl.h). */
+#define ELEMS(a, b, c)                                                              \
+  int elems_rc_ = elems(d, __func__, (size_t)(a), (size_t)(b), (size_t)(c), &n_); \
+  if (elems_rc_) return elems_rc_;
+#define EMPTY(stmt) \
+  if (!n_) stmt;
+#define NN(p) NOT_NULL(p);
+#define REQUIRE(cond, fmt, ...) \
+  if (!(cond)) return tr__device_fail(d, TR_EINVAL, "%s: " fmt, __func__, ##__VA_ARGS__);
+#define LET(stmt) stmt;
 
-int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
-                   uint64_t offset) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(x);
-  SLOT(init_normal);
-  return d->be->init_normal(s, x, n, mean, std, seed, offset);
-}
-
-int tr_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale, uint64_t seed,
-                    uint64_t offset) {
-  ENTER(s);
-  if (!(p >= 0.0f && p <= 1.0f) || !isfinite(scale))
-    return tr__device_fail(d, TR_EINVAL, "%s: p %g must lie in [0,1] and scale %g be finite",
-                           __func__, (double)p, (double)scale);
-  if (!n) return 0;
-  NOT_NULL(mask);
-  SLOT(dropout_mask);
-  return d->be->dropout_mask(s, mask, n, p, scale, seed, offset);
-}
-
-int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(out);
-  NOT_NULL(a);
-  NOT_NULL(b);
-  SLOT(add);
-  return d->be->add(s, out, a, b, n);
-}
-
-int tr_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(out);
-  NOT_NULL(a);
-  NOT_NULL(b);
-  SLOT(mul);
-  return d->be->mul(s, out, a, b, n);
-}
-
-int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(y);
-  NOT_NULL(x);
-  SLOT(axpy);
-  return d->be->axpy(s, y, alpha, x, n);
-}
-
-int tr_scale(tr_stream *s, float *x, float alpha, size_t n) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(x);
-  SLOT(scale);
-  return d->be->scale(s, x, alpha, n);
-}
-
-int tr_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(x);
-  NOT_NULL(scalar);
-  SLOT(scale_dev);
-  return d->be->scale_dev(s, x, scalar, n);
-}
-
-int tr_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
-  ENTER(s);
-  NOT_NULL(out);
-  if (!n) return empty_reduction(s, out, accumulate);
-  NOT_NULL(x);
-  SLOT(sumsq);
-  return d->be->sumsq(s, out, x, n, accumulate != 0);
-}
-
-int tr_sum(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
-  ENTER(s);
-  NOT_NULL(out);
-  if (!n) return empty_reduction(s, out, accumulate);
-  NOT_NULL(x);
-  SLOT(sum);
-  return d->be->sum(s, out, x, n, accumulate != 0);
-}
-
-int tr_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm) {
-  ENTER(s);
-  NOT_NULL(factor);
-  NOT_NULL(sumsq);
-  if (!(max_norm > 0))
-    return tr__device_fail(d, TR_EINVAL, "%s: max_norm %g must be > 0", __func__, (double)max_norm);
-  SLOT(clip_factor);
-  return d->be->clip_factor(s, factor, sumsq, max_norm);
-}
-
-int tr_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C) {
-  ENTER(s);
-  SIZE2(N, C, n);
-  if (!n) return 0;
-  NOT_NULL(out);
-  NOT_NULL(bias);
-  SLOT(bias_add);
-  return d->be->bias_add(s, out, bias, N, C);
-}
-
-int tr_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C) {
-  ENTER(s);
-  SIZE2(N, C, n);
-  if (!n) return 0;
-  NOT_NULL(dbias);
-  NOT_NULL(dout);
-  SLOT(bias_grad);
-  return d->be->bias_grad(s, dbias, dout, N, C);
-}
-
-#define UNARY(fn)                                                           \
-  int tr_##fn(tr_stream *s, float *out, const float *inp, size_t n) {      \
-    ENTER(s);                                                               \
-    if (!n) return 0;                                                       \
-    NOT_NULL(out);                                                          \
-    NOT_NULL(inp);                                                          \
-    SLOT(fn);                                                               \
-    return d->be->fn(s, out, inp, n);                                       \
+#define TR__OP_WRAPPER(name, params, args, checks)   \
+  int tr_##name(tr_stream *s, TR__UNPAREN params) { \
+    ENTER(s);                                       \
+    size_t n_ = 1; /* the element count, by ELEMS */ \
+    (void)n_;                                       \
+    checks SLOT(name);                              \
+    return d->be->name(s, TR__UNPAREN args);        \
   }
-#define UNARY_BWD(fn)                                                                     \
-  int tr_##fn(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) { \
-    ENTER(s);                                                                             \
-    if (!n) return 0;                                                                     \
-    NOT_NULL(dinp);                                                                       \
-    NOT_NULL(inp);                                                                        \
-    NOT_NULL(dout);                                                                       \
-    SLOT(fn);                                                                             \
-    return d->be->fn(s, dinp, inp, dout, n);                                              \
-  }
-UNARY(relu_fwd)
-UNARY(gelu_fwd)
-UNARY_BWD(relu_bwd)
-UNARY_BWD(gelu_bwd)
-
-int tr_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                     const float *weight, const float *bias, size_t N, size_t C, float eps) {
-  ENTER(s);
-  SIZE2(N, C, n);
-  if (!N) return 0;
-  if (!C) return tr__device_fail(d, TR_EINVAL, "%s: C must be > 0", __func__);
-  (void)n;
-  NOT_NULL(out);
-  NOT_NULL(mean);
-  NOT_NULL(rstd);
-  NOT_NULL(inp);
-  NOT_NULL(weight);
-  NOT_NULL(bias);
-  SLOT(layernorm_fwd);
-  return d->be->layernorm_fwd(s, out, mean, rstd, inp, weight, bias, N, C, eps);
-}
-
-int tr_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
-                     const float *inp, const float *weight, const float *mean,
-                     const float *rstd, size_t N, size_t C) {
-  ENTER(s);
-  SIZE2(N, C, n);
-  if (!n) return 0;
-  NOT_NULL(dinp);
-  NOT_NULL(dweight);
-  NOT_NULL(dbias);
-  NOT_NULL(dout);
-  NOT_NULL(inp);
-  NOT_NULL(weight);
-  NOT_NULL(mean);
-  NOT_NULL(rstd);
-  SLOT(layernorm_bwd);
-  return d->be->layernorm_bwd(s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
-}
-
-int tr_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
-  ENTER(s);
-  SIZE2(N, C, n);
-  if (!n) return 0;
-  NOT_NULL(out);
-  NOT_NULL(inp);
-  SLOT(softmax_fwd);
-  return d->be->softmax_fwd(s, out, inp, N, C);
-}
-
-int tr_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
-                   size_t C) {
-  ENTER(s);
-  SIZE2(N, C, n);
-  if (!n) return 0;
-  NOT_NULL(dinp);
-  NOT_NULL(out);
-  NOT_NULL(dout);
-  SLOT(softmax_bwd);
-  return d->be->softmax_bwd(s, dinp, out, dout, N, C);
-}
-
-int tr_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
-                        float scale) {
-  ENTER(s);
-  SIZE2(T, T, tt);
-  SIZE2(BH, tt, n);
-  if (!n) return 0;
-  NOT_NULL(att);
-  NOT_NULL(preatt);
-  if (!(scale > 0)) return tr__device_fail(d, TR_EINVAL, "%s: scale %g must be > 0", __func__, (double)scale);
-  SLOT(attn_softmax_fwd);
-  return d->be->attn_softmax_fwd(s, att, preatt, BH, T, scale);
-}
-
-int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
-                        size_t BH, size_t T, float scale) {
-  ENTER(s);
-  SIZE2(T, T, tt);
-  SIZE2(BH, tt, n);
-  if (!n) return 0;
-  NOT_NULL(dpreatt);
-  NOT_NULL(att);
-  NOT_NULL(datt);
-  SLOT(attn_softmax_bwd);
-  return d->be->attn_softmax_bwd(s, dpreatt, att, datt, BH, T, scale);
-}
-
-int tr_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
-                        const int32_t *targets, size_t N, size_t V, float scale) {
-  ENTER(s);
-  SIZE2(N, V, n);
-  NOT_NULL(loss);
-  if (!N) return empty_reduction(s, loss, 0);
-  if (!V) return tr__device_fail(d, TR_EINVAL, "%s: V must be > 0", __func__);
-  (void)n;
-  NOT_NULL(probs);
-  NOT_NULL(logits);
-  NOT_NULL(targets);
-  SLOT(crossentropy_fwd);
-  return d->be->crossentropy_fwd(s, loss, probs, logits, targets, N, V, scale);
-}
-
-int tr_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
-                        const int32_t *targets, size_t N, size_t V, float scale) {
-  ENTER(s);
-  SIZE2(N, V, n);
-  if (!n) return 0;
-  NOT_NULL(dlogits);
-  NOT_NULL(probs);
-  NOT_NULL(targets);
-  SLOT(crossentropy_bwd);
-  return d->be->crossentropy_bwd(s, dlogits, probs, targets, N, V, scale);
-}
-
-int tr_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
-               float scale) {
-  ENTER(s);
-  NOT_NULL(loss);
-  if (!n) return empty_reduction(s, loss, 0);
-  NOT_NULL(pred);
-  NOT_NULL(target);
-  SLOT(mse_fwd);
-  return d->be->mse_fwd(s, loss, pred, target, n, scale);
-}
-
-int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
-               float scale) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(dpred);
-  NOT_NULL(pred);
-  NOT_NULL(target);
-  SLOT(mse_bwd);
-  return d->be->mse_bwd(s, dpred, pred, target, n, scale);
-}
-
-int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
-                     const float *wpe, size_t B, size_t T, size_t C, size_t V) {
-  ENTER(s);
-  SIZE2(B, T, bt);
-  SIZE2(bt, C, n);
-  if (!n) return 0;
-  if (!V) return tr__device_fail(d, TR_EINVAL, "%s: V must be > 0", __func__);
-  NOT_NULL(out);
-  NOT_NULL(idx);
-  NOT_NULL(wte);
-  SLOT(embedding_fwd);
-  return d->be->embedding_fwd(s, out, idx, wte, wpe, B, T, C, V);
-}
-
-int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
-                     const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
-  ENTER(s);
-  SIZE2(B, T, bt);
-  SIZE2(bt, C, n);
-  if (!n) return 0;
-  if (!V) return tr__device_fail(d, TR_EINVAL, "%s: V must be > 0", __func__);
-  NOT_NULL(dwte);
-  NOT_NULL(dout);
-  NOT_NULL(idx);
-  SLOT(embedding_bwd);
-  return d->be->embedding_bwd(s, dwte, dwpe, dout, idx, B, T, C, V);
-}
-
-int tr_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
-               float lambda) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(grad);
-  NOT_NULL(now);
-  NOT_NULL(pulled);
-  SLOT(dc_asgd);
-  return d->be->dc_asgd(s, grad, now, pulled, n, lambda);
-}
-
-int tr_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
-                  float weight_decay) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(param);
-  NOT_NULL(grad);
-  SLOT(sgd_update);
-  return d->be->sgd_update(s, param, grad, n, lr, weight_decay);
-}
-
-int tr_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
-                       float lr, float momentum, float weight_decay, int nesterov) {
-  ENTER(s);
-  if (!n) return 0;
-  NOT_NULL(param);
-  NOT_NULL(grad);
-  NOT_NULL(mom);
-  SLOT(momentum_update);
-  return d->be->momentum_update(s, param, grad, mom, n, lr, momentum, weight_decay, nesterov != 0);
-}
-
-int tr_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
-                    size_t n, float lr, float beta1, float beta2, float eps,
-                    float weight_decay, int64_t t) {
-  ENTER(s);
-  if (t < 1) return tr__device_fail(d, TR_EINVAL, "%s: step %lld must be >= 1", __func__, (long long)t);
-  if (!n) return 0;
-  NOT_NULL(param);
-  NOT_NULL(grad);
-  NOT_NULL(m);
-  NOT_NULL(v);
-  SLOT(adamw_update);
-  return d->be->adamw_update(s, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
-}
+TR__OP_MAP(TR__OP_WRAPPER)

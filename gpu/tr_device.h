@@ -39,7 +39,10 @@
  * tr_host_free, and tr_device_list_close.
  * The first call binds the device to the calling thread; tr_device_bind hands it to another
  * thread (the previous owner must be done with it, e.g. it opened and initialised the device
- * and then started the actor). Debug builds assert the owner on every call.
+ * and then started the actor). Debug builds assert the owner on every call. A host device
+ * computes on its owner thread alone and starts no threads (the parallelism comes from the
+ * devices); with oneDNN, which runs on OpenMP, its GEMMs set the thread's OpenMP thread
+ * count to 1 (omp_set_num_threads).
  *
  * Errors: calls that can fail return 0 or a negative TR_E... status (tr_base.h); the text of
  * the last failure is tr_device_error(device), naming the device, the operation and, for
@@ -47,7 +50,8 @@
  * an event recorded on another device's stream; in debug builds, a device used off its
  * owner thread) aborts through TR_ASSERT.
  *
- * Conventions of the ops (llm.c style shapes in the comments, row-major, float32):
+ * Conventions of the ops (llm.c style shapes in the comments, row-major, float32 unless an
+ * argument is a tr_bf16):
  *   - sizes may be 0 (nothing happens; reductions then write 0 or leave an accumulator),
  *     except the length of a row that must have one (layernorm's C, cross-entropy's V);
  *   - activation gradients (dinp) are overwritten; parameter gradients (dweight, dbias,
@@ -75,18 +79,54 @@ typedef struct tr_event tr_event;
 
 typedef enum tr_device_kind { TR_DEVICE_HOST = 0, TR_DEVICE_CUDA = 1 } tr_device_kind;
 
+/* bfloat16: the upper half of a float32's bits (8 exponent bits, 7 of mantissa), as GEMM
+ * inputs in mixed precision (tr_to_bf16, tr_gemm_bf16). */
+typedef uint16_t tr_bf16;
+
+/* X(name, text): the one list of precisions GEMM inputs come in; `text` is what
+ * --precision takes. */
+#define TR_PRECISION_MAP(X)        \
+  X(TR_PRECISION_FP32, "fp32")    \
+  X(TR_PRECISION_BF16, "bf16")
+
+typedef enum tr_precision {
+#define TR__PRECISION_ENUM(name, text) name,
+  TR_PRECISION_MAP(TR__PRECISION_ENUM)
+#undef TR__PRECISION_ENUM
+  TR_PRECISION_COUNT
+} tr_precision;
+
+/* "fp32", "bf16" ("?" otherwise); parse: 0, or TR_EINVAL (NULL or an unknown name). */
+const char *tr_precision_name(tr_precision p);
+int tr_precision_parse(const char *name, tr_precision *out);
+
+/* How a device multiplies bfloat16 matrices (tr_gemm_bf16). */
+typedef enum tr_bf16_support {
+  TR_BF16_NATIVE,    /* with bf16 instructions: AVX512-BF16 or AMX (host), tensor cores (CUDA) */
+  TR_BF16_EMULATED,  /* by the library, with other instructions (oneDNN on AVX-512 alone) */
+  TR_BF16_CONVERTED  /* converted to fp32 and multiplied as such: bf16's results, fp32's speed
+                        (oneDNN on AVX2, OpenBLAS) */
+} tr_bf16_support;
+
+/* "native", "emulated", "converted to fp32". */
+const char *tr_bf16_support_name(tr_bf16_support b);
+
 typedef struct tr_device_info {
   tr_device_kind kind;
   int index;             /* position in its list */
   int ordinal;           /* physical: the GPU's index, or the host device's number */
   char name[32];         /* "host:0", "cuda:1"; "cuda:0/1": the 2nd logical device on GPU 0 */
-  char model[128];       /* "AMD EPYC 7763 (OpenBLAS 0.3.21 Zen)", "NVIDIA H100 80GB HBM3" */
+  char model[128];       /* "AMD EPYC 7763 (oneDNN 2.6.3)", "NVIDIA H100 80GB HBM3" */
   uint64_t memory_total; /* bytes (host: physical memory of the machine) */
   uint64_t memory_free;  /* bytes when the list was opened */
   int cc_major, cc_minor;/* CUDA compute capability; 0 for host devices */
   int multiprocessors;   /* CUDA SMs; host: threads the device computes with (1) */
   int rank;              /* the process (MPI rank) that owns it: 0 in a single process */
   int remote;            /* owned by another process: a placeholder that runs nothing here */
+  char isa[32];          /* what GEMM runs on: the instruction set the host's library
+                            dispatches to ("avx512_core_bf16" for oneDNN, OpenBLAS's core
+                            "Zen"), or the GPU's "sm_90" */
+  tr_bf16_support bf16;
 } tr_device_info;
 
 /* ---- discovery ------------------------------------------------------------------------ */
@@ -226,6 +266,22 @@ int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, flo
                     const float *A, int lda, int64_t stride_a, const float *B, int ldb,
                     int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                     int batch);
+
+/* Mixed precision: the same products with A and B in bfloat16, summed in float32 and C in
+ * float32: each C element is alpha * sum_k a_ik b_kj + beta C, the products of bf16 values
+ * (exact in float32) added in float32 in some order. How the device multiplies them is
+ * tr_device_info.bf16; the result is of this definition however it is done. */
+int tr_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                 const tr_bf16 *A, int lda, const tr_bf16 *B, int ldb, float beta, float *C,
+                 int ldc);
+int tr_gemm_batched_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                         const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                         int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                         int batch);
+
+/* out (n) = inp (n) rounded to the nearest bfloat16, ties to even (NaN stays NaN, infinities
+ * and overflow to infinity stay infinite). */
+int tr_to_bf16(tr_stream *s, tr_bf16 *out, const float *inp, size_t n);
 
 /* ---- fills and initialisation -------------------------------------------------------------- */
 

@@ -11,60 +11,88 @@
 
 #include "models_impl.h"
 
-/* A matrix of each (b, h): its start advances by `bs` elements per sequence and `hs` per head. */
+/* A matrix of each (b, h): its start advances by `bs` elements per sequence and `hs` per head;
+ * float, or bf16 (the products' operands in mixed precision). */
 typedef struct heads_mat {
-  const float *p;
+  const void *p;
   int ld;
   int64_t bs, hs;
 } heads_mat;
 
-/* For every (b, h): C_bh = op(A_bh) op(B_bh) (beta 0), as B or NH batched GEMMs. */
+static const void *advance(const void *p, int64_t elems, int bf16) {
+  return (const char *)p + elems * (int64_t)(bf16 ? sizeof(tr_bf16) : sizeof(float));
+}
+
+/* For every (b, h): C_bh = op(A_bh) op(B_bh) (beta 0), as B or NH batched GEMMs; A and B
+ * float, or both bf16. */
 static int heads_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, heads_mat a,
-                      heads_mat b, float *c, int ldc, int64_t c_bs, int64_t c_hs, int B, int NH) {
+                      heads_mat b, int bf16, float *c, int ldc, int64_t c_bs, int64_t c_hs,
+                      int B, int NH) {
   const int by_sequence = B <= NH; /* outer loop over the shorter dimension */
   const int outer = by_sequence ? B : NH, inner = by_sequence ? NH : B;
   for (int i = 0; i < outer; i++) {
     const int64_t ao = by_sequence ? i * a.bs : i * a.hs, as = by_sequence ? a.hs : a.bs;
     const int64_t bo = by_sequence ? i * b.bs : i * b.hs, bst = by_sequence ? b.hs : b.bs;
     const int64_t co = by_sequence ? i * c_bs : i * c_hs, cs = by_sequence ? c_hs : c_bs;
-    TR__TRY(tr_gemm_batched(s, opa, opb, M, N, K, 1.0f, a.p + ao, a.ld, as, b.p + bo, b.ld, bst,
-                            0.0f, c + co, ldc, cs, inner));
+    const void *ap = advance(a.p, ao, bf16), *bp = advance(b.p, bo, bf16);
+    TR__TRY(bf16 ? tr_gemm_batched_bf16(s, opa, opb, M, N, K, 1.0f, ap, a.ld, as, bp, b.ld, bst,
+                                        0.0f, c + co, ldc, cs, inner)
+                 : tr_gemm_batched(s, opa, opb, M, N, K, 1.0f, ap, a.ld, as, bp, b.ld, bst, 0.0f,
+                                   c + co, ldc, cs, inner));
   }
   return 0;
 }
 
-int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
-                         int C, int NH) {
-  TR_ASSERT(NH > 0 && C % NH == 0);
+/* q, k and v of qkv (B,T,3C) (float or bf16) as the heads' matrices. */
+static void qkv_heads(const void *qkv, int bf16, int T, int C, int NH, heads_mat *q, heads_mat *k,
+                      heads_mat *v) {
   const int hs = C / NH, C3 = 3 * C;
-  const int64_t tt = (int64_t)T * T, qkv_bs = (int64_t)T * C3;
-  const heads_mat q = {qkv, C3, qkv_bs, hs}, k = {qkv + C, C3, qkv_bs, hs},
-                  v = {qkv + 2 * C, C3, qkv_bs, hs};
+  const int64_t bs = (int64_t)T * C3;
+  *q = (heads_mat){qkv, C3, bs, hs};
+  *k = (heads_mat){advance(qkv, C, bf16), C3, bs, hs};
+  *v = (heads_mat){advance(qkv, 2 * C, bf16), C3, bs, hs};
+}
+
+int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
+                         int C, int NH, const tr_attention_bf16 *mp) {
+  TR_ASSERT(NH > 0 && C % NH == 0);
+  const int hs = C / NH, bf16 = mp != NULL;
+  const int64_t tt = (int64_t)T * T;
+  heads_mat q, k, v;
+  if (bf16) TR__TRY(tr_to_bf16(s, mp->qkv, qkv, (size_t)B * T * 3 * C));
+  qkv_heads(bf16 ? (const void *)mp->qkv : qkv, bf16, T, C, NH, &q, &k, &v);
   /* preatt (T,T) = q (T,hs) @ k^T, then the causal softmax of scale * preatt in place */
-  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, q, k, att, T, NH * tt, tt, B, NH));
+  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, q, k, bf16, att, T, NH * tt, tt, B, NH));
   TR__TRY(tr_attn_softmax_fwd(s, att, att, (size_t)B * NH, (size_t)T, 1.0f / sqrtf((float)hs)));
+  if (bf16) TR__TRY(tr_to_bf16(s, mp->att, att, (size_t)(B * NH * tt)));
   /* out (T,hs) = att (T,T) @ v (T,hs), into the head's columns of out (B,T,C) */
-  const heads_mat a = {att, T, NH * tt, tt};
-  return heads_gemm(s, TR_OP_N, TR_OP_N, T, hs, T, a, v, out, C, (int64_t)T * C, hs, B, NH);
+  const heads_mat a = {bf16 ? (const void *)mp->att : att, T, NH * tt, tt};
+  return heads_gemm(s, TR_OP_N, TR_OP_N, T, hs, T, a, v, bf16, out, C, (int64_t)T * C, hs, B,
+                    NH);
 }
 
 int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt,
                           const float *dout, const float *qkv, const float *att, int B, int T,
-                          int C, int NH) {
+                          int C, int NH, const tr_attention_bf16 *mp) {
   TR_ASSERT(NH > 0 && C % NH == 0);
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, C3 = 3 * C, bf16 = mp != NULL;
   const int64_t tt = (int64_t)T * T, qkv_bs = (int64_t)T * C3, out_bs = (int64_t)T * C;
-  const heads_mat q = {qkv, C3, qkv_bs, hs}, k = {qkv + C, C3, qkv_bs, hs},
-                  v = {qkv + 2 * C, C3, qkv_bs, hs}, dy = {dout, C, out_bs, hs},
-                  a = {att, T, NH * tt, tt}, dp = {dpreatt, T, NH * tt, tt};
+  heads_mat q, k, v;
+  qkv_heads(bf16 ? (const void *)mp->qkv : qkv, bf16, T, C, NH, &q, &k, &v);
+  if (bf16) TR__TRY(tr_to_bf16(s, mp->grad, dout, (size_t)B * T * C));
+  const heads_mat dy = {bf16 ? (const void *)mp->grad : dout, C, out_bs, hs},
+                  a = {bf16 ? (const void *)mp->att : att, T, NH * tt, tt};
   /* datt (T,T) = dy (T,hs) @ v^T;  dv (T,hs) = att^T (T,T) @ dy */
-  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, dy, v, datt, T, NH * tt, tt, B, NH));
-  TR__TRY(heads_gemm(s, TR_OP_T, TR_OP_N, T, hs, T, a, dy, dqkv + 2 * C, C3, qkv_bs, hs, B, NH));
+  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, dy, v, bf16, datt, T, NH * tt, tt, B, NH));
+  TR__TRY(heads_gemm(s, TR_OP_T, TR_OP_N, T, hs, T, a, dy, bf16, dqkv + 2 * C, C3, qkv_bs, hs, B,
+                     NH));
   TR__TRY(tr_attn_softmax_bwd(s, dpreatt, att, datt, (size_t)B * NH, (size_t)T,
                               1.0f / sqrtf((float)hs)));
-  /* dq (T,hs) = dpreatt (T,T) @ k;  dk (T,hs) = dpreatt^T @ q */
-  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_N, T, hs, T, dp, k, dqkv, C3, qkv_bs, hs, B, NH));
-  return heads_gemm(s, TR_OP_T, TR_OP_N, T, hs, T, dp, q, dqkv + C, C3, qkv_bs, hs, B, NH);
+  /* dq (T,hs) = dpreatt (T,T) @ k;  dk (T,hs) = dpreatt^T @ q (dy's bf16 is done with) */
+  if (bf16) TR__TRY(tr_to_bf16(s, mp->grad, dpreatt, (size_t)(B * NH * tt)));
+  const heads_mat dp = {bf16 ? (const void *)mp->grad : dpreatt, T, NH * tt, tt};
+  TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_N, T, hs, T, dp, k, bf16, dqkv, C3, qkv_bs, hs, B, NH));
+  return heads_gemm(s, TR_OP_T, TR_OP_N, T, hs, T, dp, q, bf16, dqkv + C, C3, qkv_bs, hs, B, NH);
 }
 
 /* ---- the block ------------------------------------------------------------------------------- */
@@ -118,21 +146,91 @@ size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d
   return c.used;
 }
 
+void tr_block_bf16_carve(tr_block_bf16 *h, tr_bf16 *act, tr_bf16 *scratch, tr_block_dims d,
+                         size_t *act_elems, size_t *scratch_elems) {
+  const size_t N = (size_t)d.B * d.T, C = (size_t)d.C, H = (size_t)d.H;
+  const size_t att = (size_t)d.B * d.NH * d.T * d.T;
+  tr_bf16 **parts[] = {&h->ln1, &h->attn.qkv, &h->attn.att, &h->atty, &h->ln2, &h->fch_gelu};
+  const size_t sizes[] = {N * C, N * 3 * C, att, N * C, N * C, N * H};
+  const int set = act && scratch;
+  size_t at = 0;
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    if (set) *parts[i] = act + at;
+    at += tr__align_bf16(sizes[i]);
+  }
+  *act_elems = at;
+  /* one gradient at a time: dout, dfch, dres1, attention's dy and dpreatt, dqkv */
+  size_t g = N * 3 * C > N * H ? N * 3 * C : N * H;
+  *scratch_elems = tr__align_bf16(g > att ? g : att);
+  if (set) h->grad = h->attn.grad = scratch;
+}
+
+/* The block's four linears in bf16, or all NULL in fp32. */
+typedef struct block_linears {
+  tr_linear_bf16 qkv, proj, fc, fcproj;
+  int on;
+} block_linears;
+
+static block_linears linears_of(const tr_block_bf16 *mp) {
+  if (!mp) return (block_linears){.on = 0};
+  return (block_linears){.qkv = {mp->qkvw, mp->ln1, mp->grad},
+                         .proj = {mp->projw, mp->atty, mp->grad},
+                         .fc = {mp->fcw, mp->ln2, mp->grad},
+                         .fcproj = {mp->fcprojw, mp->fch_gelu, mp->grad},
+                         .on = 1};
+}
+#define LIN(which) (lin.on ? &lin.which : NULL)
+
 int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
-                     const float *inp, tr_block_dims d) {
+                     const float *inp, tr_block_dims d, const tr_block_bf16 *mp) {
   const int N = d.B * d.T, C = d.C, H = d.H;
   const size_t nc = (size_t)N * C;
-  TR__TRY(tr_layernorm_forward(s, a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1w, p->ln1b, N, C));
-  TR__TRY(tr_linear_forward(s, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C));
-  TR__TRY(tr_attention_forward(s, a->atty, a->att, a->qkv, d.B, d.T, C, d.NH));
+  const block_linears lin = linears_of(mp);
+  TR__TRY(tr_layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1w, p->ln1b, N, C,
+                           TR_LAYERNORM_EPS));
+  TR__TRY(tr_linear_forward(s, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, LIN(qkv)));
+  TR__TRY(tr_attention_forward(s, a->atty, a->att, a->qkv, d.B, d.T, C, d.NH,
+                               mp ? &mp->attn : NULL));
   /* the residuals: the projection's GEMM adds onto a copy of the stream */
   TR__TRY(tr_memcpy(s, a->res1, inp, nc * sizeof(float), TR_COPY_D2D));
-  TR__TRY(tr_linear_forward_add(s, a->res1, a->atty, p->projw, p->projb, N, C, C));
-  TR__TRY(tr_layernorm_forward(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p->ln2w, p->ln2b, N, C));
-  TR__TRY(tr_linear_forward(s, a->fch, a->ln2, p->fcw, p->fcb, N, C, H));
-  TR__TRY(tr_gelu_forward(s, a->fch_gelu, a->fch, (size_t)N * H));
+  TR__TRY(tr_linear_forward_add(s, a->res1, a->atty, p->projw, p->projb, N, C, C, LIN(proj)));
+  TR__TRY(tr_layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p->ln2w, p->ln2b, N, C,
+                           TR_LAYERNORM_EPS));
+  TR__TRY(tr_linear_forward(s, a->fch, a->ln2, p->fcw, p->fcb, N, C, H, LIN(fc)));
+  TR__TRY(tr_gelu_fwd(s, a->fch_gelu, a->fch, (size_t)N * H));
   TR__TRY(tr_memcpy(s, a->out, a->res1, nc * sizeof(float), TR_COPY_D2D));
-  return tr_linear_forward_add(s, a->out, a->fch_gelu, p->fcprojw, p->fcprojb, N, H, C);
+  return tr_linear_forward_add(s, a->out, a->fch_gelu, p->fcprojw, p->fcprojb, N, H, C,
+                               LIN(fcproj));
+}
+
+static int backward_bf16(tr_stream *s, float *dinp, const tr_block_params *g,
+                         const tr_block_scratch *sc, const float *dout, const float *inp,
+                         const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
+                         const tr_block_bf16 *mp) {
+  const int N = d.B * d.T, C = d.C, H = d.H;
+  const size_t nc = (size_t)N * C;
+  const block_linears lin = linears_of(mp);
+  /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
+  TR__TRY(tr_linear_backward(s, sc->dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw,
+                             N, H, C, LIN(fcproj)));
+  TR__TRY(tr_gelu_bwd(s, sc->dfch, a->fch, sc->dfch, (size_t)N * H));
+  TR__TRY(tr_linear_backward(s, sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, H,
+                             LIN(fc)));
+  TR__TRY(tr_layernorm_bwd(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
+                           a->ln2_mean, a->ln2_rstd, N, C));
+  TR__TRY(tr_add(s, sc->dres1, sc->dres1, dout, nc)); /* dout is not read after this */
+  /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
+  TR__TRY(tr_linear_backward(s, sc->datty, g->projw, g->projb, sc->dres1, a->atty, p->projw, N, C,
+                             C, LIN(proj)));
+  TR__TRY(tr_attention_backward(s, sc->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
+                                d.B, d.T, C, d.NH, mp ? &mp->attn : NULL));
+  TR__TRY(tr_linear_backward(s, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C,
+                             LIN(qkv)));
+  /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
+  float *dx = dinp ? dinp : sc->datty;
+  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C));
+  return dinp ? tr_add(s, dinp, dinp, sc->dres1, nc) : 0;
 }
 
 size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d) {
@@ -170,20 +268,20 @@ int tr_block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
   const size_t nc = (size_t)N * C;
   /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
   TR__TRY(tr_linear_backward_input(s, k->dfch, dout, p->fcprojw, N, H, C));
-  TR__TRY(tr_gelu_backward(s, k->dfch, k->dfch, a->fch, (size_t)N * H));
+  TR__TRY(tr_gelu_bwd(s, k->dfch, a->fch, k->dfch, (size_t)N * H));
   TR__TRY(tr_linear_backward_input(s, sc->dln, k->dfch, p->fcw, N, C, H));
-  TR__TRY(tr_layernorm_backward(s, k->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
-                                a->ln2_mean, a->ln2_rstd, N, C));
+  TR__TRY(tr_layernorm_bwd(s, k->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
+                           a->ln2_mean, a->ln2_rstd, N, C));
   TR__TRY(tr_add(s, k->dres1, k->dres1, dout, nc)); /* dout is not read after this */
   /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
   TR__TRY(tr_linear_backward_input(s, sc->datty, k->dres1, p->projw, N, C, C));
   TR__TRY(tr_attention_backward(s, k->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
-                                d.B, d.T, C, d.NH));
+                                d.B, d.T, C, d.NH, NULL));
   TR__TRY(tr_linear_backward_input(s, sc->dln, k->dqkv, p->qkvw, N, C, 3 * C));
   /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
   float *dx = dinp ? dinp : sc->datty;
-  TR__TRY(tr_layernorm_backward(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
-                                a->ln1_rstd, N, C));
+  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C));
   return dinp ? tr_add(s, dinp, dinp, k->dres1, nc) : 0;
 }
 
@@ -194,10 +292,12 @@ int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_bl
 }
 
 /* Both halves at once, keeping in the scratch; the output projection's weights first, as
- * dinp may be dout. */
+ * dinp may be dout. In bf16 (mp) every product takes bf16 inputs; split backward is fp32's. */
 int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
-                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d) {
+                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
+                      const tr_block_bf16 *mp) {
+  if (mp) return backward_bf16(s, dinp, g, sc, dout, inp, p, a, d, mp);
   const tr_block_keep k = {.dfch = sc->dfch, .dres1 = sc->dres1, .dqkv = sc->dqkv};
   TR__TRY(mlp_out_weight(s, g, dout, a, d));
   TR__TRY(tr_block_backward_input(s, dinp, g, sc, &k, dout, inp, p, a, d));

@@ -86,6 +86,11 @@ size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T) {
   return l->type->scratch_floats ? l->type->scratch_floats(l, B, T) : 0;
 }
 
+void tr_layer_bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch) {
+  *act = *scratch = 0;
+  if (l->type->bf16_elems) l->type->bf16_elems(l, B, T, act, scratch);
+}
+
 double tr_layer_flops(const tr_layer_spec *l, int T) {
   return l->type->flops ? l->type->flops(l, T) : 0.0;
 }

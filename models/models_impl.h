@@ -21,6 +21,9 @@ static inline size_t tr__align_floats(size_t n) {
   return (n + TR__ALIGN_FLOATS - 1) / TR__ALIGN_FLOATS * TR__ALIGN_FLOATS;
 }
 
+/* The same for bf16: 32 of them to 64 bytes. */
+static inline size_t tr__align_bf16(size_t n) { return (n + 31) / 32 * 32; }
+
 /* How a tensor starts out (tr_tensor_list_add). */
 typedef struct tr__tensor_init {
   tr_init_kind kind;

@@ -2,7 +2,8 @@
  * clipping, the update over the stage's whole parameter allocation in one op (over its
  * shard's, under ZeRO stage 1), and copies of parameters, gradients and optimizer state to
  * and from the host. Padding between tensors holds zeros in all three, and every update
- * keeps it so. */
+ * keeps it so. Whatever may change the parameters (a step, an upload, the start of a step)
+ * makes their bf16 copy stale. */
 #include <stdio.h>
 
 #include "stage_impl.h"
@@ -13,6 +14,7 @@ tr_stage_config tr_stage_defaults(const tr_model *m) {
 }
 
 int tr_stage_zero_grads(tr_stage *st) {
+  st->params16_stale = 1; /* a step begins: parameters written from outside are in */
   int rc = tr_memset(st->s, st->grads, 0, st->info.numel * sizeof(float));
   return rc ? tr__stage_fail(st, rc, "zeroing gradients") : 0;
 }
@@ -46,6 +48,7 @@ int tr_stage_step(tr_stage *st, const float *global_sumsq) {
   int rc = o->clip > 0 ? clip(st, g, n, global_sumsq) : 0;
   if (rc) return tr__stage_fail(st, rc, "clipping gradients");
   st->steps++;
+  st->params16_stale = 1;
   switch (o->kind) {
   case TR_OPTIM_SGD: rc = tr_sgd_update(st->s, p, g, n, o->lr, o->weight_decay); break;
   case TR_OPTIM_MOMENTUM:
@@ -95,6 +98,7 @@ int tr_stage_download(tr_stage *st, tr_stage_buffer which, float *host) {
 }
 
 int tr_stage_upload(tr_stage *st, tr_stage_buffer which, const float *host) {
+  st->params16_stale |= which == TR_STAGE_PARAMS;
   size_t n;
   float *p = buffer(st, which, &n);
   int rc = n ? tr_memcpy(st->s, p, host, n * sizeof(float), TR_COPY_H2D) : 0;

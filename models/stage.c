@@ -1,5 +1,6 @@
 /* stage.c — layers [first, end) of a model on one device: the memory plan made at open
- * (parameters, gradients, optimizer state, per-slot activations, shared backward scratch),
+ * (parameters, gradients, optimizer state, per-slot activations, shared backward scratch,
+ * and in bf16 the weights' copy and the layers' bf16 activations and scratch),
  * initialisation, and the forward and backward passes. Every layer is reached through its
  * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c. */
 #include <stdarg.h>
@@ -56,15 +57,30 @@ static size_t input_row(const tr_stage *st) {
   return l->type->token_input ? 1 : (size_t)l->in;
 }
 
-/* One micro-batch's activations from `at` on: each layer's, then (cross-entropy) the loss's
+static int bf16(const tr_stage *st) { return st->precision.gemm == TR_PRECISION_BF16; }
+
+/* The layer's bf16 elements: per micro-batch (act) and shared (scratch), 0 in fp32. */
+static void layer_bf16(const tr_stage *st, const tr_layer_spec *l, size_t *act, size_t *scratch) {
+  *act = *scratch = 0;
+  if (bf16(st)) tr_layer_bf16_elems(l, st->info.batch, st->m->ctx, act, scratch);
+}
+
+/* Floats that hold n bf16, 64-byte aligned. */
+static size_t bf16_floats(size_t n) { return tr__align_bf16(n) / 2; }
+
+/* One micro-batch's activations from `at` on: each layer's (and its bf16 copies), then (cross-entropy) the loss's
  * probabilities. In each slot, or (recompute) once, in the work area. */
 static size_t plan_acts(tr_stage *st, size_t at) {
   const tr_model *m = st->m;
   const tr_stage_info *in = &st->info;
   for (int i = 0; i < st->nl; i++) {
     tr__stage_layer *L = &st->layers[i];
+    size_t act16, scratch16;
+    layer_bf16(st, L->spec, &act16, &scratch16);
     L->act_off = at;
     at += tr__align_floats(tr_layer_act_floats(L->spec, in->batch, m->ctx));
+    L->act16_off = at;
+    at += bf16_floats(act16);
   }
   if (in->is_last && m->loss == TR_LOSS_CROSSENTROPY) {
     st->probs_off = at;
@@ -116,18 +132,21 @@ static size_t plan_slot(tr_stage *st) {
 }
 
 /* Backward's scratch: two gradient buffers that alternate through the layers, two for the
- * stage's input gradient, the layers' own scratch (the largest any asks for) and a few
- * device scalars. */
+ * stage's input gradient, the layers' own scratch (the largest any asks for, and in bf16 its
+ * bf16 scratch likewise) and a few device scalars. */
 static size_t plan_scratch(tr_stage *st, float *base) {
   const tr_stage_info *in = &st->info;
   const size_t rows = (size_t)in->rows;
-  size_t wide = 0, at = 0, layer = 0;
+  size_t wide = 0, at = 0, layer = 0, layer16 = 0;
   for (int i = 0; i < st->nl; i++) {
     const tr_layer_spec *l = st->layers[i].spec;
     wide = wide > (size_t)l->out ? wide : (size_t)l->out;
     if (!l->type->token_input) wide = wide > (size_t)l->in ? wide : (size_t)l->in;
     const size_t s = tr__align_floats(tr_layer_scratch_floats(l, in->batch, st->m->ctx));
     layer = layer > s ? layer : s;
+    size_t act16, scratch16;
+    layer_bf16(st, l, &act16, &scratch16);
+    layer16 = layer16 > bf16_floats(scratch16) ? layer16 : bf16_floats(scratch16);
   }
   const size_t g = tr__align_floats(rows * wide);
   st->g[0] = base ? base + at : NULL, at += g;
@@ -139,12 +158,15 @@ static size_t plan_scratch(tr_stage *st, float *base) {
   }
   st->layer_scratch = base ? base + at : NULL;
   at += layer;
+  st->layer_scratch16 = base && bf16(st) ? (tr_bf16 *)(base + at) : NULL;
+  at += layer16;
   st->scalars = base ? base + at : NULL;
   at += TR__ALIGN_FLOATS;
   return at;
 }
 
-/* Points the stage's tensor table into its parameter and gradient allocations. */
+/* Points the stage's tensor tables into its parameter and gradient allocations (and the
+ * parameters' bf16 copy); the copy is to be made again. */
 static void bind_params(tr_stage *st) {
   const tr_model *m = st->m;
   const int t0 = m->layer_tensor0[st->info.first];
@@ -152,7 +174,9 @@ static void bind_params(tr_stage *st) {
     const size_t off = m->tensors[t0 + t].offset - st->info.offset;
     st->tensors[t] = st->params + off;
     st->tensors[st->nt + t] = st->grads + off;
+    if (st->params16) st->tensors16[t] = st->params16 + off;
   }
+  st->params16_stale = 1;
 }
 
 static int init_params(tr_stage *st, uint64_t seed) {
@@ -232,18 +256,28 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   st->dev = d;
   st->s = tr_device_stream(d);
   st->optim = cfg->optim;
+  st->precision = cfg->precision;
   tr_stage_info *in = &st->info;
   *in = (tr_stage_info){.first = cfg->first, .end = end, .batch = cfg->batch,
                         .rows = cfg->batch * m->ctx, .slots = cfg->slots, .global_batch = gb,
-                        .is_first = cfg->first == 0, .is_last = end == m->nlayers};
+                        .is_first = cfg->first == 0, .is_last = end == m->nlayers,
+                        .precision = cfg->precision.gemm};
   st->training = 1;
   st->nl = end - cfg->first;
   st->nt = m->layer_tensor0[end] - m->layer_tensor0[cfg->first];
   st->layers = calloc((size_t)st->nl, sizeof *st->layers);
   st->tensors = calloc(2 * (size_t)st->nt + 1, sizeof *st->tensors);
+  st->tensors16 = calloc((size_t)st->nt + 1, sizeof *st->tensors16);
   st->samples = calloc((size_t)cfg->slots + 1, sizeof *st->samples);
-  if (!st->layers || !st->tensors || !st->samples)
+  if (!st->layers || !st->tensors || !st->tensors16 || !st->samples)
     return open_fail(st, TR_ENOMEM, err, err_size, "out of memory");
+  if ((unsigned)cfg->precision.gemm >= TR_PRECISION_COUNT)
+    return open_fail(st, TR_EINVAL, err, err_size, "precision.gemm: not a precision");
+  if (cfg->split && cfg->precision.gemm != TR_PRECISION_FP32)
+    return open_fail(st, TR_EINVAL, err, err_size,
+                     "split: backward in two halves runs in fp32 only (precision.gemm bf16)");
+  if (cfg->precision.tf32 && tr_device_set_tf32(d, 1))
+    return open_fail(st, TR_EDEVICE, err, err_size, "precision.tf32");
   for (int i = 0; i < st->nl; i++) {
     tr__stage_layer *L = &st->layers[i];
     L->index = cfg->first + i;
@@ -266,6 +300,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   in->slot_bytes = slot * sizeof(float);
   in->scratch_bytes = scratch * sizeof(float);
   in->work_bytes = work * sizeof(float);
+  /* the weights' copy: where a stage runs forward in bf16 */
+  in->params16_bytes = bf16(st) && cfg->slots ? in->numel * sizeof(tr_bf16) : 0;
   const size_t rows = (size_t)in->rows, out_w = (size_t)m->layers[end - 1].out;
   in->input_bytes = rows * input_row(st) * 4; /* int32 tokens or floats */
   in->output_bytes = rows * out_w * sizeof(float);
@@ -278,7 +314,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   if (rc == 0) rc = alloc(st, in->state_numel, &st->state);
   st->own[0] = st->params, st->own[1] = st->grads, st->own[2] = st->state;
   if (rc || (rc = alloc(st, slot * (size_t)cfg->slots, &st->slots)) ||
-      (rc = alloc(st, scratch, &st->scratch)) || (rc = alloc(st, work, &st->work)))
+      (rc = alloc(st, scratch, &st->scratch)) || (rc = alloc(st, work, &st->work)) ||
+      (rc = alloc(st, in->params16_bytes / sizeof(float), (float **)&st->params16)))
     return open_fail(st, rc, err, err_size, "allocating device memory");
   if (cfg->slots) plan_scratch(st, st->scratch);
   else st->scalars = st->scratch;
@@ -298,11 +335,13 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
 
 void tr_stage_close(tr_stage *st) {
   if (!st) return;
-  float *bufs[] = {st->own[0], st->own[1], st->own[2], st->slots, st->scratch, st->work};
+  float *bufs[] = {st->own[0], st->own[1], st->own[2], st->slots, st->scratch, st->work,
+                   (float *)st->params16};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) tr_device_free(st->dev, bufs[i]);
   free(st->layers);
   free(st->tensors);
+  free(st->tensors16);
   free(st->samples);
   free(st);
 }
@@ -397,13 +436,18 @@ static float loss_scale(const tr_stage *st) {
 /* What layer L's kind needs for the slot's micro-batch, its input at x. */
 static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, const void *x) {
   st->layer_err[0] = 0;
+  const int mixed = bf16(st);
   return (tr_layer_ctx){.s = st->s, .l = L->spec, .B = st->info.batch, .T = st->m->ctx,
                         .p = st->tensors + L->t0, .g = st->tensors + st->nt + L->t0, .x = x,
                         .act = layer_out(L, acts_of(st, slot)), .scratch = st->layer_scratch,
                         .seed = L->seed, .first_sample = st->samples[slot],
                         .training = st->training, .err = st->layer_err,
                         .err_size = sizeof st->layer_err,
-                        .keep = st->split ? slot_base(st, slot) + L->keep_off : NULL};
+                        .keep = st->split ? slot_base(st, slot) + L->keep_off : NULL,
+                        .precision = st->precision.gemm,
+                        .p16 = mixed ? st->tensors16 + L->t0 : NULL,
+                        .act16 = mixed ? (tr_bf16 *)(acts_of(st, slot) + L->act16_off) : NULL,
+                        .scratch16 = st->layer_scratch16};
 }
 
 /* Layer i's input: the stage's, or the layer before's output. */
@@ -427,15 +471,20 @@ static int run_forward(tr_stage *st, int slot, float *loss) {
   float *base = slot_base(st, slot);
   const float *x = layer_in(st, st->nl, slot);
   int rc = m->loss == TR_LOSS_MSE
-               ? tr_mse_forward(st->s, loss, x, base + st->target_off, (size_t)N * V, loss_scale(st))
-               : tr_crossentropy_forward(st->s, loss, probs_of(st, slot), x,
-                                         (const int32_t *)(base + st->target_off), N, V,
-                                         loss_scale(st));
+               ? tr_mse_fwd(st->s, loss, x, base + st->target_off, (size_t)N * V, loss_scale(st))
+               : tr_crossentropy_fwd(st->s, loss, probs_of(st, slot), x,
+                                     (const int32_t *)(base + st->target_off), N, V,
+                                     loss_scale(st));
   return rc ? tr__stage_fail(st, rc, "loss") : 0;
 }
 
 int tr_stage_forward(tr_stage *st, int slot) {
   float *base = slot_base(st, slot);
+  if (st->params16 && st->params16_stale) { /* the step's weights, once */
+    int rc = tr_to_bf16(st->s, st->params16, st->params, st->info.numel);
+    if (rc) return tr__stage_fail(st, rc, "weights to bf16");
+    st->params16_stale = 0;
+  }
   TR__TRY(run_forward(st, slot, base + st->loss_off));
   if (!st->recompute || st->info.is_last) return 0;
   const size_t bytes = st->info.output_bytes;
@@ -462,11 +511,11 @@ static int loss_gradient(tr_stage *st, int slot, float *to, const float **dout) 
   const tr_model *m = st->m;
   const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
   int rc = m->loss == TR_LOSS_MSE
-               ? tr_mse_backward(st->s, to, layer_in(st, st->nl, slot), base + st->target_off,
-                                 (size_t)N * V, loss_scale(st))
-               : tr_crossentropy_backward(st->s, to, probs_of(st, slot),
-                                          (const int32_t *)(base + st->target_off), N, V,
-                                          loss_scale(st));
+               ? tr_mse_bwd(st->s, to, layer_in(st, st->nl, slot), base + st->target_off,
+                            (size_t)N * V, loss_scale(st))
+               : tr_crossentropy_bwd(st->s, to, probs_of(st, slot),
+                                     (const int32_t *)(base + st->target_off), N, V,
+                                     loss_scale(st));
   if (rc) return tr__stage_fail(st, rc, "loss gradient");
   *dout = to;
   return 0;

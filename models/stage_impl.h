@@ -11,6 +11,7 @@ typedef struct tr__stage_layer {
   int t0;                 /* its tensors: the stage's tensor t0 onwards */
   size_t act_off;         /* its activations, from a slot's start (recompute: the work
                              area's) (floats) */
+  size_t act16_off;       /* its bf16 activations (bf16), likewise (floats) */
   uint64_t seed;          /* its random key */
   size_t keep_off;        /* split: what its B half keeps for its W half, from a slot's start */
   size_t dout_off;        /* split: the gradient of its output kept for its W half, from a
@@ -42,12 +43,17 @@ struct tr_stage {
   float *dinput[2];              /*   the stage's input gradient, alternating */
   int dinput_next;
   float *layer_scratch;          /*   the layers' (tr_layer_ctx.scratch) */
+  tr_bf16 *layer_scratch16;      /*   and their bf16 scratch (bf16 only) */
   float *scalars;                /*   [0] sum of squares, [1] clip factor, [2] a loss
                                       recomputed (recompute) */
   int nl;
   tr__stage_layer *layers;
   float **tensors;               /* per tensor of the stage: its parameters, then (after nt) */
   int nt;                        /*   its gradients */
+  tr_precision_config precision;
+  tr_bf16 *params16;             /* bf16: the parameters' copy, one allocation (slots only) */
+  const tr_bf16 **tensors16;     /*   per tensor, its copy */
+  int params16_stale;            /*   made again at the next forward */
   tr_grad_ready_fn ready;
   void *ready_arg;
   char err[512];

@@ -138,6 +138,14 @@ typedef struct tr_layer_ctx {
   float *keep;                /* keep_floats floats, this micro-batch's own (64-byte aligned):
                                  what backward_input leaves for backward_weight in a split
                                  backward; NULL otherwise */
+  /* Mixed precision: the stage's precision of GEMM inputs (tr_precision_config.gemm). Under
+   * TR_PRECISION_BF16 the three pointers are set (else NULL), for a kind that multiplies in
+   * bf16 (tr_gemm_bf16): */
+  tr_precision precision;
+  const tr_bf16 *const *p16;  /* bf16 copies of p, same order: made once per step, read-only */
+  tr_bf16 *act16;             /* bf16_elems' act elements, this micro-batch's own (64-byte
+                                 aligned): what forward converts and backward reads again */
+  tr_bf16 *scratch16;         /* bf16_elems' scratch elements, shared like scratch */
 } tr_layer_ctx;
 
 typedef struct tr_tensor_list tr_tensor_list;
@@ -181,6 +189,10 @@ struct tr_layer_type {
   int (*backward_weight)(const tr_layer_ctx *c, const float *dout);
   /* OPTIONAL (0): floats of ctx->keep per micro-batch. */
   size_t (*keep_floats)(const tr_layer_spec *l, int B, int T);
+  /* OPTIONAL (none: the kind computes in fp32 whatever the precision): under
+   * TR_PRECISION_BF16, the bf16 elements of ctx->act16 per micro-batch (its products' inputs,
+   * converted in forward and kept for backward) and of ctx->scratch16. */
+  void (*bf16_elems)(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
 };
 
 /* How a tensor starts (PyTorch's defaults: Linear uniform in +-1/sqrt(in), Embedding
@@ -212,6 +224,7 @@ int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char
 int tr_layer_tensor_count(const tr_layer_spec *l, int T);
 size_t tr_layer_act_floats(const tr_layer_spec *l, int B, int T);
 size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T);
+void tr_layer_bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
 double tr_layer_flops(const tr_layer_spec *l, int T);
 size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T);
 /* Whether the kind's backward splits (it has backward_weight). */

@@ -1,6 +1,9 @@
-/* tr_layers.h — the layers of troupe's networks as free functions with explicit forward and
- * backward passes (llm.c style: no autograd engine). Each is a short sequence of tr_device.h
- * ops on one stream over device pointers, so the same code runs on host devices and GPUs.
+/* tr_layers.h — the layers of troupe's networks that are more than one device op, as free
+ * functions with explicit forward and backward passes (llm.c style: no autograd engine):
+ * linear, causal self-attention and the transformer block. Each is a short sequence of
+ * tr_device.h ops on one stream over device pointers, so the same code runs on host devices
+ * and GPUs; the layers that are one op (activations, layernorm, embedding, the losses) are
+ * those ops themselves (tr_relu_fwd, tr_layernorm_bwd, tr_mse_fwd, ...).
  *
  * Conventions: row-major float32; N is the number of rows (B for a batch of vectors, B*T
  * for a batch of sequences); shapes are in the comment above each function. Forward passes
@@ -13,16 +16,22 @@
  *
  *   // a two-layer perceptron on stream s, batch of N rows
  *   tr_linear_forward(s, h, x, w1, b1, N, 10, 100);           // h (N,100)
- *   tr_relu_forward(s, a, h, (size_t)N * 100);                // a (N,100)
+ *   tr_relu_fwd(s, a, h, (size_t)N * 100);                    // a (N,100)
  *   tr_linear_forward(s, y, a, w2, b2, N, 100, 1);            // y (N,1)
- *   tr_mse_forward(s, loss, y, target, N, 1.0f / N);
- *   tr_mse_backward(s, dy, y, target, N, 1.0f / N);
+ *   tr_mse_fwd(s, loss, y, target, N, 1.0f / N);
+ *   tr_mse_bwd(s, dy, y, target, N, 1.0f / N);
  *   tr_linear_backward(s, da, dw2, db2, dy, a, w2, N, 100, 1);
- *   tr_relu_backward(s, da, da, h, (size_t)N * 100);          // in place
+ *   tr_relu_bwd(s, da, h, da, (size_t)N * 100);               // in place
  *   tr_linear_backward(s, NULL, dw1, db1, da, x, w1, N, 10, 100);
  *
  * The transformer block keeps its parameters, saved activations and backward scratch in
  * structs of pointers; the carve functions lay the latter two out in one buffer each.
+ *
+ * Mixed precision: each function takes its products' bf16 operands in a struct (NULL: all in
+ * fp32). Weights come converted (a stage converts them once per step); a forward converts
+ * the inputs of its products into the struct's buffers, where its backward reads them again,
+ * and a backward converts each gradient once on its way into its two products. Products
+ * take bf16 and sum in fp32 (tr_gemm_bf16); everything else stays fp32.
  */
 #ifndef TR_LAYERS_H
 #define TR_LAYERS_H
@@ -40,70 +49,52 @@ extern "C" {
 
 /* ---- linear ---------------------------------------------------------------------------- */
 
+/* A linear layer's bf16 operands. */
+typedef struct tr_linear_bf16 {
+  const tr_bf16 *weight; /* (OC,C) */
+  tr_bf16 *inp;          /* (N,C): forward writes inp here, backward reads it */
+  tr_bf16 *dout;         /* (N,OC): backward's scratch */
+} tr_linear_bf16;
+
 /* inp (N,C), weight (OC,C), bias (OC) or NULL -> out (N,OC) = inp @ weight^T + bias */
 int tr_linear_forward(tr_stream *s, float *out, const float *inp, const float *weight,
-                      const float *bias, int N, int C, int OC);
+                      const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp);
 /* The same, added to what out holds: out (N,OC) += inp @ weight^T + bias (a residual). */
 int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const float *weight,
-                          const float *bias, int N, int C, int OC);
+                          const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp);
 /* dout (N,OC), inp (N,C), weight (OC,C) -> dinp (N,C) (or NULL), dweight (OC,C) +=,
- * dbias (OC) += (NULL when the layer has no bias) */
+ * dbias (OC) += (NULL when the layer has no bias). mp: as forward left it. */
 int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
-                       int OC);
-/* Its two halves, which a zero-bubble schedule runs apart (tr_layer_type.h): the input's
- * gradient dinp (N,C) = dout @ weight, then the parameters' dweight += dout^T @ inp,
- * dbias += the sum of dout's rows. tr_linear_backward is the one, then the other. */
+                       int OC, const tr_linear_bf16 *mp);
+/* Its two halves in fp32, which a zero-bubble schedule runs apart (tr_layer_type.h): the
+ * input's gradient dinp (N,C) = dout @ weight, then the parameters' dweight += dout^T @ inp,
+ * dbias += the sum of dout's rows. tr_linear_backward without mp is the one, then the other. */
 int tr_linear_backward_input(tr_stream *s, float *dinp, const float *dout, const float *weight,
                              int N, int C, int OC);
 int tr_linear_backward_weight(tr_stream *s, float *dweight, float *dbias, const float *dout,
                               const float *inp, int N, int C, int OC);
 
-/* ---- activations (element-wise over n values) -------------------------------------------- */
-
-/* inp (n) -> out (n) = max(inp, 0) */
-int tr_relu_forward(tr_stream *s, float *out, const float *inp, size_t n);
-/* dout (n), inp (n) -> dinp (n); dinp may equal dout */
-int tr_relu_backward(tr_stream *s, float *dinp, const float *dout, const float *inp, size_t n);
-/* inp (n) -> out (n) = gelu(inp), the tanh approximation */
-int tr_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n);
-/* dout (n), inp (n) -> dinp (n); dinp may equal dout */
-int tr_gelu_backward(tr_stream *s, float *dinp, const float *dout, const float *inp, size_t n);
-
-/* ---- layernorm ----------------------------------------------------------------------------- */
-
-/* inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N) (saved for backward);
- * eps TR_LAYERNORM_EPS. out must not overlap inp. */
-int tr_layernorm_forward(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                         const float *weight, const float *bias, int N, int C);
-/* dout (N,C), inp (N,C), weight (C), mean (N), rstd (N) -> dinp (N,C), dweight (C) +=,
- * dbias (C) +=. dinp must not overlap dout or inp. */
-int tr_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
-                          const float *dout, const float *inp, const float *weight,
-                          const float *mean, const float *rstd, int N, int C);
-
-/* ---- embedding with learned positions ------------------------------------------------------ */
-
-/* idx (B,T) int32 in [0,V), wte (V,C), wpe (T,C) -> out (B,T,C) = wte[idx] + wpe[t] */
-int tr_embedding_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
-                         const float *wpe, int B, int T, int C, int V);
-/* dout (B,T,C), idx (B,T) -> dwte (V,C) +=, dwpe (T,C) += */
-int tr_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
-                          const int32_t *idx, int B, int T, int C, int V);
-
 /* ---- causal multi-head self-attention (the part between the two projections) -------------- */
+
+/* Attention's bf16 operands: forward writes qkv and att here, backward reads them. */
+typedef struct tr_attention_bf16 {
+  tr_bf16 *qkv;  /* (B,T,3C) */
+  tr_bf16 *att;  /* (B,NH,T,T) */
+  tr_bf16 *grad; /* backward's scratch: max((B,T,C), (B,NH,T,T)) elements */
+} tr_attention_bf16;
 
 /* qkv (B,T,3C), each row [q | k | v] with head h in columns h*hs .. h*hs+hs-1 of each part
  * (hs = C/NH) -> att (B,NH,T,T) (the softmax weights, saved for backward), out (B,T,C) with
  * head h in columns h*hs..: out = softmax(q k^T / sqrt(hs), causal) v, head by head. The
  * heads are read and written in place through GEMM strides; C % NH == 0. */
 int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
-                         int C, int NH);
+                         int C, int NH, const tr_attention_bf16 *mp);
 /* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C) (overwritten); datt and
  * dpreatt (B,NH,T,T) are scratch. */
 int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt,
                           const float *dout, const float *qkv, const float *att, int B, int T,
-                          int C, int NH);
+                          int C, int NH, const tr_attention_bf16 *mp);
 
 /* ---- the pre-LN transformer block -------------------------------------------------------
  * out = x + proj(attn(qkv(ln1(x)))) then out += fcproj(gelu(fc(ln2(.)))): x (B,T,C), NH heads,
@@ -158,39 +149,41 @@ size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d);
 size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d);
 size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d);
 
-/* inp (B,T,C) -> a->out (B,T,C) and everything else in *a */
+/* The block's bf16 operands: its weights, the inputs of its products (forward writes them,
+ * backward reads them), and backward's scratch, where one gradient at a time goes on its
+ * way into a product (attention's too: attn.grad is grad). */
+typedef struct tr_block_bf16 {
+  const tr_bf16 *qkvw, *projw, *fcw, *fcprojw; /* (3C,C), (C,C), (H,C), (C,H) */
+  tr_bf16 *ln1, *atty, *ln2, *fch_gelu;        /* (B,T,C) each but fch_gelu (B,T,H) */
+  tr_attention_bf16 attn;                      /* qkv (B,T,3C), att (B,NH,T,T) */
+  tr_bf16 *grad;
+} tr_block_bf16;
+
+/* Lays the bf16 inputs out from `act` and the scratch from `scratch` (64-byte aligned; either
+ * NULL: sizes only, h is left untouched) and sets *act_elems and *scratch_elems to the bf16
+ * elements each takes. The weights are the caller's to set. */
+void tr_block_bf16_carve(tr_block_bf16 *h, tr_bf16 *act, tr_bf16 *scratch, tr_block_dims d,
+                         size_t *act_elems, size_t *scratch_elems);
+
+/* inp (B,T,C) -> a->out (B,T,C) and everything else in *a (and *mp) */
 int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
-                     const float *inp, tr_block_dims d);
+                     const float *inp, tr_block_dims d, const tr_block_bf16 *mp);
 /* dout (B,T,C) -> dinp (B,T,C) (or NULL), g += parameter gradients. dinp may equal dout. */
 int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
-                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d);
-/* The same in two halves (tr_layer_type.h): the input's gradient, with the layernorms'
- * parameter gradients (one pass over the rows gives both) and the attention's (it has no
- * parameters), keeping in k what the four projections' weights need; later those weights'
- * gradients, from the same dout. dinp must not overlap dout here: the second half reads it. */
+                      const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
+                      const tr_block_bf16 *mp);
+/* The same in two halves, in fp32 (tr_layer_type.h): the input's gradient, with the
+ * layernorms' parameter gradients (one pass over the rows gives both) and the attention's
+ * (it has no parameters), keeping in k what the four projections' weights need; later those
+ * weights' gradients, from the same dout. dinp must not overlap dout here: the second half
+ * reads it. */
 int tr_block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
                             const tr_block_scratch *sc, const tr_block_keep *k,
                             const float *dout, const float *inp, const tr_block_params *p,
                             const tr_block_acts *a, tr_block_dims d);
 int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
                              const float *dout, const tr_block_acts *a, tr_block_dims d);
-
-/* ---- losses ---------------------------------------------------------------------------------- */
-
-/* pred (n), target (n) -> loss[0] = scale * sum (pred - target)^2 (scale 1/n: the mean) */
-int tr_mse_forward(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
-                   float scale);
-/* -> dpred (n) = 2 scale (pred - target) */
-int tr_mse_backward(tr_stream *s, float *dpred, const float *pred, const float *target,
-                    size_t n, float scale);
-/* logits (N,V), targets (N) int32 in [0,V) -> probs (N,V) (saved for backward),
- * loss[0] = scale * sum_n -log probs[n][targets[n]] */
-int tr_crossentropy_forward(tr_stream *s, float *loss, float *probs, const float *logits,
-                            const int32_t *targets, int N, int V, float scale);
-/* probs (N,V), targets (N) -> dlogits (N,V) = scale (probs - onehot); may equal probs */
-int tr_crossentropy_backward(tr_stream *s, float *dlogits, const float *probs,
-                             const int32_t *targets, int N, int V, float scale);
 
 #ifdef __cplusplus
 }

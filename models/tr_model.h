@@ -184,6 +184,19 @@ int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int
 typedef struct tr_stage_shard {
   int count, index;
 } tr_stage_shard;
+/* How a stage computes. gemm TR_PRECISION_BF16 is mixed precision: the matrix products of the
+ * kinds that have bf16 (linear, block, and residuals of them) take their weights and
+ * activations in bfloat16 and sum in float32, while parameters ("master weights"),
+ * gradients, optimizer state, every other op and checkpoints stay float32. The weights'
+ * bf16 copy is made once per step, at the first forward after the parameters may have
+ * changed (tr_stage_open, tr_stage_step, tr_stage_zero_grads, tr_stage_upload,
+ * tr_stage_share_params): whoever writes tr_stage_params directly does so before the
+ * stage's tr_stage_zero_grads. */
+typedef struct tr_precision_config {
+  tr_precision gemm;    /* TR_PRECISION_FP32 (the default) or TR_PRECISION_BF16 */
+  int tf32;             /* CUDA: TF32 tensor cores in fp32 GEMMs; tr_stage_open turns it on
+                           for its device (tr_device_set_tf32) */
+} tr_precision_config;
 
 typedef struct tr_stage_config {
   int first, end;       /* layers [first, end); end 0: to the last layer */
@@ -196,12 +209,13 @@ typedef struct tr_stage_config {
                            one area shared by the slots; results are bitwise the same */
   int split;            /* room for backward in two halves (tr_stage_backward_input, then
                            tr_stage_backward_weight): a slot also keeps the gradients its
-                           weight half needs */
+                           weight half needs. fp32 only: refused with bf16 precision */
   int global_batch;     /* samples per optimizer step over all micro-batches and replicas:
                            the loss is scaled by 1/global_batch; 0: batch */
   uint64_t seed;        /* initialisation */
   tr_optim_config optim;
   tr_stage_shard shard; /* ZeRO stage 1: the part of the optimizer this stage holds */
+  tr_precision_config precision;
 } tr_stage_config;
 
 /* The whole model, its workload batch and optimizer, one slot, seed 0. */
@@ -225,6 +239,8 @@ typedef struct tr_stage_info {
   size_t scratch_bytes; /* device memory shared by the slots */
   size_t work_bytes;    /* recompute: the activations of one micro-batch, shared by the
                            slots; else 0 */
+  size_t params16_bytes;/* the weights' bf16 copy (bf16 only, and only with slots) */
+  tr_precision precision;
 } tr_stage_info;
 
 /* Allocates everything the stage will ever use and initialises the parameters (PyTorch's

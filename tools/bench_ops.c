@@ -5,14 +5,17 @@
  *                 shapes (mlp: batch 256 through 1024x1024 layers, forward and both
  *                 backward products; gpt: B*T = 1024 rows through widths 256/768/1024, and
  *                 its attention as a strided batch; simplenet's five tiny products, which
- *                 the host backend runs without BLAS), against cblas_sgemm called directly
- *                 on the same buffers (host devices; target >= 0.95x).
+ *                 the host backend runs without a library), against the libraries called
+ *                 directly on the same buffers, one thread each (host devices; target >=
+ *                 0.95x the host's own): oneDNN's matmul made once for the shape (builds on
+ *                 oneDNN), and cblas_sgemm. Then the same shapes but simplenet's with bf16
+ *                 operands (tr_gemm_bf16), against oneDNN's bf16 matmul.
  *   element-wise  GB/s of every kernel (bytes each must read and write once), against memcpy
  *                 moving the same number of bytes (host devices: libc memcpy; GPUs: a
  *                 device-to-device tr_memcpy).
  *   parallel      with two or more host devices: 1024^2 GEMMs on all of them at once, one
- *                 thread each, against one alone: OpenBLAS calls from several threads
- *                 must both be safe and run side by side.
+ *                 thread each, against one alone: library calls from several threads must
+ *                 both be safe and run side by side.
  *
  * Each figure is the best of three timed runs of at least --seconds each (calls are
  * repeated to fill it), the op and its reference interleaved so both meet the same machine.
@@ -29,6 +32,14 @@
 #include "cli.h"
 #include "troupe.h"
 
+#ifdef TR_BLAS_ONEDNN
+#include <oneapi/dnnl/dnnl.h>
+
+extern void omp_set_num_threads(int n); /* libgomp's, oneDNN's runtime */
+#endif
+
+typedef struct raw_dnnl raw_dnnl;
+
 typedef struct ctx {
   tr_device *dev;
   tr_stream *s;
@@ -40,6 +51,9 @@ typedef struct ctx {
   tr_op opa, opb;
   int M, N, K, batch;
   float beta;
+  const char *dn;     /* the device's name */
+  tr_bf16 *a16, *b16; /* a and b in bf16, for the bf16 rows */
+  raw_dnnl *raw;      /* the shape's oneDNN reference */
   int status;
 } ctx;
 
@@ -72,6 +86,14 @@ static double time_op(ctx *c, op_fn fn, double target) {
 static int lda_of(const ctx *c) { return c->opa == TR_OP_N ? c->K : c->M; }
 static int ldb_of(const ctx *c) { return c->opb == TR_OP_N ? c->N : c->K; }
 
+static void gemm_api_bf16(ctx *c) {
+  const int nb = c->batch ? c->batch : 1;
+  int rc = tr_gemm_batched_bf16(c->s, c->opa, c->opb, c->M, c->N, c->K, 1.0f, c->a16, lda_of(c),
+                                (int64_t)c->M * c->K, c->b16, ldb_of(c), (int64_t)c->K * c->N,
+                                c->beta, c->c, c->N, (int64_t)c->M * c->N, nb);
+  if (rc) c->status = rc;
+}
+
 static void gemm_api(ctx *c) {
   int rc;
   if (c->batch)
@@ -93,31 +115,109 @@ static void gemm_raw(ctx *c) {
                 c->beta, c->c + (size_t)i * c->M * c->N, c->N);
 }
 
+#ifdef TR_BLAS_ONEDNN
+/* The oneDNN reference: its matmul primitive made once for the shape, with the operands as
+ * dense as the raw cblas call has them, on the same buffers, on one thread. */
+struct raw_dnnl {
+  dnnl_engine_t engine;
+  dnnl_stream_t stream;
+  dnnl_primitive_t prim;
+  dnnl_exec_arg_t args[3];
+};
+
+static dnnl_status_t raw_desc(dnnl_memory_desc_t *md, int batch, int rows, int cols, int trans,
+                              dnnl_data_type_t type) {
+  const dnnl_dim_t r = trans ? 1 : cols, c = trans ? rows : 1;
+  if (!batch) return dnnl_memory_desc_init_by_strides(md, 2, (dnnl_dims_t){rows, cols}, type,
+                                                      (dnnl_dims_t){r, c});
+  return dnnl_memory_desc_init_by_strides(md, 3, (dnnl_dims_t){batch, rows, cols}, type,
+                                          (dnnl_dims_t){(dnnl_dim_t)rows * cols, r, c});
+}
+
+static void raw_dnnl_close(raw_dnnl *r) {
+  if (!r) return;
+  for (int i = 0; i < 3; i++)
+    if (r->args[i].memory) dnnl_memory_destroy(r->args[i].memory);
+  if (r->prim) dnnl_primitive_destroy(r->prim);
+  if (r->stream) dnnl_stream_destroy(r->stream);
+  if (r->engine) dnnl_engine_destroy(r->engine);
+  free(r);
+}
+
+/* For c's shape, bf16 operands (a16, b16) or fp32 (a, b); NULL when oneDNN cannot. */
+static raw_dnnl *raw_dnnl_open(const ctx *c, int bf16) {
+  omp_set_num_threads(1);
+  raw_dnnl *r = calloc(1, sizeof *r);
+  const dnnl_data_type_t in = bf16 ? dnnl_bf16 : dnnl_f32;
+  dnnl_memory_desc_t md[3];
+  dnnl_matmul_desc_t mm;
+  dnnl_primitive_attr_t attr = NULL;
+  dnnl_post_ops_t ops = NULL;
+  dnnl_primitive_desc_t pd = NULL;
+  void *ptr[3] = {bf16 ? (void *)c->a16 : c->a, bf16 ? (void *)c->b16 : c->b, c->c};
+  const int args[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+  int ok = r && !dnnl_engine_create(&r->engine, dnnl_cpu, 0) &&
+           !dnnl_stream_create(&r->stream, r->engine, dnnl_stream_default_flags) &&
+           !raw_desc(&md[0], c->batch, c->M, c->K, c->opa == TR_OP_T, in) &&
+           !raw_desc(&md[1], c->batch, c->K, c->N, c->opb == TR_OP_T, in) &&
+           !raw_desc(&md[2], c->batch, c->M, c->N, 0, dnnl_f32) &&
+           !dnnl_matmul_desc_init(&mm, &md[0], &md[1], NULL, &md[2]) &&
+           !dnnl_primitive_attr_create(&attr);
+  if (ok && c->beta != 0.0f)
+    ok = !dnnl_post_ops_create(&ops) && !dnnl_post_ops_append_sum(ops, c->beta) &&
+         !dnnl_primitive_attr_set_post_ops(attr, ops);
+  ok = ok && !dnnl_primitive_desc_create(&pd, &mm, attr, r->engine, NULL) &&
+       !dnnl_primitive_create(&r->prim, pd);
+  for (int i = 0; ok && i < 3; i++) {
+    r->args[i].arg = args[i];
+    ok = !dnnl_memory_create(&r->args[i].memory, &md[i], r->engine, ptr[i]);
+  }
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (ops) dnnl_post_ops_destroy(ops);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (!ok) raw_dnnl_close(r), r = NULL;
+  return r;
+}
+
+static void gemm_raw_dnnl(ctx *c) {
+  if (dnnl_primitive_execute(c->raw->prim, c->raw->stream, 3, c->raw->args)) c->status = TR_EDEVICE;
+}
+#else
+static raw_dnnl *raw_dnnl_open(const ctx *c, int bf16) {
+  (void)c, (void)bf16;
+  return NULL;
+}
+static void raw_dnnl_close(raw_dnnl *r) { (void)r; }
+static void gemm_raw_dnnl(ctx *c) { (void)c; }
+#endif
+
 typedef struct gemm_shape {
   const char *name;
   tr_op opa, opb;
   int M, N, K, batch;
   float beta;
+  int bf16; /* measured in bf16 too */
 } gemm_shape;
 
 static const gemm_shape gemm_shapes[] = {
-    {"square 1024", TR_OP_N, TR_OP_N, 1024, 1024, 1024, 0, 0},
-    {"square 2048", TR_OP_N, TR_OP_N, 2048, 2048, 2048, 0, 0},
-    {"mlp fwd  inp@W^T", TR_OP_N, TR_OP_T, 256, 1024, 1024, 0, 0},
-    {"mlp bwd  dout@W", TR_OP_N, TR_OP_N, 256, 1024, 1024, 0, 0},
-    {"mlp bwd  dout^T@inp +=", TR_OP_T, TR_OP_N, 1024, 1024, 256, 0, 1},
-    {"gpt qkv  (1024x256)@W^T", TR_OP_N, TR_OP_T, 1024, 768, 256, 0, 0},
-    {"gpt proj (1024x256)@W^T", TR_OP_N, TR_OP_T, 1024, 256, 256, 0, 0},
-    {"gpt fc   (1024x256)@W^T", TR_OP_N, TR_OP_T, 1024, 1024, 256, 0, 0},
-    {"gpt fc2  (1024x1024)@W^T", TR_OP_N, TR_OP_T, 1024, 256, 1024, 0, 0},
-    {"gpt fc bwd dW +=", TR_OP_T, TR_OP_N, 1024, 256, 1024, 0, 1},
-    {"gpt attn q@k^T, 32x", TR_OP_N, TR_OP_T, 128, 128, 64, 32, 0},
-    {"simplenet fwd inp@W^T", TR_OP_N, TR_OP_T, 64, 100, 10, 0, 0},
-    {"simplenet fwd2 h@w^T", TR_OP_N, TR_OP_T, 64, 1, 100, 0, 0},
-    {"simplenet bwd dout@W", TR_OP_N, TR_OP_N, 64, 100, 1, 0, 0},
-    {"simplenet bwd dW2 +=", TR_OP_T, TR_OP_N, 1, 100, 64, 0, 1},
-    {"simplenet bwd dW1 +=", TR_OP_T, TR_OP_N, 100, 10, 64, 0, 1},
+    {"square 1024", TR_OP_N, TR_OP_N, 1024, 1024, 1024, 0, 0, 1},
+    {"square 2048", TR_OP_N, TR_OP_N, 2048, 2048, 2048, 0, 0, 1},
+    {"mlp fwd  inp@W^T", TR_OP_N, TR_OP_T, 256, 1024, 1024, 0, 0, 1},
+    {"mlp bwd  dout@W", TR_OP_N, TR_OP_N, 256, 1024, 1024, 0, 0, 1},
+    {"mlp bwd  dout^T@inp +=", TR_OP_T, TR_OP_N, 1024, 1024, 256, 0, 1, 1},
+    {"gpt qkv  (1024x256)@W^T", TR_OP_N, TR_OP_T, 1024, 768, 256, 0, 0, 1},
+    {"gpt proj (1024x256)@W^T", TR_OP_N, TR_OP_T, 1024, 256, 256, 0, 0, 1},
+    {"gpt fc   (1024x256)@W^T", TR_OP_N, TR_OP_T, 1024, 1024, 256, 0, 0, 1},
+    {"gpt fc2  (1024x1024)@W^T", TR_OP_N, TR_OP_T, 1024, 256, 1024, 0, 0, 1},
+    {"gpt fc bwd dW +=", TR_OP_T, TR_OP_N, 1024, 256, 1024, 0, 1, 1},
+    {"gpt attn q@k^T, 32x", TR_OP_N, TR_OP_T, 128, 128, 64, 32, 0, 1},
+    {"simplenet fwd inp@W^T", TR_OP_N, TR_OP_T, 64, 100, 10, 0, 0, 0},
+    {"simplenet fwd2 h@w^T", TR_OP_N, TR_OP_T, 64, 1, 100, 0, 0, 0},
+    {"simplenet bwd dout@W", TR_OP_N, TR_OP_N, 64, 100, 1, 0, 0, 0},
+    {"simplenet bwd dW2 +=", TR_OP_T, TR_OP_N, 1, 100, 64, 0, 1, 0},
+    {"simplenet bwd dW1 +=", TR_OP_T, TR_OP_N, 100, 10, 64, 0, 1, 0},
 };
+
 enum { NGEMM = sizeof gemm_shapes / sizeof gemm_shapes[0] };
 
 /* ---- element-wise kernels ------------------------------------------------------------------ */
@@ -223,13 +323,15 @@ static void ref_memcpy(ctx *c) {
 
 typedef struct result {
   const char *device;
-  const char *kind; /* "gemm", "op", "parallel" */
+  const char *kind; /* "gemm", "gemm_bf16", "op", "parallel" */
   const char *name;
   char shape[48];
   double value;     /* GFLOP/s or GB/s */
   double ref;       /* the reference's, 0 when none */
   const char *unit;
   const char *ref_name;
+  double ref2;      /* a second reference (GEMM: cblas_sgemm beside oneDNN), 0 when none */
+  const char *ref2_name;
 } result;
 
 static void put_cell(const char *text, int width) {
@@ -238,21 +340,64 @@ static void put_cell(const char *text, int width) {
   fprintf(stderr, " %s%*s |", text, width > chars ? width - chars : 0, "");
 }
 
-static void print_row(const result *r) {
-  char value[32], ref[48] = "", ratio[16] = "";
-  snprintf(value, sizeof value, "%.1f %s", r->value, r->unit);
-  if (r->ref > 0) {
-    snprintf(ref, sizeof ref, "%s %.1f", r->ref_name, r->ref);
-    snprintf(ratio, sizeof ratio, "%.2f×", r->value / r->ref);
+static void ref_cells(const char *name, double ref, double value) {
+  char cell[48] = "", ratio[16] = "";
+  if (ref > 0) {
+    snprintf(cell, sizeof cell, "%s %.1f", name, ref);
+    snprintf(ratio, sizeof ratio, "%.2f×", value / ref);
   }
+  put_cell(cell, 20);
+  put_cell(ratio, 6);
+}
+
+static void print_row(const result *r) {
+  char value[32];
+  snprintf(value, sizeof value, "%.1f %s", r->value, r->unit);
   fputc('|', stderr);
   put_cell(r->device, 7);
   put_cell(r->name, 24);
-  put_cell(r->shape, 18);
+  put_cell(r->shape, 22);
   put_cell(value, 14);
-  put_cell(ref, 20);
-  put_cell(ratio, 6);
+  ref_cells(r->ref_name, r->ref, r->value);
+  ref_cells(r->ref2_name, r->ref2, r->value);
   fputc('\n', stderr);
+}
+
+static void json_ref(const char *key, const char *ratio, const char *name, double ref,
+                     double value) {
+  if (ref > 0)
+    printf(",\"%s\":\"%s\",\"%s_value\":%.6g,\"%s\":%.4f", key, name, key, ref, ratio,
+           value / ref);
+  else
+    printf(",\"%s\":null,\"%s_value\":null,\"%s\":null", key, key, ratio);
+}
+
+/* One row: troupe's GEMM of shape g (bf16 operands or fp32) against the libraries called
+ * directly, each timed twice around the others so that all meet the same machine. */
+static void bench_gemm(ctx *c, const gemm_shape *g, int bf16, double seconds, result *r) {
+  c->opa = g->opa, c->opb = g->opb, c->M = g->M, c->N = g->N, c->K = g->K;
+  c->batch = g->batch, c->beta = g->beta;
+  const double flops = 2.0 * g->M * g->N * g->K * (g->batch ? g->batch : 1);
+  const op_fn api = bf16 ? gemm_api_bf16 : gemm_api;
+  double t_api = time_op(c, api, seconds), t_dnnl = 0, t_blas = 0;
+  if (c->host) {
+    if ((c->raw = raw_dnnl_open(c, bf16))) t_dnnl = time_op(c, gemm_raw_dnnl, seconds);
+    if (!bf16) t_blas = time_op(c, gemm_raw, seconds);
+    const double t2 = time_op(c, api, seconds);
+    t_api = t2 < t_api ? t2 : t_api;
+    if (c->raw) {
+      const double t3 = time_op(c, gemm_raw_dnnl, seconds);
+      t_dnnl = t3 < t_dnnl ? t3 : t_dnnl;
+    }
+    raw_dnnl_close(c->raw);
+    c->raw = NULL;
+  }
+  *r = (result){.device = c->dn, .kind = bf16 ? "gemm_bf16" : "gemm", .name = g->name,
+                .value = flops / t_api * 1e-9, .ref = t_dnnl > 0 ? flops / t_dnnl * 1e-9 : 0,
+                .unit = "GFLOP/s", .ref_name = "oneDNN",
+                .ref2 = t_blas > 0 ? flops / t_blas * 1e-9 : 0, .ref2_name = "cblas_sgemm"};
+  snprintf(r->shape, sizeof r->shape, "%s%c%c %dx%dx%d", bf16 ? "bf16 " : "", g->opa ? 'T' : 'N',
+           g->opb ? 'T' : 'N', g->M, g->N, g->K);
 }
 
 /* ---- parallel GEMM on several host devices -------------------------------------------------- */
@@ -327,13 +472,16 @@ static void free_all(ctx *c) {
     *bufs[i] = NULL;
   }
   tr_device_free(c->dev, c->idx);
-  c->idx = NULL;
+  tr_device_free(c->dev, c->a16);
+  tr_device_free(c->dev, c->b16);
+  c->idx = NULL, c->a16 = c->b16 = NULL;
 }
 
 static void usage(FILE *f) {
   fprintf(f, "usage: troupe bench ops [--devices SPEC] [--seconds S] [--size N] [--json]\n\n"
-             "GFLOP/s of GEMM (against cblas_sgemm on host devices) and GB/s of every\n"
-             "element-wise kernel (against memcpy of the same bytes), on each device of SPEC\n"
+             "GFLOP/s of GEMM, fp32 and bf16 (against oneDNN's matmul and cblas_sgemm called\n"
+             "directly on host devices) and GB/s of every element-wise kernel (against memcpy\n"
+             "of the same bytes), on each device of SPEC\n"
              "(default host:1). --seconds: the least time of one timed run (default 0.1);\n"
              "--size: floats per element-wise buffer (default 4194304, at least 65536).\n");
 }
@@ -361,6 +509,9 @@ int bench_ops(int argc, char **argv) {
     }
   }
   size -= size % (T * T); /* whole rows for every row-wise shape */
+#ifdef TR_HAVE_OPENBLAS
+  openblas_set_num_threads(1); /* the reference is one thread, as each host device */
+#endif
   tr_device_list *list;
   char err[256];
   if (tr_device_list_open(&list, spec, err, sizeof err)) {
@@ -369,7 +520,7 @@ int bench_ops(int argc, char **argv) {
   }
   const int ndev = tr_device_list_count(list);
   ctx *cs = calloc((size_t)ndev, sizeof *cs);
-  result *rs = calloc((size_t)ndev * (NGEMM + NEW) + 1, sizeof *rs);
+  result *rs = calloc((size_t)ndev * (2 * NGEMM + NEW) + 1, sizeof *rs);
   int nr = 0, status = CLI_OK;
   if (!cs || !rs) {
     fprintf(stderr, "troupe: bench ops: out of memory\n");
@@ -384,24 +535,15 @@ int bench_ops(int argc, char **argv) {
     c->host = tr_device_get_info(c->dev)->kind == TR_DEVICE_HOST;
     const char *dn = tr_device_name(c->dev);
     /* GEMM: the largest shape sets the buffers' size */
-    if (alloc_all(c, (size_t)2048 * 2048)) goto device_failed;
-    for (int k = 0; k < NGEMM; k++) {
-      const gemm_shape *g = &gemm_shapes[k];
-      c->opa = g->opa, c->opb = g->opb, c->M = g->M, c->N = g->N, c->K = g->K;
-      c->batch = g->batch, c->beta = g->beta;
-      double flops = 2.0 * g->M * g->N * g->K * (g->batch ? g->batch : 1), t_raw = 0;
-      double t_api = time_op(c, gemm_api, seconds);
-      if (c->host) { /* again, interleaved, so that both meet the same machine */
-        t_raw = time_op(c, gemm_raw, seconds);
-        double t2 = time_op(c, gemm_api, seconds);
-        t_api = t2 < t_api ? t2 : t_api;
-      }
-      result *r = &rs[nr++];
-      *r = (result){dn, "gemm", g->name, "", flops / t_api * 1e-9, t_raw > 0 ? flops / t_raw * 1e-9 : 0,
-                    "GFLOP/s", "cblas_sgemm"};
-      snprintf(r->shape, sizeof r->shape, "%c%c %dx%dx%d", g->opa ? 'T' : 'N', g->opb ? 'T' : 'N',
-               g->M, g->N, g->K);
-    }
+    const size_t gemm_n = (size_t)2048 * 2048;
+    if (alloc_all(c, gemm_n) || tr_device_alloc(c->dev, gemm_n * sizeof(tr_bf16), (void **)&c->a16) ||
+        tr_device_alloc(c->dev, gemm_n * sizeof(tr_bf16), (void **)&c->b16) ||
+        tr_to_bf16(c->s, c->a16, c->a, gemm_n) || tr_to_bf16(c->s, c->b16, c->b, gemm_n))
+      goto device_failed;
+    c->dn = dn;
+    for (int k = 0; k < NGEMM; k++) bench_gemm(c, &gemm_shapes[k], 0, seconds, &rs[nr++]);
+    for (int k = 0; k < NGEMM; k++)
+      if (gemm_shapes[k].bf16) bench_gemm(c, &gemm_shapes[k], 1, seconds, &rs[nr++]);
     free_all(c);
     if (alloc_all(c, size)) goto device_failed;
     for (int k = 0; k < NEW; k++) {
@@ -411,8 +553,9 @@ int bench_ops(int argc, char **argv) {
       double t2 = time_op(c, o->fn, seconds);
       t_op = t2 < t_op ? t2 : t_op;
       result *r = &rs[nr++];
-      *r = (result){dn, "op", o->name, "", (double)ref_bytes / t_op * 1e-9,
-                    (double)ref_bytes / t_ref * 1e-9, "GB/s", c->host ? "memcpy" : "tr_memcpy"};
+      *r = (result){.device = dn, .kind = "op", .name = o->name,
+                    .value = (double)ref_bytes / t_op * 1e-9, .ref = (double)ref_bytes / t_ref * 1e-9,
+                    .unit = "GB/s", .ref_name = c->host ? "memcpy" : "tr_memcpy"};
       snprintf(r->shape, sizeof r->shape, "%s", o->shape);
     }
     if (c->status) goto device_failed;
@@ -437,17 +580,18 @@ int bench_ops(int argc, char **argv) {
     }
     double one = parallel_gflops(cs, 1, 8), all = parallel_gflops(cs, ndev, 8);
     result *r = &rs[nr++];
-    *r = (result){"all", "parallel", "gemm on every device", "", all, one, "GFLOP/s", "one device"};
+    *r = (result){.device = "all", .kind = "parallel", .name = "gemm on every device", .value = all,
+                  .ref = one, .unit = "GFLOP/s", .ref_name = "one device"};
     snprintf(r->shape, sizeof r->shape, "%d x NN 1024³", ndev);
   }
 
   fprintf(stderr, "troupe bench ops: %s, element-wise n = %llu floats, best of 3 runs of ≥ %.2g s\n",
           spec, (unsigned long long)size, seconds);
   fputc('|', stderr);
-  put_cell("device", 7), put_cell("op", 24), put_cell("shape", 18), put_cell("troupe", 14);
-  put_cell("reference", 20), put_cell("ratio", 6);
-  fputs("\n|---------|--------------------------|--------------------|----------------|"
-        "----------------------|--------|\n", stderr);
+  put_cell("device", 7), put_cell("op", 24), put_cell("shape", 22), put_cell("troupe", 14);
+  put_cell("reference", 20), put_cell("ratio", 6), put_cell("reference", 20), put_cell("ratio", 6);
+  fputs("\n|---------|--------------------------|------------------------|----------------|"
+        "----------------------|--------|----------------------|--------|\n", stderr);
   for (int i = 0; i < nr; i++) print_row(&rs[i]);
   if (json) {
     printf("{\"bench\":\"ops\",\"devices\":\"%s\",\"size\":%llu,\"seconds\":%g,\"rows\":[", spec,
@@ -455,13 +599,11 @@ int bench_ops(int argc, char **argv) {
     for (int i = 0; i < nr; i++) {
       const result *r = &rs[i];
       printf("%s{\"device\":\"%s\",\"kind\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"value\":%.6g,"
-             "\"unit\":\"%s\",",
+             "\"unit\":\"%s\"",
              i ? "," : "", r->device, r->kind, r->name, r->shape, r->value, r->unit);
-      if (r->ref > 0)
-        printf("\"reference\":\"%s\",\"reference_value\":%.6g,\"ratio\":%.4f}", r->ref_name, r->ref,
-               r->value / r->ref);
-      else
-        printf("\"reference\":null,\"reference_value\":null,\"ratio\":null}");
+      json_ref("reference", "ratio", r->ref_name, r->ref, r->value);
+      json_ref("reference2", "ratio2", r->ref2_name, r->ref2, r->value);
+      printf("}");
     }
     printf("]}\n");
   }

@@ -1,6 +1,7 @@
 /* cmd_devices.c — `troupe devices [--json]`: the devices this machine offers (one host
- * device standing for the CPU, every GPU), with memory, compute capability and, for GPUs,
- * which pairs can reach each other's memory directly. */
+ * device standing for the CPU, every GPU), with memory, compute capability, what their GEMM
+ * runs on (the instruction set oneDNN dispatches to, or the GPU's architecture) and whether
+ * bf16 is native there, and for GPUs which pairs can reach each other's memory directly. */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,7 +13,9 @@ static double gib(uint64_t bytes) { return (double)bytes / (double)(1ull << 30);
 static void usage(FILE *f) {
   fprintf(f, "usage: troupe devices [--json]\n\n"
              "Lists the host device and every GPU: kind, name, memory, compute capability,\n"
-             "and the GPUs' peer-access matrix. --json prints one JSON object on stdout.\n");
+             "the instruction set GEMM runs on and how bf16 is multiplied there (native,\n"
+             "emulated, or converted to fp32), and the GPUs' peer-access matrix. --json prints\n"
+             "one JSON object on stdout.\n");
 }
 
 int cmd_devices(int argc, char **argv) {
@@ -48,7 +51,9 @@ int cmd_devices(int argc, char **argv) {
   }
 
   if (json) printf("{\"host_threads\":%d,\"cuda_devices\":%d,\"devices\":[", nthreads, ngpu);
-  else fprintf(stderr, "%-8s %-5s %-44s %20s %5s %5s\n", "device", "kind", "model", "memory GiB (free)", "cc", "SMs");
+  else
+    fprintf(stderr, "%-8s %-5s %-36s %18s %4s %4s  %-17s %s\n", "device", "kind", "model",
+            "memory GiB (free)", "cc", "SMs", "GEMM on", "bf16");
   int first = 1;
   for (int l = 0; l < 2; l++) {
     if (!lists[l]) continue;
@@ -65,13 +70,16 @@ int cmd_devices(int argc, char **argv) {
           printf("\"compute_capability\":\"%d.%d\",", in->cc_major, in->cc_minor);
         else
           printf("\"compute_capability\":null,");
-        printf("\"multiprocessors\":%d}", in->multiprocessors);
+        printf("\"multiprocessors\":%d,\"isa\":", in->multiprocessors);
+        cli_json_string(stdout, in->isa);
+        printf(",\"bf16\":\"%s\"}", tr_bf16_support_name(in->bf16));
       } else {
         char mem[32], cc[8] = "-";
         snprintf(mem, sizeof mem, "%.1f (%.1f)", gib(in->memory_total), gib(in->memory_free));
         if (in->kind == TR_DEVICE_CUDA) snprintf(cc, sizeof cc, "%d.%d", in->cc_major, in->cc_minor);
-        fprintf(stderr, "%-8s %-5s %-44.44s %20s %5s %5d\n", in->name, tr_device_kind_name(in->kind),
-                in->model, mem, cc, in->multiprocessors);
+        fprintf(stderr, "%-8s %-5s %-36.36s %18s %4s %4d  %-17s %s\n", in->name,
+                tr_device_kind_name(in->kind), in->model, mem, cc, in->multiprocessors, in->isa,
+                tr_bf16_support_name(in->bf16));
       }
       first = 0;
     }

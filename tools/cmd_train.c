@@ -62,6 +62,9 @@ static void usage(FILE *f) {
           "  --labels FILE                  a NumPy .npy array of targets (with --data)\n"
           "  --seed N                       initialisation and data (default 1)\n"
           "  --deterministic                bitwise-repeatable runs\n"
+          "  --precision fp32|bf16          GEMM inputs (default fp32); bf16: weights and\n"
+          "                                 activations in bfloat16 into float32 sums, float32\n"
+          "                                 parameters, gradients and optimizer state\n"
           "  --tf32                         CUDA: TF32 tensor cores in fp32 GEMMs\n"
           "  --trace FILE.json              Chrome/Perfetto trace of every actor (under mpirun,\n"
           "                                 rank r writes FILE.rankR.json)\n"
@@ -287,6 +290,7 @@ static const struct {
     {"on_nonfinite", "--on-nonfinite"},
     {"layout.microbatches", "--microbatches"},
     {"memory.recompute", "--recompute"},
+    {"precision.gemm", "--precision"},
     {"checkpoint.resume", "--resume"},
     {"checkpoint.every", "--checkpoint-every"},
     {"checkpoint.path", "--checkpoint"},
@@ -445,6 +449,13 @@ int cmd_train(int argc, char **argv) {
       if (!cli_value_u64(argc, argv, &i, 0, UINT64_MAX, &o.job.seed)) return CLI_USAGE;
     } else if (!strcmp(a, "--deterministic")) {
       o.deterministic = 1;
+    } else if (!strcmp(a, "--precision")) {
+      const char *v;
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_precision_parse(v, &o.job.precision.gemm)) {
+        fprintf(stderr, "troupe: --precision: '%s' is not fp32 or bf16\n", v);
+        return CLI_USAGE;
+      }
     } else if (!strcmp(a, "--tf32")) {
       o.job.precision.tf32 = 1;
     } else if (!strcmp(a, "--trace")) {

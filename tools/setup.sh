@@ -18,14 +18,16 @@ build_dir=${BUILD_DIR:-build}
 # libc6-dev and libclang-rt-dev are only Recommends of gcc and clang; we install without
 # recommends, so they are named here (headers, and clang's sanitizer runtimes).
 # libgfortran-12-dev: openblas.pc's Libs.private names -lgfortran, so linking troupe
-# statically (`pkg-config --static --libs troupe`) needs it. Open MPI: jobs across processes
-# (`mpirun -np N troupe train ...`) and their tests. libxml2-utils: xmllint, with which the
-# test of `troupe timeline` reads its SVG back (the test skips without it). liburcu-dev:
-# `troupe bench mailbox` measures the mailbox against liburcu's wait-free queue.
+# statically (`pkg-config --static --libs troupe`) needs it. libdnnl-dev: oneDNN, the host
+# backend's GEMM (OpenBLAS stays, for -Dblas=openblas and as the benchmarks' reference).
+# Open MPI: jobs across processes (`mpirun -np N troupe train ...`) and their tests.
+# libxml2-utils: xmllint, with which the test of `troupe timeline` reads its SVG back (the
+# test skips without it). liburcu-dev: `troupe bench mailbox` measures the mailbox against
+# liburcu's wait-free queue.
 packages=(
   meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-dev
   libuv1-dev libjemalloc-dev libcmocka-dev libopenblas-dev libgfortran-12-dev libcjson-dev
-  openmpi-bin libopenmpi-dev libxml2-utils liburcu-dev
+  libdnnl-dev openmpi-bin libopenmpi-dev libxml2-utils liburcu-dev
 )
 
 say() { printf 'setup: %s\n' "$*" >&2; }

@@ -191,6 +191,9 @@ static int tr__cuda_open(tr_device *d) {
     d->info.cc_minor = prop.minor;
     d->info.multiprocessors = prop.multiProcessorCount;
     d->info.memory_total = prop.totalGlobalMem;
+    snprintf(d->info.isa, sizeof d->info.isa, "sm_%d%d", prop.major, prop.minor);
+    /* bf16 tensor cores from Ampere on; cuBLAS emulates them before */
+    d->info.bf16 = prop.major >= 8 ? TR_BF16_NATIVE : TR_BF16_EMULATED;
     cd->sms = prop.multiProcessorCount;
     if (!prop.memoryPoolsSupported) {
       rc = tr__device_fail(d, TR_EDEVICE, "open: %s has no stream-ordered memory pools",
@@ -748,40 +751,10 @@ static constexpr tr__backend tr__cuda_make_backend() {
   b.fill_bytes = tr__cuda_fill_bytes;
   b.gemm = tr__cuda_gemm;
   b.gemm_batched = tr__cuda_gemm_batched;
-  b.fill = tr__cuda_fill;
-  b.init_uniform = tr__cuda_init_uniform;
-  b.init_normal = tr__cuda_init_normal;
-  b.dropout_mask = tr__cuda_dropout_mask;
-  b.add = tr__cuda_add;
-  b.mul = tr__cuda_mul;
-  b.axpy = tr__cuda_axpy;
-  b.scale = tr__cuda_scale;
-  b.scale_dev = tr__cuda_scale_dev;
-  b.sumsq = tr__cuda_sumsq;
-  b.sum = tr__cuda_sum;
-  b.clip_factor = tr__cuda_clip_factor;
-  b.bias_add = tr__cuda_bias_add;
-  b.bias_grad = tr__cuda_bias_grad;
-  b.relu_fwd = tr__cuda_relu_fwd;
-  b.relu_bwd = tr__cuda_relu_bwd;
-  b.gelu_fwd = tr__cuda_gelu_fwd;
-  b.gelu_bwd = tr__cuda_gelu_bwd;
-  b.layernorm_fwd = tr__cuda_layernorm_fwd;
-  b.layernorm_bwd = tr__cuda_layernorm_bwd;
-  b.softmax_fwd = tr__cuda_softmax_fwd;
-  b.softmax_bwd = tr__cuda_softmax_bwd;
-  b.attn_softmax_fwd = tr__cuda_attn_softmax_fwd;
-  b.attn_softmax_bwd = tr__cuda_attn_softmax_bwd;
-  b.crossentropy_fwd = tr__cuda_crossentropy_fwd;
-  b.crossentropy_bwd = tr__cuda_crossentropy_bwd;
-  b.mse_fwd = tr__cuda_mse_fwd;
-  b.mse_bwd = tr__cuda_mse_bwd;
-  b.embedding_fwd = tr__cuda_embedding_fwd;
-  b.embedding_bwd = tr__cuda_embedding_bwd;
-  b.dc_asgd = tr__cuda_dc_asgd;
-  b.sgd_update = tr__cuda_sgd_update;
-  b.momentum_update = tr__cuda_momentum_update;
-  b.adamw_update = tr__cuda_adamw_update;
+  b.gemm_bf16 = tr__cuda_gemm_bf16;
+#define TR__CUDA_SLOT(name, params, args, checks) b.name = tr__cuda_##name;
+  TR__OP_MAP(TR__CUDA_SLOT)
+#undef TR__CUDA_SLOT
   return b;
 }
 

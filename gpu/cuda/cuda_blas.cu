@@ -6,7 +6,9 @@
  * and M and N swapped, each keeping its own transpose flag.
  *
  * Precision: exact FP32 (CUBLAS_DEFAULT_MATH) unless tr_device_set_tf32 asked for TF32
- * tensor cores, which round the inputs to 10-bit mantissas.
+ * tensor cores, which round the inputs to 10-bit mantissas. bf16 operands (tr_gemm_bf16) go
+ * through cublasGemmStridedBatchedEx with float32 C and CUBLAS_COMPUTE_32F: the tensor cores
+ * multiply the bf16 values exactly and add in float32.
  */
 #include "cuda_impl.h"
 
@@ -31,16 +33,37 @@ int tr__cuda_blas_handle(tr_stream *s, cublasHandle_t *out) {
 
 static cublasOperation_t tr__cublas_op(tr_op op) { return op == TR_OP_T ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
+/* The stream's GPU made current, and its handle. */
+static int blas_enter(tr_stream *s, cublasHandle_t *h) {
+  TR__CU_ENTER(s->dev);
+  return tr__cuda_blas_handle(s, h);
+}
+
 int tr__cuda_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C,
                   int ldc) {
   tr_device *d = s->dev;
-  TR__CU_ENTER(d);
   cublasHandle_t h;
-  int rc = tr__cuda_blas_handle(s, &h);
+  int rc = blas_enter(s, &h);
   if (rc) return rc;
   TR__CUBLAS(d, cublasSgemm(h, tr__cublas_op(opb), tr__cublas_op(opa), N, M, K, &alpha, B, ldb,
                             A, lda, &beta, C, ldc));
+  return 0;
+}
+
+int tr__cuda_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                       int batch) {
+  tr_device *d = s->dev;
+  cublasHandle_t h;
+  int rc = blas_enter(s, &h);
+  if (rc) return rc;
+  TR__CUBLAS(d, cublasGemmStridedBatchedEx(h, tr__cublas_op(opb), tr__cublas_op(opa), N, M, K,
+                                           &alpha, B, CUDA_R_16BF, ldb, (long long)stride_b, A,
+                                           CUDA_R_16BF, lda, (long long)stride_a, &beta, C,
+                                           CUDA_R_32F, ldc, (long long)stride_c, batch,
+                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   return 0;
 }
 
@@ -49,9 +72,8 @@ int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int 
                           const float *B, int ldb, int64_t stride_b, float beta, float *C,
                           int ldc, int64_t stride_c, int batch) {
   tr_device *d = s->dev;
-  TR__CU_ENTER(d);
   cublasHandle_t h;
-  int rc = tr__cuda_blas_handle(s, &h);
+  int rc = blas_enter(s, &h);
   if (rc) return rc;
   TR__CUBLAS(d, cublasSgemmStridedBatched(h, tr__cublas_op(opb), tr__cublas_op(opa), N, M, K,
                                           &alpha, B, ldb, (long long)stride_b, A, lda,

@@ -141,57 +141,19 @@ int tr__cuda_blas_handle(tr_stream *s, cublasHandle_t *out);
 int tr__cuda_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C,
                   int ldc);
+int tr__cuda_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                       int batch);
 int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K,
                           float alpha, const float *A, int lda, int64_t stride_a,
                           const float *B, int ldb, int64_t stride_b, float beta, float *C,
                           int ldc, int64_t stride_c, int batch);
 
-/* cuda_kernels.cu */
-int tr__cuda_fill(tr_stream *, float *, size_t, float);
-int tr__cuda_init_uniform(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
-int tr__cuda_init_normal(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
-int tr__cuda_dropout_mask(tr_stream *, float *, size_t, float, float, uint64_t, uint64_t);
-int tr__cuda_add(tr_stream *, float *, const float *, const float *, size_t);
-int tr__cuda_mul(tr_stream *, float *, const float *, const float *, size_t);
-int tr__cuda_axpy(tr_stream *, float *, float, const float *, size_t);
-int tr__cuda_scale(tr_stream *, float *, float, size_t);
-int tr__cuda_scale_dev(tr_stream *, float *, const float *, size_t);
-int tr__cuda_sumsq(tr_stream *, float *, const float *, size_t, int);
-int tr__cuda_sum(tr_stream *, float *, const float *, size_t, int);
-int tr__cuda_clip_factor(tr_stream *, float *, const float *, float);
-int tr__cuda_bias_add(tr_stream *, float *, const float *, size_t, size_t);
-int tr__cuda_bias_grad(tr_stream *, float *, const float *, size_t, size_t);
-int tr__cuda_relu_fwd(tr_stream *, float *, const float *, size_t);
-int tr__cuda_relu_bwd(tr_stream *, float *, const float *, const float *, size_t);
-int tr__cuda_gelu_fwd(tr_stream *, float *, const float *, size_t);
-int tr__cuda_gelu_bwd(tr_stream *, float *, const float *, const float *, size_t);
-int tr__cuda_mse_fwd(tr_stream *, float *, const float *, const float *, size_t, float);
-int tr__cuda_mse_bwd(tr_stream *, float *, const float *, const float *, size_t, float);
-int tr__cuda_embedding_fwd(tr_stream *, float *, const int32_t *, const float *,
-                           const float *, size_t, size_t, size_t, size_t);
-int tr__cuda_embedding_bwd(tr_stream *, float *, float *, const float *, const int32_t *,
-                           size_t, size_t, size_t, size_t);
-int tr__cuda_dc_asgd(tr_stream *, float *, const float *, const float *, size_t, float);
-int tr__cuda_sgd_update(tr_stream *, float *, const float *, size_t, float, float);
-int tr__cuda_momentum_update(tr_stream *, float *, const float *, float *, size_t, float,
-                             float, float, int);
-int tr__cuda_adamw_update(tr_stream *, float *, const float *, float *, float *, size_t,
-                          float, float, float, float, float, int64_t);
-
-/* cuda_nn.cu */
-int tr__cuda_layernorm_fwd(tr_stream *, float *, float *, float *, const float *,
-                           const float *, const float *, size_t, size_t, float);
-int tr__cuda_layernorm_bwd(tr_stream *, float *, float *, float *, const float *,
-                           const float *, const float *, const float *, const float *, size_t,
-                           size_t);
-int tr__cuda_softmax_fwd(tr_stream *, float *, const float *, size_t, size_t);
-int tr__cuda_softmax_bwd(tr_stream *, float *, const float *, const float *, size_t, size_t);
-int tr__cuda_attn_softmax_fwd(tr_stream *, float *, const float *, size_t, size_t, float);
-int tr__cuda_attn_softmax_bwd(tr_stream *, float *, const float *, const float *, size_t,
-                              size_t, float);
-int tr__cuda_crossentropy_fwd(tr_stream *, float *, float *, const float *, const int32_t *,
-                              size_t, size_t, float);
-int tr__cuda_crossentropy_bwd(tr_stream *, float *, const float *, const int32_t *, size_t,
-                              size_t, float);
+/* The kernels (cuda_kernels.cu, cuda_nn.cu): tr__cuda_<name> for each entry of TR__OP_MAP. */
+#define TR__CUDA_OP(name, params, args, checks) \
+  int tr__cuda_##name(tr_stream *s, TR__UNPAREN params);
+TR__OP_MAP(TR__CUDA_OP)
+#undef TR__CUDA_OP
 
 #endif

@@ -263,6 +263,22 @@ struct tr__gelu_bwd_f { /* x: inp, dout */
   }
 };
 
+/* the host's rounding (backend_impl.h), bit for bit */
+__global__ void tr__to_bf16_kernel(tr_bf16 *out, const float *inp, size_t n) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    out[i] = tr__bf16_round(inp[i]);
+}
+
+int tr__cuda_to_bf16(tr_stream *s, tr_bf16 *out, const float *inp, size_t n) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  tr__to_bf16_kernel<<<tr__cu_grid(tr__cu_dev(d), n, TR__CU_BLOCK), TR__CU_BLOCK, 0,
+                       tr__cu_stream(s)->st>>>(out, inp, n);
+  TR__LAUNCHED(d, "to_bf16");
+  return 0;
+}
+
 int tr__cuda_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
   tr__ew_ptrs<1, 1> p = {{inp}, {out}};
   return tr__ew(s, "relu_fwd", n, p, tr__relu_fwd_f{});

@@ -1,16 +1,15 @@
 /* host_backend.c — the host backend: CPU "devices" with 64-byte-aligned memory, in-order
  * streams run synchronously by the owner thread, events that complete when recorded,
- * memcpy for every copy (peer ones included) and OpenBLAS for GEMM (host_gemm.c), one BLAS
- * thread per device: the parallelism comes from running several devices on several threads. */
-#include <cblas.h>
-#include <pthread.h>
+ * memcpy for every copy (peer ones included) and oneDNN or OpenBLAS for GEMM (host_gemm.c,
+ * host_blas.h), on the device's thread alone: the parallelism comes from running several
+ * devices on several threads. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "host_impl.h"
+#include "host_blas.h"
 
 enum { BLOCK_HEADER = 64 };
 #define BLOCK_MAGIC 0x7472686f7374626bull /* "trhostbk": handed out */
@@ -31,8 +30,9 @@ typedef struct host_dev {
   block *live;     /* blocks handed out */
   block *cache;    /* freed blocks, reused for requests of exactly their size */
   size_t cached;   /* bytes in the cache */
-  void *scratch;
-  size_t scratch_size;
+  void *scratch[TR__SCRATCH_COUNT];
+  size_t scratch_size[TR__SCRATCH_COUNT];
+  tr__host_blas *blas;
 } host_dev;
 
 typedef struct host_event {
@@ -64,21 +64,6 @@ static void cpu_model(char *out, size_t n) {
   fclose(f);
 }
 
-/* One BLAS thread per host device, for the whole process (OpenBLAS has one setting). */
-static void blas_single_thread(void) {
-#ifdef TR_HAVE_OPENBLAS
-  openblas_set_num_threads(1);
-#endif
-}
-
-static void blas_name(char *out, size_t n) {
-#ifdef TR_HAVE_OPENBLAS
-  snprintf(out, n, "OpenBLAS %s", openblas_get_corename());
-#else
-  snprintf(out, n, "CBLAS");
-#endif
-}
-
 static int host_update_memory(tr_device *d) {
   long page = sysconf(_SC_PAGESIZE), total = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES);
   d->info.memory_total = page > 0 && total > 0 ? (uint64_t)page * (uint64_t)total : 0;
@@ -87,18 +72,20 @@ static int host_update_memory(tr_device *d) {
 }
 
 static int host_open(tr_device *d) {
-  static pthread_once_t once = PTHREAD_ONCE_INIT;
-  pthread_once(&once, blas_single_thread);
   host_dev *h = calloc(1, sizeof *h);
   if (!h) return tr__device_fail(d, TR_ENOMEM, "open: out of memory");
   d->impl = h;
+  int rc = tr__host_blas_open(d, &h->blas);
+  if (rc) return rc;
   char model[80], blas[40];
   cpu_model(model, sizeof model);
-  blas_name(blas, sizeof blas);
+  tr__host_blas_describe(&d->info, blas, sizeof blas);
   snprintf(d->info.model, sizeof d->info.model, "%s (%s)", model, blas);
   d->info.multiprocessors = 1;
   return host_update_memory(d);
 }
+
+tr__host_blas *tr__host_blas_of(const tr_device *d) { return ((host_dev *)d->impl)->blas; }
 
 static void host_close(tr_device *d) {
   host_dev *h = d->impl;
@@ -113,7 +100,8 @@ static void host_close(tr_device *d) {
     h->cache = b->next;
     free(b);
   }
-  free(h->scratch);
+  for (int i = 0; i < TR__SCRATCH_COUNT; i++) free(h->scratch[i]);
+  tr__host_blas_close(h->blas);
   free(h);
   d->impl = NULL;
 }
@@ -194,15 +182,15 @@ static int host_dealloc(tr_stream *s, void *ptr) {
   return 0;
 }
 
-void *tr__host_scratch(tr_stream *s, size_t bytes) {
+void *tr__host_scratch(tr_stream *s, int which, size_t bytes) {
   host_dev *h = s->dev->impl;
-  if (bytes <= h->scratch_size) return h->scratch;
+  if (bytes <= h->scratch_size[which]) return h->scratch[which];
   size_t size = (bytes + 4095) & ~(size_t)4095;
   void *mem = NULL;
   if (size < bytes || posix_memalign(&mem, 64, size)) return NULL;
-  free(h->scratch);
-  h->scratch = mem;
-  h->scratch_size = size;
+  free(h->scratch[which]);
+  h->scratch[which] = mem;
+  h->scratch_size[which] = size;
   return mem;
 }
 
@@ -287,38 +275,8 @@ const tr__backend tr__host_backend = {
     .fill_bytes = host_fill_bytes,
     .gemm = tr__host_gemm,
     .gemm_batched = tr__host_gemm_batched,
-    .fill = tr__host_fill,
-    .init_uniform = tr__host_init_uniform,
-    .init_normal = tr__host_init_normal,
-    .dropout_mask = tr__host_dropout_mask,
-    .add = tr__host_add,
-    .mul = tr__host_mul,
-    .axpy = tr__host_axpy,
-    .scale = tr__host_scale,
-    .scale_dev = tr__host_scale_dev,
-    .sumsq = tr__host_sumsq_op,
-    .sum = tr__host_sum_op,
-    .clip_factor = tr__host_clip_factor,
-    .bias_add = tr__host_bias_add,
-    .bias_grad = tr__host_bias_grad,
-    .relu_fwd = tr__host_relu_fwd,
-    .relu_bwd = tr__host_relu_bwd,
-    .gelu_fwd = tr__host_gelu_fwd,
-    .gelu_bwd = tr__host_gelu_bwd,
-    .layernorm_fwd = tr__host_layernorm_fwd,
-    .layernorm_bwd = tr__host_layernorm_bwd,
-    .softmax_fwd = tr__host_softmax_fwd,
-    .softmax_bwd = tr__host_softmax_bwd,
-    .attn_softmax_fwd = tr__host_attn_softmax_fwd,
-    .attn_softmax_bwd = tr__host_attn_softmax_bwd,
-    .crossentropy_fwd = tr__host_crossentropy_fwd,
-    .crossentropy_bwd = tr__host_crossentropy_bwd,
-    .mse_fwd = tr__host_mse_fwd,
-    .mse_bwd = tr__host_mse_bwd,
-    .embedding_fwd = tr__host_embedding_fwd,
-    .embedding_bwd = tr__host_embedding_bwd,
-    .dc_asgd = tr__host_dc_asgd,
-    .sgd_update = tr__host_sgd_update,
-    .momentum_update = tr__host_momentum_update,
-    .adamw_update = tr__host_adamw_update,
+    .gemm_bf16 = tr__host_gemm_bf16,
+#define TR__HOST_SLOT(name, params, args, checks) .name = tr__host_##name,
+    TR__OP_MAP(TR__HOST_SLOT)
+#undef TR__HOST_SLOT
 };

@@ -39,14 +39,21 @@ static inline float tr__host_expf_nonpos(float x) {
   return x < -87.0f ? 0.0f : p * scale;
 }
 
-/* Scratch memory of the device (grows, reused by later ops; NULL when out of memory). */
-void *tr__host_scratch(tr_stream *s, size_t bytes);
+/* Scratch memory of the device, one buffer per use that may overlap another's (grows,
+ * reused by later ops; NULL when out of memory): the kernels' and the direct GEMM path's, and
+ * bf16 GEMM operands widened to float32. */
+enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_COUNT };
+void *tr__host_scratch(tr_stream *s, int which, size_t bytes);
 
 /* sum of x[i] and sum of x[i]^2 over n floats, in double */
-double tr__host_sum(const float *x, size_t n);
-double tr__host_sumsq(const float *x, size_t n);
+double tr__host_sum_d(const float *x, size_t n);
+double tr__host_sumsq_d(const float *x, size_t n);
 
-/* host_gemm.c */
+/* host_gemm.c: the GEMM slots */
+int tr__host_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
+                       int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
+                       int batch);
 int tr__host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
@@ -54,62 +61,18 @@ int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int 
                           int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                           int batch);
 
-/* host_kernels.c */
-int tr__host_fill(tr_stream *s, float *x, size_t n, float value);
-int tr__host_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
-                          uint64_t offset);
-int tr__host_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
-                         uint64_t offset);
-int tr__host_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale,
-                          uint64_t seed, uint64_t offset);
-int tr__host_add(tr_stream *s, float *out, const float *a, const float *b, size_t n);
-int tr__host_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n);
-int tr__host_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n);
-int tr__host_scale(tr_stream *s, float *x, float alpha, size_t n);
-int tr__host_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n);
-int tr__host_sumsq_op(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
-int tr__host_sum_op(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
-int tr__host_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm);
-int tr__host_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C);
-int tr__host_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C);
-int tr__host_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
-int tr__host_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
-int tr__host_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
-int tr__host_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
-int tr__host_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
-                     float lambda);
-int tr__host_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
-                        float weight_decay);
-int tr__host_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
-                             float lr, float momentum, float weight_decay, int nesterov);
-int tr__host_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
-                          size_t n, float lr, float beta1, float beta2, float eps,
-                          float weight_decay, int64_t t);
+/* host_tiny.c: the direct path of products of at most TR__HOST_TINY_MNK multiply-adds,
+ * where it beats a library's call (host_gemm.c decides by M N K and the transposes): 1 when
+ * it ran, 0 when it could not (no scratch for its copies). */
+enum { TR__HOST_TINY_MNK = 128 * 128 * 16 };
+int tr__host_gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+                       const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                       int ldc);
 
-/* host_nn.c */
-int tr__host_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, size_t N, size_t C, float eps);
-int tr__host_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias,
-                           const float *dout, const float *inp, const float *weight,
-                           const float *mean, const float *rstd, size_t N, size_t C);
-int tr__host_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C);
-int tr__host_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
-                         size_t C);
-int tr__host_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
-                              float scale);
-int tr__host_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
-                              size_t BH, size_t T, float scale);
-int tr__host_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
-                              const int32_t *targets, size_t N, size_t V, float scale);
-int tr__host_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
-                              const int32_t *targets, size_t N, size_t V, float scale);
-int tr__host_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
-                     float scale);
-int tr__host_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
-                     float scale);
-int tr__host_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
-                           const float *wpe, size_t B, size_t T, size_t C, size_t V);
-int tr__host_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
-                           const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
+/* The kernels (host_kernels.c, host_nn.c): tr__host_<name> for each entry of TR__OP_MAP. */
+#define TR__HOST_OP(name, params, args, checks) \
+  int tr__host_##name(tr_stream *s, TR__UNPAREN params);
+TR__OP_MAP(TR__HOST_OP)
+#undef TR__HOST_OP
 
 #endif

@@ -20,7 +20,7 @@
 
 /* One partial sum per lane: the inner loop is element-wise across lanes, so it vectorises
  * without licence to reassociate, and the result does not depend on the vector width. */
-double tr__host_sum(const float *x, size_t n) {
+double tr__host_sum_d(const float *x, size_t n) {
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
@@ -31,7 +31,7 @@ double tr__host_sum(const float *x, size_t n) {
   return s;
 }
 
-double tr__host_sumsq(const float *x, size_t n) {
+double tr__host_sumsq_d(const float *x, size_t n) {
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
@@ -42,16 +42,16 @@ double tr__host_sumsq(const float *x, size_t n) {
   return s;
 }
 
-int tr__host_sumsq_op(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+int tr__host_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
   (void)s;
-  double v = tr__host_sumsq(x, n);
+  double v = tr__host_sumsq_d(x, n);
   out[0] = (float)(accumulate ? (double)out[0] + v : v);
   return 0;
 }
 
-int tr__host_sum_op(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+int tr__host_sum(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
   (void)s;
-  double v = tr__host_sum(x, n);
+  double v = tr__host_sum_d(x, n);
   out[0] = (float)(accumulate ? (double)out[0] + v : v);
   return 0;
 }
@@ -185,6 +185,16 @@ HOST_LOOPS tr__host_bias_grad_loops(tr_stream *s, float *dbias, const float *dou
 }
 HOST_AVX2_TOO(tr__host_bias_grad, (tr_stream *s, float *dbias, const float *dout, size_t N, size_t C),
               (s, dbias, dout, N, C))
+
+/* ---- conversion ----------------------------------------------------------------------------- */
+
+HOST_LOOPS tr__host_to_bf16_loops(tr_stream *s, tr_bf16 *out, const float *inp, size_t n) {
+  (void)s;
+  for (size_t i = 0; i < n; i++) out[i] = tr__bf16_round(inp[i]);
+  return 0;
+}
+HOST_AVX2_TOO(tr__host_to_bf16, (tr_stream *s, tr_bf16 *out, const float *inp, size_t n),
+              (s, out, inp, n))
 
 /* ---- activations ------------------------------------------------------------------------------- */
 

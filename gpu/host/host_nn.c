@@ -49,7 +49,7 @@ static double dot3(const float *a, const float *b, const float *c, size_t n) {
  * exponents are <= 0); returns log(sum) for the caller's loss. out may equal inp. */
 static double softmax_row_max(float *out, const float *inp, size_t n, float scale, float mx) {
   for (size_t i = 0; i < n; i++) out[i] = tr__host_expf_nonpos(scale * (inp[i] - mx));
-  const double sum = tr__host_sum(out, n);
+  const double sum = tr__host_sum_d(out, n);
   const float inv = (float)(1.0 / sum);
   for (size_t i = 0; i < n; i++) out[i] *= inv;
   return log(sum);
@@ -69,7 +69,7 @@ int tr__host_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, c
     float *o = out + r * C;
     /* Centred in double, twice: the variance from the deviations (not E[x^2] - mean^2), and
      * the output from the exact mean, so rows far from zero lose nothing to cancellation. */
-    const double mu = tr__host_sum(x, C) / (double)C;
+    const double mu = tr__host_sum_d(x, C) / (double)C;
     double acc[HOST_LANES] = {0}, var = 0;
     size_t c = 0;
     for (; c + HOST_LANES <= C; c += HOST_LANES)
@@ -91,7 +91,7 @@ int tr__host_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbi
                            const float *dout, const float *inp, const float *weight,
                            const float *mean, const float *rstd, size_t N, size_t C) {
   /* per-channel parameter gradients summed over the rows in double, added once */
-  double *dw = tr__host_scratch(s, 2 * C * sizeof(double));
+  double *dw = tr__host_scratch(s, TR__SCRATCH_OPS, 2 * C * sizeof(double));
   if (!dw) return tr__device_fail(s->dev, TR_ENOMEM, "layernorm_bwd: out of memory");
   double *db = dw + C;
   memset(dw, 0, 2 * C * sizeof(double));

@@ -42,12 +42,28 @@ static size_t scratch_floats(const tr_layer_spec *l, int B, int T) {
   return tr_block_scratch_carve(NULL, NULL, dims(l, B, T));
 }
 
+static void bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch) {
+  tr_block_bf16 h;
+  tr_block_bf16_carve(&h, NULL, NULL, dims(l, B, T), act, scratch);
+}
+
+/* The bf16 operands in the micro-batch's and the shared buffers, the weights' copies in
+ * tr_block_params order; NULL in fp32. */
+static const tr_block_bf16 *bf16_of(const tr_layer_ctx *c, tr_block_bf16 *h) {
+  if (!c->p16) return NULL;
+  size_t act, scratch;
+  tr_block_bf16_carve(h, c->act16, c->scratch16, dims(c->l, c->B, c->T), &act, &scratch);
+  h->qkvw = c->p16[2], h->projw = c->p16[4], h->fcw = c->p16[8], h->fcprojw = c->p16[10];
+  return h;
+}
+
 static int forward(const tr_layer_ctx *c) {
   const tr_block_dims d = dims(c->l, c->B, c->T);
   const tr_block_params p = params(c->p);
   tr_block_acts a;
+  tr_block_bf16 h;
   tr_block_acts_carve(&a, c->act, d);
-  return tr_block_forward(c->s, &a, &p, c->x, d);
+  return tr_block_forward(c->s, &a, &p, c->x, d, bf16_of(c, &h));
 }
 
 static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
@@ -55,9 +71,10 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   const tr_block_params p = params(c->p), g = params(c->g);
   tr_block_acts a;
   tr_block_scratch sc;
+  tr_block_bf16 h;
   tr_block_acts_carve(&a, c->act, d);
   tr_block_scratch_carve(&sc, c->scratch, d);
-  return tr_block_backward(c->s, dinp, &g, &sc, dout, c->x, &p, &a, d);
+  return tr_block_backward(c->s, dinp, &g, &sc, dout, c->x, &p, &a, d, bf16_of(c, &h));
 }
 
 static size_t keep_floats(const tr_layer_spec *l, int B, int T) {
@@ -96,4 +113,5 @@ const tr_layer_type tr_layer_block_type = {
     .name = "block", .check = check, .tensors = tensors, .act_floats = act_floats,
     .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops,
     .backward_input = backward_input, .backward_weight = backward_weight,
-    .keep_floats = keep_floats};
+    .keep_floats = keep_floats,
+    .bf16_elems = bf16_elems};

@@ -1,7 +1,8 @@
 /* residual.c — the residual kind, a composite: out = x + f(x), f its inner layers in order.
  * Written with the public table API alone, as a user's composite would be: the inner layers'
  * tensors follow one another in its own (named "<i>.<name>"), their activations follow its
- * output, and their scratch follows the gradient buffers it passes between them. */
+ * output, and their scratch follows the gradient buffers it passes between them; in bf16,
+ * their bf16 activations follow one another and they share its bf16 scratch. */
 #include <stdio.h>
 
 #include "layers_impl.h"
@@ -58,18 +59,38 @@ static size_t scratch_floats(const tr_layer_spec *l, int B, int T) {
   return (size_t)gradient_buffers(l) * gradient_buffer_floats(l, B, T) + inner;
 }
 
+static void bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch) {
+  *act = *scratch = 0;
+  for (int i = 0; i < l->n; i++) {
+    size_t a, s;
+    tr_layer_bf16_elems(&l->inner[i], B, T, &a, &s);
+    *act += tr__align_bf16(a);
+    *scratch = s > *scratch ? s : *scratch;
+  }
+}
+
+/* Inner layer i's bf16 activations, from those of the layers before it. */
+static size_t inner_act16(const tr_layer_spec *l, int i, int B, int T) {
+  size_t a, s;
+  tr_layer_bf16_elems(&l->inner[i], B, T, &a, &s);
+  return tr__align_bf16(a);
+}
+
 static double flops(const tr_layer_spec *l, int T) {
   double f = 0;
   for (int i = 0; i < l->n; i++) f += tr_layer_flops(&l->inner[i], T);
   return f;
 }
 
-/* Inner layer i's context, its tensors starting at tensor t and its activations at act. */
-static tr_layer_ctx inner_ctx(const tr_layer_ctx *c, int i, int t, float *act) {
+/* Inner layer i's context, its tensors starting at tensor t, its activations at act and its
+ * bf16 ones act16 elements into the composite's. */
+static tr_layer_ctx inner_ctx(const tr_layer_ctx *c, int i, int t, float *act, size_t act16) {
   tr_layer_ctx in = *c;
   in.l = &c->l->inner[i];
   in.p = c->p + t;
   in.g = c->g + t;
+  in.p16 = c->p16 ? c->p16 + t : NULL;
+  in.act16 = c->act16 ? c->act16 + act16 : NULL;
   in.act = act;
   in.scratch = c->scratch + (size_t)gradient_buffers(c->l) * gradient_buffer_floats(c->l, c->B, c->T);
   in.seed = tr_layer_seed(c->seed, (uint64_t)i);
@@ -80,15 +101,17 @@ static int forward(const tr_layer_ctx *c) {
   const tr_layer_spec *l = c->l;
   const size_t n = tr__numel(c, l->out);
   float *act = c->act + tr__align_floats(n);
+  size_t act16 = 0;
   const void *x = c->x;
   int t = 0;
   for (int i = 0; i < l->n; i++) {
-    tr_layer_ctx in = inner_ctx(c, i, t, act);
+    tr_layer_ctx in = inner_ctx(c, i, t, act, act16);
     in.x = x;
     TR__TRY(l->inner[i].type->forward(&in));
     x = act;
     t += tr_layer_tensor_count(&l->inner[i], c->T);
     act += tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
+    act16 += inner_act16(l, i, c->B, c->T);
   }
   return tr_add(c->s, c->act, c->x, x, n);
 }
@@ -98,6 +121,8 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   const size_t n = tr__numel(c, l->out);
   /* from the last inner layer back: where its tensors and activations start */
   float *act = c->act + act_floats(l, c->B, c->T);
+  size_t act16 = 0, scratch16;
+  bf16_elems(l, c->B, c->T, &act16, &scratch16);
   int t = 0;
   for (int i = 0; i < l->n; i++) t += tr_layer_tensor_count(&l->inner[i], c->T);
   float *buf[2] = {c->scratch, c->scratch + gradient_buffer_floats(l, c->B, c->T)};
@@ -105,7 +130,8 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   for (int i = l->n - 1; i >= 0; i--) {
     t -= tr_layer_tensor_count(&l->inner[i], c->T);
     act -= tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
-    tr_layer_ctx in = inner_ctx(c, i, t, act);
+    act16 -= inner_act16(l, i, c->B, c->T);
+    tr_layer_ctx in = inner_ctx(c, i, t, act, act16);
     in.x = i ? act - tr__align_floats(tr_layer_act_floats(&l->inner[i - 1], c->B, c->T)) : c->x;
     float *d = i ? buf[(l->n - 1 - i) & 1] : dinp;
     TR__TRY(l->inner[i].type->backward(&in, g, d));
@@ -144,7 +170,7 @@ static tr_layer_ctx inner_back(const tr_layer_ctx *c, int i, int *t, float **act
   *t -= tr_layer_tensor_count(&l->inner[i], c->T);
   *act -= tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
   *keep -= inner_keep_floats(l, i, c->B, c->T);
-  tr_layer_ctx in = inner_ctx(c, i, *t, *act);
+  tr_layer_ctx in = inner_ctx(c, i, *t, *act, 0); /* split backward: fp32 only */
   in.x = i ? *act - tr__align_floats(tr_layer_act_floats(&l->inner[i - 1], c->B, c->T)) : c->x;
   *kept_dout = inner_dout_floats(l, i, c->B, c->T) ? *keep : NULL;
   in.keep = *keep + inner_dout_floats(l, i, c->B, c->T);
@@ -192,4 +218,5 @@ const tr_layer_type tr_layer_residual_type = {
     .name = "residual", .check = check, .tensors = tensors, .act_floats = act_floats,
     .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops,
     .backward_input = backward_input, .backward_weight = backward_weight,
-    .keep_floats = keep_floats};
+    .keep_floats = keep_floats,
+    .bf16_elems = bf16_elems};

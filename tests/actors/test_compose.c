@@ -302,7 +302,11 @@ static void an_observer_hears_every_n_steps_and_the_end(void **state) {
 /* A user's MNIST-sized classifier, 784 -> 512 -> 256 -> 128 -> 10 with cross-entropy, on the
  * data it gets by default (a teacher's classes; it once got Gaussian float targets, 40
  * bytes where its stage wanted 4: a crash): it learns under single, pipeline and dp, and
- * the three end alike. */
+ * the three end alike. AdamW's eps is 1e-4, not 1e-8: with a tiny eps an element's first
+ * updates are the sign of its gradient, so a gradient near zero turns the last bit of
+ * a sum, which micro-batches and replicas add in other orders (and oneDNN's kernels block
+ * differently by rows), into a whole step of lr; 150 steps of that left pipeline 10% away
+ * from single where the GEMMs are right to 1e-6. */
 static const tr_layer_spec mnist_layers[] = {
     LINEAR(784, 512, 1), RELU(512), LINEAR(512, 256, 1), RELU(256), LINEAR(256, 128, 1),
     RELU(128), LINEAR(128, 10, 1),
@@ -310,7 +314,7 @@ static const tr_layer_spec mnist_layers[] = {
 static const tr_model_spec mnist = {.name = "mnist", .ctx = 1, .loss = TR_LOSS_CROSSENTROPY,
                                     .nlayers = 7, .layers = mnist_layers, .batch = 64,
                                     .optim = {.kind = TR_OPTIM_ADAMW, .lr = 1e-3f, .beta1 = 0.9f,
-                                              .beta2 = 0.999f, .eps = 1e-8f}};
+                                              .beta2 = 0.999f, .eps = 1e-4f}};
 
 static void a_users_classifier_learns_under_single_pipeline_and_dp(void **state) {
   (void)state;

@@ -58,4 +58,6 @@ expect "more pieces than layers" "^troupe: --chunks: 2 stages × 2 chunks are 4 
 expect "cuts for interleaving" '^troupe: --cuts: 1 boundaries given, 2 stages × 2 chunks need 3' -- \
   --model mlp --strategy pipeline --devices host:2 --schedule interleaved --cuts 4 --steps 2
 expect "no chunks" "^troupe: --chunks: '0' is not" -- --chunks 0 --steps 2
+expect "zb1 in bf16" '^troupe: --schedule zb1: its backward in two halves runs in fp32 only, not with --precision bf16' -- \
+  --model mlp --strategy pipeline --devices host:2 --schedule zb1 --precision bf16 --steps 2
 exit $failed

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <dirent.h>
 
 #include "op_harness.h"
 
@@ -335,6 +336,77 @@ static void host_devices_run_gemm_concurrently_with_identical_results(void **sta
   free(a), free(b), free(want);
 }
 
+/* The threads of this process now. */
+static int process_threads(void) {
+  DIR *d = opendir("/proc/self/task");
+  assert_non_null(d);
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+typedef struct lone_ctx {
+  tr_device *dev;
+  pthread_barrier_t *all_done;
+  int threads_seen, rc;
+} lone_ctx;
+
+/* Products large enough for the library (oneDNN or OpenBLAS), then the thread count while
+ * every device's thread is still alive. */
+static void *lone_thread(void *arg) {
+  lone_ctx *c = arg;
+  enum { N = 256 };
+  tr_device_bind(c->dev);
+  tr_stream *s = tr_device_stream(c->dev);
+  float *a;
+  c->rc = tr_device_alloc(c->dev, 3 * N * N * sizeof(float), (void **)&a);
+  tr_bf16 *h = (tr_bf16 *)(a + N * N); /* bf16 copies of a's first two matrices */
+  if (!c->rc) c->rc = tr_fill(s, a, 2 * N * N, 0.5f);
+  for (int t = 0; t < 4 && !c->rc; t++)
+    c->rc = tr_gemm(s, (tr_op)(t & 1), (tr_op)(t >> 1), N, N, N, 1, a, N, a + N * N, N, 0,
+                    a + 2 * N * N, N);
+  if (!c->rc) c->rc = tr_to_bf16(s, h, a, 2 * N * N);
+  for (int t = 0; t < 4 && !c->rc; t++)
+    c->rc = tr_gemm_bf16(s, (tr_op)(t & 1), (tr_op)(t >> 1), N, N, N, 1, h, N, h + N * N, N, 0,
+                         a + 2 * N * N, N);
+  if (c->all_done) pthread_barrier_wait(c->all_done);
+  c->threads_seen = process_threads();
+  if (c->all_done) pthread_barrier_wait(c->all_done); /* nobody leaves before all counted */
+  tr_device_free(c->dev, a);
+  return NULL;
+}
+
+/* Each host device computes on its own thread and nowhere else: GEMMs (fp32 and bf16) on the
+ * main thread and then on three device threads at once leave the process with no thread more
+ * than those (no BLAS or OpenMP team grows behind the devices' backs). */
+static void host_gemm_computes_on_the_calling_thread_alone(void **state) {
+  (void)state;
+  enum { T = 3 };
+  tr_device_list *l = open_ok("host:3");
+  const int base = process_threads();
+  lone_ctx main_ctx = {tr_device_list_get(l, 0), NULL, 0, 0};
+  lone_thread(&main_ctx);
+  assert_int_equal(main_ctx.rc, 0);
+  assert_int_equal(main_ctx.threads_seen, base);
+  pthread_barrier_t all_done;
+  pthread_barrier_init(&all_done, NULL, T);
+  lone_ctx c[T];
+  pthread_t t[T];
+  for (int i = 0; i < T; i++) {
+    c[i] = (lone_ctx){tr_device_list_get(l, i), &all_done, 0, 0};
+    pthread_create(&t[i], NULL, lone_thread, &c[i]);
+  }
+  for (int i = 0; i < T; i++) {
+    pthread_join(t[i], NULL);
+    assert_int_equal(c[i].rc, 0);
+    assert_int_equal(c[i].threads_seen, base + T);
+  }
+  pthread_barrier_destroy(&all_done);
+  assert_int_equal(process_threads(), base);
+  tr_device_list_close(l);
+}
+
 /* ---- the owner thread ------------------------------------------------------------------------ */
 
 static void *use_without_bind(void *arg) {
@@ -402,6 +474,7 @@ int main(void) {
       cmocka_unit_test(timing_events_measure_elapsed_time),
       cmocka_unit_test(init_values_do_not_depend_on_device_or_thread_count),
       cmocka_unit_test(host_devices_run_gemm_concurrently_with_identical_results),
+      cmocka_unit_test(host_gemm_computes_on_the_calling_thread_alone),
       cmocka_unit_test(use_off_the_owner_thread_aborts_in_debug_builds),
       cmocka_unit_test(errors_name_the_device_and_the_operation),
   };

@@ -546,6 +546,10 @@ static void embedding_matches_host(void **state) {
 
 static int run_gemm(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
+  if (p->flag) /* bf16: always as a batch, one matrix for batch 0 */
+    return tr_gemm_batched_bf16(s, p->opa, p->opb, p->M, (int)p->N, p->K, p->a, a[0], p->lda,
+                                p->sa, a[1], p->ldb, p->sb, p->b, a[2], p->ldc, p->sc,
+                                p->batch ? p->batch : 1);
   if (p->batch)
     return tr_gemm_batched(s, p->opa, p->opb, p->M, (int)p->N, p->K, p->a, a[0], p->lda, p->sa,
                            a[1], p->ldb, p->sb, p->b, a[2], p->ldc, p->sc, p->batch);
@@ -553,8 +557,9 @@ static int run_gemm(tr_stream *s, void **a, void *ctx) {
                  p->b, a[2], p->ldc);
 }
 
-static void gemm_case(th_rng *r, tr_op opa, tr_op opb, int M, int N, int K, int pad, int batch,
-                      float alpha, float beta) {
+/* bf16: A and B are bfloat16 (the upper halves of random floats) */
+static void gemm_case_as(th_rng *r, tr_op opa, tr_op opb, int M, int N, int K, int pad, int batch,
+                         float alpha, float beta, int bf16) {
   const int arows = opa == TR_OP_N ? M : K, acols = opa == TR_OP_N ? K : M;
   const int brows = opb == TR_OP_N ? K : N, bcols = opb == TR_OP_N ? N : K;
   P p = {.opa = opa, .opb = opb, .M = M, .N = (size_t)N, .K = K, .a = alpha, .b = beta,
@@ -565,18 +570,37 @@ static void gemm_case(th_rng *r, tr_op opa, tr_op opb, int M, int N, int K, int 
   p.sc = (int64_t)M * p.ldc + pad;
   size_t na = (size_t)(p.sa * nb) + 1, nbb = (size_t)(p.sb * nb) + 1, nc = (size_t)(p.sc * nb);
   float *A = rnd(r, na, 1), *B = rnd(r, nbb, 1), *C = rnd(r, nc, 1);
+  p.flag = bf16;
+  if (bf16) { /* the upper halves, packed */
+    uint16_t *a16 = (uint16_t *)A, *b16 = (uint16_t *)B;
+    for (size_t i = 0; i < na; i++) {
+      uint32_t u;
+      memcpy(&u, &A[i], 4);
+      a16[i] = (uint16_t)(u >> 16);
+    }
+    for (size_t i = 0; i < nbb; i++) {
+      uint32_t u;
+      memcpy(&u, &B[i], 4);
+      b16[i] = (uint16_t)(u >> 16);
+    }
+  }
   if (beta == 0) /* beta 0 ignores C, NaN included: poison what the product overwrites */
     for (int bi = 0; bi < nb; bi++)
       for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) C[bi * p.sc + i * p.ldc + j] = NAN;
-  th_arg args[] = {{"A", na, 4, TH_IN, A, 0}, {"B", nbb, 4, TH_IN, B, 0},
+  th_arg args[] = {{"A", na, bf16 ? 2 : 4, TH_IN, A, 0}, {"B", nbb, bf16 ? 2 : 4, TH_IN, B, 0},
                    {"C", nc, 4, TH_OUT, C, TH_TOL_GEMM}};
   if (!th_compare_devices(host, gpu, args, 3, run_gemm, &p)) {
-    fprintf(stderr, "gemm%s %c%c M=%d N=%d K=%d pad=%d beta=%g\n", batch ? "_batched" : "",
-            opa ? 'T' : 'N', opb ? 'T' : 'N', M, N, K, pad, (double)beta);
+    fprintf(stderr, "gemm%s%s %c%c M=%d N=%d K=%d pad=%d beta=%g\n", batch ? "_batched" : "",
+            bf16 ? "_bf16" : "", opa ? 'T' : 'N', opb ? 'T' : 'N', M, N, K, pad, (double)beta);
     fail();
   }
   free(A), free(B), free(C);
+}
+
+static void gemm_case(th_rng *r, tr_op opa, tr_op opb, int M, int N, int K, int pad, int batch,
+                      float alpha, float beta) {
+  gemm_case_as(r, opa, opb, M, N, K, pad, batch, alpha, beta, 0);
 }
 
 static void gemm_matches_host_for_every_transposition(void **state) {
@@ -604,6 +628,46 @@ static void gemm_batched_matches_host_with_strides(void **state) {
   }
 }
 
+/* bf16 operands through cublasGemmStridedBatchedEx against the host's (oneDNN's, or widened
+ * to fp32): the same products of bf16 values, summed in float32. */
+static void gemm_bf16_matches_host(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(110);
+  const int mnk[][3] = {{1, 1, 1}, {17, 33, 9}, {64, 100, 10}, {256, 1024, 1024}, {128, 128, 64}};
+  for (int k = 0; k < 5; k++)
+    for (int t = 0; t < 4; t++) {
+      tr_op opa = (tr_op)(t & 1), opb = (tr_op)(t >> 1);
+      gemm_case_as(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 0, 0, 1.0f, 0.0f, 1);
+      gemm_case_as(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 3, 0, -1.5f, 0.5f, 1);
+      gemm_case_as(&r, opa, opb, mnk[k][0], mnk[k][1], mnk[k][2], 1, 4, 0.5f, 1.0f, 1);
+    }
+}
+
+static int run_to_bf16(tr_stream *s, void **a, void *ctx) {
+  return tr_to_bf16(s, a[1], a[0], ((P *)ctx)->n);
+}
+
+/* tr_to_bf16 rounds alike on both, bit for bit: values of every magnitude, ties, NaN. */
+static void to_bf16_matches_host_bit_for_bit(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(111);
+  for (size_t k = 0; k < NSIZES; k++) {
+    const size_t n = sizes[k];
+    float *x = rnd(&r, n, 1);
+    for (size_t i = 0; i < n; i++) x[i] = ldexpf(x[i], (int)(th_next(&r) % 280) - 150);
+    const uint32_t odd[] = {0x3f808000u, 0x3f818000u, 0x7f7f8000u, 0x7fc00001u, 0xff800000u};
+    for (size_t i = 0; i < 5 && i < n; i++) memcpy(&x[(i * 7919) % n], &odd[i], 4);
+    P p = {.n = n};
+    th_arg args[] = {{"inp", n, 4, TH_IN, x, 0}, {"out", n, 2, TH_OUT, NULL, 0}};
+    void *want[2], *got[2];
+    assert_int_equal(th_run(host, args, 2, run_to_bf16, &p, want), 0);
+    assert_int_equal(th_run(gpu, args, 2, run_to_bf16, &p, got), 0);
+    assert_memory_equal(want[1], got[1], n * 2);
+    th_free_outputs(want, 2), th_free_outputs(got, 2);
+    free(x);
+  }
+}
+
 int main(void) {
   if (tr_device_count(TR_DEVICE_CUDA) == 0) {
     fprintf(stderr, "test_cuda_ops: no GPU on this machine: skipped\n");
@@ -619,6 +683,8 @@ int main(void) {
       cmocka_unit_test(embedding_matches_host),
       cmocka_unit_test(gemm_matches_host_for_every_transposition),
       cmocka_unit_test(gemm_batched_matches_host_with_strides),
+      cmocka_unit_test(gemm_bf16_matches_host),
+      cmocka_unit_test(to_bf16_matches_host_bit_for_bit),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
