@@ -112,7 +112,7 @@ static int coordinator_start(tr_actor *self) {
   tr_graph *g = c->run->g;
   const int64_t end = tr_graph_end_step(g), first = tr_graph_first_step(g);
   if (tr__loss_book_init(&c->losses, first, jc->async.enabled ? 1 : jc->layout.replicas,
-                         end == INT64_MAX ? 0 : end - first))
+                         jc->async.enabled, end == INT64_MAX ? 0 : end - first))
     return tr_actor_fail(self, TR_ENOMEM, "the losses of the last 1%% of %lld steps: out of "
                          "memory (%lld bytes asked for)", (long long)(end - first),
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));

@@ -102,8 +102,11 @@ void tr__loss_ring_close(tr__loss_ring *r) {
 
 /* ---- the coordinator's book ---------------------------------------------------------------- */
 
-int tr__loss_book_init(tr__loss_book *b, int64_t first, int needed, int64_t expected) {
-  *b = (tr__loss_book){.first = first, .needed = needed, .expected = expected, .initial = NAN};
+int tr__loss_book_init(tr__loss_book *b, int64_t first, int needed, bool arrival,
+                       int64_t expected) {
+  TR_ASSERT(!arrival || needed == 1);
+  *b = (tr__loss_book){.first = first, .needed = needed, .arrival = arrival,
+                       .expected = expected, .initial = NAN};
   if (expected <= 0) return 0;
   /* Written now, so that its pages are the process's from the start, not taken one by one
    * through the run. */
@@ -145,11 +148,25 @@ static int tail_keep(tr__loss_book *b, int64_t k, double loss) {
   return 0;
 }
 
+/* Step k is complete with this loss. */
+static int completed(tr__loss_book *b, double loss, uint64_t t, tr__on_step_fn on_step,
+                     void *arg) {
+  const int64_t k = b->complete++;
+  if (isnan(b->initial) && isfinite(loss)) b->initial = loss;
+  if (tail_keep(b, k, loss)) return TR_ENOMEM;
+  if (on_step) on_step(arg, b->first + k, loss, t);
+  return 0;
+}
+
 int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
                       tr__on_step_fn on_step, void *arg) {
   for (int i = 0; i < m->n; i++) {
     const int64_t k = m->e[i].step - b->first;
-    if (k < b->complete) continue; /* not of this run */
+    if (k < (b->arrival ? 0 : b->complete)) continue; /* not of this run */
+    if (b->arrival) {
+      if (completed(b, m->e[i].loss, m->e[i].t + (uint64_t)offset, on_step, arg)) return TR_ENOMEM;
+      continue;
+    }
     if (window_fit(b, k)) return TR_ENOMEM;
     tr__step_share *s = &b->window[k % b->wcap];
     s->sum += m->e[i].loss; /* in double: the shares' bits add up alike in any order */
@@ -159,13 +176,10 @@ int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
   }
   while (b->wcap && b->window[b->complete % b->wcap].parts == b->needed) {
     tr__step_share *s = &b->window[b->complete % b->wcap];
-    const int64_t k = b->complete++;
     const double loss = s->sum;
     const uint64_t t = s->t;
     *s = (tr__step_share){0};
-    if (isnan(b->initial) && isfinite(loss)) b->initial = loss;
-    if (tail_keep(b, k, loss)) return TR_ENOMEM;
-    if (on_step) on_step(arg, b->first + k, loss, t);
+    if (completed(b, loss, t, on_step, arg)) return TR_ENOMEM;
   }
   return 0;
 }

@@ -91,6 +91,10 @@ typedef struct tr__step_share {
 
 typedef struct tr__loss_book {
   int needed;              /* shares that make a step: the replicas (async: 1) */
+  bool arrival;            /* async: a step completes as its loss arrives, in the order the
+                              losses come (its number aside): workers run apart, and holding
+                              a fast worker's losses until a slow one's came would take memory
+                              in proportion to how far apart they are, without bound */
   int64_t first;           /* the run's first step */
   int64_t complete;        /* steps [first, first + complete) are complete */
   tr__step_share *window;  /* steps first + complete + i at [(complete + i) % wcap] */
@@ -104,10 +108,12 @@ typedef struct tr__loss_book {
 typedef void (*tr__on_step_fn)(void *arg, int64_t step, double loss, uint64_t t);
 
 /* `expected`: the steps the run will have, or 0 when it is timed (the tail grows with it,
- * by an eighth at a time). */
-int tr__loss_book_init(tr__loss_book *b, int64_t first, int needed, int64_t expected);
+ * by an eighth at a time). `arrival`: asynchronous workers (needed 1). */
+int tr__loss_book_init(tr__loss_book *b, int64_t first, int needed, bool arrival,
+                       int64_t expected);
 /* The shares of a chunk, whose times read `offset` ns later on this clock (another
- * process's: tr_world.h); on_step once for every step this completes, in step order. */
+ * process's: tr_world.h); on_step once for every step this completes, in step order (with
+ * `arrival`, the order of completion: the n-th step to complete is step first + n). */
 int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
                       tr__on_step_fn on_step, void *arg);
 /* The loss of the last complete step; the mean of the last 1% (at least one); NaN while

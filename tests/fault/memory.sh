@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # memory.sh TROUPE — long runs in bounded memory: the resident set of `troupe train`, after
-# its warm-up, stays within 1 MiB for as long as it trains, simplenet (the most steps per
-# second) and async (the most messages per step). TR_TEST_SCALE stretches the runs: 1 is a
+# its warm-up, stays within 1 MiB for as long as it trains, beyond what the final loss needs
+# (the last 1% of the steps' losses, 8 bytes per 100 steps, twice that while it grows),
+# simplenet (the most steps per second) and async (the most messages per step). TR_TEST_SCALE stretches the runs: 1 is a
 # few seconds each; the stress suite's 10 is half a minute, some hundreds of thousands of
 # steps. Not a benchmark: the number of steps is whatever the machine does in that time.
 set -u
@@ -31,11 +32,12 @@ measure() {
   wait $pid
   local rc=$? steps
   steps=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['steps'])" "$out" 2>/dev/null)
+  steps=${steps:-0}
   rm -f "$out"
   if [[ $rc -ne 0 || -z $warm ]]; then
     printf 'FAIL %s: exit %d\n' "$what" "$rc"
     failed=1
-  elif ((most - warm > limit_kb)); then
+  elif ((most - warm > limit_kb + steps * 16 / 100 / 1024)); then
     printf 'FAIL %s: %d steps, resident %d kB after the warm-up, %d kB at most (+%d kB)\n' \
       "$what" "$steps" "$warm" "$most" $((most - warm))
     failed=1

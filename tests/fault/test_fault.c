@@ -514,7 +514,7 @@ static void the_loss_book_keeps_the_last_percent_exactly_in_bounded_memory(void 
   enum { STEPS = 300000, CHUNK = 997 };
   for (int known = 0; known < 2; known++) {
     tr__loss_book b;
-    assert_int_equal(tr__loss_book_init(&b, 1000, 1, known ? STEPS : 0), 0);
+    assert_int_equal(tr__loss_book_init(&b, 1000, 1, false, known ? STEPS : 0), 0);
     const int64_t cap0 = b.tcap;
     tr__loss_msg *m = malloc(sizeof *m + CHUNK * sizeof(tr__loss_entry));
     for (int64_t k = 0; k < STEPS; k += CHUNK) {
@@ -535,6 +535,35 @@ static void the_loss_book_keeps_the_last_percent_exactly_in_bounded_memory(void 
   }
 }
 
+/* Asynchronous workers run apart: one that falls 200000 steps behind the other (its losses
+ * held back, as a starved thread's are) costs the book no memory: steps complete as their
+ * losses come, and the final loss is the mean of the last 1% to come. */
+static void an_async_book_holds_nothing_for_a_worker_far_behind(void **state) {
+  (void)state;
+  enum { STEPS = 200000, CHUNK = 1000 };
+  tr__loss_book b;
+  assert_int_equal(tr__loss_book_init(&b, 0, 1, true, 0), 0);
+  tr__loss_msg *m = malloc(sizeof *m + CHUNK * sizeof(tr__loss_entry));
+  int64_t done = 0;
+  for (int64_t k = 1; k < STEPS; k += CHUNK) { /* the fast worker: every step but step 0 */
+    m->n = 0;
+    for (int64_t s = k; s < k + CHUNK && s < STEPS; s++)
+      m->e[m->n++] = (tr__loss_entry){.step = s, .t = (uint64_t)s, .loss = 2.0f};
+    assert_int_equal(tr__loss_book_add(&b, m, 0, NULL, NULL), 0);
+    done += m->n;
+    assert_int_equal(b.complete, done);
+  }
+  m->n = 1; /* the slow worker's one step, at last */
+  m->e[0] = (tr__loss_entry){.step = 0, .t = 1, .loss = 1.0f};
+  assert_int_equal(tr__loss_book_add(&b, m, 0, NULL, NULL), 0);
+  free(m);
+  assert_int_equal(b.complete, STEPS);
+  assert_int_equal(b.wcap, 0); /* no window at all */
+  assert_true(b.initial == 2.0);
+  assert_true(tr__loss_book_final(&b) == (2.0 * (STEPS / 100 - 1) + 1.0) / (STEPS / 100));
+  tr__loss_book_free(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_signal_ends_every_strategy_within_a_step),
@@ -550,6 +579,7 @@ int main(void) {
       cmocka_unit_test(a_run_without_a_finite_loss_does_not_succeed),
       cmocka_unit_test(the_watchdog_follows_steps_that_slow_down),
       cmocka_unit_test(the_loss_book_keeps_the_last_percent_exactly_in_bounded_memory),
+      cmocka_unit_test(an_async_book_holds_nothing_for_a_worker_far_behind),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
