@@ -7,6 +7,7 @@
  * running it, so each device keeps the primitives it made in a table keyed by all of that,
  * with memory objects whose data pointers are set at each call. A training step meets the
  * same few dozen shapes again and again; a table that fills up is emptied and starts over.
+ * oneDNN's process-wide cache of primitives is turned off: a device's are its own.
  *
  * Threads: Debian builds oneDNN on OpenMP (libgomp), which sizes a primitive's team from the
  * calling thread's omp_get_max_threads() when it is made and when it runs. Every call here
@@ -102,8 +103,12 @@ static tr_bf16_support bf16_support(dnnl_engine_t engine, dnnl_cpu_isa_t isa) {
 static pthread_once_t found_once = PTHREAD_ONCE_INIT;
 static tr_bf16_support found_bf16;
 
+/* Once per process: oneDNN's own primitive cache off (each device keeps the primitives it
+ * makes in its table, so that no two device threads share a primitive, or its lock), and
+ * what bf16 is here. */
 static void find_bf16(void) {
   dnnl_engine_t engine;
+  dnnl_set_primitive_cache_capacity(0);
   found_bf16 = TR_BF16_CONVERTED;
   if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return;
   one_thread();
