@@ -10,11 +10,16 @@ troupe=$(realpath "$1")
 scale=${TR_TEST_SCALE:-1}
 seconds=$((3 * scale + 2))
 limit_kb=1024
+warmup=$(awk -v s="$seconds" 'BEGIN { w = s / 4; print (w < 1.5 ? 1.5 : w) }')
 failed=0
 
-rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
+# The process's anonymous resident memory: what it allocated. File-backed pages (the CUDA
+# libraries' 50 MB and more, mapped at load) come and go with the page cache and with how
+# long the loader took, and say nothing of growth.
+rss_kb() { awk '/^RssAnon:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
 
-# measure WHAT ARGS: the resident set 1.5 s in (the warm-up), then its most until the end
+# measure WHAT ARGS: the resident set after the warm-up (a quarter of the run, at least 1.5 s:
+# a cold machine loads the libraries slowly), then its most until the end
 measure() {
   local what=$1
   shift
@@ -22,7 +27,7 @@ measure() {
   out=$(mktemp)
   "$troupe" train --quiet --seconds "$seconds" --json "$@" >"$out" &
   local pid=$! warm=0 most=0 rss
-  sleep 1.5
+  sleep "$warmup"
   warm=$(rss_kb $pid)
   most=$warm
   while rss=$(rss_kb $pid) && [[ -n $rss ]]; do
