@@ -164,7 +164,7 @@ if [[ -n $why ]]; then
   export PKG_CONFIG="$deps/bin/pkg-config" PKG_CONFIG_LIBDIR="$deps/lib/pkgconfig"
   t0=$(date +%s)
   if ! meson setup "$work/build" "$root" -Dpkg_config_path="$deps/lib/pkgconfig" -Dcuda=enabled \
-         -Dgpu_archs="${archs:-90}" -Dbuildtype=release -Db_ndebug=false -Dtests=true ||
+         -Dblas=openblas -Dmpi=disabled -Dgpu_archs="${archs:-90}" -Dbuildtype=release -Db_ndebug=false -Dtests=true ||
      ! timeout 300 ninja -C "$work/build" "${targets[@]}"; then
     note "build" "FAILED ($why)"
     return 1

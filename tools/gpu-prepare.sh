@@ -76,6 +76,13 @@ put "$cm_lib/libcmocka.so.0" "$deps/lib/libcmocka.so.0"
 put "$cm_lib/libcmocka.so.0" "$deps/lib/libcmocka.so"
 put "${cm_inc:-/usr/include}/cmocka.h" "$deps/include/cmocka.h"
 
+# liburcu's wait-free queue: the reference row of `troupe bench mailbox` (the command only)
+ur_lib=$(libdir_of liburcu-cds liburcu-cds.a) ur_inc=$(pcvar liburcu-cds includedir)
+ur_ver=$(pkg-config --modversion liburcu-cds)
+[[ -f $ur_lib/liburcu-cds.a ]] || die "no $ur_lib/liburcu-cds.a (liburcu-dev)"
+put "$ur_lib/liburcu-cds.a" "$deps/lib/liburcu-cds.a"
+cp -rL "$ur_inc/urcu" "$deps/include/"
+
 # cJSON (checkpoint headers, models/): no archive either
 cj_lib=$(libdir_of libcjson libcjson.so.1) cj_ver=$(pkg-config --modversion libcjson)
 cj_inc=$(pcvar libcjson includedir)
@@ -108,10 +115,14 @@ pc jemalloc "$je_ver" '${libdir}/libjemalloc_pic.a -lpthread -ldl -lm'
 pc openblas "$ob_ver" '${libdir}/libopenblas.a -lpthread -lm'
 pc cmocka "$cm_ver" '-L${libdir} -lcmocka'
 pc libcjson "$cj_ver" '-L${libdir} -lcjson' ' -I${includedir}/cjson'
+pc liburcu-cds "$ur_ver" '${libdir}/liburcu-cds.a -lpthread'
 
 # ---- the build -----------------------------------------------------------------------------
 
+# OpenBLAS for the host GEMM (oneDNN is Debian's shared library only, and over the carry's
+# size), no MPI (one GPU: one rank; the machine has no Open MPI)
 opts=(-Dpkg_config_path="$root/$deps/lib/pkgconfig" -Dcuda=enabled -Dgpu_archs="$archs"
+      -Dblas=openblas -Dmpi=disabled
       -Dbuildtype=release -Db_ndebug=false -Dtests=true)
 if [[ -f $build/meson-private/coredata.dat ]]; then
   # meson caches the libraries it found, even across --reconfigure: forget them first
