@@ -106,7 +106,8 @@ typedef struct tr_train_result {
   double samples_per_s, steps_per_s;
   double initial_loss;     /* the first step's (the first finite one's) */
   double final_loss;       /* mean of the last 1% of steps (at least one), of those whose loss
-                              is finite; a successful run always has one */
+                              is finite; a successful run always has one. Async: of the last
+                              1% of steps to complete, in the order the workers ended them */
   int replicas, stages, microbatches; /* the layout that ran */
   int zero;                /* the ZeRO stage that ran (tr_job_config.zero) */
   int chunks;              /* model chunks per device (interleaved), else 1 */
