@@ -79,8 +79,10 @@ put "${cm_inc:-/usr/include}/cmocka.h" "$deps/include/cmocka.h"
 # liburcu's wait-free queue: the reference row of `troupe bench mailbox` (the command only)
 ur_lib=$(libdir_of liburcu-cds liburcu-cds.a) ur_inc=$(pcvar liburcu-cds includedir)
 ur_ver=$(pkg-config --modversion liburcu-cds)
-[[ -f $ur_lib/liburcu-cds.a ]] || die "no $ur_lib/liburcu-cds.a (liburcu-dev)"
-put "$ur_lib/liburcu-cds.a" "$deps/lib/liburcu-cds.a"
+for a in liburcu-cds.a liburcu-common.a; do # the queue itself is in -common
+  [[ -f $ur_lib/$a ]] || die "no $ur_lib/$a (liburcu-dev)"
+  put "$ur_lib/$a" "$deps/lib/$a"
+done
 cp -rL "$ur_inc/urcu" "$deps/include/"
 
 # cJSON (checkpoint headers, models/): no archive either
@@ -115,7 +117,7 @@ pc jemalloc "$je_ver" '${libdir}/libjemalloc_pic.a -lpthread -ldl -lm'
 pc openblas "$ob_ver" '${libdir}/libopenblas.a -lpthread -lm'
 pc cmocka "$cm_ver" '-L${libdir} -lcmocka'
 pc libcjson "$cj_ver" '-L${libdir} -lcjson' ' -I${includedir}/cjson'
-pc liburcu-cds "$ur_ver" '${libdir}/liburcu-cds.a -lpthread'
+pc liburcu-cds "$ur_ver" '${libdir}/liburcu-cds.a ${libdir}/liburcu-common.a -lpthread'
 
 # ---- the build -----------------------------------------------------------------------------
 
