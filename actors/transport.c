@@ -422,9 +422,14 @@ static void *summer_main(void *arg) {
     pthread_mutex_unlock(&u->lock);
     const int rc = MPI_Allreduce(MPI_IN_PLACE, s->p, (int)s->n, MPI_FLOAT, MPI_SUM,
                                  t->group_comm[a.group]);
+    /* Under the lock to the end: stop_summer takes it to stop the thread, so the transport
+     * (and the message pool behind s) outlive every use here. */
     pthread_mutex_lock(&u->lock);
     u->busy = false;
-    pthread_mutex_unlock(&u->lock);
+    if (u->stop) { /* left behind inside the sum: the transport may be gone, s with it */
+      pthread_mutex_unlock(&u->lock);
+      return NULL;
+    }
     if (rc != MPI_SUCCESS) { /* a rank that is gone, typically: the actor fails the run */
       broken_msg *b = tr_msg_new(&broken_type);
       int len = 0;
@@ -432,10 +437,12 @@ static void *summer_main(void *arg) {
       MPI_Error_string(rc, b->why, &len);
       tr_msg_free(s);
       tr_actor_send(t->self, b);
+      pthread_mutex_unlock(&u->lock);
       return NULL;
     }
     s->complete = true;
     tr_actor_send(t->self, s); /* back to the actor, which owns the edges */
+    pthread_mutex_unlock(&u->lock);
   }
 }
 
