@@ -8,7 +8,6 @@
  * PyTorch sees the weights as they are. The data of step k is a function of (seed, k)
  * (tr_data.h), so the step is the whole RNG state of the loader.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,7 +190,7 @@ static int check_tensors(tr_checkpoint *ck, const char *path, const tr_model *m,
         return tr_errorf(err, n, TR_EFORMAT,
                          "%s: tensor '%s' holds %s (element %lld of %zu): a run that diverged "
                          "cannot be resumed from it",
-                         path, name, isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf", (long long)bad,
+                         path, name, tr__nonfinite_name(v), (long long)bad,
                          t->nbytes / 4);
       }
     }

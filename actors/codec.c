@@ -120,8 +120,8 @@ static tr_msg *batch_get(const tr__codec *c, const uint8_t *in, size_t n) {
   tr_batch_msg *b = (tr_batch_msg *)get_struct(c->type, in, n, sizeof *b - sizeof(tr_msg));
   if (b == NULL) return NULL;
   const bool x = b->x != NULL, y = b->y != NULL;
+  const layout l = batch_layout(b);
   b->x = b->y = NULL; /* the sender's */
-  const layout l = lay(sizeof *b, (size_t[]){x ? b->x_bytes : 0, y ? b->y_bytes : 0}, 2);
   if (l.total > n) {
     tr_msg_free(b);
     return NULL;

@@ -221,7 +221,7 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
   TR_ASSERT(!g->ran && c->from && c->to);
   *out = NULL;
   const int wake_at = c->wake_at > 0 ? c->wake_at : 1;
-  const member *from = tr__graph_member_of(g, c->from), *to = tr__graph_member_of(g, c->to);
+  member *from = tr__graph_member_of(g, c->from), *to = tr__graph_member_of(g, c->to);
   if (c->credits < 1 || wake_at > c->credits || !from || !to) return TR_EINVAL;
   if (g->nedges == g->cap_edges) {
     const int cap = g->cap_edges ? 2 * g->cap_edges : 64;
@@ -241,8 +241,8 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
                  .credits = c->credits,
                  .wake_at = wake_at,
                  .notify = c->notify != 0,
-                 .remote_from = from->remote,
-                 .remote_to = to->remote,
+                 .mfrom = from,
+                 .mto = to,
                  .next = g->edges};
   atomic_init(&e->available, c->credits);
   snprintf(e->track, sizeof e->track, "credits %s→%s %s", tr_actor_name(e->from),
@@ -276,7 +276,7 @@ void tr_edge_send(tr_edge *e, void *msg) {
   tr_msg *m = msg;
   TR_ASSERT(e->type == NULL || m->type == e->type);
   m->from = e->from;
-  if (e->remote_to) {
+  if (e->mto->remote) {
     tr__transport_send(e->g->transport, e, m);
   } else {
     tr_trace_flow(m, e->name);
@@ -304,7 +304,7 @@ static void send_credit(tr_edge *e, int count) {
 }
 
 void tr_edge_release(tr_edge *e, int n) {
-  if (e->remote_from) { /* the producer's credits are kept where it lives */
+  if (e->mfrom->remote) { /* the producer's credits are kept where it lives */
     tr__transport_release(e->g->transport, e, n);
     return;
   }
@@ -451,11 +451,11 @@ void tr_graph_print(tr_graph *g, FILE *f) {
             m->service ? ", a service" : "", atomic_load(&m->done) ? ", done" : "");
   }
   for (const tr_edge *e = g->edges; e; e = e->next) {
-    if (e->remote_from && e->remote_to) continue; /* between two other ranks */
-    if (e->remote_from) {
+    if (e->mfrom->remote && e->mto->remote) continue; /* between two other ranks */
+    if (e->mfrom->remote) {
       fprintf(f, "  edge %s -> %s '%s' (%s): from rank %d, its credits kept there\n",
               tr_actor_name(e->from), tr_actor_name(e->to), e->name,
-              e->type ? e->type->name : "control", tr_graph_actor_rank(g, e->from));
+              e->type ? e->type->name : "control", e->mfrom->rank);
       continue;
     }
     const int out = e->credits - atomic_load(&e->available);

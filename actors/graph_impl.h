@@ -23,7 +23,8 @@ struct tr_edge {
   const char *name;
   int credits, wake_at;
   bool notify;
-  bool remote_from, remote_to; /* its producer, its consumer live in another process */
+  struct tr__member *mfrom, *mto; /* its producer's and consumer's places in the graph: their
+                                     ranks, and whether they live in another process */
   _Atomic int available;
   _Atomic int starving;
   _Atomic int peak; /* written by the producer only */

@@ -604,12 +604,13 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
 
 /* ---- the step ------------------------------------------------------------------------------ */
 
-/* A step that diverged, named (on_nonfinite TR_NONFINITE_STOP). */
-static int not_finite(tr_actor *self, stage_actor *a, const char *what, double value) {
+/* Step `step` diverged, named (on_nonfinite TR_NONFINITE_STOP). */
+static int not_finite(tr_actor *self, stage_actor *a, int64_t step, const char *what,
+                      double value) {
   return tr_actor_fail(self, TR_ENONFINITE, "step %lld, stage %d of replica %d on %s: %s is "
                        "%s: the run diverged (on_nonfinite skip goes on without such updates)",
-                       (long long)(a->worker ? a->batch_step : a->step), a->stage, a->replica,
-                       tr_device_name(a->dev), what, tr__nonfinite_name(value));
+                       (long long)step, a->stage, a->replica, tr_device_name(a->dev), what,
+                       tr__nonfinite_name(value));
 }
 
 /* Gives back the credits whose copies have run, and reads the losses that have landed
@@ -623,10 +624,7 @@ static int harvest(tr_actor *self, stage_actor *a, bool room) {
   if (rc) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
   const tr__loss_log *l = &a->losses;
   if (l->nonfinite && a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
-    return tr_actor_fail(self, TR_ENONFINITE, "step %lld, stage %d of replica %d on %s: the "
-                         "loss is %s: the run diverged (on_nonfinite skip goes on without such "
-                         "updates)", (long long)l->nonfinite_step, a->stage, a->replica,
-                         tr_device_name(a->dev), tr__nonfinite_name(l->nonfinite_loss));
+    return not_finite(self, a, l->nonfinite_step, "the loss", l->nonfinite_loss);
   return 0;
 }
 
@@ -677,7 +675,8 @@ static int update(tr_actor *self, stage_actor *a) {
     if (rc != DONE) return rc;
     if (!isfinite(norm2)) { /* the same number on every stage and replica: none updates */
       if (a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
-        return not_finite(self, a, "the gradient norm", sqrt(norm2));
+        return not_finite(self, a, a->worker ? a->batch_step : a->step, "the gradient norm",
+                          sqrt(norm2));
       a->skipped++;
       for (a->cur = 0; a->cur < a->nch; a->cur++)
         if (tr_stage_zero_grads(a->ch[a->cur].st)) return fail_device(self, a, "zeroing gradients");

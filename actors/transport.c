@@ -240,7 +240,7 @@ static int send_out(transport *t, tr_edge *e, tr_msg *m) {
     return tr_actor_fail(t->self, TR_EINVAL, "edge '%s' from '%s' to '%s' on rank %d: a '%s' "
                          "cannot cross processes (no codec knows it)", e->name,
                          tr_actor_name(e->from), tr_actor_name(e->to),
-                         tr_graph_actor_rank(t->g, e->to), m->type->name);
+                         e->mto->rank, m->type->name);
   }
   const size_t n = c->size(c, m);
   uint8_t *buf = malloc(HEAD + n);
@@ -254,7 +254,7 @@ static int send_out(transport *t, tr_edge *e, tr_msg *m) {
   c->put(c, m, buf + HEAD);
   if (c->sent) c->sent(m);
   tr_msg_free(m); /* sent: the runtime never saw it */
-  return post(t, tr_graph_actor_rank(t->g, e->to), TAG_MSG, buf, HEAD + n);
+  return post(t, e->mto->rank, TAG_MSG, buf, HEAD + n);
 }
 
 /* ---- receiving ---------------------------------------------------------------------------- */
@@ -290,17 +290,17 @@ static int deliver(transport *t, const in_msg *in) {
   char name[NAME + 1] = "";
   memcpy(name, in->buf + 8, NAME);
   tr__codec scratch;
-  const tr__codec *c = e && !e->remote_to ? tr__codec_find(name, e->type, &scratch) : NULL;
+  const tr__codec *c = e && !e->mto->remote ? tr__codec_find(name, e->type, &scratch) : NULL;
   tr_msg *m = c ? c->get(c, in->buf + HEAD, in->n - HEAD) : NULL;
   if (m == NULL) free(in->buf);
-  if (e == NULL || e->remote_to)
+  if (e == NULL || e->mto->remote)
     return tr_actor_fail(t->self, TR_ESTATE, "rank %d sent a '%s' on edge %d, which has no "
                          "consumer here: the ranks built different graphs", in->source, name, id);
   if (m == NULL)
     return tr_actor_fail(t->self, TR_EINVAL, "edge '%s' from '%s' on rank %d: a '%s' of %zu "
                          "bytes could not be read", e->name, tr_actor_name(e->from), in->source,
                          name, in->n);
-  tr__member *to = tr__graph_member_of(t->g, e->to);
+  tr__member *to = e->mto;
   if (atomic_load(&to->done)) { /* its part is over: the run is ending */
     tr_msg_free(m);
     free(in->buf);
@@ -502,7 +502,7 @@ static int on_incoming(transport *t, in_msg *in) {
     case TAG_MSG: return deliver(t, in); /* keeps the buffer */
     case TAG_RELEASE: {
       tr_edge *e = tr__graph_edge(t->g, i32[0]);
-      if (e && !e->remote_from) tr_edge_release(e, i32[1]);
+      if (e && !e->mfrom->remote) tr_edge_release(e, i32[1]);
       break;
     }
     case TAG_FINISH: rc = start_finish(t); break;
@@ -565,7 +565,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
     tr_edge *e = tr__graph_edge(t->g, r->edge);
     unhold(&t->held[r->edge], r->n);
     const int32_t wire[2] = {r->edge, r->n};
-    return post_copy(t, tr_graph_actor_rank(t->g, e->from), TAG_RELEASE, wire, sizeof wire);
+    return post_copy(t, e->mfrom->rank, TAG_RELEASE, wire, sizeof wire);
   }
   if (msg->type == &in_type) return on_incoming(t, (in_msg *)msg);
   if (msg->type == &tr__sum_type) {

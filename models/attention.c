@@ -203,36 +203,6 @@ int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params
                                LIN(fcproj));
 }
 
-static int backward_bf16(tr_stream *s, float *dinp, const tr_block_params *g,
-                         const tr_block_scratch *sc, const float *dout, const float *inp,
-                         const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
-                         const tr_block_bf16 *mp) {
-  const int N = d.B * d.T, C = d.C, H = d.H;
-  const size_t nc = (size_t)N * C;
-  const block_linears lin = linears_of(mp);
-  /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
-  TR__TRY(tr_linear_backward(s, sc->dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw,
-                             N, H, C, LIN(fcproj)));
-  TR__TRY(tr_gelu_bwd(s, sc->dfch, a->fch, sc->dfch, (size_t)N * H));
-  TR__TRY(tr_linear_backward(s, sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, H,
-                             LIN(fc)));
-  TR__TRY(tr_layernorm_bwd(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
-                           a->ln2_mean, a->ln2_rstd, N, C));
-  TR__TRY(tr_add(s, sc->dres1, sc->dres1, dout, nc)); /* dout is not read after this */
-  /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
-  TR__TRY(tr_linear_backward(s, sc->datty, g->projw, g->projb, sc->dres1, a->atty, p->projw, N, C,
-                             C, LIN(proj)));
-  TR__TRY(tr_attention_backward(s, sc->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
-                                d.B, d.T, C, d.NH, mp ? &mp->attn : NULL));
-  TR__TRY(tr_linear_backward(s, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C,
-                             LIN(qkv)));
-  /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
-  float *dx = dinp ? dinp : sc->datty;
-  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
-                           a->ln1_rstd, N, C));
-  return dinp ? tr_add(s, dinp, dinp, sc->dres1, nc) : 0;
-}
-
 size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d) {
   const size_t N = (size_t)d.B * d.T, C = (size_t)d.C;
   carver c = {base, 0};
@@ -291,15 +261,34 @@ int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_bl
   return kept_weights(s, g, k, a, d);
 }
 
-/* Both halves at once, keeping in the scratch; the output projection's weights first, as
- * dinp may be dout. In bf16 (mp) every product takes bf16 inputs; split backward is fp32's. */
+/* Both halves at once, the products in bf16 when mp is given: the MLP branch, then the
+ * attention branch, each product's weight gradient beside its input's. */
 int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
                       const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
                       const tr_block_bf16 *mp) {
-  if (mp) return backward_bf16(s, dinp, g, sc, dout, inp, p, a, d, mp);
-  const tr_block_keep k = {.dfch = sc->dfch, .dres1 = sc->dres1, .dqkv = sc->dqkv};
-  TR__TRY(mlp_out_weight(s, g, dout, a, d));
-  TR__TRY(tr_block_backward_input(s, dinp, g, sc, &k, dout, inp, p, a, d));
-  return kept_weights(s, g, &k, a, d);
+  const int N = d.B * d.T, C = d.C, H = d.H;
+  const size_t nc = (size_t)N * C;
+  const block_linears lin = linears_of(mp);
+  /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
+  TR__TRY(tr_linear_backward(s, sc->dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw,
+                             N, H, C, LIN(fcproj)));
+  TR__TRY(tr_gelu_bwd(s, sc->dfch, a->fch, sc->dfch, (size_t)N * H));
+  TR__TRY(tr_linear_backward(s, sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, H,
+                             LIN(fc)));
+  TR__TRY(tr_layernorm_bwd(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
+                           a->ln2_mean, a->ln2_rstd, N, C));
+  TR__TRY(tr_add(s, sc->dres1, sc->dres1, dout, nc)); /* dout is not read after this */
+  /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
+  TR__TRY(tr_linear_backward(s, sc->datty, g->projw, g->projb, sc->dres1, a->atty, p->projw, N, C,
+                             C, LIN(proj)));
+  TR__TRY(tr_attention_backward(s, sc->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
+                                d.B, d.T, C, d.NH, mp ? &mp->attn : NULL));
+  TR__TRY(tr_linear_backward(s, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C,
+                             LIN(qkv)));
+  /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
+  float *dx = dinp ? dinp : sc->datty;
+  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C));
+  return dinp ? tr_add(s, dinp, dinp, sc->dres1, nc) : 0;
 }

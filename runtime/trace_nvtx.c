@@ -97,25 +97,30 @@ static void register_kind(tr_trace_kind *k) {
 
 static int64_t field(int64_t v) { return v < 0 || v > 999 ? 999 : v; }
 
-int tr__nvtx_push(tr_trace_kind *kind, const char *name, const int64_t args[3]) {
-  if (!tr__nvtx_live) return 0;
+/* The attributes of a range of `kind`, named `name` (NULL: the kind's name). */
+static void attributes(tr_trace_kind *kind, const char *name, nvtxEventAttributes_t *ev) {
   register_kind(kind);
-  nvtxEventAttributes_t ev;
-  memset(&ev, 0, sizeof ev);
-  ev.version = NVTX_VERSION;
-  ev.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-  ev.category = __atomic_load_n(&kind->nvtx_category_, __ATOMIC_RELAXED);
-  ev.colorType = NVTX_COLOR_ARGB;
-  ev.color = kind->color;
+  memset(ev, 0, sizeof *ev);
+  ev->version = NVTX_VERSION;
+  ev->size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
+  ev->category = __atomic_load_n(&kind->nvtx_category_, __ATOMIC_RELAXED);
+  ev->colorType = NVTX_COLOR_ARGB;
+  ev->color = kind->color;
   nvtxStringHandle_t h = name ? name_handle(name)
                               : (nvtxStringHandle_t)__atomic_load_n(&kind->nvtx_name_, __ATOMIC_RELAXED);
   if (h && (uintptr_t)h != 1) {
-    ev.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-    ev.message.registered = h;
+    ev->messageType = NVTX_MESSAGE_TYPE_REGISTERED;
+    ev->message.registered = h;
   } else {
-    ev.messageType = NVTX_MESSAGE_TYPE_ASCII;
-    ev.message.ascii = name ? name : kind->name ? kind->name : "?";
+    ev->messageType = NVTX_MESSAGE_TYPE_ASCII;
+    ev->message.ascii = name ? name : kind->name ? kind->name : "?";
   }
+}
+
+int tr__nvtx_push(tr_trace_kind *kind, const char *name, const int64_t args[3]) {
+  if (!tr__nvtx_live) return 0;
+  nvtxEventAttributes_t ev;
+  attributes(kind, name, &ev);
   if (args) {
     ev.payloadType = NVTX_PAYLOAD_TYPE_INT64;
     ev.payload.llValue = args[0] * 1000000 + field(args[1]) * 1000 + field(args[2]);
@@ -147,16 +152,8 @@ void tr__nvtx_leave(int floor, int pushed) {
 uint64_t tr__nvtx_window_open(void) {
   static tr_trace_kind window = {.name = "profile", .category = "profile", .color = 0xFF000000};
   if (!live()) return 0;
-  register_kind(&window);
   nvtxEventAttributes_t ev;
-  memset(&ev, 0, sizeof ev);
-  ev.version = NVTX_VERSION;
-  ev.size = NVTX_EVENT_ATTRIB_STRUCT_SIZE;
-  ev.category = __atomic_load_n(&window.nvtx_category_, __ATOMIC_RELAXED);
-  ev.colorType = NVTX_COLOR_ARGB;
-  ev.color = window.color;
-  ev.messageType = NVTX_MESSAGE_TYPE_REGISTERED;
-  ev.message.registered = (nvtxStringHandle_t)__atomic_load_n(&window.nvtx_name_, __ATOMIC_RELAXED);
+  attributes(&window, NULL, &ev);
   return nvtxDomainRangeStartEx(domain, &ev);
 }
 

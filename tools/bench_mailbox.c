@@ -77,16 +77,6 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- the reference queue: a mutex, a condition variable, an intrusive list ------------- */
 
 typedef struct mutex_queue {
@@ -680,15 +670,15 @@ int bench_mailbox(int argc, char **argv) {
     uv_futex_rtt(npark, lat[L_LOOP_RAW] + r * npark);
     uv_async_rtt(npark, lat[L_LOOP_UV2] + r * npark);
   }
-  double q_mb = median(tput[T_QMB], rounds), q_wf = median(tput[T_QWF], rounds),
-         q_mq = median(tput[T_QMQ], rounds);
-  double e_mb = median(tput[T_EMB], rounds), e_mq = median(tput[T_EMQ], rounds);
-  double e_act = median(tput[T_EACT], rounds);
-  double e_libc = median(tput[T_ELIBC], rounds);
+  double q_mb = cli_median(tput[T_QMB], rounds), q_wf = cli_median(tput[T_QWF], rounds),
+         q_mq = cli_median(tput[T_QMQ], rounds);
+  double e_mb = cli_median(tput[T_EMB], rounds), e_mq = cli_median(tput[T_EMQ], rounds);
+  double e_act = cli_median(tput[T_EACT], rounds);
+  double e_libc = cli_median(tput[T_ELIBC], rounds);
 #ifdef TR_USE_JEMALLOC
-  double e_je = median(tput[T_EJE], rounds);
+  double e_je = cli_median(tput[T_EJE], rounds);
 #endif
-  double m_mb = median(tput[T_MMB], rounds), m_mq = median(tput[T_MMQ], rounds);
+  double m_mb = cli_median(tput[T_MMB], rounds), m_mq = cli_median(tput[T_MMQ], rounds);
   latency l[NL];
   for (int c = 0; c < NL; c++) {
     l[c] = summarize(lat[c], rounds * lcount[c]);

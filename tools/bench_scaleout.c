@@ -33,17 +33,6 @@
 enum { MAX_REPEATS = 15, SIZES = 4 };
 static const size_t bucket_bytes[SIZES] = {64 << 10, 1 << 20, 4 << 20, 16 << 20};
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-  if (n == 0) return NAN;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* ---- running the commands ------------------------------------------------------------------ */
 
 /* Runs argv (NULL-terminated) with stdout into `out` (size n, NUL-terminated), stderr passed
@@ -175,7 +164,7 @@ int bench_scaleout(int argc, char **argv) {
                     "troupe built with MPI?)\n");
     return CLI_FAIL;
   }
-  const double m1 = median(one, n1), m2 = median(across, n2);
+  const double m1 = cli_median(one, n1), m2 = cli_median(across, n2);
 
   char *ar[32], np[16], out[1 << 14];
   int k = mpirun_prefix(ar, o.ranks, np);
@@ -339,7 +328,7 @@ int bench_allreduce(int argc, char **argv) {
   if (rank == 0 && rc == 0) {
     if (json) printf("{");
     for (int s = 0; s < SIZES; s++) {
-      const double a = median(raw[s], REPEATS), b = median(ours[s], REPEATS);
+      const double a = cli_median(raw[s], REPEATS), b = cli_median(ours[s], REPEATS);
       if (json)
         printf("%s\"mpi_%zu\":%.4f,\"troupe_%zu\":%.4f", s ? "," : "", bucket_bytes[s], a,
                bucket_bytes[s], b);

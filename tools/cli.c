@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -53,4 +54,15 @@ void cli_json_string(FILE *f, const char *s) {
     else fputc(c, f);
   }
   fputc('"', f);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double cli_median(double *v, int n) {
+  if (n <= 0) return NAN;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }

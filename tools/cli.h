@@ -24,6 +24,9 @@ bool cli_value_str(int argc, char **argv, int *i, const char **out);
 /* Writes `s` as a JSON string, quoted and escaped. */
 void cli_json_string(FILE *f, const char *s);
 
+/* The median of v[0, n) (sorts v in place); NaN for none. */
+double cli_median(double *v, int n);
+
 /* GFLOP/s of single-thread cblas_sgemm on n×n matrices, measured now (reference.c). */
 double cli_sgemm_gflops(int n);
 

@@ -243,13 +243,12 @@ done:
 static dnnl_status_t plan_for(tr__host_blas *b, const tr__gemm_args *g, plan **out) {
   const key k = key_of(g);
   const unsigned h = key_hash(&k);
-  for (int i = 0; i < PROBES; i++) {
+  int i = 0; /* ends at the chain's first empty entry, or PROBES when it is full */
+  for (; i < PROBES; i++) {
     plan *p = &b->table[(h + (unsigned)i) % TABLE];
     if (!p->prim) break;
     if (!memcmp(&p->k, &k, sizeof k)) return *out = p, dnnl_success;
   }
-  int i = 0;
-  while (i < PROBES && b->table[(h + (unsigned)i) % TABLE].prim) i++;
   if (i == PROBES || b->used >= TABLE * 3 / 4) table_clear(b), i = 0;
   plan *p = &b->table[(h + (unsigned)i) % TABLE];
   dnnl_status_t st = plan_make(b, &k, p);

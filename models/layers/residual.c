@@ -97,6 +97,12 @@ static tr_layer_ctx inner_ctx(const tr_layer_ctx *c, int i, int t, float *act, s
   return in;
 }
 
+static int tensor_count(const tr_layer_ctx *c) {
+  int t = 0;
+  for (int i = 0; i < c->l->n; i++) t += tr_layer_tensor_count(&c->l->inner[i], c->T);
+  return t;
+}
+
 static int forward(const tr_layer_ctx *c) {
   const tr_layer_spec *l = c->l;
   const size_t n = tr__numel(c, l->out);
@@ -111,7 +117,7 @@ static int forward(const tr_layer_ctx *c) {
     x = act;
     t += tr_layer_tensor_count(&l->inner[i], c->T);
     act += tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
-    act16 += inner_act16(l, i, c->B, c->T);
+    if (c->act16) act16 += inner_act16(l, i, c->B, c->T); /* bf16 only */
   }
   return tr_add(c->s, c->act, c->x, x, n);
 }
@@ -122,15 +128,14 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   /* from the last inner layer back: where its tensors and activations start */
   float *act = c->act + act_floats(l, c->B, c->T);
   size_t act16 = 0, scratch16;
-  bf16_elems(l, c->B, c->T, &act16, &scratch16);
-  int t = 0;
-  for (int i = 0; i < l->n; i++) t += tr_layer_tensor_count(&l->inner[i], c->T);
+  if (c->act16) bf16_elems(l, c->B, c->T, &act16, &scratch16); /* bf16 only */
+  int t = tensor_count(c);
   float *buf[2] = {c->scratch, c->scratch + gradient_buffer_floats(l, c->B, c->T)};
   const float *g = dout;
   for (int i = l->n - 1; i >= 0; i--) {
     t -= tr_layer_tensor_count(&l->inner[i], c->T);
     act -= tr__align_floats(tr_layer_act_floats(&l->inner[i], c->B, c->T));
-    act16 -= inner_act16(l, i, c->B, c->T);
+    if (c->act16) act16 -= inner_act16(l, i, c->B, c->T);
     tr_layer_ctx in = inner_ctx(c, i, t, act, act16);
     in.x = i ? act - tr__align_floats(tr_layer_act_floats(&l->inner[i - 1], c->B, c->T)) : c->x;
     float *d = i ? buf[(l->n - 1 - i) & 1] : dinp;
@@ -177,11 +182,6 @@ static tr_layer_ctx inner_back(const tr_layer_ctx *c, int i, int *t, float **act
   return in;
 }
 
-static int tensor_count(const tr_layer_ctx *c) {
-  int t = 0;
-  for (int i = 0; i < c->l->n; i++) t += tr_layer_tensor_count(&c->l->inner[i], c->T);
-  return t;
-}
 
 static int backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {
   const tr_layer_spec *l = c->l;

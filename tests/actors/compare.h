@@ -22,6 +22,18 @@ static inline double element(const tr_checkpoint_tensor *t, size_t i) {
   return v;
 }
 
+/* ||a - b|| / ||b|| of two float tensors of one size (||a - b|| when b is zero). */
+static inline double relative_difference(const tr_checkpoint_tensor *a,
+                                         const tr_checkpoint_tensor *b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < b->nbytes / sizeof(float); i++) {
+    const double x = element(a, i), y = element(b, i);
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+}
+
 /* The largest ||a - b|| / ||b|| over the parameter tensors (not optimizer state) of two
  * checkpoints holding the same tensors; +inf when they cannot be compared or hold NaN (it
  * then prints why), so that no comparison passes by accident. */
@@ -50,13 +62,7 @@ static inline double params_difference(const char *file_a, const char *file_b, c
       most = INFINITY;
       goto out;
     }
-    double diff = 0, norm = 0;
-    for (size_t i = 0; i < tb->nbytes / sizeof(float); i++) {
-      const double x = element(ta, i), y = element(tb, i);
-      diff += (x - y) * (x - y);
-      norm += y * y;
-    }
-    const double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+    const double rel = relative_difference(ta, tb);
     if (isnan(rel)) printf("  tensor '%s' holds NaN or infinity\n", tb->name);
     if (!(rel < most)) { /* NaN included */
       most = isnan(rel) ? INFINITY : rel;
@@ -84,6 +90,16 @@ static inline char *slurp(const char *file, size_t *size) {
   if (buf && fread(buf, 1, *size, f) != *size) free(buf), buf = NULL;
   fclose(f);
   return buf;
+}
+
+/* Whether two files can be read and hold the same bytes. */
+static inline bool same_file(const char *a, const char *b) {
+  size_t na = 0, nb = 0;
+  char *x = slurp(a, &na), *y = slurp(b, &nb);
+  const bool same = x && y && na == nb && !memcmp(x, y, na);
+  free(x);
+  free(y);
+  return same;
 }
 
 #endif

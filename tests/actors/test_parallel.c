@@ -95,11 +95,7 @@ static void assert_same_params(const char *file, const char *reference, double t
 }
 
 static void assert_same_file(const char *a, const char *b, const char *what) {
-  size_t na = 0, nb = 0;
-  char *x = slurp(a, &na), *y = slurp(b, &nb);
-  if (!x || !y || na != nb || memcmp(x, y, na)) fail_msg("%s: %s and %s differ", what, a, b);
-  free(x);
-  free(y);
+  if (!same_file(a, b)) fail_msg("%s: %s and %s differ", what, a, b);
 }
 
 /* ---- equivalence with one device -------------------------------------------------------- */

@@ -25,6 +25,7 @@
 #include "troupe.h"
 
 #define SCRATCH_NAME "fault"
+#include "../actors/compare.h" /* slurp */
 #include "../actors/scratch.h"
 
 static tr_train_options simplenet(int64_t steps) {
@@ -164,17 +165,14 @@ static void a_run_stopped_by_a_signal_resumes_bitwise(void **state) {
   o.job.checkpoint.resume = NULL;
   o.job.checkpoint.path = path("straight.safetensors");
   train_ok(&o, NULL, &r);
-  size_t na, nb;
-  FILE *fa = fopen(path("resumed.safetensors"), "rb"), *fb = fopen(path("straight.safetensors"), "rb");
-  assert_non_null(fa);
-  assert_non_null(fb);
-  char ba[65536], bb[65536];
-  na = fread(ba, 1, sizeof ba, fa);
-  nb = fread(bb, 1, sizeof bb, fb);
-  fclose(fa);
-  fclose(fb);
+  size_t na = 0, nb = 0;
+  char *ba = slurp(path("resumed.safetensors"), &na), *bb = slurp(path("straight.safetensors"), &nb);
+  assert_non_null(ba);
+  assert_non_null(bb);
   assert_int_equal(na, nb);
   assert_memory_equal(ba, bb, na);
+  free(ba);
+  free(bb);
 }
 
 /* ---- files -------------------------------------------------------------------------------- */
