@@ -186,6 +186,28 @@ static uint64_t now_ns(void) { return tr_now_ns(); }
 
 /* ---- sending ------------------------------------------------------------------------------ */
 
+/* MPI_Isend of q's message, q then on the list the progress thread completes (under the
+ * lock: the progress thread walks it). */
+static int isend(transport *t, request *q, int dest, int tag, const void *buf, int n) {
+  pthread_mutex_lock(&t->lock);
+  const int rc = MPI_Isend(buf, n, MPI_BYTE, dest, tag, t->comm, &q->r);
+  if (rc == MPI_SUCCESS) {
+    q->next = t->requests;
+    t->requests = q;
+  }
+  pthread_mutex_unlock(&t->lock);
+  return rc;
+}
+
+/* An MPI failure the actor is to report (rank -1: not one rank's), from another thread. */
+static void report_broken(transport *t, int rank, int rc) {
+  broken_msg *b = tr_msg_new(&broken_type);
+  int len = 0;
+  b->rank = rank;
+  MPI_Error_string(rc, b->why, &len);
+  tr_actor_send(t->self, b);
+}
+
 /* An MPI_Isend of `buf` (malloc'd, freed once sent; NULL with n 0) to `dest`. */
 static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
   request *q = calloc(1, sizeof *q);
@@ -201,13 +223,7 @@ static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
     return tr_actor_fail(t->self, TR_EINVAL, "sending %zu bytes to rank %d: more than one MPI "
                          "message holds (%d)", n, dest, INT_MAX);
   }
-  pthread_mutex_lock(&t->lock);
-  const int rc = MPI_Isend(buf, (int)n, MPI_BYTE, dest, tag, t->comm, &q->r);
-  if (rc == MPI_SUCCESS) {
-    q->next = t->requests;
-    t->requests = q;
-  }
-  pthread_mutex_unlock(&t->lock);
+  const int rc = isend(t, q, dest, tag, buf, (int)n);
   if (rc != MPI_SUCCESS) {
     free(buf);
     free(q);
@@ -431,12 +447,8 @@ static void *summer_main(void *arg) {
       return NULL;
     }
     if (rc != MPI_SUCCESS) { /* a rank that is gone, typically: the actor fails the run */
-      broken_msg *b = tr_msg_new(&broken_type);
-      int len = 0;
-      b->rank = -1;
-      MPI_Error_string(rc, b->why, &len);
       tr_msg_free(s);
-      tr_actor_send(t->self, b);
+      report_broken(t, -1, rc);
       pthread_mutex_unlock(&u->lock);
       return NULL;
     }
@@ -630,13 +642,7 @@ static int progress_requests(transport *t, bool *pending) {
       continue;
     }
     *pq = q->next;
-    if (rc != MPI_SUCCESS) { /* a rank that is gone, typically: the actor fails the run */
-      broken_msg *b = tr_msg_new(&broken_type);
-      int len = 0;
-      b->rank = q->dest;
-      MPI_Error_string(rc, b->why, &len);
-      tr_actor_send(t->self, b);
-    }
+    if (rc != MPI_SUCCESS) report_broken(t, q->dest, rc); /* a rank gone, typically */
     free(q->buf);
     free(q);
     did = 1;
@@ -680,14 +686,7 @@ static void heartbeat(transport *t, uint64_t *last) {
     if (r == t->rank) continue;
     request *q = calloc(1, sizeof *q);
     if (q == NULL) continue;
-    pthread_mutex_lock(&t->lock);
-    if (MPI_Isend(NULL, 0, MPI_BYTE, r, TAG_HEARTBEAT, t->comm, &q->r) == MPI_SUCCESS) {
-      q->next = t->requests;
-      t->requests = q;
-    } else {
-      free(q);
-    }
-    pthread_mutex_unlock(&t->lock);
+    if (isend(t, q, r, TAG_HEARTBEAT, NULL, 0) != MPI_SUCCESS) free(q);
     if (!t->reported[r] && !t->bye_from[r] && now - t->heard[r] > t->limit_ns) {
       t->reported[r] = true;
       silent_msg *s = tr_msg_new(&silent_type);
