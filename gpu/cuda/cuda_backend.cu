@@ -505,8 +505,9 @@ static void tr__cuda_memory_counter(tr_device *d) {
     (void)cudaGetLastError();
     return;
   }
-  const char *track = tr__memory_track(d);
-  if (track) tr_trace_counter(track, (int64_t)used);
+  tr__cuda_device *cd = tr__cu_dev(d);
+  if (cd->memory_track == NULL) cd->memory_track = tr__memory_track(d);
+  if (cd->memory_track) tr_trace_counter(cd->memory_track, (int64_t)used);
 }
 
 /* ---- memory --------------------------------------------------------------------------- */

@@ -36,6 +36,7 @@ typedef struct tr__cuda_device {
   int ordinal;
   int sms;                 /* multiprocessors: sizes the grids of grid-stride kernels */
   cudaMemPool_t pool;      /* this logical device's stream-ordered allocations */
+  const char *memory_track; /* its trace counter's name, found at the first traced allocation */
   unsigned long long peer_mask; /* GPUs whose memory this one's kernels can access */
   int nstreams;            /* streams opened so far: the first is the compute stream */
   /* live allocations (open addressing, linear probing), freed at close */
