@@ -405,7 +405,11 @@ int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *targe
  * Host devices report an index outside [0,V) as TR_EINVAL; GPUs cannot, cheaply. */
 int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
                      const float *wpe, size_t B, size_t T, size_t C, size_t V);
-/* dout (B,T,C) -> dwte (V,C) += scatter-add over idx; dwpe (T,C) += sum over B (if not NULL) */
+/* dout (B,T,C) -> dwte (V,C) += scatter-add over idx; dwpe (T,C) += sum over B (if not NULL).
+ * Deterministic everywhere: the same inputs give the same bits. Host devices add the rows
+ * in (b, t) order; CUDA sorts the rows by token and sums them in tiles of 256 rows, in the
+ * host's order within a tile (bits equal to the host's when no token's rows cross a tile's
+ * edge, within rounding otherwise), and skips an index outside [0,V). */
 int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
                      const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
 

@@ -97,6 +97,15 @@ static inline unsigned tr__cu_grid(const tr__cuda_device *cd, size_t work, unsig
   return want ? (unsigned)want : 1u;
 }
 
+/* Blocks for a warp-per-row kernel over N rows (grid-stride beyond the cap), and its loop:
+ * warp w of the grid takes rows w, w + warps, ... */
+static inline unsigned tr__rows_grid(tr_device *d, size_t N) {
+  return tr__cu_grid(tr__cu_dev(d), N, TR__CU_WARPS);
+}
+#define TR__ROW_LOOP(r, N)                                                                  \
+  for (size_t r = (size_t)blockIdx.x * TR__CU_WARPS + (threadIdx.x >> 5); r < (N);          \
+       r += (size_t)gridDim.x * TR__CU_WARPS)
+
 static inline bool tr__cu_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* Sum of a warp's values, every lane receiving it. */

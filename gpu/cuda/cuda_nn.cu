@@ -1,5 +1,6 @@
 /* cuda_nn.cu — the row- and column-structured kernels of the CUDA backend: bias add and
- * gradient, layernorm, softmax, causal attention softmax, softmax cross-entropy, embedding.
+ * gradient, layernorm, softmax, causal attention softmax, softmax cross-entropy (the embedding
+ * is in cuda_embedding.cu).
  *
  * Row ops give each row to one warp (8 per block): the lanes stride along the row, so every
  * access is coalesced, and the row's reductions (max, sums) are warp shuffles with no shared
@@ -7,23 +8,13 @@
  *
  * Column sums (bias gradient, layernorm's weight and bias gradients) are deterministic: a
  * block of 32 x 8 threads owns 32 columns of a slice of rows, slices are summed in order by
- * a second kernel. Only the embedding's scatter into dwte uses atomics (rows that share a
- * token add into one place), as the API allows.
+ * a second kernel.
  */
 #include "cuda_impl.h"
 
 #include <math.h>
 
 #include <type_traits>
-
-/* Blocks for a warp-per-row kernel over N rows (grid-stride beyond the cap). */
-static unsigned tr__rows_grid(tr_device *d, size_t N) {
-  return tr__cu_grid(tr__cu_dev(d), N, TR__CU_WARPS);
-}
-
-#define TR__ROW_LOOP(r, N)                                                                  \
-  for (size_t r = (size_t)blockIdx.x * TR__CU_WARPS + (threadIdx.x >> 5); r < (N);          \
-       r += (size_t)gridDim.x * TR__CU_WARPS)
 
 /* ---- bias ------------------------------------------------------------------------------------ */
 
@@ -422,86 +413,5 @@ int tr__cuda_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
   tr__crossentropy_bwd_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       dlogits, probs, targets, N, V, scale);
   TR__LAUNCHED(d, "crossentropy_bwd");
-  return 0;
-}
-
-/* ---- embedding ---------------------------------------------------------------------------- */
-
-/* out (B*T, C) = wte[idx] (+ wpe[t]); a token outside [0,V) gives a NaN row, not a read
- * out of bounds. */
-__global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__embedding_fwd_kernel(float *out, const int32_t *idx, const float *wte, const float *wpe,
-                             size_t rows, size_t T, size_t C, size_t V) {
-  unsigned lane = threadIdx.x & 31;
-  TR__ROW_LOOP(r, rows) {
-    int32_t tok = idx[r];
-    float *o = out + r * C;
-    if (tok < 0 || (size_t)tok >= V) {
-      for (size_t c = lane; c < C; c += 32) o[c] = NAN;
-      continue;
-    }
-    const float *e = wte + (size_t)tok * C, *p = wpe ? wpe + (r % T) * C : NULL;
-    for (size_t c = lane; c < C; c += 32) o[c] = p ? e[c] + p[c] : e[c];
-  }
-}
-
-/* dwte[idx[r]] += dout[r], row after row, as the host adds them: a block owns vocabulary rows
- * and a thread one column of each, scanning every token for its row. No atomics, so the same
- * inputs give the same bits (--deterministic), at V × rows index reads: for the workloads'
- * byte vocabulary, far less than the rows × C gradient itself. */
-__global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__embedding_bwd_wte_kernel(float *dwte, const float *dout, const int32_t *idx,
-                                 size_t rows, size_t C, size_t V) {
-  for (size_t v = blockIdx.x; v < V; v += gridDim.x) {
-    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
-      float w = dwte[v * C + c];
-      bool hit = false;
-      for (size_t r = 0; r < rows; r++) {
-        if ((size_t)idx[r] != v) continue; /* a negative index is never v either */
-        w += dout[r * C + c];
-        hit = true;
-      }
-      if (hit) dwte[v * C + c] = w;
-    }
-  }
-}
-
-/* dwpe (T,C) += sum over b of dout (B,T,C): one thread per (t, c), summing in order. */
-__global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__embedding_bwd_wpe_kernel(float *dwpe, const float *dout, size_t B, size_t T, size_t C) {
-  size_t TC = T * C;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < TC;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float acc = 0.0f;
-    for (size_t b = 0; b < B; b++) acc += dout[b * TC + i];
-    dwpe[i] += acc;
-  }
-}
-
-int tr__cuda_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
-                           const float *wpe, size_t B, size_t T, size_t C, size_t V) {
-  tr_device *d = s->dev;
-  TR__CU_ENTER(d);
-  size_t rows = B * T;
-  tr__embedding_fwd_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
-      out, idx, wte, wpe, rows, T, C, V);
-  TR__LAUNCHED(d, "embedding_fwd");
-  return 0;
-}
-
-int tr__cuda_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
-                           const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
-  tr_device *d = s->dev;
-  TR__CU_ENTER(d);
-  cudaStream_t st = tr__cu_stream(s)->st;
-  size_t rows = B * T;
-  const unsigned blocks = V < 65535 ? (unsigned)V : 65535u;
-  tr__embedding_bwd_wte_kernel<<<blocks, TR__CU_BLOCK, 0, st>>>(dwte, dout, idx, rows, C, V);
-  TR__LAUNCHED(d, "embedding_bwd");
-  if (dwpe) {
-    tr__embedding_bwd_wpe_kernel<<<tr__cu_grid(tr__cu_dev(d), T * C, TR__CU_BLOCK),
-                                   TR__CU_BLOCK, 0, st>>>(dwpe, dout, B, T, C);
-    TR__LAUNCHED(d, "embedding_bwd");
-  }
   return 0;
 }
