@@ -536,8 +536,8 @@ int tr_capture_begin(tr_stream *s) {
 
 int tr_capture_end(tr_stream *s, tr_capture **out) {
   ENTER(s);
-  CAN_CAPTURE();
   if (out) *out = NULL;
+  CAN_CAPTURE();
   if (!s->capturing)
     return tr__device_fail(d, TR_ESTATE, "tr_capture_end: stream '%s' does not capture", s->name);
   s->capturing = 0;
