@@ -520,9 +520,10 @@ int tr_device_can_capture(const tr_device *d) {
          d->be->capture_free;
 }
 
-#define CAN_CAPTURE()      \
-  if (!tr_device_can_capture(d)) \
-  return tr__device_fail(d, TR_EDEVICE, "%s: the %s backend does not capture", __func__, d->be->name)
+#define CAN_CAPTURE()                                                                        \
+  if (!tr_device_can_capture(d))                                                             \
+  return tr__device_fail(d, TR_EDEVICE, "%s: the %s backend does not capture", __func__,     \
+                         d->be->name)
 
 int tr_capture_begin(tr_stream *s) {
   ENTER(s);
