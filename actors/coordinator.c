@@ -339,6 +339,7 @@ static void record_result(coordinator *c) {
   r->zero = jc->zero;
   r->chunks = jc->layout.chunks;
   r->recompute = jc->memory.recompute != 0;
+  r->graphs = jc->graphs;
   r->ndevices = n;
   r->ranks = tr_world_size(tr__graph_world(run->g));
   memcpy(r->cuts, run->cuts, (size_t)(tr__pieces(run) + 1) * sizeof *run->cuts);
@@ -381,6 +382,10 @@ static void record_result(coordinator *c) {
     r->utilization[i] = window > 0 ? (double)c->dones[i].busy_ns / window : NAN;
     r->peak_microbatches[i] = c->dones[i].peak_microbatches;
     r->peak_activation_bytes[i] = c->dones[i].peak_activation_bytes;
+    r->graph_captures += c->dones[i].graph_captures;
+    r->graph_launches += c->dones[i].graph_launches;
+    if (!r->graphs_note[0] && c->dones[i].graphs_note[0])
+      snprintf(r->graphs_note, sizeof r->graphs_note, "%s", c->dones[i].graphs_note);
     busy += (double)c->dones[i].busy_ns;
     const tr_memory_figures *d = &c->dones[i].memory;
     tr_memory_figures *replica = &r->memory.replicas[i / P];

@@ -115,6 +115,8 @@ typedef struct tr__report {
   int64_t skipped;     /* updates skipped for a norm that was not finite */
   tr_memory_figures memory; /* what the stage allocated */
   int64_t peak_activation_bytes;
+  int64_t graph_captures, graph_launches; /* the stage's chunks' (tr_stage_graphs) */
+  char graphs_note[192]; /* "" or why captures stopped (the first chunk's that says) */
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
 } tr__report;

@@ -21,6 +21,8 @@ typedef struct tr__test_hooks {
                                  (from 1; 0: off) */
   int64_t nan_step;          /* float models: the inputs of step nan_step - 1 of the run are
                                 NaN on every replica's first stage (0: off) */
+  int graphs_fail;           /* every stage's first capture fails (tr_stage_graphs_fail_next):
+                                CUDA graphs' fallback to eager passes */
 } tr__test_hooks;
 
 void tr__job_set_test_hooks(tr_job *j, const tr__test_hooks *hooks);

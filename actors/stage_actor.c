@@ -315,11 +315,13 @@ static int open_chunks(tr_actor *self, stage_actor *a) {
                           .seed = c->seed,
                           .optim = c->optim,
                           .precision = c->precision,
+                          .graphs = c->graphs,
                           .shard = a->group ? tr__group_shard(a->group) : (tr_stage_shard){0}};
     if (tr_stage_open(&ch->st, c->model, a->dev, &sc, a->err, sizeof a->err))
       return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
                            tr_device_name(a->dev), a->err);
     ch->info = tr_stage_get_info(ch->st);
+    if (run->hooks.graphs_fail) tr_stage_graphs_fail_next(ch->st);
     a->cur = k;
     if (c->checkpoint.resume_from &&
         tr__stage_load(ch->st, c->checkpoint.resume_from, a->err, sizeof a->err))
@@ -759,6 +761,12 @@ static int send_figures(tr_actor *self, stage_actor *a) {
                     .skipped = a->skipped,
                     .memory = memory_figures(a)};
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
+  for (int c = 0; c < a->nch; c++) {
+    const tr_stage_graphs_figures g = tr_stage_graphs(a->ch[c].st);
+    d->graph_captures += g.captures;
+    d->graph_launches += g.launches;
+    if (!d->graphs_note[0] && g.note[0]) snprintf(d->graphs_note, sizeof d->graphs_note, "%s", g.note);
+  }
   const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
   tr__busy_window(&a->busy, a->step, first, &d->window_start, &d->busy_ns, &d->window_steps);
   if (a->group) { /* one chunk (tr_job_new) */

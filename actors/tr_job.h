@@ -143,6 +143,11 @@ typedef struct tr_train_result {
   int64_t skipped_steps;   /* updates skipped for a gradient norm that was not finite
                               (on_nonfinite TR_NONFINITE_SKIP) */
   tr_memory_result memory;
+  /* CUDA graphs (tr_job_config.graphs): passes captured and replayed, over every stage, and
+   * "" or the first stage's account of a capture that failed (its passes then ran eagerly) */
+  tr_graphs graphs;        /* the setting that ran */
+  int64_t graph_captures, graph_launches;
+  char graphs_note[256];
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -231,6 +236,8 @@ typedef struct tr_job_config {
   tr_checkpoint_config checkpoint;
   tr_memory_config memory;
   tr_precision_config precision; /* every stage's (tr_model.h) */
+  tr_graphs graphs;        /* CUDA graphs for every stage's passes: TR_GRAPHS_ON (the
+                              default) or TR_GRAPHS_OFF (tr_model.h, tr_stage_config.graphs) */
   tr_profile_config profile;
   /* Every update first checks that the gradients' global norm is finite (and every loss
    * read back is): a step that diverged never reaches the parameters. */

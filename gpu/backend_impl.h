@@ -54,6 +54,8 @@ struct tr_stream {
   tr_device *dev;
   void *impl;            /* set by `stream_open` */
   tr_stream *next;       /* the device's list */
+  int capturing;         /* between tr_capture_begin and tr_capture_end: allocations and
+                            event records on it fail (they cannot be recorded) */
   char name[32];
 };
 
@@ -61,6 +63,11 @@ struct tr_event {
   tr_device *dev;
   void *impl;            /* set by `event_open` */
   unsigned flags;        /* TR_EVENT_* */
+};
+
+struct tr_capture {
+  tr_device *dev;
+  void *impl;            /* set by `capture_end` */
 };
 
 /* X(name, params, args, checks): the one list of the device layer's kernels. An entry gives
@@ -228,6 +235,13 @@ struct tr__backend {
   int (*event_synchronize)(tr_event *e);
   /* OPTIONAL: reports "not implemented" when NULL */
   int (*event_elapsed_ms)(tr_event *start, tr_event *end, float *ms);
+
+  /* ---- captures (OPTIONAL, all four or none: tr_device_can_capture 0 without them) ---- */
+  int (*capture_begin)(tr_stream *s);
+  /* Always ends the recording; keep 0: drop it. *exec: the backend's launchable form. */
+  int (*capture_end)(tr_stream *s, int keep, void **exec);
+  int (*capture_launch)(tr_capture *g, tr_stream *s);
+  void (*capture_free)(tr_capture *g);
 
   /* ---- copies ---- */
   int (*copy)(tr_stream *s, void *dst, const void *src, size_t bytes, tr_copy_kind kind);

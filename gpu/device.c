@@ -377,17 +377,24 @@ int tr_device_set_tf32(tr_device *d, int enable) {
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
+/* What may not happen on a stream that records (tr_capture_begin). */
+#define NOT_CAPTURING(s)                                                                     \
+  if ((s)->capturing)                                                                        \
+  return tr__device_fail(d, TR_ESTATE, "%s: not while stream '%s' captures", __func__, (s)->name)
+
 int tr_stream_alloc(tr_stream *s, size_t bytes, void **out) {
   ENTER(s);
   NOT_NULL(out);
   *out = NULL;
   if (!bytes) return 0;
+  NOT_CAPTURING(s);
   return d->be->alloc(s, bytes, out);
 }
 
 int tr_stream_free(tr_stream *s, void *ptr) {
   ENTER(s);
   if (!ptr) return 0;
+  NOT_CAPTURING(s);
   return d->be->dealloc(s, ptr);
 }
 
@@ -443,6 +450,7 @@ void tr_stream_close(tr_stream *s) {
 
 int tr_stream_synchronize(tr_stream *s) {
   ENTER(s);
+  NOT_CAPTURING(s);
   return d->be->stream_synchronize(s);
 }
 
@@ -473,12 +481,14 @@ void tr_event_close(tr_event *e) {
 int tr_event_record(tr_event *e, tr_stream *s) {
   ENTER(s);
   TR_ASSERT(e && e->dev == d); /* events record on their own device's streams */
+  NOT_CAPTURING(s);
   return d->be->event_record(e, s);
 }
 
 int tr_stream_wait_event(tr_stream *s, tr_event *e) {
   ENTER(s);
   TR_ASSERT(e != NULL);
+  NOT_CAPTURING(s);
   return d->be->stream_wait_event(s, e);
 }
 
@@ -501,6 +511,63 @@ int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms) {
     return tr__device_fail(d, TR_EINVAL, "event_elapsed_ms: events opened without TR_EVENT_TIMING");
   SLOT(event_elapsed_ms);
   return d->be->event_elapsed_ms(start, end, ms);
+}
+
+/* ---- captures ------------------------------------------------------------------------------- */
+
+int tr_device_can_capture(const tr_device *d) {
+  return d->be && d->be->capture_begin && d->be->capture_end && d->be->capture_launch &&
+         d->be->capture_free;
+}
+
+#define CAN_CAPTURE()                                                                        \
+  if (!tr_device_can_capture(d))                                                             \
+  return tr__device_fail(d, TR_EDEVICE, "%s: the %s backend does not capture", __func__,     \
+                         d->be->name)
+
+int tr_capture_begin(tr_stream *s) {
+  ENTER(s);
+  CAN_CAPTURE();
+  if (s->capturing)
+    return tr__device_fail(d, TR_ESTATE, "tr_capture_begin: stream '%s' already captures", s->name);
+  int rc = d->be->capture_begin(s);
+  if (!rc) s->capturing = 1;
+  return rc;
+}
+
+int tr_capture_end(tr_stream *s, tr_capture **out) {
+  ENTER(s);
+  if (out) *out = NULL;
+  CAN_CAPTURE();
+  if (!s->capturing)
+    return tr__device_fail(d, TR_ESTATE, "tr_capture_end: stream '%s' does not capture", s->name);
+  s->capturing = 0;
+  tr_capture *g = out ? calloc(1, sizeof *g) : NULL;
+  void *exec = NULL;
+  int rc = d->be->capture_end(s, g != NULL, &exec); /* ends it even when g is missing */
+  if (out && !g) return tr__device_fail(d, TR_ENOMEM, "tr_capture_end: out of memory");
+  if (rc || !g) {
+    free(g);
+    return rc;
+  }
+  g->dev = d;
+  g->impl = exec;
+  *out = g;
+  return 0;
+}
+
+int tr_capture_launch(tr_capture *g, tr_stream *s) {
+  ENTER(s);
+  TR_ASSERT(g && g->dev == d); /* a capture runs on its own device */
+  NOT_CAPTURING(s);
+  return d->be->capture_launch(g, s);
+}
+
+void tr_capture_close(tr_capture *g) {
+  if (!g) return;
+  enter(g->dev);
+  g->dev->be->capture_free(g);
+  free(g);
 }
 
 /* ---- copies ---------------------------------------------------------------------------------- */

@@ -233,6 +233,43 @@ int tr_event_synchronize(tr_event *e);
 /* Milliseconds between two completed TR_EVENT_TIMING events of one device. */
 int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms);
 
+/* ---- captures: a stream's work recorded once, replayed (CUDA graphs) ------------------------
+ *
+ * Ops queued on one stream between tr_capture_begin and tr_capture_end are recorded instead
+ * of run; tr_capture_launch then runs all of them again as one launch, the same kernels with
+ * the same arguments and pointers, so the host pays for launching them once. While a stream
+ * captures, queue only ops on that stream: no events, no allocations (tr_stream_alloc
+ * fails), no waits, no other streams. Whatever fails in between (an op, or the capture
+ * itself) leaves nothing run and nothing kept: end the capture anyway, then queue the same
+ * ops eagerly.
+ *
+ *   tr_capture *g = NULL;
+ *   if (tr_device_can_capture(d) && tr_capture_begin(s) == 0) {
+ *     int rc = queue_the_step(s);                   // recorded, not run
+ *     if (tr_capture_end(s, rc ? NULL : &g)) g = NULL;   // always ends it
+ *   }
+ *   int rc = g ? tr_capture_launch(g, s) : queue_the_step(s);
+ *   ...                                             // later steps: tr_capture_launch(g, s)
+ *   tr_capture_close(g);                            // on the device's owner thread
+ *
+ * A capture is a device's (its owner thread's), launched on any stream of it. Host devices
+ * do not capture (tr_device_can_capture 0; the calls fail with TR_EDEVICE): their ops run
+ * as they are queued. */
+typedef struct tr_capture tr_capture;
+
+/* 1 when the device's backend captures, else 0. Never fails. */
+int tr_device_can_capture(const tr_device *d);
+/* `s` records from now on (CUDA: cudaStreamBeginCapture, thread-local mode). */
+int tr_capture_begin(tr_stream *s);
+/* Ends the recording of `s`. out NULL: drops what was recorded (after a failure); else *out
+ * is the capture, ready to launch, or NULL with a failure (the recording went wrong: an op
+ * that may not be captured, another thread's unsafe call). `s` records no more either way. */
+int tr_capture_end(tr_stream *s, tr_capture **out);
+/* Queues the recorded work on `s`, a stream of the capture's device. */
+int tr_capture_launch(tr_capture *g, tr_stream *s);
+/* NULL is accepted. */
+void tr_capture_close(tr_capture *g);
+
 /* ---- copies (asynchronous on a stream of the device that issues them) ---------------------- */
 
 typedef enum tr_copy_kind {

@@ -99,6 +99,8 @@ size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T) {
   return l->type->keep_floats ? l->type->keep_floats(l, B, T) : 0;
 }
 
+int tr_layer_draws(const tr_layer_spec *l) { return l->type->draws ? l->type->draws(l) != 0 : 0; }
+
 int tr_layer_splits(const tr_layer_spec *l) { return l->type->backward_weight != NULL; }
 
 int tr_layer_backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {

@@ -177,6 +177,7 @@ static void bind_params(tr_stage *st) {
     if (st->params16) st->tensors16[t] = st->params16 + off;
   }
   st->params16_stale = 1;
+  tr__replay_forget(&st->replay, tr_capture_close); /* captures hold the old pointers */
 }
 
 static int init_params(tr_stage *st, uint64_t seed) {
@@ -273,6 +274,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
     return open_fail(st, TR_ENOMEM, err, err_size, "out of memory");
   if ((unsigned)cfg->precision.gemm >= TR_PRECISION_COUNT)
     return open_fail(st, TR_EINVAL, err, err_size, "precision.gemm: not a precision");
+  if ((unsigned)cfg->graphs >= TR_GRAPHS_COUNT)
+    return open_fail(st, TR_EINVAL, err, err_size, "graphs: not TR_GRAPHS_ON or TR_GRAPHS_OFF");
   if (cfg->split && cfg->precision.gemm != TR_PRECISION_FP32)
     return open_fail(st, TR_EINVAL, err, err_size,
                      "split: backward in two halves runs in fp32 only (precision.gemm bf16)");
@@ -286,6 +289,8 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
     L->seed = tr_layer_seed(cfg->seed, (uint64_t)L->index);
   }
   for (int k = 0; k < cfg->slots; k++) st->samples[k] = TR_SAMPLES_UNKNOWN;
+  for (int i = 0; i < st->nl; i++) st->draws |= tr_layer_draws(st->layers[i].spec);
+  st->replay.on = cfg->graphs == TR_GRAPHS_ON && tr_device_can_capture(d);
   size_t off, n;
   tr_model_layer_span(m, cfg->first, &in->offset, &n);
   tr_model_layer_span(m, end - 1, &off, &n);
@@ -335,6 +340,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
 
 void tr_stage_close(tr_stage *st) {
   if (!st) return;
+  tr__replay_free(&st->replay, tr_capture_close); /* before the memory the captures read */
   float *bufs[] = {st->own[0], st->own[1], st->own[2], st->slots, st->scratch, st->work,
                    (float *)st->params16};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -348,6 +354,7 @@ void tr_stage_close(tr_stage *st) {
 
 /* ---- asynchronous training ------------------------------------------------------------------------ */
 
+/* The optimizer's gradients only: the passes (and their captures) keep the stage's own. */
 void tr_stage_use_grads(tr_stage *st, float *grads) { st->grads = grads ? grads : st->own[1]; }
 
 int tr_stage_share_params(tr_stage *st, const tr_stage *owner) {
@@ -478,18 +485,87 @@ static int run_forward(tr_stage *st, int slot, float *loss) {
   return rc ? tr__stage_fail(st, rc, "loss") : 0;
 }
 
-int tr_stage_forward(tr_stage *st, int slot) {
-  float *base = slot_base(st, slot);
-  if (st->params16 && st->params16_stale) { /* the step's weights, once */
-    int rc = tr_to_bf16(st->s, st->params16, st->params, st->info.numel);
-    if (rc) return tr__stage_fail(st, rc, "weights to bf16");
-    st->params16_stale = 0;
+/* ---- passes, eagerly or from CUDA graphs ------------------------------------------------------
+ *
+ * A pass queues a micro-batch's work on the stage's stream and changes nothing on the host:
+ * run eagerly, recorded (and dropped when the recording fails) or replayed, it leaves the
+ * device in the same state. What a pass needs from the host that may differ from step to
+ * step (which input-gradient buffer, the hook, the bf16 weights' conversion) is decided
+ * before it, outside. */
+
+typedef int (*pass_fn)(tr_stage *st, int slot, float *dfirst);
+
+/* Whether a pass may be replayed: nothing in it depends on more than its key. */
+static bool replayable(const tr_stage *st, int pass) {
+  if (!st->replay.on || (st->training && st->draws)) return false; /* masks move with samples */
+  return !st->ready || pass == TR__PASS_FORWARD || pass == TR__PASS_BACKWARD_INPUT;
+}
+
+/* The pass recorded, then run from the recording; when anything fails on the way, replays
+ * stop and the pass runs eagerly, once: nothing of a failed recording has run. */
+static int capture_pass(tr_stage *st, uint64_t key, pass_fn fn, int slot, float *dfirst) {
+  char why[256] = "";
+  int rc = tr_capture_begin(st->s);
+  if (rc == 0) {
+    rc = fn(st, slot, dfirst); /* recorded, not run */
+    if (rc) snprintf(why, sizeof why, "%.250s", st->err);
+    if (!rc && st->replay_fail_next) {
+      rc = TR_EDEVICE;
+      snprintf(why, sizeof why, "a failure asked for (tr_stage_graphs_fail_next)");
+    }
+    st->replay_fail_next = 0;
+    tr_capture *g = NULL;
+    const int erc = tr_capture_end(st->s, rc ? NULL : &g); /* always ends the recording */
+    if (!rc && erc) rc = erc;
+    if (rc == 0) {
+      tr__replay_keep(&st->replay, key, g);
+      rc = tr_capture_launch(g, st->s);
+      return rc ? tr__stage_fail(st, rc, "launching a captured pass") : 0;
+    }
   }
+  if (!why[0]) snprintf(why, sizeof why, "%.250s", tr_device_error(st->dev));
+  char note[sizeof st->replay.why];
+  snprintf(note, sizeof note, "stage [%d,%d) on %s: capturing a pass failed, its passes run "
+           "eagerly: %.160s", st->info.first, st->info.end, tr_device_name(st->dev), why);
+  tr__replay_fail(&st->replay, note);
+  tr__replay_forget(&st->replay, tr_capture_close);
+  st->err[0] = 0;
+  return fn(st, slot, dfirst);
+}
+
+static int run_pass(tr_stage *st, int pass, int slot, int parity, pass_fn fn, float *dfirst) {
+  if (!replayable(st, pass)) return fn(st, slot, dfirst);
+  const uint64_t key = tr__replay_key(pass, slot, parity, st->training);
+  tr_capture *g;
+  switch (tr__replay_next(&st->replay, key, &g)) {
+  case TR__REPLAY_LAUNCH: {
+    const int rc = tr_capture_launch(g, st->s);
+    return rc ? tr__stage_fail(st, rc, "launching a captured pass") : 0;
+  }
+  case TR__REPLAY_CAPTURE: return capture_pass(st, key, fn, slot, dfirst);
+  case TR__REPLAY_EAGER: break;
+  }
+  return fn(st, slot, dfirst);
+}
+
+static int forward_pass(tr_stage *st, int slot, float *dfirst) {
+  (void)dfirst;
+  float *base = slot_base(st, slot);
   TR__TRY(run_forward(st, slot, base + st->loss_off));
   if (!st->recompute || st->info.is_last) return 0;
   const size_t bytes = st->info.output_bytes;
   int rc = tr_memcpy(st->s, base + st->out_off, layer_in(st, st->nl, slot), bytes, TR_COPY_D2D);
   return rc ? tr__stage_fail(st, rc, "keeping the output") : 0;
+}
+
+int tr_stage_forward(tr_stage *st, int slot) {
+  (void)slot_base(st, slot); /* checks the slot */
+  if (st->params16 && st->params16_stale) { /* the step's weights, once */
+    int rc = tr_to_bf16(st->s, st->params16, st->params, st->info.numel);
+    if (rc) return tr__stage_fail(st, rc, "weights to bf16");
+    st->params16_stale = 0;
+  }
+  return run_pass(st, TR__PASS_FORWARD, slot, 0, forward_pass, NULL);
 }
 
 /* Recompute: the slot's activations again, into the work area (and the probabilities the
@@ -521,11 +597,10 @@ static int loss_gradient(tr_stage *st, int slot, float *to, const float **dout) 
   return 0;
 }
 
-int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
+static int backward_pass(tr_stage *st, int slot, float *dfirst) {
   const float *dout;
   TR__TRY(recompute(st, slot));
   TR__TRY(loss_gradient(st, slot, st->g[0], &dout));
-  float *dfirst = st->info.is_first ? NULL : st->dinput[st->dinput_next];
   for (int i = st->nl - 1; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
     float *dinp = i ? (dout == st->g[0] ? st->g[1] : st->g[0]) : dfirst;
@@ -535,8 +610,23 @@ int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
     if (st->ready) st->ready(st->ready_arg, st, L->index);
     dout = dinp;
   }
+  return 0;
+}
+
+/* The stage's input gradient goes to one of two buffers, alternately. */
+static float *next_dinput(const tr_stage *st) {
+  return st->info.is_first ? NULL : st->dinput[st->dinput_next];
+}
+
+static void dinput_done(tr_stage *st, float *dfirst, const float **dinput) {
   if (dfirst) st->dinput_next ^= 1;
   if (dinput) *dinput = dfirst;
+}
+
+int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
+  float *dfirst = next_dinput(st);
+  TR__TRY(run_pass(st, TR__PASS_BACKWARD, slot, st->dinput_next, backward_pass, dfirst));
+  dinput_done(st, dfirst, dinput);
   return 0;
 }
 
@@ -546,15 +636,13 @@ static const float *kept_dout(tr_stage *st, int i, int slot) {
   return slot_base(st, slot) + (L->dout_off != TR__NO_DOUT ? L->dout_off : st->dout_off);
 }
 
-int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
-  TR_ASSERT(st->split);
+static int backward_input_pass(tr_stage *st, int slot, float *dfirst) {
   const float *dout;
   const int last = st->nl - 1;
   TR__TRY(recompute(st, slot));
   const size_t kept = st->layers[last].dout_off; /* set on the last stage when it splits */
   TR__TRY(loss_gradient(st, slot, kept != TR__NO_DOUT ? slot_base(st, slot) + kept : st->g[0],
                         &dout));
-  float *dfirst = st->info.is_first ? NULL : st->dinput[st->dinput_next];
   for (int i = last; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
     /* the gradient of the layer before's output: kept for its W half where it has one */
@@ -567,13 +655,20 @@ int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
     if (rc) return layer_fail(st, rc, "backward (input)", L);
     dout = dinp;
   }
-  if (dfirst) st->dinput_next ^= 1;
-  if (dinput) *dinput = dfirst;
   return 0;
 }
 
-int tr_stage_backward_weight(tr_stage *st, int slot) {
+int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
   TR_ASSERT(st->split);
+  float *dfirst = next_dinput(st);
+  TR__TRY(run_pass(st, TR__PASS_BACKWARD_INPUT, slot, st->dinput_next, backward_input_pass,
+                   dfirst));
+  dinput_done(st, dfirst, dinput);
+  return 0;
+}
+
+static int backward_weight_pass(tr_stage *st, int slot, float *dfirst) {
+  (void)dfirst;
   bool any = false;
   for (int i = 0; i < st->nl; i++) any |= tr_layer_splits(st->layers[i].spec) != 0;
   if (any) TR__TRY(recompute(st, slot)); /* the layers' inputs, again */
@@ -588,3 +683,34 @@ int tr_stage_backward_weight(tr_stage *st, int slot) {
   }
   return 0;
 }
+
+int tr_stage_backward_weight(tr_stage *st, int slot) {
+  TR_ASSERT(st->split);
+  return run_pass(st, TR__PASS_BACKWARD_WEIGHT, slot, 0, backward_weight_pass, NULL);
+}
+
+/* ---- CUDA graphs: the switch and the figures ------------------------------------------------ */
+
+static const char *const graphs_names[] = {
+#define TR__GRAPHS_NAME(name, text) text,
+    TR_GRAPHS_MAP(TR__GRAPHS_NAME)
+#undef TR__GRAPHS_NAME
+};
+
+const char *tr_graphs_name(tr_graphs g) {
+  return (unsigned)g < TR_GRAPHS_COUNT ? graphs_names[g] : "?";
+}
+
+int tr_graphs_parse(const char *name, tr_graphs *out) {
+  for (int i = 0; name && i < TR_GRAPHS_COUNT; i++)
+    if (!strcmp(name, graphs_names[i])) return *out = (tr_graphs)i, 0;
+  return TR_EINVAL;
+}
+
+tr_stage_graphs_figures tr_stage_graphs(const tr_stage *st) {
+  return (tr_stage_graphs_figures){.captures = st->replay.captures,
+                                   .launches = st->replay.launches,
+                                   .note = st->replay.failed ? st->replay.why : ""};
+}
+
+void tr_stage_graphs_fail_next(tr_stage *st) { st->replay_fail_next = 1; }

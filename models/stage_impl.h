@@ -3,6 +3,7 @@
 #define TR_STAGE_IMPL_H
 
 #include "models_impl.h"
+#include "replay.h"
 #include "tr_model.h"
 
 typedef struct tr__stage_layer {
@@ -54,6 +55,9 @@ struct tr_stage {
   tr_bf16 *params16;             /* bf16: the parameters' copy, one allocation (slots only) */
   const tr_bf16 **tensors16;     /*   per tensor, its copy */
   int params16_stale;            /*   made again at the next forward */
+  tr__replay replay;             /* CUDA graphs: which passes are captured (replay.h) */
+  int draws;                     /*   a layer draws per sample: training passes run eagerly */
+  int replay_fail_next;          /*   tr_stage_graphs_fail_next */
   tr_grad_ready_fn ready;
   void *ready_arg;
   char err[512];

@@ -193,6 +193,12 @@ struct tr_layer_type {
    * TR_PRECISION_BF16, the bf16 elements of ctx->act16 per micro-batch (its products' inputs,
    * converted in forward and kept for backward) and of ctx->scratch16. */
   void (*bf16_elems)(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
+  /* OPTIONAL (0): 1 when forward or backward in training read ctx->first_sample (masks drawn
+   * per sample, as dropout's), so that the same micro-batch slot queues other arguments
+   * each step. A stage replays its passes from CUDA graphs (tr_stage_config.graphs), whose
+   * arguments are those of the step captured, only while none of its layers draws. A kind
+   * that reads first_sample must say so here. */
+  int (*draws)(const tr_layer_spec *l);
 };
 
 /* How a tensor starts (PyTorch's defaults: Linear uniform in +-1/sqrt(in), Embedding
@@ -227,6 +233,8 @@ size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T);
 void tr_layer_bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
 double tr_layer_flops(const tr_layer_spec *l, int T);
 size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T);
+/* The slot `draws` with its default (0). */
+int tr_layer_draws(const tr_layer_spec *l);
 /* Whether the kind's backward splits (it has backward_weight). */
 int tr_layer_splits(const tr_layer_spec *l);
 /* The halves of a split backward with their defaults: backward whole, then nothing. */

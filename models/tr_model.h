@@ -198,6 +198,30 @@ typedef struct tr_precision_config {
                            for its device (tr_device_set_tf32) */
 } tr_precision_config;
 
+/* CUDA graphs: X(name, text), the one list of settings; `text` is what --cuda-graphs takes.
+ * On (the default, 0), a stage on a device that captures (tr_device_can_capture: CUDA)
+ * records each of its passes (a micro-batch slot's forward, backward or backward half) the
+ * second time it runs and replays it from then on, one launch instead of a launch per
+ * kernel; the results are bitwise those of eager runs. Passes of a stage whose layers draw
+ * per sample (dropout in training, tr_layer_type.draws) and backwards that report to a
+ * grad-ready hook (data parallelism) run eagerly, and so does everything on host devices.
+ * A capture that fails for any reason turns the stage's replays off: the same work runs
+ * eagerly, nothing lost or done twice, and tr_stage_graphs says why. */
+#define TR_GRAPHS_MAP(X)  \
+  X(TR_GRAPHS_ON, "on")   \
+  X(TR_GRAPHS_OFF, "off")
+
+typedef enum tr_graphs {
+#define TR__GRAPHS_ENUM(name, text) name,
+  TR_GRAPHS_MAP(TR__GRAPHS_ENUM)
+#undef TR__GRAPHS_ENUM
+  TR_GRAPHS_COUNT
+} tr_graphs;
+
+/* "on", "off" ("?" otherwise); parse: 0, or TR_EINVAL (NULL or an unknown name). */
+const char *tr_graphs_name(tr_graphs g);
+int tr_graphs_parse(const char *name, tr_graphs *out);
+
 typedef struct tr_stage_config {
   int first, end;       /* layers [first, end); end 0: to the last layer */
   int batch;            /* samples per micro-batch (rows: batch x ctx) */
@@ -216,6 +240,7 @@ typedef struct tr_stage_config {
   tr_optim_config optim;
   tr_stage_shard shard; /* ZeRO stage 1: the part of the optimizer this stage holds */
   tr_precision_config precision;
+  tr_graphs graphs;     /* TR_GRAPHS_ON (the default) or TR_GRAPHS_OFF, above */
 } tr_stage_config;
 
 /* The whole model, its workload batch and optimizer, one slot, seed 0. */
@@ -294,6 +319,17 @@ int tr_stage_backward(tr_stage *st, int slot, const float **dinput);
  * called in the second half. */
 int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput);
 int tr_stage_backward_weight(tr_stage *st, int slot);
+
+/* CUDA graphs (tr_stage_config.graphs): how many passes were captured and replayed so far,
+ * and "" or, once a capture failed and the stage went back to eager passes, why. */
+typedef struct tr_stage_graphs_figures {
+  int64_t captures, launches;
+  const char *note;
+} tr_stage_graphs_figures;
+tr_stage_graphs_figures tr_stage_graphs(const tr_stage *st);
+/* Makes the stage's next capture fail as a capture that went wrong would (tests of the
+ * fallback: the same results, eagerly). */
+void tr_stage_graphs_fail_next(tr_stage *st);
 
 /* Called after the backward (split: the weight half) of each layer has been issued, last
  * layer first: its gradient span (tr_stage_layer_span) is then final for this micro-batch

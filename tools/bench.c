@@ -6,6 +6,7 @@
 #include "cli.h"
 
 int bench_allreduce(int argc, char **argv);
+int bench_gpu(int argc, char **argv);
 int bench_mailbox(int argc, char **argv);
 int bench_ops(int argc, char **argv);
 int bench_scaleout(int argc, char **argv);
@@ -15,6 +16,8 @@ static const cli_command benches[] = {
     {"mailbox", "mailbox and actor messaging against a mutex queue, futex and uv_async",
      bench_mailbox},
     {"ops", "device ops: GEMM against cblas_sgemm, kernels against memcpy", bench_ops},
+    {"gpu", "mlp and gpt on a GPU in fp32, TF32, bf16 against cuBLAS's own GEMM peak",
+     bench_gpu},
     {"scaleout", "dp over processes (mpirun) against one process; the all-reduce across ranks",
      bench_scaleout},
     {"allreduce", "under mpirun: the sum across ranks against raw MPI_Allreduce", bench_allreduce},

@@ -66,6 +66,9 @@ static void usage(FILE *f) {
           "                                 activations in bfloat16 into float32 sums, float32\n"
           "                                 parameters, gradients and optimizer state\n"
           "  --tf32                         CUDA: TF32 tensor cores in fp32 GEMMs\n"
+          "  --cuda-graphs on|off           CUDA: capture each stage's passes once per micro-\n"
+          "                                 batch slot and replay them (default on; results\n"
+          "                                 are bitwise the same either way)\n"
           "  --trace FILE.json              Chrome/Perfetto trace of every actor (under mpirun,\n"
           "                                 rank r writes FILE.rankR.json)\n"
           "  --profile-steps A:B            trace and NVTX ranges for steps [A, B) only (A: to the\n"
@@ -173,6 +176,10 @@ static void print_json(const tr_train_result *r, double sgemm) {
   json_number("tokens_per_s", r->tokens_per_s, false);
   json_number("sgemm_gflops", sgemm, false);
   printf("\"skipped_steps\":%lld,", (long long)r->skipped_steps);
+  printf("\"cuda_graphs\":{\"mode\":\"%s\",\"captures\":%lld,\"launches\":%lld,\"note\":",
+         tr_graphs_name(r->graphs), (long long)r->graph_captures, (long long)r->graph_launches);
+  cli_json_string(stdout, r->graphs_note);
+  printf("},");
   printf("\"signal\":");
   if (r->signal) printf("\"%s\",", r->signal == SIGINT ? "SIGINT" : "SIGTERM");
   else printf("null,");
@@ -229,7 +236,11 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   if (r->zero)
     fprintf(stderr, ", ZeRO %d: optimizer state %.1f MiB per replica", r->zero,
             (double)r->memory.replicas[0].optimizer_state / (1 << 20));
+  if (r->graph_launches)
+    fprintf(stderr, ", %lld passes replayed from %lld CUDA graphs", (long long)r->graph_launches,
+            (long long)r->graph_captures);
   fputc('\n', stderr);
+  if (r->graphs_note[0]) fprintf(stderr, "  CUDA graphs: %s\n", r->graphs_note);
   if (async) print_async(r, staleness);
 }
 
@@ -315,6 +326,7 @@ static const struct {
     {"labels", "--labels"},
     {"layout", "--devices"},
     {"server", "--server"},
+    {"graphs", "--cuda-graphs"},
     {"async", "--strategy async"},
     {"steps", "--steps"},
     {"model", "--model"},
@@ -458,6 +470,13 @@ int cmd_train(int argc, char **argv) {
       }
     } else if (!strcmp(a, "--tf32")) {
       o.job.precision.tf32 = 1;
+    } else if (!strcmp(a, "--cuda-graphs")) {
+      const char *v;
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_graphs_parse(v, &o.job.graphs)) {
+        fprintf(stderr, "troupe: --cuda-graphs: '%s' is not on or off\n", v);
+        return CLI_USAGE;
+      }
     } else if (!strcmp(a, "--trace")) {
       if (!cli_value_str(argc, argv, &i, &o.trace)) return CLI_USAGE;
     } else if (!strcmp(a, "--profile-steps")) {

@@ -6,6 +6,8 @@
 # through the recorder, the Chrome trace; tests/profiling), `nsys profile -t cuda,nvtx,osrt`
 # of a pipeline where Nsight Systems is installed, `troupe devices`, `troupe train` of each
 # workload on cuda:0,
+# `troupe bench gpu` (mlp and gpt in fp32/TF32/bf16 against cuBLAS's peak, the pipeline with
+# CUDA graphs off and on), the CUDA graphs test on the GPU (test_replay),
 # `troupe bench ops` on cuda:0, `troupe bench` of the strategies on cuda:0,cuda:0 (and four
 # logical devices), `nvidia-smi topo -m` and compute-sanitizer's memcheck where they exist,
 # with a short table last.
@@ -21,7 +23,9 @@
 #   GPU_CHECK_REBUILD=never ...         # run the carried programs even if the sources changed
 #   GPU_CHECK_SECONDS=240 ...           # the time the optional steps must end by (default
 #                                       # 330 s from the start; tests still get 30 s each)
-#   GPU_CHECK_SKIP="ops memcheck" ...   # leave out `troupe bench ops` and/or memcheck (a rerun)
+#   GPU_CHECK_SKIP="ops memcheck" ...   # leave out `troupe bench ops` and/or memcheck (a rerun);
+#                                       # "gpu" leaves out `troupe bench gpu`
+#   GPU_CHECK_GPU_SECONDS=2 ...         # each training run of `troupe bench gpu`
 #   tools/gpu-check.sh --source-hash    # the hash gpu-prepare.sh records (no GPU needed)
 #
 # Output: progress and every program's output on stdout/stderr, the summary last. Under $OUT
@@ -124,7 +128,8 @@ fi
 # ---- the programs: the carried ones, or rebuilt here ----------------------------------------
 
 targets=(tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_train
-         tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
+         tests/models/test_replay tests/profiling/test_profile tests/profiling/libnvtx_recorder.so
+         tools/troupe)
 programs=("${targets[@]##*/}")
 say "unpacking $archive"
 if [[ ! -f $archive ]]; then
@@ -206,6 +211,23 @@ for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300; do
   esac
 done
 
+# ---- CUDA graphs: a stage's passes captured and replayed (tests/models/test_replay.c on the
+# GPU: two stages trained with graphs on, off and with a failed capture, bitwise alike;
+# test_cuda_train above has the same through tr_train_run). Seconds.
+limit=$(allow 60)
+say "test_replay on cuda:0 (CUDA graphs; at most ${limit}s)"
+t0=$(date +%s)
+TR_TEST_DEVICE=cuda:0 timeout -k 10 "$limit" "$bin/test_replay" 2>&1 | tee "$work/test_replay.txt"
+rc=${PIPESTATUS[0]}
+dt=$(($(date +%s) - t0))
+{ printf '==== %s: exit %d after %ds\n' test_replay "$rc" "$dt"; cat "$work/test_replay.txt"; echo; } >>"$out/tests.txt"
+case $rc in
+  0) note "test_replay (cuda graphs)" "passed (${dt}s)" ;;
+  124 | 137) note "test_replay (cuda graphs)" "TIMED OUT after ${dt}s"; failed=1 ;;
+  *) note "test_replay (cuda graphs)" "FAILED, exit $rc (${dt}s)"; failed=1 ;;
+esac
+# ---- end of CUDA graphs' test
+
 # What a profiler sees on a GPU: the profiling test with the NVTX recorder in Nsight's place
 # (tests/profiling/test_profile.c), its runs on logical devices of cuda:0.
 limit=$(allow 180)
@@ -274,6 +296,28 @@ for m in "mlp --seconds 3" "gpt --seconds 3" "simplenet --steps 20000"; do
 done
 
 skipped() { [[ " ${GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
+
+# ---- `troupe bench gpu`: mlp and gpt in fp32, TF32 and bf16 against cuBLAS's own GEMM peak
+# measured in the same run, and gpt's pipeline on cuda:0,cuda:0 with CUDA graphs off and on
+# (10 training runs of GPU_CHECK_GPU_SECONDS each, default 2, plus start-up: about a
+# minute). The table goes to bench.md and the summary, the JSON to results.json.
+if ! skipped gpu && ! late "troupe bench gpu" 45; then
+  limit=$(allow 120 45)
+  say "troupe bench gpu --seconds ${GPU_CHECK_GPU_SECONDS:-2} (at most ${limit}s)"
+  printf '\n## troupe bench gpu --seconds %s\n\n' "${GPU_CHECK_GPU_SECONDS:-2}" >>"$out/bench.md"
+  timeout -k 5 "$limit" "$bin/troupe" bench gpu --seconds "${GPU_CHECK_GPU_SECONDS:-2}" \
+    >"$work/bench_gpu.txt"
+  rc=$?
+  tee -a "$out/bench.md" <"$work/bench_gpu.txt"
+  bad=$(grep -c '| failed:' "$work/bench_gpu.txt")
+  if ((rc == 0 && bad == 0)); then
+    note "troupe bench gpu" "ok (table in bench.md and below)"
+  else
+    note "troupe bench gpu" "FAILED: $(exit_says $rc "$limit"), $bad run(s) failed"
+    failed=1
+  fi
+fi
+# ---- end of bench gpu
 
 if ! skipped ops && ! late "troupe bench ops" 20; then
   limit=$(allow 60 20)

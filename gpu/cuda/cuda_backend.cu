@@ -458,6 +458,7 @@ static void tr__cuda_timing_harvest(const tr_device *d) {
 static void tr__cuda_range_end(const tr_trace_kind *kind, const int64_t args[3], uint64_t start_ns) {
   tr__cuda_timing *t = tr__timing(0);
   if (!t || !t->dev || !t->dev->stream || !tr__cuda_anchor(t)) return; /* not a GPU's thread */
+  if (t->dev->stream->capturing) return; /* an event or a wait would spoil the recording */
   tr__cuda_resolve(t, 0);
   if (t->n == TR__TIMED) tr__cuda_resolve(t, 1);
   cudaEvent_t ev;
@@ -558,6 +559,9 @@ int tr__cuda_scratch(tr_stream *s, size_t bytes, void **out) {
   tr__cuda_stream *cs = tr__cu_stream(s);
   if (cs->scratch_bytes < bytes) {
     tr_device *d = s->dev;
+    if (s->capturing) /* growing allocates, which a recording cannot hold */
+      return tr__device_fail(d, TR_ESTATE, "scratch of %zu bytes on stream '%s': not while it "
+                             "captures (the work ran eagerly once first?)", bytes, s->name);
     size_t want = 8192;
     while (want < bytes) want *= 2;
     /* Stream-ordered: work already queued on s finishes with the old block before it is
@@ -620,6 +624,8 @@ static void tr__cuda_stream_close(tr_stream *s) {
     if (e == cudaSuccess) e = cudaStreamSynchronize(cs->st);
     if (e != cudaSuccess) (void)tr__cuda_fail(d, e, "stream close", __FILE__, __LINE__);
     if (cs->blas) (void)cublasDestroy(cs->blas);
+    /* after the handle, which no GEMM uses any more: the stream frees it in order */
+    if (cs->blas_workspace) (void)cudaFreeAsync(cs->blas_workspace, cs->st);
     (void)cudaStreamDestroy(cs->st);
     (void)cudaGetLastError();
   }
@@ -682,6 +688,48 @@ static int tr__cuda_event_synchronize(tr_event *e) {
 static int tr__cuda_event_elapsed_ms(tr_event *start, tr_event *end, float *ms) {
   TR__CU(start->dev, cudaEventElapsedTime(ms, (cudaEvent_t)start->impl, (cudaEvent_t)end->impl));
   return 0;
+}
+
+/* ---- captures: CUDA graphs ------------------------------------------------------------
+ *
+ * Thread-local capture mode: a call of this thread that may not be recorded (a synchronous
+ * allocation, a host wait) fails the recording rather than running, and other threads --
+ * other devices' actors -- are not disturbed. The graph is instantiated at once and only its
+ * executable form kept. */
+
+static int tr__cuda_capture_begin(tr_stream *s) {
+  TR__CU_ENTER(s->dev);
+  TR__CU(s->dev, cudaStreamBeginCapture(tr__cu_stream(s)->st, cudaStreamCaptureModeThreadLocal));
+  return 0;
+}
+
+static int tr__cuda_capture_end(tr_stream *s, int keep, void **exec) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  cudaGraph_t graph = NULL;
+  cudaError_t e = cudaStreamEndCapture(tr__cu_stream(s)->st, &graph);
+  if (e != cudaSuccess) {
+    if (graph) (void)cudaGraphDestroy(graph);
+    return tr__cuda_fail(d, e, "cudaStreamEndCapture", __FILE__, __LINE__);
+  }
+  cudaGraphExec_t ge = NULL;
+  if (keep) e = cudaGraphInstantiate(&ge, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  if (e != cudaSuccess) return tr__cuda_fail(d, e, "cudaGraphInstantiate", __FILE__, __LINE__);
+  *exec = (void *)ge;
+  return 0;
+}
+
+static int tr__cuda_capture_launch(tr_capture *g, tr_stream *s) {
+  TR__CU_ENTER(s->dev);
+  TR__CU(s->dev, cudaGraphLaunch((cudaGraphExec_t)g->impl, tr__cu_stream(s)->st));
+  return 0;
+}
+
+static void tr__cuda_capture_free(tr_capture *g) {
+  if (g->impl && tr__cuda_enter(g->dev) == 0) (void)cudaGraphExecDestroy((cudaGraphExec_t)g->impl);
+  (void)cudaGetLastError();
+  g->impl = NULL;
 }
 
 /* ---- copies ---------------------------------------------------------------------------- */
@@ -747,6 +795,10 @@ static constexpr tr__backend tr__cuda_make_backend() {
   b.event_query = tr__cuda_event_query;
   b.event_synchronize = tr__cuda_event_synchronize;
   b.event_elapsed_ms = tr__cuda_event_elapsed_ms;
+  b.capture_begin = tr__cuda_capture_begin;
+  b.capture_end = tr__cuda_capture_end;
+  b.capture_launch = tr__cuda_capture_launch;
+  b.capture_free = tr__cuda_capture_free;
   b.copy = tr__cuda_copy;
   b.copy_peer = tr__cuda_copy_peer;
   b.fill_bytes = tr__cuda_fill_bytes;

@@ -12,18 +12,32 @@
  */
 #include "cuda_impl.h"
 
+/* The workspace cuBLAS recommends per handle: 32 MiB on Hopper and later, 4 MiB before. */
+static size_t blas_workspace_bytes(const tr_device *d) {
+  return (size_t)(d->info.cc_major >= 9 ? 32 : 4) << 20;
+}
+
 int tr__cuda_blas_handle(tr_stream *s, cublasHandle_t *out) {
   tr__cuda_stream *cs = tr__cu_stream(s);
   if (!cs->blas) {
     tr_device *d = s->dev;
+    if (s->capturing) /* a first GEMM while recording: the handle's set-up cannot be recorded */
+      return tr__device_fail(d, TR_ESTATE, "cuBLAS handle of stream '%s': not while it captures",
+                             s->name);
+    const size_t ws = blas_workspace_bytes(d);
+    if (!cs->blas_workspace)
+      TR__CU(d, cudaMallocFromPoolAsync(&cs->blas_workspace, ws, tr__cu_dev(d)->pool, cs->st));
     cublasHandle_t h;
     TR__CUBLAS(d, cublasCreate(&h));
+    /* the workspace after the stream: cublasSetStream resets it to cuBLAS's own */
     cublasStatus_t st = cublasSetStream(h, cs->st);
+    if (st == CUBLAS_STATUS_SUCCESS) st = cublasSetWorkspace(h, cs->blas_workspace, ws);
     if (st == CUBLAS_STATUS_SUCCESS)
       st = cublasSetMathMode(h, d->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
     if (st != CUBLAS_STATUS_SUCCESS) {
       (void)cublasDestroy(h);
-      return tr__cublas_fail(d, st, "cublasSetStream/cublasSetMathMode", __FILE__, __LINE__);
+      return tr__cublas_fail(d, st, "cublasSetStream/cublasSetWorkspace/cublasSetMathMode",
+                             __FILE__, __LINE__);
     }
     cs->blas = h;
   }

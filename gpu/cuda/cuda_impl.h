@@ -26,6 +26,9 @@
 typedef struct tr__cuda_stream {
   cudaStream_t st;
   cublasHandle_t blas;     /* created with the compute stream, else at the stream's first GEMM */
+  void *blas_workspace;    /* the handle's own (cublasSetWorkspace): cuBLAS then allocates
+                              nothing while the stream captures, and every GEMM, captured or
+                              not, picks its algorithm with the same room */
   void *scratch;           /* reductions' per-block partials; grows, stream-ordered */
   size_t scratch_bytes;
 } tr__cuda_stream;

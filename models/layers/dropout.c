@@ -43,5 +43,8 @@ static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   return tr_mul(c->s, dinp, dinp, dout, n);
 }
 
+/* its masks depend on the samples (identity when p is 0) */
+static int draws(const tr_layer_spec *l) { return l->p > 0.0f; }
+
 const tr_layer_type tr_layer_dropout_type = {
-    .name = "dropout", .check = check, .forward = forward, .backward = backward};
+    .name = "dropout", .check = check, .forward = forward, .backward = backward, .draws = draws};

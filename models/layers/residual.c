@@ -214,9 +214,15 @@ static int backward_weight(const tr_layer_ctx *c, const float *dout) {
   return 0;
 }
 
+static int draws(const tr_layer_spec *l) {
+  for (int i = 0; i < l->n; i++)
+    if (tr_layer_draws(&l->inner[i])) return 1;
+  return 0;
+}
+
 const tr_layer_type tr_layer_residual_type = {
     .name = "residual", .check = check, .tensors = tensors, .act_floats = act_floats,
     .scratch_floats = scratch_floats, .forward = forward, .backward = backward, .flops = flops,
     .backward_input = backward_input, .backward_weight = backward_weight,
     .keep_floats = keep_floats,
-    .bf16_elems = bf16_elems};
+    .bf16_elems = bf16_elems, .draws = draws};

@@ -1,6 +1,7 @@
 /* test_cuda_devices.c — the device layer on CUDA GPUs: what a device reports, stream-ordered
  * memory, event ordering between streams, peer copies between two logical devices on one
  * GPU (cuda:0,cuda:0) driven from two threads, exact FP32 GEMM unless TF32 is asked for,
+ * captures (CUDA graphs) that replay what they recorded and refuse what they cannot hold,
  * and failures that name the device, the CUDA call and file:line. Public API only.
  *
  * Exits 77 (skipped) when the machine has no GPU. */
@@ -310,6 +311,65 @@ static void gemm_is_exact_fp32_unless_tf32_is_asked_for(void **state) {
   tr_device_list_close(l);
 }
 
+/* ---- captures (CUDA graphs) ------------------------------------------------------------------ */
+
+/* Ops recorded between tr_capture_begin and tr_capture_end do not run then; each launch of
+ * the capture runs them once, as eager ops would. What a recording cannot hold (an
+ * allocation, an event) is refused while it records, and a dropped recording leaves the
+ * stream as it was. */
+static void captures_replay_what_they_recorded_and_refuse_what_they_cannot_hold(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("cuda:0");
+  tr_device *d = tr_device_list_get(l, 0);
+  tr_stream *s = tr_device_stream(d);
+  enum { N = 4096 };
+  float *x, *sum, host[2];
+  assert_int_equal(tr_device_can_capture(d), 1);
+  OK(tr_device_alloc(d, N * 4, (void **)&x));
+  OK(tr_device_alloc(d, 64, (void **)&sum));
+  OK(tr_fill(s, x, N, 1.0f));
+  OK(tr_sum(s, sum, x, N, 0)); /* eagerly once: the reduction's scratch is there */
+  tr_capture *g = NULL;
+  OK(tr_capture_begin(s));
+  OK(tr_scale(s, x, 2.0f, N));
+  OK(tr_sum(s, sum, x, N, 0));
+  OK(tr_capture_end(s, &g));
+  assert_non_null(g);
+  OK(tr_memcpy(s, host, x, 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  assert_true(host[0] == 1.0f); /* recorded, not run */
+  for (int i = 0; i < 3; i++) OK(tr_capture_launch(g, s));
+  OK(tr_memcpy(s, host, x, 4, TR_COPY_D2H));
+  OK(tr_memcpy(s, host + 1, sum, 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  assert_true(host[0] == 8.0f);
+  assert_true(host[1] == 8.0f * N);
+  /* refused while recording, then dropped */
+  tr_event *e;
+  void *p;
+  OK(tr_event_open(d, TR_EVENT_DEFAULT, &e));
+  OK(tr_capture_begin(s));
+  assert_int_equal(tr_capture_begin(s), TR_ESTATE);
+  assert_int_equal(tr_device_alloc(d, 256, &p), TR_ESTATE);
+  assert_non_null(strstr(tr_device_error(d), "captures"));
+  assert_int_equal(tr_event_record(e, s), TR_ESTATE);
+  assert_int_equal(tr_capture_launch(g, s), TR_ESTATE);
+  OK(tr_scale(s, x, 0.0f, N));
+  OK(tr_capture_end(s, NULL));
+  assert_int_equal(tr_capture_end(s, NULL), TR_ESTATE); /* nothing records any more */
+  OK(tr_event_record(e, s));
+  OK(tr_event_synchronize(e));
+  OK(tr_memcpy(s, host, x, 4, TR_COPY_D2H));
+  OK(tr_stream_synchronize(s));
+  assert_true(host[0] == 8.0f); /* the dropped scale never ran */
+  tr_event_close(e);
+  tr_capture_close(g);
+  tr_capture_close(NULL);
+  OK(tr_device_free(d, x));
+  OK(tr_device_free(d, sum));
+  tr_device_list_close(l);
+}
+
 /* ---- failures ------------------------------------------------------------------------------ */
 
 /* A failing CUDA call reports the device, the call, CUDA's words and file:line, and leaves
@@ -356,6 +416,7 @@ int main(void) {
       cmocka_unit_test(peer_copy_between_logical_devices_after_an_event),
       cmocka_unit_test(peer_copies_between_every_pair_of_gpus),
       cmocka_unit_test(gemm_is_exact_fp32_unless_tf32_is_asked_for),
+      cmocka_unit_test(captures_replay_what_they_recorded_and_refuse_what_they_cannot_hold),
       cmocka_unit_test(failures_name_the_device_the_call_and_the_line),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

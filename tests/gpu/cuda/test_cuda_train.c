@@ -2,7 +2,8 @@
  * GPU trains the parameters one host device trains; every parallel layout on logical
  * devices of one GPU (cuda:0,cuda:0,...: the all-reduce and the stage hand-overs go through
  * peer copies), under every schedule (interleaved, zero-bubble) and with recomputation,
- * trains what single on cuda:0 trains; deterministic runs repeat bitwise; the
+ * trains what single on cuda:0 trains; deterministic runs repeat bitwise, and CUDA graphs
+ * (on, off, or a capture that fails) change no bit of what they train; the
  * figures of a run are sane; a checkpoint moves between cuda:0 and host:1 both ways.
  * Parameters are compared through the checkpoint each run writes at its end, as
  * tests/actors/test_parallel.c does on host devices.
@@ -19,6 +20,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "job_testing.h" /* a capture made to fail */
 #include "troupe.h"
 
 #define SCRATCH_NAME "cuda-train"
@@ -248,6 +250,69 @@ static void deterministic_gpt_on_cuda_is_bitwise_repeatable(void **state) {
   static const layout_case dp2 = DP(GPU2);
   int failures = repeats_bitwise(models[2], &single) + repeats_bitwise(models[2], &dp2);
   if (failures) fail_msg("%d deterministic gpt run(s) did not repeat bitwise (above)", failures);
+}
+
+/* ---- CUDA graphs ------------------------------------------------------------------------------- */
+
+/* Deterministic runs with graphs on (passes replayed), and with the first capture of every
+ * stage made to fail (back to eager passes), against graphs off: the same checkpoint and
+ * final loss, bit for bit. Replays must have happened where they can (single, a pipeline's
+ * passes; data parallelism's forwards, its backwards reporting to the group's hook run
+ * eagerly), and a failed capture must be said. */
+static int graphs_change_nothing(model_case m, const layout_case *c) {
+  tr_train_options o = with_layout(options(m, GPU1, 5), c);
+  o.deterministic = 1;
+  tr_train_result off, on, failed;
+  char err[1024], what[128];
+  o.job.graphs = TR_GRAPHS_OFF;
+  if (run_to(o, "graphs-off.safetensors", &off)) return 1;
+  o.job.graphs = TR_GRAPHS_ON;
+  if (run_to(o, "graphs-on.safetensors", &on)) return 1;
+  const tr__test_hooks fail = {.graphs_fail = 1};
+  o.job.checkpoint.path = path("graphs-failed.safetensors");
+  if (tr__train_run_hooked(&o, &fail, &failed, err, sizeof err)) {
+    printf("  %s %s on %s with a failed capture: FAILED: %s\n", tr_strategy_name(o.strategy),
+           model_name(&o), o.devices, err);
+    return 1;
+  }
+  snprintf(what, sizeof what, "%s %s on %s, graphs on", tr_strategy_name(o.strategy),
+           model_name(&o), o.devices);
+  int failures = !bitwise("graphs-on.safetensors", "graphs-off.safetensors", what);
+  printf("    %lld passes replayed from %lld captures%s%s\n", (long long)on.graph_launches,
+         (long long)on.graph_captures, on.graphs_note[0] ? "; " : "", on.graphs_note);
+  if (on.graph_launches == 0 || on.graphs_note[0] || memcmp(&on.final_loss, &off.final_loss, sizeof on.final_loss)) {
+    printf("  %-52s FAIL: no replays, a note, or final loss %.9g against %.9g\n", what,
+           on.final_loss, off.final_loss);
+    failures++;
+  }
+  snprintf(what, sizeof what, "%s %s on %s, a capture failed", tr_strategy_name(o.strategy),
+           model_name(&o), o.devices);
+  failures += !bitwise("graphs-failed.safetensors", "graphs-off.safetensors", what);
+  printf("    said: %s\n", failed.graphs_note);
+  if (!strstr(failed.graphs_note, "eagerly") || failed.graph_launches ||
+      memcmp(&failed.final_loss, &off.final_loss, sizeof off.final_loss)) {
+    printf("  %-52s FAIL: not said, replays anyway, or final loss %.9g against %.9g\n", what,
+           failed.final_loss, off.final_loss);
+    failures++;
+  }
+  if (off.graph_captures || off.graph_launches) {
+    printf("  %s: graphs off captured %lld passes\n", what, (long long)off.graph_captures);
+    failures++;
+  }
+  return failures;
+}
+
+static void graphs_on_trains_bitwise_what_graphs_off_trains(void **state) {
+  (void)state;
+  static const layout_case single = {TR_STRATEGY_SINGLE, GPU1, -1, 0, 0, 0},
+                           pipe = PIPELINE(GPU2, TR_SCHEDULE_1F1B, 4), dp2 = DP(GPU2),
+                           zb1 = RECOMPUTING(GPU2, TR_SCHEDULE_ZB1, 4);
+  int failures = 0;
+  for (int k = 1; k < NMODELS; k++) /* mlp4, gpt1 */
+    failures += graphs_change_nothing(models[k], &single) +
+                graphs_change_nothing(models[k], &pipe) + graphs_change_nothing(models[k], &dp2);
+  failures += graphs_change_nothing(models[1], &zb1);
+  if (failures) fail_msg("%d run(s) with CUDA graphs differ from eager ones (above)", failures);
 }
 
 /* ---- the figures of a run ------------------------------------------------------------------- */
@@ -500,6 +565,7 @@ int main(void) {
       cmocka_unit_test(gpt_trains_alike_on_every_cuda_layout),
       cmocka_unit_test(deterministic_layouts_on_cuda_are_bitwise_repeatable),
       cmocka_unit_test(deterministic_gpt_on_cuda_is_bitwise_repeatable),
+      cmocka_unit_test(graphs_on_trains_bitwise_what_graphs_off_trains),
       cmocka_unit_test(runs_on_cuda_report_sane_figures),
       cmocka_unit_test(async_training_runs_on_cuda),
       cmocka_unit_test(checkpoints_move_between_cuda_and_host),
