@@ -34,6 +34,7 @@ static const tr__backend *backend_of(tr_device_kind kind) {
     if (backends[i]->kind == kind) return backends[i];
   return NULL;
 }
+const tr__backend *tr__backend_of(tr_device_kind kind) { return backend_of(kind); }
 
 const char *tr_device_kind_name(tr_device_kind kind) {
   return kind == TR_DEVICE_HOST ? "host" : kind == TR_DEVICE_CUDA ? "cuda" : "unknown";
@@ -344,6 +345,8 @@ static inline int enter(tr_device *d) {
 #endif
   return 0;
 }
+
+int tr__device_enter(tr_device *d) { return enter(d); }
 
 #define ENTER_DEV(d)                 \
   do {                               \

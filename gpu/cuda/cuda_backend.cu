@@ -753,6 +753,14 @@ static constexpr tr__backend tr__cuda_make_backend() {
   b.gemm = tr__cuda_gemm;
   b.gemm_batched = tr__cuda_gemm_batched;
   b.gemm_bf16 = tr__cuda_gemm_bf16;
+#ifdef TR_HAVE_NCCL
+  b.comm_library = tr__nccl_library;
+  b.comm_open_all = tr__nccl_open_all;
+  b.comm_id = tr__nccl_id;
+  b.comm_open_rank = tr__nccl_open_rank;
+  b.comm_close = tr__nccl_close;
+  b.comm_run = tr__nccl_run;
+#endif
 #define TR__CUDA_SLOT(name, params, args, checks) b.name = tr__cuda_##name;
   TR__OP_MAP(TR__CUDA_SLOT)
 #undef TR__CUDA_SLOT
