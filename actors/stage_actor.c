@@ -154,6 +154,10 @@ int tr__stage_set_group(void *state, int n, int me, tr_edge *const *out, tr_edge
   return a->group ? 0 : TR_ENOMEM;
 }
 
+void tr__stage_use_nccl(void *state, tr_comm *inside, tr_comm *across, const char *error) {
+  tr__group_use_nccl(((stage_actor *)state)->group, inside, across, error);
+}
+
 void tr__stage_span_ranks(void *state, int group, tr_edge *sum, tr_edge *summed) {
   tr__group_span_ranks(((stage_actor *)state)->group, group, sum, summed);
 }
