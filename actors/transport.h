@@ -4,7 +4,9 @@
  * A group whose members live in several processes reduces inside each process first; then
  * its member of lowest index there (the leader) hands each bucket's sum to the transport, in
  * bucket order, on its "sum" edge, and gets a tr__summed_msg on its "summed" edge once the
- * sum over every rank is in place (MPI_Iallreduce on a communicator of the group's ranks).
+ * sum over every rank is in place (MPI_Allreduce on a communicator of the group's ranks).
+ * Where the leaders are CUDA devices and the build has NCCL, they sum with ncclAllReduce
+ * among themselves instead (group.c, its communicator made in job.c) and this is unused.
  *
  *   tr__transport_group(transport, group, ranks, n);    // wiring, the same on every rank
  *   tr__sum_msg *s = tr_msg_new(&tr__sum_type);  ... tr_edge_send_control(sum_edge, s);
