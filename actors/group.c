@@ -563,8 +563,8 @@ void tr__group_close(tr__group *g) {
 
 void tr__group_free(tr__group *g) {
   if (g == NULL) return;
-  tr_comm_close(g->nccl); /* never opened: nothing was queued on them */
-  tr_comm_close(g->across);
+  tr_comm_abort(g->nccl); /* never opened, or its thread failed: the others may not come */
+  tr_comm_abort(g->across);
   for (int p = 0; p < 2; p++) {
     group_step *s = &g->gs[p];
     free(s->ready);

@@ -667,7 +667,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
       across = NULL;
     }
   }
-  tr_comm_close(across); /* not handed over: the build failed */
+  tr_comm_abort(across); /* not handed over: the build failed */
   return rc;
 }
 

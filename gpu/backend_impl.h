@@ -27,6 +27,7 @@
 #define TR_BACKEND_IMPL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "tr_device.h"
@@ -263,7 +264,7 @@ struct tr__backend {
   int (*comm_id)(void *id, size_t bytes, char *err, size_t size);
   int (*comm_open_rank)(tr_device *d, const void *id, int count, int rank, void **impl,
                         char *err, size_t size);
-  void (*comm_close)(tr_device *d, void *impl);
+  void (*comm_close)(tr_device *d, void *impl, bool abort);
   /* one operation on s; count in elements of its type (floats; bytes for send and recv) */
   int (*comm_run)(tr_stream *s, void *impl, tr__comm_op op, const void *send, void *recv,
                   size_t count, int peer);

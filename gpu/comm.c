@@ -84,9 +84,9 @@ int tr_comm_count(const tr_comm *c) { return c->count; }
 tr_device *tr_comm_device(const tr_comm *c) { return c->dev; }
 
 /* Members opened together share one allocation, freed with the last of them. */
-void tr_comm_close(tr_comm *c) {
+static void comm_end(tr_comm *c, bool abort) {
   if (c == NULL || c->impl == NULL) return;
-  c->dev->be->comm_close(c->dev, c->impl);
+  c->dev->be->comm_close(c->dev, c->impl, abort);
   c->impl = NULL;
   if (c->block == NULL) {
     free(c);
@@ -96,6 +96,9 @@ void tr_comm_close(tr_comm *c) {
     if (c->block[i].impl) return;
   free(c->block);
 }
+
+void tr_comm_close(tr_comm *c) { comm_end(c, false); }
+void tr_comm_abort(tr_comm *c) { comm_end(c, true); }
 
 static int run(tr_comm *c, tr_stream *s, tr__comm_op op, const char *fn, const void *send,
                void *recv, size_t count, int peer) {

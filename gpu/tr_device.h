@@ -479,8 +479,13 @@ int tr_comm_open_rank(tr_device *d, const tr_comm_id *id, int count, int rank, t
 int tr_comm_rank(const tr_comm *c);
 int tr_comm_count(const tr_comm *c);
 tr_device *tr_comm_device(const tr_comm *c);
-/* On the member's owner thread, once no stream still runs its operations. NULL is fine. */
+/* On the member's owner thread, once no stream still runs its operations. NULL is fine.
+ * Members opened together close together: NCCL's destroy waits for the other members of
+ * this process, each closing on its own thread. */
 void tr_comm_close(tr_comm *c);
+/* Without waiting for anyone (ncclCommAbort): a member whose others may never come (the run
+ * failed, or never started), from any thread. NULL is fine. */
+void tr_comm_abort(tr_comm *c);
 
 /* On s, a stream of the member's device. n: floats; bytes: bytes. */
 /* recv (n) = the sum over the members of their send (n); recv may equal send */

@@ -158,7 +158,7 @@ int tr__nccl_open_all(tr_device *const *devs, int n, void **impls, char *err, si
 int tr__nccl_id(void *id, size_t bytes, char *err, size_t size);
 int tr__nccl_open_rank(tr_device *d, const void *id, int count, int rank, void **impl,
                        char *err, size_t size);
-void tr__nccl_close(tr_device *d, void *impl);
+void tr__nccl_close(tr_device *d, void *impl, bool abort);
 int tr__nccl_run(tr_stream *s, void *impl, tr__comm_op op, const void *send, void *recv,
                  size_t count, int peer);
 #endif

@@ -100,8 +100,9 @@ int tr__nccl_open_rank(tr_device *d, const void *id, int count, int rank, void *
   return 0;
 }
 
-void tr__nccl_close(tr_device *d, void *impl) {
+void tr__nccl_close(tr_device *d, void *impl, bool abort) {
   tr__nccl_comm *c = (tr__nccl_comm *)impl;
+  c->failed |= abort;
   if (tr__cuda_enter(d) == 0) {
     ncclResult_t r = c->failed ? ncclCommAbort(c->comm) : ncclCommDestroy(c->comm);
     if (r != ncclSuccess) nccl_fail(d, c, c->failed ? "ncclCommAbort" : "ncclCommDestroy", r);
