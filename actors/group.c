@@ -34,10 +34,6 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
     return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);
   if (asked == TR_ALLREDUCE_PEER) return 0;
   const bool must = asked == TR_ALLREDUCE_NCCL;
-  if (!have_nccl)
-    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but this troupe was "
-                            "built without NCCL (meson -Dnccl=enabled, with the CUDA backend)")
-                : 0;
   for (int i = 0; i < n; i++) {
     if (devs[i].kind != TR_DEVICE_CUDA)
       return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s is a %s "
@@ -52,6 +48,10 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
                                 devs[i].name, devs[i].ordinal)
                     : 0;
   }
+  if (!have_nccl) /* after the devices: what they are says more than what the build lacks */
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but this troupe was "
+                            "built without NCCL (meson -Dnccl=enabled, with the CUDA backend)")
+                : 0;
   *out = n > 1 || must ? TR_ALLREDUCE_NCCL : TR_ALLREDUCE_PEER;
   return 0;
 }
