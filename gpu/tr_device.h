@@ -63,6 +63,7 @@
 #ifndef TR_DEVICE_H
 #define TR_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -127,7 +128,14 @@ typedef struct tr_device_info {
                             dispatches to ("avx512_core_bf16" for oneDNN, OpenBLAS's core
                             "Zen"), or the GPU's "sm_90" */
   tr_bf16_support bf16;
+  char gpu_id[96];       /* a GPU's place in the world: its host's name and PCI bus id
+                            ("node3/0000:3B:00.0"), the same in every process that opens
+                            it; "" for host devices (tr_device_same_gpu) */
 } tr_device_info;
+
+/* Whether a and b are one physical GPU: logical devices of one GPU in a process, or the
+ * same GPU opened by two processes (their gpu_id; NCCL takes one member per GPU). */
+bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b);
 
 /* ---- discovery ------------------------------------------------------------------------ */
 

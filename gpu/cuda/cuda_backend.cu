@@ -195,6 +195,12 @@ static int tr__cuda_open(tr_device *d) {
     /* bf16 tensor cores from Ampere on; cuBLAS emulates them before */
     d->info.bf16 = prop.major >= 8 ? TR_BF16_NATIVE : TR_BF16_EMULATED;
     cd->sms = prop.multiProcessorCount;
+    { /* where it is, for tr_device_same_gpu across processes */
+      char host[64] = "?", bus[32] = "";
+      gethostname(host, sizeof host - 1);
+      if (cudaDeviceGetPCIBusId(bus, sizeof bus, ord) != cudaSuccess) bus[0] = 0;
+      snprintf(d->info.gpu_id, sizeof d->info.gpu_id, "%.63s/%.31s", host, bus[0] ? bus : "?");
+    }
     if (!prop.memoryPoolsSupported) {
       rc = tr__device_fail(d, TR_EDEVICE, "open: %s has no stream-ordered memory pools",
                            prop.name);
