@@ -41,11 +41,18 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
                               devs[i].name, tr_device_kind_name(devs[i].kind))
                   : 0;
     for (int k = 0; k < i; k++)
-      if (devs[k].rank == devs[i].rank && devs[k].ordinal == devs[i].ordinal)
+      if (!tr_device_same_gpu(&devs[k], &devs[i])) continue;
+      else if (devs[k].rank == devs[i].rank)
         return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s and %s "
                                 "are logical devices of one GPU (%d): NCCL takes one member "
                                 "per GPU (allreduce peer sums them)", devs[k].name,
                                 devs[i].name, devs[i].ordinal)
+                    : 0;
+      else /* two processes on one GPU: NCCL refuses a communicator over them */
+        return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s of rank "
+                                "%d and %s of rank %d are one GPU (%s): NCCL takes one member "
+                                "per GPU (allreduce peer sums them)", devs[k].name,
+                                devs[k].rank, devs[i].name, devs[i].rank, devs[i].gpu_id)
                     : 0;
   }
   if (!have_nccl) /* after the devices: what they are says more than what the build lacks */
@@ -53,6 +60,39 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
                             "built without NCCL (meson -Dnccl=enabled, with the CUDA backend)")
                 : 0;
   *out = n > 1 || must ? TR_ALLREDUCE_NCCL : TR_ALLREDUCE_PEER;
+  return 0;
+}
+
+int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from,
+                           const tr_device_info *to, bool have_nccl, tr_edge_carrier *out,
+                           char *err, size_t size) {
+  *out = TR_EDGE_CARRIER_MPI;
+  if ((unsigned)asked >= TR_ALLREDUCE_COUNT)
+    return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);
+  if (from->rank == to->rank)
+    return tr_errorf(err, size, TR_EINVAL, "the edge from %s to %s: both on rank %d, no "
+                     "process to cross", from->name, to->name, from->rank);
+  if (asked == TR_ALLREDUCE_PEER) return 0;
+  const bool must = asked == TR_ALLREDUCE_NCCL;
+  const tr_device_info *host = from->kind != TR_DEVICE_CUDA ? from : to->kind != TR_DEVICE_CUDA ? to : NULL;
+  if (host)
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but the pipeline "
+                            "edge from %s of rank %d to %s of rank %d has a %s device at an "
+                            "end: NCCL joins CUDA devices only (its tensors go over MPI)",
+                            from->name, from->rank, to->name, to->rank,
+                            tr_device_kind_name(host->kind))
+                : 0;
+  if (tr_device_same_gpu(from, to))
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but the pipeline "
+                            "edge from %s of rank %d to %s of rank %d joins one GPU (%s): NCCL "
+                            "takes one member per GPU (its tensors go over MPI)", from->name,
+                            from->rank, to->name, to->rank, from->gpu_id)
+                : 0;
+  if (!have_nccl)
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but this troupe was "
+                            "built without NCCL (meson -Dnccl=enabled, with the CUDA backend)")
+                : 0;
+  *out = TR_EDGE_CARRIER_NCCL;
   return 0;
 }
 

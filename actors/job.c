@@ -517,6 +517,59 @@ static int connect_clip(tr_job *j, int first, int n) {
   return rc;
 }
 
+/* What carries the tensors of edge `e` from stage `from` to stage `to` when they live on two
+ * ranks (tr_edge_carrier_choose): NCCL, on a communicator of the two opened here, or the
+ * transport over MPI. Every rank takes part in the same order (the id, made on the
+ * producer's rank, and each end's yes go round with tr_world_allgather), so both ends open
+ * their member or neither does. A choice that fails here (NCCL asked but impossible) was
+ * refused by tr_train_run first; an opening that fails leaves the edge to MPI. */
+static int carry(tr_job *j, tr_actor *from, tr_actor *to, tr_edge *e, const char *what) {
+  tr_graph *g = j->run.g;
+  const int rf = tr_graph_actor_rank(g, from), rt = tr_graph_actor_rank(g, to);
+  if (rf == rt) return 0;
+  tr_device *dev[2] = {tr__stage_device(tr_actor_state(from)), tr__stage_device(tr_actor_state(to))};
+  const tr_device_info *in[2] = {tr_device_get_info(dev[0]), tr_device_get_info(dev[1])};
+  tr_edge_carrier how = TR_EDGE_CARRIER_MPI;
+  if (tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], tr_comm_library() != NULL, &how,
+                             NULL, 0))
+    return TR_EINVAL;
+  /* decided on what every rank knows alike: the devices, the option; the build's NCCL is
+   * each end's own, so each says yes first */
+  if (in[0]->kind != TR_DEVICE_CUDA || in[1]->kind != TR_DEVICE_CUDA ||
+      j->run.c.allreduce == TR_ALLREDUCE_PEER || tr_device_same_gpu(in[0], in[1])) {
+    j->run.edges_mpi++;
+    return 0;
+  }
+  tr_world *w = tr__graph_world(g);
+  const int me = tr_graph_rank(g), nworld = tr_world_size(w);
+  struct made {
+    int yes;
+    tr_comm_id id;
+  } mine = {0}, *all = calloc((size_t)nworld, sizeof *all);
+  if (all == NULL) return TR_ENOMEM;
+  char why[256] = "";
+  if ((me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL)
+    mine.yes = me == rt || tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, sizeof why) == 0;
+  if (tr_world_allgather(w, &mine, sizeof mine, all)) {
+    free(all);
+    return TR_ESYS;
+  }
+  const bool both = all[rf].yes && all[rt].yes;
+  const tr_comm_id id = all[rf].id;
+  free(all);
+  tr_comm *c = NULL;
+  if (both && (me == rf || me == rt) &&
+      tr_comm_open_rank(dev[me == rt], &id, 2, me == rt, &c, why, sizeof why))
+    c = NULL; /* the other end fails too (NCCL's init is collective) */
+  if (why[0]) /* the edge still runs, over MPI: say why NCCL did not take it */
+    fprintf(stderr, "troupe: the %s edge from %s to %s goes over MPI: %s\n", what,
+            in[0]->name, in[1]->name, why);
+  if (c) tr__stage_use_nccl_edge(tr_actor_state(me == rf ? from : to), e, c);
+  if (both && !why[0]) j->run.edges_nccl++;
+  else j->run.edges_mpi++;
+  return 0;
+}
+
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
   const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
@@ -532,6 +585,8 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   if (rc) return rc;
   tr__stage_set_chain(tr_actor_state(from), act, grad, true);
   tr__stage_set_chain(tr_actor_state(to), grad, act, false);
+  if (rc == 0) rc = carry(j, from, to, act, "act");
+  if (rc == 0) rc = carry(j, to, from, grad, "grad");
   /* the stages agree on the gradients' norm: to clip alike, to skip an update alike (sharded,
    * every stage of every replica does: tr_job_group) */
   if (++j->chained[r] == P - 1 && agree_on_norms(&j->run.c) && !j->run.c.zero)

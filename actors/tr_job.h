@@ -130,6 +130,22 @@ int tr_allreduce_parse(const char *name, tr_allreduce *out);
 int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, bool have_nccl,
                         tr_allreduce *out, char *err, size_t err_size);
 
+/* How a pipeline edge between stages in two processes carries its tensors (tr_job_chain):
+ *   MPI   the transport's MPI point to point, the tensor in host memory (a GPU's staged
+ *         through pinned host memory on each side);
+ *   NCCL  the message itself over MPI as ever, the tensor's bytes by ncclSend from the
+ *         producer's GPU and ncclRecv straight into the consumer's, on a communicator of the
+ *         two opened while the graph is wired (one per edge, so each carries one direction
+ *         in the edge's order).
+ * NCCL carries an edge where the build has it, both ends are CUDA devices on two GPUs (two
+ * processes on one GPU cannot share a communicator) and allreduce is not peer (peer: no NCCL
+ * anywhere). allreduce nccl insists: TR_EINVAL naming the ends where NCCL cannot. A pure
+ * function, as tr_allreduce_choose. */
+typedef enum tr_edge_carrier { TR_EDGE_CARRIER_MPI, TR_EDGE_CARRIER_NCCL } tr_edge_carrier;
+int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from,
+                           const tr_device_info *to, bool have_nccl, tr_edge_carrier *out,
+                           char *err, size_t err_size);
+
 /* The figures of docs/WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
 typedef struct tr_train_result {
   char model[32], strategy[16];
@@ -152,6 +168,8 @@ typedef struct tr_train_result {
   int zero;                /* the ZeRO stage that ran (tr_job_config.zero) */
   tr_allreduce allreduce;  /* how the replica groups summed here: PEER, or NCCL (some group
                               did through NCCL); AUTO: there were none (one replica) */
+  int edges_nccl, edges_mpi; /* pipeline edges between processes (act and grad each)
+                              whose tensors NCCL carried, and MPI (tr_edge_carrier) */
   int chunks;              /* model chunks per device (interleaved), else 1 */
   int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* piece k: layers [cuts[k], cuts[k + 1]); piece
                                          c × stages + s is chunk c of stage s */

@@ -157,6 +157,9 @@ static void print_json(const tr_train_result *r, double sgemm) {
   printf("\"zero\":%d,", r->zero);
   if (r->allreduce == TR_ALLREDUCE_AUTO) printf("\"allreduce\":null,");
   else printf("\"allreduce\":\"%s\",", tr_allreduce_name(r->allreduce));
+  /* pipeline edges between processes, by what carried their tensors (null: none crossed) */
+  if (r->edges_nccl + r->edges_mpi == 0) printf("\"edges_across_ranks\":null,");
+  else printf("\"edges_across_ranks\":{\"nccl\":%d,\"mpi\":%d},", r->edges_nccl, r->edges_mpi);
   print_memory(r);
   const bool async = !strcmp(r->strategy, "async");
   if (async && isfinite(r->staleness_mean)) {
@@ -230,6 +233,9 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   if (r->replicas > 1 && !async)
     fprintf(stderr, ", replicas differ by %.2g (summed by %s)", r->consistency,
             r->allreduce == TR_ALLREDUCE_NCCL ? "NCCL" : "peer");
+  if (r->edges_nccl + r->edges_mpi)
+    fprintf(stderr, ", tensors between ranks by %s", !r->edges_mpi ? "NCCL" : !r->edges_nccl
+                                                         ? "MPI" : "NCCL and MPI");
   if (r->skipped_steps)
     fprintf(stderr, ", %lld update%s skipped (gradient norm not finite)",
             (long long)r->skipped_steps, r->skipped_steps == 1 ? "" : "s");
