@@ -1,5 +1,7 @@
 /* transport.h — what the replica groups ask of their process's transport (transport.c): a
- * sum across ranks, bucket by bucket. (What the graph asks of it is graph_impl.h's.)
+ * sum across ranks, bucket by bucket. (What the graph asks of it is graph_impl.h's. A
+ * pipeline edge whose tensors NCCL carries still sends its messages here, data NULL: the
+ * stages move the bytes themselves, stage_actor.c's wires.)
  *
  * A group whose members live in several processes reduces inside each process first; then
  * its member of lowest index there (the leader) hands each bucket's sum to the transport, in
