@@ -131,31 +131,37 @@ static tr_msg *batch_get(const tr__codec *c, const uint8_t *in, size_t n) {
   return &b->hdr;
 }
 
-/* ---- an activation or its gradient: the tensor, in host memory ----------------------------- */
+/* ---- an activation or its gradient: the tensor, in host memory --------------------------------
+ * data NULL: its bytes go by NCCL on the edge's communicator (stage_actor.c), not here. */
+
+static size_t carried(const tr_tensor_msg *t) { return t->data ? t->bytes : 0; }
 
 static size_t tensor_size(const tr__codec *c, const tr_msg *m) {
   (void)c;
   const tr_tensor_msg *t = (const tr_tensor_msg *)m;
-  return lay(sizeof *t, &t->bytes, 1).total;
+  const size_t b = carried(t);
+  return lay(sizeof *t, &b, 1).total;
 }
 
 static void tensor_put(const tr__codec *c, const tr_msg *m, uint8_t *out) {
   (void)c;
   const tr_tensor_msg *t = (const tr_tensor_msg *)m;
+  const size_t b = carried(t);
   put_struct(m, out);
-  memcpy(out + lay(sizeof *t, &t->bytes, 1).at[0], t->data, t->bytes);
+  if (b) memcpy(out + lay(sizeof *t, &b, 1).at[0], t->data, b);
 }
 
 static tr_msg *tensor_get(const tr__codec *c, const uint8_t *in, size_t n) {
   tr_tensor_msg *t = (tr_tensor_msg *)get_struct(c->type, in, n, sizeof *t - sizeof(tr_msg));
   if (t == NULL) return NULL;
-  const layout l = lay(sizeof *t, &t->bytes, 1);
+  const size_t b = carried(t); /* t->data: the sender's pointer, or NULL */
+  const layout l = lay(sizeof *t, &b, 1);
   if (l.total > n) {
     tr_msg_free(t);
     return NULL;
   }
-  t->data = in + l.at[0];
-  t->ready = NULL; /* complete: it is host memory of this process */
+  t->data = t->data ? in + l.at[0] : NULL;
+  t->ready = NULL; /* complete: it is host memory of this process (or NCCL brings it) */
   t->dev = NULL;
   return &t->hdr;
 }

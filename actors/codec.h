@@ -3,7 +3,8 @@
  * A message on the wire is its type's name and its payload. Flat types (no pointers: norms,
  * figures, reports, losses, and types of the user's own) travel byte for byte, header
  * excluded. Types that point at memory carry what they point at: a batch its samples, an
- * activation or gradient its tensor (host memory: a CUDA stage stages it first), a
+ * activation or gradient its tensor (host memory: a CUDA stage stages it first; none where
+ * its data is NULL: NCCL carries the bytes, stage_actor.c), a
  * checkpoint part or the final figures their parameter arrays, a push its gradient and
  * parameters, a reply the parameters pulled. What arrives points into the receiving
  * transport's buffer, which it keeps until the consumer gives the edge's credit back; arrays

@@ -337,6 +337,9 @@ static void record_result(coordinator *c) {
   r->stages = P;
   r->microbatches = jc->layout.microbatches;
   r->zero = jc->zero;
+  r->allreduce = R > 1 ? (run->nccl ? TR_ALLREDUCE_NCCL : TR_ALLREDUCE_PEER) : TR_ALLREDUCE_AUTO;
+  r->edges_nccl = run->edges_nccl;
+  r->edges_mpi = run->edges_mpi;
   r->chunks = jc->layout.chunks;
   r->recompute = jc->memory.recompute != 0;
   r->graphs = jc->graphs;

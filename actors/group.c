@@ -8,6 +8,94 @@
 
 TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
 
+/* ---- how a group sums: tr_job.h's tr_allreduce ------------------------------------------- */
+
+#define TR__ALLREDUCE_TEXT(name, text) text,
+static const char *const allreduce_names[] = {TR_ALLREDUCE_MAP(TR__ALLREDUCE_TEXT)};
+#undef TR__ALLREDUCE_TEXT
+
+const char *tr_allreduce_name(tr_allreduce a) {
+  return (unsigned)a < TR_ALLREDUCE_COUNT ? allreduce_names[a] : "?";
+}
+
+int tr_allreduce_parse(const char *name, tr_allreduce *out) {
+  for (unsigned i = 0; name && i < TR_ALLREDUCE_COUNT; i++)
+    if (!strcmp(name, allreduce_names[i])) {
+      *out = (tr_allreduce)i;
+      return 0;
+    }
+  return TR_EINVAL;
+}
+
+int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, bool have_nccl,
+                        tr_allreduce *out, char *err, size_t size) {
+  *out = TR_ALLREDUCE_PEER;
+  if ((unsigned)asked >= TR_ALLREDUCE_COUNT)
+    return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);
+  if (asked == TR_ALLREDUCE_PEER) return 0;
+  const bool must = asked == TR_ALLREDUCE_NCCL;
+  for (int i = 0; i < n; i++) {
+    if (devs[i].kind != TR_DEVICE_CUDA)
+      return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s is a %s "
+                              "device: NCCL sums CUDA devices only (allreduce peer sums any)",
+                              devs[i].name, tr_device_kind_name(devs[i].kind))
+                  : 0;
+    for (int k = 0; k < i; k++)
+      if (!tr_device_same_gpu(&devs[k], &devs[i])) continue;
+      else if (devs[k].rank == devs[i].rank)
+        return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s and %s "
+                                "are logical devices of one GPU (%d): NCCL takes one member "
+                                "per GPU (allreduce peer sums them)", devs[k].name,
+                                devs[i].name, devs[i].ordinal)
+                    : 0;
+      else /* two processes on one GPU: NCCL refuses a communicator over them */
+        return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s of rank "
+                                "%d and %s of rank %d are one GPU (%s): NCCL takes one member "
+                                "per GPU (allreduce peer sums them)", devs[k].name,
+                                devs[k].rank, devs[i].name, devs[i].rank, devs[i].gpu_id)
+                    : 0;
+  }
+  if (!have_nccl) /* after the devices: what they are says more than what the build lacks */
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but this troupe was "
+                            "built without NCCL (meson -Dnccl=enabled, with the CUDA backend)")
+                : 0;
+  *out = n > 1 || must ? TR_ALLREDUCE_NCCL : TR_ALLREDUCE_PEER;
+  return 0;
+}
+
+int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from,
+                           const tr_device_info *to, bool have_nccl, tr_edge_carrier *out,
+                           char *err, size_t size) {
+  *out = TR_EDGE_CARRIER_MPI;
+  if ((unsigned)asked >= TR_ALLREDUCE_COUNT)
+    return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);
+  if (from->rank == to->rank)
+    return tr_errorf(err, size, TR_EINVAL, "the edge from %s to %s: both on rank %d, no "
+                     "process to cross", from->name, to->name, from->rank);
+  if (asked == TR_ALLREDUCE_PEER) return 0;
+  const bool must = asked == TR_ALLREDUCE_NCCL;
+  const tr_device_info *host = from->kind != TR_DEVICE_CUDA ? from : to->kind != TR_DEVICE_CUDA ? to : NULL;
+  if (host)
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but the pipeline "
+                            "edge from %s of rank %d to %s of rank %d has a %s device at an "
+                            "end: NCCL joins CUDA devices only (its tensors go over MPI)",
+                            from->name, from->rank, to->name, to->rank,
+                            tr_device_kind_name(host->kind))
+                : 0;
+  if (tr_device_same_gpu(from, to))
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but the pipeline "
+                            "edge from %s of rank %d to %s of rank %d joins one GPU (%s): NCCL "
+                            "takes one member per GPU (its tensors go over MPI)", from->name,
+                            from->rank, to->name, to->rank, from->gpu_id)
+                : 0;
+  if (!have_nccl)
+    return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but this troupe was "
+                            "built without NCCL (meson -Dnccl=enabled, with the CUDA backend)")
+                : 0;
+  *out = TR_EDGE_CARRIER_NCCL;
+  return 0;
+}
+
 enum { BUCKET_FLOATS = (1 << 20) / 4 }; /* 1 MiB: a bucket per mlp layer, overlap for the rest */
 
 typedef struct bucket {
@@ -56,6 +144,11 @@ struct tr__group {
   int cross;              /* the group's number with the transport; -1: every member is here */
   tr_edge *sum, *summed;  /* the leader's, to and from the transport */
   float *host;            /* the leader's gradients staged for MPI (not host memory) */
+  /* NCCL (tr__group_use_nccl): this member's communicator over the group's members in
+   * this process (member order = rank), or the leader's over the ranks */
+  tr_comm *nccl, *across;
+  char nccl_error[256];   /* its opening failed (a forced allreduce nccl): the run fails */
+  size_t numel;           /* the stage's elements (the members' shards, sharded) */
 };
 
 /* Buckets, last layers first, each at least BUCKET_FLOATS unless the stage runs out. */
@@ -79,6 +172,14 @@ static int plan(const tr_model *m, int first, int end, bucket *out) {
 }
 
 int tr__group_buckets(const tr_model *m, int first, int end) { return plan(m, first, end, NULL); }
+
+void tr__group_use_nccl(tr__group *g, tr_comm *inside, tr_comm *across, const char *error) {
+  g->nccl = inside;
+  g->across = across;
+  snprintf(g->nccl_error, sizeof g->nccl_error, "%s", error ? error : "");
+}
+
+bool tr__group_nccl(const tr__group *g) { return g->nccl != NULL; }
 
 void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed) {
   g->cross = group;
@@ -118,18 +219,45 @@ static int fail(tr__group *g, const char *what) {
                        tr_device_name(g->dev), tr_device_error(g->dev));
 }
 
+/* Member m's shard of the stage's elements: tr_stage_shard's equal parts, each a multiple
+ * of 16 floats (models/stage.c), which the member's own stage info confirms at open. */
+static void shard_of(const tr__group *g, int m, size_t *lo, size_t *hi) {
+  const size_t per = ((g->numel + (size_t)g->n - 1) / (size_t)g->n + 15) & ~(size_t)15;
+  *lo = (size_t)m * per < g->numel ? (size_t)m * per : g->numel;
+  *hi = *lo + per < g->numel ? *lo + per : g->numel;
+}
+
+/* Member m's part of bucket b inside m's shard (maybe none). */
+static void shard_chunk(const tr__group *g, int b, int m, size_t *lo, size_t *hi) {
+  const bucket *bk = &g->buckets[b];
+  size_t slo, shi;
+  shard_of(g, m, &slo, &shi);
+  *lo = bk->lo > slo ? bk->lo : slo;
+  *hi = bk->hi < shi ? bk->hi : shi;
+  if (*hi < *lo) *hi = *lo;
+}
+
 int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
   const tr_stage_info *info = tr_stage_get_info(st);
   g->self = self;
   g->st = st;
   g->dev = tr_stage_device(st);
   g->busy = busy;
+  g->numel = info->numel;
+  if (g->nccl_error[0])
+    return tr_actor_fail(self, TR_EDEVICE, "all-reduce on %s: %s", tr_device_name(g->dev),
+                         g->nccl_error);
   g->buckets = calloc((size_t)(info->end - info->first), sizeof *g->buckets);
   if (g->buckets == NULL) return TR_ENOMEM;
   g->nb = plan(tr_stage_model(st), info->first, info->end, g->buckets);
   const int n = g->n, nb = g->nb;
   g->shard_lo = info->shard_offset;
   g->shard_hi = info->shard_offset + info->shard_numel;
+  if (g->sharded) {
+    size_t lo, hi;
+    shard_of(g, g->me, &lo, &hi);
+    TR_ASSERT(lo == g->shard_lo && hi == g->shard_hi); /* the stage's shard, as stage.c cuts */
+  }
   size_t largest = 0;
   for (int b = 0; b < nb; b++)
     if (g->buckets[b].hi - g->buckets[b].lo > largest) largest = g->buckets[b].hi - g->buckets[b].lo;
@@ -157,13 +285,13 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
         return fail(g, "opening events");
   }
   const tr_device_info *di = tr_device_get_info(g->dev);
-  if (g->cross >= 0 && g->me == 0 && di->kind != TR_DEVICE_HOST &&
+  if (g->cross >= 0 && g->me == 0 && di->kind != TR_DEVICE_HOST && !g->across &&
       tr_host_alloc(g->dev, (info->numel ? info->numel : 1) * sizeof(float), (void **)&g->host))
     return fail(g, "allocating the gradients' staging for MPI");
   if (tr_stream_open(g->dev, "allreduce", &g->comm)) return fail(g, "opening its stream");
   /* Where a member's memory is not readable here, its chunks are staged through scratch. */
   g->direct = true;
-  for (int r = 0; r < n; r++) g->direct &= tr_device_can_access_peer(g->dev, g->devs[r]) == 1;
+  for (int r = 0; r < n && !g->nccl; r++) g->direct &= tr_device_can_access_peer(g->dev, g->devs[r]) == 1;
   if (!g->direct &&
       tr_device_alloc(g->dev, ((largest + (size_t)n - 1) / (size_t)n + 16) * sizeof(float),
                       (void **)&g->scratch))
@@ -176,9 +304,7 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
 static void own_chunk(const tr__group *g, int b, size_t *lo, size_t *hi) {
   const bucket *bk = &g->buckets[b];
   if (g->sharded) {
-    *lo = bk->lo > g->shard_lo ? bk->lo : g->shard_lo;
-    *hi = bk->hi < g->shard_hi ? bk->hi : g->shard_hi;
-    if (*hi < *lo) *hi = *lo;
+    shard_chunk(g, b, g->me, lo, hi);
     return;
   }
   size_t len = bk->hi - bk->lo, per = ((len + (size_t)g->n - 1) / (size_t)g->n + 15) & ~(size_t)15;
@@ -224,8 +350,11 @@ static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
   return rc;
 }
 
+static int deliver_total(tr__group *g, int64_t step, int b);
+
 /* The leader: buckets whose every chunk is summed here go to the other ranks, in bucket
- * order (every rank issues the same collectives in the same order). */
+ * order (every rank issues the same collectives in the same order): through NCCL on the
+ * group's stream (device memory, no staging), or the transport's MPI_Allreduce. */
 static int sum_across(tr__group *g, group_step *s, int64_t step) {
   while (s->next_cross < g->nb && s->reduced_n[s->next_cross] == g->n) {
     const int b = s->next_cross++;
@@ -233,6 +362,13 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
     float *p = tr_stage_grads(g->st) + bk->lo;
     for (int r = 0; r < g->n; r++)
       if (tr_stream_wait_event(g->comm, s->reduced[b * g->n + r])) return fail(g, "waiting");
+    if (g->across) {
+      if (tr_comm_allreduce(g->across, g->comm, p, p, bk->hi - bk->lo))
+        return fail(g, "summing a bucket across ranks");
+      int rc = deliver_total(g, step, b);
+      if (rc) return rc;
+      continue;
+    }
     if (g->host) { /* MPI reads host memory: stage the bucket through it */
       if (tr_memcpy(g->comm, g->host + bk->lo, p, (bk->hi - bk->lo) * sizeof(float), TR_COPY_D2H))
         return fail(g, "staging a bucket");
@@ -252,8 +388,14 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
  * members here, and they are told. */
 static int summed(tr__group *g, const tr__summed_msg *m) {
   tr_edge_release(g->summed, 1);
-  group_step *s = &g->gs[m->step & 1];
-  const bucket *bk = &g->buckets[m->bucket];
+  return deliver_total(g, m->step, m->bucket);
+}
+
+/* The leader: bucket b's sum over every rank is in its gradients (or staged on the host),
+ * or queued there on the group's stream; it goes to the members here, and they are told. */
+static int deliver_total(tr__group *g, int64_t step, int b) {
+  group_step *s = &g->gs[step & 1];
+  const bucket *bk = &g->buckets[b];
   const size_t n = bk->hi - bk->lo;
   float *mine = tr_stage_grads(g->st) + bk->lo;
   if (g->host && tr_memcpy(g->comm, mine, g->host + bk->lo, n * sizeof(float), TR_COPY_H2D))
@@ -261,8 +403,8 @@ static int summed(tr__group *g, const tr__summed_msg *m) {
   for (int r = 1; r < g->n; r++)
     if (tr_memcpy_peer(g->comm, g->grads[r] + bk->lo, g->devs[r], mine, g->dev, n * sizeof(float)))
       return fail(g, "writing the sum");
-  if (tr_event_record(s->own_final[m->bucket], g->comm)) return fail(g, "recording");
-  return announce(g, m->step, m->bucket, s->own_final[m->bucket], TR__BUCKET_FINAL);
+  if (tr_event_record(s->own_final[b], g->comm)) return fail(g, "recording");
+  return announce(g, step, b, s->own_final[b], TR__BUCKET_FINAL);
 }
 
 int tr__group_receive(tr__group *g, const tr_msg *msg) {
@@ -318,6 +460,31 @@ void tr__group_arm(tr__group *g, int64_t step) {
   g->next_bucket = 0;
 }
 
+/* NCCL: bucket b is final here; its sum is queued on the group's stream at once (every
+ * member issues the same calls in bucket order, and NCCL meets them on the GPUs): all of
+ * it (ncclAllReduce, in place), or sharded each member's part to that member (ncclReduce). */
+static int nccl_bucket(tr__group *g, int64_t step, int b) {
+  group_step *s = &g->gs[step & 1];
+  const uint64_t t0 = tr__busy_start(g->busy, g->self, step, "allreduce", b);
+  float *grads = tr_stage_grads(g->st);
+  if (tr_stream_wait_event(g->comm, s->own_ready[b])) return fail(g, "waiting for backward");
+  if (!g->sharded) {
+    const bucket *bk = &g->buckets[b];
+    if (tr_comm_allreduce(g->nccl, g->comm, grads + bk->lo, grads + bk->lo, bk->hi - bk->lo))
+      return fail(g, "summing a bucket through NCCL");
+  }
+  for (int m = 0; m < g->n && g->sharded; m++) {
+    size_t lo, hi;
+    shard_chunk(g, b, m, &lo, &hi);
+    if (hi > lo && tr_comm_reduce(g->nccl, g->comm, grads + lo, grads + lo, hi - lo, m))
+      return fail(g, "reduce-scattering a bucket through NCCL");
+  }
+  if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
+  s->nreduced++;
+  tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
+  return 0;
+}
+
 void tr__group_grad_ready(void *group, tr_stage *st, int layer) {
   (void)st;
   tr__group *g = group;
@@ -325,9 +492,9 @@ void tr__group_grad_ready(void *group, tr_stage *st, int layer) {
          layer <= g->buckets[g->next_bucket].low_layer) {
     const int b = g->next_bucket++;
     tr_event *ev = g->gs[g->step & 1].own_ready[b];
-    g->hook_rc = tr_event_record(ev, tr_stage_stream(g->st))
-                     ? fail(g, "recording")
-                     : announce(g, g->step, b, ev, TR__BUCKET_READY);
+    g->hook_rc = tr_event_record(ev, tr_stage_stream(g->st)) ? fail(g, "recording")
+                 : g->nccl ? nccl_bucket(g, g->step, b)
+                           : announce(g, g->step, b, ev, TR__BUCKET_READY);
   }
 }
 
@@ -339,6 +506,13 @@ int tr__group_disarm(tr__group *g) {
 
 int tr__group_wait(tr__group *g, int64_t step, tr_stream *s) {
   group_step *gs = &g->gs[step & 1];
+  if (g->nccl) { /* every bucket queued on the group's stream, the last after the others */
+    if (gs->nreduced < g->nb) return 0;
+    if (g->nb && tr_stream_wait_event(s, gs->own_reduced[g->nb - 1]))
+      return fail(g, "waiting for the sums");
+    gs->nreduced = 0;
+    return 1;
+  }
   if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * g->n) return 0;
   const int n = g->cross >= 0 ? g->nb : g->nb * g->n;
   tr_event **ev = g->cross >= 0 ? gs->final_ev : gs->reduced;
@@ -360,6 +534,18 @@ int tr__group_gather(tr__group *g, int64_t step) {
   if (tr_event_record(s->updated, tr_stage_stream(g->st)) ||
       tr_stream_wait_event(g->comm, s->updated))
     return fail(g, "waiting for the update");
+  if (g->nccl) { /* every member's shard from it to the others, in member order */
+    float *params = tr_stage_params(g->st);
+    for (int m = 0; m < g->n; m++) {
+      size_t lo, hi;
+      shard_of(g, m, &lo, &hi);
+      if (hi > lo && tr_comm_broadcast(g->nccl, g->comm, params + lo, params + lo, hi - lo, m))
+        return fail(g, "all-gathering the updated shards through NCCL");
+    }
+    if (tr_event_record(s->own_gathered, g->comm)) return fail(g, "recording");
+    s->ngathered = g->n;
+    return 0;
+  }
   for (int r = 0; r < g->n && n; r++) {
     if (r == g->me) continue;
     if (tr_memcpy_peer(g->comm, g->params[r] + lo, g->devs[r], mine, g->dev, n * sizeof(float)))
@@ -373,6 +559,11 @@ int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s) {
   if (!g->sharded) return 1;
   group_step *gs = &g->gs[step & 1];
   if (gs->ngathered < g->n) return 0;
+  if (g->nccl) {
+    if (tr_stream_wait_event(s, gs->own_gathered)) return fail(g, "waiting for the updated shards");
+    gs->ngathered = 0;
+    return 1;
+  }
   for (int r = 0; r < g->n; r++)
     if (r != g->me && tr_stream_wait_event(s, gs->gathered[r]))
       return fail(g, "waiting for the updated shards");
@@ -400,6 +591,9 @@ void tr__group_close(tr__group *g) {
   }
   if (g->host) tr_host_free(g->dev, g->host);
   g->host = NULL;
+  tr_comm_close(g->nccl); /* here, on the member's thread, once its stream has run */
+  tr_comm_close(g->across);
+  g->nccl = g->across = NULL;
   if (g->scratch) tr_device_free(g->dev, g->scratch);
   if (g->comm) tr_stream_close(g->comm);
   g->scratch = NULL;
@@ -409,6 +603,8 @@ void tr__group_close(tr__group *g) {
 
 void tr__group_free(tr__group *g) {
   if (g == NULL) return;
+  tr_comm_abort(g->nccl); /* never opened, or its thread failed: the others may not come */
+  tr_comm_abort(g->across);
   for (int p = 0; p < 2; p++) {
     group_step *s = &g->gs[p];
     free(s->ready);

@@ -12,7 +12,11 @@
  * member c's shard, and its sum stays there (a reduce-scatter): member c alone updates
  * those parameters. Then it writes its updated shard into every member's parameters and
  * announces that (tr__group_gather, an all-gather); a member goes on to the next step once
- * every member's shard is in (tr__group_gathered). Across processes, the members of each process do that
+ * every member's shard is in (tr__group_gathered). Through NCCL (tr__group_use_nccl), no
+ * bucket messages go between the members: each queues NCCL's sum of each bucket on its own
+ * stream as soon as the bucket is final here (ncclAllReduce; sharded, ncclReduce of each
+ * member's part to it and ncclBroadcast of the updated shards), and NCCL meets the members'
+ * calls on the GPUs; the sums are then NCCL's order, not member order. Across processes, the members of each process do that
  * among themselves, and then their leader sums each bucket with the other processes'
  * through the transport (transport.h) and writes the total to them; they wait for its word.
  * Announcements travel on edges between every two members,
@@ -81,6 +85,13 @@ int tr__group_receive(tr__group *g, const tr_msg *m);
 /* The group spans ranks (transport.h): the members given to tr__group_new are its part in
  * this process, number `group` with the transport; the leader (member 0) sums through it. */
 void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed);
+/* NCCL (tr_job.h's tr_allreduce; made where the group is wired): `inside`, this member's
+ * communicator over the group's members in this process (its rank, its member number), or
+ * NULL: peer; `across`, the leader's over the group's ranks, or NULL: the transport's MPI.
+ * The group owns them and closes them on the member's thread. `error`: opening them
+ * failed (allreduce nccl was asked): the member fails at open, saying this. */
+void tr__group_use_nccl(tr__group *g, tr_comm *inside, tr_comm *across, const char *error);
+bool tr__group_nccl(const tr__group *g);
 int tr__group_wait(tr__group *g, int64_t step, tr_stream *s);
 /* Sharded: the update of this member's shard is issued on the stage's stream; it goes into
  * every other member's parameters and they are told. Unsharded: nothing. */

@@ -517,6 +517,59 @@ static int connect_clip(tr_job *j, int first, int n) {
   return rc;
 }
 
+/* What carries the tensors of edge `e` from stage `from` to stage `to` when they live on two
+ * ranks (tr_edge_carrier_choose): NCCL, on a communicator of the two opened here, or the
+ * transport over MPI. Every rank takes part in the same order (the id, made on the
+ * producer's rank, and each end's yes go round with tr_world_allgather), so both ends open
+ * their member or neither does. A choice that fails here (NCCL asked but impossible) was
+ * refused by tr_train_run first; an opening that fails leaves the edge to MPI. */
+static int carry(tr_job *j, tr_actor *from, tr_actor *to, tr_edge *e, const char *what) {
+  tr_graph *g = j->run.g;
+  const int rf = tr_graph_actor_rank(g, from), rt = tr_graph_actor_rank(g, to);
+  if (rf == rt) return 0;
+  tr_device *dev[2] = {tr__stage_device(tr_actor_state(from)), tr__stage_device(tr_actor_state(to))};
+  const tr_device_info *in[2] = {tr_device_get_info(dev[0]), tr_device_get_info(dev[1])};
+  tr_edge_carrier how = TR_EDGE_CARRIER_MPI;
+  if (tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], tr_comm_library() != NULL, &how,
+                             NULL, 0))
+    return TR_EINVAL;
+  /* decided on what every rank knows alike: the devices, the option; the build's NCCL is
+   * each end's own, so each says yes first */
+  if (in[0]->kind != TR_DEVICE_CUDA || in[1]->kind != TR_DEVICE_CUDA ||
+      j->run.c.allreduce == TR_ALLREDUCE_PEER || tr_device_same_gpu(in[0], in[1])) {
+    j->run.edges_mpi++;
+    return 0;
+  }
+  tr_world *w = tr__graph_world(g);
+  const int me = tr_graph_rank(g), nworld = tr_world_size(w);
+  struct made {
+    int yes;
+    tr_comm_id id;
+  } mine = {0}, *all = calloc((size_t)nworld, sizeof *all);
+  if (all == NULL) return TR_ENOMEM;
+  char why[256] = "";
+  if ((me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL)
+    mine.yes = me == rt || tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, sizeof why) == 0;
+  if (tr_world_allgather(w, &mine, sizeof mine, all)) {
+    free(all);
+    return TR_ESYS;
+  }
+  const bool both = all[rf].yes && all[rt].yes;
+  const tr_comm_id id = all[rf].id;
+  free(all);
+  tr_comm *c = NULL;
+  if (both && (me == rf || me == rt) &&
+      tr_comm_open_rank(dev[me == rt], &id, 2, me == rt, &c, why, sizeof why))
+    c = NULL; /* the other end fails too (NCCL's init is collective) */
+  if (why[0]) /* the edge still runs, over MPI: say why NCCL did not take it */
+    fprintf(stderr, "troupe: the %s edge from %s to %s goes over MPI: %s\n", what,
+            in[0]->name, in[1]->name, why);
+  if (c) tr__stage_use_nccl_edge(tr_actor_state(me == rf ? from : to), e, c);
+  if (both && !why[0]) j->run.edges_nccl++;
+  else j->run.edges_mpi++;
+  return 0;
+}
+
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
   const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
@@ -532,6 +585,8 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   if (rc) return rc;
   tr__stage_set_chain(tr_actor_state(from), act, grad, true);
   tr__stage_set_chain(tr_actor_state(to), grad, act, false);
+  if (rc == 0) rc = carry(j, from, to, act, "act");
+  if (rc == 0) rc = carry(j, to, from, grad, "grad");
   /* the stages agree on the gradients' norm: to clip alike, to skip an update alike (sharded,
    * every stage of every replica does: tr_job_group) */
   if (++j->chained[r] == P - 1 && agree_on_norms(&j->run.c) && !j->run.c.zero)
@@ -539,13 +594,27 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   return 0;
 }
 
+/* The device infos of members[0, n). */
+static void member_infos(tr_actor *const *members, int n, tr_device **devs, tr_device_info *infos) {
+  for (int i = 0; i < n; i++) {
+    devs[i] = tr__stage_device(tr_actor_state(members[i]));
+    infos[i] = *tr_device_get_info(devs[i]);
+  }
+}
+
 /* The bucket edges between every two of members[0, n) (all on one rank), each told its
- * own where it lives here. */
-static int mesh(tr_job *j, tr_actor *const *members, int n, int credits) {
+ * own where it lives here. `nccl`: the members may share an NCCL communicator
+ * (tr_allreduce_choose), opened here, on the thread that builds the graph. */
+static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nccl) {
   tr_device *devs[TR_TRAIN_MAX_DEVICES];
+  tr_device_info *infos = calloc((size_t)n, sizeof *infos);
   tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
-  if (e == NULL) return TR_ENOMEM;
-  for (int i = 0; i < n; i++) devs[i] = tr__stage_device(tr_actor_state(members[i]));
+  if (e == NULL || infos == NULL) {
+    free(e);
+    free(infos);
+    return TR_ENOMEM;
+  }
+  member_infos(members, n, devs, infos);
   int rc = 0;
   for (int a = 0; a < n && rc == 0; a++)
     for (int b = 0; b < n && rc == 0; b++)
@@ -556,8 +625,60 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits) {
     for (int b = 0; b < n; b++) out[b] = e[a][b], in[b] = e[b][a];
     rc = tr__stage_set_group(tr_actor_state(members[a]), n, a, out, in, devs);
   }
+  tr_allreduce how = TR_ALLREDUCE_PEER;
+  char why[256] = "";
+  if (rc == 0 && here && nccl &&
+      tr_allreduce_choose(j->run.c.allreduce, infos, n, tr_comm_library() != NULL, &how, NULL, 0))
+    rc = TR_EINVAL; /* tr_train_run says why, first */
+  if (rc == 0 && how == TR_ALLREDUCE_NCCL) {
+    tr_comm *comms[TR_TRAIN_MAX_DEVICES] = {NULL};
+    if (tr_comm_open_all(devs, n, comms, why, sizeof why)) /* each member fails at open */
+      snprintf(why + strlen(why), sizeof why - strlen(why), " (allreduce peer sums without NCCL)");
+    for (int a = 0; a < n; a++) tr__stage_use_nccl(tr_actor_state(members[a]), comms[a], NULL, why);
+    j->run.nccl = true;
+  }
   free(e);
+  free(infos);
   return rc;
+}
+
+/* A group over several ranks: the leaders' communicator through NCCL where they are GPUs
+ * and the build has it (tr_allreduce_choose over the leaders): an id made on the group's
+ * first rank reaches the others over MPI (every rank takes part, in the same order), and
+ * each rank holding members opens its leader's member. NULL: the transport's MPI sums. */
+static tr_comm *leaders_comm(tr_job *j, tr_actor *const *leaders, const int *ranks, int nranks,
+                             char *why, size_t size) {
+  tr_graph *g = j->run.g;
+  tr_world *w = tr__graph_world(g);
+  tr_device *devs[TR_TRAIN_MAX_DEVICES];
+  tr_device_info infos[TR_TRAIN_MAX_DEVICES];
+  member_infos(leaders, nranks, devs, infos);
+  tr_allreduce how;
+  if (tr_allreduce_choose(j->run.c.allreduce, infos, nranks, tr_comm_library() != NULL, &how,
+                          NULL, 0) || how != TR_ALLREDUCE_NCCL)
+    return NULL;
+  const int me = tr_graph_rank(g), nworld = tr_world_size(w);
+  struct made {
+    int ok;
+    tr_comm_id id;
+  } mine = {0}, *all = calloc((size_t)nworld, sizeof *all);
+  if (all == NULL) {
+    snprintf(why, size, "out of memory");
+    return NULL;
+  }
+  if (me == ranks[0]) mine.ok = tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
+  const int rc = tr_world_allgather(w, &mine, sizeof mine, all);
+  const struct made first = all[ranks[0]];
+  free(all);
+  if (rc || !first.ok) {
+    if (!why[0]) snprintf(why, size, "rank %d could not make an NCCL id%s", ranks[0], rc ? " (MPI failed)" : "");
+    return NULL;
+  }
+  tr_comm *c = NULL;
+  for (int i = 0; i < nranks; i++)
+    if (ranks[i] == me && tr_comm_open_rank(devs[i], &first.id, nranks, i, &c, why, size))
+      snprintf(why + strlen(why), size - strlen(why), " (allreduce peer sums across ranks over MPI)");
+  return c;
 }
 
 /* A group over several ranks: a mesh on each, and each rank's leader (its member of lowest
@@ -574,6 +695,12 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
         break;
       }
   int rc = tr__transport_group(tr__graph_transport(g), k, ranks, nranks);
+  tr_actor *leaders[TR_TRAIN_MAX_DEVICES] = {NULL};
+  for (int i = 0; i < nranks; i++)
+    for (int m = n - 1; m >= 0; m--)
+      if (tr_graph_actor_rank(g, members[m]) == ranks[i]) leaders[i] = members[m];
+  char why[256] = "";
+  tr_comm *across = rc == 0 ? leaders_comm(j, leaders, ranks, nranks, why, sizeof why) : NULL;
   for (int rank = 0; rank < size && rc == 0; rank++) {
     tr_actor *here[TR_TRAIN_MAX_DEVICES];
     int m = 0;
@@ -582,14 +709,20 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (m == 0) continue;
     tr_actor *transport = tr__graph_transport_on(g, rank);
     tr_edge *sum, *summed;
-    rc = mesh(j, here, m, credits);
+    rc = mesh(j, here, m, credits, false); /* inside a process: peer (group.h) */
     if (rc == 0) rc = connect(j, here[0], transport, &tr__sum_type, "sum", credits, &sum);
     if (rc == 0) rc = connect(j, transport, here[0], &tr__summed_type, "summed", credits, &summed);
     if (rc == 0 && rank == me)
       rc = tr__transport_group_edges(tr__graph_transport(g), k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
       tr__stage_span_ranks(tr_actor_state(here[i]), k, i ? NULL : sum, i ? NULL : summed);
+    if (rc == 0 && rank == me && (across || why[0])) {
+      tr__stage_use_nccl(tr_actor_state(here[0]), NULL, across, why);
+      j->run.nccl |= across != NULL;
+      across = NULL;
+    }
   }
+  tr_comm_abort(across); /* not handed over: the build failed */
   return rc;
 }
 
@@ -608,7 +741,7 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
   if (!one_rank && j->run.c.zero) return TR_EINVAL; /* tr_train_run says why, first */
   int rc = !one_rank ? span_ranks(j, members, n, credits)
            : n == 1  ? 0
-                     : mesh(j, members, n, credits);
+                     : mesh(j, members, n, credits, true);
   /* sharded, once every stage is grouped: the norms of clipping go between every two */
   const int R = j->run.c.layout.replicas;
   if (rc == 0 && ++j->grouped == P && j->run.c.zero && agree_on_norms(&j->run.c))

@@ -43,6 +43,10 @@ typedef struct tr__run {
   int mb_batch;             /* samples per micro-batch */
   char strategy[16];
   tr__test_hooks hooks;
+  bool nccl;                /* a replica group here sums through NCCL (set while the graph
+                               is wired by tr_job_group, before it runs) */
+  int edges_nccl, edges_mpi; /* pipeline edges between ranks, by what carries their tensors
+                                (tr_job_chain: the same count on every rank) */
 } tr__run;
 
 /* How a value that is not a finite number reads in a message: "NaN", "+Inf", "-Inf". */
@@ -167,6 +171,11 @@ int tr__stage_set_group(void *stage, int n, int me, tr_edge *const *out, tr_edge
 /* After tr__stage_set_group: the group spans ranks (group.h); the leader's edges to and from
  * the transport, NULL for the others. */
 void tr__stage_span_ranks(void *stage, int group, tr_edge *sum, tr_edge *summed);
+/* After tr__stage_set_group: its sums go through NCCL (group.h, tr__group_use_nccl). */
+void tr__stage_use_nccl(void *stage, tr_comm *inside, tr_comm *across, const char *error);
+/* After tr__stage_set_chain: the tensors of its edge `e` to or from another rank go through
+ * `comm` (member 0 the producer, 1 the consumer), which the stage then owns. */
+void tr__stage_use_nccl_edge(void *stage, tr_edge *e, tr_comm *comm);
 /* Number `me` of `n` stages exchanging gradient norms (clipnorm.h), the edges to and from each. */
 int tr__stage_set_clip(void *stage, int n, int me, tr_edge *const *out, tr_edge *const *in);
 void tr__stage_set_report(void *stage, tr_edge *report);

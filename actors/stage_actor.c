@@ -52,6 +52,28 @@ typedef struct staged {
   size_t bytes;
 } staged;
 
+/* An edge to or from a stage of another process whose tensors NCCL carries (job.c chose it:
+ * tr_edge_carrier_choose): the message still goes through the transport, its data NULL, and
+ * the bytes by ncclSend / ncclRecv on a communicator of the edge's two ends, on a stream of
+ * the edge's own at each end. Each edge's messages are in order, so both ends issue its
+ * operations in one order; a stream per edge keeps one direction's rendezvous from waiting
+ * behind the other's (a stage that sends activations and receives gradients would deadlock
+ * on one stream: each end's send waiting for a receive queued behind the other's send), and
+ * the compute stream waits only on receives, as it waits on a neighbour's copy in a
+ * process. The sender sends from a ring of device copies, one per credit, as host staging
+ * does: its slots and input-gradient buffers are reused on the schedule's terms, a copy only
+ * once its credit is back (the receive has run). */
+typedef struct wire {
+  tr_comm *comm; /* NULL: MPI carries the edge (or it stays in the process) */
+  tr_stream *s;
+  tr_event *ev;       /* sender: the copy into the ring made; receiver: the destination free */
+  tr_event *done;     /* receiver: the receive has run */
+  tr_event **sent;    /* sender [n]: ring entry i may be written again */
+  uint8_t *ring;      /* sender: n × bytes of device memory */
+  int n, next;
+  size_t bytes;
+} wire;
+
 /* One model chunk on this device (interleaved schedules put several): layers between two
  * cuts, and what its slots hold. */
 typedef struct chunk {
@@ -86,6 +108,7 @@ typedef struct stage_actor {
   int nin;
   tr_edge *act_out, *act_in, *grad_out, *grad_in;
   staged act_host, grad_host; /* act_out's and grad_out's, across processes */
+  wire act_w, grad_w, act_in_w, grad_in_w; /* act_out's, grad_out's, act_in's, grad_in's */
   tr__queue actq, gradq;
   tr_event *grad_ev[2];
   int grad_parity;
@@ -154,6 +177,18 @@ int tr__stage_set_group(void *state, int n, int me, tr_edge *const *out, tr_edge
   return a->group ? 0 : TR_ENOMEM;
 }
 
+void tr__stage_use_nccl_edge(void *state, tr_edge *e, tr_comm *comm) {
+  stage_actor *a = state;
+  wire *w = e == a->act_out ? &a->act_w : e == a->grad_out ? &a->grad_w
+            : e == a->act_in ? &a->act_in_w : e == a->grad_in ? &a->grad_in_w : NULL;
+  TR_ASSERT(w != NULL && w->comm == NULL);
+  w->comm = comm;
+}
+
+void tr__stage_use_nccl(void *state, tr_comm *inside, tr_comm *across, const char *error) {
+  tr__group_use_nccl(((stage_actor *)state)->group, inside, across, error);
+}
+
 void tr__stage_span_ranks(void *state, int group, tr_edge *sum, tr_edge *summed) {
   tr__group_span_ranks(((stage_actor *)state)->group, group, sum, summed);
 }
@@ -200,15 +235,49 @@ static int open_events(stage_actor *a, tr_event **ev, int n) {
 }
 
 /* A queue per edge that lends this stage buffers, and room to owe every credit back. */
-static int open_staged(stage_actor *a, staged *h, tr_edge *e, size_t bytes) {
+static int open_staged(stage_actor *a, staged *h, const wire *w, tr_edge *e, size_t bytes) {
   tr_graph *g = a->run->g;
-  if (e == NULL || tr_device_get_info(a->dev)->kind == TR_DEVICE_HOST ||
+  if (e == NULL || w->comm || tr_device_get_info(a->dev)->kind == TR_DEVICE_HOST ||
       tr_graph_actor_rank(g, tr_edge_to(e)) == tr_graph_rank(g))
     return 0;
   *h = (staged){.n = tr_edge_credits(e), .bytes = bytes};
   if (tr_host_alloc(a->dev, (size_t)h->n * (bytes ? bytes : 1), (void **)&h->buf))
     return fail_device(a->self, a, "allocating host copies for another process");
   return 0;
+}
+
+/* A wire's stream and events; a sender's (`out`) ring of copies, one per credit. */
+static int open_wire(stage_actor *a, wire *w, tr_edge *out, size_t bytes, const char *name) {
+  if (w->comm == NULL) return 0;
+  if (tr_stream_open(a->dev, name, &w->s) || tr_event_open(a->dev, TR_EVENT_DEFAULT, &w->ev) ||
+      tr_event_open(a->dev, TR_EVENT_DEFAULT, &w->done))
+    return fail_device(a->self, a, "opening a stream for NCCL");
+  if (out == NULL) return 0;
+  w->n = tr_edge_credits(out);
+  w->bytes = bytes;
+  w->sent = calloc((size_t)w->n, sizeof *w->sent);
+  if (w->sent == NULL) return TR_ENOMEM;
+  if ((w->n && open_events(a, w->sent, w->n)) ||
+      tr_device_alloc(a->dev, (size_t)w->n * (bytes ? bytes : 1), (void **)&w->ring))
+    return fail_device(a->self, a, "allocating copies to send through NCCL");
+  return 0;
+}
+
+/* Once its operations have run (`abort`: without waiting for a peer that may never come:
+ * the run failed). The communicator first, so a receive waiting for a gone peer ends. */
+static void close_wire(stage_actor *a, wire *w, bool abort) {
+  if (abort) tr_comm_abort(w->comm);
+  else if (w->s) tr_stream_synchronize(w->s);
+  if (!abort) tr_comm_close(w->comm);
+  w->comm = NULL;
+  if (w->ring) tr_device_free(a->dev, w->ring);
+  for (int i = 0; w->sent && i < w->n; i++)
+    if (w->sent[i]) tr_event_close(w->sent[i]);
+  if (w->ev) tr_event_close(w->ev);
+  if (w->done) tr_event_close(w->done);
+  if (w->s) tr_stream_close(w->s);
+  free(w->sent);
+  *w = (wire){0};
 }
 
 /* The most bytes a tensor of this kind takes over the chunks (host copies fit any). */
@@ -241,8 +310,12 @@ static int open_queues(stage_actor *a) {
   for (int c = 0; c < a->nch && a->act_out; c++)
     if ((rc = open_events(a, a->ch[c].act_ev, a->ch[c].info->slots))) return rc;
   if (a->grad_out && (rc = open_events(a, a->grad_ev, 2))) return rc;
-  if ((rc = open_staged(a, &a->act_host, a->act_out, largest(a, true))) ||
-      (rc = open_staged(a, &a->grad_host, a->grad_out, largest(a, false))))
+  if ((rc = open_staged(a, &a->act_host, &a->act_w, a->act_out, largest(a, true))) ||
+      (rc = open_staged(a, &a->grad_host, &a->grad_w, a->grad_out, largest(a, false))) ||
+      (rc = open_wire(a, &a->act_w, a->act_out, largest(a, true), "nccl act out")) ||
+      (rc = open_wire(a, &a->grad_w, a->grad_out, largest(a, false), "nccl grad out")) ||
+      (rc = open_wire(a, &a->act_in_w, NULL, 0, "nccl act in")) ||
+      (rc = open_wire(a, &a->grad_in_w, NULL, 0, "nccl grad in")))
     return rc;
   return 0;
 }
@@ -462,6 +535,22 @@ static int out_of_order(tr_actor *self, stage_actor *a, const char *what, const 
                        what, (long long)e->step, e->mb, (long long)a->step, act->mb);
 }
 
+/* The bytes of a tensor whose message came without them: ncclRecv into dst on the edge's
+ * stream once the compute stream is done with dst, the compute stream then waiting for it. */
+static int receive_nccl(tr_actor *self, stage_actor *a, tr_edge *e, void *dst, size_t bytes) {
+  wire *w = e == a->act_in ? &a->act_in_w : &a->grad_in_w;
+  if (w->comm == NULL)
+    return tr_actor_fail(self, TR_ESTATE, "a tensor without its bytes came on the %s edge "
+                         "from '%s', which has no NCCL communicator here: the ranks disagree "
+                         "on what carries it", e == a->act_in ? "act" : "grad",
+                         tr_actor_name(tr_edge_from(e)));
+  if (tr_event_record(w->ev, a->s) || tr_stream_wait_event(w->s, w->ev) ||
+      tr_comm_recv(w->comm, w->s, dst, bytes, 0) || tr_event_record(w->done, w->s) ||
+      tr_stream_wait_event(a->s, w->done) || tr__returns_after(&a->returns, w->s, e))
+    return fail_device(self, a, "receiving a tensor through NCCL");
+  return DONE;
+}
+
 /* A tensor from a neighbour into this stage's `dst`, then its credit goes back. */
 static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge *e, void *dst,
                           const tr_action *act) {
@@ -471,12 +560,16 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge 
     return out_of_order(self, a, "a tensor", in, act);
   const char *what = act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad";
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
-  /* from another process: host memory, complete (in->dev and in->ready NULL) */
-  if ((in->ready && tr_stream_wait_event(a->s, in->ready)) ||
-      (in->dev ? tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes)
-               : tr_memcpy(a->s, dst, in->data, in->bytes, TR_COPY_H2D)) ||
-      tr__returns_after(&a->returns, a->s, e))
+  if (in->data == NULL) { /* NCCL carries it */
+    const int rc = receive_nccl(self, a, e, dst, in->bytes);
+    if (rc != DONE) return rc;
+  } else if ((in->ready && tr_stream_wait_event(a->s, in->ready)) ||
+             /* from another process: host memory, complete (in->dev and in->ready NULL) */
+             (in->dev ? tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes)
+                      : tr_memcpy(a->s, dst, in->data, in->bytes, TR_COPY_H2D)) ||
+             tr__returns_after(&a->returns, a->s, e)) {
     return fail_device(self, a, "receiving a tensor");
+  }
   if (act->kind == TR_ACTION_RECV_ACT) a->ch[act->chunk].slot_first[act->slot] = in->first;
   tr__queue_pop(q);
   busy(a, what, t0, act->mb);
@@ -492,9 +585,26 @@ static int peer_chunk(const stage_actor *a, const tr_action *act) {
   return act->chunk - (a->stage == 0);
 }
 
-static int send_tensor(stage_actor *a, tr_edge *e, staged *h, const tr_msgtype *type,
+/* A tensor for another process through NCCL: a copy into the ring (once the send out of
+ * that entry has run), then ncclSend of it on the edge's stream. */
+static int send_nccl(stage_actor *a, wire *w, const void *data, size_t bytes) {
+  const int k = w->next;
+  uint8_t *copy = w->ring + (size_t)k * w->bytes;
+  w->next = (w->next + 1) % w->n;
+  if (tr_stream_wait_event(a->s, w->sent[k]) || tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2D) ||
+      tr_event_record(w->ev, a->s) || tr_stream_wait_event(w->s, w->ev) ||
+      tr_comm_send(w->comm, w->s, copy, bytes, 1) || tr_event_record(w->sent[k], w->s))
+    return fail_device(a->self, a, "sending a tensor through NCCL");
+  return DONE;
+}
+
+static int send_tensor(stage_actor *a, tr_edge *e, staged *h, wire *w, const tr_msgtype *type,
                        const void *data, size_t bytes, tr_event *ev, const tr_action *act) {
-  if (h->buf) { /* for another process: a host copy, complete before it goes */
+  if (w->comm) {
+    const int rc = send_nccl(a, w, data, bytes);
+    if (rc != DONE) return rc;
+    data = NULL; /* the message goes without its bytes (codec.h) */
+  } else if (h->buf) { /* for another process: a host copy, complete before it goes */
     uint8_t *copy = h->buf + (size_t)h->next * h->bytes;
     h->next = (h->next + 1) % h->n;
     if (tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2H) || tr_stream_synchronize(a->s))
@@ -877,7 +987,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
           rc = BLOCKED;
           break;
         }
-        rc = send_tensor(a, a->act_out, &a->act_host, &tr_activation_type,
+        rc = send_tensor(a, a->act_out, &a->act_host, &a->act_w, &tr_activation_type,
                          tr_stage_output(c->st, act->slot), info->output_bytes,
                          c->act_ev[act->slot], act);
         break;
@@ -890,7 +1000,8 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       case TR_ACTION_SEND_GRAD:
         TR_ASSERT(a->grad_credit);
         a->grad_credit = false;
-        rc = send_tensor(a, a->grad_out, &a->grad_host, &tr_gradient_type, a->dinput, info->input_bytes,
+        rc = send_tensor(a, a->grad_out, &a->grad_host, &a->grad_w, &tr_gradient_type, a->dinput,
+                         info->input_bytes,
                          a->grad_ev[a->grad_parity], act);
         a->grad_parity ^= 1;
         break;
@@ -944,7 +1055,11 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
 /* Device resources go back on the device's own thread. */
 static void stage_stop(tr_actor *self) {
   stage_actor *a = tr_actor_state(self);
+  wire *wires[] = {&a->act_w, &a->grad_w, &a->act_in_w, &a->grad_in_w};
+  if (!a->done) /* a failed run: a peer's operation may never come, and the streams wait */
+    for (int i = 0; i < 4; i++) close_wire(a, wires[i], true);
   if (a->s) tr_stream_synchronize(a->s);
+  for (int i = 0; i < 4; i++) close_wire(a, wires[i], false);
   tr__group_close(a->group);
   tr__clip_close(a->clip);
   tr__worker_close(a->worker);
@@ -974,6 +1089,11 @@ static int stage_start(tr_actor *self) {
 
 static void stage_destroy(void *state) {
   stage_actor *a = state;
+  /* never started (the build failed): the other end may never come */
+  tr_comm_abort(a->act_w.comm);
+  tr_comm_abort(a->grad_w.comm);
+  tr_comm_abort(a->act_in_w.comm);
+  tr_comm_abort(a->grad_in_w.comm);
   for (int i = 0; i < a->nin; i++) tr__queue_free(&a->in[i].q);
   tr__queue_free(&a->actq);
   tr__queue_free(&a->gradq);

@@ -62,6 +62,7 @@
 #ifndef TR_JOB_H
 #define TR_JOB_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,6 +91,61 @@ typedef struct tr_memory_result {
                                                        over its stages */
 } tr_memory_result;
 
+/* How a replica group sums its gradients (tr_job_config.allreduce; --allreduce).
+ *   auto  NCCL where it can (the default), else peer;
+ *   peer  troupe's own reduction: each member sums its chunk of every bucket over the
+ *         members, in member order, reading their memory directly (peer access) or through
+ *         a copy; the same bits on every member and in every run;
+ *   nccl  one NCCL communicator over the group's GPUs (tr_device.h, "collectives"): each
+ *         member issues ncclAllReduce (ZeRO: ncclReduce to each shard's owner, then
+ *         ncclBroadcast of the updated shards) on its own stream, bucket by bucket as
+ *         backward runs. NCCL adds up in an order of its own (ring, tree): deterministic for
+ *         a given communicator, but dp then matches single within rounding (the tests: 1e-5),
+ *         not bit for bit.
+ * NCCL is used where the build has it and every member of the group in a process is a CUDA
+ * device on a GPU of its own: logical devices of one GPU ("cuda:0,cuda:0") cannot share a
+ * communicator, and host devices have none. Across processes, the leaders' sum of each
+ * bucket over the ranks is an ncclAllReduce among them where they are CUDA devices (else
+ * MPI_Allreduce through host memory); the members inside each process then sum with peer. */
+#define TR_ALLREDUCE_MAP(X)      \
+  X(TR_ALLREDUCE_AUTO, "auto")   \
+  X(TR_ALLREDUCE_PEER, "peer")   \
+  X(TR_ALLREDUCE_NCCL, "nccl")
+
+typedef enum tr_allreduce {
+#define TR__ALLREDUCE_ENUM(name, text) name,
+  TR_ALLREDUCE_MAP(TR__ALLREDUCE_ENUM)
+#undef TR__ALLREDUCE_ENUM
+  TR_ALLREDUCE_COUNT
+} tr_allreduce;
+
+/* "auto", "peer", "nccl" ("?" otherwise); parse: 0, or TR_EINVAL. */
+const char *tr_allreduce_name(tr_allreduce a);
+int tr_allreduce_parse(const char *name, tr_allreduce *out);
+/* What a group whose members (those that would share one communicator) are the devices
+ * devs[0, n) sums with, when `asked` and the build has NCCL or not: *out is PEER or NCCL.
+ * TR_EINVAL, err naming the field, the devices and why, when nccl is asked of members NCCL
+ * cannot join (host devices, two on one GPU) or of a build without it. A pure function:
+ * tr_job_group and tr_train_run decide with it. */
+int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, bool have_nccl,
+                        tr_allreduce *out, char *err, size_t err_size);
+
+/* How a pipeline edge between stages in two processes carries its tensors (tr_job_chain):
+ *   MPI   the transport's MPI point to point, the tensor in host memory (a GPU's staged
+ *         through pinned host memory on each side);
+ *   NCCL  the message itself over MPI as ever, the tensor's bytes by ncclSend from the
+ *         producer's GPU and ncclRecv straight into the consumer's, on a communicator of the
+ *         two opened while the graph is wired (one per edge, so each carries one direction
+ *         in the edge's order).
+ * NCCL carries an edge where the build has it, both ends are CUDA devices on two GPUs (two
+ * processes on one GPU cannot share a communicator) and allreduce is not peer (peer: no NCCL
+ * anywhere). allreduce nccl insists: TR_EINVAL naming the ends where NCCL cannot. A pure
+ * function, as tr_allreduce_choose. */
+typedef enum tr_edge_carrier { TR_EDGE_CARRIER_MPI, TR_EDGE_CARRIER_NCCL } tr_edge_carrier;
+int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from,
+                           const tr_device_info *to, bool have_nccl, tr_edge_carrier *out,
+                           char *err, size_t err_size);
+
 /* The figures of docs/WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
 typedef struct tr_train_result {
   char model[32], strategy[16];
@@ -110,6 +166,10 @@ typedef struct tr_train_result {
                               1% of steps to complete, in the order the workers ended them */
   int replicas, stages, microbatches; /* the layout that ran */
   int zero;                /* the ZeRO stage that ran (tr_job_config.zero) */
+  tr_allreduce allreduce;  /* how the replica groups summed here: PEER, or NCCL (some group
+                              did through NCCL); AUTO: there were none (one replica) */
+  int edges_nccl, edges_mpi; /* pipeline edges between processes (act and grad each)
+                              whose tensors NCCL carried, and MPI (tr_edge_carrier) */
   int chunks;              /* model chunks per device (interleaved), else 1 */
   int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* piece k: layers [cuts[k], cuts[k + 1]); piece
                                          c × stages + s is chunk c of stage s */
@@ -254,6 +314,9 @@ typedef struct tr_job_config {
    * Synchronous jobs with layout.replicas > 1 (dp, hybrid), in one process per replica
    * group; checkpoints hold the whole state, as unsharded runs write it. */
   int zero;
+  /* How replica groups sum (TR_ALLREDUCE_AUTO: NCCL where every member is a GPU of its own
+   * and the build has NCCL, else troupe's peer reduction). */
+  tr_allreduce allreduce;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
   int progress;            /* a progress line on stderr */
 } tr_job_config;

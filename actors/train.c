@@ -287,6 +287,38 @@ static int check_zero_ranks(const run *rn, char *err, size_t n) {
   return 0;
 }
 
+/* How each replica group will sum (tr_allreduce_choose, as tr_job_group decides): refused
+ * before anything is built when allreduce nccl is asked of groups NCCL cannot join, naming
+ * the group's devices; of a layout without groups, naming the strategy. Inside a process
+ * the members of a group choose; a group across ranks sums inside each with peer, and its
+ * leaders (one per rank) choose. */
+static int check_allreduce(const run *rn, const tr_train_options *o, char *err, size_t n) {
+  const tr_layout_config *l = &rn->jc.layout;
+  const bool have = tr_comm_library() != NULL;
+  if (rn->jc.allreduce == TR_ALLREDUCE_AUTO || rn->jc.allreduce == TR_ALLREDUCE_PEER) return 0;
+  if (rn->jc.async.enabled || l->replicas < 2)
+    return tr_errorf(err, n, TR_EINVAL, "allreduce %s: %s has no replica group to sum "
+                     "(dp and hybrid with more than one replica have)",
+                     tr_allreduce_name(rn->jc.allreduce), tr_strategy_name(o->strategy));
+  for (int s = 0; s < l->stages; s++) {
+    tr_device_info infos[TR_TRAIN_MAX_DEVICES];
+    int m = 0, rank0 = tr_device_get_info(tr_device_list_get(rn->devices, s))->rank;
+    bool one_rank = true;
+    for (int r = 0; r < l->replicas; r++)
+      one_rank &= tr_device_get_info(tr_device_list_get(rn->devices, r * l->stages + s))->rank == rank0;
+    for (int r = 0; r < l->replicas; r++) {
+      const tr_device_info *in = tr_device_get_info(tr_device_list_get(rn->devices, r * l->stages + s));
+      bool leader = true; /* across ranks: the first member on its rank */
+      for (int k = 0; k < m && !one_rank; k++) leader &= infos[k].rank != in->rank;
+      if (one_rank || leader) infos[m++] = *in;
+    }
+    tr_allreduce how;
+    int rc = tr_allreduce_choose(rn->jc.allreduce, infos, m, have, &how, err, n);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 /* This rank's devices; across processes, every rank's in rank order ("none": this rank runs
  * only what lives on rank 0 — the coordinator, the async server). */
 static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n) {
@@ -367,6 +399,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
   if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, err, n))) return rc;
+  if ((rc = check_allreduce(rn, o, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
   /* last: measuring takes a moment, wasted on options found wrong after it */
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&

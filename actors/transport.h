@@ -1,10 +1,14 @@
 /* transport.h — what the replica groups ask of their process's transport (transport.c): a
- * sum across ranks, bucket by bucket. (What the graph asks of it is graph_impl.h's.)
+ * sum across ranks, bucket by bucket. (What the graph asks of it is graph_impl.h's. A
+ * pipeline edge whose tensors NCCL carries still sends its messages here, data NULL: the
+ * stages move the bytes themselves, stage_actor.c's wires.)
  *
  * A group whose members live in several processes reduces inside each process first; then
  * its member of lowest index there (the leader) hands each bucket's sum to the transport, in
  * bucket order, on its "sum" edge, and gets a tr__summed_msg on its "summed" edge once the
- * sum over every rank is in place (MPI_Iallreduce on a communicator of the group's ranks).
+ * sum over every rank is in place (MPI_Allreduce on a communicator of the group's ranks).
+ * Where the leaders are CUDA devices and the build has NCCL, they sum with ncclAllReduce
+ * among themselves instead (group.c, its communicator made in job.c) and this is unused.
  *
  *   tr__transport_group(transport, group, ranks, n);    // wiring, the same on every rank
  *   tr__sum_msg *s = tr_msg_new(&tr__sum_type);  ... tr_edge_send_control(sum_edge, s);

@@ -27,6 +27,7 @@
 #define TR_BACKEND_IMPL_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "tr_device.h"
@@ -36,6 +37,11 @@ extern "C" {
 #endif
 
 typedef struct tr__backend tr__backend;
+
+/* What a communicator's comm_run slot is asked (tr_comm_*). */
+typedef enum tr__comm_op {
+  TR__COMM_ALLREDUCE, TR__COMM_REDUCE, TR__COMM_BROADCAST, TR__COMM_SEND, TR__COMM_RECV
+} tr__comm_op;
 
 struct tr_device {
   const tr__backend *be;
@@ -265,11 +271,28 @@ struct tr__backend {
                    int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                    int batch);
 
+  /* ---- collectives (tr_comm_*): OPTIONAL all together; NULL: the backend has none ---- */
+  const char *(*comm_library)(void);            /* "NCCL 2.28.9" */
+  /* devs: n devices of this backend, distinct GPUs (checked by the wrapper); impls[i] */
+  int (*comm_open_all)(tr_device *const *devs, int n, void **impls, char *err, size_t size);
+  int (*comm_id)(void *id, size_t bytes, char *err, size_t size);
+  int (*comm_open_rank)(tr_device *d, const void *id, int count, int rank, void **impl,
+                        char *err, size_t size);
+  void (*comm_close)(tr_device *d, void *impl, bool abort);
+  /* one operation on s; count in elements of its type (floats; bytes for send and recv) */
+  int (*comm_run)(tr_stream *s, void *impl, tr__comm_op op, const void *send, void *recv,
+                  size_t count, int peer);
+
   /* ---- kernels: a slot per entry of TR__OP_MAP, with the public op's parameters ---- */
 #define TR__OP_SLOT(name, params, args, checks) int (*name)(tr_stream * s, TR__UNPAREN params);
   TR__OP_MAP(TR__OP_SLOT)
 #undef TR__OP_SLOT
 };
+
+/* The backend of a kind of device in this build, or NULL. */
+const tr__backend *tr__backend_of(tr_device_kind kind);
+/* The owner-thread rule of every call on d (device.c), for the wrappers outside it. */
+int tr__device_enter(tr_device *d);
 
 /* Records "<device name>: <text>" as d's last failure and returns status. */
 int tr__device_fail(tr_device *d, int status, const char *fmt, ...)

@@ -34,6 +34,7 @@ static const tr__backend *backend_of(tr_device_kind kind) {
     if (backends[i]->kind == kind) return backends[i];
   return NULL;
 }
+const tr__backend *tr__backend_of(tr_device_kind kind) { return backend_of(kind); }
 
 const char *tr_device_kind_name(tr_device_kind kind) {
   return kind == TR_DEVICE_HOST ? "host" : kind == TR_DEVICE_CUDA ? "cuda" : "unknown";
@@ -314,6 +315,12 @@ tr_device *tr_device_list_get(const tr_device_list *list, int index) {
 }
 
 const tr_device_info *tr_device_get_info(const tr_device *d) { return &d->info; }
+
+bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b) {
+  if (a->kind != TR_DEVICE_CUDA || b->kind != TR_DEVICE_CUDA) return false;
+  if (a->rank == b->rank) return a->ordinal == b->ordinal;
+  return a->gpu_id[0] && !strcmp(a->gpu_id, b->gpu_id);
+}
 const char *tr_device_name(const tr_device *d) { return d->info.name; }
 const char *tr_device_error(const tr_device *d) { return d->error; }
 
@@ -344,6 +351,8 @@ static inline int enter(tr_device *d) {
 #endif
   return 0;
 }
+
+int tr__device_enter(tr_device *d) { return enter(d); }
 
 #define ENTER_DEV(d)                 \
   do {                               \

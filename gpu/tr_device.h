@@ -63,6 +63,7 @@
 #ifndef TR_DEVICE_H
 #define TR_DEVICE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -127,7 +128,14 @@ typedef struct tr_device_info {
                             dispatches to ("avx512_core_bf16" for oneDNN, OpenBLAS's core
                             "Zen"), or the GPU's "sm_90" */
   tr_bf16_support bf16;
+  char gpu_id[96];       /* a GPU's place in the world: its host's name and PCI bus id
+                            ("node3/0000:3B:00.0"), the same in every process that opens
+                            it; "" for host devices (tr_device_same_gpu) */
 } tr_device_info;
+
+/* Whether a and b are one physical GPU: logical devices of one GPU in a process, or the
+ * same GPU opened by two processes (their gpu_id; NCCL takes one member per GPU). */
+bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b);
 
 /* ---- discovery ------------------------------------------------------------------------ */
 
@@ -473,6 +481,72 @@ int tr_momentum_update(tr_stream *s, float *param, const float *grad, float *mom
 int tr_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
                     size_t n, float lr, float beta1, float beta2, float eps,
                     float weight_decay, int64_t t);
+
+/* ---- collectives (NCCL) ------------------------------------------------------------------ */
+
+/* A communicator joins devices that sum, reduce, broadcast and exchange buffers together,
+ * each member issuing its part on a stream of its own device from its owner thread, every
+ * member the same operations in the same order (a member waits, on its stream, for the
+ * others to issue theirs). Where the build has NCCL (meson option `nccl`) CUDA devices
+ * have them; host devices never do (their replica groups sum through shared memory), and
+ * a build without NCCL opens none (TR_EDEVICE, saying so).
+ *
+ *   tr_comm *comms[2];                  // on the thread that opened the devices
+ *   if (tr_comm_open_all(devs, 2, comms, err, sizeof err)) ...;  // cuda:0, cuda:1
+ *   ... member i, on its owner thread, its stream s_i:
+ *   rc = tr_comm_allreduce(comms[i], s_i, grads_i, grads_i, n);  // in place, summed
+ *   tr_comm_close(comms[i]);            // once its streams are done with it
+ *
+ * Across processes every rank opens its member with the same id (tr_comm_id_new on one
+ * rank, sent to the others: over MPI, tr_world.h) and its rank in the communicator.
+ *
+ * NCCL's sums are deterministic for a given communicator and size, but add the members up
+ * in an order of its own (a ring, a tree): not the member order troupe's own reductions
+ * keep, so results agree with them within rounding, not bit for bit. NCCL takes one member
+ * per GPU: two logical devices of one GPU ("cuda:0,cuda:0") cannot share a communicator
+ * (TR_EINVAL, naming them). Failures name the NCCL call and its text (ncclGetErrorString)
+ * in tr_device_error of the member's device. */
+typedef struct tr_comm tr_comm;
+typedef struct tr_comm_id {
+  unsigned char bytes[128]; /* NCCL's ncclUniqueId */
+} tr_comm_id;
+
+/* "NCCL 2.28.9" (the library loaded) when this build has NCCL, else NULL. */
+const char *tr_comm_library(void);
+
+/* One communicator over devs[0, n), member i on devs[i] (comms[i]); every device of one
+ * backend with collectives, each on a GPU of its own. Call from one thread before the
+ * members' owners use it (it opens them together). err names the device or call at fault. */
+int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, size_t err_size);
+/* An id for a communicator across processes, made on one of them (for the backend of
+ * devices of `kind`). */
+int tr_comm_id_new(tr_device_kind kind, tr_comm_id *id, char *err, size_t err_size);
+/* This process's member, rank `rank` of `count`, on d: blocks until every rank has called
+ * it with the same id. */
+int tr_comm_open_rank(tr_device *d, const tr_comm_id *id, int count, int rank, tr_comm **out,
+                      char *err, size_t err_size);
+int tr_comm_rank(const tr_comm *c);
+int tr_comm_count(const tr_comm *c);
+tr_device *tr_comm_device(const tr_comm *c);
+/* On the member's owner thread, once no stream still runs its operations. NULL is fine.
+ * Members opened together close together: NCCL's destroy waits for the other members of
+ * this process, each closing on its own thread. */
+void tr_comm_close(tr_comm *c);
+/* Without waiting for anyone (ncclCommAbort): a member whose others may never come (the run
+ * failed, or never started), from any thread. NULL is fine. */
+void tr_comm_abort(tr_comm *c);
+
+/* On s, a stream of the member's device. n: floats; bytes: bytes. */
+/* recv (n) = the sum over the members of their send (n); recv may equal send */
+int tr_comm_allreduce(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n);
+/* root's recv (n) = the sum of every send (n); others' recv untouched */
+int tr_comm_reduce(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n, int root);
+/* every recv (n) = root's send (n) */
+int tr_comm_broadcast(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n,
+                      int root);
+/* Point to point: `bytes` to member `peer`, which receives them with tr_comm_recv. */
+int tr_comm_send(tr_comm *c, tr_stream *s, const void *buf, size_t bytes, int peer);
+int tr_comm_recv(tr_comm *c, tr_stream *s, void *buf, size_t bytes, int peer);
 
 #ifdef __cplusplus
 }

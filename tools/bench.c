@@ -8,6 +8,7 @@
 int bench_allreduce(int argc, char **argv);
 int bench_gpu(int argc, char **argv);
 int bench_mailbox(int argc, char **argv);
+int bench_nccl(int argc, char **argv);
 int bench_ops(int argc, char **argv);
 int bench_scaleout(int argc, char **argv);
 int bench_strategies(int argc, char **argv);
@@ -21,6 +22,7 @@ static const cli_command benches[] = {
     {"scaleout", "dp over processes (mpirun) against one process; the all-reduce across ranks",
      bench_scaleout},
     {"allreduce", "under mpirun: the sum across ranks against raw MPI_Allreduce", bench_allreduce},
+    {"nccl", "dp on the same GPUs summing through NCCL against the peer reduction", bench_nccl},
 };
 enum { NBENCHES = sizeof benches / sizeof benches[0] };
 

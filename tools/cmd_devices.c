@@ -1,7 +1,8 @@
 /* cmd_devices.c — `troupe devices [--json]`: the devices this machine offers (one host
  * device standing for the CPU, every GPU), with memory, compute capability, what their GEMM
  * runs on (the instruction set oneDNN dispatches to, or the GPU's architecture) and whether
- * bf16 is native there, and for GPUs which pairs can reach each other's memory directly. */
+ * bf16 is native there, for GPUs which pairs can reach each other's memory directly, and
+ * whether this build has NCCL (the collectives of GPU replica groups) and which. */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,8 +15,8 @@ static void usage(FILE *f) {
   fprintf(f, "usage: troupe devices [--json]\n\n"
              "Lists the host device and every GPU: kind, name, memory, compute capability,\n"
              "the instruction set GEMM runs on and how bf16 is multiplied there (native,\n"
-             "emulated, or converted to fp32), and the GPUs' peer-access matrix. --json prints\n"
-             "one JSON object on stdout.\n");
+             "emulated, or converted to fp32), the GPUs' peer-access matrix, and whether\n"
+             "this build has NCCL (and its version). --json prints one JSON object on stdout.\n");
 }
 
 int cmd_devices(int argc, char **argv) {
@@ -101,8 +102,18 @@ int cmd_devices(int argc, char **argv) {
     }
     if (json) printf("]");
   }
-  if (json) printf("]}\n");
-  else if (ngpu) fprintf(stderr, "\n");
+  /* "NCCL 2.28.9": the version alone in JSON */
+  const char *nccl = tr_comm_library();
+  if (json) {
+    printf("],\"nccl\":");
+    if (nccl) cli_json_string(stdout, nccl + 5);
+    else printf("null");
+    printf("}\n");
+  } else {
+    if (ngpu) fprintf(stderr, "\n");
+    fprintf(stderr, "\nNCCL: %s\n", nccl ? nccl + 5 : "not built (GPU replica groups sum "
+                                                        "through peer memory)");
+  }
   tr_device_list_close(lists[0]);
   tr_device_list_close(lists[1]);
   return CLI_OK;

@@ -38,6 +38,9 @@ static void usage(FILE *f) {
           "  --zero 0|1                     dp, hybrid: 1 shards the optimizer state across the\n"
           "                                 replicas (ZeRO stage 1: gradients reduce-scattered,\n"
           "                                 each replica updates its shard, parameters gathered)\n"
+          "  --allreduce auto|peer|nccl     dp, hybrid: how replica groups sum gradients\n"
+          "                                 (default auto: NCCL when every replica of a process\n"
+          "                                 is a GPU of its own and NCCL is built, else peer)\n"
           "  --workers N                    async: workers, one per device (default: every device)\n"
           "  --staleness S                  async: a worker waits while it is more than S pushes\n"
           "                                 ahead of the slowest (SSP; default unbounded)\n"
@@ -155,6 +158,11 @@ static void print_json(const tr_train_result *r, double sgemm) {
     for (int k = 0; k <= pieces; k++) printf("%s%d", k ? "," : "[", r->cuts[k]);
   printf(pieces > 1 ? "]," : "null,");
   printf("\"zero\":%d,", r->zero);
+  if (r->allreduce == TR_ALLREDUCE_AUTO) printf("\"allreduce\":null,");
+  else printf("\"allreduce\":\"%s\",", tr_allreduce_name(r->allreduce));
+  /* pipeline edges between processes, by what carried their tensors (null: none crossed) */
+  if (r->edges_nccl + r->edges_mpi == 0) printf("\"edges_across_ranks\":null,");
+  else printf("\"edges_across_ranks\":{\"nccl\":%d,\"mpi\":%d},", r->edges_nccl, r->edges_mpi);
   print_memory(r);
   const bool async = !strcmp(r->strategy, "async");
   if (async && isfinite(r->staleness_mean)) {
@@ -229,7 +237,12 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
     fprintf(stderr, "%s%d", k > 1 ? "," : ", cut before layers ", r->cuts[k]);
   if (r->recompute) fprintf(stderr, ", recomputing activations");
   const bool async = !strcmp(r->strategy, "async");
-  if (r->replicas > 1 && !async) fprintf(stderr, ", replicas differ by %.2g", r->consistency);
+  if (r->replicas > 1 && !async)
+    fprintf(stderr, ", replicas differ by %.2g (summed by %s)", r->consistency,
+            r->allreduce == TR_ALLREDUCE_NCCL ? "NCCL" : "peer");
+  if (r->edges_nccl + r->edges_mpi)
+    fprintf(stderr, ", tensors between ranks by %s", !r->edges_mpi ? "NCCL" : !r->edges_nccl
+                                                         ? "MPI" : "NCCL and MPI");
   if (r->skipped_steps)
     fprintf(stderr, ", %lld update%s skipped (gradient norm not finite)",
             (long long)r->skipped_steps, r->skipped_steps == 1 ? "" : "s");
@@ -317,6 +330,7 @@ static const struct {
     {"layout.cuts", "--cuts"},
     {"global_batch", "--batch"},
     {"zero", "--zero"},
+    {"allreduce", "--allreduce"},
     {"optim.kind", "--optimizer"},
     {"optim.clip", "--clip"},
     {"optim.lr", "--lr"},
@@ -404,6 +418,12 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--zero")) {
       if (!cli_value_u64(argc, argv, &i, 0, 1, &u)) return CLI_USAGE;
       o.job.zero = (int)u;
+    } else if (!strcmp(a, "--allreduce")) {
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_allreduce_parse(v, &o.job.allreduce)) {
+        fprintf(stderr, "troupe: --allreduce: '%s' is not auto, peer or nccl\n", v);
+        return CLI_USAGE;
+      }
     } else if (!strcmp(a, "--workers")) {
       if (!cli_value_u64(argc, argv, &i, 1, TR_TRAIN_MAX_DEVICES, &u)) return CLI_USAGE;
       layout->replicas = (int)u;

@@ -2,7 +2,9 @@
 # gpu-check.sh — verifies the CUDA backend on a GPU machine in about five minutes: the CUDA
 # test programs (every op against the host backend; streams, events, peer copies between
 # logical devices; training on cuda:0 against host:1 and every strategy on logical devices
-# of one GPU against single), the profiling test on logical devices of one GPU (NVTX ranges
+# of one GPU against single; NCCL: a communicator of one member, logical devices of one GPU
+# refused and summed with peer, dp through NCCL where there are two GPUs, and the row of
+# `troupe bench nccl`, which says why it skipped on one GPU), the profiling test on logical devices of one GPU (NVTX ranges
 # through the recorder, the Chrome trace; tests/profiling), `nsys profile -t cuda,nvtx,osrt`
 # of a pipeline where Nsight Systems is installed, `troupe devices`, `troupe train` of each
 # workload on cuda:0,
@@ -128,8 +130,8 @@ fi
 # ---- the programs: the carried ones, or rebuilt here ----------------------------------------
 
 targets=(tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_train
-         tests/models/test_replay tests/profiling/test_profile tests/profiling/libnvtx_recorder.so
-         tools/troupe)
+         tests/gpu/cuda/test_cuda_nccl tests/models/test_replay tests/profiling/test_profile
+         tests/profiling/libnvtx_recorder.so tools/troupe)
 programs=("${targets[@]##*/}")
 say "unpacking $archive"
 if [[ ! -f $archive ]]; then
@@ -169,7 +171,7 @@ if [[ -n $why ]]; then
   export PKG_CONFIG="$deps/bin/pkg-config" PKG_CONFIG_LIBDIR="$deps/lib/pkgconfig"
   t0=$(date +%s)
   if ! meson setup "$work/build" "$root" -Dpkg_config_path="$deps/lib/pkgconfig" -Dcuda=enabled \
-         -Dblas=openblas -Dmpi=disabled -Dgpu_archs="${archs:-90}" -Dbuildtype=release -Db_ndebug=false -Dtests=true ||
+         -Dnccl=enabled -Dblas=openblas -Dmpi=disabled -Dgpu_archs="${archs:-90}" -Dbuildtype=release -Db_ndebug=false -Dtests=true ||
      ! timeout 300 ninja -C "$work/build" "${targets[@]}"; then
     note "build" "FAILED ($why)"
     return 1
@@ -193,7 +195,7 @@ else
 fi
 
 # each program's output: in the log, in tests.txt, and its failures in the summary
-for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300; do
+for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300 test_cuda_nccl:90; do
   limit=$(allow "${t#*:}")
   t=${t%:*}
   say "$t (at most ${limit}s)"
@@ -227,6 +229,29 @@ case $rc in
   *) note "test_replay (cuda graphs)" "FAILED, exit $rc (${dt}s)"; failed=1 ;;
 esac
 # ---- end of CUDA graphs' test
+
+# ---- NCCL (about 20 s on one GPU) -----------------------------------------------------------
+# test_cuda_nccl ran above: a communicator of one member on cuda:0 (ncclAllReduce, ncclReduce,
+# ncclBroadcast in and out of place, a bad root refused), cuda:0,cuda:0 refused as one GPU
+# twice, dp there summing with peer under auto and a forced nccl refused. What one GPU cannot
+# run: dp through NCCL against single (it needs two GPUs: the test says so and skips that
+# case), the leaders' ncclAllReduce across ranks (one rank per GPU; no MPI here) and NCCL
+# across processes in general. The bench row says why it skipped where it did.
+if ! late "troupe bench nccl" 20; then
+  limit=$(allow 90 20)
+  say "troupe bench nccl (at most ${limit}s)"
+  timeout -k 5 "$limit" "$bin/troupe" bench nccl --seconds 3 --repeats 3 --json >"$work/json/bench_nccl.json"
+  rc=$?
+  cat "$work/json/bench_nccl.json"
+  if ((rc != 0)); then
+    note "troupe bench nccl" "FAILED: $(exit_says $rc "$limit")"
+    failed=1
+  elif grep -q '"skipped"' "$work/json/bench_nccl.json"; then
+    note "troupe bench nccl" "skipped: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["skipped"])' "$work/json/bench_nccl.json" 2>/dev/null)"
+  else
+    note "troupe bench nccl" "$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print("NCCL %.0f vs peer %.0f samples/s (%.2fx)" % (r["nccl_samples_per_s"], r["peer_samples_per_s"], r["ratio"]))' "$work/json/bench_nccl.json" 2>/dev/null)"
+  fi
+fi
 
 # What a profiler sees on a GPU: the profiling test with the NVTX recorder in Nsight's place
 # (tests/profiling/test_profile.c), its runs on logical devices of cuda:0.

@@ -3,7 +3,7 @@
 # GPU machine that has nvcc, meson and ninja but no package registry and none of troupe's
 # dev packages: one compressed archive, build-gpu-check/carry/gpu-check.tar.xz, holding
 #
-#   bin/     test_cuda_ops, test_cuda_devices, test_cuda_train, test_replay, test_profile (with the NVTX
+#   bin/     test_cuda_ops, test_cuda_devices, test_cuda_train, test_cuda_nccl, test_replay, test_profile (with the NVTX
 #            recorder libnvtx_recorder.so it loads) and troupe, built here with
 #            libuv, jemalloc and OpenBLAS linked statically (cmocka and cJSON ship no archive: their .so go
 #            along);
@@ -122,9 +122,10 @@ pc liburcu-cds "$ur_ver" '${libdir}/liburcu-cds.a ${libdir}/liburcu-common.a -lp
 # ---- the build -----------------------------------------------------------------------------
 
 # OpenBLAS for the host GEMM (oneDNN is Debian's shared library only, and over the carry's
-# size), no MPI (one GPU: one rank; the machine has no Open MPI)
+# size), no MPI (one GPU: one rank; the machine has no Open MPI); NCCL linked dynamically
+# against the toolkit's libnccl (lib64, which the GPU machine's toolkit has too: not carried)
 opts=(-Dpkg_config_path="$root/$deps/lib/pkgconfig" -Dcuda=enabled -Dgpu_archs="$archs"
-      -Dblas=openblas -Dmpi=disabled
+      -Dblas=openblas -Dmpi=disabled -Dnccl=enabled
       -Dbuildtype=release -Db_ndebug=false -Dtests=true)
 if [[ -f $build/meson-private/coredata.dat ]]; then
   # meson caches the libraries it found, even across --reconfigure: forget them first
@@ -134,8 +135,8 @@ else
   meson setup "$build" "${opts[@]}" >/dev/null
 fi
 targets=(tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_train
-         tests/models/test_replay tests/profiling/test_profile tests/profiling/libnvtx_recorder.so
-         tools/troupe)
+         tests/gpu/cuda/test_cuda_nccl tests/models/test_replay
+         tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
 say "building ${targets[*]} for sm_${archs//,/, sm_}"
 ninja -C "$build" "${targets[@]}"
 
@@ -148,7 +149,7 @@ cp -r "$deps" "$stage/deps"
 # What the programs load besides the C/C++ runtime and CUDA: only what deps/lib holds.
 extra=$(for b in "$stage"/bin/*; do ldd "$b"; done | awk '$2 == "=>" {print $1}' | sort -u |
         grep -vE '^(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|ld-linux.*|linux-vdso)\.so' |
-        grep -vE '^lib(cudart|cublas|cublasLt)\.so' || true)
+        grep -vE '^lib(cudart|cublas|cublasLt|nccl)\.so' || true)
 for l in $extra; do
   [[ -f $stage/deps/lib/$l ]] || die "the programs need $l, which deps/lib does not hold"
 done

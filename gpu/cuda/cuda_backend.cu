@@ -195,6 +195,12 @@ static int tr__cuda_open(tr_device *d) {
     /* bf16 tensor cores from Ampere on; cuBLAS emulates them before */
     d->info.bf16 = prop.major >= 8 ? TR_BF16_NATIVE : TR_BF16_EMULATED;
     cd->sms = prop.multiProcessorCount;
+    { /* where it is, for tr_device_same_gpu across processes */
+      char host[64] = "?", bus[32] = "";
+      gethostname(host, sizeof host - 1);
+      if (cudaDeviceGetPCIBusId(bus, sizeof bus, ord) != cudaSuccess) bus[0] = 0;
+      snprintf(d->info.gpu_id, sizeof d->info.gpu_id, "%.63s/%.31s", host, bus[0] ? bus : "?");
+    }
     if (!prop.memoryPoolsSupported) {
       rc = tr__device_fail(d, TR_EDEVICE, "open: %s has no stream-ordered memory pools",
                            prop.name);
@@ -805,6 +811,14 @@ static constexpr tr__backend tr__cuda_make_backend() {
   b.gemm = tr__cuda_gemm;
   b.gemm_batched = tr__cuda_gemm_batched;
   b.gemm_bf16 = tr__cuda_gemm_bf16;
+#ifdef TR_HAVE_NCCL
+  b.comm_library = tr__nccl_library;
+  b.comm_open_all = tr__nccl_open_all;
+  b.comm_id = tr__nccl_id;
+  b.comm_open_rank = tr__nccl_open_rank;
+  b.comm_close = tr__nccl_close;
+  b.comm_run = tr__nccl_run;
+#endif
 #define TR__CUDA_SLOT(name, params, args, checks) b.name = tr__cuda_##name;
   TR__OP_MAP(TR__CUDA_SLOT)
 #undef TR__CUDA_SLOT

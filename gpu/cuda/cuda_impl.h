@@ -163,6 +163,18 @@ int tr__cuda_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int 
                           const float *B, int ldb, int64_t stride_b, float beta, float *C,
                           int ldc, int64_t stride_c, int batch);
 
+/* cuda_nccl.cu: the collectives' slots (backend_impl.h), where the build has NCCL */
+#ifdef TR_HAVE_NCCL
+const char *tr__nccl_library(void);
+int tr__nccl_open_all(tr_device *const *devs, int n, void **impls, char *err, size_t size);
+int tr__nccl_id(void *id, size_t bytes, char *err, size_t size);
+int tr__nccl_open_rank(tr_device *d, const void *id, int count, int rank, void **impl,
+                       char *err, size_t size);
+void tr__nccl_close(tr_device *d, void *impl, bool abort);
+int tr__nccl_run(tr_stream *s, void *impl, tr__comm_op op, const void *send, void *recv,
+                 size_t count, int peer);
+#endif
+
 /* The kernels (cuda_kernels.cu, cuda_nn.cu): tr__cuda_<name> for each entry of TR__OP_MAP. */
 #define TR__CUDA_OP(name, params, args, checks) \
   int tr__cuda_##name(tr_stream *s, TR__UNPAREN params);

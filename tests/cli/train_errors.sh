@@ -38,6 +38,12 @@ expect "a profile window ending first" "^troupe: --profile-steps: '5:3' is not A
   --profile-steps 5:3 --steps 2
 expect "zero with async" '^troupe: --zero 1: asynchronous training .*server' -- \
   --strategy async --devices host:2 --zero 1 --steps 2
+expect "allreduce nccl of host devices" '^troupe: --allreduce: nccl asked, but host:0 is a host device' -- \
+  --strategy dp --devices host:2 --allreduce nccl --steps 2
+expect "allreduce nccl without a group" '^troupe: --allreduce nccl: single has no replica group' -- \
+  --strategy single --devices host:1 --allreduce nccl --steps 2
+expect "an unknown allreduce" "^troupe: --allreduce: 'ring' is not auto, peer or nccl" -- \
+  --strategy dp --devices host:2 --allreduce ring --steps 2
 expect "zero on one device" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 replica' -- \
   --strategy single --zero 1 --steps 2
 expect "zero on a pipeline" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 replica' -- \

@@ -13,6 +13,10 @@
 #                                   flag; with every replica in rank 1 (rank 0 coordinates):
 #                                   the checkpoint of one process, bitwise (the shards of the
 #                                   optimizer state crossing to the coordinator)
+#   nccl                            1f1b on two GPUs, one per rank: the edges' tensors by
+#                                   NCCL (--json says so), parameters within 1e-5 of one
+#                                   GPU's; skipped (77) without two GPUs or NCCL in the build
+#                                   (tools/gpu-check.sh runs it where there are two)
 set -u
 case_=$1 troupe=$(realpath "$2") params_diff=$(realpath "$3")
 dir=$(mktemp -d)
@@ -111,6 +115,19 @@ case $case_ in
     mv run.ckpt ranks.ckpt
     "$troupe" train "${z[@]}" --devices host:2 || fail "the run in one process"
     cmp -s ranks.ckpt run.ckpt || fail "the checkpoint differs from one process's"
+    printf 'ok   %s\n' "$case_" ;;
+  nccl)
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    if (( gpus < 2 )); then printf 'SKIP nccl: %d GPU(s) here; NCCL between ranks takes one GPU each\n' "$gpus"; exit 77; fi
+    "$troupe" devices 2>&1 | grep -q '^NCCL: [0-9]' || { printf 'SKIP nccl: built without NCCL\n'; exit 77; }
+    common=(--model simplenet --steps $steps --quiet --deterministic)
+    "$troupe" train "${common[@]}" --devices cuda:0 --checkpoint single.ckpt || fail "the single-GPU run"
+    timeout 120 "${mpirun[@]}" -np 2 sh -c '"$0" "$@" --devices cuda:$OMPI_COMM_WORLD_RANK' \
+      "$troupe" train "${common[@]}" --strategy pipeline --schedule 1f1b --checkpoint run.ckpt --json \
+      >out.txt 2>err.txt || fail "mpirun exit $?: $(cat err.txt)"
+    grep -q '"edges_across_ranks":{"nccl":2,"mpi":0}' out.txt ||
+      fail "the edges did not go through NCCL: $(grep -o '"edges_across_ranks":[^}]*}' out.txt) $(cat err.txt)"
+    "$params_diff" run.ckpt single.ckpt 1e-5 || fail "parameters differ from one GPU's"
     printf 'ok   %s\n' "$case_" ;;
   *) fail "no such case" ;;
 esac
