@@ -67,14 +67,16 @@ static void fill_floats(const tr_synth *g, uint64_t first, size_t count, float *
   void (*const run)(const tr_synth *, const float *, float *, int32_t *, size_t) =
       tr__cpu_avx2() ? teacher_avx2 : teacher_base;
   float *yf = y;
+  /* in locals: with -fno-strict-aliasing every store of a float could change g's fields */
+  const tr_synth_zig *const z = g->zig;
   size_t done = 0; /* rows whose targets are written */
   for (size_t k = 0; k < count; k++) {
     tr__rng r = tr__rng_for(g->seed, TR__TAG_SAMPLE, first + k);
-    for (size_t i = 0; i < xn; i++) xf[k * xn + i] = tr__normal(g->zig, &r);
+    for (size_t i = 0; i < xn; i++) xf[k * xn + i] = tr__normal(z, &r);
     if (!y) continue;
     if (g->kind == TR_SYNTH_GAUSSIAN) {
       const size_t yn = rows * (size_t)g->out;
-      for (size_t i = 0; i < yn; i++) yf[k * yn + i] = tr__normal(g->zig, &r);
+      for (size_t i = 0; i < yn; i++) yf[k * yn + i] = tr__normal(z, &r);
       continue;
     }
     /* whole groups of rows whose x is drawn, and what is left at the end */
