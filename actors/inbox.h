@@ -26,6 +26,7 @@ typedef struct tr__lent {
   int mb, count, chunk;
   uint64_t first;
   const void *x, *y;
+  bool generate; /* a batch to make on the device (tr_batch_msg.generate) */
   const void *data;
   size_t bytes;
   tr_event *ready;

@@ -47,6 +47,20 @@ struct tr_job {
 };
 
 static const char *const nonfinite_names[] = {"stop", "skip"};
+static const char *const data_on_names[] = {"auto", "host", "device"};
+
+const char *tr_data_on_name(tr_data_on w) {
+  return (unsigned)w < 3 ? data_on_names[w] : "?";
+}
+
+int tr_data_on_parse(const char *name, tr_data_on *out) {
+  for (unsigned i = 0; name && i < 3; i++)
+    if (!strcmp(name, data_on_names[i])) {
+      *out = (tr_data_on)i;
+      return 0;
+    }
+  return TR_EINVAL;
+}
 
 const char *tr_nonfinite_policy_name(tr_nonfinite_policy p) {
   return (unsigned)p < 2 ? nonfinite_names[p] : "?";
@@ -209,6 +223,12 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
       (rc = check_async(&c->async, err, n)))
     return rc;
+  if ((unsigned)c->data_on > TR_DATA_ON_DEVICE)
+    return tr_errorf(err, n, TR_EINVAL, "data_on %d: not auto, host or device", (int)c->data_on);
+  if (c->data_on == TR_DATA_ON_DEVICE && !tr_data_can_generate(c->data))
+    return tr_errorf(err, n, TR_EINVAL, "data_on device: data '%s' cannot be generated on a "
+                     "device (the synthetic sources and the arithmetic corpus can; files are "
+                     "read by the loader: give host or auto)", tr_data_name(c->data));
   if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
     return tr_errorf(err, n, TR_EINVAL, "on_nonfinite %d: not stop or skip", (int)c->on_nonfinite);
   if ((rc = check_zero(c, err, n))) return rc;
@@ -462,6 +482,16 @@ int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
 
 /* ---- edges --------------------------------------------------------------------------------- */
 
+/* Whether the loader leaves a stage on `dev` to generate its samples (tr_data_on). */
+static bool generates_on(const tr_job_config *c, const tr_device *dev) {
+  switch (c->data_on) {
+  case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
+  case TR_DATA_ON_HOST: return false;
+  default:
+    return tr_device_get_info(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data);
+  }
+}
+
 int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
                            tr_edge **out) {
   const unsigned carries = what & (TR_BATCH_INPUTS | TR_BATCH_TARGETS);
@@ -477,7 +507,10 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
       &e);
   if (rc) return rc;
   const int loader = loader_index_of(j, from), stage = stage_index_of(j, to);
-  if (loader >= 0 && (rc = tr__loader_add_edge(tr_actor_state(from), e, carries))) return rc;
+  const bool generate = loader >= 0 && stage >= 0 &&
+                        generates_on(&j->run.c, tr__stage_device(tr_actor_state(to)));
+  if (loader >= 0 && (rc = tr__loader_add_edge(tr_actor_state(from), e, carries, generate)))
+    return rc;
   if (stage >= 0 && (rc = tr__stage_add_input(tr_actor_state(to), e, carries))) return rc;
   if (out) *out = e;
   return 0;

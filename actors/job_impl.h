@@ -157,8 +157,9 @@ extern const tr_behaviour tr__loader_behaviour, tr__stage_behaviour, tr__coordin
     tr__server_behaviour;
 
 void *tr__loader_new(const tr__run *run, int replica);
-/* An outgoing batch edge carrying `what` (TR_BATCH_INPUTS | TR_BATCH_TARGETS). */
-int tr__loader_add_edge(void *loader, tr_edge *e, unsigned what);
+/* An outgoing batch edge carrying `what` (TR_BATCH_INPUTS | TR_BATCH_TARGETS); `generate`:
+ * its batches say which samples, and the stage makes them on its device (tr_data_on). */
+int tr__loader_add_edge(void *loader, tr_edge *e, unsigned what, bool generate);
 /* The device whose pinned host memory the batches live in (the replica's first stage's). */
 void tr__loader_set_device(void *loader, tr_device *dev);
 

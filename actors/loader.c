@@ -12,6 +12,10 @@
  * Samples are a pure function of (seed, sample index) (tr_data.h), so step k's batch is the
  * same whichever thread fills it and however the run was interrupted and resumed.
  *
+ * An edge whose stage generates the samples on its device (tr_job_config.data_on) gets
+ * batches that only say which samples (tr_batch_msg.generate); the loader fills, and owns
+ * buffers, only for the edges that do not.
+ *
  * In an asynchronous job the loaders take steps from the graph in turn (tr_graph_take_step),
  * so every step is one worker's, whole; a loader that finds no more tells its worker so (a
  * batch of step -1).
@@ -25,7 +29,8 @@ enum { TURN_NS = 1000 * 1000 };
 typedef struct out_edge {
   tr_edge *e;
   unsigned what;
-  bool held; /* a credit taken */
+  bool generate; /* the stage makes the samples */
+  bool held;     /* a credit taken */
 } out_edge;
 
 typedef struct loader {
@@ -51,19 +56,22 @@ void *tr__loader_new(const tr__run *run, int replica) {
   return l;
 }
 
-int tr__loader_add_edge(void *state, tr_edge *e, unsigned what) {
+int tr__loader_add_edge(void *state, tr_edge *e, unsigned what, bool generate) {
   loader *l = state;
   if (l->nout == 2) return TR_EINVAL;
-  l->out[l->nout++] = (out_edge){.e = e, .what = what};
+  l->out[l->nout++] = (out_edge){.e = e, .what = what, .generate = generate};
   return 0;
 }
 
 void tr__loader_set_device(void *state, tr_device *dev) { ((loader *)state)->dev = dev; }
 
-static unsigned carried(const loader *l) {
+/* What the loader itself fills: what its edges carry, but for those whose stage generates,
+ * and inputs with targets (a source makes targets from its inputs, tr_data_fill). */
+static unsigned filled(const loader *l) {
   unsigned what = 0;
-  for (int i = 0; i < l->nout; i++) what |= l->out[i].what;
-  return what;
+  for (int i = 0; i < l->nout; i++)
+    if (!l->out[i].generate) what |= l->out[i].what;
+  return what ? what | TR_BATCH_INPUTS : 0;
 }
 
 static int buffer(loader *l, size_t bytes, void **out) {
@@ -81,7 +89,7 @@ static int loader_start(tr_actor *self) {
   l->depth = tr_edge_credits(l->out[0].e);
   for (int i = 1; i < l->nout; i++)
     if (tr_edge_credits(l->out[i].e) < l->depth) l->depth = tr_edge_credits(l->out[i].e);
-  const unsigned what = carried(l);
+  const unsigned what = filled(l);
   const size_t n = (size_t)l->run->mb_batch;
   if ((what & TR_BATCH_INPUTS) && !(l->x = calloc((size_t)l->depth, sizeof *l->x))) return TR_ENOMEM;
   if ((what & TR_BATCH_TARGETS) && !(l->y = calloc((size_t)l->depth, sizeof *l->y))) return TR_ENOMEM;
@@ -156,7 +164,7 @@ static int produce(tr_actor *self, loader *l) {
     size_t count;
     tr_data_shard((uint64_t)l->step, (size_t)c->global_batch, base + l->mb, shards, &first, &count);
     void *x = l->x ? l->x[l->slot] : NULL, *y = l->y ? l->y[l->slot] : NULL;
-    const int rc = tr_data_fill(c->data, first, count, x, y);
+    const int rc = x || y ? tr_data_fill(c->data, first, count, x, y) : 0;
     if (rc && tr_data_error(c->data)[0]) /* the source's words, which name it */
       return tr_actor_fail(self, rc, "samples [%llu, %llu) of step %lld: %s",
                            (unsigned long long)first, (unsigned long long)(first + count),
@@ -167,7 +175,7 @@ static int produce(tr_actor *self, loader *l) {
                            (unsigned long long)(first + count), (long long)l->step,
                            tr_strerror(rc));
     for (int i = 0; i < l->nout; i++) {
-      const unsigned what = l->out[i].what;
+      const unsigned what = l->out[i].generate ? 0 : l->out[i].what;
       tr_batch_msg *b = tr_msg_new(&tr_batch_type);
       *b = (tr_batch_msg){.hdr = b->hdr,
                           .step = l->step,
@@ -177,7 +185,8 @@ static int produce(tr_actor *self, loader *l) {
                           .x = what & TR_BATCH_INPUTS ? x : NULL,
                           .y = what & TR_BATCH_TARGETS ? y : NULL,
                           .x_bytes = what & TR_BATCH_INPUTS ? count * tr_model_input_bytes(c->model) : 0,
-                          .y_bytes = what & TR_BATCH_TARGETS ? count * tr_model_target_bytes(c->model) : 0};
+                          .y_bytes = what & TR_BATCH_TARGETS ? count * tr_model_target_bytes(c->model) : 0,
+                          .generate = l->out[i].generate};
       tr_edge_send(l->out[i].e, b);
       l->out[i].held = false;
     }

@@ -115,6 +115,7 @@ typedef struct stage_actor {
   bool grad_credit;
   const float *dinput;
   tr__returns returns;   /* credits owed once the copies out of lent buffers have run */
+  tr_data_gen *gen;      /* the job's data on this device, once a batch asks for it */
 
   tr__group *group;
   tr__clip *clip;
@@ -469,7 +470,14 @@ static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
   if (in == NULL)
     return tr_actor_fail(self, TR_EINVAL, "a batch from '%s', which has no batch edge to this "
                          "stage", from);
-  if (b->step >= 0) {
+  if (b->step >= 0 && b->generate) {
+    const tr_data *data = a->run->c.data;
+    if (b->count != a->run->mb_batch || !tr_data_can_generate(data))
+      return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' of %d samples to generate on "
+                           "the device: this stage takes micro-batches of %d samples, and data "
+                           "'%s' %s be generated on a device", from, b->count, a->run->mb_batch,
+                           tr_data_name(data), tr_data_can_generate(data) ? "can" : "cannot");
+  } else if (b->step >= 0) {
     const bool want_x = in->what & TR_BATCH_INPUTS, want_y = in->what & TR_BATCH_TARGETS;
     const tr_model *m = a->run->c.model;
     const size_t n = (size_t)a->run->mb_batch;
@@ -486,7 +494,8 @@ static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
                            want_y ? n * tr_model_target_bytes(m) : 0);
   }
   tr__queue_push(&in->q, (tr__lent){.step = b->step, .mb = b->mb, .count = b->count,
-                                    .first = b->first, .x = b->x, .y = b->y});
+                                    .first = b->first, .x = b->x, .y = b->y,
+                                    .generate = b->generate != 0});
   return 0;
 }
 
@@ -632,6 +641,19 @@ static bool takes(const input *in, const tr_stage_info *info) {
          ((in->what & TR_BATCH_TARGETS) && info->is_last);
 }
 
+/* A batch's samples made on this device, into x and y (either may be NULL), the job's data
+ * copied here first. */
+static int generate(tr_actor *self, stage_actor *a, const tr__lent *e, void *x, void *y) {
+  if (!a->gen) {
+    char err[512];
+    int rc = tr_data_gen_open(&a->gen, a->run->c.data, a->dev, err, sizeof err);
+    if (rc) return tr_actor_fail(self, rc, "%s", err);
+  }
+  if ((x || y) && tr_data_gen_fill(a->gen, a->s, e->first, (size_t)e->count, x, y))
+    return fail_device(self, a, "generating a batch");
+  return DONE;
+}
+
 /* The micro-batch's samples from each batch edge it takes into the slot. */
 static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
   chunk *c = &a->ch[act->chunk];
@@ -643,14 +665,21 @@ static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
     if ((!a->worker && e->step != a->step) || e->mb != act->mb)
       return out_of_order(self, a, "a batch", e, act);
     a->batch_step = e->step;
-    if ((in->what & TR_BATCH_INPUTS) && info->is_first) {
-      c->slot_first[act->slot] = e->first;
-      if (tr_memcpy(a->s, tr_stage_input(c->st, act->slot), e->x, info->input_bytes, TR_COPY_H2D))
+    const bool inputs = (in->what & TR_BATCH_INPUTS) && info->is_first;
+    const bool targets = (in->what & TR_BATCH_TARGETS) && info->is_last;
+    if (inputs) c->slot_first[act->slot] = e->first;
+    if (e->generate) {
+      int rc = generate(self, a, e, inputs ? tr_stage_input(c->st, act->slot) : NULL,
+                        targets ? tr_stage_target(c->st, act->slot) : NULL);
+      if (rc != DONE) return rc;
+    } else {
+      if (inputs &&
+          tr_memcpy(a->s, tr_stage_input(c->st, act->slot), e->x, info->input_bytes, TR_COPY_H2D))
         return fail_device(self, a, "copying a batch in");
+      if (targets &&
+          tr_memcpy(a->s, tr_stage_target(c->st, act->slot), e->y, info->target_bytes, TR_COPY_H2D))
+        return fail_device(self, a, "copying targets in");
     }
-    if ((in->what & TR_BATCH_TARGETS) && info->is_last &&
-        tr_memcpy(a->s, tr_stage_target(c->st, act->slot), e->y, info->target_bytes, TR_COPY_H2D))
-      return fail_device(self, a, "copying targets in");
     if (tr__returns_after(&a->returns, a->s, in->edge))
       return fail_device(self, a, "copying a batch in");
     tr__queue_pop(&in->q);
@@ -1070,6 +1099,8 @@ static void stage_stop(tr_actor *self) {
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
   tr__loss_ring_close(&a->ring);
+  tr_data_gen_close(a->gen);
+  a->gen = NULL;
   if (a->act_host.buf) tr_host_free(a->dev, a->act_host.buf);
   if (a->grad_host.buf) tr_host_free(a->dev, a->grad_host.buf);
   a->act_host.buf = a->grad_host.buf = NULL;

@@ -267,6 +267,20 @@ typedef enum tr_nonfinite_policy {
 /* "stop", "skip"; parse: 0, or TR_EINVAL. */
 const char *tr_nonfinite_policy_name(tr_nonfinite_policy p);
 int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out);
+/* Where a job's samples are made (tr_job_config.data_on). */
+typedef enum tr_data_on {
+  TR_DATA_ON_AUTO,   /* on each GPU that takes them, where the source can be generated there
+                        (tr_data_can_generate: the synthetic sources and the arithmetic
+                        corpus); otherwise, and for host devices, by the loader */
+  TR_DATA_ON_HOST,   /* by the loader, on the host, for every device (each batch copied in) */
+  TR_DATA_ON_DEVICE  /* on the device of every stage that takes them, host devices included
+                        (the stage's thread fills); the source must be a generated one */
+} tr_data_on;
+
+/* "auto", "host", "device"; parse: 0, or TR_EINVAL. */
+const char *tr_data_on_name(tr_data_on w);
+int tr_data_on_parse(const char *name, tr_data_on *out);
+
 /* Levers that trade time for memory. */
 typedef struct tr_memory_config {
   int recompute;           /* activation recomputation: each stage keeps only its micro-
@@ -284,6 +298,9 @@ typedef struct tr_profile_config {
 typedef struct tr_job_config {
   const tr_model *model;   /* outlives the job */
   const tr_data *data;     /* samples of the model's input and target sizes (tr_data_check) */
+  tr_data_on data_on;      /* where they are made: generated on the GPUs where they can be
+                              (TR_DATA_ON_AUTO, tr_job_defaults), by the loader, or on the
+                              devices; the samples are the same wherever they are made */
   int global_batch;        /* samples per step over every replica and micro-batch; 0: the
                               model's batch */
   uint64_t seed;           /* initialisation (the data has its own) */

@@ -21,6 +21,10 @@
  *     slot = (slot + 1) % credits; ...
  *   }
  *
+ * A batch may instead only name its samples (`generate` set, x and y NULL): the stage then
+ * generates them on its device from the job's data, which must be a generated source
+ * (tr_data_can_generate); it releases the credit once it has queued that.
+ *
  * A relay between a producer and a stage (normalising inputs, say) can change the samples
  * in place and pass the batch on with tr_batch_forward. Its outgoing edge is made with
  * TR_BATCH_NOTIFY (tr_job_connect_batches), so the relay receives a tr_edge_credit_msg for
@@ -64,6 +68,8 @@ typedef struct tr_batch_msg {
   void *x, *y;    /* count × input bytes, count × target bytes (tr_model.h); NULL where the
                      edge does not carry them */
   size_t x_bytes, y_bytes; /* at x and at y (0 where NULL) */
+  int generate;   /* 1: x and y are NULL, and the stage makes samples [first, first + count)
+                     of the job's data on its device (tr_data_gen; tr_job_config.data_on) */
 } tr_batch_msg;
 extern const tr_msgtype tr_batch_type;
 

@@ -198,7 +198,11 @@ struct tr_capture {
      float beta2, float eps, float weight_decay, int64_t t),                                      \
     (param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t),                               \
     REQUIRE(t >= 1, "step %lld must be >= 1", (long long)t) ELEMS(n, 1, 1) EMPTY(return 0)        \
-    NN(param) NN(grad) NN(m) NN(v))
+    NN(param) NN(grad) NN(m) NN(v))                                                               \
+  X(synth_fill, (const tr_synth *src, uint64_t first, size_t count, void *x, void *y),            \
+    (src, first, count, x, y),                                                                    \
+    NN(src) LET(const char *why_ = tr__synth_invalid(src)) REQUIRE(!why_, "%s", why_)             \
+    ELEMS(count, 1, 1) EMPTY(return 0) NN(x))
 
 struct tr__backend {
   const char *name; /* "host", "cuda": also the spec prefix */

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "synth_impl.h"
 
 extern const tr__backend tr__host_backend;
 #ifdef TR_HAVE_CUDA

@@ -548,6 +548,46 @@ int tr_comm_broadcast(tr_comm *c, tr_stream *s, const float *send, float *recv, 
 int tr_comm_send(tr_comm *c, tr_stream *s, const void *buf, size_t bytes, int peer);
 int tr_comm_recv(tr_comm *c, tr_stream *s, void *buf, size_t bytes, int peer);
 
+/* ---- synthetic data ------------------------------------------------------------------------ */
+
+/* The samples of tr_data.h's synthetic sources and arithmetic corpus, made on the device where
+ * they are trained on (the host backend runs the host's generator): the same tokens bit for
+ * bit, and the same floats within an ulp, as tr_data_fill. A source is opened on the host
+ * (tr_data_open) and its tables copied to the device once: tr_data_gen (tr_data.h) does both
+ * and is the way to use this op. */
+typedef enum tr_synth_kind {
+  TR_SYNTH_GAUSSIAN,   /* x and y standard normal */
+  TR_SYNTH_TEACHER,    /* x normal, y = teacher(x) per row */
+  TR_SYNTH_CLASSIFIER, /* x normal, y = the teacher's argmax per row (int32) */
+  TR_SYNTH_TOKENS      /* ctx bytes of a corpus at an offset drawn from (seed, sample) as int32
+                          tokens, y the byte after each */
+} tr_synth_kind;
+
+/* The ziggurat's 128 layers (Marsaglia and Tsang): made once on the host, in double. */
+typedef struct tr_synth_zig {
+  uint32_t k[128];
+  float w[128], f[128];
+} tr_synth_zig;
+
+typedef struct tr_synth {
+  tr_synth_kind kind;
+  uint64_t seed;
+  int in, out, rows;       /* float kinds: per row in floats of x and out floats of y
+                              (CLASSIFIER: out classes, one int32 label); rows per sample */
+  const tr_synth_zig *zig; /* float kinds: in the device's memory */
+  const float *teacher;    /* TEACHER, CLASSIFIER: W1^T (in,32), b1 (32), W2 (out,32), b2 (out),
+                              in the device's memory */
+  const uint8_t *corpus;   /* TOKENS: corpus_size bytes in the device's memory */
+  size_t corpus_size;
+  int ctx;                 /* TOKENS: tokens per sample, < corpus_size */
+} tr_synth;
+
+/* Samples [first, first + count) of `src` into x (count × x bytes) and y (count × y bytes;
+ * NULL: inputs only), device memory. TR_EINVAL naming the field for a description that
+ * cannot be filled from ("tr_synth_fill: teacher is NULL"). */
+int tr_synth_fill(tr_stream *s, const tr_synth *src, uint64_t first, size_t count, void *x,
+                  void *y);
+
 #ifdef __cplusplus
 }
 #endif

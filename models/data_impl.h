@@ -5,7 +5,12 @@
  * name; the source's opener sets ops first (so that a failure half-way is undone by
  * ops->close), then self, the sample sizes and, for the generated text, the corpus. fill
  * must be safe to call from several threads at once: a built-in source keeps no mutable
- * state after open but the text of its first failure (tr__data_fail).
+ * state after open but the text of its first failure (tr__data_fail). The generated sources
+ * describe themselves as a tr_synth (tr_device.h), which is how they fill on the host too
+ * (tr__synth_fill_cpu) and what tr_data_gen copies to a device.
+ *
+ * The counter-based random streams the sources share are synth_impl.h's (gpu/), where the
+ * GPU's generator finds them too.
  */
 #ifndef TR_DATA_IMPL_H
 #define TR_DATA_IMPL_H
@@ -13,6 +18,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "synth_impl.h"
 #include "tr_data.h"
 
 typedef struct tr__data_ops {
@@ -20,6 +26,9 @@ typedef struct tr__data_ops {
   int (*fill)(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
   /* frees self and what it holds; called once, also after a failed open */
   void (*close)(tr_data *d);
+  /* OPTIONAL: the source as tr_synth_fill generates it, its tables in host memory (they live
+   * as long as the source); NULL: it cannot be generated on a device */
+  const tr_synth *(*synth)(const tr_data *d);
 } tr__data_ops;
 
 struct tr_data {
@@ -42,29 +51,5 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
  * and returns `status`. */
 int tr__data_fail(const tr_data *d, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-
-/* ---- random streams: splitmix64 seeded by a hash of (seed, tag, index) -------------------------- */
-
-/* Tags keep the streams of one seed apart. */
-#define TR__TAG_SAMPLE 0x73616d706c657331ull /* sample i's values or offset */
-
-static inline uint64_t tr__mix(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-typedef struct tr__rng {
-  uint64_t s;
-} tr__rng;
-
-static inline tr__rng tr__rng_for(uint64_t seed, uint64_t tag, uint64_t index) {
-  return (tr__rng){tr__mix(seed ^ tr__mix(tag ^ tr__mix(index)))};
-}
-
-static inline uint64_t tr__rng_next(tr__rng *r) { return tr__mix(r->s += 0x9e3779b97f4a7c15ull); }
-
-/* uniform in [0, 1) */
-static inline double tr__rng_uniform(tr__rng *r) { return (double)(tr__rng_next(r) >> 11) * 0x1p-53; }
 
 #endif

@@ -1,6 +1,7 @@
 /* data_text.c — the token sources of tr_data.h: a corpus of bytes, generated (ARITHMETIC)
  * or a file (FILE); sample i is ctx bytes at an offset drawn from (seed, i), its targets the
- * byte after each.
+ * byte after each. The generated corpus is filled by synth_impl.h's generator, which can
+ * also run on a GPU (tr_data_gen).
  *
  * A file is read with pread as it is trained on, not mapped: a file cut short under a
  * mapping kills the process with SIGBUS at the first access past its new end, where a read
@@ -18,6 +19,7 @@ typedef struct text {
   uint64_t seed;
   int ctx;
   uint8_t *generated; /* ARITHMETIC: malloc'd */
+  tr_synth src;       /* ARITHMETIC: the corpus as tr_synth_fill reads it */
   int fd;             /* FILE: open for reading, -1 otherwise */
   size_t size;        /* of the corpus; a file's when it was opened */
 } text;
@@ -32,6 +34,8 @@ static int make_corpus(text *t, size_t size) {
     at += (size_t)snprintf((char *)t->generated + at, 16, "%d+%d=%d\n", a, b, a + b);
   }
   t->size = size;
+  t->src = (tr_synth){.kind = TR_SYNTH_TOKENS, .seed = t->seed, .corpus = t->generated,
+                      .corpus_size = size, .ctx = t->ctx};
   return 0;
 }
 
@@ -45,24 +49,32 @@ static int read_sample(const tr_data *d, const text *t, size_t at, uint8_t *buf)
 
 static int fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
   const text *t = d->self;
+  if (t->generated) {
+    tr__synth_fill_cpu(&t->src, first, count, x, y);
+    return 0;
+  }
   const int T = t->ctx;
-  uint8_t *buf = t->fd >= 0 ? malloc((size_t)T + 1) : NULL;
-  if (t->fd >= 0 && buf == NULL)
+  uint8_t *buf = malloc((size_t)T + 1);
+  if (buf == NULL)
     return tr__data_fail(d, TR_ENOMEM, "data '%s': out of memory (%d bytes asked for)", d->name,
                          T + 1);
   int rc = 0;
   for (size_t k = 0; k < count && rc == 0; k++) {
-    tr__rng r = tr__rng_for(t->seed, TR__TAG_SAMPLE, first + k);
-    const size_t at = (size_t)(tr__rng_next(&r) % (uint64_t)(t->size - (size_t)T));
-    const uint8_t *bytes = t->generated ? t->generated + at : buf;
-    if (buf && (rc = read_sample(d, t, at, buf))) break;
+    const size_t at = tr__synth_offset(t->seed, first + k, t->size, T);
+    if ((rc = read_sample(d, t, at, buf))) break;
     int32_t *xt = (int32_t *)x + k * (size_t)T, *yt = y ? (int32_t *)y + k * (size_t)T : NULL;
-    for (int i = 0; i < T; i++) xt[i] = bytes[i];
+    for (int i = 0; i < T; i++) xt[i] = buf[i];
     if (yt)
-      for (int i = 0; i < T; i++) yt[i] = bytes[i + 1];
+      for (int i = 0; i < T; i++) yt[i] = buf[i + 1];
   }
   free(buf);
   return rc;
+}
+
+/* The generated corpus can be made on a device; a file is read as it trains. */
+static const tr_synth *describe(const tr_data *d) {
+  const text *t = d->self;
+  return t->generated ? &t->src : NULL;
 }
 
 static void close_text(tr_data *d) {
@@ -74,7 +86,7 @@ static void close_text(tr_data *d) {
   free(t);
 }
 
-static const tr__data_ops text_ops = {.fill = fill, .close = close_text};
+static const tr__data_ops text_ops = {.fill = fill, .close = close_text, .synth = describe};
 
 int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t err_size) {
   d->ops = &text_ops;

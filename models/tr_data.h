@@ -75,6 +75,7 @@
 
 #include "tr_base.h"
 #include "tr_checkpoint.h"
+#include "tr_device.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -179,6 +180,42 @@ const uint8_t *tr_data_corpus(const tr_data *d, size_t *size);
  * bytes, before 129 bytes at 52311: it changed (was truncated) while it was read"), or "".
  * Any thread. */
 const char *tr_data_error(const tr_data *d);
+
+/* ---- on a device -------------------------------------------------------------------------- */
+
+/* The generated sources (TEACHER, GAUSSIAN, CLASSIFIER, ARITHMETIC) can make their samples on
+ * the device that trains on them (tr_synth_fill, tr_device.h), so that no host thread fills
+ * and no copy crosses the bus: the same tokens bit for bit as tr_data_fill, the same floats
+ * within an ulp (in practice the same bits; synth_impl.h says when they could differ). A
+ * tr_data_gen is one source's tables (the ziggurat's, the teacher's weights, the corpus)
+ * copied to one device; it is used on the device's owner thread, like the device.
+ *
+ *   tr_data_gen *g;
+ *   if (tr_data_gen_open(&g, d, dev, err, sizeof err)) ...;  // a FILE, NPY or callback source:
+ *                                                           // TR_EINVAL saying so
+ *   if (tr_data_gen_fill(g, stream, first, n, x, y)) ...;    // device memory; tr_device_error
+ *   tr_data_gen_close(g);
+ *
+ * Training jobs do this by themselves (tr_job_config.data_on). */
+typedef struct tr_data_gen tr_data_gen;
+
+/* 1 when the source can be generated on a device, else 0. */
+int tr_data_can_generate(const tr_data *d);
+
+/* TR_EINVAL when the source cannot be generated on a device (err names it), TR_ENOMEM or
+ * TR_EDEVICE when its tables do not reach the device's memory (err has the device's words).
+ * The tables are copied on the device's compute stream; `d` must outlive the generator. */
+int tr_data_gen_open(tr_data_gen **out, const tr_data *d, tr_device *dev, char *err,
+                     size_t err_size);
+/* Samples [first, first + count) into x and y, device memory of the generator's device, on
+ * stream `s` of it (asynchronous, like every op). y NULL: inputs only. x NULL: targets only
+ * (the inputs, which the targets are made from, go to scratch memory the generator keeps,
+ * ordered on `s`).
+ * 0 or the op's status (tr_device_error says why). */
+int tr_data_gen_fill(tr_data_gen *g, tr_stream *s, uint64_t first, size_t count,
+                     void *x, void *y);
+/* Frees the tables on the device (ordered on its compute stream). NULL: nothing. */
+void tr_data_gen_close(tr_data_gen *g);
 
 #ifdef __cplusplus
 }

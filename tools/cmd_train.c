@@ -63,6 +63,11 @@ static void usage(FILE *f) {
           "  --data FILE                    token models (gpt): a byte or text file; float models:\n"
           "                                 a NumPy .npy array of inputs, with --labels\n"
           "  --labels FILE                  a NumPy .npy array of targets (with --data)\n"
+          "  --data-on auto|host|device     where samples are made: auto (the default) generates\n"
+          "                                 them on each GPU where the data can be (synthetic\n"
+          "                                 data, gpt's arithmetic), host by the loader thread,\n"
+          "                                 device on every device, host devices too; the same\n"
+          "                                 samples wherever they are made\n"
           "  --seed N                       initialisation and data (default 1)\n"
           "  --deterministic                bitwise-repeatable runs\n"
           "  --precision fp32|bf16          GEMM inputs (default fp32); bf16: weights and\n"
@@ -312,6 +317,7 @@ static const struct {
     {"profile.to", "--profile-steps"},
     {"checkpoint.resume_from", "--resume"},
     {"on_nonfinite", "--on-nonfinite"},
+    {"data_on", "--data-on"},
     {"layout.microbatches", "--microbatches"},
     {"memory.recompute", "--recompute"},
     {"precision.gemm", "--precision"},
@@ -513,6 +519,12 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--watchdog")) {
       if (!cli_value_u64(argc, argv, &i, 1, 24 * 3600 * 1000, &u)) return CLI_USAGE;
       o.watchdog_ms = (int)u;
+    } else if (!strcmp(a, "--data-on")) {
+      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
+      if (tr_data_on_parse(v, &o.job.data_on)) {
+        fprintf(stderr, "troupe: --data-on: '%s' is not auto, host or device\n", v);
+        return CLI_USAGE;
+      }
     } else if (!strcmp(a, "--on-nonfinite")) {
       if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
       if (tr_nonfinite_policy_parse(v, &o.job.on_nonfinite)) {

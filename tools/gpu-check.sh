@@ -7,10 +7,10 @@
 # `troupe bench nccl`, which says why it skipped on one GPU), the profiling test on logical devices of one GPU (NVTX ranges
 # through the recorder, the Chrome trace; tests/profiling), `nsys profile -t cuda,nvtx,osrt`
 # of a pipeline where Nsight Systems is installed, `troupe devices`, `troupe train` of each
-# workload on cuda:0,
-# `troupe bench gpu` (mlp and gpt in fp32/TF32/bf16 against cuBLAS's peak, the pipeline with
-# CUDA graphs off and on), the CUDA graphs test on the GPU (test_replay),
-# `troupe bench ops` on cuda:0, `troupe bench` of the strategies on cuda:0,cuda:0 (and four
+# workload on cuda:0, mlp on cuda:0 with its data made by the loader and on the GPU
+# (--data-on host, device), `troupe bench gpu` (mlp and gpt in fp32/TF32/bf16 against
+# cuBLAS's peak, the pipeline with CUDA graphs off and on), the CUDA graphs test on the
+# GPU (test_replay), `troupe bench ops` on cuda:0, `troupe bench` of the strategies on cuda:0,cuda:0 (and four
 # logical devices), `nvidia-smi topo -m` and compute-sanitizer's memcheck where they exist,
 # with a short table last.
 #
@@ -130,8 +130,8 @@ fi
 # ---- the programs: the carried ones, or rebuilt here ----------------------------------------
 
 targets=(tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_train
-         tests/gpu/cuda/test_cuda_nccl tests/models/test_replay tests/profiling/test_profile
-         tests/profiling/libnvtx_recorder.so tools/troupe)
+         tests/gpu/cuda/test_cuda_nccl tests/gpu/cuda/test_cuda_data tests/models/test_replay
+         tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
 programs=("${targets[@]##*/}")
 say "unpacking $archive"
 if [[ ! -f $archive ]]; then
@@ -195,7 +195,7 @@ else
 fi
 
 # each program's output: in the log, in tests.txt, and its failures in the summary
-for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300 test_cuda_nccl:90; do
+for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300 test_cuda_nccl:90 test_cuda_data:90; do
   limit=$(allow "${t#*:}")
   t=${t%:*}
   say "$t (at most ${limit}s)"
@@ -319,6 +319,30 @@ for m in "mlp --seconds 3" "gpt --seconds 3" "simplenet --steps 20000"; do
     failed=1
   fi
 done
+
+# ---- data made on the GPU (issue 12): mlp on cuda:0 fed by the loader's one thread
+# (--data-on host) against its samples made on the GPU (--data-on device); about 15 s.
+# Figures in the summary's train table (mlp_data_host, mlp_data_device) and this note.
+if ! late "mlp --data-on host vs device" 25; then
+  for on in host device; do
+    limit=$(allow 30 15)
+    say "troupe train --model mlp --devices cuda:0 --data-on $on --seconds 3 --json (at most ${limit}s)"
+    timeout -k 5 "$limit" "$bin/troupe" train --model mlp --devices cuda:0 --data-on "$on" \
+      --seconds 3 --json >"$work/json/train_mlp_data_$on.json"
+    rc=$?
+    cat "$work/json/train_mlp_data_$on.json"
+    ((rc == 0)) || { note "mlp --data-on $on" "FAILED: $(exit_says $rc "$limit")"; failed=1; }
+  done
+  figures=$(python3 - "$work/json" <<'PY' 2>/dev/null
+import json, sys
+r = {on: json.load(open(f"{sys.argv[1]}/train_mlp_data_{on}.json")) for on in ("host", "device")}
+h, d = r["host"]["samples_per_s"], r["device"]["samples_per_s"]
+u = lambda x: ",".join(f"{v:.2f}" for v in x.get("utilization") or [])
+print(f"host {h:.0f} samples/s (util {u(r['host'])}), device {d:.0f} (util {u(r['device'])}): {d / h:.2f}x")
+PY
+  )
+  [[ -n $figures ]] && note "mlp --data-on host vs device" "$figures"
+fi
 
 skipped() { [[ " ${GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
 

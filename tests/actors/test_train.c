@@ -1,6 +1,7 @@
 /* test_train.c — training runs end to end (tr_train_run, single device): they learn, they
  * repeat bitwise, a resumed run is the uninterrupted one (pipelines of chunks and of split
- * backwards too), and bad input is named. */
+ * backwards too), samples made on the devices train what the loader's train, and bad input
+ * is named. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 
 #define SCRATCH_NAME "train"
 #include "scratch.h"
+#include "specs.h"
 
 static tr_train_options simplenet(int64_t steps) {
   tr_train_options o = tr_train_defaults();
@@ -187,6 +189,44 @@ static void a_timed_run_does_not_run_through_its_prefetched_batches(void **state
   }
 }
 
+/* Samples made on the devices (the stages' threads of host devices) train what the loader's
+ * batches train, bit for bit: one stage (inputs and targets from one batch), a pipeline (its
+ * last stage makes its targets, and the inputs they come from, itself), replicas; for float
+ * data (simplenet's teacher) and tokens (a one-block gpt). Every kind's samples are test_data_gen's. */
+static void data_made_on_the_devices_trains_what_the_loaders_batches_train(void **state) {
+  (void)state;
+  const struct {
+    const char *model;
+    const tr_model_spec *spec;
+    const char *devices;
+    tr_strategy strategy;
+    int batch, microbatches;
+  } cases[] = {
+      {"simplenet", NULL, "host:1", TR_STRATEGY_SINGLE, 64, 1},
+      {"simplenet", NULL, "host:2", TR_STRATEGY_DP, 64, 1},
+      {NULL, &gpt1, "host:2", TR_STRATEGY_PIPELINE, 8, 2},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    tr_train_options o = simplenet(2); /* two updates: each on samples of its own step */
+    o.model = cases[i].model;
+    o.spec = cases[i].spec;
+    o.devices = cases[i].devices;
+    o.strategy = cases[i].strategy;
+    o.job.global_batch = cases[i].batch;
+    o.job.layout.microbatches = cases[i].microbatches;
+    o.deterministic = 1;
+    tr_train_result host, device;
+    o.job.data_on = TR_DATA_ON_HOST;
+    o.job.checkpoint.path = path("host.safetensors");
+    run_ok(&o, &host);
+    o.job.data_on = TR_DATA_ON_DEVICE;
+    o.job.checkpoint.path = path("device.safetensors");
+    run_ok(&o, &device);
+    assert_memory_equal(&host.final_loss, &device.final_loss, sizeof host.final_loss);
+    assert_same_file(path("host.safetensors"), path("device.safetensors"));
+  }
+}
+
 static void expect_error(const tr_train_options *o, int status, const char *needle) {
   tr_train_result r;
   char err[1024];
@@ -203,6 +243,18 @@ static void bad_input_is_named(void **state) {
   o = simplenet(10);
   o.devices = "host:x";
   expect_error(&o, TR_EINVAL, "host:x");
+
+  /* a file cannot be generated on a device */
+  const char *text = path("text.txt");
+  FILE *t = fopen(text, "w");
+  assert_non_null(t);
+  for (int i = 0; i < 100; i++) fputs("1+1=2\n", t);
+  fclose(t);
+  o = simplenet(10);
+  o.model = "gpt";
+  o.data = text;
+  o.job.data_on = TR_DATA_ON_DEVICE;
+  expect_error(&o, TR_EINVAL, "data_on device: data");
 
   o = simplenet(10);
   o.job.checkpoint.resume = path("missing.safetensors");
@@ -241,6 +293,7 @@ int main(void) {
       cmocka_unit_test(checkpoints_every_n_steps_hold_that_step),
       cmocka_unit_test(a_timed_run_stops_on_time),
       cmocka_unit_test(a_timed_run_does_not_run_through_its_prefetched_batches),
+      cmocka_unit_test(data_made_on_the_devices_trains_what_the_loaders_batches_train),
       cmocka_unit_test(bad_input_is_named),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

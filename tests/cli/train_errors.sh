@@ -36,6 +36,10 @@ expect "an unknown model" "^troupe: --model 'resnet'" -- --model resnet --steps 
 expect "labels without data" '^troupe: --labels needs --data' -- --labels y.npy --steps 2
 expect "a profile window ending first" "^troupe: --profile-steps: '5:3' is not A:B" -- \
   --profile-steps 5:3 --steps 2
+expect "an unknown data placement" "^troupe: --data-on: 'gpu' is not auto, host or device" -- \
+  --data-on gpu --steps 2
+expect "a file generated on a device" "^troupe: --data-on device: data '.*' cannot be generated" -- \
+  --model gpt --data "$0" --data-on device --devices host:1 --steps 2
 expect "zero with async" '^troupe: --zero 1: asynchronous training .*server' -- \
   --strategy async --devices host:2 --zero 1 --steps 2
 expect "allreduce nccl of host devices" '^troupe: --allreduce: nccl asked, but host:0 is a host device' -- \
