@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   } else if (t == &tr_activation_type || t == &tr_gradient_type) {
     const tr_tensor_msg *x = (const tr_tensor_msg *)m;
     if (x->ready || x->dev) abort(); /* nothing of the sender's process */
-    inside(x->data, x->bytes, in, n);
+    if (x->data) inside(x->data, x->bytes, in, n); /* NULL: NCCL brings the bytes */
   } else if (t == &tr__part_type) {
     tr__part *p = &((tr__part_msg *)m)->part;
     if (!p->state) abort(); /* params may stay NULL: a ZeRO shard of the state alone */
