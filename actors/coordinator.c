@@ -340,6 +340,8 @@ static void record_result(coordinator *c) {
   r->allreduce = R > 1 ? (run->nccl ? TR_ALLREDUCE_NCCL : TR_ALLREDUCE_PEER) : TR_ALLREDUCE_AUTO;
   r->edges_nccl = run->edges_nccl;
   r->edges_mpi = run->edges_mpi;
+  r->batches_made = run->batches_made;
+  r->batches_loaded = run->batches_loaded;
   r->chunks = jc->layout.chunks;
   r->recompute = jc->memory.recompute != 0;
   r->graphs = jc->graphs;

@@ -509,6 +509,7 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
   const int loader = loader_index_of(j, from), stage = stage_index_of(j, to);
   const bool generate = loader >= 0 && stage >= 0 &&
                         generates_on(&j->run.c, tr__stage_device(tr_actor_state(to)));
+  if (loader >= 0) ++*(generate ? &j->run.batches_made : &j->run.batches_loaded);
   if (loader >= 0 && (rc = tr__loader_add_edge(tr_actor_state(from), e, carries, generate)))
     return rc;
   if (stage >= 0 && (rc = tr__stage_add_input(tr_actor_state(to), e, carries))) return rc;

@@ -47,6 +47,7 @@ typedef struct tr__run {
                                is wired by tr_job_group, before it runs) */
   int edges_nccl, edges_mpi; /* pipeline edges between ranks, by what carries their tensors
                                 (tr_job_chain: the same count on every rank) */
+  int batches_made, batches_loaded; /* batch edges: samples made by the stage, or loaded */
 } tr__run;
 
 /* How a value that is not a finite number reads in a message: "NaN", "+Inf", "-Inf". */

@@ -170,6 +170,8 @@ typedef struct tr_train_result {
                               did through NCCL); AUTO: there were none (one replica) */
   int edges_nccl, edges_mpi; /* pipeline edges between processes (act and grad each)
                               whose tensors NCCL carried, and MPI (tr_edge_carrier) */
+  int batches_made, batches_loaded; /* batch edges (of this process) whose stage made its
+                              samples on its device, and those the loader filled (data_on) */
   int chunks;              /* model chunks per device (interleaved), else 1 */
   int cuts[TR_TRAIN_MAX_DEVICES + 1]; /* piece k: layers [cuts[k], cuts[k + 1]); piece
                                          c × stages + s is chunk c of stage s */

@@ -166,6 +166,7 @@ static void print_json(const tr_train_result *r, double sgemm) {
   if (r->allreduce == TR_ALLREDUCE_AUTO) printf("\"allreduce\":null,");
   else printf("\"allreduce\":\"%s\",", tr_allreduce_name(r->allreduce));
   /* pipeline edges between processes, by what carried their tensors (null: none crossed) */
+  printf("\"data_on\":\"%s\",", !r->batches_made ? "host" : !r->batches_loaded ? "device" : "mixed");
   if (r->edges_nccl + r->edges_mpi == 0) printf("\"edges_across_ranks\":null,");
   else printf("\"edges_across_ranks\":{\"nccl\":%d,\"mpi\":%d},", r->edges_nccl, r->edges_mpi);
   print_memory(r);
@@ -245,6 +246,8 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   if (r->replicas > 1 && !async)
     fprintf(stderr, ", replicas differ by %.2g (summed by %s)", r->consistency,
             r->allreduce == TR_ALLREDUCE_NCCL ? "NCCL" : "peer");
+  if (r->batches_made)
+    fprintf(stderr, ", samples made on the device%s", r->batches_loaded ? " (some loaded)" : "");
   if (r->edges_nccl + r->edges_mpi)
     fprintf(stderr, ", tensors between ranks by %s", !r->edges_mpi ? "NCCL" : !r->edges_nccl
                                                          ? "MPI" : "NCCL and MPI");
