@@ -8,12 +8,14 @@
  * The host's evaluation defines the values: every product and sum rounded on its own, never
  * fused into a multiply-add (the host builds for baseline x86-64, and its AVX2 path asks for
  * no FMA, host_cpu.h). TR__FMUL and TR__FADD keep nvcc from fusing them on the GPU
- * (__fmul_rn and __fadd_rn are never contracted). What may still differ on a GPU: the wedge
- * and tail of the ziggurat call expf and log, whose device versions can be an ulp off
- * glibc's. The tail's value is rounded from double to float, which hides it; an accept/reject
- * decision flips only when a uniform lands within that ulp (about 2^-24 of the 2% of draws
- * that reach the wedge), so in practice the samples are the same bits. Integer tokens
- * involve no floating point and are always bitwise the same. */
+ * (__fmul_rn and __fadd_rn are never contracted), and no function of libm decides a value
+ * but the tail's log: the wedge's density is tr__synth_exp, a polynomial of those operations
+ * (CUDA's expf and glibc's differ by an ulp now and then, which would flip an accept/reject
+ * decision and shift every later value of that sample). What may still differ on a GPU: the
+ * tail beyond R (about 0.03% of normals) takes log in double, which the device may round an
+ * ulp of double apart; the value is rounded to float, which hides it, and the test of the
+ * tail flips only on a tie at double precision. Integer tokens involve no floating point and
+ * are always bitwise the same. */
 #ifndef TR_SYNTH_IMPL_H
 #define TR_SYNTH_IMPL_H
 
@@ -85,6 +87,27 @@ static inline TR__HD double tr__rng_uniform(tr__rng *r) {
   return (double)(tr__rng_next(r) >> 11) * 0x1p-53;
 }
 
+/* e^x for |x| <= 18, written so that a loop of it vectorises and that the host and the GPU
+ * give the same bits (no libm: CUDA's expf and glibc's differ by an ulp now and then): 2^k
+ * p(r), k rounded by the 1.5 * 2^23 trick, 2^k put into the exponent bits, p the degree-6
+ * Taylor polynomial on |r| <= ln2/2 (relative error 1.2e-7; the coefficients 1/6, 1/24,
+ * 1/120, 1/720 rounded to float). */
+static inline TR__HD float tr__synth_exp(float x) {
+  const float k = TR__FSUB(TR__FADD(TR__FMUL(x, 1.44269504f), 12582912.0f), 12582912.0f);
+  const float r = TR__FSUB(TR__FSUB(x, TR__FMUL(k, 0.693145752f)), TR__FMUL(k, 1.42860677e-6f));
+  float p = 0x1.6c16c2p-10f; /* 1/720 */
+  p = TR__FADD(0x1.111112p-7f /* 1/120 */, TR__FMUL(r, p));
+  p = TR__FADD(0x1.555556p-5f /* 1/24 */, TR__FMUL(r, p));
+  p = TR__FADD(0x1.555556p-3f /* 1/6 */, TR__FMUL(r, p));
+  p = TR__FADD(0.5f, TR__FMUL(r, p));
+  p = TR__FADD(1.0f, TR__FMUL(r, p));
+  p = TR__FADD(1.0f, TR__FMUL(r, p));
+  const int32_t bits = ((int32_t)k + 127) << 23;
+  float two_k;
+  memcpy(&two_k, &bits, sizeof two_k);
+  return TR__FMUL(p, two_k);
+}
+
 /* ---- normals: the ziggurat (tables in tr_synth_zig, tr_device.h) ---------------------------- */
 
 /* Normals by Marsaglia and Tsang's ziggurat (128 layers): one 64-bit draw, a table look-up
@@ -129,7 +152,7 @@ static TR__SYNTH_NOINLINE TR__HD float tr__normal_edge(const tr_synth_zig *z, tr
     /* the wedge: accept under the density, else draw again */
     const float lo = z->f[iz], span = TR__FSUB(z->f[iz - 1], z->f[iz]);
     if (TR__FADD(lo, TR__FMUL((float)tr__rng_uniform(r), span)) <
-        expf(TR__FMUL(TR__FMUL(-0.5f, x), x)))
+        tr__synth_exp(TR__FMUL(TR__FMUL(-0.5f, x), x)))
       return x;
   }
 }
@@ -144,27 +167,11 @@ static inline TR__HD float tr__normal(const tr_synth_zig *z, tr__rng *r) {
 
 /* ---- the teacher: y (out) = W2 tanh(W1 x + b1) + b2 ----------------------------------------- */
 
-/* tanh(a) = (e - 1) / (e + 1), e = exp(2a) with |a| <= 9, written so that a loop of it
- * vectorises: exp as 2^k p(r), k rounded by the 1.5 * 2^23 trick, 2^k put into the exponent
- * bits, p the degree-6 Taylor polynomial on |r| <= ln2/2 (relative error 1.2e-7; the
- * coefficients 1/6, 1/24, 1/120, 1/720 rounded to float). The teacher is defined by this
- * function; libm's tanhf (through expm1f, scalar) cost four fifths of the whole batch.
- * Absolute error below 2e-7. */
+/* tanh(a) = (e - 1) / (e + 1), e = exp(2a) with |a| <= 9 (tr__synth_exp). The teacher is
+ * defined by this function; libm's tanhf (through expm1f, scalar) cost four fifths of the
+ * whole batch. Absolute error below 2e-7. */
 static inline TR__HD float tr__synth_tanh(float a) {
-  const float x = 2.0f * (a > 9.0f ? 9.0f : a < -9.0f ? -9.0f : a);
-  const float k = TR__FSUB(TR__FADD(TR__FMUL(x, 1.44269504f), 12582912.0f), 12582912.0f);
-  const float r = TR__FSUB(TR__FSUB(x, TR__FMUL(k, 0.693145752f)), TR__FMUL(k, 1.42860677e-6f));
-  float p = 0x1.6c16c2p-10f; /* 1/720 */
-  p = TR__FADD(0x1.111112p-7f /* 1/120 */, TR__FMUL(r, p));
-  p = TR__FADD(0x1.555556p-5f /* 1/24 */, TR__FMUL(r, p));
-  p = TR__FADD(0x1.555556p-3f /* 1/6 */, TR__FMUL(r, p));
-  p = TR__FADD(0.5f, TR__FMUL(r, p));
-  p = TR__FADD(1.0f, TR__FMUL(r, p));
-  p = TR__FADD(1.0f, TR__FMUL(r, p));
-  const int32_t bits = ((int32_t)k + 127) << 23;
-  float two_k;
-  memcpy(&two_k, &bits, sizeof two_k);
-  const float e = TR__FMUL(p, two_k);
+  const float e = tr__synth_exp(2.0f * (a > 9.0f ? 9.0f : a < -9.0f ? -9.0f : a));
   return TR__FSUB(e, 1.0f) / TR__FADD(e, 1.0f);
 }
 

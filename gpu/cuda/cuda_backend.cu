@@ -570,9 +570,14 @@ int tr__cuda_scratch(tr_stream *s, size_t bytes, void **out) {
                              "captures (the work ran eagerly once first?)", bytes, s->name);
     size_t want = 8192;
     while (want < bytes) want *= 2;
-    /* Stream-ordered: work already queued on s finishes with the old block before it is
-     * freed, and work queued from now on sees the new one. */
-    if (cs->scratch) TR__CU(d, cudaFreeAsync(cs->scratch, cs->st));
+    /* The old block is kept until the stream closes, not freed: a capture recorded with it
+     * (tr_capture) replays its addresses. Doubling keeps the blocks kept below the new. */
+    if (cs->scratch) {
+      void **more = (void **)realloc(cs->retired, (size_t)(cs->nretired + 1) * sizeof *more);
+      if (!more) return tr__device_fail(d, TR_ENOMEM, "scratch: out of host memory");
+      cs->retired = more;
+      cs->retired[cs->nretired++] = cs->scratch;
+    }
     cs->scratch = NULL;
     cs->scratch_bytes = 0;
     TR__CU(d, cudaMallocFromPoolAsync(&cs->scratch, want, tr__cu_dev(d)->pool, cs->st));
@@ -625,6 +630,8 @@ static void tr__cuda_stream_close(tr_stream *s) {
   if (tr__cuda_enter(d) == 0) {
     cudaError_t e = cudaSuccess;
     if (cs->scratch) e = cudaFreeAsync(cs->scratch, cs->st);
+    for (int i = 0; i < cs->nretired && e == cudaSuccess; i++)
+      e = cudaFreeAsync(cs->retired[i], cs->st);
     /* Closing is not the hot path: waiting here means nothing queued on the stream can
      * outlive the memory and handles that close frees next. */
     if (e == cudaSuccess) e = cudaStreamSynchronize(cs->st);
@@ -636,6 +643,7 @@ static void tr__cuda_stream_close(tr_stream *s) {
     (void)cudaGetLastError();
   }
   tr__cu_dev(d)->nstreams--;
+  free(cs->retired);
   free(cs);
   s->impl = NULL;
 }

@@ -31,6 +31,9 @@ typedef struct tr__cuda_stream {
                               not, picks its algorithm with the same room */
   void *scratch;           /* reductions' per-block partials; grows, stream-ordered */
   size_t scratch_bytes;
+  void **retired;          /* scratch blocks outgrown, freed with the stream: a CUDA graph
+                              captured before the growth still reads and writes them */
+  int nretired;
 } tr__cuda_stream;
 
 /* Per logical device (d->impl). Several may share one GPU ("cuda:0,cuda:0"): each has its
