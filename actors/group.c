@@ -575,6 +575,13 @@ int tr__group_sync(tr__group *g) {
   return g->comm && tr_stream_synchronize(g->comm) ? fail(g, "finishing") : 0;
 }
 
+void tr__group_abort(tr__group *g) {
+  if (g == NULL) return;
+  tr_comm_abort(g->nccl);
+  tr_comm_abort(g->across);
+  g->nccl = g->across = NULL;
+}
+
 void tr__group_close(tr__group *g) {
   if (g == NULL) return;
   if (g->comm) tr_stream_synchronize(g->comm);

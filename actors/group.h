@@ -101,6 +101,9 @@ int tr__group_gather(tr__group *g, int64_t step);
 int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s);
 /* The group's stream has run everything (the end of the run). */
 int tr__group_sync(tr__group *g);
+/* A failed run: its NCCL communicators aborted, so that no stream waits for ever on a sum
+ * that a member which is gone never joins (before any stream is synchronised). */
+void tr__group_abort(tr__group *g);
 /* Device resources, on the stage's thread; then the rest. */
 void tr__group_close(tr__group *g);
 void tr__group_free(tr__group *g);

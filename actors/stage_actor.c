@@ -607,18 +607,20 @@ static int send_nccl(stage_actor *a, wire *w, const void *data, size_t bytes) {
   return DONE;
 }
 
+/* NCCL's send goes after the message: NCCL connects two ranks at their first send and
+ * receive, and the first send waits, on this thread, until the peer has issued its first
+ * receive, which it does when the message comes (receive_nccl). */
 static int send_tensor(stage_actor *a, tr_edge *e, staged *h, wire *w, const tr_msgtype *type,
                        const void *data, size_t bytes, tr_event *ev, const tr_action *act) {
+  const void *carried = data;
   if (w->comm) {
-    const int rc = send_nccl(a, w, data, bytes);
-    if (rc != DONE) return rc;
-    data = NULL; /* the message goes without its bytes (codec.h) */
+    carried = NULL; /* the message goes without its bytes (codec.h) */
   } else if (h->buf) { /* for another process: a host copy, complete before it goes */
     uint8_t *copy = h->buf + (size_t)h->next * h->bytes;
     h->next = (h->next + 1) % h->n;
     if (tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2H) || tr_stream_synchronize(a->s))
       return fail_device(a->self, a, "copying a tensor for another process");
-    data = copy;
+    carried = copy;
   }
   if (tr_event_record(ev, a->s)) return fail_device(a->self, a, "sending a tensor");
   tr_tensor_msg *t = tr_msg_new(type);
@@ -626,12 +628,12 @@ static int send_tensor(stage_actor *a, tr_edge *e, staged *h, wire *w, const tr_
   t->mb = act->mb;
   t->chunk = peer_chunk(a, act);
   t->first = a->ch[act->chunk].slot_first[act->slot];
-  t->data = data;
+  t->data = carried;
   t->bytes = bytes;
   t->ready = ev;
   t->dev = a->dev;
   tr_edge_send(e, t);
-  return DONE;
+  return w->comm ? send_nccl(a, w, data, bytes) : DONE;
 }
 
 /* Whether a forward of chunk `info` takes a batch from edge `in`: inputs for the model's
@@ -1085,8 +1087,10 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
 static void stage_stop(tr_actor *self) {
   stage_actor *a = tr_actor_state(self);
   wire *wires[] = {&a->act_w, &a->grad_w, &a->act_in_w, &a->grad_in_w};
-  if (!a->done) /* a failed run: a peer's operation may never come, and the streams wait */
+  if (!a->done) { /* a failed run: a peer's operation may never come, and the streams wait */
     for (int i = 0; i < 4; i++) close_wire(a, wires[i], true);
+    tr__group_abort(a->group);
+  }
   if (a->s) tr_stream_synchronize(a->s);
   for (int i = 0; i < 4; i++) close_wire(a, wires[i], false);
   tr__group_close(a->group);

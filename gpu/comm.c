@@ -10,6 +10,7 @@ struct tr_comm {
   void *impl;
   int rank, count;
   tr_comm *block; /* opened together (tr_comm_open_all): the members' one allocation */
+  int live;       /* block[0]'s: members not yet closed, each on its own thread (atomic) */
 };
 
 const char *tr_comm_library(void) {
@@ -50,6 +51,7 @@ int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, 
     c[i] = (tr_comm){.dev = devs[i], .impl = impls[i], .rank = i, .count = n, .block = c};
     comms[i] = &c[i];
   }
+  if (rc == 0) c[0].live = n;
   free(impls);
   if (rc) free(c);
   return rc;
@@ -92,9 +94,7 @@ static void comm_end(tr_comm *c, bool abort) {
     free(c);
     return;
   }
-  for (int i = 0; i < c->count; i++)
-    if (c->block[i].impl) return;
-  free(c->block);
+  if (__atomic_sub_fetch(&c->block[0].live, 1, __ATOMIC_ACQ_REL) == 0) free(c->block);
 }
 
 void tr_comm_close(tr_comm *c) { comm_end(c, false); }
