@@ -132,9 +132,10 @@ int tr__cuda_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *
   TR__CU_ENTER(d);
   cudaStream_t st = tr__cu_stream(s)->st;
   const size_t rows = B * T;
-  if (rows > (size_t)INT_MAX - TILE || V >= UINT_MAX || C > UINT_MAX)
+  if (rows > (size_t)INT_MAX - TILE || V >= UINT_MAX || C > (size_t)65535 * COLS)
     return tr__device_fail(d, TR_EINVAL, "embedding_bwd: %zu rows, V %zu, C %zu: the CUDA "
-                           "backend takes fewer than 2^31 rows and 2^32 tokens", rows, V, C);
+                           "backend takes fewer than 2^31 rows, 2^32 tokens and %d columns",
+                           rows, V, C, 65535 * COLS);
   const unsigned n = (unsigned)rows, tiles = (n + TILE - 1) / TILE;
   const dim3 grid(tiles, (unsigned)((C + COLS - 1) / COLS));
   int end_bit = 1; /* the keys' bits: V is the largest */
