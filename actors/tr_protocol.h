@@ -82,7 +82,9 @@ typedef struct tr_tensor_msg {
   int mb;
   int chunk;        /* the receiver's model chunk it is for (interleaved); else 0 */
   uint64_t first;   /* the micro-batch's first sample */
-  const void *data; /* in the sender's device memory */
+  const void *data; /* in the sender's device memory; from another process: in host memory
+                       of this one, or NULL where NCCL carries the bytes on the edge's own
+                       communicator (the receiving stage then receives them itself) */
   size_t bytes;
   tr_event *ready;  /* the data is valid once this has completed */
   tr_device *dev;   /* the sender's */
