@@ -179,8 +179,6 @@ void tr__group_use_nccl(tr__group *g, tr_comm *inside, tr_comm *across, const ch
   snprintf(g->nccl_error, sizeof g->nccl_error, "%s", error ? error : "");
 }
 
-bool tr__group_nccl(const tr__group *g) { return g->nccl != NULL; }
-
 void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed) {
   g->cross = group;
   g->sum = sum;
@@ -610,8 +608,7 @@ void tr__group_close(tr__group *g) {
 
 void tr__group_free(tr__group *g) {
   if (g == NULL) return;
-  tr_comm_abort(g->nccl); /* never opened, or its thread failed: the others may not come */
-  tr_comm_abort(g->across);
+  tr__group_abort(g); /* never opened, or its thread failed: the others may not come */
   for (int p = 0; p < 2; p++) {
     group_step *s = &g->gs[p];
     free(s->ready);

@@ -91,7 +91,6 @@ void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed
  * The group owns them and closes them on the member's thread. `error`: opening them
  * failed (allreduce nccl was asked): the member fails at open, saying this. */
 void tr__group_use_nccl(tr__group *g, tr_comm *inside, tr_comm *across, const char *error);
-bool tr__group_nccl(const tr__group *g);
 int tr__group_wait(tr__group *g, int64_t step, tr_stream *s);
 /* Sharded: the update of this member's shard is issued on the stage's stream; it goes into
  * every other member's parameters and they are told. Unsharded: nothing. */

@@ -216,8 +216,7 @@ static int complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, "model: none given");
   if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL, "data: none given");
   if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
-  if (c->layout.chunks == 0)
-    c->layout.chunks = c->layout.schedule == TR_SCHEDULE_INTERLEAVED ? 2 : 1;
+  c->layout.chunks = tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
   c->optim = resolve_optim(c->optim, c->model);
   int rc;
   if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
@@ -641,13 +640,9 @@ static void member_infos(tr_actor *const *members, int n, tr_device **devs, tr_d
  * (tr_allreduce_choose), opened here, on the thread that builds the graph. */
 static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nccl) {
   tr_device *devs[TR_TRAIN_MAX_DEVICES];
-  tr_device_info *infos = calloc((size_t)n, sizeof *infos);
+  tr_device_info infos[TR_TRAIN_MAX_DEVICES];
   tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
-  if (e == NULL || infos == NULL) {
-    free(e);
-    free(infos);
-    return TR_ENOMEM;
-  }
+  if (e == NULL) return TR_ENOMEM;
   member_infos(members, n, devs, infos);
   int rc = 0;
   for (int a = 0; a < n && rc == 0; a++)
@@ -672,7 +667,6 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nc
     j->run.nccl = true;
   }
   free(e);
-  free(infos);
   return rc;
 }
 
@@ -722,17 +716,15 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
   tr_graph *g = j->run.g;
   const int me = tr_graph_rank(g), size = tr_world_size(tr__graph_world(g)), k = j->ncross++;
   int ranks[TR_TRAIN_MAX_DEVICES], nranks = 0;
+  tr_actor *leaders[TR_TRAIN_MAX_DEVICES] = {NULL}; /* each rank's member of lowest index */
   for (int rank = 0; rank < size; rank++)
     for (int i = 0; i < n; i++)
       if (tr_graph_actor_rank(g, members[i]) == rank) {
-        ranks[nranks++] = rank;
+        ranks[nranks] = rank;
+        leaders[nranks++] = members[i];
         break;
       }
   int rc = tr__transport_group(tr__graph_transport(g), k, ranks, nranks);
-  tr_actor *leaders[TR_TRAIN_MAX_DEVICES] = {NULL};
-  for (int i = 0; i < nranks; i++)
-    for (int m = n - 1; m >= 0; m--)
-      if (tr_graph_actor_rank(g, members[m]) == ranks[i]) leaders[i] = members[m];
   char why[256] = "";
   tr_comm *across = rc == 0 ? leaders_comm(j, leaders, ranks, nranks, why, sizeof why) : NULL;
   for (int rank = 0; rank < size && rc == 0; rank++) {

@@ -208,7 +208,7 @@ static int complete(const tr_schedule_config *in, tr_schedule_config *c) {
   if (in == NULL || (unsigned)in->kind >= TR_SCHEDULE_COUNT) return TR_EINVAL;
   *c = *in;
   const bool interleaved = c->kind == TR_SCHEDULE_INTERLEAVED;
-  if (c->chunks == 0) c->chunks = interleaved ? 2 : 1;
+  c->chunks = tr_schedule_chunks(c->kind, c->chunks);
   if (c->stages < 1 || c->microbatches < 1 || c->chunks < 1 || c->chunks > 64 ||
       (interleaved ? c->chunks < 2 || c->stages < 2 : c->chunks != 1))
     return TR_EINVAL;

@@ -1125,10 +1125,8 @@ static int stage_start(tr_actor *self) {
 static void stage_destroy(void *state) {
   stage_actor *a = state;
   /* never started (the build failed): the other end may never come */
-  tr_comm_abort(a->act_w.comm);
-  tr_comm_abort(a->grad_w.comm);
-  tr_comm_abort(a->act_in_w.comm);
-  tr_comm_abort(a->grad_in_w.comm);
+  const wire *wires[] = {&a->act_w, &a->grad_w, &a->act_in_w, &a->grad_in_w};
+  for (int i = 0; i < 4; i++) tr_comm_abort(wires[i]->comm);
   for (int i = 0; i < a->nin; i++) tr__queue_free(&a->in[i].q);
   tr__queue_free(&a->actq);
   tr__queue_free(&a->gradq);

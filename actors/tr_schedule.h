@@ -106,6 +106,11 @@ const char *tr_schedule_kind_name(tr_schedule_kind k);
 int tr_schedule_kind_parse(const char *name, tr_schedule_kind *out);
 const char *tr_schedule_kind_list(void);
 
+/* Model chunks per device: `chunks`, or where it is 0 the kind's default (2 interleaved, else 1). */
+static inline int tr_schedule_chunks(tr_schedule_kind k, int chunks) {
+  return chunks ? chunks : k == TR_SCHEDULE_INTERLEAVED ? 2 : 1;
+}
+
 /* X(name, text): the one list of action kinds. BACKWARD is both halves at once; zero-bubble
  * schedules run BACKWARD_INPUT (which the gradient's send follows) and, later,
  * BACKWARD_WEIGHT instead (tr_stage_backward_input and _weight). */

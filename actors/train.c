@@ -134,9 +134,8 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
  * rank 0 measures on its first device and every rank takes its cut. */
 static int measured_cuts(run *rn, tr_world *w) {
   tr_job_config *c = &rn->jc;
-  const int interleaved = c->layout.schedule == TR_SCHEDULE_INTERLEAVED;
   const int L = tr_model_layer_count(rn->model);
-  const int P = c->layout.stages * (c->layout.chunks ? c->layout.chunks : interleaved ? 2 : 1);
+  const int P = c->layout.stages * tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
   const int parts = c->layout.replicas * c->layout.microbatches;
   const int global = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
   const int batch = global / parts;
