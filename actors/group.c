@@ -15,16 +15,12 @@ static const char *const allreduce_names[] = {TR_ALLREDUCE_MAP(TR__ALLREDUCE_TEX
 #undef TR__ALLREDUCE_TEXT
 
 const char *tr_allreduce_name(tr_allreduce a) {
-  return (unsigned)a < TR_ALLREDUCE_COUNT ? allreduce_names[a] : "?";
+  return tr__name_of(allreduce_names, TR__COUNTOF(allreduce_names), (int)a);
 }
 
 int tr_allreduce_parse(const char *name, tr_allreduce *out) {
-  for (unsigned i = 0; name && i < TR_ALLREDUCE_COUNT; i++)
-    if (!strcmp(name, allreduce_names[i])) {
-      *out = (tr_allreduce)i;
-      return 0;
-    }
-  return TR_EINVAL;
+  const int i = tr__name_index(allreduce_names, TR__COUNTOF(allreduce_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_allreduce)i, 0);
 }
 
 int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, bool have_nccl,

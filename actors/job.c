@@ -50,29 +50,21 @@ static const char *const nonfinite_names[] = {"stop", "skip"};
 static const char *const data_on_names[] = {"auto", "host", "device"};
 
 const char *tr_data_on_name(tr_data_on w) {
-  return (unsigned)w < 3 ? data_on_names[w] : "?";
+  return tr__name_of(data_on_names, TR__COUNTOF(data_on_names), (int)w);
 }
 
 int tr_data_on_parse(const char *name, tr_data_on *out) {
-  for (unsigned i = 0; name && i < 3; i++)
-    if (!strcmp(name, data_on_names[i])) {
-      *out = (tr_data_on)i;
-      return 0;
-    }
-  return TR_EINVAL;
+  const int i = tr__name_index(data_on_names, TR__COUNTOF(data_on_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_data_on)i, 0);
 }
 
 const char *tr_nonfinite_policy_name(tr_nonfinite_policy p) {
-  return (unsigned)p < 2 ? nonfinite_names[p] : "?";
+  return tr__name_of(nonfinite_names, TR__COUNTOF(nonfinite_names), (int)p);
 }
 
 int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out) {
-  for (unsigned i = 0; i < 2; i++)
-    if (!strcmp(name, nonfinite_names[i])) {
-      *out = (tr_nonfinite_policy)i;
-      return 0;
-    }
-  return TR_EINVAL;
+  const int i = tr__name_index(nonfinite_names, TR__COUNTOF(nonfinite_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_nonfinite_policy)i, 0);
 }
 
 tr_job_config tr_job_defaults(void) {

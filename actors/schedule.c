@@ -29,17 +29,12 @@ static const char *const action_names[] = {
 };
 
 const char *tr_schedule_kind_name(tr_schedule_kind k) {
-  return (unsigned)k < TR_SCHEDULE_COUNT ? schedule_names[k] : "?";
+  return tr__name_of(schedule_names, TR__COUNTOF(schedule_names), (int)k);
 }
 
 int tr_schedule_kind_parse(const char *name, tr_schedule_kind *out) {
-  for (unsigned i = 0; name != NULL && i < TR_SCHEDULE_COUNT; i++) {
-    if (!strcmp(name, schedule_names[i])) {
-      *out = (tr_schedule_kind)i;
-      return 0;
-    }
-  }
-  return TR_EINVAL;
+  const int i = tr__name_index(schedule_names, TR__COUNTOF(schedule_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_schedule_kind)i, 0);
 }
 
 const char *tr_schedule_kind_list(void) {

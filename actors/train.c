@@ -15,17 +15,12 @@
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
 
 const char *tr_strategy_name(tr_strategy s) {
-  return (unsigned)s < sizeof strategy_names / sizeof *strategy_names ? strategy_names[s] : "?";
+  return tr__name_of(strategy_names, TR__COUNTOF(strategy_names), (int)s);
 }
 
 int tr_strategy_parse(const char *name, tr_strategy *out) {
-  for (unsigned i = 0; i < sizeof strategy_names / sizeof *strategy_names; i++) {
-    if (!strcmp(name, strategy_names[i])) {
-      *out = (tr_strategy)i;
-      return 0;
-    }
-  }
-  return TR_EINVAL;
+  const int i = tr__name_index(strategy_names, TR__COUNTOF(strategy_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_strategy)i, 0);
 }
 
 tr_train_options tr_train_defaults(void) {

@@ -48,13 +48,12 @@ static const char *const precision_names[] = {
 };
 
 const char *tr_precision_name(tr_precision p) {
-  return (unsigned)p < TR_PRECISION_COUNT ? precision_names[p] : "?";
+  return tr__name_of(precision_names, TR__COUNTOF(precision_names), (int)p);
 }
 
 int tr_precision_parse(const char *name, tr_precision *out) {
-  for (int i = 0; name && i < TR_PRECISION_COUNT; i++)
-    if (!strcmp(name, precision_names[i])) return *out = (tr_precision)i, 0;
-  return TR_EINVAL;
+  const int i = tr__name_index(precision_names, TR__COUNTOF(precision_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_precision)i, 0);
 }
 
 const char *tr_bf16_support_name(tr_bf16_support b) {

@@ -10,19 +10,15 @@
 
 /* ---- optimizers ------------------------------------------------------------------------------ */
 
-static const char *optim_names[] = {"sgd", "momentum", "adamw"};
+static const char *const optim_names[] = {"sgd", "momentum", "adamw"};
 
 const char *tr_optim_kind_name(tr_optim_kind kind) {
-  return (unsigned)kind < 3 ? optim_names[kind] : "?";
+  return tr__name_of(optim_names, TR__COUNTOF(optim_names), (int)kind);
 }
 
 int tr_optim_kind_parse(const char *name, tr_optim_kind *out) {
-  for (int i = 0; i < 3; i++)
-    if (name && !strcmp(name, optim_names[i])) {
-      *out = (tr_optim_kind)i;
-      return 0;
-    }
-  return TR_EINVAL;
+  const int i = tr__name_index(optim_names, TR__COUNTOF(optim_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_optim_kind)i, 0);
 }
 
 tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr) {

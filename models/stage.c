@@ -698,13 +698,12 @@ static const char *const graphs_names[] = {
 };
 
 const char *tr_graphs_name(tr_graphs g) {
-  return (unsigned)g < TR_GRAPHS_COUNT ? graphs_names[g] : "?";
+  return tr__name_of(graphs_names, TR__COUNTOF(graphs_names), (int)g);
 }
 
 int tr_graphs_parse(const char *name, tr_graphs *out) {
-  for (int i = 0; name && i < TR_GRAPHS_COUNT; i++)
-    if (!strcmp(name, graphs_names[i])) return *out = (tr_graphs)i, 0;
-  return TR_EINVAL;
+  const int i = tr__name_index(graphs_names, TR__COUNTOF(graphs_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_graphs)i, 0);
 }
 
 tr_stage_graphs_figures tr_stage_graphs(const tr_stage *st) {

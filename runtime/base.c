@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 const char *tr_strerror(int status) {
@@ -27,6 +28,16 @@ int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...) {
     va_end(ap);
   }
   return status;
+}
+
+const char *tr__name_of(const char *const *names, int n, int i) {
+  return i >= 0 && i < n ? names[i] : "?";
+}
+
+int tr__name_index(const char *const *names, int n, const char *name) {
+  for (int i = 0; name && i < n; i++)
+    if (!strcmp(name, names[i])) return i;
+  return -1;
 }
 
 void tr__assert_fail(const char *expr, const char *file, int line) {

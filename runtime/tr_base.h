@@ -60,6 +60,12 @@ int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...)
 #define TR_NORETURN _Noreturn
 #endif
 
+/* The name tables behind every tr_*_name and tr_*_parse: names[i] for 0 <= i < n, else "?";
+ * the index of `name` among names[0, n), or -1 for NULL or an unknown name. */
+const char *tr__name_of(const char *const *names, int n, int i);
+int tr__name_index(const char *const *names, int n, const char *name);
+#define TR__COUNTOF(a) ((int)(sizeof(a) / sizeof *(a)))
+
 /* Prints "troupe: assertion failed: <expr> at file:line" and aborts. */
 TR_NORETURN void tr__assert_fail(const char *expr, const char *file, int line);
 
