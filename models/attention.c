@@ -214,81 +214,71 @@ size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d) {
   return c.used;
 }
 
-/* The weight halves: of the MLP's output projection (from dout alone), and of the others
- * (from what the input half kept). */
-static int mlp_out_weight(tr_stream *s, const tr_block_params *g, const float *dout,
-                          const tr_block_acts *a, tr_block_dims d) {
-  return tr_linear_backward_weight(s, g->fcprojw, g->fcprojb, dout, a->fch_gelu, d.B * d.T, d.H,
-                                   d.C);
+/* A linear's backward inside the block: whole (its weights' gradients too, the products in
+ * bf16 with l), or its input's half alone. */
+static int linear_back(tr_stream *s, bool whole, float *dx, float *dw, float *db, const float *dy,
+                       const float *x, const float *w, int N, int in, int out,
+                       const tr_linear_bf16 *l) {
+  return whole ? tr_linear_backward(s, dx, dw, db, dy, x, w, N, in, out, l)
+               : tr_linear_backward_input(s, dx, dy, w, N, in, out);
 }
 
-static int kept_weights(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
-                        const tr_block_acts *a, tr_block_dims d) {
+/* The block's backward: the MLP branch, then the attention branch, each product's weight
+ * gradient beside its input's (whole) or left for tr_block_backward_weight, which reads the
+ * gradients dfch, dres1 and dqkv kept here. */
+static int block_backward(tr_stream *s, bool whole, float *dinp, const tr_block_params *g,
+                          const tr_block_scratch *sc, float *dfch, float *dres1, float *dqkv,
+                          const float *dout, const float *inp, const tr_block_params *p,
+                          const tr_block_acts *a, tr_block_dims d, const tr_block_bf16 *mp) {
   const int N = d.B * d.T, C = d.C, H = d.H;
-  TR__TRY(tr_linear_backward_weight(s, g->fcw, g->fcb, k->dfch, a->ln2, N, C, H));
-  TR__TRY(tr_linear_backward_weight(s, g->projw, g->projb, k->dres1, a->atty, N, C, C));
-  return tr_linear_backward_weight(s, g->qkvw, g->qkvb, k->dqkv, a->ln1, N, C, 3 * C);
+  const size_t nc = (size_t)N * C;
+  const block_linears lin = linears_of(mp);
+  /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
+  TR__TRY(linear_back(s, whole, dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw, N,
+                      H, C, LIN(fcproj)));
+  TR__TRY(tr_gelu_bwd(s, dfch, a->fch, dfch, (size_t)N * H));
+  TR__TRY(linear_back(s, whole, sc->dln, g->fcw, g->fcb, dfch, a->ln2, p->fcw, N, C, H, LIN(fc)));
+  TR__TRY(tr_layernorm_bwd(s, dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w, a->ln2_mean,
+                           a->ln2_rstd, N, C));
+  TR__TRY(tr_add(s, dres1, dres1, dout, nc)); /* dout is not read after this */
+  /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
+  TR__TRY(linear_back(s, whole, sc->datty, g->projw, g->projb, dres1, a->atty, p->projw, N, C, C,
+                      LIN(proj)));
+  TR__TRY(tr_attention_backward(s, dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att, d.B,
+                                d.T, C, d.NH, mp ? &mp->attn : NULL));
+  TR__TRY(linear_back(s, whole, sc->dln, g->qkvw, g->qkvb, dqkv, a->ln1, p->qkvw, N, C, 3 * C,
+                      LIN(qkv)));
+  /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
+  float *dx = dinp ? dinp : sc->datty;
+  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C));
+  return dinp ? tr_add(s, dinp, dinp, dres1, nc) : 0;
 }
 
 int tr_block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
                             const tr_block_scratch *sc, const tr_block_keep *k,
                             const float *dout, const float *inp, const tr_block_params *p,
                             const tr_block_acts *a, tr_block_dims d) {
-  const int N = d.B * d.T, C = d.C, H = d.H;
-  const size_t nc = (size_t)N * C;
-  /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
-  TR__TRY(tr_linear_backward_input(s, k->dfch, dout, p->fcprojw, N, H, C));
-  TR__TRY(tr_gelu_bwd(s, k->dfch, a->fch, k->dfch, (size_t)N * H));
-  TR__TRY(tr_linear_backward_input(s, sc->dln, k->dfch, p->fcw, N, C, H));
-  TR__TRY(tr_layernorm_bwd(s, k->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
-                           a->ln2_mean, a->ln2_rstd, N, C));
-  TR__TRY(tr_add(s, k->dres1, k->dres1, dout, nc)); /* dout is not read after this */
-  /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
-  TR__TRY(tr_linear_backward_input(s, sc->datty, k->dres1, p->projw, N, C, C));
-  TR__TRY(tr_attention_backward(s, k->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
-                                d.B, d.T, C, d.NH, NULL));
-  TR__TRY(tr_linear_backward_input(s, sc->dln, k->dqkv, p->qkvw, N, C, 3 * C));
-  /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
-  float *dx = dinp ? dinp : sc->datty;
-  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
-                           a->ln1_rstd, N, C));
-  return dinp ? tr_add(s, dinp, dinp, k->dres1, nc) : 0;
+  return block_backward(s, false, dinp, g, sc, k->dfch, k->dres1, k->dqkv, dout, inp, p, a, d,
+                        NULL);
 }
 
+/* The weight halves: of the MLP's output projection (from dout alone), and of the others
+ * (from what the input half kept). */
 int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
                              const float *dout, const tr_block_acts *a, tr_block_dims d) {
-  TR__TRY(mlp_out_weight(s, g, dout, a, d));
-  return kept_weights(s, g, k, a, d);
+  const int N = d.B * d.T, C = d.C, H = d.H;
+  TR__TRY(tr_linear_backward_weight(s, g->fcprojw, g->fcprojb, dout, a->fch_gelu, N, H, C));
+  TR__TRY(tr_linear_backward_weight(s, g->fcw, g->fcb, k->dfch, a->ln2, N, C, H));
+  TR__TRY(tr_linear_backward_weight(s, g->projw, g->projb, k->dres1, a->atty, N, C, C));
+  return tr_linear_backward_weight(s, g->qkvw, g->qkvb, k->dqkv, a->ln1, N, C, 3 * C);
 }
 
-/* Both halves at once, the products in bf16 when mp is given: the MLP branch, then the
- * attention branch, each product's weight gradient beside its input's. */
+/* Both halves at once, the products in bf16 when mp is given. */
 int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
                       const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
                       const tr_block_bf16 *mp) {
-  const int N = d.B * d.T, C = d.C, H = d.H;
-  const size_t nc = (size_t)N * C;
-  const block_linears lin = linears_of(mp);
-  /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
-  TR__TRY(tr_linear_backward(s, sc->dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw,
-                             N, H, C, LIN(fcproj)));
-  TR__TRY(tr_gelu_bwd(s, sc->dfch, a->fch, sc->dfch, (size_t)N * H));
-  TR__TRY(tr_linear_backward(s, sc->dln, g->fcw, g->fcb, sc->dfch, a->ln2, p->fcw, N, C, H,
-                             LIN(fc)));
-  TR__TRY(tr_layernorm_bwd(s, sc->dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w,
-                           a->ln2_mean, a->ln2_rstd, N, C));
-  TR__TRY(tr_add(s, sc->dres1, sc->dres1, dout, nc)); /* dout is not read after this */
-  /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
-  TR__TRY(tr_linear_backward(s, sc->datty, g->projw, g->projb, sc->dres1, a->atty, p->projw, N, C,
-                             C, LIN(proj)));
-  TR__TRY(tr_attention_backward(s, sc->dqkv, sc->datt, sc->dpreatt, sc->datty, a->qkv, a->att,
-                                d.B, d.T, C, d.NH, mp ? &mp->attn : NULL));
-  TR__TRY(tr_linear_backward(s, sc->dln, g->qkvw, g->qkvb, sc->dqkv, a->ln1, p->qkvw, N, C, 3 * C,
-                             LIN(qkv)));
-  /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
-  float *dx = dinp ? dinp : sc->datty;
-  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
-                           a->ln1_rstd, N, C));
-  return dinp ? tr_add(s, dinp, dinp, sc->dres1, nc) : 0;
+  return block_backward(s, true, dinp, g, sc, sc->dfch, sc->dres1, sc->dqkv, dout, inp, p, a, d,
+                        mp);
 }

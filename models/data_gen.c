@@ -14,7 +14,10 @@ struct tr_data_gen {
   size_t scratch_bytes;
 };
 
-int tr_data_can_generate(const tr_data *d) { return d->ops->synth && d->ops->synth(d); }
+/* The source's description for tr_synth_fill, or NULL: it cannot be generated. */
+static const tr_synth *synth_of(const tr_data *d) { return d->ops->synth ? d->ops->synth(d) : NULL; }
+
+int tr_data_can_generate(const tr_data *d) { return synth_of(d) != NULL; }
 
 /* A copy of `bytes` of host memory `src` in the device's memory, or NULL for none. */
 static int upload(tr_data_gen *g, const void *src, size_t bytes, void **out) {
@@ -28,7 +31,7 @@ static int upload(tr_data_gen *g, const void *src, size_t bytes, void **out) {
 int tr_data_gen_open(tr_data_gen **out, const tr_data *d, tr_device *dev, char *err,
                      size_t err_size) {
   *out = NULL;
-  const tr_synth *host = d->ops->synth ? d->ops->synth(d) : NULL;
+  const tr_synth *host = synth_of(d);
   if (!host)
     return tr_errorf(err, err_size, TR_EINVAL, "data '%s': cannot be generated on a device "
                      "(only the synthetic sources and the arithmetic corpus can; files are "

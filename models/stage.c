@@ -57,7 +57,7 @@ static size_t input_row(const tr_stage *st) {
   return l->type->token_input ? 1 : (size_t)l->in;
 }
 
-static int bf16(const tr_stage *st) { return st->precision.gemm == TR_PRECISION_BF16; }
+static int bf16(const tr_stage *st) { return st->info.precision == TR_PRECISION_BF16; }
 
 /* The layer's bf16 elements: per micro-batch (act) and shared (scratch), 0 in fp32. */
 static void layer_bf16(const tr_stage *st, const tr_layer_spec *l, size_t *act, size_t *scratch) {
@@ -257,7 +257,6 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   st->dev = d;
   st->s = tr_device_stream(d);
   st->optim = cfg->optim;
-  st->precision = cfg->precision;
   tr_stage_info *in = &st->info;
   *in = (tr_stage_info){.first = cfg->first, .end = end, .batch = cfg->batch,
                         .rows = cfg->batch * m->ctx, .slots = cfg->slots, .global_batch = gb,
@@ -289,7 +288,10 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
     L->seed = tr_layer_seed(cfg->seed, (uint64_t)L->index);
   }
   for (int k = 0; k < cfg->slots; k++) st->samples[k] = TR_SAMPLES_UNKNOWN;
-  for (int i = 0; i < st->nl; i++) st->draws |= tr_layer_draws(st->layers[i].spec);
+  for (int i = 0; i < st->nl; i++) {
+    st->draws |= tr_layer_draws(st->layers[i].spec);
+    st->weight_layers |= tr_layer_splits(st->layers[i].spec) != 0;
+  }
   st->replay.on = cfg->graphs == TR_GRAPHS_ON && tr_device_can_capture(d);
   size_t off, n;
   tr_model_layer_span(m, cfg->first, &in->offset, &n);
@@ -451,7 +453,7 @@ static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, 
                         .training = st->training, .err = st->layer_err,
                         .err_size = sizeof st->layer_err,
                         .keep = st->split ? slot_base(st, slot) + L->keep_off : NULL,
-                        .precision = st->precision.gemm,
+                        .precision = st->info.precision,
                         .p16 = mixed ? st->tensors16 + L->t0 : NULL,
                         .act16 = mixed ? (tr_bf16 *)(acts_of(st, slot) + L->act16_off) : NULL,
                         .scratch16 = st->layer_scratch16};
@@ -669,9 +671,7 @@ int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
 
 static int backward_weight_pass(tr_stage *st, int slot, float *dfirst) {
   (void)dfirst;
-  bool any = false;
-  for (int i = 0; i < st->nl; i++) any |= tr_layer_splits(st->layers[i].spec) != 0;
-  if (any) TR__TRY(recompute(st, slot)); /* the layers' inputs, again */
+  if (st->weight_layers) TR__TRY(recompute(st, slot)); /* the layers' inputs, again */
   for (int i = st->nl - 1; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
     if (tr_layer_splits(L->spec)) {

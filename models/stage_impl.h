@@ -51,12 +51,12 @@ struct tr_stage {
   tr__stage_layer *layers;
   float **tensors;               /* per tensor of the stage: its parameters, then (after nt) */
   int nt;                        /*   its gradients */
-  tr_precision_config precision;
   tr_bf16 *params16;             /* bf16: the parameters' copy, one allocation (slots only) */
   const tr_bf16 **tensors16;     /*   per tensor, its copy */
   int params16_stale;            /*   made again at the next forward */
   tr__replay replay;             /* CUDA graphs: which passes are captured (replay.h) */
   int draws;                     /*   a layer draws per sample: training passes run eagerly */
+  int weight_layers;             /* a layer has work in the weight half (tr_layer_splits) */
   int replay_fail_next;          /*   tr_stage_graphs_fail_next */
   tr_grad_ready_fn ready;
   void *ready_arg;
