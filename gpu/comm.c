@@ -38,7 +38,7 @@ int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, 
                        "communicator", devs[0]->info.name, devs[i]->info.name);
     if (!be->comm_open_all) return unsupported(err, size, devs[i]);
     for (int k = 0; k < i; k++)
-      if (devs[k]->info.ordinal == devs[i]->info.ordinal)
+      if (tr_device_same_gpu(&devs[k]->info, &devs[i]->info))
         return tr_errorf(err, size, TR_EINVAL, "%s and %s are on the same GPU %d: a "
                          "communicator takes one member per GPU", devs[k]->info.name,
                          devs[i]->info.name, devs[i]->info.ordinal);

@@ -30,12 +30,11 @@ struct tr_device_list {
   tr_device **devs;
 };
 
-static const tr__backend *backend_of(tr_device_kind kind) {
+const tr__backend *tr__backend_of(tr_device_kind kind) {
   for (int i = 0; i < NBACKENDS; i++)
     if (backends[i]->kind == kind) return backends[i];
   return NULL;
 }
-const tr__backend *tr__backend_of(tr_device_kind kind) { return backend_of(kind); }
 
 const char *tr_device_kind_name(tr_device_kind kind) {
   return kind == TR_DEVICE_HOST ? "host" : kind == TR_DEVICE_CUDA ? "cuda" : "unknown";
@@ -63,7 +62,7 @@ const char *tr_bf16_support_name(tr_bf16_support b) {
 }
 
 int tr_device_count(tr_device_kind kind) {
-  const tr__backend *be = backend_of(kind);
+  const tr__backend *be = tr__backend_of(kind);
   int n = be ? be->count() : 0;
   return n > 0 ? n : 0;
 }
@@ -114,7 +113,7 @@ static int parse_spec(const char *spec, slot *slots, char *err, size_t errn) {
   if (!spec || !*spec)
     return spec_fail(err, errn, spec ? spec : "", "empty (expected host:N, cuda:I[,J...] or auto)");
   if (!strcmp(spec, "auto")) {
-    const tr__backend *cuda = backend_of(TR_DEVICE_CUDA);
+    const tr__backend *cuda = tr__backend_of(TR_DEVICE_CUDA);
     int ngpu = cuda ? cuda->count() : 0;
     if (ngpu > MAX_DEVICES) ngpu = MAX_DEVICES;
     for (int i = 0; i < ngpu; i++) slots[i] = (slot){cuda, i};
@@ -142,7 +141,7 @@ static int parse_spec(const char *spec, slot *slots, char *err, size_t errn) {
       be = NULL;
       if (klen == 4 && !strncmp(p, "host", 4)) be = &tr__host_backend;
       else if (klen == 4 && !strncmp(p, "cuda", 4)) {
-        be = backend_of(TR_DEVICE_CUDA);
+        be = tr__backend_of(TR_DEVICE_CUDA);
         if (!be) return spec_fail(err, errn, spec, "'%s': this build of troupe has no CUDA backend", item);
       } else
         return spec_fail(err, errn, spec, "'%s': unknown device kind '%.*s' (expected host, cuda or auto)",

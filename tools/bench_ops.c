@@ -51,7 +51,6 @@ typedef struct ctx {
   tr_op opa, opb;
   int M, N, K, batch;
   float beta;
-  const char *dn;     /* the device's name */
   tr_bf16 *a16, *b16; /* a and b in bf16, for the bf16 rows */
   raw_dnnl *raw;      /* the shape's oneDNN reference */
   int status;
@@ -392,7 +391,7 @@ static void bench_gemm(ctx *c, const gemm_shape *g, int bf16, double seconds, re
     raw_dnnl_close(c->raw);
     c->raw = NULL;
   }
-  *r = (result){.device = c->dn, .kind = bf16 ? "gemm_bf16" : "gemm", .name = g->name,
+  *r = (result){.device = tr_device_name(c->dev), .kind = bf16 ? "gemm_bf16" : "gemm", .name = g->name,
                 .value = flops / t_api * 1e-9, .ref = t_dnnl > 0 ? flops / t_dnnl * 1e-9 : 0,
                 .unit = "GFLOP/s", .ref_name = "oneDNN",
                 .ref2 = t_blas > 0 ? flops / t_blas * 1e-9 : 0, .ref2_name = "cblas_sgemm"};
@@ -540,7 +539,6 @@ int bench_ops(int argc, char **argv) {
         tr_device_alloc(c->dev, gemm_n * sizeof(tr_bf16), (void **)&c->b16) ||
         tr_to_bf16(c->s, c->a16, c->a, gemm_n) || tr_to_bf16(c->s, c->b16, c->b, gemm_n))
       goto device_failed;
-    c->dn = dn;
     for (int k = 0; k < NGEMM; k++) bench_gemm(c, &gemm_shapes[k], 0, seconds, &rs[nr++]);
     for (int k = 0; k < NGEMM; k++)
       if (gemm_shapes[k].bf16) bench_gemm(c, &gemm_shapes[k], 1, seconds, &rs[nr++]);

@@ -80,10 +80,8 @@ int tr__host_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, 
 
 int tr__host_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                   const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-  const tr__gemm_args g = {.opa = opa, .opb = opb, .M = M, .N = N, .K = K, .alpha = alpha,
-                           .beta = beta, .A = A, .B = B, .C = C, .lda = lda, .ldb = ldb,
-                           .ldc = ldc, .batch = 1};
-  return gemm(s, &g);
+  return tr__host_gemm_batched(s, opa, opb, M, N, K, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc,
+                               0, 1);
 }
 
 int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,

@@ -40,9 +40,9 @@ static inline float tr__host_expf_nonpos(float x) {
 }
 
 /* Scratch memory of the device, one buffer per use that may overlap another's (grows,
- * reused by later ops; NULL when out of memory): the kernels' and the direct GEMM path's, and
- * bf16 GEMM operands widened to float32. */
-enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_COUNT };
+ * reused by later ops; NULL when out of memory): the kernels' and the direct GEMM path's,
+ * bf16 GEMM operands widened to float32, and the GEMM library's own (oneDNN's scratchpad). */
+enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_BLAS, TR__SCRATCH_COUNT };
 void *tr__host_scratch(tr_stream *s, int which, size_t bytes);
 
 /* sum of x[i] and sum of x[i]^2 over n floats, in double */

@@ -52,8 +52,6 @@ struct tr__host_blas {
   dnnl_stream_t stream;
   plan *table; /* TABLE entries */
   int used;
-  void *pad;   /* the scratchpad of every plan */
-  size_t pad_size;
 };
 
 static void one_thread(void) {
@@ -165,7 +163,6 @@ void tr__host_blas_close(tr__host_blas *b) {
   if (b->stream) dnnl_stream_destroy(b->stream);
   if (b->engine) dnnl_engine_destroy(b->engine);
   free(b->table);
-  free(b->pad);
   free(b);
 }
 
@@ -260,19 +257,15 @@ int tr__host_blas_gemm(tr_stream *s, tr__host_blas *b, const tr__gemm_args *g) {
   one_thread();
   plan *p = NULL;
   dnnl_status_t st = plan_for(b, g, &p);
-  if (st == dnnl_success && p->pad_bytes > b->pad_size) {
-    const size_t size = (p->pad_bytes + 4095) & ~(size_t)4095;
-    void *mem = NULL;
-    if (posix_memalign(&mem, 64, size))
-      return tr__device_fail(s->dev, TR_ENOMEM,
-                             "gemm: oneDNN scratchpad of %zu bytes: out of memory", p->pad_bytes);
-    free(b->pad);
-    b->pad = mem, b->pad_size = size;
-  }
+  void *pad = NULL;
+  if (st == dnnl_success && p->pad_bytes &&
+      !(pad = tr__host_scratch(s, TR__SCRATCH_BLAS, p->pad_bytes)))
+    return tr__device_fail(s->dev, TR_ENOMEM, "gemm: oneDNN scratchpad of %zu bytes: out of memory",
+                           p->pad_bytes);
   if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(p->a, (void *)g->A, b->stream);
   if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(p->b, (void *)g->B, b->stream);
   if (st == dnnl_success) st = dnnl_memory_set_data_handle_v2(p->c, g->C, b->stream);
-  if (st == dnnl_success && p->pad) st = dnnl_memory_set_data_handle_v2(p->pad, b->pad, b->stream);
+  if (st == dnnl_success && p->pad) st = dnnl_memory_set_data_handle_v2(p->pad, pad, b->stream);
   if (st == dnnl_success) {
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c},
                                {DNNL_ARG_SCRATCHPAD, p->pad}};
