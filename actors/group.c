@@ -144,7 +144,6 @@ struct tr__group {
    * this process (member order = rank), or the leader's over the ranks */
   tr_comm *nccl, *across;
   char nccl_error[256];   /* its opening failed (a forced allreduce nccl): the run fails */
-  size_t numel;           /* the stage's elements (the members' shards, sharded) */
 };
 
 /* Buckets, last layers first, each at least BUCKET_FLOATS unless the stage runs out. */
@@ -213,12 +212,11 @@ static int fail(tr__group *g, const char *what) {
                        tr_device_name(g->dev), tr_device_error(g->dev));
 }
 
-/* Member m's shard of the stage's elements: tr_stage_shard's equal parts, each a multiple
- * of 16 floats (models/stage.c), which the member's own stage info confirms at open. */
+/* Member m's shard of the stage's elements: what its stage holds (tr_stage_shard_span). */
 static void shard_of(const tr__group *g, int m, size_t *lo, size_t *hi) {
-  const size_t per = ((g->numel + (size_t)g->n - 1) / (size_t)g->n + 15) & ~(size_t)15;
-  *lo = (size_t)m * per < g->numel ? (size_t)m * per : g->numel;
-  *hi = *lo + per < g->numel ? *lo + per : g->numel;
+  size_t n;
+  tr_stage_shard_span(tr_stage_get_info(g->st)->numel, (tr_stage_shard){g->n, m}, lo, &n);
+  *hi = *lo + n;
 }
 
 /* Member m's part of bucket b inside m's shard (maybe none). */
@@ -237,7 +235,6 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
   g->st = st;
   g->dev = tr_stage_device(st);
   g->busy = busy;
-  g->numel = info->numel;
   if (g->nccl_error[0])
     return tr_actor_fail(self, TR_EDEVICE, "all-reduce on %s: %s", tr_device_name(g->dev),
                          g->nccl_error);
@@ -247,11 +244,6 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
   const int n = g->n, nb = g->nb;
   g->shard_lo = info->shard_offset;
   g->shard_hi = info->shard_offset + info->shard_numel;
-  if (g->sharded) {
-    size_t lo, hi;
-    shard_of(g, g->me, &lo, &hi);
-    TR_ASSERT(lo == g->shard_lo && hi == g->shard_hi); /* the stage's shard, as stage.c cuts */
-  }
   size_t largest = 0;
   for (int b = 0; b < nb; b++)
     if (g->buckets[b].hi - g->buckets[b].lo > largest) largest = g->buckets[b].hi - g->buckets[b].lo;
@@ -301,11 +293,10 @@ static void own_chunk(const tr__group *g, int b, size_t *lo, size_t *hi) {
     shard_chunk(g, b, g->me, lo, hi);
     return;
   }
-  size_t len = bk->hi - bk->lo, per = ((len + (size_t)g->n - 1) / (size_t)g->n + 15) & ~(size_t)15;
-  size_t from = (size_t)g->me * per < len ? (size_t)g->me * per : len;
-  size_t to = from + per < len ? from + per : len;
+  size_t from, n; /* the bucket cut as a stage is into shards */
+  tr_stage_shard_span(bk->hi - bk->lo, (tr_stage_shard){g->n, g->me}, &from, &n);
   *lo = bk->lo + from;
-  *hi = bk->lo + to;
+  *hi = *lo + n;
 }
 
 static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_news news);

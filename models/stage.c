@@ -206,8 +206,8 @@ static int init_params(tr_stage *st, uint64_t seed) {
   return 0;
 }
 
-/* Shard `index` of `count` equal ones, each a multiple of 16 floats: [*offset, + *numel). */
-static void shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n) {
+/* Shard `index` of `count` equal ones, each a multiple of 16 floats (tr_model.h). */
+void tr_stage_shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n) {
   if (sh.count <= 1) {
     *offset = 0, *n = numel;
     return;
@@ -297,7 +297,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   tr_model_layer_span(m, cfg->first, &in->offset, &n);
   tr_model_layer_span(m, end - 1, &off, &n);
   in->numel = off + n - in->offset;
-  shard_span(in->numel, sh, &in->shard_offset, &in->shard_numel);
+  tr_stage_shard_span(in->numel, sh, &in->shard_offset, &in->shard_numel);
   in->state_numel = cfg->optim.kind == TR_OPTIM_ADAMW      ? 2 * in->shard_numel
                     : cfg->optim.kind == TR_OPTIM_MOMENTUM ? in->shard_numel
                                                            : 0;

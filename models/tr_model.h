@@ -184,6 +184,8 @@ int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int
 typedef struct tr_stage_shard {
   int count, index;
 } tr_stage_shard;
+/* The elements [*offset, *offset + *n) of `numel` that shard `sh` holds. */
+void tr_stage_shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n);
 /* How a stage computes. gemm TR_PRECISION_BF16 is mixed precision: the matrix products of the
  * kinds that have bf16 (linear, block, and residuals of them) take their weights and
  * activations in bfloat16 and sum in float32, while parameters ("master weights"),
