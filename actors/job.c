@@ -542,6 +542,28 @@ static int connect_clip(tr_job *j, int first, int n) {
   return rc;
 }
 
+/* One round of every rank (tr_world_allgather, in the same order on each) for an NCCL
+ * communicator across ranks: rank `owner` makes its id, and each rank says whether it takes
+ * part (`yes`; the owner's yes also says the id was made). (*all)[r]: rank r's word, to free.
+ * TR_ENOMEM, or TR_ESYS when MPI failed. */
+typedef struct nccl_word {
+  int yes;
+  tr_comm_id id;
+} nccl_word;
+
+static int nccl_round(tr_job *j, int owner, bool yes, nccl_word **all, char *why, size_t size) {
+  tr_world *w = tr__graph_world(j->run.g);
+  nccl_word mine = {0};
+  if (yes)
+    mine.yes = tr_graph_rank(j->run.g) != owner ||
+               tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
+  if (!(*all = calloc((size_t)tr_world_size(w), sizeof **all))) return TR_ENOMEM;
+  if (tr_world_allgather(w, &mine, sizeof mine, *all) == 0) return 0;
+  free(*all);
+  *all = NULL;
+  return TR_ESYS;
+}
+
 /* What carries the tensors of edge `e` from stage `from` to stage `to` when they live on two
  * ranks (tr_edge_carrier_choose): NCCL, on a communicator of the two opened here, or the
  * transport over MPI. Every rank takes part in the same order (the id, made on the
@@ -558,27 +580,21 @@ static int carry(tr_job *j, tr_actor *from, tr_actor *to, tr_edge *e, const char
   if (tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], tr_comm_library() != NULL, &how,
                              NULL, 0))
     return TR_EINVAL;
-  /* decided on what every rank knows alike: the devices, the option; the build's NCCL is
-   * each end's own, so each says yes first */
-  if (in[0]->kind != TR_DEVICE_CUDA || in[1]->kind != TR_DEVICE_CUDA ||
-      j->run.c.allreduce == TR_ALLREDUCE_PEER || tr_device_same_gpu(in[0], in[1])) {
+  /* Whether the ranks go round for a communicator is decided on what every rank knows
+   * alike: the devices and the option, as if every build had NCCL (each end's own build
+   * then says yes or no in the round) */
+  tr_edge_carrier able;
+  tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], true, &able, NULL, 0);
+  if (able != TR_EDGE_CARRIER_NCCL) {
     j->run.edges_mpi++;
     return 0;
   }
-  tr_world *w = tr__graph_world(g);
-  const int me = tr_graph_rank(g), nworld = tr_world_size(w);
-  struct made {
-    int yes;
-    tr_comm_id id;
-  } mine = {0}, *all = calloc((size_t)nworld, sizeof *all);
-  if (all == NULL) return TR_ENOMEM;
+  const int me = tr_graph_rank(g);
   char why[256] = "";
-  if ((me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL)
-    mine.yes = me == rt || tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, sizeof why) == 0;
-  if (tr_world_allgather(w, &mine, sizeof mine, all)) {
-    free(all);
-    return TR_ESYS;
-  }
+  nccl_word *all;
+  const int rc = nccl_round(j, rf, (me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL, &all,
+                            why, sizeof why);
+  if (rc) return rc;
   const bool both = all[rf].yes && all[rt].yes;
   const tr_comm_id id = all[rf].id;
   free(all);
@@ -669,7 +685,6 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nc
 static tr_comm *leaders_comm(tr_job *j, tr_actor *const *leaders, const int *ranks, int nranks,
                              char *why, size_t size) {
   tr_graph *g = j->run.g;
-  tr_world *w = tr__graph_world(g);
   tr_device *devs[TR_TRAIN_MAX_DEVICES];
   tr_device_info infos[TR_TRAIN_MAX_DEVICES];
   member_infos(leaders, nranks, devs, infos);
@@ -677,20 +692,16 @@ static tr_comm *leaders_comm(tr_job *j, tr_actor *const *leaders, const int *ran
   if (tr_allreduce_choose(j->run.c.allreduce, infos, nranks, tr_comm_library() != NULL, &how,
                           NULL, 0) || how != TR_ALLREDUCE_NCCL)
     return NULL;
-  const int me = tr_graph_rank(g), nworld = tr_world_size(w);
-  struct made {
-    int ok;
-    tr_comm_id id;
-  } mine = {0}, *all = calloc((size_t)nworld, sizeof *all);
-  if (all == NULL) {
+  const int me = tr_graph_rank(g);
+  nccl_word *all;
+  const int rc = nccl_round(j, ranks[0], me == ranks[0], &all, why, size);
+  if (rc == TR_ENOMEM) {
     snprintf(why, size, "out of memory");
     return NULL;
   }
-  if (me == ranks[0]) mine.ok = tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
-  const int rc = tr_world_allgather(w, &mine, sizeof mine, all);
-  const struct made first = all[ranks[0]];
+  const nccl_word first = rc ? (nccl_word){0} : all[ranks[0]];
   free(all);
-  if (rc || !first.ok) {
+  if (rc || !first.yes) {
     if (!why[0]) snprintf(why, size, "rank %d could not make an NCCL id%s", ranks[0], rc ? " (MPI failed)" : "");
     return NULL;
   }
