@@ -44,13 +44,21 @@ enum { STEP_REDUCE, STEP_CLIP, STEP_GATHER, STEP_SAVE };
 /* Where the end is. */
 enum { END_DEVICE, END_LOSSES, END_PART, END_FIGURES, END_LEAVE };
 
-/* Tensors for a stage of another process, from a device whose memory MPI cannot read: host
- * copies, one per credit of the edge, reused in order as the credits come back. */
-typedef struct staged {
-  uint8_t *buf; /* n × bytes, pinned; NULL: sent from where they are */
+/* Copies of the tensors sent to a stage of another process, one per credit of the edge,
+ * reused in order as the credits come back: pinned host memory where MPI carries them from a
+ * device whose memory it cannot read, device memory where NCCL sends them (wire). */
+typedef struct ring {
+  uint8_t *buf; /* n × bytes; NULL: sent from where they are */
   int n, next;
   size_t bytes;
-} staged;
+} ring;
+
+/* The next copy's place; *k: its index. */
+static uint8_t *ring_take(ring *r, int *k) {
+  *k = r->next;
+  r->next = (r->next + 1) % r->n;
+  return r->buf + (size_t)*k * r->bytes;
+}
 
 /* An edge to or from a stage of another process whose tensors NCCL carries (job.c chose it:
  * tr_edge_carrier_choose): the message still goes through the transport, its data NULL, and
@@ -68,10 +76,8 @@ typedef struct wire {
   tr_stream *s;
   tr_event *ev;       /* sender: the copy into the ring made; receiver: the destination free */
   tr_event *done;     /* receiver: the receive has run */
-  tr_event **sent;    /* sender [n]: ring entry i may be written again */
-  uint8_t *ring;      /* sender: n × bytes of device memory */
-  int n, next;
-  size_t bytes;
+  tr_event **sent;    /* sender [copies.n]: copy i may be written again */
+  ring copies;        /* sender's, in device memory */
 } wire;
 
 /* One model chunk on this device (interleaved schedules put several): layers between two
@@ -107,7 +113,7 @@ typedef struct stage_actor {
   input in[2];
   int nin;
   tr_edge *act_out, *act_in, *grad_out, *grad_in;
-  staged act_host, grad_host; /* act_out's and grad_out's, across processes */
+  ring act_host, grad_host; /* act_out's and grad_out's, across processes by MPI */
   wire act_w, grad_w, act_in_w, grad_in_w; /* act_out's, grad_out's, act_in's, grad_in's */
   tr__queue actq, gradq;
   tr_event *grad_ev[2];
@@ -236,12 +242,12 @@ static int open_events(stage_actor *a, tr_event **ev, int n) {
 }
 
 /* A queue per edge that lends this stage buffers, and room to owe every credit back. */
-static int open_staged(stage_actor *a, staged *h, const wire *w, tr_edge *e, size_t bytes) {
+static int open_staged(stage_actor *a, ring *h, const wire *w, tr_edge *e, size_t bytes) {
   tr_graph *g = a->run->g;
   if (e == NULL || w->comm || tr_device_get_info(a->dev)->kind == TR_DEVICE_HOST ||
       tr_graph_actor_rank(g, tr_edge_to(e)) == tr_graph_rank(g))
     return 0;
-  *h = (staged){.n = tr_edge_credits(e), .bytes = bytes};
+  *h = (ring){.n = tr_edge_credits(e), .bytes = bytes};
   if (tr_host_alloc(a->dev, (size_t)h->n * (bytes ? bytes : 1), (void **)&h->buf))
     return fail_device(a->self, a, "allocating host copies for another process");
   return 0;
@@ -254,12 +260,12 @@ static int open_wire(stage_actor *a, wire *w, tr_edge *out, size_t bytes, const 
       tr_event_open(a->dev, TR_EVENT_DEFAULT, &w->done))
     return fail_device(a->self, a, "opening a stream for NCCL");
   if (out == NULL) return 0;
-  w->n = tr_edge_credits(out);
-  w->bytes = bytes;
-  w->sent = calloc((size_t)w->n, sizeof *w->sent);
+  ring *c = &w->copies;
+  *c = (ring){.n = tr_edge_credits(out), .bytes = bytes};
+  w->sent = calloc((size_t)c->n, sizeof *w->sent);
   if (w->sent == NULL) return TR_ENOMEM;
-  if ((w->n && open_events(a, w->sent, w->n)) ||
-      tr_device_alloc(a->dev, (size_t)w->n * (bytes ? bytes : 1), (void **)&w->ring))
+  if ((c->n && open_events(a, w->sent, c->n)) ||
+      tr_device_alloc(a->dev, (size_t)c->n * (bytes ? bytes : 1), (void **)&c->buf))
     return fail_device(a->self, a, "allocating copies to send through NCCL");
   return 0;
 }
@@ -271,8 +277,8 @@ static void close_wire(stage_actor *a, wire *w, bool abort) {
   else if (w->s) tr_stream_synchronize(w->s);
   if (!abort) tr_comm_close(w->comm);
   w->comm = NULL;
-  if (w->ring) tr_device_free(a->dev, w->ring);
-  for (int i = 0; w->sent && i < w->n; i++)
+  if (w->copies.buf) tr_device_free(a->dev, w->copies.buf);
+  for (int i = 0; w->sent && i < w->copies.n; i++)
     if (w->sent[i]) tr_event_close(w->sent[i]);
   if (w->ev) tr_event_close(w->ev);
   if (w->done) tr_event_close(w->done);
@@ -597,9 +603,8 @@ static int peer_chunk(const stage_actor *a, const tr_action *act) {
 /* A tensor for another process through NCCL: a copy into the ring (once the send out of
  * that entry has run), then ncclSend of it on the edge's stream. */
 static int send_nccl(stage_actor *a, wire *w, const void *data, size_t bytes) {
-  const int k = w->next;
-  uint8_t *copy = w->ring + (size_t)k * w->bytes;
-  w->next = (w->next + 1) % w->n;
+  int k;
+  uint8_t *copy = ring_take(&w->copies, &k);
   if (tr_stream_wait_event(a->s, w->sent[k]) || tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2D) ||
       tr_event_record(w->ev, a->s) || tr_stream_wait_event(w->s, w->ev) ||
       tr_comm_send(w->comm, w->s, copy, bytes, 1) || tr_event_record(w->sent[k], w->s))
@@ -610,14 +615,14 @@ static int send_nccl(stage_actor *a, wire *w, const void *data, size_t bytes) {
 /* NCCL's send goes after the message: NCCL connects two ranks at their first send and
  * receive, and the first send waits, on this thread, until the peer has issued its first
  * receive, which it does when the message comes (receive_nccl). */
-static int send_tensor(stage_actor *a, tr_edge *e, staged *h, wire *w, const tr_msgtype *type,
+static int send_tensor(stage_actor *a, tr_edge *e, ring *h, wire *w, const tr_msgtype *type,
                        const void *data, size_t bytes, tr_event *ev, const tr_action *act) {
   const void *carried = data;
   if (w->comm) {
     carried = NULL; /* the message goes without its bytes (codec.h) */
   } else if (h->buf) { /* for another process: a host copy, complete before it goes */
-    uint8_t *copy = h->buf + (size_t)h->next * h->bytes;
-    h->next = (h->next + 1) % h->n;
+    int k;
+    uint8_t *copy = ring_take(h, &k);
     if (tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2H) || tr_stream_synchronize(a->s))
       return fail_device(a->self, a, "copying a tensor for another process");
     carried = copy;
