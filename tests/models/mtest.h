@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "tr_device.h"
+#include "tr_model.h"
 
 /* ---- random inputs: splitmix64, seeded by TR_TEST_SEED when set (else fixed) ----------------- */
 
@@ -109,6 +110,31 @@ static inline float *mt_down(tr_device *d, const void *dev, size_t n) {
   tr_stream *s = tr_device_stream(d);
   if (tr_memcpy(s, h, dev, n * 4, TR_COPY_D2H) || tr_stream_synchronize(s)) abort();
   return h;
+}
+
+/* ---- batches ------------------------------------------------------------------------------------- */
+
+/* Random inputs and targets of a model into x (xb bytes) and y (yb bytes): tokens below the
+ * vocabulary or normals, classes below the last layer's width or normals. */
+static inline void mt_fill_batch(const tr_model *m, mt_rng *r, void *x, void *y, size_t xb,
+                                 size_t yb) {
+  const int V = tr_model_layer(m, tr_model_layer_count(m) - 1)->out;
+  for (size_t i = 0; i < xb / 4; i++) {
+    if (tr_model_token_input(m))
+      ((int32_t *)x)[i] = (int32_t)(mt_next(r) % (uint64_t)tr_model_layer(m, 0)->vocab);
+    else ((float *)x)[i] = (float)mt_normal(r);
+  }
+  for (size_t i = 0; i < yb / 4; i++) {
+    if (tr_model_loss(m) == TR_LOSS_CROSSENTROPY) ((int32_t *)y)[i] = (int32_t)(mt_next(r) % (uint64_t)V);
+    else ((float *)y)[i] = (float)mt_normal(r);
+  }
+}
+
+/* The same for n samples, into new allocations. */
+static inline void mt_random_batch(const tr_model *m, mt_rng *r, int n, void **x, void **y) {
+  const size_t xb = tr_model_input_bytes(m) * (size_t)n, yb = tr_model_target_bytes(m) * (size_t)n;
+  *x = malloc(xb), *y = malloc(yb);
+  mt_fill_batch(m, r, *x, *y, xb, yb);
 }
 
 #endif

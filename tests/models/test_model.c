@@ -146,21 +146,6 @@ static float *pipe_download(pipe *p, tr_stage_buffer which) {
   return h;
 }
 
-/* Random inputs and targets of n samples for a model. */
-static void random_batch(const tr_model *m, mt_rng *r, int n, void **x, void **y) {
-  const size_t xb = tr_model_input_bytes(m) * (size_t)n, yb = tr_model_target_bytes(m) * (size_t)n;
-  *x = malloc(xb), *y = malloc(yb);
-  const int V = tr_model_layer(m, tr_model_layer_count(m) - 1)->out;
-  for (size_t i = 0; i < xb / 4; i++) {
-    if (tr_model_token_input(m)) ((int32_t *)*x)[i] = (int32_t)(mt_next(r) % (uint64_t)tr_model_layer(m, 0)->vocab);
-    else ((float *)*x)[i] = (float)mt_normal(r);
-  }
-  for (size_t i = 0; i < yb / 4; i++) {
-    if (tr_model_loss(m) == TR_LOSS_CROSSENTROPY) ((int32_t *)*y)[i] = (int32_t)(mt_next(r) % (uint64_t)V);
-    else ((float *)*y)[i] = (float)mt_normal(r);
-  }
-}
-
 /* ---- the workloads -------------------------------------------------------------------------------- */
 
 static void workloads_are_those_of_workloads_md(void **state) {
@@ -388,7 +373,7 @@ static void losses_are_the_means_pytorch_reports(void **state) {
     const size_t rows = (size_t)B * tr_model_ctx(m);
     mt_rng r = mt_rng_for(150 + (uint64_t)k);
     void *x, *y;
-    random_batch(m, &r, B, &x, &y);
+    mt_random_batch(m, &r, B, &x, &y);
     pipe p = pipe_open(m, whole, 1, B, 1, B, tr_model_optim(m), 2);
     const float loss = pipe_forward(&p, 0, x, y);
     float *out = mt_down(tr_stage_device(p.st[0]), tr_stage_output(p.st[0], 0), rows * V);
@@ -419,7 +404,7 @@ static void check_cut(tr_model *m, const int *cuts, int n, tr_optim_config o, ui
   const int B = 3, L = tr_model_layer_count(m), whole[2] = {0, L};
   mt_rng r = mt_rng_for(stream);
   void *x, *y;
-  random_batch(m, &r, B, &x, &y);
+  mt_random_batch(m, &r, B, &x, &y);
   o.clip = 0.5f; /* and clipping by the norm summed over the stages */
   pipe a = pipe_open(m, whole, 1, B, 1, B, o, 9), b = pipe_open(m, cuts, n, B, 1, B, o, 9);
   const size_t N = tr_model_numel(m);
@@ -467,7 +452,7 @@ static void check_microbatches(tr_model *m, const int *cuts, int n, int mb, uint
   const int B = 8, per = B / mb, L = tr_model_layer_count(m), whole[2] = {0, L};
   mt_rng r = mt_rng_for(stream);
   void *x, *y;
-  random_batch(m, &r, B, &x, &y);
+  mt_random_batch(m, &r, B, &x, &y);
   pipe a = pipe_open(m, whole, 1, B, 1, B, tr_model_optim(m), 3);
   pipe b = pipe_open(m, cuts, n, per, mb, B, tr_model_optim(m), 3);
   const float la = pipe_forward(&a, 0, x, y);
@@ -805,7 +790,7 @@ static void grad_ready_reports_layers_last_first(void **state) {
   tr_stage_on_grad_ready(p.st[1], on_ready, &log[1]);
   mt_rng r = mt_rng_for(500);
   void *x, *y;
-  random_batch(m, &r, 2, &x, &y);
+  mt_random_batch(m, &r, 2, &x, &y);
   pipe_forward(&p, 0, x, y);
   pipe_backward(&p, 0);
   assert_int_equal(log[1].n, 3);
@@ -884,7 +869,7 @@ static void parameter_only_stage_holds_and_updates_the_model(void **state) {
   /* a worker's gradient, pushed: the server's update is the worker's own */
   mt_rng r = mt_rng_for(700);
   void *x, *y;
-  random_batch(m, &r, 2, &x, &y);
+  mt_random_batch(m, &r, 2, &x, &y);
   pipe_forward(&p, 0, x, y);
   pipe_backward(&p, 0);
   float *g = pipe_download(&p, TR_STAGE_GRADS);
@@ -925,7 +910,7 @@ static void a_server_borrows_gradients_and_lends_parameters(void **state) {
   const size_t N = tr_model_numel(m);
   mt_rng r = mt_rng_for(800);
   void *x, *y;
-  random_batch(m, &r, 4, &x, &y);
+  mt_random_batch(m, &r, 4, &x, &y);
 
   /* the worker's gradient, read in place: the server's update is the twin's own */
   pipe_forward(&w, 0, x, y);

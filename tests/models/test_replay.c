@@ -157,19 +157,6 @@ static void ok(tr_stage *st, int rc) {
   if (rc) fail_msg("%s", tr_stage_error(st));
 }
 
-static void batch(const tr_model *m, mt_rng *r, void *x, void *y, size_t xb, size_t yb) {
-  const int V = tr_model_layer(m, tr_model_layer_count(m) - 1)->out;
-  for (size_t i = 0; i < xb / 4; i++) {
-    if (tr_model_token_input(m))
-      ((int32_t *)x)[i] = (int32_t)(mt_next(r) % (uint64_t)tr_model_layer(m, 0)->vocab);
-    else ((float *)x)[i] = (float)mt_normal(r);
-  }
-  for (size_t i = 0; i < yb / 4; i++) {
-    if (tr_model_loss(m) == TR_LOSS_CROSSENTROPY) ((int32_t *)y)[i] = (int32_t)(mt_next(r) % (uint64_t)V);
-    else ((float *)y)[i] = (float)mt_normal(r);
-  }
-}
-
 /* Two stages of m on one device (one stream orders them), both slots forward, then both
  * backward in reverse (each stage's two input-gradient buffers alternate), then the
  * update; STEPS times, on fresh data each step. */
@@ -193,7 +180,7 @@ static run train(const tr_model *m, tr_graphs graphs, bool fail_first) {
   mt_rng r = mt_rng_for(77);
   for (int step = 0; step < STEPS; step++) {
     for (int i = 0; i < SLOTS; i++) {
-      batch(m, &r, x, y, xb, yb);
+      mt_fill_batch(m, &r, x, y, xb, yb);
       assert_int_equal(tr_memcpy(s, tr_stage_input(st[0], i), x, xb, TR_COPY_H2D), 0);
       assert_int_equal(tr_memcpy(s, tr_stage_target(st[1], i), y, yb, TR_COPY_H2D), 0);
       assert_int_equal(tr_stream_synchronize(s), 0); /* x and y are refilled next */

@@ -95,22 +95,6 @@ static void ok(tr_stage *st, int rc) {
   if (rc) fail_msg("%s", tr_stage_error(st));
 }
 
-static void random_batch(const tr_model *m, mt_rng *r, int n, void **x, void **y) {
-  const size_t xb = tr_model_input_bytes(m) * (size_t)n, yb = tr_model_target_bytes(m) * (size_t)n;
-  *x = malloc(xb), *y = malloc(yb);
-  const int V = tr_model_layer(m, tr_model_layer_count(m) - 1)->out;
-  for (size_t i = 0; i < xb / 4; i++) {
-    if (tr_model_token_input(m))
-      ((int32_t *)*x)[i] = (int32_t)(mt_next(r) % (uint64_t)tr_model_layer(m, 0)->vocab);
-    else ((float *)*x)[i] = (float)mt_normal(r);
-  }
-  for (size_t i = 0; i < yb / 4; i++) {
-    if (tr_model_loss(m) == TR_LOSS_CROSSENTROPY)
-      ((int32_t *)*y)[i] = (int32_t)(mt_next(r) % (uint64_t)V);
-    else ((float *)*y)[i] = (float)mt_normal(r);
-  }
-}
-
 /* The backward of micro-batch i through every stage, last first, each stage's input
  * gradient into the stage before; split: only the input halves. */
 static void backward(tr_stage **st, int n, int i, bool split) {
@@ -191,7 +175,7 @@ static const char *way_name(way w) {
 static void check_model(tr_model *m, const int *cuts, int n, uint64_t stream) {
   mt_rng r = mt_rng_for(stream);
   void *x, *y;
-  random_batch(m, &r, MB * PER, &x, &y);
+  mt_random_batch(m, &r, MB * PER, &x, &y);
   const outcome plain = step(m, cuts, n, (way){0, 0}, x, y);
   const size_t N = tr_model_numel(m);
   bool nonzero = false;
