@@ -194,8 +194,13 @@ else
   failed=1
 fi
 
-# each program's output: in the log, in tests.txt, and its failures in the summary
-for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300 test_cuda_nccl:90 test_cuda_data:90; do
+# each program's output: in the log, in tests.txt, and its failures in the summary.
+# test_replay is the models' test of CUDA graphs (two stages trained with graphs on, off
+# and with a failed capture, bitwise alike), on cuda:0 through TR_TEST_DEVICE, which the
+# CUDA test programs do not read.
+export TR_TEST_DEVICE=cuda:0
+for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300 test_cuda_nccl:90 test_cuda_data:90 \
+         test_replay:60; do
   limit=$(allow "${t#*:}")
   t=${t%:*}
   say "$t (at most ${limit}s)"
@@ -213,22 +218,6 @@ for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300 test_cuda_n
   esac
 done
 
-# ---- CUDA graphs: a stage's passes captured and replayed (tests/models/test_replay.c on the
-# GPU: two stages trained with graphs on, off and with a failed capture, bitwise alike;
-# test_cuda_train above has the same through tr_train_run). Seconds.
-limit=$(allow 60)
-say "test_replay on cuda:0 (CUDA graphs; at most ${limit}s)"
-t0=$(date +%s)
-TR_TEST_DEVICE=cuda:0 timeout -k 10 "$limit" "$bin/test_replay" 2>&1 | tee "$work/test_replay.txt"
-rc=${PIPESTATUS[0]}
-dt=$(($(date +%s) - t0))
-{ printf '==== %s: exit %d after %ds\n' test_replay "$rc" "$dt"; cat "$work/test_replay.txt"; echo; } >>"$out/tests.txt"
-case $rc in
-  0) note "test_replay (cuda graphs)" "passed (${dt}s)" ;;
-  124 | 137) note "test_replay (cuda graphs)" "TIMED OUT after ${dt}s"; failed=1 ;;
-  *) note "test_replay (cuda graphs)" "FAILED, exit $rc (${dt}s)"; failed=1 ;;
-esac
-# ---- end of CUDA graphs' test
 
 # ---- NCCL (about 20 s on one GPU) -----------------------------------------------------------
 # test_cuda_nccl ran above: a communicator of one member on cuda:0 (ncclAllReduce, ncclReduce,
