@@ -82,6 +82,27 @@ static void two_runs_with_one_seed_are_bitwise_identical(void **state) {
   assert_same_file(path("run1.safetensors"), path("run2.safetensors"));
 }
 
+/* o run whole for 6 steps (its checkpoint written every `every` steps too, 0: at the end
+ * only), then for 3 and resumed from there to 6: the two final checkpoints are one file. */
+static void assert_resume_is_bitwise(tr_train_options o, int every) {
+  tr_train_result r;
+  o.steps = 6;
+  o.job.checkpoint.path = path("whole.safetensors");
+  o.job.checkpoint.every = every;
+  run_ok(&o, &r);
+  o.job.checkpoint.every = 0;
+  o.steps = 3;
+  o.job.checkpoint.path = path("half.safetensors");
+  run_ok(&o, &r);
+  o.steps = 6;
+  o.job.checkpoint.resume = path("half.safetensors");
+  o.job.checkpoint.path = path("resumed.safetensors");
+  run_ok(&o, &r);
+  assert_int_equal(r.first_step, 3);
+  assert_int_equal(r.steps, 6);
+  assert_same_file(path("whole.safetensors"), path("resumed.safetensors"));
+}
+
 static void resumed_run_is_bitwise_the_uninterrupted_one(void **state) {
   (void)state;
   static const char *const models[] = {"simplenet", "gpt"};
@@ -89,19 +110,7 @@ static void resumed_run_is_bitwise_the_uninterrupted_one(void **state) {
     tr_train_options o = simplenet(6);
     o.model = models[i];
     o.job.global_batch = i ? 2 : 64; /* a small gpt batch keeps the test fast */
-    tr_train_result r;
-    o.job.checkpoint.path = path("whole.safetensors");
-    run_ok(&o, &r);
-    o.steps = 3;
-    o.job.checkpoint.path = path("half.safetensors");
-    run_ok(&o, &r);
-    o.steps = 6;
-    o.job.checkpoint.resume = path("half.safetensors");
-    o.job.checkpoint.path = path("resumed.safetensors");
-    run_ok(&o, &r);
-    assert_int_equal(r.first_step, 3);
-    assert_int_equal(r.steps, 6);
-    assert_same_file(path("whole.safetensors"), path("resumed.safetensors"));
+    assert_resume_is_bitwise(o, 0);
   }
 }
 
@@ -119,21 +128,7 @@ static void resumed_pipelines_are_bitwise_the_uninterrupted_ones(void **state) {
     o.job.layout.microbatches = 2;
     o.job.layout.schedule = kinds[i];
     o.deterministic = 1;
-    tr_train_result r;
-    o.job.checkpoint.path = path("whole.safetensors");
-    o.job.checkpoint.every = 4;
-    run_ok(&o, &r);
-    o.job.checkpoint.every = 0;
-    o.steps = 3;
-    o.job.checkpoint.path = path("half.safetensors");
-    run_ok(&o, &r);
-    o.steps = 6;
-    o.job.checkpoint.resume = path("half.safetensors");
-    o.job.checkpoint.path = path("resumed.safetensors");
-    run_ok(&o, &r);
-    assert_int_equal(r.first_step, 3);
-    assert_int_equal(r.steps, 6);
-    assert_same_file(path("whole.safetensors"), path("resumed.safetensors"));
+    assert_resume_is_bitwise(o, 4);
   }
 }
 
