@@ -58,7 +58,9 @@ struct tr_graph {
   _Atomic int64_t claimed; /* one past the highest step claimed, | PENDING, | STOP */
   _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
   _Atomic int ndone;
-  char error[160]; /* a run ended in order by a signal */
+  char error[512]; /* a run ended in order by a signal, or a plan that failed its check */
+  int (*before_run)(void *arg, char *err, size_t n); /* tr__graph_before_run */
+  void *before_arg;
 };
 
 static void describe(void *arg, char *buf, size_t size) {
@@ -480,6 +482,11 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
       !(seconds >= 0) || (end_step == 0 && seconds == 0) ||
       g->nwaited == (g->transport != NULL))
     return TR_EINVAL;
+  if (g->before_run) {
+    int rc = g->before_run(g->before_arg, g->error, sizeof g->error);
+    g->before_run = NULL;
+    if (rc) return rc;
+  }
   g->ran = true;
   g->first_step = first_step;
   g->end_limit = end_step > 0 ? end_step : INT64_MAX;
@@ -504,6 +511,11 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     rc = TR_EINTR;
   }
   return rc;
+}
+
+void tr__graph_before_run(tr_graph *g, int (*fn)(void *arg, char *err, size_t n), void *arg) {
+  g->before_run = fn;
+  g->before_arg = arg;
 }
 
 int tr_graph_signal(const tr_graph *g) { return tr_system_signal(g->sys); }

@@ -59,6 +59,9 @@ tr__member *tr__graph_member(const tr_graph *g, int id);
 tr__member *tr__graph_member_of(const tr_graph *g, const tr_actor *a);
 int tr__graph_member_count(const tr_graph *g);
 tr_world *tr__graph_world(const tr_graph *g);
+/* fn(arg, err, n) runs once as tr_graph_run begins, before any actor starts (the job's plan
+ * is checked and its actors wired then); its failure is the run's, err its message. */
+void tr__graph_before_run(tr_graph *g, int (*fn)(void *arg, char *err, size_t n), void *arg);
 int tr__graph_watchdog_ms(const tr_graph *g); /* its system's watchdog period (0: none) */
 /* The ranks' agreement on the end of a timed run: this rank's claims stop at what it has
  * claimed (returned; claims beyond it wait), then every rank takes the end E, the most any

@@ -20,6 +20,10 @@
 
 #include "job_impl.h"
 
+/* What a part's operation says: done, or blocked until a message comes (the actor runs again
+ * then); a negative status after it failed the actor. */
+enum { TR__BLOCKED = 0, TR__DONE = 1 };
+
 /* A batch (x, y) or a tensor (data, valid after `ready`, on `dev`) of a step's micro-batch. */
 typedef struct tr__lent {
   int64_t step;

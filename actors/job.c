@@ -10,6 +10,7 @@
 #include "tr_file.h"
 #include "group.h"
 #include "transport.h"
+#include "plan.h"
 #include "worker.h"
 
 TR_MSGTYPE_DEFINE(tr_batch_type, tr_batch_msg);
@@ -42,6 +43,7 @@ struct tr_job {
   tr_actor **loaders; /* [replica] */
   int *chained;       /* [replica]: links of its chain made */
   tr_actor *coordinator, *server;
+  tr__plan plan; /* the stages' ports, handed over when the graph runs */
   int ncross; /* replica groups over several ranks, numbered for the transports */
   int grouped; /* calls of tr_job_group */
 };
@@ -262,6 +264,12 @@ static int open_resume(tr_job *j, tr_job_config *c, char *err, size_t n) {
                               &step, err, n);
 }
 
+/* The graph runs: the plan is checked as a whole and the stages get their ports. */
+static int wire_plan(void *arg, char *err, size_t n) {
+  tr_job *j = arg;
+  return tr__plan_wire(&j->plan, err, n);
+}
+
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err, size_t n) {
   *out = NULL;
   tr_job_config c = *config;
@@ -318,16 +326,19 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   j->loaders = calloc((size_t)R, sizeof *j->loaders);
   j->chained = calloc((size_t)R, sizeof *j->chained);
   if (rc == 0 && (!j->stages || !j->loaders || !j->chained)) rc = TR_ENOMEM;
+  if (rc == 0) rc = tr__plan_open(&j->plan, run, R * P);
   if (rc) {
     tr_job_free(j);
     return rc;
   }
+  tr__graph_before_run(g, wire_plan, j);
   *out = j;
   return 0;
 }
 
 void tr_job_free(tr_job *j) {
   if (j == NULL) return;
+  tr__plan_free(&j->plan);
   tr_checkpoint_close(j->resume);
   tr_schedule_free(j->sc);
   free(j->stages);
@@ -384,7 +395,7 @@ static int connect_report(tr_job *j, tr_actor *from, int source) {
   if (rc == 0) rc = tr__coordinator_add_source(tr_actor_state(j->coordinator), source, e);
   if (rc) return rc;
   if (from == j->server) tr__server_set_report(tr_actor_state(from), e);
-  else tr__stage_set_report(tr_actor_state(from), e);
+  else j->plan.st[source].ports.report = e;
   return 0;
 }
 
@@ -421,7 +432,7 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   int rc = add(j, rank_of(dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
-  j->stages[i] = *out;
+  j->stages[i] = j->plan.st[i].actor = *out;
   if (stage == 0 && j->loaders[replica])
     tr__loader_set_device(tr_actor_state(j->loaders[replica]), dev);
   return connect_report(j, *out, i);
@@ -503,7 +514,11 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
   if (loader >= 0) ++*(generate ? &j->run.batches_made : &j->run.batches_loaded);
   if (loader >= 0 && (rc = tr__loader_add_edge(tr_actor_state(from), e, carries, generate)))
     return rc;
-  if (stage >= 0 && (rc = tr__stage_add_input(tr_actor_state(to), e, carries))) return rc;
+  if (stage >= 0) {
+    tr__stage_ports *p = &j->plan.st[stage].ports;
+    if (p->nin == 2) return TR_EINVAL;
+    p->in[p->nin++] = (tr__stage_input){.edge = e, .what = carries};
+  }
   if (out) *out = e;
   return 0;
 }
@@ -536,7 +551,9 @@ static int connect_clip(tr_job *j, int first, int n) {
   for (int s = 0; s < n && rc == 0; s++) {
     tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
     for (int t = 0; t < n; t++) out[t] = e[s][t], in[t] = e[t][s];
-    rc = tr__stage_set_clip(tr_actor_state(j->stages[first + s]), n, s, out, in);
+    tr__clip **clip = &j->plan.st[first + s].clip;
+    tr__clip_free(*clip);
+    if (!(*clip = tr__clip_new(n, s, out, in))) rc = TR_ENOMEM;
   }
   free(e);
   return rc;
@@ -605,7 +622,12 @@ static int carry(tr_job *j, tr_actor *from, tr_actor *to, tr_edge *e, const char
   if (why[0]) /* the edge still runs, over MPI: say why NCCL did not take it */
     fprintf(stderr, "troupe: the %s edge from %s to %s goes over MPI: %s\n", what,
             in[0]->name, in[1]->name, why);
-  if (c) tr__stage_use_nccl_edge(tr_actor_state(me == rf ? from : to), e, c);
+  if (c) { /* the end on this rank owns it */
+    tr__stage_ports *p = &j->plan.st[stage_index_of(j, me == rf ? from : to)].ports;
+    tr__tensor_port *ends[] = {&p->act_out, &p->act_in, &p->grad_out, &p->grad_in};
+    for (int k = 0; k < 4; k++)
+      if (ends[k]->edge == e) ends[k]->nccl = c;
+  }
   if (both && !why[0]) j->run.edges_nccl++;
   else j->run.edges_mpi++;
   return 0;
@@ -624,8 +646,11 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   int rc = connect(j, from, to, &tr_activation_type, "act", tr_schedule_slots(j->sc, s), &act);
   if (rc == 0) rc = connect(j, to, from, &tr_gradient_type, "grad", 2, &grad);
   if (rc) return rc;
-  tr__stage_set_chain(tr_actor_state(from), act, grad, true);
-  tr__stage_set_chain(tr_actor_state(to), grad, act, false);
+  tr__stage_ports *pf = &j->plan.st[i].ports, *pt = &j->plan.st[stage_index_of(j, to)].ports;
+  pf->act_out.edge = act; /* to the next stage */
+  pf->grad_in.edge = grad;
+  pt->grad_out.edge = grad; /* to the previous stage */
+  pt->act_in.edge = act;
   if (rc == 0) rc = carry(j, from, to, act, "act");
   if (rc == 0) rc = carry(j, to, from, grad, "grad");
   /* the stages agree on the gradients' norm: to clip alike, to skip an update alike (sharded,
@@ -660,7 +685,9 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nc
   for (int a = 0; a < n && rc == 0 && here; a++) {
     tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
     for (int b = 0; b < n; b++) out[b] = e[a][b], in[b] = e[b][a];
-    rc = tr__stage_set_group(tr_actor_state(members[a]), n, a, out, in, devs);
+    tr__group **g = &j->plan.st[stage_index_of(j, members[a])].group;
+    tr__group_free(*g);
+    if (!(*g = tr__group_new(n, a, out, in, devs, j->run.c.zero != 0))) rc = TR_ENOMEM;
   }
   tr_allreduce how = TR_ALLREDUCE_PEER;
   char why[256] = "";
@@ -671,7 +698,8 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nc
     tr_comm *comms[TR_TRAIN_MAX_DEVICES] = {NULL};
     if (tr_comm_open_all(devs, n, comms, why, sizeof why)) /* each member fails at open */
       snprintf(why + strlen(why), sizeof why - strlen(why), " (allreduce peer sums without NCCL)");
-    for (int a = 0; a < n; a++) tr__stage_use_nccl(tr_actor_state(members[a]), comms[a], NULL, why);
+    for (int a = 0; a < n; a++)
+      tr__group_use_nccl(j->plan.st[stage_index_of(j, members[a])].group, comms[a], NULL, why);
     j->run.nccl = true;
   }
   free(e);
@@ -744,9 +772,10 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (rc == 0 && rank == me)
       rc = tr__transport_group_edges(tr__graph_transport(g), k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
-      tr__stage_span_ranks(tr_actor_state(here[i]), k, i ? NULL : sum, i ? NULL : summed);
+      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].group, k, i ? NULL : sum,
+                           i ? NULL : summed);
     if (rc == 0 && rank == me && (across || why[0])) {
-      tr__stage_use_nccl(tr_actor_state(here[0]), NULL, across, why);
+      tr__group_use_nccl(j->plan.st[stage_index_of(j, here[0])].group, NULL, across, why);
       j->run.nccl |= across != NULL;
       across = NULL;
     }
@@ -793,7 +822,11 @@ int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
   tr_edge *push, *reply;
   int rc = connect(j, worker, server, NULL, "push", 1, &push);
   if (rc == 0) rc = connect(j, server, worker, &tr__reply_type, "reply", TR__REPLY_CREDITS, &reply);
-  if (rc == 0) rc = tr__stage_set_server(tr_actor_state(worker), push, reply);
+  if (rc == 0) {
+    tr__worker **wk = &j->plan.st[w].worker;
+    tr__worker_free(*wk);
+    if (!(*wk = tr__worker_new(&j->run, w, push, reply))) rc = TR_ENOMEM;
+  }
   if (rc == 0)
     rc = tr__server_set_worker(tr_actor_state(server), w, push, reply,
                                tr__stage_device(tr_actor_state(worker)));

@@ -154,36 +154,18 @@ extern const tr_msgtype tr__poll_type, tr__loss_type, tr__part_type, tr__done_ty
 
 /* ---- the actors, as job.c makes and wires them ------------------------------------------- */
 
-extern const tr_behaviour tr__loader_behaviour, tr__stage_behaviour, tr__coordinator_behaviour,
-    tr__server_behaviour;
+extern const tr_behaviour tr__loader_behaviour, tr__coordinator_behaviour, tr__server_behaviour;
 
 void *tr__loader_new(const tr__run *run, int replica);
+/* What is wrong with batch b for a stage taking `what` (TR_BATCH_*; `last`: its layers end
+ * in the loss) of this run, as the rest of a sentence "a batch from 'x' ...", or NULL. */
+const char *tr__batch_check(const tr__run *run, const tr_batch_msg *b, unsigned what,
+                            bool last, char *buf, size_t n);
 /* An outgoing batch edge carrying `what` (TR_BATCH_INPUTS | TR_BATCH_TARGETS); `generate`:
  * its batches say which samples, and the stage makes them on its device (tr_data_on). */
 int tr__loader_add_edge(void *loader, tr_edge *e, unsigned what, bool generate);
 /* The device whose pinned host memory the batches live in (the replica's first stage's). */
 void tr__loader_set_device(void *loader, tr_device *dev);
-
-void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev);
-int tr__stage_add_input(void *stage, tr_edge *e, unsigned what);
-void tr__stage_set_chain(void *stage, tr_edge *out, tr_edge *in, bool forward);
-/* This stage's member number `me` in a group of `n`, and its edges to and from member i. */
-int tr__stage_set_group(void *stage, int n, int me, tr_edge *const *out, tr_edge *const *in,
-                        tr_device *const *devs);
-/* After tr__stage_set_group: the group spans ranks (group.h); the leader's edges to and from
- * the transport, NULL for the others. */
-void tr__stage_span_ranks(void *stage, int group, tr_edge *sum, tr_edge *summed);
-/* After tr__stage_set_group: its sums go through NCCL (group.h, tr__group_use_nccl). */
-void tr__stage_use_nccl(void *stage, tr_comm *inside, tr_comm *across, const char *error);
-/* After tr__stage_set_chain: the tensors of its edge `e` to or from another rank go through
- * `comm` (member 0 the producer, 1 the consumer), which the stage then owns. */
-void tr__stage_use_nccl_edge(void *stage, tr_edge *e, tr_comm *comm);
-/* Number `me` of `n` stages exchanging gradient norms (clipnorm.h), the edges to and from each. */
-int tr__stage_set_clip(void *stage, int n, int me, tr_edge *const *out, tr_edge *const *in);
-void tr__stage_set_report(void *stage, tr_edge *report);
-/* async: the worker's push edge and the server's replies */
-int tr__stage_set_server(void *stage, tr_edge *push, tr_edge *reply);
-tr_device *tr__stage_device(const void *stage);
 
 void *tr__server_new(const tr__run *run, tr_device *dev);
 int tr__server_set_worker(void *server, int worker, tr_edge *push, tr_edge *reply,

@@ -228,3 +228,29 @@ static void loader_destroy(void *state) {
 
 const tr_behaviour tr__loader_behaviour = {
     .name = "loader", .start = loader_run, .receive = loader_receive, .destroy = loader_destroy};
+
+const char *tr__batch_check(const tr__run *run, const tr_batch_msg *b, unsigned what,
+                            bool last, char *buf, size_t n) {
+  const tr_data *data = run->c.data;
+  const int want = run->mb_batch;
+  if (b->step < 0) return NULL; /* the end of a worker's batches */
+  if (b->generate) {
+    if (b->count == want && tr_data_can_generate(data)) return NULL;
+    snprintf(buf, n, "of %d samples to generate on the device: this stage takes micro-batches "
+             "of %d samples, and data '%s' %s be generated on a device", b->count, want,
+             tr_data_name(data), tr_data_can_generate(data) ? "can" : "cannot");
+    return buf;
+  }
+  const bool want_x = what & TR_BATCH_INPUTS, want_y = what & TR_BATCH_TARGETS;
+  const tr_model *m = run->c.model;
+  const size_t k = (size_t)want;
+  if (b->count == want && (!want_x || (b->x && b->x_bytes == k * tr_model_input_bytes(m))) &&
+      (!want_y || !last || (b->y && b->y_bytes == k * tr_model_target_bytes(m))))
+    return NULL;
+  snprintf(buf, n, "of %d samples (%zu bytes of inputs, %zu of targets): this stage takes "
+           "micro-batches of %d samples with %s (%zu and %zu bytes)", b->count,
+           b->x ? b->x_bytes : 0, b->y ? b->y_bytes : 0, want,
+           want_x && want_y ? "inputs and targets" : want_x ? "inputs" : "targets",
+           want_x ? k * tr_model_input_bytes(m) : 0, want_y ? k * tr_model_target_bytes(m) : 0);
+  return buf;
+}

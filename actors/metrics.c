@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "metrics.h"
+#include "stage.h"
 
 #define STEP_STAGE_MB {"step", "stage", "mb"}
 

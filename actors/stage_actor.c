@@ -1,11 +1,12 @@
-/* stage_actor.c — the stage runner: one device, layers [cuts[s], cuts[s+1]) of the model,
- * and every step the action list its schedule gives it (tr_schedule.h). Nothing else: the
- * replica group's all-reduce (group.c), the norm exchange of clipping (clipnorm.c) and the
- * asynchronous worker's push (worker.c) are parts it calls at the step action; what others
- * lend it waits in inbox.c's queues; losses and figures are losses.c's and metrics.c's.
+/* stage_actor.c — the stage runner: one device, layers [cuts[s], cuts[s+1]) of the model
+ * (a chunk of them each, interleaved), and every step the action list its schedule gives it
+ * (tr_schedule.h). It interprets the actions; at a step's start, around the backward that
+ * makes the gradients final, at the step action and at the end it calls its step policy
+ * (step_policy.h), never asking which one it has. Tensors go through their edges' carriers
+ * (transfer.h); losses, checkpoint parts and figures through its reporter (reporter.h).
  *
  * The actor never waits inside a callback. Messages (batches, activations, gradients, and
- * the parts' own) are queued on arrival, then the action list runs as far as it can: an
+ * the policy's own) are queued on arrival, then the action list runs as far as it can: an
  * action whose input has not come yet stops it until the next message. Work goes to the
  * device's streams in order; what other devices need is handed over with an event, and a
  * buffer lent by another actor goes back (its edge's credit) once the event of the copy out
@@ -13,13 +14,9 @@
  * queried, so credits go back at once; on CUDA the actor polls itself while any copy is in
  * flight.
  *
- * Asynchronous jobs: the stage is a worker (the whole model, one micro-batch of a whole
- * global batch). `step` counts its own pushes; the loader's batches say which step of the
- * run each one is, and a batch of step -1 ends the worker's part.
- *
  * The end is a sequence too: the device finishes, the losses still held go to the
- * coordinator, then (replica 0) the last checkpoint part, the figures, and (a worker) the
- * leave. Each waits for a credit of its edge where it must.
+ * coordinator, then the last checkpoint part, the figures, and the policy's leave. Each
+ * waits for a credit of its edge where it must.
  */
 #include <math.h>
 #include <stdio.h>
@@ -27,61 +24,16 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clipnorm.h"
-#include "group.h"
-#include "inbox.h"
-#include "transport.h"
-#include "losses.h"
-#include "metrics.h"
+#include "reporter.h"
+#include "stage.h"
 #include "tr_trace.h"
-#include "worker.h"
+#include "transfer.h"
 
-enum { BLOCKED = 0, DONE = 1 };
-/* Where the step action is: the sums of the replica group, the norm exchange and the
- * update, the updated shards of the others (sharded optimizer), the update done and a
- * checkpoint part to send. */
-enum { STEP_REDUCE, STEP_CLIP, STEP_GATHER, STEP_SAVE };
-/* Where the end is. */
+/* Where the step action is, and where the end is. */
+enum { STEP_UPDATE, STEP_SAVE };
 enum { END_DEVICE, END_LOSSES, END_PART, END_FIGURES, END_LEAVE };
 
-/* Copies of the tensors sent to a stage of another process, one per credit of the edge,
- * reused in order as the credits come back: pinned host memory where MPI carries them from a
- * device whose memory it cannot read, device memory where NCCL sends them (wire). */
-typedef struct ring {
-  uint8_t *buf; /* n × bytes; NULL: sent from where they are */
-  int n, next;
-  size_t bytes;
-} ring;
-
-/* The next copy's place; *k: its index. */
-static uint8_t *ring_take(ring *r, int *k) {
-  *k = r->next;
-  r->next = (r->next + 1) % r->n;
-  return r->buf + (size_t)*k * r->bytes;
-}
-
-/* An edge to or from a stage of another process whose tensors NCCL carries (job.c chose it:
- * tr_edge_carrier_choose): the message still goes through the transport, its data NULL, and
- * the bytes by ncclSend / ncclRecv on a communicator of the edge's two ends, on a stream of
- * the edge's own at each end. Each edge's messages are in order, so both ends issue its
- * operations in one order; a stream per edge keeps one direction's rendezvous from waiting
- * behind the other's (a stage that sends activations and receives gradients would deadlock
- * on one stream: each end's send waiting for a receive queued behind the other's send), and
- * the compute stream waits only on receives, as it waits on a neighbour's copy in a
- * process. The sender sends from a ring of device copies, one per credit, as host staging
- * does: its slots and input-gradient buffers are reused on the schedule's terms, a copy only
- * once its credit is back (the receive has run). */
-typedef struct wire {
-  tr_comm *comm; /* NULL: MPI carries the edge (or it stays in the process) */
-  tr_stream *s;
-  tr_event *ev;       /* sender: the copy into the ring made; receiver: the destination free */
-  tr_event *done;     /* receiver: the receive has run */
-  tr_event **sent;    /* sender [copies.n]: copy i may be written again */
-  ring copies;        /* sender's, in device memory */
-} wire;
-
-/* One model chunk on this device (interleaved schedules put several): layers between two
- * cuts, and what its slots hold. */
+/* One model chunk on this device: layers between two cuts, and what its slots hold. */
 typedef struct chunk {
   tr_stage *st;
   const tr_stage_info *info;
@@ -102,46 +54,37 @@ typedef struct stage_actor {
   int replica, stage, index;
   tr_device *dev;
   chunk *ch;
-  int nch, cur;   /* cur: the chunk whose action runs (errors name its layers) */
-  tr_stream *s;   /* the device's, every chunk's */
+  tr_stage **chunks; /* [nch]: every chunk's stage, for the policy and the reporter */
+  int nch, cur;      /* cur: the chunk whose action runs (errors name its layers) */
+  tr_stream *s;      /* the device's, every chunk's */
   int m;
   const tr_action *acts;
   size_t nacts, pc;
   signed char *holds; /* [action]: +1 where a micro-batch takes its slot, -1 where it frees it */
-  int64_t step;
+  int64_t step;       /* the stage's own count */
+  int64_t run_step;   /* the run's step of the step in hand (a worker's differs from step) */
 
   input in[2];
   int nin;
-  tr_edge *act_out, *act_in, *grad_out, *grad_in;
-  ring act_host, grad_host; /* act_out's and grad_out's, across processes by MPI */
-  wire act_w, grad_w, act_in_w, grad_in_w; /* act_out's, grad_out's, act_in's, grad_in's */
-  tr__queue actq, gradq;
+  tr__tensor_edge act_out, act_in, grad_out, grad_in;
   tr_event *grad_ev[2];
   int grad_parity;
   bool grad_credit;
   const float *dinput;
-  tr__returns returns;   /* credits owed once the copies out of lent buffers have run */
-  tr_data_gen *gen;      /* the job's data on this device, once a batch asks for it */
+  tr__returns returns; /* credits owed once the copies out of lent buffers have run */
+  tr_data_gen *gen;    /* the job's data on this device, once a batch asks for it */
 
-  tr__group *group;
-  tr__clip *clip;
-  tr__worker *worker;
-  tr_edge *report;
-  int step_phase, end_phase, parts_sent;
-  int64_t batch_step; /* the run's step of the batch in hand (a worker's differs from step) */
-
-  /* losses (last stage): the device → ring → log → the coordinator */
-  tr__loss_ring ring;
-  tr__loss_log losses;
+  tr__policy policy;
+  tr__policy_ctx ctx;
+  tr__reporter rep;
+  int step_phase, end_phase;
 
   tr__busy busy;
-  int64_t skipped; /* updates skipped for a norm that was not finite */
   int live, peak;
   int64_t live_bytes, peak_bytes;
   uint64_t window_end;
   bool finishing, done, polling;
-  bool ended; /* the run was finished early (a signal, its time): a worker's queued batches
-                 are not started */
+  bool ended; /* the run was ended early (a signal, its time) */
   char err[512];
 } stage_actor;
 
@@ -157,71 +100,19 @@ void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev) 
   return a;
 }
 
+void tr__stage_wire(void *state, const tr__stage_ports *p) {
+  stage_actor *a = state;
+  a->nin = p->nin;
+  for (int i = 0; i < p->nin; i++) a->in[i] = (input){.edge = p->in[i].edge, .what = p->in[i].what};
+  tr__tensor_edge_init(&a->act_out, p->act_out.edge, p->act_out.nccl);
+  tr__tensor_edge_init(&a->grad_in, p->grad_in.edge, p->grad_in.nccl);
+  tr__tensor_edge_init(&a->act_in, p->act_in.edge, p->act_in.nccl);
+  tr__tensor_edge_init(&a->grad_out, p->grad_out.edge, p->grad_out.nccl);
+  tr__reporter_init(&a->rep, p->report, a->index);
+  a->policy = p->policy;
+}
+
 tr_device *tr__stage_device(const void *state) { return ((const stage_actor *)state)->dev; }
-
-int tr__stage_add_input(void *state, tr_edge *e, unsigned what) {
-  stage_actor *a = state;
-  if (a->nin == 2) return TR_EINVAL;
-  a->in[a->nin++] = (input){.edge = e, .what = what};
-  return 0;
-}
-
-void tr__stage_set_chain(void *state, tr_edge *out, tr_edge *in, bool forward) {
-  stage_actor *a = state;
-  if (forward) {
-    a->act_out = out; /* to the next stage */
-    a->grad_in = in;
-  } else {
-    a->grad_out = out; /* to the previous stage */
-    a->act_in = in;
-  }
-}
-
-int tr__stage_set_group(void *state, int n, int me, tr_edge *const *out, tr_edge *const *in,
-                        tr_device *const *devs) {
-  stage_actor *a = state;
-  a->group = tr__group_new(n, me, out, in, devs, a->run->c.zero != 0);
-  return a->group ? 0 : TR_ENOMEM;
-}
-
-void tr__stage_use_nccl_edge(void *state, tr_edge *e, tr_comm *comm) {
-  stage_actor *a = state;
-  wire *w = e == a->act_out ? &a->act_w : e == a->grad_out ? &a->grad_w
-            : e == a->act_in ? &a->act_in_w : e == a->grad_in ? &a->grad_in_w : NULL;
-  TR_ASSERT(w != NULL && w->comm == NULL);
-  w->comm = comm;
-}
-
-void tr__stage_use_nccl(void *state, tr_comm *inside, tr_comm *across, const char *error) {
-  tr__group_use_nccl(((stage_actor *)state)->group, inside, across, error);
-}
-
-void tr__stage_span_ranks(void *state, int group, tr_edge *sum, tr_edge *summed) {
-  tr__group_span_ranks(((stage_actor *)state)->group, group, sum, summed);
-}
-
-int tr__stage_set_clip(void *state, int n, int me, tr_edge *const *out, tr_edge *const *in) {
-  stage_actor *a = state;
-  a->clip = tr__clip_new(n, me, out, in);
-  return a->clip ? 0 : TR_ENOMEM;
-}
-
-void tr__stage_set_report(void *state, tr_edge *report) {
-  stage_actor *a = state;
-  a->report = report;
-  a->losses = (tr__loss_log){.edge = report, .source = a->index};
-}
-
-int tr__stage_set_server(void *state, tr_edge *push, tr_edge *reply) {
-  stage_actor *a = state;
-  a->worker = tr__worker_new(a->run, a->replica, push, reply);
-  return a->worker ? 0 : TR_ENOMEM;
-}
-
-/* ZeRO stage 1: this stage holds one shard of the optimizer, its group the others. */
-static bool sharded(const stage_actor *a) {
-  return a->group && tr__group_shard(a->group).count > 1;
-}
 
 static int fail_device(tr_actor *self, stage_actor *a, const char *what) {
   const tr_stage *st = a->ch ? a->ch[a->cur].st : NULL;
@@ -241,52 +132,6 @@ static int open_events(stage_actor *a, tr_event **ev, int n) {
   return 0;
 }
 
-/* A queue per edge that lends this stage buffers, and room to owe every credit back. */
-static int open_staged(stage_actor *a, ring *h, const wire *w, tr_edge *e, size_t bytes) {
-  tr_graph *g = a->run->g;
-  if (e == NULL || w->comm || tr_device_get_info(a->dev)->kind == TR_DEVICE_HOST ||
-      tr_graph_actor_rank(g, tr_edge_to(e)) == tr_graph_rank(g))
-    return 0;
-  *h = (ring){.n = tr_edge_credits(e), .bytes = bytes};
-  if (tr_host_alloc(a->dev, (size_t)h->n * (bytes ? bytes : 1), (void **)&h->buf))
-    return fail_device(a->self, a, "allocating host copies for another process");
-  return 0;
-}
-
-/* A wire's stream and events; a sender's (`out`) ring of copies, one per credit. */
-static int open_wire(stage_actor *a, wire *w, tr_edge *out, size_t bytes, const char *name) {
-  if (w->comm == NULL) return 0;
-  if (tr_stream_open(a->dev, name, &w->s) || tr_event_open(a->dev, TR_EVENT_DEFAULT, &w->ev) ||
-      tr_event_open(a->dev, TR_EVENT_DEFAULT, &w->done))
-    return fail_device(a->self, a, "opening a stream for NCCL");
-  if (out == NULL) return 0;
-  ring *c = &w->copies;
-  *c = (ring){.n = tr_edge_credits(out), .bytes = bytes};
-  w->sent = calloc((size_t)c->n, sizeof *w->sent);
-  if (w->sent == NULL) return TR_ENOMEM;
-  if ((c->n && open_events(a, w->sent, c->n)) ||
-      tr_device_alloc(a->dev, (size_t)c->n * (bytes ? bytes : 1), (void **)&c->buf))
-    return fail_device(a->self, a, "allocating copies to send through NCCL");
-  return 0;
-}
-
-/* Once its operations have run (`abort`: without waiting for a peer that may never come:
- * the run failed). The communicator first, so a receive waiting for a gone peer ends. */
-static void close_wire(stage_actor *a, wire *w, bool abort) {
-  if (abort) tr_comm_abort(w->comm);
-  else if (w->s) tr_stream_synchronize(w->s);
-  if (!abort) tr_comm_close(w->comm);
-  w->comm = NULL;
-  if (w->copies.buf) tr_device_free(a->dev, w->copies.buf);
-  for (int i = 0; w->sent && i < w->copies.n; i++)
-    if (w->sent[i]) tr_event_close(w->sent[i]);
-  if (w->ev) tr_event_close(w->ev);
-  if (w->done) tr_event_close(w->done);
-  if (w->s) tr_stream_close(w->s);
-  free(w->sent);
-  *w = (wire){0};
-}
-
 /* The most bytes a tensor of this kind takes over the chunks (host copies fit any). */
 static size_t largest(const stage_actor *a, bool outputs) {
   size_t most = 0;
@@ -297,14 +142,16 @@ static size_t largest(const stage_actor *a, bool outputs) {
   return most;
 }
 
+static int credits(const tr__tensor_edge *t) { return t->edge ? tr_edge_credits(t->edge) : 0; }
+
+/* A queue per edge that lends this stage buffers, room to owe every credit back, and the
+ * carriers of its tensor edges. */
 static int open_queues(stage_actor *a) {
-  int owed = 0, rc = 0;
+  int owed = credits(&a->act_in) + credits(&a->grad_in), rc = 0;
   for (int i = 0; i < a->nin; i++) {
     rc |= tr__queue_open(&a->in[i].q, tr_edge_credits(a->in[i].edge));
     owed += tr_edge_credits(a->in[i].edge);
   }
-  if (a->act_in) rc |= tr__queue_open(&a->actq, tr_edge_credits(a->act_in)), owed += tr_edge_credits(a->act_in);
-  if (a->grad_in) rc |= tr__queue_open(&a->gradq, tr_edge_credits(a->grad_in)), owed += tr_edge_credits(a->grad_in);
   for (int c = 0; c < a->nch; c++) {
     chunk *ch = &a->ch[c];
     ch->act_ev = calloc((size_t)ch->info->slots, sizeof *ch->act_ev);
@@ -314,41 +161,15 @@ static int open_queues(stage_actor *a) {
   if (rc) return TR_ENOMEM;
   if ((rc = tr__returns_open(&a->returns, a->dev, owed)))
     return rc == TR_EDEVICE ? fail_device(a->self, a, "opening events") : rc;
-  for (int c = 0; c < a->nch && a->act_out; c++)
+  for (int c = 0; c < a->nch && a->act_out.edge; c++)
     if ((rc = open_events(a, a->ch[c].act_ev, a->ch[c].info->slots))) return rc;
-  if (a->grad_out && (rc = open_events(a, a->grad_ev, 2))) return rc;
-  if ((rc = open_staged(a, &a->act_host, &a->act_w, a->act_out, largest(a, true))) ||
-      (rc = open_staged(a, &a->grad_host, &a->grad_w, a->grad_out, largest(a, false))) ||
-      (rc = open_wire(a, &a->act_w, a->act_out, largest(a, true), "nccl act out")) ||
-      (rc = open_wire(a, &a->grad_w, a->grad_out, largest(a, false), "nccl grad out")) ||
-      (rc = open_wire(a, &a->act_in_w, NULL, 0, "nccl act in")) ||
-      (rc = open_wire(a, &a->grad_in_w, NULL, 0, "nccl grad in")))
+  if (a->grad_out.edge && (rc = open_events(a, a->grad_ev, 2))) return rc;
+  tr_graph *g = a->run->g;
+  if ((rc = tr__tensor_edge_open(&a->act_out, a->self, a->dev, g, true, largest(a, true), "nccl act out")) ||
+      (rc = tr__tensor_edge_open(&a->grad_out, a->self, a->dev, g, true, largest(a, false), "nccl grad out")) ||
+      (rc = tr__tensor_edge_open(&a->act_in, a->self, a->dev, g, false, 0, "nccl act in")) ||
+      (rc = tr__tensor_edge_open(&a->grad_in, a->self, a->dev, g, false, 0, "nccl grad in")))
     return rc;
-  return 0;
-}
-
-static int check_wiring(tr_actor *self, stage_actor *a) {
-  bool first = false, last = false, middle_in = false, middle_out = false;
-  for (int c = 0; c < a->nch; c++) {
-    first |= a->ch[c].info->is_first, last |= a->ch[c].info->is_last;
-    middle_in |= !a->ch[c].info->is_first, middle_out |= !a->ch[c].info->is_last;
-  }
-  unsigned what = 0;
-  for (int i = 0; i < a->nin; i++) what |= a->in[i].what;
-  const tr_job_config *c = &a->run->c;
-  const char *missing = !a->report                                 ? "a coordinator (tr_job_add_coordinator)"
-                        : first && !(what & TR_BATCH_INPUTS)             ? "an edge of inputs"
-                        : last && !(what & TR_BATCH_TARGETS)             ? "an edge of targets"
-                        : middle_in && !a->act_in                        ? "activations from stage s-1"
-                        : middle_out && !a->act_out                      ? "a chain to stage s+1"
-                        : c->async.enabled && !a->worker                 ? "a server (tr_job_serve)"
-                        : c->zero && !a->group                           ? "a replica group (tr_job_group)"
-                        : c->zero && c->optim.clip > 0 && !a->clip       ? "the norm exchange with "
-                                                       "every stage (tr_job_group of every stage)"
-                                                                         : NULL;
-  if (missing)
-    return tr_actor_fail(self, TR_EINVAL, "stage %d of replica %d is not wired: it lacks %s",
-                         a->stage, a->replica, missing);
   return 0;
 }
 
@@ -381,7 +202,8 @@ static int open_chunks(tr_actor *self, stage_actor *a) {
   const tr_job_config *c = &run->c;
   a->nch = c->layout.chunks;
   a->ch = calloc((size_t)a->nch, sizeof *a->ch);
-  if (a->ch == NULL) return TR_ENOMEM;
+  a->chunks = calloc((size_t)a->nch, sizeof *a->chunks);
+  if (a->ch == NULL || a->chunks == NULL) return TR_ENOMEM;
   for (int k = 0; k < a->nch; k++) {
     chunk *ch = &a->ch[k];
     const int piece = k * c->layout.stages + a->stage;
@@ -396,10 +218,11 @@ static int open_chunks(tr_actor *self, stage_actor *a) {
                           .optim = c->optim,
                           .precision = c->precision,
                           .graphs = c->graphs,
-                          .shard = a->group ? tr__group_shard(a->group) : (tr_stage_shard){0}};
+                          .shard = a->policy.ops->shard(a->policy.state)};
     if (tr_stage_open(&ch->st, c->model, a->dev, &sc, a->err, sizeof a->err))
       return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
                            tr_device_name(a->dev), a->err);
+    a->chunks[k] = ch->st;
     ch->info = tr_stage_get_info(ch->st);
     if (run->hooks.graphs_fail) tr_stage_graphs_fail_next(ch->st);
     a->cur = k;
@@ -415,44 +238,29 @@ static int open_chunks(tr_actor *self, stage_actor *a) {
   return 0;
 }
 
-static tr_stage *const *stages_of(stage_actor *a, tr_stage **out) {
-  for (int c = 0; c < a->nch; c++) out[c] = a->ch[c].st;
-  return out;
-}
-
 static int stage_open(tr_actor *self) {
   stage_actor *a = tr_actor_state(self);
   const tr__run *run = a->run;
-  const tr_job_config *c = &run->c;
   a->self = self;
   if (tr_device_bind(a->dev)) return fail_device(self, a, "binding the device");
   tr_trace_label(self, tr_device_name(a->dev)); /* the timeline names lanes by device */
   int rc = open_chunks(self, a);
   if (rc) return rc;
   a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
-  if ((rc = check_wiring(self, a)) || (rc = plan_holds(a)) || (rc = open_queues(a))) return rc;
+  if ((rc = plan_holds(a)) || (rc = open_queues(a))) return rc;
   tr_graph *g = run->g;
-  a->step = a->worker ? 0 : tr_graph_first_step(g);
-  const tr_stage_info *last = a->ch[a->nch - 1].info;
-  if (last->is_last && tr__loss_ring_open(&a->ring, a->dev, a->m, a->step))
-    return fail_device(self, a, "allocating the loss ring");
-  tr_stage *st = a->ch[0].st; /* a replica group and a worker: one chunk (tr_job_new) */
-  if (a->group) {
-    if ((rc = tr__group_open(a->group, self, st, &a->busy))) return rc;
-    tr_stage_on_grad_ready(st, tr__group_grad_ready, a->group);
-  }
-  /* every update checks the gradients' norm: across the stages when they must agree
-   * (clipping, skipping), else this stage's own */
-  if (!a->worker && !a->clip && !(a->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
-  tr_stage *all[TR__MAX_STAGES];
-  if (a->clip && (rc = tr__clip_open(a->clip, self, stages_of(a, all), a->nch))) return rc;
-  if (a->worker && (rc = tr__worker_open(a->worker, self, st))) return rc;
-
-  /* an asynchronous worker pushes about its share of the steps */
+  a->step = a->policy.ops->first_step(a->policy.state, run);
+  if ((rc = tr__reporter_open(&a->rep, self, a->dev, a->ch[a->nch - 1].info->is_last, a->m,
+                              a->step)))
+    return rc;
+  a->ctx = (tr__policy_ctx){.self = self, .run = run, .replica = a->replica, .stage = a->stage,
+                            .dev = a->dev, .s = a->s, .chunks = a->chunks, .nch = a->nch,
+                            .busy = &a->busy};
+  if ((rc = a->policy.ops->open(a->policy.state, &a->ctx))) return rc;
   const int64_t end = tr_graph_end_step(g);
-  a->busy = tr__busy_begin(a->step, end == INT64_MAX ? INT64_MAX
-                                                     : (end - tr_graph_first_step(g)) /
-                                                           (a->worker ? c->layout.replicas : 1));
+  a->busy = tr__busy_begin(a->step, a->policy.ops->share(a->policy.state, run,
+                                                         end == INT64_MAX ? INT64_MAX
+                                                         : end - tr_graph_first_step(g)));
   a->busy.stage = a->stage;
   return 0;
 }
@@ -476,29 +284,9 @@ static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
   if (in == NULL)
     return tr_actor_fail(self, TR_EINVAL, "a batch from '%s', which has no batch edge to this "
                          "stage", from);
-  if (b->step >= 0 && b->generate) {
-    const tr_data *data = a->run->c.data;
-    if (b->count != a->run->mb_batch || !tr_data_can_generate(data))
-      return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' of %d samples to generate on "
-                           "the device: this stage takes micro-batches of %d samples, and data "
-                           "'%s' %s be generated on a device", from, b->count, a->run->mb_batch,
-                           tr_data_name(data), tr_data_can_generate(data) ? "can" : "cannot");
-  } else if (b->step >= 0) {
-    const bool want_x = in->what & TR_BATCH_INPUTS, want_y = in->what & TR_BATCH_TARGETS;
-    const tr_model *m = a->run->c.model;
-    const size_t n = (size_t)a->run->mb_batch;
-    if (b->count != a->run->mb_batch ||
-        (want_x && (!b->x || b->x_bytes != n * tr_model_input_bytes(m))) ||
-        (want_y && a->ch[a->nch - 1].info->is_last &&
-         (!b->y || b->y_bytes != n * tr_model_target_bytes(m))))
-      return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' of %d samples (%zu bytes of "
-                           "inputs, %zu of targets): this stage takes micro-batches of %d "
-                           "samples with %s (%zu and %zu bytes)", from, b->count,
-                           b->x ? b->x_bytes : 0, b->y ? b->y_bytes : 0, a->run->mb_batch,
-                           want_x && want_y ? "inputs and targets" : want_x ? "inputs" : "targets",
-                           want_x ? n * tr_model_input_bytes(m) : 0,
-                           want_y ? n * tr_model_target_bytes(m) : 0);
-  }
+  const char *bad = tr__batch_check(a->run, b, in->what, a->ch[a->nch - 1].info->is_last,
+                                    a->err, sizeof a->err);
+  if (bad) return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' %s", from, bad);
   tr__queue_push(&in->q, (tr__lent){.step = b->step, .mb = b->mb, .count = b->count,
                                     .first = b->first, .x = b->x, .y = b->y,
                                     .generate = b->generate != 0});
@@ -516,7 +304,7 @@ static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, b
     return tr_actor_fail(self, TR_EINVAL, "%s of %zu bytes from '%s': this stage takes %zu",
                          act ? "an activation" : "a gradient", t->bytes,
                          tr_actor_name(t->hdr.from), want);
-  tr__queue_push(act ? &a->actq : &a->gradq,
+  tr__queue_push(act ? &a->act_in.q : &a->grad_in.q,
                  (tr__lent){.step = t->step, .mb = t->mb, .chunk = t->chunk, .first = t->first,
                             .data = t->data, .bytes = t->bytes, .ready = t->ready, .dev = t->dev});
   return 0;
@@ -540,105 +328,49 @@ static void hold(stage_actor *a, const tr_action *act, int delta) {
 
 static int out_of_order(tr_actor *self, stage_actor *a, const char *what, const tr__lent *e,
                         const tr_action *act) {
-  if (a->nch > 1)
-    return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d, chunk %d came where "
-                         "the schedule has step %lld, micro-batch %d, chunk %d: producers send "
-                         "in schedule order", what, (long long)e->step, e->mb, e->chunk,
-                         (long long)a->step, act->mb, act->chunk);
-  return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d came where the "
-                       "schedule has step %lld, micro-batch %d: producers send in schedule order",
-                       what, (long long)e->step, e->mb, (long long)a->step, act->mb);
-}
-
-/* The bytes of a tensor whose message came without them: ncclRecv into dst on the edge's
- * stream once the compute stream is done with dst, the compute stream then waiting for it. */
-static int receive_nccl(tr_actor *self, stage_actor *a, tr_edge *e, void *dst, size_t bytes) {
-  wire *w = e == a->act_in ? &a->act_in_w : &a->grad_in_w;
-  if (w->comm == NULL)
-    return tr_actor_fail(self, TR_ESTATE, "a tensor without its bytes came on the %s edge "
-                         "from '%s', which has no NCCL communicator here: the ranks disagree "
-                         "on what carries it", e == a->act_in ? "act" : "grad",
-                         tr_actor_name(tr_edge_from(e)));
-  if (tr_event_record(w->ev, a->s) || tr_stream_wait_event(w->s, w->ev) ||
-      tr_comm_recv(w->comm, w->s, dst, bytes, 0) || tr_event_record(w->done, w->s) ||
-      tr_stream_wait_event(a->s, w->done) || tr__returns_after(&a->returns, w->s, e))
-    return fail_device(self, a, "receiving a tensor through NCCL");
-  return DONE;
+  return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d, chunk %d came where "
+                       "the schedule has step %lld, micro-batch %d, chunk %d: producers send "
+                       "in schedule order", what, (long long)e->step, e->mb, e->chunk,
+                       (long long)a->run_step, act->mb, act->chunk);
 }
 
 /* A tensor from a neighbour into this stage's `dst`, then its credit goes back. */
-static int receive_tensor(tr_actor *self, stage_actor *a, tr__queue *q, tr_edge *e, void *dst,
+static int receive_tensor(tr_actor *self, stage_actor *a, tr__tensor_edge *t, void *dst,
                           const tr_action *act) {
-  const tr__lent *in = tr__queue_peek(q);
-  if (in == NULL) return BLOCKED;
+  const tr__lent *in = tr__queue_peek(&t->q);
+  if (in == NULL) return TR__BLOCKED;
   if (in->step != a->step || in->mb != act->mb || in->chunk != act->chunk)
     return out_of_order(self, a, "a tensor", in, act);
   const char *what = act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad";
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
-  if (in->data == NULL) { /* NCCL carries it */
-    const int rc = receive_nccl(self, a, e, dst, in->bytes);
-    if (rc != DONE) return rc;
-  } else if ((in->ready && tr_stream_wait_event(a->s, in->ready)) ||
-             /* from another process: host memory, complete (in->dev and in->ready NULL) */
-             (in->dev ? tr_memcpy_peer(a->s, dst, a->dev, in->data, in->dev, in->bytes)
-                      : tr_memcpy(a->s, dst, in->data, in->bytes, TR_COPY_H2D)) ||
-             tr__returns_after(&a->returns, a->s, e)) {
-    return fail_device(self, a, "receiving a tensor");
-  }
+  const int rc = tr__tensor_receive(t, a->s, &a->returns, dst, in);
+  if (rc != TR__DONE) return rc;
   if (act->kind == TR_ACTION_RECV_ACT) a->ch[act->chunk].slot_first[act->slot] = in->first;
-  tr__queue_pop(q);
+  tr__queue_pop(&t->q);
   busy(a, what, t0, act->mb);
-  return DONE;
+  return TR__DONE;
 }
 
-/* The chunk a tensor this stage sends is for, on the device that takes it: activations
- * of the last stage go on to the next chunk of the first, gradients of the first back to
- * the previous chunk of the last. */
-static int peer_chunk(const stage_actor *a, const tr_action *act) {
+/* The tensor of a send action, for the chunk it is for on the device that takes it:
+ * activations of the last stage go on to the next chunk of the first, gradients of the
+ * first back to the previous chunk of the last. */
+static int send_tensor(stage_actor *a, const tr_action *act) {
+  const bool fwd = act->kind == TR_ACTION_SEND_ACT;
   const int P = a->run->c.layout.stages;
-  if (act->kind == TR_ACTION_SEND_ACT) return act->chunk + (a->stage == P - 1);
-  return act->chunk - (a->stage == 0);
-}
-
-/* A tensor for another process through NCCL: a copy into the ring (once the send out of
- * that entry has run), then ncclSend of it on the edge's stream. */
-static int send_nccl(stage_actor *a, wire *w, const void *data, size_t bytes) {
-  int k;
-  uint8_t *copy = ring_take(&w->copies, &k);
-  if (tr_stream_wait_event(a->s, w->sent[k]) || tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2D) ||
-      tr_event_record(w->ev, a->s) || tr_stream_wait_event(w->s, w->ev) ||
-      tr_comm_send(w->comm, w->s, copy, bytes, 1) || tr_event_record(w->sent[k], w->s))
-    return fail_device(a->self, a, "sending a tensor through NCCL");
-  return DONE;
-}
-
-/* NCCL's send goes after the message: NCCL connects two ranks at their first send and
- * receive, and the first send waits, on this thread, until the peer has issued its first
- * receive, which it does when the message comes (receive_nccl). */
-static int send_tensor(stage_actor *a, tr_edge *e, ring *h, wire *w, const tr_msgtype *type,
-                       const void *data, size_t bytes, tr_event *ev, const tr_action *act) {
-  const void *carried = data;
-  if (w->comm) {
-    carried = NULL; /* the message goes without its bytes (codec.h) */
-  } else if (h->buf) { /* for another process: a host copy, complete before it goes */
-    int k;
-    uint8_t *copy = ring_take(h, &k);
-    if (tr_memcpy(a->s, copy, data, bytes, TR_COPY_D2H) || tr_stream_synchronize(a->s))
-      return fail_device(a->self, a, "copying a tensor for another process");
-    carried = copy;
-  }
-  if (tr_event_record(ev, a->s)) return fail_device(a->self, a, "sending a tensor");
-  tr_tensor_msg *t = tr_msg_new(type);
-  t->step = a->step;
-  t->mb = act->mb;
-  t->chunk = peer_chunk(a, act);
-  t->first = a->ch[act->chunk].slot_first[act->slot];
-  t->data = carried;
-  t->bytes = bytes;
-  t->ready = ev;
-  t->dev = a->dev;
-  tr_edge_send(e, t);
-  return w->comm ? send_nccl(a, w, data, bytes) : DONE;
+  const chunk *c = &a->ch[act->chunk];
+  const tr__tensor_place at = {
+      .step = a->step, .mb = act->mb, .first = c->slot_first[act->slot],
+      .chunk = fwd ? act->chunk + (a->stage == P - 1) : act->chunk - (a->stage == 0)};
+  if (fwd)
+    return tr__tensor_send(&a->act_out, a->s, &tr_activation_type, &at,
+                           tr_stage_output(c->st, act->slot), c->info->output_bytes,
+                           c->act_ev[act->slot]);
+  TR_ASSERT(a->grad_credit);
+  a->grad_credit = false;
+  tr_event *ev = a->grad_ev[a->grad_parity];
+  a->grad_parity ^= 1;
+  return tr__tensor_send(&a->grad_out, a->s, &tr_gradient_type, &at, a->dinput,
+                         c->info->input_bytes, ev);
 }
 
 /* Whether a forward of chunk `info` takes a batch from edge `in`: inputs for the model's
@@ -648,20 +380,8 @@ static bool takes(const input *in, const tr_stage_info *info) {
          ((in->what & TR_BATCH_TARGETS) && info->is_last);
 }
 
-/* A batch's samples made on this device, into x and y (either may be NULL), the job's data
- * copied here first. */
-static int generate(tr_actor *self, stage_actor *a, const tr__lent *e, void *x, void *y) {
-  if (!a->gen) {
-    char err[512];
-    int rc = tr_data_gen_open(&a->gen, a->run->c.data, a->dev, err, sizeof err);
-    if (rc) return tr_actor_fail(self, rc, "%s", err);
-  }
-  if ((x || y) && tr_data_gen_fill(a->gen, a->s, e->first, (size_t)e->count, x, y))
-    return fail_device(self, a, "generating a batch");
-  return DONE;
-}
-
-/* The micro-batch's samples from each batch edge it takes into the slot. */
+/* The micro-batch's samples from each batch edge it takes into the slot: copied in, or made
+ * on this device (the job's data copied here first). */
 static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
   chunk *c = &a->ch[act->chunk];
   const tr_stage_info *info = c->info;
@@ -669,302 +389,188 @@ static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
     input *in = &a->in[i];
     if (!takes(in, info)) continue;
     const tr__lent *e = tr__queue_peek(&in->q);
-    if ((!a->worker && e->step != a->step) || e->mb != act->mb)
-      return out_of_order(self, a, "a batch", e, act);
-    a->batch_step = e->step;
+    if (e->step != a->run_step || e->mb != act->mb) return out_of_order(self, a, "a batch", e, act);
     const bool inputs = (in->what & TR_BATCH_INPUTS) && info->is_first;
     const bool targets = (in->what & TR_BATCH_TARGETS) && info->is_last;
+    void *x = inputs ? tr_stage_input(c->st, act->slot) : NULL;
+    void *y = targets ? tr_stage_target(c->st, act->slot) : NULL;
     if (inputs) c->slot_first[act->slot] = e->first;
-    if (e->generate) {
-      int rc = generate(self, a, e, inputs ? tr_stage_input(c->st, act->slot) : NULL,
-                        targets ? tr_stage_target(c->st, act->slot) : NULL);
-      if (rc != DONE) return rc;
-    } else {
-      if (inputs &&
-          tr_memcpy(a->s, tr_stage_input(c->st, act->slot), e->x, info->input_bytes, TR_COPY_H2D))
-        return fail_device(self, a, "copying a batch in");
-      if (targets &&
-          tr_memcpy(a->s, tr_stage_target(c->st, act->slot), e->y, info->target_bytes, TR_COPY_H2D))
-        return fail_device(self, a, "copying targets in");
-    }
+    if (e->generate && !a->gen &&
+        tr_data_gen_open(&a->gen, a->run->c.data, a->dev, a->err, sizeof a->err))
+      return tr_actor_fail(self, TR_EINVAL, "%s", a->err);
+    if (e->generate ? (x || y) && tr_data_gen_fill(a->gen, a->s, e->first, (size_t)e->count, x, y)
+                    : (x && tr_memcpy(a->s, x, e->x, info->input_bytes, TR_COPY_H2D)) ||
+                          (y && tr_memcpy(a->s, y, e->y, info->target_bytes, TR_COPY_H2D)))
+      return fail_device(self, a, e->generate ? "generating a batch" : "copying a batch in");
     if (tr__returns_after(&a->returns, a->s, in->edge))
       return fail_device(self, a, "copying a batch in");
     tr__queue_pop(&in->q);
   }
-  return DONE;
+  return TR__DONE;
 }
 
 static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   chunk *c = &a->ch[act->chunk];
   for (int i = 0; i < a->nin; i++) /* its range opens only once it can run */
-    if (takes(&a->in[i], c->info) && tr__queue_peek(&a->in[i].q) == NULL) return BLOCKED;
+    if (takes(&a->in[i], c->info) && tr__queue_peek(&a->in[i].q) == NULL) return TR__BLOCKED;
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "forward", act->mb);
   int rc = take_inputs(self, a, act);
-  if (rc != DONE) return rc;
+  if (rc != TR__DONE) return rc;
   const tr__test_hooks *h = &a->run->hooks;
-  if (h->nan_step > 0 && c->info->is_first &&
-      (a->worker ? a->batch_step : a->step) == h->nan_step - 1 &&
+  if (h->nan_step > 0 && c->info->is_first && a->run_step == h->nan_step - 1 &&
       !tr_model_token_input(a->run->c.model) &&
       tr_scale(a->s, tr_stage_input(c->st, act->slot), NAN, c->info->input_bytes / sizeof(float)))
     return fail_device(self, a, "poisoning a batch (tr__test_hooks.nan_step)");
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
   if (tr_stage_forward(c->st, act->slot)) return fail_device(self, a, "forward");
-  if (c->info->is_last && tr__loss_ring_copy(&a->ring, a->s, a->step, act->mb,
-                                              tr_stage_loss(c->st, act->slot),
-                                              a->worker ? a->batch_step : a->step))
+  if (c->info->is_last && tr__reporter_copy_loss(&a->rep, a->s, a->step, act->mb,
+                                                  tr_stage_loss(c->st, act->slot), a->run_step))
     return fail_device(self, a, "copying the loss out");
   slow_down(a);
   busy(a, "forward", t0, act->mb);
-  return DONE;
+  return TR__DONE;
 }
 
 /* The backward, or one of its halves: B (which the gradient's send follows) and W (whose
- * weight gradients the replica group's hook reduces). */
+ * weight gradients the policy hears of when they are the step's last). */
 static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
   chunk *c = &a->ch[act->chunk];
   const bool weights = act->kind != TR_ACTION_BACKWARD_INPUT;
   /* The input gradient lands in one of two buffers: the one sent two backwards ago must
    * have been copied out (its credit back) first. */
   if (act->kind != TR_ACTION_BACKWARD_WEIGHT && !c->info->is_first && !a->grad_credit) {
-    if (!tr_edge_acquire(a->grad_out)) return BLOCKED;
+    if (!tr_edge_acquire(a->grad_out.edge)) return TR__BLOCKED;
     a->grad_credit = true;
   }
   const char *what = act->kind == TR_ACTION_BACKWARD         ? "backward"
                      : act->kind == TR_ACTION_BACKWARD_INPUT ? "backward input"
                                                              : "backward weight";
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
-  /* buckets go out as the layers of the last micro-batch finish */
-  const bool last = a->group && weights && act->mb == a->m - 1;
-  if (last) tr__group_arm(a->group, a->step);
-  const int rc = act->kind == TR_ACTION_BACKWARD ? tr_stage_backward(c->st, act->slot, &a->dinput)
-                 : weights ? tr_stage_backward_weight(c->st, act->slot)
-                           : tr_stage_backward_input(c->st, act->slot, &a->dinput);
+  const tr__policy *p = &a->policy;
+  const bool last = weights && act->mb == a->m - 1;
+  int rc = last ? p->ops->last_backward(p->state, a->step, false) : 0;
+  if (rc) return rc;
+  rc = act->kind == TR_ACTION_BACKWARD ? tr_stage_backward(c->st, act->slot, &a->dinput)
+       : weights ? tr_stage_backward_weight(c->st, act->slot)
+                 : tr_stage_backward_input(c->st, act->slot, &a->dinput);
   if (rc) return fail_device(self, a, what);
-  if (last) {
-    int grc = tr__group_disarm(a->group);
-    if (grc) return grc;
-  }
+  if (last && (rc = p->ops->last_backward(p->state, a->step, true))) return rc;
   slow_down(a);
   busy(a, what, t0, act->mb);
-  return DONE;
+  return TR__DONE;
 }
 
 /* ---- the step ------------------------------------------------------------------------------ */
-
-/* Step `step` diverged, named (on_nonfinite TR_NONFINITE_STOP). */
-static int not_finite(tr_actor *self, stage_actor *a, int64_t step, const char *what,
-                      double value) {
-  return tr_actor_fail(self, TR_ENONFINITE, "step %lld, stage %d of replica %d on %s: %s is "
-                       "%s: the run diverged (on_nonfinite skip goes on without such updates)",
-                       (long long)step, a->stage, a->replica, tr_device_name(a->dev), what,
-                       tr__nonfinite_name(value));
-}
 
 /* Gives back the credits whose copies have run, and reads the losses that have landed
  * (`room`: waiting for the oldest if the next step would overwrite it). */
 static int harvest(tr_actor *self, stage_actor *a, bool room) {
   if (tr__returns_drain(&a->returns)) return fail_device(self, a, "returning credits");
-  int rc = a->ring.dev ? tr__loss_ring_read(&a->ring, &a->losses, a->step, room) : 0;
-  if (rc == 0 && a->ring.dev && a->losses.n == TR__LOSS_CHUNK && /* full: send, read on */
-      tr__loss_log_flush(&a->losses, true))
-    rc = tr__loss_ring_read(&a->ring, &a->losses, a->step, false);
+  const int rc = tr__reporter_read(&a->rep, a->step, room);
   if (rc) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
-  const tr__loss_log *l = &a->losses;
+  const tr__loss_log *l = &a->rep.log;
   if (l->nonfinite && a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
-    return not_finite(self, a, l->nonfinite_step, "the loss", l->nonfinite_loss);
+    return tr__policy_not_finite(&a->ctx, l->nonfinite_step, "the loss", l->nonfinite_loss);
   return 0;
 }
 
-/* Replica 0 sends the checkpoint its parameters and optimizer state; sharded, every replica
- * sends its shard of the state (the coordinator puts them together). */
+static tr__chunks chunks_of(const stage_actor *a) {
+  return (tr__chunks){.st = a->chunks, .n = a->nch, .stage = a->stage,
+                      .stages = a->run->c.layout.stages};
+}
+
 static bool sends_parts(const stage_actor *a) {
-  return a->run->c.checkpoint.path && !a->worker && (a->replica == 0 || sharded(a));
-}
-
-/* This stage's parts of the checkpoint of `step`, a chunk's each, as credits of the report
- * edge come free. */
-static int send_parts(tr_actor *self, stage_actor *a, int64_t step) {
-  for (; a->parts_sent < a->nch; a->parts_sent++) {
-    if (!tr_edge_acquire(a->report)) return BLOCKED;
-    tr__part_msg *p = tr_msg_new(&tr__part_type);
-    p->source = a->index;
-    p->stage = a->parts_sent * a->run->c.layout.stages + a->stage;
-    p->step = step;
-    a->cur = a->parts_sent;
-    const tr_stage_info *info = a->ch[a->cur].info;
-    const int rc = tr__stage_snapshot(a->ch[a->cur].st, &p->part, a->replica == 0);
-    if (rc) {
-      tr_msg_free(p);
-      tr_edge_release(a->report, 1);
-      if (rc == TR_ENOMEM)
-        return tr_actor_fail(self, rc, "copying the stage for a checkpoint: out of memory (%zu "
-                             "bytes asked for)", (info->numel + info->state_numel) * sizeof(float));
-      return fail_device(self, a, "copying the stage for a checkpoint");
-    }
-    tr_edge_send(a->report, p);
-  }
-  a->parts_sent = 0;
-  return DONE;
-}
-
-static int update(tr_actor *self, stage_actor *a) {
-  if (a->step_phase == STEP_REDUCE) {
-    if (a->group) {
-      int rc = tr__group_wait(a->group, a->step, a->s);
-      if (rc != DONE) return rc;
-    }
-    a->step_phase = STEP_CLIP;
-  }
-  if (a->step_phase == STEP_CLIP) {
-    const float *sumsq = NULL;
-    double norm2 = 0;
-    int rc = tr__clip_global(a->clip, a->step, &sumsq, &norm2);
-    if (rc != DONE) return rc;
-    if (!isfinite(norm2)) { /* the same number on every stage and replica: none updates */
-      if (a->run->c.on_nonfinite != TR_NONFINITE_SKIP)
-        return not_finite(self, a, a->worker ? a->batch_step : a->step, "the gradient norm",
-                          sqrt(norm2));
-      a->skipped++;
-      for (a->cur = 0; a->cur < a->nch; a->cur++)
-        if (tr_stage_zero_grads(a->ch[a->cur].st)) return fail_device(self, a, "zeroing gradients");
-      a->cur = 0;
-      return DONE;
-    }
-    uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "update", -1); /* its range opens */
-    for (a->cur = 0; a->cur < a->nch; a->cur++)
-      if (tr_stage_step(a->ch[a->cur].st, sumsq) || tr_stage_zero_grads(a->ch[a->cur].st))
-        return fail_device(self, a, "optimizer step");
-    a->cur = 0;
-    rc = a->group ? tr__group_gather(a->group, a->step) : 0; /* sharded: the shard out */
-    busy(a, "update", t0, -1);
-    if (rc) return rc;
-    a->step_phase = STEP_GATHER;
-  }
-  return a->group ? tr__group_gathered(a->group, a->step, a->s) : DONE;
+  return a->run->c.checkpoint.path && a->policy.ops->sends_parts(a->policy.state, a->replica);
 }
 
 /* The step is over: figures, losses; then the checkpoint part when one is due. */
-static int step_over(tr_actor *self, stage_actor *a) {
-  if (a->ring.dev) tr__loss_ring_ended(&a->ring, a->step);
-  a->step++;
-  if (a->step == a->busy.warm_step) {
-    /* The window opens once the warm-up steps have really run. */
-    if (tr_stream_synchronize(a->s)) return fail_device(self, a, "warming up");
-    tr__busy_open_window(&a->busy, a->step);
-  }
-  int rc = harvest(self, a, true);
-  if (rc) return rc;
-  tr__loss_log_flush(&a->losses, false);
-  return 0;
-}
-
 static int step_action(tr_actor *self, stage_actor *a) {
-  if (a->step_phase != STEP_SAVE) {
-    int rc = a->worker ? tr__worker_step(a->worker, a->step, a->batch_step, &a->busy)
-                       : update(self, a);
-    if (rc != DONE) return rc;
-    if ((rc = step_over(self, a))) return rc;
+  if (a->step_phase == STEP_UPDATE) {
+    int rc = a->policy.ops->update(a->policy.state, a->step, a->run_step);
+    if (rc != TR__DONE) return rc;
+    tr__reporter_step_ended(&a->rep, a->step);
+    a->step++;
+    if (a->step == a->busy.warm_step) {
+      /* The window opens once the warm-up steps have really run. */
+      if (tr_stream_synchronize(a->s)) return fail_device(self, a, "warming up");
+      tr__busy_open_window(&a->busy, a->step);
+    }
+    if ((rc = harvest(self, a, true))) return rc;
+    tr__loss_log_flush(&a->rep.log, false);
     a->step_phase = STEP_SAVE;
   }
-  const tr_job_config *c = &a->run->c;
-  const int64_t every = c->checkpoint.every;
+  const int64_t every = a->run->c.checkpoint.every;
   if (sends_parts(a) && every > 0 && a->step % every == 0 &&
       a->step < tr_graph_end_step(a->run->g)) {
-    int rc = send_parts(self, a, a->step);
-    if (rc != DONE) return rc;
+    const tr__chunks c = chunks_of(a);
+    int rc = tr__reporter_parts(&a->rep, &c, a->step, a->replica == 0);
+    if (rc != TR__DONE) return rc;
   }
-  a->step_phase = STEP_REDUCE;
+  a->step_phase = STEP_UPDATE;
   a->pc = 0;
-  return DONE;
+  return TR__DONE;
 }
 
 /* ---- the end ------------------------------------------------------------------------------- */
 
-/* What the stage's chunks allocated: parameters, gradients, optimizer state (a shard's). */
-static tr_memory_figures memory_figures(const stage_actor *a) {
-  tr_memory_figures m = {0};
-  for (int c = 0; c < a->nch; c++) {
-    const tr_stage_info *info = a->ch[c].info;
-    m.params += (int64_t)(info->numel * sizeof(float));
-    m.grads += (int64_t)(info->numel * sizeof(float));
-    m.optimizer_state += (int64_t)(info->state_numel * sizeof(float));
-  }
-  return m;
-}
-
-static int send_figures(tr_actor *self, stage_actor *a) {
-  if (!tr_edge_acquire(a->report)) return BLOCKED;
-  tr__done_msg *msg = tr_msg_new(&tr__done_type);
-  msg->source = a->index;
-  tr__report *d = &msg->report;
-  *d = (tr__report){.replica = a->replica,
-                    .stage = a->stage,
-                    .steps = a->step,
-                    .window_end = a->window_end,
-                    .peak_microbatches = a->peak,
-                    .peak_activation_bytes = a->peak_bytes,
-                    .skipped = a->skipped,
-                    .memory = memory_figures(a)};
-  snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
-  for (int c = 0; c < a->nch; c++) {
-    const tr_stage_graphs_figures g = tr_stage_graphs(a->ch[c].st);
-    d->graph_captures += g.captures;
-    d->graph_launches += g.launches;
-    if (!d->graphs_note[0] && g.note[0]) snprintf(d->graphs_note, sizeof d->graphs_note, "%s", g.note);
-  }
-  const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
-  tr__busy_window(&a->busy, a->step, first, &d->window_start, &d->busy_ns, &d->window_steps);
-  if (a->group) { /* one chunk (tr_job_new) */
-    const size_t numel = a->ch[0].info->numel;
-    float *host = malloc((numel ? numel : 1) * sizeof *host);
-    if (host == NULL || tr_stage_download(a->ch[0].st, TR_STAGE_PARAMS, host) ||
-        tr_stream_synchronize(a->s)) {
-      tr_msg_free(msg);
-      tr_edge_release(a->report, 1);
-      if (host == NULL)
-        return tr_actor_fail(self, TR_ENOMEM, "copying the parameters for the consistency "
-                             "check: out of memory (%zu bytes asked for)",
-                             numel * sizeof *host);
-      free(host);
-      return fail_device(self, a, "copying the parameters for the consistency check");
-    }
-    d->params = host; /* the coordinator frees it */
-    d->numel = numel;
-  }
-  tr_edge_send(a->report, msg);
-  return DONE;
-}
-
 static int finish(tr_actor *self, stage_actor *a) {
-  int rc = DONE;
+  int rc = TR__DONE;
+  const tr__chunks c = chunks_of(a);
   if (a->end_phase == END_DEVICE) {
-    if (tr_stream_synchronize(a->s) || (a->group && tr__group_sync(a->group)))
-      return fail_device(self, a, "finishing the run");
+    if (tr_stream_synchronize(a->s)) return fail_device(self, a, "finishing the run");
+    if ((rc = a->policy.ops->finish(a->policy.state))) return rc;
     a->window_end = tr_now_ns();
     if ((rc = harvest(self, a, false))) return rc;
     a->end_phase = END_LOSSES;
   }
   if (a->end_phase == END_LOSSES) { /* every loss read and sent, a chunk at a time */
-    do {
-      if (!tr__loss_log_flush(&a->losses, true)) return 0; /* a credit brings it back */
-      if ((rc = harvest(self, a, false))) return rc;
-    } while (a->losses.n > 0);
+    if ((rc = tr__reporter_flush(&a->rep, a->step)) != TR__DONE)
+      return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
+    if ((rc = harvest(self, a, false))) return rc;
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
-    if (sends_parts(a) && (rc = send_parts(self, a, a->step)) != DONE)
+    if (sends_parts(a) && (rc = tr__reporter_parts(&a->rep, &c, a->step, a->replica == 0)) != TR__DONE)
       return rc;
     a->end_phase = END_FIGURES;
   }
   if (a->end_phase == END_FIGURES) {
-    if ((rc = send_figures(self, a)) != DONE) return rc;
+    const tr__policy *p = &a->policy;
+    const tr__stage_figures f = {.replica = a->replica, .stage = a->stage, .steps = a->step,
+                                 .first_step = p->ops->first_step(p->state, a->run),
+                                 .skipped = p->ops->skipped(p->state),
+                                 .window_end = a->window_end, .peak_microbatches = a->peak,
+                                 .peak_activation_bytes = a->peak_bytes, .busy = &a->busy,
+                                 .params = p->ops->consistency(p->state)};
+    if ((rc = tr__reporter_figures(&a->rep, &c, &f)) != TR__DONE) return rc;
     a->end_phase = END_LEAVE;
   }
-  if (a->worker && (rc = tr__worker_leave(a->worker)) != DONE) return rc;
+  if ((rc = a->policy.ops->leave(a->policy.state)) != TR__DONE) return rc;
   a->done = true;
   tr_graph_done(a->run->g, self);
   return 0;
+}
+
+/* A step may start: its losses have their places, and the policy says so. */
+static int begin_step(stage_actor *a) {
+  /* The step's losses need their places in the ring: its oldest read first (they wait on
+   * the device, or on a credit to send the losses read before them). */
+  if (!tr__reporter_room(&a->rep, a->step)) {
+    int rc = harvest(a->self, a, false);
+    if (rc) return rc;
+    if (!tr__reporter_room(&a->rep, a->step)) return TR__BEGIN_WAIT;
+  }
+  input *in = a->nin ? &a->in[0] : NULL;
+  const int flags = a->policy.ops->begin(a->policy.state, a->step,
+                                         in ? tr__queue_peek(&in->q) : NULL, a->ended,
+                                         &a->run_step);
+  if (flags > 0 && (flags & TR__BEGIN_DROP)) { /* its credit goes back */
+    tr_edge_release(in->edge, 1);
+    tr__queue_pop(&in->q);
+  }
+  if (flags > 0 && (flags & TR__BEGIN_END)) a->finishing = true;
+  return flags;
 }
 
 /* Runs the action list as far as the messages that have come allow. */
@@ -974,81 +580,40 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       int rc = finish(self, a);
       return rc < 0 ? rc : 0;
     }
-    if (a->pc == 0 && a->step_phase == STEP_REDUCE) {
-      /* The step's losses need their places in the ring: its oldest read first (they wait
-       * on the device, or on a credit to send the losses read before them). */
-      if (a->ring.dev && !tr__loss_ring_free(&a->ring, a->step)) {
-        int rc = harvest(self, a, false);
-        if (rc) return rc;
-        if (!tr__loss_ring_free(&a->ring, a->step)) break;
-      }
-      if (a->worker) { /* asynchronous: until the loader has no more */
-        const tr__lent *x = tr__queue_peek(&a->in[0].q);
-        if (x == NULL) break;
-        /* step -1: the loader is done; after an early end, batches taken but not started
-         * are dropped, so a stop waits for one push at most. Their credits go back. */
-        if (x->step < 0 || a->ended) {
-          a->finishing = x->step < 0;
-          tr_edge_release(a->in[0].edge, 1);
-          tr__queue_pop(&a->in[0].q);
-          continue;
-        }
-        int rc = tr__worker_begin(a->worker);
-        if (rc != DONE) return rc < 0 ? rc : 0;
-      } else {
-        /* the first stage claims each step as it starts it; -1: the ranks are agreeing on
-         * the end, which a tr_graph_end_msg brings */
-        const int claim = a->stage == 0 ? tr_graph_claim_step(a->run->g, a->step)
-                                        : a->step < tr_graph_end_step(a->run->g);
-        if (claim < 0) break;
-        if (claim == 0) {
-          a->finishing = true;
-          continue;
-        }
-      }
+    if (a->pc == 0 && a->step_phase == STEP_UPDATE) {
+      const int flags = begin_step(a);
+      if (flags < 0) return flags;
+      if (flags == TR__BEGIN_WAIT) break;
+      if (!(flags & TR__BEGIN_GO)) continue;
     }
     const tr_action *act = &a->acts[a->pc];
     chunk *c = &a->ch[act->chunk];
-    const tr_stage_info *info = c->info;
     a->cur = act->chunk;
     a->busy.stage = act->chunk * a->run->c.layout.stages + a->stage; /* its virtual stage */
     int rc;
     switch (act->kind) {
       case TR_ACTION_RECV_ACT:
-        rc = receive_tensor(self, a, &a->actq, a->act_in, tr_stage_input(c->st, act->slot), act);
+        rc = receive_tensor(self, a, &a->act_in, tr_stage_input(c->st, act->slot), act);
         break;
       case TR_ACTION_FORWARD: rc = forward(self, a, act); break;
       case TR_ACTION_SEND_ACT:
-        if (!tr_edge_acquire(a->act_out)) {
-          rc = BLOCKED;
-          break;
-        }
-        rc = send_tensor(a, a->act_out, &a->act_host, &a->act_w, &tr_activation_type,
-                         tr_stage_output(c->st, act->slot), info->output_bytes,
-                         c->act_ev[act->slot], act);
+        rc = tr_edge_acquire(a->act_out.edge) ? send_tensor(a, act) : TR__BLOCKED;
         break;
       case TR_ACTION_RECV_GRAD:
-        rc = receive_tensor(self, a, &a->gradq, a->grad_in, tr_stage_dout(c->st, act->slot), act);
+        rc = receive_tensor(self, a, &a->grad_in, tr_stage_dout(c->st, act->slot), act);
         break;
       case TR_ACTION_BACKWARD:
       case TR_ACTION_BACKWARD_INPUT:
       case TR_ACTION_BACKWARD_WEIGHT: rc = backward(self, a, act); break;
-      case TR_ACTION_SEND_GRAD:
-        TR_ASSERT(a->grad_credit);
-        a->grad_credit = false;
-        rc = send_tensor(a, a->grad_out, &a->grad_host, &a->grad_w, &tr_gradient_type, a->dinput,
-                         info->input_bytes,
-                         a->grad_ev[a->grad_parity], act);
-        a->grad_parity ^= 1;
-        break;
+      case TR_ACTION_SEND_GRAD: rc = send_tensor(a, act); break;
       case TR_ACTION_STEP:
         rc = step_action(self, a);
-        if (rc == DONE) continue; /* pc is 0 again */
+        if (rc == TR__DONE) continue; /* pc is 0 again */
         break;
       default: TR_ASSERT(!"an action kind the stage does not know");
     }
     if (rc < 0) return rc;
-    if (rc == BLOCKED) break;
+    if (rc == TR__BLOCKED) break;
     if (a->holds[a->pc]) hold(a, act, a->holds[a->pc]);
     a->pc++;
   }
@@ -1057,9 +622,9 @@ static int run_actions(tr_actor *self, stage_actor *a) {
 
 static void poll_later(tr_actor *self, stage_actor *a) {
   /* a full log waits for its credit's message, not for polls */
-  const bool waiting = tr__returns_owed(&a->returns) || (a->clip && tr__clip_waiting(a->clip)) ||
-                       (a->ring.dev && a->ring.read < a->step &&
-                        a->losses.n < TR__LOSS_CHUNK);
+  const bool waiting = tr__returns_owed(&a->returns) ||
+                       a->policy.ops->waiting(a->policy.state) ||
+                       tr__reporter_waiting(&a->rep, a->step);
   if (!waiting || a->polling || a->done) return;
   a->polling = true;
   tr_actor_send(self, tr_msg_new(&tr__poll_type));
@@ -1073,14 +638,13 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   if (t == &tr_batch_type) rc = take_batch(self, a, (const tr_batch_msg *)msg);
   else if (t == &tr_activation_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, true);
   else if (t == &tr_gradient_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, false);
-  else if (t == &tr__bucket_type || t == &tr__summed_type) rc = tr__group_receive(a->group, msg);
-  else if (t == &tr__norm_type) rc = tr__clip_receive(a->clip, (const tr__norm_msg *)msg);
-  else if (t == &tr__reply_type) tr__worker_receive(a->worker, (const tr__reply_msg *)msg);
   else if (t == &tr__poll_type) {
     a->polling = false;
     rc = harvest(self, a, false);
   } else if (t == &tr_graph_end_type) {
     a->ended = true;
+  } else {
+    a->policy.ops->receive(a->policy.state, msg, &rc);
   }
   /* tr_edge_credit_msg and tr_graph_end_msg only say "look again". */
   if (rc == 0) rc = run_actions(self, a);
@@ -1091,28 +655,23 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
 /* Device resources go back on the device's own thread. */
 static void stage_stop(tr_actor *self) {
   stage_actor *a = tr_actor_state(self);
-  wire *wires[] = {&a->act_w, &a->grad_w, &a->act_in_w, &a->grad_in_w};
+  tr__tensor_edge *edges[] = {&a->act_out, &a->grad_out, &a->act_in, &a->grad_in};
   if (!a->done) { /* a failed run: a peer's operation may never come, and the streams wait */
-    for (int i = 0; i < 4; i++) close_wire(a, wires[i], true);
-    tr__group_abort(a->group);
+    for (int i = 0; i < 4; i++) tr__tensor_edge_abort(edges[i]);
+    a->policy.ops->abort(a->policy.state);
   }
   if (a->s) tr_stream_synchronize(a->s);
-  for (int i = 0; i < 4; i++) close_wire(a, wires[i], false);
-  tr__group_close(a->group);
-  tr__clip_close(a->clip);
-  tr__worker_close(a->worker);
+  for (int i = 0; i < 4; i++) tr__tensor_edge_close(edges[i]);
+  a->policy.ops->close(a->policy.state);
   tr__returns_close(&a->returns);
   for (int c = 0; c < a->nch; c++)
     for (int i = 0; a->ch[c].info && i < a->ch[c].info->slots && a->ch[c].act_ev; i++)
       if (a->ch[c].act_ev[i]) tr_event_close(a->ch[c].act_ev[i]);
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
-  tr__loss_ring_close(&a->ring);
+  tr__reporter_close(&a->rep);
   tr_data_gen_close(a->gen);
   a->gen = NULL;
-  if (a->act_host.buf) tr_host_free(a->dev, a->act_host.buf);
-  if (a->grad_host.buf) tr_host_free(a->dev, a->grad_host.buf);
-  a->act_host.buf = a->grad_host.buf = NULL;
   for (int c = 0; c < a->nch; c++) {
     tr_stage_close(a->ch[c].st);
     a->ch[c].st = NULL;
@@ -1129,23 +688,19 @@ static int stage_start(tr_actor *self) {
 
 static void stage_destroy(void *state) {
   stage_actor *a = state;
-  /* never started (the build failed): the other end may never come */
-  const wire *wires[] = {&a->act_w, &a->grad_w, &a->act_in_w, &a->grad_in_w};
-  for (int i = 0; i < 4; i++) tr_comm_abort(wires[i]->comm);
+  tr__tensor_edge *edges[] = {&a->act_out, &a->grad_out, &a->act_in, &a->grad_in};
+  for (int i = 0; i < 4; i++) tr__tensor_edge_free(edges[i]);
   for (int i = 0; i < a->nin; i++) tr__queue_free(&a->in[i].q);
-  tr__queue_free(&a->actq);
-  tr__queue_free(&a->gradq);
   tr__returns_free(&a->returns);
   for (int c = 0; c < a->nch; c++) {
     free(a->ch[c].act_ev);
     free(a->ch[c].slot_first);
   }
   free(a->ch);
+  free(a->chunks);
   free(a->holds);
-  tr__group_free(a->group);
-  tr__clip_free(a->clip);
-  tr__worker_free(a->worker);
-  tr__loss_log_free(&a->losses);
+  if (a->policy.ops) a->policy.ops->free(a->policy.state);
+  tr__reporter_free(&a->rep);
   free(a);
 }
 

@@ -1,0 +1,103 @@
+/* plan.c — the stages' ports, checked as a whole and handed over when the graph runs. */
+#include <stdlib.h>
+
+#include "clipnorm.h"
+#include "group.h"
+#include "plan.h"
+#include "worker.h"
+
+int tr__plan_open(tr__plan *p, const tr__run *run, int n) {
+  *p = (tr__plan){.run = run, .n = n};
+  p->st = calloc((size_t)n, sizeof *p->st);
+  return p->st ? 0 : TR_ENOMEM;
+}
+
+static bool here(const tr__plan *p, const tr__stage_plan *s) {
+  return s->actor && tr_graph_actor_rank(p->run->g, s->actor) == tr_graph_rank(p->run->g);
+}
+
+/* What stage i lacks, or NULL: the edges its chunks need (chunk k of stage s is piece
+ * k × stages + s), a coordinator, and its policy's parts. */
+static const char *lacks(const tr__plan *p, int i) {
+  const tr__run *run = p->run;
+  const tr__stage_plan *s = &p->st[i];
+  const tr_job_config *c = &run->c;
+  const int P = c->layout.stages, stage = i % P, pieces = tr__pieces(run);
+  const bool first = stage == 0, last = (c->layout.chunks - 1) * P + stage == pieces - 1;
+  const bool middle_in = c->layout.chunks > 1 || stage > 0;
+  const bool middle_out = c->layout.chunks > 1 || stage < P - 1;
+  unsigned what = 0;
+  for (int k = 0; k < s->ports.nin; k++) what |= s->ports.in[k].what;
+  if (!s->ports.report) return "a coordinator (tr_job_add_coordinator)";
+  if (first && !(what & TR_BATCH_INPUTS)) return "an edge of inputs";
+  if (last && !(what & TR_BATCH_TARGETS)) return "an edge of targets";
+  if (middle_in && !s->ports.act_in.edge) return "activations from stage s-1";
+  if (middle_out && !s->ports.act_out.edge) return "a chain to stage s+1";
+  if (c->async.enabled) return s->worker ? NULL : "a server (tr_job_serve)";
+  if (c->zero && !s->group) return "a replica group (tr_job_group)";
+  if (c->zero && c->optim.clip > 0 && !s->clip)
+    return "the norm exchange with every stage (tr_job_group of every stage)";
+  return NULL;
+}
+
+int tr__plan_wire(tr__plan *p, char *err, size_t n) {
+  const int P = p->run->c.layout.stages;
+  for (int i = 0; i < p->n; i++) {
+    const char *missing = here(p, &p->st[i]) ? lacks(p, i) : NULL;
+    if (missing)
+      return tr_errorf(err, n, TR_EINVAL, "stage %d of replica %d ('%s') is not wired: it "
+                       "lacks %s", i % P, i / P, tr_actor_name(p->st[i].actor), missing);
+  }
+  for (int i = 0; i < p->n; i++) {
+    tr__stage_plan *s = &p->st[i];
+    if (!here(p, s) || s->wired) continue;
+    /* the strategy is the policy the plan gives the stage: the stage never asks */
+    const int rc = p->run->c.async.enabled
+                       ? tr__policy_async(&s->ports.policy, s->worker)
+                       : tr__policy_sync(&s->ports.policy,
+                                         &(tr__sync_parts){.group = s->group, .clip = s->clip});
+    if (rc) return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P, i / P);
+    tr__stage_wire(tr_actor_state(s->actor), &s->ports);
+    s->wired = true;
+  }
+  return 0;
+}
+
+static void print_edge(FILE *f, const char *what, const tr_edge *e, const tr_comm *nccl) {
+  if (e == NULL) return;
+  fprintf(f, " %s %s->%s(%d%s)", what, tr_actor_name(tr_edge_from(e)),
+          tr_actor_name(tr_edge_to(e)), tr_edge_credits(e), nccl ? ", nccl" : "");
+}
+
+void tr__plan_print(const tr__plan *p, FILE *f) {
+  for (int i = 0; i < p->n; i++) {
+    const tr__stage_plan *s = &p->st[i];
+    if (s->actor == NULL) continue;
+    const tr__stage_ports *q = &s->ports;
+    fprintf(f, "stage '%s' [%s]:", tr_actor_name(s->actor),
+            p->run->c.async.enabled ? "async" : "sync");
+    for (int k = 0; k < q->nin; k++) print_edge(f, "batch", q->in[k].edge, NULL);
+    print_edge(f, "act", q->act_in.edge, q->act_in.nccl);
+    print_edge(f, "act", q->act_out.edge, q->act_out.nccl);
+    print_edge(f, "grad", q->grad_in.edge, q->grad_in.nccl);
+    print_edge(f, "grad", q->grad_out.edge, q->grad_out.nccl);
+    print_edge(f, "report", q->report, NULL);
+    fprintf(f, "%s%s%s\n", s->group ? " group" : "", s->clip ? " clip" : "",
+            s->worker ? " server" : "");
+  }
+}
+
+void tr__plan_free(tr__plan *p) {
+  for (int i = 0; p->st && i < p->n; i++) {
+    tr__stage_plan *s = &p->st[i];
+    if (s->wired) continue;
+    tr__group_free(s->group);
+    tr__clip_free(s->clip);
+    tr__worker_free(s->worker);
+    tr__tensor_port *ports[] = {&s->ports.act_out, &s->ports.act_in, &s->ports.grad_out,
+                                &s->ports.grad_in};
+    for (int k = 0; k < 4; k++) tr_comm_abort(ports[k]->nccl); /* the other end may never come */
+  }
+  free(p->st);
+  p->st = NULL;
+}

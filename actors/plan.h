@@ -1,0 +1,43 @@
+/* plan.h — the job's plan of its stages: what each one is wired to (its ports: batch edges,
+ * tensor edges and their carriers, the report edge) and the parts of its step policy (its
+ * replica group, its norm exchange, its server), as the wiring calls of tr_job.h record
+ * them. When the graph runs, the plan is checked as a whole (each error names the stage
+ * and what it lacks), each stage's policy is made, and each stage receives its complete
+ * ports, once (tr__stage_wire). Nothing is handed to a stage before then, so the order of
+ * the wiring calls does not matter.
+ *
+ *   tr__plan_open(&p, run, replicas × stages);
+ *   p.st[i].ports.act_out.edge = e;  ...                 // tr_job_chain, tr_job_group, ...
+ *   rc = tr__plan_wire(&p, err, n);                      // tr_graph_run, before it starts
+ */
+#ifndef TR_PLAN_H
+#define TR_PLAN_H
+
+#include <stdio.h>
+
+#include "stage.h"
+
+typedef struct tr__stage_plan {
+  tr_actor *actor;        /* NULL: not added */
+  tr__stage_ports ports;  /* the policy is made by tr__plan_wire from the parts below */
+  struct tr__group *group;
+  struct tr__clip *clip;
+  struct tr__worker *worker;
+  bool wired;             /* the stage owns its ports now */
+} tr__stage_plan;
+
+typedef struct tr__plan {
+  const tr__run *run;
+  tr__stage_plan *st; /* [replica × stages + stage] */
+  int n;
+} tr__plan;
+
+int tr__plan_open(tr__plan *p, const tr__run *run, int n);
+/* Checks every stage of this rank, then wires them: 0, or the first problem in err. */
+int tr__plan_wire(tr__plan *p, char *err, size_t n);
+/* Each stage, its ports, their carriers and its policy's parts, a line each. */
+void tr__plan_print(const tr__plan *p, FILE *f);
+/* What was not handed to a stage. */
+void tr__plan_free(tr__plan *p);
+
+#endif

@@ -1,0 +1,136 @@
+/* reporter.c — a stage's messages to the coordinator: losses, checkpoint parts, figures. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "reporter.h"
+
+void tr__reporter_init(tr__reporter *r, tr_edge *edge, int source) {
+  *r = (tr__reporter){.edge = edge, .source = source};
+  r->log = (tr__loss_log){.edge = edge, .source = source};
+}
+
+int tr__reporter_open(tr__reporter *r, tr_actor *self, tr_device *dev, bool losses, int m,
+                      int64_t first) {
+  r->self = self;
+  r->dev = dev;
+  if (losses && tr__loss_ring_open(&r->ring, dev, m, first))
+    return tr_actor_fail(self, TR_EDEVICE, "allocating the loss ring on %s: %s",
+                         tr_device_name(dev), tr_device_error(dev));
+  return 0;
+}
+
+int tr__reporter_copy_loss(tr__reporter *r, tr_stream *s, int64_t step, int mb,
+                           const float *loss, int64_t run_step) {
+  return tr__loss_ring_copy(&r->ring, s, step, mb, loss, run_step);
+}
+
+void tr__reporter_step_ended(tr__reporter *r, int64_t step) {
+  if (r->ring.dev) tr__loss_ring_ended(&r->ring, step);
+}
+
+int tr__reporter_read(tr__reporter *r, int64_t upto, bool room) {
+  if (r->ring.dev == NULL) return 0;
+  int rc = tr__loss_ring_read(&r->ring, &r->log, upto, room);
+  if (rc == 0 && r->log.n == TR__LOSS_CHUNK && tr__loss_log_flush(&r->log, true))
+    rc = tr__loss_ring_read(&r->ring, &r->log, upto, false); /* full: sent, read on */
+  return rc;
+}
+
+int tr__reporter_flush(tr__reporter *r, int64_t upto) {
+  do {
+    if (!tr__loss_log_flush(&r->log, true)) return TR__REPORTER_WAIT; /* a credit brings it back */
+    const int rc = tr__reporter_read(r, upto, false);
+    if (rc) return rc;
+  } while (r->log.n > 0);
+  return TR__REPORTER_SENT;
+}
+
+int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool params) {
+  for (; r->parts_sent < c->n; r->parts_sent++) {
+    if (!tr_edge_acquire(r->edge)) return TR__REPORTER_WAIT;
+    tr_stage *st = c->st[r->parts_sent];
+    tr__part_msg *p = tr_msg_new(&tr__part_type);
+    p->source = r->source;
+    p->stage = r->parts_sent * c->stages + c->stage;
+    p->step = step;
+    const int rc = tr__stage_snapshot(st, &p->part, params);
+    if (rc) {
+      tr_msg_free(p);
+      tr_edge_release(r->edge, 1);
+      const tr_stage_info *info = tr_stage_get_info(st);
+      if (rc == TR_ENOMEM)
+        return tr_actor_fail(r->self, rc, "copying the stage for a checkpoint: out of memory "
+                             "(%zu bytes asked for)",
+                             (info->numel + info->state_numel) * sizeof(float));
+      return tr_actor_fail(r->self, TR_EDEVICE, "copying the stage for a checkpoint on %s: %s",
+                           tr_device_name(r->dev), tr_stage_error(st));
+    }
+    tr_edge_send(r->edge, p);
+  }
+  r->parts_sent = 0;
+  return TR__REPORTER_SENT;
+}
+
+/* What the stage's chunks allocated: parameters, gradients, optimizer state (a shard's). */
+static tr_memory_figures memory_figures(const tr__chunks *c) {
+  tr_memory_figures m = {0};
+  for (int k = 0; k < c->n; k++) {
+    const tr_stage_info *info = tr_stage_get_info(c->st[k]);
+    m.params += (int64_t)(info->numel * sizeof(float));
+    m.grads += (int64_t)(info->numel * sizeof(float));
+    m.optimizer_state += (int64_t)(info->state_numel * sizeof(float));
+  }
+  return m;
+}
+
+/* A host copy of the parameters of a replica group's member (one chunk: tr_job_new). */
+static int copy_params(tr__reporter *r, tr_stage *st, tr__report *d) {
+  const size_t numel = tr_stage_get_info(st)->numel;
+  float *host = malloc((numel ? numel : 1) * sizeof *host);
+  if (host == NULL)
+    return tr_actor_fail(r->self, TR_ENOMEM, "copying the parameters for the consistency "
+                         "check: out of memory (%zu bytes asked for)", numel * sizeof *host);
+  if (tr_stage_download(st, TR_STAGE_PARAMS, host) || tr_stream_synchronize(tr_stage_stream(st))) {
+    free(host);
+    return tr_actor_fail(r->self, TR_EDEVICE, "copying the parameters for the consistency "
+                         "check on %s: %s", tr_device_name(r->dev), tr_stage_error(st));
+  }
+  d->params = host; /* the coordinator frees it */
+  d->numel = numel;
+  return 0;
+}
+
+int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_figures *f) {
+  if (!tr_edge_acquire(r->edge)) return TR__REPORTER_WAIT;
+  tr__done_msg *msg = tr_msg_new(&tr__done_type);
+  msg->source = r->source;
+  tr__report *d = &msg->report;
+  *d = (tr__report){.replica = f->replica,
+                    .stage = f->stage,
+                    .steps = f->steps,
+                    .window_end = f->window_end,
+                    .peak_microbatches = f->peak_microbatches,
+                    .peak_activation_bytes = f->peak_activation_bytes,
+                    .skipped = f->skipped,
+                    .memory = memory_figures(c)};
+  snprintf(d->device, sizeof d->device, "%s", tr_device_name(r->dev));
+  for (int k = 0; k < c->n; k++) {
+    const tr_stage_graphs_figures g = tr_stage_graphs(c->st[k]);
+    d->graph_captures += g.captures;
+    d->graph_launches += g.launches;
+    if (!d->graphs_note[0] && g.note[0]) snprintf(d->graphs_note, sizeof d->graphs_note, "%s", g.note);
+  }
+  tr__busy_window(f->busy, f->steps, f->first_step, &d->window_start, &d->busy_ns,
+                  &d->window_steps);
+  int rc = f->params ? copy_params(r, c->st[0], d) : 0;
+  if (rc) {
+    tr_msg_free(msg);
+    tr_edge_release(r->edge, 1);
+    return rc;
+  }
+  tr_edge_send(r->edge, msg);
+  return TR__REPORTER_SENT;
+}
+
+void tr__reporter_close(tr__reporter *r) { tr__loss_ring_close(&r->ring); }
+void tr__reporter_free(tr__reporter *r) { tr__loss_log_free(&r->log); }

@@ -1,0 +1,98 @@
+/* step_policy.h — what a stage runner does at the fixed points of a step, without knowing
+ * which strategy it serves. The runner interprets its schedule's actions; where a step
+ * begins, where the gradients of its last backward become final, at the step action and at
+ * the end of the run it calls its policy, and the policy is the strategy: synchronous
+ * (policy_sync.c: the replica group's sums, the norm exchange, the optimizer, ZeRO-1) or an
+ * asynchronous worker (policy_async.c: push, pull, staleness). A new strategy is a new
+ * policy: one file with one table of these operations, made by the job's plan.
+ *
+ *   tr__policy p = tr__policy_sync(&parts);            // the plan makes it, the stage owns it
+ *   p.ops->open(p.state, &ctx);                        // on the device's thread
+ *   flags = p.ops->begin(p.state, step, head, ended, &run_step);   // each step's start
+ *   p.ops->last_backward(p.state, step, true); ...backward...; p.ops->last_backward(.., false)
+ *   rc = p.ops->update(p.state, step, run_step);       // the step action: 1 done, 0 waits
+ *   rc = p.ops->leave(p.state);                        // the end: 1 done, 0 waits
+ *
+ * Operations return 1 (TR__DONE) when done, 0 when they wait for a message (the stage runs
+ * again when one comes), or a negative status after failing the actor.
+ */
+#ifndef TR_STEP_POLICY_H
+#define TR_STEP_POLICY_H
+
+#include <stdbool.h>
+
+#include "inbox.h"
+#include "metrics.h"
+
+/* What begin says of the step about to start. */
+enum {
+  TR__BEGIN_WAIT = 0,  /* not yet: a message will say */
+  TR__BEGIN_GO = 1,    /* run it, for the run's step *run_step */
+  TR__BEGIN_END = 2,   /* the stage's part of the run is over */
+  TR__BEGIN_DROP = 4,  /* the batch at the head of the first input goes back unstarted */
+};
+
+/* What the stage lends its policy when it opens, on the device's thread. */
+typedef struct tr__policy_ctx {
+  tr_actor *self;
+  const tr__run *run;
+  int replica, stage;
+  tr_device *dev;
+  tr_stream *s;             /* the compute stream of every chunk */
+  tr_stage *const *chunks;  /* the stage's model chunks, [nch] */
+  int nch;
+  tr__busy *busy;
+} tr__policy_ctx;
+
+typedef struct tr__policy_ops {
+  const char *name;
+  /* Before the chunks open: the part of the optimizer state they hold (ZeRO). */
+  tr_stage_shard (*shard)(const void *p);
+  int (*open)(void *p, const tr__policy_ctx *ctx);
+  /* The stage's first step number, and how many of the run's `steps` it takes part in. */
+  int64_t (*first_step)(const void *p, const tr__run *run);
+  int64_t (*share)(const void *p, const tr__run *run, int64_t steps);
+  /* `head`: the batch at the head of the stage's first input (NULL: none yet); `ended`: the
+   * run was ended early. TR__BEGIN_* flags. */
+  int (*begin)(void *p, int64_t step, const tr__lent *head, bool ended, int64_t *run_step);
+  /* Around the backward that makes the step's weight gradients final (its last
+   * micro-batch's); `after` false before it, true after (0 or a status). */
+  int (*last_backward)(void *p, int64_t step, bool after);
+  int (*update)(void *p, int64_t step, int64_t run_step);
+  /* A message of the policy's own protocols: true when it was (*rc its status). */
+  bool (*receive)(void *p, const tr_msg *m, int *rc);
+  bool (*waiting)(const void *p); /* on the device: the stage polls its events meanwhile */
+  int (*finish)(void *p);         /* the device is done: the policy's streams too (0, status) */
+  int (*leave)(void *p);          /* the last message of the run */
+  /* Whether this stage of `replica` sends checkpoint parts, and a copy of its parameters
+   * with its figures (the replicas' consistency). */
+  bool (*sends_parts)(const void *p, int replica);
+  bool (*consistency)(const void *p);
+  int64_t (*skipped)(const void *p); /* updates skipped for a norm that was not finite */
+  void (*abort)(void *p);         /* a failed run: nothing waits for a peer that is gone */
+  void (*close)(void *p);         /* device resources, on the device's thread */
+  void (*free)(void *p);
+} tr__policy_ops;
+
+typedef struct tr__policy {
+  const tr__policy_ops *ops;
+  void *state;
+} tr__policy;
+
+/* The synchronous policy's parts, as the plan wires them (NULL: not in this job). */
+struct tr__group;
+struct tr__clip;
+typedef struct tr__sync_parts {
+  struct tr__group *group; /* the replica group of this stage */
+  struct tr__clip *clip;   /* the norm exchange between stages */
+} tr__sync_parts;
+int tr__policy_sync(tr__policy *out, const tr__sync_parts *parts);
+
+struct tr__worker;
+int tr__policy_async(tr__policy *out, struct tr__worker *worker);
+
+/* Step `step` diverged: fails the actor, naming the stage and what was not finite. */
+int tr__policy_not_finite(const tr__policy_ctx *ctx, int64_t step, const char *what,
+                          double value);
+
+#endif
