@@ -71,3 +71,11 @@ void tr__returns_free(tr__returns *r) {
   free(r->ev);
   *r = (tr__returns){0};
 }
+
+int tr__out_of_order(tr_actor *self, const char *what, const tr__lent *e, int64_t step, int mb,
+                     int chunk) {
+  return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d, chunk %d came where "
+                       "the schedule has step %lld, micro-batch %d, chunk %d: producers send "
+                       "in schedule order", what, (long long)e->step, e->mb, e->chunk,
+                       (long long)step, mb, chunk);
+}

@@ -48,6 +48,9 @@ void tr__queue_push(tr__queue *q, tr__lent e);
 const tr__lent *tr__queue_peek(const tr__queue *q); /* NULL: empty */
 void tr__queue_pop(tr__queue *q);
 void tr__queue_free(tr__queue *q);
+/* `e` came where the schedule has (step, mb, chunk): the actor fails, naming both. */
+int tr__out_of_order(tr_actor *self, const char *what, const tr__lent *e, int64_t step, int mb,
+                     int chunk);
 
 /* Credits owed until the copies before them on the stream have run: a ring of (edge, event). */
 typedef struct tr__returns {

@@ -13,6 +13,7 @@
 #ifndef TR_REPORTER_H
 #define TR_REPORTER_H
 
+#include "chunks.h"
 #include "losses.h"
 #include "metrics.h"
 
@@ -27,14 +28,6 @@ typedef struct tr__reporter {
   tr__loss_log log;
   int parts_sent;
 } tr__reporter;
-
-/* The stage's model chunks, as the checkpoint and the figures see them. */
-typedef struct tr__chunks {
-  tr_stage *const *st;
-  int n;
-  int stage, stages; /* the stage's number, and the job's stages (chunk c is piece c × stages
-                        + stage) */
-} tr__chunks;
 
 /* What a stage measured over the run. */
 typedef struct tr__stage_figures {

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch_in.h"
 #include "reporter.h"
 #include "stage.h"
 #include "tr_trace.h"
@@ -33,46 +34,27 @@
 enum { STEP_UPDATE, STEP_SAVE };
 enum { END_DEVICE, END_LOSSES, END_PART, END_FIGURES, END_LEAVE };
 
-/* One model chunk on this device: layers between two cuts, and what its slots hold. */
-typedef struct chunk {
-  tr_stage *st;
-  const tr_stage_info *info;
-  tr_event **act_ev;    /* [slot] */
-  uint64_t *slot_first; /* [slot]: the first sample of the micro-batch in it */
-} chunk;
-
-/* A batch edge into this stage and what it brings. */
-typedef struct input {
-  tr_edge *edge;
-  unsigned what;
-  tr__queue q;
-} input;
-
 typedef struct stage_actor {
   tr_actor *self;
   const tr__run *run;
   int replica, stage, index;
   tr_device *dev;
-  chunk *ch;
-  tr_stage **chunks; /* [nch]: every chunk's stage, for the policy and the reporter */
-  int nch, cur;      /* cur: the chunk whose action runs (errors name its layers) */
+  tr__chunks ch;
+  int cur;           /* the chunk whose action runs (errors name its layers) */
   tr_stream *s;      /* the device's, every chunk's */
   int m;
   const tr_action *acts;
   size_t nacts, pc;
-  signed char *holds; /* [action]: +1 where a micro-batch takes its slot, -1 where it frees it */
   int64_t step;       /* the stage's own count */
   int64_t run_step;   /* the run's step of the step in hand (a worker's differs from step) */
 
-  input in[2];
-  int nin;
+  tr__batch_in in;
   tr__tensor_edge act_out, act_in, grad_out, grad_in;
   tr_event *grad_ev[2];
   int grad_parity;
   bool grad_credit;
   const float *dinput;
   tr__returns returns; /* credits owed once the copies out of lent buffers have run */
-  tr_data_gen *gen;    /* the job's data on this device, once a batch asks for it */
 
   tr__policy policy;
   tr__policy_ctx ctx;
@@ -80,8 +62,6 @@ typedef struct stage_actor {
   int step_phase, end_phase;
 
   tr__busy busy;
-  int live, peak;
-  int64_t live_bytes, peak_bytes;
   uint64_t window_end;
   bool finishing, done, polling;
   bool ended; /* the run was ended early (a signal, its time) */
@@ -102,8 +82,8 @@ void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev) 
 
 void tr__stage_wire(void *state, const tr__stage_ports *p) {
   stage_actor *a = state;
-  a->nin = p->nin;
-  for (int i = 0; i < p->nin; i++) a->in[i] = (input){.edge = p->in[i].edge, .what = p->in[i].what};
+  a->in.n = p->nin;
+  for (int i = 0; i < p->nin; i++) a->in.in[i] = (tr__batch_edge){.edge = p->in[i].edge, .what = p->in[i].what};
   tr__tensor_edge_init(&a->act_out, p->act_out.edge, p->act_out.nccl);
   tr__tensor_edge_init(&a->grad_in, p->grad_in.edge, p->grad_in.nccl);
   tr__tensor_edge_init(&a->act_in, p->act_in.edge, p->act_in.nccl);
@@ -114,8 +94,12 @@ void tr__stage_wire(void *state, const tr__stage_ports *p) {
 
 tr_device *tr__stage_device(const void *state) { return ((const stage_actor *)state)->dev; }
 
+static const tr_stage_info *last_chunk(const stage_actor *a) {
+  return a->ch.ch[a->ch.n - 1].info;
+}
+
 static int fail_device(tr_actor *self, stage_actor *a, const char *what) {
-  const tr_stage *st = a->ch ? a->ch[a->cur].st : NULL;
+  const tr_stage *st = a->ch.ch ? a->ch.ch[a->cur].st : NULL;
   const char *why = st ? tr_stage_error(st) : tr_device_error(a->dev);
   return tr_actor_fail(self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(a->dev), why);
 }
@@ -132,109 +116,25 @@ static int open_events(stage_actor *a, tr_event **ev, int n) {
   return 0;
 }
 
-/* The most bytes a tensor of this kind takes over the chunks (host copies fit any). */
-static size_t largest(const stage_actor *a, bool outputs) {
-  size_t most = 0;
-  for (int c = 0; c < a->nch; c++) {
-    const size_t b = outputs ? a->ch[c].info->output_bytes : a->ch[c].info->input_bytes;
-    most = b > most ? b : most;
-  }
-  return most;
-}
-
 static int credits(const tr__tensor_edge *t) { return t->edge ? tr_edge_credits(t->edge) : 0; }
 
 /* A queue per edge that lends this stage buffers, room to owe every credit back, and the
  * carriers of its tensor edges. */
 static int open_queues(stage_actor *a) {
-  int owed = credits(&a->act_in) + credits(&a->grad_in), rc = 0;
-  for (int i = 0; i < a->nin; i++) {
-    rc |= tr__queue_open(&a->in[i].q, tr_edge_credits(a->in[i].edge));
-    owed += tr_edge_credits(a->in[i].edge);
-  }
-  for (int c = 0; c < a->nch; c++) {
-    chunk *ch = &a->ch[c];
-    ch->act_ev = calloc((size_t)ch->info->slots, sizeof *ch->act_ev);
-    ch->slot_first = calloc((size_t)ch->info->slots, sizeof *ch->slot_first);
-    if (!ch->act_ev || !ch->slot_first) rc = TR_ENOMEM;
-  }
-  if (rc) return TR_ENOMEM;
+  const int owed = credits(&a->act_in) + credits(&a->grad_in) + tr__batch_in_credits(&a->in);
+  int rc = tr__batch_in_open(&a->in, a->self, a->run, a->dev);
+  if (rc) return rc;
   if ((rc = tr__returns_open(&a->returns, a->dev, owed)))
     return rc == TR_EDEVICE ? fail_device(a->self, a, "opening events") : rc;
-  for (int c = 0; c < a->nch && a->act_out.edge; c++)
-    if ((rc = open_events(a, a->ch[c].act_ev, a->ch[c].info->slots))) return rc;
+  if (a->act_out.edge && (rc = tr__chunks_open_events(&a->ch))) return rc;
   if (a->grad_out.edge && (rc = open_events(a, a->grad_ev, 2))) return rc;
   tr_graph *g = a->run->g;
-  if ((rc = tr__tensor_edge_open(&a->act_out, a->self, a->dev, g, true, largest(a, true), "nccl act out")) ||
-      (rc = tr__tensor_edge_open(&a->grad_out, a->self, a->dev, g, true, largest(a, false), "nccl grad out")) ||
+  const size_t out = tr__chunks_largest(&a->ch, true), in = tr__chunks_largest(&a->ch, false);
+  if ((rc = tr__tensor_edge_open(&a->act_out, a->self, a->dev, g, true, out, "nccl act out")) ||
+      (rc = tr__tensor_edge_open(&a->grad_out, a->self, a->dev, g, true, in, "nccl grad out")) ||
       (rc = tr__tensor_edge_open(&a->act_in, a->self, a->dev, g, false, 0, "nccl act in")) ||
       (rc = tr__tensor_edge_open(&a->grad_in, a->self, a->dev, g, false, 0, "nccl grad in")))
     return rc;
-  return 0;
-}
-
-/* Where each (chunk, micro-batch) takes its slot and frees it: its first action and its
- * last, as the schedule assigned the slots. */
-static int plan_holds(stage_actor *a) {
-  const int m = a->m;
-  int *last = malloc((size_t)(a->nch * m) * sizeof *last);
-  a->holds = calloc(a->nacts, 1);
-  if (last == NULL || a->holds == NULL) {
-    free(last);
-    return TR_ENOMEM;
-  }
-  for (int i = 0; i < a->nch * m; i++) last[i] = -1;
-  for (size_t k = 0; k < a->nacts; k++) {
-    const tr_action *x = &a->acts[k];
-    if (x->mb < 0) continue;
-    if (last[x->chunk * m + x->mb] < 0) a->holds[k] = 1;
-    last[x->chunk * m + x->mb] = (int)k;
-  }
-  for (int i = 0; i < a->nch * m; i++)
-    if (last[i] >= 0) a->holds[last[i]] -= 1;
-  free(last);
-  return 0;
-}
-
-/* Each chunk's stage: its layers, its slots, and a checkpoint's share when resuming. */
-static int open_chunks(tr_actor *self, stage_actor *a) {
-  const tr__run *run = a->run;
-  const tr_job_config *c = &run->c;
-  a->nch = c->layout.chunks;
-  a->ch = calloc((size_t)a->nch, sizeof *a->ch);
-  a->chunks = calloc((size_t)a->nch, sizeof *a->chunks);
-  if (a->ch == NULL || a->chunks == NULL) return TR_ENOMEM;
-  for (int k = 0; k < a->nch; k++) {
-    chunk *ch = &a->ch[k];
-    const int piece = k * c->layout.stages + a->stage;
-    tr_stage_config sc = {.first = run->cuts[piece],
-                          .end = run->cuts[piece + 1],
-                          .batch = run->mb_batch,
-                          .slots = tr_schedule_chunk_slots(run->sc, a->stage, k),
-                          .recompute = c->memory.recompute,
-                          .split = c->layout.schedule == TR_SCHEDULE_ZB1,
-                          .global_batch = c->global_batch,
-                          .seed = c->seed,
-                          .optim = c->optim,
-                          .precision = c->precision,
-                          .graphs = c->graphs,
-                          .shard = a->policy.ops->shard(a->policy.state)};
-    if (tr_stage_open(&ch->st, c->model, a->dev, &sc, a->err, sizeof a->err))
-      return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
-                           tr_device_name(a->dev), a->err);
-    a->chunks[k] = ch->st;
-    ch->info = tr_stage_get_info(ch->st);
-    if (run->hooks.graphs_fail) tr_stage_graphs_fail_next(ch->st);
-    a->cur = k;
-    if (c->checkpoint.resume_from &&
-        tr__stage_load(ch->st, c->checkpoint.resume_from, a->err, sizeof a->err))
-      return tr_actor_fail(self, TR_EFORMAT, "%s", a->err);
-    if (tr_stage_zero_grads(ch->st)) return fail_device(self, a, "zeroing gradients");
-    a->live_bytes += (int64_t)ch->info->work_bytes; /* always in use */
-  }
-  a->cur = 0;
-  a->peak_bytes = a->live_bytes;
-  a->s = tr_stage_stream(a->ch[0].st);
   return 0;
 }
 
@@ -244,17 +144,20 @@ static int stage_open(tr_actor *self) {
   a->self = self;
   if (tr_device_bind(a->dev)) return fail_device(self, a, "binding the device");
   tr_trace_label(self, tr_device_name(a->dev)); /* the timeline names lanes by device */
-  int rc = open_chunks(self, a);
+  int rc = tr__chunks_open(&a->ch, self, run, a->stage, a->dev,
+                           a->policy.ops->shard(a->policy.state));
   if (rc) return rc;
+  a->s = tr_stage_stream(a->ch.st[0]);
   a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
-  if ((rc = plan_holds(a)) || (rc = open_queues(a))) return rc;
+  if ((rc = tr__chunks_plan_holds(&a->ch, a->acts, a->nacts, a->m)) || (rc = open_queues(a)))
+    return rc;
   tr_graph *g = run->g;
   a->step = a->policy.ops->first_step(a->policy.state, run);
-  if ((rc = tr__reporter_open(&a->rep, self, a->dev, a->ch[a->nch - 1].info->is_last, a->m,
+  if ((rc = tr__reporter_open(&a->rep, self, a->dev, last_chunk(a)->is_last, a->m,
                               a->step)))
     return rc;
   a->ctx = (tr__policy_ctx){.self = self, .run = run, .replica = a->replica, .stage = a->stage,
-                            .dev = a->dev, .s = a->s, .chunks = a->chunks, .nch = a->nch,
+                            .dev = a->dev, .s = a->s, .chunks = a->ch.st, .nch = a->ch.n,
                             .busy = &a->busy};
   if ((rc = a->policy.ops->open(a->policy.state, &a->ctx))) return rc;
   const int64_t end = tr_graph_end_step(g);
@@ -267,38 +170,12 @@ static int stage_open(tr_actor *self) {
 
 /* ---- receiving -------------------------------------------------------------------------- */
 
-/* The edge a batch came on: its producer's; of two edges from one producer, the one that
- * carries inputs when the batch has them. */
-static input *input_of(stage_actor *a, const tr_batch_msg *b) {
-  input *match = NULL;
-  for (int i = 0; i < a->nin; i++)
-    if (tr_edge_from(a->in[i].edge) == b->hdr.from &&
-        (match == NULL || ((a->in[i].what & TR_BATCH_INPUTS) != 0) == (b->x != NULL)))
-      match = &a->in[i];
-  return match;
-}
-
-static int take_batch(tr_actor *self, stage_actor *a, const tr_batch_msg *b) {
-  input *in = input_of(a, b);
-  const char *from = b->hdr.from ? tr_actor_name(b->hdr.from) : "?";
-  if (in == NULL)
-    return tr_actor_fail(self, TR_EINVAL, "a batch from '%s', which has no batch edge to this "
-                         "stage", from);
-  const char *bad = tr__batch_check(a->run, b, in->what, a->ch[a->nch - 1].info->is_last,
-                                    a->err, sizeof a->err);
-  if (bad) return tr_actor_fail(self, TR_EINVAL, "a batch from '%s' %s", from, bad);
-  tr__queue_push(&in->q, (tr__lent){.step = b->step, .mb = b->mb, .count = b->count,
-                                    .first = b->first, .x = b->x, .y = b->y,
-                                    .generate = b->generate != 0});
-  return 0;
-}
-
 static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, bool act) {
-  if (t->chunk < 0 || t->chunk >= a->nch)
+  if (t->chunk < 0 || t->chunk >= a->ch.n)
     return tr_actor_fail(self, TR_EINVAL, "%s for chunk %d from '%s': this stage has %d",
                          act ? "an activation" : "a gradient", t->chunk,
-                         tr_actor_name(t->hdr.from), a->nch);
-  const tr_stage_info *info = a->ch[t->chunk].info;
+                         tr_actor_name(t->hdr.from), a->ch.n);
+  const tr_stage_info *info = a->ch.ch[t->chunk].info;
   const size_t want = act ? info->input_bytes : info->output_bytes;
   if (t->bytes != want)
     return tr_actor_fail(self, TR_EINVAL, "%s of %zu bytes from '%s': this stage takes %zu",
@@ -318,34 +195,18 @@ static void slow_down(stage_actor *a) {
     usleep((useconds_t)(h->slow_us + (a->step - tr_graph_first_step(a->run->g)) * h->slow_growth_us));
 }
 
-/* The micro-batch of the action just done took its slot (+1) or freed it (-1). */
-static void hold(stage_actor *a, const tr_action *act, int delta) {
-  a->live += delta;
-  a->live_bytes += delta * (int64_t)a->ch[act->chunk].info->slot_bytes;
-  if (a->live > a->peak) a->peak = a->live;
-  if (a->live_bytes > a->peak_bytes) a->peak_bytes = a->live_bytes;
-}
-
-static int out_of_order(tr_actor *self, stage_actor *a, const char *what, const tr__lent *e,
-                        const tr_action *act) {
-  return tr_actor_fail(self, TR_EINVAL, "%s of step %lld, micro-batch %d, chunk %d came where "
-                       "the schedule has step %lld, micro-batch %d, chunk %d: producers send "
-                       "in schedule order", what, (long long)e->step, e->mb, e->chunk,
-                       (long long)a->run_step, act->mb, act->chunk);
-}
-
 /* A tensor from a neighbour into this stage's `dst`, then its credit goes back. */
 static int receive_tensor(tr_actor *self, stage_actor *a, tr__tensor_edge *t, void *dst,
                           const tr_action *act) {
   const tr__lent *in = tr__queue_peek(&t->q);
   if (in == NULL) return TR__BLOCKED;
   if (in->step != a->step || in->mb != act->mb || in->chunk != act->chunk)
-    return out_of_order(self, a, "a tensor", in, act);
+    return tr__out_of_order(self, "a tensor", in, a->step, act->mb, act->chunk);
   const char *what = act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad";
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
   const int rc = tr__tensor_receive(t, a->s, &a->returns, dst, in);
   if (rc != TR__DONE) return rc;
-  if (act->kind == TR_ACTION_RECV_ACT) a->ch[act->chunk].slot_first[act->slot] = in->first;
+  if (act->kind == TR_ACTION_RECV_ACT) a->ch.ch[act->chunk].slot_first[act->slot] = in->first;
   tr__queue_pop(&t->q);
   busy(a, what, t0, act->mb);
   return TR__DONE;
@@ -357,7 +218,7 @@ static int receive_tensor(tr_actor *self, stage_actor *a, tr__tensor_edge *t, vo
 static int send_tensor(stage_actor *a, const tr_action *act) {
   const bool fwd = act->kind == TR_ACTION_SEND_ACT;
   const int P = a->run->c.layout.stages;
-  const chunk *c = &a->ch[act->chunk];
+  const tr__chunk *c = &a->ch.ch[act->chunk];
   const tr__tensor_place at = {
       .step = a->step, .mb = act->mb, .first = c->slot_first[act->slot],
       .chunk = fwd ? act->chunk + (a->stage == P - 1) : act->chunk - (a->stage == 0)};
@@ -373,48 +234,13 @@ static int send_tensor(stage_actor *a, const tr_action *act) {
                          c->info->input_bytes, ev);
 }
 
-/* Whether a forward of chunk `info` takes a batch from edge `in`: inputs for the model's
- * first layers, targets for its last. */
-static bool takes(const input *in, const tr_stage_info *info) {
-  return ((in->what & TR_BATCH_INPUTS) && info->is_first) ||
-         ((in->what & TR_BATCH_TARGETS) && info->is_last);
-}
-
-/* The micro-batch's samples from each batch edge it takes into the slot: copied in, or made
- * on this device (the job's data copied here first). */
-static int take_inputs(tr_actor *self, stage_actor *a, const tr_action *act) {
-  chunk *c = &a->ch[act->chunk];
-  const tr_stage_info *info = c->info;
-  for (int i = 0; i < a->nin; i++) {
-    input *in = &a->in[i];
-    if (!takes(in, info)) continue;
-    const tr__lent *e = tr__queue_peek(&in->q);
-    if (e->step != a->run_step || e->mb != act->mb) return out_of_order(self, a, "a batch", e, act);
-    const bool inputs = (in->what & TR_BATCH_INPUTS) && info->is_first;
-    const bool targets = (in->what & TR_BATCH_TARGETS) && info->is_last;
-    void *x = inputs ? tr_stage_input(c->st, act->slot) : NULL;
-    void *y = targets ? tr_stage_target(c->st, act->slot) : NULL;
-    if (inputs) c->slot_first[act->slot] = e->first;
-    if (e->generate && !a->gen &&
-        tr_data_gen_open(&a->gen, a->run->c.data, a->dev, a->err, sizeof a->err))
-      return tr_actor_fail(self, TR_EINVAL, "%s", a->err);
-    if (e->generate ? (x || y) && tr_data_gen_fill(a->gen, a->s, e->first, (size_t)e->count, x, y)
-                    : (x && tr_memcpy(a->s, x, e->x, info->input_bytes, TR_COPY_H2D)) ||
-                          (y && tr_memcpy(a->s, y, e->y, info->target_bytes, TR_COPY_H2D)))
-      return fail_device(self, a, e->generate ? "generating a batch" : "copying a batch in");
-    if (tr__returns_after(&a->returns, a->s, in->edge))
-      return fail_device(self, a, "copying a batch in");
-    tr__queue_pop(&in->q);
-  }
-  return TR__DONE;
-}
-
 static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
-  chunk *c = &a->ch[act->chunk];
-  for (int i = 0; i < a->nin; i++) /* its range opens only once it can run */
-    if (takes(&a->in[i], c->info) && tr__queue_peek(&a->in[i].q) == NULL) return TR__BLOCKED;
+  tr__chunk *c = &a->ch.ch[act->chunk];
+  if (!tr__batch_in_ready(&a->in, c->info)) return TR__BLOCKED; /* its range opens once it can run */
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "forward", act->mb);
-  int rc = take_inputs(self, a, act);
+  int rc = tr__batch_in_fill(&a->in, a->s, &a->returns, c->info, tr_stage_input(c->st, act->slot),
+                             tr_stage_target(c->st, act->slot), a->run_step, act->mb, act->chunk,
+                             &c->slot_first[act->slot]);
   if (rc != TR__DONE) return rc;
   const tr__test_hooks *h = &a->run->hooks;
   if (h->nan_step > 0 && c->info->is_first && a->run_step == h->nan_step - 1 &&
@@ -435,7 +261,7 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
 /* The backward, or one of its halves: B (which the gradient's send follows) and W (whose
  * weight gradients the policy hears of when they are the step's last). */
 static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
-  chunk *c = &a->ch[act->chunk];
+  tr__chunk *c = &a->ch.ch[act->chunk];
   const bool weights = act->kind != TR_ACTION_BACKWARD_INPUT;
   /* The input gradient lands in one of two buffers: the one sent two backwards ago must
    * have been copied out (its credit back) first. */
@@ -475,11 +301,6 @@ static int harvest(tr_actor *self, stage_actor *a, bool room) {
   return 0;
 }
 
-static tr__chunks chunks_of(const stage_actor *a) {
-  return (tr__chunks){.st = a->chunks, .n = a->nch, .stage = a->stage,
-                      .stages = a->run->c.layout.stages};
-}
-
 static bool sends_parts(const stage_actor *a) {
   return a->run->c.checkpoint.path && a->policy.ops->sends_parts(a->policy.state, a->replica);
 }
@@ -503,8 +324,7 @@ static int step_action(tr_actor *self, stage_actor *a) {
   const int64_t every = a->run->c.checkpoint.every;
   if (sends_parts(a) && every > 0 && a->step % every == 0 &&
       a->step < tr_graph_end_step(a->run->g)) {
-    const tr__chunks c = chunks_of(a);
-    int rc = tr__reporter_parts(&a->rep, &c, a->step, a->replica == 0);
+    int rc = tr__reporter_parts(&a->rep, &a->ch, a->step, a->replica == 0);
     if (rc != TR__DONE) return rc;
   }
   a->step_phase = STEP_UPDATE;
@@ -516,7 +336,7 @@ static int step_action(tr_actor *self, stage_actor *a) {
 
 static int finish(tr_actor *self, stage_actor *a) {
   int rc = TR__DONE;
-  const tr__chunks c = chunks_of(a);
+  const tr__chunks *c = &a->ch;
   if (a->end_phase == END_DEVICE) {
     if (tr_stream_synchronize(a->s)) return fail_device(self, a, "finishing the run");
     if ((rc = a->policy.ops->finish(a->policy.state))) return rc;
@@ -531,7 +351,7 @@ static int finish(tr_actor *self, stage_actor *a) {
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
-    if (sends_parts(a) && (rc = tr__reporter_parts(&a->rep, &c, a->step, a->replica == 0)) != TR__DONE)
+    if (sends_parts(a) && (rc = tr__reporter_parts(&a->rep, c, a->step, a->replica == 0)) != TR__DONE)
       return rc;
     a->end_phase = END_FIGURES;
   }
@@ -540,10 +360,10 @@ static int finish(tr_actor *self, stage_actor *a) {
     const tr__stage_figures f = {.replica = a->replica, .stage = a->stage, .steps = a->step,
                                  .first_step = p->ops->first_step(p->state, a->run),
                                  .skipped = p->ops->skipped(p->state),
-                                 .window_end = a->window_end, .peak_microbatches = a->peak,
-                                 .peak_activation_bytes = a->peak_bytes, .busy = &a->busy,
+                                 .window_end = a->window_end, .peak_microbatches = c->peak,
+                                 .peak_activation_bytes = c->peak_bytes, .busy = &a->busy,
                                  .params = p->ops->consistency(p->state)};
-    if ((rc = tr__reporter_figures(&a->rep, &c, &f)) != TR__DONE) return rc;
+    if ((rc = tr__reporter_figures(&a->rep, c, &f)) != TR__DONE) return rc;
     a->end_phase = END_LEAVE;
   }
   if ((rc = a->policy.ops->leave(a->policy.state)) != TR__DONE) return rc;
@@ -561,14 +381,9 @@ static int begin_step(stage_actor *a) {
     if (rc) return rc;
     if (!tr__reporter_room(&a->rep, a->step)) return TR__BEGIN_WAIT;
   }
-  input *in = a->nin ? &a->in[0] : NULL;
-  const int flags = a->policy.ops->begin(a->policy.state, a->step,
-                                         in ? tr__queue_peek(&in->q) : NULL, a->ended,
-                                         &a->run_step);
-  if (flags > 0 && (flags & TR__BEGIN_DROP)) { /* its credit goes back */
-    tr_edge_release(in->edge, 1);
-    tr__queue_pop(&in->q);
-  }
+  const int flags = a->policy.ops->begin(a->policy.state, a->step, tr__batch_in_head(&a->in),
+                                         a->ended, &a->run_step);
+  if (flags > 0 && (flags & TR__BEGIN_DROP)) tr__batch_in_drop(&a->in); /* its credit goes back */
   if (flags > 0 && (flags & TR__BEGIN_END)) a->finishing = true;
   return flags;
 }
@@ -587,7 +402,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       if (!(flags & TR__BEGIN_GO)) continue;
     }
     const tr_action *act = &a->acts[a->pc];
-    chunk *c = &a->ch[act->chunk];
+    tr__chunk *c = &a->ch.ch[act->chunk];
     a->cur = act->chunk;
     a->busy.stage = act->chunk * a->run->c.layout.stages + a->stage; /* its virtual stage */
     int rc;
@@ -614,7 +429,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     }
     if (rc < 0) return rc;
     if (rc == TR__BLOCKED) break;
-    if (a->holds[a->pc]) hold(a, act, a->holds[a->pc]);
+    tr__chunks_hold(&a->ch, a->pc, act);
     a->pc++;
   }
   return 0;
@@ -635,7 +450,7 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   if (a->done) return 0;
   const tr_msgtype *t = msg->type;
   int rc = 0;
-  if (t == &tr_batch_type) rc = take_batch(self, a, (const tr_batch_msg *)msg);
+  if (t == &tr_batch_type) rc = tr__batch_in_take(&a->in, (const tr_batch_msg *)msg, last_chunk(a)->is_last);
   else if (t == &tr_activation_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, true);
   else if (t == &tr_gradient_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, false);
   else if (t == &tr__poll_type) {
@@ -664,19 +479,11 @@ static void stage_stop(tr_actor *self) {
   for (int i = 0; i < 4; i++) tr__tensor_edge_close(edges[i]);
   a->policy.ops->close(a->policy.state);
   tr__returns_close(&a->returns);
-  for (int c = 0; c < a->nch; c++)
-    for (int i = 0; a->ch[c].info && i < a->ch[c].info->slots && a->ch[c].act_ev; i++)
-      if (a->ch[c].act_ev[i]) tr_event_close(a->ch[c].act_ev[i]);
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
   tr__reporter_close(&a->rep);
-  tr_data_gen_close(a->gen);
-  a->gen = NULL;
-  for (int c = 0; c < a->nch; c++) {
-    tr_stage_close(a->ch[c].st);
-    a->ch[c].st = NULL;
-    a->ch[c].info = NULL;
-  }
+  tr__batch_in_close(&a->in);
+  tr__chunks_close(&a->ch);
 }
 
 static int stage_start(tr_actor *self) {
@@ -690,15 +497,9 @@ static void stage_destroy(void *state) {
   stage_actor *a = state;
   tr__tensor_edge *edges[] = {&a->act_out, &a->grad_out, &a->act_in, &a->grad_in};
   for (int i = 0; i < 4; i++) tr__tensor_edge_free(edges[i]);
-  for (int i = 0; i < a->nin; i++) tr__queue_free(&a->in[i].q);
+  tr__batch_in_free(&a->in);
   tr__returns_free(&a->returns);
-  for (int c = 0; c < a->nch; c++) {
-    free(a->ch[c].act_ev);
-    free(a->ch[c].slot_first);
-  }
-  free(a->ch);
-  free(a->chunks);
-  free(a->holds);
+  tr__chunks_free(&a->ch);
   if (a->policy.ops) a->policy.ops->free(a->policy.state);
   tr__reporter_free(&a->rep);
   free(a);
