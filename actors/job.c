@@ -41,11 +41,9 @@ struct tr_job {
   /* the actors as added, for wiring */
   tr_actor **stages;  /* [replica × stages + stage] */
   tr_actor **loaders; /* [replica] */
-  int *chained;       /* [replica]: links of its chain made */
   tr_actor *coordinator, *server;
   tr__plan plan; /* the stages' ports, handed over when the graph runs */
   int ncross; /* replica groups over several ranks, numbered for the transports */
-  int grouped; /* calls of tr_job_group */
 };
 
 static const char *const nonfinite_names[] = {"stop", "skip"};
@@ -324,8 +322,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   tr__profile_attach(g, &c.profile);
   j->stages = calloc((size_t)(R * P), sizeof *j->stages);
   j->loaders = calloc((size_t)R, sizeof *j->loaders);
-  j->chained = calloc((size_t)R, sizeof *j->chained);
-  if (rc == 0 && (!j->stages || !j->loaders || !j->chained)) rc = TR_ENOMEM;
+  if (rc == 0 && (!j->stages || !j->loaders)) rc = TR_ENOMEM;
   if (rc == 0) rc = tr__plan_open(&j->plan, run, R * P);
   if (rc) {
     tr_job_free(j);
@@ -343,7 +340,6 @@ void tr_job_free(tr_job *j) {
   tr_schedule_free(j->sc);
   free(j->stages);
   free(j->loaders);
-  free(j->chained);
   free(j);
 }
 
@@ -530,115 +526,12 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
   return rc ? rc : tr_job_connect_batches(j, loader, last, TR_BATCH_TARGETS, NULL);
 }
 
-/* Whether the stages exchange their gradients' norms: to clip by the global one, or to skip
- * a step whose norm is not finite on every stage alike. */
-static bool agree_on_norms(const tr_job_config *c) {
-  return c->optim.clip > 0 || c->on_nonfinite == TR_NONFINITE_SKIP;
-}
-
-/* Every two of the stages [first, first + n) exchange gradient norms when clipping: the
- * stages of one replica, whose gradients are whole after the all-reduce; sharded (ZeRO),
- * every stage of every replica, each of which holds the sum of its shard alone. */
-static int connect_clip(tr_job *j, int first, int n) {
-  tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
-  if (e == NULL) return TR_ENOMEM;
-  int rc = 0;
-  for (int s = 0; s < n && rc == 0; s++)
-    for (int t = 0; t < n && rc == 0; t++)
-      if (s != t)
-        rc = connect(j, j->stages[first + s], j->stages[first + t], &tr__norm_type, "norm",
-                     TR__CLIP_CREDITS, &e[s][t]);
-  for (int s = 0; s < n && rc == 0; s++) {
-    tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
-    for (int t = 0; t < n; t++) out[t] = e[s][t], in[t] = e[t][s];
-    tr__clip **clip = &j->plan.st[first + s].clip;
-    tr__clip_free(*clip);
-    if (!(*clip = tr__clip_new(n, s, out, in))) rc = TR_ENOMEM;
-  }
-  free(e);
-  return rc;
-}
-
-/* One round of every rank (tr_world_allgather, in the same order on each) for an NCCL
- * communicator across ranks: rank `owner` makes its id, and each rank says whether it takes
- * part (`yes`; the owner's yes also says the id was made). (*all)[r]: rank r's word, to free.
- * TR_ENOMEM, or TR_ESYS when MPI failed. */
-typedef struct nccl_word {
-  int yes;
-  tr_comm_id id;
-} nccl_word;
-
-static int nccl_round(tr_job *j, int owner, bool yes, nccl_word **all, char *why, size_t size) {
-  tr_world *w = tr__graph_world(j->run.g);
-  nccl_word mine = {0};
-  if (yes)
-    mine.yes = tr_graph_rank(j->run.g) != owner ||
-               tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
-  if (!(*all = calloc((size_t)tr_world_size(w), sizeof **all))) return TR_ENOMEM;
-  if (tr_world_allgather(w, &mine, sizeof mine, *all) == 0) return 0;
-  free(*all);
-  *all = NULL;
-  return TR_ESYS;
-}
-
-/* What carries the tensors of edge `e` from stage `from` to stage `to` when they live on two
- * ranks (tr_edge_carrier_choose): NCCL, on a communicator of the two opened here, or the
- * transport over MPI. Every rank takes part in the same order (the id, made on the
- * producer's rank, and each end's yes go round with tr_world_allgather), so both ends open
- * their member or neither does. A choice that fails here (NCCL asked but impossible) was
- * refused by tr_train_run first; an opening that fails leaves the edge to MPI. */
-static int carry(tr_job *j, tr_actor *from, tr_actor *to, tr_edge *e, const char *what) {
-  tr_graph *g = j->run.g;
-  const int rf = tr_graph_actor_rank(g, from), rt = tr_graph_actor_rank(g, to);
-  if (rf == rt) return 0;
-  tr_device *dev[2] = {tr__stage_device(tr_actor_state(from)), tr__stage_device(tr_actor_state(to))};
-  const tr_device_info *in[2] = {tr_device_get_info(dev[0]), tr_device_get_info(dev[1])};
-  tr_edge_carrier how = TR_EDGE_CARRIER_MPI;
-  if (tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], tr_comm_library() != NULL, &how,
-                             NULL, 0))
-    return TR_EINVAL;
-  /* Whether the ranks go round for a communicator is decided on what every rank knows
-   * alike: the devices and the option, as if every build had NCCL (each end's own build
-   * then says yes or no in the round) */
-  tr_edge_carrier able;
-  tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], true, &able, NULL, 0);
-  if (able != TR_EDGE_CARRIER_NCCL) {
-    j->run.edges_mpi++;
-    return 0;
-  }
-  const int me = tr_graph_rank(g);
-  char why[256] = "";
-  nccl_word *all;
-  const int rc = nccl_round(j, rf, (me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL, &all,
-                            why, sizeof why);
-  if (rc) return rc;
-  const bool both = all[rf].yes && all[rt].yes;
-  const tr_comm_id id = all[rf].id;
-  free(all);
-  tr_comm *c = NULL;
-  if (both && (me == rf || me == rt) &&
-      tr_comm_open_rank(dev[me == rt], &id, 2, me == rt, &c, why, sizeof why))
-    c = NULL; /* the other end fails too (NCCL's init is collective) */
-  if (why[0]) /* the edge still runs, over MPI: say why NCCL did not take it */
-    fprintf(stderr, "troupe: the %s edge from %s to %s goes over MPI: %s\n", what,
-            in[0]->name, in[1]->name, why);
-  if (c) { /* the end on this rank owns it */
-    tr__stage_ports *p = &j->plan.st[stage_index_of(j, me == rf ? from : to)].ports;
-    tr__tensor_port *ends[] = {&p->act_out, &p->act_in, &p->grad_out, &p->grad_in};
-    for (int k = 0; k < 4; k++)
-      if (ends[k]->edge == e) ends[k]->nccl = c;
-  }
-  if (both && !why[0]) j->run.edges_nccl++;
-  else j->run.edges_mpi++;
-  return 0;
-}
-
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
   const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
   if (i < 0 || stage_index_of(j, to) != (wrap ? i - P + 1 : i + 1) || (!wrap && i % P == P - 1))
     return TR_EINVAL;
-  const int s = i % P, r = i / P;
+  const int s = i % P;
   tr_edge *act, *grad;
   /* Stage s holds at most its slot count of micro-batches (of all its chunks), and each
    * one's activation is read by the next before s can release the slot; the input gradient
@@ -651,32 +544,19 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   pf->grad_in.edge = grad;
   pt->grad_out.edge = grad; /* to the previous stage */
   pt->act_in.edge = act;
-  if (rc == 0) rc = carry(j, from, to, act, "act");
-  if (rc == 0) rc = carry(j, to, from, grad, "grad");
-  /* the stages agree on the gradients' norm: to clip alike, to skip an update alike (sharded,
-   * every stage of every replica does: tr_job_group) */
-  if (++j->chained[r] == P - 1 && agree_on_norms(&j->run.c) && !j->run.c.zero)
-    return connect_clip(j, tr__device_index(&j->run, r, 0), P);
-  return 0;
-}
-
-/* The device infos of members[0, n). */
-static void member_infos(tr_actor *const *members, int n, tr_device **devs, tr_device_info *infos) {
-  for (int i = 0; i < n; i++) {
-    devs[i] = tr__stage_device(tr_actor_state(members[i]));
-    infos[i] = *tr_device_get_info(devs[i]);
-  }
+  /* what carries them between processes, and the norm exchange once the chain is whole:
+   * the plan's pass, when the graph runs */
+  return tr__plan_add_link(&j->plan, &(tr__plan_link){.from = i, .to = stage_index_of(j, to),
+                                                      .act = act, .grad = grad});
 }
 
 /* The bucket edges between every two of members[0, n) (all on one rank), each told its
- * own where it lives here. `nccl`: the members may share an NCCL communicator
- * (tr_allreduce_choose), opened here, on the thread that builds the graph. */
-static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nccl) {
+ * own where it lives here. */
+static int mesh(tr_job *j, tr_actor *const *members, int n, int credits) {
   tr_device *devs[TR_TRAIN_MAX_DEVICES];
-  tr_device_info infos[TR_TRAIN_MAX_DEVICES];
   tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
   if (e == NULL) return TR_ENOMEM;
-  member_infos(members, n, devs, infos);
+  for (int i = 0; i < n; i++) devs[i] = tr__stage_device(tr_actor_state(members[i]));
   int rc = 0;
   for (int a = 0; a < n && rc == 0; a++)
     for (int b = 0; b < n && rc == 0; b++)
@@ -689,55 +569,8 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nc
     tr__group_free(*g);
     if (!(*g = tr__group_new(n, a, out, in, devs, j->run.c.zero != 0))) rc = TR_ENOMEM;
   }
-  tr_allreduce how = TR_ALLREDUCE_PEER;
-  char why[256] = "";
-  if (rc == 0 && here && nccl &&
-      tr_allreduce_choose(j->run.c.allreduce, infos, n, tr_comm_library() != NULL, &how, NULL, 0))
-    rc = TR_EINVAL; /* tr_train_run says why, first */
-  if (rc == 0 && how == TR_ALLREDUCE_NCCL) {
-    tr_comm *comms[TR_TRAIN_MAX_DEVICES] = {NULL};
-    if (tr_comm_open_all(devs, n, comms, why, sizeof why)) /* each member fails at open */
-      snprintf(why + strlen(why), sizeof why - strlen(why), " (allreduce peer sums without NCCL)");
-    for (int a = 0; a < n; a++)
-      tr__group_use_nccl(j->plan.st[stage_index_of(j, members[a])].group, comms[a], NULL, why);
-    j->run.nccl = true;
-  }
   free(e);
   return rc;
-}
-
-/* A group over several ranks: the leaders' communicator through NCCL where they are GPUs
- * and the build has it (tr_allreduce_choose over the leaders): an id made on the group's
- * first rank reaches the others over MPI (every rank takes part, in the same order), and
- * each rank holding members opens its leader's member. NULL: the transport's MPI sums. */
-static tr_comm *leaders_comm(tr_job *j, tr_actor *const *leaders, const int *ranks, int nranks,
-                             char *why, size_t size) {
-  tr_graph *g = j->run.g;
-  tr_device *devs[TR_TRAIN_MAX_DEVICES];
-  tr_device_info infos[TR_TRAIN_MAX_DEVICES];
-  member_infos(leaders, nranks, devs, infos);
-  tr_allreduce how;
-  if (tr_allreduce_choose(j->run.c.allreduce, infos, nranks, tr_comm_library() != NULL, &how,
-                          NULL, 0) || how != TR_ALLREDUCE_NCCL)
-    return NULL;
-  const int me = tr_graph_rank(g);
-  nccl_word *all;
-  const int rc = nccl_round(j, ranks[0], me == ranks[0], &all, why, size);
-  if (rc == TR_ENOMEM) {
-    snprintf(why, size, "out of memory");
-    return NULL;
-  }
-  const nccl_word first = rc ? (nccl_word){0} : all[ranks[0]];
-  free(all);
-  if (rc || !first.yes) {
-    if (!why[0]) snprintf(why, size, "rank %d could not make an NCCL id%s", ranks[0], rc ? " (MPI failed)" : "");
-    return NULL;
-  }
-  tr_comm *c = NULL;
-  for (int i = 0; i < nranks; i++)
-    if (ranks[i] == me && tr_comm_open_rank(devs[i], &first.id, nranks, i, &c, why, size))
-      snprintf(why + strlen(why), size - strlen(why), " (allreduce peer sums across ranks over MPI)");
-  return c;
 }
 
 /* A group over several ranks: a mesh on each, and each rank's leader (its member of lowest
@@ -747,17 +580,13 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
   tr_graph *g = j->run.g;
   const int me = tr_graph_rank(g), size = tr_world_size(tr__graph_world(g)), k = j->ncross++;
   int ranks[TR_TRAIN_MAX_DEVICES], nranks = 0;
-  tr_actor *leaders[TR_TRAIN_MAX_DEVICES] = {NULL}; /* each rank's member of lowest index */
   for (int rank = 0; rank < size; rank++)
     for (int i = 0; i < n; i++)
       if (tr_graph_actor_rank(g, members[i]) == rank) {
-        ranks[nranks] = rank;
-        leaders[nranks++] = members[i];
+        ranks[nranks++] = rank;
         break;
       }
   int rc = tr__transport_group(tr__graph_transport(g), k, ranks, nranks);
-  char why[256] = "";
-  tr_comm *across = rc == 0 ? leaders_comm(j, leaders, ranks, nranks, why, sizeof why) : NULL;
   for (int rank = 0; rank < size && rc == 0; rank++) {
     tr_actor *here[TR_TRAIN_MAX_DEVICES];
     int m = 0;
@@ -766,7 +595,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (m == 0) continue;
     tr_actor *transport = tr__graph_transport_on(g, rank);
     tr_edge *sum, *summed;
-    rc = mesh(j, here, m, credits, false); /* inside a process: peer (group.h) */
+    rc = mesh(j, here, m, credits); /* inside a process: peer (group.h) */
     if (rc == 0) rc = connect(j, here[0], transport, &tr__sum_type, "sum", credits, &sum);
     if (rc == 0) rc = connect(j, transport, here[0], &tr__summed_type, "summed", credits, &summed);
     if (rc == 0 && rank == me)
@@ -774,13 +603,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
       tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].group, k, i ? NULL : sum,
                            i ? NULL : summed);
-    if (rc == 0 && rank == me && (across || why[0])) {
-      tr__group_use_nccl(j->plan.st[stage_index_of(j, here[0])].group, NULL, across, why);
-      j->run.nccl |= across != NULL;
-      across = NULL;
-    }
   }
-  tr_comm_abort(across); /* not handed over: the build failed */
   return rc;
 }
 
@@ -799,12 +622,12 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
   if (!one_rank && j->run.c.zero) return TR_EINVAL; /* tr_train_run says why, first */
   int rc = !one_rank ? span_ranks(j, members, n, credits)
            : n == 1  ? 0
-                     : mesh(j, members, n, credits, true);
-  /* sharded, once every stage is grouped: the norms of clipping go between every two */
-  const int R = j->run.c.layout.replicas;
-  if (rc == 0 && ++j->grouped == P && j->run.c.zero && agree_on_norms(&j->run.c))
-    rc = connect_clip(j, 0, R * P);
-  return rc;
+                     : mesh(j, members, n, credits);
+  /* its communicators, and (sharded, once every stage is grouped) the norm exchange: the
+   * plan's pass, when the graph runs */
+  tr__plan_group gr = {.n = n, .across = !one_rank};
+  for (int i = 0; i < n; i++) gr.members[i] = stage_index_of(j, members[i]);
+  return rc ? rc : tr__plan_add_group(&j->plan, &gr);
 }
 
 int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {

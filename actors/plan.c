@@ -6,14 +6,32 @@
 #include "plan.h"
 #include "worker.h"
 
-int tr__plan_open(tr__plan *p, const tr__run *run, int n) {
+int tr__plan_open(tr__plan *p, tr__run *run, int n) {
   *p = (tr__plan){.run = run, .n = n};
   p->st = calloc((size_t)n, sizeof *p->st);
-  return p->st ? 0 : TR_ENOMEM;
+  p->links = calloc((size_t)n, sizeof *p->links);   /* a link per stage at most */
+  p->groups = calloc((size_t)n, sizeof *p->groups); /* and a group */
+  p->chained = calloc((size_t)run->c.layout.replicas, sizeof *p->chained);
+  return p->st && p->links && p->groups && p->chained ? 0 : TR_ENOMEM;
 }
 
-static bool here(const tr__plan *p, const tr__stage_plan *s) {
-  return s->actor && tr_graph_actor_rank(p->run->g, s->actor) == tr_graph_rank(p->run->g);
+int tr__plan_add_link(tr__plan *p, const tr__plan_link *l) {
+  if (p->nlinks == p->n) return TR_EINVAL;
+  p->links[p->nlinks++] = *l;
+  p->chained[l->from / p->run->c.layout.stages]++;
+  return 0;
+}
+
+int tr__plan_add_group(tr__plan *p, const tr__plan_group *g) {
+  if (p->ngroups == p->n) return TR_EINVAL;
+  p->groups[p->ngroups++] = *g;
+  p->grouped++;
+  return 0;
+}
+
+bool tr__plan_here(const tr__plan *p, int i) {
+  const tr_actor *a = p->st[i].actor;
+  return a && tr_graph_actor_rank(p->run->g, a) == tr_graph_rank(p->run->g);
 }
 
 /* What stage i lacks, or NULL: the edges its chunks need (chunk k of stage s is piece
@@ -42,17 +60,19 @@ static const char *lacks(const tr__plan *p, int i) {
 
 int tr__plan_wire(tr__plan *p, char *err, size_t n) {
   const int P = p->run->c.layout.stages;
+  int rc = tr__plan_links(p);
+  if (rc) return tr_errorf(err, n, rc, "planning the links between the stages: %s", tr_strerror(rc));
   for (int i = 0; i < p->n; i++) {
-    const char *missing = here(p, &p->st[i]) ? lacks(p, i) : NULL;
+    const char *missing = tr__plan_here(p, i) ? lacks(p, i) : NULL;
     if (missing)
       return tr_errorf(err, n, TR_EINVAL, "stage %d of replica %d ('%s') is not wired: it "
                        "lacks %s", i % P, i / P, tr_actor_name(p->st[i].actor), missing);
   }
   for (int i = 0; i < p->n; i++) {
     tr__stage_plan *s = &p->st[i];
-    if (!here(p, s) || s->wired) continue;
+    if (!tr__plan_here(p, i) || s->wired) continue;
     /* the strategy is the policy the plan gives the stage: the stage never asks */
-    const int rc = p->run->c.async.enabled
+    rc = p->run->c.async.enabled
                        ? tr__policy_async(&s->ports.policy, s->worker)
                        : tr__policy_sync(&s->ports.policy,
                                          &(tr__sync_parts){.group = s->group, .clip = s->clip});
@@ -99,5 +119,8 @@ void tr__plan_free(tr__plan *p) {
     for (int k = 0; k < 4; k++) tr_comm_abort(ports[k]->nccl); /* the other end may never come */
   }
   free(p->st);
+  free(p->links);
+  free(p->groups);
+  free(p->chained);
   p->st = NULL;
 }

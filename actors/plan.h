@@ -26,14 +26,41 @@ typedef struct tr__stage_plan {
   bool wired;             /* the stage owns its ports now */
 } tr__stage_plan;
 
+/* A link of a pipeline chain (tr_job_chain): its activation and gradient edges. */
+typedef struct tr__plan_link {
+  int from, to; /* stages (tr__device_index) */
+  tr_edge *act, *grad;
+} tr__plan_link;
+
+/* A replica group (tr_job_group): its members, and whether it spans ranks. */
+typedef struct tr__plan_group {
+  int members[TR_TRAIN_MAX_DEVICES];
+  int n;
+  bool across;
+} tr__plan_group;
+
 typedef struct tr__plan {
-  const tr__run *run;
+  tr__run *run;
   tr__stage_plan *st; /* [replica × stages + stage] */
   int n;
+  tr__plan_link *links;
+  int nlinks;
+  tr__plan_group *groups;
+  int ngroups;
+  int *chained; /* [replica]: links of its chain */
+  int grouped;  /* stages with a group */
 } tr__plan;
 
-int tr__plan_open(tr__plan *p, const tr__run *run, int n);
-/* Checks every stage of this rank, then wires them: 0, or the first problem in err. */
+int tr__plan_open(tr__plan *p, tr__run *run, int n);
+int tr__plan_add_link(tr__plan *p, const tr__plan_link *l);
+int tr__plan_add_group(tr__plan *p, const tr__plan_group *g);
+/* Whether stage i lives in this process. */
+bool tr__plan_here(const tr__plan *p, int i);
+/* The pass over what was recorded (plan_links.c): the norm exchange, the carriers of edges
+ * between processes, the groups' communicators. Every rank, in the same order. */
+int tr__plan_links(tr__plan *p);
+/* The links, then every stage of this rank checked, then each wired: 0, or the first
+ * problem in err. */
 int tr__plan_wire(tr__plan *p, char *err, size_t n);
 /* Each stage, its ports, their carriers and its policy's parts, a line each. */
 void tr__plan_print(const tr__plan *p, FILE *f);
