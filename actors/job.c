@@ -414,6 +414,7 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
 }
 
 int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out) {
+  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
   const tr_job_config *c = &j->run.c;
   if (replica < 0 || replica >= c->layout.replicas || stage < 0 || stage >= c->layout.stages ||
       dev == NULL)
@@ -492,6 +493,7 @@ static bool generates_on(const tr_job_config *c, const tr_device *dev) {
 
 int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
                            tr_edge **out) {
+  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
   const unsigned carries = what & (TR_BATCH_INPUTS | TR_BATCH_TARGETS);
   if (carries == 0 || from == NULL || to == NULL) return TR_EINVAL;
   const int depth = j->prefetch, notify = (what & TR_BATCH_NOTIFY) != 0;
@@ -527,6 +529,7 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
 }
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
+  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
   const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
   const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
   if (i < 0 || stage_index_of(j, to) != (wrap ? i - P + 1 : i + 1) || (!wrap && i % P == P - 1))
@@ -608,6 +611,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
 }
 
 int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
+  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
   if (n < 1 || n > TR_TRAIN_MAX_DEVICES) return TR_EINVAL;
   const int P = j->run.c.layout.stages;
   const int s = stage_index_of(j, members[0]) % P;
@@ -640,6 +644,7 @@ int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
 }
 
 int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
+  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
   const int w = stage_index_of(j, worker);
   if (!j->run.c.async.enabled || server == NULL || server != j->server || w < 0) return TR_EINVAL;
   tr_edge *push, *reply;
@@ -655,6 +660,12 @@ int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
                                tr__stage_device(tr_actor_state(worker)));
   return rc;
 }
+
+int tr_job_plan(tr_job *j, char *err, size_t err_size) {
+  return tr__plan_check(&j->plan, err, err_size);
+}
+
+void tr_job_print_plan(const tr_job *j, FILE *f) { tr__plan_print(&j->plan, f); }
 
 void tr__result_init(tr_train_result *r, const char *model, const char *strategy) {
   memset(r, 0, sizeof *r);

@@ -1,4 +1,5 @@
 /* plan.c — the stages' ports, checked as a whole and handed over when the graph runs. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "clipnorm.h"
@@ -58,52 +59,85 @@ static const char *lacks(const tr__plan *p, int i) {
   return NULL;
 }
 
-int tr__plan_wire(tr__plan *p, char *err, size_t n) {
-  const int P = p->run->c.layout.stages;
+/* The links, then what each stage of this rank lacks. */
+static int check(tr__plan *p, char *err, size_t n) {
   int rc = tr__plan_links(p);
   if (rc) return tr_errorf(err, n, rc, "planning the links between the stages: %s", tr_strerror(rc));
+  const int P = p->run->c.layout.stages;
   for (int i = 0; i < p->n; i++) {
     const char *missing = tr__plan_here(p, i) ? lacks(p, i) : NULL;
     if (missing)
       return tr_errorf(err, n, TR_EINVAL, "stage %d of replica %d ('%s') is not wired: it "
                        "lacks %s", i % P, i / P, tr_actor_name(p->st[i].actor), missing);
   }
-  for (int i = 0; i < p->n; i++) {
+  return 0;
+}
+
+int tr__plan_check(tr__plan *p, char *err, size_t n) {
+  if (!p->planned) { /* once: the links are made once, whatever the check finds */
+    p->planned = true;
+    p->status = check(p, p->error, sizeof p->error);
+  }
+  if (p->status) snprintf(err, n, "%s", p->error);
+  return p->status;
+}
+
+int tr__plan_wire(tr__plan *p, char *err, size_t n) {
+  const int P = p->run->c.layout.stages;
+  int rc = tr__plan_check(p, err, n);
+  for (int i = 0; i < p->n && rc == 0; i++) {
     tr__stage_plan *s = &p->st[i];
     if (!tr__plan_here(p, i) || s->wired) continue;
     /* the strategy is the policy the plan gives the stage: the stage never asks */
     rc = p->run->c.async.enabled
-                       ? tr__policy_async(&s->ports.policy, s->worker)
-                       : tr__policy_sync(&s->ports.policy,
-                                         &(tr__sync_parts){.group = s->group, .clip = s->clip});
+             ? tr__policy_async(&s->ports.policy, s->worker)
+             : tr__policy_sync(&s->ports.policy, &(tr__sync_parts){.group = s->group, .clip = s->clip});
     if (rc) return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P, i / P);
     tr__stage_wire(tr_actor_state(s->actor), &s->ports);
     s->wired = true;
   }
-  return 0;
+  return rc;
 }
 
-static void print_edge(FILE *f, const char *what, const tr_edge *e, const tr_comm *nccl) {
+/* An edge seen from one of its ends: the actor at the other end, its credits, its carrier. */
+static void print_edge(FILE *f, const tr__plan *p, const char *name, const tr_edge *e,
+                       bool out, const tr_comm *nccl) {
   if (e == NULL) return;
-  fprintf(f, " %s %s->%s(%d%s)", what, tr_actor_name(tr_edge_from(e)),
-          tr_actor_name(tr_edge_to(e)), tr_edge_credits(e), nccl ? ", nccl" : "");
+  tr_graph *g = p->run->g;
+  const tr_actor *other = out ? tr_edge_to(e) : tr_edge_from(e);
+  const bool across = tr_graph_actor_rank(g, tr_edge_from(e)) != tr_graph_actor_rank(g, tr_edge_to(e));
+  fprintf(f, "\n      %-7s %s '%s' (%d credits%s)", name, out ? "->" : "<-", tr_actor_name(other),
+          tr_edge_credits(e), !across ? "" : nccl ? ", between processes by NCCL"
+                                                  : ", between processes by MPI");
 }
 
 void tr__plan_print(const tr__plan *p, FILE *f) {
+  const tr_job_config *c = &p->run->c;
+  fprintf(f, "plan: %s of %s, %d replica(s) x %d stage(s) x %d chunk(s), %d micro-batch(es) a "
+          "step under %s%s\n", p->run->strategy, tr_model_name(c->model), c->layout.replicas,
+          c->layout.stages, c->layout.chunks, c->layout.microbatches,
+          tr_schedule_kind_name(c->layout.schedule), p->planned ? "" : " (links not planned yet)");
   for (int i = 0; i < p->n; i++) {
     const tr__stage_plan *s = &p->st[i];
     if (s->actor == NULL) continue;
     const tr__stage_ports *q = &s->ports;
-    fprintf(f, "stage '%s' [%s]:", tr_actor_name(s->actor),
-            p->run->c.async.enabled ? "async" : "sync");
-    for (int k = 0; k < q->nin; k++) print_edge(f, "batch", q->in[k].edge, NULL);
-    print_edge(f, "act", q->act_in.edge, q->act_in.nccl);
-    print_edge(f, "act", q->act_out.edge, q->act_out.nccl);
-    print_edge(f, "grad", q->grad_in.edge, q->grad_in.nccl);
-    print_edge(f, "grad", q->grad_out.edge, q->grad_out.nccl);
-    print_edge(f, "report", q->report, NULL);
-    fprintf(f, "%s%s%s\n", s->group ? " group" : "", s->clip ? " clip" : "",
-            s->worker ? " server" : "");
+    const tr_device *dev = tr__stage_device(tr_actor_state(s->actor));
+    fprintf(f, "  stage '%s' on %s (rank %d), policy %s", tr_actor_name(s->actor),
+            tr_device_name(dev), tr_graph_actor_rank(p->run->g, s->actor),
+            c->async.enabled ? "async (pushes to the server)" : "sync");
+    if (!c->async.enabled && (s->group || s->clip))
+      fprintf(f, " (%s%s%s)", s->group ? "a replica group" : "", s->group && s->clip ? ", " : "",
+              s->clip ? "the norm exchange" : "");
+    for (int k = 0; k < q->nin; k++)
+      print_edge(f, p, q->in[k].what == TR_BATCH_TARGETS ? "targets"
+                       : q->in[k].what == TR_BATCH_INPUTS ? "inputs" : "batches",
+                 q->in[k].edge, false, NULL);
+    print_edge(f, p, "act", q->act_in.edge, false, q->act_in.nccl);
+    print_edge(f, p, "act", q->act_out.edge, true, q->act_out.nccl);
+    print_edge(f, p, "grad", q->grad_in.edge, false, q->grad_in.nccl);
+    print_edge(f, p, "grad", q->grad_out.edge, true, q->grad_out.nccl);
+    print_edge(f, p, "report", q->report, true, NULL);
+    fputc('\n', f);
   }
 }
 

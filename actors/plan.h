@@ -49,6 +49,9 @@ typedef struct tr__plan {
   int ngroups;
   int *chained; /* [replica]: links of its chain */
   int grouped;  /* stages with a group */
+  bool planned; /* the links are made and the plan checked (no more wiring) */
+  int status;   /* the check's verdict, and its message */
+  char error[512];
 } tr__plan;
 
 int tr__plan_open(tr__plan *p, tr__run *run, int n);
@@ -59,8 +62,9 @@ bool tr__plan_here(const tr__plan *p, int i);
 /* The pass over what was recorded (plan_links.c): the norm exchange, the carriers of edges
  * between processes, the groups' communicators. Every rank, in the same order. */
 int tr__plan_links(tr__plan *p);
-/* The links, then every stage of this rank checked, then each wired: 0, or the first
- * problem in err. */
+/* The links, then every stage of this rank checked: 0, or the first problem in err. Once. */
+int tr__plan_check(tr__plan *p, char *err, size_t n);
+/* Checked (if it was not), then each stage of this rank wired. */
 int tr__plan_wire(tr__plan *p, char *err, size_t n);
 /* Each stage, its ports, their carriers and its policy's parts, a line each. */
 void tr__plan_print(const tr__plan *p, FILE *f);

@@ -65,6 +65,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tr_data.h"
 #include "tr_device.h"
@@ -409,6 +410,18 @@ int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
 /* worker → server: gradients pushed (one credit: a worker waits for the server's reply
  * before its next backward); server → worker: the reply, with fresh parameters when pulled. */
 int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker);
+
+/* The plan, checked as a whole once the wiring calls are made: the norm exchange between
+ * the stages and what carries each edge between processes are decided (under mpirun every
+ * rank calls it, in step), then every stage of this process is checked for what it lacks:
+ * TR_EINVAL, err naming the stage and the edge or part ("stage 1 of replica 0 ('stage1')
+ * is not wired: it lacks activations from stage s-1"). tr_graph_run plans the job itself
+ * when it was not done; after it the stages' wiring is closed (TR_ESTATE). */
+int tr_job_plan(tr_job *j, char *err, size_t err_size);
+/* Each stage of the plan: its device and process, its step policy and that policy's parts,
+ * each of its edges with the actor at the other end, its credits and what carries it.
+ * (tr_graph_print shows every actor and edge of the graph.) */
+void tr_job_print_plan(const tr_job *j, FILE *f);
 
 /* The figures of the run, once tr_graph_run returned 0. */
 void tr_job_result(const tr_job *j, tr_train_result *r);
