@@ -207,6 +207,37 @@ static void sign_sgd_moves_each_parameter_by_lr(void **state) {
   tr_model_free(m);
 }
 
+/* ZeRO cuts a kind's state where it cuts the parameters only when the table says its update
+ * is element-wise: a stage given a shard of a kind that says otherwise is refused, by name. */
+static void zero_refuses_a_kind_that_is_not_elementwise(void **state) {
+  (void)state;
+  static const char *const norms[] = {"norm"};
+  const tr_optim_type lars = {.name = "lars", .state_copies = 1, .state_names = norms,
+                              .zero = TR_OPTIM_ZERO_REFUSED, .update = sign_update};
+  const tr_layer_spec layers[] = {LINEAR(3, 2, 1)};
+  const tr_model_spec spec = {.name = "tiny", .ctx = 1, .nlayers = 1, .layers = layers,
+                              .batch = 1, .optim = tr_optim_defaults(&lars, 0.1f)};
+  tr_model *m;
+  char err[512];
+  assert_int_equal(tr_model_new(&m, &spec, err, sizeof err), 0);
+  tr_device *d = tr_device_list_get(devs, 0);
+  assert_int_equal(tr_device_bind(d), 0);
+  tr_stage_config c = tr_stage_defaults(m);
+  tr_stage *st;
+  assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), 0); /* whole: fine */
+  assert_int_equal(tr_stage_get_info(st)->state_numel, tr_model_numel(m));
+  tr_stage_close(st);
+  c.shard = (tr_stage_shard){.count = 2, .index = 1};
+  assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), TR_EINVAL);
+  assert_null(st);
+  assert_non_null(strstr(err, "'lars'"));
+  assert_non_null(strstr(err, "ZeRO"));
+  c.optim = tr_optim_defaults(&signsgd, 0.1f); /* element-wise: sharded */
+  assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), 0);
+  tr_stage_close(st);
+  tr_model_free(m);
+}
+
 /* One linear layer without bias, logits z = x W^T: the loss, each sample's, and the weights'
  * gradient in double against the definition, -sum_c q_c log softmax(z)_c. */
 static void smoothed_loss_matches_a_hand_computation(void **state) {
@@ -365,6 +396,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(kinds_are_found_by_name_and_bad_tables_are_refused),
       cmocka_unit_test(sign_sgd_moves_each_parameter_by_lr),
+      cmocka_unit_test(zero_refuses_a_kind_that_is_not_elementwise),
       cmocka_unit_test(smoothed_loss_matches_a_hand_computation),
       cmocka_unit_test(user_kinds_train_single_pipeline_and_dp),
       cmocka_unit_test(resumed_runs_are_bitwise_the_uninterrupted_ones),
