@@ -299,6 +299,56 @@ static void smoothed_loss_matches_a_hand_computation(void **state) {
   tr_model_free(m);
 }
 
+/* The per-sample losses of the built-in losses, ctx 2 (MSE's mean over elements, cross-
+ * entropy's over rows): their mean is the batch's loss; only the last stage has them. */
+static void sample_losses_average_to_the_batch_loss(void **state) {
+  (void)state;
+  enum { B = 4, T = 2, V = 3 };
+  const tr_layer_spec layers[] = {LINEAR(5, 6, 1), RELU(6), LINEAR(6, V, 1)};
+  const float x[B * T * 5] = {1, 2, -1, 0.5f, 3, -2, 1, 1, 0, 0.25f, 0.5f, -1, 2, 2, -3,
+                              1, 1, 1, -1, -1, 0, 2, 0.5f, -0.5f, 1, 3, -2, 1, 0, 1,
+                              -1, 0, 0, 2, 1, 0.5f, 0.5f, -2, 1, 1};
+  const float yv[B * T * V] = {0.5f, -1, 2, 1, 0, 0, -0.5f, 1, 1, 2, 2, -1,
+                               0, 1, 0, 3, -1, 0.5f, 1, 1, 1, -2, 0, 0.25f};
+  const int32_t yc[B * T] = {0, 2, 1, 1, 2, 0, 0, 1};
+  const tr_loss_kind losses[2] = {TR_LOSS_MSE, TR_LOSS_CROSSENTROPY};
+  for (int k = 0; k < 2; k++) {
+    const tr_model_spec spec = {.name = "two", .ctx = T, .loss = losses[k], .nlayers = 3,
+                                .layers = layers, .batch = B};
+    tr_model *m;
+    char err[256];
+    assert_int_equal(tr_model_new(&m, &spec, err, sizeof err), 0);
+    tr_stage *st = open_stage(m, B, NULL);
+    tr_stream *s = tr_stage_stream(st);
+    assert_int_equal(tr_memcpy(s, tr_stage_input(st, 0), x, sizeof x, TR_COPY_H2D), 0);
+    assert_int_equal(tr_memcpy(s, tr_stage_target(st, 0), k ? (const void *)yc : yv,
+                               k ? sizeof yc : sizeof yv, TR_COPY_H2D), 0);
+    assert_int_equal(tr_stage_forward(st, 0), 0);
+    float *per, sample[B], loss;
+    assert_int_equal(tr_device_alloc(tr_stage_device(st), sizeof sample, (void **)&per), 0);
+    assert_int_equal(tr_stage_sample_losses(st, 0, per), 0);
+    assert_int_equal(tr_memcpy(s, sample, per, sizeof sample, TR_COPY_D2H), 0);
+    assert_int_equal(tr_memcpy(s, &loss, tr_stage_loss(st, 0), 4, TR_COPY_D2H), 0);
+    assert_int_equal(tr_stream_synchronize(s), 0);
+    double mean = 0;
+    for (int b = 0; b < B; b++) mean += sample[b] / B;
+    fprintf(stderr, "%s: batch %.7f, samples' mean %.7f\n", tr_loss_kind_name(losses[k]), loss,
+            mean);
+    assert_true(loss > 0 && fabs(mean - loss) < 1e-6 * loss);
+    assert_true(sample[0] != sample[1] || sample[1] != sample[2]); /* not one value copied */
+    tr_device_free(tr_stage_device(st), per);
+    tr_stage_close(st);
+    /* a stage without the loss has none */
+    tr_stage_config c = tr_stage_defaults(m);
+    c.end = 2;
+    assert_int_equal(tr_stage_open(&st, m, tr_device_list_get(devs, 0), &c, err, sizeof err), 0);
+    assert_int_equal(tr_stage_sample_losses(st, 0, per), TR_EINVAL);
+    assert_non_null(strstr(tr_stage_error(st), "last stage"));
+    tr_stage_close(st);
+    tr_model_free(m);
+  }
+}
+
 /* ---- they train, under three layouts, and resume bitwise ------------------------------------ */
 
 static const layout_case layouts[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0},
@@ -332,6 +382,24 @@ static void user_kinds_train_single_pipeline_and_dp(void **state) {
             r.final_loss);
     assert_true(r.final_loss < 0.8 * r.initial_loss);
   }
+}
+
+/* Recomputing the activations computes the loss again for what it keeps (the probabilities
+ * the smoothed gradient reads): the same bits as keeping them. GPipe runs every forward
+ * before the backwards, so a backward that did not compute them again would read the last
+ * micro-batch's. */
+static void recomputing_trains_the_user_loss_bitwise_alike(void **state) {
+  (void)state;
+  const layout_case cases[2] = {PIPELINE("host:2", TR_SCHEDULE_GPIPE, 4),
+                                RECOMPUTING("host:2", TR_SCHEDULE_GPIPE, 4)};
+  const char *files[2] = {"kept.safetensors", "recomputed.safetensors"};
+  for (int k = 0; k < 2; k++) {
+    tr_train_options o = run_of(&cases[k], 20);
+    o.job.checkpoint.path = path(files[k]);
+    tr_train_result r;
+    run_ok(&o, &r);
+  }
+  assert_true(same_file(path(files[0]), path(files[1])));
 }
 
 /* 6 steps whole, then 3 and resumed to 6: the final checkpoints are one file. */
@@ -398,7 +466,9 @@ int main(void) {
       cmocka_unit_test(sign_sgd_moves_each_parameter_by_lr),
       cmocka_unit_test(zero_refuses_a_kind_that_is_not_elementwise),
       cmocka_unit_test(smoothed_loss_matches_a_hand_computation),
+      cmocka_unit_test(sample_losses_average_to_the_batch_loss),
       cmocka_unit_test(user_kinds_train_single_pipeline_and_dp),
+      cmocka_unit_test(recomputing_trains_the_user_loss_bitwise_alike),
       cmocka_unit_test(resumed_runs_are_bitwise_the_uninterrupted_ones),
       cmocka_unit_test(a_resume_into_another_or_unregistered_kind_is_refused),
   };
