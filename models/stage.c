@@ -3,7 +3,7 @@
  * and in bf16 the weights' copy and the layers' bf16 activations and scratch),
  * initialisation, and the forward and backward passes. Every layer is reached through its
  * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c, the loss
- * in stage_loss.c. */
+ * in stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c. */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -466,69 +466,6 @@ static int run_forward(tr_stage *st, int slot, float *loss) {
   return tr__stage_loss_forward(st, slot, loss);
 }
 
-/* ---- passes, eagerly or from CUDA graphs ------------------------------------------------------
- *
- * A pass queues a micro-batch's work on the stage's stream and changes nothing on the host:
- * run eagerly, recorded (and dropped when the recording fails) or replayed, it leaves the
- * device in the same state. What a pass needs from the host that may differ from step to
- * step (which input-gradient buffer, the hook, the bf16 weights' conversion) is decided
- * before it, outside. */
-
-typedef int (*pass_fn)(tr_stage *st, int slot, float *dfirst);
-
-/* Whether a pass may be replayed: nothing in it depends on more than its key. */
-static bool replayable(const tr_stage *st, int pass) {
-  if (!st->replay.on || (st->training && st->draws)) return false; /* masks move with samples */
-  return !st->ready || pass == TR__PASS_FORWARD || pass == TR__PASS_BACKWARD_INPUT;
-}
-
-/* The pass recorded, then run from the recording; when anything fails on the way, replays
- * stop and the pass runs eagerly, once: nothing of a failed recording has run. */
-static int capture_pass(tr_stage *st, uint64_t key, pass_fn fn, int slot, float *dfirst) {
-  char why[256] = "";
-  int rc = tr_capture_begin(st->s);
-  if (rc == 0) {
-    rc = fn(st, slot, dfirst); /* recorded, not run */
-    if (rc) snprintf(why, sizeof why, "%.250s", st->err);
-    if (!rc && st->replay_fail_next) {
-      rc = TR_EDEVICE;
-      snprintf(why, sizeof why, "a failure asked for (tr_stage_graphs_fail_next)");
-    }
-    st->replay_fail_next = 0;
-    tr_capture *g = NULL;
-    const int erc = tr_capture_end(st->s, rc ? NULL : &g); /* always ends the recording */
-    if (!rc && erc) rc = erc;
-    if (rc == 0) {
-      tr__replay_keep(&st->replay, key, g);
-      rc = tr_capture_launch(g, st->s);
-      return rc ? tr__stage_fail(st, rc, "launching a captured pass") : 0;
-    }
-  }
-  if (!why[0]) snprintf(why, sizeof why, "%.250s", tr_device_error(st->dev));
-  char note[sizeof st->replay.why];
-  snprintf(note, sizeof note, "stage [%d,%d) on %s: capturing a pass failed, its passes run "
-           "eagerly: %.160s", st->info.first, st->info.end, tr_device_name(st->dev), why);
-  tr__replay_fail(&st->replay, note);
-  tr__replay_forget(&st->replay, tr_capture_close);
-  st->err[0] = 0;
-  return fn(st, slot, dfirst);
-}
-
-static int run_pass(tr_stage *st, int pass, int slot, int parity, pass_fn fn, float *dfirst) {
-  if (!replayable(st, pass)) return fn(st, slot, dfirst);
-  const uint64_t key = tr__replay_key(pass, slot, parity, st->training);
-  tr_capture *g;
-  switch (tr__replay_next(&st->replay, key, &g)) {
-  case TR__REPLAY_LAUNCH: {
-    const int rc = tr_capture_launch(g, st->s);
-    return rc ? tr__stage_fail(st, rc, "launching a captured pass") : 0;
-  }
-  case TR__REPLAY_CAPTURE: return capture_pass(st, key, fn, slot, dfirst);
-  case TR__REPLAY_EAGER: break;
-  }
-  return fn(st, slot, dfirst);
-}
-
 static int forward_pass(tr_stage *st, int slot, float *dfirst) {
   (void)dfirst;
   float *base = tr__slot_base(st, slot);
@@ -546,7 +483,7 @@ int tr_stage_forward(tr_stage *st, int slot) {
     if (rc) return tr__stage_fail(st, rc, "weights to bf16");
     st->params16_stale = 0;
   }
-  return run_pass(st, TR__PASS_FORWARD, slot, 0, forward_pass, NULL);
+  return tr__stage_run_pass(st, TR__PASS_FORWARD, slot, 0, forward_pass, NULL);
 }
 
 /* Recompute: the slot's activations again, into the work area (and what the loss keeps
@@ -562,14 +499,12 @@ static int recompute(tr_stage *st, int slot) {
 /* The gradient of the last layer's output: from the loss (last stage), into `to`; else
  * what the next stage sent. */
 static int loss_gradient(tr_stage *st, int slot, float *to, const float **dout) {
-  float *base = tr__slot_base(st, slot);
   if (!st->info.is_last) {
-    *dout = base + st->dout_off;
+    *dout = tr__slot_base(st, slot) + st->dout_off;
     return 0;
   }
-  TR__TRY(tr__stage_loss_backward(st, slot, to));
   *dout = to;
-  return 0;
+  return tr__stage_loss_backward(st, slot, to);
 }
 
 static int backward_pass(tr_stage *st, int slot, float *dfirst) {
@@ -600,7 +535,7 @@ static void dinput_done(tr_stage *st, float *dfirst, const float **dinput) {
 
 int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
   float *dfirst = next_dinput(st);
-  TR__TRY(run_pass(st, TR__PASS_BACKWARD, slot, st->dinput_next, backward_pass, dfirst));
+  TR__TRY(tr__stage_run_pass(st, TR__PASS_BACKWARD, slot, st->dinput_next, backward_pass, dfirst));
   dinput_done(st, dfirst, dinput);
   return 0;
 }
@@ -636,7 +571,7 @@ static int backward_input_pass(tr_stage *st, int slot, float *dfirst) {
 int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
   TR_ASSERT(st->split);
   float *dfirst = next_dinput(st);
-  TR__TRY(run_pass(st, TR__PASS_BACKWARD_INPUT, slot, st->dinput_next, backward_input_pass,
+  TR__TRY(tr__stage_run_pass(st, TR__PASS_BACKWARD_INPUT, slot, st->dinput_next, backward_input_pass,
                    dfirst));
   dinput_done(st, dfirst, dinput);
   return 0;
@@ -659,30 +594,5 @@ static int backward_weight_pass(tr_stage *st, int slot, float *dfirst) {
 
 int tr_stage_backward_weight(tr_stage *st, int slot) {
   TR_ASSERT(st->split);
-  return run_pass(st, TR__PASS_BACKWARD_WEIGHT, slot, 0, backward_weight_pass, NULL);
+  return tr__stage_run_pass(st, TR__PASS_BACKWARD_WEIGHT, slot, 0, backward_weight_pass, NULL);
 }
-
-/* ---- CUDA graphs: the switch and the figures ------------------------------------------------ */
-
-static const char *const graphs_names[] = {
-#define TR__GRAPHS_NAME(name, text) text,
-    TR_GRAPHS_MAP(TR__GRAPHS_NAME)
-#undef TR__GRAPHS_NAME
-};
-
-const char *tr_graphs_name(tr_graphs g) {
-  return tr__name_of(graphs_names, TR__COUNTOF(graphs_names), (int)g);
-}
-
-int tr_graphs_parse(const char *name, tr_graphs *out) {
-  const int i = tr__name_index(graphs_names, TR__COUNTOF(graphs_names), name);
-  return i < 0 ? TR_EINVAL : (*out = (tr_graphs)i, 0);
-}
-
-tr_stage_graphs_figures tr_stage_graphs(const tr_stage *st) {
-  return (tr_stage_graphs_figures){.captures = st->replay.captures,
-                                   .launches = st->replay.launches,
-                                   .note = st->replay.failed ? st->replay.why : ""};
-}
-
-void tr_stage_graphs_fail_next(tr_stage *st) { st->replay_fail_next = 1; }

@@ -84,6 +84,16 @@ static inline const float *tr__layer_in(const tr_stage *st, int i, int slot) {
            : tr__slot_base(st, slot) + st->in_off;
 }
 
+/* ---- passes (stage_passes.c) ---- */
+
+/* A pass: queues a micro-batch's work on the stage's stream (dfirst: where the stage's input
+ * gradient goes, or NULL). */
+typedef int (*tr__pass_fn)(tr_stage *st, int slot, float *dfirst);
+/* Runs fn eagerly, or records it and replays the recording (the same bits); pass is one of
+ * replay.h's TR__PASS_..., parity which of the alternating input-gradient buffers it writes. */
+int tr__stage_run_pass(tr_stage *st, int pass, int slot, int parity, tr__pass_fn fn,
+                       float *dfirst);
+
 /* ---- the loss (stage_loss.c) ---- */
 
 /* A table's keep_floats or scratch_floats (NULL: 0) for the stage's micro-batch. */
