@@ -15,20 +15,11 @@
 #include "tr_checkpoint.h"
 #include "job_impl.h"
 
-/* The optimizer state's tensors: how many copies of the parameters, and their prefixes. */
+/* The optimizer state's tensors: how many copies of the parameters, and their names (the
+ * kind's table, tr_optim.h: "<state name>.<tensor>"). */
 static int state_prefixes(tr_optim_kind kind, const char **prefix) {
-  switch (kind) {
-    case TR_OPTIM_SGD:
-      return 0;
-    case TR_OPTIM_MOMENTUM:
-      prefix[0] = "momentum.";
-      return 1;
-    case TR_OPTIM_ADAMW:
-      prefix[0] = "adam_m.";
-      prefix[1] = "adam_v.";
-      return 2;
-  }
-  return 0;
+  for (int k = 0; k < kind->state_copies; k++) prefix[k] = kind->state_names[k];
+  return kind->state_copies;
 }
 
 typedef int (*tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *shape,
@@ -38,7 +29,7 @@ typedef int (*tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *s
  * then optimizer state, with the place of its data in its part's buffers. */
 static int each_tensor(const tr_model *m, tr_optim_kind kind, const tr__part *parts,
                        int nparts, tensor_fn fn, void *ctx) {
-  const char *prefix[2];
+  const char *prefix[TR_OPTIM_MAX_STATE];
   int copies = state_prefixes(kind, prefix);
   for (int copy = -1; copy < copies; copy++) {
     for (const tr__part *p = parts; p < parts + nparts; p++) {
@@ -49,7 +40,8 @@ static int each_tensor(const tr_model *m, tr_optim_kind kind, const tr__part *pa
           const tr_tensor_info *t = tr_model_tensor(m, i);
           size_t at = t->offset - p->offset;
           char name[96];
-          snprintf(name, sizeof name, "%s%s", copy < 0 ? "" : prefix[copy], t->name);
+          snprintf(name, sizeof name, "%s%s%s", copy < 0 ? "" : prefix[copy], copy < 0 ? "" : ".",
+                   t->name);
           float *data = copy < 0 ? p->params + at : p->state + (size_t)copy * p->numel + at;
           int rc = fn(ctx, name, t->ndim, t->shape, data);
           if (rc) return rc;
@@ -82,10 +74,7 @@ static int part_new(tr__part *p, const tr_stage_info *info, int copies, size_t s
   return TR_ENOMEM;
 }
 
-static int copies_of(tr_optim_kind kind) {
-  const char *prefix[2];
-  return state_prefixes(kind, prefix);
-}
+static int copies_of(tr_optim_kind kind) { return kind->state_copies; }
 
 void tr__part_free(tr__part *p) {
   free(p->params);
@@ -173,13 +162,14 @@ static int64_t first_nonfinite(const tr_checkpoint_tensor *t) {
  * finite (a checkpoint of a run that diverged would train on NaN from its first step). */
 static int check_tensors(tr_checkpoint *ck, const char *path, const tr_model *m,
                          tr_optim_kind kind, char *err, size_t n) {
-  const char *prefix[2];
+  const char *prefix[TR_OPTIM_MAX_STATE];
   const int copies = state_prefixes(kind, prefix);
   for (int copy = -1; copy < copies; copy++) {
     for (int i = 0; i < tr_model_tensor_count(m); i++) {
       const tr_tensor_info *info = tr_model_tensor(m, i);
       char name[96];
-      snprintf(name, sizeof name, "%s%s", copy < 0 ? "" : prefix[copy], info->name);
+      snprintf(name, sizeof name, "%s%s%s", copy < 0 ? "" : prefix[copy], copy < 0 ? "" : ".",
+               info->name);
       const tr_checkpoint_tensor *t;
       if (tr_checkpoint_expect(ck, name, TR_DTYPE_F32, info->ndim, info->shape, &t))
         return tr_errorf(err, n, TR_EFORMAT, "%s", tr_checkpoint_error(ck));
@@ -219,9 +209,17 @@ int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
   if (s >= (uint64_t)TR_GRAPH_STEP_LIMIT)
     return tr_errorf(err, n, TR_EFORMAT, "%s: step %llu is out of range (a run's steps are "
                      "below 2^61)", path, (unsigned long long)s);
-  if (opt == NULL || strcmp(opt, want) != 0)
-    return tr_errorf(err, n, TR_EFORMAT, "%s: optimizer state of '%s', but this run uses '%s'",
-                     path, opt ? opt : "(none)", want);
+  if (!tr_optim_registered(kind))
+    return tr_errorf(err, n, TR_EINVAL, "%s: this run's optimizer '%s' is not registered "
+                     "(tr_optim_register): checkpoints find their optimizer by its name", path,
+                     want);
+  if (opt == NULL || strcmp(opt, want) != 0) {
+    tr_optim_kind was;
+    return tr_errorf(err, n, TR_EFORMAT, "%s: optimizer state of '%s'%s, but this run uses '%s'",
+                     path, opt ? opt : "(none)",
+                     opt && tr_optim_kind_parse(opt, &was) ? " (not a registered optimizer)" : "",
+                     want);
+  }
   int rc = check_tensors(ck, path, m, kind, err, n);
   if (rc == 0) *step = (int64_t)s;
   return rc;

@@ -227,8 +227,10 @@ static int complete(tr_job_config *c, char *err, size_t n) {
       c->precision.gemm != TR_PRECISION_FP32)
     return tr_errorf(err, n, TR_EINVAL, "layout.schedule zb1: its backward in two halves runs "
                      "in fp32 only, not with precision.gemm bf16");
-  if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
-    return tr_errorf(err, n, TR_EINVAL, "optim.kind %d: not an optimizer", (int)c->optim.kind);
+  if (!c->optim.kind) c->optim.kind = TR_OPTIM_SGD; /* a zeroed optim's, as stages read it */
+  char why[320];
+  if (tr_optim_kind_check(c->optim.kind, why, sizeof why))
+    return tr_errorf(err, n, TR_EINVAL, "optim.kind: %s", why);
   if (!(c->optim.lr > 0))
     return tr_errorf(err, n, TR_EINVAL, "optim.lr %g: give a positive rate", (double)c->optim.lr);
   if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))

@@ -342,7 +342,7 @@ typedef struct tr_job_config {
 } tr_job_config;
 
 /* The model's optimizer, as an optim.kind. */
-#define TR_OPTIM_MODEL ((tr_optim_kind)-1)
+#define TR_OPTIM_MODEL ((tr_optim_kind)(intptr_t)-1) /* no table: never dereferenced */
 
 /* One replica, one stage, one micro-batch under 1F1B, the model's batch and optimizer,
  * unbounded asynchrony, seed 1, no checkpoints. */

@@ -202,14 +202,14 @@ static agreement agreement_of(const run *rn, const tr_train_options *o) {
                           (int)l->schedule, l->ncuts, l->prefetch, j->zero, l->chunks,
                           j->memory.recompute};
   const float optim_f[] = {op->lr, op->momentum, op->weight_decay, op->beta1, op->beta2,
-                           op->eps, op->clip, (float)op->kind, (float)op->nesterov,
-                           (float)j->precision.tf32};
+                           op->eps, op->clip, (float)op->nesterov, (float)j->precision.tf32};
   const float async_f[] = {(float)as->staleness, as->dc_lambda, (float)as->momentum_correction,
                            (float)as->staleness_lr, (float)as->pull_every, (float)as->hogwild};
   agreement a = {.model = rn->model ? model_digest(rn->model) : 0,
                  .run = digest(h0, run_f, sizeof run_f),
                  .layout = digest(h0, layout_f, sizeof layout_f),
-                 .optim = digest(h0, optim_f, sizeof optim_f),
+                 .optim = digest_str(digest(h0, optim_f, sizeof optim_f),
+                                     op->kind == TR_OPTIM_MODEL ? "" : tr_optim_kind_name(op->kind)),
                  .async = digest(h0, async_f, sizeof async_f),
                  .checkpoint = digest_str(digest_str(digest(h0, &j->checkpoint.every,
                                                             sizeof j->checkpoint.every),

@@ -14,6 +14,8 @@
  *   tr_layers.h   layers with explicit forward and backward
  *   tr_layer_type.h  layer kinds as tables of operations: the built-in ones, and your own
  *   tr_model.h    models, cut into stages on devices; optimizers
+ *   tr_optim.h    optimizer kinds as tables: the built-in ones, and your own
+ *   tr_loss.h     losses as tables: the built-in ones, and your own
  *   tr_data.h     the workloads' data: synthetic generators and byte files
  *   tr_train.h    training runs: a model, a strategy, devices, and the run's figures
  *   tr_schedule.h pipeline schedules (GPipe, 1F1B) as per-stage action lists
@@ -33,7 +35,9 @@
 #include "tr_layer_type.h"
 #include "tr_layers.h"
 #include "tr_mailbox.h"
+#include "tr_loss.h"
 #include "tr_model.h"
+#include "tr_optim.h"
 #include "tr_msg.h"
 #include "tr_schedule.h"
 #include "tr_system.h"

@@ -110,7 +110,7 @@ void tr_data_close(tr_data *d) {
 void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
                         const char *path) {
   const int L = tr_model_layer_count(m), out = tr_model_layer(m, L - 1)->out;
-  const int ce = tr_model_loss(m) == TR_LOSS_CROSSENTROPY;
+  const int ce = tr_model_loss(m)->target == TR_LOSS_TARGET_CLASSES; /* labels */
   *c = (tr_data_config){.seed = seed, .ctx = tr_model_ctx(m), .path = path,
                         .in = tr_model_layer(m, 0)->in, .out = out, .classes = ce ? out : 0};
   if (tr_model_token_input(m)) c->kind = path ? TR_DATA_FILE : TR_DATA_ARITHMETIC;
@@ -162,7 +162,7 @@ int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t 
     char what[64];
     if (k == 0 && tr_model_token_input(m)) describe(what, sizeof what, T, 1, "int32 token");
     else if (k == 0) describe(what, sizeof what, T, tr_model_layer(m, 0)->in, "float");
-    else if (tr_model_loss(m) == TR_LOSS_MSE) describe(what, sizeof what, T, out, "float");
+    else if (tr_model_loss(m)->target == TR_LOSS_TARGET_VALUES) describe(what, sizeof what, T, out, "float");
     else describe(what, sizeof what, T, 1, "int32 label");
     return tr_errorf(err, err_size, TR_EINVAL,
                      "data '%s': %zu bytes of %s per sample, model '%s' wants %zu (%s)", d->name,

@@ -8,24 +8,6 @@
 
 #include "models_impl.h"
 
-/* ---- optimizers ------------------------------------------------------------------------------ */
-
-static const char *const optim_names[] = {"sgd", "momentum", "adamw"};
-
-const char *tr_optim_kind_name(tr_optim_kind kind) {
-  return tr__name_of(optim_names, TR__COUNTOF(optim_names), (int)kind);
-}
-
-int tr_optim_kind_parse(const char *name, tr_optim_kind *out) {
-  const int i = tr__name_index(optim_names, TR__COUNTOF(optim_names), name);
-  return i < 0 ? TR_EINVAL : (*out = (tr_optim_kind)i, 0);
-}
-
-tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr) {
-  return (tr_optim_config){.kind = kind, .lr = lr, .momentum = 0.9f, .beta1 = 0.9f,
-                           .beta2 = 0.999f, .eps = 1e-8f};
-}
-
 /* ---- building a model ------------------------------------------------------------------------- */
 
 /* Specs in a tree (composites' inner layers) up to this deep. */
@@ -106,6 +88,20 @@ static int layout(tr_model *m, char *err, size_t size) {
   return 0;
 }
 
+/* The loss's table and the optimizer's (tr_loss.h, tr_optim.h), and the last layer's width
+ * as the loss's own check sees it. */
+static int check_loss_and_optim(const tr_model_spec *sp, char *err, size_t size) {
+  char what[256] = "";
+  const tr_loss_type *loss = sp->loss ? sp->loss : TR_LOSS_MSE;
+  const int V = sp->layers[sp->nlayers - 1].out;
+  if (tr_loss_kind_check(loss, what, sizeof what) ||
+      tr_optim_kind_check(sp->optim.kind, what, sizeof what) ||
+      (loss->check && loss->check(V, what, sizeof what)))
+    return tr_errorf(err, size, TR_EINVAL, "model '%s': %s", sp->name ? sp->name : "model",
+                     *what ? what : "refused by its loss");
+  return 0;
+}
+
 int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_size) {
   *out = NULL;
   if (!sp || sp->nlayers <= 0 || !sp->layers)
@@ -119,8 +115,7 @@ int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_
   const tr_layer_spec *first = &sp->layers[0];
   const int tokens = first->type && first->type->token_input;
   TR__TRY(tr_layers_check(sp->nlayers, sp->layers, first->in, tokens, err, err_size));
-  if (sp->loss != TR_LOSS_MSE && sp->loss != TR_LOSS_CROSSENTROPY)
-    return tr_errorf(err, err_size, TR_EINVAL, "model: unknown loss %d", (int)sp->loss);
+  TR__TRY(check_loss_and_optim(sp, err, err_size));
 
   tr_model *m = calloc(1, sizeof *m);
   if (m) {
@@ -135,11 +130,12 @@ int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_
   }
   snprintf(m->name, sizeof m->name, "%s", sp->name ? sp->name : "model");
   m->ctx = sp->ctx;
-  m->loss = sp->loss;
+  m->loss = sp->loss ? sp->loss : TR_LOSS_MSE; /* a zeroed spec's, as it always was */
   m->nlayers = sp->nlayers;
   copy_specs(m->layers, sp->nlayers, sp->layers);
   m->batch = sp->batch;
   m->optim = sp->optim;
+  if (!m->optim.kind) m->optim.kind = TR_OPTIM_SGD; /* likewise */
   int rc = layout(m, err, err_size);
   if (rc) {
     tr_model_free(m);
@@ -250,7 +246,7 @@ size_t tr_model_input_bytes(const tr_model *m) {
 }
 
 size_t tr_model_target_bytes(const tr_model *m) {
-  return (size_t)m->ctx * (m->loss == TR_LOSS_CROSSENTROPY
+  return (size_t)m->ctx * (m->loss->target == TR_LOSS_TARGET_CLASSES
                                ? sizeof(int32_t)
                                : (size_t)m->layers[m->nlayers - 1].out * sizeof(float));
 }

@@ -1,6 +1,6 @@
 /* optim.c — a stage's gradients and optimizer: zeroing, the sum of squares for global-norm
- * clipping, the update over the stage's whole parameter allocation in one op (over its
- * shard's, under ZeRO stage 1), and copies of parameters, gradients and optimizer state to
+ * clipping, the update over the stage's whole parameter allocation by its kind's table
+ * (tr_optim.h; over its shard's, under ZeRO stage 1), and copies of parameters, gradients and optimizer state to
  * and from the host. Padding between tensors holds zeros in all three, and every update
  * keeps it so. Whatever may change the parameters (a step, an upload, the start of a step)
  * makes their bf16 copy stale. */
@@ -49,31 +49,24 @@ int tr_stage_step(tr_stage *st, const float *global_sumsq) {
   if (rc) return tr__stage_fail(st, rc, "clipping gradients");
   st->steps++;
   st->params16_stale = 1;
-  switch (o->kind) {
-  case TR_OPTIM_SGD: rc = tr_sgd_update(st->s, p, g, n, o->lr, o->weight_decay); break;
-  case TR_OPTIM_MOMENTUM:
-    rc = tr_momentum_update(st->s, p, g, st->state, n, o->lr, o->momentum, o->weight_decay,
-                            o->nesterov);
-    break;
-  case TR_OPTIM_ADAMW:
-    rc = tr_adamw_update(st->s, p, g, st->state, st->state + n, n, o->lr, o->beta1, o->beta2,
-                         o->eps, o->weight_decay, st->steps);
-    break;
-  default: rc = TR_EINVAL;
-  }
-  return rc ? tr__stage_fail(st, rc, "%s update", tr_optim_kind_name(o->kind)) : 0;
+  const tr_optim_ctx c = {.s = st->s, .o = o, .param = p, .grad = g, .state = st->state,
+                         .scratch = st->opt_scratch, .n = n, .step = st->steps};
+  rc = o->kind->update(&c);
+  return rc ? tr__stage_fail(st, rc, "%s update", o->kind->name) : 0;
 }
 
 void tr_stage_set_lr(tr_stage *st, float lr) { st->optim.lr = lr; }
 
 int tr_stage_set_optim(tr_stage *st, const tr_optim_config *o) {
-  if (o->kind != st->optim.kind) { /* not a device failure: no device message */
+  const tr_optim_kind kind = o->kind ? o->kind : TR_OPTIM_SGD; /* a zeroed configuration's */
+  if (kind != st->optim.kind) { /* not a device failure: no device message */
     snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s: optimizer %s cannot become %s",
              st->info.first, st->info.end, st->m->name, tr_optim_kind_name(st->optim.kind),
-             tr_optim_kind_name(o->kind));
+             tr_optim_kind_name(kind));
     return TR_EINVAL;
   }
   st->optim = *o;
+  st->optim.kind = kind;
   return 0;
 }
 const tr_optim_config *tr_stage_optim(const tr_stage *st) { return &st->optim; }

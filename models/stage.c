@@ -2,7 +2,8 @@
  * (parameters, gradients, optimizer state, per-slot activations, shared backward scratch,
  * and in bf16 the weights' copy and the layers' bf16 activations and scratch),
  * initialisation, and the forward and backward passes. Every layer is reached through its
- * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c. */
+ * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c, the loss
+ * in stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c. */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 
 #include "stage_impl.h"
-#include "tr_layers.h" /* the losses */
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
@@ -68,8 +68,9 @@ static void layer_bf16(const tr_stage *st, const tr_layer_spec *l, size_t *act, 
 /* Floats that hold n bf16, 64-byte aligned. */
 static size_t bf16_floats(size_t n) { return tr__align_bf16(n) / 2; }
 
-/* One micro-batch's activations from `at` on: each layer's (and its bf16 copies), then (cross-entropy) the loss's
- * probabilities. In each slot, or (recompute) once, in the work area. */
+/* One micro-batch's activations from `at` on: each layer's (and its bf16 copies), then what
+ * the loss keeps (cross-entropy: its probabilities). In each slot, or (recompute) once, in
+ * the work area. */
 static size_t plan_acts(tr_stage *st, size_t at) {
   const tr_model *m = st->m;
   const tr_stage_info *in = &st->info;
@@ -82,9 +83,9 @@ static size_t plan_acts(tr_stage *st, size_t at) {
     L->act16_off = at;
     at += bf16_floats(act16);
   }
-  if (in->is_last && m->loss == TR_LOSS_CROSSENTROPY) {
-    st->probs_off = at;
-    at += tr__align_floats((size_t)in->rows * m->layers[in->end - 1].out);
+  if (in->is_last) {
+    st->loss_keep_off = at;
+    at += tr__align_floats(tr__stage_loss_floats(st, m->loss->keep_floats));
   }
   return at;
 }
@@ -119,7 +120,7 @@ static size_t plan_slot(tr_stage *st) {
   }
   if (in->is_last) {
     st->target_off = at;
-    at += tr__align_floats(m->loss == TR_LOSS_CROSSENTROPY ? rows : rows * out);
+    at += tr__align_floats(m->loss->target == TR_LOSS_TARGET_CLASSES ? rows : rows * out);
     st->loss_off = at;
     at += TR__ALIGN_FLOATS;
   } else {
@@ -147,6 +148,10 @@ static size_t plan_scratch(tr_stage *st, float *base) {
     size_t act16, scratch16;
     layer_bf16(st, l, &act16, &scratch16);
     layer16 = layer16 > bf16_floats(scratch16) ? layer16 : bf16_floats(scratch16);
+  }
+  if (in->is_last) { /* the loss's scratch is the layers': it runs apart from them */
+    const size_t s = tr__align_floats(tr__stage_loss_floats(st, st->m->loss->scratch_floats));
+    layer = layer > s ? layer : s;
   }
   const size_t g = tr__align_floats(rows * wide);
   st->g[0] = base ? base + at : NULL, at += g;
@@ -257,6 +262,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   st->dev = d;
   st->s = tr_device_stream(d);
   st->optim = cfg->optim;
+  if (!st->optim.kind) st->optim.kind = TR_OPTIM_SGD; /* a zeroed configuration's */
   tr_stage_info *in = &st->info;
   *in = (tr_stage_info){.first = cfg->first, .end = end, .batch = cfg->batch,
                         .rows = cfg->batch * m->ctx, .slots = cfg->slots, .global_batch = gb,
@@ -298,9 +304,16 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   tr_model_layer_span(m, end - 1, &off, &n);
   in->numel = off + n - in->offset;
   tr_stage_shard_span(in->numel, sh, &in->shard_offset, &in->shard_numel);
-  in->state_numel = cfg->optim.kind == TR_OPTIM_ADAMW      ? 2 * in->shard_numel
-                    : cfg->optim.kind == TR_OPTIM_MOMENTUM ? in->shard_numel
-                                                           : 0;
+  const tr_optim_type *opt = st->optim.kind;
+  char what[320];
+  if (tr_optim_kind_check(opt, what, sizeof what))
+    return open_fail(st, TR_EINVAL, err, err_size, what);
+  if (sh.count > 1 && opt->zero == TR_OPTIM_ZERO_REFUSED) {
+    snprintf(what, sizeof what, "shard %d of %d: optimizer '%s' refuses ZeRO (its update is not "
+             "element-wise)", sh.index, sh.count, opt->name);
+    return open_fail(st, TR_EINVAL, err, err_size, what);
+  }
+  in->state_numel = (size_t)opt->state_copies * in->shard_numel;
   /* a parameter-only stage (slots 0) needs no activations and no backward scratch */
   const size_t slot = plan_slot(st), scratch = cfg->slots ? plan_scratch(st, NULL) : TR__ALIGN_FLOATS;
   const size_t work = st->recompute && cfg->slots ? plan_acts(st, 0) : 0;
@@ -313,12 +326,14 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   in->input_bytes = rows * input_row(st) * 4; /* int32 tokens or floats */
   in->output_bytes = rows * out_w * sizeof(float);
   in->target_bytes = !in->is_last ? 0
-                     : rows * (m->loss == TR_LOSS_CROSSENTROPY ? sizeof(int32_t) : out_w * sizeof(float));
+                     : rows * (m->loss->target == TR_LOSS_TARGET_CLASSES ? sizeof(int32_t)
+                                                                         : out_w * sizeof(float));
   st->slot_stride = slot;
   int rc;
   rc = alloc(st, in->numel, &st->params);
   if (rc == 0) rc = alloc(st, in->numel, &st->grads);
   if (rc == 0) rc = alloc(st, in->state_numel, &st->state);
+  if (rc == 0) rc = alloc(st, (size_t)opt->scratch_copies * in->shard_numel, &st->opt_scratch);
   st->own[0] = st->params, st->own[1] = st->grads, st->own[2] = st->state;
   if (rc || (rc = alloc(st, slot * (size_t)cfg->slots, &st->slots)) ||
       (rc = alloc(st, scratch, &st->scratch)) || (rc = alloc(st, work, &st->work)) ||
@@ -344,7 +359,7 @@ void tr_stage_close(tr_stage *st) {
   if (!st) return;
   tr__replay_free(&st->replay, tr_capture_close); /* before the memory the captures read */
   float *bufs[] = {st->own[0], st->own[1], st->own[2], st->slots, st->scratch, st->work,
-                   (float *)st->params16};
+                   (float *)st->params16, st->opt_scratch};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i]) tr_device_free(st->dev, bufs[i]);
   free(st->layers);
@@ -391,20 +406,15 @@ void tr_stage_layer_span(const tr_stage *st, int layer, size_t *offset, size_t *
   *offset -= st->info.offset;
 }
 
-static float *slot_base(const tr_stage *st, int slot) {
-  TR_ASSERT(slot >= 0 && slot < st->info.slots);
-  return st->slots + (size_t)slot * st->slot_stride;
-}
-
-void *tr_stage_input(tr_stage *st, int slot) { return slot_base(st, slot) + st->in_off; }
+void *tr_stage_input(tr_stage *st, int slot) { return tr__slot_base(st, slot) + st->in_off; }
 void *tr_stage_target(tr_stage *st, int slot) {
-  return st->info.is_last ? slot_base(st, slot) + st->target_off : NULL;
+  return st->info.is_last ? tr__slot_base(st, slot) + st->target_off : NULL;
 }
 float *tr_stage_dout(tr_stage *st, int slot) {
-  return st->info.is_last ? NULL : slot_base(st, slot) + st->dout_off;
+  return st->info.is_last ? NULL : tr__slot_base(st, slot) + st->dout_off;
 }
 const float *tr_stage_loss(const tr_stage *st, int slot) {
-  return st->info.is_last ? slot_base(st, slot) + st->loss_off : NULL;
+  return st->info.is_last ? tr__slot_base(st, slot) + st->loss_off : NULL;
 }
 
 void tr_stage_on_grad_ready(tr_stage *st, tr_grad_ready_fn fn, void *arg) {
@@ -419,28 +429,13 @@ void tr_stage_set_samples(tr_stage *st, int slot, uint64_t first_sample) {
 
 void tr_stage_set_training(tr_stage *st, int on) { st->training = on != 0; }
 
-/* A layer's output: the start of its activations. */
-static float *layer_out(const tr__stage_layer *L, float *base) { return base + L->act_off; }
-
-/* Where the slot's micro-batch has its activations: in the slot, or in the work area. */
-static float *acts_of(const tr_stage *st, int slot) {
-  return st->recompute ? st->work : slot_base(st, slot);
-}
-
 /* With recompute, the last stage's output lives in the work area until the next pass. */
 const float *tr_stage_output(const tr_stage *st, int slot) {
-  if (st->recompute && !st->info.is_last) return slot_base(st, slot) + st->out_off;
-  return layer_out(&st->layers[st->nl - 1], acts_of(st, slot));
+  if (st->recompute && !st->info.is_last) return tr__slot_base(st, slot) + st->out_off;
+  return tr__layer_in(st, st->nl, slot);
 }
 
 /* ---- forward and backward ----------------------------------------------------------------------- */
-
-static float loss_scale(const tr_stage *st) {
-  const tr_model *m = st->m;
-  double n = (double)st->info.global_batch * m->ctx;
-  if (m->loss == TR_LOSS_MSE) n *= m->layers[m->nlayers - 1].out;
-  return (float)(1.0 / n);
-}
 
 /* What layer L's kind needs for the slot's micro-batch, its input at x. */
 static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, const void *x) {
@@ -448,155 +443,68 @@ static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, 
   const int mixed = bf16(st);
   return (tr_layer_ctx){.s = st->s, .l = L->spec, .B = st->info.batch, .T = st->m->ctx,
                         .p = st->tensors + L->t0, .g = st->tensors + st->nt + L->t0, .x = x,
-                        .act = layer_out(L, acts_of(st, slot)), .scratch = st->layer_scratch,
+                        .act = tr__acts_of(st, slot) + L->act_off, .scratch = st->layer_scratch,
                         .seed = L->seed, .first_sample = st->samples[slot],
                         .training = st->training, .err = st->layer_err,
                         .err_size = sizeof st->layer_err,
-                        .keep = st->split ? slot_base(st, slot) + L->keep_off : NULL,
+                        .keep = st->split ? tr__slot_base(st, slot) + L->keep_off : NULL,
                         .precision = st->info.precision,
                         .p16 = mixed ? st->tensors16 + L->t0 : NULL,
-                        .act16 = mixed ? (tr_bf16 *)(acts_of(st, slot) + L->act16_off) : NULL,
+                        .act16 = mixed ? (tr_bf16 *)(tr__acts_of(st, slot) + L->act16_off) : NULL,
                         .scratch16 = st->layer_scratch16};
 }
-
-/* Layer i's input: the stage's, or the layer before's output. */
-static const float *layer_in(tr_stage *st, int i, int slot) {
-  return i ? layer_out(&st->layers[i - 1], acts_of(st, slot)) : slot_base(st, slot) + st->in_off;
-}
-
-static float *probs_of(tr_stage *st, int slot) { return acts_of(st, slot) + st->probs_off; }
 
 /* The layers' forward of the slot's micro-batch; the loss into `loss` (last stage). */
 static int run_forward(tr_stage *st, int slot, float *loss) {
   for (int i = 0; i < st->nl; i++) {
     const tr__stage_layer *L = &st->layers[i];
-    const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
+    const tr_layer_ctx c = layer_ctx(st, L, slot, tr__layer_in(st, i, slot));
     int rc = L->spec->type->forward(&c);
     if (rc) return layer_fail(st, rc, "forward", L);
   }
   if (!st->info.is_last || loss == NULL) return 0;
-  const tr_model *m = st->m;
-  const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
-  float *base = slot_base(st, slot);
-  const float *x = layer_in(st, st->nl, slot);
-  int rc = m->loss == TR_LOSS_MSE
-               ? tr_mse_fwd(st->s, loss, x, base + st->target_off, (size_t)N * V, loss_scale(st))
-               : tr_crossentropy_fwd(st->s, loss, probs_of(st, slot), x,
-                                     (const int32_t *)(base + st->target_off), N, V,
-                                     loss_scale(st));
-  return rc ? tr__stage_fail(st, rc, "loss") : 0;
-}
-
-/* ---- passes, eagerly or from CUDA graphs ------------------------------------------------------
- *
- * A pass queues a micro-batch's work on the stage's stream and changes nothing on the host:
- * run eagerly, recorded (and dropped when the recording fails) or replayed, it leaves the
- * device in the same state. What a pass needs from the host that may differ from step to
- * step (which input-gradient buffer, the hook, the bf16 weights' conversion) is decided
- * before it, outside. */
-
-typedef int (*pass_fn)(tr_stage *st, int slot, float *dfirst);
-
-/* Whether a pass may be replayed: nothing in it depends on more than its key. */
-static bool replayable(const tr_stage *st, int pass) {
-  if (!st->replay.on || (st->training && st->draws)) return false; /* masks move with samples */
-  return !st->ready || pass == TR__PASS_FORWARD || pass == TR__PASS_BACKWARD_INPUT;
-}
-
-/* The pass recorded, then run from the recording; when anything fails on the way, replays
- * stop and the pass runs eagerly, once: nothing of a failed recording has run. */
-static int capture_pass(tr_stage *st, uint64_t key, pass_fn fn, int slot, float *dfirst) {
-  char why[256] = "";
-  int rc = tr_capture_begin(st->s);
-  if (rc == 0) {
-    rc = fn(st, slot, dfirst); /* recorded, not run */
-    if (rc) snprintf(why, sizeof why, "%.250s", st->err);
-    if (!rc && st->replay_fail_next) {
-      rc = TR_EDEVICE;
-      snprintf(why, sizeof why, "a failure asked for (tr_stage_graphs_fail_next)");
-    }
-    st->replay_fail_next = 0;
-    tr_capture *g = NULL;
-    const int erc = tr_capture_end(st->s, rc ? NULL : &g); /* always ends the recording */
-    if (!rc && erc) rc = erc;
-    if (rc == 0) {
-      tr__replay_keep(&st->replay, key, g);
-      rc = tr_capture_launch(g, st->s);
-      return rc ? tr__stage_fail(st, rc, "launching a captured pass") : 0;
-    }
-  }
-  if (!why[0]) snprintf(why, sizeof why, "%.250s", tr_device_error(st->dev));
-  char note[sizeof st->replay.why];
-  snprintf(note, sizeof note, "stage [%d,%d) on %s: capturing a pass failed, its passes run "
-           "eagerly: %.160s", st->info.first, st->info.end, tr_device_name(st->dev), why);
-  tr__replay_fail(&st->replay, note);
-  tr__replay_forget(&st->replay, tr_capture_close);
-  st->err[0] = 0;
-  return fn(st, slot, dfirst);
-}
-
-static int run_pass(tr_stage *st, int pass, int slot, int parity, pass_fn fn, float *dfirst) {
-  if (!replayable(st, pass)) return fn(st, slot, dfirst);
-  const uint64_t key = tr__replay_key(pass, slot, parity, st->training);
-  tr_capture *g;
-  switch (tr__replay_next(&st->replay, key, &g)) {
-  case TR__REPLAY_LAUNCH: {
-    const int rc = tr_capture_launch(g, st->s);
-    return rc ? tr__stage_fail(st, rc, "launching a captured pass") : 0;
-  }
-  case TR__REPLAY_CAPTURE: return capture_pass(st, key, fn, slot, dfirst);
-  case TR__REPLAY_EAGER: break;
-  }
-  return fn(st, slot, dfirst);
+  return tr__stage_loss_forward(st, slot, loss);
 }
 
 static int forward_pass(tr_stage *st, int slot, float *dfirst) {
   (void)dfirst;
-  float *base = slot_base(st, slot);
+  float *base = tr__slot_base(st, slot);
   TR__TRY(run_forward(st, slot, base + st->loss_off));
   if (!st->recompute || st->info.is_last) return 0;
   const size_t bytes = st->info.output_bytes;
-  int rc = tr_memcpy(st->s, base + st->out_off, layer_in(st, st->nl, slot), bytes, TR_COPY_D2D);
+  int rc = tr_memcpy(st->s, base + st->out_off, tr__layer_in(st, st->nl, slot), bytes, TR_COPY_D2D);
   return rc ? tr__stage_fail(st, rc, "keeping the output") : 0;
 }
 
 int tr_stage_forward(tr_stage *st, int slot) {
-  (void)slot_base(st, slot); /* checks the slot */
+  (void)tr__slot_base(st, slot); /* checks the slot */
   if (st->params16 && st->params16_stale) { /* the step's weights, once */
     int rc = tr_to_bf16(st->s, st->params16, st->params, st->info.numel);
     if (rc) return tr__stage_fail(st, rc, "weights to bf16");
     st->params16_stale = 0;
   }
-  return run_pass(st, TR__PASS_FORWARD, slot, 0, forward_pass, NULL);
+  return tr__stage_run_pass(st, TR__PASS_FORWARD, slot, 0, forward_pass, NULL);
 }
 
-/* Recompute: the slot's activations again, into the work area (and the probabilities the
- * loss's gradient reads; the loss itself goes to a scalar of the scratch). */
+/* Recompute: the slot's activations again, into the work area (and what the loss keeps
+ * for its gradient, cross-entropy's probabilities; the loss itself goes to a scalar of the
+ * scratch). */
 static int recompute(tr_stage *st, int slot) {
   if (!st->recompute) return 0;
-  const bool probs = st->info.is_last && st->m->loss == TR_LOSS_CROSSENTROPY;
-  return run_forward(st, slot, probs ? st->scalars + 2 : NULL);
+  const tr_loss_type *loss = st->m->loss;
+  const bool keeps = st->info.is_last && tr__stage_loss_floats(st, loss->keep_floats) > 0;
+  return run_forward(st, slot, keeps ? st->scalars + 2 : NULL);
 }
 
 /* The gradient of the last layer's output: from the loss (last stage), into `to`; else
  * what the next stage sent. */
 static int loss_gradient(tr_stage *st, int slot, float *to, const float **dout) {
-  float *base = slot_base(st, slot);
   if (!st->info.is_last) {
-    *dout = base + st->dout_off;
+    *dout = tr__slot_base(st, slot) + st->dout_off;
     return 0;
   }
-  const tr_model *m = st->m;
-  const int N = st->info.rows, V = m->layers[m->nlayers - 1].out;
-  int rc = m->loss == TR_LOSS_MSE
-               ? tr_mse_bwd(st->s, to, layer_in(st, st->nl, slot), base + st->target_off,
-                            (size_t)N * V, loss_scale(st))
-               : tr_crossentropy_bwd(st->s, to, probs_of(st, slot),
-                                     (const int32_t *)(base + st->target_off), N, V,
-                                     loss_scale(st));
-  if (rc) return tr__stage_fail(st, rc, "loss gradient");
   *dout = to;
-  return 0;
+  return tr__stage_loss_backward(st, slot, to);
 }
 
 static int backward_pass(tr_stage *st, int slot, float *dfirst) {
@@ -606,7 +514,7 @@ static int backward_pass(tr_stage *st, int slot, float *dfirst) {
   for (int i = st->nl - 1; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
     float *dinp = i ? (dout == st->g[0] ? st->g[1] : st->g[0]) : dfirst;
-    const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
+    const tr_layer_ctx c = layer_ctx(st, L, slot, tr__layer_in(st, i, slot));
     int rc = L->spec->type->backward(&c, dout, dinp);
     if (rc) return layer_fail(st, rc, "backward", L);
     if (st->ready) st->ready(st->ready_arg, st, L->index);
@@ -627,7 +535,7 @@ static void dinput_done(tr_stage *st, float *dfirst, const float **dinput) {
 
 int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
   float *dfirst = next_dinput(st);
-  TR__TRY(run_pass(st, TR__PASS_BACKWARD, slot, st->dinput_next, backward_pass, dfirst));
+  TR__TRY(tr__stage_run_pass(st, TR__PASS_BACKWARD, slot, st->dinput_next, backward_pass, dfirst));
   dinput_done(st, dfirst, dinput);
   return 0;
 }
@@ -635,7 +543,7 @@ int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
 /* Split: the gradient of layer i's output as its W half reads it. */
 static const float *kept_dout(tr_stage *st, int i, int slot) {
   const tr__stage_layer *L = &st->layers[i];
-  return slot_base(st, slot) + (L->dout_off != TR__NO_DOUT ? L->dout_off : st->dout_off);
+  return tr__slot_base(st, slot) + (L->dout_off != TR__NO_DOUT ? L->dout_off : st->dout_off);
 }
 
 static int backward_input_pass(tr_stage *st, int slot, float *dfirst) {
@@ -643,16 +551,16 @@ static int backward_input_pass(tr_stage *st, int slot, float *dfirst) {
   const int last = st->nl - 1;
   TR__TRY(recompute(st, slot));
   const size_t kept = st->layers[last].dout_off; /* set on the last stage when it splits */
-  TR__TRY(loss_gradient(st, slot, kept != TR__NO_DOUT ? slot_base(st, slot) + kept : st->g[0],
+  TR__TRY(loss_gradient(st, slot, kept != TR__NO_DOUT ? tr__slot_base(st, slot) + kept : st->g[0],
                         &dout));
   for (int i = last; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
     /* the gradient of the layer before's output: kept for its W half where it has one */
     float *dinp = !i ? dfirst
                   : st->layers[i - 1].dout_off != TR__NO_DOUT
-                      ? slot_base(st, slot) + st->layers[i - 1].dout_off
+                      ? tr__slot_base(st, slot) + st->layers[i - 1].dout_off
                       : dout == st->g[0] ? st->g[1] : st->g[0];
-    const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
+    const tr_layer_ctx c = layer_ctx(st, L, slot, tr__layer_in(st, i, slot));
     int rc = tr_layer_backward_input(&c, dout, dinp);
     if (rc) return layer_fail(st, rc, "backward (input)", L);
     dout = dinp;
@@ -663,7 +571,7 @@ static int backward_input_pass(tr_stage *st, int slot, float *dfirst) {
 int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
   TR_ASSERT(st->split);
   float *dfirst = next_dinput(st);
-  TR__TRY(run_pass(st, TR__PASS_BACKWARD_INPUT, slot, st->dinput_next, backward_input_pass,
+  TR__TRY(tr__stage_run_pass(st, TR__PASS_BACKWARD_INPUT, slot, st->dinput_next, backward_input_pass,
                    dfirst));
   dinput_done(st, dfirst, dinput);
   return 0;
@@ -675,7 +583,7 @@ static int backward_weight_pass(tr_stage *st, int slot, float *dfirst) {
   for (int i = st->nl - 1; i >= 0; i--) {
     const tr__stage_layer *L = &st->layers[i];
     if (tr_layer_splits(L->spec)) {
-      const tr_layer_ctx c = layer_ctx(st, L, slot, layer_in(st, i, slot));
+      const tr_layer_ctx c = layer_ctx(st, L, slot, tr__layer_in(st, i, slot));
       int rc = tr_layer_backward_weight(&c, kept_dout(st, i, slot));
       if (rc) return layer_fail(st, rc, "backward (weights)", L);
     }
@@ -686,30 +594,5 @@ static int backward_weight_pass(tr_stage *st, int slot, float *dfirst) {
 
 int tr_stage_backward_weight(tr_stage *st, int slot) {
   TR_ASSERT(st->split);
-  return run_pass(st, TR__PASS_BACKWARD_WEIGHT, slot, 0, backward_weight_pass, NULL);
+  return tr__stage_run_pass(st, TR__PASS_BACKWARD_WEIGHT, slot, 0, backward_weight_pass, NULL);
 }
-
-/* ---- CUDA graphs: the switch and the figures ------------------------------------------------ */
-
-static const char *const graphs_names[] = {
-#define TR__GRAPHS_NAME(name, text) text,
-    TR_GRAPHS_MAP(TR__GRAPHS_NAME)
-#undef TR__GRAPHS_NAME
-};
-
-const char *tr_graphs_name(tr_graphs g) {
-  return tr__name_of(graphs_names, TR__COUNTOF(graphs_names), (int)g);
-}
-
-int tr_graphs_parse(const char *name, tr_graphs *out) {
-  const int i = tr__name_index(graphs_names, TR__COUNTOF(graphs_names), name);
-  return i < 0 ? TR_EINVAL : (*out = (tr_graphs)i, 0);
-}
-
-tr_stage_graphs_figures tr_stage_graphs(const tr_stage *st) {
-  return (tr_stage_graphs_figures){.captures = st->replay.captures,
-                                   .launches = st->replay.launches,
-                                   .note = st->replay.failed ? st->replay.why : ""};
-}
-
-void tr_stage_graphs_fail_next(tr_stage *st) { st->replay_fail_next = 1; }

@@ -29,13 +29,15 @@ struct tr_stage {
   tr_optim_config optim;
   int64_t steps;
   float *params, *grads, *state; /* one allocation each, or what the stage uses instead */
+  float *opt_scratch;            /* the optimizer's (tr_optim_type.scratch_copies), or NULL */
   float *own[3];                  /* its own: params, grads, state (freed at close) */
   float *slots;                  /* slots x slot_stride floats */
   size_t slot_stride;
   uint64_t *samples;             /* per slot: the first sample it holds, or TR_SAMPLES_UNKNOWN */
   int training;
   size_t in_off, target_off, dout_off, loss_off; /* within a slot */
-  size_t probs_off;              /* after the layers' activations */
+  size_t loss_keep_off;          /* last stage: what the loss keeps (tr_loss_type.keep_floats),
+                                    after the layers' activations */
   size_t out_off;                /* recompute: the output, kept in the slot to be sent */
   int recompute, split;
   float *work;                   /* recompute: one micro-batch's activations */
@@ -63,6 +65,42 @@ struct tr_stage {
   char err[512];
   char layer_err[256];           /* a layer's own account of its failure (tr_layer_fail) */
 };
+
+/* Where a slot's buffers start. */
+static inline float *tr__slot_base(const tr_stage *st, int slot) {
+  TR_ASSERT(slot >= 0 && slot < st->info.slots);
+  return st->slots + (size_t)slot * st->slot_stride;
+}
+
+/* Where the slot's micro-batch has its activations: in the slot, or in the work area. */
+static inline float *tr__acts_of(const tr_stage *st, int slot) {
+  return st->recompute ? st->work : tr__slot_base(st, slot);
+}
+
+/* Layer i's input: the stage's, or the output (the start of the activations) of the layer
+ * before; i = nl: the stage's output. */
+static inline const float *tr__layer_in(const tr_stage *st, int i, int slot) {
+  return i ? tr__acts_of(st, slot) + st->layers[i - 1].act_off
+           : tr__slot_base(st, slot) + st->in_off;
+}
+
+/* ---- passes (stage_passes.c) ---- */
+
+/* A pass: queues a micro-batch's work on the stage's stream (dfirst: where the stage's input
+ * gradient goes, or NULL). */
+typedef int (*tr__pass_fn)(tr_stage *st, int slot, float *dfirst);
+/* Runs fn eagerly, or records it and replays the recording (the same bits); pass is one of
+ * replay.h's TR__PASS_..., parity which of the alternating input-gradient buffers it writes. */
+int tr__stage_run_pass(tr_stage *st, int pass, int slot, int parity, tr__pass_fn fn,
+                       float *dfirst);
+
+/* ---- the loss (stage_loss.c) ---- */
+
+/* A table's keep_floats or scratch_floats (NULL: 0) for the stage's micro-batch. */
+size_t tr__stage_loss_floats(const tr_stage *st, size_t (*floats)(int N, int V));
+/* loss[0] = the slot's scaled loss; then its gradient into dpred (rows x out floats). */
+int tr__stage_loss_forward(tr_stage *st, int slot, float *loss);
+int tr__stage_loss_backward(tr_stage *st, int slot, float *dpred);
 
 /* Formats the stage's error ("stage [0,3) of gpt on host:0: <what>: <device's message>")
  * and returns rc. */

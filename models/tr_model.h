@@ -56,6 +56,8 @@
 
 #include "tr_device.h"
 #include "tr_layer_type.h"
+#include "tr_loss.h"  /* losses as tables */
+#include "tr_optim.h" /* optimizers as tables */
 
 #ifdef __cplusplus
 extern "C" {
@@ -63,39 +65,14 @@ extern "C" {
 
 /* ---- models (layers: tr_layer_type.h) ----------------------------------------------------- */
 
-typedef enum tr_loss_kind {
-  TR_LOSS_MSE,         /* mean over all output elements; targets float (B*T, out) */
-  TR_LOSS_CROSSENTROPY /* mean over the B*T rows; targets int32 (B*T) in [0, out) */
-} tr_loss_kind;
-
-typedef enum tr_optim_kind { TR_OPTIM_SGD, TR_OPTIM_MOMENTUM, TR_OPTIM_ADAMW } tr_optim_kind;
-
-/* PyTorch's definitions (tr_device.h's update ops). clip > 0: scale the gradients by
- * min(1, clip / global norm) before the update. */
-typedef struct tr_optim_config {
-  tr_optim_kind kind;
-  float lr;
-  float momentum;      /* MOMENTUM */
-  int nesterov;        /* MOMENTUM */
-  float weight_decay;  /* SGD, MOMENTUM: L2 added to the gradient; ADAMW: decoupled */
-  float beta1, beta2, eps; /* ADAMW */
-  float clip;
-} tr_optim_config;
-
-/* "sgd", "momentum", "adamw"; parse: 0, or TR_EINVAL for another name. */
-const char *tr_optim_kind_name(tr_optim_kind kind);
-int tr_optim_kind_parse(const char *name, tr_optim_kind *out);
-/* lr as given, momentum 0.9, betas 0.9/0.999, eps 1e-8, no weight decay, no clipping. */
-tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr);
-
 typedef struct tr_model_spec {
   const char *name;           /* copied */
   int ctx;                    /* T: rows per sample (1 for plain vectors) */
-  tr_loss_kind loss;
+  tr_loss_kind loss;          /* its table (tr_loss.h); NULL: MSE */
   int nlayers;
   const tr_layer_spec *layers; /* copied */
   int batch;                  /* default samples per step */
-  tr_optim_config optim;      /* default optimizer */
+  tr_optim_config optim;      /* default optimizer (tr_optim.h); kind NULL: SGD */
 } tr_model_spec;
 
 typedef struct tr_model tr_model;

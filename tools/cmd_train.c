@@ -383,7 +383,7 @@ int cmd_train(int argc, char **argv) {
   tr_layout_config *layout = &o.job.layout;
   tr_async_config *async = &o.job.async;
   int cuts[64];
-  int optimizer = -1;
+  tr_optim_kind optimizer = NULL;
   double lr = 0, clip = 0;
   bool json = false, quiet = false, steps_given = false;
   const char *async_given = NULL; /* the last option that only async reads */
@@ -473,13 +473,13 @@ int cmd_train(int argc, char **argv) {
     } else if (!strcmp(a, "--lr")) {
       if (!cli_value_double(argc, argv, &i, 1e-12, 1e6, &lr)) return CLI_USAGE;
     } else if (!strcmp(a, "--optimizer")) {
-      tr_optim_kind k;
       if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_optim_kind_parse(v, &k)) {
-        fprintf(stderr, "troupe: --optimizer: '%s' is not sgd, momentum or adamw\n", v);
+      if (tr_optim_kind_parse(v, &optimizer)) {
+        char kinds[256];
+        tr_optim_kind_names(kinds, sizeof kinds);
+        fprintf(stderr, "troupe: --optimizer: '%s' is not one of %s\n", v, kinds);
         return CLI_USAGE;
       }
-      optimizer = (int)k;
     } else if (!strcmp(a, "--clip")) {
       if (!cli_value_double(argc, argv, &i, 1e-12, 1e12, &clip)) return CLI_USAGE;
     } else if (!strcmp(a, "--data")) {
@@ -559,7 +559,7 @@ int cmd_train(int argc, char **argv) {
     return CLI_USAGE;
   }
   /* --optimizer alone: that kind's defaults at the model's learning rate (lr 0) */
-  if (optimizer >= 0) o.job.optim = tr_optim_defaults((tr_optim_kind)optimizer, 0);
+  if (optimizer) o.job.optim = tr_optim_defaults(optimizer, 0);
   o.job.optim.lr = (float)lr;
   o.job.optim.clip = (float)clip;
   o.job.progress = !quiet && isatty(STDERR_FILENO);
