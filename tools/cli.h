@@ -4,17 +4,17 @@
  * A command's options are one table: a row per flag, saying the field it sets (an offset in
  * the command's own struct), its type and bounds, the names of an enumeration's values, its
  * help, the library fields it stands for (so that a library message naming "optim.lr" is
- * shown naming "--lr") and the contexts (train: strategies) it applies to. cli_parse reads
+ * shown naming --lr) and the contexts (train: strategies) it applies to. cli_parse reads
  * argv by the table, cli_help prints it, cli_print_error writes a library error with flags:
  *
- *   typedef struct args { int json; uint64_t width; } args;
+ *   typedef struct args { int json; uint64_t depth; } args;
  *   static const cli_option rows[] = {
  *       CLI_JSON(args, json, "one JSON object on stdout"),
- *       {"--width", "PX", CLI_U64, offsetof(args, width), .lo = 400, .hi = 20000,
- *        .help = "the picture's width (default 1200)"},
+ *       {"--depth", "N", CLI_U64, offsetof(args, depth), .lo = 1, .hi = 64,
+ *        .help = "how deep (default 8)"},
  *   };
- *   static const cli_table table = {"timeline", rows, CLI_COUNT(rows), .usage = "..."};
- *   args a = {.width = 1200};
+ *   static const cli_table table = {"example", rows, CLI_COUNT(rows), .usage = "..."};
+ *   args a = {.depth = 8};
  *   int rc = cli_parse(&table, argc, argv, &a, NULL);
  *   if (rc != CLI_GO) return rc;   // --help (0), or a bad argument named (2)
  */
@@ -51,7 +51,7 @@ typedef enum cli_type {
 } cli_type;
 
 typedef struct cli_option {
-  const char *flag;  /* "--microbatches" */
+  const char *flag;  /* --microbatches */
   const char *value; /* what the help calls its value ("M"); enumerations: their names */
   cli_type type;
   size_t at;         /* the field's offset in the command's struct */

@@ -394,7 +394,7 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
 
 /* The run's failure on stderr in one write (the ranks of a job share the terminal), the
  * fields its message names written as their flags. */
-static void print_error(const tr_error *e, int rank, int ranks) {
+static void print_failure(const tr_error *e, int rank, int ranks) {
   char *line = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&line, &len);
@@ -430,7 +430,7 @@ int cmd_train(int argc, char **argv) {
   rc = tr_world_open(&o->world, e.message, sizeof e.message);
   const int rank = tr_world_rank(o->world), ranks = tr_world_size(o->world);
   if (rc == 0) rc = tr_train_run_e(o, &r, &e);
-  if (rc) print_error(&e, rank, ranks);
+  if (rc) print_failure(&e, rank, ranks);
   tr_world_close(o->world); /* after a failed run across ranks, ends them all */
   /* A run a signal ended in order has its figures, and exits as the signal would have
    * (128 + its number: 130 for SIGINT, 143 for SIGTERM). */

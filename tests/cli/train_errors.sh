@@ -74,4 +74,12 @@ expect "cuts for interleaving" '^troupe: --cuts: 1 boundaries given, 2 stages ×
 expect "no chunks" "^troupe: --chunks: '0' is not" -- --chunks 0 --steps 2
 expect "zb1 in bf16" '^troupe: --schedule zb1: its backward in two halves runs in fp32 only, not with --precision bf16' -- \
   --model mlp --strategy pipeline --devices host:2 --schedule zb1 --precision bf16 --steps 2
+expect "a missing value" '^troupe: --steps needs a value' -- --steps
+expect "an async flag on dp" '^troupe: --hogwild: applies to --strategy async only \(not dp\)' -- \
+  --strategy dp --devices host:2 --hogwild --steps 2
+expect "stages without hybrid" '^troupe: --stages: applies to --strategy hybrid only \(not pipeline\)' -- \
+  --strategy pipeline --devices host:2 --stages 2 --steps 2
+expect "steps and seconds" '^troupe: --steps and --seconds: give one of them' -- --seconds 1 --steps 2
+expect "an unknown option" "^troupe: train: unknown option '--colour' \(see troupe train --help\)" -- \
+  --colour red
 exit $failed
