@@ -171,7 +171,7 @@ static int check_zero(const tr_job_config *c, char *err, size_t n) {
 int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, TR__F("model") ": none given");
   if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL, TR__F("data") ": none given");
-  if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
+  c->global_batch = tr__job_global_batch(c);
   c->layout.chunks = tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
   c->optim = resolve_optim(c->optim, c->model);
   int rc;
@@ -213,6 +213,12 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
     c->optim.momentum = mu > 0 ? mu : 0;
   }
   return 0;
+}
+
+tr_optim_config tr__job_optim(const tr_job_config *c) { return resolve_optim(c->optim, c->model); }
+
+int tr__job_global_batch(const tr_job_config *c) {
+  return c->global_batch ? c->global_batch : tr_model_batch(c->model);
 }
 
 int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, char *err,

@@ -24,6 +24,10 @@ enum { TR__FIELD_OPEN = '\x01', TR__FIELD_CLOSE = '\x02' };
 /* Checks the configuration against its model and fills in what it leaves to the model (the
  * batch, the optimizer, chunks): 0, or TR_EINVAL with a marked message in err. */
 int tr__job_config_complete(tr_job_config *c, char *err, size_t n);
+/* What the configuration leaves to the model, as tr__job_config_complete fills it in: the
+ * optimizer, and the global batch. */
+tr_optim_config tr__job_optim(const tr_job_config *c);
+int tr__job_global_batch(const tr_job_config *c);
 /* The loader's ring depth where layout.prefetch leaves it to the job (synchronous jobs). */
 int tr__job_default_prefetch(const tr_job_config *c, int mb_batch);
 /* The layout of o->strategy on n devices into c (replicas, stages, micro-batches; async's

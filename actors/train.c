@@ -80,7 +80,7 @@ static int measured_cuts(run *rn, tr_world *w) {
   const int L = tr_model_layer_count(rn->model);
   const int P = c->layout.stages * tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
   const int parts = c->layout.replicas * c->layout.microbatches;
-  const int global = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
+  const int global = tr__job_global_batch(c);
   const int batch = global / parts;
   if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
     return 0; /* not a layout: tr_job_new says why (on every rank alike) */
@@ -295,8 +295,7 @@ static int check_outputs(const tr_train_options *o, char *err, size_t n) {
 static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) {
   tr_job_config *c = &rn->jc;
   const char *path = c->checkpoint.resume;
-  const tr_optim_kind kind =
-      c->optim.kind == TR_OPTIM_MODEL ? tr_model_optim(rn->model).kind : c->optim.kind;
+  const tr_optim_kind kind = tr__job_optim(c).kind;
   char why[768];
   int rc = tr_checkpoint_open(&rn->resume, path, why, sizeof why);
   if (rc == 0)
@@ -305,7 +304,7 @@ static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) 
   if (rc) return tr_errorf(err, n, rc, TR__F("checkpoint.resume") ": %s", why);
   c->checkpoint.resume_from = rn->resume;
   char differ[512];
-  const int batch = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
+  const int batch = tr__job_global_batch(c);
   tr__checkpoint_differences(rn->resume, (uint64_t)batch, c->seed, c->strategy, differ,
                              sizeof differ);
   if (differ[0] && o->notes && tr_world_rank(o->world) == 0)
@@ -396,7 +395,7 @@ static int build(tr_job *j, const run *rn) {
 enum { WATCHDOG_STEPS = 10, WATCHDOG_MIN_MS = 60000 };
 
 static int default_watchdog(const run *rn) {
-  const int batch = rn->jc.global_batch ? rn->jc.global_batch : tr_model_batch(rn->model);
+  const int batch = tr__job_global_batch(&rn->jc);
   const double guess_ms = tr_model_train_flops(rn->model) * batch / 10e9 * 1e3;
   const double ms = WATCHDOG_STEPS * guess_ms;
   return ms > 24 * 3600e3 ? 24 * 3600 * 1000 : ms > WATCHDOG_MIN_MS ? (int)ms : WATCHDOG_MIN_MS;
