@@ -117,8 +117,20 @@ static double train_once(const char *self, const options *o, bool across) {
   int k = across ? mpirun_prefix(argv, o->ranks, np) : 0;
   snprintf(devices, sizeof devices, "host:%d", across ? 1 : o->ranks);
   snprintf(seconds, sizeof seconds, "%g", o->seconds);
-  const char *rest[] = {self,      "train",  "--model", o->model, "--strategy", "dp",
-                        "--devices", devices, "--seconds", seconds, "--json", "--quiet", NULL};
+  const cli_table *t = &cli_train_table;
+  const char *rest[] = {self,
+                        "train",
+                        cli_flag(t, "model"),
+                        o->model,
+                        cli_flag(t, "strategy"),
+                        "dp",
+                        cli_flag(t, "devices"),
+                        devices,
+                        cli_flag(t, "seconds"),
+                        seconds,
+                        cli_flag(t, "json"),
+                        cli_flag(t, "quiet"),
+                        NULL};
   for (int i = 0; rest[i]; i++) argv[k++] = (char *)rest[i];
   argv[k] = NULL;
   const int rc = capture(argv, out, sizeof out);
@@ -161,7 +173,7 @@ int bench_scaleout(int argc, char **argv) {
   ar[k++] = self;
   ar[k++] = "bench";
   ar[k++] = "allreduce";
-  ar[k++] = "--json";
+  ar[k++] = (char *)cli_flag(&table, "json");
   ar[k] = NULL;
   const int arc = capture(ar, out, sizeof out);
   if (o.json) {

@@ -178,7 +178,7 @@ int bench_strategies(int argc, char **argv) {
   tr_device_list *list;
   char err[256];
   if (tr_device_list_open(&list, devices, err, sizeof err)) {
-    fprintf(stderr, "troupe: %s: %s\n", cli_option_of_field(&table, "devices", 7)->flag, err);
+    fprintf(stderr, "troupe: %s: %s\n", cli_flag(&table, "devices"), err);
     return CLI_USAGE;
   }
   const int n = tr_device_list_count(list);

@@ -53,6 +53,15 @@ const cli_option *cli_option_of_field(const cli_table *t, const char *field, siz
   return NULL;
 }
 
+const char *cli_flag(const cli_table *t, const char *field) {
+  const cli_option *o = cli_option_of_field(t, field, strlen(field));
+  if (o == NULL) {
+    fprintf(stderr, "troupe: %s: no flag sets '%s'\n", t->command, field);
+    abort();
+  }
+  return o->flag;
+}
+
 /* Writes text wrapped at HELP_WIDTH, every line but the first indented to HELP_COLUMN. */
 static void print_wrapped(FILE *f, const char *text, int column) {
   for (const char *p = text; *p;) {
@@ -195,6 +204,12 @@ static int check_given(const cli_table *t, const char *into, const bool *given) 
   return CLI_GO;
 }
 
+const char *const cli_help_flags[2] = {"--help", "-h"};
+
+bool cli_is_help(const char *arg) {
+  return !strcmp(arg, cli_help_flags[0]) || !strcmp(arg, cli_help_flags[1]);
+}
+
 int cli_parse(const cli_table *t, int argc, char **argv, void *into, bool *given) {
   bool mine[128] = {false}, *seen = given ? given : mine;
   char *base = into;
@@ -202,7 +217,7 @@ int cli_parse(const cli_table *t, int argc, char **argv, void *into, bool *given
   if (t->count > 128) return CLI_FAIL;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    if (cli_is_help(a)) {
       cli_help(stdout, t);
       return CLI_OK;
     }

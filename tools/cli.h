@@ -60,7 +60,7 @@ typedef struct cli_option {
   const char *(*name)(int i);                  /* CLI_ENUM */
   int (*parse)(const char *value, void *field); /* CLI_PARSE */
   const char *expect; /* CLI_PARSE: what a value must be ("A:B with B > A >= 0, or A:") */
-  const char *alias;  /* another spelling ("-o") */
+  const char *alias;  /* another spelling (timeline: -o for --output) */
   const char *fields; /* the library's fields it sets, space-separated ("profile.from
                          profile.to"): its messages about them name this flag */
   unsigned applies;   /* the contexts it applies to (bit i: context i); 0: every one */
@@ -89,9 +89,9 @@ typedef struct cli_table {
 
 /* Rows several commands share, written once. */
 #define CLI_JSON(type, member, text) \
-  {"--json", NULL, CLI_SWITCH, offsetof(type, member), .help = (text)}
+  {"--json", NULL, CLI_SWITCH, offsetof(type, member), .fields = "json", .help = (text)}
 #define CLI_QUIET(type, member, text) \
-  {"--quiet", NULL, CLI_SWITCH, offsetof(type, member), .help = (text)}
+  {"--quiet", NULL, CLI_SWITCH, offsetof(type, member), .fields = "quiet", .help = (text)}
 #define CLI_MODEL(type, member, text) \
   {"--model", "M", CLI_STR, offsetof(type, member), .fields = "model", .help = (text)}
 #define CLI_DEVICES(type, member, value, text)                                      \
@@ -109,10 +109,17 @@ typedef struct cli_table {
  * a flag that does not apply to the context, one without the flag it needs or with one it
  * excludes. */
 int cli_parse(const cli_table *t, int argc, char **argv, void *into, bool *given);
+/* --help or -h: what every command (and troupe itself) answers with its help. */
+extern const char *const cli_help_flags[2];
+bool cli_is_help(const char *arg);
 /* The usage, every row and the closing paragraph. */
 void cli_help(FILE *f, const cli_table *t);
 /* The row of a flag the library calls `field` (its first `len` bytes); NULL: none. */
 const cli_option *cli_option_of_field(const cli_table *t, const char *field, size_t len);
+/* The flag of a row by its field (devices: --devices; the shared rows' json, quiet):
+ * how a command names another's flags, or its own in a message. Aborts where there is none
+ * (a table and its callers out of step). */
+const char *cli_flag(const cli_table *t, const char *field);
 /* e's message with every field it names written as its flag (as is where none stands for it). */
 void cli_print_error(FILE *f, const cli_table *t, const tr_error *e);
 
@@ -124,6 +131,9 @@ double cli_median(double *v, int n);
 
 /* GFLOP/s of single-thread cblas_sgemm on n×n matrices, measured now (reference.c). */
 double cli_sgemm_gflops(int n);
+
+/* `troupe train`'s table (cmd_train.c), for the commands that run it. */
+extern const cli_table cli_train_table;
 
 /* Sub-commands. */
 int cmd_bench(int argc, char **argv);

@@ -218,7 +218,7 @@ static const cli_option rows[] = {
 };
 #undef AT
 
-static const cli_table table = {
+const cli_table cli_train_table = {
     "train", rows, CLI_COUNT(rows),
     .after = "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its "
              "flag),\n130 / 143 a run SIGINT / SIGTERM ended after its step in flight, its "
@@ -401,7 +401,7 @@ static void print_failure(const tr_error *e, int rank, int ranks) {
   if (f == NULL) return;
   if (ranks > 1) fprintf(f, "troupe: rank %d: ", rank);
   else fputs("troupe: ", f);
-  cli_print_error(f, &table, e);
+  cli_print_error(f, &cli_train_table, e);
   fputc('\n', f);
   fclose(f);
   fputs(line, stderr);
@@ -411,7 +411,7 @@ static void print_failure(const tr_error *e, int rank, int ranks) {
 int cmd_train(int argc, char **argv) {
   train_args a = {.o = tr_train_defaults(), .optimizer = -1};
   tr_train_options *o = &a.o;
-  int rc = cli_parse(&table, argc, argv, &a, NULL);
+  int rc = cli_parse(&cli_train_table, argc, argv, &a, NULL);
   if (rc != CLI_GO) return rc;
   if (o->seconds > 0) o->steps = 0; /* --steps excludes --seconds */
   if (a.cuts.n) {

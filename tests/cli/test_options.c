@@ -35,7 +35,7 @@ static int parse(char *out, size_t n, train_args *a, ...) {
   FILE *saved = stderr, *f = open_memstream(&text, &len);
   assert_non_null(f);
   stderr = f;
-  const int rc = cli_parse(&table, argc, argv, a, NULL);
+  const int rc = cli_parse(&cli_train_table, argc, argv, a, NULL);
   stderr = saved;
   fclose(f);
   snprintf(out, n, "%s", text);
@@ -50,13 +50,13 @@ static void help_lists_every_row(void **state) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  cli_help(f, &table);
+  cli_help(f, &cli_train_table);
   fclose(f);
   int listed = 0;
   for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
     listed += !strncmp(line, "  --", 4);
-  assert_int_equal(listed, table.count);
-  for (int k = 0; k < table.count; k++) {
+  assert_int_equal(listed, cli_train_table.count);
+  for (int k = 0; k < cli_train_table.count; k++) {
     char want[64];
     snprintf(want, sizeof want, "\n  %s", rows[k].flag);
     const char *at = strstr(text, want);
@@ -81,7 +81,7 @@ static void every_flag_refuses_a_bad_value_by_name(void **state) {
   (void)state;
   char err[512];
   train_args a;
-  for (int k = 0; k < table.count; k++) {
+  for (int k = 0; k < cli_train_table.count; k++) {
     const cli_option *o = &rows[k];
     if (o->type == CLI_SWITCH) continue;
     assert_int_equal(parse(err, sizeof err, &a, (char *)o->flag, NULL), CLI_USAGE);
@@ -163,7 +163,7 @@ static void library_errors_name_the_flags(void **state) {
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  cli_print_error(f, &table, &e);
+  cli_print_error(f, &cli_train_table, &e);
   fclose(f);
   assert_string_equal(text, "--chunks 3: only the interleaved schedule puts several chunks on "
                             "a device (--schedule is 1f1b)");
@@ -179,7 +179,7 @@ static void library_errors_name_the_flags(void **state) {
   assert_string_equal(e.field, "async.hogwild");
   assert_int_equal(e.nspans, 5);
   f = open_memstream(&text, &len);
-  cli_print_error(f, &table, &e);
+  cli_print_error(f, &cli_train_table, &e);
   fclose(f);
   assert_non_null(strstr(text, "so --staleness, --dc-lambda, --pull-every and --staleness-lr do "
                                "not apply"));
