@@ -71,21 +71,26 @@ static int check_chunks(const tr_job_config *c, int layers, char *err, size_t n)
   const int P = l->stages, V = l->chunks;
   if (l->schedule != TR_SCHEDULE_INTERLEAVED)
     return V == 1 ? 0
-                  : tr_errorf(err, n, TR_EINVAL, TR__F("layout.chunks") " %d: only the interleaved "
-                              "schedule puts several chunks on a device (" TR__F("layout.schedule") " is %s)",
+                  : tr_errorf(err, n, TR_EINVAL,
+                              TR__F("layout.chunks") " %d: only the interleaved schedule puts "
+                              "several chunks on a device (" TR__F("layout.schedule") " is %s)",
                               V, tr_schedule_kind_name(l->schedule));
   if (V < 2)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.chunks") " %d: the interleaved schedule puts 2 or "
-                     "more chunks on each device", V);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.chunks") " %d: the interleaved schedule puts 2 or more chunks "
+                     "on each device", V);
   if (P < 2)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.schedule") ": interleaved needs 2 or more stages "
-                     "(on one device it is 1f1b)");
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.schedule") ": interleaved needs 2 or more stages (on one "
+                     "device it is 1f1b)");
   if (l->replicas > 1)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.schedule") ": interleaved runs one replica (%d "
-                     "given): a replica group reduces one chunk per device", l->replicas);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.schedule") ": interleaved runs one replica (%d given): a "
+                     "replica group reduces one chunk per device", l->replicas);
   if ((long)P * V > TR__MAX_STAGES || P * V > layers)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.chunks") ": %d stages × %d chunks are %d pieces, "
-                     "but model '%s' has %d layers to cut (and at most %d pieces)", P, V, P * V,
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.chunks") ": %d stages × %d chunks are %d pieces, but model "
+                     "'%s' has %d layers to cut (and at most %d pieces)", P, V, P * V,
                      tr_model_name(c->model), layers, TR__MAX_STAGES);
   return 0;
 }
@@ -95,41 +100,46 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
   const int R = l->replicas, P = l->stages, M = l->microbatches;
   if (R < 1 || P < 1 || M < 1 || R * P > TR_TRAIN_MAX_DEVICES || P > TR__MAX_STAGES)
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("layout") ": %d replicas × %d stages × %d micro-batches is not a layout "
-                     "(at most %d devices)",
+                     TR__F("layout") ": %d replicas × %d stages × %d micro-batches is not a "
+                     "layout (at most %d devices)",
                      R, P, M, TR_TRAIN_MAX_DEVICES);
   if (P > layers)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("layout.stages") ": %d stages, but model '%s' has %d layers to cut", P,
                      tr_model_name(c->model), layers);
   if ((unsigned)l->schedule >= TR_SCHEDULE_COUNT)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.schedule") ": %d is not a schedule", (int)l->schedule);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.schedule") ": %d is not a schedule", (int)l->schedule);
   int rc = check_chunks(c, layers, err, n);
   if (rc) return rc;
   const int pieces = P * l->chunks;
   if (l->prefetch < 0)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.prefetch") " %d: give 0 or more", l->prefetch);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.prefetch") " %d: give 0 or more", l->prefetch);
   if (c->async.enabled && (P != 1 || M != 1))
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("async.enabled") ": a worker trains the whole model on whole batches (layout has "
-                     "%d stages and %d micro-batches)",
+                     TR__F("async.enabled") ": a worker trains the whole model on whole batches "
+                     "(layout has %d stages and %d micro-batches)",
                      P, M);
   const int parts = c->async.enabled ? 1 : R * M; /* an asynchronous worker takes whole batches */
   if (c->global_batch < parts || c->global_batch % parts)
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("global_batch") " %d: not divisible by replicas × micro-batches (%d × %d)",
+                     TR__F("global_batch") " %d: not divisible by replicas × micro-batches (%d × "
+                     "%d)",
                      c->global_batch, R, M);
   if (l->cuts && l->ncuts != pieces - 1)
     return l->chunks > 1
-               ? tr_errorf(err, n, TR_EINVAL, TR__F("layout.cuts") ": %d boundaries given, %d stages × "
-                           "%d chunks need %d", l->ncuts, P, l->chunks, pieces - 1)
-               : tr_errorf(err, n, TR_EINVAL, TR__F("layout.cuts") ": %d boundaries given, %d stages "
-                           "need %d", l->ncuts, P, P - 1);
+               ? tr_errorf(err, n, TR_EINVAL,
+                           TR__F("layout.cuts") ": %d boundaries given, %d stages × %d chunks "
+                           "need %d", l->ncuts, P, l->chunks, pieces - 1)
+               : tr_errorf(err, n, TR_EINVAL,
+                           TR__F("layout.cuts") ": %d boundaries given, %d stages need %d",
+                           l->ncuts, P, P - 1);
   for (int s = 0; l->cuts && s < l->ncuts; s++)
     if (l->cuts[s] < 1 || l->cuts[s] >= layers || (s && l->cuts[s] <= l->cuts[s - 1]))
       return tr_errorf(err, n, TR_EINVAL,
-                       TR__F("layout.cuts") ": %d pieces need %d increasing layer boundaries inside "
-                       "1..%d",
+                       TR__F("layout.cuts") ": %d pieces need %d increasing layer boundaries "
+                       "inside 1..%d",
                        pieces, pieces - 1, layers - 1);
   return 0;
 }
@@ -137,40 +147,48 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
 static int check_async(const tr_async_config *a, char *err, size_t n) {
   if (!a->enabled) return 0;
   if (a->staleness < -1)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("async.staleness") " %d: give a number of pushes >= 0, or -1",
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.staleness") " %d: give a number of pushes >= 0, or -1",
                      a->staleness);
   if (a->pull_every < 0)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("async.pull_every") " %d: give 1 or more", a->pull_every);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.pull_every") " %d: give 1 or more", a->pull_every);
   if (!(a->dc_lambda >= 0))
-    return tr_errorf(err, n, TR_EINVAL, TR__F("async.dc_lambda") " %g: give a number >= 0",
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.dc_lambda") " %g: give a number >= 0",
                      (double)a->dc_lambda);
   if (a->hogwild && (a->staleness >= 0 || a->dc_lambda > 0 || a->pull_every > 1 || a->staleness_lr))
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("async.hogwild") ": the workers update the shared parameters themselves, so "
-                     TR__F("async.staleness") ", " TR__F("async.dc_lambda") ", " TR__F("async.pull_every")
-                     " and " TR__F("async.staleness_lr") " do not apply");
+                     TR__F("async.hogwild") ": the workers update the shared parameters "
+                     "themselves, so " TR__F("async.staleness") ", " TR__F("async.dc_lambda") ", "
+                     TR__F("async.pull_every") " and " TR__F("async.staleness_lr") " do not apply");
   return 0;
 }
 
 static int check_zero(const tr_job_config *c, char *err, size_t n) {
   if (c->zero == 0) return 0;
   if (c->zero != 1)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("zero") " %d: give 0 (off) or 1 (ZeRO stage 1: optimizer "
-                     "state sharded across the replicas)", c->zero);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("zero") " %d: give 0 (off) or 1 (ZeRO stage 1: optimizer state sharded "
+                     "across the replicas)", c->zero);
   if (c->async.enabled)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("zero") " %d: asynchronous training keeps the optimizer "
-                     "state on the parameter server; ZeRO shards it across the replicas of dp "
-                     "and hybrid", c->zero);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("zero") " %d: asynchronous training keeps the optimizer state on the "
+                     "parameter server; ZeRO shards it across the replicas of dp and hybrid",
+                     c->zero);
   if (c->layout.replicas < 2)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("zero") " %d: ZeRO shards the optimizer state across "
-                     "data-parallel replicas (dp, hybrid); this job has %d replica",
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("zero") " %d: ZeRO shards the optimizer state across data-parallel "
+                     "replicas (dp, hybrid); this job has %d replica",
                      c->zero, c->layout.replicas);
   return 0;
 }
 
 int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
-  if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, TR__F("model") ": none given");
-  if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL, TR__F("data") ": none given");
+  if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL,
+                                         TR__F("model") ": none given");
+  if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL,
+                                        TR__F("data") ": none given");
   c->global_batch = tr__job_global_batch(c);
   c->layout.chunks = tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
   c->optim = resolve_optim(c->optim, c->model);
@@ -183,28 +201,38 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
       (rc = check_async(&c->async, err, n)))
     return rc;
   if ((unsigned)c->data_on > TR_DATA_ON_DEVICE)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("data_on") " %d: not auto, host or device", (int)c->data_on);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("data_on") " %d: not auto, host or device", (int)c->data_on);
   if (c->data_on == TR_DATA_ON_DEVICE && !tr_data_can_generate(c->data))
-    return tr_errorf(err, n, TR_EINVAL, TR__F("data_on") " device: data '%s' cannot be generated on a "
-                     "device (the synthetic sources and the arithmetic corpus can; files are "
-                     "read by the loader: give host or auto)", tr_data_name(c->data));
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("data_on") " device: data '%s' cannot be generated on a device (the "
+                     "synthetic sources and the arithmetic corpus can; files are read by the "
+                     "loader: give host or auto)", tr_data_name(c->data));
   if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("on_nonfinite") " %d: not stop or skip", (int)c->on_nonfinite);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("on_nonfinite") " %d: not stop or skip", (int)c->on_nonfinite);
   if ((rc = check_zero(c, err, n))) return rc;
   if (c->layout.stages > 1 && c->layout.schedule == TR_SCHEDULE_ZB1 &&
       c->precision.gemm != TR_PRECISION_FP32)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.schedule") " zb1: its backward in two halves runs "
-                     "in fp32 only, not with " TR__F("precision.gemm") " bf16");
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.schedule") " zb1: its backward in two halves runs in fp32 "
+                     "only, not with " TR__F("precision.gemm") " bf16");
   if ((unsigned)c->optim.kind > TR_OPTIM_ADAMW)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("optim.kind") " %d: not an optimizer", (int)c->optim.kind);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("optim.kind") " %d: not an optimizer", (int)c->optim.kind);
   if (!(c->optim.lr > 0))
-    return tr_errorf(err, n, TR_EINVAL, TR__F("optim.lr") " %g: give a positive rate", (double)c->optim.lr);
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("optim.lr") " %g: give a positive rate", (double)c->optim.lr);
   if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))
-    return tr_errorf(err, n, TR_EINVAL, TR__F("checkpoint.every") " %lld: needs " TR__F("checkpoint.path") ", and >= 0",
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("checkpoint.every") " %lld: needs " TR__F("checkpoint.path") ", and >= "
+                     "0",
                      (long long)c->checkpoint.every);
-  if (c->profile.from < 0 || c->profile.to < 0 || (c->profile.to && c->profile.to <= c->profile.from))
-    return tr_errorf(err, n, TR_EINVAL, TR__F("profile.from") " %lld, " TR__F("profile.to") " %lld: give steps [from, to) "
-                     "with to > from >= 0 (to 0: to the end)",
+  if (c->profile.from < 0 || c->profile.to < 0 ||
+      (c->profile.to && c->profile.to <= c->profile.from))
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("profile.from") " %lld, " TR__F("profile.to") " %lld: give steps "
+                     "[from, to) with to > from >= 0 (to 0: to the end)",
                      (long long)c->profile.from, (long long)c->profile.to);
   /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
    * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
@@ -228,8 +256,8 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
   int R = 1, P = 1;
   if (given->replicas && o->strategy != TR_STRATEGY_ASYNC)
     return tr_errorf(err, size, TR_EINVAL,
-                     TR__F("layout.replicas") " %d: the strategy and the devices decide it (it "
-                     "is async's number of workers)",
+                     TR__F("layout.replicas") " %d: the strategy and the devices decide it (it is "
+                     "async's number of workers)",
                      given->replicas);
   if (given->stages && o->strategy != TR_STRATEGY_HYBRID)
     return tr_errorf(err, size, TR_EINVAL,
@@ -245,8 +273,8 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
       P = given->stages > 0 ? given->stages : 2;
       if (n % P)
         return tr_errorf(err, size, TR_EINVAL,
-                         TR__F("devices") ": %d devices do not make replicas of %d stages "
-                         "(" TR__F("layout.stages") ")",
+                         TR__F("devices") ": %d devices do not make replicas of %d stages ("
+                         TR__F("layout.stages") ")",
                          n, P);
       R = n / P;
       break;
@@ -254,8 +282,7 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
       R = given->replicas > 0 ? given->replicas : n;
       if (given->replicas < 0 || R > n)
         return tr_errorf(err, size, TR_EINVAL,
-                         TR__F("layout.replicas") " %d: give 1 to %d workers, one per device "
-                         "of %s",
+                         TR__F("layout.replicas") " %d: give 1 to %d workers, one per device of %s",
                          given->replicas, n, o->devices);
       if (given->microbatches > 1 || given->cuts)
         return tr_errorf(err, size, TR_EINVAL,
@@ -267,8 +294,8 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
   c->async.enabled = o->strategy == TR_STRATEGY_ASYNC;
   if (o->strategy == TR_STRATEGY_MP && given->microbatches > 1)
     return tr_errorf(err, size, TR_EINVAL,
-                     TR__F("layout.microbatches") " %d: mp trains one micro-batch at a time "
-                     "(that is the pipeline strategy)",
+                     TR__F("layout.microbatches") " %d: mp trains one micro-batch at a time (that "
+                     "is the pipeline strategy)",
                      given->microbatches);
   const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;
   l->replicas = R;

@@ -90,7 +90,8 @@ void cli_help(FILE *f, const cli_table *t) {
     if (o->alias) column += fprintf(f, ", %s", o->alias);
     if (o->type == CLI_ENUM) {
       column += fprintf(f, " ");
-      for (int i = 0; enum_name(o, i); i++) column += fprintf(f, "%s%s", i ? "|" : "", enum_name(o, i));
+      for (int i = 0; enum_name(o, i); i++)
+        column += fprintf(f, "%s%s", i ? "|" : "", enum_name(o, i));
     } else if (o->value) {
       column += fprintf(f, " %s", o->value);
     }
@@ -178,7 +179,8 @@ static int check_given(const cli_table *t, const char *into, const bool *given) 
   for (int k = 0; k < t->count; k++) {
     const cli_option *o = &t->options[k];
     if (!given[k]) continue;
-    const cli_option *other = o->excludes ? cli_option_of_field(t, o->excludes, strlen(o->excludes)) : NULL;
+    const cli_option *other =
+        o->excludes ? cli_option_of_field(t, o->excludes, strlen(o->excludes)) : NULL;
     if (other && given[other - t->options]) {
       fprintf(stderr, "troupe: %s and %s: give one of them\n", o->flag, other->flag);
       return CLI_USAGE;

@@ -53,8 +53,10 @@ static void help_lists_every_row(void **state) {
   cli_help(f, &cli_train_table);
   fclose(f);
   int listed = 0;
-  for (const char *line = text; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+  for (const char *line = text; line && *line; line = strchr(line, '\n')) {
+    if (*line == '\n') line++;
     listed += !strncmp(line, "  --", 4);
+  }
   assert_int_equal(listed, cli_train_table.count);
   for (int k = 0; k < cli_train_table.count; k++) {
     char want[64];
