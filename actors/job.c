@@ -9,6 +9,7 @@
 #include "clipnorm.h"
 #include "tr_file.h"
 #include "group.h"
+#include "job_config.h"
 #include "transport.h"
 #include "plan.h"
 #include "worker.h"
@@ -46,209 +47,6 @@ struct tr_job {
   int ncross; /* replica groups over several ranks, numbered for the transports */
 };
 
-static const char *const nonfinite_names[] = {"stop", "skip"};
-static const char *const data_on_names[] = {"auto", "host", "device"};
-
-const char *tr_data_on_name(tr_data_on w) {
-  return tr__name_of(data_on_names, TR__COUNTOF(data_on_names), (int)w);
-}
-
-int tr_data_on_parse(const char *name, tr_data_on *out) {
-  const int i = tr__name_index(data_on_names, TR__COUNTOF(data_on_names), name);
-  return i < 0 ? TR_EINVAL : (*out = (tr_data_on)i, 0);
-}
-
-const char *tr_nonfinite_policy_name(tr_nonfinite_policy p) {
-  return tr__name_of(nonfinite_names, TR__COUNTOF(nonfinite_names), (int)p);
-}
-
-int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out) {
-  const int i = tr__name_index(nonfinite_names, TR__COUNTOF(nonfinite_names), name);
-  return i < 0 ? TR_EINVAL : (*out = (tr_nonfinite_policy)i, 0);
-}
-
-tr_job_config tr_job_defaults(void) {
-  return (tr_job_config){.seed = 1,
-                         .layout = {.replicas = 1, .stages = 1, .microbatches = 1,
-                                    .schedule = TR_SCHEDULE_1F1B},
-                         .optim = {.kind = TR_OPTIM_MODEL},
-                         .async = {.staleness = -1}};
-}
-
-/* As many micro-batches as fit in 4 MiB, from 2 × m (a step and the next) to 256: a deep
- * ring means few wake-ups of the loader's loop where a step takes microseconds, a shallow
- * one a short overrun of a timed run where a step takes long. */
-static int default_prefetch(const tr_job_config *c, int mb_batch) {
-  const tr_model *m = c->model;
-  const size_t bytes = (tr_model_input_bytes(m) + tr_model_target_bytes(m)) * (size_t)mb_batch;
-  const size_t fit = bytes ? ((size_t)4 << 20) / bytes : 256;
-  const size_t lo = 2 * (size_t)c->layout.microbatches, hi = lo > 256 ? lo : 256;
-  return (int)(fit < lo ? lo : fit > hi ? hi : fit);
-}
-
-/* The model's optimizer where the configuration leaves it to the model. */
-static tr_optim_config resolve_optim(tr_optim_config o, const tr_model *m) {
-  const tr_optim_config model = tr_model_optim(m);
-  if (o.kind == TR_OPTIM_MODEL) {
-    tr_optim_config r = model;
-    if (o.lr > 0) r.lr = o.lr;
-    if (o.clip > 0) r.clip = o.clip;
-    return r;
-  }
-  if (!(o.lr > 0)) o.lr = model.lr;
-  return o;
-}
-
-/* Chunks: the interleaved schedule's, v >= 2 per device of a pipeline of one replica; one
- * for the others. */
-static int check_chunks(const tr_job_config *c, int layers, char *err, size_t n) {
-  const tr_layout_config *l = &c->layout;
-  const int P = l->stages, V = l->chunks;
-  if (l->schedule != TR_SCHEDULE_INTERLEAVED)
-    return V == 1 ? 0
-                  : tr_errorf(err, n, TR_EINVAL, "layout.chunks %d: only the interleaved "
-                              "schedule puts several chunks on a device (layout.schedule is %s)",
-                              V, tr_schedule_kind_name(l->schedule));
-  if (V < 2)
-    return tr_errorf(err, n, TR_EINVAL, "layout.chunks %d: the interleaved schedule puts 2 or "
-                     "more chunks on each device", V);
-  if (P < 2)
-    return tr_errorf(err, n, TR_EINVAL, "layout.schedule: interleaved needs 2 or more stages "
-                     "(on one device it is 1f1b)");
-  if (l->replicas > 1)
-    return tr_errorf(err, n, TR_EINVAL, "layout.schedule: interleaved runs one replica (%d "
-                     "given): a replica group reduces one chunk per device", l->replicas);
-  if ((long)P * V > TR__MAX_STAGES || P * V > layers)
-    return tr_errorf(err, n, TR_EINVAL, "layout.chunks: %d stages × %d chunks are %d pieces, "
-                     "but model '%s' has %d layers to cut (and at most %d pieces)", P, V, P * V,
-                     tr_model_name(c->model), layers, TR__MAX_STAGES);
-  return 0;
-}
-
-static int check_layout(const tr_job_config *c, int layers, char *err, size_t n) {
-  const tr_layout_config *l = &c->layout;
-  const int R = l->replicas, P = l->stages, M = l->microbatches;
-  if (R < 1 || P < 1 || M < 1 || R * P > TR_TRAIN_MAX_DEVICES || P > TR__MAX_STAGES)
-    return tr_errorf(err, n, TR_EINVAL,
-                     "layout: %d replicas × %d stages × %d micro-batches is not a layout "
-                     "(at most %d devices)",
-                     R, P, M, TR_TRAIN_MAX_DEVICES);
-  if (P > layers)
-    return tr_errorf(err, n, TR_EINVAL,
-                     "layout.stages: %d stages, but model '%s' has %d layers to cut", P,
-                     tr_model_name(c->model), layers);
-  if ((unsigned)l->schedule >= TR_SCHEDULE_COUNT)
-    return tr_errorf(err, n, TR_EINVAL, "layout.schedule: %d is not a schedule", (int)l->schedule);
-  int rc = check_chunks(c, layers, err, n);
-  if (rc) return rc;
-  const int pieces = P * l->chunks;
-  if (l->prefetch < 0)
-    return tr_errorf(err, n, TR_EINVAL, "layout.prefetch %d: give 0 or more", l->prefetch);
-  if (c->async.enabled && (P != 1 || M != 1))
-    return tr_errorf(err, n, TR_EINVAL,
-                     "async: a worker trains the whole model on whole batches (layout has "
-                     "%d stages and %d micro-batches)",
-                     P, M);
-  const int parts = c->async.enabled ? 1 : R * M; /* an asynchronous worker takes whole batches */
-  if (c->global_batch < parts || c->global_batch % parts)
-    return tr_errorf(err, n, TR_EINVAL,
-                     "global_batch %d: not divisible by replicas × micro-batches (%d × %d)",
-                     c->global_batch, R, M);
-  if (l->cuts && l->ncuts != pieces - 1)
-    return l->chunks > 1
-               ? tr_errorf(err, n, TR_EINVAL, "layout.cuts: %d boundaries given, %d stages × "
-                           "%d chunks need %d", l->ncuts, P, l->chunks, pieces - 1)
-               : tr_errorf(err, n, TR_EINVAL, "layout.cuts: %d boundaries given, %d stages "
-                           "need %d", l->ncuts, P, P - 1);
-  for (int s = 0; l->cuts && s < l->ncuts; s++)
-    if (l->cuts[s] < 1 || l->cuts[s] >= layers || (s && l->cuts[s] <= l->cuts[s - 1]))
-      return tr_errorf(err, n, TR_EINVAL,
-                       "layout.cuts: %d pieces need %d increasing layer boundaries inside "
-                       "1..%d",
-                       pieces, pieces - 1, layers - 1);
-  return 0;
-}
-
-static int check_async(const tr_async_config *a, char *err, size_t n) {
-  if (!a->enabled) return 0;
-  if (a->staleness < -1)
-    return tr_errorf(err, n, TR_EINVAL, "async.staleness %d: give a number of pushes >= 0, or -1",
-                     a->staleness);
-  if (a->pull_every < 0)
-    return tr_errorf(err, n, TR_EINVAL, "async.pull_every %d: give 1 or more", a->pull_every);
-  if (!(a->dc_lambda >= 0))
-    return tr_errorf(err, n, TR_EINVAL, "async.dc_lambda %g: give a number >= 0",
-                     (double)a->dc_lambda);
-  if (a->hogwild && (a->staleness >= 0 || a->dc_lambda > 0 || a->pull_every > 1 || a->staleness_lr))
-    return tr_errorf(err, n, TR_EINVAL,
-                     "async.hogwild: the workers update the shared parameters themselves, so "
-                     "async.staleness, async.dc_lambda, async.pull_every and async.staleness_lr do "
-                     "not apply");
-  return 0;
-}
-
-static int check_zero(const tr_job_config *c, char *err, size_t n) {
-  if (c->zero == 0) return 0;
-  if (c->zero != 1)
-    return tr_errorf(err, n, TR_EINVAL, "zero %d: give 0 (off) or 1 (ZeRO stage 1: optimizer "
-                     "state sharded across the replicas)", c->zero);
-  if (c->async.enabled)
-    return tr_errorf(err, n, TR_EINVAL, "zero %d: asynchronous training keeps the optimizer "
-                     "state on the parameter server; ZeRO shards it across the replicas of dp "
-                     "and hybrid", c->zero);
-  if (c->layout.replicas < 2)
-    return tr_errorf(err, n, TR_EINVAL, "zero %d: ZeRO shards the optimizer state across "
-                     "data-parallel replicas (dp, hybrid); this job has %d replica",
-                     c->zero, c->layout.replicas);
-  return 0;
-}
-
-/* Checks the configuration and fills in what it leaves to the model. */
-static int complete(tr_job_config *c, char *err, size_t n) {
-  if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL, "model: none given");
-  if (c->data == NULL) return tr_errorf(err, n, TR_EINVAL, "data: none given");
-  if (c->global_batch == 0) c->global_batch = tr_model_batch(c->model);
-  c->layout.chunks = tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
-  c->optim = resolve_optim(c->optim, c->model);
-  int rc;
-  if ((rc = tr_data_check(c->data, c->model, err, n)) || (rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
-      (rc = check_async(&c->async, err, n)))
-    return rc;
-  if ((unsigned)c->data_on > TR_DATA_ON_DEVICE)
-    return tr_errorf(err, n, TR_EINVAL, "data_on %d: not auto, host or device", (int)c->data_on);
-  if (c->data_on == TR_DATA_ON_DEVICE && !tr_data_can_generate(c->data))
-    return tr_errorf(err, n, TR_EINVAL, "data_on device: data '%s' cannot be generated on a "
-                     "device (the synthetic sources and the arithmetic corpus can; files are "
-                     "read by the loader: give host or auto)", tr_data_name(c->data));
-  if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
-    return tr_errorf(err, n, TR_EINVAL, "on_nonfinite %d: not stop or skip", (int)c->on_nonfinite);
-  if ((rc = check_zero(c, err, n))) return rc;
-  if (c->layout.stages > 1 && c->layout.schedule == TR_SCHEDULE_ZB1 &&
-      c->precision.gemm != TR_PRECISION_FP32)
-    return tr_errorf(err, n, TR_EINVAL, "layout.schedule zb1: its backward in two halves runs "
-                     "in fp32 only, not with precision.gemm bf16");
-  if (!c->optim.kind) c->optim.kind = TR_OPTIM_SGD; /* a zeroed optim's, as stages read it */
-  char why[320];
-  if (tr_optim_kind_check(c->optim.kind, why, sizeof why))
-    return tr_errorf(err, n, TR_EINVAL, "optim.kind: %s", why);
-  if (!(c->optim.lr > 0))
-    return tr_errorf(err, n, TR_EINVAL, "optim.lr %g: give a positive rate", (double)c->optim.lr);
-  if (c->checkpoint.every < 0 || (c->checkpoint.every > 0 && !c->checkpoint.path))
-    return tr_errorf(err, n, TR_EINVAL, "checkpoint.every %lld: needs checkpoint.path, and >= 0",
-                     (long long)c->checkpoint.every);
-  if (c->profile.from < 0 || c->profile.to < 0 || (c->profile.to && c->profile.to <= c->profile.from))
-    return tr_errorf(err, n, TR_EINVAL, "profile.from %lld, profile.to %lld: give steps [from, to) "
-                     "with to > from >= 0 (to 0: to the end)",
-                     (long long)c->profile.from, (long long)c->profile.to);
-  /* Asynchrony with W workers acts like extra momentum of about 1 − 1/W (Mitliagkas et al.,
-   * "Asynchrony begets momentum", 2016): take it off the explicit momentum. */
-  if (c->async.enabled && c->async.momentum_correction && c->optim.kind == TR_OPTIM_MOMENTUM) {
-    const float mu = c->optim.momentum - (1.0f - 1.0f / (float)c->layout.replicas);
-    c->optim.momentum = mu > 0 ? mu : 0;
-  }
-  return 0;
-}
-
 /* The checkpoint to resume from, read once and checked against the job. */
 static int open_resume(tr_job *j, tr_job_config *c, char *err, size_t n) {
   tr_checkpoint_config *k = &c->checkpoint;
@@ -273,7 +71,8 @@ static int wire_plan(void *arg, char *err, size_t n) {
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err, size_t n) {
   *out = NULL;
   tr_job_config c = *config;
-  int rc = complete(&c, err, n);
+  int rc = tr__job_config_complete(&c, err, n);
+  tr__error_unmark(err);
   if (rc) return rc;
   /* found now, not after the run it was to save; rank 0 writes the checkpoints */
   if (c.checkpoint.path && tr_graph_rank(g) == 0 &&
@@ -293,7 +92,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
    * worker's, so a deep ring would hand a fast loader steps a slow worker could have had. */
   j->prefetch = c.layout.prefetch > 0 ? c.layout.prefetch
                 : c.async.enabled     ? 2
-                                      : default_prefetch(&c, run->mb_batch);
+                                      : tr__job_default_prefetch(&c, run->mb_batch);
   c.layout.prefetch = j->prefetch;
   snprintf(run->strategy, sizeof run->strategy, "%s",
            c.strategy        ? c.strategy

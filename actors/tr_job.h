@@ -341,6 +341,28 @@ typedef struct tr_job_config {
   int progress;            /* a progress line on stderr */
 } tr_job_config;
 
+/* A configuration refused, as data: what tr_job_check (and tr_train_run_e, tr_train.h) say
+ * of a field at fault, for a caller that names fields otherwise (the command line names its
+ * flags). `message` names fields as the library does; each span says where it names one,
+ * so that a caller can write its own name there:
+ *
+ *   tr_error e;
+ *   if (tr_job_check(&cfg, &e))            // e.field "layout.chunks", e.message
+ *     ...                                  // "layout.chunks 3: only the interleaved schedule
+ *                                          //  ... (layout.schedule is 1f1b)", two spans */
+enum { TR_ERROR_SPANS = 8 };
+typedef struct tr_error_span {
+  uint16_t at, len;        /* message[at, at + len) is a field's name */
+} tr_error_span;
+typedef struct tr_error {
+  int status;              /* 0, or the negative TR_E* code of the refusal */
+  char field[64];          /* the field at fault ("optim.lr"; of tr_train_options too:
+                              "devices", "steps"); "" when the refusal names none */
+  char message[1024];      /* the whole message, beginning with the field when there is one */
+  int nspans;              /* where message names fields, in order; spans[0] is `field` */
+  tr_error_span spans[TR_ERROR_SPANS];
+} tr_error;
+
 /* The model's optimizer, as an optim.kind. */
 #define TR_OPTIM_MODEL ((tr_optim_kind)(intptr_t)-1) /* no table: never dereferenced */
 
@@ -355,6 +377,10 @@ typedef struct tr_job tr_job;
  * the job must outlive tr_graph_run. */
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err,
                size_t err_size);
+/* What tr_job_new checks and fills in, alone: 0 with *config completed (the model's batch
+ * and optimizer, chunks), or TR_EINVAL with `e` naming the field at fault. Every rule of a
+ * job's configuration lives behind it (job_config.c). */
+int tr_job_check(tr_job_config *config, tr_error *e);
 /* After the graph has been freed. */
 void tr_job_free(tr_job *j);
 

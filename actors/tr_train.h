@@ -91,6 +91,10 @@ tr_train_options tr_train_defaults(void);
  * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
  * asked for) holds that step; a second signal ends the process at once. */
 int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
+/* tr_train_run with its failure as a tr_error (tr_job.h): the status, and for a bad option
+ * the field at fault and where the message names fields ("devices", "layout.stages": those
+ * of tr_train_options and its job), for a front end that names them its own way. */
+int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "job_config.h"
 #include "job_impl.h"
 #include "tr_file.h"
 #include "tr_trace.h"
@@ -43,60 +44,6 @@ typedef struct run {
   int64_t first_step, end_step;
 } run;
 
-/* The layout of a strategy on n devices: replicas × stages, micro-batches. */
-static int layout(run *rn, const tr_train_options *o, int n, char *err, size_t size) {
-  tr_layout_config *l = &rn->jc.layout;
-  const tr_layout_config *given = &o->job.layout;
-  int R = 1, P = 1;
-  if (given->replicas && o->strategy != TR_STRATEGY_ASYNC)
-    return tr_errorf(err, size, TR_EINVAL,
-                     "layout.replicas %d: the strategy and the devices decide it (it is "
-                     "async's number of workers)",
-                     given->replicas);
-  if (given->stages && o->strategy != TR_STRATEGY_HYBRID)
-    return tr_errorf(err, size, TR_EINVAL,
-                     "layout.stages %d: the strategy and the devices decide it (it is "
-                     "hybrid's stages per replica)",
-                     given->stages);
-  switch (o->strategy) {
-    case TR_STRATEGY_SINGLE: break;
-    case TR_STRATEGY_DP: R = n; break;
-    case TR_STRATEGY_MP:
-    case TR_STRATEGY_PIPELINE: P = n; break;
-    case TR_STRATEGY_HYBRID:
-      P = given->stages > 0 ? given->stages : 2;
-      if (n % P)
-        return tr_errorf(err, size, TR_EINVAL,
-                         "devices: %d devices do not make replicas of %d stages "
-                         "(layout.stages)",
-                         n, P);
-      R = n / P;
-      break;
-    case TR_STRATEGY_ASYNC:
-      R = given->replicas > 0 ? given->replicas : n;
-      if (given->replicas < 0 || R > n)
-        return tr_errorf(err, size, TR_EINVAL,
-                         "layout.replicas %d: give 1 to %d workers, one per device of %s",
-                         given->replicas, n, o->devices);
-      if (given->microbatches > 1 || given->cuts)
-        return tr_errorf(err, size, TR_EINVAL,
-                         "async: a worker trains the whole model on whole batches (no "
-                         "layout.microbatches or layout.cuts)");
-      break;
-  }
-  rn->jc.async.enabled = o->strategy == TR_STRATEGY_ASYNC;
-  if (o->strategy == TR_STRATEGY_MP && given->microbatches > 1)
-    return tr_errorf(err, size, TR_EINVAL,
-                     "layout.microbatches %d: mp trains one micro-batch at a time (that is "
-                     "the pipeline strategy)",
-                     given->microbatches);
-  const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;
-  l->replicas = R;
-  l->stages = P;
-  l->microbatches = given->microbatches > 0 ? given->microbatches : pipelined ? 2 * P : 1;
-  return 0;
-}
-
 /* The server's device: as asked, else a host device of its own beside host workers, or a
  * logical device on the first worker's GPU. Across processes it lives on rank 0. */
 static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) {
@@ -104,7 +51,8 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
   const tr_device_info *first = tr_device_get_info(tr_device_list_get(rn->devices, 0));
   if (o->job.async.hogwild && first->kind != TR_DEVICE_HOST)
     return tr_errorf(err, n, TR_EINVAL,
-                     "async.hogwild: host devices only (the workers share the server's "
+                     TR__F("async.hogwild") ": host devices only (the workers share the "
+                     "server's "
                      "memory), not %s",
                      o->devices);
   if (first->kind == TR_DEVICE_CUDA) snprintf(spec, sizeof spec, "cuda:%d", first->ordinal);
@@ -119,7 +67,7 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
     snprintf(why, sizeof why, "give one device");
     rc = TR_EINVAL;
   }
-  if (rc) snprintf(err, n, "server %s: %s", want, why);
+  if (rc) snprintf(err, n, TR__F("server") " %s: %s", want, why);
   return rc;
 }
 
@@ -132,7 +80,7 @@ static int measured_cuts(run *rn, tr_world *w) {
   const int L = tr_model_layer_count(rn->model);
   const int P = c->layout.stages * tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
   const int parts = c->layout.replicas * c->layout.microbatches;
-  const int global = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
+  const int global = tr__job_global_batch(c);
   const int batch = global / parts;
   if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
     return 0; /* not a layout: tr_job_new says why (on every rank alike) */
@@ -274,7 +222,7 @@ static int check_zero_ranks(const run *rn, char *err, size_t n) {
       const int a = tr_device_get_info(d0)->rank, b = tr_device_get_info(d)->rank;
       if (a != b)
         return tr_errorf(err, n, TR_EINVAL,
-                         "zero %d: the replicas of stage %d live in ranks %d and %d; ZeRO "
+                         TR__F("zero") " %d: the replicas of stage %d live in ranks %d and %d; ZeRO "
                          "shards the optimizer state among replicas of one process only (run "
                          "without zero across processes)", rn->jc.zero, s, a, b);
     }
@@ -291,7 +239,7 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
   const bool have = tr_comm_library() != NULL;
   if (rn->jc.allreduce == TR_ALLREDUCE_AUTO || rn->jc.allreduce == TR_ALLREDUCE_PEER) return 0;
   if (rn->jc.async.enabled || l->replicas < 2)
-    return tr_errorf(err, n, TR_EINVAL, "allreduce %s: %s has no replica group to sum "
+    return tr_errorf(err, n, TR_EINVAL, TR__F("allreduce") " %s: %s has no replica group to sum "
                      "(dp and hybrid with more than one replica have)",
                      tr_allreduce_name(rn->jc.allreduce), tr_strategy_name(o->strategy));
   for (int s = 0; s < l->stages; s++) {
@@ -308,7 +256,10 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
     }
     tr_allreduce how;
     int rc = tr_allreduce_choose(rn->jc.allreduce, infos, m, have, &how, err, n);
-    if (rc) return rc;
+    if (rc) {
+      tr__error_mark_lead(err, n, "allreduce");
+      return rc;
+    }
   }
   return 0;
 }
@@ -317,12 +268,16 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
  * only what lives on rank 0 — the coordinator, the async server). */
 static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n) {
   const bool none = o->devices && !strcmp(o->devices, "none");
+  int rc;
   if (tr_world_size(o->world) > 1)
-    return tr_world_devices(o->world, none ? NULL : o->devices, &rn->devices, err, n);
-  if (none)
-    return tr_errorf(err, n, TR_EINVAL, "devices: none is for a rank of a job across "
-                     "processes (mpirun) whose other ranks have devices");
-  return tr_device_list_open(&rn->devices, o->devices, err, n);
+    rc = tr_world_devices(o->world, none ? NULL : o->devices, &rn->devices, err, n);
+  else if (none)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("devices") ": none is for a rank of a job "
+                     "across processes (mpirun) whose other ranks have devices");
+  else
+    rc = tr_device_list_open(&rn->devices, o->devices, err, n);
+  if (rc) tr__error_mark_lead(err, n, "devices");
+  return rc;
 }
 
 /* The files the run will write: each must be writable now, not after the run. Rank 0
@@ -330,8 +285,8 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
 static int check_outputs(const tr_train_options *o, char *err, size_t n) {
   int rc = 0;
   if (o->job.checkpoint.path && tr_world_rank(o->world) == 0)
-    rc = tr_file_check_output(o->job.checkpoint.path, "checkpoint.path", err, n);
-  if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, "trace", err, n);
+    rc = tr_file_check_output(o->job.checkpoint.path, TR__F("checkpoint.path"), err, n);
+  if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, TR__F("trace"), err, n);
   return rc;
 }
 
@@ -340,17 +295,16 @@ static int check_outputs(const tr_train_options *o, char *err, size_t n) {
 static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) {
   tr_job_config *c = &rn->jc;
   const char *path = c->checkpoint.resume;
-  const tr_optim_kind kind =
-      c->optim.kind == TR_OPTIM_MODEL ? tr_model_optim(rn->model).kind : c->optim.kind;
+  const tr_optim_kind kind = tr__job_optim(c).kind;
   char why[768];
   int rc = tr_checkpoint_open(&rn->resume, path, why, sizeof why);
   if (rc == 0)
     rc = tr__checkpoint_check(rn->resume, path, rn->model, kind, &rn->first_step, why,
                               sizeof why);
-  if (rc) return tr_errorf(err, n, rc, "checkpoint.resume: %s", why);
+  if (rc) return tr_errorf(err, n, rc, TR__F("checkpoint.resume") ": %s", why);
   c->checkpoint.resume_from = rn->resume;
   char differ[512];
-  const int batch = c->global_batch ? c->global_batch : tr_model_batch(rn->model);
+  const int batch = tr__job_global_batch(c);
   tr__checkpoint_differences(rn->resume, (uint64_t)batch, c->seed, c->strategy, differ,
                              sizeof differ);
   if (differ[0] && o->notes && tr_world_rank(o->world) == 0)
@@ -367,39 +321,48 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc;
   if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0)))
     rc = tr_errorf(err, n, TR_EINVAL,
-                   "steps or seconds: give a positive number of steps or seconds");
+                   TR__F("steps") " or " TR__F("seconds") ": give a positive number of steps "
+                   "or seconds");
   else
     rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
                  : tr_model_named(&rn->model, o->model, err, n);
+  if (rc) tr__error_mark_lead(err, n, "model");
   rn->jc = o->job;
   tr_job_config *c = &rn->jc;
   c->model = rn->model;
   c->strategy = tr_strategy_name(o->strategy);
   if (rc == 0 && o->steps >= TR_GRAPH_STEP_LIMIT)
-    rc = tr_errorf(err, n, TR_EINVAL, "steps %lld: at most 2^61 - 1",
+    rc = tr_errorf(err, n, TR_EINVAL, TR__F("steps") " %lld: at most 2^61 - 1",
                    (long long)o->steps);
   if (rc == 0) rc = check_outputs(o, err, n);
   if (rc == 0 && c->checkpoint.resume) rc = open_resume(rn, o, err, n);
   rn->end_step = o->steps;
   if (rc == 0 && o->steps > 0 && rn->first_step >= o->steps)
     rc = tr_errorf(err, n, TR_EINVAL,
-                   "checkpoint.resume %s: the checkpoint is at step %lld, steps %lld is reached",
+                   TR__F("checkpoint.resume") " %s: the checkpoint is at step %lld, steps %lld is "
+                   "reached",
                    c->checkpoint.resume, (long long)rn->first_step, (long long)o->steps);
   if (rc == 0)
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
+  if (rc) tr__error_mark_lead(err, n, "data");
   c->data = rn->data;
   if (tr_world_size(o->world) > 1) rc = agree(rn, o, rc, err, n);
   if (rc || (rc = open_devices(rn, o, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
-  if ((rc = layout(rn, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev, err, n))) return rc;
+  if ((rc = tr__job_config_layout(&rn->jc, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev,
+                                   err, n)))
+    return rc;
   if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, err, n))) return rc;
   if ((rc = check_allreduce(rn, o, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
   /* last: measuring takes a moment, wasted on options found wrong after it */
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&
       (rc = measured_cuts(rn, o->world)))
-    return tr_errorf(err, n, rc, "layout.cuts: the ranks could not share rank 0's cut");
-  return 0;
+    return tr_errorf(err, n, rc, TR__F("layout.cuts") ": the ranks could not share rank 0's cut");
+  /* the job's own rules (job_config.c) on a copy, as tr_job_new will check them: here its
+   * message keeps the fields it names (tr_train_run_e) */
+  tr_job_config job = *c;
+  return tr__job_config_complete(&job, err, n);
 }
 
 /* The strategy's graph, with the public calls of tr_job.h: its stages (chained, grouped),
@@ -432,7 +395,7 @@ static int build(tr_job *j, const run *rn) {
 enum { WATCHDOG_STEPS = 10, WATCHDOG_MIN_MS = 60000 };
 
 static int default_watchdog(const run *rn) {
-  const int batch = rn->jc.global_batch ? rn->jc.global_batch : tr_model_batch(rn->model);
+  const int batch = tr__job_global_batch(&rn->jc);
   const double guess_ms = tr_model_train_flops(rn->model) * batch / 10e9 * 1e3;
   const double ms = WATCHDOG_STEPS * guess_ms;
   return ms > 24 * 3600e3 ? 24 * 3600 * 1000 : ms > WATCHDOG_MIN_MS ? (int)ms : WATCHDOG_MIN_MS;
@@ -448,8 +411,9 @@ static void trace_path(char *out, size_t n, const char *path, const tr_world *w)
   else snprintf(out, n, "%s.rank%d", path, rank);
 }
 
-int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
-                         tr_train_result *r, char *err, size_t err_size) {
+/* The run, its refusals' messages with their fields marked (job_config.h). */
+static int run_marked(const tr_train_options *o, const tr__test_hooks *hooks,
+                      tr_train_result *r, char *err, size_t err_size) {
   run rn = {0};
   tr_graph *g = NULL;
   tr_job *j = NULL;
@@ -524,6 +488,20 @@ out:
   return rc;
 }
 
+int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
+                         tr_train_result *r, char *err, size_t err_size) {
+  const int rc = run_marked(o, hooks, r, err, err_size);
+  tr__error_unmark(err);
+  return rc;
+}
+
 int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
   return tr__train_run_hooked(o, NULL, r, err, err_size);
+}
+
+int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e) {
+  char err[sizeof e->message];
+  const int rc = run_marked(o, NULL, r, err, sizeof err);
+  tr__error_from_text(e, rc, rc ? err : "");
+  return rc;
 }

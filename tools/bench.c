@@ -35,13 +35,15 @@ static void usage(FILE *f) {
 }
 
 int cmd_bench(int argc, char **argv) {
-  if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") && strcmp(argv[1], "-h")))
+  /* --help-table before the options of the first form, which it would be taken for */
+  if (argc >= 2 && !strcmp(argv[1], "--help-table"))
+    return bench_strategies(2, (char *[]){argv[0], (char *)cli_help_flags[0]});
+  if (argc < 2 || (argv[1][0] == '-' && !cli_is_help(argv[1])))
     return bench_strategies(argc, argv);
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+  if (cli_is_help(argv[1])) {
     usage(stdout);
     return CLI_OK;
   }
-  if (!strcmp(argv[1], "--help-table")) return bench_strategies(2, (char *[]){argv[0], "--help"});
   for (int i = 0; i < NBENCHES; i++)
     if (!strcmp(argv[1], benches[i].name)) return benches[i].run(argc - 1, argv + 1);
   fprintf(stderr, "troupe: bench: unknown benchmark '%s'\n", argv[1]);

@@ -16,6 +16,7 @@
  */
 #include <math.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,14 +40,22 @@ typedef struct row {
   char err[256];
 } row;
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: troupe bench gpu [--gpu N] [--seconds S] [--json]\n\n"
-             "mlp and gpt training on GPU N (default 0) in fp32, TF32 and bf16, each against\n"
-             "cuBLAS's own GEMM peak of the same precision on mlp's 256x1024x1024, measured in\n"
-             "the same run; gpt's 1F1B pipeline on two logical devices of the GPU with CUDA\n"
-             "graphs off and on. Each training run lasts S seconds (default 5) after its\n"
-             "warm-up steps. Without a GPU it says so and measures nothing.\n");
-}
+typedef struct args {
+  int gpu, json;
+  double seconds;
+} args;
+
+static const cli_option options[] = {
+    {"--gpu", "N", CLI_INT, offsetof(args, gpu), .lo = 0, .hi = 255, .help = "the GPU (default 0)"},
+    CLI_SECONDS(args, seconds, 0.1, 600, "each training run's, after its warm-up (default 5)"),
+    CLI_JSON(args, json, "one JSON object on stdout"),
+};
+static const cli_table table = {
+    "bench gpu", options, CLI_COUNT(options),
+    .about = "mlp and gpt training on GPU N in fp32, TF32 and bf16, each against cuBLAS's own\n"
+             "GEMM peak of the same precision on mlp's 256x1024x1024, measured in the same run;\n"
+             "gpt's 1F1B pipeline on two logical devices of the GPU with CUDA graphs off and\n"
+             "on. Without a GPU it says so and measures nothing.\n"};
 
 static void train(row *w, int gpu, double seconds) {
   char devices[64];
@@ -122,24 +131,12 @@ static void print_json(const char *gpu, const double *peak, const row *rows, int
 }
 
 int bench_gpu(int argc, char **argv) {
-  uint64_t gpu = 0;
-  double seconds = 5;
-  bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--gpu")) {
-      if (!cli_value_u64(argc, argv, &i, 0, 255, &gpu)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--seconds")) {
-      if (!cli_value_double(argc, argv, &i, 0.1, 600, &seconds)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return CLI_OK;
-    } else {
-      fprintf(stderr, "troupe: bench gpu: unknown option '%s'\n", argv[i]);
-      usage(stderr);
-      return CLI_USAGE;
-    }
-  }
+  args a = {.seconds = 5};
+  const int parsed = cli_parse(&table, argc, argv, &a, NULL);
+  if (parsed != CLI_GO) return parsed;
+  const int gpu = a.gpu;
+  const double seconds = a.seconds;
+  const bool json = a.json;
   const int ngpu = tr_device_count(TR_DEVICE_CUDA);
   if ((int)gpu >= ngpu) {
     const char *why = ngpu ? "no such GPU" : "no GPU on this machine, or no CUDA backend in this build";

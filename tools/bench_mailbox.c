@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -621,22 +622,25 @@ static void print_row(const row *r) {
   fputc('\n', stderr);
 }
 
+typedef struct args {
+  int json, quick;
+} args;
+
+static const cli_option options[] = {
+    CLI_JSON(args, json, "one JSON object on stdout"),
+    {"--quick", NULL, CLI_SWITCH, offsetof(args, quick),
+     .help = "a tenth of the messages (a smoke test, not a measurement)"},
+};
+static const cli_table table = {
+    "bench mailbox", options, CLI_COUNT(options),
+    .about = "Messaging throughput and round trips of the actor kernel, each against a\n"
+             "reference measured in the same run (mutex queue, raw futex, raw uv_async).\n"};
+
 int bench_mailbox(int argc, char **argv) {
-  bool json = false, quick = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--quick")) quick = true;
-    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      printf("usage: troupe bench mailbox [--json] [--quick]\n\n"
-             "Messaging throughput and round trips of the actor kernel, each against a\n"
-             "reference measured in the same run (mutex queue, raw futex, raw uv_async).\n"
-             "--quick runs a tenth of the messages (a smoke test, not a measurement).\n");
-      return CLI_OK;
-    } else {
-      fprintf(stderr, "troupe: bench mailbox: unknown option '%s'\n", argv[i]);
-      return CLI_USAGE;
-    }
-  }
+  args a = {0};
+  const int parsed = cli_parse(&table, argc, argv, &a, NULL);
+  if (parsed != CLI_GO) return parsed;
+  const bool json = a.json, quick = a.quick;
   int rounds = quick ? 2 : ROUNDS_MAX;
   uint64_t n = quick ? 1000000 : 4000000, nrt = quick ? 10000 : 40000;
   uint64_t nmutex = n / 4, npark = nrt / 4;

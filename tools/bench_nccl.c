@@ -3,18 +3,30 @@
  * one sitting, samples/s and their ratio. NCCL takes one member per GPU, so the NCCL side
  * needs two GPUs or more; without them (or without NCCL in the build) the row says why it
  * was skipped and the command succeeds. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "troupe.h"
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: troupe bench nccl [--model M] [--devices cuda:0,1,..] [--seconds S] "
-             "[--repeats N] [--json]\n\n"
-             "dp on the given GPUs (default: every GPU) summing through NCCL against troupe's\n"
-             "peer reduction, alternated; medians of N runs of S seconds each (default 3 x 4).\n");
-}
+typedef struct args {
+  const char *model, *devices;
+  double seconds;
+  int repeats, json;
+} args;
+
+static const cli_option options[] = {
+    CLI_MODEL(args, model, "the workload (default mlp)"),
+    CLI_DEVICES(args, devices, "cuda:0,1,..", "the GPUs (default: every GPU)"),
+    CLI_SECONDS(args, seconds, 0.1, 3600, "each run's (default 4)"),
+    CLI_REPEATS(args, repeats, 99, "runs of each, whose median counts (default 3)"),
+    CLI_JSON(args, json, "one JSON object on stdout"),
+};
+static const cli_table table = {
+    "bench nccl", options, CLI_COUNT(options),
+    .about = "dp on the given GPUs summing through NCCL against troupe's peer reduction,\n"
+             "alternated; medians of N runs of S seconds each.\n"};
 
 static int median_of(double *v, int n) { /* sorts v; the index of the median */
   for (int i = 1; i < n; i++)
@@ -37,26 +49,13 @@ static int skip(bool json, const char *why) {
 }
 
 int bench_nccl(int argc, char **argv) {
-  const char *model = "mlp", *devices = NULL;
-  double seconds = 4;
-  uint64_t repeats = 3;
-  bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--model")) {
-      if (!cli_value_str(argc, argv, &i, &model)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--devices")) {
-      if (!cli_value_str(argc, argv, &i, &devices)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--seconds")) {
-      if (!cli_value_double(argc, argv, &i, 0.1, 3600, &seconds)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--repeats")) {
-      if (!cli_value_u64(argc, argv, &i, 1, 99, &repeats)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--json")) {
-      json = true;
-    } else {
-      usage(strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? stderr : stdout);
-      return strcmp(argv[i], "--help") && strcmp(argv[i], "-h") ? CLI_USAGE : CLI_OK;
-    }
-  }
+  args a = {.model = "mlp", .seconds = 4, .repeats = 3};
+  const int parsed = cli_parse(&table, argc, argv, &a, NULL);
+  if (parsed != CLI_GO) return parsed;
+  const char *model = a.model, *devices = a.devices;
+  const double seconds = a.seconds;
+  const int repeats = a.repeats;
+  const bool json = a.json;
   const int ngpu = tr_device_count(TR_DEVICE_CUDA);
   char spec[512] = "cuda:", why[160];
   if (tr_comm_library() == NULL) return skip(json, "this troupe was built without NCCL");
@@ -71,7 +70,7 @@ int bench_nccl(int argc, char **argv) {
   o.devices = devices ? devices : spec;
   o.strategy = TR_STRATEGY_DP;
   o.seconds = seconds;
-  double rate[2][99];
+  double rate[2][99] = {{0}};
   for (int k = 0; k < (int)repeats; k++)
     for (int side = 0; side < 2; side++) { /* alternated: the machine drifts alike for both */
       tr_train_result r;

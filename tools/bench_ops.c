@@ -25,6 +25,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -476,37 +477,34 @@ static void free_all(ctx *c) {
   c->idx = NULL, c->a16 = c->b16 = NULL;
 }
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: troupe bench ops [--devices SPEC] [--seconds S] [--size N] [--json]\n\n"
-             "GFLOP/s of GEMM, fp32 and bf16 (against oneDNN's matmul and cblas_sgemm called\n"
+typedef struct args {
+  const char *devices;
+  double seconds;
+  uint64_t size;
+  int json;
+} args;
+
+static const cli_option options[] = {
+    CLI_DEVICES(args, devices, "SPEC", "the devices, each measured (default host:1)"),
+    CLI_SECONDS(args, seconds, 0.001, 60, "the least time of one timed run (default 0.1)"),
+    {"--size", "N", CLI_U64, offsetof(args, size), .lo = (uint64_t)ROW * ROW, .hi = 1ull << 28,
+     .help = "floats per element-wise buffer (default 4194304)"},
+    CLI_JSON(args, json, "one JSON object on stdout"),
+};
+static const cli_table table = {
+    "bench ops", options, CLI_COUNT(options),
+    .about = "GFLOP/s of GEMM, fp32 and bf16 (against oneDNN's matmul and cblas_sgemm called\n"
              "directly on host devices) and GB/s of every element-wise kernel (against memcpy\n"
-             "of the same bytes), on each device of SPEC\n"
-             "(default host:1). --seconds: the least time of one timed run (default 0.1);\n"
-             "--size: floats per element-wise buffer (default 4194304, at least 65536).\n");
-}
+             "of the same bytes), on each device.\n"};
 
 int bench_ops(int argc, char **argv) {
-  const char *spec = "host:1";
-  double seconds = 0.1;
-  uint64_t size = 1 << 22;
-  bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--devices")) {
-      if (!cli_value_str(argc, argv, &i, &spec)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--seconds")) {
-      if (!cli_value_double(argc, argv, &i, 0.001, 60, &seconds)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--size")) {
-      if (!cli_value_u64(argc, argv, &i, (uint64_t)ROW * ROW, 1ull << 28, &size)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return CLI_OK;
-    } else {
-      fprintf(stderr, "troupe: bench ops: unknown option '%s'\n", argv[i]);
-      usage(stderr);
-      return CLI_USAGE;
-    }
-  }
+  args a = {.devices = "host:1", .seconds = 0.1, .size = 1 << 22};
+  const int parsed = cli_parse(&table, argc, argv, &a, NULL);
+  if (parsed != CLI_GO) return parsed;
+  const char *spec = a.devices;
+  const double seconds = a.seconds;
+  uint64_t size = a.size;
+  const bool json = a.json;
   size -= size % (T * T); /* whole rows for every row-wise shape */
 #ifdef TR_HAVE_OPENBLAS
   openblas_set_num_threads(1); /* the reference is one thread, as each host device */

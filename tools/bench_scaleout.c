@@ -15,6 +15,7 @@
  * commands under `mpirun -H ...` measure that instead. Timing never gates CI.
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,8 +94,22 @@ typedef struct options {
   const char *model;
   int ranks, repeats;
   double seconds;
-  bool json;
+  int json;
 } options;
+
+static const cli_option rows[] = {
+    CLI_MODEL(options, model, "the workload (default mlp)"),
+    {"--ranks", "R", CLI_INT, offsetof(options, ranks), .lo = 2, .hi = 64,
+     .help = "processes (default 2)"},
+    CLI_SECONDS(options, seconds, 0.1, 3600, "each run's (default 5)"),
+    CLI_REPEATS(options, repeats, MAX_REPEATS, "runs of each, alternated (default 3)"),
+    CLI_JSON(options, json, "one JSON object on stdout"),
+};
+static const cli_table table = {
+    "bench scaleout", rows, CLI_COUNT(rows),
+    .about = "dp over R processes (mpirun, host:1 each) against dp over host:R in one process,\n"
+             "alternated N times; then the all-reduce across R ranks against raw\n"
+             "MPI_Allreduce (troupe bench allreduce).\n"};
 
 /* samples/s of one run of dp: in one process (host:R), or across R (host:1 each). */
 static double train_once(const char *self, const options *o, bool across) {
@@ -102,8 +117,20 @@ static double train_once(const char *self, const options *o, bool across) {
   int k = across ? mpirun_prefix(argv, o->ranks, np) : 0;
   snprintf(devices, sizeof devices, "host:%d", across ? 1 : o->ranks);
   snprintf(seconds, sizeof seconds, "%g", o->seconds);
-  const char *rest[] = {self,      "train",  "--model", o->model, "--strategy", "dp",
-                        "--devices", devices, "--seconds", seconds, "--json", "--quiet", NULL};
+  const cli_table *t = &cli_train_table;
+  const char *rest[] = {self,
+                        "train",
+                        cli_flag(t, "model"),
+                        o->model,
+                        cli_flag(t, "strategy"),
+                        "dp",
+                        cli_flag(t, "devices"),
+                        devices,
+                        cli_flag(t, "seconds"),
+                        seconds,
+                        cli_flag(t, "json"),
+                        cli_flag(t, "quiet"),
+                        NULL};
   for (int i = 0; rest[i]; i++) argv[k++] = (char *)rest[i];
   argv[k] = NULL;
   const int rc = capture(argv, out, sizeof out);
@@ -116,33 +143,8 @@ static double train_once(const char *self, const options *o, bool across) {
 
 int bench_scaleout(int argc, char **argv) {
   options o = {.model = "mlp", .ranks = 2, .repeats = 3, .seconds = 5};
-  uint64_t u;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      printf("usage: troupe bench scaleout [--model M] [--ranks R] [--seconds S] [--repeats N] "
-             "[--json]\n\n"
-             "dp over R processes (mpirun, host:1 each) against dp over host:R in one process,\n"
-             "alternated N times (default mlp, 2 ranks, 3 runs of 5 s); then the all-reduce\n"
-             "across R ranks against raw MPI_Allreduce (troupe bench allreduce).\n");
-      return CLI_OK;
-    } else if (!strcmp(a, "--model")) {
-      if (!cli_value_str(argc, argv, &i, &o.model)) return CLI_USAGE;
-    } else if (!strcmp(a, "--ranks")) {
-      if (!cli_value_u64(argc, argv, &i, 2, 64, &u)) return CLI_USAGE;
-      o.ranks = (int)u;
-    } else if (!strcmp(a, "--repeats")) {
-      if (!cli_value_u64(argc, argv, &i, 1, MAX_REPEATS, &u)) return CLI_USAGE;
-      o.repeats = (int)u;
-    } else if (!strcmp(a, "--seconds")) {
-      if (!cli_value_double(argc, argv, &i, 0.1, 3600, &o.seconds)) return CLI_USAGE;
-    } else if (!strcmp(a, "--json")) {
-      o.json = true;
-    } else {
-      fprintf(stderr, "troupe: bench scaleout: unknown option '%s'\n", a);
-      return CLI_USAGE;
-    }
-  }
+  const int parsed = cli_parse(&table, argc, argv, &o, NULL);
+  if (parsed != CLI_GO) return parsed;
   char self[4096];
   const ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) {
@@ -171,7 +173,7 @@ int bench_scaleout(int argc, char **argv) {
   ar[k++] = self;
   ar[k++] = "bench";
   ar[k++] = "allreduce";
-  ar[k++] = "--json";
+  ar[k++] = (char *)cli_flag(&table, "json");
   ar[k] = NULL;
   const int arc = capture(ar, out, sizeof out);
   if (o.json) {
@@ -294,8 +296,23 @@ static double raw_allreduce(float *p, size_t n, int iters) {
   return (double)(tr_now_ns() - t0) / 1e9;
 }
 
+typedef struct allreduce_args {
+  int json;
+} allreduce_args;
+
+static const cli_option allreduce_rows[] = {
+    CLI_JSON(allreduce_args, json, "one JSON object on stdout"),
+};
+static const cli_table allreduce_table = {
+    "bench allreduce", allreduce_rows, CLI_COUNT(allreduce_rows),
+    .about = "Under mpirun: buckets summed across the ranks as a replica group sums them,\n"
+             "against blocking MPI_Allreduce on the same bytes.\n"};
+
 int bench_allreduce(int argc, char **argv) {
-  bool json = argc > 1 && !strcmp(argv[1], "--json");
+  allreduce_args args = {0};
+  const int parsed = cli_parse(&allreduce_table, argc, argv, &args, NULL);
+  if (parsed != CLI_GO) return parsed;
+  const bool json = args.json;
   char err[256];
   tr_world *w;
   if (tr_world_open(&w, err, sizeof err)) {

@@ -6,6 +6,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,53 +135,50 @@ static int layers_of(const char *model) {
   return n;
 }
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: troupe bench [--model M] [--devices SPEC] [--seconds S] [--format md|csv|json]\n\n"
-          "Trains the model with every strategy on the devices (default host:2), each for S\n"
-          "seconds (default 5), in this process, and prints one row per strategy: samples/s,\n"
-          "the ratio to the single-device run of the same table, steps (updates) per second,\n"
-          "mean utilization, the pipeline bubble (measured / the schedule's own), replica\n"
-          "consistency, final loss, and the optimizer state each replica holds (MiB; the dp\n"
-          "and hybrid rows with --zero 1 shard it across the replicas). The pipeline rows run\n"
-          "8 micro-batches under GPipe, 1F1B, interleaved 1F1B (2 chunks per device),\n"
-          "zero-bubble ZB-H1, and 1F1B recomputing activations. The async rows (a parameter\n"
-          "server and 1, then every\n"
-          "device as, workers; with more than one device also SSP with staleness 2 and\n"
-          "DC-ASGD with lambda 0.04) give updates/s against the one-worker async row and the\n"
-          "staleness of the updates (mean / max).\n"
-          "On host devices it also measures the BLAS's own scaling on the model's layers.\n");
+static const char *format_name(int i) {
+  static const char *const names[] = {"md", "csv", "json"};
+  return i >= 0 && i < 3 ? names[i] : "?";
 }
 
+typedef struct args {
+  const char *model, *devices;
+  double seconds;
+  int format;
+} args;
+
+static const cli_option options[] = {
+    CLI_MODEL(args, model, "the workload (default mlp)"),
+    CLI_DEVICES(args, devices, "SPEC", "the devices (default host:2)"),
+    CLI_SECONDS(args, seconds, 0.1, 1e6, "each strategy's run (default 5)"),
+    {"--format", NULL, CLI_ENUM, offsetof(args, format), .name = format_name,
+     .help = "the table as Markdown (the default), CSV or JSON"},
+};
+static const cli_table table = {
+    "bench", options, CLI_COUNT(options),
+    .about =
+        "Trains the model with every strategy on the devices, each for S seconds, in this\n"
+        "process, and prints one row per strategy: samples/s, the ratio to the single-device\n"
+        "run of the same table, steps (updates) per second, mean utilization, the pipeline\n"
+        "bubble (measured / the schedule's own), replica consistency, final loss, and the\n"
+        "optimizer state each replica holds (MiB; the dp and hybrid rows with --zero 1 shard\n"
+        "it across the replicas). The pipeline rows run 8 micro-batches under GPipe, 1F1B,\n"
+        "interleaved 1F1B (2 chunks per device), zero-bubble ZB-H1, and 1F1B recomputing\n"
+        "activations. The async rows (a parameter server and 1, then every device as,\n"
+        "workers; with more than one device also SSP with staleness 2 and DC-ASGD with\n"
+        "lambda 0.04) give updates/s against the one-worker async row and the staleness of\n"
+        "the updates (mean / max). On host devices it also measures the BLAS's own scaling\n"
+        "on the model's layers. troupe bench <what> --help describes the other benchmarks.\n"};
+
 int bench_strategies(int argc, char **argv) {
-  const char *model = "mlp", *devices = "host:2", *format = "md";
-  double seconds = 5;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return CLI_OK;
-    } else if (!strcmp(argv[i], "--model")) {
-      if (!cli_value_str(argc, argv, &i, &model)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--devices")) {
-      if (!cli_value_str(argc, argv, &i, &devices)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--seconds")) {
-      if (!cli_value_double(argc, argv, &i, 0.1, 1e6, &seconds)) return CLI_USAGE;
-    } else if (!strcmp(argv[i], "--format")) {
-      if (!cli_value_str(argc, argv, &i, &format)) return CLI_USAGE;
-      if (strcmp(format, "md") && strcmp(format, "csv") && strcmp(format, "json")) {
-        fprintf(stderr, "troupe: bench: --format '%s' is not md, csv or json\n", format);
-        return CLI_USAGE;
-      }
-    } else {
-      fprintf(stderr, "troupe: bench: unknown option '%s'\n", argv[i]);
-      usage(stderr);
-      return CLI_USAGE;
-    }
-  }
+  args a = {.model = "mlp", .devices = "host:2", .seconds = 5};
+  const int parsed = cli_parse(&table, argc, argv, &a, NULL);
+  if (parsed != CLI_GO) return parsed;
+  const char *model = a.model, *devices = a.devices, *format = format_name(a.format);
+  const double seconds = a.seconds;
   tr_device_list *list;
   char err[256];
   if (tr_device_list_open(&list, devices, err, sizeof err)) {
-    fprintf(stderr, "troupe: --devices: %s\n", err);
+    fprintf(stderr, "troupe: %s: %s\n", cli_flag(&table, "devices"), err);
     return CLI_USAGE;
   }
   const int n = tr_device_list_count(list);

@@ -1,8 +1,9 @@
-/* cmd_devices.c — `troupe devices [--json]`: the devices this machine offers (one host
+/* cmd_devices.c — `troupe devices`: the devices this machine offers (one host
  * device standing for the CPU, every GPU), with memory, compute capability, what their GEMM
  * runs on (the instruction set oneDNN dispatches to, or the GPU's architecture) and whether
  * bf16 is native there, for GPUs which pairs can reach each other's memory directly, and
  * whether this build has NCCL (the collectives of GPU replica groups) and which. */
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -11,27 +12,25 @@
 
 static double gib(uint64_t bytes) { return (double)bytes / (double)(1ull << 30); }
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: troupe devices [--json]\n\n"
-             "Lists the host device and every GPU: kind, name, memory, compute capability,\n"
+typedef struct args {
+  int json;
+} args;
+
+static const cli_option options[] = {
+    CLI_JSON(args, json, "one JSON object on stdout"),
+};
+static const cli_table table = {
+    "devices", options, CLI_COUNT(options),
+    .about = "Lists the host device and every GPU: kind, name, memory, compute capability,\n"
              "the instruction set GEMM runs on and how bf16 is multiplied there (native,\n"
              "emulated, or converted to fp32), the GPUs' peer-access matrix, and whether\n"
-             "this build has NCCL (and its version). --json prints one JSON object on stdout.\n");
-}
+             "this build has NCCL (and its version).\n"};
 
 int cmd_devices(int argc, char **argv) {
-  bool json = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--json")) json = true;
-    else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-      usage(stdout);
-      return CLI_OK;
-    } else {
-      fprintf(stderr, "troupe devices: unknown option '%s'\n", argv[i]);
-      usage(stderr);
-      return CLI_USAGE;
-    }
-  }
+  args a = {0};
+  const int parsed = cli_parse(&table, argc, argv, &a, NULL);
+  if (parsed != CLI_GO) return parsed;
+  const bool json = a.json;
 
   /* host:1 stands for the CPU; the GPUs are listed one by one */
   const int ngpu = tr_device_count(TR_DEVICE_CUDA), nthreads = tr_device_count(TR_DEVICE_HOST);

@@ -374,64 +374,57 @@ static void render(FILE *f, const tl_trace *t, const tl_view *v, const char *tit
 
 /* ---- the command -------------------------------------------------------------------- */
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: troupe timeline TRACE.json [-o FILE.svg] [--steps A:B] [--width PX]\n"
-          "                       [--title TEXT]\n\n"
-          "Draws a trace of `troupe train --trace` as a schedule: a lane per device actor and\n"
-          "one for the loop thread's actors, a rectangle per forward, backward, all-reduce,\n"
-          "update (and any other slice), coloured by micro-batch; the title gives the bubble\n"
-          "fraction, 1 - busy / (device lanes x window), of what is shown.\n\n"
-          "  -o FILE.svg     where to write (default: TRACE with .svg for .json; - for stdout)\n"
-          "  --steps A:B     steps A to B-1, counted from 0 by each lane's updates (default: a\n"
-          "                  few from the middle of the run, so that rectangles are readable)\n"
-          "  --width PX      the picture's width (default 1200)\n"
-          "  --title TEXT    the title (default: the trace's file name)\n");
-}
+typedef struct args {
+  const char *in, *out, *title;
+  tl_view steps; /* given: a < b */
+  uint64_t width;
+} args;
 
-static bool parse_steps(const char *s, int *a, int *b) {
+/* "A:B", A < B: steps A to B-1. */
+static int parse_steps(const char *s, void *field) {
+  tl_view *v = field;
   char *end;
   errno = 0;
   const long x = strtol(s, &end, 10);
-  if (errno || end == s || *end != ':' || x < 0 || x > 1 << 30) return false;
+  if (errno || end == s || *end != ':' || x < 0 || x > 1 << 30) return -1;
   const char *rest = end + 1;
   const long y = strtol(rest, &end, 10);
-  if (errno || end == rest || *end || y <= x || y > 1 << 30) return false;
-  *a = (int)x, *b = (int)y;
-  return true;
+  if (errno || end == rest || *end || y <= x || y > 1 << 30) return -1;
+  v->a = (int)x, v->b = (int)y;
+  return 0;
 }
 
+enum { OPT_OUTPUT, OPT_STEPS, OPT_WIDTH, OPT_TITLE, NOPT };
+static const cli_option options[NOPT] = {
+    [OPT_OUTPUT] = {"--output", "FILE.svg", CLI_STR, offsetof(args, out), .alias = "-o",
+                    .help = "where to write (default: TRACE with .svg for .json; - for stdout)"},
+    [OPT_STEPS] = {"--steps", "A:B", CLI_PARSE, offsetof(args, steps), .parse = parse_steps,
+                   .expect = "A:B with A < B (steps A to B-1)",
+                   .help = "steps A to B-1, counted from 0 by each lane's updates (default: a "
+                           "few from the middle of the run, so that rectangles are readable)"},
+    [OPT_WIDTH] = {"--width", "PX", CLI_U64, offsetof(args, width), .lo = 400, .hi = 20000,
+                   .help = "the picture's width (default 1200)"},
+    [OPT_TITLE] = {"--title", "TEXT", CLI_STR, offsetof(args, title),
+                   .help = "the title (default: the trace's file name)"},
+};
+static const cli_table table = {
+    "timeline", options, NOPT, .usage = "TRACE.json [options]",
+    .about = "Draws a trace of `troupe train --trace` as a schedule: a lane per device actor and\n"
+             "one for the loop thread's actors, a rectangle per forward, backward, all-reduce,\n"
+             "update (and any other slice), coloured by micro-batch; the title gives the bubble\n"
+             "fraction, 1 - busy / (device lanes x window), of what is shown.\n",
+    .positional = "trace", .positional_at = offsetof(args, in)};
+
 int cmd_timeline(int argc, char **argv) {
-  const char *in = NULL, *out = NULL, *title = NULL, *steps = NULL;
-  uint64_t width = 1200;
-  tl_view v = {0};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return CLI_OK;
-    } else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-      if (!cli_value_str(argc, argv, &i, &out)) return CLI_USAGE;
-    } else if (!strcmp(a, "--steps")) {
-      if (!cli_value_str(argc, argv, &i, &steps)) return CLI_USAGE;
-      if (!parse_steps(steps, &v.a, &v.b)) {
-        fprintf(stderr, "troupe: --steps: '%s' is not A:B with A < B (steps A to B-1)\n", steps);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--width")) {
-      if (!cli_value_u64(argc, argv, &i, 400, 20000, &width)) return CLI_USAGE;
-    } else if (!strcmp(a, "--title")) {
-      if (!cli_value_str(argc, argv, &i, &title)) return CLI_USAGE;
-    } else if (a[0] == '-' && a[1]) {
-      fprintf(stderr, "troupe: timeline: unknown option '%s' (see troupe timeline --help)\n", a);
-      return CLI_USAGE;
-    } else if (in) {
-      fprintf(stderr, "troupe: timeline: one trace at a time ('%s', then '%s')\n", in, a);
-      return CLI_USAGE;
-    } else {
-      in = a;
-    }
-  }
+  args a = {.width = 1200};
+  bool given[NOPT] = {false};
+  const int parsed = cli_parse(&table, argc, argv, &a, given);
+  if (parsed != CLI_GO) return parsed;
+  const char *in = a.in, *out = a.out, *title = a.title;
+  const bool steps = given[OPT_STEPS];
+  const char *steps_flag = options[OPT_STEPS].flag;
+  const uint64_t width = a.width;
+  tl_view v = a.steps;
   if (in == NULL) {
     fprintf(stderr, "troupe: timeline: which trace? (troupe timeline TRACE.json -o FILE.svg)\n");
     return CLI_USAGE;
@@ -450,9 +443,11 @@ int cmd_timeline(int argc, char **argv) {
   int rc = tl_trace_read(&t);
   if (rc == 0 && steps && (t.steps == 0 || v.b > t.steps)) {
     if (t.steps == 0)
-      fprintf(stderr, "troupe: --steps: %s has no \"update\" slices to count steps by\n", in);
+      fprintf(stderr, "troupe: %s: %s has no \"update\" slices to count steps by\n", steps_flag,
+              in);
     else
-      fprintf(stderr, "troupe: --steps %s: %s has %d steps (0:%d)\n", steps, in, t.steps, t.steps);
+      fprintf(stderr, "troupe: %s %d:%d: %s has %d steps (0:%d)\n", steps_flag, v.a, v.b, in,
+              t.steps, t.steps);
     rc = CLI_USAGE;
   }
   if (rc == 0 && !steps && t.steps) tl_view_default(&t, &v);

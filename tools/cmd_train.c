@@ -1,8 +1,10 @@
-/* cmd_train.c — `troupe train`: parse the options of docs/WORKLOADS.md, run tr_train_run, print
- * a summary on stderr and, with --json, one JSON object on stdout. */
+/* cmd_train.c — `troupe train`: its options, one table (parsing, --help and the flags its
+ * messages name, cli.h), tr_train_run on them, a summary on stderr and, with --json, one
+ * JSON object on stdout. */
 #include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,92 +15,221 @@
 #include "tr_schedule.h"
 #include "tr_train.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: troupe train [options]\n\n"
-          "  --model simplenet|mlp|gpt      the workload (default simplenet)\n"
-          "  --strategy single|dp|mp|pipeline|hybrid|async\n"
-          "                                 how to use the devices (default single): dp a replica\n"
-          "                                 per device; mp the layers cut across them; pipeline\n"
-          "                                 that cut with micro-batches; hybrid replicas of pipelines;\n"
-          "                                 async workers pushing to a parameter server\n"
-          "  --devices host:N|cuda:I,..|auto the devices (default auto: every GPU, else host:1);\n"
-          "                                 under mpirun this rank's (none: rank 0 only\n"
-          "                                 coordinates and serves), every rank's in rank order\n"
-          "  --microbatches M               per step and replica (pipeline, hybrid: 2 x stages)\n"
-          "  --schedule gpipe|1f1b|interleaved|zb1\n"
-          "                                 pipeline schedule (default 1f1b): interleaved puts\n"
-          "                                 --chunks model chunks on each device, zb1 splits\n"
-          "                                 backward and puts the weights' half off (ZB-H1)\n"
-          "  --chunks V                     interleaved: model chunks per device (default 2)\n"
-          "  --recompute                    keep only each micro-batch's input, and compute\n"
-          "                                 its activations again in backward\n"
-          "  --stages N                     hybrid: devices per pipeline (default 2)\n"
-          "  --cuts L1,L2,..                stage boundaries as layer indices (default: balanced)\n"
-          "  --zero 0|1                     dp, hybrid: 1 shards the optimizer state across the\n"
-          "                                 replicas (ZeRO stage 1: gradients reduce-scattered,\n"
-          "                                 each replica updates its shard, parameters gathered)\n"
-          "  --allreduce auto|peer|nccl     dp, hybrid: how replica groups sum gradients\n"
-          "                                 (default auto: NCCL when every replica of a process\n"
-          "                                 is a GPU of its own and NCCL is built, else peer)\n"
-          "  --workers N                    async: workers, one per device (default: every device)\n"
-          "  --staleness S                  async: a worker waits while it is more than S pushes\n"
-          "                                 ahead of the slowest (SSP; default unbounded)\n"
-          "  --dc-lambda L                  async: delay compensation g + L g*g*(now - pulled)\n"
-          "  --momentum-correction          async: take the 1 - 1/workers that asynchrony adds off\n"
-          "                                 the explicit momentum\n"
-          "  --staleness-lr                 async: divide the step size by the update's staleness\n"
-          "  --pull-every K                 async: pull fresh parameters every K pushes (default 1)\n"
-          "  --server SPEC                  async: the parameter server's device (default host:1,\n"
-          "                                 or the first worker's GPU)\n"
-          "  --hogwild                      async, host devices: workers update the server's\n"
-          "                                 parameters in place with no lock (Hogwild!)\n"
-          "  --steps N                      train to step N (default 100; a resumed run continues;\n"
-          "                                 async: N updates at the server)\n"
-          "  --seconds S                    train for S seconds instead\n"
-          "  --batch N                      samples per step (default: the workload's)\n"
-          "  --lr X                         learning rate (default: the workload's)\n"
-          "  --optimizer sgd|momentum|adamw (default: the workload's)\n"
-          "  --clip NORM                    global-norm gradient clipping\n"
-          "  --data FILE                    token models (gpt): a byte or text file; float models:\n"
-          "                                 a NumPy .npy array of inputs, with --labels\n"
-          "  --labels FILE                  a NumPy .npy array of targets (with --data)\n"
-          "  --data-on auto|host|device     where samples are made: auto (the default) generates\n"
-          "                                 them on each GPU where the data can be (synthetic\n"
-          "                                 data, gpt's arithmetic), host by the loader thread,\n"
-          "                                 device on every device, host devices too; the same\n"
-          "                                 samples wherever they are made\n"
-          "  --seed N                       initialisation and data (default 1)\n"
-          "  --deterministic                bitwise-repeatable runs\n"
-          "  --precision fp32|bf16          GEMM inputs (default fp32); bf16: weights and\n"
-          "                                 activations in bfloat16 into float32 sums, float32\n"
-          "                                 parameters, gradients and optimizer state\n"
-          "  --tf32                         CUDA: TF32 tensor cores in fp32 GEMMs\n"
-          "  --cuda-graphs on|off           CUDA: capture each stage's passes once per micro-\n"
-          "                                 batch slot and replay them (default on; results\n"
-          "                                 are bitwise the same either way)\n"
-          "  --trace FILE.json              Chrome/Perfetto trace of every actor (under mpirun,\n"
-          "                                 rank r writes FILE.rankR.json)\n"
-          "  --profile-steps A:B            trace and NVTX ranges for steps [A, B) only (A: to the\n"
-          "                                 end); on CUDA cudaProfilerStart/Stop around them\n"
-          "  --checkpoint FILE              safetensors checkpoint at the end, a signal's end too\n"
-          "                                 (its directory must exist and be writable) ...\n"
-          "  --checkpoint-every N           ... and every N steps\n"
-          "  --resume FILE                  continue from a checkpoint (checked first: its model,\n"
-          "                                 format, step, tensors, values all finite)\n"
-          "  --on-nonfinite stop|skip       a step whose gradient norm or loss is NaN or infinite:\n"
-          "                                 stop the run naming the step and stage (default), or\n"
-          "                                 skip its update and count it (skipped_steps)\n"
-          "  --json                         one JSON object of the run's figures on stdout\n"
-          "  --watchdog MS                  fail the run, naming each actor's state, when it makes\n"
-          "                                 no progress for MS milliseconds (default: 10 x the\n"
-          "                                 slowest step seen, at least 60000)\n"
-          "  --quiet                        no progress line or summary\n"
-          "\n"
-          "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its flag),\n"
-          "130 / 143 a run SIGINT / SIGTERM ended after its step in flight, its checkpoint and\n"
-          "figures written; a second signal ends the process at once.\n");
+enum { MAX_CUTS = 63 };
+
+typedef struct cuts_arg {
+  int v[MAX_CUTS];
+  int n;
+} cuts_arg;
+
+/* What the command line sets: the run's options, and what the command itself reads. */
+typedef struct train_args {
+  tr_train_options o;
+  cuts_arg cuts;
+  tr_optim_kind optimizer; /* NULL: the model's */
+  float lr, clip; /* 0: the optimizer's */
+  int json, quiet;
+} train_args;
+
+/* "3,6": increasing layer indices, at most MAX_CUTS of them. */
+static int parse_cuts(const char *v, void *field) {
+  cuts_arg *c = field;
+  int n = 0;
+  for (const char *p = v;;) {
+    char *end;
+    const long x = strtol(p, &end, 10);
+    if (end == p || x < 1 || x > 1 << 20 || n == MAX_CUTS || (n && x <= c->v[n - 1]))
+      return -1;
+    c->v[n++] = (int)x;
+    if (*end == 0) break;
+    if (*end != ',') return -1;
+    p = end + 1;
+  }
+  c->n = n;
+  return 0;
 }
+
+/* A registered optimizer kind, by name (tr_optim.h). */
+static int parse_optimizer(const char *v, void *field) {
+  return tr_optim_kind_parse(v, field);
+}
+
+/* "A:B" (B > A) or "A:" (to the end): the steps to profile. */
+static int parse_profile(const char *v, void *field) {
+  char *end;
+  const long long a = strtoll(v, &end, 10);
+  long long b = 0;
+  bool ok = end != v && *end == ':' && a >= 0;
+  if (ok && end[1]) {
+    const char *p = end + 1;
+    b = strtoll(p, &end, 10);
+    ok = end != p && *end == 0 && b > a;
+  }
+  if (!ok) return -1;
+  *(tr_profile_config *)field = (tr_profile_config){.from = a, .to = b};
+  return 0;
+}
+
+/* The library's names of each enumeration, by index. */
+#define NAMES(fn, type) \
+  static const char *fn##_at(int i) { return fn((type)i); }
+NAMES(tr_strategy_name, tr_strategy)
+NAMES(tr_schedule_kind_name, tr_schedule_kind)
+NAMES(tr_allreduce_name, tr_allreduce)
+NAMES(tr_data_on_name, tr_data_on)
+NAMES(tr_precision_name, tr_precision)
+NAMES(tr_graphs_name, tr_graphs)
+NAMES(tr_nonfinite_policy_name, tr_nonfinite_policy)
+#undef NAMES
+
+/* The strategies a flag applies to. */
+#define ONLY(s) (1u << TR_STRATEGY_##s)
+enum {
+  ASYNC = ONLY(ASYNC),
+  SYNC = ONLY(SINGLE) | ONLY(DP) | ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID),
+  STAGED = ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID),
+  GROUPS = ONLY(DP) | ONLY(HYBRID),
+  HYBRID = ONLY(HYBRID)
+};
+#undef ONLY
+
+#define AT(member) offsetof(train_args, member)
+static const cli_option rows[] = {
+    CLI_MODEL(train_args, o.model, "the workload: simplenet, mlp or gpt (default simplenet)"),
+    {"--strategy", NULL, CLI_ENUM, AT(o.strategy), .name = tr_strategy_name_at,
+     .fields = "strategy async.enabled",
+     .help = "how to use the devices (default single): dp a replica per device; mp the layers "
+             "cut across them; pipeline that cut with micro-batches; hybrid replicas of "
+             "pipelines; async workers pushing to a parameter server"},
+    CLI_DEVICES(train_args, o.devices, "host:N|cuda:I,..|auto",
+                "the devices (default auto: every GPU, else host:1); under mpirun this rank's "
+                "(none: rank 0 only coordinates and serves), every rank's in rank order"),
+    {"--microbatches", "M", CLI_INT, AT(o.job.layout.microbatches), .lo = 1, .hi = 1 << 16,
+     .fields = "layout.microbatches", .applies = SYNC,
+     .help = "per step and replica (default 1; pipeline, hybrid: 2 x stages)"},
+    {"--schedule", NULL, CLI_ENUM, AT(o.job.layout.schedule), .name = tr_schedule_kind_name_at,
+     .fields = "layout.schedule", .applies = SYNC,
+     .help = "pipeline schedule (default 1f1b): interleaved puts --chunks model chunks on each "
+             "device, zb1 splits backward and puts the weights' half off (ZB-H1)"},
+    {"--chunks", "V", CLI_INT, AT(o.job.layout.chunks), .lo = 1, .hi = 64,
+     .fields = "layout.chunks", .applies = STAGED,
+     .help = "model chunks per device under the interleaved schedule (default 2)"},
+    {"--recompute", NULL, CLI_SWITCH, AT(o.job.memory.recompute), .fields = "memory.recompute",
+     .help = "keep only each micro-batch's input, and compute its activations again in "
+             "backward"},
+    {"--stages", "N", CLI_INT, AT(o.job.layout.stages), .lo = 1, .hi = 64,
+     .fields = "layout.stages", .applies = HYBRID,
+     .help = "devices per pipeline (default 2)"},
+    {"--cuts", "L1,L2,..", CLI_PARSE, AT(cuts), .parse = parse_cuts,
+     .expect = "a list of increasing layer indices", .fields = "layout.cuts", .applies = STAGED,
+     .help = "stage boundaries as layer indices (default: balanced)"},
+    {"--zero", "0|1", CLI_INT, AT(o.job.zero), .lo = 0, .hi = 1, .fields = "zero",
+     .applies = GROUPS,
+     .help = "1 shards the optimizer state across the replicas (ZeRO stage 1: gradients "
+             "reduce-scattered, each replica updates its shard, parameters gathered)"},
+    {"--allreduce", NULL, CLI_ENUM, AT(o.job.allreduce), .name = tr_allreduce_name_at,
+     .fields = "allreduce", .applies = GROUPS,
+     .help = "how replica groups sum gradients (default auto: NCCL when every replica of a "
+             "process is a GPU of its own and NCCL is built, else peer)"},
+    {"--workers", "N", CLI_INT, AT(o.job.layout.replicas), .lo = 1, .hi = TR_TRAIN_MAX_DEVICES,
+     .fields = "layout.replicas", .applies = ASYNC,
+     .help = "workers, one per device (default: every device)"},
+    {"--staleness", "S", CLI_INT, AT(o.job.async.staleness), .lo = 0, .hi = INT_MAX,
+     .fields = "async.staleness", .applies = ASYNC,
+     .help = "a worker waits while it is more than S pushes ahead of the slowest (SSP; default "
+             "unbounded)"},
+    {"--dc-lambda", "L", CLI_FLOAT, AT(o.job.async.dc_lambda), .min = 0, .max = 1e6,
+     .fields = "async.dc_lambda", .applies = ASYNC,
+     .help = "delay compensation g + L g*g*(now - pulled)"},
+    {"--momentum-correction", NULL, CLI_SWITCH, AT(o.job.async.momentum_correction),
+     .fields = "async.momentum_correction", .applies = ASYNC,
+     .help = "take the 1 - 1/workers that asynchrony adds off the explicit momentum"},
+    {"--staleness-lr", NULL, CLI_SWITCH, AT(o.job.async.staleness_lr),
+     .fields = "async.staleness_lr", .applies = ASYNC,
+     .help = "divide the step size by the update's staleness"},
+    {"--pull-every", "K", CLI_INT, AT(o.job.async.pull_every), .lo = 1, .hi = 1 << 20,
+     .fields = "async.pull_every", .applies = ASYNC,
+     .help = "pull fresh parameters every K pushes (default 1)"},
+    {"--server", "SPEC", CLI_STR, AT(o.server), .fields = "server", .applies = ASYNC,
+     .help = "the parameter server's device (default host:1, or the first worker's GPU)"},
+    {"--hogwild", NULL, CLI_SWITCH, AT(o.job.async.hogwild), .fields = "async.hogwild",
+     .applies = ASYNC,
+     .help = "host devices: workers update the server's parameters in place with no lock "
+             "(Hogwild!)"},
+    {"--steps", "N", CLI_I64, AT(o.steps), .lo = 1, .hi = INT64_MAX, .fields = "steps",
+     .excludes = "seconds",
+     .help = "train to step N (default 100; a resumed run continues; async: N updates at the "
+             "server)"},
+    CLI_SECONDS(train_args, o.seconds, 1e-3, 1e7, "train for S seconds instead"),
+    {"--batch", "N", CLI_INT, AT(o.job.global_batch), .lo = 1, .hi = 1 << 20,
+     .fields = "global_batch", .help = "samples per step (default: the workload's)"},
+    {"--lr", "X", CLI_FLOAT, AT(lr), .min = 1e-12, .max = 1e6, .fields = "optim.lr",
+     .help = "learning rate (default: the workload's)"},
+    {"--optimizer", "NAME", CLI_PARSE, AT(optimizer), .parse = parse_optimizer,
+     .expect = "sgd, momentum, adamw or a kind the program registered", .fields = "optim.kind",
+     .help = "sgd, momentum or adamw (default: the workload's)"},
+    {"--clip", "NORM", CLI_FLOAT, AT(clip), .min = 1e-12, .max = 1e12, .fields = "optim.clip",
+     .help = "global-norm gradient clipping"},
+    {"--data", "FILE", CLI_STR, AT(o.data), .fields = "data",
+     .help = "token models (gpt): a byte or text file; float models: a NumPy .npy array of "
+             "inputs, with --labels"},
+    {"--labels", "FILE", CLI_STR, AT(o.labels), .fields = "labels", .needs = "data",
+     .help = "a NumPy .npy array of targets (with --data)"},
+    {"--data-on", NULL, CLI_ENUM, AT(o.job.data_on), .name = tr_data_on_name_at,
+     .fields = "data_on",
+     .help = "where samples are made: auto (the default) generates them on each GPU where the "
+             "data can be (synthetic data, gpt's arithmetic), host by the loader thread, device "
+             "on every device, host devices too; the same samples wherever they are made"},
+    {"--seed", "N", CLI_U64, AT(o.job.seed), .lo = 0, .hi = UINT64_MAX, .fields = "seed",
+     .help = "initialisation and data (default 1)"},
+    {"--deterministic", NULL, CLI_SWITCH, AT(o.deterministic), .fields = "deterministic",
+     .help = "bitwise-repeatable runs"},
+    {"--precision", NULL, CLI_ENUM, AT(o.job.precision.gemm), .name = tr_precision_name_at,
+     .fields = "precision.gemm",
+     .help = "GEMM inputs (default fp32); bf16: weights and activations in bfloat16 into "
+             "float32 sums, float32 parameters, gradients and optimizer state"},
+    {"--tf32", NULL, CLI_SWITCH, AT(o.job.precision.tf32), .fields = "precision.tf32",
+     .help = "CUDA: TF32 tensor cores in fp32 GEMMs"},
+    {"--cuda-graphs", NULL, CLI_ENUM, AT(o.job.graphs), .name = tr_graphs_name_at,
+     .fields = "graphs",
+     .help = "CUDA: capture each stage's passes once per micro-batch slot and replay them "
+             "(default on; results are bitwise the same either way)"},
+    {"--trace", "FILE.json", CLI_STR, AT(o.trace), .fields = "trace",
+     .help = "Chrome/Perfetto trace of every actor (under mpirun, rank r writes "
+             "FILE.rankR.json)"},
+    {"--profile-steps", "A:B", CLI_PARSE, AT(o.job.profile), .parse = parse_profile,
+     .expect = "A:B with B > A >= 0, or A:", .fields = "profile.from profile.to",
+     .help = "trace and NVTX ranges for steps [A, B) only (A: to the end); on CUDA "
+             "cudaProfilerStart/Stop around them"},
+    {"--checkpoint", "FILE", CLI_STR, AT(o.job.checkpoint.path), .fields = "checkpoint.path",
+     .help = "safetensors checkpoint at the end, a signal's end too (its directory must exist "
+             "and be writable) ..."},
+    {"--checkpoint-every", "N", CLI_I64, AT(o.job.checkpoint.every), .lo = 1, .hi = INT64_MAX,
+     .fields = "checkpoint.every", .needs = "checkpoint.path", .help = "... and every N steps"},
+    {"--resume", "FILE", CLI_STR, AT(o.job.checkpoint.resume),
+     .fields = "checkpoint.resume checkpoint.resume_from",
+     .help = "continue from a checkpoint (checked first: its model, format, step, tensors, "
+             "values all finite)"},
+    {"--on-nonfinite", NULL, CLI_ENUM, AT(o.job.on_nonfinite), .name = tr_nonfinite_policy_name_at,
+     .fields = "on_nonfinite",
+     .help = "a step whose gradient norm or loss is NaN or infinite: stop the run naming the "
+             "step and stage (default), or skip its update and count it (skipped_steps)"},
+    CLI_JSON(train_args, json, "one JSON object of the run's figures on stdout"),
+    {"--watchdog", "MS", CLI_INT, AT(o.watchdog_ms), .lo = 1, .hi = 24 * 3600 * 1000,
+     .fields = "watchdog_ms",
+     .help = "fail the run, naming each actor's state, when it makes no progress for MS "
+             "milliseconds (default: 10 x the slowest step seen, at least 60000)"},
+    CLI_QUIET(train_args, quiet, "no progress line or summary"),
+};
+#undef AT
+
+const cli_table cli_train_table = {
+    "train", rows, CLI_COUNT(rows),
+    .after = "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its "
+             "flag),\n130 / 143 a run SIGINT / SIGTERM ended after its step in flight, its "
+             "checkpoint and\nfigures written; a second signal ends the process at once.\n",
+    .context_at = offsetof(train_args, o.strategy),
+    .context_name = tr_strategy_name_at};
 
 static void json_number(const char *key, double v, bool last) {
   if (isfinite(v)) printf("\"%s\":%.9g%s", key, v, last ? "" : ",");
@@ -265,326 +396,47 @@ static void print_summary(const tr_train_result *r, double sgemm, int staleness)
   if (async) print_async(r, staleness);
 }
 
-/* "3,6": increasing layer indices, at most 63 of them. */
-static bool parse_cuts(const char *v, int *cuts, const int **out, int *count) {
-  int n = 0;
-  const char *p = v;
-  for (;;) {
-    char *end;
-    long c = strtol(p, &end, 10);
-    if (end == p || c < 1 || c > 1 << 20 || n == 63 || (n && c <= cuts[n - 1])) {
-      fprintf(stderr, "troupe: --cuts: '%s' is not a list of increasing layer indices\n", v);
-      return false;
-    }
-    cuts[n++] = (int)c;
-    if (*end == 0) break;
-    if (*end != ',') {
-      fprintf(stderr, "troupe: --cuts: '%s' is not a list of increasing layer indices\n", v);
-      return false;
-    }
-    p = end + 1;
-  }
-  *out = cuts;
-  *count = n;
-  return true;
-}
 
-/* "A:B" (B > A) or "A:" (to the end): the steps to profile. */
-static bool parse_steps(const char *v, tr_profile_config *out) {
-  char *end;
-  const long long a = strtoll(v, &end, 10);
-  long long b = 0;
-  bool ok = end != v && *end == ':' && a >= 0;
-  if (ok && end[1]) {
-    const char *p = end + 1;
-    b = strtoll(p, &end, 10);
-    ok = end != p && *end == 0 && b > a;
-  }
-  if (!ok) {
-    fprintf(stderr, "troupe: --profile-steps: '%s' is not A:B with B > A >= 0, or A:\n", v);
-    return false;
-  }
-  *out = (tr_profile_config){.from = a, .to = b};
-  return true;
-}
-
-/* Library messages name the fields of tr_train_options and tr_job_config; a user of the
- * command knows its flags. A field with a '.' or '_' is replaced wherever it stands as a
- * word; a plain one ("devices") only where it begins the message, since elsewhere it may be
- * prose. Longest names first, so "layout.cuts" is not read as "layout". */
-static const struct {
-  const char *field, *flag;
-} field_flags[] = {
-    {"async.momentum_correction", "--momentum-correction"},
-    {"profile.from", "--profile-steps"},
-    {"profile.to", "--profile-steps"},
-    {"checkpoint.resume_from", "--resume"},
-    {"on_nonfinite", "--on-nonfinite"},
-    {"data_on", "--data-on"},
-    {"layout.microbatches", "--microbatches"},
-    {"memory.recompute", "--recompute"},
-    {"precision.gemm", "--precision"},
-    {"checkpoint.resume", "--resume"},
-    {"checkpoint.every", "--checkpoint-every"},
-    {"checkpoint.path", "--checkpoint"},
-    {"async.staleness_lr", "--staleness-lr"},
-    {"async.pull_every", "--pull-every"},
-    {"async.dc_lambda", "--dc-lambda"},
-    {"async.staleness", "--staleness"},
-    {"async.hogwild", "--hogwild"},
-    {"layout.schedule", "--schedule"},
-    {"layout.chunks", "--chunks"},
-    {"layout.replicas", "--workers"},
-    {"layout.stages", "--stages"},
-    {"layout.cuts", "--cuts"},
-    {"global_batch", "--batch"},
-    {"zero", "--zero"},
-    {"allreduce", "--allreduce"},
-    {"optim.kind", "--optimizer"},
-    {"optim.clip", "--clip"},
-    {"optim.lr", "--lr"},
-    {"steps or seconds", "--steps or --seconds"},
-    {"devices", "--devices"},
-    {"seconds", "--seconds"},
-    {"labels", "--labels"},
-    {"layout", "--devices"},
-    {"server", "--server"},
-    {"graphs", "--cuda-graphs"},
-    {"async", "--strategy async"},
-    {"steps", "--steps"},
-    {"model", "--model"},
-    {"trace", "--trace"},
-    {"data", "--data"},
-};
-
-static bool word_char(char c) { return (c >= 'a' && c <= 'z') || c == '_' || c == '.' || c == '-'; }
-
-/* Writes `msg` to f with every field name that stands as a word replaced by its flag. */
-static void print_with_flags(FILE *f, const char *msg) {
-  for (const char *p = msg; *p;) {
-    bool done = false;
-    for (size_t k = 0; k < sizeof field_flags / sizeof *field_flags && !done; k++) {
-      const char *field = field_flags[k].field;
-      const size_t n = strlen(field);
-      const bool anywhere = strpbrk(field, "._") != NULL;
-      if (strncmp(p, field, n) == 0 && (p == msg || (anywhere && !word_char(p[-1]))) &&
-          !word_char(p[n])) {
-        fputs(field_flags[k].flag, f);
-        p += n;
-        done = true;
-      }
-    }
-    if (!done) fputc(*p++, f);
-  }
+/* The run's failure on stderr in one write (the ranks of a job share the terminal), the
+ * fields its message names written as their flags. */
+static void print_failure(const tr_error *e, int rank, int ranks) {
+  char *line = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&line, &len);
+  if (f == NULL) return;
+  if (ranks > 1) fprintf(f, "troupe: rank %d: ", rank);
+  else fputs("troupe: ", f);
+  cli_print_error(f, &cli_train_table, e);
+  fputc('\n', f);
+  fclose(f);
+  fputs(line, stderr);
+  free(line);
 }
 
 int cmd_train(int argc, char **argv) {
-  tr_train_options o = tr_train_defaults();
-  tr_layout_config *layout = &o.job.layout;
-  tr_async_config *async = &o.job.async;
-  int cuts[64];
-  tr_optim_kind optimizer = NULL;
-  double lr = 0, clip = 0;
-  bool json = false, quiet = false, steps_given = false;
-  const char *async_given = NULL; /* the last option that only async reads */
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i], *v;
-    uint64_t u;
-    double d;
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-      usage(stdout);
-      return CLI_OK;
-    } else if (!strcmp(a, "--model")) {
-      if (!cli_value_str(argc, argv, &i, &o.model)) return CLI_USAGE;
-    } else if (!strcmp(a, "--strategy")) {
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_strategy_parse(v, &o.strategy)) {
-        fprintf(stderr, "troupe: --strategy: '%s' is not single, dp, mp, pipeline, hybrid or async\n", v);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--devices")) {
-      if (!cli_value_str(argc, argv, &i, &o.devices)) return CLI_USAGE;
-    } else if (!strcmp(a, "--microbatches")) {
-      if (!cli_value_u64(argc, argv, &i, 1, 1 << 16, &u)) return CLI_USAGE;
-      layout->microbatches = (int)u;
-    } else if (!strcmp(a, "--schedule")) {
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_schedule_kind_parse(v, &layout->schedule)) {
-        fprintf(stderr, "troupe: --schedule: '%s' is not %s\n", v, tr_schedule_kind_list());
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--chunks")) {
-      if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
-      layout->chunks = (int)u;
-    } else if (!strcmp(a, "--recompute")) {
-      o.job.memory.recompute = 1;
-    } else if (!strcmp(a, "--stages")) {
-      if (!cli_value_u64(argc, argv, &i, 1, 64, &u)) return CLI_USAGE;
-      layout->stages = (int)u;
-    } else if (!strcmp(a, "--cuts")) {
-      if (!cli_value_str(argc, argv, &i, &v) || !parse_cuts(v, cuts, &layout->cuts, &layout->ncuts))
-        return CLI_USAGE;
-    } else if (!strcmp(a, "--zero")) {
-      if (!cli_value_u64(argc, argv, &i, 0, 1, &u)) return CLI_USAGE;
-      o.job.zero = (int)u;
-    } else if (!strcmp(a, "--allreduce")) {
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_allreduce_parse(v, &o.job.allreduce)) {
-        fprintf(stderr, "troupe: --allreduce: '%s' is not auto, peer or nccl\n", v);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--workers")) {
-      if (!cli_value_u64(argc, argv, &i, 1, TR_TRAIN_MAX_DEVICES, &u)) return CLI_USAGE;
-      layout->replicas = (int)u;
-      async_given = a;
-    } else if (!strcmp(a, "--staleness")) {
-      if (!cli_value_u64(argc, argv, &i, 0, INT_MAX, &u)) return CLI_USAGE;
-      async->staleness = (int)u;
-      async_given = a;
-    } else if (!strcmp(a, "--dc-lambda")) {
-      if (!cli_value_double(argc, argv, &i, 0, 1e6, &d)) return CLI_USAGE;
-      async->dc_lambda = (float)d;
-      async_given = a;
-    } else if (!strcmp(a, "--momentum-correction")) {
-      async->momentum_correction = 1;
-      async_given = a;
-    } else if (!strcmp(a, "--staleness-lr")) {
-      async->staleness_lr = 1;
-      async_given = a;
-    } else if (!strcmp(a, "--pull-every")) {
-      if (!cli_value_u64(argc, argv, &i, 1, 1 << 20, &u)) return CLI_USAGE;
-      async->pull_every = (int)u;
-      async_given = a;
-    } else if (!strcmp(a, "--hogwild")) {
-      async->hogwild = 1;
-      async_given = a;
-    } else if (!strcmp(a, "--server")) {
-      if (!cli_value_str(argc, argv, &i, &o.server)) return CLI_USAGE;
-      async_given = a;
-    } else if (!strcmp(a, "--steps")) {
-      if (!cli_value_u64(argc, argv, &i, 1, INT64_MAX, &u)) return CLI_USAGE;
-      o.steps = (int64_t)u;
-      steps_given = true;
-    } else if (!strcmp(a, "--seconds")) {
-      if (!cli_value_double(argc, argv, &i, 1e-3, 1e7, &o.seconds)) return CLI_USAGE;
-    } else if (!strcmp(a, "--batch")) {
-      if (!cli_value_u64(argc, argv, &i, 1, 1 << 20, &u)) return CLI_USAGE;
-      o.job.global_batch = (int)u;
-    } else if (!strcmp(a, "--lr")) {
-      if (!cli_value_double(argc, argv, &i, 1e-12, 1e6, &lr)) return CLI_USAGE;
-    } else if (!strcmp(a, "--optimizer")) {
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_optim_kind_parse(v, &optimizer)) {
-        char kinds[256];
-        tr_optim_kind_names(kinds, sizeof kinds);
-        fprintf(stderr, "troupe: --optimizer: '%s' is not one of %s\n", v, kinds);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--clip")) {
-      if (!cli_value_double(argc, argv, &i, 1e-12, 1e12, &clip)) return CLI_USAGE;
-    } else if (!strcmp(a, "--data")) {
-      if (!cli_value_str(argc, argv, &i, &o.data)) return CLI_USAGE;
-    } else if (!strcmp(a, "--labels")) {
-      if (!cli_value_str(argc, argv, &i, &o.labels)) return CLI_USAGE;
-    } else if (!strcmp(a, "--seed")) {
-      if (!cli_value_u64(argc, argv, &i, 0, UINT64_MAX, &o.job.seed)) return CLI_USAGE;
-    } else if (!strcmp(a, "--deterministic")) {
-      o.deterministic = 1;
-    } else if (!strcmp(a, "--precision")) {
-      const char *v;
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_precision_parse(v, &o.job.precision.gemm)) {
-        fprintf(stderr, "troupe: --precision: '%s' is not fp32 or bf16\n", v);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--tf32")) {
-      o.job.precision.tf32 = 1;
-    } else if (!strcmp(a, "--cuda-graphs")) {
-      const char *v;
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_graphs_parse(v, &o.job.graphs)) {
-        fprintf(stderr, "troupe: --cuda-graphs: '%s' is not on or off\n", v);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--trace")) {
-      if (!cli_value_str(argc, argv, &i, &o.trace)) return CLI_USAGE;
-    } else if (!strcmp(a, "--profile-steps")) {
-      if (!cli_value_str(argc, argv, &i, &v) || !parse_steps(v, &o.job.profile)) return CLI_USAGE;
-    } else if (!strcmp(a, "--checkpoint")) {
-      if (!cli_value_str(argc, argv, &i, &o.job.checkpoint.path)) return CLI_USAGE;
-    } else if (!strcmp(a, "--checkpoint-every")) {
-      if (!cli_value_u64(argc, argv, &i, 1, INT64_MAX, &u)) return CLI_USAGE;
-      o.job.checkpoint.every = (int64_t)u;
-    } else if (!strcmp(a, "--resume")) {
-      if (!cli_value_str(argc, argv, &i, &o.job.checkpoint.resume)) return CLI_USAGE;
-    } else if (!strcmp(a, "--json")) {
-      json = true;
-    } else if (!strcmp(a, "--watchdog")) {
-      if (!cli_value_u64(argc, argv, &i, 1, 24 * 3600 * 1000, &u)) return CLI_USAGE;
-      o.watchdog_ms = (int)u;
-    } else if (!strcmp(a, "--data-on")) {
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_data_on_parse(v, &o.job.data_on)) {
-        fprintf(stderr, "troupe: --data-on: '%s' is not auto, host or device\n", v);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--on-nonfinite")) {
-      if (!cli_value_str(argc, argv, &i, &v)) return CLI_USAGE;
-      if (tr_nonfinite_policy_parse(v, &o.job.on_nonfinite)) {
-        fprintf(stderr, "troupe: --on-nonfinite: '%s' is not stop or skip\n", v);
-        return CLI_USAGE;
-      }
-    } else if (!strcmp(a, "--quiet")) {
-      quiet = true;
-    } else {
-      fprintf(stderr, "troupe: train: unknown option '%s' (see troupe train --help)\n", a);
-      return CLI_USAGE;
-    }
-  }
-  if (o.seconds > 0 && !steps_given) o.steps = 0;
-  if (o.seconds > 0 && steps_given) {
-    fprintf(stderr, "troupe: --steps and --seconds: give one of them\n");
-    return CLI_USAGE;
-  }
-  if (async_given && o.strategy != TR_STRATEGY_ASYNC) {
-    fprintf(stderr, "troupe: %s: applies to --strategy async only\n", async_given);
-    return CLI_USAGE;
-  }
-  if (o.job.checkpoint.every && !o.job.checkpoint.path) {
-    fprintf(stderr, "troupe: --checkpoint-every needs --checkpoint FILE\n");
-    return CLI_USAGE;
-  }
-  if (o.labels && !o.data) {
-    fprintf(stderr, "troupe: --labels needs --data FILE.npy\n");
-    return CLI_USAGE;
+  train_args a = {.o = tr_train_defaults()};
+  tr_train_options *o = &a.o;
+  int rc = cli_parse(&cli_train_table, argc, argv, &a, NULL);
+  if (rc != CLI_GO) return rc;
+  if (o->seconds > 0) o->steps = 0; /* --steps excludes --seconds */
+  if (a.cuts.n) {
+    o->job.layout.cuts = a.cuts.v;
+    o->job.layout.ncuts = a.cuts.n;
   }
   /* --optimizer alone: that kind's defaults at the model's learning rate (lr 0) */
-  if (optimizer) o.job.optim = tr_optim_defaults(optimizer, 0);
-  o.job.optim.lr = (float)lr;
-  o.job.optim.clip = (float)clip;
-  o.job.progress = !quiet && isatty(STDERR_FILENO);
-  o.notes = stderr;
+  if (a.optimizer) o->job.optim = tr_optim_defaults(a.optimizer, 0);
+  o->job.optim.lr = a.lr;
+  o->job.optim.clip = a.clip;
+  o->job.progress = !a.quiet && isatty(STDERR_FILENO);
+  o->notes = stderr;
 
   tr_train_result r;
-  char err[1024];
-  int rc = tr_world_open(&o.world, err, sizeof err);
-  const int rank = tr_world_rank(o.world), ranks = tr_world_size(o.world);
-  if (rc == 0) rc = tr_train_run(&o, &r, err, sizeof err);
-  if (rc) { /* one write: the ranks of a job share the terminal */
-    char *line = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&line, &len);
-    if (f) {
-      if (ranks > 1) fprintf(f, "troupe: rank %d: ", rank);
-      else fputs("troupe: ", f);
-      print_with_flags(f, err);
-      fputc('\n', f);
-      fclose(f);
-      fputs(line, stderr);
-      free(line);
-    }
-  }
-  tr_world_close(o.world); /* after a failed run across ranks, ends them all */
+  tr_error e = {0};
+  rc = tr_world_open(&o->world, e.message, sizeof e.message);
+  const int rank = tr_world_rank(o->world), ranks = tr_world_size(o->world);
+  if (rc == 0) rc = tr_train_run_e(o, &r, &e);
+  if (rc) print_failure(&e, rank, ranks);
+  tr_world_close(o->world); /* after a failed run across ranks, ends them all */
   /* A run a signal ended in order has its figures, and exits as the signal would have
    * (128 + its number: 130 for SIGINT, 143 for SIGTERM). */
   const int status = rc == TR_EINTR && r.signal           ? 128 + r.signal
@@ -599,7 +451,7 @@ int cmd_train(int argc, char **argv) {
   double sgemm = NAN;
   if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0 && !r.signal)
     sgemm = cli_sgemm_gflops(2048);
-  if (!quiet) print_summary(&r, sgemm, async->staleness);
-  if (json) print_json(&r, sgemm);
+  if (!a.quiet) print_summary(&r, sgemm, o->job.async.staleness);
+  if (a.json) print_json(&r, sgemm);
   return status;
 }

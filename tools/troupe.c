@@ -35,7 +35,7 @@ int main(int argc, char **argv) {
     printf("troupe %s (message memory: %s)\n", TR_VERSION_STRING, tr_msg_allocator());
     return 0;
   }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+  if (cli_is_help(argv[1]) || !strcmp(argv[1], "help")) {
     usage(stdout);
     return 0;
   }

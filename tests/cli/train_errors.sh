@@ -40,17 +40,21 @@ expect "an unknown data placement" "^troupe: --data-on: 'gpu' is not auto, host 
   --data-on gpu --steps 2
 expect "a file generated on a device" "^troupe: --data-on device: data '.*' cannot be generated" -- \
   --model gpt --data "$0" --data-on device --devices host:1 --steps 2
-expect "zero with async" '^troupe: --zero 1: asynchronous training .*server' -- \
+expect "zero with async" '^troupe: --zero: applies to --strategy dp or hybrid only \(not async\)' -- \
   --strategy async --devices host:2 --zero 1 --steps 2
 expect "allreduce nccl of host devices" '^troupe: --allreduce: nccl asked, but host:0 is a host device' -- \
   --strategy dp --devices host:2 --allreduce nccl --steps 2
-expect "allreduce nccl without a group" '^troupe: --allreduce nccl: single has no replica group' -- \
+expect "allreduce without a group" '^troupe: --allreduce: applies to --strategy dp or hybrid only \(not single\)' -- \
   --strategy single --devices host:1 --allreduce nccl --steps 2
+expect "allreduce nccl without a group" '^troupe: --allreduce nccl: dp has no replica group' -- \
+  --strategy dp --devices host:1 --allreduce nccl --steps 2
 expect "an unknown allreduce" "^troupe: --allreduce: 'ring' is not auto, peer or nccl" -- \
   --strategy dp --devices host:2 --allreduce ring --steps 2
 expect "zero on one device" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 replica' -- \
+  --strategy dp --devices host:1 --zero 1 --steps 2
+expect "zero without replicas" '^troupe: --zero: applies to --strategy dp or hybrid only \(not single\)' -- \
   --strategy single --zero 1 --steps 2
-expect "zero on a pipeline" '^troupe: --zero 1: ZeRO shards .* replicas .*has 1 replica' -- \
+expect "zero on a pipeline" '^troupe: --zero: applies to --strategy dp or hybrid only \(not pipeline\)' -- \
   --strategy pipeline --devices host:2 --zero 1 --steps 2
 expect "zero stage 2" "^troupe: --zero: '2' is not" -- --strategy dp --devices host:2 --zero 2 --steps 2
 expect "chunks without interleaving" '^troupe: --chunks 3: only the interleaved schedule' -- \
@@ -70,4 +74,12 @@ expect "cuts for interleaving" '^troupe: --cuts: 1 boundaries given, 2 stages ×
 expect "no chunks" "^troupe: --chunks: '0' is not" -- --chunks 0 --steps 2
 expect "zb1 in bf16" '^troupe: --schedule zb1: its backward in two halves runs in fp32 only, not with --precision bf16' -- \
   --model mlp --strategy pipeline --devices host:2 --schedule zb1 --precision bf16 --steps 2
+expect "a missing value" '^troupe: --steps needs a value' -- --steps
+expect "an async flag on dp" '^troupe: --hogwild: applies to --strategy async only \(not dp\)' -- \
+  --strategy dp --devices host:2 --hogwild --steps 2
+expect "stages without hybrid" '^troupe: --stages: applies to --strategy hybrid only \(not pipeline\)' -- \
+  --strategy pipeline --devices host:2 --stages 2 --steps 2
+expect "steps and seconds" '^troupe: --steps and --seconds: give one of them' -- --seconds 1 --steps 2
+expect "an unknown option" "^troupe: train: unknown option '--colour' \(see troupe train --help\)" -- \
+  --colour red
 exit $failed
