@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "group.h"
-#include "transport.h"
+#include "collective.h"
 
 TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
 

@@ -7,30 +7,15 @@
 #include <string.h>
 
 #include "clipnorm.h"
+#include "collective.h"
+#include "graph_impl.h"
 #include "tr_file.h"
 #include "group.h"
-#include "transport.h"
 #include "worker.h"
 
-TR_MSGTYPE_DEFINE(tr_batch_type, tr_batch_msg);
-/* one struct, two types with names of their own (a name says what a message is, on the wire
- * and in traces) */
-const tr_msgtype tr_activation_type = {"tr_activation_msg", (uint32_t)sizeof(tr_tensor_msg)};
-const tr_msgtype tr_gradient_type = {"tr_gradient_msg", (uint32_t)sizeof(tr_tensor_msg)};
-TR_MSGTYPE_DEFINE(tr_report_type, tr_report_msg);
+/* tr_protocol.h's messages are protocol.c's; losses: losses.c; parts: checkpoint_io.c; the
+ * end-of-run figures: codec_figures.c (each defined with its wire codec). */
 TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
-TR_MSGTYPE_DEFINE(tr__loss_type, tr__loss_msg);
-TR_MSGTYPE_DEFINE(tr__part_type, tr__part_msg);
-TR_MSGTYPE_DEFINE(tr__done_type, tr__done_msg);
-TR_MSGTYPE_DEFINE(tr__server_done_type, tr__server_done_msg);
-
-tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
-  tr_batch_msg *f = tr_msg_new(&tr_batch_type);
-  *f = (tr_batch_msg){.hdr = f->hdr, .step = b->step, .mb = b->mb, .count = b->count,
-                      .first = b->first, .x = b->x, .y = b->y, .x_bytes = b->x_bytes,
-                      .y_bytes = b->y_bytes};
-  return f;
-}
 
 struct tr_job {
   tr__run run;
@@ -380,7 +365,13 @@ static int connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *ty
 static int connect_report(tr_job *j, tr_actor *from, int source) {
   if (j->coordinator == NULL || from == NULL) return 0;
   tr_edge *e;
-  int rc = connect(j, from, j->coordinator, NULL, "report", TR__REPORT_CREDITS, &e);
+  /* untyped: what a stage or the server reports, each type with its codec */
+  static const tr_msgtype *const reports[] = {&tr__loss_type, &tr__part_type, &tr__done_type,
+                                              &tr__server_done_type, NULL};
+  int rc = tr_graph_connect(j->run.g, &(tr_edge_config){.from = from, .to = j->coordinator,
+                                                        .name = "report", .credits = TR__REPORT_CREDITS,
+                                                        .carries = reports},
+                            &e);
   if (rc == 0) rc = tr__coordinator_add_source(tr_actor_state(j->coordinator), source, e);
   if (rc) return rc;
   if (from == j->server) tr__server_set_report(tr_actor_state(from), e);
@@ -542,28 +533,6 @@ static int connect_clip(tr_job *j, int first, int n) {
   return rc;
 }
 
-/* One round of every rank (tr_world_allgather, in the same order on each) for an NCCL
- * communicator across ranks: rank `owner` makes its id, and each rank says whether it takes
- * part (`yes`; the owner's yes also says the id was made). (*all)[r]: rank r's word, to free.
- * TR_ENOMEM, or TR_ESYS when MPI failed. */
-typedef struct nccl_word {
-  int yes;
-  tr_comm_id id;
-} nccl_word;
-
-static int nccl_round(tr_job *j, int owner, bool yes, nccl_word **all, char *why, size_t size) {
-  tr_world *w = tr__graph_world(j->run.g);
-  nccl_word mine = {0};
-  if (yes)
-    mine.yes = tr_graph_rank(j->run.g) != owner ||
-               tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
-  if (!(*all = calloc((size_t)tr_world_size(w), sizeof **all))) return TR_ENOMEM;
-  if (tr_world_allgather(w, &mine, sizeof mine, *all) == 0) return 0;
-  free(*all);
-  *all = NULL;
-  return TR_ESYS;
-}
-
 /* What carries the tensors of edge `e` from stage `from` to stage `to` when they live on two
  * ranks (tr_edge_carrier_choose): NCCL, on a communicator of the two opened here, or the
  * transport over MPI. Every rank takes part in the same order (the id, made on the
@@ -591,9 +560,10 @@ static int carry(tr_job *j, tr_actor *from, tr_actor *to, tr_edge *e, const char
   }
   const int me = tr_graph_rank(g);
   char why[256] = "";
-  nccl_word *all;
-  const int rc = nccl_round(j, rf, (me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL, &all,
-                            why, sizeof why);
+  tr__comm_word *all;
+  const int rc = tr__dist_comm_round(tr__graph_world(g), rf,
+                                     (me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL, &all,
+                                     why, sizeof why);
   if (rc) return rc;
   const bool both = all[rf].yes && all[rt].yes;
   const tr_comm_id id = all[rf].id;
@@ -693,13 +663,13 @@ static tr_comm *leaders_comm(tr_job *j, tr_actor *const *leaders, const int *ran
                           NULL, 0) || how != TR_ALLREDUCE_NCCL)
     return NULL;
   const int me = tr_graph_rank(g);
-  nccl_word *all;
-  const int rc = nccl_round(j, ranks[0], me == ranks[0], &all, why, size);
+  tr__comm_word *all;
+  const int rc = tr__dist_comm_round(tr__graph_world(g), ranks[0], me == ranks[0], &all, why, size);
   if (rc == TR_ENOMEM) {
     snprintf(why, size, "out of memory");
     return NULL;
   }
-  const nccl_word first = rc ? (nccl_word){0} : all[ranks[0]];
+  const tr__comm_word first = rc ? (tr__comm_word){0} : all[ranks[0]];
   free(all);
   if (rc || !first.yes) {
     if (!why[0]) snprintf(why, size, "rank %d could not make an NCCL id%s", ranks[0], rc ? " (MPI failed)" : "");
@@ -727,7 +697,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
         leaders[nranks++] = members[i];
         break;
       }
-  int rc = tr__transport_group(tr__graph_transport(g), k, ranks, nranks);
+  int rc = tr__graph_sum_group(g, k, ranks, nranks);
   char why[256] = "";
   tr_comm *across = rc == 0 ? leaders_comm(j, leaders, ranks, nranks, why, sizeof why) : NULL;
   for (int rank = 0; rank < size && rc == 0; rank++) {
@@ -742,7 +712,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (rc == 0) rc = connect(j, here[0], transport, &tr__sum_type, "sum", credits, &sum);
     if (rc == 0) rc = connect(j, transport, here[0], &tr__summed_type, "summed", credits, &summed);
     if (rc == 0 && rank == me)
-      rc = tr__transport_group_edges(tr__graph_transport(g), k, sum, summed);
+      rc = tr__graph_sum_edges(g, k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
       tr__stage_span_ranks(tr_actor_state(here[i]), k, i ? NULL : sum, i ? NULL : summed);
     if (rc == 0 && rank == me && (across || why[0])) {
@@ -791,7 +761,9 @@ int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
   const int w = stage_index_of(j, worker);
   if (!j->run.c.async.enabled || server == NULL || server != j->server || w < 0) return TR_EINVAL;
   tr_edge *push, *reply;
-  int rc = connect(j, worker, server, NULL, "push", 1, &push);
+  int rc = tr_graph_connect(j->run.g, &(tr_edge_config){.from = worker, .to = server, .name = "push",
+                                                        .credits = 1, .carries = tr__push_carries},
+                            &push);
   if (rc == 0) rc = connect(j, server, worker, &tr__reply_type, "reply", TR__REPLY_CREDITS, &reply);
   if (rc == 0) rc = tr__stage_set_server(tr_actor_state(worker), push, reply);
   if (rc == 0)

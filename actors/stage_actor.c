@@ -30,7 +30,7 @@
 #include "clipnorm.h"
 #include "group.h"
 #include "inbox.h"
-#include "transport.h"
+#include "collective.h"
 #include "losses.h"
 #include "metrics.h"
 #include "tr_trace.h"

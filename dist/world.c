@@ -1,6 +1,7 @@
-/* world.c — the processes of a job (tr_world.h). Built without MPI, or started without
- * mpirun, a world is this process; under mpirun, MPI is initialised with MPI_THREAD_MULTIPLE
- * (the transport's actor and its progress thread both call MPI). */
+/* world.c — the processes of a job (tr_world.h, world.h). Started without mpirun, a world is
+ * this process; under mpirun, MPI is initialised with MPI_THREAD_MULTIPLE (the transport's
+ * actor and its progress thread both call MPI). Built without MPI, actors/world_solo.c
+ * stands in for this file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,6 @@ int tr_world_open(tr_world **out, char *err, size_t n) {
   if (w == NULL) return tr_errorf(err, n, TR_ENOMEM, "world: out of memory");
   w->size = 1;
   snprintf(w->kind, sizeof w->kind, "one process");
-#ifdef TR_HAVE_MPI
   if (launched_by_mpirun()) {
     int initialised = 0, provided = 0;
     MPI_Initialized(&initialised);
@@ -68,9 +68,6 @@ int tr_world_open(tr_world **out, char *err, size_t n) {
     for (int r = 0; r < w->size; r++) w->clock_offset[r] = now - all[r];
     free(all);
   }
-#else
-  (void)launched_by_mpirun;
-#endif
   opened = w;
   *out = w;
   return 0;
@@ -80,11 +77,9 @@ void tr__world_broken(tr_world *w) { w->broken = true; }
 
 void tr_world_close(tr_world *w) {
   if (w == NULL) return;
-#ifdef TR_HAVE_MPI
   if (w->broken && w->size > 1) MPI_Abort(w->comm, 1); /* does not return */
   if (w->size > 1 || w->mpi) MPI_Comm_free(&w->comm);
   if (w->mpi) MPI_Finalize();
-#endif
   opened = NULL;
   free(w->clock_offset);
   free(w);
@@ -102,13 +97,9 @@ int tr_world_allgather(tr_world *w, const void *mine, size_t bytes, void *all) {
     memmove(all, mine, bytes);
     return 0;
   }
-#ifdef TR_HAVE_MPI
   if (MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, w->comm) != MPI_SUCCESS)
     return TR_ESYS;
   return 0;
-#else
-  return TR_ESTATE;
-#endif
 }
 
 int tr_world_agree(tr_world *w, const char *what, const void *mine, size_t bytes, char *err,

@@ -1,11 +1,11 @@
 /* transport.c — the actor that carries a graph's edges between processes over MPI, one per
- * rank (graph_impl.h).
+ * rank (transport.h).
  *
  * Out: an edge whose consumer lives elsewhere hands each message here; it goes out as its
- * type's bytes (codec.h) in one MPI_Isend to the consumer's rank. In: a progress thread
- * probes for messages from every rank and hands them here; a message is rebuilt pointing into
- * its receive buffer and delivered to its consumer, and the buffer is kept until the consumer
- * gives the edge's credit back — which goes to the producer's rank, whose transport gives it
+ * type's bytes (tr_msg_codec) in one MPI_Isend to the consumer's rank. In: a progress thread
+ * probes for messages from every rank and hands them here; the graph (the host) rebuilds a
+ * message pointing into its receive buffer and delivers it to its consumer, and the buffer is
+ * kept until the consumer gives the edge's credit back — which goes to the producer's rank, whose transport gives it
  * to the edge there. So credits bound what crosses exactly as they bound what is in flight
  * inside a process.
  *
@@ -20,7 +20,7 @@
  * progress but messages that come.
  *
  * Protocols between transports: releases; the end of a timed run (rank 0 gathers every
- * rank's claims and sends the end: graph_impl.h); steps handed out by rank 0; the replica
+ * rank's claims and sends the end); steps handed out by rank 0; the replica
  * groups' sums across ranks (MPI_Allreduce on a communicator per group); a goodbye from
  * every rank to every rank before any leaves (MPI orders each pair's messages, so a goodbye
  * comes after everything sent before it); and an abort, which ends every rank with the text
@@ -33,36 +33,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "codec.h"
+#include "collective.h"
 #include "transport.h"
 #include "world_impl.h"
 
-TR_MSGTYPE_DEFINE(tr__sum_type, tr__sum_msg);
-TR_MSGTYPE_DEFINE(tr__summed_type, tr__summed_msg);
-
-#ifndef TR_HAVE_MPI
-
-/* Without MPI a world is one process: no graph has a transport. */
-int tr__transport_add(tr_graph *g, tr_world *w, tr_actor **out) {
-  (void)g, (void)w;
-  *out = NULL;
-  return TR_ESTATE;
-}
-void tr__transport_send(tr_actor *t, tr_edge *e, tr_msg *m) { (void)t, (void)e, (void)m, TR_ASSERT(0); }
-void tr__transport_release(tr_actor *t, tr_edge *e, int n) { (void)t, (void)e, (void)n, TR_ASSERT(0); }
-void tr__transport_finish(tr_actor *t) { (void)t, TR_ASSERT(0); }
-void tr__transport_take(tr_actor *t, int member) { (void)t, (void)member, TR_ASSERT(0); }
-void tr__transport_locals_done(tr_actor *t) { (void)t, TR_ASSERT(0); }
-int tr__transport_group(tr_actor *t, int group, const int *ranks, int n) {
-  (void)t, (void)group, (void)ranks, (void)n;
-  return TR_ESTATE;
-}
-int tr__transport_group_edges(tr_actor *t, int group, tr_edge *sum, tr_edge *summed) {
-  (void)t, (void)group, (void)sum, (void)summed;
-  return TR_ESTATE;
-}
-
-#else
 
 enum {
   TAG_MSG = 1, TAG_RELEASE, TAG_FINISH, TAG_FREEZE, TAG_FROZEN, TAG_END, TAG_TAKE, TAG_GRANT,
@@ -74,13 +48,14 @@ enum { HEAD = 64, NAME = 48, MAX_GROUPS = 64 };
 
 typedef struct out_msg { /* an edge's message for another rank */
   tr_msg hdr;
-  tr_edge *edge;
+  int rank, edge;
   tr_msg *m;
+  const tr_msg_codec *codec;
 } out_msg;
 
 typedef struct release_msg { /* a consumer here gave credits back */
   tr_msg hdr;
-  int edge, n;
+  int rank, edge, n;
 } release_msg;
 
 enum { CMD_FINISH, CMD_TAKE, CMD_LOCALS_DONE };
@@ -148,7 +123,7 @@ typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the
 } deferred;
 
 typedef struct transport {
-  tr_graph *g;
+  tr__transport_host host; /* the graph whose edges it carries */
   tr_actor *self;
   MPI_Comm world; /* the world's */
   MPI_Comm comm;  /* this run's own duplicate: nothing of an earlier graph's reaches it */
@@ -161,7 +136,7 @@ typedef struct transport {
   int group_ranks[MAX_GROUPS][64], group_n[MAX_GROUPS];
   MPI_Comm group_comm[MAX_GROUPS];
   summer *summers[MAX_GROUPS]; /* where this rank holds members */
-  tr_edge *sum_in[MAX_GROUPS], *summed[MAX_GROUPS]; /* the group's edges with its leader here */
+  int sum_in[MAX_GROUPS], summed[MAX_GROUPS]; /* the group's edges with its leader here */
   /* the end of a timed run (rank 0 gathers); steps handed out */
   bool finishing, asked_finish;
   int frozen;
@@ -248,29 +223,30 @@ static int post_all(transport *t, int tag, const void *p, size_t n) {
   return 0;
 }
 
-static int send_out(transport *t, tr_edge *e, tr_msg *m) {
-  tr__codec scratch;
-  const tr__codec *c = tr__codec_find(m->type->name, e->type, &scratch);
+static int send_out(transport *t, const out_msg *o) {
+  tr_msg *m = o->m;
+  const tr_msg_codec *c = o->codec;
   if (c == NULL) {
+    char edge[256];
+    t->host.describe_edge(t->host.arg, o->edge, edge, sizeof edge);
     tr_msg_free(m);
-    return tr_actor_fail(t->self, TR_EINVAL, "edge '%s' from '%s' to '%s' on rank %d: a '%s' "
-                         "cannot cross processes (no codec knows it)", e->name,
-                         tr_actor_name(e->from), tr_actor_name(e->to),
-                         e->mto->rank, m->type->name);
+    return tr_actor_fail(t->self, TR_EINVAL, "%s on rank %d: a '%s' cannot cross processes "
+                         "(no codec: its type has none, or the edge does not carry it)", edge,
+                         o->rank, m->type->name);
   }
-  const size_t n = c->size(c, m);
+  const size_t n = c->size(m);
   uint8_t *buf = malloc(HEAD + n);
   if (buf == NULL) {
     tr_msg_free(m);
     return TR_ENOMEM;
   }
   memset(buf, 0, HEAD);
-  memcpy(buf, &e->id, sizeof e->id);
+  memcpy(buf, &o->edge, sizeof o->edge);
   snprintf((char *)buf + 8, NAME, "%s", m->type->name);
-  c->put(c, m, buf + HEAD);
+  c->put(m, buf + HEAD);
   if (c->sent) c->sent(m);
   tr_msg_free(m); /* sent: the runtime never saw it */
-  return post(t, e->mto->rank, TAG_MSG, buf, HEAD + n);
+  return post(t, o->rank, TAG_MSG, buf, HEAD + n);
 }
 
 /* ---- receiving ---------------------------------------------------------------------------- */
@@ -302,36 +278,24 @@ static int deliver(transport *t, const in_msg *in) {
   }
   int id;
   memcpy(&id, in->buf, sizeof id);
-  tr_edge *e = tr__graph_edge(t->g, id);
-  char name[NAME + 1] = "";
+  char name[NAME + 1] = "", why[512] = "";
   memcpy(name, in->buf + 8, NAME);
-  tr__codec scratch;
-  const tr__codec *c = e && !e->mto->remote ? tr__codec_find(name, e->type, &scratch) : NULL;
-  tr_msg *m = c ? c->get(c, in->buf + HEAD, in->n - HEAD) : NULL;
-  if (m == NULL) free(in->buf);
-  if (e == NULL || e->mto->remote)
-    return tr_actor_fail(t->self, TR_ESTATE, "rank %d sent a '%s' on edge %d, which has no "
-                         "consumer here: the ranks built different graphs", in->source, name, id);
-  if (m == NULL)
-    return tr_actor_fail(t->self, TR_EINVAL, "edge '%s' from '%s' on rank %d: a '%s' of %zu "
-                         "bytes could not be read", e->name, tr_actor_name(e->from), in->source,
-                         name, in->n);
-  tr__member *to = e->mto;
-  if (atomic_load(&to->done)) { /* its part is over: the run is ending */
-    tr_msg_free(m);
-    free(in->buf);
+  const int rc = t->host.deliver(t->host.arg, in->source, id, name, in->buf + HEAD,
+                                 in->n - HEAD, why, sizeof why);
+  if (rc == 0 && id >= 0 && id < t->nheld) {
+    hold(&t->held[id], in->buf);
     return 0;
   }
-  m->from = e->from;
-  hold(&t->held[id], in->buf);
-  tr_actor_send(e->to, m);
+  free(in->buf);
+  if (rc < 0) return tr_actor_fail(t->self, rc, "%s", why);
+  TR_ASSERT(rc == 1); /* its part is over: the run is ending */
   return 0;
 }
 
 /* ---- the end of a timed run, and shared steps ---------------------------------------------- */
 
 static int grant(transport *t, int rank, int member) {
-  const int64_t step = tr__graph_take_local(t->g);
+  const int64_t step = t->host.take(t->host.arg);
   if (step == -2) { /* asked again once the end is known */
     deferred *d = malloc(sizeof *d);
     if (d == NULL) return TR_ENOMEM;
@@ -347,7 +311,7 @@ static int grant(transport *t, int rank, int member) {
 }
 
 static int end_at(transport *t, int64_t end) {
-  tr__graph_set_end(t->g, end);
+  t->host.set_end(t->host.arg, end);
   int rc = 0;
   while (t->deferred && rc == 0) {
     deferred *d = t->deferred;
@@ -363,7 +327,7 @@ static int start_finish(transport *t) {
   if (t->finishing) return 0;
   t->finishing = true;
   t->frozen = 1;
-  t->frozen_max = tr__graph_freeze(t->g);
+  t->frozen_max = t->host.freeze(t->host.arg);
   return post_all(t, TAG_FREEZE, NULL, 0);
 }
 
@@ -380,7 +344,7 @@ static int frozen(transport *t, int64_t claimed) {
 static void maybe_done(transport *t) {
   if (t->done || !t->said_bye || t->byes < t->size - 1) return;
   t->done = true;
-  tr_graph_done(t->g, t->self);
+  t->host.done(t->host.arg, t->self);
 }
 
 /* ---- sums across ranks ---------------------------------------------------------------------- */
@@ -493,13 +457,12 @@ static void stop_summer(summer *u) {
 }
 
 /* The sum is in place: its credit back, and the leader told on its "summed" edge. */
-static int sum_complete(transport *t, const tr__sum_msg *s, tr_edge *from) {
-  tr_edge_release(from, 1);
-  tr_edge *reply = t->summed[s->group];
+static int sum_complete(transport *t, const tr__sum_msg *s) {
+  t->host.release(t->host.arg, t->sum_in[s->group], 1);
   tr__summed_msg *d = tr_msg_new(&tr__summed_type);
   d->bucket = s->bucket;
   d->step = s->step;
-  return tr_edge_send_control(reply, d);
+  return t->host.send(t->host.arg, t->summed[s->group], &d->hdr);
 }
 
 /* ---- the actor ------------------------------------------------------------------------------ */
@@ -512,14 +475,10 @@ static int on_incoming(transport *t, in_msg *in) {
   if (in->n >= sizeof i64) memcpy(&i64, in->buf, sizeof i64);
   switch (in->tag) {
     case TAG_MSG: return deliver(t, in); /* keeps the buffer */
-    case TAG_RELEASE: {
-      tr_edge *e = tr__graph_edge(t->g, i32[0]);
-      if (e && !e->mfrom->remote) tr_edge_release(e, i32[1]);
-      break;
-    }
+    case TAG_RELEASE: t->host.release(t->host.arg, i32[0], i32[1]); break;
     case TAG_FINISH: rc = start_finish(t); break;
     case TAG_FREEZE: {
-      const int64_t claimed = tr__graph_freeze(t->g);
+      const int64_t claimed = t->host.freeze(t->host.arg);
       rc = post_copy(t, 0, TAG_FROZEN, &claimed, sizeof claimed);
       break;
     }
@@ -529,7 +488,7 @@ static int on_incoming(transport *t, in_msg *in) {
     case TAG_GRANT: {
       int64_t step = -1;
       if (in->n >= 8 + sizeof step) memcpy(&step, in->buf + 8, sizeof step);
-      tr__graph_grant(t->g, i32[0], step);
+      t->host.grant(t->host.arg, i32[0], step);
       break;
     }
     case TAG_BYE:
@@ -549,18 +508,6 @@ static int on_incoming(transport *t, in_msg *in) {
   return rc;
 }
 
-/* The names of the actors that live on `rank`, for a message about it. */
-static void actors_of(const transport *t, int rank, char *buf, size_t size) {
-  size_t len = 0;
-  buf[0] = 0;
-  for (int i = 0; i < tr__graph_member_count(t->g) && len < size; i++) {
-    const tr__member *m = tr__graph_member(t->g, i);
-    if (m->rank == rank && m->actor != t->self)
-      len += (size_t)snprintf(buf + len, size - len, "%s'%s'", len ? ", " : "",
-                              tr_actor_name(m->actor));
-  }
-}
-
 static int transport_receive(tr_actor *self, tr_msg *msg) {
   transport *t = tr_actor_state(self);
   if (t->done) {
@@ -569,20 +516,19 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
     return 0;
   }
   if (msg->type == &out_type) {
-    const out_msg *o = (const out_msg *)msg;
-    return send_out(t, o->edge, o->m);
+    return send_out(t, (const out_msg *)msg);
   }
   if (msg->type == &release_type) {
     const release_msg *r = (const release_msg *)msg;
-    tr_edge *e = tr__graph_edge(t->g, r->edge);
+    TR_ASSERT(r->edge >= 0 && r->edge < t->nheld);
     unhold(&t->held[r->edge], r->n);
     const int32_t wire[2] = {r->edge, r->n};
-    return post_copy(t, e->mfrom->rank, TAG_RELEASE, wire, sizeof wire);
+    return post_copy(t, r->rank, TAG_RELEASE, wire, sizeof wire);
   }
   if (msg->type == &in_type) return on_incoming(t, (in_msg *)msg);
   if (msg->type == &tr__sum_type) {
     const tr__sum_msg *s = (const tr__sum_msg *)msg;
-    return s->complete ? sum_complete(t, s, t->sum_in[s->group]) : start_sum(t, s);
+    return s->complete ? sum_complete(t, s) : start_sum(t, s);
   }
   if (msg->type == &broken_type) {
     const broken_msg *b = (const broken_msg *)msg;
@@ -590,14 +536,14 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
     t->remote_failure = true;
     if (b->rank < 0)
       return tr_actor_fail(self, TR_ESYS, "a sum across ranks failed: %s", b->why);
-    actors_of(t, b->rank, who, sizeof who);
+    t->host.describe_rank(t->host.arg, b->rank, who, sizeof who);
     return tr_actor_fail(self, TR_ESYS, "rank %d cannot be reached (it runs %s): %s", b->rank,
                          who, b->why);
   }
   if (msg->type == &silent_type) {
     const silent_msg *s = (const silent_msg *)msg;
     char who[512];
-    actors_of(t, s->rank, who, sizeof who);
+    t->host.describe_rank(t->host.arg, s->rank, who, sizeof who);
     t->remote_failure = true;
     return tr_actor_fail(self, TR_ETIMEDOUT, "rank %d has not been heard from for %.1f s (it "
                          "runs %s): it stopped, or its host did", s->rank, s->seconds, who);
@@ -624,7 +570,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
         return 0;
     }
   }
-  return 0; /* tr_graph_end_msg: nothing to do */
+  return 0; /* the graph's end of the run: nothing to do */
 }
 
 /* ---- the progress thread -------------------------------------------------------------------- */
@@ -724,7 +670,7 @@ static void *progress(void *arg) {
 static int transport_start(tr_actor *self) {
   transport *t = tr_actor_state(self);
   t->self = self;
-  t->nheld = tr__graph_edge_count(t->g);
+  t->nheld = t->host.edge_count(t->host.arg);
   t->held = calloc((size_t)t->nheld + 1, sizeof *t->held);
   t->heard = calloc((size_t)t->size, sizeof *t->heard);
   t->reported = calloc((size_t)t->size, sizeof *t->reported);
@@ -807,54 +753,46 @@ static void transport_destroy(void *state) {
   free(t);
 }
 
-static const tr_behaviour transport_behaviour = {.name = "transport",
+const tr_behaviour tr__transport_behaviour = {.name = "transport",
                                                  .start = transport_start,
                                                  .receive = transport_receive,
                                                  .stop = transport_stop,
                                                  .destroy = transport_destroy};
 
-/* Every rank's transport, in rank order (so members 0 .. size − 1 of every rank's graph):
- * this rank's is the actor, the others placeholders that the groups' edges name. */
-int tr__transport_add(tr_graph *g, tr_world *w, tr_actor **out) {
+int tr__transport_new(tr_world *w, const tr__transport_host *host, int watchdog_ms,
+                      void **state) {
+  *state = NULL;
   transport *t = calloc(1, sizeof *t);
   if (t == NULL) return TR_ENOMEM;
-  t->g = g;
+  t->host = *host;
   t->world = w->comm;
   t->comm = MPI_COMM_NULL;
   t->rank = w->rank;
   t->size = w->size;
-  const int watchdog = tr__graph_watchdog_ms(g);
-  t->limit_ns = (uint64_t)(watchdog > 0 ? watchdog : 60000) * 1000000ull;
+  t->limit_ns = (uint64_t)(watchdog_ms > 0 ? watchdog_ms : 60000) * 1000000ull;
   for (int k = 0; k < MAX_GROUPS; k++) t->group_comm[k] = MPI_COMM_NULL;
   pthread_mutex_init(&t->lock, NULL);
-  int rc = 0;
-  for (int r = 0; r < w->size && rc == 0; r++) {
-    char name[32];
-    snprintf(name, sizeof name, "transport%d", r);
-    tr_actor *a;
-    rc = tr_graph_add_on(
-        g, r,
-        &(tr_actor_config){.name = name, .kind = TR_ACTOR_PINNED,
-                           .behaviour = &transport_behaviour, .state = r == w->rank ? t : NULL},
-        &a);
-    if (rc == 0 && r == w->rank) *out = a, t = NULL; /* the graph owns it now */
-  }
-  if (t) transport_destroy(t);
-  return rc;
+  *state = t;
+  return 0;
 }
 
-/* ---- what the graph and the job hand it ------------------------------------------------------ */
+void tr__transport_free(void *state) { transport_destroy(state); }
 
-void tr__transport_send(tr_actor *a, tr_edge *e, tr_msg *m) {
+/* ---- what the graph and its actors hand it ------------------------------------------------------ */
+
+void tr__transport_send(tr_actor *a, int rank, int edge, tr_msg *m, const tr_msg_codec *codec) {
   out_msg *o = tr_msg_new(&out_type);
-  o->edge = e;
+  o->rank = rank;
+  o->edge = edge;
   o->m = m;
+  o->codec = codec;
   tr_actor_send(a, o);
 }
 
-void tr__transport_release(tr_actor *a, tr_edge *e, int n) {
+void tr__transport_release(tr_actor *a, int rank, int edge, int n) {
   release_msg *r = tr_msg_new(&release_type);
-  r->edge = e->id;
+  r->rank = rank;
+  r->edge = edge;
   r->n = n;
   tr_actor_send(a, r);
 }
@@ -879,12 +817,10 @@ int tr__transport_group(tr_actor *a, int group, const int *ranks, int n) {
   return 0;
 }
 
-int tr__transport_group_edges(tr_actor *a, int group, tr_edge *sum, tr_edge *summed) {
+int tr__transport_group_edges(tr_actor *a, int group, int sum, int summed) {
   transport *t = tr_actor_state(a);
   if (group < 0 || group >= t->ngroups) return TR_EINVAL;
   t->sum_in[group] = sum;
   t->summed[group] = summed;
   return 0;
 }
-
-#endif
