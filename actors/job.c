@@ -338,8 +338,10 @@ static int add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const 
   return rc;
 }
 
-/* Actors live where their device is: a device list of tr_world_devices names the rank. */
-static int rank_of(const tr_device *dev) { return tr_device_get_info(dev)->rank; }
+/* Actors live where their device is: the world says whose (tr_world_devices). */
+static int rank_of(const tr_job *j, const tr_device *dev) {
+  return tr_world_device_rank(tr__graph_world(j->run.g), dev);
+}
 
 static int stage_index_of(const tr_job *j, const tr_actor *a) {
   const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
@@ -389,7 +391,7 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
   if (!dev && tr_world_size(tr__graph_world(j->run.g)) > 1)
     return TR_ESTATE; /* across processes, its rank is its first stage's: add that first */
   void *state = tr__loader_new(&j->run, replica);
-  int rc = add(j, dev ? rank_of(dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
+  int rc = add(j, dev ? rank_of(j, dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
                &tr__loader_behaviour, state, out);
   if (rc) return rc;
   j->loaders[replica] = *out;
@@ -409,7 +411,7 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
   else if (c->layout.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
   else snprintf(name, sizeof name, "stage%d", stage);
-  int rc = add(j, rank_of(dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
+  int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
   j->stages[i] = *out;
@@ -450,7 +452,7 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
 
 int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
   if (!j->run.c.async.enabled || j->server || dev == NULL) return TR_EINVAL;
-  int rc = add(j, rank_of(dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
+  int rc = add(j, rank_of(j, dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
                tr__server_new(&j->run, dev), &j->server);
   *out = j->server;
   if (rc == 0) rc = connect_report(j, j->server, j->run.c.layout.replicas);
@@ -546,14 +548,14 @@ static int carry(tr_job *j, tr_actor *from, tr_actor *to, tr_edge *e, const char
   tr_device *dev[2] = {tr__stage_device(tr_actor_state(from)), tr__stage_device(tr_actor_state(to))};
   const tr_device_info *in[2] = {tr_device_get_info(dev[0]), tr_device_get_info(dev[1])};
   tr_edge_carrier how = TR_EDGE_CARRIER_MPI;
-  if (tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], tr_comm_library() != NULL, &how,
-                             NULL, 0))
+  if (tr_edge_carrier_choose(j->run.c.allreduce, in[0], rf, in[1], rt, tr_comm_library() != NULL,
+                             &how, NULL, 0))
     return TR_EINVAL;
   /* Whether the ranks go round for a communicator is decided on what every rank knows
    * alike: the devices and the option, as if every build had NCCL (each end's own build
    * then says yes or no in the round) */
   tr_edge_carrier able;
-  tr_edge_carrier_choose(j->run.c.allreduce, in[0], in[1], true, &able, NULL, 0);
+  tr_edge_carrier_choose(j->run.c.allreduce, in[0], rf, in[1], rt, true, &able, NULL, 0);
   if (able != TR_EDGE_CARRIER_NCCL) {
     j->run.edges_mpi++;
     return 0;
@@ -635,7 +637,8 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits, bool nc
   tr_allreduce how = TR_ALLREDUCE_PEER;
   char why[256] = "";
   if (rc == 0 && here && nccl &&
-      tr_allreduce_choose(j->run.c.allreduce, infos, n, tr_comm_library() != NULL, &how, NULL, 0))
+      tr_allreduce_choose(j->run.c.allreduce, infos, NULL, n, tr_comm_library() != NULL, &how,
+                          NULL, 0))
     rc = TR_EINVAL; /* tr_train_run says why, first */
   if (rc == 0 && how == TR_ALLREDUCE_NCCL) {
     tr_comm *comms[TR_TRAIN_MAX_DEVICES] = {NULL};
@@ -659,8 +662,8 @@ static tr_comm *leaders_comm(tr_job *j, tr_actor *const *leaders, const int *ran
   tr_device_info infos[TR_TRAIN_MAX_DEVICES];
   member_infos(leaders, nranks, devs, infos);
   tr_allreduce how;
-  if (tr_allreduce_choose(j->run.c.allreduce, infos, nranks, tr_comm_library() != NULL, &how,
-                          NULL, 0) || how != TR_ALLREDUCE_NCCL)
+  if (tr_allreduce_choose(j->run.c.allreduce, infos, ranks, nranks, tr_comm_library() != NULL,
+                          &how, NULL, 0) || how != TR_ALLREDUCE_NCCL)
     return NULL;
   const int me = tr_graph_rank(g);
   tr__comm_word *all;

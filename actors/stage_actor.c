@@ -619,7 +619,7 @@ static int send_tensor(stage_actor *a, tr_edge *e, ring *h, wire *w, const tr_ms
                        const void *data, size_t bytes, tr_event *ev, const tr_action *act) {
   const void *carried = data;
   if (w->comm) {
-    carried = NULL; /* the message goes without its bytes (codec.h) */
+    carried = NULL; /* the message goes without its bytes (protocol.c's codec) */
   } else if (h->buf) { /* for another process: a host copy, complete before it goes */
     int k;
     uint8_t *copy = ring_take(h, &k);

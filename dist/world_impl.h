@@ -17,6 +17,13 @@ struct tr_world {
   int64_t *clock_offset; /* [rank]: add to that rank's tr_now_ns() for this rank's clock */
   bool broken;      /* a run across its ranks failed: it ends with MPI_Abort */
   MPI_Comm comm;    /* a duplicate of MPI_COMM_WORLD for troupe's own traffic, errors returned */
+  /* which rank owns each device of the lists tr_world_devices made (the device layer knows
+   * nothing of ranks): newest last */
+  struct tr__world_owner {
+    const tr_device *dev;
+    int rank;
+  } *owners;
+  int nowners;
 };
 
 #endif
