@@ -89,7 +89,9 @@ static inline int tr__graph_remote_open(tr_graph *g, tr_actor **transport) {
 static inline void tr__graph_remote_send(tr_edge *e, tr_msg *m) { (void)e, (void)m, TR_ASSERT(0); }
 static inline void tr__graph_remote_release(tr_edge *e, int n) { (void)e, (void)n, TR_ASSERT(0); }
 static inline void tr__graph_remote_finish(tr_graph *g) { (void)g, TR_ASSERT(0); }
-static inline void tr__graph_remote_take(tr_graph *g, int member) { (void)g, (void)member, TR_ASSERT(0); }
+static inline void tr__graph_remote_take(tr_graph *g, int member) {
+  (void)g, (void)member, TR_ASSERT(0);
+}
 static inline void tr__graph_remote_locals_done(tr_graph *g) { (void)g, TR_ASSERT(0); }
 static inline int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n) {
   (void)g, (void)group, (void)ranks, (void)n;

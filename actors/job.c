@@ -370,9 +370,9 @@ static int connect_report(tr_job *j, tr_actor *from, int source) {
   /* untyped: what a stage or the server reports, each type with its codec */
   static const tr_msgtype *const reports[] = {&tr__loss_type, &tr__part_type, &tr__done_type,
                                               &tr__server_done_type, NULL};
-  int rc = tr_graph_connect(j->run.g, &(tr_edge_config){.from = from, .to = j->coordinator,
-                                                        .name = "report", .credits = TR__REPORT_CREDITS,
-                                                        .carries = reports},
+  int rc = tr_graph_connect(j->run.g,
+                            &(tr_edge_config){.from = from, .to = j->coordinator, .name = "report",
+                                              .credits = TR__REPORT_CREDITS, .carries = reports},
                             &e);
   if (rc == 0) rc = tr__coordinator_add_source(tr_actor_state(j->coordinator), source, e);
   if (rc) return rc;

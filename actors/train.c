@@ -300,8 +300,10 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
     const tr_device *d0 = tr_device_list_get(rn->devices, s);
     int m = 0, rank0 = tr_world_device_rank(o->world, d0);
     bool one_rank = true;
-    for (int r = 0; r < l->replicas; r++)
-      one_rank &= tr_world_device_rank(o->world, tr_device_list_get(rn->devices, r * l->stages + s)) == rank0;
+    for (int r = 0; r < l->replicas; r++) {
+      const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
+      one_rank &= tr_world_device_rank(o->world, d) == rank0;
+    }
     for (int r = 0; r < l->replicas; r++) {
       const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
       const int rank = tr_world_device_rank(o->world, d);

@@ -433,7 +433,7 @@ int tr__transport_new(tr_world *w, const tr__transport_host *host, int watchdog_
 
 void tr__transport_free(void *state) { transport_destroy(state); }
 
-/* ---- what the graph and its actors hand it ------------------------------------------------------ */
+/* ---- what the graph and its actors hand it ---------------------------------------------- */
 
 void tr__transport_send(tr_actor *a, int rank, int edge, tr_msg *m, const tr_msg_codec *codec) {
   out_msg *o = tr_msg_new(&out_type);

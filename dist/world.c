@@ -190,7 +190,8 @@ int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *
       continue;
     }
     for (int i = 0; rc == 0 && i < counts[r]; i++) {
-      rc = tr_device_list_add_placeholder(list, at, &all[(size_t)r * (size_t)most + (size_t)i].info);
+      const tr_device_info *info = &all[(size_t)r * (size_t)most + (size_t)i].info;
+      rc = tr_device_list_add_placeholder(list, at, info);
       rank_of[at++] = r;
     }
   }
