@@ -62,7 +62,9 @@ typedef struct tr_msgtype {
  * `in` (the receiver keeps those bytes until the message's edge credit comes back). `get`
  * returns NULL for bytes it refuses: they come from another process and may be anything.
  * `sent`, optional, frees what the sent message owned once it is written (arrays its
- * receiver would have freed). The generic pieces to build one with are runtime/codec.h's. */
+ * receiver would have freed). A type without pointers needs none; one with them writes the
+ * struct and then what it points at (inside the library, runtime/codec.h has the pieces the
+ * built-in codecs are made of). */
 struct tr_msg_codec {
   size_t (*size)(const struct tr_msg *m);
   void (*put)(const struct tr_msg *m, uint8_t *out);
