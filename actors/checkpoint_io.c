@@ -7,13 +7,17 @@
  * names with a prefix ("momentum.0.weight", "adam_m.0.weight", "adam_v.0.weight"), so that
  * PyTorch sees the weights as they are. The data of step k is a function of (seed, k)
  * (tr_data.h), so the step is the whole RNG state of the loader.
+ *
+ * Also the parts' message (tr__part_type) and its wire codec: a part crosses processes with
+ * its arrays, which the coordinator takes over.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tr_checkpoint.h"
+#include "codec.h"
 #include "job_impl.h"
+#include "tr_checkpoint.h"
 
 /* The optimizer state's tensors: how many copies of the parameters, and their names (the
  * kind's table, tr_optim.h: "<state name>.<tensor>"). */
@@ -282,3 +286,49 @@ int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t er
   tr__part_free(&p);
   return rc;
 }
+
+/* ---- a part as bytes (tr_msg_codec): its arrays, which the coordinator takes over ------------
+ * A shard of the optimizer state (ZeRO) may come without the parameters. */
+
+static tr__codec_layout part_layout(const tr__part *p) {
+  const size_t bytes[2] = {p->params ? tr__codec_floats(p->numel) : 0,
+                           tr__codec_floats(p->state_numel)};
+  return tr__codec_lay(sizeof(tr__part_msg), bytes, 2);
+}
+
+static size_t part_size(const tr_msg *m) {
+  return part_layout(&((const tr__part_msg *)m)->part).total;
+}
+
+static void part_put(const tr_msg *m, uint8_t *out) {
+  const tr__part *p = &((const tr__part_msg *)m)->part;
+  const tr__codec_layout l = part_layout(p);
+  tr__codec_put_struct(m, out);
+  if (l.bytes[0]) memcpy(out + l.at[0], p->params, l.bytes[0]);
+  if (l.bytes[1]) memcpy(out + l.at[1], p->state, l.bytes[1]);
+}
+
+static tr_msg *part_get(const tr_msgtype *type, const uint8_t *in, size_t n) {
+  tr__part_msg *pm = (tr__part_msg *)tr__codec_get_struct(type, in, n, sizeof *pm - sizeof(tr_msg));
+  if (pm == NULL) return NULL;
+  tr__part *p = &pm->part;
+  const tr__codec_layout l = part_layout(p); /* params: the sender's pointer, or NULL */
+  const bool params = p->params != NULL;
+  p->params = p->state = NULL;
+  if (l.total <= n && p->shard_offset <= p->numel && p->shard_numel <= p->numel - p->shard_offset) {
+    p->params = params ? tr__codec_copy_out(in, l.at[0], l.bytes[0]) : NULL;
+    p->state = tr__codec_copy_out(in, l.at[1], l.bytes[1]);
+  }
+  if ((params && !p->params) || !p->state) {
+    tr__part_free(p);
+    tr_msg_free(pm);
+    return NULL;
+  }
+  return &pm->hdr;
+}
+
+static void part_sent(tr_msg *m) { tr__part_free(&((tr__part_msg *)m)->part); }
+
+static const tr_msg_codec part_codec = {.size = part_size, .put = part_put, .get = part_get,
+                                        .sent = part_sent};
+TR_MSGTYPE_DEFINE_CODEC(tr__part_type, tr__part_msg, &part_codec);

@@ -4,7 +4,8 @@
 
 #include "clipnorm.h"
 
-TR_MSGTYPE_DEFINE(tr__norm_type, tr__norm_msg);
+/* flat: a norm crosses processes byte for byte */
+TR_MSGTYPE_DEFINE_CODEC(tr__norm_type, tr__norm_msg, &tr_msg_codec_flat);
 
 enum { IDLE, MEASURING, GATHERING };
 

@@ -16,7 +16,7 @@
 
 #include "graph_impl.h"
 #include "losses.h"
-#include "world_impl.h"
+#include "world.h"
 
 enum { PENDING = 4,              /* checkpoints being assembled at once */
        PROGRESS_NS = 100 * 1000 * 1000 };

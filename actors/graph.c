@@ -28,8 +28,7 @@
 
 #include "graph_impl.h"
 #include "tr_trace.h"
-#include "transport.h"
-#include "world_impl.h"
+#include "world.h"
 
 TR_MSGTYPE_DEFINE(tr_edge_credit_type, tr_edge_credit_msg);
 TR_MSGTYPE_DEFINE(tr_graph_end_type, tr_graph_end_msg);
@@ -123,7 +122,7 @@ int tr_graph_set_world(tr_graph *g, tr_world *w) {
   g->world = w;
   g->rank = tr_world_rank(w);
   if (tr_world_size(w) == 1) return 0;
-  return tr__transport_add(g, w, &g->transport);
+  return tr__graph_remote_open(g, &g->transport);
 }
 
 int tr_graph_rank(const tr_graph *g) { return g->rank; }
@@ -239,6 +238,7 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
                  .from = c->from,
                  .to = c->to,
                  .type = c->type,
+                 .carries = c->carries,
                  .name = c->name ? c->name : c->type->name,
                  .credits = c->credits,
                  .wake_at = wake_at,
@@ -279,7 +279,7 @@ void tr_edge_send(tr_edge *e, void *msg) {
   TR_ASSERT(e->type == NULL || m->type == e->type);
   m->from = e->from;
   if (e->mto->remote) {
-    tr__transport_send(e->g->transport, e, m);
+    tr__graph_remote_send(e, m);
   } else {
     tr_trace_flow(m, e->name);
     tr_actor_send(e->to, m);
@@ -307,7 +307,7 @@ static void send_credit(tr_edge *e, int count) {
 
 void tr_edge_release(tr_edge *e, int n) {
   if (e->mfrom->remote) { /* the producer's credits are kept where it lives */
-    tr__transport_release(e->g->transport, e, n);
+    tr__graph_remote_release(e, n);
     return;
   }
   int now = atomic_fetch_add(&e->available, n) + n;
@@ -372,7 +372,7 @@ int64_t tr_graph_take_step(tr_graph *g, tr_actor *self) {
   }
   if (!m->asked) {
     m->asked = true;
-    tr__transport_take(g->transport, m->id);
+    tr__graph_remote_take(g, m->id);
   }
   return -2;
 }
@@ -408,7 +408,7 @@ static void tell_end(tr_graph *g, int64_t end) {
 
 void tr_graph_finish(tr_graph *g) {
   if (g->transport) { /* the ranks agree on the end first */
-    tr__transport_finish(g->transport);
+    tr__graph_remote_finish(g);
     return;
   }
   int64_t c = atomic_fetch_or(&g->claimed, STOP);
@@ -436,7 +436,7 @@ void tr_graph_done(tr_graph *g, tr_actor *self) {
   /* With a transport, the run is over once it has said goodbye to the other ranks: it is
    * told when it is the last of this rank's actors left. */
   if (done == g->nwaited) tr_system_stop(g->sys, 0);
-  else if (g->transport && done == g->nwaited - 1) tr__transport_locals_done(g->transport);
+  else if (g->transport && done == g->nwaited - 1) tr__graph_remote_locals_done(g);
 }
 
 void tr_graph_print(tr_graph *g, FILE *f) {

@@ -1,10 +1,13 @@
-/* graph_impl.h — the inside of a graph, for its transport (transport.c): actors and edges by
- * number, which process each lives in, and the steps of the run as the ranks agree on them.
+/* graph_impl.h — the inside of a graph (graph.c), for its remote side (graph_remote.c) and the
+ * wiring: actors and edges by number, which process each lives in, and the steps of the run
+ * as the ranks agree on them.
  *
  * Every rank of a job builds the same graph, in the same order: actor i and edge i are the
  * same on every rank, and each actor lives on one rank (a placeholder stands for it on the
- * others). An edge whose consumer lives elsewhere hands its messages to the transport; one
- * whose producer lives elsewhere hands the consumer's releases to it.
+ * others). An edge whose consumer lives elsewhere hands its messages to the transport
+ * (dist/transport.h, through graph_remote.c); one whose producer lives elsewhere hands the
+ * consumer's releases to it. Built without MPI, a graph has no remote side: the calls below
+ * that reach it are never made, and stand-ins here say so.
  */
 #ifndef TR_GRAPH_IMPL_H
 #define TR_GRAPH_IMPL_H
@@ -20,6 +23,7 @@ struct tr_edge {
   int id;
   tr_actor *from, *to;
   const tr_msgtype *type;
+  const tr_msgtype *const *carries; /* an untyped edge's types (tr_edge_config.carries) */
   const char *name;
   int credits, wake_at;
   bool notify;
@@ -44,15 +48,7 @@ typedef struct tr__member {
   struct tr__member *next;
 } tr__member;
 
-/* The messages a rank's transport takes from the graph and its actors. */
-void tr__transport_send(tr_actor *transport, tr_edge *e, tr_msg *m);
-void tr__transport_release(tr_actor *transport, tr_edge *e, int n);
-void tr__transport_finish(tr_actor *transport); /* this rank wants the run to end */
-void tr__transport_take(tr_actor *transport, int member);
-void tr__transport_locals_done(tr_actor *transport);
-int tr__transport_add(tr_graph *g, tr_world *w, tr_actor **out);
-
-/* What the transport asks of the graph. */
+/* The graph's numbers, for its remote side. */
 tr_edge *tr__graph_edge(const tr_graph *g, int id);
 int tr__graph_edge_count(const tr_graph *g);
 tr__member *tr__graph_member(const tr_graph *g, int id);
@@ -73,5 +69,43 @@ void tr__graph_set_end(tr_graph *g, int64_t end);
 int64_t tr__graph_take_local(tr_graph *g);
 /* A step rank 0 handed member `id` of this rank. */
 void tr__graph_grant(tr_graph *g, int id, int64_t step);
+
+/* ---- the remote side (graph_remote.c, built with MPI) --------------------------------------
+ * remote_open: the transports of every rank, members 0 .. size − 1 (this rank's the actor,
+ * the others placeholders that the groups' edges name). The rest hand things to this rank's
+ * transport. sum_group, sum_edges: a replica group across ranks (dist/collective.h), wired
+ * the same on every rank; transport_on: rank `rank`'s transport, for the group's edges. */
+#ifdef TR_HAVE_MPI
+int tr__graph_remote_open(tr_graph *g, tr_actor **transport);
+void tr__graph_remote_send(tr_edge *e, tr_msg *m);
+void tr__graph_remote_release(tr_edge *e, int n);
+void tr__graph_remote_finish(tr_graph *g);
+void tr__graph_remote_take(tr_graph *g, int member);
+void tr__graph_remote_locals_done(tr_graph *g);
+int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n);
+int tr__graph_sum_edges(tr_graph *g, int group, tr_edge *sum, tr_edge *summed);
+#else
+static inline int tr__graph_remote_open(tr_graph *g, tr_actor **transport) {
+  (void)g, (void)transport;
+  return TR_ESTATE; /* a world of one process has no other */
+}
+static inline void tr__graph_remote_send(tr_edge *e, tr_msg *m) { (void)e, (void)m, TR_ASSERT(0); }
+static inline void tr__graph_remote_release(tr_edge *e, int n) { (void)e, (void)n, TR_ASSERT(0); }
+static inline void tr__graph_remote_finish(tr_graph *g) { (void)g, TR_ASSERT(0); }
+static inline void tr__graph_remote_take(tr_graph *g, int member) {
+  (void)g, (void)member, TR_ASSERT(0);
+}
+static inline void tr__graph_remote_locals_done(tr_graph *g) { (void)g, TR_ASSERT(0); }
+static inline int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n) {
+  (void)g, (void)group, (void)ranks, (void)n;
+  return TR_ESTATE;
+}
+static inline int tr__graph_sum_edges(tr_graph *g, int group, tr_edge *sum, tr_edge *summed) {
+  (void)g, (void)group, (void)sum, (void)summed;
+  return TR_ESTATE;
+}
+#endif
+tr_actor *tr__graph_transport(const tr_graph *g); /* this rank's; NULL in a world of one */
+tr_actor *tr__graph_transport_on(const tr_graph *g, int rank);
 
 #endif

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "group.h"
-#include "transport.h"
+#include "collective.h"
 
 TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
 
@@ -23,8 +23,8 @@ int tr_allreduce_parse(const char *name, tr_allreduce *out) {
   return i < 0 ? TR_EINVAL : (*out = (tr_allreduce)i, 0);
 }
 
-int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, bool have_nccl,
-                        tr_allreduce *out, char *err, size_t size) {
+int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, const int *ranks, int n,
+                        bool have_nccl, tr_allreduce *out, char *err, size_t size) {
   *out = TR_ALLREDUCE_PEER;
   if ((unsigned)asked >= TR_ALLREDUCE_COUNT)
     return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);
@@ -38,7 +38,7 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
                   : 0;
     for (int k = 0; k < i; k++)
       if (!tr_device_same_gpu(&devs[k], &devs[i])) continue;
-      else if (devs[k].rank == devs[i].rank)
+      else if (!ranks || ranks[k] == ranks[i])
         return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s and %s "
                                 "are logical devices of one GPU (%d): NCCL takes one member "
                                 "per GPU (allreduce peer sums them)", devs[k].name,
@@ -48,7 +48,7 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
         return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but %s of rank "
                                 "%d and %s of rank %d are one GPU (%s): NCCL takes one member "
                                 "per GPU (allreduce peer sums them)", devs[k].name,
-                                devs[k].rank, devs[i].name, devs[i].rank, devs[i].gpu_id)
+                                ranks[k], devs[i].name, ranks[i], devs[i].gpu_id)
                     : 0;
   }
   if (!have_nccl) /* after the devices: what they are says more than what the build lacks */
@@ -59,15 +59,15 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
   return 0;
 }
 
-int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from,
-                           const tr_device_info *to, bool have_nccl, tr_edge_carrier *out,
-                           char *err, size_t size) {
+int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from, int from_rank,
+                           const tr_device_info *to, int to_rank, bool have_nccl,
+                           tr_edge_carrier *out, char *err, size_t size) {
   *out = TR_EDGE_CARRIER_MPI;
   if ((unsigned)asked >= TR_ALLREDUCE_COUNT)
     return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);
-  if (from->rank == to->rank)
+  if (from_rank == to_rank)
     return tr_errorf(err, size, TR_EINVAL, "the edge from %s to %s: both on rank %d, no "
-                     "process to cross", from->name, to->name, from->rank);
+                     "process to cross", from->name, to->name, from_rank);
   if (asked == TR_ALLREDUCE_PEER) return 0;
   const bool must = asked == TR_ALLREDUCE_NCCL;
   const tr_device_info *host = from->kind != TR_DEVICE_CUDA ? from : to->kind != TR_DEVICE_CUDA ? to : NULL;
@@ -75,14 +75,14 @@ int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from,
     return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but the pipeline "
                             "edge from %s of rank %d to %s of rank %d has a %s device at an "
                             "end: NCCL joins CUDA devices only (its tensors go over MPI)",
-                            from->name, from->rank, to->name, to->rank,
+                            from->name, from_rank, to->name, to_rank,
                             tr_device_kind_name(host->kind))
                 : 0;
   if (tr_device_same_gpu(from, to))
     return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but the pipeline "
                             "edge from %s of rank %d to %s of rank %d joins one GPU (%s): NCCL "
                             "takes one member per GPU (its tensors go over MPI)", from->name,
-                            from->rank, to->name, to->rank, from->gpu_id)
+                            from_rank, to->name, to_rank, from->gpu_id)
                 : 0;
   if (!have_nccl)
     return must ? tr_errorf(err, size, TR_EINVAL, "allreduce: nccl asked, but this troupe was "

@@ -7,32 +7,17 @@
 #include <string.h>
 
 #include "clipnorm.h"
+#include "collective.h"
+#include "graph_impl.h"
 #include "tr_file.h"
 #include "group.h"
 #include "job_config.h"
-#include "transport.h"
 #include "plan.h"
 #include "worker.h"
 
-TR_MSGTYPE_DEFINE(tr_batch_type, tr_batch_msg);
-/* one struct, two types with names of their own (a name says what a message is, on the wire
- * and in traces) */
-const tr_msgtype tr_activation_type = {"tr_activation_msg", (uint32_t)sizeof(tr_tensor_msg)};
-const tr_msgtype tr_gradient_type = {"tr_gradient_msg", (uint32_t)sizeof(tr_tensor_msg)};
-TR_MSGTYPE_DEFINE(tr_report_type, tr_report_msg);
+/* tr_protocol.h's messages are protocol.c's; losses: losses.c; parts: checkpoint_io.c; the
+ * end-of-run figures: codec_figures.c (each defined with its wire codec). */
 TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
-TR_MSGTYPE_DEFINE(tr__loss_type, tr__loss_msg);
-TR_MSGTYPE_DEFINE(tr__part_type, tr__part_msg);
-TR_MSGTYPE_DEFINE(tr__done_type, tr__done_msg);
-TR_MSGTYPE_DEFINE(tr__server_done_type, tr__server_done_msg);
-
-tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
-  tr_batch_msg *f = tr_msg_new(&tr_batch_type);
-  *f = (tr_batch_msg){.hdr = f->hdr, .step = b->step, .mb = b->mb, .count = b->count,
-                      .first = b->first, .x = b->x, .y = b->y, .x_bytes = b->x_bytes,
-                      .y_bytes = b->y_bytes};
-  return f;
-}
 
 struct tr_job {
   tr__run run;
@@ -161,8 +146,10 @@ static int add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const 
   return rc;
 }
 
-/* Actors live where their device is: a device list of tr_world_devices names the rank. */
-static int rank_of(const tr_device *dev) { return tr_device_get_info(dev)->rank; }
+/* Actors live where their device is: the world says whose (tr_world_devices). */
+static int rank_of(const tr_job *j, const tr_device *dev) {
+  return tr_world_device_rank(tr__graph_world(j->run.g), dev);
+}
 
 static int stage_index_of(const tr_job *j, const tr_actor *a) {
   const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
@@ -188,7 +175,13 @@ static int connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *ty
 static int connect_report(tr_job *j, tr_actor *from, int source) {
   if (j->coordinator == NULL || from == NULL) return 0;
   tr_edge *e;
-  int rc = connect(j, from, j->coordinator, NULL, "report", TR__REPORT_CREDITS, &e);
+  /* untyped: what a stage or the server reports, each type with its codec */
+  static const tr_msgtype *const reports[] = {&tr__loss_type, &tr__part_type, &tr__done_type,
+                                              &tr__server_done_type, NULL};
+  int rc = tr_graph_connect(j->run.g,
+                            &(tr_edge_config){.from = from, .to = j->coordinator, .name = "report",
+                                              .credits = TR__REPORT_CREDITS, .carries = reports},
+                            &e);
   if (rc == 0) rc = tr__coordinator_add_source(tr_actor_state(j->coordinator), source, e);
   if (rc) return rc;
   if (from == j->server) tr__server_set_report(tr_actor_state(from), e);
@@ -206,7 +199,7 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
   if (!dev && tr_world_size(tr__graph_world(j->run.g)) > 1)
     return TR_ESTATE; /* across processes, its rank is its first stage's: add that first */
   void *state = tr__loader_new(&j->run, replica);
-  int rc = add(j, dev ? rank_of(dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
+  int rc = add(j, dev ? rank_of(j, dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
                &tr__loader_behaviour, state, out);
   if (rc) return rc;
   j->loaders[replica] = *out;
@@ -227,7 +220,7 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
   else if (c->layout.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
   else snprintf(name, sizeof name, "stage%d", stage);
-  int rc = add(j, rank_of(dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
+  int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
   j->stages[i] = j->plan.st[i].actor = *out;
@@ -268,7 +261,7 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
 
 int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
   if (!j->run.c.async.enabled || j->server || dev == NULL) return TR_EINVAL;
-  int rc = add(j, rank_of(dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
+  int rc = add(j, rank_of(j, dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
                tr__server_new(&j->run, dev), &j->server);
   *out = j->server;
   if (rc == 0) rc = connect_report(j, j->server, j->run.c.layout.replicas);
@@ -390,7 +383,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
         ranks[nranks++] = rank;
         break;
       }
-  int rc = tr__transport_group(tr__graph_transport(g), k, ranks, nranks);
+  int rc = tr__graph_sum_group(g, k, ranks, nranks);
   for (int rank = 0; rank < size && rc == 0; rank++) {
     tr_actor *here[TR_TRAIN_MAX_DEVICES];
     int m = 0;
@@ -403,7 +396,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (rc == 0) rc = connect(j, here[0], transport, &tr__sum_type, "sum", credits, &sum);
     if (rc == 0) rc = connect(j, transport, here[0], &tr__summed_type, "summed", credits, &summed);
     if (rc == 0 && rank == me)
-      rc = tr__transport_group_edges(tr__graph_transport(g), k, sum, summed);
+      rc = tr__graph_sum_edges(g, k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
       tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].group, k, i ? NULL : sum,
                            i ? NULL : summed);
@@ -449,7 +442,9 @@ int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
   const int w = stage_index_of(j, worker);
   if (!j->run.c.async.enabled || server == NULL || server != j->server || w < 0) return TR_EINVAL;
   tr_edge *push, *reply;
-  int rc = connect(j, worker, server, NULL, "push", 1, &push);
+  int rc = tr_graph_connect(j->run.g, &(tr_edge_config){.from = worker, .to = server, .name = "push",
+                                                        .credits = 1, .carries = tr__push_carries},
+                            &push);
   if (rc == 0) rc = connect(j, server, worker, &tr__reply_type, "reply", TR__REPLY_CREDITS, &reply);
   if (rc == 0) {
     tr__worker **wk = &j->plan.st[w].worker;

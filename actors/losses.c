@@ -1,6 +1,7 @@
 /* losses.c — losses in chunks from the stages, added up step by step at the coordinator
- * (losses.h). */
+ * (losses.h); the chunk's message, tr__loss_type, with its wire codec. */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -204,3 +205,30 @@ void tr__loss_book_free(tr__loss_book *b) {
   free(b->tail);
   *b = (tr__loss_book){0};
 }
+
+/* ---- a chunk of losses as bytes (tr_msg_codec): the entries it holds, in a message of the
+ * one chunk size ---------------------------------------------------------------------------- */
+
+static size_t loss_size(const tr_msg *m) {
+  const tr__loss_msg *l = (const tr__loss_msg *)m;
+  return offsetof(tr__loss_msg, e) - sizeof(tr_msg) + (size_t)l->n * sizeof *l->e;
+}
+
+static void loss_put(const tr_msg *m, uint8_t *out) {
+  memcpy(out, (const uint8_t *)m + sizeof(tr_msg), loss_size(m));
+}
+
+static tr_msg *loss_get(const tr_msgtype *type, const uint8_t *in, size_t n) {
+  const size_t head = offsetof(tr__loss_msg, e) - sizeof(tr_msg);
+  tr__loss_msg *l = tr_msg_new_size(type, sizeof *l + TR__LOSS_CHUNK * sizeof *l->e);
+  if (n >= head) memcpy((uint8_t *)l + sizeof(tr_msg), in, head);
+  if (n < head || l->n < 0 || l->n > TR__LOSS_CHUNK || n != head + (size_t)l->n * sizeof *l->e) {
+    tr_msg_free(l);
+    return NULL;
+  }
+  memcpy(l->e, in + head, (size_t)l->n * sizeof *l->e);
+  return &l->hdr;
+}
+
+static const tr_msg_codec loss_codec = {.size = loss_size, .put = loss_put, .get = loss_get};
+TR_MSGTYPE_DEFINE_CODEC(tr__loss_type, tr__loss_msg, &loss_codec);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "clipnorm.h"
+#include "collective.h"
 #include "graph_impl.h"
 #include "group.h"
 #include "plan.h"
@@ -61,28 +62,6 @@ static int plan_norms(tr__plan *p) {
   return rc;
 }
 
-/* One round of every rank (tr_world_allgather, in the same order on each) for an NCCL
- * communicator across ranks: rank `owner` makes its id, and each rank says whether it takes
- * part (`yes`; the owner's yes also says the id was made). (*all)[r]: rank r's word, to free.
- * TR_ENOMEM, or TR_ESYS when MPI failed. */
-typedef struct nccl_word {
-  int yes;
-  tr_comm_id id;
-} nccl_word;
-
-static int nccl_round(tr__plan *p, int owner, bool yes, nccl_word **all, char *why, size_t size) {
-  tr_world *w = tr__graph_world(p->run->g);
-  nccl_word mine = {0};
-  if (yes)
-    mine.yes = tr_graph_rank(p->run->g) != owner ||
-               tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
-  if (!(*all = calloc((size_t)tr_world_size(w), sizeof **all))) return TR_ENOMEM;
-  if (tr_world_allgather(w, &mine, sizeof mine, *all) == 0) return 0;
-  free(*all);
-  *all = NULL;
-  return TR_ESYS;
-}
-
 /* The end of edge e at stage i takes communicator c. */
 static void give_comm(tr__plan *p, int i, const tr_edge *e, tr_comm *c) {
   tr__stage_ports *q = &p->st[i].ports;
@@ -103,23 +82,24 @@ static int carry(tr__plan *p, int from, int to, const tr_edge *e, const char *wh
   tr_device *dev[2] = {device_of(p, from), device_of(p, to)};
   const tr_device_info *in[2] = {tr_device_get_info(dev[0]), tr_device_get_info(dev[1])};
   tr_edge_carrier how = TR_EDGE_CARRIER_MPI;
-  if (tr_edge_carrier_choose(run->c.allreduce, in[0], in[1], tr_comm_library() != NULL, &how,
-                             NULL, 0))
+  if (tr_edge_carrier_choose(run->c.allreduce, in[0], rf, in[1], rt, tr_comm_library() != NULL,
+                             &how, NULL, 0))
     return TR_EINVAL;
   /* Whether the ranks go round for a communicator is decided on what every rank knows
    * alike: the devices and the option, as if every build had NCCL (each end's own build
    * then says yes or no in the round) */
   tr_edge_carrier able;
-  tr_edge_carrier_choose(run->c.allreduce, in[0], in[1], true, &able, NULL, 0);
+  tr_edge_carrier_choose(run->c.allreduce, in[0], rf, in[1], rt, true, &able, NULL, 0);
   if (able != TR_EDGE_CARRIER_NCCL) {
     run->edges_mpi++;
     return 0;
   }
   const int me = tr_graph_rank(g);
   char why[256] = "";
-  nccl_word *all;
-  const int rc = nccl_round(p, rf, (me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL, &all,
-                            why, sizeof why);
+  tr__comm_word *all;
+  const int rc = tr__dist_comm_round(tr__graph_world(g), rf,
+                                     (me == rf || me == rt) && how == TR_EDGE_CARRIER_NCCL, &all,
+                                     why, sizeof why);
   if (rc) return rc;
   const bool both = all[rf].yes && all[rt].yes;
   const tr_comm_id id = all[rf].id;
@@ -152,8 +132,8 @@ static int group_comm(tr__plan *p, const tr__plan_group *gr) {
   tr_device_info infos[TR_TRAIN_MAX_DEVICES];
   member_infos(p, gr->members, gr->n, devs, infos);
   tr_allreduce how = TR_ALLREDUCE_PEER;
-  if (tr_allreduce_choose(p->run->c.allreduce, infos, gr->n, tr_comm_library() != NULL, &how,
-                          NULL, 0))
+  if (tr_allreduce_choose(p->run->c.allreduce, infos, NULL, gr->n, tr_comm_library() != NULL,
+                          &how, NULL, 0))
     return TR_EINVAL; /* tr_train_run says why, first */
   if (how != TR_ALLREDUCE_NCCL) return 0;
   char why[256] = "";
@@ -184,14 +164,15 @@ static int leaders_comm(tr__plan *p, const tr__plan_group *gr) {
   tr_device_info infos[TR_TRAIN_MAX_DEVICES];
   member_infos(p, leaders, nranks, devs, infos);
   tr_allreduce how;
-  if (tr_allreduce_choose(p->run->c.allreduce, infos, nranks, tr_comm_library() != NULL, &how,
-                          NULL, 0) || how != TR_ALLREDUCE_NCCL)
+  if (tr_allreduce_choose(p->run->c.allreduce, infos, ranks, nranks, tr_comm_library() != NULL,
+                          &how, NULL, 0) || how != TR_ALLREDUCE_NCCL)
     return 0;
   char why[256] = "";
-  nccl_word *all;
-  const int rc = nccl_round(p, ranks[0], me == ranks[0], &all, why, sizeof why);
+  tr__comm_word *all;
+  const int rc = tr__dist_comm_round(tr__graph_world(g), ranks[0], me == ranks[0], &all, why,
+                                     sizeof why);
   if (rc == TR_ENOMEM) return rc;
-  const nccl_word first = rc ? (nccl_word){0} : all[ranks[0]];
+  const tr__comm_word first = rc ? (tr__comm_word){0} : all[ranks[0]];
   free(all);
   tr_comm *c = NULL;
   int mine = -1;

@@ -11,7 +11,7 @@
 #include "clipnorm.h"
 #include "group.h"
 #include "step_policy.h"
-#include "transport.h"
+#include "collective.h"
 
 /* Where the step action is: the group's sums, the norm and the update, the shards. */
 enum { REDUCE, CLIP, GATHER };

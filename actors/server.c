@@ -13,7 +13,7 @@
  * The worker's gradient and parameters (those it pulled: it never changes them) are read in
  * place where the device can (host devices; logical devices of one GPU), else staged. A
  * worker of another process pushes host copies and gets the parameters it pulls with its
- * reply (codec.h).
+ * reply (worker.c's codecs).
  *
  * Hogwild!: the server's first reply lends each worker its parameters and optimizer state;
  * the workers update them in place with no lock, and their pushes only count the updates
@@ -139,7 +139,7 @@ static int server_open(tr_actor *self) {
     worker *w = &sv->w[i];
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
       return fail_device(self, sv, "opening events");
-    w->remote = tr_device_get_info(w->dev)->remote;
+    w->remote = tr_device_is_placeholder(w->dev);
     w->direct = !w->remote && tr_device_can_access_peer(sv->dev, w->dev) == 1;
     if (jc->async.hogwild && !w->direct)
       return tr_actor_fail(self, TR_EINVAL, "async.hogwild: worker %d on %s cannot reach the "

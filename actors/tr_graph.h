@@ -83,10 +83,12 @@ int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **
  * tr_graph_set_world (before any actor is added), and places each actor on a rank: there it
  * is the actor, elsewhere a placeholder that edges name (its state is kept, never run, and
  * destroyed with the graph). An edge between two ranks is carried
- * by the graph's transport (one pinned actor per rank), credits included; a message crosses
- * as its type says (tr_protocol.h's and the job's own types; a type of yours byte for byte:
- * no pointers in it, then). TR_ESTATE once an actor is added. A world of one changes
- * nothing. */
+ * by the graph's transport (dist/, one pinned actor per rank), credits included; a message
+ * crosses as its type's codec says (tr_msgtype.codec: tr_protocol.h's and the job's own types
+ * have one; a type of yours without one goes byte for byte on an edge of its type: no
+ * pointers in it, then). An untyped edge names the types it carries (tr_edge_config.carries)
+ * for the receiving rank to know them. TR_ESTATE once an actor is added. A world of one
+ * changes nothing. */
 int tr_graph_set_world(tr_graph *g, tr_world *w);
 int tr_graph_add_on(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out);
 int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config,
@@ -102,6 +104,9 @@ typedef struct tr_edge_config {
   int credits;            /* buffers in flight at most, >= 1 */
   int wake_at;            /* a starved producer is woken once this many are free; 0: 1 */
   int notify;             /* the producer gets a tr_edge_credit_msg for every release */
+  /* Untyped edges between processes: the types it may carry, NULL-terminated (each with a
+   * codec, tr_msgtype.codec). NULL: none besides `type`. */
+  const tr_msgtype *const *carries;
 } tr_edge_config;
 
 /* An edge; TR_EINVAL for credits < 1 or wake_at > credits. Before tr_graph_run only. */

@@ -125,11 +125,12 @@ const char *tr_allreduce_name(tr_allreduce a);
 int tr_allreduce_parse(const char *name, tr_allreduce *out);
 /* What a group whose members (those that would share one communicator) are the devices
  * devs[0, n) sums with, when `asked` and the build has NCCL or not: *out is PEER or NCCL.
- * TR_EINVAL, err naming the field, the devices and why, when nccl is asked of members NCCL
- * cannot join (host devices, two on one GPU) or of a build without it. A pure function:
- * tr_job_group and tr_train_run decide with it. */
-int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, bool have_nccl,
-                        tr_allreduce *out, char *err, size_t err_size);
+ * ranks[i]: the process devs[i] lives in (tr_world_device_rank), to name it; NULL: all in
+ * one. TR_EINVAL, err naming the field, the devices and why, when nccl is asked of members
+ * NCCL cannot join (host devices, two on one GPU) or of a build without it. A pure
+ * function: tr_job_group and tr_train_run decide with it. */
+int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, const int *ranks, int n,
+                        bool have_nccl, tr_allreduce *out, char *err, size_t err_size);
 
 /* How a pipeline edge between stages in two processes carries its tensors (tr_job_chain):
  *   MPI   the transport's MPI point to point, the tensor in host memory (a GPU's staged
@@ -143,9 +144,9 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, int n, b
  * anywhere). allreduce nccl insists: TR_EINVAL naming the ends where NCCL cannot. A pure
  * function, as tr_allreduce_choose. */
 typedef enum tr_edge_carrier { TR_EDGE_CARRIER_MPI, TR_EDGE_CARRIER_NCCL } tr_edge_carrier;
-int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from,
-                           const tr_device_info *to, bool have_nccl, tr_edge_carrier *out,
-                           char *err, size_t err_size);
+int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from, int from_rank,
+                           const tr_device_info *to, int to_rank, bool have_nccl,
+                           tr_edge_carrier *out, char *err, size_t err_size);
 
 /* The figures of docs/WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
 typedef struct tr_train_result {

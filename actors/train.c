@@ -87,7 +87,7 @@ static int measured_cuts(run *rn, tr_world *w) {
   tr_device *dev = tr_device_list_get(rn->devices, 0);
   int cut[TR__MAX_STAGES + 2] = {0}; /* cut[0]: measured; the cuts after */
   double *cost = malloc((size_t)L * sizeof *cost);
-  cut[0] = cost && !tr_device_get_info(dev)->remote &&
+  cut[0] = cost && !tr_device_is_placeholder(dev) &&
            tr_model_measure_layers(rn->model, dev, batch, 5, cost, NULL, 0) == 0 &&
            tr_model_balance_costs(rn->model, cost, P, cut + 1) == 0;
   free(cost);
@@ -212,14 +212,14 @@ static int agree(const run *rn, const tr_train_options *o, int rc, char *err, si
 
 /* ZeRO shards the optimizer within one process: the replica group of a stage must not
  * span ranks (group.h sums across them, but does not scatter and gather). */
-static int check_zero_ranks(const run *rn, char *err, size_t n) {
+static int check_zero_ranks(const run *rn, const tr_world *w, char *err, size_t n) {
   const tr_layout_config *l = &rn->jc.layout;
   if (!rn->jc.zero || rn->jc.async.enabled) return 0;
   for (int s = 0; s < l->stages; s++)
     for (int r = 1; r < l->replicas; r++) {
       const tr_device *d0 = tr_device_list_get(rn->devices, s);
       const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
-      const int a = tr_device_get_info(d0)->rank, b = tr_device_get_info(d)->rank;
+      const int a = tr_world_device_rank(w, d0), b = tr_world_device_rank(w, d);
       if (a != b)
         return tr_errorf(err, n, TR_EINVAL,
                          TR__F("zero") " %d: the replicas of stage %d live in ranks %d and %d; ZeRO "
@@ -244,18 +244,23 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
                      tr_allreduce_name(rn->jc.allreduce), tr_strategy_name(o->strategy));
   for (int s = 0; s < l->stages; s++) {
     tr_device_info infos[TR_TRAIN_MAX_DEVICES];
-    int m = 0, rank0 = tr_device_get_info(tr_device_list_get(rn->devices, s))->rank;
+    int ranks[TR_TRAIN_MAX_DEVICES]; /* whose each member is: the world's (tr_world_device_rank) */
+    const tr_device *d0 = tr_device_list_get(rn->devices, s);
+    int m = 0, rank0 = tr_world_device_rank(o->world, d0);
     bool one_rank = true;
-    for (int r = 0; r < l->replicas; r++)
-      one_rank &= tr_device_get_info(tr_device_list_get(rn->devices, r * l->stages + s))->rank == rank0;
     for (int r = 0; r < l->replicas; r++) {
-      const tr_device_info *in = tr_device_get_info(tr_device_list_get(rn->devices, r * l->stages + s));
+      const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
+      one_rank &= tr_world_device_rank(o->world, d) == rank0;
+    }
+    for (int r = 0; r < l->replicas; r++) {
+      const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
+      const int rank = tr_world_device_rank(o->world, d);
       bool leader = true; /* across ranks: the first member on its rank */
-      for (int k = 0; k < m && !one_rank; k++) leader &= infos[k].rank != in->rank;
-      if (one_rank || leader) infos[m++] = *in;
+      for (int k = 0; k < m && !one_rank; k++) leader &= ranks[k] != rank;
+      if (one_rank || leader) infos[m] = *tr_device_get_info(d), ranks[m++] = rank;
     }
     tr_allreduce how;
-    int rc = tr_allreduce_choose(rn->jc.allreduce, infos, m, have, &how, err, n);
+    int rc = tr_allreduce_choose(rn->jc.allreduce, infos, ranks, m, have, &how, err, n);
     if (rc) {
       tr__error_mark_lead(err, n, "allreduce");
       return rc;
@@ -352,7 +357,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if ((rc = tr__job_config_layout(&rn->jc, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev,
                                    err, n)))
     return rc;
-  if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, err, n))) return rc;
+  if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, o->world, err, n))) return rc;
   if ((rc = check_allreduce(rn, o, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
   /* last: measuring takes a moment, wasted on options found wrong after it */

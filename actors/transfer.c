@@ -76,7 +76,7 @@ int tr__tensor_send(tr__tensor_edge *t, tr_stream *s, const tr_msgtype *type,
                     const tr__tensor_place *at, const void *data, size_t bytes, tr_event *ev) {
   const void *carried = data;
   if (t->w.comm) {
-    carried = NULL; /* the message goes without its bytes (codec.h) */
+    carried = NULL; /* the message goes without its bytes (protocol.c's codec) */
   } else if (t->host.buf) { /* for another process: a host copy, complete before it goes */
     int k;
     uint8_t *copy = ring_take(&t->host, &k);

@@ -1,13 +1,81 @@
-/* worker.c — an asynchronous worker's push and reply (worker.h). */
+/* worker.c — an asynchronous worker's push and reply (worker.h), and the asynchronous
+ * protocol's messages with their wire codecs. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "clipnorm.h"
+#include "codec.h"
 #include "worker.h"
 
-TR_MSGTYPE_DEFINE(tr__push_type, tr__push_msg);
-TR_MSGTYPE_DEFINE(tr__reply_type, tr__reply_msg);
-TR_MSGTYPE_DEFINE(tr__leave_type, tr__leave_msg);
+/* ---- the asynchronous protocol as bytes (tr_msg_codec): a push's gradient and parameters,
+ * a reply's pull; what arrives points into the receiving transport's buffer ---------------- */
+
+static tr__codec_layout push_layout(const tr__push_msg *p) {
+  const size_t b = tr__codec_floats(p->numel);
+  return tr__codec_lay(sizeof *p, (size_t[]){p->grads ? b : 0, p->params ? b : 0}, 2);
+}
+
+static size_t push_size(const tr_msg *m) { return push_layout((const tr__push_msg *)m).total; }
+
+static void push_put(const tr_msg *m, uint8_t *out) {
+  const tr__push_msg *p = (const tr__push_msg *)m;
+  const tr__codec_layout l = push_layout(p);
+  tr__codec_put_struct(m, out);
+  if (p->grads) memcpy(out + l.at[0], p->grads, l.bytes[0]);
+  if (p->params) memcpy(out + l.at[1], p->params, l.bytes[1]);
+}
+
+static tr_msg *push_get(const tr_msgtype *type, const uint8_t *in, size_t n) {
+  tr__push_msg *p = (tr__push_msg *)tr__codec_get_struct(type, in, n, sizeof *p - sizeof(tr_msg));
+  if (p == NULL) return NULL;
+  const tr__codec_layout l = push_layout(p);
+  if (l.total > n) {
+    tr_msg_free(p);
+    return NULL;
+  }
+  if (p->grads) p->grads = (float *)(in + l.at[0]);
+  if (p->params) p->params = (float *)(in + l.at[1]);
+  p->ready = NULL;
+  p->dev = NULL;
+  return &p->hdr;
+}
+
+static size_t reply_size(const tr_msg *m) {
+  const tr__reply_msg *r = (const tr__reply_msg *)m;
+  const size_t b = r->params ? tr__codec_floats(r->numel) : 0;
+  return tr__codec_lay(sizeof *r, &b, 1).total;
+}
+
+static void reply_put(const tr_msg *m, uint8_t *out) {
+  const tr__reply_msg *r = (const tr__reply_msg *)m;
+  const size_t b = r->params ? tr__codec_floats(r->numel) : 0;
+  tr__codec_put_struct(m, out);
+  if (b) memcpy(out + tr__codec_lay(sizeof *r, &b, 1).at[0], r->params, b);
+}
+
+static tr_msg *reply_get(const tr_msgtype *type, const uint8_t *in, size_t n) {
+  tr__reply_msg *r = (tr__reply_msg *)tr__codec_get_struct(type, in, n, sizeof *r - sizeof(tr_msg));
+  if (r == NULL) return NULL;
+  const size_t b = r->params ? tr__codec_floats(r->numel) : 0;
+  const tr__codec_layout l = tr__codec_lay(sizeof *r, &b, 1);
+  if (r->share || l.total > n) { /* Hogwild! shares memory: never across processes */
+    tr_msg_free(r);
+    return NULL;
+  }
+  if (r->params) r->params = (const float *)(in + l.at[0]);
+  r->ready = NULL;
+  r->applied = NULL;
+  return &r->hdr;
+}
+
+static const tr_msg_codec push_codec = {.size = push_size, .put = push_put, .get = push_get};
+static const tr_msg_codec reply_codec = {.size = reply_size, .put = reply_put, .get = reply_get};
+
+TR_MSGTYPE_DEFINE_CODEC(tr__push_type, tr__push_msg, &push_codec);
+TR_MSGTYPE_DEFINE_CODEC(tr__reply_type, tr__reply_msg, &reply_codec);
+TR_MSGTYPE_DEFINE_CODEC(tr__leave_type, tr__leave_msg, &tr_msg_codec_flat);
+const tr_msgtype *const tr__push_carries[] = {&tr__push_type, &tr__leave_type, NULL};
 
 struct tr__worker {
   const tr__run *run;

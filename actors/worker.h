@@ -60,6 +60,8 @@ typedef struct tr__leave_msg {
 } tr__leave_msg;
 
 extern const tr_msgtype tr__push_type, tr__reply_type, tr__leave_type;
+/* What a worker's untyped push edge carries (tr_edge_config.carries): pushes, and its leave. */
+extern const tr_msgtype *const tr__push_carries[];
 
 /* Replies in flight to one worker at most: the Hogwild! share, then one per push. */
 enum { TR__REPLY_CREDITS = 2 };

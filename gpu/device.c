@@ -284,12 +284,7 @@ int tr_device_list_new(tr_device_list **out) {
   return *out ? 0 : TR_ENOMEM;
 }
 
-void tr_device_list_set_rank(tr_device_list *list, int rank) {
-  for (int i = 0; i < list->n; i++)
-    if (!list->devs[i]->info.remote) list->devs[i]->info.rank = rank;
-}
-
-int tr_device_list_add_remote(tr_device_list *list, int at, const tr_device_info *info) {
+int tr_device_list_add_placeholder(tr_device_list *list, int at, const tr_device_info *info) {
   if (at < 0 || at > list->n || list->n >= MAX_DEVICES) return TR_EINVAL;
   tr_device **devs = realloc(list->devs, (size_t)(list->n + 1) * sizeof *devs);
   tr_device *d = calloc(1, sizeof *d);
@@ -300,7 +295,6 @@ int tr_device_list_add_remote(tr_device_list *list, int at, const tr_device_info
   }
   d->list = list; /* no backend: every call on it is refused */
   d->info = *info;
-  d->info.remote = 1;
   memmove(devs + at + 1, devs + at, (size_t)(list->n - at) * sizeof *devs);
   devs[at] = d;
   list->n++;
@@ -315,10 +309,12 @@ tr_device *tr_device_list_get(const tr_device_list *list, int index) {
 
 const tr_device_info *tr_device_get_info(const tr_device *d) { return &d->info; }
 
+bool tr_device_is_placeholder(const tr_device *d) { return d->be == NULL; }
+
 bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b) {
   if (a->kind != TR_DEVICE_CUDA || b->kind != TR_DEVICE_CUDA) return false;
-  if (a->rank == b->rank) return a->ordinal == b->ordinal;
-  return a->gpu_id[0] && !strcmp(a->gpu_id, b->gpu_id);
+  if (!a->gpu_id[0] || !b->gpu_id[0]) return a->ordinal == b->ordinal;
+  return !strcmp(a->gpu_id, b->gpu_id);
 }
 const char *tr_device_name(const tr_device *d) { return d->info.name; }
 const char *tr_device_error(const tr_device *d) { return d->error; }

@@ -122,19 +122,19 @@ typedef struct tr_device_info {
   uint64_t memory_free;  /* bytes when the list was opened */
   int cc_major, cc_minor;/* CUDA compute capability; 0 for host devices */
   int multiprocessors;   /* CUDA SMs; host: threads the device computes with (1) */
-  int rank;              /* the process (MPI rank) that owns it: 0 in a single process */
-  int remote;            /* owned by another process: a placeholder that runs nothing here */
   char isa[32];          /* what GEMM runs on: the instruction set the host's library
                             dispatches to ("avx512_core_bf16" for oneDNN, OpenBLAS's core
                             "Zen"), or the GPU's "sm_90" */
   tr_bf16_support bf16;
   char gpu_id[96];       /* a GPU's place in the world: its host's name and PCI bus id
                             ("node3/0000:3B:00.0"), the same in every process that opens
-                            it; "" for host devices (tr_device_same_gpu) */
+                            it ("node3/ordinal 1" where the driver has no bus id: then one
+                            process's view); "" for host devices (tr_device_same_gpu) */
 } tr_device_info;
 
-/* Whether a and b are one physical GPU: logical devices of one GPU in a process, or the
- * same GPU opened by two processes (their gpu_id; NCCL takes one member per GPU). */
+/* Whether a and b are one physical GPU (NCCL takes one member per GPU): the same gpu_id, so
+ * logical devices of one GPU and the same GPU opened by two processes alike. Infos without
+ * a gpu_id (made by hand) compare by ordinal. */
 bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b);
 
 /* ---- discovery ------------------------------------------------------------------------ */
@@ -151,15 +151,15 @@ void tr_device_list_close(tr_device_list *list);
 int tr_device_list_count(const tr_device_list *list);
 tr_device *tr_device_list_get(const tr_device_list *list, int index);
 
-/* An empty list, to hold other processes' devices (tr_device_list_add_remote). */
+/* An empty list, to hold devices opened elsewhere (tr_device_list_add_placeholder). */
 int tr_device_list_new(tr_device_list **out);
-/* This process is rank `rank` of a job: its own devices say so (tr_device_info.rank). */
-void tr_device_list_set_rank(tr_device_list *list, int rank);
-/* Inserts, at position `at` (0 .. count), a device of another process: `info` says what and
- * whose it is (info->rank); the list then names it in its place, and nothing may run on it
- * here (tr_world_devices builds a job's global list this way). TR_EINVAL for `at` out of
- * range. */
-int tr_device_list_add_remote(tr_device_list *list, int at, const tr_device_info *info);
+/* Inserts, at position `at` (0 .. count), a placeholder: a device described by `info` but
+ * opened elsewhere (by another process of a job: which one is the world's business,
+ * tr_world.h). The list names it in its place, and nothing may run on it here
+ * (tr_world_devices builds a job's global list this way). TR_EINVAL for `at` out of range. */
+int tr_device_list_add_placeholder(tr_device_list *list, int at, const tr_device_info *info);
+/* Whether d is such a placeholder (nothing runs on it, its memory is not this process's). */
+bool tr_device_is_placeholder(const tr_device *d);
 
 /* Physical devices of a kind on this machine: GPUs (0 without a driver or without the CUDA
  * backend in this build), or host CPU threads. Never fails. */

@@ -29,6 +29,7 @@
 #define TR_MSG_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "tr_base.h"
@@ -40,12 +41,39 @@ extern "C" {
 struct tr_actor;
 typedef struct tr_msg_pool tr_msg_pool;
 
+struct tr_msg;
+typedef struct tr_msg_codec tr_msg_codec;
+
 typedef struct tr_msgtype {
-  const char *name; /* for traces and error messages */
+  const char *name; /* for traces and error messages, and on the wire */
   uint32_t size;    /* bytes of the message struct, header included */
+  /* How a message of this type crosses to another process as bytes. NULL: byte for byte
+   * (header excluded), and only on an edge declared of this type; a type that points at
+   * memory, or travels on edges of other types, gives its own. */
+  const tr_msg_codec *codec;
 } tr_msgtype;
 
-#define TR_MSGTYPE_DEFINE(var, T) const tr_msgtype var = {#T, (uint32_t)sizeof(T)}
+#define TR_MSGTYPE_DEFINE(var, T) const tr_msgtype var = {#T, (uint32_t)sizeof(T), NULL}
+/* A type with its codec, defined beside the part that owns the message. */
+#define TR_MSGTYPE_DEFINE_CODEC(var, T, c) const tr_msgtype var = {#T, (uint32_t)sizeof(T), c}
+
+/* A message as bytes: the payload `size` says, written by `put` on the sending process and
+ * read back by `get` on the receiving one, into a new message of `type` that may point into
+ * `in` (the receiver keeps those bytes until the message's edge credit comes back). `get`
+ * returns NULL for bytes it refuses: they come from another process and may be anything.
+ * `sent`, optional, frees what the sent message owned once it is written (arrays its
+ * receiver would have freed). A type without pointers needs none; one with them writes the
+ * struct and then what it points at (inside the library, runtime/codec.h has the pieces the
+ * built-in codecs are made of). */
+struct tr_msg_codec {
+  size_t (*size)(const struct tr_msg *m);
+  void (*put)(const struct tr_msg *m, uint8_t *out);
+  struct tr_msg *(*get)(const tr_msgtype *type, const uint8_t *in, size_t n);
+  void (*sent)(struct tr_msg *m);
+};
+
+/* Byte for byte: the message's allocated payload (variable-size messages included). */
+extern const tr_msg_codec tr_msg_codec_flat;
 
 typedef struct tr_msg {
   _Atomic(struct tr_msg *) next; /* mailbox link, the runtime's */

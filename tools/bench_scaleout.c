@@ -28,7 +28,8 @@
 #ifdef TR_HAVE_MPI
 #include <mpi.h>
 
-#include "transport.h"
+#include "collective.h"
+#include "graph_impl.h"
 #endif
 
 enum { MAX_REPEATS = 15, SIZES = 4 };
@@ -267,7 +268,7 @@ static double through_transport(tr_world *w, float *p, size_t n, int iters) {
                                             .state = r == rank ? &l : NULL},
                          &leaders[r]);
   }
-  if (rc == 0) rc = tr__transport_group(tr__graph_transport(g), 0, ranks, size);
+  if (rc == 0) rc = tr__graph_sum_group(g, 0, ranks, size);
   for (int r = 0; r < size && rc == 0; r++) {
     tr_edge *sum, *summed;
     tr_actor *t = tr__graph_transport_on(g, r);
@@ -279,7 +280,7 @@ static double through_transport(tr_world *w, float *p, size_t n, int iters) {
                                                  .credits = 1}, &summed);
     if (rc == 0 && r == rank) {
       l.sum = sum, l.summed = summed;
-      rc = tr__transport_group_edges(tr__graph_transport(g), 0, sum, summed);
+      rc = tr__graph_sum_edges(g, 0, sum, summed);
     }
   }
   if (rc == 0) rc = tr_graph_run(g, 0, 1, 0);

@@ -199,7 +199,8 @@ static int tr__cuda_open(tr_device *d) {
       char host[64] = "?", bus[32] = "";
       gethostname(host, sizeof host - 1);
       if (cudaDeviceGetPCIBusId(bus, sizeof bus, ord) != cudaSuccess) bus[0] = 0;
-      snprintf(d->info.gpu_id, sizeof d->info.gpu_id, "%.63s/%.31s", host, bus[0] ? bus : "?");
+      if (bus[0]) snprintf(d->info.gpu_id, sizeof d->info.gpu_id, "%.63s/%.31s", host, bus);
+      else snprintf(d->info.gpu_id, sizeof d->info.gpu_id, "%.63s/ordinal %d", host, ord);
     }
     if (!prop.memoryPoolsSupported) {
       rc = tr__device_fail(d, TR_EDEVICE, "open: %s has no stream-ordered memory pools",

@@ -13,46 +13,58 @@
 
 #include "troupe.h"
 
-static tr_device_info gpu(int ordinal, int rank, const char *name) {
-  tr_device_info d = {.kind = TR_DEVICE_CUDA, .ordinal = ordinal, .rank = rank};
-  snprintf(d.name, sizeof d.name, "%s", name);
-  return d;
+/* A device and the rank that owns it (the world's to say: the device layer knows no ranks). */
+typedef struct member {
+  tr_device_info info;
+  int rank;
+} member;
+
+/* A GPU as discovery describes it: each rank on a host of its own unless placed() says
+ * where it is */
+static member gpu(int ordinal, int rank, const char *name) {
+  member m = {.info = {.kind = TR_DEVICE_CUDA, .ordinal = ordinal}, .rank = rank};
+  snprintf(m.info.name, sizeof m.info.name, "%s", name);
+  snprintf(m.info.gpu_id, sizeof m.info.gpu_id, "host%d/ordinal %d", rank, ordinal);
+  return m;
 }
 
-static tr_device_info host(int ordinal, const char *name) {
-  tr_device_info d = {.kind = TR_DEVICE_HOST, .ordinal = ordinal};
-  snprintf(d.name, sizeof d.name, "%s", name);
-  return d;
+static member host(int ordinal, const char *name) {
+  member m = {.info = {.kind = TR_DEVICE_HOST, .ordinal = ordinal}};
+  snprintf(m.info.name, sizeof m.info.name, "%s", name);
+  return m;
 }
 
 /* asked on devs with or without NCCL: the status, *how, and err */
-static int choose(tr_allreduce asked, const tr_device_info *devs, int n, bool have,
+static int choose(tr_allreduce asked, const member *devs, int n, bool have,
                   tr_allreduce *how, char *err) {
+  tr_device_info infos[8];
+  int ranks[8];
+  for (int i = 0; i < n && i < 8; i++) infos[i] = devs[i].info, ranks[i] = devs[i].rank;
   *how = TR_ALLREDUCE_AUTO;
   err[0] = 0;
-  return tr_allreduce_choose(asked, devs, n, have, how, err, 256);
+  return tr_allreduce_choose(asked, infos, ranks, n, have, how, err, 256);
 }
 
 static void auto_takes_nccl_for_distinct_gpus_only(void **state) {
   (void)state;
   char err[256];
   tr_allreduce how;
-  const tr_device_info two[] = {gpu(0, 0, "cuda:0"), gpu(1, 0, "cuda:1")};
+  const member two[] = {gpu(0, 0, "cuda:0"), gpu(1, 0, "cuda:1")};
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, two, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_NCCL);
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, two, 2, false, &how, err), 0); /* not built */
   assert_int_equal(how, TR_ALLREDUCE_PEER);
-  const tr_device_info shared[] = {gpu(0, 0, "cuda:0"), gpu(0, 0, "cuda:0/1")};
+  const member shared[] = {gpu(0, 0, "cuda:0"), gpu(0, 0, "cuda:0/1")};
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, shared, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_PEER);
-  const tr_device_info hosts[] = {host(0, "host:0"), host(1, "host:1")};
+  const member hosts[] = {host(0, "host:0"), host(1, "host:1")};
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, hosts, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_PEER);
-  const tr_device_info mixed[] = {gpu(0, 0, "cuda:0"), host(0, "host:0")};
+  const member mixed[] = {gpu(0, 0, "cuda:0"), host(0, "host:0")};
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, mixed, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_PEER);
   /* ordinal 0 on two ranks: two processes' GPUs (leaders across ranks), not one GPU */
-  const tr_device_info ranks[] = {gpu(0, 0, "cuda:0"), gpu(0, 1, "cuda:0@r1")};
+  const member ranks[] = {gpu(0, 0, "cuda:0"), gpu(0, 1, "cuda:0@r1")};
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, ranks, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_NCCL);
 }
@@ -61,7 +73,7 @@ static void peer_is_always_honoured(void **state) {
   (void)state;
   char err[256];
   tr_allreduce how;
-  const tr_device_info two[] = {gpu(0, 0, "cuda:0"), gpu(1, 0, "cuda:1")};
+  const member two[] = {gpu(0, 0, "cuda:0"), gpu(1, 0, "cuda:1")};
   assert_int_equal(choose(TR_ALLREDUCE_PEER, two, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_PEER);
 }
@@ -70,13 +82,13 @@ static void forced_nccl_that_cannot_be_is_refused_naming_why(void **state) {
   (void)state;
   char err[256];
   tr_allreduce how;
-  const tr_device_info hosts[] = {host(0, "host:0"), host(1, "host:1")};
+  const member hosts[] = {host(0, "host:0"), host(1, "host:1")};
   assert_int_equal(choose(TR_ALLREDUCE_NCCL, hosts, 2, true, &how, err), TR_EINVAL);
   assert_non_null(strstr(err, "allreduce: nccl asked, but host:0 is a host device"));
-  const tr_device_info shared[] = {gpu(0, 0, "cuda:0"), gpu(0, 0, "cuda:0/1")};
+  const member shared[] = {gpu(0, 0, "cuda:0"), gpu(0, 0, "cuda:0/1")};
   assert_int_equal(choose(TR_ALLREDUCE_NCCL, shared, 2, true, &how, err), TR_EINVAL);
   assert_non_null(strstr(err, "cuda:0 and cuda:0/1 are logical devices of one GPU (0)"));
-  const tr_device_info two[] = {gpu(0, 0, "cuda:0"), gpu(1, 0, "cuda:1")};
+  const member two[] = {gpu(0, 0, "cuda:0"), gpu(1, 0, "cuda:1")};
   assert_int_equal(choose(TR_ALLREDUCE_NCCL, two, 2, false, &how, err), TR_EINVAL);
   assert_non_null(strstr(err, "built without NCCL"));
   assert_int_equal(choose(TR_ALLREDUCE_NCCL, two, 2, true, &how, err), 0);
@@ -118,8 +130,8 @@ static void host_devices_have_no_communicator(void **state) {
 }
 
 /* one GPU seen from two processes: the same gpu_id, whatever the ordinals say */
-static tr_device_info placed(tr_device_info d, const char *gpu_id) {
-  snprintf(d.gpu_id, sizeof d.gpu_id, "%s", gpu_id);
+static member placed(member d, const char *gpu_id) {
+  snprintf(d.info.gpu_id, sizeof d.info.gpu_id, "%s", gpu_id);
   return d;
 }
 
@@ -127,34 +139,35 @@ static void leaders_on_one_gpu_in_two_processes_sum_with_peer(void **state) {
   (void)state;
   char err[256];
   tr_allreduce how;
-  const tr_device_info one[] = {placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0"),
+  const member one[] = {placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0"),
                                 placed(gpu(0, 1, "cuda:0"), "n1/0000:3B:00.0")};
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, one, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_PEER);
   assert_int_equal(choose(TR_ALLREDUCE_NCCL, one, 2, true, &how, err), TR_EINVAL);
   assert_non_null(strstr(err, "cuda:0 of rank 0 and cuda:0 of rank 1 are one GPU (n1/0000:3B:00.0)"));
   /* two hosts' GPUs at one bus id are two GPUs */
-  const tr_device_info two[] = {placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0"),
+  const member two[] = {placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0"),
                                 placed(gpu(0, 1, "cuda:0"), "n2/0000:3B:00.0")};
   assert_int_equal(choose(TR_ALLREDUCE_AUTO, two, 2, true, &how, err), 0);
   assert_int_equal(how, TR_ALLREDUCE_NCCL);
 }
 
-static int carrier(tr_allreduce asked, tr_device_info from, tr_device_info to, bool have,
+static int carrier(tr_allreduce asked, member from, member to, bool have,
                    tr_edge_carrier *how, char *err) {
   *how = (tr_edge_carrier)-1;
   err[0] = 0;
-  return tr_edge_carrier_choose(asked, &from, &to, have, how, err, 256);
+  return tr_edge_carrier_choose(asked, &from.info, from.rank, &to.info, to.rank, have, how, err,
+                                256);
 }
 
 static void edges_take_nccl_between_two_gpus_only(void **state) {
   (void)state;
   char err[256];
   tr_edge_carrier how;
-  const tr_device_info a = placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0");
-  const tr_device_info b = placed(gpu(0, 1, "cuda:0"), "n1/0000:5E:00.0");
-  const tr_device_info a1 = placed(gpu(0, 1, "cuda:0"), "n1/0000:3B:00.0"); /* a, rank 1 */
-  tr_device_info h = host(0, "host:0");
+  const member a = placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0");
+  const member b = placed(gpu(0, 1, "cuda:0"), "n1/0000:5E:00.0");
+  const member a1 = placed(gpu(0, 1, "cuda:0"), "n1/0000:3B:00.0"); /* a, rank 1 */
+  member h = host(0, "host:0");
   h.rank = 1;
   assert_int_equal(carrier(TR_ALLREDUCE_AUTO, a, b, true, &how, err), 0);
   assert_int_equal(how, TR_EDGE_CARRIER_NCCL);
@@ -174,10 +187,10 @@ static void edges_forced_to_nccl_that_cannot_be_are_refused_naming_the_ends(void
   (void)state;
   char err[256];
   tr_edge_carrier how;
-  const tr_device_info a = placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0");
-  const tr_device_info a1 = placed(gpu(0, 1, "cuda:0"), "n1/0000:3B:00.0");
-  const tr_device_info b = placed(gpu(1, 1, "cuda:1"), "n1/0000:5E:00.0");
-  tr_device_info h = host(0, "host:0");
+  const member a = placed(gpu(0, 0, "cuda:0"), "n1/0000:3B:00.0");
+  const member a1 = placed(gpu(0, 1, "cuda:0"), "n1/0000:3B:00.0");
+  const member b = placed(gpu(1, 1, "cuda:1"), "n1/0000:5E:00.0");
+  member h = host(0, "host:0");
   h.rank = 1;
   assert_int_equal(carrier(TR_ALLREDUCE_NCCL, a, a1, true, &how, err), TR_EINVAL);
   assert_non_null(strstr(err, "edge from cuda:0 of rank 0 to cuda:0 of rank 1 joins one GPU (n1/0000:3B:00.0)"));

@@ -1,5 +1,6 @@
-/* fuzz_codec.c — libFuzzer target for the decoders of messages that cross processes
- * (actors/codec.c): the first byte picks a message type, the rest are its bytes as another
+/* fuzz_codec.c — libFuzzer target for the decoders of messages that cross processes (each
+ * type's tr_msg_codec, defined beside its message; runtime/codec.c's generic pieces): the
+ * first byte picks a message type, the rest are its bytes as another
  * rank would send them. A decoder either refuses them or gives a message whose arrays lie
  * inside the input (or, for the arrays a receiver takes over, are its own copies), with
  * sizes that the input holds. Built by tests/models with clang; run with tools/fuzz.sh. */
@@ -8,7 +9,6 @@
 #include <string.h>
 
 #include "clipnorm.h"
-#include "codec.h"
 #include "job_impl.h"
 #include "worker.h"
 
@@ -32,10 +32,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const tr_msgtype *t = types[data[0] % (sizeof types / sizeof *types)];
   const uint8_t *in = data + 1;
   const size_t n = size - 1;
-  tr__codec scratch;
-  const tr__codec *c = tr__codec_find(t->name, NULL, &scratch);
+  const tr_msg_codec *c = t->codec; /* each type here crosses untyped edges too: it has one */
   if (c == NULL) abort();
-  tr_msg *m = c->get(c, in, n);
+  tr_msg *m = c->get(t, in, n);
   if (m == NULL) return 0;
   if (m->type != t) abort();
   if (t == &tr_batch_type) {

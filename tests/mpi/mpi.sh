@@ -13,12 +13,17 @@
 #                                   flag; with every replica in rank 1 (rank 0 coordinates):
 #                                   the checkpoint of one process, bitwise (the shards of the
 #                                   optimizer state crossing to the coordinator)
+#   carries (test_world two)        a type with its own codec on an untyped edge that says
+#                                   it carries it, a flat type on its own edge, between ranks
+#   refused (test_world refused)    a type the untyped edge does not carry: the run fails,
+#                                   naming the edge and the type
 #   nccl                            1f1b on two GPUs, one per rank: the edges' tensors by
 #                                   NCCL (--json says so), parameters within 1e-5 of one
 #                                   GPU's; skipped (77) without two GPUs or NCCL in the build
 #                                   (tools/gpu-check.sh runs it where there are two)
 set -u
 case_=$1 troupe=$(realpath "$2") params_diff=$(realpath "$3")
+world=${4:+$(realpath "$4")} # test_world, for carries and refused
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
@@ -37,6 +42,16 @@ same_as_single() {
 }
 
 case $case_ in
+  carries)
+    timeout 60 "${mpirun[@]}" -np 2 "$world" two >out.txt 2>err.txt ||
+      fail "mpirun exit $?: $(cat err.txt)"
+    printf 'ok   %s\n' "$case_" ;;
+  refused)
+    timeout 60 "${mpirun[@]}" -np 2 "$world" refused >out.txt 2>err.txt &&
+      fail "a type the edge does not carry crossed"
+    grep -q "edge 'blobs' from 'a' to 'b' on rank 1: a 'note_msg' cannot cross processes" err.txt ||
+      fail "the error does not name the edge and the type: $(cat err.txt)"
+    printf 'ok   %s: %s\n' "$case_" "$(grep -m1 -o "edge 'blobs'.*" err.txt)" ;;
   dp)     same_as_single -np 2 "$troupe" train "${common[@]}" --strategy dp --devices host:1 --checkpoint run.ckpt ;;
   gpipe)  same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule gpipe --devices host:1 --checkpoint run.ckpt ;;
   1f1b)   same_as_single -np 2 "$troupe" train "${common[@]}" --strategy pipeline --schedule 1f1b --devices host:1 --checkpoint run.ckpt ;;

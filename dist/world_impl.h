@@ -1,16 +1,14 @@
-/* world_impl.h — the inside of a tr_world, for the graph and its transport (private to
- * actors/). */
+/* world_impl.h — the inside of a tr_world, for dist/ alone (the transport takes its
+ * communicator). */
 #ifndef TR_WORLD_IMPL_H
 #define TR_WORLD_IMPL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "tr_world.h"
-
-#ifdef TR_HAVE_MPI
 #include <mpi.h>
-#endif
+
+#include "world.h"
 
 struct tr_world {
   int rank, size;
@@ -18,15 +16,14 @@ struct tr_world {
   char kind[64];
   int64_t *clock_offset; /* [rank]: add to that rank's tr_now_ns() for this rank's clock */
   bool broken;      /* a run across its ranks failed: it ends with MPI_Abort */
-#ifdef TR_HAVE_MPI
   MPI_Comm comm;    /* a duplicate of MPI_COMM_WORLD for troupe's own traffic, errors returned */
-#endif
+  /* which rank owns each device of the lists tr_world_devices made (the device layer knows
+   * nothing of ranks): newest last */
+  struct tr__world_owner {
+    const tr_device *dev;
+    int rank;
+  } *owners;
+  int nowners;
 };
-
-/* A run across the ranks failed here: the others may never reach MPI_Finalize, so closing
- * the world ends them all (MPI_Abort). */
-void tr__world_broken(tr_world *w);
-/* What to add to a time (tr_now_ns) taken on `rank` to read it on this rank's clock. */
-int64_t tr__world_clock_offset(const tr_world *w, int rank);
 
 #endif

@@ -1,6 +1,7 @@
-/* world.c — the processes of a job (tr_world.h). Built without MPI, or started without
- * mpirun, a world is this process; under mpirun, MPI is initialised with MPI_THREAD_MULTIPLE
- * (the transport's actor and its progress thread both call MPI). */
+/* world.c — the processes of a job (tr_world.h, world.h). Started without mpirun, a world is
+ * this process; under mpirun, MPI is initialised with MPI_THREAD_MULTIPLE (the transport's
+ * actor and its progress thread both call MPI). Built without MPI, actors/world_solo.c
+ * stands in for this file. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,6 @@ int tr_world_open(tr_world **out, char *err, size_t n) {
   if (w == NULL) return tr_errorf(err, n, TR_ENOMEM, "world: out of memory");
   w->size = 1;
   snprintf(w->kind, sizeof w->kind, "one process");
-#ifdef TR_HAVE_MPI
   if (launched_by_mpirun()) {
     int initialised = 0, provided = 0;
     MPI_Initialized(&initialised);
@@ -68,9 +68,6 @@ int tr_world_open(tr_world **out, char *err, size_t n) {
     for (int r = 0; r < w->size; r++) w->clock_offset[r] = now - all[r];
     free(all);
   }
-#else
-  (void)launched_by_mpirun;
-#endif
   opened = w;
   *out = w;
   return 0;
@@ -80,17 +77,34 @@ void tr__world_broken(tr_world *w) { w->broken = true; }
 
 void tr_world_close(tr_world *w) {
   if (w == NULL) return;
-#ifdef TR_HAVE_MPI
   if (w->broken && w->size > 1) MPI_Abort(w->comm, 1); /* does not return */
   if (w->size > 1 || w->mpi) MPI_Comm_free(&w->comm);
   if (w->mpi) MPI_Finalize();
-#endif
   opened = NULL;
+  free(w->owners);
   free(w->clock_offset);
   free(w);
 }
 
 int tr_world_rank(const tr_world *w) { return w ? w->rank : 0; }
+
+int tr_world_device_rank(const tr_world *w, const tr_device *d) {
+  if (w == NULL) return 0;
+  for (int i = w->nowners - 1; i >= 0; i--) /* the newest list's, should an address recur */
+    if (w->owners[i].dev == d) return w->owners[i].rank;
+  return w->rank;
+}
+
+/* Every device of `list` (made by tr_world_devices) and the rank it came from. */
+static int own(tr_world *w, const tr_device_list *list, const int *rank_of) {
+  const int n = tr_device_list_count(list);
+  struct tr__world_owner *grown = realloc(w->owners, (size_t)(w->nowners + n + 1) * sizeof *grown);
+  if (grown == NULL) return TR_ENOMEM;
+  w->owners = grown;
+  for (int i = 0; i < n; i++)
+    w->owners[w->nowners++] = (struct tr__world_owner){tr_device_list_get(list, i), rank_of[i]};
+  return 0;
+}
 int64_t tr__world_clock_offset(const tr_world *w, int rank) {
   return w && w->clock_offset && rank >= 0 && rank < w->size ? w->clock_offset[rank] : 0;
 }
@@ -102,13 +116,9 @@ int tr_world_allgather(tr_world *w, const void *mine, size_t bytes, void *all) {
     memmove(all, mine, bytes);
     return 0;
   }
-#ifdef TR_HAVE_MPI
   if (MPI_Allgather(mine, (int)bytes, MPI_BYTE, all, (int)bytes, MPI_BYTE, w->comm) != MPI_SUCCESS)
     return TR_ESYS;
   return 0;
-#else
-  return TR_ESTATE;
-#endif
 }
 
 int tr_world_agree(tr_world *w, const char *what, const void *mine, size_t bytes, char *err,
@@ -165,26 +175,28 @@ int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *
     all = calloc((size_t)most * (size_t)w->size + 1, sizeof *all);
     if (!mine || !all) rc = tr_errorf(err, n, TR_ENOMEM, "devices: out of memory");
   }
-  for (int i = 0; rc == 0 && i < count; i++) {
+  for (int i = 0; rc == 0 && i < count; i++)
     mine[i].info = *tr_device_get_info(tr_device_list_get(list, i));
-    mine[i].info.rank = w->rank;
-  }
   if (rc == 0 && tr_world_allgather(w, mine, (size_t)most * sizeof *mine, all)) rc = TR_ESYS;
   if (rc == 0 && list == NULL && tr_device_list_new(&list))
     rc = tr_errorf(err, n, TR_ENOMEM, "devices: out of memory");
   /* the other ranks' devices in rank order around this rank's */
-  int at = 0;
+  int at = 0, *rank_of = NULL;
+  if (rc == 0 && !(rank_of = malloc(((size_t)most * (size_t)w->size + 1) * sizeof *rank_of)))
+    rc = tr_errorf(err, n, TR_ENOMEM, "devices: out of memory");
   for (int r = 0; rc == 0 && r < w->size; r++) {
     if (r == w->rank) { /* this rank's own, in place */
-      at += count;
+      for (int i = 0; i < count; i++) rank_of[at++] = r;
       continue;
     }
     for (int i = 0; rc == 0 && i < counts[r]; i++) {
-      tr_device_info info = all[(size_t)r * (size_t)most + (size_t)i].info;
-      info.rank = r;
-      rc = tr_device_list_add_remote(list, at++, &info);
+      const tr_device_info *info = &all[(size_t)r * (size_t)most + (size_t)i].info;
+      rc = tr_device_list_add_placeholder(list, at, info);
+      rank_of[at++] = r;
     }
   }
+  if (rc == 0 && own(w, list, rank_of)) rc = tr_errorf(err, n, TR_ENOMEM, "devices: out of memory");
+  free(rank_of);
   free(counts);
   free(mine);
   free(all);
@@ -192,7 +204,6 @@ int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *
     tr_device_list_close(list);
     return rc;
   }
-  tr_device_list_set_rank(list, w->rank);
   *out = list;
   return 0;
 }

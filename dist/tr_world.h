@@ -55,10 +55,13 @@ int tr_world_agree(tr_world *w, const char *what, const void *mine, size_t bytes
                    size_t err_size);
 
 /* The job's devices: `spec` opens this rank's (tr_device_list_open; NULL: none), and the
- * list holds every rank's in rank order, those of other ranks as placeholders that say where
- * they are (tr_device_info.rank, .remote) and run nothing here. */
+ * list holds every rank's in rank order, those of other ranks as placeholders that run
+ * nothing here (tr_device_is_placeholder); tr_world_device_rank says whose each is. */
 int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *err,
                      size_t err_size);
+/* The rank that owns device `d` of a list tr_world_devices made (while that list is open):
+ * the rank it came from; this rank for any other device. NULL world: 0. */
+int tr_world_device_rank(const tr_world *w, const tr_device *d);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,126 @@
+/* transport_impl.h — the inside of the transport (transport.h), shared by the three files
+ * that make it up: transport.c (the actor: messages out and in, credits, the end of a run,
+ * goodbyes), progress.c (the thread that progresses MPI: sends, probes, heartbeats) and
+ * collective.c (the replica groups' sums, a thread per group). Private to dist/. */
+#ifndef TR_DIST_TRANSPORT_IMPL_H
+#define TR_DIST_TRANSPORT_IMPL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "collective.h"
+#include "transport.h"
+#include "world_impl.h"
+
+enum {
+  TAG_MSG = 1, TAG_RELEASE, TAG_FINISH, TAG_FREEZE, TAG_FROZEN, TAG_END, TAG_TAKE, TAG_GRANT,
+  TAG_BYE, TAG_ABORT, TAG_HEARTBEAT
+};
+enum { HEAD = 64, NAME = 48, MAX_GROUPS = 64 };
+
+/* What the progress thread hands the actor. */
+typedef struct in_msg { /* from the progress thread: what another rank sent */
+  tr_msg hdr;
+  int source, tag;
+  uint8_t *buf;
+  size_t n;
+} in_msg;
+
+typedef struct silent_msg { /* from the progress thread */
+  tr_msg hdr;
+  int rank;
+  double seconds;
+} silent_msg;
+
+typedef struct broken_msg { /* from the progress thread: MPI failed a request */
+  tr_msg hdr;
+  int rank; /* the send's destination; -1: a sum across ranks */
+  char why[MPI_MAX_ERROR_STRING];
+} broken_msg;
+
+extern const tr_msgtype tr__mpi_in_type, tr__mpi_silent_type, tr__mpi_broken_type;
+
+/* ---- its state ------------------------------------------------------------------------------ */
+
+typedef struct held { /* a receive buffer a message points into, until its credit comes back */
+  uint8_t *buf;
+  struct held *next;
+} held;
+
+typedef struct queue {
+  held *head, *tail;
+} queue;
+
+typedef struct request { /* a send the progress thread completes */
+  MPI_Request r;
+  int dest;
+  uint8_t *buf;   /* freed once complete */
+  struct request *next;
+} request;
+
+typedef struct summer { /* a group's sums, one after another on a thread of its own */
+  pthread_t thread;
+  bool started, stop, busy; /* busy: inside MPI_Allreduce */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  tr__sum_msg *queue[256]; /* a ring: a step's buckets, two steps at most */
+  int head, n;
+} summer;
+
+typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the end */
+  int rank, member;
+  struct deferred *next;
+} deferred;
+
+typedef struct transport {
+  tr__transport_host host; /* the graph whose edges it carries */
+  tr_actor *self;
+  MPI_Comm world; /* the world's */
+  MPI_Comm comm;  /* this run's own duplicate: nothing of an earlier graph's reaches it */
+  int rank, size;
+  uint64_t limit_ns;     /* a rank silent this long has stopped */
+  queue *held;           /* [edge id] */
+  int nheld;
+  /* groups: a communicator each among the ranks that hold members */
+  int ngroups;
+  int group_ranks[MAX_GROUPS][64], group_n[MAX_GROUPS];
+  MPI_Comm group_comm[MAX_GROUPS];
+  summer *summers[MAX_GROUPS]; /* where this rank holds members */
+  int sum_in[MAX_GROUPS], summed[MAX_GROUPS]; /* the group's edges with its leader here */
+  /* the end of a timed run (rank 0 gathers); steps handed out */
+  bool finishing, asked_finish;
+  int frozen;
+  int64_t frozen_max;
+  deferred *deferred;
+  /* goodbyes */
+  bool said_bye, done;
+  int byes;
+  bool *bye_from; /* [rank] */
+  /* the progress thread, and what it shares with the actor under the lock */
+  pthread_t thread;
+  bool thread_started;
+  _Atomic bool running;
+  pthread_mutex_t lock;
+  request *requests;
+  uint64_t *heard;       /* [rank]: last message from it (progress thread only) */
+  bool *reported;        /* [rank] */
+  bool remote_failure;   /* the run ends for another rank's failure: no abort sent back */
+} transport;
+
+/* progress.c: an MPI_Isend of q's message, q then on the list the progress thread completes;
+ * an MPI failure for the actor to report (rank -1: not one rank's), from another thread; the
+ * progress thread itself (its argument the transport). */
+int tr__mpi_isend(transport *t, request *q, int dest, int tag, const void *buf, int n);
+void tr__mpi_broken(transport *t, int rank, int rc);
+void *tr__mpi_progress(void *arg);
+
+/* collective.c: group k's thread (open, stop: one inside a sum whose other ranks are gone is
+ * left behind; free), a bucket handed to it, and one it has summed (the leader told). */
+int tr__sums_open(transport *t, int k);
+void tr__sums_stop(summer *u);
+void tr__sums_free(transport *t, int k);
+int tr__sums_start(transport *t, const tr__sum_msg *s);
+int tr__sums_complete(transport *t, const tr__sum_msg *s);
+
+#endif
