@@ -882,39 +882,54 @@ static int step_action(tr_actor *self, stage_actor *a) {
 /* ---- the end ------------------------------------------------------------------------------- */
 
 /* What the stage's chunks allocated: parameters, gradients, optimizer state (a shard's). */
-static tr_memory_figures memory_figures(const stage_actor *a) {
-  tr_memory_figures m = {0};
+static void memory_figures(const stage_actor *a, tr__figures *f) {
+  int64_t params = 0, state = 0;
   for (int c = 0; c < a->nch; c++) {
-    const tr_stage_info *info = a->ch[c].info;
-    m.params += (int64_t)(info->numel * sizeof(float));
-    m.grads += (int64_t)(info->numel * sizeof(float));
-    m.optimizer_state += (int64_t)(info->state_numel * sizeof(float));
+    params += (int64_t)(a->ch[c].info->numel * sizeof(float));
+    state += (int64_t)(a->ch[c].info->state_numel * sizeof(float));
   }
-  return m;
+  tr__figures_int(f, TR__M_MEMORY_PARAMS, params);
+  tr__figures_int(f, TR__M_MEMORY_GRADS, params); /* a gradient per parameter */
+  tr__figures_int(f, TR__M_MEMORY_STATE, state);
 }
 
+/* The stage's figures, as pairs of the table of run metrics (run_metrics.h). A worker's
+ * steps are its own pushes: the run's are the server's updates. */
 static int send_figures(tr_actor *self, stage_actor *a) {
   if (!tr_edge_acquire(a->report)) return BLOCKED;
   tr__done_msg *msg = tr_msg_new(&tr__done_type);
   msg->source = a->index;
   tr__report *d = &msg->report;
-  *d = (tr__report){.replica = a->replica,
-                    .stage = a->stage,
-                    .steps = a->step,
-                    .window_end = a->window_end,
-                    .peak_microbatches = a->peak,
-                    .peak_activation_bytes = a->peak_bytes,
-                    .skipped = a->skipped,
-                    .memory = memory_figures(a)};
+  *d = (tr__report){0};
+  tr__figures *f = &d->fig;
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(a->dev));
+  uint64_t start, busy;
+  int64_t window_steps, captures = 0, launches = 0;
+  const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
+  tr__busy_window(&a->busy, a->step, first, &start, &busy, &window_steps);
+  if (!a->worker) {
+    tr__figures_int(f, TR__M_STEPS, a->step);
+    tr__figures_int(f, TR__M_SKIPPED_STEPS, a->skipped);
+  }
+  tr__figures_int(f, a->worker ? TR__M_WINDOW_PUSHES : TR__M_WINDOW_STEPS, window_steps);
+  tr__figures_int(f, TR__M_WINDOW_START, (int64_t)start);
+  tr__figures_int(f, TR__M_WINDOW_END, (int64_t)a->window_end);
+  tr__figures_int(f, TR__M_BUSY_NS, (int64_t)busy);
+  tr__figures_int(f, TR__M_PEAK_MICROBATCHES, a->peak);
+  tr__figures_int(f, TR__M_PEAK_ACTIVATION_BYTES, a->peak_bytes);
+  memory_figures(a, f);
+  const char *note = "";
   for (int c = 0; c < a->nch; c++) {
     const tr_stage_graphs_figures g = tr_stage_graphs(a->ch[c].st);
-    d->graph_captures += g.captures;
-    d->graph_launches += g.launches;
-    if (!d->graphs_note[0] && g.note[0]) snprintf(d->graphs_note, sizeof d->graphs_note, "%s", g.note);
+    captures += g.captures;
+    launches += g.launches;
+    if (!note[0] && g.note[0]) note = g.note;
   }
-  const int64_t first = a->worker ? 0 : tr_graph_first_step(a->run->g);
-  tr__busy_window(&a->busy, a->step, first, &d->window_start, &d->busy_ns, &d->window_steps);
+  tr__figures_int(f, TR__M_GRAPH_CAPTURES, captures);
+  tr__figures_int(f, TR__M_GRAPH_LAUNCHES, launches);
+  char line[192]; /* as long as the result keeps */
+  snprintf(line, sizeof line, "%s", note);
+  tr__figures_text(f, TR__M_GRAPHS_NOTE, line);
   if (a->group) { /* one chunk (tr_job_new) */
     const size_t numel = a->ch[0].info->numel;
     float *host = malloc((numel ? numel : 1) * sizeof *host);

@@ -201,6 +201,8 @@ typedef struct tr_train_result {
   double consistency;
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
+  double sgemm_gflops;     /* the caller's yardstick, measured after the run (troupe train:
+                              single-thread sgemm 2048² on host devices); 0: none (JSON null) */
   int signal;              /* SIGINT or SIGTERM when one ended the run early (tr_train.h) */
   int64_t skipped_steps;   /* updates skipped for a gradient norm that was not finite
                               (on_nonfinite TR_NONFINITE_SKIP) */

@@ -92,6 +92,13 @@ tr_train_options tr_train_defaults(void);
  * asked for) holds that step; a second signal ends the process at once. */
 int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
 
+/* The run's figures as one JSON object and a newline, docs/WORKLOADS.md's keys (what
+ * `troupe train --json` prints); null marks what does not apply to the run. And the same
+ * figures in words, one line, those that apply and are not zero (`troupe train`'s summary).
+ * 0, or TR_EIO when `f` fails. */
+int tr_train_result_json(const tr_train_result *r, FILE *f);
+int tr_train_result_summary(const tr_train_result *r, FILE *f);
+
 #ifdef __cplusplus
 }
 #endif
