@@ -127,7 +127,7 @@ typedef enum tr__json {
   X(MEMORY_GRADS, "memory.grads", "bytes", REPLICA, DEVICE, INT, TR__MEMORY(grads), VALUE, NULL,   \
     NULL)                                                                                          \
   X(MEMORY_STATE, "memory.optimizer_state", "bytes", REPLICA, DEVICE, INT,                         \
-    TR__MEMORY(optimizer_state), VALUE, NULL, "optimizer state %lld bytes")                        \
+    TR__MEMORY(optimizer_state), VALUE, NULL, NULL)                        \
   X(PEAK_ACTIVATION_BYTES, "memory.peak_activation_bytes", "bytes", DEVICE, DEVICE, INT,           \
     TR__EACH(peak_activation_bytes), VALUE, NULL, NULL)                                            \
   X(STALENESS_MEAN, "staleness.mean", "updates", MEAN, ASYNC, REAL, TR__AT(staleness_mean), REAL6, \

@@ -79,6 +79,13 @@ typedef struct tr_train_options {
   FILE *notes;             /* what the user should know of the run before it starts (a
                               resumed checkpoint taken with another batch, seed or strategy);
                               NULL: keep it to yourself */
+  /* An observer of the run (troupe train draws its progress line with one): called on the
+   * loop thread of rank 0 with a report (tr_protocol.h) every `observe_every` complete steps
+   * (0: every step) and a last one when the run is over. It must return quickly: the
+   * loaders share that thread. NULL: none. */
+  void (*observe)(void *arg, const tr_report_msg *report);
+  void *observe_arg;
+  int observe_every;
 } tr_train_options;
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's

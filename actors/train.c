@@ -402,6 +402,44 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   return 0;
 }
 
+/* The caller's observer (tr_train_options.observe) as an actor of the graph: each report
+ * handed to its function, the edge's credit back, its part over with the last. */
+typedef struct observer {
+  tr_graph *g;
+  tr_edge *in;
+  void (*fn)(void *arg, const tr_report_msg *report);
+  void *arg;
+} observer;
+
+static int observer_receive(tr_actor *self, tr_msg *msg) {
+  observer *ob = tr_actor_state(self);
+  if (msg->type != &tr_report_type) return 0;
+  const tr_report_msg *r = (const tr_report_msg *)msg;
+  ob->fn(ob->arg, r);
+  tr_edge_release(ob->in, 1);
+  if (r->last) tr_graph_done(ob->g, self);
+  return 0;
+}
+
+static const tr_behaviour observer_behaviour = {
+    .name = "observer", .receive = observer_receive, .destroy = free};
+
+static int observe(tr_graph *g, tr_job *j, const tr_train_options *o) {
+  observer *ob = calloc(1, sizeof *ob);
+  if (ob == NULL) return TR_ENOMEM;
+  *ob = (observer){.g = g, .fn = o->observe, .arg = o->observe_arg};
+  tr_actor *a;
+  int rc = tr_graph_add_on(g, 0, &(tr_actor_config){.name = "observer", .kind = TR_ACTOR_LOOP,
+                                                    .behaviour = &observer_behaviour,
+                                                    .state = ob},
+                           &a);
+  if (rc) {
+    free(ob);
+    return rc;
+  }
+  return tr_job_observe(j, a, o->observe_every > 0 ? o->observe_every : 1, &ob->in);
+}
+
 /* The strategy's graph, with the public calls of tr_job.h: its stages (chained, grouped),
  * a loader per replica, one coordinator; async: a server and its workers. */
 static int build(tr_job *j, const run *rn) {
@@ -476,7 +514,7 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
   }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
   if (hooks) tr__job_set_test_hooks(j, hooks);
-  if ((rc = build(j, &rn))) {
+  if ((rc = build(j, &rn)) || (o->observe && (rc = observe(g, j, o)))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }
