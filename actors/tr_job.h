@@ -11,7 +11,7 @@
  *   stage        (pinned)  one per device: layers of the model between two cuts; runs its
  *                          schedule's action list every step; in a replica group it all-
  *                          reduces gradients bucket by bucket while backward still runs
- *   coordinator  (loop)    progress, checkpoints, reports to observers, the run's figures
+ *   coordinator  (loop)    checkpoints, reports to observers, the run's figures
  *   server       (pinned)  asynchronous jobs: the master parameters and the optimizer; it
  *                          applies each worker's pushed gradient as one update and answers
  *                          with fresh parameters (a stage is then a worker)
@@ -339,7 +339,6 @@ typedef struct tr_job_config {
    * and the build has NCCL, else troupe's peer reduction). */
   tr_allreduce allreduce;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
-  int progress;            /* a progress line on stderr */
 } tr_job_config;
 
 /* The model's optimizer, as an optim.kind. */

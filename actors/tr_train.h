@@ -3,8 +3,10 @@
  * tr_train_run builds the message graph of a strategy on a fresh system and runs it to the
  * end: a loader actor on the libuv loop fills batches ahead (its prefetch depth is the
  * credit count of the loader → stage edge), a stage actor pinned to each device trains,
- * and a coordinator on the loop drives the run, prints progress and collects the figures
- * docs/WORKLOADS.md defines. It is what `troupe train` runs.
+ * and a coordinator on the loop drives the run, has checkpoints written and collects the
+ * figures docs/WORKLOADS.md defines, which tr_train_result_json writes as JSON; an observer
+ * of yours (tr_train_options.observe) hears of the steps as they go. It is what `troupe
+ * train` runs, its progress line such an observer.
  *
  *   tr_train_options o = tr_train_defaults();
  *   o.model = "simplenet";

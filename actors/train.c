@@ -41,6 +41,7 @@ typedef struct run {
   tr_job_config jc;
   int cuts[TR__MAX_STAGES + 1];
   int64_t first_step, end_step;
+  bool observed; /* rank 0 was given an observer: every rank's graph has its actor */
 } run;
 
 /* The layout of a strategy on n devices: replicas × stages, micro-batches. */
@@ -173,6 +174,7 @@ static uint64_t digest_str(uint64_t h, const char *s) {
 /* What every rank of a job must have been given alike, and whether it got this far. */
 typedef struct agreement {
   int failed; /* this rank could not read its options (its own message says why) */
+  int observed; /* rank 0's counts: tr_train_options.observe (a terminal's, or not) */
   uint64_t model, run, layout, optim, async, checkpoint;
 } agreement;
 
@@ -222,7 +224,7 @@ static agreement agreement_of(const run *rn, const tr_train_options *o) {
 /* Every rank compares what it was given with rank 0's before any opens a device; `rc` is
  * this rank's own verdict so far. A failure names the ranks that differ, or the first that
  * could not read its options. */
-static int agree(const run *rn, const tr_train_options *o, int rc, char *err, size_t n) {
+static int agree(run *rn, const tr_train_options *o, int rc, char *err, size_t n) {
   static const struct {
     size_t at;
     const char *what;
@@ -236,6 +238,7 @@ static int agree(const run *rn, const tr_train_options *o, int rc, char *err, si
   const int size = tr_world_size(w);
   agreement mine = agreement_of(rn, o), *all = calloc((size_t)size, sizeof *all);
   mine.failed = rc != 0;
+  mine.observed = o->observe != NULL;
   if (all == NULL || tr_world_allgather(w, &mine, sizeof mine, all)) {
     free(all);
     return rc ? rc : tr_errorf(err, n, TR_ESYS, "options: the ranks could not compare them");
@@ -243,6 +246,7 @@ static int agree(const run *rn, const tr_train_options *o, int rc, char *err, si
   char differ[256] = "";
   size_t len = 0;
   int failed = -1;
+  rn->observed = all[0].observed;
   for (int r = 0; r < size; r++) {
     if (all[r].failed && failed < 0) failed = r;
     for (size_t f = 0; f < sizeof fields / sizeof *fields && r > 0; f++)
@@ -372,6 +376,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
     rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
                  : tr_model_named(&rn->model, o->model, err, n);
   rn->jc = o->job;
+  rn->observed = o->observe != NULL; /* across ranks: rank 0's (agree) */
   tr_job_config *c = &rn->jc;
   c->model = rn->model;
   c->strategy = tr_strategy_name(o->strategy);
@@ -514,7 +519,7 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
   }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
   if (hooks) tr__job_set_test_hooks(j, hooks);
-  if ((rc = build(j, &rn)) || (o->observe && (rc = observe(g, j, o)))) {
+  if ((rc = build(j, &rn)) || (rn.observed && (rc = observe(g, j, o)))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }
