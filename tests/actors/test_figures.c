@@ -1,7 +1,7 @@
 /* test_figures.c — the run's figures, once (actors/run_metrics.h): the coordinator's generic
  * reduction of the parts' (key, value) pairs by each row's rule, on synthetic pairs and on
- * bytes no part sent; the library's JSON of a run parses and says what the result holds; an
- * observer that hears of step k finds checkpoint k on disk. */
+ * bytes no part sent; the library's JSON of a run parses and says what the result holds, and
+ * its summary what is there; an observer that hears of step k finds checkpoint k on disk. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -283,6 +283,38 @@ static void the_librarys_json_parses_and_says_what_the_result_holds(void **state
   }
 }
 
+/* The summary says what applies and is not zero, in the table's words. */
+static void the_summary_says_the_figures_that_are_there(void **state) {
+  (void)state;
+  tr_train_result r;
+  memset(&r, 0, sizeof r);
+  snprintf(r.model, sizeof r.model, "simplenet");
+  snprintf(r.strategy, sizeof r.strategy, "dp");
+  snprintf(r.devices, sizeof r.devices, "host:0,host:1");
+  r.ndevices = 2;
+  r.stages = 1;
+  r.steps = 40;
+  r.samples_per_s = 1234;
+  r.utilization[0] = 0.5, r.utilization[1] = 0.25;
+  r.skipped_steps = 3;
+  r.bubble_fraction = NAN;
+  r.workers = 7; /* async only */
+  char *line = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&line, &len);
+  assert_int_equal(tr_train_result_summary(&r, f), 0);
+  fclose(f);
+  for (const char *const *want = (const char *const[]){"simplenet · dp · host:0,host:1",
+       "to step 40", "1234 samples/s", "utilization 0.50 0.25", "3 updates skipped", NULL};
+       *want; want++)
+    if (!strstr(line, *want)) fail_msg("the summary does not say '%s': %s", *want, line);
+  for (const char *const *not = (const char *const[]){"from step", "bubble", "workers",
+       "ZeRO", NULL};
+       *not; not++)
+    if (strstr(line, *not)) fail_msg("the summary says '%s': %s", *not, line);
+  free(line);
+}
+
 /* ---- checkpoints and reports ----------------------------------------------------------------- */
 
 enum { EVERY = 3 };
@@ -351,6 +383,7 @@ int main(void) {
       cmocka_unit_test(times_are_read_on_the_coordinators_clock),
       cmocka_unit_test(pairs_that_are_not_the_tables_are_left_out),
       cmocka_unit_test(the_librarys_json_parses_and_says_what_the_result_holds),
+      cmocka_unit_test(the_summary_says_the_figures_that_are_there),
       cmocka_unit_test(a_report_of_step_k_follows_checkpoint_k_on_disk),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
