@@ -368,8 +368,8 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   const int P = tr__pieces(c->run); /* a part per chunk of each stage */
   const int parts = P * (jc->zero ? jc->layout.replicas : 1);
   pending *slot = NULL;
-  for (int i = 0; i < PENDING && !slot; i++)
-    if (c->ck[i].step == p->step) slot = &c->ck[i];
+  for (int i = 0; i < PENDING && !slot; i++) /* a whole one waiting for the writer is done */
+    if (c->ck[i].step == p->step && !c->ck[i].whole) slot = &c->ck[i];
   for (int i = 0; i < PENDING && !slot; i++)
     if (!in_use(&c->ck[i])) slot = &c->ck[i], slot->step = p->step;
   TR_ASSERT(slot != NULL && !slot->whole && slot->got < TR_TRAIN_MAX_DEVICES + 1);

@@ -317,10 +317,9 @@ static void the_summary_says_the_figures_that_are_there(void **state) {
 
 /* ---- checkpoints and reports ----------------------------------------------------------------- */
 
-enum { EVERY = 3 };
 typedef struct watcher {
   const char *path;
-  int64_t reports, last_step, end;
+  int64_t every, reports, last_step, end;
   char failure[256];
 } watcher;
 
@@ -339,8 +338,8 @@ static void watch(void *arg, const tr_report_msg *r) {
   watcher *w = arg;
   w->reports++;
   w->last_step = r->step;
-  const int64_t due = r->last ? r->step : r->step / EVERY * EVERY;
-  if (due < EVERY || w->failure[0]) return;
+  const int64_t due = r->last ? r->step : r->step / w->every * w->every;
+  if (due < w->every || w->failure[0]) return;
   const int64_t on_disk = step_on_disk(w->path);
   if (on_disk < due)
     snprintf(w->failure, sizeof w->failure, "the report of step %lld%s came with the "
@@ -353,19 +352,22 @@ static void a_report_of_step_k_follows_checkpoint_k_on_disk(void **state) {
   static const struct {
     tr_strategy strategy;
     const char *devices;
-  } runs[] = {{TR_STRATEGY_SINGLE, "host:1"}, {TR_STRATEGY_PIPELINE, "host:2"},
-              {TR_STRATEGY_DP, "host:2"}, {TR_STRATEGY_ASYNC, "host:1"}};
+    int every, zero; /* every step: parts come faster than the writer takes them */
+  } runs[] = {{TR_STRATEGY_SINGLE, "host:1", 3, 0}, {TR_STRATEGY_PIPELINE, "host:2", 1, 0},
+              {TR_STRATEGY_DP, "host:2", 3, 1}, {TR_STRATEGY_ASYNC, "host:1", 1, 0}};
   for (size_t k = 0; k < sizeof runs / sizeof *runs; k++) {
     char name[64];
     snprintf(name, sizeof name, "order%zu.safetensors", k);
-    watcher w = {.path = path(name), .end = 60};
+    watcher w = {.path = path(name), .every = runs[k].every, .end = 60};
     tr_train_options o = tr_train_defaults();
     o.model = "simplenet";
     o.strategy = runs[k].strategy;
     o.devices = runs[k].devices;
     o.steps = w.end;
     o.job.checkpoint.path = w.path;
-    o.job.checkpoint.every = EVERY;
+    o.job.checkpoint.every = runs[k].every;
+    o.job.zero = runs[k].zero;
+    if (runs[k].zero) o.job.optim = tr_optim_defaults(TR_OPTIM_MOMENTUM, 0); /* a state */
     o.observe = watch;
     o.observe_arg = &w;
     tr_train_result r;
