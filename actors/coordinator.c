@@ -339,10 +339,11 @@ static int write_next(coordinator *c) {
   int rc = uv_queue_work(tr_system_loop(tr_graph_system(c->run->g)), &w->req, write_work,
                          write_done);
   if (rc) {
+    const long long step = (long long)w->ck.step;
     for (int s = 0; s < w->nparts; s++) tr__part_free(&w->ck.parts[s]);
     free(w);
     return tr_actor_fail(c->self, TR_ESYS, "writing the checkpoint of step %lld: uv_queue_work: "
-                         "%s", (long long)next->step, uv_strerror(rc));
+                         "%s", step, uv_strerror(rc));
   }
   c->writing = w;
   return 0;
@@ -356,7 +357,7 @@ static int written(coordinator *c, write_req *w) {
   for (int i = 0; i < w->ck.got; i++) tr_edge_release(c->sources[w->ck.from[i]], 1);
   const int rc = w->rc;
   if (rc) tr_actor_fail(c->self, rc, "%s", w->err);
-  else c->written = w->ck.step;
+  else if (w->ck.step > c->written) c->written = w->ck.step;
   free(w);
   return rc ? rc : write_next(c);
 }
