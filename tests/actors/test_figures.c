@@ -17,6 +17,35 @@
 #define SCRATCH_NAME "figures"
 #include "scratch.h"
 
+/* ---- the table ------------------------------------------------------------------------------ */
+
+/* Every row's key is unique and where it says the result holds it, a field of its type is. */
+static void every_row_names_a_field_of_its_type(void **state) {
+  (void)state;
+  for (int k = 0; k < TR__METRIC_COUNT; k++) {
+    const tr__metric *m = &tr__metrics[k];
+    assert_non_null(m->key);
+    for (int j = 0; j < k; j++)
+      if (!strcmp(m->key, tr__metrics[j].key)) fail_msg("two rows of key %s", m->key);
+    if (m->json == TR__JSON_NAME) assert_non_null(m->name);
+    if (m->json == TR__JSON_FN) assert_non_null(m->real);
+    if (m->at < 0) {
+      if (m->combine == TR__COMBINE_SETTING || m->json == TR__JSON_VALUE)
+        fail_msg("%s: a setting or a value --json writes, held nowhere", m->key);
+      continue;
+    }
+    const size_t one = m->stride == 0 ? m->size : m->size > m->stride ? m->stride : sizeof(int64_t);
+    const size_t n = m->stride == 0 ? 1 : TR_TRAIN_MAX_DEVICES;
+    if (m->type == TR__REAL && one != sizeof(double)) fail_msg("%s: a real of %zu bytes", m->key, one);
+    if (m->type == TR__INT && m->combine != TR__COMBINE_BINS && m->json != TR__JSON_CUTS &&
+        one != sizeof(int) && one != sizeof(int64_t))
+      fail_msg("%s: an integer of %zu bytes", m->key, one);
+    if ((size_t)m->at + (n - 1) * m->stride + one > sizeof(tr_train_result) ||
+        (size_t)m->replica_at + (n - 1) * m->stride + one > sizeof(tr_train_result))
+      fail_msg("%s: beyond tr_train_result", m->key);
+  }
+}
+
 /* ---- the reduction ---------------------------------------------------------------------- */
 
 /* 2 replicas × 2 stages and a server: each device d sends values that tell them apart. */
@@ -381,6 +410,7 @@ static void a_report_of_step_k_follows_checkpoint_k_on_disk(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(every_row_names_a_field_of_its_type),
       cmocka_unit_test(the_reduction_follows_each_rows_rule),
       cmocka_unit_test(times_are_read_on_the_coordinators_clock),
       cmocka_unit_test(pairs_that_are_not_the_tables_are_left_out),
