@@ -1,31 +1,59 @@
 /* coordinator.c — the coordinator actor (libuv loop): gathers every step's loss from the
- * stages that compute it, shows progress, sends observers their reports, writes checkpoints
- * from the stages' parts, and turns the final reports into the run's figures (the
+ * stages that compute it, sends observers their reports, has checkpoints written from the
+ * stages' parts, and reduces the parts' final figures into the run's (run_metrics.h; the
  * definitions of docs/WORKLOADS.md).
  *
  * Every message comes on a report edge from one source (a stage, or the server) and gives
- * its credit back as soon as it is handled. A step's loss is complete once every replica's
- * last stage has sent its share (asynchronous jobs: the worker that took the step;
- * losses.h). Each observer gets a report per `every` complete steps, timed by when the
- * steps ended on their stages; reports wait for credits, and one that falls far behind
- * hears of several intervals at once. */
+ * its credit back as soon as it is handled, but a checkpoint part's: that credit comes back
+ * once its checkpoint is on disk, so that a writer slower than the steps holds the stages
+ * back rather than parts piling up. A step's loss is complete once every replica's last
+ * stage has sent its share (asynchronous jobs: the worker that took the step; losses.h).
+ * Each observer gets a report per `every` complete steps, timed by when the steps ended on
+ * their stages; reports wait for credits, and one that falls far behind hears of several
+ * intervals at once.
+ *
+ * Checkpoints are written off the loop thread (the loaders share it): a whole checkpoint
+ * goes to libuv's thread pool (uv_queue_work), one at a time and in step order, and its
+ * end comes back as a message. A report of step k goes out only once every checkpoint of a
+ * step up to k is on disk (the periodic ones due, and those begun), and the last report once
+ * every checkpoint is: an observer that hears of step k may read checkpoint k. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uv.h>
 
 #include "graph_impl.h"
 #include "losses.h"
 #include "world.h"
 
-enum { PENDING = 4,              /* checkpoints being assembled at once */
-       PROGRESS_NS = 100 * 1000 * 1000 };
+enum { PENDING = 4 }; /* checkpoints begun at once: no more than a report edge's credits */
 
+/* A checkpoint being assembled from its parts, then written. */
 typedef struct pending {
-  int64_t step;
-  int got;
+  int64_t step;      /* -1: a free slot */
+  int got;           /* parts come */
+  bool whole;        /* every part has come: to be written */
+  int from[TR_TRAIN_MAX_DEVICES + 1]; /* the parts' sources, whose credits wait for the disk */
   tr__part parts[TR__MAX_STAGES];
 } pending;
+
+/* A checkpoint on its way to disk, on libuv's thread pool. */
+typedef struct write_req {
+  uv_work_t req;
+  const tr__run *run;
+  tr_actor *coordinator;
+  pending ck;
+  int nparts, rc;
+  char err[512];
+} write_req;
+
+/* writer → coordinator: a checkpoint is on disk (rc 0), or why not */
+typedef struct written_msg {
+  tr_msg hdr;
+  write_req *w;
+} written_msg;
+static TR_MSGTYPE_DEFINE(written_type, written_msg);
 
 /* An observer's reports: the interval being gathered, and those waiting for a credit. */
 typedef struct observer {
@@ -44,19 +72,22 @@ enum { QUEUE_MAX = 64 }; /* reports an observer may fall behind before they merg
 typedef struct coordinator {
   const tr__run *run;
   tr_actor *self;
-  uint64_t t_start, last_progress;
+  uint64_t t_start;
   uint64_t last_end, slowest; /* when the last complete step ended; the longest step */
-  bool printed;
   int nsources;
   tr_edge **sources;         /* [source]: its report edge */
   observer *obs;
   int nobs;
   pending ck[PENDING];
+  write_req *writing;        /* the checkpoint on its way to disk, or NULL */
+  int64_t written;           /* the step of the last checkpoint on disk (-1: none yet) */
   tr__report *dones;         /* [stage source] */
-  tr__server_report server;  /* async */
+  int rank[TR_TRAIN_MAX_DEVICES]; /* [stage source]: the process it ran in */
+  tr__figures server;        /* async: the server's */
   int ndone;
   bool finished, done;       /* every source is done: the figures are in; so are the reports */
   tr__loss_book losses;
+  tr__reduced *red;
   tr_train_result result;
 } coordinator;
 
@@ -68,13 +99,16 @@ void *tr__coordinator_new(const tr__run *run) {
   c->nsources = l->replicas * l->stages + (run->c.async.enabled != 0);
   c->sources = calloc((size_t)c->nsources, sizeof *c->sources);
   c->dones = calloc((size_t)(l->replicas * l->stages), sizeof *c->dones);
-  if (c->sources == NULL || c->dones == NULL) {
+  c->red = malloc(sizeof *c->red);
+  if (c->sources == NULL || c->dones == NULL || c->red == NULL) {
     free(c->sources);
     free(c->dones);
+    free(c->red);
     free(c);
     return NULL;
   }
   for (int i = 0; i < PENDING; i++) c->ck[i].step = -1;
+  c->written = -1;
   return c;
 }
 
@@ -138,10 +172,14 @@ static void fit_watchdog(coordinator *c, uint64_t t) {
 
 /* ---- observers -------------------------------------------------------------------------- */
 
-/* Sends what waits while credits last. */
-static void flush(observer *o) {
+static bool may_tell(const coordinator *c, int64_t step, bool last);
+
+/* Sends what waits while credits last, each report once the checkpoints it follows are on
+ * disk. */
+static void flush(coordinator *c, observer *o) {
   int sent = 0;
-  while (sent < o->nq && tr_edge_acquire(o->edge)) {
+  while (sent < o->nq && may_tell(c, o->queue[sent].step, o->queue[sent].last) &&
+         tr_edge_acquire(o->edge)) {
     tr_report_msg *r = tr_msg_new(&tr_report_type);
     const tr_msg hdr = r->hdr;
     *r = o->queue[sent++];
@@ -219,8 +257,8 @@ static void on_step(void *arg, int64_t step, double loss, uint64_t t) {
   }
 }
 
-/* Every observer told of the end (the rest of its steps in a last report): the
- * coordinator's part is over. */
+/* Every observer told of the end (the rest of its steps in a last report) and every
+ * checkpoint on disk: the coordinator's part is over. */
 static int maybe_done(coordinator *c) {
   if (!c->finished || c->done) return 0;
   bool all = true;
@@ -232,36 +270,97 @@ static int maybe_done(coordinator *c) {
                       tr__loss_book_last(&c->losses), tr_now_ns(), true);
       if (rc) return rc;
     }
-    flush(o);
+    flush(c, o);
     all &= o->told_last;
   }
-  if (!all) return 0; /* a credit message brings the coordinator back */
+  if (!all || !may_tell(c, INT64_MAX, true)) return 0; /* a credit, or the writer, brings
+                                                          the coordinator back */
   c->done = true;
   tr_graph_done(c->run->g, c->self);
   return 0;
 }
 
-/* ---- progress ------------------------------------------------------------------------------ */
+/* ---- checkpoints ---------------------------------------------------------------------------- */
 
-static void show_progress(coordinator *c) {
-  const uint64_t now = tr_now_ns();
-  const int64_t done = c->losses.complete;
-  if (done == 0 || now - c->last_progress < PROGRESS_NS) return;
-  c->last_progress = now;
+static bool in_use(const pending *p) { return p->step >= 0; }
+
+/* Whether a report of `step` may go out: every checkpoint of a step up to it is on disk —
+ * those begun, the next periodic one due, the one at the end — and, for the last report,
+ * every checkpoint. */
+static bool may_tell(const coordinator *c, int64_t step, bool last) {
+  const tr_job_config *jc = &c->run->c;
+  if (!jc->checkpoint.path) return true;
+  if (c->writing && (last || c->writing->ck.step <= step)) return false;
+  for (int i = 0; i < PENDING; i++)
+    if (in_use(&c->ck[i]) && (last || c->ck[i].step <= step)) return false;
+  if (last) return true;
   tr_graph *g = c->run->g;
   const int64_t first = tr_graph_first_step(g), end = tr_graph_end_step(g);
-  const int64_t step = first + done;
-  const double secs = (double)(now - c->t_start) / 1e9;
-  const double rate = secs > 0 ? (double)done / secs : 0;
-  const double eta = end == INT64_MAX || rate <= 0 ? 0 : (double)(end - step) / rate;
-  fprintf(stderr, "\r\033[Kstep %lld", (long long)step);
-  if (end != INT64_MAX) fprintf(stderr, "/%lld", (long long)end);
-  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", tr__loss_book_last(&c->losses),
-          rate * c->run->c.global_batch, eta > 0 ? eta : 0);
-  c->printed = true;
+  const int64_t every = jc->checkpoint.every, after = c->written > first ? c->written : first;
+  if (every > 0 && after / every < INT64_MAX / every - 1) {
+    const int64_t next = (after / every + 1) * every;
+    if (next < end && next <= step) return false;
+  }
+  return end == INT64_MAX || step < end || c->written >= end;
 }
 
-/* ---- checkpoints ---------------------------------------------------------------------------- */
+static void write_work(uv_work_t *req) { /* on a thread of libuv's pool */
+  write_req *w = req->data;
+  w->rc = tr__checkpoint_write(w->run, w->ck.step, w->ck.parts, w->nparts, w->err,
+                               sizeof w->err);
+}
+
+static void write_done(uv_work_t *req, int status) { /* on the loop thread */
+  write_req *w = req->data;
+  if (status && !w->rc) { /* cancelled: never the case, as nothing cancels it */
+    w->rc = TR_ESYS;
+    snprintf(w->err, sizeof w->err, "%s: the checkpoint's write did not run",
+             w->run->c.checkpoint.path);
+  }
+  written_msg *m = tr_msg_new(&written_type);
+  m->w = w;
+  tr_actor_send(w->coordinator, m); /* after a stop: freed with the system, w below */
+}
+
+/* The lowest whole checkpoint to the writer, when it is free. */
+static int write_next(coordinator *c) {
+  pending *next = NULL;
+  for (int i = 0; i < PENDING; i++)
+    if (c->ck[i].whole && (!next || c->ck[i].step < next->step)) next = &c->ck[i];
+  if (c->writing || next == NULL) return 0;
+  write_req *w = calloc(1, sizeof *w);
+  if (w == NULL)
+    return tr_actor_fail(c->self, TR_ENOMEM, "writing the checkpoint of step %lld: out of "
+                         "memory", (long long)next->step);
+  *w = (write_req){.run = c->run, .coordinator = c->self, .ck = *next,
+                   .nparts = tr__pieces(c->run)};
+  w->req.data = w;
+  *next = (pending){.step = -1}; /* its parts are the writer's now */
+  int rc = uv_queue_work(tr_system_loop(tr_graph_system(c->run->g)), &w->req, write_work,
+                         write_done);
+  if (rc) {
+    const long long step = (long long)w->ck.step;
+    for (int s = 0; s < w->nparts; s++) tr__part_free(&w->ck.parts[s]);
+    free(w);
+    return tr_actor_fail(c->self, TR_ESYS, "writing the checkpoint of step %lld: uv_queue_work: "
+                         "%s", step, uv_strerror(rc));
+  }
+  c->writing = w;
+  return 0;
+}
+
+/* The writer is done: its parts' credits back, the reports that waited for it out. */
+static int written(coordinator *c, write_req *w) {
+  TR_ASSERT(w == c->writing);
+  c->writing = NULL;
+  for (int s = 0; s < w->nparts; s++) tr__part_free(&w->ck.parts[s]);
+  for (int i = 0; i < w->ck.got; i++) tr_edge_release(c->sources[w->ck.from[i]], 1);
+  const int rc = w->rc;
+  if (rc) tr_actor_fail(c->self, rc, "%s", w->err);
+  else if (w->ck.step > c->written) c->written = w->ck.step;
+  free(w);
+  return rc ? rc : write_next(c);
+}
 
 /* Each stage of replica 0 sends its part; under ZeRO every replica's stage sends its shard
  * of the optimizer state too, and the stage's part is whole once all have come. */
@@ -270,21 +369,18 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   const int P = tr__pieces(c->run); /* a part per chunk of each stage */
   const int parts = P * (jc->zero ? jc->layout.replicas : 1);
   pending *slot = NULL;
+  for (int i = 0; i < PENDING && !slot; i++) /* a whole one waiting for the writer is done */
+    if (c->ck[i].step == p->step && !c->ck[i].whole) slot = &c->ck[i];
   for (int i = 0; i < PENDING && !slot; i++)
-    if (c->ck[i].step == p->step) slot = &c->ck[i];
-  for (int i = 0; i < PENDING && !slot; i++)
-    if (c->ck[i].step < 0) slot = &c->ck[i], slot->step = p->step;
-  TR_ASSERT(slot != NULL);
+    if (!in_use(&c->ck[i])) slot = &c->ck[i], slot->step = p->step;
+  TR_ASSERT(slot != NULL && !slot->whole && slot->got < TR_TRAIN_MAX_DEVICES + 1);
+  slot->from[slot->got++] = p->source;
   int rc = tr__part_merge(&slot->parts[p->stage], &p->part, jc->optim.kind);
   if (rc) return tr_actor_fail(self, rc, "assembling the checkpoint of step %lld: out of memory",
                                (long long)p->step);
-  if (++slot->got < parts) return 0;
-  char err[512];
-  rc = tr__checkpoint_write(c->run, slot->step, slot->parts, P, err, sizeof err);
-  for (int s = 0; s < P; s++) tr__part_free(&slot->parts[s]);
-  slot->step = -1;
-  slot->got = 0;
-  return rc ? tr_actor_fail(self, rc, "%s", err) : 0;
+  if (slot->got < parts) return 0;
+  slot->whole = true;
+  return write_next(c);
 }
 
 /* ---- the figures ---------------------------------------------------------------------------- */
@@ -302,9 +398,9 @@ static double consistency(const coordinator *c) {
     double diff = 0;
     for (int s = 0; s < P; s++) {
       const tr__report *d0 = &c->dones[tr__device_index(run, 0, s)];
-      const float *pr = c->dones[tr__device_index(run, r, s)].params;
-      for (size_t i = 0; i < d0->numel; i++) {
-        double d = (double)pr[i] - d0->params[i];
+      const tr__report *dr = &c->dones[tr__device_index(run, r, s)];
+      for (size_t i = 0; i < d0->numel && i < dr->numel; i++) {
+        double d = (double)dr->params[i] - d0->params[i];
         diff += d * d;
       }
     }
@@ -314,24 +410,11 @@ static double consistency(const coordinator *c) {
   return worst;
 }
 
-/* The server's own figures. */
-static void record_async(coordinator *c, double window) {
-  tr_train_result *r = &c->result;
-  const tr__server_report *s = &c->server;
-  r->server_utilization = window > 0 ? (double)s->busy_ns / window : NAN;
-  r->staleness_mean = s->updates ? s->staleness_sum / (double)s->updates : NAN;
-  r->staleness_max = s->updates ? (double)s->staleness_max : NAN;
-  memcpy(r->staleness_hist, s->hist, sizeof r->staleness_hist);
-  r->clock_gap_max = s->clock_gap_max;
-  r->consistency = s->consistency_n ? s->consistency_sum / (double)s->consistency_n : NAN;
-}
-
-static void record_result(coordinator *c) {
+/* The run's settings, as the figures record them. */
+static void record_settings(coordinator *c, tr_train_result *r) {
   const tr__run *run = c->run;
   const tr_job_config *jc = &run->c;
-  tr_train_result *r = &c->result;
   const int R = jc->layout.replicas, P = jc->layout.stages, n = R * P;
-  const int64_t first = tr_graph_first_step(run->g);
   tr__result_init(r, tr_model_name(jc->model), run->strategy);
   r->replicas = R;
   r->stages = P;
@@ -347,68 +430,62 @@ static void record_result(coordinator *c) {
   r->graphs = jc->graphs;
   r->ndevices = n;
   r->ranks = tr_world_size(tr__graph_world(run->g));
+  r->first_step = tr_graph_first_step(run->g);
   memcpy(r->cuts, run->cuts, (size_t)(tr__pieces(run) + 1) * sizeof *run->cuts);
-  if (P > 1) snprintf(r->schedule, sizeof r->schedule, "%s", tr_schedule_kind_name(jc->layout.schedule));
+  if (P > 1) {
+    snprintf(r->schedule, sizeof r->schedule, "%s", tr_schedule_kind_name(jc->layout.schedule));
+    r->bubble_theory = tr_schedule_bubble(run->sc);
+  }
   if (jc->async.enabled) {
     r->workers = R;
     r->momentum = jc->optim.kind == TR_OPTIM_MOMENTUM ? jc->optim.momentum : NAN;
   }
-  uint64_t start = UINT64_MAX, end = 0;
-  double busy = 0;
   size_t len = 0;
-  for (int i = 0; i < n; i++) {
-    const tr__report *d = &c->dones[i];
-    if (d->window_start < start) start = d->window_start;
-    if (d->window_end > end) end = d->window_end;
-    if (len < sizeof r->devices && r->ranks > 1) /* host:0@r1: host:0 of rank 1 */
-      len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s@r%d",
-                              i ? "," : "", d->device, d->rank);
-    else if (len < sizeof r->devices)
-      len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s", i ? "," : "",
-                              d->device);
-    if (i < TR_TRAIN_MAX_DEVICES) r->rank[i] = d->rank;
-  }
-  const double window = end > start ? (double)(end - start) : 0;
-  r->first_step = first;
-  /* The steps every stage ran; async: the server's updates, each one worker's push. */
-  int64_t steps = c->dones[0].steps, window_steps = c->dones[0].window_steps;
-  if (jc->async.enabled) {
-    steps = first + c->server.updates;
-    window_steps = 0;
-    for (int w = 0; w < R; w++) window_steps += c->dones[w].window_steps;
-  }
-  r->steps = steps;
-  r->samples = (steps - first) * jc->global_batch;
-  r->window_steps = window_steps;
-  r->seconds = window / 1e9;
-  r->steps_per_s = window > 0 ? (double)window_steps / r->seconds : NAN;
-  r->samples_per_s = r->steps_per_s * jc->global_batch;
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
-    r->utilization[i] = window > 0 ? (double)c->dones[i].busy_ns / window : NAN;
-    r->peak_microbatches[i] = c->dones[i].peak_microbatches;
-    r->peak_activation_bytes[i] = c->dones[i].peak_activation_bytes;
-    r->graph_captures += c->dones[i].graph_captures;
-    r->graph_launches += c->dones[i].graph_launches;
-    if (!r->graphs_note[0] && c->dones[i].graphs_note[0])
-      snprintf(r->graphs_note, sizeof r->graphs_note, "%s", c->dones[i].graphs_note);
-    busy += (double)c->dones[i].busy_ns;
-    const tr_memory_figures *d = &c->dones[i].memory;
-    tr_memory_figures *replica = &r->memory.replicas[i / P];
-    r->memory.devices[i] = *d;
-    replica->params += d->params;
-    replica->grads += d->grads;
-    replica->optimizer_state += d->optimizer_state;
+    const char *sep = i ? "," : "";
+    r->rank[i] = c->rank[i];
+    if (len >= sizeof r->devices) continue;
+    if (r->ranks > 1) /* host:0@r1: host:0 of rank 1 */
+      len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s@r%d", sep,
+                              c->dones[i].device, c->rank[i]);
+    else
+      len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s", sep,
+                              c->dones[i].device);
   }
-  if (P > 1) {
-    r->bubble_fraction = window > 0 ? 1 - busy / (n * window) : NAN;
-    r->bubble_theory = tr_schedule_bubble(run->sc);
-  }
-  if (jc->async.enabled) record_async(c, window);
-  else r->consistency = R > 1 ? consistency(c) : 0;
+}
 
+/* Every source's pairs reduced by the table's rules, then what docs/WORKLOADS.md derives
+ * from them. */
+static void record_result(coordinator *c) {
+  const tr_job_config *jc = &c->run->c;
+  tr_train_result *r = &c->result;
+  const int R = jc->layout.replicas, P = jc->layout.stages, n = R * P;
+  const tr__figures *src[TR_TRAIN_MAX_DEVICES + 1];
+  for (int i = 0; i < n; i++) src[i] = &c->dones[i].fig;
+  src[n] = jc->async.enabled ? &c->server : NULL;
+  tr__metrics_reduce(c->red, src, n + 1, n, P);
+  tr__metrics_apply(c->red, r);
+  const tr__reduced *red = c->red;
+  const int64_t start = tr__reduced_int(red, TR__M_WINDOW_START);
+  const int64_t end = tr__reduced_int(red, TR__M_WINDOW_END);
+  const double window = end > start ? (double)(end - start) : 0;
+  /* the steps every stage ran; async: the server's updates, each one worker's push */
+  if (jc->async.enabled) r->window_steps = tr__reduced_int(red, TR__M_WINDOW_PUSHES);
+  r->samples = (r->steps - r->first_step) * jc->global_batch;
+  r->seconds = window / 1e9;
+  r->steps_per_s = window > 0 ? (double)r->window_steps / r->seconds : NAN;
+  r->samples_per_s = r->steps_per_s * jc->global_batch;
+  for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++)
+    r->utilization[i] = window > 0 ? (double)red->device[i][TR__M_BUSY_NS].i / window : NAN;
+  if (P > 1)
+    r->bubble_fraction =
+        window > 0 ? 1 - (double)tr__reduced_int(red, TR__M_BUSY_NS) / (n * window) : NAN;
+  if (jc->async.enabled)
+    r->server_utilization =
+        window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;
+  else r->consistency = R > 1 ? consistency(c) : 0;
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);
-  r->skipped_steps = jc->async.enabled ? c->server.skipped : c->dones[0].skipped;
   const tr_model *m = jc->model;
   if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
   r->gflops = tr_model_train_flops(m) * r->samples_per_s / 1e9;
@@ -416,9 +493,9 @@ static void record_result(coordinator *c) {
 
 /* ---- messages ------------------------------------------------------------------------------- */
 
-static int source_of(const coordinator *c, int source) {
+static int source_of(const coordinator *c, int source, bool release) {
   TR_ASSERT(source >= 0 && source < c->nsources);
-  tr_edge_release(c->sources[source], 1);
+  if (release) tr_edge_release(c->sources[source], 1);
   return source;
 }
 
@@ -433,40 +510,44 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   int rc = 0;
   if (msg->type == &tr__loss_type) {
     const tr__loss_msg *m = (const tr__loss_msg *)msg;
-    source_of(c, m->source);
+    source_of(c, m->source, true);
     step_ctx x = {.c = c};
     if ((rc = tr__loss_book_add(&c->losses, m, clock_offset(c, msg), on_step, &x)) ||
         (rc = x.rc))
       return rc;
-    if (c->run->c.progress) show_progress(c);
   } else if (msg->type == &tr__part_type) {
     tr__part_msg *p = (tr__part_msg *)msg;
-    source_of(c, p->source);
+    source_of(c, p->source, false); /* its credit once the checkpoint is on disk */
     rc = add_part(self, c, p);
+  } else if (msg->type == &written_type) {
+    rc = written(c, ((written_msg *)msg)->w);
   } else if (msg->type == &tr__done_type) {
     const tr__done_msg *d = (const tr__done_msg *)msg;
-    tr__report *r = &c->dones[source_of(c, d->source)];
+    const int i = source_of(c, d->source, true);
+    tr__report *r = &c->dones[i];
     *r = d->report;
-    r->rank = tr_graph_actor_rank(c->run->g, msg->from);
-    r->window_start += (uint64_t)clock_offset(c, msg);
-    r->window_end += (uint64_t)clock_offset(c, msg);
+    r->device[sizeof r->device - 1] = 0;
+    if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(c->run->g, msg->from);
+    tr__figures_shift_clock(&r->fig, clock_offset(c, msg));
     c->ndone++;
   } else if (msg->type == &tr__server_done_type) {
     const tr__server_done_msg *d = (const tr__server_done_msg *)msg;
-    source_of(c, d->source);
-    c->server = d->report; /* not its header: the mailbox's */
+    source_of(c, d->source, true);
+    c->server = d->fig;
+    tr__figures_shift_clock(&c->server, clock_offset(c, msg));
     c->ndone++;
   }
   if (rc) return rc;
-  for (int i = 0; i < c->nobs; i++) flush(&c->obs[i]); /* also on their credits */
   if (!c->finished && c->ndone == c->nsources) {
-    if (c->printed) fputc('\n', stderr);
+    record_settings(c, &c->result);
     record_result(c);
     c->finished = true;
   }
+  for (int i = 0; i < c->nobs; i++) flush(c, &c->obs[i]); /* also on their credits */
   return maybe_done(c);
 }
 
+/* Runs after every write the coordinator asked for has ended (the loop runs until then). */
 static void coordinator_destroy(void *state) {
   coordinator *c = state;
   for (int i = 0; i < PENDING; i++)
@@ -478,6 +559,10 @@ static void coordinator_destroy(void *state) {
   for (int i = 0; i < c->nobs; i++) free(c->obs[i].queue);
   free(c->obs);
   tr__loss_book_free(&c->losses);
+  if (c->writing) /* the run failed while it wrote: its message was never handled */
+    for (int s = 0; s < c->writing->nparts; s++) tr__part_free(&c->writing->ck.parts[s]);
+  free(c->writing);
+  free(c->red);
   free(c);
 }
 

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 
 #include "job_testing.h"
+#include "run_metrics.h"
 #include "tr_job.h"
 #include "tr_system.h"
 
@@ -109,19 +110,11 @@ typedef struct tr__part_msg {
   tr__part part;
 } tr__part_msg;
 
-/* A stage's figures at the end of the run. */
+/* A stage's figures at the end of the run: (key, value) pairs of the table of run metrics
+ * (run_metrics.h), which the coordinator reduces by the table's rules. */
 typedef struct tr__report {
-  int replica, stage;
-  int rank;            /* the process that ran it (the coordinator's reading) */
-  char device[32];
-  int64_t steps, window_steps;
-  uint64_t window_start, window_end, busy_ns;
-  int peak_microbatches;
-  int64_t skipped;     /* updates skipped for a norm that was not finite */
-  tr_memory_figures memory; /* what the stage allocated */
-  int64_t peak_activation_bytes;
-  int64_t graph_captures, graph_launches; /* the stage's chunks' (tr_stage_graphs) */
-  char graphs_note[192]; /* "" or why captures stopped (the first chunk's that says) */
+  char device[32];     /* its device's name */
+  tr__figures fig;
   const float *params; /* a host copy (in replica groups), for consistency, or NULL */
   size_t numel;        /* of params */
 } tr__report;
@@ -132,21 +125,11 @@ typedef struct tr__done_msg {
   tr__report report;
 } tr__done_msg;
 
-/* The server's figures at the end of the run. */
-typedef struct tr__server_report {
-  int64_t updates;
-  uint64_t busy_ns; /* after the warm-up, like the stages' */
-  int64_t hist[TR_TRAIN_STALENESS_BINS];
-  double staleness_sum, consistency_sum;
-  int64_t staleness_max, consistency_n;
-  int clock_gap_max;
-  int64_t skipped;  /* updates skipped for a norm that was not finite */
-} tr__server_report;
-
+/* The server's figures at the end of the run (pairs, as a stage's). */
 typedef struct tr__server_done_msg {
   tr_msg hdr;
   int source;
-  tr__server_report report;
+  tr__figures fig;
 } tr__server_done_msg;
 
 extern const tr_msgtype tr__poll_type, tr__loss_type, tr__part_type, tr__done_type,

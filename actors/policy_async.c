@@ -105,7 +105,7 @@ static void free_(void *state) {
 }
 
 static const tr__policy_ops async_ops = {
-    .name = "async", .shard = shard, .open = open,
+    .name = "async", .run_steps = false, .shard = shard, .open = open,
     .first_step = first_step, .share = share, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,

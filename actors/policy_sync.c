@@ -175,7 +175,7 @@ static void free_(void *state) {
 }
 
 static const tr__policy_ops sync_ops = {
-    .name = "sync", .shard = shard, .open = open,
+    .name = "sync", .run_steps = true, .shard = shard, .open = open,
     .first_step = first_step, .share = share, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,

@@ -72,15 +72,33 @@ int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool 
 }
 
 /* What the stage's chunks allocated: parameters, gradients, optimizer state (a shard's). */
-static tr_memory_figures memory_figures(const tr__chunks *c) {
-  tr_memory_figures m = {0};
+static void memory_figures(const tr__chunks *c, tr__figures *f) {
+  int64_t params = 0, state = 0;
   for (int k = 0; k < c->n; k++) {
-    const tr_stage_info *info = tr_stage_get_info(c->st[k]);
-    m.params += (int64_t)(info->numel * sizeof(float));
-    m.grads += (int64_t)(info->numel * sizeof(float));
-    m.optimizer_state += (int64_t)(info->state_numel * sizeof(float));
+    const tr_stage_info *info = c->ch[k].info;
+    params += (int64_t)(info->numel * sizeof(float));
+    state += (int64_t)(info->state_numel * sizeof(float));
   }
-  return m;
+  tr__figures_int(f, TR__M_MEMORY_PARAMS, params);
+  tr__figures_int(f, TR__M_MEMORY_GRADS, params); /* a gradient per parameter */
+  tr__figures_int(f, TR__M_MEMORY_STATE, state);
+}
+
+/* The chunks' CUDA graphs: captures, launches, and why they stopped (the first that says). */
+static void graphs_figures(const tr__chunks *c, tr__figures *f) {
+  int64_t captures = 0, launches = 0;
+  const char *note = "";
+  for (int k = 0; k < c->n; k++) {
+    const tr_stage_graphs_figures g = tr_stage_graphs(c->st[k]);
+    captures += g.captures;
+    launches += g.launches;
+    if (!note[0] && g.note[0]) note = g.note;
+  }
+  tr__figures_int(f, TR__M_GRAPH_CAPTURES, captures);
+  tr__figures_int(f, TR__M_GRAPH_LAUNCHES, launches);
+  char line[192]; /* as long as the result keeps */
+  snprintf(line, sizeof line, "%s", note);
+  tr__figures_text(f, TR__M_GRAPHS_NOTE, line);
 }
 
 /* A host copy of the parameters of a replica group's member (one chunk: tr_job_new). */
@@ -100,29 +118,32 @@ static int copy_params(tr__reporter *r, tr_stage *st, tr__report *d) {
   return 0;
 }
 
-int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_figures *f) {
+/* The stage's figures, as pairs of the table of run metrics (run_metrics.h). A worker's
+ * steps are its own pushes: the run's are the server's updates. */
+int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_figures *s) {
   if (!tr_edge_acquire(r->edge)) return TR__REPORTER_WAIT;
   tr__done_msg *msg = tr_msg_new(&tr__done_type);
   msg->source = r->source;
   tr__report *d = &msg->report;
-  *d = (tr__report){.replica = f->replica,
-                    .stage = f->stage,
-                    .steps = f->steps,
-                    .window_end = f->window_end,
-                    .peak_microbatches = f->peak_microbatches,
-                    .peak_activation_bytes = f->peak_activation_bytes,
-                    .skipped = f->skipped,
-                    .memory = memory_figures(c)};
+  *d = (tr__report){0};
+  tr__figures *f = &d->fig;
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(r->dev));
-  for (int k = 0; k < c->n; k++) {
-    const tr_stage_graphs_figures g = tr_stage_graphs(c->st[k]);
-    d->graph_captures += g.captures;
-    d->graph_launches += g.launches;
-    if (!d->graphs_note[0] && g.note[0]) snprintf(d->graphs_note, sizeof d->graphs_note, "%s", g.note);
+  uint64_t start, busy;
+  int64_t window_steps;
+  tr__busy_window(s->busy, s->steps, s->first_step, &start, &busy, &window_steps);
+  if (s->run_steps) {
+    tr__figures_int(f, TR__M_STEPS, s->steps);
+    tr__figures_int(f, TR__M_SKIPPED_STEPS, s->skipped);
   }
-  tr__busy_window(f->busy, f->steps, f->first_step, &d->window_start, &d->busy_ns,
-                  &d->window_steps);
-  int rc = f->params ? copy_params(r, c->st[0], d) : 0;
+  tr__figures_int(f, s->run_steps ? TR__M_WINDOW_STEPS : TR__M_WINDOW_PUSHES, window_steps);
+  tr__figures_int(f, TR__M_WINDOW_START, (int64_t)start);
+  tr__figures_int(f, TR__M_WINDOW_END, (int64_t)s->window_end);
+  tr__figures_int(f, TR__M_BUSY_NS, (int64_t)busy);
+  tr__figures_int(f, TR__M_PEAK_MICROBATCHES, s->peak_microbatches);
+  tr__figures_int(f, TR__M_PEAK_ACTIVATION_BYTES, s->peak_activation_bytes);
+  memory_figures(c, f);
+  graphs_figures(c, f);
+  int rc = s->params ? copy_params(r, c->st[0], d) : 0;
   if (rc) {
     tr_msg_free(msg);
     tr_edge_release(r->edge, 1);

@@ -31,7 +31,7 @@ typedef struct tr__reporter {
 
 /* What a stage measured over the run. */
 typedef struct tr__stage_figures {
-  int replica, stage;
+  bool run_steps; /* its steps are the run's (a worker's are its own pushes) */
   int64_t steps, first_step, skipped;
   uint64_t window_end;
   int peak_microbatches;

@@ -51,6 +51,15 @@ typedef struct worker {
   tr_device *dev;
 } worker;
 
+/* What the server measures for the run's figures, sent as pairs at the end (finish). */
+typedef struct figures {
+  int64_t hist[TR_TRAIN_STALENESS_BINS];
+  double staleness_sum, consistency_sum;
+  int64_t staleness_max, consistency_n;
+  int clock_gap_max;
+  int64_t skipped;  /* updates skipped for a norm that was not finite */
+} figures;
+
 typedef struct server {
   tr_actor *self;
   const tr__run *run;
@@ -71,7 +80,7 @@ typedef struct server {
   tr_event *stats_ev[STATS_RING];
   int64_t stats_issued, stats_read;
 
-  tr__server_report fig; /* the figures, sent at the end */
+  figures fig;
   tr__busy busy;
   bool finishing, done, lent; /* lent: Hogwild! workers hold the parameters */
   bool saved;                 /* the last checkpoint part is taken */
@@ -350,6 +359,25 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   return rc;
 }
 
+/* The server's figures, as pairs of the table of run metrics (run_metrics.h): the run's
+ * steps are its updates. */
+static void send_figures(const server *sv, tr__figures *f) {
+  const figures *g = &sv->fig;
+  const int64_t n = sv->version;
+  *f = (tr__figures){0};
+  tr__figures_int(f, TR__M_STEPS, tr_graph_first_step(sv->run->g) + n);
+  tr__figures_int(f, TR__M_SERVER_BUSY_NS, (int64_t)sv->busy.busy_ns);
+  tr__figures_int(f, TR__M_SKIPPED_STEPS, g->skipped);
+  tr__figures_real(f, TR__M_STALENESS_MEAN, n ? g->staleness_sum / (double)n : NAN);
+  tr__figures_real(f, TR__M_STALENESS_MAX, n ? (double)g->staleness_max : NAN);
+  for (int b = 0; b < TR_TRAIN_STALENESS_BINS; b++)
+    if (g->hist[b]) tr__figures_bin(f, TR__M_STALENESS_HIST, b, g->hist[b]);
+  tr__figures_int(f, TR__M_CLOCK_GAP_MAX, g->clock_gap_max);
+  tr__figures_real(f, TR__M_CONSISTENCY, g->consistency_n ? g->consistency_sum /
+                                                                (double)g->consistency_n
+                                                          : NAN);
+}
+
 /* Every worker has left: the last checkpoint part and the figures go to the coordinator,
  * each once a credit is free. */
 static int finish(tr_actor *self, server *sv) {
@@ -368,9 +396,7 @@ static int finish(tr_actor *self, server *sv) {
   if (!send_pending(sv) || !tr_edge_acquire(sv->report)) return 0;
   tr__server_done_msg *d = tr_msg_new(&tr__server_done_type);
   d->source = sv->W;
-  d->report = sv->fig;
-  d->report.updates = sv->version;
-  d->report.busy_ns = sv->busy.busy_ns;
+  send_figures(sv, &d->fig);
   tr_edge_send(sv->report, d);
   sv->done = true;
   tr_graph_done(run->g, self);

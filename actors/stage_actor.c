@@ -357,7 +357,7 @@ static int finish(tr_actor *self, stage_actor *a) {
   }
   if (a->end_phase == END_FIGURES) {
     const tr__policy *p = &a->policy;
-    const tr__stage_figures f = {.replica = a->replica, .stage = a->stage, .steps = a->step,
+    const tr__stage_figures f = {.run_steps = p->ops->run_steps, .steps = a->step,
                                  .first_step = p->ops->first_step(p->state, a->run),
                                  .skipped = p->ops->skipped(p->state),
                                  .window_end = a->window_end, .peak_microbatches = c->peak,

@@ -46,6 +46,7 @@ typedef struct tr__policy_ctx {
 
 typedef struct tr__policy_ops {
   const char *name;
+  bool run_steps; /* the stage's steps are the run's (an asynchronous worker's are its pushes) */
   /* Before the chunks open: the part of the optimizer state they hold (ZeRO). */
   tr_stage_shard (*shard)(const void *p);
   int (*open)(void *p, const tr__policy_ctx *ctx);

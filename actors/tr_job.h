@@ -11,7 +11,7 @@
  *   stage        (pinned)  one per device: layers of the model between two cuts; runs its
  *                          schedule's action list every step; in a replica group it all-
  *                          reduces gradients bucket by bucket while backward still runs
- *   coordinator  (loop)    progress, checkpoints, reports to observers, the run's figures
+ *   coordinator  (loop)    checkpoints, reports to observers, the run's figures
  *   server       (pinned)  asynchronous jobs: the master parameters and the optimizer; it
  *                          applies each worker's pushed gradient as one update and answers
  *                          with fresh parameters (a stage is then a worker)
@@ -203,6 +203,8 @@ typedef struct tr_train_result {
   double consistency;
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
+  double sgemm_gflops;     /* the caller's yardstick, measured after the run (troupe train:
+                              single-thread sgemm 2048² on host devices); 0: none (JSON null) */
   int signal;              /* SIGINT or SIGTERM when one ended the run early (tr_train.h) */
   int64_t skipped_steps;   /* updates skipped for a gradient norm that was not finite
                               (on_nonfinite TR_NONFINITE_SKIP) */
@@ -339,7 +341,6 @@ typedef struct tr_job_config {
    * and the build has NCCL, else troupe's peer reduction). */
   tr_allreduce allreduce;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
-  int progress;            /* a progress line on stderr */
 } tr_job_config;
 
 /* A configuration refused, as data: what tr_job_check (and tr_train_run_e, tr_train.h) say

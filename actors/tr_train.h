@@ -3,8 +3,10 @@
  * tr_train_run builds the message graph of a strategy on a fresh system and runs it to the
  * end: a loader actor on the libuv loop fills batches ahead (its prefetch depth is the
  * credit count of the loader → stage edge), a stage actor pinned to each device trains,
- * and a coordinator on the loop drives the run, prints progress and collects the figures
- * docs/WORKLOADS.md defines. It is what `troupe train` runs.
+ * and a coordinator on the loop drives the run, has checkpoints written and collects the
+ * figures docs/WORKLOADS.md defines, which tr_train_result_json writes as JSON; an observer
+ * of yours (tr_train_options.observe) hears of the steps as they go. It is what `troupe
+ * train` runs, its progress line such an observer.
  *
  *   tr_train_options o = tr_train_defaults();
  *   o.model = "simplenet";
@@ -79,6 +81,13 @@ typedef struct tr_train_options {
   FILE *notes;             /* what the user should know of the run before it starts (a
                               resumed checkpoint taken with another batch, seed or strategy);
                               NULL: keep it to yourself */
+  /* An observer of the run (troupe train draws its progress line with one): called on the
+   * loop thread of rank 0 with a report (tr_protocol.h) every `observe_every` complete steps
+   * (0: every step) and a last one when the run is over. It must return quickly: the
+   * loaders share that thread. NULL: none. */
+  void (*observe)(void *arg, const tr_report_msg *report);
+  void *observe_arg;
+  int observe_every;
 } tr_train_options;
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's
@@ -95,6 +104,13 @@ int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_
  * the field at fault and where the message names fields ("devices", "layout.stages": those
  * of tr_train_options and its job), for a front end that names them its own way. */
 int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e);
+
+/* The run's figures as one JSON object and a newline, docs/WORKLOADS.md's keys (what
+ * `troupe train --json` prints); null marks what does not apply to the run. And the same
+ * figures in words, one line, those that apply and are not zero (`troupe train`'s summary).
+ * 0, or TR_EIO when `f` fails. */
+int tr_train_result_json(const tr_train_result *r, FILE *f);
+int tr_train_result_summary(const tr_train_result *r, FILE *f);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,7 @@ typedef struct run {
   tr_job_config jc;
   int cuts[TR__MAX_STAGES + 1];
   int64_t first_step, end_step;
+  bool observed; /* rank 0 was given an observer: every rank's graph has its actor */
 } run;
 
 /* The server's device: as asked, else a host device of its own beside host workers, or a
@@ -121,6 +122,7 @@ static uint64_t digest_str(uint64_t h, const char *s) {
 /* What every rank of a job must have been given alike, and whether it got this far. */
 typedef struct agreement {
   int failed; /* this rank could not read its options (its own message says why) */
+  int observed; /* rank 0's counts: tr_train_options.observe (a terminal's, or not) */
   uint64_t model, run, layout, optim, async, checkpoint;
 } agreement;
 
@@ -170,7 +172,7 @@ static agreement agreement_of(const run *rn, const tr_train_options *o) {
 /* Every rank compares what it was given with rank 0's before any opens a device; `rc` is
  * this rank's own verdict so far. A failure names the ranks that differ, or the first that
  * could not read its options. */
-static int agree(const run *rn, const tr_train_options *o, int rc, char *err, size_t n) {
+static int agree(run *rn, const tr_train_options *o, int rc, char *err, size_t n) {
   static const struct {
     size_t at;
     const char *what;
@@ -184,6 +186,7 @@ static int agree(const run *rn, const tr_train_options *o, int rc, char *err, si
   const int size = tr_world_size(w);
   agreement mine = agreement_of(rn, o), *all = calloc((size_t)size, sizeof *all);
   mine.failed = rc != 0;
+  mine.observed = o->observe != NULL;
   if (all == NULL || tr_world_allgather(w, &mine, sizeof mine, all)) {
     free(all);
     return rc ? rc : tr_errorf(err, n, TR_ESYS, "options: the ranks could not compare them");
@@ -191,6 +194,7 @@ static int agree(const run *rn, const tr_train_options *o, int rc, char *err, si
   char differ[256] = "";
   size_t len = 0;
   int failed = -1;
+  rn->observed = all[0].observed;
   for (int r = 0; r < size; r++) {
     if (all[r].failed && failed < 0) failed = r;
     for (size_t f = 0; f < sizeof fields / sizeof *fields && r > 0; f++)
@@ -333,6 +337,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
                  : tr_model_named(&rn->model, o->model, err, n);
   if (rc) tr__error_mark_lead(err, n, "model");
   rn->jc = o->job;
+  rn->observed = o->observe != NULL; /* across ranks: rank 0's (agree) */
   tr_job_config *c = &rn->jc;
   c->model = rn->model;
   c->strategy = tr_strategy_name(o->strategy);
@@ -368,6 +373,44 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
    * message keeps the fields it names (tr_train_run_e) */
   tr_job_config job = *c;
   return tr__job_config_complete(&job, err, n);
+}
+
+/* The caller's observer (tr_train_options.observe) as an actor of the graph: each report
+ * handed to its function, the edge's credit back, its part over with the last. */
+typedef struct observer {
+  tr_graph *g;
+  tr_edge *in;
+  void (*fn)(void *arg, const tr_report_msg *report);
+  void *arg;
+} observer;
+
+static int observer_receive(tr_actor *self, tr_msg *msg) {
+  observer *ob = tr_actor_state(self);
+  if (msg->type != &tr_report_type) return 0;
+  const tr_report_msg *r = (const tr_report_msg *)msg;
+  ob->fn(ob->arg, r);
+  tr_edge_release(ob->in, 1);
+  if (r->last) tr_graph_done(ob->g, self);
+  return 0;
+}
+
+static const tr_behaviour observer_behaviour = {
+    .name = "observer", .receive = observer_receive, .destroy = free};
+
+static int observe(tr_graph *g, tr_job *j, const tr_train_options *o) {
+  observer *ob = calloc(1, sizeof *ob);
+  if (ob == NULL) return TR_ENOMEM;
+  *ob = (observer){.g = g, .fn = o->observe, .arg = o->observe_arg};
+  tr_actor *a;
+  int rc = tr_graph_add_on(g, 0, &(tr_actor_config){.name = "observer", .kind = TR_ACTOR_LOOP,
+                                                    .behaviour = &observer_behaviour,
+                                                    .state = ob},
+                           &a);
+  if (rc) {
+    free(ob);
+    return rc;
+  }
+  return tr_job_observe(j, a, o->observe_every > 0 ? o->observe_every : 1, &ob->in);
 }
 
 /* The strategy's graph, with the public calls of tr_job.h: its stages (chained, grouped),
@@ -445,7 +488,7 @@ static int run_marked(const tr_train_options *o, const tr__test_hooks *hooks,
   }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
   if (hooks) tr__job_set_test_hooks(j, hooks);
-  if ((rc = build(j, &rn))) {
+  if ((rc = build(j, &rn)) || (rn.observed && (rc = observe(g, j, o)))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }

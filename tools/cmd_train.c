@@ -3,11 +3,11 @@
  * JSON object on stdout. */
 #include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -231,171 +231,46 @@ const cli_table cli_train_table = {
     .context_at = offsetof(train_args, o.strategy),
     .context_name = tr_strategy_name_at};
 
-static void json_number(const char *key, double v, bool last) {
-  if (isfinite(v)) printf("\"%s\":%.9g%s", key, v, last ? "" : ",");
-  else printf("\"%s\":null%s", key, last ? "" : ",");
+/* The progress line on a terminal: an observer of the run (tr_train_options.observe), on
+ * the run's loop thread, drawn at most every PROGRESS_NS. */
+enum { PROGRESS_NS = 100 * 1000 * 1000 };
+typedef struct progress {
+  int64_t end;       /* the run's last step; 0: a timed run */
+  int64_t first;     /* the run's first step (-1: no report yet) */
+  uint64_t last_ns;
+  bool drawn, ended; /* a line is on the terminal; it has ended with a newline */
+} progress;
+
+static uint64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static void json_memory(const tr_memory_figures *m, const int64_t *peak_activation_bytes) {
-  printf("{\"params\":%lld,\"grads\":%lld,\"optimizer_state\":%lld", (long long)m->params,
-         (long long)m->grads, (long long)m->optimizer_state);
-  if (peak_activation_bytes)
-    printf(",\"peak_activation_bytes\":%lld", (long long)*peak_activation_bytes);
-  printf("}");
+static void progress_end(progress *p) {
+  if (p->drawn && !p->ended) fputc('\n', stderr);
+  p->ended = true;
 }
 
-/* Bytes each device's stage allocated (and its per-micro-batch memory's peak), and each
- * replica's over its stages. */
-static void print_memory(const tr_train_result *r) {
-  printf("\"memory\":{\"devices\":[");
-  for (int i = 0; i < r->ndevices && i < TR_TRAIN_MAX_DEVICES; i++) {
-    if (i) printf(",");
-    json_memory(&r->memory.devices[i], &r->peak_activation_bytes[i]);
+static void draw_progress(void *arg, const tr_report_msg *r) {
+  progress *p = arg;
+  if (p->first < 0) p->first = r->step - r->steps; /* reports cover the run from its start */
+  if (r->last) {
+    progress_end(p);
+    return;
   }
-  printf("],\"replicas\":[");
-  for (int i = 0; r->stages && i < r->ndevices / r->stages; i++) {
-    if (i) printf(",");
-    json_memory(&r->memory.replicas[i], NULL);
-  }
-  printf("]},");
+  const uint64_t now = now_ns();
+  const int64_t done = r->step - p->first;
+  if (done <= 0 || now - p->last_ns < PROGRESS_NS) return;
+  p->last_ns = now;
+  const double rate = r->seconds > 0 ? (double)done / r->seconds : 0; /* steps/s */
+  const double eta = p->end <= 0 || rate <= 0 ? 0 : (double)(p->end - r->step) / rate;
+  fprintf(stderr, "\r\033[Kstep %lld", (long long)r->step);
+  if (p->end > 0) fprintf(stderr, "/%lld", (long long)p->end);
+  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", r->last_loss,
+          r->seconds > 0 ? (double)r->samples / r->seconds : 0, eta > 0 ? eta : 0);
+  p->drawn = true;
 }
-
-static void print_json(const tr_train_result *r, double sgemm) {
-  printf("{\"model\":");
-  cli_json_string(stdout, r->model);
-  printf(",\"strategy\":\"%s\",\"devices\":", r->strategy);
-  cli_json_string(stdout, r->devices);
-  printf(",");
-  printf("\"first_step\":%lld,\"steps\":%lld,\"samples\":%lld,", (long long)r->first_step,
-         (long long)r->steps, (long long)r->samples);
-  json_number("seconds", r->seconds, false);
-  json_number("samples_per_s", r->samples_per_s, false);
-  json_number("steps_per_s", r->steps_per_s, false);
-  json_number("initial_loss", r->initial_loss, false);
-  json_number("final_loss", r->final_loss, false);
-  printf("\"utilization\":[");
-  for (int i = 0; i < r->ndevices; i++) {
-    if (isfinite(r->utilization[i])) printf("%s%.4f", i ? "," : "", r->utilization[i]);
-    else printf("%snull", i ? "," : "");
-  }
-  printf("],\"ranks\":%d,\"rank\":[", r->ranks);
-  for (int i = 0; i < r->ndevices; i++) printf("%s%d", i ? "," : "", r->rank[i]);
-  printf("],");
-  json_number("bubble_fraction", r->bubble_fraction, false);
-  json_number("bubble_theory", r->bubble_theory, false);
-  printf("\"replicas\":%d,\"stages\":%d,\"microbatches\":%d,\"chunks\":%d,\"recompute\":%s,"
-         "\"schedule\":", r->replicas, r->stages, r->microbatches, r->chunks,
-         r->recompute ? "true" : "false");
-  if (r->schedule[0]) printf("\"%s\",", r->schedule);
-  else printf("null,");
-  printf("\"cuts\":");
-  const int pieces = r->stages * (r->chunks > 0 ? r->chunks : 1);
-  if (pieces > 1)
-    for (int k = 0; k <= pieces; k++) printf("%s%d", k ? "," : "[", r->cuts[k]);
-  printf(pieces > 1 ? "]," : "null,");
-  printf("\"zero\":%d,", r->zero);
-  if (r->allreduce == TR_ALLREDUCE_AUTO) printf("\"allreduce\":null,");
-  else printf("\"allreduce\":\"%s\",", tr_allreduce_name(r->allreduce));
-  /* pipeline edges between processes, by what carried their tensors (null: none crossed) */
-  printf("\"data_on\":\"%s\",", !r->batches_made ? "host" : !r->batches_loaded ? "device" : "mixed");
-  if (r->edges_nccl + r->edges_mpi == 0) printf("\"edges_across_ranks\":null,");
-  else printf("\"edges_across_ranks\":{\"nccl\":%d,\"mpi\":%d},", r->edges_nccl, r->edges_mpi);
-  print_memory(r);
-  const bool async = !strcmp(r->strategy, "async");
-  if (async && isfinite(r->staleness_mean)) {
-    printf("\"staleness\":{\"mean\":%.6g,\"max\":%.6g,\"histogram\":[", r->staleness_mean,
-           r->staleness_max);
-    int bins = TR_TRAIN_STALENESS_BINS; /* trimmed after the last non-zero bin */
-    while (bins > 0 && r->staleness_hist[bins - 1] == 0) bins--;
-    for (int i = 0; i < bins; i++) printf("%s%lld", i ? "," : "", (long long)r->staleness_hist[i]);
-    printf("]},");
-  } else {
-    printf("\"staleness\":null,");
-  }
-  if (async) printf("\"workers\":%d,\"clock_gap_max\":%d,", r->workers, r->clock_gap_max);
-  else printf("\"workers\":null,\"clock_gap_max\":null,");
-  json_number("momentum", async ? r->momentum : NAN, false);
-  json_number("server_utilization", async ? r->server_utilization : NAN, false);
-  json_number("consistency", r->consistency, false);
-  json_number("gflops", r->gflops, false);
-  json_number("tokens_per_s", r->tokens_per_s, false);
-  json_number("sgemm_gflops", sgemm, false);
-  printf("\"skipped_steps\":%lld,", (long long)r->skipped_steps);
-  printf("\"cuda_graphs\":{\"mode\":\"%s\",\"captures\":%lld,\"launches\":%lld,\"note\":",
-         tr_graphs_name(r->graphs), (long long)r->graph_captures, (long long)r->graph_launches);
-  cli_json_string(stdout, r->graphs_note);
-  printf("},");
-  printf("\"signal\":");
-  if (r->signal) printf("\"%s\",", r->signal == SIGINT ? "SIGINT" : "SIGTERM");
-  else printf("null,");
-  json_number("hardware_fraction", sgemm > 0 ? r->gflops / (sgemm * r->ndevices) : NAN, true);
-  printf("}\n");
-}
-
-/* async: the second line, on staleness and how far the workers' parameters were from the
- * server's. */
-static void print_async(const tr_train_result *r, int staleness) {
-  fprintf(stderr, "  %d workers", r->workers);
-  if (isfinite(r->staleness_mean))
-    fprintf(stderr, ", staleness mean %.2f max %.0f", r->staleness_mean, r->staleness_max);
-  if (staleness >= 0) fprintf(stderr, " (bound %d, clock gap max %d)", staleness, r->clock_gap_max);
-  else fprintf(stderr, " (unbounded, clock gap max %d)", r->clock_gap_max);
-  if (isfinite(r->momentum)) fprintf(stderr, ", momentum %.3g", r->momentum);
-  if (isfinite(r->server_utilization))
-    fprintf(stderr, ", server busy %.0f%%", 100 * r->server_utilization);
-  fputc('\n', stderr);
-  if (isfinite(r->consistency))
-    fprintf(stderr, "  consistency %.3g (mean ||θ_worker − θ_server|| / ||θ_server|| at push)\n",
-            r->consistency);
-}
-
-static void print_summary(const tr_train_result *r, double sgemm, int staleness) {
-  fprintf(stderr, "%s · %s · %s: steps %lld→%lld", r->model, r->strategy, r->devices,
-          (long long)r->first_step, (long long)r->steps);
-  if (isfinite(r->samples_per_s))
-    fprintf(stderr, ", %.0f samples/s (%.0f steps/s over %.3g s)", r->samples_per_s,
-            r->steps_per_s, r->seconds);
-  fprintf(stderr, ", loss %.4g → %.4g", r->initial_loss, r->final_loss);
-  if (isfinite(r->gflops)) fprintf(stderr, ", %.1f GFLOP/s", r->gflops);
-  if (sgemm > 0)
-    fprintf(stderr, " (%.2f× %d × single-thread sgemm 2048², %.1f GFLOP/s)",
-            r->gflops / (sgemm * r->ndevices), r->ndevices, sgemm);
-  if (isfinite(r->tokens_per_s)) fprintf(stderr, ", %.0f tokens/s", r->tokens_per_s);
-  for (int i = 0; i < r->ndevices; i++)
-    if (isfinite(r->utilization[i]))
-      fprintf(stderr, "%s%.0f%%", i ? " " : ", utilization ", 100 * r->utilization[i]);
-  if (isfinite(r->bubble_fraction) && r->chunks > 1)
-    fprintf(stderr, ", bubble %.3f (%s, m = %d, %d chunks: %.3f in theory)", r->bubble_fraction,
-            r->schedule, r->microbatches, r->chunks, r->bubble_theory);
-  else if (isfinite(r->bubble_fraction))
-    fprintf(stderr, ", bubble %.3f (%s, m = %d: %.3f in theory)", r->bubble_fraction,
-            r->schedule, r->microbatches, r->bubble_theory);
-  for (int k = 1; k < r->stages * (r->chunks > 0 ? r->chunks : 1); k++)
-    fprintf(stderr, "%s%d", k > 1 ? "," : ", cut before layers ", r->cuts[k]);
-  if (r->recompute) fprintf(stderr, ", recomputing activations");
-  const bool async = !strcmp(r->strategy, "async");
-  if (r->replicas > 1 && !async)
-    fprintf(stderr, ", replicas differ by %.2g (summed by %s)", r->consistency,
-            r->allreduce == TR_ALLREDUCE_NCCL ? "NCCL" : "peer");
-  if (r->batches_made)
-    fprintf(stderr, ", samples made on the device%s", r->batches_loaded ? " (some loaded)" : "");
-  if (r->edges_nccl + r->edges_mpi)
-    fprintf(stderr, ", tensors between ranks by %s", !r->edges_mpi ? "NCCL" : !r->edges_nccl
-                                                         ? "MPI" : "NCCL and MPI");
-  if (r->skipped_steps)
-    fprintf(stderr, ", %lld update%s skipped (gradient norm not finite)",
-            (long long)r->skipped_steps, r->skipped_steps == 1 ? "" : "s");
-  if (r->zero)
-    fprintf(stderr, ", ZeRO %d: optimizer state %.1f MiB per replica", r->zero,
-            (double)r->memory.replicas[0].optimizer_state / (1 << 20));
-  if (r->graph_launches)
-    fprintf(stderr, ", %lld passes replayed from %lld CUDA graphs", (long long)r->graph_launches,
-            (long long)r->graph_captures);
-  fputc('\n', stderr);
-  if (r->graphs_note[0]) fprintf(stderr, "  CUDA graphs: %s\n", r->graphs_note);
-  if (async) print_async(r, staleness);
-}
-
 
 /* The run's failure on stderr in one write (the ranks of a job share the terminal), the
  * fields its message names written as their flags. */
@@ -427,7 +302,8 @@ int cmd_train(int argc, char **argv) {
   if (a.optimizer) o->job.optim = tr_optim_defaults(a.optimizer, 0);
   o->job.optim.lr = a.lr;
   o->job.optim.clip = a.clip;
-  o->job.progress = !a.quiet && isatty(STDERR_FILENO);
+  progress bar = {.end = o->steps, .first = -1};
+  if (!a.quiet && isatty(STDERR_FILENO)) o->observe = draw_progress, o->observe_arg = &bar;
   o->notes = stderr;
 
   tr_train_result r;
@@ -435,6 +311,7 @@ int cmd_train(int argc, char **argv) {
   rc = tr_world_open(&o->world, e.message, sizeof e.message);
   const int rank = tr_world_rank(o->world), ranks = tr_world_size(o->world);
   if (rc == 0) rc = tr_train_run_e(o, &r, &e);
+  progress_end(&bar);
   if (rc) print_failure(&e, rank, ranks);
   tr_world_close(o->world); /* after a failed run across ranks, ends them all */
   /* A run a signal ended in order has its figures, and exits as the signal would have
@@ -451,7 +328,8 @@ int cmd_train(int argc, char **argv) {
   double sgemm = NAN;
   if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0 && !r.signal)
     sgemm = cli_sgemm_gflops(2048);
-  if (!a.quiet) print_summary(&r, sgemm, o->job.async.staleness);
-  if (a.json) print_json(&r, sgemm);
+  r.sgemm_gflops = sgemm > 0 ? sgemm : 0;
+  if (!a.quiet) tr_train_result_summary(&r, stderr);
+  if (a.json) tr_train_result_json(&r, stdout);
   return status;
 }

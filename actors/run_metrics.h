@@ -1,0 +1,264 @@
+/* run_metrics.h — the run's figures, once: one table of run metrics (key, unit, how the
+ * sources' values combine, scope, where tr_train_result holds it, how --json and the CLI's
+ * summary write it), the (key, value) pairs the parts send, and their generic reduction.
+ *
+ * The parts that measure (every stage, the asynchronous server) put their figures into a
+ * tr__figures, a flat list of pairs that a message carries as it is (across processes
+ * too), and send it to the coordinator at the end of the run:
+ *
+ *   tr__figures f = {0};
+ *   tr__figures_int(&f, TR__M_PEAK_MICROBATCHES, a->peak);
+ *   tr__figures_real(&f, TR__M_STALENESS_MEAN, mean);
+ *   tr__figures_text(&f, TR__M_GRAPHS_NOTE, note);
+ *
+ * The coordinator shifts the times in them onto its clock (tr__figures_shift_clock), then
+ * reduces every source's by each row's combine rule (tr__metrics_reduce) and writes what was
+ * measured into the result (tr__metrics_apply); the figures docs/WORKLOADS.md defines from
+ * others (rates, utilization, bubbles) it computes from the reduced measures. The library
+ * writes the result's JSON from the same rows (tr_train_result_json), and the CLI its
+ * summary (tr_train_result_summary): a new figure is a new row.
+ */
+#ifndef TR_RUN_METRICS_H
+#define TR_RUN_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "tr_train.h"
+
+/* How the sources' values of a key combine into the run's. */
+typedef enum tr__combine {
+  TR__COMBINE_SETTING, /* not measured: the run's configuration, filled in by the coordinator */
+  TR__COMBINE_DERIVED, /* computed from other figures (docs/WORKLOADS.md's definitions) */
+  TR__COMBINE_SUM,     /* added up, in source order */
+  TR__COMBINE_MAX,     /* the largest (reals: of those that are numbers) */
+  TR__COMBINE_MIN,     /* the smallest (the steps every stage ran) */
+  TR__COMBINE_MEAN,    /* the mean of the values sent (reals that are numbers) */
+  TR__COMBINE_FIRST,   /* the lowest source's (text: the first that is not empty) */
+  TR__COMBINE_DEVICE,  /* kept per device (the source's number, replica × stages + stage) */
+  TR__COMBINE_REPLICA, /* per device, and summed over each replica's stages */
+  TR__COMBINE_BINS,    /* a histogram: summed bin by bin (a pair's index is its bin) */
+} tr__combine;
+
+/* Where a figure applies; outside it, --json writes null. */
+typedef enum tr__scope {
+  TR__SCOPE_RUN,    /* every run */
+  TR__SCOPE_DEVICE, /* every run, one value per device */
+  TR__SCOPE_ASYNC,  /* asynchronous runs only */
+  TR__SCOPE_RANKS,  /* runs whose pipeline edges crossed processes */
+  TR__SCOPE_MEASURE /* a measure figures are derived from: not in the result's JSON */
+} tr__scope;
+
+typedef enum tr__type { TR__INT, TR__REAL, TR__TEXT } tr__type;
+
+/* How --json writes a row (its type's way unless said). */
+typedef enum tr__json {
+  TR__JSON_NONE,   /* not written */
+  TR__JSON_VALUE,  /* an integer, a real as %.9g (null when not a number), a string */
+  TR__JSON_REAL4,  /* a real as %.4f */
+  TR__JSON_REAL6,  /* a real as %.6g */
+  TR__JSON_BOOL,   /* an int as true or false */
+  TR__JSON_NAME,   /* the row's `name` function's text, null where it gives NULL */
+  TR__JSON_FN,     /* the row's `real` function's value */
+  TR__JSON_CUTS,   /* the cut's layer indices, null for one piece */
+  TR__JSON_BINS,   /* a histogram's bins up to its last that is not 0 */
+} tr__json;
+
+/* Where tr_train_result holds a row's value. */
+#define TR__AT(f) .at = offsetof(tr_train_result, f), .size = sizeof(((tr_train_result *)0)->f)
+#define TR__EACH(f) TR__AT(f), .stride = sizeof(((tr_train_result *)0)->f[0])
+#define TR__MEMORY(f)                                                                      \
+  .at = offsetof(tr_train_result, memory.devices[0].f), .stride = sizeof(tr_memory_figures), \
+  .replica_at = offsetof(tr_train_result, memory.replicas[0].f)
+#define TR__NOWHERE .at = -1
+
+/* The table, in --json's order (a key "a.b" is member b of --json's object a; consecutive
+ * rows of one object make it, written null where its first member is). Units: "clock" is a
+ * time on the sender's monotonic clock (ns), which the coordinator reads on its own.
+ *   X(id, key, unit, combine, scope, type, where, json, name/real function, summary)
+ * The summary's format takes the value (reals as double, integers as long long); rows
+ * without one are not in it. */
+#define TR__RUN_METRICS(X)                                                                         \
+  X(MODEL, "model", "", SETTING, RUN, TEXT, TR__AT(model), VALUE, NULL, "%s")                      \
+  X(STRATEGY, "strategy", "", SETTING, RUN, TEXT, TR__AT(strategy), VALUE, NULL, "%s")             \
+  X(DEVICES, "devices", "", SETTING, RUN, TEXT, TR__AT(devices), VALUE, NULL, "%s")                \
+  X(FIRST_STEP, "first_step", "step", SETTING, RUN, INT, TR__AT(first_step), VALUE, NULL,          \
+    "from step %lld")                                                                              \
+  X(STEPS, "steps", "step", MIN, RUN, INT, TR__AT(steps), VALUE, NULL, "to step %lld")             \
+  X(SAMPLES, "samples", "samples", DERIVED, RUN, INT, TR__AT(samples), VALUE, NULL, NULL)          \
+  X(SECONDS, "seconds", "s", DERIVED, RUN, REAL, TR__AT(seconds), VALUE, NULL, "%.3g s measured")  \
+  X(SAMPLES_PER_S, "samples_per_s", "samples/s", DERIVED, RUN, REAL, TR__AT(samples_per_s), VALUE, \
+    NULL, "%.0f samples/s")                                                                        \
+  X(STEPS_PER_S, "steps_per_s", "steps/s", DERIVED, RUN, REAL, TR__AT(steps_per_s), VALUE, NULL,   \
+    "%.0f steps/s")                                                                                \
+  X(INITIAL_LOSS, "initial_loss", "", DERIVED, RUN, REAL, TR__AT(initial_loss), VALUE, NULL,       \
+    "loss %.4g")                                                                                   \
+  X(FINAL_LOSS, "final_loss", "", DERIVED, RUN, REAL, TR__AT(final_loss), VALUE, NULL,             \
+    "final loss %.4g")                                                                             \
+  X(UTILIZATION, "utilization", "fraction", DERIVED, DEVICE, REAL, TR__EACH(utilization), REAL4,   \
+    NULL, "utilization %.2f")                                                                      \
+  X(RANKS, "ranks", "processes", SETTING, RUN, INT, TR__AT(ranks), VALUE, NULL, NULL)              \
+  X(RANK, "rank", "", SETTING, DEVICE, INT, TR__EACH(rank), VALUE, NULL, NULL)                     \
+  X(BUBBLE_FRACTION, "bubble_fraction", "fraction", DERIVED, RUN, REAL, TR__AT(bubble_fraction),   \
+    VALUE, NULL, "bubble %.3f")                                                                    \
+  X(BUBBLE_THEORY, "bubble_theory", "fraction", SETTING, RUN, REAL, TR__AT(bubble_theory), VALUE,  \
+    NULL, "%.3f in theory")                                                                        \
+  X(REPLICAS, "replicas", "", SETTING, RUN, INT, TR__AT(replicas), VALUE, NULL, NULL)              \
+  X(STAGES, "stages", "", SETTING, RUN, INT, TR__AT(stages), VALUE, NULL, NULL)                    \
+  X(MICROBATCHES, "microbatches", "", SETTING, RUN, INT, TR__AT(microbatches), VALUE, NULL, NULL)  \
+  X(CHUNKS, "chunks", "", SETTING, RUN, INT, TR__AT(chunks), VALUE, NULL, NULL)                    \
+  X(RECOMPUTE, "recompute", "", SETTING, RUN, INT, TR__AT(recompute), BOOL, NULL, NULL)            \
+  X(SCHEDULE, "schedule", "", SETTING, RUN, TEXT, TR__AT(schedule), NAME, tr__metric_schedule,     \
+    "schedule %s")                                                                                 \
+  X(CUTS, "cuts", "layer", SETTING, RUN, INT, TR__AT(cuts), CUTS, NULL, NULL)                      \
+  X(ZERO, "zero", "", SETTING, RUN, INT, TR__AT(zero), VALUE, NULL, "ZeRO %lld")                   \
+  X(ALLREDUCE, "allreduce", "", SETTING, RUN, INT, TR__AT(allreduce), NAME, tr__metric_allreduce,  \
+    "summed by %s")                                                                                \
+  X(DATA_ON, "data_on", "", DERIVED, RUN, TEXT, TR__NOWHERE, NAME, tr__metric_data_on,             \
+    "samples made on %s")                                                                          \
+  X(EDGES_NCCL, "edges_across_ranks.nccl", "edges", SETTING, RANKS, INT, TR__AT(edges_nccl), VALUE, \
+    NULL, "%lld edges between ranks by NCCL")                                                      \
+  X(EDGES_MPI, "edges_across_ranks.mpi", "edges", SETTING, RANKS, INT, TR__AT(edges_mpi), VALUE,   \
+    NULL, "%lld by MPI")                                                                           \
+  X(MEMORY_PARAMS, "memory.params", "bytes", REPLICA, DEVICE, INT, TR__MEMORY(params), VALUE,      \
+    NULL, NULL)                                                                                    \
+  X(MEMORY_GRADS, "memory.grads", "bytes", REPLICA, DEVICE, INT, TR__MEMORY(grads), VALUE, NULL,   \
+    NULL)                                                                                          \
+  X(MEMORY_STATE, "memory.optimizer_state", "bytes", REPLICA, DEVICE, INT,                         \
+    TR__MEMORY(optimizer_state), VALUE, NULL, NULL)                        \
+  X(PEAK_ACTIVATION_BYTES, "memory.peak_activation_bytes", "bytes", DEVICE, DEVICE, INT,           \
+    TR__EACH(peak_activation_bytes), VALUE, NULL, NULL)                                            \
+  X(STALENESS_MEAN, "staleness.mean", "updates", MEAN, ASYNC, REAL, TR__AT(staleness_mean), REAL6, \
+    NULL, "staleness mean %.2f")                                                                   \
+  X(STALENESS_MAX, "staleness.max", "updates", MAX, ASYNC, REAL, TR__AT(staleness_max), REAL6,     \
+    NULL, "max %.0f")                                                                              \
+  X(STALENESS_HIST, "staleness.histogram", "updates", BINS, ASYNC, INT, TR__AT(staleness_hist),    \
+    BINS, NULL, NULL)                                                                              \
+  X(WORKERS, "workers", "", SETTING, ASYNC, INT, TR__AT(workers), VALUE, NULL, "%lld workers")     \
+  X(CLOCK_GAP_MAX, "clock_gap_max", "pushes", MAX, ASYNC, INT, TR__AT(clock_gap_max), VALUE, NULL, \
+    "clock gap max %lld")                                                                          \
+  X(MOMENTUM, "momentum", "", SETTING, ASYNC, REAL, TR__AT(momentum), VALUE, NULL,                 \
+    "momentum %.3g")                                                                               \
+  X(SERVER_UTILIZATION, "server_utilization", "fraction", DERIVED, ASYNC, REAL,                    \
+    TR__AT(server_utilization), VALUE, NULL, "server busy %.2f")                                   \
+  X(CONSISTENCY, "consistency", "", MEAN, RUN, REAL, TR__AT(consistency), VALUE, NULL,             \
+    "replicas differ by %.3g")                                                                     \
+  X(GFLOPS, "gflops", "GFLOP/s", DERIVED, RUN, REAL, TR__AT(gflops), VALUE, NULL, "%.1f GFLOP/s")  \
+  X(TOKENS_PER_S, "tokens_per_s", "tokens/s", DERIVED, RUN, REAL, TR__AT(tokens_per_s), VALUE,     \
+    NULL, "%.0f tokens/s")                                                                         \
+  X(SGEMM_GFLOPS, "sgemm_gflops", "GFLOP/s", SETTING, RUN, REAL, TR__AT(sgemm_gflops), FN,         \
+    tr__metric_sgemm, "single-thread sgemm 2048² %.1f GFLOP/s")                                   \
+  X(SKIPPED_STEPS, "skipped_steps", "updates", MAX, RUN, INT, TR__AT(skipped_steps), VALUE, NULL,  \
+    "%lld updates skipped (gradient norm not finite)")                                             \
+  X(GRAPHS, "cuda_graphs.mode", "", SETTING, RUN, INT, TR__AT(graphs), NAME, tr__metric_graphs,    \
+    NULL)                                                                                          \
+  X(GRAPH_CAPTURES, "cuda_graphs.captures", "passes", SUM, RUN, INT, TR__AT(graph_captures), VALUE, \
+    NULL, "%lld CUDA graphs captured")                                                             \
+  X(GRAPH_LAUNCHES, "cuda_graphs.launches", "passes", SUM, RUN, INT, TR__AT(graph_launches), VALUE, \
+    NULL, "%lld passes replayed")                                                                  \
+  X(GRAPHS_NOTE, "cuda_graphs.note", "", FIRST, RUN, TEXT, TR__AT(graphs_note), VALUE, NULL,       \
+    "CUDA graphs: %s")                                                                             \
+  X(SIGNAL, "signal", "", SETTING, RUN, INT, TR__AT(signal), NAME, tr__metric_signal,              \
+    "stopped by %s")                                                                               \
+  X(HARDWARE_FRACTION, "hardware_fraction", "fraction", DERIVED, RUN, REAL, TR__NOWHERE, FN,       \
+    tr__metric_hardware_fraction, "%.2f of the devices' sgemm")                                    \
+  X(PEAK_MICROBATCHES, "peak_microbatches", "micro-batches", DEVICE, DEVICE, INT,                  \
+    TR__EACH(peak_microbatches), NONE, NULL, NULL)                                                 \
+  X(WINDOW_STEPS, "window_steps", "steps", MIN, MEASURE, INT, TR__AT(window_steps), NONE, NULL,    \
+    NULL)                                                                                          \
+  X(WINDOW_PUSHES, "window_pushes", "pushes", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)    \
+  X(WINDOW_START, "window_start", "clock", MIN, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)       \
+  X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
+  X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
+  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)
+
+typedef enum tr__metric_id {
+#define TR__METRIC_ENUM(id, ...) TR__M_##id,
+  TR__RUN_METRICS(TR__METRIC_ENUM)
+#undef TR__METRIC_ENUM
+  TR__METRIC_COUNT
+} tr__metric_id;
+
+typedef struct tr__metric {
+  const char *key, *unit;
+  tr__combine combine;
+  tr__scope scope;
+  tr__type type;
+  ptrdiff_t at;          /* in tr_train_result; -1: not there */
+  size_t size, stride;   /* the field's bytes; per device (and replica): from one to the next */
+  ptrdiff_t replica_at;  /* TR__COMBINE_REPLICA: the replicas' sums (0: none) */
+  tr__json json;
+  const char *(*name)(const tr_train_result *r); /* TR__JSON_NAME */
+  double (*real)(const tr_train_result *r);      /* TR__JSON_FN */
+  const char *summary;
+} tr__metric;
+
+extern const tr__metric tr__metrics[TR__METRIC_COUNT];
+
+/* ---- pairs ---------------------------------------------------------------------------- */
+
+enum { TR__FIGURES_PAIRS = 64, TR__FIGURES_TEXT = 256 };
+
+typedef union tr__value {
+  int64_t i;  /* TR__INT; TR__TEXT: the text's offset in tr__figures.text */
+  double f;   /* TR__REAL */
+} tr__value;
+
+typedef struct tr__pair {
+  uint16_t key, index; /* index: a histogram's bin, else 0 */
+  tr__value v;
+} tr__pair;
+
+/* A part's figures: flat, so that a message carries it byte for byte. */
+typedef struct tr__figures {
+  int n, text_used;
+  tr__pair pairs[TR__FIGURES_PAIRS];
+  char text[TR__FIGURES_TEXT];
+} tr__figures;
+
+/* Adds a pair of the key's type (a bin's index for TR__COMBINE_BINS). A part sends a
+ * bounded set: more than TR__FIGURES_PAIRS pairs, or text, is a programming error. */
+void tr__figures_int(tr__figures *f, tr__metric_id key, int64_t v);
+void tr__figures_bin(tr__figures *f, tr__metric_id key, int bin, int64_t v);
+void tr__figures_real(tr__figures *f, tr__metric_id key, double v);
+void tr__figures_text(tr__figures *f, tr__metric_id key, const char *text);
+/* Adds `offset` to every time on the sender's clock (unit "clock"). */
+void tr__figures_shift_clock(tr__figures *f, int64_t offset);
+
+/* ---- the reduction ---------------------------------------------------------------------- */
+
+/* Every source's figures combined by the table's rules. */
+typedef struct tr__reduced {
+  int ndevices, stages;
+  int64_t count[TR__METRIC_COUNT];  /* the sources that sent the key */
+  tr__value v[TR__METRIC_COUNT];    /* SUM, MAX, MIN, MEAN, FIRST; DEVICE: their sum */
+  const char *text[TR__METRIC_COUNT]; /* FIRST text (in a source's figures) */
+  tr__value device[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* DEVICE, REPLICA */
+  bool sent[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT];
+  tr__value replica[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* REPLICA */
+  int64_t bins[TR__METRIC_COUNT][TR_TRAIN_STALENESS_BINS];   /* BINS */
+} tr__reduced;
+
+/* The figures of `n` sources: source i < ndevices is device i (replica × stages + stage),
+ * the others (the server) have no device. Pairs that are not the table's (bytes from
+ * another process may be anything) are left out. Text stays in the sources' figures. */
+void tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int n,
+                        int ndevices, int stages);
+/* The reduced value of a scalar key (NaN, or 0 for integers, where none was sent). */
+double tr__reduced_real(const tr__reduced *red, tr__metric_id key);
+int64_t tr__reduced_int(const tr__reduced *red, tr__metric_id key);
+/* Every measured row's value where the result holds it (those sent only). */
+void tr__metrics_apply(const tr__reduced *red, tr_train_result *r);
+
+/* The JSON writer's functions for rows whose text or value is the result's reading. */
+const char *tr__metric_schedule(const tr_train_result *r);
+const char *tr__metric_allreduce(const tr_train_result *r);
+const char *tr__metric_data_on(const tr_train_result *r);
+const char *tr__metric_graphs(const tr_train_result *r);
+const char *tr__metric_signal(const tr_train_result *r);
+double tr__metric_sgemm(const tr_train_result *r);
+double tr__metric_hardware_fraction(const tr_train_result *r);
+
+#endif
