@@ -38,8 +38,8 @@ typedef enum tr_strategy {
 } tr_strategy;
 
 /* "single", "dp", ...; parse: 0, or TR_EINVAL. */
-const char *tr_strategy_name(tr_strategy s);
-int tr_strategy_parse(const char *name, tr_strategy *out);
+TR_API const char *tr_strategy_name(tr_strategy s);
+TR_API int tr_strategy_parse(const char *name, tr_strategy *out);
 
 struct tr_model_spec;
 
@@ -83,14 +83,14 @@ typedef struct tr_train_options {
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's
  * batch and optimizer, 1f1b, unbounded staleness, seed 1. */
-tr_train_options tr_train_defaults(void);
+TR_API tr_train_options tr_train_defaults(void);
 
 /* Runs the training. 0, or a negative status with `err` naming the actor, device and
  * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
  * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT or SIGTERM ended the run
  * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
  * asked for) holds that step; a second signal ends the process at once. */
-int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
+TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
