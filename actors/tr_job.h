@@ -70,6 +70,7 @@
 #include "tr_device.h"
 #include "tr_graph.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 #include "tr_protocol.h"
 #include "tr_schedule.h"
 
@@ -314,9 +315,9 @@ typedef struct tr_job_config {
   tr_async_config async;
   tr_checkpoint_config checkpoint;
   tr_memory_config memory;
-  tr_precision_config precision; /* every stage's (tr_model.h) */
+  tr_precision_config precision; /* every stage's (tr_stage.h) */
   tr_graphs graphs;        /* CUDA graphs for every stage's passes: TR_GRAPHS_ON (the
-                              default) or TR_GRAPHS_OFF (tr_model.h, tr_stage_config.graphs) */
+                              default) or TR_GRAPHS_OFF (tr_stage.h, tr_stage_config.graphs) */
   tr_profile_config profile;
   /* Every update first checks that the gradients' global norm is finite (and every loss
    * read back is): a step that diverged never reaches the parameters. */

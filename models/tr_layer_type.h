@@ -2,7 +2,7 @@
  * write one of your own.
  *
  * A layer of a model is a tr_layer_spec: a pointer to its kind's table (a tr_layer_type)
- * and the sizes the kind reads. Stages (tr_model.h) know no kind by name: they ask the table
+ * and the sizes the kind reads. Stages (tr_stage.h) know no kind by name: they ask the table
  * what a layer needs (parameter tensors, activation memory per micro-batch, backward
  * scratch), and call its forward and backward with a tr_layer_ctx that says where
  * everything lies. A kind written with the device API alone (tr_device.h's ops on ctx->s)
