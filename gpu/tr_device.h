@@ -141,7 +141,9 @@ TR_API bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b)
 
 /* Opens the devices a spec names. On failure *out is NULL, the status says why and `err`
  * (when not NULL) receives a message naming the bad part of the spec ("device spec
- * 'cuda:7': no CUDA device 7 (this machine has 1)"). Call from any thread. */
+ * 'cuda:7': no CUDA device 7 (this machine has 1)"). Call from any thread. Tests may wrap a
+ * spec as fault(SPEC;RULE): the same devices, slow or failing on the calls RULE names
+ * (gpu/fault.h). */
 TR_API int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size);
 
 /* Closes every device of the list, with their streams and the memory still allocated on
