@@ -1,8 +1,9 @@
 /* fault.c — the fault decorator (fault.h): a backend table that is another's with its
  * kernels, GEMMs and capture's end wrapped, so that a test's devices are slow or fail on a
- * chosen call. Every device of a list that shares a backend shares one decorated table (the
- * device layer compares tables to tell devices of one backend); the rule, and a count of
- * calls per device, hang off it. Counts are touched by each device's owner thread only. */
+ * chosen call. The devices of a list share one decorated table per backend (the device layer
+ * tells backends apart by kind, so a decorated device still copies to and from its peers);
+ * the rule, and a count of calls per device, hang off it. Counts are touched by each
+ * device's owner thread only. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>

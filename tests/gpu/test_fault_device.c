@@ -34,6 +34,22 @@ static void a_fault_spec_names_its_devices_as_the_spec_inside(void **state) {
   assert_int_equal(tr_device_get_info(tr_device_list_get(l, 1))->kind, TR_DEVICE_HOST);
   /* one backend still: peers, as two host devices are */
   assert_true(tr_device_can_access_peer(tr_device_list_get(l, 0), tr_device_list_get(l, 1)));
+  /* and to a host device of another list, undecorated (an asynchronous job's server) */
+  tr_device_list *plain = open_ok("host:1");
+  tr_device *a = tr_device_list_get(plain, 0), *b = tr_device_list_get(l, 1);
+  assert_true(tr_device_can_access_peer(a, b) && tr_device_can_access_peer(b, a));
+  assert_int_equal(tr_device_bind(a), 0);
+  assert_int_equal(tr_device_bind(b), 0);
+  float *x, *y, h[4] = {1, 2, 3, 4}, back[4] = {0};
+  assert_int_equal(tr_device_alloc(a, sizeof h, (void **)&x), 0);
+  assert_int_equal(tr_device_alloc(b, sizeof h, (void **)&y), 0);
+  assert_int_equal(tr_memcpy(tr_device_stream(a), x, h, sizeof h, TR_COPY_H2D), 0);
+  assert_int_equal(tr_memcpy_peer(tr_device_stream(b), y, b, x, a, sizeof h), 0);
+  assert_int_equal(tr_memcpy(tr_device_stream(b), back, y, sizeof h, TR_COPY_D2H), 0);
+  assert_memory_equal(back, h, sizeof h);
+  tr_device_free(a, x);
+  tr_device_free(b, y);
+  tr_device_list_close(plain);
   tr_device_list_close(l);
 }
 
