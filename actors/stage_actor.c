@@ -401,7 +401,6 @@ static int open_chunks(tr_actor *self, stage_actor *a) {
       return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s",
                            tr_device_name(a->dev), a->err);
     ch->info = tr_stage_get_info(ch->st);
-    if (run->hooks.graphs_fail) tr_stage_graphs_fail_next(ch->st);
     a->cur = k;
     if (c->checkpoint.resume_from &&
         tr__stage_load(ch->st, c->checkpoint.resume_from, a->err, sizeof a->err))
@@ -523,12 +522,6 @@ static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, b
 }
 
 /* ---- the actions -------------------------------------------------------------------------- */
-
-static void slow_down(stage_actor *a) {
-  const tr__test_hooks *h = &a->run->hooks;
-  if (h->slow_us > 0 && a->index == h->slow_device)
-    usleep((useconds_t)(h->slow_us + (a->step - tr_graph_first_step(a->run->g)) * h->slow_growth_us));
-}
 
 /* The micro-batch of the action just done took its slot (+1) or freed it (-1). */
 static void hold(stage_actor *a, const tr_action *act, int delta) {
@@ -701,12 +694,6 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "forward", act->mb);
   int rc = take_inputs(self, a, act);
   if (rc != DONE) return rc;
-  const tr__test_hooks *h = &a->run->hooks;
-  if (h->nan_step > 0 && c->info->is_first &&
-      (a->worker ? a->batch_step : a->step) == h->nan_step - 1 &&
-      !tr_model_token_input(a->run->c.model) &&
-      tr_scale(a->s, tr_stage_input(c->st, act->slot), NAN, c->info->input_bytes / sizeof(float)))
-    return fail_device(self, a, "poisoning a batch (tr__test_hooks.nan_step)");
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
   if (tr_stage_forward(c->st, act->slot)) return fail_device(self, a, "forward");
@@ -714,7 +701,6 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
                                               tr_stage_loss(c->st, act->slot),
                                               a->worker ? a->batch_step : a->step))
     return fail_device(self, a, "copying the loss out");
-  slow_down(a);
   busy(a, "forward", t0, act->mb);
   return DONE;
 }
@@ -745,7 +731,6 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
     int grc = tr__group_disarm(a->group);
     if (grc) return grc;
   }
-  slow_down(a);
   busy(a, what, t0, act->mb);
   return DONE;
 }

@@ -11,6 +11,7 @@
 #include "job_impl.h"
 #include "tr_file.h"
 #include "tr_trace.h"
+#include "tr_train.h"
 
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
 
@@ -448,8 +449,7 @@ static void trace_path(char *out, size_t n, const char *path, const tr_world *w)
   else snprintf(out, n, "%s.rank%d", path, rank);
 }
 
-int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
-                         tr_train_result *r, char *err, size_t err_size) {
+int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
   run rn = {0};
   tr_graph *g = NULL;
   tr_job *j = NULL;
@@ -475,7 +475,6 @@ int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
     goto out;
   }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
-  if (hooks) tr__job_set_test_hooks(j, hooks);
   if ((rc = build(j, &rn))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
@@ -522,8 +521,4 @@ out:
   tr_checkpoint_close(rn.resume);
   tr_model_free(rn.model);
   return rc;
-}
-
-int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
-  return tr__train_run_hooked(o, NULL, r, err, err_size);
 }
