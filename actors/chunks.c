@@ -39,7 +39,6 @@ int tr__chunks_open(tr__chunks *c, tr_actor *self, const tr__run *run, int stage
                            c->err);
     c->st[k] = ch->st;
     ch->info = tr_stage_get_info(ch->st);
-    if (run->hooks.graphs_fail) tr_stage_graphs_fail_next(ch->st);
     if (cf->checkpoint.resume_from &&
         tr__stage_load(ch->st, cf->checkpoint.resume_from, c->err, sizeof c->err))
       return tr_actor_fail(self, TR_EFORMAT, "%s", c->err);

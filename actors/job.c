@@ -131,7 +131,6 @@ void tr_job_free(tr_job *j) {
 
 const tr_job_config *tr_job_get_config(const tr_job *j) { return &j->run.c; }
 int tr_job_microbatch_samples(const tr_job *j) { return j->run.mb_batch; }
-void tr__job_set_test_hooks(tr_job *j, const tr__test_hooks *h) { j->run.hooks = *h; }
 
 /* ---- actors -------------------------------------------------------------------------------- */
 

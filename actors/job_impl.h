@@ -24,7 +24,6 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
-#include "job_testing.h"
 #include "run_metrics.h"
 #include "tr_job.h"
 #include "tr_system.h"
@@ -43,7 +42,6 @@ typedef struct tr__run {
                                    is piece c × stages + s */
   int mb_batch;             /* samples per micro-batch */
   char strategy[16];
-  tr__test_hooks hooks;
   bool nccl;                /* a replica group here sums through NCCL (set while the graph
                                is wired by tr_job_group, before it runs) */
   int edges_nccl, edges_mpi; /* pipeline edges between ranks, by what carries their tensors

@@ -18,11 +18,9 @@
  * coordinator, then the last checkpoint part, the figures, and the policy's leave. Each
  * waits for a credit of its edge where it must.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "batch_in.h"
 #include "reporter.h"
@@ -189,12 +187,6 @@ static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, b
 
 /* ---- the actions -------------------------------------------------------------------------- */
 
-static void slow_down(stage_actor *a) {
-  const tr__test_hooks *h = &a->run->hooks;
-  if (h->slow_us > 0 && a->index == h->slow_device)
-    usleep((useconds_t)(h->slow_us + (a->step - tr_graph_first_step(a->run->g)) * h->slow_growth_us));
-}
-
 /* A tensor from a neighbour into this stage's `dst`, then its credit goes back. */
 static int receive_tensor(tr_actor *self, stage_actor *a, tr__tensor_edge *t, void *dst,
                           const tr_action *act) {
@@ -242,18 +234,12 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
                              tr_stage_target(c->st, act->slot), a->run_step, act->mb, act->chunk,
                              &c->slot_first[act->slot]);
   if (rc != TR__DONE) return rc;
-  const tr__test_hooks *h = &a->run->hooks;
-  if (h->nan_step > 0 && c->info->is_first && a->run_step == h->nan_step - 1 &&
-      !tr_model_token_input(a->run->c.model) &&
-      tr_scale(a->s, tr_stage_input(c->st, act->slot), NAN, c->info->input_bytes / sizeof(float)))
-    return fail_device(self, a, "poisoning a batch (tr__test_hooks.nan_step)");
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
   if (tr_stage_forward(c->st, act->slot)) return fail_device(self, a, "forward");
   if (c->info->is_last && tr__reporter_copy_loss(&a->rep, a->s, a->step, act->mb,
                                                   tr_stage_loss(c->st, act->slot), a->run_step))
     return fail_device(self, a, "copying the loss out");
-  slow_down(a);
   busy(a, "forward", t0, act->mb);
   return TR__DONE;
 }
@@ -282,7 +268,6 @@ static int backward(tr_actor *self, stage_actor *a, const tr_action *act) {
                  : tr_stage_backward_input(c->st, act->slot, &a->dinput);
   if (rc) return fail_device(self, a, what);
   if (last && (rc = p->ops->last_backward(p->state, a->step, true))) return rc;
-  slow_down(a);
   busy(a, what, t0, act->mb);
   return TR__DONE;
 }

@@ -69,15 +69,15 @@ typedef struct tr_graph tr_graph;
 typedef struct tr_edge tr_edge;
 
 /* A graph on a fresh system configured by `config` (NULL: defaults). */
-int tr_graph_new(tr_graph **out, const tr_system_config *config);
+TR_API int tr_graph_new(tr_graph **out, const tr_system_config *config);
 /* After tr_graph_run has returned (or instead of running): frees the actors and edges. */
-void tr_graph_free(tr_graph *g);
-tr_system *tr_graph_system(const tr_graph *g);
+TR_API void tr_graph_free(tr_graph *g);
+TR_API tr_system *tr_graph_system(const tr_graph *g);
 
 /* Adds an actor; it starts when the graph runs. Before tr_graph_run only. */
-int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out);
+TR_API int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out);
 /* The same for a service: the run ends without waiting for its tr_graph_done. */
-int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out);
+TR_API int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out);
 
 /* Across processes (tr_world.h): every rank builds the same graph, in the same order, after
  * tr_graph_set_world (before any actor is added), and places each actor on a rank: there it
@@ -89,13 +89,13 @@ int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **
  * pointers in it, then). An untyped edge names the types it carries (tr_edge_config.carries)
  * for the receiving rank to know them. TR_ESTATE once an actor is added. A world of one
  * changes nothing. */
-int tr_graph_set_world(tr_graph *g, tr_world *w);
-int tr_graph_add_on(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out);
-int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config,
+TR_API int tr_graph_set_world(tr_graph *g, tr_world *w);
+TR_API int tr_graph_add_on(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out);
+TR_API int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config,
                             tr_actor **out);
 /* This process's rank; the rank an actor of the graph lives on (-1: not the graph's). */
-int tr_graph_rank(const tr_graph *g);
-int tr_graph_actor_rank(const tr_graph *g, const tr_actor *a);
+TR_API int tr_graph_rank(const tr_graph *g);
+TR_API int tr_graph_actor_rank(const tr_graph *g, const tr_actor *a);
 
 typedef struct tr_edge_config {
   tr_actor *from, *to;    /* both added to this graph */
@@ -110,27 +110,27 @@ typedef struct tr_edge_config {
 } tr_edge_config;
 
 /* An edge; TR_EINVAL for credits < 1 or wake_at > credits. Before tr_graph_run only. */
-int tr_graph_connect(tr_graph *g, const tr_edge_config *config, tr_edge **out);
+TR_API int tr_graph_connect(tr_graph *g, const tr_edge_config *config, tr_edge **out);
 
 /* Producer: takes a credit (1), or finds none (0; a tr_edge_credit_msg follows later). */
-int tr_edge_acquire(tr_edge *e);
+TR_API int tr_edge_acquire(tr_edge *e);
 /* Producer: sends `msg` (of the edge's type) on the consumer's data lane, spending a credit
  * taken with tr_edge_acquire. */
-void tr_edge_send(tr_edge *e, void *msg);
+TR_API void tr_edge_send(tr_edge *e, void *msg);
 /* Producer, on a control edge whose protocol guarantees a credit: takes it and sends, or
  * returns TR_ESTATE with the actor's error naming the edge (a broken protocol).
  * Call from the producer's callbacks. */
-int tr_edge_send_control(tr_edge *e, void *msg);
+TR_API int tr_edge_send_control(tr_edge *e, void *msg);
 /* Consumer, any thread: `n` buffers of the edge are free again. */
-void tr_edge_release(tr_edge *e, int n);
+TR_API void tr_edge_release(tr_edge *e, int n);
 /* Credits in the producer's hands now; the most that were ever out at once (an upper bound
  * on what the consumer held, which tests of memory bounds check). */
-int tr_edge_available(const tr_edge *e);
-int tr_edge_peak(const tr_edge *e);
-int tr_edge_credits(const tr_edge *e);
-const char *tr_edge_name(const tr_edge *e);
-tr_actor *tr_edge_from(const tr_edge *e);
-tr_actor *tr_edge_to(const tr_edge *e);
+TR_API int tr_edge_available(const tr_edge *e);
+TR_API int tr_edge_peak(const tr_edge *e);
+TR_API int tr_edge_credits(const tr_edge *e);
+TR_API const char *tr_edge_name(const tr_edge *e);
+TR_API tr_actor *tr_edge_from(const tr_edge *e);
+TR_API tr_actor *tr_edge_to(const tr_edge *e);
 
 /* "Credits are free again: try tr_edge_acquire." On the producer's priority lane. `count`:
  * on a notify edge, the credits that release gave back; else how many were free. */
@@ -139,7 +139,7 @@ typedef struct tr_edge_credit_msg {
   tr_edge *edge;
   int count;
 } tr_edge_credit_msg;
-extern const tr_msgtype tr_edge_credit_type;
+TR_API extern const tr_msgtype tr_edge_credit_type;
 
 /* Steps are below this: the end of a run is kept in one word with flags above it. */
 #define TR_GRAPH_STEP_LIMIT (INT64_C(1) << 61)
@@ -153,48 +153,48 @@ extern const tr_msgtype tr_edge_credit_type;
  * (tr_graph_finish): every actor ends its part in order, as at the end of a timed run, and
  * tr_graph_run returns TR_EINTR once they all have, the actors' figures complete
  * (tr_graph_signal says which signal). A second signal ends the process at once. */
-int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds);
-const char *tr_graph_error(const tr_graph *g);
+TR_API int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds);
+TR_API const char *tr_graph_error(const tr_graph *g);
 /* The signal that finished the run (SIGINT, SIGTERM), or 0. Any thread. */
-int tr_graph_signal(const tr_graph *g);
+TR_API int tr_graph_signal(const tr_graph *g);
 
 /* Sources, any thread: 1 when `step` belongs to the run (claiming it), 0 when the run ends
  * before it; across processes, -1 while the ranks agree on the end of a timed run (a
  * tr_graph_end_msg comes once they have: ask again then). */
-int tr_graph_claim_step(tr_graph *g, int64_t step);
+TR_API int tr_graph_claim_step(tr_graph *g, int64_t step);
 /* Sources that share the steps out, from their callbacks: the next step no one has taken,
  * claimed, or -1 when the run has no more; across processes, -2 while rank 0 (which hands
  * every rank's steps out) answers: a tr_graph_wake_msg comes, then ask again. */
-int64_t tr_graph_take_step(tr_graph *g, tr_actor *self);
+TR_API int64_t tr_graph_take_step(tr_graph *g, tr_actor *self);
 /* The first step not run: known from the start with a step limit, else INT64_MAX until the
  * run is finished. Any thread. */
-int64_t tr_graph_end_step(const tr_graph *g);
-int64_t tr_graph_first_step(const tr_graph *g);
+TR_API int64_t tr_graph_end_step(const tr_graph *g);
+TR_API int64_t tr_graph_first_step(const tr_graph *g);
 /* Ends the run after the steps claimed so far (and before the step limit); any thread,
  * idempotent. Every actor gets a tr_graph_end_msg on its priority lane, so that one idle
  * at that moment learns the end; a busy one may as well read tr_graph_end_step after each
  * step. With a step limit alone no message comes: the end is known from the start. */
-void tr_graph_finish(tr_graph *g);
+TR_API void tr_graph_finish(tr_graph *g);
 /* An actor's part of the run is over; once every actor added has said so, the run ends
  * cleanly. Once per actor, from its own callbacks. */
-void tr_graph_done(tr_graph *g, tr_actor *self);
+TR_API void tr_graph_done(tr_graph *g, tr_actor *self);
 
 typedef struct tr_graph_end_msg {
   tr_msg hdr;
   int64_t end_step;
 } tr_graph_end_msg;
-extern const tr_msgtype tr_graph_end_type;
+TR_API extern const tr_msgtype tr_graph_end_type;
 
 /* "What you waited on in the graph has come: look again" (tr_graph_take_step). */
 typedef struct tr_graph_wake_msg {
   tr_msg hdr;
 } tr_graph_wake_msg;
-extern const tr_msgtype tr_graph_wake_type;
+TR_API extern const tr_msgtype tr_graph_wake_type;
 
 /* Writes the graph: each actor (its kind, whether its part is done, what it is handling and
  * what waits in its mailbox) and each edge (producer → consumer, name, credits in flight of
  * its total, the most ever in flight). Any thread; a snapshot while it runs. */
-void tr_graph_print(tr_graph *g, FILE *f);
+TR_API void tr_graph_print(tr_graph *g, FILE *f);
 
 #ifdef __cplusplus
 }

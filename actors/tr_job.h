@@ -71,6 +71,7 @@
 #include "tr_device.h"
 #include "tr_graph.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 #include "tr_protocol.h"
 #include "tr_schedule.h"
 
@@ -121,15 +122,15 @@ typedef enum tr_allreduce {
 } tr_allreduce;
 
 /* "auto", "peer", "nccl" ("?" otherwise); parse: 0, or TR_EINVAL. */
-const char *tr_allreduce_name(tr_allreduce a);
-int tr_allreduce_parse(const char *name, tr_allreduce *out);
+TR_API const char *tr_allreduce_name(tr_allreduce a);
+TR_API int tr_allreduce_parse(const char *name, tr_allreduce *out);
 /* What a group whose members (those that would share one communicator) are the devices
  * devs[0, n) sums with, when `asked` and the build has NCCL or not: *out is PEER or NCCL.
  * ranks[i]: the process devs[i] lives in (tr_world_device_rank), to name it; NULL: all in
  * one. TR_EINVAL, err naming the field, the devices and why, when nccl is asked of members
  * NCCL cannot join (host devices, two on one GPU) or of a build without it. A pure
  * function: tr_job_group and tr_train_run decide with it. */
-int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, const int *ranks, int n,
+TR_API int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, const int *ranks, int n,
                         bool have_nccl, tr_allreduce *out, char *err, size_t err_size);
 
 /* How a pipeline edge between stages in two processes carries its tensors (tr_job_chain):
@@ -144,7 +145,7 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, const in
  * anywhere). allreduce nccl insists: TR_EINVAL naming the ends where NCCL cannot. A pure
  * function, as tr_allreduce_choose. */
 typedef enum tr_edge_carrier { TR_EDGE_CARRIER_MPI, TR_EDGE_CARRIER_NCCL } tr_edge_carrier;
-int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from, int from_rank,
+TR_API int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from, int from_rank,
                            const tr_device_info *to, int to_rank, bool have_nccl,
                            tr_edge_carrier *out, char *err, size_t err_size);
 
@@ -271,8 +272,8 @@ typedef enum tr_nonfinite_policy {
 } tr_nonfinite_policy;
 
 /* "stop", "skip"; parse: 0, or TR_EINVAL. */
-const char *tr_nonfinite_policy_name(tr_nonfinite_policy p);
-int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out);
+TR_API const char *tr_nonfinite_policy_name(tr_nonfinite_policy p);
+TR_API int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out);
 /* Where a job's samples are made (tr_job_config.data_on). */
 typedef enum tr_data_on {
   TR_DATA_ON_AUTO,   /* on each GPU that takes them, where the source can be generated there
@@ -284,8 +285,8 @@ typedef enum tr_data_on {
 } tr_data_on;
 
 /* "auto", "host", "device"; parse: 0, or TR_EINVAL. */
-const char *tr_data_on_name(tr_data_on w);
-int tr_data_on_parse(const char *name, tr_data_on *out);
+TR_API const char *tr_data_on_name(tr_data_on w);
+TR_API int tr_data_on_parse(const char *name, tr_data_on *out);
 
 /* Levers that trade time for memory. */
 typedef struct tr_memory_config {
@@ -318,9 +319,9 @@ typedef struct tr_job_config {
   tr_async_config async;
   tr_checkpoint_config checkpoint;
   tr_memory_config memory;
-  tr_precision_config precision; /* every stage's (tr_model.h) */
+  tr_precision_config precision; /* every stage's (tr_stage.h) */
   tr_graphs graphs;        /* CUDA graphs for every stage's passes: TR_GRAPHS_ON (the
-                              default) or TR_GRAPHS_OFF (tr_model.h, tr_stage_config.graphs) */
+                              default) or TR_GRAPHS_OFF (tr_stage.h, tr_stage_config.graphs) */
   tr_profile_config profile;
   /* Every update first checks that the gradients' global norm is finite (and every loss
    * read back is): a step that diverged never reaches the parameters. */
@@ -370,36 +371,36 @@ typedef struct tr_error {
 
 /* One replica, one stage, one micro-batch under 1F1B, the model's batch and optimizer,
  * unbounded asynchrony, seed 1, no checkpoints. */
-tr_job_config tr_job_defaults(void);
+TR_API tr_job_config tr_job_defaults(void);
 
 typedef struct tr_job tr_job;
 
 /* Checks the configuration against the model and fills in its defaults: TR_EINVAL with err
  * naming the field at fault ("layout.microbatches: ..."). The graph runs the job's actors;
  * the job must outlive tr_graph_run. */
-int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err,
+TR_API int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err,
                size_t err_size);
 /* What tr_job_new checks and fills in, alone: 0 with *config completed (the model's batch
  * and optimizer, chunks), or TR_EINVAL with `e` naming the field at fault. Every rule of a
  * job's configuration lives behind it (job_config.c). */
-int tr_job_check(tr_job_config *config, tr_error *e);
+TR_API int tr_job_check(tr_job_config *config, tr_error *e);
 /* After the graph has been freed. */
-void tr_job_free(tr_job *j);
+TR_API void tr_job_free(tr_job *j);
 
 /* The configuration as the job runs it: defaults filled in, cuts chosen. */
-const tr_job_config *tr_job_get_config(const tr_job *j);
+TR_API const tr_job_config *tr_job_get_config(const tr_job *j);
 /* Samples in every micro-batch: what a producer of batches sends (tr_batch_msg.count). */
-int tr_job_microbatch_samples(const tr_job *j);
+TR_API int tr_job_microbatch_samples(const tr_job *j);
 
-int tr_job_add_loader(tr_job *j, int replica, tr_actor **out);
+TR_API int tr_job_add_loader(tr_job *j, int replica, tr_actor **out);
 /* Stage `stage` of replica `replica` on `dev` (which that actor's thread will own). */
-int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out);
-int tr_job_add_coordinator(tr_job *j, tr_actor **out);
+TR_API int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out);
+TR_API int tr_job_add_coordinator(tr_job *j, tr_actor **out);
 /* Every stage of the layout, stage s of replica r on device r × stages + s of `devs`, each
  * replica's stages chained and each stage's replicas grouped: the whole graph of a
  * synchronous strategy but for how batches come in (loaders, or actors of yours) and the
  * coordinator. stages (when not NULL) receives the actors, [r × stages + s]. */
-int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **stages);
+TR_API int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **stages);
 
 /* What a batch edge carries (tr_job_connect_batches). */
 enum {
@@ -412,32 +413,32 @@ enum {
  * (a stage: its inputs if it is its replica's first, targets if its last; or an actor of
  * yours), carrying `what`; layout.prefetch credits. *out (when not NULL): the edge, for
  * actors of yours. */
-int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
+TR_API int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
                            tr_edge **out);
 /* loader → `first` (inputs) and → `last` (targets): the replica's first and last stage,
  * the same actor when there is one stage (one edge carries both). */
-int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last);
+TR_API int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last);
 /* Stage s → stage s+1 of one replica: activations forward, their gradients back. With
  * several chunks per device (interleaved), also the last stage → the first: chunk c's
  * output on to chunk c+1. */
-int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
+TR_API int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
 /* Stage s of every replica (in replica order): gradients all-reduced before each update
  * (with zero: reduce-scattered, and the updated shards all-gathered, member i holding shard
  * i; TR_EINVAL when the members live in more than one process). */
-int tr_job_group(tr_job *j, tr_actor *const *members, int n);
+TR_API int tr_job_group(tr_job *j, tr_actor *const *members, int n);
 /* The coordinator → `observer`: a tr_report_msg every `every` steps (>= 1) and a last one
  * when the run is over. The observer releases the edge's credit after each; it is a member
  * of the graph like any other, whose part is over after the last report. Before
  * tr_job_add_coordinator or after. */
-int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out);
+TR_API int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out);
 
 /* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
  * `dev`, fed by a loader like any stage. */
-int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out);
-int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
+TR_API int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out);
+TR_API int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
 /* worker → server: gradients pushed (one credit: a worker waits for the server's reply
  * before its next backward); server → worker: the reply, with fresh parameters when pulled. */
-int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker);
+TR_API int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker);
 
 /* The plan, checked as a whole once the wiring calls are made: the norm exchange between
  * the stages and what carries each edge between processes are decided (under mpirun every
@@ -445,14 +446,14 @@ int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker);
  * TR_EINVAL, err naming the stage and the edge or part ("stage 1 of replica 0 ('stage1')
  * is not wired: it lacks activations from stage s-1"). tr_graph_run plans the job itself
  * when it was not done; after it the stages' wiring is closed (TR_ESTATE). */
-int tr_job_plan(tr_job *j, char *err, size_t err_size);
+TR_API int tr_job_plan(tr_job *j, char *err, size_t err_size);
 /* Each stage of the plan: its device and process, its step policy and that policy's parts,
  * each of its edges with the actor at the other end, its credits and what carries it.
  * (tr_graph_print shows every actor and edge of the graph.) */
-void tr_job_print_plan(const tr_job *j, FILE *f);
+TR_API void tr_job_print_plan(const tr_job *j, FILE *f);
 
 /* The figures of the run, once tr_graph_run returned 0. */
-void tr_job_result(const tr_job *j, tr_train_result *r);
+TR_API void tr_job_result(const tr_job *j, tr_train_result *r);
 
 #ifdef __cplusplus
 }

@@ -71,10 +71,10 @@ typedef struct tr_batch_msg {
   int generate;   /* 1: x and y are NULL, and the stage makes samples [first, first + count)
                      of the job's data on its device (tr_data_gen; tr_job_config.data_on) */
 } tr_batch_msg;
-extern const tr_msgtype tr_batch_type;
+TR_API extern const tr_msgtype tr_batch_type;
 
 /* A new batch message with the contents of `b` (the same buffers), to send on. */
-tr_batch_msg *tr_batch_forward(const tr_batch_msg *b);
+TR_API tr_batch_msg *tr_batch_forward(const tr_batch_msg *b);
 
 typedef struct tr_tensor_msg {
   tr_msg hdr;
@@ -91,7 +91,7 @@ typedef struct tr_tensor_msg {
 } tr_tensor_msg;
 /* stage s → s+1: its output; stage s+1 → s: the gradient of that output (interleaved: also
  * the last stage's output of chunk c → the first stage's chunk c+1, and back). */
-extern const tr_msgtype tr_activation_type, tr_gradient_type;
+TR_API extern const tr_msgtype tr_activation_type, tr_gradient_type;
 
 typedef struct tr_report_msg {
   tr_msg hdr;
@@ -104,7 +104,7 @@ typedef struct tr_report_msg {
   double step_seconds;  /* wall time per step over these steps */
   int last;             /* the run's last report */
 } tr_report_msg;
-extern const tr_msgtype tr_report_type;
+TR_API extern const tr_msgtype tr_report_type;
 
 #ifdef __cplusplus
 }

@@ -102,9 +102,9 @@ typedef enum tr_schedule_kind {
 
 /* "gpipe", "1f1b", ... ("?" for no schedule); parse: 0, or TR_EINVAL (NULL or an unknown
  * name). tr_schedule_kind_list: the names in order, "gpipe, 1f1b, interleaved or zb1". */
-const char *tr_schedule_kind_name(tr_schedule_kind k);
-int tr_schedule_kind_parse(const char *name, tr_schedule_kind *out);
-const char *tr_schedule_kind_list(void);
+TR_API const char *tr_schedule_kind_name(tr_schedule_kind k);
+TR_API int tr_schedule_kind_parse(const char *name, tr_schedule_kind *out);
+TR_API const char *tr_schedule_kind_list(void);
 
 /* Model chunks per device: `chunks`, or where it is 0 the kind's default (2 interleaved, else 1). */
 static inline int tr_schedule_chunks(tr_schedule_kind k, int chunks) {
@@ -133,7 +133,7 @@ typedef enum tr_action_kind {
 } tr_action_kind;
 
 /* "recv_act", "forward", ... ("?" for no kind). */
-const char *tr_action_kind_name(tr_action_kind k);
+TR_API const char *tr_action_kind_name(tr_action_kind k);
 
 typedef struct tr_action {
   tr_action_kind kind;
@@ -157,28 +157,28 @@ typedef struct tr_schedule tr_schedule;
 /* Generates every stage's actions. 0; TR_EINVAL for an unknown kind, p < 1, m < 1, chunks
  * the kind does not take, or lists too long to count in an int; TR_ENOMEM. *out is NULL on
  * failure. */
-int tr_schedule_new(tr_schedule **out, const tr_schedule_config *c);
-void tr_schedule_free(tr_schedule *sc); /* NULL is fine */
+TR_API int tr_schedule_new(tr_schedule **out, const tr_schedule_config *c);
+TR_API void tr_schedule_free(tr_schedule *sc); /* NULL is fine */
 
 /* The configuration, chunks filled in. */
-const tr_schedule_config *tr_schedule_config_of(const tr_schedule *sc);
+TR_API const tr_schedule_config *tr_schedule_config_of(const tr_schedule *sc);
 
 /* Stage `stage`'s actions in order, *n of them; the last is the optimizer step. */
-const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, size_t *n);
+TR_API const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, size_t *n);
 
 /* The most micro-batches whose activations `stage` holds at once, over all its chunks.
  * gpipe: m; 1f1b: min(p - stage, m); zb1: min(p, m); interleaved: at most
  * min((p-stage-1)·2 + (v-1)·p + 1, v·m). */
-int tr_schedule_slots(const tr_schedule *sc, int stage);
+TR_API int tr_schedule_slots(const tr_schedule *sc, int stage);
 /* The slot count to open chunk `chunk` of `stage` with (tr_stage_config): the most
  * micro-batches that chunk holds at once (with one chunk, tr_schedule_slots). */
-int tr_schedule_chunk_slots(const tr_schedule *sc, int stage, int chunk);
+TR_API int tr_schedule_chunk_slots(const tr_schedule *sc, int stage, int chunk);
 
 /* The bubble fraction 1 - busy / (p × makespan) the schedule reaches when every stage's F
  * takes the same time and every B the same time (zb1: F, B and W the same time):
  * (p-1)/(m+p-1) for gpipe and 1f1b, (p-1)/(v·m+p-1) for interleaved (exact when p divides
  * m), (p-1)/(3m+p-1) for zb1 (m >= p; 1 - 3m/(2m+2p-1) below). */
-double tr_schedule_bubble(const tr_schedule *sc);
+TR_API double tr_schedule_bubble(const tr_schedule *sc);
 
 #ifdef __cplusplus
 }

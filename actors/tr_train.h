@@ -40,8 +40,8 @@ typedef enum tr_strategy {
 } tr_strategy;
 
 /* "single", "dp", ...; parse: 0, or TR_EINVAL. */
-const char *tr_strategy_name(tr_strategy s);
-int tr_strategy_parse(const char *name, tr_strategy *out);
+TR_API const char *tr_strategy_name(tr_strategy s);
+TR_API int tr_strategy_parse(const char *name, tr_strategy *out);
 
 struct tr_model_spec;
 
@@ -92,25 +92,25 @@ typedef struct tr_train_options {
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's
  * batch and optimizer, 1f1b, unbounded staleness, seed 1. */
-tr_train_options tr_train_defaults(void);
+TR_API tr_train_options tr_train_defaults(void);
 
 /* Runs the training. 0, or a negative status with `err` naming the actor, device and
  * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
  * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT or SIGTERM ended the run
  * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
  * asked for) holds that step; a second signal ends the process at once. */
-int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
+TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
 /* tr_train_run with its failure as a tr_error (tr_job.h): the status, and for a bad option
  * the field at fault and where the message names fields ("devices", "layout.stages": those
  * of tr_train_options and its job), for a front end that names them its own way. */
-int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e);
+TR_API int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e);
 
 /* The run's figures as one JSON object and a newline, docs/WORKLOADS.md's keys (what
  * `troupe train --json` prints); null marks what does not apply to the run. And the same
  * figures in words, one line, those that apply and are not zero (`troupe train`'s summary).
  * 0, or TR_EIO when `f` fails. */
-int tr_train_result_json(const tr_train_result *r, FILE *f);
-int tr_train_result_summary(const tr_train_result *r, FILE *f);
+TR_API int tr_train_result_json(const tr_train_result *r, FILE *f);
+TR_API int tr_train_result_summary(const tr_train_result *r, FILE *f);
 
 #ifdef __cplusplus
 }

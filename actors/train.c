@@ -12,6 +12,7 @@
 #include "job_impl.h"
 #include "tr_file.h"
 #include "tr_trace.h"
+#include "tr_train.h"
 
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
 
@@ -460,8 +461,8 @@ static void trace_path(char *out, size_t n, const char *path, const tr_world *w)
 }
 
 /* The run, its refusals' messages with their fields marked (job_config.h). */
-static int run_marked(const tr_train_options *o, const tr__test_hooks *hooks,
-                      tr_train_result *r, char *err, size_t err_size) {
+static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
+                      size_t err_size) {
   run rn = {0};
   tr_graph *g = NULL;
   tr_job *j = NULL;
@@ -487,7 +488,6 @@ static int run_marked(const tr_train_options *o, const tr__test_hooks *hooks,
     goto out;
   }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
-  if (hooks) tr__job_set_test_hooks(j, hooks);
   if ((rc = build(j, &rn)) || (rn.observed && (rc = observe(g, j, o)))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
@@ -536,20 +536,15 @@ out:
   return rc;
 }
 
-int tr__train_run_hooked(const tr_train_options *o, const tr__test_hooks *hooks,
-                         tr_train_result *r, char *err, size_t err_size) {
-  const int rc = run_marked(o, hooks, r, err, err_size);
+int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
+  const int rc = run_marked(o, r, err, err_size);
   tr__error_unmark(err);
   return rc;
 }
 
-int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
-  return tr__train_run_hooked(o, NULL, r, err, err_size);
-}
-
 int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e) {
   char err[sizeof e->message];
-  const int rc = run_marked(o, NULL, r, err, sizeof err);
+  const int rc = run_marked(o, r, err, sizeof err);
   tr__error_from_text(e, rc, rc ? err : "");
   return rc;
 }

@@ -171,12 +171,7 @@ int tr__worker_begin(tr__worker *w) {
 
 int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy *busy) {
   const tr_job_config *c = &w->run->c;
-  const tr__test_hooks *h = &w->run->hooks;
   if (!w->pushed) {
-    if (h->fail_step > 0 && w->index == h->fail_device && pushes + 1 == h->fail_step)
-      return tr_actor_fail(w->self, TR_EDEVICE, "push %d of step %lld on %s: an injected "
-                           "failure (tr__test_hooks.fail_step)", h->fail_step,
-                           (long long)batch_step, tr_device_name(w->dev));
     if (!tr_edge_acquire(w->push)) return 0; /* the server still reads the last one */
     int64_t applied = -1;
     bool skipped = false;

@@ -35,33 +35,33 @@ typedef struct tr_world tr_world;
 /* The world this process belongs to: every rank of an MPI launch (when troupe was built with
  * MPI and the environment says mpirun started it), else a world of one. TR_EINVAL when a
  * world is open already; TR_ESYS naming the MPI failure. */
-int tr_world_open(tr_world **out, char *err, size_t err_size);
+TR_API int tr_world_open(tr_world **out, char *err, size_t err_size);
 /* After every graph on it has been freed. NULL is fine. Where a graph's run across the ranks
  * failed, the other ranks may be waiting for this one: the job ends (MPI_Abort, exit status
  * 1 from mpirun) rather than hanging in MPI_Finalize — print what went wrong first. */
-void tr_world_close(tr_world *w);
+TR_API void tr_world_close(tr_world *w);
 
-int tr_world_rank(const tr_world *w);
-int tr_world_size(const tr_world *w);
+TR_API int tr_world_rank(const tr_world *w);
+TR_API int tr_world_size(const tr_world *w);
 /* "MPI (Open MPI 4.1.4)", or "one process". */
-const char *tr_world_kind(const tr_world *w);
+TR_API const char *tr_world_kind(const tr_world *w);
 
 /* Every rank's `bytes` bytes at `mine`, in rank order, into `all` (size × bytes). */
-int tr_world_allgather(tr_world *w, const void *mine, size_t bytes, void *all);
+TR_API int tr_world_allgather(tr_world *w, const void *mine, size_t bytes, void *all);
 
 /* TR_EINVAL, naming `what` and the ranks that differ from rank 0, unless every rank gave
  * the same bytes: options, models, layouts that must be one job's. */
-int tr_world_agree(tr_world *w, const char *what, const void *mine, size_t bytes, char *err,
+TR_API int tr_world_agree(tr_world *w, const char *what, const void *mine, size_t bytes, char *err,
                    size_t err_size);
 
 /* The job's devices: `spec` opens this rank's (tr_device_list_open; NULL: none), and the
  * list holds every rank's in rank order, those of other ranks as placeholders that run
  * nothing here (tr_device_is_placeholder); tr_world_device_rank says whose each is. */
-int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *err,
+TR_API int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *err,
                      size_t err_size);
 /* The rank that owns device `d` of a list tr_world_devices made (while that list is open):
  * the rank it came from; this rank for any other device. NULL world: 0. */
-int tr_world_device_rank(const tr_world *w, const tr_device *d);
+TR_API int tr_world_device_rank(const tr_world *w, const tr_device *d);
 
 #ifdef __cplusplus
 }

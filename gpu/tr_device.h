@@ -98,8 +98,8 @@ typedef enum tr_precision {
 } tr_precision;
 
 /* "fp32", "bf16" ("?" otherwise); parse: 0, or TR_EINVAL (NULL or an unknown name). */
-const char *tr_precision_name(tr_precision p);
-int tr_precision_parse(const char *name, tr_precision *out);
+TR_API const char *tr_precision_name(tr_precision p);
+TR_API int tr_precision_parse(const char *name, tr_precision *out);
 
 /* How a device multiplies bfloat16 matrices (tr_gemm_bf16). */
 typedef enum tr_bf16_support {
@@ -110,7 +110,7 @@ typedef enum tr_bf16_support {
 } tr_bf16_support;
 
 /* "native", "emulated", "converted to fp32". */
-const char *tr_bf16_support_name(tr_bf16_support b);
+TR_API const char *tr_bf16_support_name(tr_bf16_support b);
 
 typedef struct tr_device_info {
   tr_device_kind kind;
@@ -135,111 +135,113 @@ typedef struct tr_device_info {
 /* Whether a and b are one physical GPU (NCCL takes one member per GPU): the same gpu_id, so
  * logical devices of one GPU and the same GPU opened by two processes alike. Infos without
  * a gpu_id (made by hand) compare by ordinal. */
-bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b);
+TR_API bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b);
 
 /* ---- discovery ------------------------------------------------------------------------ */
 
 /* Opens the devices a spec names. On failure *out is NULL, the status says why and `err`
  * (when not NULL) receives a message naming the bad part of the spec ("device spec
- * 'cuda:7': no CUDA device 7 (this machine has 1)"). Call from any thread. */
-int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size);
+ * 'cuda:7': no CUDA device 7 (this machine has 1)"). Call from any thread. Tests may wrap a
+ * spec as fault(SPEC;RULE): the same devices, slow or failing on the calls RULE names
+ * (gpu/fault.h). */
+TR_API int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size);
 
 /* Closes every device of the list, with their streams and the memory still allocated on
  * them. Close events first. Call once no owner thread uses the devices any more. */
-void tr_device_list_close(tr_device_list *list);
+TR_API void tr_device_list_close(tr_device_list *list);
 
-int tr_device_list_count(const tr_device_list *list);
-tr_device *tr_device_list_get(const tr_device_list *list, int index);
+TR_API int tr_device_list_count(const tr_device_list *list);
+TR_API tr_device *tr_device_list_get(const tr_device_list *list, int index);
 
 /* An empty list, to hold devices opened elsewhere (tr_device_list_add_placeholder). */
-int tr_device_list_new(tr_device_list **out);
+TR_API int tr_device_list_new(tr_device_list **out);
 /* Inserts, at position `at` (0 .. count), a placeholder: a device described by `info` but
  * opened elsewhere (by another process of a job: which one is the world's business,
  * tr_world.h). The list names it in its place, and nothing may run on it here
  * (tr_world_devices builds a job's global list this way). TR_EINVAL for `at` out of range. */
-int tr_device_list_add_placeholder(tr_device_list *list, int at, const tr_device_info *info);
+TR_API int tr_device_list_add_placeholder(tr_device_list *list, int at, const tr_device_info *info);
 /* Whether d is such a placeholder (nothing runs on it, its memory is not this process's). */
-bool tr_device_is_placeholder(const tr_device *d);
+TR_API bool tr_device_is_placeholder(const tr_device *d);
 
 /* Physical devices of a kind on this machine: GPUs (0 without a driver or without the CUDA
  * backend in this build), or host CPU threads. Never fails. */
-int tr_device_count(tr_device_kind kind);
+TR_API int tr_device_count(tr_device_kind kind);
 
 /* "host", "cuda". */
-const char *tr_device_kind_name(tr_device_kind kind);
+TR_API const char *tr_device_kind_name(tr_device_kind kind);
 
 /* ---- devices ---------------------------------------------------------------------------- */
 
-const tr_device_info *tr_device_get_info(const tr_device *d);
-const char *tr_device_name(const tr_device *d); /* info->name */
+TR_API const tr_device_info *tr_device_get_info(const tr_device *d);
+TR_API const char *tr_device_name(const tr_device *d); /* info->name */
 
 /* Refreshes memory_free (and memory_total) of the device's info. */
-int tr_device_update_memory(tr_device *d);
+TR_API int tr_device_update_memory(tr_device *d);
 
 /* 1 when `d` can copy to and from `peer` directly (host: always; CUDA: same GPU or peer
  * access enabled), else 0. tr_memcpy_peer works either way. */
-int tr_device_can_access_peer(const tr_device *d, const tr_device *peer);
+TR_API int tr_device_can_access_peer(const tr_device *d, const tr_device *peer);
 
 /* Makes the calling thread the device's owner (see Ownership above). */
-int tr_device_bind(tr_device *d);
+TR_API int tr_device_bind(tr_device *d);
 
 /* The text of the device's last failure, or "". */
-const char *tr_device_error(const tr_device *d);
+TR_API const char *tr_device_error(const tr_device *d);
 
 /* CUDA: allow TF32 tensor cores in GEMM (off unless asked). Host: accepted, no effect. */
-int tr_device_set_tf32(tr_device *d, int enable);
+TR_API int tr_device_set_tf32(tr_device *d, int enable);
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
 /* Device memory, at least 64-byte aligned, uninitialised. Ordered on the device's compute
  * stream: usable there at once, on other streams after an event. `bytes` may be 0 (NULL). */
-int tr_device_alloc(tr_device *d, size_t bytes, void **out);
+TR_API int tr_device_alloc(tr_device *d, size_t bytes, void **out);
 /* Returns memory to the device. Ordered on the compute stream: work already queued there
  * may still use it; other streams must be done with it (an event) before this call. */
-int tr_device_free(tr_device *d, void *ptr);
+TR_API int tr_device_free(tr_device *d, void *ptr);
 
 /* The same, ordered on stream `s` of the device (stream-ordered reuse: a block freed on s
  * may be handed out again to later work on s without any synchronisation). */
-int tr_stream_alloc(tr_stream *s, size_t bytes, void **out);
-int tr_stream_free(tr_stream *s, void *ptr);
+TR_API int tr_stream_alloc(tr_stream *s, size_t bytes, void **out);
+TR_API int tr_stream_free(tr_stream *s, void *ptr);
 
 /* Host memory for fast asynchronous copies to and from `d` (CUDA: pinned, usable with every
  * GPU). Host devices: ordinary aligned memory. Any thread may call these two: host memory
  * belongs to no device's owner (a loader on the event loop fills buffers a device reads). */
-int tr_host_alloc(tr_device *d, size_t bytes, void **out);
-int tr_host_free(tr_device *d, void *ptr);
+TR_API int tr_host_alloc(tr_device *d, size_t bytes, void **out);
+TR_API int tr_host_free(tr_device *d, void *ptr);
 
 /* ---- streams and events ------------------------------------------------------------------ */
 
 /* The device's compute stream (owned by the device: never close it). */
-tr_stream *tr_device_stream(tr_device *d);
-tr_device *tr_stream_device(const tr_stream *s);
+TR_API tr_stream *tr_device_stream(tr_device *d);
+TR_API tr_device *tr_stream_device(const tr_stream *s);
 
 /* Another in-order stream of the device (e.g. copies, per direction or peer); `name` names
  * it in traces and profilers, copied. */
-int tr_stream_open(tr_device *d, const char *name, tr_stream **out);
-void tr_stream_close(tr_stream *s);
+TR_API int tr_stream_open(tr_device *d, const char *name, tr_stream **out);
+TR_API void tr_stream_close(tr_stream *s);
 /* Blocks the calling thread until everything queued on `s` has run. Not for the hot path:
  * actors poll events instead. */
-int tr_stream_synchronize(tr_stream *s);
+TR_API int tr_stream_synchronize(tr_stream *s);
 
 enum { TR_EVENT_DEFAULT = 0, TR_EVENT_TIMING = 1 /* tr_event_elapsed_ms works */ };
 
-int tr_event_open(tr_device *d, unsigned flags, tr_event **out);
-void tr_event_close(tr_event *e);
+TR_API int tr_event_open(tr_device *d, unsigned flags, tr_event **out);
+TR_API void tr_event_close(tr_event *e);
 /* Marks the point of `s`'s queue reached so far; the event completes when everything
  * queued on `s` before it has run. Re-recording moves the point. */
-int tr_event_record(tr_event *e, tr_stream *s);
+TR_API int tr_event_record(tr_event *e, tr_stream *s);
 /* Work queued on `s` after this call runs only after `e` (recorded on any stream of any
  * device of the same list) has completed. Does not block the caller. */
-int tr_stream_wait_event(tr_stream *s, tr_event *e);
+TR_API int tr_stream_wait_event(tr_stream *s, tr_event *e);
 /* 1 when the event has completed (or was never recorded), 0 while it is pending, or a
  * negative status. Never blocks: this is how an actor learns its work is done. */
-int tr_event_query(tr_event *e);
+TR_API int tr_event_query(tr_event *e);
 /* Blocks the calling thread until the event has completed. */
-int tr_event_synchronize(tr_event *e);
+TR_API int tr_event_synchronize(tr_event *e);
 /* Milliseconds between two completed TR_EVENT_TIMING events of one device. */
-int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms);
+TR_API int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms);
 
 /* ---- captures: a stream's work recorded once, replayed (CUDA graphs) ------------------------
  *
@@ -266,17 +268,17 @@ int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms);
 typedef struct tr_capture tr_capture;
 
 /* 1 when the device's backend captures, else 0. Never fails. */
-int tr_device_can_capture(const tr_device *d);
+TR_API int tr_device_can_capture(const tr_device *d);
 /* `s` records from now on (CUDA: cudaStreamBeginCapture, thread-local mode). */
-int tr_capture_begin(tr_stream *s);
+TR_API int tr_capture_begin(tr_stream *s);
 /* Ends the recording of `s`. out NULL: drops what was recorded (after a failure); else *out
  * is the capture, ready to launch, or NULL with a failure (the recording went wrong: an op
  * that may not be captured, another thread's unsafe call). `s` records no more either way. */
-int tr_capture_end(tr_stream *s, tr_capture **out);
+TR_API int tr_capture_end(tr_stream *s, tr_capture **out);
 /* Queues the recorded work on `s`, a stream of the capture's device. */
-int tr_capture_launch(tr_capture *g, tr_stream *s);
+TR_API int tr_capture_launch(tr_capture *g, tr_stream *s);
 /* NULL is accepted. */
-void tr_capture_close(tr_capture *g);
+TR_API void tr_capture_close(tr_capture *g);
 
 /* ---- copies (asynchronous on a stream of the device that issues them) ---------------------- */
 
@@ -286,12 +288,12 @@ typedef enum tr_copy_kind {
   TR_COPY_D2D  /* within the stream's device */
 } tr_copy_kind;
 
-int tr_memcpy(tr_stream *s, void *dst, const void *src, size_t bytes, tr_copy_kind kind);
+TR_API int tr_memcpy(tr_stream *s, void *dst, const void *src, size_t bytes, tr_copy_kind kind);
 /* dst of dst_dev <- src of src_dev, on `s`, a stream of either device. */
-int tr_memcpy_peer(tr_stream *s, void *dst, tr_device *dst_dev, const void *src,
+TR_API int tr_memcpy_peer(tr_stream *s, void *dst, tr_device *dst_dev, const void *src,
                    tr_device *src_dev, size_t bytes);
 /* Sets `bytes` bytes of device memory to the byte `value` (0 zeroes floats and ints). */
-int tr_memset(tr_stream *s, void *dst, int value, size_t bytes);
+TR_API int tr_memset(tr_stream *s, void *dst, int value, size_t bytes);
 
 /* ---- GEMM ------------------------------------------------------------------------------------ */
 
@@ -302,12 +304,12 @@ typedef enum tr_op { TR_OP_N = 0, TR_OP_T = 1 } tr_op;
  * likewise B (K,N) or (N,K); C (M,N) with ldc >= N. beta == 0 ignores C's old contents
  * (NaN included). Linear forward: out (B,OC) = inp (B,C) @ weight (OC,C)^T is
  * tr_gemm(s, TR_OP_N, TR_OP_T, B, OC, C, 1, inp, C, weight, C, 0, out, OC). */
-int tr_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+TR_API int tr_gemm(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 /* `batch` independent GEMMs; matrix i starts at A + i*stride_a, B + i*stride_b,
  * C + i*stride_c (elements). For attention: (B*NH) products of (T,hs) matrices. */
-int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+TR_API int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                     const float *A, int lda, int64_t stride_a, const float *B, int ldb,
                     int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                     int batch);
@@ -316,22 +318,22 @@ int tr_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, flo
  * float32: each C element is alpha * sum_k a_ik b_kj + beta C, the products of bf16 values
  * (exact in float32) added in float32 in some order. How the device multiplies them is
  * tr_device_info.bf16; the result is of this definition however it is done. */
-int tr_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+TR_API int tr_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                  const tr_bf16 *A, int lda, const tr_bf16 *B, int ldb, float beta, float *C,
                  int ldc);
-int tr_gemm_batched_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
+TR_API int tr_gemm_batched_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                          const tr_bf16 *A, int lda, int64_t stride_a, const tr_bf16 *B, int ldb,
                          int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                          int batch);
 
 /* out (n) = inp (n) rounded to the nearest bfloat16, ties to even (NaN stays NaN, infinities
  * and overflow to infinity stay infinite). */
-int tr_to_bf16(tr_stream *s, tr_bf16 *out, const float *inp, size_t n);
+TR_API int tr_to_bf16(tr_stream *s, tr_bf16 *out, const float *inp, size_t n);
 
 /* ---- fills and initialisation -------------------------------------------------------------- */
 
 /* x (n) = value */
-int tr_fill(tr_stream *s, float *x, size_t n, float value);
+TR_API int tr_fill(tr_stream *s, float *x, size_t n, float value);
 
 /* Counter-based random initialisation: element i of x receives the value of global index
  * j = offset + i, computed from (seed, j) alone with Philox4x32-10, so a tensor initialised
@@ -342,9 +344,9 @@ int tr_fill(tr_stream *s, float *x, size_t n, float value);
  *   normal:  counter (j/2 low, j/2 high, 1, 0), words (w0,w1) when j is even, (w2,w3) when
  *            odd; u1 = ((w0 >> 8) + 1) * 2^-24 in (0,1], u2 = (w1 >> 8) * 2^-24;
  *            x = mean + std * sqrt(-2 ln u1) * cos(2 pi u2) (Box-Muller). */
-int tr_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
+TR_API int tr_init_uniform(tr_stream *s, float *x, size_t n, float lo, float hi, uint64_t seed,
                     uint64_t offset);
-int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
+TR_API int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint64_t seed,
                    uint64_t offset);
 
 /* Dropout's mask, counter-based like the initialisers: element i of mask (n) receives
@@ -353,77 +355,77 @@ int tr_init_normal(tr_stream *s, float *x, size_t n, float mean, float std, uint
  * tr_init_*. A pure function of (seed, j): every backend, whole or in pieces, gives the same
  * mask. An element is kept with probability 1 - p (exactly, for p a multiple of 2^-24);
  * inverted dropout takes scale = 1/(1 - p). p in [0,1], scale finite. */
-int tr_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale, uint64_t seed,
+TR_API int tr_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float scale, uint64_t seed,
                     uint64_t offset);
 
 /* ---- element-wise arithmetic ------------------------------------------------------------------ */
 
 /* out (n) = a (n) + b (n) */
-int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n);
+TR_API int tr_add(tr_stream *s, float *out, const float *a, const float *b, size_t n);
 /* out (n) = a (n) * b (n) */
-int tr_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n);
+TR_API int tr_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n);
 /* y (n) += alpha * x (n) */
-int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n);
+TR_API int tr_axpy(tr_stream *s, float *y, float alpha, const float *x, size_t n);
 /* x (n) *= alpha */
-int tr_scale(tr_stream *s, float *x, float alpha, size_t n);
+TR_API int tr_scale(tr_stream *s, float *x, float alpha, size_t n);
 /* x (n) *= scalar[0], a float in device memory outside x (clipping without a host round
  * trip) */
-int tr_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n);
+TR_API int tr_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n);
 
 /* ---- reductions (one float result in device memory) ------------------------------------------- */
 
 /* out[0] = sum x^2 (accumulate: out[0] += sum x^2), summed in double on host devices */
-int tr_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
+TR_API int tr_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
 /* out[0] = sum x (accumulate: +=) */
-int tr_sum(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
+TR_API int tr_sum(tr_stream *s, float *out, const float *x, size_t n, int accumulate);
 /* factor[0] = min(1, max_norm / (sqrt(sumsq[0]) + 1e-6)): the global-norm clipping factor,
  * for tr_scale_dev. factor may equal sumsq. */
-int tr_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm);
+TR_API int tr_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm);
 
 /* ---- linear layers --------------------------------------------------------------------------- */
 
 /* out (N,C) += bias (C), for each of the N rows */
-int tr_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C);
+TR_API int tr_bias_add(tr_stream *s, float *out, const float *bias, size_t N, size_t C);
 /* dbias (C) += sum over the N rows of dout (N,C) */
-int tr_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C);
+TR_API int tr_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, size_t C);
 
 /* ---- activations ------------------------------------------------------------------------------- */
 
 /* out (n) = max(inp, 0) */
-int tr_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
+TR_API int tr_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
 /* dinp (n) = inp > 0 ? dout : 0; dinp may equal dout */
-int tr_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+TR_API int tr_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 /* out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp */
-int tr_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
+TR_API int tr_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
 /* dinp (n) = gelu'(inp) * dout; dinp may equal dout */
-int tr_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+TR_API int tr_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 
 /* ---- layernorm --------------------------------------------------------------------------------- */
 
 /* inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N) (saved for backward):
  * out = (inp - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps), var biased.
  * out must not overlap inp. */
-int tr_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+TR_API int tr_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
                      const float *weight, const float *bias, size_t N, size_t C, float eps);
 /* dout (N,C), inp (N,C), weight (C), mean (N), rstd (N) -> dinp (N,C) (overwritten),
  * dweight (C) += , dbias (C) += . dinp must not overlap dout or inp. */
-int tr_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
+TR_API int tr_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, const float *mean,
                      const float *rstd, size_t N, size_t C);
 
 /* ---- softmax --------------------------------------------------------------------------------- */
 
 /* out (N,C) = softmax of each row of inp (N,C) */
-int tr_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C);
+TR_API int tr_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C);
 /* dinp (N,C) = out * (dout - sum_c out * dout), from the forward's out (N,C) */
-int tr_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+TR_API int tr_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
                    size_t C);
 /* Causal attention: att (BH,T,T) from preatt (BH,T,T): row t of each matrix is the softmax
  * of scale * preatt[t][0..t]; entries t2 > t are 0. att may equal preatt. */
-int tr_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
+TR_API int tr_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
                         float scale);
 /* dpreatt (BH,T,T) = scale * att * (datt - sum_t2 att * datt) on t2 <= t, 0 above. */
-int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+TR_API int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
                         size_t BH, size_t T, float scale);
 
 /* ---- losses ------------------------------------------------------------------------------------- */
@@ -432,30 +434,30 @@ int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const fl
  * loss[0] = scale * sum_n -log probs[n][targets[n]] (scale 1/N: the mean), computed as
  * log-sum-exp minus the target's logit, so it stays finite where probs underflow. probs must
  * not overlap logits. */
-int tr_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
+TR_API int tr_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
                         const int32_t *targets, size_t N, size_t V, float scale);
 /* dlogits (N,V) = scale * (probs - onehot(targets)); dlogits may equal probs. */
-int tr_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
+TR_API int tr_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
                         const int32_t *targets, size_t N, size_t V, float scale);
 /* loss[0] = scale * sum (pred - target)^2 over pred (n), target (n) (scale 1/n: the mean) */
-int tr_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
+TR_API int tr_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
                float scale);
 /* dpred (n) = 2 * scale * (pred - target) */
-int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
+TR_API int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
                float scale);
 
 /* ---- embedding ---------------------------------------------------------------------------------- */
 
 /* idx (B,T) in [0,V), wte (V,C), wpe (T,C) or NULL -> out (B,T,C) = wte[idx] (+ wpe[t]).
  * Host devices report an index outside [0,V) as TR_EINVAL; GPUs cannot, cheaply. */
-int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+TR_API int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
                      const float *wpe, size_t B, size_t T, size_t C, size_t V);
 /* dout (B,T,C) -> dwte (V,C) += scatter-add over idx; dwpe (T,C) += sum over B (if not NULL).
  * Deterministic everywhere: the same inputs give the same bits. Host devices add the rows
  * in (b, t) order; CUDA sorts the rows by token and sums them in tiles of 256 rows, in the
  * host's order within a tile (bits equal to the host's when no token's rows cross a tile's
  * edge, within rounding otherwise), and skips an index outside [0,V). */
-int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+TR_API int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
                      const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
 
 /* ---- asynchronous updates ---------------------------------------------------------------------- */
@@ -463,22 +465,22 @@ int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
 /* Delay compensation (DC-ASGD, Zheng et al. 2017): grad (n) += lambda * grad * grad *
  * (now (n) - pulled (n)), the first-order correction of a gradient computed at parameters
  * `pulled` for use at parameters `now`. */
-int tr_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
+TR_API int tr_dc_asgd(tr_stream *s, float *grad, const float *now, const float *pulled, size_t n,
                float lambda);
 
 /* ---- optimizer updates (PyTorch's definitions) -------------------------------------------------- */
 
 /* param (n) -= lr * (grad + weight_decay * param) */
-int tr_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
+TR_API int tr_sgd_update(tr_stream *s, float *param, const float *grad, size_t n, float lr,
                   float weight_decay);
 /* g = grad + weight_decay * param; mom = momentum * mom + g;
  * param -= lr * (nesterov ? g + momentum * mom : mom). mom (n) starts at 0. */
-int tr_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
+TR_API int tr_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
                        float lr, float momentum, float weight_decay, int nesterov);
 /* AdamW, step t >= 1: param *= 1 - lr * weight_decay; m = b1 m + (1-b1) g;
  * v = b2 v + (1-b2) g^2; param -= lr * (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps).
  * m (n), v (n) start at 0. */
-int tr_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
+TR_API int tr_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
                     size_t n, float lr, float beta1, float beta2, float eps,
                     float weight_decay, int64_t t);
 
@@ -512,41 +514,41 @@ typedef struct tr_comm_id {
 } tr_comm_id;
 
 /* "NCCL 2.28.9" (the library loaded) when this build has NCCL, else NULL. */
-const char *tr_comm_library(void);
+TR_API const char *tr_comm_library(void);
 
 /* One communicator over devs[0, n), member i on devs[i] (comms[i]); every device of one
  * backend with collectives, each on a GPU of its own. Call from one thread before the
  * members' owners use it (it opens them together). err names the device or call at fault. */
-int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, size_t err_size);
+TR_API int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, size_t err_size);
 /* An id for a communicator across processes, made on one of them (for the backend of
  * devices of `kind`). */
-int tr_comm_id_new(tr_device_kind kind, tr_comm_id *id, char *err, size_t err_size);
+TR_API int tr_comm_id_new(tr_device_kind kind, tr_comm_id *id, char *err, size_t err_size);
 /* This process's member, rank `rank` of `count`, on d: blocks until every rank has called
  * it with the same id. */
-int tr_comm_open_rank(tr_device *d, const tr_comm_id *id, int count, int rank, tr_comm **out,
+TR_API int tr_comm_open_rank(tr_device *d, const tr_comm_id *id, int count, int rank, tr_comm **out,
                       char *err, size_t err_size);
-int tr_comm_rank(const tr_comm *c);
-int tr_comm_count(const tr_comm *c);
-tr_device *tr_comm_device(const tr_comm *c);
+TR_API int tr_comm_rank(const tr_comm *c);
+TR_API int tr_comm_count(const tr_comm *c);
+TR_API tr_device *tr_comm_device(const tr_comm *c);
 /* On the member's owner thread, once no stream still runs its operations. NULL is fine.
  * Members opened together close together: NCCL's destroy waits for the other members of
  * this process, each closing on its own thread. */
-void tr_comm_close(tr_comm *c);
+TR_API void tr_comm_close(tr_comm *c);
 /* Without waiting for anyone (ncclCommAbort): a member whose others may never come (the run
  * failed, or never started), from any thread. NULL is fine. */
-void tr_comm_abort(tr_comm *c);
+TR_API void tr_comm_abort(tr_comm *c);
 
 /* On s, a stream of the member's device. n: floats; bytes: bytes. */
 /* recv (n) = the sum over the members of their send (n); recv may equal send */
-int tr_comm_allreduce(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n);
+TR_API int tr_comm_allreduce(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n);
 /* root's recv (n) = the sum of every send (n); others' recv untouched */
-int tr_comm_reduce(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n, int root);
+TR_API int tr_comm_reduce(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n, int root);
 /* every recv (n) = root's send (n) */
-int tr_comm_broadcast(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n,
+TR_API int tr_comm_broadcast(tr_comm *c, tr_stream *s, const float *send, float *recv, size_t n,
                       int root);
 /* Point to point: `bytes` to member `peer`, which receives them with tr_comm_recv. */
-int tr_comm_send(tr_comm *c, tr_stream *s, const void *buf, size_t bytes, int peer);
-int tr_comm_recv(tr_comm *c, tr_stream *s, void *buf, size_t bytes, int peer);
+TR_API int tr_comm_send(tr_comm *c, tr_stream *s, const void *buf, size_t bytes, int peer);
+TR_API int tr_comm_recv(tr_comm *c, tr_stream *s, void *buf, size_t bytes, int peer);
 
 /* ---- synthetic data ------------------------------------------------------------------------ */
 
@@ -585,7 +587,7 @@ typedef struct tr_synth {
 /* Samples [first, first + count) of `src` into x (count × x bytes) and y (count × y bytes;
  * NULL: inputs only), device memory. TR_EINVAL naming the field for a description that
  * cannot be filled from ("tr_synth_fill: teacher is NULL"). */
-int tr_synth_fill(tr_stream *s, const tr_synth *src, uint64_t first, size_t count, void *x,
+TR_API int tr_synth_fill(tr_stream *s, const tr_synth *src, uint64_t first, size_t count, void *x,
                   void *y);
 
 #ifdef __cplusplus

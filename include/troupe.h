@@ -13,7 +13,8 @@
  *   tr_checkpoint.h  safetensors checkpoints, written atomically, read with validation
  *   tr_layers.h   layers with explicit forward and backward
  *   tr_layer_type.h  layer kinds as tables of operations: the built-in ones, and your own
- *   tr_model.h    models, cut into stages on devices; optimizers
+ *   tr_model.h    models: layers, loss, parameters, cuts; optimizers
+ *   tr_stage.h    a model's layers on one device: forward, backward, the optimizer's step
  *   tr_optim.h    optimizer kinds as tables: the built-in ones, and your own
  *   tr_loss.h     losses as tables: the built-in ones, and your own
  *   tr_data.h     the workloads' data: synthetic generators and byte files
@@ -40,6 +41,7 @@
 #include "tr_optim.h"
 #include "tr_msg.h"
 #include "tr_schedule.h"
+#include "tr_stage.h"
 #include "tr_system.h"
 #include "tr_trace.h"
 #include "tr_train.h"

@@ -211,7 +211,7 @@ static int init_params(tr_stage *st, uint64_t seed) {
   return 0;
 }
 
-/* Shard `index` of `count` equal ones, each a multiple of 16 floats (tr_model.h). */
+/* Shard `index` of `count` equal ones, each a multiple of 16 floats (tr_stage.h). */
 void tr_stage_shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n) {
   if (sh.count <= 1) {
     *offset = 0, *n = numel;

@@ -5,6 +5,7 @@
 #include "models_impl.h"
 #include "replay.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 
 typedef struct tr__stage_layer {
   const tr_layer_spec *spec;

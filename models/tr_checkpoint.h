@@ -102,11 +102,11 @@ typedef enum tr_dtype {
 } tr_dtype;
 
 /* Bytes per element (0 for a value outside the enum). */
-size_t tr_dtype_size(tr_dtype dtype);
+TR_API size_t tr_dtype_size(tr_dtype dtype);
 /* The safetensors name ("F32"), or "?" for a value outside the enum. */
-const char *tr_dtype_name(tr_dtype dtype);
+TR_API const char *tr_dtype_name(tr_dtype dtype);
 /* The dtype a safetensors name stands for; TR_EFORMAT when it names none. */
-int tr_dtype_parse(const char *name, tr_dtype *out);
+TR_API int tr_dtype_parse(const char *name, tr_dtype *out);
 
 /* safetensors itself has no limit; troupe's tensors have at most this many dimensions. */
 #define TR_CHECKPOINT_MAX_DIMS 8
@@ -131,8 +131,8 @@ typedef struct tr_checkpoint_tensor {
 typedef struct tr_checkpoint_writer tr_checkpoint_writer;
 
 /* A writer with no tensors and no metadata; NULL when out of memory. */
-tr_checkpoint_writer *tr_checkpoint_writer_new(void);
-void tr_checkpoint_writer_free(tr_checkpoint_writer *w);
+TR_API tr_checkpoint_writer *tr_checkpoint_writer_new(void);
+TR_API void tr_checkpoint_writer_free(tr_checkpoint_writer *w);
 
 /* Adds a tensor of `ndim` dimensions (0..TR_CHECKPOINT_MAX_DIMS; 0 is a scalar of one
  * element). The name is copied; `data` (host bytes, element count × dtype size of them) is
@@ -140,7 +140,7 @@ void tr_checkpoint_writer_free(tr_checkpoint_writer *w);
  * when the tensor has no elements. Names are unique, valid UTF-8, not empty and not
  * "__metadata__". A failure here is remembered and makes save fail too, so a checkpoint
  * missing a tensor is never written. */
-int tr_checkpoint_writer_add(tr_checkpoint_writer *w, const char *name, tr_dtype dtype,
+TR_API int tr_checkpoint_writer_add(tr_checkpoint_writer *w, const char *name, tr_dtype dtype,
                              int ndim, const int64_t *shape, const void *data);
 
 /* Metadata: string values under string keys (UTF-8), copied. Putting a key again replaces
@@ -150,19 +150,19 @@ int tr_checkpoint_writer_add(tr_checkpoint_writer *w, const char *name, tr_dtype
  *             tr_checkpoint_meta_u64s parses it as integers (a JSON library's doubles would
  *             round values above 2^53);
  *   put_json  the compact JSON text of a cJSON value (e.g. the run's configuration). */
-int tr_checkpoint_writer_put(tr_checkpoint_writer *w, const char *key, const char *value);
-int tr_checkpoint_writer_put_u64(tr_checkpoint_writer *w, const char *key, uint64_t value);
-int tr_checkpoint_writer_put_u64s(tr_checkpoint_writer *w, const char *key,
+TR_API int tr_checkpoint_writer_put(tr_checkpoint_writer *w, const char *key, const char *value);
+TR_API int tr_checkpoint_writer_put_u64(tr_checkpoint_writer *w, const char *key, uint64_t value);
+TR_API int tr_checkpoint_writer_put_u64s(tr_checkpoint_writer *w, const char *key,
                                   const uint64_t *values, size_t count);
-int tr_checkpoint_writer_put_json(tr_checkpoint_writer *w, const char *key,
+TR_API int tr_checkpoint_writer_put_json(tr_checkpoint_writer *w, const char *key,
                                   const struct cJSON *value);
 
 /* Writes the checkpoint to `path` atomically (see the top of this file). The writer stays
  * usable: saving again (e.g. to another path, or after the data changed) is allowed. */
-int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path);
+TR_API int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path);
 
 /* The text of the writer's last failure, or "". */
-const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w);
+TR_API const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w);
 
 /* ---- reading ------------------------------------------------------------------------- */
 
@@ -173,52 +173,52 @@ typedef struct tr_checkpoint tr_checkpoint;
  * message, which begins with the path: TR_EIO for a file that cannot be read, TR_EINVAL for
  * a path that is not a regular file (a FIFO is refused without waiting on it), TR_EFORMAT
  * for one that is not a valid checkpoint. */
-int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size);
+TR_API int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size);
 
 /* The same for `size` bytes in memory, which the checkpoint borrows: keep them unchanged
  * until tr_checkpoint_close. `name` stands for the file in messages (NULL: "<memory>"). */
-int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t size,
+TR_API int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t size,
                               const char *name, char *err, size_t err_size);
 
 /* Another open checkpoint over the same bytes as `ck` (no copy, no file read): for another
  * thread, whose lookups and errors are then its own. Close every view before `ck`. */
-int tr_checkpoint_view(const tr_checkpoint *ck, tr_checkpoint **out, char *err,
+TR_API int tr_checkpoint_view(const tr_checkpoint *ck, tr_checkpoint **out, char *err,
                        size_t err_size);
 
-void tr_checkpoint_close(tr_checkpoint *ck);
+TR_API void tr_checkpoint_close(tr_checkpoint *ck);
 
 /* The text of the last failure of a lookup on `ck`, or "". */
-const char *tr_checkpoint_error(const tr_checkpoint *ck);
+TR_API const char *tr_checkpoint_error(const tr_checkpoint *ck);
 
 /* Tensors, in name order (strcmp): index 0..count-1. */
-size_t tr_checkpoint_count(const tr_checkpoint *ck);
-const tr_checkpoint_tensor *tr_checkpoint_tensor_at(const tr_checkpoint *ck, size_t index);
+TR_API size_t tr_checkpoint_count(const tr_checkpoint *ck);
+TR_API const tr_checkpoint_tensor *tr_checkpoint_tensor_at(const tr_checkpoint *ck, size_t index);
 
 /* The tensor of that name, or NULL. */
-const tr_checkpoint_tensor *tr_checkpoint_find(const tr_checkpoint *ck, const char *name);
+TR_API const tr_checkpoint_tensor *tr_checkpoint_find(const tr_checkpoint *ck, const char *name);
 
 /* Checks that the checkpoint has tensor `name` with exactly this dtype and shape (what a
  * model expects of its own checkpoints); TR_EFORMAT with a message naming the tensor, what
  * the file has and what was expected otherwise. `out` (may be NULL) receives the tensor. */
-int tr_checkpoint_expect(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
+TR_API int tr_checkpoint_expect(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
                          const int64_t *shape, const tr_checkpoint_tensor **out);
 
 /* tr_checkpoint_expect, then copies the tensor's bytes to `dst` (which holds them all). */
-int tr_checkpoint_read(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
+TR_API int tr_checkpoint_read(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
                        const int64_t *shape, void *dst);
 
 /* Metadata. tr_checkpoint_meta returns the value, or NULL when the key is absent. The typed
  * getters fail with TR_EFORMAT (message naming the key) when the key is absent or its value
  * is not of the form the matching put wrote. tr_checkpoint_meta_u64s wants exactly `count`
  * values. tr_checkpoint_meta_json parses the value; free *out with cJSON_Delete. */
-size_t tr_checkpoint_meta_count(const tr_checkpoint *ck);
+TR_API size_t tr_checkpoint_meta_count(const tr_checkpoint *ck);
 /* The key and value of metadata entry `index` (in key order). */
-void tr_checkpoint_meta_at(const tr_checkpoint *ck, size_t index, const char **key,
+TR_API void tr_checkpoint_meta_at(const tr_checkpoint *ck, size_t index, const char **key,
                            const char **value);
-const char *tr_checkpoint_meta(const tr_checkpoint *ck, const char *key);
-int tr_checkpoint_meta_u64(tr_checkpoint *ck, const char *key, uint64_t *out);
-int tr_checkpoint_meta_u64s(tr_checkpoint *ck, const char *key, uint64_t *out, size_t count);
-int tr_checkpoint_meta_json(tr_checkpoint *ck, const char *key, struct cJSON **out);
+TR_API const char *tr_checkpoint_meta(const tr_checkpoint *ck, const char *key);
+TR_API int tr_checkpoint_meta_u64(tr_checkpoint *ck, const char *key, uint64_t *out);
+TR_API int tr_checkpoint_meta_u64s(tr_checkpoint *ck, const char *key, uint64_t *out, size_t count);
+TR_API int tr_checkpoint_meta_json(tr_checkpoint *ck, const char *key, struct cJSON **out);
 
 #ifdef __cplusplus
 }

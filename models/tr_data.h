@@ -106,7 +106,7 @@ struct tr_model;
 /* The built-in source a model trains on by default (the table above); with `path` not NULL
  * the file of a token model, or the .npy features of a float model (labels: set
  * c->labels). */
-void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
+TR_API void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
                         const char *path);
 
 typedef struct tr_data tr_data;
@@ -115,7 +115,7 @@ typedef struct tr_data tr_data;
  * (a FIFO, a device, a directory: refused without waiting on it), TR_EIO for a file that
  * cannot be read (or a byte file shorter than ctx + 1 bytes); err names the file and the
  * cause: "labels.npy: shape (60000,) but features have 59999 rows". Paths are not kept. */
-int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size);
+TR_API int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size);
 
 /* A user's source: fill writes samples [first, first + count) of an endless numbered
  * sequence, count * x_bytes into x and count * y_bytes into y (y NULL: inputs only), and
@@ -133,35 +133,35 @@ typedef struct tr_data_callback {
   void *arg;                /* fill's first argument; outlives the tr_data */
 } tr_data_callback;
 
-int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size);
+TR_API int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size);
 
 /* The data `m` trains on (the table above), checked with tr_data_check. path NULL: the
  * default (labels NULL too); token models: path is a byte or text file (labels NULL);
  * float models: path and labels are the .npy features and labels, both required. */
-int tr_data_open_for(tr_data **out, const struct tr_model *m, uint64_t seed, const char *path,
+TR_API int tr_data_open_for(tr_data **out, const struct tr_model *m, uint64_t seed, const char *path,
                      const char *labels, char *err, size_t err_size);
 
 /* TR_EINVAL, naming both sizes, when a sample's x or y bytes differ from the model's input
  * or target bytes (tr_model_input_bytes, tr_model_target_bytes):
  * "data 'teacher': 40 bytes of targets per sample, model 'mnist' wants 4 (one int32 label)". */
-int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t err_size);
+TR_API int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t err_size);
 
-void tr_data_close(tr_data *d);
+TR_API void tr_data_close(tr_data *d);
 
 /* "teacher", "gaussian", "classifier", "arithmetic", the file's path, the callback's name. */
-const char *tr_data_name(const tr_data *d);
+TR_API const char *tr_data_name(const tr_data *d);
 /* Bytes of one sample's x and y. */
-size_t tr_data_x_bytes(const tr_data *d);
-size_t tr_data_y_bytes(const tr_data *d);
+TR_API size_t tr_data_x_bytes(const tr_data *d);
+TR_API size_t tr_data_y_bytes(const tr_data *d);
 
 /* Samples [first, first + count) into x (count x x_bytes) and y (count x y_bytes; NULL:
  * skip); 0 or the source's TR_E... status (tr_data_error says why). Threads may fill
  * concurrently. */
-int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
+TR_API int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
 
 /* Worker `worker` of `workers` at step `step` of global batch `global_batch`: its samples
  * are [*first, *first + *count), contiguous, sizes differing by at most one. */
-void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, uint64_t *first,
+TR_API void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, uint64_t *first,
                    size_t *count);
 
 /* Writes an array as a NumPy .npy file (version 1.0, C order), the kind the NPY source reads:
@@ -169,17 +169,17 @@ void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, 
  * product of the dimensions elements at `data`. The file is written atomically (a temporary
  * file renamed over it), so a reader sees the old file or the new one. 0, or TR_EINVAL (a
  * dtype or shape it cannot write) or TR_EIO with err naming the file. */
-int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t *shape,
+TR_API int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t *shape,
                       const void *data, char *err, size_t err_size);
 
 /* The generated corpus (ARITHMETIC), for inspection and sampling text; NULL otherwise (a
  * FILE source reads its file as it trains, never holding it whole). */
-const uint8_t *tr_data_corpus(const tr_data *d, size_t *size);
+TR_API const uint8_t *tr_data_corpus(const tr_data *d, size_t *size);
 
 /* What went wrong in the source's first failing tr_data_fill ("data 'big.bin': ends at 0
  * bytes, before 129 bytes at 52311: it changed (was truncated) while it was read"), or "".
  * Any thread. */
-const char *tr_data_error(const tr_data *d);
+TR_API const char *tr_data_error(const tr_data *d);
 
 /* ---- on a device -------------------------------------------------------------------------- */
 
@@ -200,22 +200,22 @@ const char *tr_data_error(const tr_data *d);
 typedef struct tr_data_gen tr_data_gen;
 
 /* 1 when the source can be generated on a device, else 0. */
-int tr_data_can_generate(const tr_data *d);
+TR_API int tr_data_can_generate(const tr_data *d);
 
 /* TR_EINVAL when the source cannot be generated on a device (err names it), TR_ENOMEM or
  * TR_EDEVICE when its tables do not reach the device's memory (err has the device's words).
  * The tables are copied on the device's compute stream; `d` must outlive the generator. */
-int tr_data_gen_open(tr_data_gen **out, const tr_data *d, tr_device *dev, char *err,
+TR_API int tr_data_gen_open(tr_data_gen **out, const tr_data *d, tr_device *dev, char *err,
                      size_t err_size);
 /* Samples [first, first + count) into x and y, device memory of the generator's device, on
  * stream `s` of it (asynchronous, like every op). y NULL: inputs only. x NULL: targets only
  * (the inputs, which the targets are made from, go to scratch memory the generator keeps,
  * ordered on `s`).
  * 0 or the op's status (tr_device_error says why). */
-int tr_data_gen_fill(tr_data_gen *g, tr_stream *s, uint64_t first, size_t count,
+TR_API int tr_data_gen_fill(tr_data_gen *g, tr_stream *s, uint64_t first, size_t count,
                      void *x, void *y);
 /* Frees the tables on the device (ordered on its compute stream). NULL: nothing. */
-void tr_data_gen_close(tr_data_gen *g);
+TR_API void tr_data_gen_close(tr_data_gen *g);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,7 @@
  * write one of your own.
  *
  * A layer of a model is a tr_layer_spec: a pointer to its kind's table (a tr_layer_type)
- * and the sizes the kind reads. Stages (tr_model.h) know no kind by name: they ask the table
+ * and the sizes the kind reads. Stages (tr_stage.h) know no kind by name: they ask the table
  * what a layer needs (parameter tensors, activation memory per micro-batch, backward
  * scratch), and call its forward and backward with a tr_layer_ctx that says where
  * everything lies. A kind written with the device API alone (tr_device.h's ops on ctx->s)
@@ -79,35 +79,35 @@ typedef struct tr_layer_spec {
 } tr_layer_spec;
 
 /* The built-in kinds, and constructors that fill their specs. */
-extern const tr_layer_type tr_layer_linear_type;    /* (N,in) -> (N,out): weight (out,in),
+TR_API extern const tr_layer_type tr_layer_linear_type;    /* (N,in) -> (N,out): weight (out,in),
                                                         bias (out) unless bias == 0 */
-extern const tr_layer_type tr_layer_relu_type;      /* (N,in) -> (N,in) */
-extern const tr_layer_type tr_layer_gelu_type;      /* (N,in) -> (N,in), tanh approximation */
-extern const tr_layer_type tr_layer_layernorm_type; /* (N,in) -> (N,in): weight, bias (in) */
-extern const tr_layer_type tr_layer_embedding_type; /* tokens (B,T) in [0,vocab) -> (B,T,out):
+TR_API extern const tr_layer_type tr_layer_relu_type;      /* (N,in) -> (N,in) */
+TR_API extern const tr_layer_type tr_layer_gelu_type;      /* (N,in) -> (N,in), tanh approximation */
+TR_API extern const tr_layer_type tr_layer_layernorm_type; /* (N,in) -> (N,in): weight, bias (in) */
+TR_API extern const tr_layer_type tr_layer_embedding_type; /* tokens (B,T) in [0,vocab) -> (B,T,out):
                                                         wte (vocab,out), wpe (T,out); the model's
                                                         first layer only */
-extern const tr_layer_type tr_layer_block_type;     /* pre-LN transformer block (B,T,in) ->
+TR_API extern const tr_layer_type tr_layer_block_type;     /* pre-LN transformer block (B,T,in) ->
                                                         (B,T,in): `heads`, an MLP of `hidden` */
-extern const tr_layer_type tr_layer_dropout_type;   /* (N,in) -> (N,in): inverted dropout */
-extern const tr_layer_type tr_layer_residual_type;  /* x + f(x), f the n inner layers */
+TR_API extern const tr_layer_type tr_layer_dropout_type;   /* (N,in) -> (N,in): inverted dropout */
+TR_API extern const tr_layer_type tr_layer_residual_type;  /* x + f(x), f the n inner layers */
 
-tr_layer_spec tr_layer_linear(int in, int out, int bias);
-tr_layer_spec tr_layer_relu(int width);
-tr_layer_spec tr_layer_gelu(int width);
-tr_layer_spec tr_layer_layernorm(int width);
-tr_layer_spec tr_layer_embedding(int vocab, int width);
-tr_layer_spec tr_layer_block(int width, int heads, int hidden);
+TR_API tr_layer_spec tr_layer_linear(int in, int out, int bias);
+TR_API tr_layer_spec tr_layer_relu(int width);
+TR_API tr_layer_spec tr_layer_gelu(int width);
+TR_API tr_layer_spec tr_layer_layernorm(int width);
+TR_API tr_layer_spec tr_layer_embedding(int vocab, int width);
+TR_API tr_layer_spec tr_layer_block(int width, int heads, int hidden);
 /* In training (tr_stage_set_training), each element is zeroed with probability p in [0,1)
  * and the others scaled by 1/(1-p); in evaluation, the identity. Whether element e of sample
  * s is kept is a pure function of (the stage's seed, the layer's place in the model, s, e)
  * (tr_dropout_mask), so a batch split across micro-batches, replicas and stages draws the
  * masks it draws whole: the stage must know its samples (tr_stage_set_samples). */
-tr_layer_spec tr_layer_dropout(int width, float p);
+TR_API tr_layer_spec tr_layer_dropout(int width, float p);
 /* out = x + f(x), f the n layers inner[0..n) in order, of any kinds (composites and kinds of
  * one's own included), whose widths lead from x's back to it. One layer for cutting: its
  * inner layers always share a stage. `inner` is read by tr_model_new, which copies it. */
-tr_layer_spec tr_layer_residual(int n, const tr_layer_spec *inner);
+TR_API tr_layer_spec tr_layer_residual(int n, const tr_layer_spec *inner);
 
 /* ---- what a kind is -------------------------------------------------------------------- */
 
@@ -214,10 +214,10 @@ typedef enum tr_init_kind {
 /* Declares the next tensor of the layer: shape (d0) when d1 == 0, else (d0,d1); `name`
  * without the layer's prefix ("weight"). TR_EINVAL for a bad shape or a full name longer
  * than tr_tensor_info's; TR_ENOMEM. */
-int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
+TR_API int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
                        tr_init_kind init, float scale);
 /* For composites: declares inner layer l's tensors, named "<prefix>.<name>". */
-int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_layer_spec *l,
+TR_API int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_layer_spec *l,
                              int T);
 
 /* ---- for stages and composites: the table's slots with their defaults ---------------------- */
@@ -225,26 +225,26 @@ int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_lay
 /* Checks layers[0..n) in order, as a chain fed `in` wide floats (or tokens, when `tokens`):
  * a kind, positive widths, each taking what the one before gives, a token_input kind only
  * on tokens, then each kind's check. err: "layer 2 (relu): <what>". */
-int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char *err,
+TR_API int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char *err,
                     size_t err_size);
-int tr_layer_tensor_count(const tr_layer_spec *l, int T);
-size_t tr_layer_act_floats(const tr_layer_spec *l, int B, int T);
-size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T);
-void tr_layer_bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
-double tr_layer_flops(const tr_layer_spec *l, int T);
-size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T);
+TR_API int tr_layer_tensor_count(const tr_layer_spec *l, int T);
+TR_API size_t tr_layer_act_floats(const tr_layer_spec *l, int B, int T);
+TR_API size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T);
+TR_API void tr_layer_bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch);
+TR_API double tr_layer_flops(const tr_layer_spec *l, int T);
+TR_API size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T);
 /* The slot `draws` with its default (0). */
-int tr_layer_draws(const tr_layer_spec *l);
+TR_API int tr_layer_draws(const tr_layer_spec *l);
 /* Whether the kind's backward splits (it has backward_weight). */
-int tr_layer_splits(const tr_layer_spec *l);
+TR_API int tr_layer_splits(const tr_layer_spec *l);
 /* The halves of a split backward with their defaults: backward whole, then nothing. */
-int tr_layer_backward_input(const tr_layer_ctx *c, const float *dout, float *dinp);
-int tr_layer_backward_weight(const tr_layer_ctx *c, const float *dout);
+TR_API int tr_layer_backward_input(const tr_layer_ctx *c, const float *dout, float *dinp);
+TR_API int tr_layer_backward_weight(const tr_layer_ctx *c, const float *dout);
 /* The random key of the layer at `index` under `seed` (a stage: its seed and the layer's
  * index in the model; a composite: its own key and the inner layer's index). */
-uint64_t tr_layer_seed(uint64_t seed, uint64_t index);
+TR_API uint64_t tr_layer_seed(uint64_t seed, uint64_t index);
 /* Writes "what" into ctx->err for the stage's message, and returns rc. */
-int tr_layer_fail(const tr_layer_ctx *c, int rc, const char *fmt, ...)
+TR_API int tr_layer_fail(const tr_layer_ctx *c, int rc, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #ifdef __cplusplus

@@ -57,22 +57,22 @@ typedef struct tr_linear_bf16 {
 } tr_linear_bf16;
 
 /* inp (N,C), weight (OC,C), bias (OC) or NULL -> out (N,OC) = inp @ weight^T + bias */
-int tr_linear_forward(tr_stream *s, float *out, const float *inp, const float *weight,
+TR_API int tr_linear_forward(tr_stream *s, float *out, const float *inp, const float *weight,
                       const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp);
 /* The same, added to what out holds: out (N,OC) += inp @ weight^T + bias (a residual). */
-int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const float *weight,
+TR_API int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const float *weight,
                           const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp);
 /* dout (N,OC), inp (N,C), weight (OC,C) -> dinp (N,C) (or NULL), dweight (OC,C) +=,
  * dbias (OC) += (NULL when the layer has no bias). mp: as forward left it. */
-int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
+TR_API int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                        const float *dout, const float *inp, const float *weight, int N, int C,
                        int OC, const tr_linear_bf16 *mp);
 /* Its two halves in fp32, which a zero-bubble schedule runs apart (tr_layer_type.h): the
  * input's gradient dinp (N,C) = dout @ weight, then the parameters' dweight += dout^T @ inp,
  * dbias += the sum of dout's rows. tr_linear_backward without mp is the one, then the other. */
-int tr_linear_backward_input(tr_stream *s, float *dinp, const float *dout, const float *weight,
+TR_API int tr_linear_backward_input(tr_stream *s, float *dinp, const float *dout, const float *weight,
                              int N, int C, int OC);
-int tr_linear_backward_weight(tr_stream *s, float *dweight, float *dbias, const float *dout,
+TR_API int tr_linear_backward_weight(tr_stream *s, float *dweight, float *dbias, const float *dout,
                               const float *inp, int N, int C, int OC);
 
 /* ---- causal multi-head self-attention (the part between the two projections) -------------- */
@@ -88,11 +88,11 @@ typedef struct tr_attention_bf16 {
  * (hs = C/NH) -> att (B,NH,T,T) (the softmax weights, saved for backward), out (B,T,C) with
  * head h in columns h*hs..: out = softmax(q k^T / sqrt(hs), causal) v, head by head. The
  * heads are read and written in place through GEMM strides; C % NH == 0. */
-int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
+TR_API int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv, int B, int T,
                          int C, int NH, const tr_attention_bf16 *mp);
 /* dout (B,T,C), qkv (B,T,3C), att (B,NH,T,T) -> dqkv (B,T,3C) (overwritten); datt and
  * dpreatt (B,NH,T,T) are scratch. */
-int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt,
+TR_API int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt,
                           const float *dout, const float *qkv, const float *att, int B, int T,
                           int C, int NH, const tr_attention_bf16 *mp);
 
@@ -145,9 +145,9 @@ typedef struct tr_block_keep {
 /* Lay the activations / scratch / kept gradients out from `base` (64-byte aligned; each
  * part is too); return the floats they take. base NULL: only the size (the struct is left
  * untouched). The activations' output comes first: a->out == base. */
-size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d);
-size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d);
-size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d);
+TR_API size_t tr_block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d);
+TR_API size_t tr_block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d);
+TR_API size_t tr_block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d);
 
 /* The block's bf16 operands: its weights, the inputs of its products (forward writes them,
  * backward reads them), and backward's scratch, where one gradient at a time goes on its
@@ -162,14 +162,14 @@ typedef struct tr_block_bf16 {
 /* Lays the bf16 inputs out from `act` and the scratch from `scratch` (64-byte aligned; either
  * NULL: sizes only, h is left untouched) and sets *act_elems and *scratch_elems to the bf16
  * elements each takes. The weights are the caller's to set. */
-void tr_block_bf16_carve(tr_block_bf16 *h, tr_bf16 *act, tr_bf16 *scratch, tr_block_dims d,
+TR_API void tr_block_bf16_carve(tr_block_bf16 *h, tr_bf16 *act, tr_bf16 *scratch, tr_block_dims d,
                          size_t *act_elems, size_t *scratch_elems);
 
 /* inp (B,T,C) -> a->out (B,T,C) and everything else in *a (and *mp) */
-int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
+TR_API int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
                      const float *inp, tr_block_dims d, const tr_block_bf16 *mp);
 /* dout (B,T,C) -> dinp (B,T,C) (or NULL), g += parameter gradients. dinp may equal dout. */
-int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
+TR_API int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
                       const tr_block_scratch *sc, const float *dout, const float *inp,
                       const tr_block_params *p, const tr_block_acts *a, tr_block_dims d,
                       const tr_block_bf16 *mp);
@@ -178,11 +178,11 @@ int tr_block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
  * (it has no parameters), keeping in k what the four projections' weights need; later those
  * weights' gradients, from the same dout. dinp must not overlap dout here: the second half
  * reads it. */
-int tr_block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
+TR_API int tr_block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
                             const tr_block_scratch *sc, const tr_block_keep *k,
                             const float *dout, const float *inp, const tr_block_params *p,
                             const tr_block_acts *a, tr_block_dims d);
-int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
+TR_API int tr_block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
                              const float *dout, const tr_block_acts *a, tr_block_dims d);
 
 #ifdef __cplusplus

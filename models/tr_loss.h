@@ -42,9 +42,9 @@ typedef struct tr_loss_type tr_loss_type;
 typedef const tr_loss_type *tr_loss_kind;
 
 /* The built-in losses. */
-extern const tr_loss_type tr_loss_mse_type;          /* "mse": mean over all output elements;
+TR_API extern const tr_loss_type tr_loss_mse_type;          /* "mse": mean over all output elements;
                                                          targets float (B*T, out) */
-extern const tr_loss_type tr_loss_crossentropy_type; /* "crossentropy": softmax, then the mean
+TR_API extern const tr_loss_type tr_loss_crossentropy_type; /* "crossentropy": softmax, then the mean
                                                          over the B*T rows of -log p[target];
                                                          targets int32 (B*T) in [0, out) */
 #define TR_LOSS_MSE (&tr_loss_mse_type)
@@ -106,14 +106,14 @@ struct tr_loss_type {
  * from the start; registering a table again is a no-op. TR_EINVAL (err naming the table and
  * the rule) for a table tr_loss_kind_check refuses, a name another table has, or more than
  * 32 losses. Takes a lock; lookups are safe from any thread. */
-int tr_loss_register(tr_loss_kind kind, char *err, size_t err_size);
-int tr_loss_registered(tr_loss_kind kind);
+TR_API int tr_loss_register(tr_loss_kind kind, char *err, size_t err_size);
+TR_API int tr_loss_registered(tr_loss_kind kind);
 /* A well-formed table: a name, forward and backward, target and mean among their values;
  * NULL is MSE (fine). TR_EINVAL otherwise, err naming the table and what is wrong. */
-int tr_loss_kind_check(tr_loss_kind kind, char *err, size_t err_size);
+TR_API int tr_loss_kind_check(tr_loss_kind kind, char *err, size_t err_size);
 /* The loss's name ("mse" for NULL); parse: the registered loss of that name, or TR_EINVAL. */
-const char *tr_loss_kind_name(tr_loss_kind kind);
-int tr_loss_kind_parse(const char *name, tr_loss_kind *out);
+TR_API const char *tr_loss_kind_name(tr_loss_kind kind);
+TR_API int tr_loss_kind_parse(const char *name, tr_loss_kind *out);
 
 /* ---- per-sample losses of a stage ----------------------------------------------------------- */
 
@@ -122,7 +122,7 @@ typedef struct tr_stage tr_stage;
  * (or elements): the loss's forward run on that sample alone. On the last stage, after the
  * slot's forward and (a stage that recomputes) before its next pass; ordered on the stage's
  * stream. TR_EINVAL on another stage. */
-int tr_stage_sample_losses(tr_stage *st, int slot, float *out);
+TR_API int tr_stage_sample_losses(tr_stage *st, int slot, float *out);
 
 #ifdef __cplusplus
 }

@@ -47,10 +47,10 @@ typedef struct tr_optim_type tr_optim_type;
 typedef const tr_optim_type *tr_optim_kind;
 
 /* The built-in kinds (PyTorch's definitions: tr_device.h's update ops). */
-extern const tr_optim_type tr_optim_sgd_type;      /* "sgd": lr, weight_decay; no state */
-extern const tr_optim_type tr_optim_momentum_type; /* "momentum": momentum, nesterov,
+TR_API extern const tr_optim_type tr_optim_sgd_type;      /* "sgd": lr, weight_decay; no state */
+TR_API extern const tr_optim_type tr_optim_momentum_type; /* "momentum": momentum, nesterov,
                                                       weight_decay; state "momentum" */
-extern const tr_optim_type tr_optim_adamw_type;    /* "adamw": beta1, beta2, eps, decoupled
+TR_API extern const tr_optim_type tr_optim_adamw_type;    /* "adamw": beta1, beta2, eps, decoupled
                                                       weight_decay; state "adam_m", "adam_v" */
 #define TR_OPTIM_SGD (&tr_optim_sgd_type)
 #define TR_OPTIM_MOMENTUM (&tr_optim_momentum_type)
@@ -121,21 +121,21 @@ struct tr_optim_type {
  * no-op. TR_EINVAL (err naming the table and the rule) for a table tr_optim_kind_check
  * refuses, a name another table has, or more than 32 kinds. Call it before the runs that use
  * the kind (it takes a lock; lookups from then on are safe from any thread). */
-int tr_optim_register(tr_optim_kind kind, char *err, size_t err_size);
+TR_API int tr_optim_register(tr_optim_kind kind, char *err, size_t err_size);
 /* 1 when the kind is registered, else 0. */
-int tr_optim_registered(tr_optim_kind kind);
+TR_API int tr_optim_registered(tr_optim_kind kind);
 /* A well-formed table: a name, an update, state_copies within [0, MAX_STATE] with as many
  * distinct names, scratch_copies >= 0, zero one of tr_optim_zero. NULL is SGD (fine).
  * TR_EINVAL otherwise, err naming the table and what is wrong. */
-int tr_optim_kind_check(tr_optim_kind kind, char *err, size_t err_size);
+TR_API int tr_optim_kind_check(tr_optim_kind kind, char *err, size_t err_size);
 /* The kind's name ("sgd" for NULL); parse: the registered kind of that name, or TR_EINVAL. */
-const char *tr_optim_kind_name(tr_optim_kind kind);
-int tr_optim_kind_parse(const char *name, tr_optim_kind *out);
+TR_API const char *tr_optim_kind_name(tr_optim_kind kind);
+TR_API int tr_optim_kind_parse(const char *name, tr_optim_kind *out);
 /* "sgd, momentum, adamw" and the kinds registered after them, for messages and help. */
-void tr_optim_kind_names(char *buf, size_t size);
+TR_API void tr_optim_kind_names(char *buf, size_t size);
 /* The kind's defaults with lr as given (NULL: SGD's). The built-in kinds share theirs:
  * momentum 0.9, betas 0.9/0.999, eps 1e-8, no weight decay, no clipping. */
-tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr);
+TR_API tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr);
 
 #ifdef __cplusplus
 }

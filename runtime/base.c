@@ -40,7 +40,7 @@ int tr__name_index(const char *const *names, int n, const char *name) {
   return -1;
 }
 
-void tr__assert_fail(const char *expr, const char *file, int line) {
+void tr_assert_fail(const char *expr, const char *file, int line) {
   fprintf(stderr, "troupe: assertion failed: %s at %s:%d\n", expr, file, line);
   fflush(stderr);
   abort();

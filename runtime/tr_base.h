@@ -15,6 +15,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tr_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,12 +48,12 @@ enum tr_status {
 };
 
 /* The name and description of a status code ("TR_EINVAL: invalid argument"). */
-const char *tr_strerror(int status);
+TR_API const char *tr_strerror(int status);
 
 /* For functions that report into a caller's buffer (`char *err, size_t err_size`): writes
  * the message there (nothing when err is NULL or err_size 0) and returns `status`, so a
  * check reads `return tr_errorf(err, n, TR_EINVAL, "layout.stages %d: ...", p);`. */
-int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...)
+TR_API int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
 #ifdef __cplusplus
@@ -60,17 +62,19 @@ int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...)
 #define TR_NORETURN _Noreturn
 #endif
 
-/* The name tables behind every tr_*_name and tr_*_parse: names[i] for 0 <= i < n, else "?";
- * the index of `name` among names[0, n), or -1 for NULL or an unknown name. */
+/* Internal (not exported: the library's own parts and its tools use them). The name tables
+ * behind every tr_*_name and tr_*_parse: names[i] for 0 <= i < n, else "?"; the index of
+ * `name` among names[0, n), or -1 for NULL or an unknown name. */
 const char *tr__name_of(const char *const *names, int n, int i);
 int tr__name_index(const char *const *names, int n, const char *name);
 #define TR__COUNTOF(a) ((int)(sizeof(a) / sizeof *(a)))
 
-/* Prints "troupe: assertion failed: <expr> at file:line" and aborts. */
-TR_NORETURN void tr__assert_fail(const char *expr, const char *file, int line);
+/* Prints "troupe: assertion failed: <expr> at file:line" and aborts (TR_ASSERT's, public
+ * because the macro is). */
+TR_NORETURN TR_API void tr_assert_fail(const char *expr, const char *file, int line);
 
 #define TR_ASSERT(cond) \
-  (__builtin_expect(!!(cond), 1) ? (void)0 : tr__assert_fail(#cond, __FILE__, __LINE__))
+  (__builtin_expect(!!(cond), 1) ? (void)0 : tr_assert_fail(#cond, __FILE__, __LINE__))
 
 #ifdef NDEBUG
 #define TR_DEBUG_ASSERT(cond) ((void)0)
@@ -79,7 +83,7 @@ TR_NORETURN void tr__assert_fail(const char *expr, const char *file, int line);
 #endif
 
 /* Monotonic time in nanoseconds (CLOCK_MONOTONIC). */
-uint64_t tr_now_ns(void);
+TR_API uint64_t tr_now_ns(void);
 
 /* A spin-wait hint for the CPU: lets the sibling hyperthread run and saves power. */
 static inline void tr_cpu_relax(void) {

@@ -21,6 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tr_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -30,7 +32,7 @@ extern "C" {
  * the path is not empty, does not name a directory, and its directory exists, is a
  * directory and may be written by this process. 0, or TR_EINVAL with err naming the path
  * and what is wrong. A check, not a promise: a disk may still fill up later. */
-int tr_file_check_output(const char *path, const char *what, char *err, size_t err_size);
+TR_API int tr_file_check_output(const char *path, const char *what, char *err, size_t err_size);
 
 /* Opens `path` for reading when it is a regular file: *fd (close it) and its *size. FIFOs,
  * sockets, devices and directories are refused without blocking (the open does not wait for
@@ -38,13 +40,13 @@ int tr_file_check_output(const char *path, const char *what, char *err, size_t e
  * regular file"). A file that cannot be opened (missing, not permitted): TR_EIO with the
  * system's reason ("data 'f': cannot open: No such file or directory"). With `what` NULL
  * the messages begin with the path alone ("f: cannot open: ..."). */
-int tr_file_open_regular(const char *path, const char *what, int *fd, uint64_t *size,
+TR_API int tr_file_open_regular(const char *path, const char *what, int *fd, uint64_t *size,
                          char *err, size_t err_size);
 
 /* Reads exactly `n` bytes at `offset` (pread, again after a signal or a short read). 0, or
  * TR_EIO with err naming the file: a file that ended before them ("is 100 bytes now: it
  * changed while it was read") or the system's reason. */
-int tr_file_read_at(int fd, void *buf, size_t n, uint64_t offset, const char *what,
+TR_API int tr_file_read_at(int fd, void *buf, size_t n, uint64_t offset, const char *what,
                     const char *path, char *err, size_t err_size);
 
 #ifdef __cplusplus

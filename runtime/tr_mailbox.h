@@ -39,11 +39,11 @@ typedef struct tr_mailbox {
 } tr_mailbox;
 
 /* An empty queue, marked empty: the first push reports that its consumer needs a wake-up. */
-void tr_mailbox_init(tr_mailbox *q);
+TR_API void tr_mailbox_init(tr_mailbox *q);
 
 /* Frees every message still queued (and the last popped one) with tr_msg_free. The queue
  * must be quiescent: no producer may be pushing. */
-void tr_mailbox_drain(tr_mailbox *q);
+TR_API void tr_mailbox_drain(tr_mailbox *q);
 
 /* Producer: appends `m`. Returns true when the consumer had marked the queue empty; the
  * caller must then wake it (and is the only sender that will). */

@@ -73,7 +73,7 @@ struct tr_msg_codec {
 };
 
 /* Byte for byte: the message's allocated payload (variable-size messages included). */
-extern const tr_msg_codec tr_msg_codec_flat;
+TR_API extern const tr_msg_codec tr_msg_codec_flat;
 
 typedef struct tr_msg {
   _Atomic(struct tr_msg *) next; /* mailbox link, the runtime's */
@@ -86,37 +86,37 @@ typedef struct tr_msg {
 
 /* Allocates a message of `type` (type->size bytes, payload uninitialised). Never returns
  * NULL: running out of memory for a message aborts, since no actor could report it. */
-void *tr_msg_new(const tr_msgtype *type);
+TR_API void *tr_msg_new(const tr_msgtype *type);
 
 /* The same with a payload of `size` bytes in all (>= sizeof(tr_msg)), for variable-length
  * messages. */
-void *tr_msg_new_size(const tr_msgtype *type, size_t size);
+TR_API void *tr_msg_new_size(const tr_msgtype *type, size_t size);
 
 /* Frees a message that was never sent. Sent messages are freed by the runtime. */
-void tr_msg_free(void *msg);
+TR_API void tr_msg_free(void *msg);
 
 /* What is behind message memory: "pools over jemalloc", "jemalloc", "libc"... */
-const char *tr_msg_allocator(void);
+TR_API const char *tr_msg_allocator(void);
 
 /* Pools. The runtime gives every actor thread one; other threads may have one too (a
  * benchmark's producer). tr_msg_pool_attach makes the calling thread allocate from `pool`
  * (NULL: from the allocator) and first sends home the frees it batched. A pool is freed
  * with all its memory: every message from it must be freed or unreachable by then. In
  * builds without pools, tr_msg_pool_new returns NULL and attaching NULL changes nothing. */
-tr_msg_pool *tr_msg_pool_new(void);
-void tr_msg_pool_attach(tr_msg_pool *pool);
+TR_API tr_msg_pool *tr_msg_pool_new(void);
+TR_API void tr_msg_pool_attach(tr_msg_pool *pool);
 /* Sends home the frees the calling thread holds for other pools (before it sleeps). */
-void tr_msg_pool_flush(void);
-void tr_msg_pool_free(tr_msg_pool *pool);
+TR_API void tr_msg_pool_flush(void);
+TR_API void tr_msg_pool_free(tr_msg_pool *pool);
 
 /* Messages the runtime itself sends. */
-extern const tr_msgtype tr_msg_stop_type; /* priority lane: stop now */
+TR_API extern const tr_msgtype tr_msg_stop_type; /* priority lane: stop now */
 
 typedef struct tr_timer_msg {
   tr_msg hdr;
   uint64_t tag; /* the tag given to tr_actor_timer_start */
 } tr_timer_msg;
-extern const tr_msgtype tr_timer_msg_type;
+TR_API extern const tr_msgtype tr_timer_msg_type;
 
 #ifdef __cplusplus
 }

@@ -140,36 +140,36 @@ typedef struct tr_system_config {
 } tr_system_config;
 
 /* Creates a system. On failure *out is NULL and the status says why. */
-int tr_system_new(tr_system **out, const tr_system_config *config);
+TR_API int tr_system_new(tr_system **out, const tr_system_config *config);
 
 /* Creates an actor. Before tr_system_run it starts when the system runs; during a run it
  * starts at once. Callable from the creating thread or from actor callbacks. */
-int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out);
+TR_API int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out);
 
 /* Runs the system on the calling thread (which becomes the loop thread) until it is stopped.
  * Returns 0 after a clean stop, otherwise the first failure's status. Once per system. */
-int tr_system_run(tr_system *sys);
+TR_API int tr_system_run(tr_system *sys);
 
 /* Starts a graceful stop; any thread, any number of times: the first status is kept. A
  * status of 0 is a clean stop. */
-void tr_system_stop(tr_system *sys, int status);
+TR_API void tr_system_stop(tr_system *sys, int status);
 
 /* The first failure's text, or "" when there was none. */
-const char *tr_system_error(const tr_system *sys);
+TR_API const char *tr_system_error(const tr_system *sys);
 
 /* The signal (SIGINT, SIGTERM) that reached the system, or 0. Any thread. */
-int tr_system_signal(const tr_system *sys);
+TR_API int tr_system_signal(const tr_system *sys);
 
 /* The watchdog's period in milliseconds (0: off), and a new one for a system whose watchdog
  * is on (ms >= 1; a system configured without one keeps none): the layer above may learn
  * how long its work takes only once it runs (a step of a large model on a slow device).
  * Any thread; the next look of the watchdog uses it. */
-int tr_system_watchdog_ms(const tr_system *sys);
-void tr_system_set_watchdog_ms(tr_system *sys, int ms);
+TR_API int tr_system_watchdog_ms(const tr_system *sys);
+TR_API void tr_system_set_watchdog_ms(tr_system *sys, int ms);
 
 /* Stops nothing: call after tr_system_run has returned (or instead of running it). Frees
  * the actors, their pending messages and the loop. */
-void tr_system_free(tr_system *sys);
+TR_API void tr_system_free(tr_system *sys);
 
 /* Writes every actor's state into `buf`, the busy ones first, then the idle ones, each in
  * spawn order ("'stage1' (pinned stage): handling 'fwd_msg', messages waiting (data lane),
@@ -179,31 +179,31 @@ void tr_system_free(tr_system *sys);
  * taken yet), "idle". Lanes say whether messages wait, not how many: mailboxes keep no
  * count, which every push would pay for. Actors that do not fit are counted ("12 more not
  * shown"). Any thread; a snapshot for diagnosing a graph that stopped moving. */
-void tr_system_report(tr_system *sys, char *buf, size_t size);
+TR_API void tr_system_report(tr_system *sys, char *buf, size_t size);
 
 /* The libuv loop, for loop actors that want handles of their own (close them in `stop`). */
-uv_loop_t *tr_system_loop(tr_system *sys);
+TR_API uv_loop_t *tr_system_loop(tr_system *sys);
 
 /* Sends on the data lane / the priority lane. Never fails and never blocks: bounding what
  * is in flight is the graph's job (credits). */
-void tr_actor_send(tr_actor *to, void *msg);
-void tr_actor_send_ctl(tr_actor *to, void *msg);
+TR_API void tr_actor_send(tr_actor *to, void *msg);
+TR_API void tr_actor_send_ctl(tr_actor *to, void *msg);
 
 /* Posts tr_timer_msg{tag} to `a` after `timeout_ms`, then every `repeat_ms` (0: once).
  * Timers run on the loop; any actor may own them. */
-int tr_actor_timer_start(tr_actor *a, uint64_t timeout_ms, uint64_t repeat_ms, uint64_t tag);
+TR_API int tr_actor_timer_start(tr_actor *a, uint64_t timeout_ms, uint64_t repeat_ms, uint64_t tag);
 /* Cancels `a`'s timers with `tag`; a tick already posted may still arrive. */
-int tr_actor_timer_stop(tr_actor *a, uint64_t tag);
+TR_API int tr_actor_timer_stop(tr_actor *a, uint64_t tag);
 
 /* Records a failure's text on the actor and returns `status`, for
  * `return tr_actor_fail(self, TR_EDEVICE, "cudaMemcpyAsync: %s", cudaGetErrorString(e));` */
-int tr_actor_fail(tr_actor *self, int status, const char *fmt, ...)
+TR_API int tr_actor_fail(tr_actor *self, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-const char *tr_actor_name(const tr_actor *a);
-tr_actor_kind tr_actor_kind_of(const tr_actor *a);
-void *tr_actor_state(const tr_actor *a);
-tr_system *tr_actor_system(const tr_actor *a);
+TR_API const char *tr_actor_name(const tr_actor *a);
+TR_API tr_actor_kind tr_actor_kind_of(const tr_actor *a);
+TR_API void *tr_actor_state(const tr_actor *a);
+TR_API tr_system *tr_actor_system(const tr_actor *a);
 
 #ifdef __cplusplus
 }

@@ -42,6 +42,8 @@
 
 #include <stdint.h>
 
+#include "tr_api.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -86,41 +88,41 @@ typedef struct tr_trace_event {
 } tr_trace_event;
 
 /* True when `self`'s system records a trace. */
-int tr_trace_enabled(const tr_actor *self);
+TR_API int tr_trace_enabled(const tr_actor *self);
 
 /* Records a range on the thread that runs `self`; call from `self`'s callbacks only. */
-void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64_t end_ns,
+TR_API void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64_t end_ns,
                      int64_t arg);
 
 /* Says what the lane of `self`'s thread stands for (its device: "host:0"); the trace names
  * the thread "stage0 (host:0)" and keeps the label as a field of its own ("label"), for
  * tools. Pinned actors only (loop actors share the loop's lane); the string is copied. */
-void tr_trace_label(tr_actor *self, const char *label);
+TR_API void tr_trace_label(tr_actor *self, const char *label);
 
 /* True when a range of step `step` is wanted now: the system records a trace or an NVTX tool
  * is attached, and the window (if any) holds the step. A cheap test before building args. */
-int tr_trace_wants(const tr_actor *self, int64_t step);
+TR_API int tr_trace_wants(const tr_actor *self, int64_t step);
 
 /* Opens a range of `kind` on the calling thread (self's callbacks): an NVTX push when a tool
  * is attached. Returns tr_now_ns(). Ranges nest; each is closed by tr_trace_end with the
  * same kind and args, on the same thread. */
-uint64_t tr_trace_begin(tr_actor *self, tr_trace_kind *kind, const int64_t args[3]);
+TR_API uint64_t tr_trace_begin(tr_actor *self, tr_trace_kind *kind, const int64_t args[3]);
 /* Closes the innermost range: the NVTX pop, then tr_trace_range. */
-void tr_trace_end(tr_actor *self, tr_trace_kind *kind, const int64_t args[3], uint64_t start_ns,
+TR_API void tr_trace_end(tr_actor *self, tr_trace_kind *kind, const int64_t args[3], uint64_t start_ns,
                   uint64_t end_ns);
 /* Records a range of `kind` that has ended, [start_ns, end_ns], in the trace only (NVTX
  * cannot place a range after the fact); the device layer's hook runs for kinds with
  * `device` set. */
-void tr_trace_range(tr_actor *self, tr_trace_kind *kind, const int64_t args[3],
+TR_API void tr_trace_range(tr_actor *self, tr_trace_kind *kind, const int64_t args[3],
                     uint64_t start_ns, uint64_t end_ns);
 
 /* Sender, on an actor's thread, just before sending `msg`: when that thread records, stamps
  * the message with a new flow id and records its start; the runtime records the end when
  * the message is handled. `name` labels the arrow (an edge's name). */
-void tr_trace_flow(struct tr_msg *msg, const char *name);
+TR_API void tr_trace_flow(struct tr_msg *msg, const char *name);
 
 /* The value of counter `track` now, recorded by the calling thread when it records. */
-void tr_trace_counter(const char *track, int64_t value);
+TR_API void tr_trace_counter(const char *track, int64_t value);
 
 /* What the handled messages of an actor are, for the layer above to say: the kind of the
  * range of each message of `type` handled by an actor of behaviour `b` (type NULL: its start
@@ -128,13 +130,13 @@ void tr_trace_counter(const char *track, int64_t value);
  * "message"), and no range for a start. Before tr_system_run. */
 typedef tr_trace_kind *(*tr_trace_classify_fn)(const struct tr_behaviour *b,
                                                const struct tr_msgtype *type);
-void tr_system_trace_classify(tr_system *sys, tr_trace_classify_fn fn);
+TR_API void tr_system_trace_classify(tr_system *sys, tr_trace_classify_fn fn);
 
 /* The profiling window: steps [from, to) (to 0: no end) of the layer above. Before
  * tr_system_run. from = to = 0: no window, everything is recorded. */
-void tr_system_trace_window(tr_system *sys, int64_t from, int64_t to);
+TR_API void tr_system_trace_window(tr_system *sys, int64_t from, int64_t to);
 /* Step `step` begins (any thread; the newest step counts): the window opens or closes. */
-void tr_system_trace_step(tr_system *sys, int64_t step);
+TR_API void tr_system_trace_step(tr_system *sys, int64_t step);
 
 /* Device layers (process-wide, set once). */
 typedef struct tr_trace_device_hooks {
@@ -144,27 +146,27 @@ typedef struct tr_trace_device_hooks {
   /* A system's profiling window opened (1) or closed (0). */
   void (*window)(int open);
 } tr_trace_device_hooks;
-void tr_trace_set_device_hooks(const tr_trace_device_hooks *hooks);
+TR_API void tr_trace_set_device_hooks(const tr_trace_device_hooks *hooks);
 /* True when the calling thread records a trace now. */
-int tr_trace_here(void);
+TR_API int tr_trace_here(void);
 /* A slice of `kind` timed on a device, [start_ns, end_ns] on the host clock, on lane `lane`
  * ("cuda:0"), recorded by the calling thread when it records. */
-void tr_trace_device_slice(const char *lane, const tr_trace_kind *kind, const int64_t args[3],
+TR_API void tr_trace_device_slice(const char *lane, const tr_trace_kind *kind, const int64_t args[3],
                            uint64_t start_ns, uint64_t end_ns);
 
 /* Visits every event, thread by thread in recording order. Call once the run is over. */
 typedef void (*tr_trace_visit_fn)(void *ctx, const char *thread, int tid,
                                   const tr_trace_event *ev);
-void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx);
+TR_API void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx);
 
 /* Number of events recorded. */
-uint64_t tr_system_trace_count(tr_system *sys);
+TR_API uint64_t tr_system_trace_count(tr_system *sys);
 
 /* Writes the trace as Chrome trace JSON (chrome://tracing, ui.perfetto.dev) to `path`,
  * atomically: a temporary file, fsync, rename. Ranges as complete events with their
  * category and arguments, flows whose both ends were recorded as flow events, counters
  * sorted by time, device slices under a process of their own. */
-int tr_system_trace_write(tr_system *sys, const char *path);
+TR_API int tr_system_trace_write(tr_system *sys, const char *path);
 
 #ifdef __cplusplus
 }

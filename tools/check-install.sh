@@ -3,7 +3,8 @@
 # installs a configured build into a scratch folder (meson install --destdir), then builds
 # tests/install/hello.c and examples/custom_pipeline.c against it through the installed
 # troupe.pc, once against the shared library and once against the static one, and runs
-# them. Also runs the installed `troupe`.
+# them. Checks that the shared library exports the public API alone (no tr__ name). Also
+# runs the installed `troupe`.
 #
 #   tools/check-install.sh [BUILD_DIR]      # default: build
 #
@@ -44,6 +45,21 @@ if internal=$(find "$destdir" -name '*_impl.h' | grep .); then
   fail "internal headers were installed: $internal"
 fi
 say "installed $(pkg-config --modversion troupe) under $destdir$prefix"
+
+# The shared library exports the public API and nothing else (TR_API, runtime/tr_api.h):
+# no internal tr__ name, and every function and object the installed headers mark TR_API.
+so=$(ls "$libdir"/libtroupe.so.*.*.* 2>/dev/null | head -n 1)
+[[ -n $so ]] || so=$libdir/libtroupe.so
+exported=$(nm -D --defined-only "$so" | awk '{print $3}' | sort -u)
+if leaked=$(grep '^tr__' <<<"$exported" | grep .); then
+  fail "libtroupe.so exports $(wc -l <<<"$leaked") internal names, e.g. $(head -n 3 <<<"$leaked" | tr '\n' ' ')"
+fi
+declared=$(cat "$includedir"/troupe/tr_*.h | sed -n 's/^\(TR_NORETURN \)*TR_API.*[ *]\(tr_[a-z0-9_]*\) *[(;,\[].*/\2/p' | sort -u)
+[[ -n $declared ]] || fail "the installed headers declare nothing with TR_API"
+if missing=$(comm -23 <(echo "$declared") <(echo "$exported") | grep .); then
+  fail "libtroupe.so does not export what the headers declare: $(tr '\n' ' ' <<<"$missing")"
+fi
+say "libtroupe.so exports $(wc -l <<<"$exported") names, none internal"
 
 # Strict C11 with warnings as errors: the public headers must not lean on _GNU_SOURCE or
 # on warnings being tolerated in users' builds. Two programs: the README's hello, and the

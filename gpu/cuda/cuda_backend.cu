@@ -304,7 +304,7 @@ static int tr__cuda_link(tr_device **devs, int n) {
 }
 
 static int tr__cuda_can_access_peer(const tr_device *d, const tr_device *peer) {
-  if (peer->be != d->be) return 0;
+  if (peer->be->kind != d->be->kind) return 0; /* kinds: fault.c decorates tables */
   const tr__cuda_device *a = tr__cu_dev(d), *b = tr__cu_dev(peer);
   if (a->ordinal == b->ordinal) return 1;
   return b->ordinal < 64 && ((a->peer_mask >> b->ordinal) & 1) != 0;

@@ -21,7 +21,6 @@
 #include <cmocka.h>
 
 #include "../runtime/test_util.h"
-#include "job_testing.h" /* slow and failing workers */
 #include "troupe.h"
 
 #define SCRATCH_NAME "async"
@@ -51,19 +50,14 @@ static tr_train_options async(tr_train_options o, const char *devices, int worke
   return o;
 }
 
-static void run_hooked(tr_train_options o, const tr__test_hooks *h, const char *file,
-                       tr_train_result *r) {
+static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
   char err[1024];
   o.job.checkpoint.path = file ? path(file) : NULL;
-  if (tr__train_run_hooked(&o, h, r, err, sizeof err))
+  if (tr_train_run(&o, r, err, sizeof err))
     fail_msg("%s %s on %s (%d workers): %s", tr_strategy_name(o.strategy), model_name(&o),
              o.devices, o.job.layout.replicas, err);
   assert_int_equal(r->steps, o.steps);
   assert_int_equal(r->samples, (o.steps - r->first_step) * o.job.global_batch);
-}
-
-static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
-  run_hooked(o, NULL, file, r);
 }
 
 /* ---- comparing checkpoints ------------------------------------------------------------- */
@@ -178,11 +172,11 @@ static void one_worker_equals_single_bitwise(void **state) {
  * so it runs ahead until the bound holds it. */
 static void a_fast_worker_is_held_at_the_staleness_bound(void **state) {
   (void)state;
-  tr_train_options o = async(options("simplenet", NULL, 60), "host:2", 2);
-  const tr__test_hooks slow = {.slow_device = 1, .slow_us = 3000};
+  /* worker 1 sleeps after each loss pass, forward and backward (gpu/fault.h) */
+  tr_train_options o = async(options("simplenet", NULL, 60), "fault(host:2;dev=1,op=mse,us=3000)", 2);
   o.job.async.staleness = 2;
   tr_train_result r;
-  run_hooked(o, &slow, NULL, &r);
+  run_to(o, NULL, &r);
   assert_staleness_adds_up(&r);
   if (r.clock_gap_max != 2)
     fail_msg("staleness 2, a slow worker: pulls were served %d pushes ahead of the slowest "
@@ -191,7 +185,7 @@ static void a_fast_worker_is_held_at_the_staleness_bound(void **state) {
              r.staleness_max);
 
   o.job.async.staleness = -1;
-  run_hooked(o, &slow, NULL, &r);
+  run_to(o, NULL, &r);
   assert_staleness_adds_up(&r);
   if (!(r.clock_gap_max > 2))
     fail_msg("unbounded, a slow worker: the fast one ran only %d pushes ahead, so the run "
@@ -270,14 +264,12 @@ static void dc_asgd_corrects_the_stale_updates_of_one_worker(void **state) {
  * gradient g is lambda · g² · lr · g', tiny for simplenet's small gradients). */
 static void dc_asgd_with_two_workers_changes_the_parameters(void **state) {
   (void)state;
-  tr_train_options o = async(options("simplenet", NULL, 40), "host:2", 2);
-  const tr__test_hooks slow = {.slow_device = 1, .slow_us = 1000};
+  tr_train_options o = async(options("simplenet", NULL, 40), "fault(host:2;dev=1,op=mse,us=1000)", 2);
   o.job.async.staleness = 0;
   tr_train_result r;
   for (int k = 0; k < 3; k++) {
     o.job.async.dc_lambda = k < 2 ? 0 : 1000.0f;
-    run_hooked(o, &slow,
-               k == 0 ? "plain1.safetensors" : k == 1 ? "plain2.safetensors" : "dc.safetensors", &r);
+    run_to(o, k == 0 ? "plain1.safetensors" : k == 1 ? "plain2.safetensors" : "dc.safetensors", &r);
     if (r.staleness_hist[0] != 20 || r.staleness_hist[1] != 20)
       fail_msg("staleness 0, one slow worker of 2: %lld fresh and %lld one-stale updates of 40, "
                "expected 20 and 20 (utilization %.3f and %.3f)", (long long)r.staleness_hist[0],
@@ -494,22 +486,23 @@ static void hogwild_workers_train_the_shared_parameters(void **state) {
 
 /* ---- a failing worker --------------------------------------------------------------------- */
 
-/* Worker 1 (slow, so checkpoints are written before) fails its fifth push: the run stops with
+/* Worker 1 (slow, so checkpoints are written before) fails its fifth step: the run stops with
  * its name, in moments; the last checkpoint is whole and resumes. */
 static void a_failing_worker_stops_the_run_by_name(void **state) {
   (void)state;
-  tr_train_options o = async(options("simplenet", NULL, 1000), "host:2", 2);
-  const tr__test_hooks failing = {.slow_device = 1, .slow_us = 2000, .fail_device = 1,
-                                  .fail_step = 5};
+  /* worker 1 sleeps 2 ms after each loss pass, and its 10th, the fifth step's backward,
+   * fails (gpu/fault.h): it never makes its fifth push */
+  tr_train_options o = async(options("simplenet", NULL, 1000),
+                             "fault(host:2;dev=1,op=mse,us=2000,fail=10)", 2);
   o.job.async.staleness = 2; /* worker 0 cannot finish the run alone before worker 1 fails */
   o.job.checkpoint.path = path("failing.safetensors");
   o.job.checkpoint.every = 2;
   tr_train_result r;
   char err[1024] = "";
   const uint64_t t0 = tr_now_ns();
-  int rc = tr__train_run_hooked(&o, &failing, &r, err, sizeof err);
+  int rc = tr_train_run(&o, &r, err, sizeof err);
   const double took = (double)(tr_now_ns() - t0) / 1e9;
-  if (rc == 0) fail_msg("worker 1 failed its 5th push, yet the run succeeded");
+  if (rc == 0) fail_msg("worker 1 failed its 5th step, yet the run succeeded");
   if (!strstr(err, "worker1")) fail_msg("the error does not name worker1: '%s'", err);
   if (!(took < 10)) fail_msg("the failed run took %.1f s to stop", took);
 

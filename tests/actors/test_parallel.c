@@ -18,7 +18,6 @@
 #include <cmocka.h>
 
 #include "../runtime/test_util.h"
-#include "job_testing.h" /* slowing a device down */
 #include "troupe.h"
 
 #define SCRATCH_NAME "parallel"
@@ -68,19 +67,14 @@ static tr_train_options pipeline(tr_train_options o, const char *devices, int sc
   return o;
 }
 
-static void run_hooked(tr_train_options o, const tr__test_hooks *h, const char *file,
-                       tr_train_result *r) {
+static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
   char err[1024];
   o.job.checkpoint.path = path(file);
-  if (tr__train_run_hooked(&o, h, r, err, sizeof err))
+  if (tr_train_run(&o, r, err, sizeof err))
     fail_msg("%s %s on %s: %s", tr_strategy_name(o.strategy), model_name(&o),
              o.devices, err);
   assert_int_equal(r->steps, o.steps);
   assert_int_equal(r->samples, o.steps * o.job.global_batch);
-}
-
-static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
-  run_hooked(o, NULL, file, r);
 }
 
 /* ---- comparing checkpoints ------------------------------------------------------------- */
@@ -386,12 +380,14 @@ static void runs_report_their_layout_and_figures(void **state) {
 static void a_timed_run_that_ends_warming_up_reports_the_whole_run(void **state) {
   (void)state;
   enum { SLOW_US = 20000 };
-  tr_train_options o = pipeline(options(NULL, &mlp4, 0), "host:2", TR_SCHEDULE_1F1B, 3);
+  /* device 1, the last stage, sleeps SLOW_US after each loss pass (gpu/fault.h) */
+  char devices[64];
+  snprintf(devices, sizeof devices, "fault(host:2;dev=1,op=mse,us=%d)", SLOW_US);
+  tr_train_options o = pipeline(options(NULL, &mlp4, 0), devices, TR_SCHEDULE_1F1B, 3);
   o.seconds = 0.05;
-  const tr__test_hooks slow = {.slow_device = 1, .slow_us = SLOW_US};
   tr_train_result r;
   char err[1024];
-  if (tr__train_run_hooked(&o, &slow, &r, err, sizeof err)) fail_msg("%s", err);
+  if (tr_train_run(&o, &r, err, sizeof err)) fail_msg("%s", err);
   assert_true(r.steps >= 1 && r.steps <= 3);
   assert_int_equal(r.window_steps, r.steps);
   /* each step sleeps 6 times on device 1: steps/s is bounded by that */
@@ -451,9 +447,11 @@ static void stages_hold_no_more_microbatches_than_their_schedule(void **state) {
     const layout_case *c = &cases[k];
     tr_train_options o = with_layout(options(NULL, &chain4, 3), c);
     const int P = c->schedule == TR_SCHEDULE_INTERLEAVED ? 2 : 4, V = c->chunks ? c->chunks : 1;
-    const tr__test_hooks slow = {.slow_device = P - 1, .slow_us = 2000};
+    char devices[64]; /* the last stage sleeps 2 ms after each loss pass (gpu/fault.h) */
+    snprintf(devices, sizeof devices, "fault(%s;dev=%d,op=mse,us=2000)", c->devices, P - 1);
+    o.devices = devices;
     tr_train_result r;
-    run_hooked(o, &slow, "slow.safetensors", &r);
+    run_to(o, "slow.safetensors", &r);
     for (int s = 0; s < P; s++) {
       int bound = M;
       if (c->schedule == TR_SCHEDULE_1F1B) bound = P - s < M ? P - s : M;

@@ -10,6 +10,7 @@
 
 #include "mtest.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 
 enum { V = 23, T = 5, C = 8, NL = 2, NH = 2, H = 20, B = 3, N = B * T, HS = C / NH };
 

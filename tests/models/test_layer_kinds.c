@@ -13,6 +13,7 @@
 #include "tr_device.h"
 #include "tr_layer_type.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 
 static tr_device_list *devs;
 

@@ -11,6 +11,7 @@
 #include "mtest.h"
 #include "tr_data.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 
 static tr_device_list *devs;
 

@@ -15,6 +15,7 @@
 #include "mtest.h"
 #include "replay.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 
 /* ---- the decisions ----------------------------------------------------------------------- */
 

@@ -14,6 +14,7 @@
 #include "mtest.h"
 #include "tr_layer_type.h"
 #include "tr_model.h"
+#include "tr_stage.h"
 
 static tr_device_list *devs;
 
