@@ -87,7 +87,7 @@ void tr__part_free(tr__part *p) {
 }
 
 int tr__stage_snapshot(tr_stage *st, tr__part *p, bool params) {
-  const tr_stage_info *info = tr_stage_get_info(st);
+  const tr_stage_info *info = tr_stage_info_of(st);
   int rc = part_new(p, info, copies_of(tr_stage_optim(st)->kind), info->shard_offset,
                     info->shard_numel, params);
   if (rc) return rc;
@@ -257,7 +257,7 @@ void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed
 }
 
 int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t err_size) {
-  const tr_stage_info *info = tr_stage_get_info(st);
+  const tr_stage_info *info = tr_stage_info_of(st);
   tr_checkpoint *ck; /* this thread's own view of the bytes every stage shares */
   int rc = tr_checkpoint_view(from, &ck, err, err_size);
   if (rc) return rc;

@@ -38,7 +38,7 @@ int tr__chunks_open(tr__chunks *c, tr_actor *self, const tr__run *run, int stage
       return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s", tr_device_name(dev),
                            c->err);
     c->st[k] = ch->st;
-    ch->info = tr_stage_get_info(ch->st);
+    ch->info = tr_stage_info_of(ch->st);
     if (cf->checkpoint.resume_from &&
         tr__stage_load(ch->st, cf->checkpoint.resume_from, c->err, sizeof c->err))
       return tr_actor_fail(self, TR_EFORMAT, "%s", c->err);

@@ -215,7 +215,7 @@ static int fail(tr__group *g, const char *what) {
 /* Member m's shard of the stage's elements: what its stage holds (tr_stage_shard_span). */
 static void shard_of(const tr__group *g, int m, size_t *lo, size_t *hi) {
   size_t n;
-  tr_stage_shard_span(tr_stage_get_info(g->st)->numel, (tr_stage_shard){g->n, m}, lo, &n);
+  tr_stage_shard_span(tr_stage_info_of(g->st)->numel, (tr_stage_shard){g->n, m}, lo, &n);
   *hi = *lo + n;
 }
 
@@ -230,7 +230,7 @@ static void shard_chunk(const tr__group *g, int b, int m, size_t *lo, size_t *hi
 }
 
 int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
-  const tr_stage_info *info = tr_stage_get_info(st);
+  const tr_stage_info *info = tr_stage_info_of(st);
   g->self = self;
   g->st = st;
   g->dev = tr_stage_device(st);
@@ -270,7 +270,7 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
           tr_event_open(g->dev, TR_EVENT_DEFAULT, &s->own_final[b]))
         return fail(g, "opening events");
   }
-  const tr_device_info *di = tr_device_get_info(g->dev);
+  const tr_device_info *di = tr_device_info_of(g->dev);
   if (g->cross >= 0 && g->me == 0 && di->kind != TR_DEVICE_HOST && !g->across &&
       tr_host_alloc(g->dev, (info->numel ? info->numel : 1) * sizeof(float), (void **)&g->host))
     return fail(g, "allocating the gradients' staging for MPI");
@@ -484,7 +484,7 @@ void tr__group_grad_ready(void *group, tr_stage *st, int layer) {
 }
 
 int tr__group_disarm(tr__group *g) {
-  tr__group_grad_ready(g, g->st, tr_stage_get_info(g->st)->first); /* every bucket announced */
+  tr__group_grad_ready(g, g->st, tr_stage_info_of(g->st)->first); /* every bucket announced */
   g->armed = false;
   return g->hook_rc;
 }

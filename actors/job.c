@@ -129,7 +129,7 @@ void tr_job_free(tr_job *j) {
   free(j);
 }
 
-const tr_job_config *tr_job_get_config(const tr_job *j) { return &j->run.c; }
+const tr_job_config *tr_job_config_of(const tr_job *j) { return &j->run.c; }
 int tr_job_microbatch_samples(const tr_job *j) { return j->run.mb_batch; }
 
 /* ---- actors -------------------------------------------------------------------------------- */
@@ -234,7 +234,7 @@ int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
   tr_actor **st = j->stages;
   int rc = 0;
   for (int i = 0; i < R * P && rc == 0; i++)
-    rc = tr_job_add_stage(j, i / P, i % P, tr_device_list_get(devs, i), &st[i]);
+    rc = tr_job_add_stage(j, i / P, i % P, tr_device_list_at(devs, i), &st[i]);
   for (int i = 0; i < R * P && rc == 0; i++)
     if (i % P < P - 1) rc = tr_job_chain(j, st[i], st[i + 1]);
     else if (j->run.c.layout.chunks > 1) rc = tr_job_chain(j, st[i], st[i - P + 1]);
@@ -280,7 +280,7 @@ static bool generates_on(const tr_job_config *c, const tr_device *dev) {
   case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
   case TR_DATA_ON_HOST: return false;
   default:
-    return tr_device_get_info(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data);
+    return tr_device_info_of(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data);
   }
 }
 

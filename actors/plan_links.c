@@ -80,7 +80,7 @@ static int carry(tr__plan *p, int from, int to, const tr_edge *e, const char *wh
   const int rf = tr_graph_actor_rank(g, p->st[from].actor), rt = tr_graph_actor_rank(g, p->st[to].actor);
   if (rf == rt) return 0;
   tr_device *dev[2] = {device_of(p, from), device_of(p, to)};
-  const tr_device_info *in[2] = {tr_device_get_info(dev[0]), tr_device_get_info(dev[1])};
+  const tr_device_info *in[2] = {tr_device_info_of(dev[0]), tr_device_info_of(dev[1])};
   tr_edge_carrier how = TR_EDGE_CARRIER_MPI;
   if (tr_edge_carrier_choose(run->c.allreduce, in[0], rf, in[1], rt, tr_comm_library() != NULL,
                              &how, NULL, 0))
@@ -121,7 +121,7 @@ static void member_infos(const tr__plan *p, const int *members, int n, tr_device
                          tr_device_info *infos) {
   for (int i = 0; i < n; i++) {
     devs[i] = device_of(p, members[i]);
-    infos[i] = *tr_device_get_info(devs[i]);
+    infos[i] = *tr_device_info_of(devs[i]);
   }
 }
 

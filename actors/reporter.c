@@ -57,7 +57,7 @@ int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool 
     if (rc) {
       tr_msg_free(p);
       tr_edge_release(r->edge, 1);
-      const tr_stage_info *info = tr_stage_get_info(st);
+      const tr_stage_info *info = tr_stage_info_of(st);
       if (rc == TR_ENOMEM)
         return tr_actor_fail(r->self, rc, "copying the stage for a checkpoint: out of memory "
                              "(%zu bytes asked for)",
@@ -103,7 +103,7 @@ static void graphs_figures(const tr__chunks *c, tr__figures *f) {
 
 /* A host copy of the parameters of a replica group's member (one chunk: tr_job_new). */
 static int copy_params(tr__reporter *r, tr_stage *st, tr__report *d) {
-  const size_t numel = tr_stage_get_info(st)->numel;
+  const size_t numel = tr_stage_info_of(st)->numel;
   float *host = malloc((numel ? numel : 1) * sizeof *host);
   if (host == NULL)
     return tr_actor_fail(r->self, TR_ENOMEM, "copying the parameters for the consistency "

@@ -142,7 +142,7 @@ static int server_open(tr_actor *self) {
       tr__stage_load(sv->st, jc->checkpoint.resume_from, sv->err, sizeof sv->err))
     return tr_actor_fail(self, TR_EFORMAT, "%s", sv->err);
   sv->s = tr_stage_stream(sv->st);
-  sv->numel = tr_stage_get_info(sv->st)->numel;
+  sv->numel = tr_stage_info_of(sv->st)->numel;
   sv->lr = jc->optim.lr;
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
@@ -323,7 +323,7 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   if (sv->stats_issued - sv->stats_read == STATS_RING && harvest(self, sv, true)) return TR_EDEVICE;
   const int k = (int)(sv->stats_issued % STATS_RING);
   float *d2 = &sv->stats_dev[2 * k];
-  if (tr_mse_fwd(sv->s, &d2[0], pulled, params, sv->numel, 1.0f) || /* Σ (θ_w − θ)² */
+  if (tr_mse_forward(sv->s, &d2[0], pulled, params, sv->numel, 1.0f) || /* Σ (θ_w − θ)² */
       tr_sumsq(sv->s, &d2[1], params, sv->numel, 0) ||
       tr_memcpy(sv->s, &sv->stats_host[2 * k], d2, 2 * sizeof(float), TR_COPY_D2H) ||
       tr_event_record(sv->stats_ev[k], sv->s))

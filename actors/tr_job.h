@@ -388,7 +388,7 @@ TR_API int tr_job_check(tr_job_config *config, tr_error *e);
 TR_API void tr_job_free(tr_job *j);
 
 /* The configuration as the job runs it: defaults filled in, cuts chosen. */
-TR_API const tr_job_config *tr_job_get_config(const tr_job *j);
+TR_API const tr_job_config *tr_job_config_of(const tr_job *j);
 /* Samples in every micro-batch: what a producer of batches sends (tr_batch_msg.count). */
 TR_API int tr_job_microbatch_samples(const tr_job *j);
 

@@ -50,7 +50,7 @@ typedef struct run {
  * logical device on the first worker's GPU. Across processes it lives on rank 0. */
 static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) {
   char spec[32];
-  const tr_device_info *first = tr_device_get_info(tr_device_list_get(rn->devices, 0));
+  const tr_device_info *first = tr_device_info_of(tr_device_list_at(rn->devices, 0));
   if (o->job.async.hogwild && first->kind != TR_DEVICE_HOST)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("async.hogwild") ": host devices only (the workers share the "
@@ -86,7 +86,7 @@ static int measured_cuts(run *rn, tr_world *w) {
   const int batch = global / parts;
   if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
     return 0; /* not a layout: tr_job_new says why (on every rank alike) */
-  tr_device *dev = tr_device_list_get(rn->devices, 0);
+  tr_device *dev = tr_device_list_at(rn->devices, 0);
   int cut[TR__MAX_STAGES + 2] = {0}; /* cut[0]: measured; the cuts after */
   double *cost = malloc((size_t)L * sizeof *cost);
   cut[0] = cost && !tr_device_is_placeholder(dev) &&
@@ -222,8 +222,8 @@ static int check_zero_ranks(const run *rn, const tr_world *w, char *err, size_t 
   if (!rn->jc.zero || rn->jc.async.enabled) return 0;
   for (int s = 0; s < l->stages; s++)
     for (int r = 1; r < l->replicas; r++) {
-      const tr_device *d0 = tr_device_list_get(rn->devices, s);
-      const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
+      const tr_device *d0 = tr_device_list_at(rn->devices, s);
+      const tr_device *d = tr_device_list_at(rn->devices, r * l->stages + s);
       const int a = tr_world_device_rank(w, d0), b = tr_world_device_rank(w, d);
       if (a != b)
         return tr_errorf(err, n, TR_EINVAL,
@@ -250,19 +250,19 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
   for (int s = 0; s < l->stages; s++) {
     tr_device_info infos[TR_TRAIN_MAX_DEVICES];
     int ranks[TR_TRAIN_MAX_DEVICES]; /* whose each member is: the world's (tr_world_device_rank) */
-    const tr_device *d0 = tr_device_list_get(rn->devices, s);
+    const tr_device *d0 = tr_device_list_at(rn->devices, s);
     int m = 0, rank0 = tr_world_device_rank(o->world, d0);
     bool one_rank = true;
     for (int r = 0; r < l->replicas; r++) {
-      const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
+      const tr_device *d = tr_device_list_at(rn->devices, r * l->stages + s);
       one_rank &= tr_world_device_rank(o->world, d) == rank0;
     }
     for (int r = 0; r < l->replicas; r++) {
-      const tr_device *d = tr_device_list_get(rn->devices, r * l->stages + s);
+      const tr_device *d = tr_device_list_at(rn->devices, r * l->stages + s);
       const int rank = tr_world_device_rank(o->world, d);
       bool leader = true; /* across ranks: the first member on its rank */
       for (int k = 0; k < m && !one_rank; k++) leader &= ranks[k] != rank;
-      if (one_rank || leader) infos[m] = *tr_device_get_info(d), ranks[m++] = rank;
+      if (one_rank || leader) infos[m] = *tr_device_info_of(d), ranks[m++] = rank;
     }
     tr_allreduce how;
     int rc = tr_allreduce_choose(rn->jc.allreduce, infos, ranks, m, have, &how, err, n);
@@ -421,9 +421,9 @@ static int build(tr_job *j, const run *rn) {
   tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator, *server = NULL;
   int rc = 0;
   if (rn->jc.async.enabled) {
-    rc = tr_job_add_server(j, tr_device_list_get(rn->server, 0), &server);
+    rc = tr_job_add_server(j, tr_device_list_at(rn->server, 0), &server);
     for (int w = 0; w < R && rc == 0; w++) {
-      rc = tr_job_add_worker(j, w, tr_device_list_get(rn->devices, w), &stage[w]);
+      rc = tr_job_add_worker(j, w, tr_device_list_at(rn->devices, w), &stage[w]);
       if (rc == 0) rc = tr_job_serve(j, server, stage[w]);
     }
   } else {

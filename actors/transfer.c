@@ -22,7 +22,7 @@ void tr__tensor_edge_init(tr__tensor_edge *t, tr_edge *e, tr_comm *comm) {
 
 /* Host copies where MPI carries the edge to another process from a device it cannot read. */
 static int open_host(tr__tensor_edge *t, tr_graph *g, size_t bytes) {
-  if (t->w.comm || tr_device_get_info(t->dev)->kind == TR_DEVICE_HOST ||
+  if (t->w.comm || tr_device_info_of(t->dev)->kind == TR_DEVICE_HOST ||
       tr_graph_actor_rank(g, tr_edge_to(t->edge)) == tr_graph_rank(g))
     return 0;
   t->host = (tr__ring){.n = tr_edge_credits(t->edge), .bytes = bytes};

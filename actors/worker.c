@@ -117,9 +117,9 @@ int tr__worker_open(tr__worker *w, tr_actor *self, tr_stage *st) {
        tr_host_alloc(w->dev, sizeof(float), (void **)&w->norm_host)))
     return fail(w, "allocating the gradient norm");
   tr_graph *g = w->run->g;
-  const size_t numel = tr_stage_get_info(st)->numel;
+  const size_t numel = tr_stage_info_of(st)->numel;
   if (tr_graph_actor_rank(g, tr_edge_to(w->push)) != tr_graph_rank(g) &&
-      tr_device_get_info(w->dev)->kind != TR_DEVICE_HOST &&
+      tr_device_info_of(w->dev)->kind != TR_DEVICE_HOST &&
       tr_host_alloc(w->dev, 2 * (numel ? numel : 1) * sizeof(float), (void **)&w->host))
     return fail(w, "allocating the push's host copy");
   return 0;
@@ -179,7 +179,7 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
       const uint64_t t0 = tr__busy_start(busy, w->self, pushes, "update", -1);
       double norm2;
       if (tr__norm2_now(tr_stage_stream(w->st), tr_stage_grads(w->st),
-                        tr_stage_get_info(w->st)->numel, w->norm_dev, w->norm_host, &norm2))
+                        tr_stage_info_of(w->st)->numel, w->norm_dev, w->norm_host, &norm2))
         return fail(w, "the gradient's norm (Hogwild!)");
       skipped = !isfinite(norm2);
       if (skipped && c->on_nonfinite != TR_NONFINITE_SKIP)
@@ -204,7 +204,7 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
     m->applied = applied;
     m->ready = c->async.hogwild ? NULL : w->push_ev;
     m->grads = m->params = NULL;
-    m->numel = tr_stage_get_info(w->st)->numel;
+    m->numel = tr_stage_info_of(w->st)->numel;
     m->dev = w->dev;
     const int rc = c->async.hogwild ? 0 : push_from(w, m);
     if (rc) {

@@ -65,6 +65,6 @@ int tr__dist_comm_round(tr_world *w, int owner, bool yes, tr__comm_word **all, c
   (void)w;
   if (!(*all = calloc(1, sizeof **all))) return TR_ENOMEM;
   if (yes)
-    (*all)[0].yes = owner != 0 || tr_comm_id_new(TR_DEVICE_CUDA, &(*all)[0].id, why, size) == 0;
+    (*all)[0].yes = owner != 0 || tr_comm_id_init(TR_DEVICE_CUDA, &(*all)[0].id, why, size) == 0;
   return 0;
 }

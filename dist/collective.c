@@ -17,7 +17,7 @@ int tr__dist_comm_round(tr_world *w, int owner, bool yes, tr__comm_word **all, c
   tr__comm_word mine = {0};
   if (yes)
     mine.yes = tr_world_rank(w) != owner ||
-               tr_comm_id_new(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
+               tr_comm_id_init(TR_DEVICE_CUDA, &mine.id, why, size) == 0;
   if (!(*all = calloc((size_t)tr_world_size(w), sizeof **all))) return TR_ENOMEM;
   if (tr_world_allgather(w, &mine, sizeof mine, *all) == 0) return 0;
   free(*all);

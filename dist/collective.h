@@ -55,7 +55,7 @@ typedef struct tr__comm_word {
 } tr__comm_word;
 
 /* One round of every rank (collective: every rank calls it, in the same order) for an NCCL
- * communicator across ranks: rank `owner` makes its id (tr_comm_id_new, `why` saying why it
+ * communicator across ranks: rank `owner` makes its id (tr_comm_id_init, `why` saying why it
  * could not), and each rank says whether it takes part (`yes`). (*all)[r]: rank r's word,
  * tr_world_size entries, to free. TR_ENOMEM, or TR_ESYS when MPI failed. */
 int tr__dist_comm_round(tr_world *w, int owner, bool yes, tr__comm_word **all, char *why,

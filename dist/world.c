@@ -102,7 +102,7 @@ static int own(tr_world *w, const tr_device_list *list, const int *rank_of) {
   if (grown == NULL) return TR_ENOMEM;
   w->owners = grown;
   for (int i = 0; i < n; i++)
-    w->owners[w->nowners++] = (struct tr__world_owner){tr_device_list_get(list, i), rank_of[i]};
+    w->owners[w->nowners++] = (struct tr__world_owner){tr_device_list_at(list, i), rank_of[i]};
   return 0;
 }
 int64_t tr__world_clock_offset(const tr_world *w, int rank) {
@@ -176,9 +176,9 @@ int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *
     if (!mine || !all) rc = tr_errorf(err, n, TR_ENOMEM, "devices: out of memory");
   }
   for (int i = 0; rc == 0 && i < count; i++)
-    mine[i].info = *tr_device_get_info(tr_device_list_get(list, i));
+    mine[i].info = *tr_device_info_of(tr_device_list_at(list, i));
   if (rc == 0 && tr_world_allgather(w, mine, (size_t)most * sizeof *mine, all)) rc = TR_ESYS;
-  if (rc == 0 && list == NULL && tr_device_list_new(&list))
+  if (rc == 0 && list == NULL && tr_device_list_open_empty(&list))
     rc = tr_errorf(err, n, TR_ENOMEM, "devices: out of memory");
   /* the other ranks' devices in rank order around this rank's */
   int at = 0, *rank_of = NULL;

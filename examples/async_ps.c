@@ -61,10 +61,10 @@ int main(int argc, char **argv) {
    * its replica's only stage) and the push/reply edges to the server; a coordinator that
    * collects the figures. */
   tr_actor *server, *worker, *loader, *coordinator;
-  rc = tr_job_add_server(job, tr_device_list_get(server_dev, 0), &server);
+  rc = tr_job_add_server(job, tr_device_list_at(server_dev, 0), &server);
   for (int i = 0; i < W && rc == 0; i++) {
     rc = tr_job_add_loader(job, i, &loader);
-    if (rc == 0) rc = tr_job_add_worker(job, i, tr_device_list_get(devs, i), &worker);
+    if (rc == 0) rc = tr_job_add_worker(job, i, tr_device_list_at(devs, i), &worker);
     if (rc == 0) rc = tr_job_feed(job, loader, worker, worker);
     if (rc == 0) rc = tr_job_serve(job, server, worker);
   }

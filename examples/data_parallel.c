@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
    * as one all-reduce group, and a coordinator that collects the figures. */
   tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator;
   for (int i = 0; i < R && rc == 0; i++) {
-    rc = tr_job_add_stage(job, i, 0, tr_device_list_get(devs, i), &stage[i]);
+    rc = tr_job_add_stage(job, i, 0, tr_device_list_at(devs, i), &stage[i]);
     if (rc == 0) rc = tr_job_add_loader(job, i, &loader);
     if (rc == 0) rc = tr_job_feed(job, loader, stage[i], stage[i]);
   }

@@ -61,8 +61,8 @@ int main(int argc, char **argv) {
    * the last, the chain between them (activations forward, their gradients back), and the
    * coordinator. With one replica there is no group to all-reduce in. */
   tr_actor *stage[2], *loader, *coordinator;
-  rc = tr_job_add_stage(job, 0, 0, tr_device_list_get(devs, 0), &stage[0]);
-  if (rc == 0) rc = tr_job_add_stage(job, 0, 1, tr_device_list_get(devs, 1), &stage[1]);
+  rc = tr_job_add_stage(job, 0, 0, tr_device_list_at(devs, 0), &stage[0]);
+  if (rc == 0) rc = tr_job_add_stage(job, 0, 1, tr_device_list_at(devs, 1), &stage[1]);
   if (rc == 0) rc = tr_job_add_loader(job, 0, &loader);
   if (rc == 0) rc = tr_job_feed(job, loader, stage[0], stage[1]);
   if (rc == 0) rc = tr_job_chain(job, stage[0], stage[1]);

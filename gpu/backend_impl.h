@@ -127,59 +127,59 @@ struct tr_capture {
     ELEMS(N, C, 1) EMPTY(return 0) NN(out) NN(bias))                                              \
   X(bias_grad, (float *dbias, const float *dout, size_t N, size_t C), (dbias, dout, N, C),        \
     ELEMS(N, C, 1) EMPTY(return 0) NN(dbias) NN(dout))                                            \
-  X(relu_fwd, (float *out, const float *inp, size_t n), (out, inp, n),                            \
+  X(relu_forward, (float *out, const float *inp, size_t n), (out, inp, n),                            \
     ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
-  X(relu_bwd, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), \
+  X(relu_backward, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), \
     ELEMS(n, 1, 1) EMPTY(return 0) NN(dinp) NN(inp) NN(dout))                                     \
-  X(gelu_fwd, (float *out, const float *inp, size_t n), (out, inp, n),                            \
+  X(gelu_forward, (float *out, const float *inp, size_t n), (out, inp, n),                            \
     ELEMS(n, 1, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
-  X(gelu_bwd, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), \
+  X(gelu_backward, (float *dinp, const float *inp, const float *dout, size_t n), (dinp, inp, dout, n), \
     ELEMS(n, 1, 1) EMPTY(return 0) NN(dinp) NN(inp) NN(dout))                                     \
-  X(layernorm_fwd,                                                                                \
+  X(layernorm_forward,                                                                                \
     (float *out, float *mean, float *rstd, const float *inp, const float *weight,                 \
      const float *bias, size_t N, size_t C, float eps),                                           \
     (out, mean, rstd, inp, weight, bias, N, C, eps),                                              \
     ELEMS(N, C, 1) if (!N) return 0; REQUIRE(C > 0, "C must be > 0")                              \
     NN(out) NN(mean) NN(rstd) NN(inp) NN(weight) NN(bias))                                        \
-  X(layernorm_bwd,                                                                                \
+  X(layernorm_backward,                                                                                \
     (float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,              \
      const float *weight, const float *mean, const float *rstd, size_t N, size_t C),              \
     (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C),                                  \
     ELEMS(N, C, 1) EMPTY(return 0) NN(dinp) NN(dweight) NN(dbias) NN(dout) NN(inp) NN(weight)     \
     NN(mean) NN(rstd))                                                                            \
-  X(softmax_fwd, (float *out, const float *inp, size_t N, size_t C), (out, inp, N, C),            \
+  X(softmax_forward, (float *out, const float *inp, size_t N, size_t C), (out, inp, N, C),            \
     ELEMS(N, C, 1) EMPTY(return 0) NN(out) NN(inp))                                               \
-  X(softmax_bwd, (float *dinp, const float *out, const float *dout, size_t N, size_t C),          \
+  X(softmax_backward, (float *dinp, const float *out, const float *dout, size_t N, size_t C),          \
     (dinp, out, dout, N, C), ELEMS(N, C, 1) EMPTY(return 0) NN(dinp) NN(out) NN(dout))            \
-  X(attn_softmax_fwd, (float *att, const float *preatt, size_t BH, size_t T, float scale),        \
+  X(attn_softmax_forward, (float *att, const float *preatt, size_t BH, size_t T, float scale),        \
     (att, preatt, BH, T, scale),                                                                  \
     ELEMS(T, T, BH) EMPTY(return 0) NN(att) NN(preatt)                                            \
     REQUIRE(scale > 0, "scale %g must be > 0", (double)scale))                                    \
-  X(attn_softmax_bwd,                                                                             \
+  X(attn_softmax_backward,                                                                             \
     (float *dpreatt, const float *att, const float *datt, size_t BH, size_t T, float scale),      \
     (dpreatt, att, datt, BH, T, scale),                                                           \
     ELEMS(T, T, BH) EMPTY(return 0) NN(dpreatt) NN(att) NN(datt))                                 \
-  X(crossentropy_fwd,                                                                             \
+  X(crossentropy_forward,                                                                             \
     (float *loss, float *probs, const float *logits, const int32_t *targets, size_t N, size_t V,  \
      float scale),                                                                                \
     (loss, probs, logits, targets, N, V, scale),                                                  \
     ELEMS(N, V, 1) NN(loss) if (!N) return empty_reduction(s, loss, 0);                           \
     REQUIRE(V > 0, "V must be > 0") NN(probs) NN(logits) NN(targets))                             \
-  X(crossentropy_bwd,                                                                             \
+  X(crossentropy_backward,                                                                             \
     (float *dlogits, const float *probs, const int32_t *targets, size_t N, size_t V, float scale), \
     (dlogits, probs, targets, N, V, scale),                                                       \
     ELEMS(N, V, 1) EMPTY(return 0) NN(dlogits) NN(probs) NN(targets))                             \
-  X(mse_fwd, (float *loss, const float *pred, const float *target, size_t n, float scale),        \
+  X(mse_forward, (float *loss, const float *pred, const float *target, size_t n, float scale),        \
     (loss, pred, target, n, scale),                                                               \
     NN(loss) ELEMS(n, 1, 1) EMPTY(return empty_reduction(s, loss, 0)) NN(pred) NN(target))        \
-  X(mse_bwd, (float *dpred, const float *pred, const float *target, size_t n, float scale),       \
+  X(mse_backward, (float *dpred, const float *pred, const float *target, size_t n, float scale),       \
     (dpred, pred, target, n, scale), ELEMS(n, 1, 1) EMPTY(return 0) NN(dpred) NN(pred) NN(target)) \
-  X(embedding_fwd,                                                                                \
+  X(embedding_forward,                                                                                \
     (float *out, const int32_t *idx, const float *wte, const float *wpe, size_t B, size_t T,      \
      size_t C, size_t V),                                                                         \
     (out, idx, wte, wpe, B, T, C, V),                                                             \
     ELEMS(B, T, C) EMPTY(return 0) REQUIRE(V > 0, "V must be > 0") NN(out) NN(idx) NN(wte))       \
-  X(embedding_bwd,                                                                                \
+  X(embedding_backward,                                                                                \
     (float *dwte, float *dwpe, const float *dout, const int32_t *idx, size_t B, size_t T,         \
      size_t C, size_t V),                                                                         \
     (dwte, dwpe, dout, idx, B, T, C, V),                                                          \

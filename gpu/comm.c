@@ -57,10 +57,10 @@ int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, 
   return rc;
 }
 
-int tr_comm_id_new(tr_device_kind kind, tr_comm_id *id, char *err, size_t size) {
+int tr_comm_id_init(tr_device_kind kind, tr_comm_id *id, char *err, size_t size) {
   const tr__backend *be = tr__backend_of(kind);
   if (be == NULL || be->comm_id == NULL)
-    return tr_errorf(err, size, TR_EDEVICE, "tr_comm_id_new: %s devices have no collectives "
+    return tr_errorf(err, size, TR_EDEVICE, "tr_comm_id_init: %s devices have no collectives "
                      "in this build", tr_device_kind_name(kind));
   return be->comm_id(id->bytes, sizeof id->bytes, err, size);
 }

@@ -281,7 +281,7 @@ fail:
 
 int tr_device_list_count(const tr_device_list *list) { return list->n; }
 
-int tr_device_list_new(tr_device_list **out) {
+int tr_device_list_open_empty(tr_device_list **out) {
   *out = calloc(1, sizeof **out);
   return *out ? 0 : TR_ENOMEM;
 }
@@ -304,12 +304,12 @@ int tr_device_list_add_placeholder(tr_device_list *list, int at, const tr_device
   return 0;
 }
 
-tr_device *tr_device_list_get(const tr_device_list *list, int index) {
+tr_device *tr_device_list_at(const tr_device_list *list, int index) {
   TR_ASSERT(index >= 0 && index < list->n);
   return list->devs[index];
 }
 
-const tr_device_info *tr_device_get_info(const tr_device *d) { return &d->info; }
+const tr_device_info *tr_device_info_of(const tr_device *d) { return &d->info; }
 
 bool tr_device_is_placeholder(const tr_device *d) { return d->be == NULL; }
 

@@ -222,7 +222,7 @@ int tr__fault_list_open(tr_device_list **out, const char *spec, char *err, size_
   }
   fault_be *made[MAX_BACKENDS] = {0};
   for (int i = 0; i < n; i++) {
-    tr_device *d = tr_device_list_get(list, i);
+    tr_device *d = tr_device_list_at(list, i);
     int b = 0;
     while (b < MAX_BACKENDS && made[b] && made[b]->inner != d->be) b++;
     TR_ASSERT(b < MAX_BACKENDS);

@@ -10,7 +10,7 @@
  *   tr_device_list *devs;
  *   char err[256];
  *   if (tr_device_list_open(&devs, "auto", err, sizeof err)) { fprintf(stderr, "%s\n", err); ... }
- *   tr_device *d = tr_device_list_get(devs, 0);  // from here on: the device's actor thread
+ *   tr_device *d = tr_device_list_at(devs, 0);  // from here on: the device's actor thread
  *   tr_stream *s = tr_device_stream(d);          // the device's compute stream
  *   float *w, *x, *y;                            // w (1024,1024), x (B,1024), y (B,1024)
  *   tr_event *done;
@@ -20,7 +20,7 @@
  *   if (!rc) rc = tr_memcpy(s, x, host_x, B * 1024 * sizeof(float), TR_COPY_H2D);
  *   if (!rc) rc = tr_gemm(s, TR_OP_N, TR_OP_T, B, 1024, 1024, 1.0f, x, 1024, w, 1024,
  *                         0.0f, y, 1024);                  // y = x @ w^T
- *   if (!rc) rc = tr_gelu_fwd(s, y, y, (size_t)B * 1024);
+ *   if (!rc) rc = tr_gelu_forward(s, y, y, (size_t)B * 1024);
  *   if (!rc) rc = tr_event_record(done, s);
  *   if (rc) fprintf(stderr, "%s\n", tr_device_error(d));  // "host:0: tr_gemm: ..."
  *   // A message carries y and `done` to another actor, which queues
@@ -151,10 +151,10 @@ TR_API int tr_device_list_open(tr_device_list **out, const char *spec, char *err
 TR_API void tr_device_list_close(tr_device_list *list);
 
 TR_API int tr_device_list_count(const tr_device_list *list);
-TR_API tr_device *tr_device_list_get(const tr_device_list *list, int index);
+TR_API tr_device *tr_device_list_at(const tr_device_list *list, int index);
 
 /* An empty list, to hold devices opened elsewhere (tr_device_list_add_placeholder). */
-TR_API int tr_device_list_new(tr_device_list **out);
+TR_API int tr_device_list_open_empty(tr_device_list **out);
 /* Inserts, at position `at` (0 .. count), a placeholder: a device described by `info` but
  * opened elsewhere (by another process of a job: which one is the world's business,
  * tr_world.h). The list names it in its place, and nothing may run on it here
@@ -172,7 +172,7 @@ TR_API const char *tr_device_kind_name(tr_device_kind kind);
 
 /* ---- devices ---------------------------------------------------------------------------- */
 
-TR_API const tr_device_info *tr_device_get_info(const tr_device *d);
+TR_API const tr_device_info *tr_device_info_of(const tr_device *d);
 TR_API const char *tr_device_name(const tr_device *d); /* info->name */
 
 /* Refreshes memory_free (and memory_total) of the device's info. */
@@ -392,40 +392,40 @@ TR_API int tr_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N,
 /* ---- activations ------------------------------------------------------------------------------- */
 
 /* out (n) = max(inp, 0) */
-TR_API int tr_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
+TR_API int tr_relu_forward(tr_stream *s, float *out, const float *inp, size_t n);
 /* dinp (n) = inp > 0 ? dout : 0; dinp may equal dout */
-TR_API int tr_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+TR_API int tr_relu_backward(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 /* out (n) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), x = inp */
-TR_API int tr_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n);
+TR_API int tr_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n);
 /* dinp (n) = gelu'(inp) * dout; dinp may equal dout */
-TR_API int tr_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
+TR_API int tr_gelu_backward(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n);
 
 /* ---- layernorm --------------------------------------------------------------------------------- */
 
 /* inp (N,C), weight (C), bias (C) -> out (N,C), mean (N), rstd (N) (saved for backward):
  * out = (inp - mean) * rstd * weight + bias, rstd = 1 / sqrt(var + eps), var biased.
  * out must not overlap inp. */
-TR_API int tr_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+TR_API int tr_layernorm_forward(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
                      const float *weight, const float *bias, size_t N, size_t C, float eps);
 /* dout (N,C), inp (N,C), weight (C), mean (N), rstd (N) -> dinp (N,C) (overwritten),
  * dweight (C) += , dbias (C) += . dinp must not overlap dout or inp. */
-TR_API int tr_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
+TR_API int tr_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
                      const float *inp, const float *weight, const float *mean,
                      const float *rstd, size_t N, size_t C);
 
 /* ---- softmax --------------------------------------------------------------------------------- */
 
 /* out (N,C) = softmax of each row of inp (N,C) */
-TR_API int tr_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C);
+TR_API int tr_softmax_forward(tr_stream *s, float *out, const float *inp, size_t N, size_t C);
 /* dinp (N,C) = out * (dout - sum_c out * dout), from the forward's out (N,C) */
-TR_API int tr_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+TR_API int tr_softmax_backward(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
                    size_t C);
 /* Causal attention: att (BH,T,T) from preatt (BH,T,T): row t of each matrix is the softmax
  * of scale * preatt[t][0..t]; entries t2 > t are 0. att may equal preatt. */
-TR_API int tr_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
+TR_API int tr_attn_softmax_forward(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
                         float scale);
 /* dpreatt (BH,T,T) = scale * att * (datt - sum_t2 att * datt) on t2 <= t, 0 above. */
-TR_API int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+TR_API int tr_attn_softmax_backward(tr_stream *s, float *dpreatt, const float *att, const float *datt,
                         size_t BH, size_t T, float scale);
 
 /* ---- losses ------------------------------------------------------------------------------------- */
@@ -434,30 +434,30 @@ TR_API int tr_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, c
  * loss[0] = scale * sum_n -log probs[n][targets[n]] (scale 1/N: the mean), computed as
  * log-sum-exp minus the target's logit, so it stays finite where probs underflow. probs must
  * not overlap logits. */
-TR_API int tr_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
+TR_API int tr_crossentropy_forward(tr_stream *s, float *loss, float *probs, const float *logits,
                         const int32_t *targets, size_t N, size_t V, float scale);
 /* dlogits (N,V) = scale * (probs - onehot(targets)); dlogits may equal probs. */
-TR_API int tr_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
+TR_API int tr_crossentropy_backward(tr_stream *s, float *dlogits, const float *probs,
                         const int32_t *targets, size_t N, size_t V, float scale);
 /* loss[0] = scale * sum (pred - target)^2 over pred (n), target (n) (scale 1/n: the mean) */
-TR_API int tr_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
+TR_API int tr_mse_forward(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
                float scale);
 /* dpred (n) = 2 * scale * (pred - target) */
-TR_API int tr_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
+TR_API int tr_mse_backward(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
                float scale);
 
 /* ---- embedding ---------------------------------------------------------------------------------- */
 
 /* idx (B,T) in [0,V), wte (V,C), wpe (T,C) or NULL -> out (B,T,C) = wte[idx] (+ wpe[t]).
  * Host devices report an index outside [0,V) as TR_EINVAL; GPUs cannot, cheaply. */
-TR_API int tr_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+TR_API int tr_embedding_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
                      const float *wpe, size_t B, size_t T, size_t C, size_t V);
 /* dout (B,T,C) -> dwte (V,C) += scatter-add over idx; dwpe (T,C) += sum over B (if not NULL).
  * Deterministic everywhere: the same inputs give the same bits. Host devices add the rows
  * in (b, t) order; CUDA sorts the rows by token and sums them in tiles of 256 rows, in the
  * host's order within a tile (bits equal to the host's when no token's rows cross a tile's
  * edge, within rounding otherwise), and skips an index outside [0,V). */
-TR_API int tr_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+TR_API int tr_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
                      const int32_t *idx, size_t B, size_t T, size_t C, size_t V);
 
 /* ---- asynchronous updates ---------------------------------------------------------------------- */
@@ -499,7 +499,7 @@ TR_API int tr_adamw_update(tr_stream *s, float *param, const float *grad, float 
  *   rc = tr_comm_allreduce(comms[i], s_i, grads_i, grads_i, n);  // in place, summed
  *   tr_comm_close(comms[i]);            // once its streams are done with it
  *
- * Across processes every rank opens its member with the same id (tr_comm_id_new on one
+ * Across processes every rank opens its member with the same id (tr_comm_id_init on one
  * rank, sent to the others: over MPI, tr_world.h) and its rank in the communicator.
  *
  * NCCL's sums are deterministic for a given communicator and size, but add the members up
@@ -522,7 +522,7 @@ TR_API const char *tr_comm_library(void);
 TR_API int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, size_t err_size);
 /* An id for a communicator across processes, made on one of them (for the backend of
  * devices of `kind`). */
-TR_API int tr_comm_id_new(tr_device_kind kind, tr_comm_id *id, char *err, size_t err_size);
+TR_API int tr_comm_id_init(tr_device_kind kind, tr_comm_id *id, char *err, size_t err_size);
 /* This process's member, rank `rank` of `count`, on d: blocks until every rank has called
  * it with the same id. */
 TR_API int tr_comm_open_rank(tr_device *d, const tr_comm_id *id, int count, int rank, tr_comm **out,

@@ -63,7 +63,7 @@ int tr_attention_forward(tr_stream *s, float *out, float *att, const float *qkv,
   qkv_heads(bf16 ? (const void *)mp->qkv : qkv, bf16, T, C, NH, &q, &k, &v);
   /* preatt (T,T) = q (T,hs) @ k^T, then the causal softmax of scale * preatt in place */
   TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, q, k, bf16, att, T, NH * tt, tt, B, NH));
-  TR__TRY(tr_attn_softmax_fwd(s, att, att, (size_t)B * NH, (size_t)T, 1.0f / sqrtf((float)hs)));
+  TR__TRY(tr_attn_softmax_forward(s, att, att, (size_t)B * NH, (size_t)T, 1.0f / sqrtf((float)hs)));
   if (bf16) TR__TRY(tr_to_bf16(s, mp->att, att, (size_t)(B * NH * tt)));
   /* out (T,hs) = att (T,T) @ v (T,hs), into the head's columns of out (B,T,C) */
   const heads_mat a = {bf16 ? (const void *)mp->att : att, T, NH * tt, tt};
@@ -86,7 +86,7 @@ int tr_attention_backward(tr_stream *s, float *dqkv, float *datt, float *dpreatt
   TR__TRY(heads_gemm(s, TR_OP_N, TR_OP_T, T, T, hs, dy, v, bf16, datt, T, NH * tt, tt, B, NH));
   TR__TRY(heads_gemm(s, TR_OP_T, TR_OP_N, T, hs, T, a, dy, bf16, dqkv + 2 * C, C3, qkv_bs, hs, B,
                      NH));
-  TR__TRY(tr_attn_softmax_bwd(s, dpreatt, att, datt, (size_t)B * NH, (size_t)T,
+  TR__TRY(tr_attn_softmax_backward(s, dpreatt, att, datt, (size_t)B * NH, (size_t)T,
                               1.0f / sqrtf((float)hs)));
   /* dq (T,hs) = dpreatt (T,T) @ k;  dk (T,hs) = dpreatt^T @ q (dy's bf16 is done with) */
   if (bf16) TR__TRY(tr_to_bf16(s, mp->grad, dpreatt, (size_t)(B * NH * tt)));
@@ -186,7 +186,7 @@ int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params
   const int N = d.B * d.T, C = d.C, H = d.H;
   const size_t nc = (size_t)N * C;
   const block_linears lin = linears_of(mp);
-  TR__TRY(tr_layernorm_fwd(s, a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1w, p->ln1b, N, C,
+  TR__TRY(tr_layernorm_forward(s, a->ln1, a->ln1_mean, a->ln1_rstd, inp, p->ln1w, p->ln1b, N, C,
                            TR_LAYERNORM_EPS));
   TR__TRY(tr_linear_forward(s, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C, LIN(qkv)));
   TR__TRY(tr_attention_forward(s, a->atty, a->att, a->qkv, d.B, d.T, C, d.NH,
@@ -194,10 +194,10 @@ int tr_block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params
   /* the residuals: the projection's GEMM adds onto a copy of the stream */
   TR__TRY(tr_memcpy(s, a->res1, inp, nc * sizeof(float), TR_COPY_D2D));
   TR__TRY(tr_linear_forward_add(s, a->res1, a->atty, p->projw, p->projb, N, C, C, LIN(proj)));
-  TR__TRY(tr_layernorm_fwd(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p->ln2w, p->ln2b, N, C,
+  TR__TRY(tr_layernorm_forward(s, a->ln2, a->ln2_mean, a->ln2_rstd, a->res1, p->ln2w, p->ln2b, N, C,
                            TR_LAYERNORM_EPS));
   TR__TRY(tr_linear_forward(s, a->fch, a->ln2, p->fcw, p->fcb, N, C, H, LIN(fc)));
-  TR__TRY(tr_gelu_fwd(s, a->fch_gelu, a->fch, (size_t)N * H));
+  TR__TRY(tr_gelu_forward(s, a->fch_gelu, a->fch, (size_t)N * H));
   TR__TRY(tr_memcpy(s, a->out, a->res1, nc * sizeof(float), TR_COPY_D2D));
   return tr_linear_forward_add(s, a->out, a->fch_gelu, p->fcprojw, p->fcprojb, N, H, C,
                                LIN(fcproj));
@@ -236,9 +236,9 @@ static int block_backward(tr_stream *s, bool whole, float *dinp, const tr_block_
   /* the MLP branch, back to the first residual: dres1 = dout + d(ln2 path) */
   TR__TRY(linear_back(s, whole, dfch, g->fcprojw, g->fcprojb, dout, a->fch_gelu, p->fcprojw, N,
                       H, C, LIN(fcproj)));
-  TR__TRY(tr_gelu_bwd(s, dfch, a->fch, dfch, (size_t)N * H));
+  TR__TRY(tr_gelu_backward(s, dfch, a->fch, dfch, (size_t)N * H));
   TR__TRY(linear_back(s, whole, sc->dln, g->fcw, g->fcb, dfch, a->ln2, p->fcw, N, C, H, LIN(fc)));
-  TR__TRY(tr_layernorm_bwd(s, dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w, a->ln2_mean,
+  TR__TRY(tr_layernorm_backward(s, dres1, g->ln2w, g->ln2b, sc->dln, a->res1, p->ln2w, a->ln2_mean,
                            a->ln2_rstd, N, C));
   TR__TRY(tr_add(s, dres1, dres1, dout, nc)); /* dout is not read after this */
   /* the attention branch, back to the input: dinp = dres1 + d(ln1 path) */
@@ -250,7 +250,7 @@ static int block_backward(tr_stream *s, bool whole, float *dinp, const tr_block_
                       LIN(qkv)));
   /* without dinp the layernorm still owes its parameter gradients; datty is free by now */
   float *dx = dinp ? dinp : sc->datty;
-  TR__TRY(tr_layernorm_bwd(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
+  TR__TRY(tr_layernorm_backward(s, dx, g->ln1w, g->ln1b, sc->dln, inp, p->ln1w, a->ln1_mean,
                            a->ln1_rstd, N, C));
   return dinp ? tr_add(s, dinp, dinp, dres1, nc) : 0;
 }

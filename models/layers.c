@@ -6,7 +6,7 @@
 
 /* ---- linear ------------------------------------------------------------------------------- */
 
-static int linear_fwd(tr_stream *s, float *out, float beta, const float *inp, const float *weight,
+static int linear_forward(tr_stream *s, float *out, float beta, const float *inp, const float *weight,
                       const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp) {
   if (mp) {
     TR__TRY(tr_to_bf16(s, mp->inp, inp, (size_t)N * C));
@@ -21,12 +21,12 @@ static int linear_fwd(tr_stream *s, float *out, float beta, const float *inp, co
 
 int tr_linear_forward(tr_stream *s, float *out, const float *inp, const float *weight,
                       const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp) {
-  return linear_fwd(s, out, 0.0f, inp, weight, bias, N, C, OC, mp);
+  return linear_forward(s, out, 0.0f, inp, weight, bias, N, C, OC, mp);
 }
 
 int tr_linear_forward_add(tr_stream *s, float *out, const float *inp, const float *weight,
                           const float *bias, int N, int C, int OC, const tr_linear_bf16 *mp) {
-  return linear_fwd(s, out, 1.0f, inp, weight, bias, N, C, OC, mp);
+  return linear_forward(s, out, 1.0f, inp, weight, bias, N, C, OC, mp);
 }
 
 int tr_linear_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,

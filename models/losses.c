@@ -8,11 +8,11 @@
 /* ---- mean squared error ------------------------------------------------------------------- */
 
 static int mse_forward(const tr_loss_ctx *c, float *loss) {
-  return tr_mse_fwd(c->s, loss, c->pred, c->target, (size_t)c->N * c->V, c->scale);
+  return tr_mse_forward(c->s, loss, c->pred, c->target, (size_t)c->N * c->V, c->scale);
 }
 
 static int mse_backward(const tr_loss_ctx *c, float *dpred) {
-  return tr_mse_bwd(c->s, dpred, c->pred, c->target, (size_t)c->N * c->V, c->scale);
+  return tr_mse_backward(c->s, dpred, c->pred, c->target, (size_t)c->N * c->V, c->scale);
 }
 
 const tr_loss_type tr_loss_mse_type = {.name = "mse", .target = TR_LOSS_TARGET_VALUES,
@@ -24,11 +24,11 @@ const tr_loss_type tr_loss_mse_type = {.name = "mse", .target = TR_LOSS_TARGET_V
 static size_t ce_keep(int N, int V) { return (size_t)N * V; }
 
 static int ce_forward(const tr_loss_ctx *c, float *loss) {
-  return tr_crossentropy_fwd(c->s, loss, c->keep, c->pred, c->target, c->N, c->V, c->scale);
+  return tr_crossentropy_forward(c->s, loss, c->keep, c->pred, c->target, c->N, c->V, c->scale);
 }
 
 static int ce_backward(const tr_loss_ctx *c, float *dpred) {
-  return tr_crossentropy_bwd(c->s, dpred, c->keep, c->target, c->N, c->V, c->scale);
+  return tr_crossentropy_backward(c->s, dpred, c->keep, c->target, c->N, c->V, c->scale);
 }
 
 const tr_loss_type tr_loss_crossentropy_type = {

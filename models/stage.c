@@ -392,7 +392,7 @@ int tr_stage_share_params(tr_stage *st, const tr_stage *owner) {
 
 /* ---- accessors ------------------------------------------------------------------------------------- */
 
-const tr_stage_info *tr_stage_get_info(const tr_stage *st) { return &st->info; }
+const tr_stage_info *tr_stage_info_of(const tr_stage *st) { return &st->info; }
 const tr_model *tr_stage_model(const tr_stage *st) { return st->m; }
 tr_device *tr_stage_device(const tr_stage *st) { return st->dev; }
 tr_stream *tr_stage_stream(const tr_stage *st) { return st->s; }

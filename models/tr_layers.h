@@ -3,7 +3,7 @@
  * linear, causal self-attention and the transformer block. Each is a short sequence of
  * tr_device.h ops on one stream over device pointers, so the same code runs on host devices
  * and GPUs; the layers that are one op (activations, layernorm, embedding, the losses) are
- * those ops themselves (tr_relu_fwd, tr_layernorm_bwd, tr_mse_fwd, ...).
+ * those ops themselves (tr_relu_forward, tr_layernorm_backward, tr_mse_forward, ...).
  *
  * Conventions: row-major float32; N is the number of rows (B for a batch of vectors, B*T
  * for a batch of sequences); shapes are in the comment above each function. Forward passes
@@ -16,12 +16,12 @@
  *
  *   // a two-layer perceptron on stream s, batch of N rows
  *   tr_linear_forward(s, h, x, w1, b1, N, 10, 100);           // h (N,100)
- *   tr_relu_fwd(s, a, h, (size_t)N * 100);                    // a (N,100)
+ *   tr_relu_forward(s, a, h, (size_t)N * 100);                    // a (N,100)
  *   tr_linear_forward(s, y, a, w2, b2, N, 100, 1);            // y (N,1)
- *   tr_mse_fwd(s, loss, y, target, N, 1.0f / N);
- *   tr_mse_bwd(s, dy, y, target, N, 1.0f / N);
+ *   tr_mse_forward(s, loss, y, target, N, 1.0f / N);
+ *   tr_mse_backward(s, dy, y, target, N, 1.0f / N);
  *   tr_linear_backward(s, da, dw2, db2, dy, a, w2, N, 100, 1);
- *   tr_relu_bwd(s, da, h, da, (size_t)N * 100);               // in place
+ *   tr_relu_backward(s, da, h, da, (size_t)N * 100);               // in place
  *   tr_linear_backward(s, NULL, dw1, db1, da, x, w1, N, 10, 100);
  *
  * The transformer block keeps its parameters, saved activations and backward scratch in

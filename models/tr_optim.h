@@ -16,12 +16,12 @@
  *   static int sign_update(const tr_optim_ctx *c) {
  *     float *pos = c->scratch, *neg = c->scratch + c->n;
  *     int rc = tr_fill(c->s, pos, c->n, 1.0f);
- *     if (!rc) rc = tr_relu_bwd(c->s, pos, c->grad, pos, c->n);       // 1 where grad > 0
+ *     if (!rc) rc = tr_relu_backward(c->s, pos, c->grad, pos, c->n);       // 1 where grad > 0
  *     if (!rc) rc = tr_memcpy(c->s, neg, c->grad, c->n * 4, TR_COPY_D2D);
  *     if (!rc) rc = tr_scale(c->s, neg, -1.0f, c->n);                 // -grad
  *     if (!rc) rc = tr_axpy(c->s, c->param, -c->o->lr, pos, c->n);
  *     if (!rc) rc = tr_fill(c->s, pos, c->n, 1.0f);
- *     if (!rc) rc = tr_relu_bwd(c->s, pos, neg, pos, c->n);           // 1 where grad < 0
+ *     if (!rc) rc = tr_relu_backward(c->s, pos, neg, pos, c->n);           // 1 where grad < 0
  *     return rc ? rc : tr_axpy(c->s, c->param, c->o->lr, pos, c->n);
  *   }
  *   const tr_optim_type signsgd_type = {.name = "signsgd", .scratch_copies = 2,

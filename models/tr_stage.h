@@ -160,7 +160,7 @@ TR_API int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const 
                   char *err, size_t err_size);
 TR_API void tr_stage_close(tr_stage *st);
 
-TR_API const tr_stage_info *tr_stage_get_info(const tr_stage *st);
+TR_API const tr_stage_info *tr_stage_info_of(const tr_stage *st);
 TR_API const tr_model *tr_stage_model(const tr_stage *st);
 TR_API tr_device *tr_stage_device(const tr_stage *st);
 TR_API tr_stream *tr_stage_stream(const tr_stage *st);

@@ -175,7 +175,7 @@ int bench_gpu(int argc, char **argv) {
   char name[160] = "?";
   snprintf(err, sizeof err, "cuda:%d", (int)gpu);
   if (tr_device_list_open(&l, err, NULL, 0) == 0) {
-    snprintf(name, sizeof name, "%s", tr_device_get_info(tr_device_list_get(l, 0))->model);
+    snprintf(name, sizeof name, "%s", tr_device_info_of(tr_device_list_at(l, 0))->model);
     tr_device_list_close(l);
   }
   if (json) print_json(name, peak, rows, n);

@@ -241,25 +241,25 @@ static void op_scale_dev(ctx *c) { OK(tr_scale_dev(c->s, c->c, c->g, c->n)); }
 static void op_sumsq(ctx *c) { OK(tr_sumsq(c->s, c->g, c->a, c->n, 0)); }
 static void op_bias_add(ctx *c) { OK(tr_bias_add(c->s, c->c, c->b, c->n / 1024, 1024)); }
 static void op_bias_grad(ctx *c) { OK(tr_bias_grad(c->s, c->g, c->a, c->n / 1024, 1024)); }
-static void op_relu_fwd(ctx *c) { OK(tr_relu_fwd(c->s, c->c, c->a, c->n)); }
-static void op_relu_bwd(ctx *c) { OK(tr_relu_bwd(c->s, c->c, c->a, c->b, c->n)); }
-static void op_gelu_fwd(ctx *c) { OK(tr_gelu_fwd(c->s, c->c, c->a, c->n)); }
-static void op_gelu_bwd(ctx *c) { OK(tr_gelu_bwd(c->s, c->c, c->a, c->b, c->n)); }
-static void op_ln_fwd(ctx *c) {
-  OK(tr_layernorm_fwd(c->s, c->c, c->e, c->f, c->a, c->b, c->d, c->n / ROW, ROW, 1e-5f));
+static void op_relu_forward(ctx *c) { OK(tr_relu_forward(c->s, c->c, c->a, c->n)); }
+static void op_relu_backward(ctx *c) { OK(tr_relu_backward(c->s, c->c, c->a, c->b, c->n)); }
+static void op_gelu_forward(ctx *c) { OK(tr_gelu_forward(c->s, c->c, c->a, c->n)); }
+static void op_gelu_backward(ctx *c) { OK(tr_gelu_backward(c->s, c->c, c->a, c->b, c->n)); }
+static void op_ln_forward(ctx *c) {
+  OK(tr_layernorm_forward(c->s, c->c, c->e, c->f, c->a, c->b, c->d, c->n / ROW, ROW, 1e-5f));
 }
-static void op_ln_bwd(ctx *c) {
-  OK(tr_layernorm_bwd(c->s, c->c, c->g, c->g + ROW, c->a, c->b, c->d, c->e, c->f, c->n / ROW, ROW));
+static void op_ln_backward(ctx *c) {
+  OK(tr_layernorm_backward(c->s, c->c, c->g, c->g + ROW, c->a, c->b, c->d, c->e, c->f, c->n / ROW, ROW));
 }
-static void op_softmax(ctx *c) { OK(tr_softmax_fwd(c->s, c->c, c->a, c->n / ROW, ROW)); }
-static void op_attn_fwd(ctx *c) { OK(tr_attn_softmax_fwd(c->s, c->c, c->a, c->n / (T * T), T, 0.125f)); }
-static void op_attn_bwd(ctx *c) { OK(tr_attn_softmax_bwd(c->s, c->c, c->a, c->b, c->n / (T * T), T, 0.125f)); }
-static void op_ce_fwd(ctx *c) { OK(tr_crossentropy_fwd(c->s, c->g, c->c, c->a, c->idx, c->n / ROW, ROW, 1.0f)); }
-static void op_ce_bwd(ctx *c) { OK(tr_crossentropy_bwd(c->s, c->c, c->a, c->idx, c->n / ROW, ROW, 1.0f)); }
-static void op_mse_fwd(ctx *c) { OK(tr_mse_fwd(c->s, c->g, c->a, c->b, c->n, 1.0f)); }
-static void op_mse_bwd(ctx *c) { OK(tr_mse_bwd(c->s, c->c, c->a, c->b, c->n, 1.0f)); }
-static void op_emb_fwd(ctx *c) { OK(tr_embedding_fwd(c->s, c->c, c->idx, c->b, NULL, 1, c->n / ROW, ROW, ROW)); }
-static void op_emb_bwd(ctx *c) { OK(tr_embedding_bwd(c->s, c->d, NULL, c->a, c->idx, 1, c->n / ROW, ROW, ROW)); }
+static void op_softmax(ctx *c) { OK(tr_softmax_forward(c->s, c->c, c->a, c->n / ROW, ROW)); }
+static void op_attn_forward(ctx *c) { OK(tr_attn_softmax_forward(c->s, c->c, c->a, c->n / (T * T), T, 0.125f)); }
+static void op_attn_backward(ctx *c) { OK(tr_attn_softmax_backward(c->s, c->c, c->a, c->b, c->n / (T * T), T, 0.125f)); }
+static void op_ce_forward(ctx *c) { OK(tr_crossentropy_forward(c->s, c->g, c->c, c->a, c->idx, c->n / ROW, ROW, 1.0f)); }
+static void op_ce_backward(ctx *c) { OK(tr_crossentropy_backward(c->s, c->c, c->a, c->idx, c->n / ROW, ROW, 1.0f)); }
+static void op_mse_forward(ctx *c) { OK(tr_mse_forward(c->s, c->g, c->a, c->b, c->n, 1.0f)); }
+static void op_mse_backward(ctx *c) { OK(tr_mse_backward(c->s, c->c, c->a, c->b, c->n, 1.0f)); }
+static void op_emb_forward(ctx *c) { OK(tr_embedding_forward(c->s, c->c, c->idx, c->b, NULL, 1, c->n / ROW, ROW, ROW)); }
+static void op_emb_backward(ctx *c) { OK(tr_embedding_backward(c->s, c->d, NULL, c->a, c->idx, 1, c->n / ROW, ROW, ROW)); }
 static void op_sgd(ctx *c) { OK(tr_sgd_update(c->s, c->c, c->a, c->n, 0.0f, 0.0f)); }
 static void op_momentum(ctx *c) { OK(tr_momentum_update(c->s, c->c, c->a, c->d, c->n, 0.0f, 0.9f, 0.0f, 0)); }
 static void op_adamw(ctx *c) {
@@ -286,21 +286,21 @@ static const ew_op ew_ops[] = {
     {"sumsq", "n", op_sumsq, 1, 0},
     {"bias_add", "(n/1024,1024)", op_bias_add, 1, 1},
     {"bias_grad", "(n/1024,1024)", op_bias_grad, 1, 0},
-    {"relu_fwd", "n", op_relu_fwd, 1, 1},
-    {"relu_bwd", "n", op_relu_bwd, 2, 1},
-    {"gelu_fwd", "n", op_gelu_fwd, 1, 1},
-    {"gelu_bwd", "n", op_gelu_bwd, 2, 1},
-    {"layernorm_fwd", "(n/256,256)", op_ln_fwd, 1, 1},
-    {"layernorm_bwd", "(n/256,256)", op_ln_bwd, 2, 1},
-    {"softmax_fwd", "(n/256,256)", op_softmax, 1, 1},
-    {"attn_softmax_fwd", "(n/T²,T=128,T)", op_attn_fwd, 1, 1},
-    {"attn_softmax_bwd", "(n/T²,T=128,T)", op_attn_bwd, 2, 1},
-    {"crossentropy_fwd", "(n/256,V=256)", op_ce_fwd, 1, 1},
-    {"crossentropy_bwd", "(n/256,V=256)", op_ce_bwd, 1, 1},
-    {"mse_fwd", "n", op_mse_fwd, 2, 0},
-    {"mse_bwd", "n", op_mse_bwd, 2, 1},
-    {"embedding_fwd", "(n/256,C=256)", op_emb_fwd, 0, 1},
-    {"embedding_bwd", "(n/256,C=256)", op_emb_bwd, 1, 0},
+    {"relu_forward", "n", op_relu_forward, 1, 1},
+    {"relu_backward", "n", op_relu_backward, 2, 1},
+    {"gelu_forward", "n", op_gelu_forward, 1, 1},
+    {"gelu_backward", "n", op_gelu_backward, 2, 1},
+    {"layernorm_forward", "(n/256,256)", op_ln_forward, 1, 1},
+    {"layernorm_backward", "(n/256,256)", op_ln_backward, 2, 1},
+    {"softmax_forward", "(n/256,256)", op_softmax, 1, 1},
+    {"attn_softmax_forward", "(n/T²,T=128,T)", op_attn_forward, 1, 1},
+    {"attn_softmax_backward", "(n/T²,T=128,T)", op_attn_backward, 2, 1},
+    {"crossentropy_forward", "(n/256,V=256)", op_ce_forward, 1, 1},
+    {"crossentropy_backward", "(n/256,V=256)", op_ce_backward, 1, 1},
+    {"mse_forward", "n", op_mse_forward, 2, 0},
+    {"mse_backward", "n", op_mse_backward, 2, 1},
+    {"embedding_forward", "(n/256,C=256)", op_emb_forward, 0, 1},
+    {"embedding_backward", "(n/256,C=256)", op_emb_backward, 1, 0},
     {"sgd_update", "n", op_sgd, 2, 1},
     {"momentum_update", "n", op_momentum, 3, 2},
     {"adamw_update", "n", op_adamw, 4, 3},
@@ -526,10 +526,10 @@ int bench_ops(int argc, char **argv) {
   }
   for (int d = 0; d < ndev; d++) {
     ctx *c = &cs[d];
-    c->dev = tr_device_list_get(list, d);
+    c->dev = tr_device_list_at(list, d);
     tr_device_bind(c->dev);
     c->s = tr_device_stream(c->dev);
-    c->host = tr_device_get_info(c->dev)->kind == TR_DEVICE_HOST;
+    c->host = tr_device_info_of(c->dev)->kind == TR_DEVICE_HOST;
     const char *dn = tr_device_name(c->dev);
     /* GEMM: the largest shape sets the buffers' size */
     const size_t gemm_n = (size_t)2048 * 2048;

@@ -182,7 +182,7 @@ int bench_strategies(int argc, char **argv) {
     return CLI_USAGE;
   }
   const int n = tr_device_list_count(list);
-  const bool host = tr_device_get_info(tr_device_list_get(list, 0))->kind == TR_DEVICE_HOST;
+  const bool host = tr_device_info_of(tr_device_list_at(list, 0))->kind == TR_DEVICE_HOST;
   tr_device_list_close(list);
 
   row rows[16];

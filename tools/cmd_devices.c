@@ -58,7 +58,7 @@ int cmd_devices(int argc, char **argv) {
   for (int l = 0; l < 2; l++) {
     if (!lists[l]) continue;
     for (int i = 0; i < tr_device_list_count(lists[l]); i++) {
-      const tr_device_info *in = tr_device_get_info(tr_device_list_get(lists[l], i));
+      const tr_device_info *in = tr_device_info_of(tr_device_list_at(lists[l], i));
       if (json) {
         printf("%s{\"name\":", first ? "" : ",");
         cli_json_string(stdout, in->name);
@@ -89,13 +89,13 @@ int cmd_devices(int argc, char **argv) {
     fprintf(stderr, "\nno GPU: host:N gives N host devices (this machine has %d CPU threads)\n", nthreads);
   else
     fprintf(stderr, "\npeer access (row reads and writes column's memory directly):\n%-8s", "");
-  for (int i = 0; i < ngpu && !json; i++) fprintf(stderr, " %-7s", tr_device_name(tr_device_list_get(lists[1], i)));
+  for (int i = 0; i < ngpu && !json; i++) fprintf(stderr, " %-7s", tr_device_name(tr_device_list_at(lists[1], i)));
   for (int i = 0; i < ngpu; i++) {
-    tr_device *a = tr_device_list_get(lists[1], i);
+    tr_device *a = tr_device_list_at(lists[1], i);
     if (json) printf("%s[", i ? "," : "");
     else fprintf(stderr, "\n%-8s", tr_device_name(a));
     for (int j = 0; j < ngpu; j++) {
-      int p = tr_device_can_access_peer(a, tr_device_list_get(lists[1], j));
+      int p = tr_device_can_access_peer(a, tr_device_list_at(lists[1], j));
       if (json) printf("%s%s", j ? "," : "", p ? "true" : "false");
       else fprintf(stderr, " %-7s", i == j ? "-" : p ? "yes" : "no");
     }

@@ -31,7 +31,7 @@ enum { TILE = 256, COLS = 128 /* threads of a block of steps 2 and 3: its column
 /* out (B*T, C) = wte[idx] (+ wpe[t]); a token outside [0,V) gives a NaN row, not a read
  * out of bounds. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__embedding_fwd_kernel(float *out, const int32_t *idx, const float *wte, const float *wpe,
+    tr__embedding_forward_kernel(float *out, const int32_t *idx, const float *wte, const float *wpe,
                              size_t rows, size_t T, size_t C, size_t V) {
   unsigned lane = threadIdx.x & 31;
   TR__ROW_LOOP(r, rows) {
@@ -46,14 +46,14 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   }
 }
 
-int tr__cuda_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+int tr__cuda_embedding_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
                            const float *wpe, size_t B, size_t T, size_t C, size_t V) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
   size_t rows = B * T;
-  tr__embedding_fwd_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
+  tr__embedding_forward_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       out, idx, wte, wpe, rows, T, C, V);
-  TR__LAUNCHED(d, "embedding_fwd");
+  TR__LAUNCHED(d, "embedding_forward");
   return 0;
 }
 
@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(COLS)
 
 /* dwpe (T,C) += sum over b of dout (B,T,C): one thread per (t, c), summing in order. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__embedding_bwd_wpe_kernel(float *dwpe, const float *dout, size_t B, size_t T, size_t C) {
+    tr__embedding_backward_wpe_kernel(float *dwpe, const float *dout, size_t B, size_t T, size_t C) {
   size_t TC = T * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < TC;
        i += (size_t)gridDim.x * blockDim.x) {
@@ -126,14 +126,14 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
 
 static size_t round_up(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
-int tr__cuda_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+int tr__cuda_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
                            const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
   cudaStream_t st = tr__cu_stream(s)->st;
   const size_t rows = B * T;
   if (rows > (size_t)INT_MAX - TILE || V >= UINT_MAX || C > (size_t)65535 * COLS)
-    return tr__device_fail(d, TR_EINVAL, "embedding_bwd: %zu rows, V %zu, C %zu: the CUDA "
+    return tr__device_fail(d, TR_EINVAL, "embedding_backward: %zu rows, V %zu, C %zu: the CUDA "
                            "backend takes fewer than 2^31 rows, 2^32 tokens and %d columns",
                            rows, V, C, 65535 * COLS);
   const unsigned n = (unsigned)rows, tiles = (n + TILE - 1) / TILE;
@@ -158,20 +158,20 @@ int tr__cuda_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *
 
   tr__embedding_keys_kernel<<<tr__cu_grid(tr__cu_dev(d), rows, TR__CU_BLOCK), TR__CU_BLOCK, 0,
                               st>>>(keys_in, rows_in, idx, n, (unsigned)V);
-  TR__LAUNCHED(d, "embedding_bwd");
+  TR__LAUNCHED(d, "embedding_backward");
   TR__CU(d, cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys_in, keys, rows_in, sorted,
                                             (int)n, 0, end_bit, st));
   tr__embedding_tiles_kernel<<<grid, COLS, 0, st>>>(dwte, cont, head, dout, keys, sorted, n, C,
                                                     (unsigned)V);
-  TR__LAUNCHED(d, "embedding_bwd");
+  TR__LAUNCHED(d, "embedding_backward");
   if (tiles > 1) {
     tr__embedding_runs_kernel<<<grid, COLS, 0, st>>>(dwte, cont, head, keys, n, C, (unsigned)V);
-    TR__LAUNCHED(d, "embedding_bwd");
+    TR__LAUNCHED(d, "embedding_backward");
   }
   if (dwpe) {
-    tr__embedding_bwd_wpe_kernel<<<tr__cu_grid(tr__cu_dev(d), T * C, TR__CU_BLOCK),
+    tr__embedding_backward_wpe_kernel<<<tr__cu_grid(tr__cu_dev(d), T * C, TR__CU_BLOCK),
                                    TR__CU_BLOCK, 0, st>>>(dwpe, dout, B, T, C);
-    TR__LAUNCHED(d, "embedding_bwd");
+    TR__LAUNCHED(d, "embedding_backward");
   }
   return 0;
 }

@@ -10,7 +10,7 @@
  *
  *   TR__CU(d, cudaMemsetAsync(dst, value, bytes, cs->st));
  *   tr__relu_kernel<<<grid, block, 0, cs->st>>>(...);
- *   TR__LAUNCHED(d, "relu_fwd");     (cudaGetLastError after every launch)
+ *   TR__LAUNCHED(d, "relu_forward");     (cudaGetLastError after every launch)
  */
 #ifndef TR_CUDA_IMPL_H
 #define TR_CUDA_IMPL_H

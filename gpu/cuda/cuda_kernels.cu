@@ -237,23 +237,23 @@ int tr__cuda_scale_dev(tr_stream *s, float *x, const float *scalar, size_t n) {
 
 #define TR__GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 
-struct tr__relu_fwd_f {
+struct tr__relu_forward_f {
   __device__ void operator()(const float *x, float *y, size_t) const {
     y[0] = x[0] > 0.0f ? x[0] : 0.0f;
   }
 };
-struct tr__relu_bwd_f { /* x: inp, dout */
+struct tr__relu_backward_f { /* x: inp, dout */
   __device__ void operator()(const float *x, float *y, size_t) const {
     y[0] = x[0] > 0.0f ? x[1] : 0.0f;
   }
 };
-struct tr__gelu_fwd_f {
+struct tr__gelu_forward_f {
   __device__ void operator()(const float *x, float *y, size_t) const {
     float v = x[0], u = TR__GELU_K * (v + 0.044715f * v * v * v);
     y[0] = 0.5f * v * (1.0f + tanhf(u));
   }
 };
-struct tr__gelu_bwd_f { /* x: inp, dout */
+struct tr__gelu_backward_f { /* x: inp, dout */
   __device__ void operator()(const float *x, float *y, size_t) const {
     float v = x[0], u = TR__GELU_K * (v + 0.044715f * v * v * v);
     float t = tanhf(u);
@@ -279,24 +279,24 @@ int tr__cuda_to_bf16(tr_stream *s, tr_bf16 *out, const float *inp, size_t n) {
   return 0;
 }
 
-int tr__cuda_relu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
+int tr__cuda_relu_forward(tr_stream *s, float *out, const float *inp, size_t n) {
   tr__ew_ptrs<1, 1> p = {{inp}, {out}};
-  return tr__ew(s, "relu_fwd", n, p, tr__relu_fwd_f{});
+  return tr__ew(s, "relu_forward", n, p, tr__relu_forward_f{});
 }
 
-int tr__cuda_relu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+int tr__cuda_relu_backward(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
   tr__ew_ptrs<2, 1> p = {{inp, dout}, {dinp}};
-  return tr__ew(s, "relu_bwd", n, p, tr__relu_bwd_f{});
+  return tr__ew(s, "relu_backward", n, p, tr__relu_backward_f{});
 }
 
-int tr__cuda_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
+int tr__cuda_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n) {
   tr__ew_ptrs<1, 1> p = {{inp}, {out}};
-  return tr__ew(s, "gelu_fwd", n, p, tr__gelu_fwd_f{});
+  return tr__ew(s, "gelu_forward", n, p, tr__gelu_forward_f{});
 }
 
-int tr__cuda_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+int tr__cuda_gelu_backward(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
   tr__ew_ptrs<2, 1> p = {{inp, dout}, {dinp}};
-  return tr__ew(s, "gelu_bwd", n, p, tr__gelu_bwd_f{});
+  return tr__ew(s, "gelu_backward", n, p, tr__gelu_backward_f{});
 }
 
 /* ---- optimizer updates (PyTorch's definitions, see tr_device.h) ---------------------------- */
@@ -380,15 +380,15 @@ int tr__cuda_adamw_update(tr_stream *s, float *param, const float *grad, float *
 
 /* ---- MSE ------------------------------------------------------------------------------------- */
 
-struct tr__mse_bwd_f { /* x: pred, target */
+struct tr__mse_backward_f { /* x: pred, target */
   float k;
   __device__ void operator()(const float *x, float *y, size_t) const { y[0] = k * (x[0] - x[1]); }
 };
 
-int tr__cuda_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target,
+int tr__cuda_mse_backward(tr_stream *s, float *dpred, const float *pred, const float *target,
                      size_t n, float scale) {
   tr__ew_ptrs<2, 1> p = {{pred, target}, {dpred}};
-  return tr__ew(s, "mse_bwd", n, p, tr__mse_bwd_f{2.0f * scale});
+  return tr__ew(s, "mse_backward", n, p, tr__mse_backward_f{2.0f * scale});
 }
 
 /* ---- reductions ------------------------------------------------------------------------------ */
@@ -484,10 +484,10 @@ int tr__cuda_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accum
   return tr__reduce(s, "sumsq", out, n, p, tr__sumsq_f{}, 1.0, accumulate);
 }
 
-int tr__cuda_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target,
+int tr__cuda_mse_forward(tr_stream *s, float *loss, const float *pred, const float *target,
                      size_t n, float scale) {
   tr__ew_ptrs<2, 1> p = {{pred, target}, {loss}};
-  return tr__reduce(s, "mse_fwd", loss, n, p, tr__sqdiff_f{}, (double)scale, 0);
+  return tr__reduce(s, "mse_forward", loss, n, p, tr__sqdiff_f{}, (double)scale, 0);
 }
 
 /* In double, as the host backend computes it. A NaN norm gives 1 (no scaling), as there. */

@@ -162,7 +162,7 @@ int tr__cuda_bias_grad(tr_stream *s, float *dbias, const float *dout, size_t N, 
 
 /* A warp per row, row sums in double. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+    tr__layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
                              const float *weight, const float *bias, size_t N, size_t C,
                              float eps) {
   unsigned lane = threadIdx.x & 31;
@@ -187,21 +187,21 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   }
 }
 
-int tr__cuda_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+int tr__cuda_layernorm_forward(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, size_t N, size_t C,
                            float eps) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
-  tr__layernorm_fwd_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
+  tr__layernorm_forward_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       out, mean, rstd, inp, weight, bias, N, C, eps);
-  TR__LAUNCHED(d, "layernorm_fwd");
+  TR__LAUNCHED(d, "layernorm_forward");
   return 0;
 }
 
 /* dinp = rstd * (dnorm - mean(dnorm) - norm * mean(dnorm * norm)), dnorm = dout * weight;
  * the two means in double, as on the host. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__layernorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
+    tr__layernorm_backward_kernel(float *dinp, const float *dout, const float *inp,
                              const float *weight, const float *mean, const float *rstd,
                              size_t N, size_t C) {
   unsigned lane = threadIdx.x & 31;
@@ -233,15 +233,15 @@ struct tr__layernorm_wgrad_f {
   }
 };
 
-int tr__cuda_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias,
+int tr__cuda_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight,
                            const float *mean, const float *rstd, size_t N, size_t C) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
-  tr__layernorm_bwd_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
+  tr__layernorm_backward_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       dinp, dout, inp, weight, mean, rstd, N, C);
-  TR__LAUNCHED(d, "layernorm_bwd");
-  return tr__colsum<2>(s, "layernorm_bwd", tr__layernorm_wgrad_f{dout, inp, mean, rstd, C}, N,
+  TR__LAUNCHED(d, "layernorm_backward");
+  return tr__colsum<2>(s, "layernorm_backward", tr__layernorm_wgrad_f{dout, inp, mean, rstd, C}, N,
                        C, dweight, dbias);
 }
 
@@ -265,13 +265,13 @@ __device__ __forceinline__ double tr__warp_softmax(float *y, const float *x, siz
 }
 
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__softmax_fwd_kernel(float *out, const float *inp, size_t N, size_t C) {
+    tr__softmax_forward_kernel(float *out, const float *inp, size_t N, size_t C) {
   unsigned lane = threadIdx.x & 31;
   TR__ROW_LOOP(r, N) tr__warp_softmax(out + r * C, inp + r * C, C, 1.0f, lane, NULL);
 }
 
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__softmax_bwd_kernel(float *dinp, const float *out, const float *dout, size_t N,
+    tr__softmax_backward_kernel(float *dinp, const float *out, const float *dout, size_t N,
                            size_t C) {
   unsigned lane = threadIdx.x & 31;
   TR__ROW_LOOP(r, N) {
@@ -284,28 +284,28 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   }
 }
 
-int tr__cuda_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
+int tr__cuda_softmax_forward(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
-  tr__softmax_fwd_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
+  tr__softmax_forward_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       out, inp, N, C);
-  TR__LAUNCHED(d, "softmax_fwd");
+  TR__LAUNCHED(d, "softmax_forward");
   return 0;
 }
 
-int tr__cuda_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout,
+int tr__cuda_softmax_backward(tr_stream *s, float *dinp, const float *out, const float *dout,
                          size_t N, size_t C) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
-  tr__softmax_bwd_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
+  tr__softmax_backward_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       dinp, out, dout, N, C);
-  TR__LAUNCHED(d, "softmax_bwd");
+  TR__LAUNCHED(d, "softmax_backward");
   return 0;
 }
 
 /* Row r of the (BH*T, T) stack is query t = r % T: it sees keys 0..t. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__attn_softmax_fwd_kernel(float *att, const float *preatt, size_t rows, size_t T,
+    tr__attn_softmax_forward_kernel(float *att, const float *preatt, size_t rows, size_t T,
                                 float scale) {
   unsigned lane = threadIdx.x & 31;
   TR__ROW_LOOP(r, rows) {
@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
 }
 
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__attn_softmax_bwd_kernel(float *dpreatt, const float *att, const float *datt,
+    tr__attn_softmax_backward_kernel(float *dpreatt, const float *att, const float *datt,
                                 size_t rows, size_t T, float scale) {
   unsigned lane = threadIdx.x & 31;
   TR__ROW_LOOP(r, rows) {
@@ -331,25 +331,25 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   }
 }
 
-int tr__cuda_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH,
+int tr__cuda_attn_softmax_forward(tr_stream *s, float *att, const float *preatt, size_t BH,
                               size_t T, float scale) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
   size_t rows = BH * T;
-  tr__attn_softmax_fwd_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0,
+  tr__attn_softmax_forward_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0,
                                 tr__cu_stream(s)->st>>>(att, preatt, rows, T, scale);
-  TR__LAUNCHED(d, "attn_softmax_fwd");
+  TR__LAUNCHED(d, "attn_softmax_forward");
   return 0;
 }
 
-int tr__cuda_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+int tr__cuda_attn_softmax_backward(tr_stream *s, float *dpreatt, const float *att, const float *datt,
                               size_t BH, size_t T, float scale) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
   size_t rows = BH * T;
-  tr__attn_softmax_bwd_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0,
+  tr__attn_softmax_backward_kernel<<<tr__rows_grid(d, rows), TR__CU_BLOCK, 0,
                                 tr__cu_stream(s)->st>>>(dpreatt, att, datt, rows, T, scale);
-  TR__LAUNCHED(d, "attn_softmax_bwd");
+  TR__LAUNCHED(d, "attn_softmax_backward");
   return 0;
 }
 
@@ -360,7 +360,7 @@ int tr__cuda_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, co
  * outside [0,V) contributes NaN: the GPU cannot fail the call as the host backend does, and
  * a wrong index must not pass as a plausible loss. */
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__crossentropy_fwd_kernel(float *probs, const float *logits, const int32_t *targets,
+    tr__crossentropy_forward_kernel(float *probs, const float *logits, const int32_t *targets,
                                 size_t N, size_t V, double *partials) {
   unsigned lane = threadIdx.x & 31;
   double acc = 0.0;
@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
-int tr__cuda_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
+int tr__cuda_crossentropy_forward(tr_stream *s, float *loss, float *probs, const float *logits,
                               const int32_t *targets, size_t N, size_t V, float scale) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
@@ -386,14 +386,14 @@ int tr__cuda_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const flo
   void *scratch;
   int rc = tr__cuda_scratch(s, grid * sizeof(double), &scratch);
   if (rc) return rc;
-  tr__crossentropy_fwd_kernel<<<grid, TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
+  tr__crossentropy_forward_kernel<<<grid, TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       probs, logits, targets, N, V, (double *)scratch);
-  TR__LAUNCHED(d, "crossentropy_fwd");
+  TR__LAUNCHED(d, "crossentropy_forward");
   return tr__cuda_finish_sum(s, loss, (const double *)scratch, grid, (double)scale, 0);
 }
 
 __global__ void __launch_bounds__(TR__CU_BLOCK)
-    tr__crossentropy_bwd_kernel(float *dlogits, const float *probs, const int32_t *targets,
+    tr__crossentropy_backward_kernel(float *dlogits, const float *probs, const int32_t *targets,
                                 size_t N, size_t V, float scale) {
   unsigned lane = threadIdx.x & 31;
   TR__ROW_LOOP(r, N) {
@@ -406,12 +406,12 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
   }
 }
 
-int tr__cuda_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
+int tr__cuda_crossentropy_backward(tr_stream *s, float *dlogits, const float *probs,
                               const int32_t *targets, size_t N, size_t V, float scale) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
-  tr__crossentropy_bwd_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
+  tr__crossentropy_backward_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0, tr__cu_stream(s)->st>>>(
       dlogits, probs, targets, N, V, scale);
-  TR__LAUNCHED(d, "crossentropy_bwd");
+  TR__LAUNCHED(d, "crossentropy_backward");
   return 0;
 }

@@ -198,14 +198,14 @@ HOST_AVX2_TOO(tr__host_to_bf16, (tr_stream *s, tr_bf16 *out, const float *inp, s
 
 /* ---- activations ------------------------------------------------------------------------------- */
 
-HOST_LOOPS tr__host_relu_fwd_loops(tr_stream *s, float *out, const float *inp, size_t n) {
+HOST_LOOPS tr__host_relu_forward_loops(tr_stream *s, float *out, const float *inp, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
   return 0;
 }
-HOST_AVX2_TOO(tr__host_relu_fwd, (tr_stream *s, float *out, const float *inp, size_t n), (s, out, inp, n))
+HOST_AVX2_TOO(tr__host_relu_forward, (tr_stream *s, float *out, const float *inp, size_t n), (s, out, inp, n))
 
-HOST_LOOPS tr__host_relu_bwd_loops(tr_stream *s, float *dinp, const float *inp, const float *dout,
+HOST_LOOPS tr__host_relu_backward_loops(tr_stream *s, float *dinp, const float *inp, const float *dout,
                                    size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
@@ -214,7 +214,7 @@ HOST_LOOPS tr__host_relu_bwd_loops(tr_stream *s, float *dinp, const float *inp, 
   }
   return 0;
 }
-HOST_AVX2_TOO(tr__host_relu_bwd, (tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n),
+HOST_AVX2_TOO(tr__host_relu_backward, (tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n),
               (s, dinp, inp, dout, n))
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -230,7 +230,7 @@ static inline void gelu_parts(float x, float *sig, float *one_minus_sig) {
   *one_minus_sig = u >= 0.0f ? e * inv : inv;
 }
 
-int tr__host_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
+int tr__host_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
     float sig, rest;
@@ -241,7 +241,7 @@ int tr__host_gelu_fwd(tr_stream *s, float *out, const float *inp, size_t n) {
 }
 
 /* d/dx [x sig(2u)] = sig + x * 2 sig (1 - sig) * du/dx, du/dx = K (1 + 3 C x^2) */
-int tr__host_gelu_bwd(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+int tr__host_gelu_backward(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
     const float x = inp[i];

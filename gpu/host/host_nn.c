@@ -61,7 +61,7 @@ static double softmax_row(float *out, const float *inp, size_t n, float scale) {
 
 /* ---- layernorm ------------------------------------------------------------------------------- */
 
-int tr__host_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+int tr__host_layernorm_forward(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, size_t N, size_t C, float eps) {
   (void)s;
   for (size_t r = 0; r < N; r++) {
@@ -87,12 +87,12 @@ int tr__host_layernorm_fwd(tr_stream *s, float *out, float *mean, float *rstd, c
   return 0;
 }
 
-int tr__host_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbias,
+int tr__host_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight,
                            const float *mean, const float *rstd, size_t N, size_t C) {
   /* per-channel parameter gradients summed over the rows in double, added once */
   double *dw = tr__host_scratch(s, TR__SCRATCH_OPS, 2 * C * sizeof(double));
-  if (!dw) return tr__device_fail(s->dev, TR_ENOMEM, "layernorm_bwd: out of memory");
+  if (!dw) return tr__device_fail(s->dev, TR_ENOMEM, "layernorm_backward: out of memory");
   double *db = dw + C;
   memset(dw, 0, 2 * C * sizeof(double));
   for (size_t r = 0; r < N; r++) {
@@ -119,26 +119,26 @@ int tr__host_layernorm_bwd(tr_stream *s, float *dinp, float *dweight, float *dbi
 
 /* ---- softmax ----------------------------------------------------------------------------------- */
 
-int tr__host_softmax_fwd(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
+int tr__host_softmax_forward(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
   (void)s;
   for (size_t r = 0; r < N; r++) softmax_row(out + r * C, inp + r * C, C, 1.0f);
   return 0;
 }
 
 /* dinp = scale * out * (dout - <out, dout>) over the first n entries of a row */
-static void softmax_bwd_row(float *dinp, const float *out, const float *dout, size_t n, float scale) {
+static void softmax_backward_row(float *dinp, const float *out, const float *dout, size_t n, float scale) {
   const float d = (float)dot(out, dout, n);
   for (size_t i = 0; i < n; i++) dinp[i] = scale * out[i] * (dout[i] - d);
 }
 
-int tr__host_softmax_bwd(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+int tr__host_softmax_backward(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
                          size_t C) {
   (void)s;
-  for (size_t r = 0; r < N; r++) softmax_bwd_row(dinp + r * C, out + r * C, dout + r * C, C, 1.0f);
+  for (size_t r = 0; r < N; r++) softmax_backward_row(dinp + r * C, out + r * C, dout + r * C, C, 1.0f);
   return 0;
 }
 
-int tr__host_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
+int tr__host_attn_softmax_forward(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
                               float scale) {
   (void)s;
   for (size_t m = 0; m < BH; m++)
@@ -150,13 +150,13 @@ int tr__host_attn_softmax_fwd(tr_stream *s, float *att, const float *preatt, siz
   return 0;
 }
 
-int tr__host_attn_softmax_bwd(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+int tr__host_attn_softmax_backward(tr_stream *s, float *dpreatt, const float *att, const float *datt,
                               size_t BH, size_t T, float scale) {
   (void)s;
   for (size_t m = 0; m < BH; m++)
     for (size_t t = 0; t < T; t++) {
       const size_t row = (m * T + t) * T;
-      softmax_bwd_row(dpreatt + row, att + row, datt + row, t + 1, scale);
+      softmax_backward_row(dpreatt + row, att + row, datt + row, t + 1, scale);
       memset(dpreatt + row + t + 1, 0, (T - t - 1) * sizeof *dpreatt);
     }
   return 0;
@@ -169,12 +169,12 @@ static int bad_target(tr_stream *s, const char *op, size_t n, int32_t t, size_t 
                          (int)t, V);
 }
 
-int tr__host_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const float *logits,
+int tr__host_crossentropy_forward(tr_stream *s, float *loss, float *probs, const float *logits,
                               const int32_t *targets, size_t N, size_t V, float scale) {
   double total = 0;
   for (size_t r = 0; r < N; r++) {
     const int32_t t = targets[r];
-    if (t < 0 || (size_t)t >= V) return bad_target(s, "crossentropy_fwd", r, t, V);
+    if (t < 0 || (size_t)t >= V) return bad_target(s, "crossentropy_forward", r, t, V);
     const float *z = logits + r * V;
     /* -log p_t = log(sum exp(z - max)) - (z_t - max): exact even where p_t underflows */
     const float mx = row_max(z, V);
@@ -185,11 +185,11 @@ int tr__host_crossentropy_fwd(tr_stream *s, float *loss, float *probs, const flo
   return 0;
 }
 
-int tr__host_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
+int tr__host_crossentropy_backward(tr_stream *s, float *dlogits, const float *probs,
                               const int32_t *targets, size_t N, size_t V, float scale) {
   for (size_t r = 0; r < N; r++) {
     const int32_t t = targets[r];
-    if (t < 0 || (size_t)t >= V) return bad_target(s, "crossentropy_bwd", r, t, V);
+    if (t < 0 || (size_t)t >= V) return bad_target(s, "crossentropy_backward", r, t, V);
     const float *p = probs + r * V;
     float *d = dlogits + r * V;
     const float pt = p[t]; /* before d (perhaps p itself) is written */
@@ -199,7 +199,7 @@ int tr__host_crossentropy_bwd(tr_stream *s, float *dlogits, const float *probs,
   return 0;
 }
 
-int tr__host_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
+int tr__host_mse_forward(tr_stream *s, float *loss, const float *pred, const float *target, size_t n,
                      float scale) {
   (void)s;
   double acc[HOST_LANES] = {0};
@@ -219,7 +219,7 @@ int tr__host_mse_fwd(tr_stream *s, float *loss, const float *pred, const float *
   return 0;
 }
 
-int tr__host_mse_bwd(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
+int tr__host_mse_backward(tr_stream *s, float *dpred, const float *pred, const float *target, size_t n,
                      float scale) {
   (void)s;
   const float k = 2.0f * scale;
@@ -233,13 +233,13 @@ static int bad_index(tr_stream *s, const char *op, size_t n, int32_t t, size_t V
   return tr__device_fail(s->dev, TR_EINVAL, "%s: index %zu is %d, outside [0, %zu)", op, n, (int)t, V);
 }
 
-int tr__host_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+int tr__host_embedding_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
                            const float *wpe, size_t B, size_t T, size_t C, size_t V) {
   for (size_t b = 0; b < B; b++)
     for (size_t t = 0; t < T; t++) {
       const size_t bt = b * T + t;
       const int32_t ix = idx[bt];
-      if (ix < 0 || (size_t)ix >= V) return bad_index(s, "embedding_fwd", bt, ix, V);
+      if (ix < 0 || (size_t)ix >= V) return bad_index(s, "embedding_forward", bt, ix, V);
       float *o = out + bt * C;
       const float *e = wte + (size_t)ix * C;
       if (wpe) {
@@ -253,10 +253,10 @@ int tr__host_embedding_fwd(tr_stream *s, float *out, const int32_t *idx, const f
 }
 
 /* In (b, t) order, so the sums of a repeated token are always added in the same order. */
-int tr__host_embedding_bwd(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+int tr__host_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
                            const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
   for (size_t bt = 0; bt < B * T; bt++)
-    if (idx[bt] < 0 || (size_t)idx[bt] >= V) return bad_index(s, "embedding_bwd", bt, idx[bt], V);
+    if (idx[bt] < 0 || (size_t)idx[bt] >= V) return bad_index(s, "embedding_backward", bt, idx[bt], V);
   for (size_t b = 0; b < B; b++)
     for (size_t t = 0; t < T; t++) {
       const size_t bt = b * T + t;

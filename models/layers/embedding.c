@@ -20,14 +20,14 @@ static int tensors(const tr_layer_spec *l, int T, tr_tensor_list *t) {
 }
 
 static int forward(const tr_layer_ctx *c) {
-  return tr_embedding_fwd(c->s, c->act, c->x, c->p[0], c->p[1], c->B, c->T, c->l->out,
+  return tr_embedding_forward(c->s, c->act, c->x, c->p[0], c->p[1], c->B, c->T, c->l->out,
                           c->l->vocab);
 }
 
 /* tokens have no gradient: dinp is never asked for */
 static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   (void)dinp;
-  return tr_embedding_bwd(c->s, c->g[0], c->g[1], dout, c->x, c->B, c->T, c->l->out,
+  return tr_embedding_backward(c->s, c->g[0], c->g[1], dout, c->x, c->B, c->T, c->l->out,
                           c->l->vocab);
 }
 

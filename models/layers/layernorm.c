@@ -33,14 +33,14 @@ static size_t scratch_floats(const tr_layer_spec *l, int B, int T) { return (siz
 static int forward(const tr_layer_ctx *c) {
   const int N = c->B * c->T, C = c->l->in;
   float *mean = c->act + tr__align_floats((size_t)N * C), *rstd = mean + tr__align_floats(N);
-  return tr_layernorm_fwd(c->s, c->act, mean, rstd, c->x, c->p[0], c->p[1], N, C,
+  return tr_layernorm_forward(c->s, c->act, mean, rstd, c->x, c->p[0], c->p[1], N, C,
                           TR_LAYERNORM_EPS);
 }
 
 static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   const int N = c->B * c->T, C = c->l->in;
   const float *mean = c->act + tr__align_floats((size_t)N * C), *rstd = mean + tr__align_floats(N);
-  return tr_layernorm_bwd(c->s, dinp ? dinp : c->scratch, c->g[0], c->g[1], dout, c->x,
+  return tr_layernorm_backward(c->s, dinp ? dinp : c->scratch, c->g[0], c->g[1], dout, c->x,
                           c->p[0], mean, rstd, N, C);
 }
 

@@ -120,12 +120,12 @@ static void host_devices_have_no_communicator(void **state) {
   tr_device_list *devs;
   char err[256];
   assert_int_equal(tr_device_list_open(&devs, "host:2", err, sizeof err), 0);
-  tr_device *d[2] = {tr_device_list_get(devs, 0), tr_device_list_get(devs, 1)};
+  tr_device *d[2] = {tr_device_list_at(devs, 0), tr_device_list_at(devs, 1)};
   tr_comm *c[2];
   assert_int_equal(tr_comm_open_all(d, 2, c, err, sizeof err), TR_EDEVICE);
   assert_non_null(strstr(err, "host:0: a host device has no collectives"));
   tr_comm_id id;
-  assert_int_equal(tr_comm_id_new(TR_DEVICE_HOST, &id, err, sizeof err), TR_EDEVICE);
+  assert_int_equal(tr_comm_id_init(TR_DEVICE_HOST, &id, err, sizeof err), TR_EDEVICE);
   tr_device_list_close(devs);
 }
 

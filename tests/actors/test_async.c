@@ -207,7 +207,7 @@ static void dc_asgd_op_matches_a_hand_computed_example(void **state) {
   tr_device_list *list;
   char err[256];
   if (tr_device_list_open(&list, "host:1", err, sizeof err)) fail_msg("%s", err);
-  tr_device *d = tr_device_list_get(list, 0);
+  tr_device *d = tr_device_list_at(list, 0);
   tr_stream *s = tr_device_stream(d);
   float *buf;
   assert_int_equal(tr_device_alloc(d, 12 * sizeof(float), (void **)&buf), 0);
@@ -297,10 +297,10 @@ static float *initial_params(const tr_train_options *o, tr_model **model) {
   tr_stage_config c = tr_stage_defaults(*model);
   c.seed = o->job.seed;
   tr_stage *st;
-  if (tr_stage_open(&st, *model, tr_device_list_get(list, 0), &c, err, sizeof err))
+  if (tr_stage_open(&st, *model, tr_device_list_at(list, 0), &c, err, sizeof err))
     fail_msg("%s", err);
   assert_int_equal(tr_stream_synchronize(tr_stage_stream(st)), 0);
-  const size_t n = tr_stage_get_info(st)->numel;
+  const size_t n = tr_stage_info_of(st)->numel;
   float *p = malloc(n * sizeof *p);
   memcpy(p, tr_stage_params(st), n * sizeof *p);
   tr_stage_close(st);

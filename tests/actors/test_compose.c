@@ -145,7 +145,7 @@ static void open_run(run *r, const char *checkpoint) {
   c.data = r->data;
   c.checkpoint.path = checkpoint ? path(checkpoint) : NULL;
   if (tr_job_new(&r->j, r->g, &c, err, sizeof err)) fail_msg("%s", err);
-  assert_int_equal(tr_job_add_stage(r->j, 0, 0, tr_device_list_get(r->devs, 0), &r->stage), 0);
+  assert_int_equal(tr_job_add_stage(r->j, 0, 0, tr_device_list_at(r->devs, 0), &r->stage), 0);
   assert_int_equal(tr_job_add_coordinator(r->j, &r->coordinator), 0);
 }
 
@@ -360,7 +360,7 @@ static void a_graph_left_waiting_is_stopped_and_printed(void **state) {
   c.data = r.data;
   c.layout.prefetch = 4;
   assert_int_equal(tr_job_new(&r.j, r.g, &c, err, sizeof err), 0);
-  assert_int_equal(tr_job_add_stage(r.j, 0, 0, tr_device_list_get(r.devs, 0), &r.stage), 0);
+  assert_int_equal(tr_job_add_stage(r.j, 0, 0, tr_device_list_at(r.devs, 0), &r.stage), 0);
   assert_int_equal(tr_job_add_coordinator(r.j, &r.coordinator), 0);
   tr_actor *loader, *relay_actor;
   assert_int_equal(tr_job_add_loader(r.j, 0, &loader), 0);

@@ -46,7 +46,7 @@ static void open_job(job *b, int replicas, int stages) {
   if (tr_job_new(&b->j, b->g, &c, err, sizeof err)) fail_msg("%s", err);
   for (int i = 0; i < replicas * stages; i++)
     assert_int_equal(tr_job_add_stage(b->j, i / stages, i % stages,
-                                      tr_device_list_get(b->devs, i), &b->st[i]), 0);
+                                      tr_device_list_at(b->devs, i), &b->st[i]), 0);
   for (int r = 0; r < replicas; r++) {
     assert_int_equal(tr_job_add_loader(b->j, r, &b->loader[r]), 0);
     assert_int_equal(tr_job_feed(b->j, b->loader[r], b->st[r * stages],

@@ -21,17 +21,17 @@
 #include "compare.h"
 #include "specs.h"
 
-/* ---- sign-SGD: param -= lr * sign(grad), from relu_bwd's masks ------------------------------ */
+/* ---- sign-SGD: param -= lr * sign(grad), from relu_backward's masks ------------------------------ */
 
 static int sign_update(const tr_optim_ctx *c) {
   float *pos = c->scratch, *neg = c->scratch + c->n;
   int rc = tr_fill(c->s, pos, c->n, 1.0f);
-  if (!rc) rc = tr_relu_bwd(c->s, pos, c->grad, pos, c->n); /* 1 where grad > 0 */
+  if (!rc) rc = tr_relu_backward(c->s, pos, c->grad, pos, c->n); /* 1 where grad > 0 */
   if (!rc) rc = tr_memcpy(c->s, neg, c->grad, c->n * sizeof(float), TR_COPY_D2D);
   if (!rc) rc = tr_scale(c->s, neg, -1.0f, c->n);
   if (!rc) rc = tr_axpy(c->s, c->param, -c->o->lr, pos, c->n);
   if (!rc) rc = tr_fill(c->s, pos, c->n, 1.0f);
-  if (!rc) rc = tr_relu_bwd(c->s, pos, neg, pos, c->n); /* 1 where grad < 0 */
+  if (!rc) rc = tr_relu_backward(c->s, pos, neg, pos, c->n); /* 1 where grad < 0 */
   return rc ? rc : tr_axpy(c->s, c->param, c->o->lr, pos, c->n);
 }
 
@@ -46,7 +46,7 @@ static const tr_optim_type stray = {.name = "stray-signsgd", .scratch_copies = 2
  * A row's loss against the target distribution (1 - e) onehot + e / V is
  *   CE + e z_y - (e / V) sum_c z_c     (z the logits, CE = -log softmax(z)_y),
  * so the batch's is cross-entropy's plus scale * sum q z with q = e onehot - e / V, and its
- * gradient cross-entropy's plus scale * q. The one-hot rows come from crossentropy_bwd on zero
+ * gradient cross-entropy's plus scale * q. The one-hot rows come from crossentropy_backward on zero
  * probabilities with scale -1. */
 
 #define EPS 0.1f
@@ -57,12 +57,12 @@ static size_t rows_by_width(int N, int V) { return (size_t)N * V; }
 static int onehot(const tr_loss_ctx *c) {
   const size_t n = (size_t)c->N * c->V;
   int rc = tr_memset(c->s, c->scratch, 0, n * sizeof(float));
-  return rc ? rc : tr_crossentropy_bwd(c->s, c->scratch, c->scratch, c->target, c->N, c->V, -1.0f);
+  return rc ? rc : tr_crossentropy_backward(c->s, c->scratch, c->scratch, c->target, c->N, c->V, -1.0f);
 }
 
 static int smooth_forward(const tr_loss_ctx *c, float *loss) {
   const size_t n = (size_t)c->N * c->V;
-  int rc = tr_crossentropy_fwd(c->s, loss, c->keep, c->pred, c->target, c->N, c->V, c->scale);
+  int rc = tr_crossentropy_forward(c->s, loss, c->keep, c->pred, c->target, c->N, c->V, c->scale);
   if (!rc) rc = onehot(c);
   if (!rc) rc = tr_mul(c->s, c->scratch, c->scratch, c->pred, n);  /* z_y at the targets */
   if (!rc) rc = tr_scale(c->s, c->scratch, c->scale * EPS, n);
@@ -74,7 +74,7 @@ static int smooth_forward(const tr_loss_ctx *c, float *loss) {
 
 static int smooth_backward(const tr_loss_ctx *c, float *dpred) {
   const size_t n = (size_t)c->N * c->V;
-  int rc = tr_crossentropy_bwd(c->s, dpred, c->keep, c->target, c->N, c->V, c->scale);
+  int rc = tr_crossentropy_backward(c->s, dpred, c->keep, c->target, c->N, c->V, c->scale);
   if (!rc) rc = onehot(c);
   if (!rc) rc = tr_scale(c->s, c->scratch, c->scale * EPS, n);
   if (!rc) rc = tr_add(c->s, dpred, dpred, c->scratch, n);
@@ -115,7 +115,7 @@ static int group_teardown(void **state) {
 
 /* A stage of the whole model on the host device, its parameters uploaded when given. */
 static tr_stage *open_stage(const tr_model *m, int batch, const float *params) {
-  tr_device *d = tr_device_list_get(devs, 0);
+  tr_device *d = tr_device_list_at(devs, 0);
   assert_int_equal(tr_device_bind(d), 0);
   tr_stage_config c = tr_stage_defaults(m);
   c.batch = c.global_batch = batch;
@@ -183,7 +183,7 @@ static void sign_sgd_moves_each_parameter_by_lr(void **state) {
   char err[256];
   assert_int_equal(tr_model_new(&m, &spec, err, sizeof err), 0);
   tr_stage *st = open_stage(m, 1, NULL);
-  assert_int_equal(tr_stage_get_info(st)->state_numel, 0);
+  assert_int_equal(tr_stage_info_of(st)->state_numel, 0);
   const size_t N = tr_model_numel(m); /* weight (2,3) at 0, bias (2) at 16: 32 */
   float *g = calloc(N, sizeof *g);
   const float w[6] = {0.5f, -2.0f, 0.0f, 1e-30f, -1e-30f, 3.0f}, b[2] = {-0.125f, 0.0f};
@@ -220,12 +220,12 @@ static void zero_refuses_a_kind_that_is_not_elementwise(void **state) {
   tr_model *m;
   char err[512];
   assert_int_equal(tr_model_new(&m, &spec, err, sizeof err), 0);
-  tr_device *d = tr_device_list_get(devs, 0);
+  tr_device *d = tr_device_list_at(devs, 0);
   assert_int_equal(tr_device_bind(d), 0);
   tr_stage_config c = tr_stage_defaults(m);
   tr_stage *st;
   assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), 0); /* whole: fine */
-  assert_int_equal(tr_stage_get_info(st)->state_numel, tr_model_numel(m));
+  assert_int_equal(tr_stage_info_of(st)->state_numel, tr_model_numel(m));
   tr_stage_close(st);
   c.shard = (tr_stage_shard){.count = 2, .index = 1};
   assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), TR_EINVAL);
@@ -341,7 +341,7 @@ static void sample_losses_average_to_the_batch_loss(void **state) {
     /* a stage without the loss has none */
     tr_stage_config c = tr_stage_defaults(m);
     c.end = 2;
-    assert_int_equal(tr_stage_open(&st, m, tr_device_list_get(devs, 0), &c, err, sizeof err), 0);
+    assert_int_equal(tr_stage_open(&st, m, tr_device_list_at(devs, 0), &c, err, sizeof err), 0);
     assert_int_equal(tr_stage_sample_losses(st, 0, per), TR_EINVAL);
     assert_non_null(strstr(tr_stage_error(st), "last stage"));
     tr_stage_close(st);

@@ -90,9 +90,9 @@ static int poisoned_run(const poison_case *c, tr_train_result *r, char *err, siz
   if ((rc = tr_graph_new(&g, NULL)) || (rc = tr_job_new(&j, g, &jc, err, n))) goto out;
   if (jc.async.enabled) {
     rc = tr_device_list_open(&server_dev, "host:1", err, n);
-    if (!rc) rc = tr_job_add_server(j, tr_device_list_get(server_dev, 0), &server);
+    if (!rc) rc = tr_job_add_server(j, tr_device_list_at(server_dev, 0), &server);
     for (int w = 0; w < R && !rc; w++) {
-      rc = tr_job_add_worker(j, w, tr_device_list_get(devs, w), &stage[w]);
+      rc = tr_job_add_worker(j, w, tr_device_list_at(devs, w), &stage[w]);
       if (!rc) rc = tr_job_serve(j, server, stage[w]);
     }
   } else {

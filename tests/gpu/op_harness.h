@@ -9,12 +9,12 @@
  *
  *   static int run_relu(tr_stream *s, void **a, void *ctx) {
  *     size_t n = *(size_t *)ctx;
- *     return tr_relu_fwd(s, a[1], a[0], n);
+ *     return tr_relu_forward(s, a[1], a[0], n);
  *   }
  *   th_arg args[] = {{"inp", n, 4, TH_IN, x}, {"out", n, 4, TH_OUT, NULL}};
  *   void *got[2];
  *   assert_int_equal(th_run(dev, args, 2, run_relu, &n, got), 0);
- *   assert_true(th_check("relu_fwd", got[1], ref, n, TH_TOL_ELEMENTWISE));
+ *   assert_true(th_check("relu_forward", got[1], ref, n, TH_TOL_ELEMENTWISE));
  *   th_free_outputs(got, 2);
  *
  *   // CUDA vs host: same arguments, same run function

@@ -34,7 +34,7 @@ static void host_spec_opens_n_devices_named_in_order(void **state) {
   tr_device_list *l = open_ok("host:3");
   assert_int_equal(tr_device_list_count(l), 3);
   for (int i = 0; i < 3; i++) {
-    const tr_device_info *in = tr_device_get_info(tr_device_list_get(l, i));
+    const tr_device_info *in = tr_device_info_of(tr_device_list_at(l, i));
     char name[16];
     snprintf(name, sizeof name, "host:%d", i);
     assert_string_equal(in->name, name);
@@ -91,11 +91,11 @@ static void auto_opens_every_gpu_else_one_host_device(void **state) {
   int gpus = tr_device_count(TR_DEVICE_CUDA);
   if (gpus == 0) {
     assert_int_equal(tr_device_list_count(l), 1);
-    assert_int_equal(tr_device_get_info(tr_device_list_get(l, 0))->kind, TR_DEVICE_HOST);
+    assert_int_equal(tr_device_info_of(tr_device_list_at(l, 0))->kind, TR_DEVICE_HOST);
   } else {
     assert_int_equal(tr_device_list_count(l), gpus);
     for (int i = 0; i < gpus; i++)
-      assert_int_equal(tr_device_get_info(tr_device_list_get(l, i))->kind, TR_DEVICE_CUDA);
+      assert_int_equal(tr_device_info_of(tr_device_list_at(l, i))->kind, TR_DEVICE_CUDA);
   }
   tr_device_list_close(l);
 }
@@ -105,7 +105,7 @@ static void auto_opens_every_gpu_else_one_host_device(void **state) {
 static void alloc_is_aligned_and_reuses_freed_blocks_in_stream_order(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:1");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   void *p[5];
   const size_t sz[] = {1, 3, 64, 1000, 1 << 20};
   for (int i = 0; i < 5; i++) {
@@ -130,7 +130,7 @@ static void alloc_is_aligned_and_reuses_freed_blocks_in_stream_order(void **stat
 static void free_on_the_wrong_device_is_reported(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:2");
-  tr_device *a = tr_device_list_get(l, 0), *b = tr_device_list_get(l, 1);
+  tr_device *a = tr_device_list_at(l, 0), *b = tr_device_list_at(l, 1);
   void *p;
   assert_int_equal(tr_device_alloc(a, 256, &p), 0);
   assert_int_equal(tr_device_free(b, p), TR_EINVAL);
@@ -143,7 +143,7 @@ static void free_on_the_wrong_device_is_reported(void **state) {
 static void copies_and_memset_round_trip(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:1");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d);
   enum { N = 1027 };
   float *x = th_alloc_f(N), *y = th_alloc_f(N);
@@ -171,7 +171,7 @@ static void copies_and_memset_round_trip(void **state) {
 static void peer_copy_after_an_event_sees_the_other_devices_work(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:2");
-  tr_device *src = tr_device_list_get(l, 0), *dst = tr_device_list_get(l, 1);
+  tr_device *src = tr_device_list_at(l, 0), *dst = tr_device_list_at(l, 1);
   assert_int_equal(tr_device_can_access_peer(src, dst), 1);
   assert_true(th_peer_copy_two_threads(src, dst, 4099, 1));
   tr_device_list_close(l);
@@ -180,7 +180,7 @@ static void peer_copy_after_an_event_sees_the_other_devices_work(void **state) {
 static void work_waiting_on_an_event_sees_the_recorded_work(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:1");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *a = tr_device_stream(d), *b;
   tr_event *e;
   enum { M = 128 };
@@ -212,7 +212,7 @@ static void work_waiting_on_an_event_sees_the_recorded_work(void **state) {
 static void timing_events_measure_elapsed_time(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:1");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d);
   tr_event *t0, *t1, *plain;
   assert_int_equal(tr_event_open(d, TR_EVENT_TIMING, &t0), 0);
@@ -263,7 +263,7 @@ static void init_values_do_not_depend_on_device_or_thread_count(void **state) {
   for (int normal = 0; normal < 2; normal++) {
     float *whole = th_alloc_f(N), *sharded = th_alloc_f(N);
     tr_device_list *one = open_ok("host:1");
-    shard_ctx c1 = {tr_device_list_get(one, 0), 0, N, whole, normal, 0};
+    shard_ctx c1 = {tr_device_list_at(one, 0), 0, N, whole, normal, 0};
     init_shard(&c1);
     assert_int_equal(c1.rc, 0);
     tr_device_list_close(one);
@@ -272,7 +272,7 @@ static void init_values_do_not_depend_on_device_or_thread_count(void **state) {
     shard_ctx c[4];
     pthread_t t[4];
     for (int i = 0; i < 4; i++) {
-      c[i] = (shard_ctx){tr_device_list_get(four, i), cut[i], cut[i + 1] - cut[i], sharded, normal, 0};
+      c[i] = (shard_ctx){tr_device_list_at(four, i), cut[i], cut[i + 1] - cut[i], sharded, normal, 0};
       pthread_create(&t[i], NULL, init_shard, &c[i]);
     }
     for (int i = 0; i < 4; i++) {
@@ -317,13 +317,13 @@ static void host_devices_run_gemm_concurrently_with_identical_results(void **sta
   th_fill_normal(&r, a, N * N, 1);
   th_fill_normal(&r, b, N * N, 1);
   tr_device_list *l = open_ok("host:3");
-  gemm_ctx alone = {tr_device_list_get(l, 0), a, b, want, N, 1, 0};
+  gemm_ctx alone = {tr_device_list_at(l, 0), a, b, want, N, 1, 0};
   gemm_thread(&alone);
   assert_int_equal(alone.rc, 0);
   gemm_ctx g[T];
   pthread_t t[T];
   for (int i = 0; i < T; i++) {
-    g[i] = (gemm_ctx){tr_device_list_get(l, i), a, b, th_alloc_f(N * N), N, 8, 0};
+    g[i] = (gemm_ctx){tr_device_list_at(l, i), a, b, th_alloc_f(N * N), N, 8, 0};
     pthread_create(&t[i], NULL, gemm_thread, &g[i]);
   }
   for (int i = 0; i < T; i++) {
@@ -385,7 +385,7 @@ static void host_gemm_computes_on_the_calling_thread_alone(void **state) {
   enum { T = 3 };
   tr_device_list *l = open_ok("host:3");
   const int base = process_threads();
-  lone_ctx main_ctx = {tr_device_list_get(l, 0), NULL, 0, 0};
+  lone_ctx main_ctx = {tr_device_list_at(l, 0), NULL, 0, 0};
   lone_thread(&main_ctx);
   assert_int_equal(main_ctx.rc, 0);
   assert_int_equal(main_ctx.threads_seen, base);
@@ -394,7 +394,7 @@ static void host_gemm_computes_on_the_calling_thread_alone(void **state) {
   lone_ctx c[T];
   pthread_t t[T];
   for (int i = 0; i < T; i++) {
-    c[i] = (lone_ctx){tr_device_list_get(l, i), &all_done, 0, 0};
+    c[i] = (lone_ctx){tr_device_list_at(l, i), &all_done, 0, 0};
     pthread_create(&t[i], NULL, lone_thread, &c[i]);
   }
   for (int i = 0; i < T; i++) {
@@ -427,7 +427,7 @@ static void use_off_the_owner_thread_aborts_in_debug_builds(void **state) {
     freopen("/dev/null", "w", stderr);
     tr_device_list *l;
     if (tr_device_list_open(&l, "host:1", NULL, 0)) _exit(3);
-    tr_device *d = tr_device_list_get(l, 0);
+    tr_device *d = tr_device_list_at(l, 0);
     float *x;
     if (tr_device_alloc(d, 64, (void **)&x)) _exit(4); /* binds this thread */
     pthread_t t;
@@ -445,7 +445,7 @@ static void use_off_the_owner_thread_aborts_in_debug_builds(void **state) {
 static void errors_name_the_device_and_the_operation(void **state) {
   (void)state;
   tr_device_list *l = open_ok("host:2");
-  tr_device *d = tr_device_list_get(l, 1);
+  tr_device *d = tr_device_list_at(l, 1);
   tr_stream *s = tr_device_stream(d);
   float *x;
   assert_int_equal(tr_device_alloc(d, 64 * 4, (void **)&x), 0);

@@ -29,14 +29,14 @@ static void a_fault_spec_names_its_devices_as_the_spec_inside(void **state) {
   (void)state;
   tr_device_list *l = open_ok("fault(host:2;dev=1,op=scale,us=1000)");
   assert_int_equal(tr_device_list_count(l), 2);
-  assert_string_equal(tr_device_name(tr_device_list_get(l, 0)), "host:0");
-  assert_string_equal(tr_device_name(tr_device_list_get(l, 1)), "host:1");
-  assert_int_equal(tr_device_get_info(tr_device_list_get(l, 1))->kind, TR_DEVICE_HOST);
+  assert_string_equal(tr_device_name(tr_device_list_at(l, 0)), "host:0");
+  assert_string_equal(tr_device_name(tr_device_list_at(l, 1)), "host:1");
+  assert_int_equal(tr_device_info_of(tr_device_list_at(l, 1))->kind, TR_DEVICE_HOST);
   /* one backend still: peers, as two host devices are */
-  assert_true(tr_device_can_access_peer(tr_device_list_get(l, 0), tr_device_list_get(l, 1)));
+  assert_true(tr_device_can_access_peer(tr_device_list_at(l, 0), tr_device_list_at(l, 1)));
   /* and to a host device of another list, undecorated (an asynchronous job's server) */
   tr_device_list *plain = open_ok("host:1");
-  tr_device *a = tr_device_list_get(plain, 0), *b = tr_device_list_get(l, 1);
+  tr_device *a = tr_device_list_at(plain, 0), *b = tr_device_list_at(l, 1);
   assert_true(tr_device_can_access_peer(a, b) && tr_device_can_access_peer(b, a));
   assert_int_equal(tr_device_bind(a), 0);
   assert_int_equal(tr_device_bind(b), 0);
@@ -56,7 +56,7 @@ static void a_fault_spec_names_its_devices_as_the_spec_inside(void **state) {
 static void the_named_device_sleeps_after_the_counted_ops_and_fails_the_nth(void **state) {
   (void)state;
   tr_device_list *l = open_ok("fault(host:2;dev=1,op=scale,us=20000,fail=3)");
-  tr_device *fast = tr_device_list_get(l, 0), *slow = tr_device_list_get(l, 1);
+  tr_device *fast = tr_device_list_at(l, 0), *slow = tr_device_list_at(l, 1);
   assert_int_equal(tr_device_bind(fast), 0);
   assert_int_equal(tr_device_bind(slow), 0);
   float *x, *y;
@@ -91,7 +91,7 @@ static void the_named_device_sleeps_after_the_counted_ops_and_fails_the_nth(void
 static void the_delay_grows_every_e_calls(void **state) {
   (void)state;
   tr_device_list *l = open_ok("fault(host:1;op=scale,grow=15000,every=2)");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   assert_int_equal(tr_device_bind(d), 0);
   float *x;
   assert_int_equal(tr_device_alloc(d, 16 * sizeof(float), (void **)&x), 0);

@@ -26,7 +26,7 @@ static int setup(void **state) {
     fprintf(stderr, "%s\n", err);
     return -1;
   }
-  dev = tr_device_list_get(list, 0);
+  dev = tr_device_list_at(list, 0);
   return 0;
 }
 
@@ -473,17 +473,17 @@ static void bias_add_and_bias_grad_match_float64(void **state) {
 
 /* ---- activations ------------------------------------------------------------------------------------ */
 
-static int run_relu_fwd(tr_stream *s, void **a, void *ctx) { return tr_relu_fwd(s, a[1], a[0], ((P *)ctx)->n); }
-static int run_relu_bwd(tr_stream *s, void **a, void *ctx) {
-  return tr_relu_bwd(s, a[2], a[0], a[1], ((P *)ctx)->n);
+static int run_relu_forward(tr_stream *s, void **a, void *ctx) { return tr_relu_forward(s, a[1], a[0], ((P *)ctx)->n); }
+static int run_relu_backward(tr_stream *s, void **a, void *ctx) {
+  return tr_relu_backward(s, a[2], a[0], a[1], ((P *)ctx)->n);
 }
-static int run_gelu_fwd(tr_stream *s, void **a, void *ctx) { return tr_gelu_fwd(s, a[1], a[0], ((P *)ctx)->n); }
-static int run_gelu_bwd(tr_stream *s, void **a, void *ctx) {
-  return tr_gelu_bwd(s, a[2], a[0], a[1], ((P *)ctx)->n);
+static int run_gelu_forward(tr_stream *s, void **a, void *ctx) { return tr_gelu_forward(s, a[1], a[0], ((P *)ctx)->n); }
+static int run_gelu_backward(tr_stream *s, void **a, void *ctx) {
+  return tr_gelu_backward(s, a[2], a[0], a[1], ((P *)ctx)->n);
 }
 /* in place: dinp == dout */
-static int run_gelu_bwd_inplace(tr_stream *s, void **a, void *ctx) {
-  return tr_gelu_bwd(s, a[1], a[0], a[1], ((P *)ctx)->n);
+static int run_gelu_backward_inplace(tr_stream *s, void **a, void *ctx) {
+  return tr_gelu_backward(s, a[1], a[0], a[1], ((P *)ctx)->n);
 }
 
 /* 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)): the same function, without the cancellation that
@@ -514,25 +514,25 @@ static void relu_and_gelu_match_float64(void **state) {
     th_arg b[] = {{"inp", n, 4, TH_IN, x, 0}, {"dout", n, 4, TH_IN, g, 0}, {"dinp", n, 4, TH_OUT, NULL, 0}};
     th_arg bi[] = {{"inp", n, 4, TH_IN, x, 0}, {"dout/dinp", n, 4, TH_OUT, g, 0}};
 
-    RUN(f, run_relu_fwd, &p, out);
+    RUN(f, run_relu_forward, &p, out);
     for (size_t i = 0; i < n; i++) ref[i] = x[i] > 0 ? x[i] : 0;
-    CHECK("relu_fwd", out[1], ref, n, TH_TOL_ELEMENTWISE);
+    CHECK("relu_forward", out[1], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 2);
-    RUN(b, run_relu_bwd, &p, out);
+    RUN(b, run_relu_backward, &p, out);
     for (size_t i = 0; i < n; i++) ref[i] = x[i] > 0 ? g[i] : 0;
-    CHECK("relu_bwd", out[2], ref, n, TH_TOL_ELEMENTWISE);
+    CHECK("relu_backward", out[2], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
 
-    RUN(f, run_gelu_fwd, &p, out);
+    RUN(f, run_gelu_forward, &p, out);
     for (size_t i = 0; i < n; i++) ref[i] = gelu(x[i]);
-    CHECK("gelu_fwd", out[1], ref, n, TH_TOL_ELEMENTWISE);
+    CHECK("gelu_forward", out[1], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 2);
-    RUN(b, run_gelu_bwd, &p, out);
+    RUN(b, run_gelu_backward, &p, out);
     for (size_t i = 0; i < n; i++) ref[i] = gelu_grad(x[i]) * g[i];
-    CHECK("gelu_bwd", out[2], ref, n, TH_TOL_ELEMENTWISE);
+    CHECK("gelu_backward", out[2], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
-    RUN(bi, run_gelu_bwd_inplace, &p, out);
-    CHECK("gelu_bwd in place", out[1], ref, n, TH_TOL_ELEMENTWISE);
+    RUN(bi, run_gelu_backward_inplace, &p, out);
+    CHECK("gelu_backward in place", out[1], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 2);
     free(x), free(g), free(ref);
   }
@@ -540,16 +540,16 @@ static void relu_and_gelu_match_float64(void **state) {
 
 /* ---- layernorm ------------------------------------------------------------------------------------------ */
 
-static int run_ln_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_ln_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_layernorm_fwd(s, a[3], a[4], a[5], a[0], a[1], a[2], p->N, p->C, p->a);
+  return tr_layernorm_forward(s, a[3], a[4], a[5], a[0], a[1], a[2], p->N, p->C, p->a);
 }
-static int run_ln_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_ln_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_layernorm_bwd(s, a[5], a[6], a[7], a[0], a[1], a[2], a[3], a[4], p->N, p->C);
+  return tr_layernorm_backward(s, a[5], a[6], a[7], a[0], a[1], a[2], a[3], a[4], p->N, p->C);
 }
 
-static void layernorm_fwd_matches_float64_even_far_from_zero(void **state) {
+static void layernorm_forward_matches_float64_even_far_from_zero(void **state) {
   (void)state;
   th_rng r = th_rng_for(6);
   for (int k = 0; k < NSHAPES; k++)
@@ -576,16 +576,16 @@ static void layernorm_fwd_matches_float64_even_far_from_zero(void **state) {
                        {"bias", C, 4, TH_IN, b, 0},     {"out", n, 4, TH_OUT, NULL, 0},
                        {"mean", N, 4, TH_OUT, NULL, 0}, {"rstd", N, 4, TH_OUT, NULL, 0}};
       void *out[6];
-      RUN(args, run_ln_fwd, &p, out);
-      CHECK("layernorm_fwd out", out[3], ro, n, TH_TOL_ELEMENTWISE);
-      CHECK("layernorm_fwd mean", out[4], rm, N, TH_TOL_ELEMENTWISE);
-      CHECK("layernorm_fwd rstd", out[5], rs, N, TH_TOL_ELEMENTWISE);
+      RUN(args, run_ln_forward, &p, out);
+      CHECK("layernorm_forward out", out[3], ro, n, TH_TOL_ELEMENTWISE);
+      CHECK("layernorm_forward mean", out[4], rm, N, TH_TOL_ELEMENTWISE);
+      CHECK("layernorm_forward rstd", out[5], rs, N, TH_TOL_ELEMENTWISE);
       th_free_outputs(out, 6);
       free(x), free(w), free(b), free(ro), free(rm), free(rs);
     }
 }
 
-static void layernorm_bwd_matches_float64(void **state) {
+static void layernorm_backward_matches_float64(void **state) {
   (void)state;
   th_rng r = th_rng_for(7);
   for (int k = 0; k < NSHAPES; k++) {
@@ -626,10 +626,10 @@ static void layernorm_bwd_matches_float64(void **state) {
                      {"rstd", N, 4, TH_IN, rs, 0},   {"dinp", n, 4, TH_OUT, NULL, 0},
                      {"dweight", C, 4, TH_OUT, dw, 0}, {"dbias", C, 4, TH_OUT, db, 0}};
     void *out[8];
-    RUN(args, run_ln_bwd, &p, out);
-    CHECK("layernorm_bwd dinp", out[5], rdi, n, TH_TOL_ELEMENTWISE);
-    CHECK("layernorm_bwd dweight", out[6], rdw, C, TH_TOL_ELEMENTWISE);
-    CHECK("layernorm_bwd dbias", out[7], rdb, C, TH_TOL_ELEMENTWISE);
+    RUN(args, run_ln_backward, &p, out);
+    CHECK("layernorm_backward dinp", out[5], rdi, n, TH_TOL_ELEMENTWISE);
+    CHECK("layernorm_backward dweight", out[6], rdw, C, TH_TOL_ELEMENTWISE);
+    CHECK("layernorm_backward dbias", out[7], rdb, C, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 8);
     free(g), free(x), free(w), free(m), free(rs), free(dw), free(db);
     free(rdi), free(rdw), free(rdb);
@@ -646,16 +646,16 @@ static void ref_softmax(double *out, const float *x, size_t n, double scale) {
   for (size_t i = 0; i < n; i++) out[i] /= s;
 }
 
-static int run_softmax_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_softmax_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_softmax_fwd(s, a[1], a[0], p->N, p->C);
+  return tr_softmax_forward(s, a[1], a[0], p->N, p->C);
 }
-static int run_softmax_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_softmax_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_softmax_bwd(s, a[2], a[0], a[1], p->N, p->C);
+  return tr_softmax_backward(s, a[2], a[0], a[1], p->N, p->C);
 }
 
-static void softmax_fwd_and_bwd_match_float64_for_large_logits(void **state) {
+static void softmax_forward_and_backward_match_float64_for_large_logits(void **state) {
   (void)state;
   th_rng r = th_rng_for(8);
   for (int k = 0; k < NSHAPES; k++) {
@@ -669,8 +669,8 @@ static void softmax_fwd_and_bwd_match_float64_for_large_logits(void **state) {
     for (size_t i = 0; i < N; i++) ref_softmax(ref + i * C, x + i * C, C, 1);
     void *out[3];
     th_arg f[] = {{"inp", n, 4, TH_IN, x, 0}, {"out", n, 4, TH_OUT, NULL, 0}};
-    RUN(f, run_softmax_fwd, &p, out);
-    CHECK("softmax_fwd", out[1], ref, n, TH_TOL_ELEMENTWISE);
+    RUN(f, run_softmax_forward, &p, out);
+    CHECK("softmax_forward", out[1], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 2);
     for (size_t i = 0; i < n; i++) y[i] = (float)ref[i];
     for (size_t i = 0; i < N; i++) {
@@ -679,24 +679,24 @@ static void softmax_fwd_and_bwd_match_float64_for_large_logits(void **state) {
       for (size_t c = 0; c < C; c++) ref[i * C + c] = y[i * C + c] * (g[i * C + c] - d);
     }
     th_arg b[] = {{"out", n, 4, TH_IN, y, 0}, {"dout", n, 4, TH_IN, g, 0}, {"dinp", n, 4, TH_OUT, NULL, 0}};
-    RUN(b, run_softmax_bwd, &p, out);
-    CHECK("softmax_bwd", out[2], ref, n, TH_TOL_ELEMENTWISE);
+    RUN(b, run_softmax_backward, &p, out);
+    CHECK("softmax_backward", out[2], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
     free(x), free(y), free(g), free(ref);
   }
 }
 
-static int run_attn_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_attn_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_attn_softmax_fwd(s, a[1], a[0], p->N, p->T, p->a);
+  return tr_attn_softmax_forward(s, a[1], a[0], p->N, p->T, p->a);
 }
-static int run_attn_fwd_inplace(tr_stream *s, void **a, void *ctx) {
+static int run_attn_forward_inplace(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_attn_softmax_fwd(s, a[0], a[0], p->N, p->T, p->a);
+  return tr_attn_softmax_forward(s, a[0], a[0], p->N, p->T, p->a);
 }
-static int run_attn_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_attn_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_attn_softmax_bwd(s, a[2], a[0], a[1], p->N, p->T, p->a);
+  return tr_attn_softmax_backward(s, a[2], a[0], a[1], p->N, p->T, p->a);
 }
 
 static void causal_softmax_masks_the_future_and_matches_float64(void **state) {
@@ -715,15 +715,15 @@ static void causal_softmax_masks_the_future_and_matches_float64(void **state) {
       for (size_t t = 0; t < T; t++) ref_softmax(ref + (m * T + t) * T, x + (m * T + t) * T, t + 1, 0.125);
     void *out[3];
     th_arg f[] = {{"preatt", n, 4, TH_IN, x, 0}, {"att", n, 4, TH_OUT, NULL, 0}};
-    RUN(f, run_attn_fwd, &p, out);
-    CHECK("attn_softmax_fwd", out[1], ref, n, TH_TOL_ELEMENTWISE);
+    RUN(f, run_attn_forward, &p, out);
+    CHECK("attn_softmax_forward", out[1], ref, n, TH_TOL_ELEMENTWISE);
     for (size_t m = 0; m < BH; m++) /* exactly zero above the diagonal */
       for (size_t t = 0; t < T; t++)
         for (size_t t2 = t + 1; t2 < T; t2++) assert_true(((float *)out[1])[(m * T + t) * T + t2] == 0.0f);
     th_free_outputs(out, 2);
     th_arg fi[] = {{"preatt/att", n, 4, TH_OUT, x, 0}};
-    RUN(fi, run_attn_fwd_inplace, &p, out);
-    CHECK("attn_softmax_fwd in place", out[0], ref, n, TH_TOL_ELEMENTWISE);
+    RUN(fi, run_attn_forward_inplace, &p, out);
+    CHECK("attn_softmax_forward in place", out[0], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 1);
 
     for (size_t i = 0; i < n; i++) att[i] = (float)ref[i];
@@ -736,8 +736,8 @@ static void causal_softmax_masks_the_future_and_matches_float64(void **state) {
           ref[row + t2] = t2 <= t ? 0.125 * att[row + t2] * (g[row + t2] - d) : 0.0;
       }
     th_arg b[] = {{"att", n, 4, TH_IN, att, 0}, {"datt", n, 4, TH_IN, g, 0}, {"dpreatt", n, 4, TH_OUT, NULL, 0}};
-    RUN(b, run_attn_bwd, &p, out);
-    CHECK("attn_softmax_bwd", out[2], ref, n, TH_TOL_ELEMENTWISE);
+    RUN(b, run_attn_backward, &p, out);
+    CHECK("attn_softmax_backward", out[2], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
     free(x), free(att), free(g), free(ref);
   }
@@ -745,17 +745,17 @@ static void causal_softmax_masks_the_future_and_matches_float64(void **state) {
 
 /* ---- losses ------------------------------------------------------------------------------------------------ */
 
-static int run_ce_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_ce_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_crossentropy_fwd(s, a[2], a[3], a[0], a[1], p->N, p->V, p->a);
+  return tr_crossentropy_forward(s, a[2], a[3], a[0], a[1], p->N, p->V, p->a);
 }
-static int run_ce_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_ce_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_crossentropy_bwd(s, a[2], a[0], a[1], p->N, p->V, p->a);
+  return tr_crossentropy_backward(s, a[2], a[0], a[1], p->N, p->V, p->a);
 }
-static int run_ce_bwd_inplace(tr_stream *s, void **a, void *ctx) {
+static int run_ce_backward_inplace(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_crossentropy_bwd(s, a[1], a[1], a[0], p->N, p->V, p->a);
+  return tr_crossentropy_backward(s, a[1], a[1], a[0], p->N, p->V, p->a);
 }
 
 static void crossentropy_matches_float64_and_survives_large_logits(void **state) {
@@ -784,9 +784,9 @@ static void crossentropy_matches_float64_and_survives_large_logits(void **state)
     void *out[4];
     th_arg f[] = {{"logits", n, 4, TH_IN, z, 0}, {"targets", N, 4, TH_IN, t, 0},
                   {"loss", 1, 4, TH_OUT, NULL, 0}, {"probs", n, 4, TH_OUT, NULL, 0}};
-    RUN(f, run_ce_fwd, &p, out);
-    CHECK("crossentropy_fwd loss", out[2], rl, 1, TH_TOL_ELEMENTWISE);
-    CHECK("crossentropy_fwd probs", out[3], rp, n, TH_TOL_ELEMENTWISE);
+    RUN(f, run_ce_forward, &p, out);
+    CHECK("crossentropy_forward loss", out[2], rl, 1, TH_TOL_ELEMENTWISE);
+    CHECK("crossentropy_forward probs", out[3], rp, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 4);
 
     for (size_t i = 0; i < n; i++) probs[i] = (float)rp[i];
@@ -795,12 +795,12 @@ static void crossentropy_matches_float64_and_survives_large_logits(void **state)
         rp[i * V + v] = p.a * ((double)probs[i * V + v] - (v == (size_t)t[i]));
     th_arg b[] = {{"probs", n, 4, TH_IN, probs, 0}, {"targets", N, 4, TH_IN, t, 0},
                   {"dlogits", n, 4, TH_OUT, NULL, 0}};
-    RUN(b, run_ce_bwd, &p, out);
-    CHECK("crossentropy_bwd", out[2], rp, n, TH_TOL_ELEMENTWISE);
+    RUN(b, run_ce_backward, &p, out);
+    CHECK("crossentropy_backward", out[2], rp, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
     th_arg bi[] = {{"targets", N, 4, TH_IN, t, 0}, {"probs/dlogits", n, 4, TH_OUT, probs, 0}};
-    RUN(bi, run_ce_bwd_inplace, &p, out);
-    CHECK("crossentropy_bwd in place", out[1], rp, n, TH_TOL_ELEMENTWISE);
+    RUN(bi, run_ce_backward_inplace, &p, out);
+    CHECK("crossentropy_backward in place", out[1], rp, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 2);
     free(z), free(probs), free(t), free(rp);
   }
@@ -817,22 +817,22 @@ static void crossentropy_rejects_a_target_outside_the_vocabulary(void **state) {
   assert_int_equal(tr_device_alloc(dev, 2 * sizeof(int32_t), (void **)&t), 0);
   tr_fill(s, z, 8, 0.5f);
   t[0] = 1, t[1] = 4;
-  assert_int_equal(tr_crossentropy_fwd(s, loss, probs, z, t, 2, 4, 0.5f), TR_EINVAL);
+  assert_int_equal(tr_crossentropy_forward(s, loss, probs, z, t, 2, 4, 0.5f), TR_EINVAL);
   assert_non_null(strstr(tr_device_error(dev), "target 1 is 4"));
   assert_non_null(strstr(tr_device_error(dev), "host:0"));
   t[1] = -1;
-  assert_int_equal(tr_embedding_fwd(s, z, t, probs, NULL, 1, 2, 4, 2), TR_EINVAL);
-  assert_non_null(strstr(tr_device_error(dev), "embedding_fwd"));
+  assert_int_equal(tr_embedding_forward(s, z, t, probs, NULL, 1, 2, 4, 2), TR_EINVAL);
+  assert_non_null(strstr(tr_device_error(dev), "embedding_forward"));
   tr_device_free(dev, z), tr_device_free(dev, probs), tr_device_free(dev, loss), tr_device_free(dev, t);
 }
 
-static int run_mse_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_mse_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_mse_fwd(s, a[2], a[0], a[1], p->n, p->a);
+  return tr_mse_forward(s, a[2], a[0], a[1], p->n, p->a);
 }
-static int run_mse_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_mse_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_mse_bwd(s, a[2], a[0], a[1], p->n, p->a);
+  return tr_mse_backward(s, a[2], a[0], a[1], p->n, p->a);
 }
 
 static void mse_matches_float64(void **state) {
@@ -854,12 +854,12 @@ static void mse_matches_float64(void **state) {
     double rl[1] = {loss * p.a};
     void *out[3];
     th_arg f[] = {{"pred", n, 4, TH_IN, x, 0}, {"target", n, 4, TH_IN, y, 0}, {"loss", 1, 4, TH_OUT, NULL, 0}};
-    RUN(f, run_mse_fwd, &p, out);
-    CHECK("mse_fwd", out[2], rl, 1, TH_TOL_ELEMENTWISE);
+    RUN(f, run_mse_forward, &p, out);
+    CHECK("mse_forward", out[2], rl, 1, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
     th_arg b[] = {{"pred", n, 4, TH_IN, x, 0}, {"target", n, 4, TH_IN, y, 0}, {"dpred", n, 4, TH_OUT, NULL, 0}};
-    RUN(b, run_mse_bwd, &p, out);
-    CHECK("mse_bwd", out[2], ref, n, TH_TOL_ELEMENTWISE);
+    RUN(b, run_mse_backward, &p, out);
+    CHECK("mse_backward", out[2], ref, n, TH_TOL_ELEMENTWISE);
     th_free_outputs(out, 3);
     free(x), free(y), free(ref);
   }
@@ -867,16 +867,16 @@ static void mse_matches_float64(void **state) {
 
 /* ---- embedding ------------------------------------------------------------------------------------------------ */
 
-static int run_emb_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_emb_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_embedding_fwd(s, a[3], a[0], a[1], p->flag ? a[2] : NULL, p->B, p->T, p->C, p->V);
+  return tr_embedding_forward(s, a[3], a[0], a[1], p->flag ? a[2] : NULL, p->B, p->T, p->C, p->V);
 }
-static int run_emb_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_emb_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_embedding_bwd(s, a[2], p->flag ? a[3] : NULL, a[0], a[1], p->B, p->T, p->C, p->V);
+  return tr_embedding_backward(s, a[2], p->flag ? a[3] : NULL, a[0], a[1], p->B, p->T, p->C, p->V);
 }
 
-static void embedding_fwd_and_scatter_add_bwd_match_float64(void **state) {
+static void embedding_forward_and_scatter_add_backward_match_float64(void **state) {
   (void)state;
   th_rng r = th_rng_for(12);
   const size_t cases[][4] = {{1, 1, 1, 1}, {2, 3, 5, 4}, {3, 8, 17, 5}, {4, 16, 64, 256}}; /* B T C V */
@@ -897,8 +897,8 @@ static void embedding_fwd_and_scatter_add_bwd_match_float64(void **state) {
       void *out[4];
       th_arg f[] = {{"idx", B * T, 4, TH_IN, idx, 0}, {"wte", V * C, 4, TH_IN, wte, 0},
                     {"wpe", T * C, 4, TH_IN, wpe, 0}, {"out", n, 4, TH_OUT, NULL, 0}};
-      RUN(f, run_emb_fwd, &p, out);
-      CHECK("embedding_fwd", out[3], ref, n, TH_TOL_ELEMENTWISE);
+      RUN(f, run_emb_forward, &p, out);
+      CHECK("embedding_forward", out[3], ref, n, TH_TOL_ELEMENTWISE);
       th_free_outputs(out, 4);
 
       for (size_t i = 0; i < V * C; i++) rwte[i] = wte[i];
@@ -910,9 +910,9 @@ static void embedding_fwd_and_scatter_add_bwd_match_float64(void **state) {
         }
       th_arg b[] = {{"dout", n, 4, TH_IN, g, 0}, {"idx", B * T, 4, TH_IN, idx, 0},
                     {"dwte", V * C, 4, TH_OUT, wte, 0}, {"dwpe", T * C, 4, TH_OUT, wpe, 0}};
-      RUN(b, run_emb_bwd, &p, out);
-      CHECK("embedding_bwd dwte", out[2], rwte, V * C, TH_TOL_ELEMENTWISE);
-      if (pos) CHECK("embedding_bwd dwpe", out[3], rwpe, T * C, TH_TOL_ELEMENTWISE);
+      RUN(b, run_emb_backward, &p, out);
+      CHECK("embedding_backward dwte", out[2], rwte, V * C, TH_TOL_ELEMENTWISE);
+      if (pos) CHECK("embedding_backward dwpe", out[3], rwpe, T * C, TH_TOL_ELEMENTWISE);
       else assert_memory_equal(out[3], wpe, T * C * sizeof(float)); /* NULL dwpe: untouched */
       th_free_outputs(out, 4);
       free(idx), free(wte), free(wpe), free(g), free(ref), free(rwte), free(rwpe);
@@ -1369,7 +1369,7 @@ static void to_bf16_rounds_to_nearest_even(void **state) {
  * say there. */
 static void device_reports_its_isa_and_bf16(void **state) {
   (void)state;
-  const tr_device_info *in = tr_device_get_info(dev);
+  const tr_device_info *in = tr_device_info_of(dev);
   assert_true(in->isa[0] != 0);
   const char *isa = getenv("TR_TEST_ISA"), *want = getenv("TR_TEST_BF16");
   if (isa && want && !strcmp(in->isa, isa))
@@ -1417,14 +1417,14 @@ int main(void) {
       cmocka_unit_test(clip_factor_is_min_of_one_and_max_norm_over_norm),
       cmocka_unit_test(bias_add_and_bias_grad_match_float64),
       cmocka_unit_test(relu_and_gelu_match_float64),
-      cmocka_unit_test(layernorm_fwd_matches_float64_even_far_from_zero),
-      cmocka_unit_test(layernorm_bwd_matches_float64),
-      cmocka_unit_test(softmax_fwd_and_bwd_match_float64_for_large_logits),
+      cmocka_unit_test(layernorm_forward_matches_float64_even_far_from_zero),
+      cmocka_unit_test(layernorm_backward_matches_float64),
+      cmocka_unit_test(softmax_forward_and_backward_match_float64_for_large_logits),
       cmocka_unit_test(causal_softmax_masks_the_future_and_matches_float64),
       cmocka_unit_test(crossentropy_matches_float64_and_survives_large_logits),
       cmocka_unit_test(crossentropy_rejects_a_target_outside_the_vocabulary),
       cmocka_unit_test(mse_matches_float64),
-      cmocka_unit_test(embedding_fwd_and_scatter_add_bwd_match_float64),
+      cmocka_unit_test(embedding_forward_and_scatter_add_backward_match_float64),
       cmocka_unit_test(optimizer_updates_match_pytorch_in_float64),
       cmocka_unit_test(dc_asgd_compensates_the_gradient_as_defined),
       cmocka_unit_test(gemm_matches_float64_for_every_transposition),

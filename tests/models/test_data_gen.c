@@ -116,7 +116,7 @@ static void host_op_gives_tr_data_fills_bytes(void **state) {
   tr_device_list *devs;
   char err[256];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
-  tr_device *dev = tr_device_list_get(devs, 0);
+  tr_device *dev = tr_device_list_at(devs, 0);
   for (int i = 0; i < NSOURCES; i++) {
     tr_data *d = open_ok(sources[i]);
     assert_true(tr_data_can_generate(d));
@@ -226,7 +226,7 @@ static void bad_descriptions_are_refused_by_name(void **state) {
   tr_device_list *devs;
   char err[256];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
-  tr_device *dev = tr_device_list_get(devs, 0);
+  tr_device *dev = tr_device_list_at(devs, 0);
   tr_stream *s = tr_device_stream(dev);
   tr_data *d = open_ok(sources[3]);
   const tr_synth good = *d->ops->synth(d);
@@ -267,7 +267,7 @@ static void files_and_callbacks_cannot_be_generated(void **state) {
   tr_device_list *devs;
   char err[256];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
-  tr_device *dev = tr_device_list_get(devs, 0);
+  tr_device *dev = tr_device_list_at(devs, 0);
   char path[] = "/tmp/troupe-gen-XXXXXX";
   const int fd = mkstemp(path);
   assert_true(fd >= 0);

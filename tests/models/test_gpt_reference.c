@@ -38,7 +38,7 @@ typedef struct acts {
   double probs[N][V];
 } acts;
 
-static void ln_fwd(const double *x, const double *w, const double *b, double *out, double *mean,
+static void ln_forward(const double *x, const double *w, const double *b, double *out, double *mean,
                    double *rstd) {
   double m = 0, v = 0;
   for (int c = 0; c < C; c++) m += x[c];
@@ -50,7 +50,7 @@ static void ln_fwd(const double *x, const double *w, const double *b, double *ou
 }
 
 /* dx (+=) from dy, given x and the saved statistics; dw, db += */
-static void ln_bwd(const double *x, const double *w, double mean, double rstd, const double *dy,
+static void ln_backward(const double *x, const double *w, double mean, double rstd, const double *dy,
                    double *dx, double *dw, double *db) {
   double xhat[C], g[C], mg = 0, mgx = 0;
   for (int c = 0; c < C; c++) {
@@ -76,7 +76,7 @@ static double forward(const gpt *p, const int32_t *idx, const int32_t *tgt, acts
   for (int l = 0; l < NL; l++) {
     const blk *q = &p->h[l];
     for (int n = 0; n < N; n++) {
-      ln_fwd(a->x[l][n], q->ln1w, q->ln1b, a->ln1[l][n], &a->m1[l][n], &a->r1[l][n]);
+      ln_forward(a->x[l][n], q->ln1w, q->ln1b, a->ln1[l][n], &a->m1[l][n], &a->r1[l][n]);
       for (int o = 0; o < 3 * C; o++) {
         double s = q->qkvb[o];
         for (int c = 0; c < C; c++) s += q->qkvw[o][c] * a->ln1[l][n][c];
@@ -109,7 +109,7 @@ static double forward(const gpt *p, const int32_t *idx, const int32_t *tgt, acts
         for (int c = 0; c < C; c++) s += q->projw[o][c] * a->y[l][n][c];
         a->res[l][n][o] = a->x[l][n][o] + s;
       }
-      ln_fwd(a->res[l][n], q->ln2w, q->ln2b, a->ln2[l][n], &a->m2[l][n], &a->r2[l][n]);
+      ln_forward(a->res[l][n], q->ln2w, q->ln2b, a->ln2[l][n], &a->m2[l][n], &a->r2[l][n]);
       for (int o = 0; o < H; o++) {
         double s = q->fcb[o];
         for (int c = 0; c < C; c++) s += q->fcw[o][c] * a->ln2[l][n][c];
@@ -125,7 +125,7 @@ static double forward(const gpt *p, const int32_t *idx, const int32_t *tgt, acts
   }
   double loss = 0;
   for (int n = 0; n < N; n++) {
-    ln_fwd(a->x[NL][n], p->lnfw, p->lnfb, a->lnf[n], &a->mf[n], &a->rf[n]);
+    ln_forward(a->x[NL][n], p->lnfw, p->lnfb, a->lnf[n], &a->mf[n], &a->rf[n]);
     double z[V], mx = -INFINITY, sum = 0;
     for (int v = 0; v < V; v++) {
       z[v] = 0;
@@ -151,7 +151,7 @@ static void backward(const gpt *p, const int32_t *idx, const int32_t *tgt, const
         g->head[v][c] += dz[v] * a->lnf[n][c];
         dlnf[c] += dz[v] * p->head[v][c];
       }
-    ln_bwd(a->x[NL][n], p->lnfw, a->mf[n], a->rf[n], dlnf, dx[n], g->lnfw, g->lnfb);
+    ln_backward(a->x[NL][n], p->lnfw, a->mf[n], a->rf[n], dlnf, dx[n], g->lnfw, g->lnfb);
   }
   for (int l = NL - 1; l >= 0; l--) {
     const blk *q = &p->h[l];
@@ -176,7 +176,7 @@ static void backward(const gpt *p, const int32_t *idx, const int32_t *tgt, const
           dl2[c] += dfc[k] * q->fcw[k][c];
         }
       }
-      ln_bwd(a->res[l][n], q->ln2w, a->m2[l][n], a->r2[l][n], dl2, dres[n], gq->ln2w, gq->ln2b);
+      ln_backward(a->res[l][n], q->ln2w, a->m2[l][n], a->r2[l][n], dl2, dres[n], gq->ln2w, gq->ln2b);
       for (int o = 0; o < C; o++) {
         gq->projb[o] += dres[n][o];
         for (int c = 0; c < C; c++) {
@@ -216,7 +216,7 @@ static void backward(const gpt *p, const int32_t *idx, const int32_t *tgt, const
         }
       }
       for (int c = 0; c < C; c++) dx[n][c] = dres[n][c];
-      ln_bwd(a->x[l][n], q->ln1w, a->m1[l][n], a->r1[l][n], dln[n], dx[n], gq->ln1w, gq->ln1b);
+      ln_backward(a->x[l][n], q->ln1w, a->m1[l][n], a->r1[l][n], dln[n], dx[n], gq->ln1w, gq->ln1b);
     }
   }
   for (int n = 0; n < N; n++)
@@ -251,7 +251,7 @@ static double *ref_tensor(gpt *p, const char *name, size_t *n) {
 static void tiny_gpt_matches_a_float64_reference(void **state) {
   (void)state;
   tr_device_list *devs = mt_open(1);
-  tr_device *d = tr_device_list_get(devs, 0);
+  tr_device *d = tr_device_list_at(devs, 0);
   tr_stream *s = tr_device_stream(d);
   const tr_gpt_config cfg = {.vocab = V, .ctx = T, .width = C, .layers = NL, .heads = NH, .hidden = H};
   tr_model *m;

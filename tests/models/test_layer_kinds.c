@@ -56,7 +56,7 @@ static tr_stage *stage_of(const tr_model *m, int dev, int first, int end, int ba
   c.seed = SEED;
   tr_stage *st;
   char err[256];
-  int rc = tr_stage_open(&st, m, tr_device_list_get(devs, dev), &c, err, sizeof err);
+  int rc = tr_stage_open(&st, m, tr_device_list_at(devs, dev), &c, err, sizeof err);
   if (rc) fprintf(stderr, "%s\n", err);
   assert_int_equal(rc, 0);
   return st;
@@ -109,7 +109,7 @@ static void check_layer(const char *what, tr_layer_spec spec, int B, int T, uint
   const tr_layer_spec layers[2] = {tr_layer_linear(3, spec.in, 1), spec};
   tr_model *m = model_of(2, layers, T, B);
   tr_stage *st = stage_of(m, 0, 1, 2, B, 1, B);
-  const tr_stage_info *in = tr_stage_get_info(st);
+  const tr_stage_info *in = tr_stage_info_of(st);
   const size_t nx = (size_t)B * T * spec.in, ny = (size_t)B * T * spec.out;
   mt_rng r = mt_rng_for(first);
   float *x = mt_normals(&r, nx, 1, 1e-3), *y = mt_normals(&r, ny, 1, 0);
@@ -151,7 +151,7 @@ static void check_layer(const char *what, tr_layer_spec spec, int B, int T, uint
 /* What tr_layer_dropout promises: element e of sample s of layer L is number s*T*C + e of
  * tr_dropout_mask's stream under tr_layer_seed(seed, L). */
 static float *dropout_mask(int layer, float p, uint64_t first, size_t samples, size_t per_sample) {
-  tr_device *d = tr_device_list_get(devs, 0);
+  tr_device *d = tr_device_list_at(devs, 0);
   const size_t n = samples * per_sample;
   float *dm = mt_up(d, NULL, n);
   assert_int_equal(tr_dropout_mask(tr_device_stream(d), dm, n, p, 1.0f / (1.0f - p),
@@ -259,7 +259,7 @@ static void dropout_masks_do_not_depend_on_how_the_batch_is_split(void **state) 
     assert_int_equal(tr_stage_backward(st[0], k, NULL), 0);
   }
   for (int s = 0; s < 2; s++) {
-    assert_int_equal(tr_stage_download(st[s], TR_STAGE_GRADS, g + tr_stage_get_info(st[s])->offset), 0);
+    assert_int_equal(tr_stage_download(st[s], TR_STAGE_GRADS, g + tr_stage_info_of(st[s])->offset), 0);
     sync(st[s]);
   }
   fprintf(stderr, "stages: gradients differ by %.1e (normalised)\n", mt_nerr_f(g, grads, N));

@@ -23,7 +23,7 @@ static tr_stream *st;
 static int setup(void **state) {
   (void)state;
   devs = mt_open(1);
-  dev = tr_device_list_get(devs, 0);
+  dev = tr_device_list_at(devs, 0);
   st = tr_device_stream(dev);
   return 0;
 }
@@ -181,10 +181,10 @@ static void check_activation(int gelu) {
   tens ts[1] = {{"inp", mt_normals(&r, c.n, 2.0, 1e-3), c.n, NULL}};
   float *R = mt_normals(&r, c.n, 1, 0);
   float *x = mt_up(dev, ts[0].h, c.n), *out = mt_up(dev, NULL, c.n), *g = mt_up(dev, R, c.n);
-  assert_int_equal((gelu ? tr_gelu_fwd : tr_relu_fwd)(st, out, x, c.n), 0);
+  assert_int_equal((gelu ? tr_gelu_forward : tr_relu_forward)(st, out, x, c.n), 0);
   float *out32 = mt_down(dev, out, c.n);
   /* in place: dinp = dout */
-  assert_int_equal((gelu ? tr_gelu_bwd : tr_relu_bwd)(st, g, x, g, c.n), 0);
+  assert_int_equal((gelu ? tr_gelu_backward : tr_relu_backward)(st, g, x, g, c.n), 0);
   ts[0].grad = mt_down(dev, g, c.n);
   gradcheck(gelu ? "gelu" : "relu", &c, act_ref, ts, 1, out32, c.n, R);
   free(out32), free(R);
@@ -227,9 +227,9 @@ static void layernorm_gradients_match_finite_differences(void **state) {
   float *out = mt_up(dev, NULL, nx), *mean = mt_up(dev, NULL, c.N), *rstd = mt_up(dev, NULL, c.N);
   float *dout = mt_up(dev, R, nx), *dx = mt_up(dev, NULL, nx);
   float *dw = grad_buf(&r, c.C, &gw0), *db = grad_buf(&r, c.C, &gb0);
-  assert_int_equal(tr_layernorm_fwd(st, out, mean, rstd, x, w, b, c.N, c.C, TR_LAYERNORM_EPS),
+  assert_int_equal(tr_layernorm_forward(st, out, mean, rstd, x, w, b, c.N, c.C, TR_LAYERNORM_EPS),
                    0);
-  assert_int_equal(tr_layernorm_bwd(st, dx, dw, db, dout, x, w, mean, rstd, c.N, c.C), 0);
+  assert_int_equal(tr_layernorm_backward(st, dx, dw, db, dout, x, w, mean, rstd, c.N, c.C), 0);
   float *out32 = mt_down(dev, out, nx);
   ts[0].grad = mt_down(dev, dx, nx);
   ts[1].grad = grad_added(dw, gw0, c.C);
@@ -271,8 +271,8 @@ static void embedding_gradients_match_finite_differences(void **state) {
   int32_t *didx = (int32_t *)mt_up(dev, idx, 15);
   float *out = mt_up(dev, NULL, no), *dout = mt_up(dev, R, no);
   float *dte = grad_buf(&r, nte, &ge0), *dpe = grad_buf(&r, npe, &gp0);
-  assert_int_equal(tr_embedding_fwd(st, out, didx, wte, wpe, c.B, c.T, c.C, c.V), 0);
-  assert_int_equal(tr_embedding_bwd(st, dte, dpe, dout, didx, c.B, c.T, c.C, c.V), 0);
+  assert_int_equal(tr_embedding_forward(st, out, didx, wte, wpe, c.B, c.T, c.C, c.V), 0);
+  assert_int_equal(tr_embedding_backward(st, dte, dpe, dout, didx, c.B, c.T, c.C, c.V), 0);
   float *out32 = mt_down(dev, out, no);
   ts[0].grad = grad_added(dte, ge0, nte);
   ts[1].grad = grad_added(dpe, gp0, npe);
@@ -458,8 +458,8 @@ static void mse_gradient_matches_finite_differences(void **state) {
   tens ts[1] = {{"pred", mt_normals(&r, n, 1, 0), n, NULL}};
   float *p = mt_up(dev, ts[0].h, n), *t = mt_up(dev, target, n), *loss = mt_up(dev, NULL, 1);
   float *dp = mt_up(dev, NULL, n);
-  assert_int_equal(tr_mse_fwd(st, loss, p, t, n, (float)c.scale), 0);
-  assert_int_equal(tr_mse_bwd(st, dp, p, t, n, (float)c.scale), 0);
+  assert_int_equal(tr_mse_forward(st, loss, p, t, n, (float)c.scale), 0);
+  assert_int_equal(tr_mse_backward(st, dp, p, t, n, (float)c.scale), 0);
   float *l32 = mt_down(dev, loss, 1);
   ts[0].grad = mt_down(dev, dp, n);
   gradcheck("mse", &c, mse_ref, ts, 1, l32, 1, NULL);
@@ -480,8 +480,8 @@ static void crossentropy_gradient_matches_finite_differences(void **state) {
   tens ts[1] = {{"logits", mt_normals(&r, n, 3, 0), n, NULL}};
   float *z = mt_up(dev, ts[0].h, n), *probs = mt_up(dev, NULL, n), *loss = mt_up(dev, NULL, 1);
   int32_t *lab = (int32_t *)mt_up(dev, labels, (size_t)N);
-  assert_int_equal(tr_crossentropy_fwd(st, loss, probs, z, lab, N, V, (float)c.scale), 0);
-  assert_int_equal(tr_crossentropy_bwd(st, probs, probs, lab, N, V, (float)c.scale), 0);
+  assert_int_equal(tr_crossentropy_forward(st, loss, probs, z, lab, N, V, (float)c.scale), 0);
+  assert_int_equal(tr_crossentropy_backward(st, probs, probs, lab, N, V, (float)c.scale), 0);
   float *l32 = mt_down(dev, loss, 1);
   ts[0].grad = mt_down(dev, probs, n);
   gradcheck("crossentropy", &c, ce_ref, ts, 1, l32, 1, NULL);

@@ -64,7 +64,7 @@ static pipe pipe_open(const tr_model *m, const int *cuts, int n, int batch, int 
     tr_stage_config c = {.first = cuts[k], .end = cuts[k + 1], .batch = batch, .slots = slots,
                          .global_batch = global_batch, .seed = seed, .optim = o};
     char err[256];
-    int rc = tr_stage_open(&p.st[k], m, tr_device_list_get(devs, k), &c, err, sizeof err);
+    int rc = tr_stage_open(&p.st[k], m, tr_device_list_at(devs, k), &c, err, sizeof err);
     if (rc) fprintf(stderr, "%s\n", err);
     assert_int_equal(rc, 0);
   }
@@ -81,9 +81,9 @@ static tr_stream *sof(const pipe *p, int k) { return tr_stage_stream(p->st[k]); 
 static float pipe_forward(pipe *p, int slot, const void *x, const void *y) {
   tr_stage *first = p->st[0], *last = p->st[p->n - 1];
   assert_int_equal(tr_memcpy(sof(p, 0), tr_stage_input(first, slot), x,
-                             tr_stage_get_info(first)->input_bytes, TR_COPY_H2D), 0);
+                             tr_stage_info_of(first)->input_bytes, TR_COPY_H2D), 0);
   assert_int_equal(tr_memcpy(sof(p, p->n - 1), tr_stage_target(last, slot), y,
-                             tr_stage_get_info(last)->target_bytes, TR_COPY_H2D), 0);
+                             tr_stage_info_of(last)->target_bytes, TR_COPY_H2D), 0);
   for (int k = 0; k < p->n; k++) {
     int rc = tr_stage_forward(p->st[k], slot);
     if (rc) fprintf(stderr, "%s\n", tr_stage_error(p->st[k]));
@@ -92,7 +92,7 @@ static float pipe_forward(pipe *p, int slot, const void *x, const void *y) {
       assert_int_equal(tr_memcpy_peer(sof(p, k + 1), tr_stage_input(p->st[k + 1], slot),
                                       tr_stage_device(p->st[k + 1]), tr_stage_output(p->st[k], slot),
                                       tr_stage_device(p->st[k]),
-                                      tr_stage_get_info(p->st[k])->output_bytes), 0);
+                                      tr_stage_info_of(p->st[k])->output_bytes), 0);
   }
   float loss;
   assert_int_equal(tr_memcpy(sof(p, p->n - 1), &loss, tr_stage_loss(last, slot), 4, TR_COPY_D2H), 0);
@@ -108,7 +108,7 @@ static void pipe_backward(pipe *p, int slot) {
     else
       assert_int_equal(tr_memcpy_peer(sof(p, k), tr_stage_dout(p->st[k - 1], slot),
                                       tr_stage_device(p->st[k - 1]), din, tr_stage_device(p->st[k]),
-                                      tr_stage_get_info(p->st[k])->input_bytes), 0);
+                                      tr_stage_info_of(p->st[k])->input_bytes), 0);
   }
 }
 
@@ -141,7 +141,7 @@ static void pipe_step(pipe *p) {
 static float *pipe_download(pipe *p, tr_stage_buffer which) {
   float *h = calloc(tr_model_numel(p->m), sizeof *h);
   for (int k = 0; k < p->n; k++) {
-    assert_int_equal(tr_stage_download(p->st[k], which, h + tr_stage_get_info(p->st[k])->offset), 0);
+    assert_int_equal(tr_stage_download(p->st[k], which, h + tr_stage_info_of(p->st[k])->offset), 0);
     assert_int_equal(tr_stream_synchronize(sof(p, k)), 0);
   }
   return h;
@@ -313,7 +313,7 @@ static void stages_balance_the_costs_given_or_measured(void **state) {
 
   double cost[5] = {-1, -1, -1, -1, -1};
   char err[256];
-  assert_int_equal(tr_model_measure_layers(m, tr_device_list_get(devs, 0), 4, 3, cost, err,
+  assert_int_equal(tr_model_measure_layers(m, tr_device_list_at(devs, 0), 4, 3, cost, err,
                                            sizeof err), 0);
   for (int l = 0; l < 5; l++) assert_true(cost[l] > 0 && cost[l] < 1);
   assert_int_equal(tr_model_balance_costs(m, cost, 2, cuts), 0);
@@ -608,17 +608,17 @@ static void sharded_stages_update_their_shard_alone(void **state) {
     c.batch = c.global_batch = 2, c.seed = 3, c.optim = o;
     tr_stage *whole, *shard[4];
     char err[256];
-    assert_int_equal(tr_stage_open(&whole, m, tr_device_list_get(devs, 0), &c, err, sizeof err), 0);
+    assert_int_equal(tr_stage_open(&whole, m, tr_device_list_at(devs, 0), &c, err, sizeof err), 0);
     for (int k = 0; k < 4; k++) {
       c.shard = (tr_stage_shard){.count = 4, .index = k};
-      assert_int_equal(tr_stage_open(&shard[k], m, tr_device_list_get(devs, k % 3), &c, err, sizeof err), 0);
-      const tr_stage_info *in = tr_stage_get_info(shard[k]);
+      assert_int_equal(tr_stage_open(&shard[k], m, tr_device_list_at(devs, k % 3), &c, err, sizeof err), 0);
+      const tr_stage_info *in = tr_stage_info_of(shard[k]);
       assert_int_equal(in->numel, N);
       assert_int_equal(in->shard_offset, want_off[k]);
       assert_int_equal(in->shard_numel, want_n[k]);
       assert_int_equal(in->state_numel, (clipped ? 1 : 2) * want_n[k]);
     }
-    assert_int_equal(tr_stage_get_info(whole)->state_numel, (clipped ? 1 : 2) * N);
+    assert_int_equal(tr_stage_info_of(whole)->state_numel, (clipped ? 1 : 2) * N);
     float *w0 = malloc(N * 4), *ref = malloc(N * 4), *got = malloc(N * 4);
     assert_int_equal(tr_stage_download(whole, TR_STAGE_PARAMS, w0), 0);
     mt_rng r = mt_rng_for(450 + (uint64_t)clipped);
@@ -667,7 +667,7 @@ static void sharded_stages_update_their_shard_alone(void **state) {
   c.shard = (tr_stage_shard){.count = 3, .index = 3};
   tr_stage *st;
   char err[256];
-  assert_int_equal(tr_stage_open(&st, m, tr_device_list_get(devs, 0), &c, err, sizeof err), TR_EINVAL);
+  assert_int_equal(tr_stage_open(&st, m, tr_device_list_at(devs, 0), &c, err, sizeof err), TR_EINVAL);
   assert_non_null(strstr(err, "shard 3 of 3"));
   tr_model_free(m);
 }
@@ -679,7 +679,7 @@ static void sharded_stages_update_their_shard_alone(void **state) {
 static void train(tr_model *m, tr_stage_config c, tr_data_config dc, int steps, int tail,
                   double *first, double *last, float *curve) {
   char err[256];
-  tr_device *d = tr_device_list_get(devs, 0);
+  tr_device *d = tr_device_list_at(devs, 0);
   tr_stage *st;
   assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), 0);
   tr_data *data;
@@ -809,7 +809,7 @@ static void grad_ready_reports_layers_last_first(void **state) {
     assert_int_equal(off, at);
     at += n;
   }
-  assert_int_equal(at, tr_stage_get_info(p.st[1])->numel);
+  assert_int_equal(at, tr_stage_info_of(p.st[1])->numel);
   free(x), free(y);
   pipe_close(&p);
   tr_model_free(m);
@@ -818,7 +818,7 @@ static void grad_ready_reports_layers_last_first(void **state) {
 static void bad_configurations_and_inputs_are_reported(void **state) {
   (void)state;
   tr_model *m = tiny_gpt(40);
-  tr_device *d = tr_device_list_get(devs, 0);
+  tr_device *d = tr_device_list_at(devs, 0);
   tr_stage *st = (tr_stage *)1;
   char err[256];
   tr_stage_config c = tr_stage_defaults(m);
@@ -834,7 +834,7 @@ static void bad_configurations_and_inputs_are_reported(void **state) {
   c = tr_stage_defaults(m);
   c.batch = c.global_batch = 1;
   assert_int_equal(tr_stage_open(&st, m, d, &c, err, sizeof err), 0);
-  if (tr_device_get_info(d)->kind == TR_DEVICE_HOST) {
+  if (tr_device_info_of(d)->kind == TR_DEVICE_HOST) {
     const int32_t bad[6] = {1, 2, 40, 3, 4, 5};
     assert_int_equal(tr_memcpy(tr_stage_stream(st), tr_stage_input(st, 0), bad, sizeof bad, TR_COPY_H2D), 0);
     assert_int_equal(tr_stage_forward(st, 0), TR_EINVAL);
@@ -863,8 +863,8 @@ static void parameter_only_stage_holds_and_updates_the_model(void **state) {
   c.seed = 21;
   tr_stage *ps;
   char err[256];
-  assert_int_equal(tr_stage_open(&ps, m, tr_device_list_get(devs, 1), &c, err, sizeof err), 0);
-  assert_true(tr_stage_get_info(ps)->scratch_bytes < 1024);
+  assert_int_equal(tr_stage_open(&ps, m, tr_device_list_at(devs, 1), &c, err, sizeof err), 0);
+  assert_true(tr_stage_info_of(ps)->scratch_bytes < 1024);
   const size_t N = tr_model_numel(m);
   float *a = pipe_download(&p, TR_STAGE_PARAMS), *b = malloc(N * 4);
   assert_int_equal(tr_stage_download(ps, TR_STAGE_PARAMS, b), 0);
@@ -910,7 +910,7 @@ static void a_server_borrows_gradients_and_lends_parameters(void **state) {
   c.slots = 0, c.batch = 4, c.global_batch = 4, c.seed = 5, c.optim = o;
   tr_stage *ps;
   char err[256];
-  assert_int_equal(tr_stage_open(&ps, m, tr_device_list_get(devs, 1), &c, err, sizeof err), 0);
+  assert_int_equal(tr_stage_open(&ps, m, tr_device_list_at(devs, 1), &c, err, sizeof err), 0);
   const size_t N = tr_model_numel(m);
   mt_rng r = mt_rng_for(800);
   void *x, *y;
@@ -970,7 +970,7 @@ static void host_copies_round_trip(void **state) {
   tr_model *m = tiny_gpt(40);
   const int whole[2] = {0, 5};
   pipe p = pipe_open(m, whole, 1, 2, 1, 2, tr_model_optim(m), 1);
-  const tr_stage_info *in = tr_stage_get_info(p.st[0]);
+  const tr_stage_info *in = tr_stage_info_of(p.st[0]);
   assert_int_equal(in->state_numel, 2 * in->numel); /* AdamW: m and v */
   mt_rng r = mt_rng_for(600);
   float *s = mt_normals(&r, in->state_numel, 1, 0), *back = malloc(in->state_numel * 4);

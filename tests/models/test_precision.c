@@ -78,7 +78,7 @@ static void stage_open(staged *s, tr_precision precision) {
   tr_stage_config c = tr_stage_defaults(s->m);
   c.seed = 3;
   c.precision.gemm = precision;
-  assert_int_equal(tr_stage_open(&s->st, s->m, tr_device_list_get(s->devs, 0), &c, err, sizeof err), 0);
+  assert_int_equal(tr_stage_open(&s->st, s->m, tr_device_list_at(s->devs, 0), &c, err, sizeof err), 0);
   assert_int_equal(tr_data_open_for(&s->data, s->m, 5, NULL, NULL, err, sizeof err), 0);
   s->x = malloc(tr_model_input_bytes(s->m) * wide.batch);
   s->y = malloc(tr_model_target_bytes(s->m) * wide.batch);
@@ -97,7 +97,7 @@ static void stage_close(staged *s) {
 static float loss_of(staged *s, int k, int backward) {
   tr_stream *str = tr_stage_stream(s->st);
   assert_int_equal(tr_data_fill(s->data, (uint64_t)k * wide.batch, wide.batch, s->x, s->y), 0);
-  const tr_stage_info *in = tr_stage_get_info(s->st);
+  const tr_stage_info *in = tr_stage_info_of(s->st);
   assert_int_equal(tr_memcpy(str, tr_stage_input(s->st, 0), s->x, in->input_bytes, TR_COPY_H2D), 0);
   assert_int_equal(tr_memcpy(str, tr_stage_target(s->st, 0), s->y, in->target_bytes, TR_COPY_H2D),
                    0);
@@ -118,7 +118,7 @@ static void a_bf16_stage_keeps_float32_master_weights(void **state) {
   staged f, b;
   stage_open(&f, TR_PRECISION_FP32);
   stage_open(&b, TR_PRECISION_BF16);
-  const tr_stage_info *fi = tr_stage_get_info(f.st), *bi = tr_stage_get_info(b.st);
+  const tr_stage_info *fi = tr_stage_info_of(f.st), *bi = tr_stage_info_of(b.st);
   assert_int_equal(bi->precision, TR_PRECISION_BF16);
   assert_int_equal(bi->numel, fi->numel);
   assert_int_equal(bi->state_numel, fi->state_numel);
@@ -163,7 +163,7 @@ static void bf16_weights_are_converted_once_per_step(void **state) {
   staged s;
   stage_open(&s, TR_PRECISION_BF16);
   tr_stream *str = tr_stage_stream(s.st);
-  const size_t n = tr_stage_get_info(s.st)->numel;
+  const size_t n = tr_stage_info_of(s.st)->numel;
   float *p = malloc(n * 4), *half = malloc(n * 4);
   assert_int_equal(tr_stage_download(s.st, TR_STAGE_PARAMS, p), 0);
   assert_int_equal(tr_stream_synchronize(str), 0);

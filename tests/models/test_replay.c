@@ -127,7 +127,7 @@ static void host_devices_do_not_capture(void **state) {
   tr_device_list *l;
   char err[256];
   assert_int_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d);
   assert_int_equal(tr_device_can_capture(d), 0);
   assert_int_equal(tr_capture_begin(s), TR_EDEVICE);
@@ -163,7 +163,7 @@ static void ok(tr_stage *st, int rc) {
  * update; STEPS times, on fresh data each step. */
 static run train(const tr_model *m, tr_graphs graphs, bool fail_first) {
   tr_device_list *l = mt_open(1);
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d);
   const int cut = tr_model_layer_count(m) / 2, cuts[3] = {0, cut, tr_model_layer_count(m)};
   tr_stage *st[2];
@@ -176,7 +176,7 @@ static run train(const tr_model *m, tr_graphs graphs, bool fail_first) {
     if (fail_first) tr_stage_graphs_fail_next(st[k]);
   }
   run o = {0};
-  const size_t xb = tr_stage_get_info(st[0])->input_bytes, yb = tr_stage_get_info(st[1])->target_bytes;
+  const size_t xb = tr_stage_info_of(st[0])->input_bytes, yb = tr_stage_info_of(st[1])->target_bytes;
   void *x = malloc(xb), *y = malloc(yb);
   mt_rng r = mt_rng_for(77);
   for (int step = 0; step < STEPS; step++) {
@@ -187,7 +187,7 @@ static run train(const tr_model *m, tr_graphs graphs, bool fail_first) {
       assert_int_equal(tr_stream_synchronize(s), 0); /* x and y are refilled next */
       ok(st[0], tr_stage_forward(st[0], i));
       assert_int_equal(tr_memcpy(s, tr_stage_input(st[1], i), tr_stage_output(st[0], i),
-                                 tr_stage_get_info(st[0])->output_bytes, TR_COPY_D2D), 0);
+                                 tr_stage_info_of(st[0])->output_bytes, TR_COPY_D2D), 0);
       ok(st[1], tr_stage_forward(st[1], i));
       assert_int_equal(tr_memcpy(s, &o.loss[step][i], tr_stage_loss(st[1], i), 4, TR_COPY_D2H), 0);
     }
@@ -195,7 +195,7 @@ static run train(const tr_model *m, tr_graphs graphs, bool fail_first) {
       const float *din;
       ok(st[1], tr_stage_backward(st[1], i, &din));
       assert_int_equal(tr_memcpy(s, tr_stage_dout(st[0], i), din,
-                                 tr_stage_get_info(st[1])->input_bytes, TR_COPY_D2D), 0);
+                                 tr_stage_info_of(st[1])->input_bytes, TR_COPY_D2D), 0);
       ok(st[0], tr_stage_backward(st[0], i, NULL));
     }
     for (int k = 0; k < 2; k++) {
@@ -205,7 +205,7 @@ static run train(const tr_model *m, tr_graphs graphs, bool fail_first) {
   }
   o.params = calloc(tr_model_numel(m), sizeof *o.params);
   for (int k = 0; k < 2; k++) {
-    ok(st[k], tr_stage_download(st[k], TR_STAGE_PARAMS, o.params + tr_stage_get_info(st[k])->offset));
+    ok(st[k], tr_stage_download(st[k], TR_STAGE_PARAMS, o.params + tr_stage_info_of(st[k])->offset));
     assert_int_equal(tr_stream_synchronize(s), 0);
     o.fig[k] = tr_stage_graphs(st[k]);
     if (!o.note[0]) snprintf(o.note, sizeof o.note, "%s", o.fig[k].note);
@@ -220,7 +220,7 @@ static run train(const tr_model *m, tr_graphs graphs, bool fail_first) {
 
 static void graphs_on_trains_bitwise_what_graphs_off_trains_on(const tr_model *m) {
   tr_device_list *l = mt_open(1);
-  const bool captures = tr_device_can_capture(tr_device_list_get(l, 0));
+  const bool captures = tr_device_can_capture(tr_device_list_at(l, 0));
   tr_device_list_close(l);
   run off = train(m, TR_GRAPHS_OFF, false), on = train(m, TR_GRAPHS_ON, false),
       failed = train(m, TR_GRAPHS_ON, true);

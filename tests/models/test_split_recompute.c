@@ -108,7 +108,7 @@ static void backward(tr_stage **st, int n, int i, bool split) {
     }
     assert_int_equal(tr_memcpy_peer(tr_stage_stream(st[k]), tr_stage_dout(st[k - 1], i),
                                     tr_stage_device(st[k - 1]), din, tr_stage_device(st[k]),
-                                    tr_stage_get_info(st[k])->input_bytes), 0);
+                                    tr_stage_info_of(st[k])->input_bytes), 0);
   }
 }
 
@@ -129,19 +129,19 @@ static outcome step(const tr_model *m, const int *cuts, int n, way w, const void
                                .global_batch = MB * PER, .seed = 5,
                                .optim = tr_model_optim(m)};
     char err[256];
-    if (tr_stage_open(&st[k], m, tr_device_list_get(devs, k), &c, err, sizeof err))
+    if (tr_stage_open(&st[k], m, tr_device_list_at(devs, k), &c, err, sizeof err))
       fail_msg("%s", err);
-    o.slot_bytes[k] = tr_stage_get_info(st[k])->slot_bytes;
-    o.work_bytes[k] = tr_stage_get_info(st[k])->work_bytes;
+    o.slot_bytes[k] = tr_stage_info_of(st[k])->slot_bytes;
+    o.work_bytes[k] = tr_stage_info_of(st[k])->work_bytes;
   }
   const size_t xs = tr_model_input_bytes(m) * PER, ys = tr_model_target_bytes(m) * PER;
   tr_stage *last = st[n - 1];
   for (int i = 0; i < MB; i++) {
     tr_stream *s0 = tr_stage_stream(st[0]), *sl = tr_stage_stream(last);
     assert_int_equal(tr_memcpy(s0, tr_stage_input(st[0], i), (const char *)x + i * xs,
-                               tr_stage_get_info(st[0])->input_bytes, TR_COPY_H2D), 0);
+                               tr_stage_info_of(st[0])->input_bytes, TR_COPY_H2D), 0);
     assert_int_equal(tr_memcpy(sl, tr_stage_target(last, i), (const char *)y + i * ys,
-                               tr_stage_get_info(last)->target_bytes, TR_COPY_H2D), 0);
+                               tr_stage_info_of(last)->target_bytes, TR_COPY_H2D), 0);
     for (int k = 0; k < n; k++) {
       tr_stage_set_samples(st[k], i, (uint64_t)(i * PER));
       ok(st[k], tr_stage_forward(st[k], i));
@@ -149,7 +149,7 @@ static outcome step(const tr_model *m, const int *cuts, int n, way w, const void
         assert_int_equal(tr_memcpy_peer(tr_stage_stream(st[k + 1]), tr_stage_input(st[k + 1], i),
                                         tr_stage_device(st[k + 1]), tr_stage_output(st[k], i),
                                         tr_stage_device(st[k]),
-                                        tr_stage_get_info(st[k])->output_bytes), 0);
+                                        tr_stage_info_of(st[k])->output_bytes), 0);
     }
     assert_int_equal(tr_memcpy(sl, &o.loss[i], tr_stage_loss(last, i), 4, TR_COPY_D2H), 0);
   }
@@ -160,7 +160,7 @@ static outcome step(const tr_model *m, const int *cuts, int n, way w, const void
   if (w.split) weights(st, n, MB - 1);
   o.grads = calloc(tr_model_numel(m), sizeof *o.grads);
   for (int k = 0; k < n; k++) {
-    ok(st[k], tr_stage_download(st[k], TR_STAGE_GRADS, o.grads + tr_stage_get_info(st[k])->offset));
+    ok(st[k], tr_stage_download(st[k], TR_STAGE_GRADS, o.grads + tr_stage_info_of(st[k])->offset));
     assert_int_equal(tr_stream_synchronize(tr_stage_stream(st[k])), 0);
     tr_stage_close(st[k]);
   }
@@ -251,7 +251,7 @@ static void grad_ready_fires_in_the_weight_half_last_layer_first(void **state) {
   c.batch = 2;
   c.split = 1;
   tr_stage *st;
-  assert_int_equal(tr_stage_open(&st, m, tr_device_list_get(devs, 0), &c, NULL, 0), 0);
+  assert_int_equal(tr_stage_open(&st, m, tr_device_list_at(devs, 0), &c, NULL, 0), 0);
   seen s = {0};
   tr_stage_on_grad_ready(st, on_ready, &s);
   ok(st, tr_stage_forward(st, 0));

@@ -127,11 +127,11 @@ static void devices(tr_world *w, const char *spec, int per_rank) {
   const int size = tr_world_size(w), me = tr_world_rank(w);
   CHECK(tr_device_list_count(list) == per_rank * size);
   for (int i = 0; i < per_rank * size; i++) {
-    const tr_device *d = tr_device_list_get(list, i);
+    const tr_device *d = tr_device_list_at(list, i);
     const int owner = i / per_rank; /* rank order */
     CHECK(tr_world_device_rank(w, d) == owner);
     CHECK(tr_device_is_placeholder(d) == (owner != me));
-    CHECK(tr_device_get_info(d)->index == i);
+    CHECK(tr_device_info_of(d)->index == i);
   }
   tr_device_list_close(list);
 }

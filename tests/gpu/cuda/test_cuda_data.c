@@ -150,7 +150,7 @@ static void gpu_samples_are_the_hosts(void **state) {
   tr_device_list *devs;
   char err[512];
   assert_int_equal(tr_device_list_open(&devs, "cuda:0", err, sizeof err), 0);
-  tr_device *dev = tr_device_list_get(devs, 0);
+  tr_device *dev = tr_device_list_at(devs, 0);
   bool ok = true;
   for (int i = 0; i < NSOURCES; i++) {
     tr_data *d;

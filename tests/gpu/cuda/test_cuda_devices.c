@@ -35,8 +35,8 @@ static void cuda_devices_report_model_memory_and_capability(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0,cuda:0");
   assert_int_equal(tr_device_list_count(l), 2);
-  const tr_device_info *a = tr_device_get_info(tr_device_list_get(l, 0));
-  const tr_device_info *b = tr_device_get_info(tr_device_list_get(l, 1));
+  const tr_device_info *a = tr_device_info_of(tr_device_list_at(l, 0));
+  const tr_device_info *b = tr_device_info_of(tr_device_list_at(l, 1));
   assert_string_equal(a->name, "cuda:0");
   assert_string_not_equal(b->name, a->name); /* two logical devices, two names */
   assert_int_equal(a->kind, TR_DEVICE_CUDA);
@@ -46,10 +46,10 @@ static void cuda_devices_report_model_memory_and_capability(void **state) {
   assert_true(a->cc_major >= 7 && a->multiprocessors > 0);
   assert_true(a->memory_total > 0 && a->memory_free <= a->memory_total);
   /* one GPU: each logical device reaches the other's memory directly */
-  assert_int_equal(tr_device_can_access_peer(tr_device_list_get(l, 0), tr_device_list_get(l, 1)), 1);
-  tr_device *d = tr_device_list_get(l, 0);
+  assert_int_equal(tr_device_can_access_peer(tr_device_list_at(l, 0), tr_device_list_at(l, 1)), 1);
+  tr_device *d = tr_device_list_at(l, 0);
   OK(tr_device_update_memory(d));
-  assert_true(tr_device_get_info(d)->memory_free > 0);
+  assert_true(tr_device_info_of(d)->memory_free > 0);
   tr_device_list_close(l);
   assert_true(tr_device_count(TR_DEVICE_CUDA) >= 1);
 }
@@ -59,9 +59,9 @@ static void cuda_devices_report_model_memory_and_capability(void **state) {
 static void stream_ordered_memory_is_reused_and_freed_at_close(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d), *b;
-  const uint64_t free_at_open = tr_device_get_info(d)->memory_free;
+  const uint64_t free_at_open = tr_device_info_of(d)->memory_free;
   OK(tr_stream_open(d, "alloc", &b));
   enum { N = 1 << 22 };
   float *host = th_alloc_f(N);
@@ -80,7 +80,7 @@ static void stream_ordered_memory_is_reused_and_freed_at_close(void **state) {
     OK(tr_device_free(d, x));
   }
   OK(tr_device_update_memory(d));
-  assert_true(tr_device_get_info(d)->memory_free + (256u << 20) > free_at_open);
+  assert_true(tr_device_info_of(d)->memory_free + (256u << 20) > free_at_open);
   /* the same on another stream of the device */
   float *y;
   OK(tr_stream_alloc(b, N * 4, (void **)&y));
@@ -101,14 +101,14 @@ static void stream_ordered_memory_is_reused_and_freed_at_close(void **state) {
   free(host);
   tr_device_list_close(l);
   l = open_ok("cuda:0");
-  assert_true(tr_device_get_info(tr_device_list_get(l, 0))->memory_free + (1u << 30) > free_at_open);
+  assert_true(tr_device_info_of(tr_device_list_at(l, 0))->memory_free + (1u << 30) > free_at_open);
   tr_device_list_close(l);
 }
 
 static void pinned_host_memory_round_trips(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d);
   enum { N = 4099 };
   float *h, *back, *x;
@@ -137,7 +137,7 @@ static void pinned_host_memory_round_trips(void **state) {
 static void work_waiting_on_an_event_sees_the_recorded_work(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *a = tr_device_stream(d), *b;
   tr_event *e, *t0, *t1;
   enum { M = 1024 };
@@ -178,7 +178,7 @@ static void work_waiting_on_an_event_sees_the_recorded_work(void **state) {
 static void gemms_on_several_streams_at_once_agree(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   enum { M = 512, S = 4 };
   tr_stream *st[S];
   float *a, *c[S], *host = th_alloc_f(M * M), *want = th_alloc_f(M * M);
@@ -214,7 +214,7 @@ static void gemms_on_several_streams_at_once_agree(void **state) {
 static void peer_copy_between_logical_devices_after_an_event(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0,cuda:0");
-  tr_device *src = tr_device_list_get(l, 0), *dst = tr_device_list_get(l, 1);
+  tr_device *src = tr_device_list_at(l, 0), *dst = tr_device_list_at(l, 1);
   size_t n = (1 << 22) + 3;
   /* 200 scalings keep the producer busy long enough that a copy not ordered by the event
    * would read unfinished data */
@@ -257,7 +257,7 @@ static void peer_copies_between_every_pair_of_gpus(void **state) {
   enum { N = 1 << 20 };
   float *buf[16], *host = th_alloc_f(N);
   for (int i = 0; i < n; i++) {
-    tr_device *d = tr_device_list_get(l, i);
+    tr_device *d = tr_device_list_at(l, i);
     OK(tr_device_alloc(d, N * 4, (void **)&buf[i]));
     OK(tr_fill(tr_device_stream(d), buf[i], N, (float)i));
     OK(tr_stream_synchronize(tr_device_stream(d)));
@@ -265,7 +265,7 @@ static void peer_copies_between_every_pair_of_gpus(void **state) {
   for (int i = 0; i < n; i++)
     for (int j = 0; j < n; j++) {
       if (i == j) continue;
-      tr_device *src = tr_device_list_get(l, i), *dst = tr_device_list_get(l, j);
+      tr_device *src = tr_device_list_at(l, i), *dst = tr_device_list_at(l, j);
       tr_stream *s = tr_device_stream(dst);
       OK(tr_memcpy_peer(s, buf[j], dst, buf[i], src, N * 4));
       OK(tr_memcpy(s, host, buf[j], N * 4, TR_COPY_D2H));
@@ -274,7 +274,7 @@ static void peer_copies_between_every_pair_of_gpus(void **state) {
       OK(tr_fill(s, buf[j], N, (float)j));
       OK(tr_stream_synchronize(s));
     }
-  for (int i = 0; i < n; i++) OK(tr_device_free(tr_device_list_get(l, i), buf[i]));
+  for (int i = 0; i < n; i++) OK(tr_device_free(tr_device_list_at(l, i), buf[i]));
   free(host);
   tr_device_list_close(l);
 }
@@ -286,7 +286,7 @@ static void peer_copies_between_every_pair_of_gpus(void **state) {
 static void gemm_is_exact_fp32_unless_tf32_is_asked_for(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d);
   enum { M = 256, K = 8 };
   float *a, *b, *c, *host = th_alloc_f(M * M);
@@ -320,7 +320,7 @@ static void gemm_is_exact_fp32_unless_tf32_is_asked_for(void **state) {
 static void captures_replay_what_they_recorded_and_refuse_what_they_cannot_hold(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0");
-  tr_device *d = tr_device_list_get(l, 0);
+  tr_device *d = tr_device_list_at(l, 0);
   tr_stream *s = tr_device_stream(d);
   enum { N = 4096 };
   float *x, *sum, host[2];
@@ -377,7 +377,7 @@ static void captures_replay_what_they_recorded_and_refuse_what_they_cannot_hold(
 static void failures_name_the_device_the_call_and_the_line(void **state) {
   (void)state;
   tr_device_list *l = open_ok("cuda:0,cuda:0");
-  tr_device *d = tr_device_list_get(l, 1);
+  tr_device *d = tr_device_list_at(l, 1);
   void *p = NULL;
   int rc = tr_device_alloc(d, (size_t)1 << 55, &p); /* 32 PiB */
   assert_true(rc == TR_ENOMEM || rc == TR_EDEVICE);

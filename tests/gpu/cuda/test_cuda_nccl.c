@@ -29,7 +29,7 @@ static void one_member_communicator_sums_reduces_and_broadcasts(void **state) {
   tr_device_list *devs;
   char err[512];
   assert_int_equal(tr_device_list_open(&devs, "cuda:0", err, sizeof err), 0);
-  tr_device *d = tr_device_list_get(devs, 0);
+  tr_device *d = tr_device_list_at(devs, 0);
   tr_comm *c;
   if (tr_comm_open_all(&d, 1, &c, err, sizeof err)) fail_msg("%s", err);
   assert_int_equal(tr_comm_count(c), 1);
@@ -62,7 +62,7 @@ static void logical_devices_of_one_gpu_cannot_share_a_communicator(void **state)
   tr_device_list *devs;
   char err[512];
   assert_int_equal(tr_device_list_open(&devs, "cuda:0,cuda:0", err, sizeof err), 0);
-  tr_device *d[2] = {tr_device_list_get(devs, 0), tr_device_list_get(devs, 1)};
+  tr_device *d[2] = {tr_device_list_at(devs, 0), tr_device_list_at(devs, 1)};
   tr_comm *c[2];
   assert_int_equal(tr_comm_open_all(d, 2, c, err, sizeof err), TR_EINVAL);
   printf("  refused: %s\n", err);

@@ -29,8 +29,8 @@ static int setup(void **state) {
     fprintf(stderr, "%s\n", err);
     return -1;
   }
-  host = tr_device_list_get(list, 0);
-  gpu = tr_device_list_get(list, 1);
+  host = tr_device_list_at(list, 0);
+  gpu = tr_device_list_at(list, 1);
   return 0;
 }
 
@@ -183,34 +183,34 @@ static int run_scale_dev_inside(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_scale_dev(s, F(0), F(0) + p->n / 2, p->n);
 }
-static int run_relu_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_relu_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_relu_fwd(s, F(1), F(0), p->n);
+  return tr_relu_forward(s, F(1), F(0), p->n);
 }
-static int run_relu_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_relu_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_relu_bwd(s, F(2), F(0), F(1), p->n);
+  return tr_relu_backward(s, F(2), F(0), F(1), p->n);
 }
-static int run_gelu_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_gelu_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_gelu_fwd(s, F(1), F(0), p->n);
+  return tr_gelu_forward(s, F(1), F(0), p->n);
 }
-static int run_gelu_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_gelu_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_gelu_bwd(s, F(2), F(0), F(1), p->n);
+  return tr_gelu_backward(s, F(2), F(0), F(1), p->n);
 }
 /* in place: out = inp (fwd), dinp = dout (bwd) */
-static int run_gelu_fwd_inplace(tr_stream *s, void **a, void *ctx) {
+static int run_gelu_forward_inplace(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_gelu_fwd(s, F(0), F(0), p->n);
+  return tr_gelu_forward(s, F(0), F(0), p->n);
 }
-static int run_relu_bwd_inplace(tr_stream *s, void **a, void *ctx) {
+static int run_relu_backward_inplace(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_relu_bwd(s, F(1), F(0), F(1), p->n);
+  return tr_relu_backward(s, F(1), F(0), F(1), p->n);
 }
-static int run_mse_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_mse_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_mse_bwd(s, F(2), F(0), F(1), p->n, p->a);
+  return tr_mse_backward(s, F(2), F(0), F(1), p->n, p->a);
 }
 static int run_sgd(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
@@ -244,21 +244,21 @@ static void elementwise_ops_match_host(void **state) {
                          {"out", m, 4, TH_OUT, z, 0}};
         CMP(args, run_add, &p);
         CMP(args, run_mul, &p);
-        CMP(args, run_relu_bwd, &p);
-        CMP(args, run_gelu_bwd, &p);
-        CMP(args, run_mse_bwd, &p);
+        CMP(args, run_relu_backward, &p);
+        CMP(args, run_gelu_backward, &p);
+        CMP(args, run_mse_backward, &p);
       }
       {
         th_arg args[] = {{"x", m, 4, TH_IN, x, 0}, {"y", m, 4, TH_OUT, y, 0}};
         CMP(args, run_axpy, &p);
-        CMP(args, run_relu_fwd, &p);
-        CMP(args, run_gelu_fwd, &p);
-        CMP(args, run_relu_bwd_inplace, &p);
+        CMP(args, run_relu_forward, &p);
+        CMP(args, run_gelu_forward, &p);
+        CMP(args, run_relu_backward_inplace, &p);
       }
       {
         th_arg args[] = {{"x", m, 4, TH_OUT, x, 0}};
         CMP(args, run_scale, &p);
-        CMP(args, run_gelu_fwd_inplace, &p);
+        CMP(args, run_gelu_forward_inplace, &p);
       }
       {
         P q = p;
@@ -312,9 +312,9 @@ static int run_sumsq(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_sumsq(s, a[1], F(0), p->n, p->flag);
 }
-static int run_mse_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_mse_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_mse_fwd(s, a[2], F(0), F(1), p->n, p->a);
+  return tr_mse_forward(s, a[2], F(0), F(1), p->n, p->a);
 }
 static int run_clip(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
@@ -339,7 +339,7 @@ static void reductions_match_host(void **state) {
       float loss = 7;
       th_arg args[] = {{"pred", m, 4, TH_IN, x, 0}, {"target", m, 4, TH_IN, y, 0},
                        {"loss", 1, 4, TH_OUT, &loss, 0}};
-      CMP(args, run_mse_fwd, &p);
+      CMP(args, run_mse_forward, &p);
       free(x), free(y);
     }
   const float sumsq[] = {0.0f, 1e-12f, 0.25f, 4.0f, 1e6f};
@@ -361,13 +361,13 @@ static int run_bias_grad(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
   return tr_bias_grad(s, F(1), F(0), p->N, p->C);
 }
-static int run_ln_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_ln_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_layernorm_fwd(s, F(3), F(4), F(5), F(0), F(1), F(2), p->N, p->C, p->a);
+  return tr_layernorm_forward(s, F(3), F(4), F(5), F(0), F(1), F(2), p->N, p->C, p->a);
 }
-static int run_ln_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_ln_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_layernorm_bwd(s, F(5), F(6), F(7), F(0), F(1), F(2), F(3), F(4), p->N, p->C);
+  return tr_layernorm_backward(s, F(5), F(6), F(7), F(0), F(1), F(2), F(3), F(4), p->N, p->C);
 }
 
 static void bias_and_layernorm_match_host(void **state) {
@@ -393,7 +393,7 @@ static void bias_and_layernorm_match_host(void **state) {
         th_arg args[] = {{"inp", n, 4, TH_IN, x, 0},     {"weight", c, 4, TH_IN, w, 0},
                          {"bias", c, 4, TH_IN, b, 0},    {"out", n, 4, TH_OUT, out, 0},
                          {"mean", nr, 4, TH_OUT, m, 0}, {"rstd", nr, 4, TH_OUT, rs, 0}};
-        CMP(args, run_ln_fwd, &p);
+        CMP(args, run_ln_forward, &p);
       }
       /* backward from the statistics of the forward (computed here on the host) */
       for (size_t i = 0; i < N; i++) {
@@ -408,38 +408,38 @@ static void bias_and_layernorm_match_host(void **state) {
                        {"weight", c, 4, TH_IN, w, 0},     {"mean", nr, 4, TH_IN, m, 0},
                        {"rstd", nr, 4, TH_IN, rs, 0},     {"dinp", n, 4, TH_OUT, out, 0},
                        {"dweight", c, 4, TH_OUT, dw, 0},  {"dbias", c, 4, TH_OUT, db, 0}};
-      CMP(args, run_ln_bwd, &p);
+      CMP(args, run_ln_backward, &p);
       free(x), free(g), free(w), free(b), free(out), free(m), free(rs), free(dw), free(db);
     }
 }
 
 /* ---- softmax, attention, losses --------------------------------------------------------- */
 
-static int run_softmax_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_softmax_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_softmax_fwd(s, F(1), F(0), p->N, p->C);
+  return tr_softmax_forward(s, F(1), F(0), p->N, p->C);
 }
-static int run_softmax_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_softmax_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_softmax_bwd(s, F(2), F(0), F(1), p->N, p->C);
+  return tr_softmax_backward(s, F(2), F(0), F(1), p->N, p->C);
 }
-static int run_attn_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_attn_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return p->flag ? tr_attn_softmax_fwd(s, F(1), F(1), p->B, p->T, p->a)
-                 : tr_attn_softmax_fwd(s, F(1), F(0), p->B, p->T, p->a);
+  return p->flag ? tr_attn_softmax_forward(s, F(1), F(1), p->B, p->T, p->a)
+                 : tr_attn_softmax_forward(s, F(1), F(0), p->B, p->T, p->a);
 }
-static int run_attn_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_attn_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_attn_softmax_bwd(s, F(2), F(0), F(1), p->B, p->T, p->a);
+  return tr_attn_softmax_backward(s, F(2), F(0), F(1), p->B, p->T, p->a);
 }
-static int run_ce_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_ce_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_crossentropy_fwd(s, a[3], F(2), F(0), a[1], p->N, p->V, p->a);
+  return tr_crossentropy_forward(s, a[3], F(2), F(0), a[1], p->N, p->V, p->a);
 }
-static int run_ce_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_ce_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return p->flag ? tr_crossentropy_bwd(s, F(2), F(2), a[1], p->N, p->V, p->a)
-                 : tr_crossentropy_bwd(s, F(2), F(0), a[1], p->N, p->V, p->a);
+  return p->flag ? tr_crossentropy_backward(s, F(2), F(2), a[1], p->N, p->V, p->a)
+                 : tr_crossentropy_backward(s, F(2), F(0), a[1], p->N, p->V, p->a);
 }
 
 static void softmax_ops_match_host(void **state) {
@@ -453,12 +453,12 @@ static void softmax_ops_match_host(void **state) {
       float *x = rnd(&r, n, 20), *g = rnd(&r, n, 1), *out = rnd(&r, n, 1);
       {
         th_arg args[] = {{"inp", n, 4, TH_IN, x, 0}, {"out", n, 4, TH_OUT, out, 0}};
-        CMP(args, run_softmax_fwd, &p);
+        CMP(args, run_softmax_forward, &p);
       }
       for (size_t i = 0; i < n; i++) x[i] = fabsf(x[i]) / 40; /* an output-like row */
       th_arg args[] = {{"out", n, 4, TH_IN, x, 0}, {"dout", n, 4, TH_IN, g, 0},
                        {"dinp", n, 4, TH_OUT, out, 0}};
-      CMP(args, run_softmax_bwd, &p);
+      CMP(args, run_softmax_backward, &p);
       free(x), free(g), free(out);
     }
   const size_t bt[][2] = {{1, 1}, {2, 7}, {3, 33}, {32, 128}};
@@ -469,12 +469,12 @@ static void softmax_ops_match_host(void **state) {
       float *x = rnd(&r, n, 10), *g = rnd(&r, n, 1), *out = rnd(&r, n, 1);
       {
         th_arg args[] = {{"preatt", n, 4, TH_IN, x, 0}, {"att", n, 4, TH_OUT, inplace ? x : out, 0}};
-        CMP(args, run_attn_fwd, &p);
+        CMP(args, run_attn_forward, &p);
       }
       for (size_t i = 0; i < n; i++) x[i] = fabsf(x[i]) / 20;
       th_arg args[] = {{"att", n, 4, TH_IN, x, 0}, {"datt", n, 4, TH_IN, g, 0},
                        {"dpreatt", n, 4, TH_OUT, out, 0}};
-      CMP(args, run_attn_bwd, &p);
+      CMP(args, run_attn_backward, &p);
       free(x), free(g), free(out);
     }
   const size_t nv[][2] = {{1, 1}, {1, 7}, {7, 256}, {64, 256}, {33, 1000}, {1024, 256}};
@@ -488,25 +488,25 @@ static void softmax_ops_match_host(void **state) {
       {
         th_arg args[] = {{"logits", n, 4, TH_IN, z, 0}, {"targets", p.N, 4, TH_IN, t, 0},
                          {"probs", n, 4, TH_OUT, probs, 0}, {"loss", 1, 4, TH_OUT, &loss, 0}};
-        CMP(args, run_ce_fwd, &p);
+        CMP(args, run_ce_forward, &p);
       }
       for (size_t i = 0; i < n; i++) z[i] = fabsf(z[i]) / 60;
       th_arg args[] = {{"probs", n, 4, TH_IN, z, 0}, {"targets", p.N, 4, TH_IN, t, 0},
                        {"dlogits", n, 4, TH_OUT, o ? z : probs, 0}};
-      CMP(args, run_ce_bwd, &p); /* o = 1: in place, dlogits = probs */
+      CMP(args, run_ce_backward, &p); /* o = 1: in place, dlogits = probs */
       free(z), free(probs), free(t);
     }
 }
 
 /* ---- embedding ---------------------------------------------------------------------------- */
 
-static int run_emb_fwd(tr_stream *s, void **a, void *ctx) {
+static int run_emb_forward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_embedding_fwd(s, F(3), a[0], F(1), p->flag ? F(2) : NULL, p->B, p->T, p->C, p->V);
+  return tr_embedding_forward(s, F(3), a[0], F(1), p->flag ? F(2) : NULL, p->B, p->T, p->C, p->V);
 }
-static int run_emb_bwd(tr_stream *s, void **a, void *ctx) {
+static int run_emb_backward(tr_stream *s, void **a, void *ctx) {
   P *p = ctx;
-  return tr_embedding_bwd(s, F(2), p->flag ? F(3) : NULL, F(1), a[0], p->B, p->T, p->C, p->V);
+  return tr_embedding_backward(s, F(2), p->flag ? F(3) : NULL, F(1), a[0], p->B, p->T, p->C, p->V);
 }
 
 static void embedding_matches_host(void **state) {
@@ -528,17 +528,17 @@ static void embedding_matches_host(void **state) {
       {
         th_arg args[] = {{"idx", bt, 4, TH_IN, idx, 0}, {"wte", nwte, 4, TH_IN, wte, 0},
                          {"wpe", nwpe, 4, TH_IN, wpe, 0}, {"out", nout, 4, TH_OUT, out, 0}};
-        CMP(args, run_emb_fwd, &p);
+        CMP(args, run_emb_forward, &p);
       }
       th_arg args[] = {{"idx", bt, 4, TH_IN, idx, 0}, {"dout", nout, 4, TH_IN, out, 0},
                        {"dwte", nwte, 4, TH_OUT, wte, 0}, {"dwpe", nwpe, 4, TH_OUT, wpe, 0}};
-      CMP(args, run_emb_bwd, &p);
+      CMP(args, run_emb_backward, &p);
       /* no atomics: two runs give the same bits (--deterministic holds on GPUs), and where
        * no token's rows cross a tile (256 rows or fewer) they are the host's bits */
       void *want[4], *got[4], *again[4];
-      assert_int_equal(th_run(host, args, 4, run_emb_bwd, &p, want), 0);
-      assert_int_equal(th_run(gpu, args, 4, run_emb_bwd, &p, got), 0);
-      assert_int_equal(th_run(gpu, args, 4, run_emb_bwd, &p, again), 0);
+      assert_int_equal(th_run(host, args, 4, run_emb_backward, &p, want), 0);
+      assert_int_equal(th_run(gpu, args, 4, run_emb_backward, &p, got), 0);
+      assert_int_equal(th_run(gpu, args, 4, run_emb_backward, &p, again), 0);
       assert_memory_equal(got[2], again[2], nwte * sizeof(float));
       if (bt <= 256) assert_memory_equal(want[2], got[2], nwte * sizeof(float));
       th_free_outputs(want, 4);
