@@ -3,6 +3,9 @@
 
 #include "inbox.h"
 
+/* An actor to itself: look at the device's events again. */
+TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
+
 int tr__queue_open(tr__queue *q, int cap) {
   *q = (tr__queue){.cap = cap, .e = calloc((size_t)cap, sizeof *q->e)};
   return q->e ? 0 : TR_ENOMEM;

@@ -17,7 +17,6 @@
 
 /* tr_protocol.h's messages are protocol.c's; losses: losses.c; parts: checkpoint_io.c; the
  * end-of-run figures: codec_figures.c (each defined with its wire codec). */
-TR_MSGTYPE_DEFINE(tr__poll_type, tr__poll_msg);
 
 struct tr_job {
   tr__run run;
@@ -461,17 +460,6 @@ int tr_job_plan(tr_job *j, char *err, size_t err_size) {
 }
 
 void tr_job_print_plan(const tr_job *j, FILE *f) { tr__plan_print(&j->plan, f); }
-
-void tr__result_init(tr_train_result *r, const char *model, const char *strategy) {
-  memset(r, 0, sizeof *r);
-  snprintf(r->model, sizeof r->model, "%s", model);
-  snprintf(r->strategy, sizeof r->strategy, "%s", strategy);
-  r->ranks = 1;
-  r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
-  r->bubble_fraction = r->bubble_theory = r->staleness_mean = r->staleness_max = NAN;
-  r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;
-  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
-}
 
 void tr_job_result(const tr_job *j, tr_train_result *r) {
   if (j->coordinator) *r = *tr__coordinator_result(tr_actor_state(j->coordinator));
