@@ -33,6 +33,10 @@
 #include "tr_trace.h"
 #include "worker.h"
 
+/* The server's figures: flat (it crosses the untyped report edge). */
+TR_MSGTYPE_DEFINE_CODEC(tr__server_done_type, tr__server_done_msg, &tr_msg_codec_flat);
+
+
 enum { STATS_RING = 64,    /* distance measurements in flight to the host */
        NORM = 2 * STATS_RING }; /* where a push's gradient norm is measured */
 
