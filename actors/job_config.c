@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "job_impl.h"
+#include "step_policy.h"
 
 static const char *const nonfinite_names[] = {"stop", "skip"};
 static const char *const data_on_names[] = {"auto", "host", "device"};
@@ -217,6 +218,9 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("layout.schedule") " zb1: its backward in two halves runs in fp32 "
                      "only, not with " TR__F("precision.gemm") " bf16");
+  if (c->step_policy && !tr__policy_find(c->step_policy, c))
+    return tr_errorf(err, n, TR_EINVAL, TR__F("step_policy") " '%s': no step policy of that "
+                     "name (sync, async, or one the program added)", c->step_policy);
   if (!c->optim.kind) c->optim.kind = TR_OPTIM_SGD; /* a zeroed optim's, as stages read it */
   char why[320];
   if (tr_optim_kind_check(c->optim.kind, why, sizeof why))

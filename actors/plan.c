@@ -46,16 +46,17 @@ static const char *lacks(const tr__plan *p, int i) {
   const bool middle_in = c->layout.chunks > 1 || stage > 0;
   const bool middle_out = c->layout.chunks > 1 || stage < P - 1;
   unsigned what = 0;
+  const char *missing;
   for (int k = 0; k < s->ports.nin; k++) what |= s->ports.in[k].what;
   if (!s->ports.report) return "a coordinator (tr_job_add_coordinator)";
   if (first && !(what & TR_BATCH_INPUTS)) return "an edge of inputs";
   if (last && !(what & TR_BATCH_TARGETS)) return "an edge of targets";
   if (middle_in && !s->ports.act_in.edge) return "activations from stage s-1";
   if (middle_out && !s->ports.act_out.edge) return "a chain to stage s+1";
-  if (c->async.enabled) return s->worker ? NULL : "a server (tr_job_serve)";
-  if (c->zero && !s->group) return "a replica group (tr_job_group)";
-  if (c->zero && c->optim.clip > 0 && !s->clip)
-    return "the norm exchange with every stage (tr_job_group of every stage)";
+  const tr__policy_row *row = tr__policy_find(c->step_policy, c);
+  if (row == NULL) return "a step policy (tr_job_config.step_policy names none)";
+  const tr__policy_parts parts = {.group = s->group, .clip = s->clip, .worker = s->worker};
+  if (row->lacks && (missing = row->lacks(c, &parts))) return missing;
   return NULL;
 }
 
@@ -89,9 +90,9 @@ int tr__plan_wire(tr__plan *p, char *err, size_t n) {
     tr__stage_plan *s = &p->st[i];
     if (!tr__plan_here(p, i) || s->wired) continue;
     /* the strategy is the policy the plan gives the stage: the stage never asks */
-    rc = p->run->c.async.enabled
-             ? tr__policy_async(&s->ports.policy, s->worker)
-             : tr__policy_sync(&s->ports.policy, &(tr__sync_parts){.group = s->group, .clip = s->clip});
+    const tr_job_config *c = &p->run->c;
+    const tr__policy_parts parts = {.group = s->group, .clip = s->clip, .worker = s->worker};
+    rc = tr__policy_find(c->step_policy, c)->make(&s->ports.policy, &parts);
     if (rc) return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P, i / P);
     tr__stage_wire(tr_actor_state(s->actor), &s->ports);
     s->wired = true;
@@ -122,12 +123,13 @@ void tr__plan_print(const tr__plan *p, FILE *f) {
     if (s->actor == NULL) continue;
     const tr__stage_ports *q = &s->ports;
     const tr_device *dev = tr__stage_device(tr_actor_state(s->actor));
+    const tr__policy_row *row = tr__policy_find(c->step_policy, c);
     fprintf(f, "  stage '%s' on %s (rank %d), policy %s", tr_actor_name(s->actor),
-            tr_device_name(dev), tr_graph_actor_rank(p->run->g, s->actor),
-            c->async.enabled ? "async (pushes to the server)" : "sync");
-    if (!c->async.enabled && (s->group || s->clip))
-      fprintf(f, " (%s%s%s)", s->group ? "a replica group" : "", s->group && s->clip ? ", " : "",
-              s->clip ? "the norm exchange" : "");
+            tr_device_name(dev), tr_graph_actor_rank(p->run->g, s->actor), row ? row->name : "?");
+    if (s->group || s->clip || s->worker)
+      fprintf(f, " (%s%s%s%s%s)", s->group ? "a replica group" : "",
+              s->group && (s->clip || s->worker) ? ", " : "", s->clip ? "the norm exchange" : "",
+              s->clip && s->worker ? ", " : "", s->worker ? "pushes to the server" : "");
     for (int k = 0; k < q->nin; k++)
       print_edge(f, p, q->in[k].what == TR_BATCH_TARGETS ? "targets"
                        : q->in[k].what == TR_BATCH_INPUTS ? "inputs" : "batches",

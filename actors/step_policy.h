@@ -92,6 +92,31 @@ int tr__policy_sync(tr__policy *out, const tr__sync_parts *parts);
 struct tr__worker;
 int tr__policy_async(tr__policy *out, struct tr__worker *worker);
 
+/* The policies a plan can give its stages, one row each: its name, whether it serves a
+ * configuration when none is named (tr_job_config.step_policy NULL), and how it is made from
+ * the parts the plan wired for a stage. A new strategy is a policy file and a row: the
+ * built-in rows are policies.c's; tr__policy_add puts a row of a program's own first. */
+typedef struct tr__policy_parts {
+  struct tr__group *group;
+  struct tr__clip *clip;
+  struct tr__worker *worker;
+} tr__policy_parts;
+
+typedef struct tr__policy_row {
+  const char *name;
+  bool (*serves)(const tr_job_config *c);
+  /* What a stage's wiring lacks that the policy needs ("a server (tr_job_serve)"), or NULL.
+   * make takes the parts over (it frees what it does not use). */
+  const char *(*lacks)(const tr_job_config *c, const tr__policy_parts *parts);
+  int (*make)(tr__policy *out, const tr__policy_parts *parts);
+} tr__policy_row;
+
+/* The row named `name`, or (NULL) the first that serves c; NULL: none. */
+const tr__policy_row *tr__policy_find(const char *name, const tr_job_config *c);
+/* A row of the program's own, looked at before the built-in ones (at most a few; the row
+ * must outlive every job). 0, or TR_ENOMEM when the table is full. */
+int tr__policy_add(const tr__policy_row *row);
+
 /* Step `step` diverged: fails the actor, naming the stage and what was not finite. */
 int tr__policy_not_finite(const tr__policy_ctx *ctx, int64_t step, const char *what,
                           double value);

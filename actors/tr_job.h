@@ -342,6 +342,10 @@ typedef struct tr_job_config {
    * and the build has NCCL, else troupe's peer reduction). */
   tr_allreduce allreduce;
   const char *strategy;    /* recorded in figures and checkpoints; NULL: derived */
+  /* What every stage does at its step (the stages' step policy, by name): NULL, the one that
+   * serves the configuration ("async" for async.enabled, else "sync": replica groups, the
+   * norm exchange, the optimizer). A name no policy has is refused, naming this field. */
+  const char *step_policy;
 } tr_job_config;
 
 /* A configuration refused, as data: what tr_job_check (and tr_train_run_e, tr_train.h) say

@@ -10,8 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
+#include "policy_frozen.h"
 #include "troupe.h"
 
 enum { STEPS = 12 };
@@ -25,8 +27,10 @@ typedef struct job {
   tr_actor *st[4], *loader[2], *coordinator;
 } job;
 
-/* replicas × stages of simplenet on host devices, clipping (the stages agree on the norm) */
-static void open_job(job *b, int replicas, int stages) {
+/* replicas × stages of simplenet on host devices, clipping (the stages agree on the norm);
+ * `policy`: the stages' step policy by name (NULL: the configuration's) */
+static void open_policy_job(job *b, int replicas, int stages, const char *policy,
+                            const char *checkpoint) {
   char err[512];
   memset(b, 0, sizeof *b);
   assert_int_equal(tr_model_simplenet(&b->model), 0);
@@ -42,7 +46,9 @@ static void open_job(job *b, int replicas, int stages) {
   c.layout.stages = stages;
   c.layout.microbatches = 2;
   c.optim = tr_optim_defaults(TR_OPTIM_SGD, 0.01f);
-  c.optim.clip = 0.5f;
+  c.optim.clip = policy ? 0 : 0.5f;
+  c.step_policy = policy;
+  c.checkpoint.path = checkpoint;
   if (tr_job_new(&b->j, b->g, &c, err, sizeof err)) fail_msg("%s", err);
   for (int i = 0; i < replicas * stages; i++)
     assert_int_equal(tr_job_add_stage(b->j, i / stages, i % stages,
@@ -53,6 +59,10 @@ static void open_job(job *b, int replicas, int stages) {
                                  b->st[r * stages + stages - 1]), 0);
   }
   assert_int_equal(tr_job_add_coordinator(b->j, &b->coordinator), 0);
+}
+
+static void open_job(job *b, int replicas, int stages) {
+  open_policy_job(b, replicas, stages, NULL, NULL);
 }
 
 static void close_job(job *b) {
@@ -150,12 +160,72 @@ static void the_order_of_the_wiring_calls_does_not_change_what_trains(void **sta
   if (memcmp(&a, &b, sizeof a)) fail_msg("chain first: %.9g, groups first: %.9g", a, b);
 }
 
+/* The parameters of a checkpoint written by `steps` steps of a 2-stage pipeline under
+ * `policy`, concatenated. */
+static size_t parameters_after(const char *policy, int steps, float *out, size_t cap) {
+  char file[] = "/tmp/troupe-plan-XXXXXX";
+  const int fd = mkstemp(file);
+  assert_true(fd >= 0);
+  close(fd);
+  unlink(file);
+  job b;
+  open_policy_job(&b, 1, 2, policy, file);
+  chain(&b, 1, 2);
+  if (tr_graph_run(b.g, 0, steps, 0)) fail_msg("%s", tr_graph_error(b.g));
+  close_job(&b);
+  tr_checkpoint *ck;
+  char err[512];
+  if (tr_checkpoint_open(&ck, file, err, sizeof err)) fail_msg("%s", err);
+  size_t n = 0;
+  for (size_t i = 0; i < tr_checkpoint_count(ck); i++) {
+    const tr_checkpoint_tensor *t = tr_checkpoint_tensor_at(ck, i);
+    if (t->name[0] < '0' || t->name[0] > '9' || t->dtype != TR_DTYPE_F32) continue; /* parameters */
+    assert_true(n + t->nbytes / 4 <= cap);
+    memcpy(out + n, t->data, t->nbytes);
+    n += t->nbytes / 4;
+  }
+  tr_checkpoint_close(ck);
+  unlink(file);
+  return n;
+}
+
+/* A strategy of a program's own is a policy file (policy_frozen.c) and a row of the table:
+ * the stage runner runs it without knowing it (frozen: nothing updates, whatever the steps),
+ * and a name no policy has is refused naming the field. */
+static void a_step_policy_of_its_own_is_a_file_and_a_row(void **state) {
+  (void)state;
+  assert_int_equal(tr__policy_add(&policy_frozen), 0);
+  static float a[1 << 14], b[1 << 14], c[1 << 14];
+  const size_t n = parameters_after("frozen", 2, a, 1 << 14);
+  assert_true(n > 1000);
+  assert_int_equal(parameters_after("frozen", 9, b, 1 << 14), n);
+  if (memcmp(a, b, n * sizeof *a)) fail_msg("a frozen pipeline changed its parameters");
+  assert_int_equal(parameters_after(NULL, 9, c, 1 << 14), n); /* sync: they do change */
+  if (!memcmp(a, c, n * sizeof *a)) fail_msg("the synchronous policy left the parameters alone");
+  tr_job_config cf = tr_job_defaults();
+  tr_model *m;
+  tr_data *d;
+  char err[512];
+  assert_int_equal(tr_model_simplenet(&m), 0);
+  assert_int_equal(tr_data_open_for(&d, m, 1, NULL, NULL, err, sizeof err), 0);
+  cf.model = m;
+  cf.data = d;
+  cf.step_policy = "thawed";
+  tr_error e;
+  assert_int_equal(tr_job_check(&cf, &e), TR_EINVAL);
+  if (strcmp(e.field, "step_policy") != 0 || !strstr(e.message, "'thawed'"))
+    fail_msg("field '%s': %s", e.field, e.message);
+  tr_data_close(d);
+  tr_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_stage_without_its_chain_is_refused_before_the_run_naming_it),
       cmocka_unit_test(the_plan_prints_each_stage_with_its_policy_edges_and_carriers),
       cmocka_unit_test(wiring_after_the_plan_is_refused),
       cmocka_unit_test(the_order_of_the_wiring_calls_does_not_change_what_trains),
+      cmocka_unit_test(a_step_policy_of_its_own_is_a_file_and_a_row),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

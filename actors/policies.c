@@ -1,0 +1,56 @@
+/* policies.c — the table of step policies (step_policy.h): the built-in rows, and the rows a
+ * program adds before them. */
+#include <string.h>
+
+#include "step_policy.h"
+
+static bool serves_async(const tr_job_config *c) { return c->async.enabled; }
+static bool serves_sync(const tr_job_config *c) { return !c->async.enabled; }
+
+static const char *lacks_async(const tr_job_config *c, const tr__policy_parts *parts) {
+  (void)c;
+  return parts->worker ? NULL : "a server (tr_job_serve)";
+}
+
+static const char *lacks_sync(const tr_job_config *c, const tr__policy_parts *parts) {
+  if (c->zero && !parts->group) return "a replica group (tr_job_group)";
+  if (c->zero && c->optim.clip > 0 && !parts->clip)
+    return "the norm exchange with every stage (tr_job_group of every stage)";
+  return NULL;
+}
+
+static int make_async(tr__policy *out, const tr__policy_parts *parts) {
+  return tr__policy_async(out, parts->worker);
+}
+
+static int make_sync(tr__policy *out, const tr__policy_parts *parts) {
+  return tr__policy_sync(out, &(tr__sync_parts){.group = parts->group, .clip = parts->clip});
+}
+
+static const tr__policy_row builtin[] = {
+    {"async", serves_async, lacks_async, make_async},
+    {"sync", serves_sync, lacks_sync, make_sync},
+};
+
+enum { MAX_ADDED = 8 };
+/* Rows a program added: written before any job is made, read after (like layer kinds). */
+static const tr__policy_row *added[MAX_ADDED];
+static int nadded;
+
+int tr__policy_add(const tr__policy_row *row) {
+  if (nadded == MAX_ADDED) return TR_ENOMEM;
+  added[nadded++] = row;
+  return 0;
+}
+
+static bool fits(const tr__policy_row *r, const char *name, const tr_job_config *c) {
+  return name ? strcmp(r->name, name) == 0 : r->serves && r->serves(c);
+}
+
+const tr__policy_row *tr__policy_find(const char *name, const tr_job_config *c) {
+  for (int i = nadded - 1; i >= 0; i--)
+    if (fits(added[i], name, c)) return added[i];
+  for (size_t i = 0; i < sizeof builtin / sizeof *builtin; i++)
+    if (fits(&builtin[i], name, c)) return &builtin[i];
+  return NULL;
+}
