@@ -81,6 +81,8 @@ typedef struct tr_train_options {
   FILE *notes;             /* what the user should know of the run before it starts (a
                               resumed checkpoint taken with another batch, seed or strategy);
                               NULL: keep it to yourself */
+  FILE *plan;              /* the job's plan (tr_job_print_plan), checked, before it runs;
+                              NULL: not printed */
   /* An observer of the run (troupe train draws its progress line with one): called on the
    * loop thread of rank 0 with a report (tr_protocol.h) every `observe_every` complete steps
    * (0: every step) and a last one when the run is over. It must return quickly: the

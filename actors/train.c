@@ -492,6 +492,10 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }
+  if (o->plan) { /* checked first: a plan that fails says why, where tr_graph_run would */
+    if ((rc = tr_job_plan(j, err, err_size))) goto out;
+    if (tr_world_rank(o->world) == 0) tr_job_print_plan(j, o->plan);
+  }
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
     tr_job_result(j, r);

@@ -28,7 +28,7 @@ typedef struct train_args {
   cuts_arg cuts;
   tr_optim_kind optimizer; /* NULL: the model's */
   float lr, clip; /* 0: the optimizer's */
-  int json, quiet;
+  int json, quiet, print_plan;
 } train_args;
 
 /* "3,6": increasing layer indices, at most MAX_CUTS of them. */
@@ -194,6 +194,9 @@ static const cli_option rows[] = {
      .fields = "graphs",
      .help = "CUDA: capture each stage's passes once per micro-batch slot and replay them "
              "(default on; results are bitwise the same either way)"},
+    {"--print-plan", NULL, CLI_SWITCH, AT(print_plan),
+     .help = "print the job's plan on stderr before it runs: each stage's device, step policy, "
+             "edges, their credits and what carries them"},
     {"--trace", "FILE.json", CLI_STR, AT(o.trace), .fields = "trace",
      .help = "Chrome/Perfetto trace of every actor (under mpirun, rank r writes "
              "FILE.rankR.json)"},
@@ -305,6 +308,7 @@ int cmd_train(int argc, char **argv) {
   progress bar = {.end = o->steps, .first = -1};
   if (!a.quiet && isatty(STDERR_FILENO)) o->observe = draw_progress, o->observe_arg = &bar;
   o->notes = stderr;
+  if (a.print_plan) o->plan = stderr;
 
   tr_train_result r;
   tr_error e = {0};
