@@ -298,7 +298,8 @@ const tr__backend *tr__backend_of(tr_device_kind kind);
 /* The owner-thread rule of every call on d (device.c), for the wrappers outside it. */
 int tr__device_enter(tr_device *d);
 
-/* Records "<device name>: <text>" as d's last failure and returns status. */
+/* Records "<device name>: <text>" as d's last failure and returns status (device_fail.c,
+ * below the backends, which all call it). */
 int tr__device_fail(tr_device *d, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

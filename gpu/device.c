@@ -68,16 +68,6 @@ int tr_device_count(tr_device_kind kind) {
   return n > 0 ? n : 0;
 }
 
-int tr__device_fail(tr_device *d, int status, const char *fmt, ...) {
-  int k = snprintf(d->error, sizeof d->error, "%s: ", d->info.name);
-  if (k < 0 || (size_t)k >= sizeof d->error) k = 0;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(d->error + k, sizeof d->error - (size_t)k, fmt, ap);
-  va_end(ap);
-  return status;
-}
-
 /* ---- specs ------------------------------------------------------------------------------ */
 
 typedef struct {

@@ -53,6 +53,8 @@ typedef struct tr__cuda_device {
 static inline tr__cuda_device *tr__cu_dev(const tr_device *d) { return (tr__cuda_device *)d->impl; }
 static inline tr__cuda_stream *tr__cu_stream(const tr_stream *s) { return (tr__cuda_stream *)s->impl; }
 
+/* ---- cuda_common.cu: what every slot calls ------------------------------------------------ */
+
 /* Records a failed CUDA call on d and returns the status to report (see the top). */
 int tr__cuda_fail(tr_device *d, cudaError_t err, const char *call, const char *file, int line);
 int tr__cublas_fail(tr_device *d, cublasStatus_t st, const char *call, const char *file,

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "host_blas.h"
+#include "host_dev.h"
 
 enum { BLOCK_HEADER = 64 };
 #define BLOCK_MAGIC 0x7472686f7374626bull /* "trhostbk": handed out */
@@ -18,22 +19,15 @@ enum { BLOCK_HEADER = 64 };
 
 /* Every block starts with this header, 64 bytes before the pointer handed out, so frees
  * are checked and a closing device can release what its users still hold. */
-typedef struct block {
+typedef struct tr__host_block {
   uint64_t magic;
   size_t size;
   tr_device *dev;
-  struct block *prev, *next; /* live list, or the cache (next only) */
+  struct tr__host_block *prev, *next; /* live list, or the cache (next only) */
 } block;
 _Static_assert(sizeof(block) <= BLOCK_HEADER, "block header fits its 64 bytes");
 
-typedef struct host_dev {
-  block *live;     /* blocks handed out */
-  block *cache;    /* freed blocks, reused for requests of exactly their size */
-  size_t cached;   /* bytes in the cache */
-  void *scratch[TR__SCRATCH_COUNT];
-  size_t scratch_size[TR__SCRATCH_COUNT];
-  tr__host_blas *blas;
-} host_dev;
+typedef tr__host_dev host_dev;
 
 typedef struct host_event {
   uint64_t t_ns; /* when it was recorded */
@@ -84,8 +78,6 @@ static int host_open(tr_device *d) {
   d->info.multiprocessors = 1;
   return host_update_memory(d);
 }
-
-tr__host_blas *tr__host_blas_of(const tr_device *d) { return ((host_dev *)d->impl)->blas; }
 
 static void host_close(tr_device *d) {
   host_dev *h = d->impl;
@@ -180,18 +172,6 @@ static int host_dealloc(tr_stream *s, void *ptr) {
     free(b);
   }
   return 0;
-}
-
-void *tr__host_scratch(tr_stream *s, int which, size_t bytes) {
-  host_dev *h = s->dev->impl;
-  if (bytes <= h->scratch_size[which]) return h->scratch[which];
-  size_t size = (bytes + 4095) & ~(size_t)4095;
-  void *mem = NULL;
-  if (size < bytes || posix_memalign(&mem, 64, size)) return NULL;
-  free(h->scratch[which]);
-  h->scratch[which] = mem;
-  h->scratch_size[which] = size;
-  return mem;
 }
 
 /* ---- streams and events: a host stream runs each op as it is issued ------------------------ */

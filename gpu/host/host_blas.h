@@ -32,7 +32,7 @@ typedef struct tr__host_blas tr__host_blas;
 void tr__host_blas_describe(tr_device_info *info, char *lib, size_t lib_size);
 int tr__host_blas_open(tr_device *d, tr__host_blas **out);
 void tr__host_blas_close(tr__host_blas *b);
-/* The device's (host_backend.c). */
+/* The device's (host_dev.c). */
 tr__host_blas *tr__host_blas_of(const tr_device *d);
 /* 0, or a failure recorded on the stream's device. */
 int tr__host_blas_gemm(tr_stream *s, tr__host_blas *b, const tr__gemm_args *g);

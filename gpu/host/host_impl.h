@@ -39,7 +39,7 @@ static inline float tr__host_expf_nonpos(float x) {
   return x < -87.0f ? 0.0f : p * scale;
 }
 
-/* Scratch memory of the device, one buffer per use that may overlap another's (grows,
+/* Scratch memory of the device (host_dev.c), one buffer per use that may overlap another's (grows,
  * reused by later ops; NULL when out of memory): the kernels' and the direct GEMM path's,
  * bf16 GEMM operands widened to float32, and the GEMM library's own (oneDNN's scratchpad). */
 enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_BLAS, TR__SCRATCH_COUNT };
