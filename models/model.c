@@ -40,33 +40,6 @@ static tr_layer_spec *copy_specs(tr_layer_spec *to, int n, const tr_layer_spec *
   return next;
 }
 
-int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
-                         tr_init_kind init, float scale) {
-  if (m->ntensors == m->tensors_cap) {
-    const int cap = m->tensors_cap ? 2 * m->tensors_cap : 16;
-    tr_tensor_info *t = realloc(m->tensors, (size_t)cap * sizeof *t);
-    if (t) m->tensors = t;
-    tr__tensor_init *in = realloc(m->init, (size_t)cap * sizeof *in);
-    if (in) m->init = in;
-    if (!t || !in) return TR_ENOMEM;
-    m->tensors_cap = cap;
-  }
-  tr_tensor_info *t = &m->tensors[m->ntensors];
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->layer = layer;
-  t->ndim = d1 ? 2 : 1;
-  t->shape[0] = d0;
-  t->shape[1] = d1;
-  t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-  t->offset = m->numel;
-  m->init[m->ntensors] = (tr__tensor_init){init, scale};
-  m->numel += tr__align_floats(t->numel);
-  m->param_count += t->numel;
-  m->ntensors++;
-  return 0;
-}
-
 /* The tensors of each layer, as its kind declares them, in the order the stage reads them. */
 static int layout(tr_model *m, char *err, size_t size) {
   for (int i = 0; i < m->nlayers; i++) {
