@@ -1,4 +1,5 @@
-/* stage_impl.h — the inside of a tr_stage, shared by stage.c and optim.c. */
+/* stage_impl.h — the inside of a tr_stage, shared by the stage's files (stage.c, stage_loss.c,
+ * stage_passes.c, stage_error.c) and optim.c and measure.c. */
 #ifndef TR_STAGE_IMPL_H
 #define TR_STAGE_IMPL_H
 
