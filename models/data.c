@@ -1,30 +1,13 @@
 /* data.c — the core of tr_data.h: opening a source through its table (data_impl.h), the
  * user's callbacks, the choice of a model's data and the check of its sizes, shards. The
- * sources themselves live in data_synth.c, data_text.c and data_npy.c. */
-#include <stdarg.h>
+ * sources themselves live in data_synth.c, data_text.c and data_npy.c, the text of a
+ * source's failure in data_error.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data_impl.h"
 #include "tr_model.h"
-
-int tr__data_fail(const tr_data *d, int status, const char *fmt, ...) {
-  tr_data *w = (tr_data *)d; /* the one thing fill may write, once */
-  int none = 0;
-  if (atomic_compare_exchange_strong(&w->failed, &none, 1)) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(w->error, sizeof w->error, fmt, ap);
-    va_end(ap);
-    atomic_store(&w->failed, 2);
-  }
-  return status;
-}
-
-const char *tr_data_error(const tr_data *d) {
-  return atomic_load(&((tr_data *)d)->failed) == 2 ? d->error : "";
-}
 
 /* ---- opening ------------------------------------------------------------------------------- */
 

@@ -48,7 +48,7 @@ int tr__data_open_text(tr_data *d, const tr_data_config *c, char *err, size_t er
 int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err_size);
 
 /* From fill, on any thread: keeps the text of the source's first failure (tr_data_error)
- * and returns `status`. */
+ * and returns `status` (data_error.c). */
 int tr__data_fail(const tr_data *d, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 

@@ -1,7 +1,11 @@
-/* layer.c — what every layer kind shares: checking a chain of layers, declaring tensors,
- * the table's optional slots with their defaults, and the layers' random keys. */
+/* layer.c — what every layer kind shares: checking a chain of layers, declaring tensors (into
+ * the model's table, and PyTorch's Linear and LayerNorm parts for the kinds built of them), the
+ * table's optional slots with their defaults, and the layers' random keys. The kinds in layers/
+ * and model.c sit on it; it uses neither. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "layers/layers_impl.h"
@@ -43,6 +47,35 @@ int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char
 
 /* ---- tensors ------------------------------------------------------------------------------ */
 
+/* Appends to the model's table at the next aligned offset: the end every declaration reaches
+ * (models_impl.h). */
+int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
+                         tr_init_kind init, float scale) {
+  if (m->ntensors == m->tensors_cap) {
+    const int cap = m->tensors_cap ? 2 * m->tensors_cap : 16;
+    tr_tensor_info *t = realloc(m->tensors, (size_t)cap * sizeof *t);
+    if (t) m->tensors = t;
+    tr__tensor_init *in = realloc(m->init, (size_t)cap * sizeof *in);
+    if (in) m->init = in;
+    if (!t || !in) return TR_ENOMEM;
+    m->tensors_cap = cap;
+  }
+  tr_tensor_info *t = &m->tensors[m->ntensors];
+  memset(t, 0, sizeof *t);
+  snprintf(t->name, sizeof t->name, "%s", name);
+  t->layer = layer;
+  t->ndim = d1 ? 2 : 1;
+  t->shape[0] = d0;
+  t->shape[1] = d1;
+  t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
+  t->offset = m->numel;
+  m->init[m->ntensors] = (tr__tensor_init){init, scale};
+  m->numel += tr__align_floats(t->numel);
+  m->param_count += t->numel;
+  m->ntensors++;
+  return 0;
+}
+
 int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
                        tr_init_kind init, float scale) {
   if (d0 <= 0 || d1 < 0 || (unsigned)init > TR_INIT_ZEROS)
@@ -74,6 +107,25 @@ int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_lay
 int tr_layer_tensor_count(const tr_layer_spec *l, int T) {
   tr_tensor_list t = {0};
   return tr_tensor_list_add_layer(&t, "", l, T) ? 0 : t.count;
+}
+
+/* PyTorch's Linear: weight and bias uniform in +-1/sqrt(fan_in). */
+int tr__declare_linear(tr_tensor_list *t, const char *prefix, int in, int out, int bias) {
+  char name[40];
+  const float b = 1.0f / sqrtf((float)in);
+  snprintf(name, sizeof name, "%sweight", prefix);
+  TR__TRY(tr_tensor_list_add(t, name, out, in, TR_INIT_UNIFORM, b));
+  snprintf(name, sizeof name, "%sbias", prefix);
+  return bias ? tr_tensor_list_add(t, name, out, 0, TR_INIT_UNIFORM, b) : 0;
+}
+
+/* PyTorch's LayerNorm: weight ones, bias zeros. */
+int tr__declare_layernorm(tr_tensor_list *t, const char *prefix, int width) {
+  char name[40];
+  snprintf(name, sizeof name, "%sweight", prefix);
+  TR__TRY(tr_tensor_list_add(t, name, width, 0, TR_INIT_ONES, 0));
+  snprintf(name, sizeof name, "%sbias", prefix);
+  return tr_tensor_list_add(t, name, width, 0, TR_INIT_ZEROS, 0);
 }
 
 /* ---- the optional slots ---------------------------------------------------------------------- */

@@ -1,5 +1,6 @@
-/* model.c — model descriptions: layer specs, the workloads of docs/WORKLOADS.md, the parameter
- * space (every tensor's name, shape, offset and initialisation) and cost-balanced cuts. */
+/* model.c — model descriptions: layer specs, the parameter space (every tensor's name, shape,
+ * offset and initialisation) and cost-balanced cuts. The workloads of docs/WORKLOADS.md are
+ * in workloads.c, above this file and the layer kinds they are built of. */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -38,33 +39,6 @@ static tr_layer_spec *copy_specs(tr_layer_spec *to, int n, const tr_layer_spec *
     to[i].inner = inner;
   }
   return next;
-}
-
-int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
-                         tr_init_kind init, float scale) {
-  if (m->ntensors == m->tensors_cap) {
-    const int cap = m->tensors_cap ? 2 * m->tensors_cap : 16;
-    tr_tensor_info *t = realloc(m->tensors, (size_t)cap * sizeof *t);
-    if (t) m->tensors = t;
-    tr__tensor_init *in = realloc(m->init, (size_t)cap * sizeof *in);
-    if (in) m->init = in;
-    if (!t || !in) return TR_ENOMEM;
-    m->tensors_cap = cap;
-  }
-  tr_tensor_info *t = &m->tensors[m->ntensors];
-  memset(t, 0, sizeof *t);
-  snprintf(t->name, sizeof t->name, "%s", name);
-  t->layer = layer;
-  t->ndim = d1 ? 2 : 1;
-  t->shape[0] = d0;
-  t->shape[1] = d1;
-  t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
-  t->offset = m->numel;
-  m->init[m->ntensors] = (tr__tensor_init){init, scale};
-  m->numel += tr__align_floats(t->numel);
-  m->param_count += t->numel;
-  m->ntensors++;
-  return 0;
 }
 
 /* The tensors of each layer, as its kind declares them, in the order the stage reads them. */
@@ -153,73 +127,6 @@ void tr_model_free(tr_model *m) {
   free(m->layer_tensor0);
   free(m->layer_offset);
   free(m);
-}
-
-/* ---- the workloads ------------------------------------------------------------------------------ */
-
-int tr_model_simplenet(tr_model **out) {
-  const tr_layer_spec layers[] = {tr_layer_linear(10, 100, 1), tr_layer_relu(100),
-                                  tr_layer_linear(100, 1, 1)};
-  const tr_model_spec sp = {.name = "simplenet", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = 3,
-                            .layers = layers, .batch = 64,
-                            .optim = tr_optim_defaults(TR_OPTIM_SGD, 0.01f)};
-  return tr_model_new(out, &sp, NULL, 0);
-}
-
-int tr_model_mlp(tr_model **out, int width, int depth) {
-  *out = NULL;
-  if (width <= 0 || depth <= 0 || depth > 1024) return TR_EINVAL;
-  tr_layer_spec *layers = malloc((size_t)(2 * depth - 1) * sizeof *layers);
-  if (!layers) return TR_ENOMEM;
-  int n = 0;
-  for (int i = 0; i < depth; i++) {
-    if (i) layers[n++] = tr_layer_relu(width);
-    layers[n++] = tr_layer_linear(width, width, 1);
-  }
-  tr_optim_config o = tr_optim_defaults(TR_OPTIM_MOMENTUM, 1e-3f);
-  o.momentum = 0.9f;
-  const tr_model_spec sp = {.name = "mlp", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = n,
-                            .layers = layers, .batch = 256, .optim = o};
-  int rc = tr_model_new(out, &sp, NULL, 0);
-  free(layers);
-  return rc;
-}
-
-tr_gpt_config tr_gpt_defaults(void) {
-  return (tr_gpt_config){.vocab = 256, .ctx = 128, .width = 256, .layers = 4, .heads = 4,
-                         .hidden = 1024};
-}
-
-int tr_model_gpt(tr_model **out, const tr_gpt_config *cfg) {
-  *out = NULL;
-  const tr_gpt_config c = cfg ? *cfg : tr_gpt_defaults();
-  if (c.layers < 0 || c.layers > 1024) return TR_EINVAL;
-  const int n = c.layers + 3;
-  tr_layer_spec *layers = malloc((size_t)n * sizeof *layers);
-  if (!layers) return TR_ENOMEM;
-  layers[0] = tr_layer_embedding(c.vocab, c.width);
-  for (int i = 0; i < c.layers; i++) layers[1 + i] = tr_layer_block(c.width, c.heads, c.hidden);
-  layers[n - 2] = tr_layer_layernorm(c.width);
-  layers[n - 1] = tr_layer_linear(c.width, c.vocab, 0);
-  tr_optim_config o = tr_optim_defaults(TR_OPTIM_ADAMW, 3e-4f);
-  const tr_model_spec sp = {.name = "gpt", .ctx = c.ctx, .loss = TR_LOSS_CROSSENTROPY,
-                            .nlayers = n, .layers = layers, .batch = 8, .optim = o};
-  int rc = tr_model_new(out, &sp, NULL, 0);
-  free(layers);
-  return rc;
-}
-
-int tr_model_named(tr_model **out, const char *name, char *err, size_t err_size) {
-  *out = NULL;
-  int rc;
-  if (name && !strcmp(name, "simplenet")) rc = tr_model_simplenet(out);
-  else if (name && !strcmp(name, "mlp")) rc = tr_model_mlp(out, 1024, 8);
-  else if (name && !strcmp(name, "gpt")) rc = tr_model_gpt(out, NULL);
-  else
-    return tr_errorf(err, err_size, TR_EINVAL, "model '%s': not one of simplenet, mlp, gpt",
-                     name ? name : "");
-  if (rc) tr_errorf(err, err_size, TR_EINVAL, "model '%s': %s", name, tr_strerror(rc));
-  return rc;
 }
 
 /* ---- queries ---------------------------------------------------------------------------------- */

@@ -40,7 +40,8 @@ struct tr_tensor_list {
   size_t err_size;
 };
 
-/* Appends a tensor named `name` to m's table at the next aligned offset. */
+/* Appends a tensor named `name` to m's table at the next aligned offset (layer.c, where
+ * tr_tensor_list_add ends). */
 int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
                          tr_init_kind init, float scale);
 

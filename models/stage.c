@@ -3,8 +3,8 @@
  * and in bf16 the weights' copy and the layers' bf16 activations and scratch),
  * initialisation, and the forward and backward passes. Every layer is reached through its
  * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c, the loss
- * in stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c. */
-#include <stdarg.h>
+ * in stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c, the text of its
+ * failures in stage_error.c. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,40 +14,11 @@
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
-/* "...: <what>: <why>", why being a layer's own account, the device's, or the status's. */
-static int stage_fail_v(tr_stage *st, int rc, const char *why, const char *fmt, va_list ap) {
-  char what[256];
-  vsnprintf(what, sizeof what, fmt, ap);
-  const char *dev = tr_device_error(st->dev);
-  if (!why || !*why) why = dev && *dev ? dev : tr_strerror(rc);
-  snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s on %s: %s: %s", st->info.first,
-           st->info.end, st->m->name, tr_device_name(st->dev), what, why);
-  return rc;
-}
-
-int tr__stage_fail(tr_stage *st, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  stage_fail_v(st, rc, NULL, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
-int tr__stage_fail_why(tr_stage *st, int rc, const char *why, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  stage_fail_v(st, rc, why, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 /* A layer's failure, in its own words when it gave some (tr_layer_fail). */
 static int layer_fail(tr_stage *st, int rc, const char *pass, const tr__stage_layer *L) {
   return tr__stage_fail_why(st, rc, st->layer_err, "%s of layer %d (%s)", pass, L->index,
                             L->spec->type->name);
 }
-
-const char *tr_stage_error(const tr_stage *st) { return st->err; }
 
 /* ---- the memory plan ---------------------------------------------------------------------------- */
 

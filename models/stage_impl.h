@@ -1,4 +1,5 @@
-/* stage_impl.h — the inside of a tr_stage, shared by stage.c and optim.c. */
+/* stage_impl.h — the inside of a tr_stage, shared by the stage's files (stage.c, stage_loss.c,
+ * stage_passes.c, stage_error.c) and optim.c and measure.c. */
 #ifndef TR_STAGE_IMPL_H
 #define TR_STAGE_IMPL_H
 
@@ -104,7 +105,7 @@ int tr__stage_loss_forward(tr_stage *st, int slot, float *loss);
 int tr__stage_loss_backward(tr_stage *st, int slot, float *dpred);
 
 /* Formats the stage's error ("stage [0,3) of gpt on host:0: <what>: <device's message>")
- * and returns rc. */
+ * and returns rc (stage_error.c). */
 int tr__stage_fail(tr_stage *st, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 /* The same, with `why` (when not empty) in place of the device's message. */
 int tr__stage_fail_why(tr_stage *st, int rc, const char *why, const char *fmt, ...)

@@ -1,19 +1,9 @@
 /* layernorm.c — the layernorm layer kind: (N,in) -> (N,in), weight and bias (in); keeps
  * each row's mean and 1/std after its output. */
-#include <stdio.h>
-
 #include "layers_impl.h"
 
 tr_layer_spec tr_layer_layernorm(int width) {
   return (tr_layer_spec){.type = &tr_layer_layernorm_type, .in = width, .out = width};
-}
-
-int tr__declare_layernorm(tr_tensor_list *t, const char *prefix, int width) {
-  char name[40];
-  snprintf(name, sizeof name, "%sweight", prefix);
-  TR__TRY(tr_tensor_list_add(t, name, width, 0, TR_INIT_ONES, 0));
-  snprintf(name, sizeof name, "%sbias", prefix);
-  return tr_tensor_list_add(t, name, width, 0, TR_INIT_ZEROS, 0);
 }
 
 static int tensors(const tr_layer_spec *l, int T, tr_tensor_list *t) {

@@ -1,21 +1,8 @@
 /* linear.c — the linear layer kind: (N,in) -> (N,out) = x @ weight^T + bias. */
-#include <math.h>
-#include <stdio.h>
-
 #include "layers_impl.h"
 
 tr_layer_spec tr_layer_linear(int in, int out, int bias) {
   return (tr_layer_spec){.type = &tr_layer_linear_type, .in = in, .out = out, .bias = bias};
-}
-
-/* PyTorch's Linear: weight and bias uniform in +-1/sqrt(fan_in). */
-int tr__declare_linear(tr_tensor_list *t, const char *prefix, int in, int out, int bias) {
-  char name[40];
-  const float b = 1.0f / sqrtf((float)in);
-  snprintf(name, sizeof name, "%sweight", prefix);
-  TR__TRY(tr_tensor_list_add(t, name, out, in, TR_INIT_UNIFORM, b));
-  snprintf(name, sizeof name, "%sbias", prefix);
-  return bias ? tr_tensor_list_add(t, name, out, 0, TR_INIT_UNIFORM, b) : 0;
 }
 
 static int tensors(const tr_layer_spec *l, int T, tr_tensor_list *t) {
