@@ -54,3 +54,11 @@ const tr__policy_row *tr__policy_find(const char *name, const tr_job_config *c) 
     if (fits(&builtin[i], name, c)) return &builtin[i];
   return NULL;
 }
+
+int tr__policy_claim(const tr__policy_ctx *ctx, int64_t step, int64_t *run_step) {
+  tr_graph *g = ctx->run->g;
+  /* -1: the ranks are agreeing on the end, which a tr_graph_end_msg brings */
+  const int claim = ctx->stage == 0 ? tr_graph_claim_step(g, step) : step < tr_graph_end_step(g);
+  *run_step = step;
+  return claim < 0 ? TR__BEGIN_WAIT : claim == 0 ? TR__BEGIN_END : TR__BEGIN_GO;
+}

@@ -62,15 +62,9 @@ static int64_t share(const void *state, const tr__run *run, int64_t steps) {
   return steps;
 }
 
-/* The first stage claims each step as it starts it; -1: the ranks are agreeing on the end,
- * which a tr_graph_end_msg brings. */
 static int begin(void *state, int64_t step, const tr__lent *head, bool ended, int64_t *run_step) {
-  sync_policy *p = state;
   (void)head, (void)ended;
-  tr_graph *g = p->ctx.run->g;
-  const int claim = p->ctx.stage == 0 ? tr_graph_claim_step(g, step) : step < tr_graph_end_step(g);
-  *run_step = step;
-  return claim < 0 ? TR__BEGIN_WAIT : claim == 0 ? TR__BEGIN_END : TR__BEGIN_GO;
+  return tr__policy_claim(&((sync_policy *)state)->ctx, step, run_step);
 }
 
 static int last_backward(void *state, int64_t step, bool after) {

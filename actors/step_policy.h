@@ -117,6 +117,11 @@ const tr__policy_row *tr__policy_find(const char *name, const tr_job_config *c);
  * must outlive every job). 0, or TR_ENOMEM when the table is full. */
 int tr__policy_add(const tr__policy_row *row);
 
+/* The synchronous way to begin a step (a policy's begin may be it): the first stage claims
+ * each step of the run as it starts it, the others follow while the run's end is ahead;
+ * *run_step is the step itself. TR__BEGIN_* flags. */
+int tr__policy_claim(const tr__policy_ctx *ctx, int64_t step, int64_t *run_step);
+
 /* Step `step` diverged: fails the actor, naming the stage and what was not finite. */
 int tr__policy_not_finite(const tr__policy_ctx *ctx, int64_t step, const char *what,
                           double value);

@@ -36,12 +36,8 @@ static int64_t share(const void *p, const tr__run *run, int64_t steps) {
 
 /* As the synchronous policy: the first stage claims each step. */
 static int begin(void *state, int64_t step, const tr__lent *head, bool ended, int64_t *run_step) {
-  frozen *p = state;
   (void)head, (void)ended;
-  tr_graph *g = p->ctx.run->g;
-  const int claim = p->ctx.stage == 0 ? tr_graph_claim_step(g, step) : step < tr_graph_end_step(g);
-  *run_step = step;
-  return claim < 0 ? TR__BEGIN_WAIT : claim == 0 ? TR__BEGIN_END : TR__BEGIN_GO;
+  return tr__policy_claim(&((frozen *)state)->ctx, step, run_step);
 }
 
 static int last_backward(void *p, int64_t step, bool after) {
