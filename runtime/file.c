@@ -154,9 +154,11 @@ int tr_file_check_distinct(const char *out, const char *what, const char *other,
 }
 
 /* The locks this process holds: taking one again (tr_train_run takes the checkpoint's, then
- * the job it makes does) counts, and the last release lets go. */
+ * the job it makes does) counts, and the last release lets go. A forked child inherits the
+ * list but not the right: its entries name their parent's pid. */
 struct tr_file_lock {
   int fd, refs;
+  pid_t pid;
   char *path; /* the lock file's */
   tr_file_lock *next;
 };
@@ -178,7 +180,7 @@ int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out, 
   free(target);
   pthread_mutex_lock(&held_mu);
   for (tr_file_lock *h = held_locks; h; h = h->next)
-    if (!strcmp(h->path, l->path)) {
+    if (h->pid == getpid() && !strcmp(h->path, l->path)) {
       h->refs++;
       pthread_mutex_unlock(&held_mu);
       free(l->path);
@@ -221,6 +223,7 @@ int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out, 
       const int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
       if (ftruncate(l->fd, 0) == 0 && pwrite(l->fd, pid, (size_t)k, 0) == k) {
         l->refs = 1;
+        l->pid = getpid();
         l->next = held_locks;
         held_locks = *out = l;
         pthread_mutex_unlock(&held_mu);
