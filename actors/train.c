@@ -291,8 +291,9 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
   return rc;
 }
 
-/* The files the run will write: each must be writable now, not after the run. Rank 0
- * writes the checkpoints; every rank its trace. */
+/* The files the run will write: each must be writable now, not after the run, and must not
+ * be one the run reads. Rank 0 writes the checkpoints, and holds the checkpoint's lock from
+ * here to the run's end (tr_file_lock_output); every rank writes its trace. */
 static int check_outputs(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = 0;
   const char *ck = tr_world_rank(o->world) == 0 ? o->job.checkpoint.path : NULL;
