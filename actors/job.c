@@ -28,6 +28,7 @@ struct tr_job {
   tr_actor **loaders; /* [replica] */
   tr_actor *coordinator, *server;
   tr__plan plan; /* the stages' ports, handed over when the graph runs */
+  tr_file_lock *ck_lock; /* rank 0: one writer per checkpoint.path while the job lives */
   int ncross; /* replica groups over several ranks, numbered for the transports */
 };
 
@@ -59,12 +60,18 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   tr__error_unmark(err);
   if (rc) return rc;
   /* found now, not after the run it was to save; rank 0 writes the checkpoints */
+  tr_file_lock *lock = NULL;
   if (c.checkpoint.path && tr_graph_rank(g) == 0 &&
-      (rc = tr_file_check_output(c.checkpoint.path, "checkpoint.path", err, n)))
+      ((rc = tr_file_check_output(c.checkpoint.path, "checkpoint.path", err, n)) ||
+       (rc = tr_file_lock_output(c.checkpoint.path, "checkpoint.path", &lock, err, n))))
     return rc;
   const int R = c.layout.replicas, P = c.layout.stages, M = c.layout.microbatches;
   tr_job *j = calloc(1, sizeof *j);
-  if (j == NULL) return TR_ENOMEM;
+  if (j == NULL) {
+    tr_file_unlock(lock);
+    return TR_ENOMEM;
+  }
+  j->ck_lock = lock;
   if ((rc = open_resume(j, &c, err, n))) {
     tr_job_free(j);
     return rc;
@@ -123,6 +130,7 @@ void tr_job_free(tr_job *j) {
   tr__plan_free(&j->plan);
   tr_checkpoint_close(j->resume);
   tr_schedule_free(j->sc);
+  tr_file_unlock(j->ck_lock);
   free(j->stages);
   free(j->loaders);
   free(j);

@@ -44,6 +44,7 @@ typedef struct run {
   int cuts[TR__MAX_STAGES + 1];
   int64_t first_step, end_step;
   bool observed; /* rank 0 was given an observer: every rank's graph has its actor */
+  tr_file_lock *ck_lock; /* rank 0: one writer per checkpoint, for the run's whole life */
 } run;
 
 /* The server's device: as asked, else a host device of its own beside host workers, or a
@@ -290,13 +291,26 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
   return rc;
 }
 
-/* The files the run will write: each must be writable now, not after the run. Rank 0
- * writes the checkpoints; every rank its trace. */
-static int check_outputs(const tr_train_options *o, char *err, size_t n) {
+/* The files the run will write: each must be writable now, not after the run, and must not
+ * be one the run reads. Rank 0 writes the checkpoints, and holds the checkpoint's lock from
+ * here to the run's end (tr_file_lock_output); every rank writes its trace. */
+static int check_outputs(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = 0;
-  if (o->job.checkpoint.path && tr_world_rank(o->world) == 0)
-    rc = tr_file_check_output(o->job.checkpoint.path, TR__F("checkpoint.path"), err, n);
+  const char *ck = tr_world_rank(o->world) == 0 ? o->job.checkpoint.path : NULL;
+  if (ck) rc = tr_file_check_output(ck, TR__F("checkpoint.path"), err, n);
   if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, TR__F("trace"), err, n);
+  /* No output overwrites an input or the other output. A checkpoint may replace the one it
+   * resumes from: that is read before it is replaced, and replaced by a rename. */
+  const char *in[] = {o->data, o->labels, o->job.checkpoint.resume, ck};
+  const char *in_what[] = {TR__F("data"), TR__F("labels"), TR__F("checkpoint.resume"),
+                           TR__F("checkpoint.path")};
+  for (int i = 0; i < 4 && rc == 0; i++) { /* the checkpoint: the data and labels */
+    if (i < 2)
+      rc = tr_file_check_distinct(ck, TR__F("checkpoint.path"), in[i], in_what[i], err, n);
+    if (rc == 0)
+      rc = tr_file_check_distinct(o->trace, TR__F("trace"), in[i], in_what[i], err, n);
+  }
+  if (rc == 0 && ck) rc = tr_file_lock_output(ck, TR__F("checkpoint.path"), &rn->ck_lock, err, n);
   return rc;
 }
 
@@ -345,7 +359,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (rc == 0 && o->steps >= TR_GRAPH_STEP_LIMIT)
     rc = tr_errorf(err, n, TR_EINVAL, TR__F("steps") " %lld: at most 2^61 - 1",
                    (long long)o->steps);
-  if (rc == 0) rc = check_outputs(o, err, n);
+  if (rc == 0) rc = check_outputs(rn, o, err, n);
   if (rc == 0 && c->checkpoint.resume) rc = open_resume(rn, o, err, n);
   rn->end_step = o->steps;
   if (rc == 0 && o->steps > 0 && rn->first_step >= o->steps)
@@ -537,6 +551,7 @@ out:
   tr_device_list_close(rn.server);
   tr_checkpoint_close(rn.resume);
   tr_model_free(rn.model);
+  tr_file_unlock(rn.ck_lock);
   return rc;
 }
 

@@ -7,7 +7,11 @@
  * flock on its temporary file while it writes, and the lock dies with its process: so once
  * a write has succeeded, the temporaries of the same target that nobody holds (and that are
  * more than a moment old: a writer takes its lock just after creating the file) are
- * leftovers, and go. */
+ * leftovers, and go.
+ *
+ * A target that is a symlink is written through: the temporary file goes beside the link's
+ * target and is renamed over it, so the link stays a link (tr_file_output_target). The
+ * temporary file takes the mode of the file it replaces, so a rewrite keeps it. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +27,7 @@
 #include <unistd.h>
 
 #include "models_impl.h"
+#include "tr_file.h"
 
 static int write_all(int fd, const void *p, size_t n) {
   const char *c = p;
@@ -93,23 +98,32 @@ int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *er
     snprintf(err, err_size, "'%s' is not a file path", path ? path : "");
     return TR_EINVAL;
   }
-  char *dir = malloc(plen + 2), *tmp = malloc(plen + 256);
-  int rc = TR_ENOMEM, fd = -1, e = 0;
+  char *target = NULL;
+  int rc = tr_file_output_target(path, &target), fd = -1, e = 0;
+  if (rc == TR_EIO) {
+    snprintf(err, err_size, "%s: %s", path, strerror(ELOOP));
+    return rc;
+  }
+  const size_t tlen = target ? strlen(target) : 0;
+  char *dir = target ? malloc(tlen + 2) : NULL, *tmp = target ? malloc(tlen + 256) : NULL;
+  rc = TR_ENOMEM;
   const char *stage = NULL, *where = NULL;
   if (tmp) tmp[0] = '\0'; /* no temporary file to remove yet */
   if (!dir || !tmp) goto out;
-  const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
   if (!slash) strcpy(dir, ".");
-  else if (slash == path) strcpy(dir, "/");
-  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = '\0';
+  else if (slash == target) strcpy(dir, "/");
+  else memcpy(dir, target, (size_t)(slash - target)), dir[slash - target] = '\0';
 
   rc = TR_EIO;
-  fd = create_temp(dir, base, tmp, plen + 256);
+  fd = create_temp(dir, base, tmp, tlen + 256);
   if (fd < 0) {
     e = errno, stage = "creating a temporary file in", where = dir;
     tmp[0] = '\0';
     goto out;
   }
+  stage = "giving the temporary file the mode of the one it replaces";
+  if ((e = tr_file_keep_mode(fd, target))) goto out;
   stage = "writing the temporary file";
   for (size_t i = 0; i < n; i++)
     if (spans[i].n && (e = write_all(fd, spans[i].p, spans[i].n))) goto out;
@@ -126,7 +140,7 @@ int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *er
     goto out;
   }
   stage = "renaming the temporary file over it";
-  if (rename(tmp, path)) {
+  if (rename(tmp, target)) {
     e = errno;
     goto out;
   }
@@ -155,5 +169,6 @@ out:
   }
   free(dir);
   free(tmp);
+  free(target);
   return rc;
 }

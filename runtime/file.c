@@ -3,9 +3,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -20,6 +23,65 @@ static const char *kind_of(mode_t mode) {
                           : "not a regular file";
 }
 
+/* The directory part of `path` ("." for none, "/" for the root): malloc'd. */
+static char *dir_of(const char *path) {
+  const size_t n = strlen(path);
+  char *dir = malloc(n + 2);
+  if (dir == NULL) return NULL;
+  const char *slash = strrchr(path, '/');
+  if (slash == NULL) strcpy(dir, ".");
+  else if (slash == path) strcpy(dir, "/");
+  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
+  return dir;
+}
+
+enum { MAX_LINKS = 40 }; /* as the kernel's own limit on a path's symlinks */
+
+int tr_file_output_target(const char *path, char **out) {
+  char *cur = strdup(path);
+  *out = NULL;
+  if (cur == NULL) return TR_ENOMEM;
+  for (int hops = 0;; hops++) {
+    struct stat sb;
+    if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) break; /* the target, or nothing yet */
+    if (hops == MAX_LINKS) {
+      free(cur);
+      errno = ELOOP;
+      return TR_EIO;
+    }
+    char *link = malloc((size_t)sb.st_size + 2);
+    const ssize_t k = link ? readlink(cur, link, (size_t)sb.st_size + 1) : -1;
+    if (k < 0 || k > sb.st_size) { /* gone or changed under us: write where it was */
+      free(link);
+      break;
+    }
+    link[k] = 0;
+    char *next = link;
+    if (link[0] != '/') { /* relative to the directory holding the link */
+      char *dir = dir_of(cur);
+      next = dir ? malloc(strlen(dir) + (size_t)k + 2) : NULL;
+      if (next && !strcmp(dir, ".")) strcpy(next, link);
+      else if (next) sprintf(next, "%s/%s", dir, link);
+      free(dir);
+      free(link);
+      if (next == NULL) {
+        free(cur);
+        return TR_ENOMEM;
+      }
+    }
+    free(cur);
+    cur = next;
+  }
+  *out = cur;
+  return 0;
+}
+
+int tr_file_keep_mode(int fd, const char *target) {
+  struct stat sb;
+  if (stat(target, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
+  return fchmod(fd, sb.st_mode & 07777) ? errno : 0;
+}
+
 int tr_file_check_output(const char *path, const char *what, char *err, size_t err_size) {
   if (path == NULL || path[0] == 0)
     return tr_errorf(err, err_size, TR_EINVAL, "%s: an empty path", what);
@@ -27,14 +89,21 @@ int tr_file_check_output(const char *path, const char *what, char *err, size_t e
   struct stat sb;
   if (path[n - 1] == '/' || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)))
     return tr_errorf(err, err_size, TR_EINVAL, "%s '%s': a directory, not a file", what, path);
-  char *dir = malloc(n + 2);
-  if (dir == NULL) return tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory", what, path);
-  const char *slash = strrchr(path, '/');
-  if (slash == NULL) strcpy(dir, ".");
-  else if (slash == path) strcpy(dir, "/");
-  else memcpy(dir, path, (size_t)(slash - path)), dir[slash - path] = 0;
-  int rc = 0;
-  if (stat(dir, &sb) != 0) {
+  char *target = NULL, *dir = NULL;
+  int rc = tr_file_output_target(path, &target);
+  if (rc == TR_EIO)
+    return tr_errorf(err, err_size, TR_EINVAL, "%s '%s': %s", what, path, strerror(ELOOP));
+  if (rc == 0 && (dir = dir_of(target)) == NULL) rc = TR_ENOMEM;
+  if (rc) {
+    free(target);
+    return tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory", what, path);
+  }
+  /* The rename would replace a device, FIFO or socket by a regular file (as root, even
+   * /dev/null): what is there already must be a regular file. */
+  if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+    rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': %s, not a regular file", what, path,
+                   kind_of(sb.st_mode));
+  } else if (stat(dir, &sb) != 0) {
     rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': directory '%s' %s", what, path, dir,
                    errno == ENOENT ? "does not exist" : strerror(errno));
   } else if (!S_ISDIR(sb.st_mode)) {
@@ -45,7 +114,156 @@ int tr_file_check_output(const char *path, const char *what, char *err, size_t e
                    what, path, dir, strerror(errno));
   }
   free(dir);
+  free(target);
   return rc;
+}
+
+/* Where `path` writes, made absolute: its target's directory resolved, then its name.
+ * NULL when the directory cannot be resolved (then no other path can be found equal). */
+static char *absolute_target(const char *path) {
+  char *target = NULL;
+  if (tr_file_output_target(path, &target)) return NULL;
+  char *dir = dir_of(target), *real = dir ? realpath(dir, NULL) : NULL, *out = NULL;
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  if (real && (out = malloc(strlen(real) + strlen(base) + 2))) sprintf(out, "%s/%s", real, base);
+  free(real);
+  free(dir);
+  free(target);
+  return out;
+}
+
+int tr_file_check_distinct(const char *out, const char *what, const char *other,
+                           const char *other_what, char *err, size_t err_size) {
+  if (out == NULL || other == NULL || !out[0] || !other[0]) return 0;
+  struct stat a, b;
+  const int ha = stat(out, &a) == 0, hb = stat(other, &b) == 0;
+  bool same;
+  if (ha && hb) {
+    same = a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+  } else if (ha != hb) {
+    same = false; /* one is there and the other is not */
+  } else {
+    char *x = absolute_target(out), *y = absolute_target(other);
+    same = x && y && !strcmp(x, y);
+    free(x);
+    free(y);
+  }
+  if (!same) return 0;
+  return tr_errorf(err, err_size, TR_EINVAL, "%s '%s': the same file as %s '%s'", what, out,
+                   other_what, other);
+}
+
+/* The locks this process holds: taking one again (tr_train_run takes the checkpoint's, then
+ * the job it makes does) counts, and the last release lets go. A forked child inherits the
+ * list but not the right: its entries name their parent's pid. */
+struct tr_file_lock {
+  int fd, refs;
+  pid_t pid;
+  char *path; /* the lock file's */
+  tr_file_lock *next;
+};
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static tr_file_lock *held_locks;
+
+int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out, char *err,
+                        size_t err_size) {
+  *out = NULL;
+  char *target = NULL;
+  tr_file_lock *l = calloc(1, sizeof *l);
+  if (l == NULL || tr_file_output_target(path, &target) ||
+      (l->path = malloc(strlen(target) + 6)) == NULL) {
+    free(target);
+    free(l);
+    return tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory", what, path);
+  }
+  sprintf(l->path, "%s.lock", target);
+  free(target);
+  pthread_mutex_lock(&held_mu);
+  for (tr_file_lock *h = held_locks; h; h = h->next)
+    if (h->pid == getpid() && !strcmp(h->path, l->path)) {
+      h->refs++;
+      pthread_mutex_unlock(&held_mu);
+      free(l->path);
+      free(l);
+      *out = h;
+      return 0;
+    }
+  /* The holder removes the file before it lets go: a lock taken on a file that is no longer
+   * the one at the path was taken too late, and is taken again on the new one. */
+  int rc = TR_EIO;
+  for (int attempt = 0;; attempt++) {
+    l->fd = open(l->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (l->fd < 0) {
+      const int e = errno;
+      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot make its lock file '%s': %s", what,
+                path, l->path, strerror(e));
+      break;
+    }
+    if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      char pid[32] = {0};
+      const ssize_t k = pread(l->fd, pid, sizeof pid - 1, 0);
+      const long who = k > 0 ? strtol(pid, NULL, 10) : 0;
+      if (e == EWOULDBLOCK && who > 0)
+        rc = tr_errorf(err, err_size, TR_EINVAL,
+                  "%s '%s': another run (pid %ld) writes it: it holds '%s'", what, path, who,
+                  l->path);
+      else if (e == EWOULDBLOCK)
+        rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': another run writes it: it holds '%s'",
+                  what, path, l->path);
+      else
+        rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot lock '%s': %s", what, path, l->path,
+                  strerror(e));
+      break;
+    }
+    struct stat held, now;
+    if (fstat(l->fd, &held) == 0 && stat(l->path, &now) == 0 && held.st_dev == now.st_dev &&
+        held.st_ino == now.st_ino) {
+      char pid[32];
+      const int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+      if (ftruncate(l->fd, 0) == 0 && pwrite(l->fd, pid, (size_t)k, 0) == k) {
+        l->refs = 1;
+        l->pid = getpid();
+        l->next = held_locks;
+        held_locks = *out = l;
+        pthread_mutex_unlock(&held_mu);
+        return 0;
+      }
+      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot write its lock file '%s': %s", what,
+                path, l->path, strerror(errno));
+      break;
+    }
+    close(l->fd); /* removed by the writer before us: take the new one */
+    l->fd = -1;
+    if (attempt == 100) {
+      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': its lock file '%s' keeps being replaced",
+                what, path, l->path);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&held_mu);
+  if (l->fd >= 0) close(l->fd);
+  free(l->path);
+  free(l);
+  return rc;
+}
+
+void tr_file_unlock(tr_file_lock *l) {
+  if (l == NULL) return;
+  pthread_mutex_lock(&held_mu);
+  const bool last = --l->refs == 0;
+  if (last)
+    for (tr_file_lock **p = &held_locks; *p; p = &(*p)->next)
+      if (*p == l) {
+        *p = l->next;
+        break;
+      }
+  pthread_mutex_unlock(&held_mu);
+  if (!last) return;
+  unlink(l->path);
+  close(l->fd);
+  free(l->path);
+  free(l);
 }
 
 int tr_file_open_regular(const char *path, const char *what, int *fd, uint64_t *size,

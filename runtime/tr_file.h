@@ -29,10 +29,52 @@ extern "C" {
 
 /* Whether a file can be created at `path`, or replace the one there, by writing a
  * temporary file beside it and renaming it over (how checkpoints and traces are written):
- * the path is not empty, does not name a directory, and its directory exists, is a
- * directory and may be written by this process. 0, or TR_EINVAL with err naming the path
+ * the path is not empty, does not name a directory, what is there (a symlink's target,
+ * tr_file_output_target) is a regular file or nothing (never a device, FIFO or socket, which
+ * the rename would replace), and its directory exists, is a directory and may be written by
+ * this process. 0, or TR_EINVAL with err naming the path
  * and what is wrong. A check, not a promise: a disk may still fill up later. */
 TR_API int tr_file_check_output(const char *path, const char *what, char *err, size_t err_size);
+
+/* The file a write to `path` lands on: `path` with the symlinks of its last component
+ * followed (a relative link's target read from the link's directory), so that writing
+ * by renaming a temporary file over it writes the link's target and leaves the link a
+ * link. A path that is no symlink is itself. 0 with *out (free it), TR_ENOMEM, or TR_EIO
+ * for a loop of links (errno ELOOP). */
+TR_API int tr_file_output_target(const char *path, char **out);
+
+/* Copies the mode of the regular file at `target` (permissions, setgid and sticky bits)
+ * onto `fd`, the temporary file that is to replace it, so that a rewrite keeps it (a
+ * checkpoint made 600 stays 600). No file there, or not a regular one: nothing to keep, 0.
+ * 0, or errno of the fchmod. */
+TR_API int tr_file_keep_mode(int fd, const char *target);
+
+/* Refuses an output that is the same file as another file of the run (an input, or the
+ * other output): the same device and inode where both exist, else the same target
+ * (tr_file_output_target, its directory made absolute). Either path NULL: 0. TR_EINVAL,
+ * "trace 'ck.st': the same file as checkpoint.path 'ck.st'". */
+TR_API int tr_file_check_distinct(const char *out, const char *what, const char *other,
+                                  const char *other_what, char *err, size_t err_size);
+
+/* One writer per output: an exclusive flock on "<target>.lock" beside the output's target,
+ * holding the writer's pid. The kernel drops it when its process ends however it ends, so
+ * a crashed writer leaves no stale lock (only the file, which the next writer takes over).
+ * Readers take no lock: the writer replaces the output by an atomic rename.
+ *
+ *   tr_file_lock *l;
+ *   if (tr_file_lock_output("ck.st", "checkpoint.path", &l, err, sizeof err)) ...;
+ *   // "checkpoint.path 'ck.st': another run (pid 4242) writes it: it holds 'ck.st.lock'"
+ *   ... the run ...
+ *   tr_file_unlock(l);  // removes the lock file, then drops the lock
+ *
+ * A process that holds the lock may take it again (tr_train_run holds it, and so does the
+ * job it makes): the takings are counted, and the last tr_file_unlock lets go. TR_EINVAL
+ * when another process holds it (naming its pid), TR_EIO when the lock file cannot be
+ * made, TR_ENOMEM. */
+typedef struct tr_file_lock tr_file_lock;
+TR_API int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out,
+                               char *err, size_t err_size);
+TR_API void tr_file_unlock(tr_file_lock *l);
 
 /* Opens `path` for reading when it is a regular file: *fd (close it) and its *size. FIFOs,
  * sockets, devices and directories are refused without blocking (the open does not wait for

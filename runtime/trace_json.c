@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "trace_impl.h"
+#include "tr_file.h"
 
 typedef struct item {
   const tr_trace_event *ev;
@@ -209,18 +210,26 @@ static int write_all(tr_system *sys, FILE *f) {
 }
 
 int tr_system_trace_write(tr_system *sys, const char *path) {
-  char *tmp;
-  if (asprintf(&tmp, "%s.tmp.%d", path, (int)getpid()) < 0) return TR_ENOMEM;
+  /* a symlink's target is written, the link kept; the file replaced keeps its mode */
+  char *target, *tmp;
+  if (tr_file_output_target(path, &target)) return TR_EIO;
+  if (asprintf(&tmp, "%s.tmp.%d", target, (int)getpid()) < 0) {
+    free(target);
+    return TR_ENOMEM;
+  }
   FILE *f = fopen(tmp, "w");
-  if (f == NULL) {
+  if (f == NULL || tr_file_keep_mode(fileno(f), target)) {
+    if (f) fclose(f), unlink(tmp);
     free(tmp);
+    free(target);
     return TR_EIO;
   }
   int rc = write_all(sys, f);
   int ok = rc == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
-  if (ok) ok = rename(tmp, path) == 0;
+  if (ok) ok = rename(tmp, target) == 0;
   if (!ok) unlink(tmp);
   free(tmp);
+  free(target);
   return ok ? 0 : rc ? rc : TR_EIO;
 }

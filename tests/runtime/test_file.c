@@ -1,0 +1,174 @@
+/* test_file.c — the output checks and the writer's lock of tr_file.h, as library calls: a
+ * symlink's target, what may not be replaced, two names of one file, a mode kept, and one
+ * writer per output across processes (a second refused naming the first's pid, a lock taken
+ * again in the process that holds it, no stale lock after a writer dies). */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "troupe.h"
+
+static char dir[] = "/tmp/troupe-test-file-XXXXXX";
+
+static int setup(void **state) {
+  (void)state;
+  if (mkdtemp(dir) == NULL || chdir(dir) != 0) return -1;
+  return 0;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static void touch(const char *path, mode_t mode) {
+  const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "x", 1), 1);
+  close(fd);
+}
+
+static void expect_target(const char *path, const char *want) {
+  char *t = NULL;
+  assert_int_equal(tr_file_output_target(path, &t), 0);
+  assert_string_equal(t, want);
+  free(t);
+}
+
+static void target_follows_links(void **state) {
+  (void)state;
+  assert_int_equal(mkdir("d", 0777), 0);
+  assert_int_equal(symlink("real", "d/rel"), 0);   /* relative: from the link's directory */
+  assert_int_equal(symlink("d/rel", "chain"), 0);  /* a link to a link */
+  assert_int_equal(symlink("/nowhere/x", "abs"), 0);
+  expect_target("plain", "plain");
+  expect_target("d/rel", "d/real");
+  expect_target("chain", "d/real");
+  expect_target("abs", "/nowhere/x");
+  assert_int_equal(symlink("loop2", "loop1"), 0);
+  assert_int_equal(symlink("loop1", "loop2"), 0);
+  char *t = NULL;
+  assert_int_equal(tr_file_output_target("loop1", &t), TR_EIO);
+  assert_null(t);
+  char err[256];
+  assert_int_equal(tr_file_check_output("loop1", "out", err, sizeof err), TR_EINVAL);
+  assert_non_null(strstr(err, "out 'loop1': "));
+}
+
+static void output_kinds(void **state) {
+  (void)state;
+  char err[256];
+  assert_int_equal(mkfifo("fifo", 0666), 0);
+  assert_int_equal(symlink("fifo", "to-fifo"), 0);
+  assert_int_equal(tr_file_check_output("fifo", "out", err, sizeof err), TR_EINVAL);
+  assert_string_equal(err, "out 'fifo': a FIFO, not a regular file");
+  assert_int_equal(tr_file_check_output("to-fifo", "out", err, sizeof err), TR_EINVAL);
+  assert_string_equal(err, "out 'to-fifo': a FIFO, not a regular file");
+  touch("reg", 0644);
+  assert_int_equal(symlink("reg", "to-reg"), 0);
+  assert_int_equal(symlink("new", "to-new"), 0);
+  assert_int_equal(tr_file_check_output("reg", "out", err, sizeof err), 0);
+  assert_int_equal(tr_file_check_output("to-reg", "out", err, sizeof err), 0);
+  assert_int_equal(tr_file_check_output("to-new", "out", err, sizeof err), 0);
+  assert_int_equal(symlink("nodir/x", "to-nodir"), 0); /* the target's directory counts */
+  assert_int_equal(tr_file_check_output("to-nodir", "out", err, sizeof err), TR_EINVAL);
+  assert_string_equal(err, "out 'to-nodir': directory 'nodir' does not exist");
+}
+
+static void distinct_files(void **state) {
+  (void)state;
+  char err[256];
+  touch("a", 0644);
+  touch("b", 0644);
+  assert_int_equal(link("a", "a-hard"), 0);
+  assert_int_equal(mkdir("sub", 0777), 0);
+  assert_int_equal(tr_file_check_distinct("a", "out", "b", "in", err, sizeof err), 0);
+  assert_int_equal(tr_file_check_distinct("a", "out", NULL, "in", err, sizeof err), 0);
+  assert_int_equal(tr_file_check_distinct("a-hard", "out", "a", "in", err, sizeof err),
+                   TR_EINVAL);
+  assert_string_equal(err, "out 'a-hard': the same file as in 'a'");
+  /* neither there: where they would be made */
+  assert_int_equal(tr_file_check_distinct("sub/../n", "out", "./n", "in", err, sizeof err),
+                   TR_EINVAL);
+  assert_int_equal(tr_file_check_distinct("sub/n", "out", "n", "in", err, sizeof err), 0);
+  assert_int_equal(symlink("sub/n", "to-sub-n"), 0); /* a dangling link writes its target */
+  assert_int_equal(tr_file_check_distinct("to-sub-n", "out", "sub/n", "in", err, sizeof err),
+                   TR_EINVAL);
+  assert_int_equal(tr_file_check_distinct("a", "out", "n", "in", err, sizeof err), 0);
+}
+
+static void mode_kept(void **state) {
+  (void)state;
+  touch("m", 0600);
+  assert_int_equal(chmod("m", 0640), 0);
+  const int fd = open("m.tmp", O_WRONLY | O_CREAT | O_EXCL, 0666);
+  assert_true(fd >= 0);
+  assert_int_equal(tr_file_keep_mode(fd, "m"), 0);
+  struct stat sb;
+  assert_int_equal(fstat(fd, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0640);
+  assert_int_equal(tr_file_keep_mode(fd, "absent"), 0); /* nothing to keep */
+  close(fd);
+}
+
+/* In a child: tries the lock on `path`; exits 0 when taken (and, with `die`, dies holding
+ * it), 2 when refused with a message naming `holder`'s pid, 1 otherwise. */
+static int child_try(const char *path, pid_t holder, int die) {
+  const pid_t p = fork();
+  if (p == 0) {
+    char err[512], want[64];
+    tr_file_lock *l;
+    const int rc = tr_file_lock_output(path, "ck", &l, err, sizeof err);
+    snprintf(want, sizeof want, "(pid %ld)", (long)holder);
+    if (rc == 0) {
+      if (!die) tr_file_unlock(l);
+      _exit(0);
+    }
+    _exit(rc == TR_EINVAL && strstr(err, want) && strstr(err, "ck 'ck.st': another run") ? 2
+                                                                                          : 1);
+  }
+  int status;
+  assert_int_equal(waitpid(p, &status, 0), p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void one_writer(void **state) {
+  (void)state;
+  char err[512];
+  tr_file_lock *a, *b;
+  assert_int_equal(tr_file_lock_output("ck.st", "ck", &a, err, sizeof err), 0);
+  assert_int_equal(access("ck.st.lock", F_OK), 0);
+  assert_int_equal(child_try("ck.st", getpid(), 0), 2);
+  /* taken again here (a run and the job it makes): counted; the first release keeps it */
+  assert_int_equal(tr_file_lock_output("ck.st", "ck", &b, err, sizeof err), 0);
+  tr_file_unlock(b);
+  assert_int_equal(child_try("ck.st", getpid(), 0), 2);
+  tr_file_unlock(a);
+  assert_int_equal(access("ck.st.lock", F_OK), -1); /* the last release removes the file */
+  assert_int_equal(child_try("ck.st", getpid(), 0), 0);
+  /* a writer that dies holding it leaves the file, not the lock */
+  assert_int_equal(child_try("ck.st", getpid(), 1), 0);
+  assert_int_equal(access("ck.st.lock", F_OK), 0);
+  assert_int_equal(tr_file_lock_output("ck.st", "ck", &a, err, sizeof err), 0);
+  tr_file_unlock(a);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(target_follows_links), cmocka_unit_test(output_kinds),
+      cmocka_unit_test(distinct_files), cmocka_unit_test(mode_kept),
+      cmocka_unit_test(one_writer),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
