@@ -76,13 +76,32 @@ static void finish_on_signal(void *arg, int signum) {
   tr_graph_finish(arg);
 }
 
+/* The period of a graph's watchdog when its config leaves it 0: TR_WATCHDOG_MS from the
+ * environment when it holds a positive number of ms (a test's way to see the default catch a
+ * hang quickly), else TR_GRAPH_WATCHDOG_MS. */
+static int default_watchdog_ms(void) {
+  const char *env = getenv("TR_WATCHDOG_MS");
+  if (env && *env) {
+    char *end;
+    const long ms = strtol(env, &end, 10);
+    if (*end == '\0' && ms > 0 && ms <= INT32_MAX) return (int)ms;
+  }
+  return TR_GRAPH_WATCHDOG_MS;
+}
+
 int tr_graph_new(tr_graph **out, const tr_system_config *config) {
   *out = NULL;
+  tr_system_config c = config ? *config : (tr_system_config){0};
+  if (c.watchdog_ms < TR_WATCHDOG_OFF) return TR_EINVAL;
   tr_graph *g = calloc(1, sizeof *g);
   if (g == NULL) return TR_ENOMEM;
   /* A graph whose actors all wait for messages no one will send is stuck as surely as one
-   * whose actor never returns: the watchdog reports both, with the graph's own picture. */
-  tr_system_config c = config ? *config : (tr_system_config){0};
+   * whose actor never returns: the watchdog reports both, with the graph's own picture. It
+   * is on unless turned off: a wiring mistake (an observer that never says it is done, a
+   * credit never released) must end in a report naming the edge, never in a silent hang. */
+  c.watchdog_ms = c.watchdog_ms == TR_WATCHDOG_OFF ? 0
+                  : c.watchdog_ms == 0             ? default_watchdog_ms()
+                                                   : c.watchdog_ms;
   c.watchdog_idle = c.watchdog_ms > 0;
   c.describe = describe;
   c.describe_arg = g;
