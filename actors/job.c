@@ -271,6 +271,7 @@ int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
                   devs ? tr_device_list_count(devs) : 0, R * P, R, P);
   tr_actor **st = j->stages;
   int rc = 0;
+  j->run.devices_given = tr_device_list_count(devs); /* the figures say what went unused */
   for (int i = 0; i < R * P && rc == 0; i++)
     rc = tr_job_add_stage(j, i / P, i % P, tr_device_list_at(devs, i), &st[i]);
   for (int i = 0; i < R * P && rc == 0; i++)

@@ -154,6 +154,8 @@ typedef struct tr_train_result {
   char model[32], strategy[16];
   char devices[256];       /* the devices' names in order ("host:0,host:1"); across processes
                               with their ranks ("host:0@r0,host:0@r1") */
+  char devices_note[128];  /* "" or, when the layout used fewer devices than it was given
+                              (tr_job_add_stages), how many of them ("2 of the 3 given") */
   int ndevices;
   int ranks;               /* the processes the job spanned (tr_world.h): 1 in one */
   int rank[TR_TRAIN_MAX_DEVICES]; /* the process that ran device i (as utilization[i]) */

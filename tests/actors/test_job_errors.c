@@ -1,11 +1,14 @@
 /* test_job_errors.c — every refusal of a job's wiring calls says which argument broke which
  * rule (tr_job_error), not a bare status: a layout the devices cannot hold, an observer before
  * the coordinator, stages out of range or twice, batch edges that carry nothing, a chain of
- * stages not next to each other, a group of different stages, and calls after the plan. */
+ * stages not next to each other, a group of different stages, and calls after the plan. And
+ * a layout that uses fewer devices than it was given says so in its figures. */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -124,11 +127,50 @@ static void wiring_mistakes_are_named(void **state) {
   close_job(&x);
 }
 
+/* Runs x's job of `replicas` replicas (stages of one device each) for 4 steps. */
+static void run_dp(job *x, int replicas, tr_train_result *r) {
+  tr_actor *st[4], *loader, *coord;
+  assert_int_equal(tr_job_add_stages(x->j, x->devs, st), 0);
+  for (int k = 0; k < replicas; k++) {
+    assert_int_equal(tr_job_add_loader(x->j, k, &loader), 0);
+    assert_int_equal(tr_job_feed(x->j, loader, st[k], st[k]), 0);
+  }
+  assert_int_equal(tr_job_add_coordinator(x->j, &coord), 0);
+  if (tr_graph_run(x->g, 0, 4, 0)) fail_msg("%s", tr_graph_error(x->g));
+  tr_job_result(x->j, r);
+}
+
+/* dp of two replicas given host:3 says, in its figures and summary, that it used two of
+ * the three devices; given host:2 it says nothing of the kind. */
+static void a_layout_smaller_than_its_devices_says_so(void **state) {
+  (void)state;
+  job x;
+  tr_train_result r;
+  open_job(&x, 2, 1, "host:3");
+  run_dp(&x, 2, &r);
+  close_job(&x);
+  assert_int_equal(r.ndevices, 2);
+  if (!strstr(r.devices_note, "2 of the 3 devices given"))
+    fail_msg("devices_note: \"%s\"", r.devices_note);
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  assert_int_equal(tr_train_result_summary(&r, f), 0);
+  fclose(f);
+  if (!strstr(text, "uses 2 of the 3 devices given")) fail_msg("the summary: %s", text);
+  free(text);
+  open_job(&x, 2, 1, "host:2");
+  run_dp(&x, 2, &r);
+  close_job(&x);
+  assert_string_equal(r.devices_note, "");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_layout_the_devices_cannot_hold_is_named),
       cmocka_unit_test(an_observer_before_the_coordinator_is_named),
       cmocka_unit_test(wiring_mistakes_are_named),
+      cmocka_unit_test(a_layout_smaller_than_its_devices_says_so),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
