@@ -504,7 +504,10 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
   if (g->before_run) {
     int rc = g->before_run(g->before_arg, g->error, sizeof g->error);
     g->before_run = NULL;
-    if (rc) return rc;
+    if (rc) {
+      tr__run_error_set(g->error); /* an assertion after it says it first (tr_base.h) */
+      return rc;
+    }
   }
   g->ran = true;
   g->first_step = first_step;
