@@ -496,11 +496,27 @@ static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_r
 
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
   TR_ASSERT(!g->ran);
-  if (first_step < 0 || end_step < 0 || (end_step > 0 && end_step <= first_step) ||
-      first_step >= TR_GRAPH_STEP_LIMIT || end_step >= TR_GRAPH_STEP_LIMIT ||
-      !(seconds >= 0) || (end_step == 0 && seconds == 0) ||
-      g->nwaited == (g->transport != NULL))
+  /* each refusal's rule in tr_graph_error */
+  const char *bad = first_step < 0 || first_step >= TR_GRAPH_STEP_LIMIT
+                        ? "first_step %lld: give 0 to 2^61 - 1"
+                    : end_step < 0 || end_step >= TR_GRAPH_STEP_LIMIT
+                        ? "end_step %lld: give 0 (no step limit) to 2^61 - 1"
+                    : end_step > 0 && end_step <= first_step
+                        ? "end_step %lld: give a step after first_step (%lld)"
+                    : !(seconds >= 0) ? "seconds: give 0 (no time limit) or more"
+                    : end_step == 0 && seconds == 0
+                        ? "end_step 0 and seconds 0: give a step limit, a time limit or both"
+                    : g->nwaited == (g->transport != NULL)
+                        ? "the graph has no actor to wait for (tr_graph_add)"
+                        : NULL;
+  if (bad) {
+    const long long v = first_step < 0 || first_step >= TR_GRAPH_STEP_LIMIT ? first_step : end_step;
+    char rule[256];
+    snprintf(rule, sizeof rule, bad, v, (long long)first_step);
+    snprintf(g->error, sizeof g->error, "tr_graph_run: %s", rule);
     return TR_EINVAL;
+  }
+  g->error[0] = 0; /* a refusal before is not this run's error */
   if (g->before_run) {
     int rc = g->before_run(g->before_arg, g->error, sizeof g->error);
     g->before_run = NULL;

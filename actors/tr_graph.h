@@ -158,7 +158,8 @@ TR_API extern const tr_msgtype tr_edge_credit_type;
 /* Runs steps [first_step, end_step) (end_step 0: no step limit; both below
  * TR_GRAPH_STEP_LIMIT), for at most `seconds`
  * (0: no time limit; one of the two limits is required), until every actor is done. 0, or
- * the first failure's status. Once per graph.
+ * the first failure's status (arguments refused: TR_EINVAL, tr_graph_error naming the
+ * argument and the rule). Once per graph.
  *
  * Signals (tr_system_config.handle_signals): the first SIGINT or SIGTERM finishes the run
  * (tr_graph_finish): every actor ends its part in order, as at the end of a timed run, and

@@ -2,7 +2,8 @@
  * rule (tr_job_error), not a bare status: a layout the devices cannot hold, an observer before
  * the coordinator, stages out of range or twice, batch edges that carry nothing, a chain of
  * stages not next to each other, a group of different stages, and calls after the plan. And
- * a layout that uses fewer devices than it was given says so in its figures. */
+ * a layout that uses fewer devices than it was given says so in its figures; tr_graph_run's
+ * refusals say why in tr_graph_error. */
 #define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -55,6 +56,13 @@ static void close_job(job *x) {
     for (size_t k_ = 0; k_ < sizeof want_ / sizeof *want_; k_++)                        \
       if (!strstr(tr_job_error((x)->j), want_[k_]))                                     \
         fail_msg("%s: the message lacks \"%s\": %s", #call, want_[k_], tr_job_error((x)->j)); \
+  } while (0)
+
+#define REFUSED_GRAPH(x, call, want)                                                    \
+  do {                                                                                  \
+    assert_int_equal((call), TR_EINVAL);                                                \
+    if (!strstr(tr_graph_error((x)->g), "tr_graph_run: " want))                         \
+      fail_msg("%s: the message lacks \"%s\": %s", #call, want, tr_graph_error((x)->g)); \
   } while (0)
 
 static void a_layout_the_devices_cannot_hold_is_named(void **state) {
@@ -165,12 +173,24 @@ static void a_layout_smaller_than_its_devices_says_so(void **state) {
   assert_string_equal(r.devices_note, "");
 }
 
+/* tr_graph_run's refusals name the argument and the rule in tr_graph_error. */
+static void a_graph_run_refused_says_why(void **state) {
+  (void)state;
+  job x;
+  open_job(&x, 1, 1, "host:1");
+  REFUSED_GRAPH(&x, tr_graph_run(x.g, 0, 0, 0), "end_step 0 and seconds 0");
+  REFUSED_GRAPH(&x, tr_graph_run(x.g, 5, 3, 0), "end_step 3: give a step after first_step (5)");
+  REFUSED_GRAPH(&x, tr_graph_run(x.g, -1, 3, 0), "first_step -1");
+  close_job(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_layout_the_devices_cannot_hold_is_named),
       cmocka_unit_test(an_observer_before_the_coordinator_is_named),
       cmocka_unit_test(wiring_mistakes_are_named),
       cmocka_unit_test(a_layout_smaller_than_its_devices_says_so),
+      cmocka_unit_test(a_graph_run_refused_says_why),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
