@@ -429,6 +429,10 @@ static void record_settings(coordinator *c, tr_train_result *r) {
   r->recompute = jc->memory.recompute != 0;
   r->graphs = jc->graphs;
   r->ndevices = n;
+  if (run->devices_given > n) /* a layout smaller than the devices it was given */
+    snprintf(r->devices_note, sizeof r->devices_note,
+             "%d of the %d devices given (layout: %d replicas x %d stages)", n,
+             run->devices_given, R, P);
   r->ranks = tr_world_size(tr__graph_world(run->g));
   r->first_step = tr_graph_first_step(run->g);
   memcpy(r->cuts, run->cuts, (size_t)(tr__pieces(run) + 1) * sizeof *run->cuts);

@@ -76,13 +76,32 @@ static void finish_on_signal(void *arg, int signum) {
   tr_graph_finish(arg);
 }
 
+/* The period of a graph's watchdog when its config leaves it 0: TR_WATCHDOG_MS from the
+ * environment when it holds a positive number of ms (a test's way to see the default catch a
+ * hang quickly), else TR_GRAPH_WATCHDOG_MS. */
+static int default_watchdog_ms(void) {
+  const char *env = getenv("TR_WATCHDOG_MS");
+  if (env && *env) {
+    char *end;
+    const long ms = strtol(env, &end, 10);
+    if (*end == '\0' && ms > 0 && ms <= INT32_MAX) return (int)ms;
+  }
+  return TR_GRAPH_WATCHDOG_MS;
+}
+
 int tr_graph_new(tr_graph **out, const tr_system_config *config) {
   *out = NULL;
+  tr_system_config c = config ? *config : (tr_system_config){0};
+  if (c.watchdog_ms < TR_WATCHDOG_OFF) return TR_EINVAL;
   tr_graph *g = calloc(1, sizeof *g);
   if (g == NULL) return TR_ENOMEM;
   /* A graph whose actors all wait for messages no one will send is stuck as surely as one
-   * whose actor never returns: the watchdog reports both, with the graph's own picture. */
-  tr_system_config c = config ? *config : (tr_system_config){0};
+   * whose actor never returns: the watchdog reports both, with the graph's own picture. It
+   * is on unless turned off: a wiring mistake (an observer that never says it is done, a
+   * credit never released) must end in a report naming the edge, never in a silent hang. */
+  c.watchdog_ms = c.watchdog_ms == TR_WATCHDOG_OFF ? 0
+                  : c.watchdog_ms == 0             ? default_watchdog_ms()
+                                                   : c.watchdog_ms;
   c.watchdog_idle = c.watchdog_ms > 0;
   c.describe = describe;
   c.describe_arg = g;
@@ -477,15 +496,34 @@ static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_r
 
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
   TR_ASSERT(!g->ran);
-  if (first_step < 0 || end_step < 0 || (end_step > 0 && end_step <= first_step) ||
-      first_step >= TR_GRAPH_STEP_LIMIT || end_step >= TR_GRAPH_STEP_LIMIT ||
-      !(seconds >= 0) || (end_step == 0 && seconds == 0) ||
-      g->nwaited == (g->transport != NULL))
+  /* each refusal's rule in tr_graph_error */
+  const char *bad = first_step < 0 || first_step >= TR_GRAPH_STEP_LIMIT
+                        ? "first_step %lld: give 0 to 2^61 - 1"
+                    : end_step < 0 || end_step >= TR_GRAPH_STEP_LIMIT
+                        ? "end_step %lld: give 0 (no step limit) to 2^61 - 1"
+                    : end_step > 0 && end_step <= first_step
+                        ? "end_step %lld: give a step after first_step (%lld)"
+                    : !(seconds >= 0) ? "seconds: give 0 (no time limit) or more"
+                    : end_step == 0 && seconds == 0
+                        ? "end_step 0 and seconds 0: give a step limit, a time limit or both"
+                    : g->nwaited == (g->transport != NULL)
+                        ? "the graph has no actor to wait for (tr_graph_add)"
+                        : NULL;
+  if (bad) {
+    const long long v = first_step < 0 || first_step >= TR_GRAPH_STEP_LIMIT ? first_step : end_step;
+    char rule[256];
+    snprintf(rule, sizeof rule, bad, v, (long long)first_step);
+    snprintf(g->error, sizeof g->error, "tr_graph_run: %s", rule);
     return TR_EINVAL;
+  }
+  g->error[0] = 0; /* a refusal before is not this run's error */
   if (g->before_run) {
     int rc = g->before_run(g->before_arg, g->error, sizeof g->error);
     g->before_run = NULL;
-    if (rc) return rc;
+    if (rc) {
+      tr__run_error_set(g->error); /* an assertion after it says it first (tr_base.h) */
+      return rc;
+    }
   }
   g->ran = true;
   g->first_step = first_step;

@@ -30,7 +30,32 @@ struct tr_job {
   tr__plan plan; /* the stages' ports, handed over when the graph runs */
   tr_file_lock *ck_lock; /* rank 0: one writer per checkpoint.path while the job lives */
   int ncross; /* replica groups over several ranks, numbered for the transports */
+  char error[512]; /* the last refusal of a wiring call (tr_job_error) */
 };
+
+/* A wiring call refused: `status`, and tr_job_error says which argument broke which rule. */
+static int refuse(tr_job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(tr_job *j, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(j->error, sizeof j->error, fmt, ap);
+  va_end(ap);
+  return status;
+}
+
+/* An edge the graph would not make (tr_graph_connect: TR_EINVAL for an actor not its own,
+ * else memory): the call, and what it was given. */
+static int failed(tr_job *j, int rc, const char *call, const char *actors) {
+  if (rc == TR_EINVAL)
+    return refuse(j, rc, "%s: %s not an actor of the job's graph (tr_graph_add)", call, actors);
+  return refuse(j, rc, "%s: connecting its edge: %s", call, tr_strerror(rc));
+}
+
+#define CLOSED(call) \
+  refuse(j, TR_ESTATE, call ": the plan is closed (tr_job_plan or tr_graph_run ran): wire " \
+         "the job before it")
+
+const char *tr_job_error(const tr_job *j) { return j->error; }
 
 /* The checkpoint to resume from, read once and checked against the job. */
 static int open_resume(tr_job *j, tr_job_config *c, char *err, size_t n) {
@@ -196,14 +221,19 @@ static int connect_report(tr_job *j, tr_actor *from, int source) {
 }
 
 int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
-  if (replica < 0 || replica >= j->run.c.layout.replicas || j->loaders[replica]) return TR_EINVAL;
+  if (replica < 0 || replica >= j->run.c.layout.replicas)
+    return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d: the job has replicas 0 to %d "
+                  "(layout.replicas)", replica, j->run.c.layout.replicas - 1);
+  if (j->loaders[replica])
+    return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d has its loader already", replica);
   char name[32];
   snprintf(name, sizeof name, j->run.c.layout.replicas > 1 ? "loader%d" : "loader", replica);
   /* beside the replica's first stage, whose pinned memory the batches live in */
   tr_actor *first = j->stages[tr__device_index(&j->run, replica, 0)];
   tr_device *dev = first ? tr__stage_device(tr_actor_state(first)) : NULL;
   if (!dev && tr_world_size(tr__graph_world(j->run.g)) > 1)
-    return TR_ESTATE; /* across processes, its rank is its first stage's: add that first */
+    return refuse(j, TR_ESTATE, "tr_job_add_loader: replica %d: across processes a loader "
+                  "lives beside its replica's first stage: add that stage first", replica);
   void *state = tr__loader_new(&j->run, replica);
   int rc = add(j, dev ? rank_of(j, dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
                &tr__loader_behaviour, state, out);
@@ -214,13 +244,19 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
 }
 
 int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out) {
-  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
+  if (j->plan.planned) return CLOSED("tr_job_add_stage");
   const tr_job_config *c = &j->run.c;
-  if (replica < 0 || replica >= c->layout.replicas || stage < 0 || stage >= c->layout.stages ||
-      dev == NULL)
-    return TR_EINVAL;
+  if (replica < 0 || replica >= c->layout.replicas)
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: replica %d: the job has replicas 0 to %d "
+                  "(layout.replicas)", replica, c->layout.replicas - 1);
+  if (stage < 0 || stage >= c->layout.stages)
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d: the job has stages 0 to %d "
+                  "(layout.stages)", stage, c->layout.stages - 1);
+  if (dev == NULL) return refuse(j, TR_EINVAL, "tr_job_add_stage: dev is NULL: give a device");
   const int i = tr__device_index(&j->run, replica, stage);
-  if (j->stages[i]) return TR_EINVAL;
+  if (j->stages[i])
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d was added already",
+                  stage, replica);
   char name[32];
   if (c->async.enabled) snprintf(name, sizeof name, "worker%d", replica);
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
@@ -237,9 +273,13 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
 
 int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
   const int R = j->run.c.layout.replicas, P = j->run.c.layout.stages;
-  if (tr_device_list_count(devs) < R * P) return TR_EINVAL;
+  if (devs == NULL || tr_device_list_count(devs) < R * P)
+    return refuse(j, TR_EINVAL, "tr_job_add_stages: devs holds %d devices; the layout needs "
+                  "%d, one per stage (layout.replicas %d x layout.stages %d)",
+                  devs ? tr_device_list_count(devs) : 0, R * P, R, P);
   tr_actor **st = j->stages;
   int rc = 0;
+  j->run.devices_given = tr_device_list_count(devs); /* the figures say what went unused */
   for (int i = 0; i < R * P && rc == 0; i++)
     rc = tr_job_add_stage(j, i / P, i % P, tr_device_list_at(devs, i), &st[i]);
   for (int i = 0; i < R * P && rc == 0; i++)
@@ -255,7 +295,8 @@ int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
 }
 
 int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
-  if (j->coordinator) return TR_EINVAL;
+  if (j->coordinator)
+    return refuse(j, TR_EINVAL, "tr_job_add_coordinator: the job has its coordinator already");
   int rc = add(j, 0, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
                tr__coordinator_new(&j->run), &j->coordinator);
   const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
@@ -266,7 +307,10 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
 }
 
 int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
-  if (!j->run.c.async.enabled || j->server || dev == NULL) return TR_EINVAL;
+  if (!j->run.c.async.enabled)
+    return refuse(j, TR_EINVAL, "tr_job_add_server: the job is not asynchronous (async.enabled)");
+  if (j->server) return refuse(j, TR_EINVAL, "tr_job_add_server: the job has its server already");
+  if (dev == NULL) return refuse(j, TR_EINVAL, "tr_job_add_server: dev is NULL: give a device");
   int rc = add(j, rank_of(j, dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
                tr__server_new(&j->run, dev), &j->server);
   *out = j->server;
@@ -275,7 +319,9 @@ int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
 }
 
 int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
-  if (!j->run.c.async.enabled) return TR_EINVAL;
+  if (!j->run.c.async.enabled)
+    return refuse(j, TR_EINVAL, "tr_job_add_worker: the job is not asynchronous (async.enabled): "
+                  "add stages");
   return tr_job_add_stage(j, worker, 0, dev, out);
 }
 
@@ -293,9 +339,14 @@ static bool generates_on(const tr_job_config *c, const tr_device *dev) {
 
 int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
                            tr_edge **out) {
-  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
+  if (j->plan.planned) return CLOSED("tr_job_connect_batches");
   const unsigned carries = what & (TR_BATCH_INPUTS | TR_BATCH_TARGETS);
-  if (carries == 0 || from == NULL || to == NULL) return TR_EINVAL;
+  if (carries == 0)
+    return refuse(j, TR_EINVAL, "tr_job_connect_batches: what 0x%x carries nothing: give "
+                  "TR_BATCH_INPUTS, TR_BATCH_TARGETS or both", what);
+  if (from == NULL || to == NULL)
+    return refuse(j, TR_EINVAL, "tr_job_connect_batches: %s is NULL: give an actor of the graph",
+                  from == NULL ? "from" : "to");
   const int depth = j->prefetch, notify = (what & TR_BATCH_NOTIFY) != 0;
   tr_edge *e;
   int rc = tr_graph_connect(
@@ -305,7 +356,7 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
                         .credits = depth, .wake_at = notify || depth < 2 ? 1 : depth / 2,
                         .notify = notify},
       &e);
-  if (rc) return rc;
+  if (rc) return failed(j, rc, "tr_job_connect_batches", "from or to is");
   const int loader = loader_index_of(j, from), stage = stage_index_of(j, to);
   const bool generate = loader >= 0 && stage >= 0 &&
                         generates_on(&j->run.c, tr__stage_device(tr_actor_state(to)));
@@ -314,7 +365,9 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
     return rc;
   if (stage >= 0) {
     tr__stage_ports *p = &j->plan.st[stage].ports;
-    if (p->nin == 2) return TR_EINVAL;
+    if (p->nin == 2)
+      return refuse(j, TR_EINVAL, "tr_job_connect_batches: to (stage %d) has its two batch "
+                    "edges already (inputs and targets)", stage);
     p->in[p->nin++] = (tr__stage_input){.edge = e, .what = carries};
   }
   if (out) *out = e;
@@ -329,11 +382,14 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
 }
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
-  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
+  if (j->plan.planned) return CLOSED("tr_job_chain");
   const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
   const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
-  if (i < 0 || stage_index_of(j, to) != (wrap ? i - P + 1 : i + 1) || (!wrap && i % P == P - 1))
-    return TR_EINVAL;
+  if (i < 0 || stage_index_of(j, to) < 0)
+    return refuse(j, TR_EINVAL, "tr_job_chain: %s is not a stage of the job",
+                  i < 0 ? "from" : "to");
+  if (stage_index_of(j, to) != (wrap ? i - P + 1 : i + 1) || (!wrap && i % P == P - 1))
+    return refuse(j, TR_EINVAL, "tr_job_chain: to is not the stage after from in its replica");
   const int s = i % P;
   tr_edge *act, *grad;
   /* Stage s holds at most its slot count of micro-batches (of all its chunks), and each
@@ -411,19 +467,25 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
 }
 
 int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
-  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
-  if (n < 1 || n > TR_TRAIN_MAX_DEVICES) return TR_EINVAL;
+  if (j->plan.planned) return CLOSED("tr_job_group");
+  if (n < 1 || n > TR_TRAIN_MAX_DEVICES)
+    return refuse(j, TR_EINVAL, "tr_job_group: n %d: give 1 to %d members", n,
+                  TR_TRAIN_MAX_DEVICES);
   const int P = j->run.c.layout.stages;
   const int s = stage_index_of(j, members[0]) % P;
   bool one_rank = true;
   for (int i = 0; i < n; i++) {
     const int k = stage_index_of(j, members[i]);
-    if (k < 0 || k % P != s) return TR_EINVAL;
+    if (k < 0 || k % P != s)
+      return refuse(j, TR_EINVAL, "tr_job_group: members[%d] is %s", i,
+                    k < 0 ? "not a stage of the job" : "another stage than members[0]");
     one_rank &= tr_graph_actor_rank(j->run.g, members[i]) == tr_graph_actor_rank(j->run.g, members[0]);
   }
   const int credits =
       tr__group_credits(tr__group_buckets(j->run.c.model, j->run.cuts[s], j->run.cuts[s + 1]));
-  if (!one_rank && j->run.c.zero) return TR_EINVAL; /* tr_train_run says why, first */
+  if (!one_rank && j->run.c.zero)
+    return refuse(j, TR_EINVAL, "tr_job_group: members live in more than one process: zero "
+                  "shards a group within one process only");
   int rc = !one_rank ? span_ranks(j, members, n, credits)
            : n == 1  ? 0
                      : mesh(j, members, n, credits);
@@ -435,18 +497,28 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
 }
 
 int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
-  if (j->coordinator == NULL || observer == NULL || every < 1) return TR_EINVAL;
+  if (j->coordinator == NULL)
+    return refuse(j, TR_EINVAL, "tr_job_observe: the job has no coordinator yet: the reports "
+                  "are its, call tr_job_add_coordinator first");
+  if (observer == NULL) return refuse(j, TR_EINVAL, "tr_job_observe: observer is NULL");
+  if (every < 1)
+    return refuse(j, TR_EINVAL, "tr_job_observe: every %d: give 1 or more steps", every);
   tr_edge *e;
   int rc = connect(j, j->coordinator, observer, &tr_report_type, "report", 4, &e);
+  if (rc) return failed(j, rc, "tr_job_observe", "observer is");
   if (rc == 0) rc = tr__coordinator_add_observer(tr_actor_state(j->coordinator), e, every);
   if (rc == 0 && out) *out = e;
   return rc;
 }
 
 int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
-  if (j->plan.planned) return TR_ESTATE; /* the plan is closed */
+  if (j->plan.planned) return CLOSED("tr_job_serve");
   const int w = stage_index_of(j, worker);
-  if (!j->run.c.async.enabled || server == NULL || server != j->server || w < 0) return TR_EINVAL;
+  if (!j->run.c.async.enabled)
+    return refuse(j, TR_EINVAL, "tr_job_serve: the job is not asynchronous (async.enabled)");
+  if (server == NULL || server != j->server)
+    return refuse(j, TR_EINVAL, "tr_job_serve: server is not the job's (tr_job_add_server)");
+  if (w < 0) return refuse(j, TR_EINVAL, "tr_job_serve: worker is not a worker of the job");
   tr_edge *push, *reply;
   int rc = tr_graph_connect(j->run.g, &(tr_edge_config){.from = worker, .to = server, .name = "push",
                                                         .credits = 1, .carries = tr__push_carries},

@@ -47,6 +47,7 @@ typedef struct tr__run {
   int edges_nccl, edges_mpi; /* pipeline edges between ranks, by what carries their tensors
                                 (tr_job_chain: the same count on every rank) */
   int batches_made, batches_loaded; /* batch edges: samples made by the stage, or loaded */
+  int devices_given; /* tr_job_add_stages's list (0: stages added one by one) */
 } tr__run;
 
 /* How a value that is not a finite number reads in a message: "NaN", "+Inf", "-Inf". */

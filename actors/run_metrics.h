@@ -84,6 +84,8 @@ typedef enum tr__json {
   X(MODEL, "model", "", SETTING, RUN, TEXT, TR__AT(model), VALUE, NULL, "%s")                      \
   X(STRATEGY, "strategy", "", SETTING, RUN, TEXT, TR__AT(strategy), VALUE, NULL, "%s")             \
   X(DEVICES, "devices", "", SETTING, RUN, TEXT, TR__AT(devices), VALUE, NULL, "%s")                \
+  X(DEVICES_NOTE, "devices_note", "", SETTING, RUN, TEXT, TR__AT(devices_note), VALUE, NULL,        \
+    "uses %s")                                                                                     \
   X(FIRST_STEP, "first_step", "step", SETTING, RUN, INT, TR__AT(first_step), VALUE, NULL,          \
     "from step %lld")                                                                              \
   X(STEPS, "steps", "step", MIN, RUN, INT, TR__AT(steps), VALUE, NULL, "to step %lld")             \

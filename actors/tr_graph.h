@@ -45,9 +45,14 @@
  * (tr_graph_add_service: a relay, say) has no part of its own and is not waited for. An actor's failure (its callback returning non-zero)
  * stops the whole graph, and tr_graph_run returns that status (tr_graph_error says who).
  *
- * Hangs: with a watchdog (tr_system_config.watchdog_ms), a graph that makes no progress,
- * busy or idle, stops with TR_ETIMEDOUT and an error that names each actor's state and
- * prints the graph: which actors are done, and each edge's credits in flight.
+ * Hangs: every graph has a watchdog unless its config turns it off: a graph that makes no
+ * progress, busy or idle, for the watchdog's period stops with TR_ETIMEDOUT and an error
+ * that names each actor's state and prints the graph: which actors are done, and each edge's
+ * credits in flight. tr_system_config.watchdog_ms is the period: 0 (and a NULL config) for
+ * the default, TR_GRAPH_WATCHDOG_MS (or TR_WATCHDOG_MS from the environment, in ms), which
+ * no healthy run reaches (no message handled anywhere for a minute); TR_WATCHDOG_OFF for
+ * none. Turn it off only for a graph whose actors wait on work the runtime cannot see (a
+ * thread of your own that sends them messages, see tr_system.h) for longer than the period.
  *
  * Threads: build and run the graph from one thread; tr_edge_* and tr_graph_claim_step,
  * tr_graph_finish and tr_graph_done from the actors, as noted.
@@ -68,7 +73,13 @@ extern "C" {
 typedef struct tr_graph tr_graph;
 typedef struct tr_edge tr_edge;
 
-/* A graph on a fresh system configured by `config` (NULL: defaults). */
+/* The watchdog's default period (ms), and the value of tr_system_config.watchdog_ms that
+ * turns a graph's watchdog off (see Hangs above). */
+#define TR_GRAPH_WATCHDOG_MS 60000
+#define TR_WATCHDOG_OFF (-1)
+
+/* A graph on a fresh system configured by `config` (NULL: defaults, the watchdog on). A
+ * watchdog_ms below TR_WATCHDOG_OFF is refused (TR_EINVAL). */
 TR_API int tr_graph_new(tr_graph **out, const tr_system_config *config);
 /* After tr_graph_run has returned (or instead of running): frees the actors and edges. */
 TR_API void tr_graph_free(tr_graph *g);
@@ -147,7 +158,8 @@ TR_API extern const tr_msgtype tr_edge_credit_type;
 /* Runs steps [first_step, end_step) (end_step 0: no step limit; both below
  * TR_GRAPH_STEP_LIMIT), for at most `seconds`
  * (0: no time limit; one of the two limits is required), until every actor is done. 0, or
- * the first failure's status. Once per graph.
+ * the first failure's status (arguments refused: TR_EINVAL, tr_graph_error naming the
+ * argument and the rule). Once per graph.
  *
  * Signals (tr_system_config.handle_signals): the first SIGINT or SIGTERM finishes the run
  * (tr_graph_finish): every actor ends its part in order, as at the end of a timed run, and

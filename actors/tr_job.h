@@ -154,6 +154,8 @@ typedef struct tr_train_result {
   char model[32], strategy[16];
   char devices[256];       /* the devices' names in order ("host:0,host:1"); across processes
                               with their ranks ("host:0@r0,host:0@r1") */
+  char devices_note[128];  /* "" or, when the layout used fewer devices than it was given
+                              (tr_job_add_stages), how many of them ("2 of the 3 given") */
   int ndevices;
   int ranks;               /* the processes the job spanned (tr_world.h): 1 in one */
   int rank[TR_TRAIN_MAX_DEVICES]; /* the process that ran device i (as utilization[i]) */
@@ -432,8 +434,8 @@ TR_API int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
 TR_API int tr_job_group(tr_job *j, tr_actor *const *members, int n);
 /* The coordinator → `observer`: a tr_report_msg every `every` steps (>= 1) and a last one
  * when the run is over. The observer releases the edge's credit after each; it is a member
- * of the graph like any other, whose part is over after the last report. Before
- * tr_job_add_coordinator or after. */
+ * of the graph like any other, whose part is over after the last report. After
+ * tr_job_add_coordinator: the reports are the coordinator's (before it: TR_EINVAL). */
 TR_API int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out);
 
 /* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
@@ -455,6 +457,12 @@ TR_API int tr_job_plan(tr_job *j, char *err, size_t err_size);
  * each of its edges with the actor at the other end, its credits and what carries it.
  * (tr_graph_print shows every actor and edge of the graph.) */
 TR_API void tr_job_print_plan(const tr_job *j, FILE *f);
+
+/* Why the job's last refused wiring call (tr_job_add_*, tr_job_connect_batches, tr_job_feed,
+ * tr_job_chain, tr_job_group, tr_job_observe, tr_job_serve) was refused: the call, the
+ * argument and the rule ("tr_job_add_stages: devs holds 1 devices; the layout needs 2, ...");
+ * "" when none was. Those calls can return only a status: their message is here. */
+TR_API const char *tr_job_error(const tr_job *j);
 
 /* The figures of the run, once tr_graph_run returned 0. */
 TR_API void tr_job_result(const tr_job *j, tr_train_result *r);

@@ -50,8 +50,12 @@ typedef struct tr_train_options {
   const struct tr_model_spec *spec; /* a model of your own instead (tr_model.h); NULL: model */
   tr_strategy strategy;
   const char *devices;     /* "host:N", "cuda:0,1", "auto"; across processes also "none" */
-  /* The job (tr_job.h) as tr_train_run builds it: job.model and job.data come from the
-   * fields here; job.layout.replicas and .stages follow from the strategy and the devices:
+  /* The job (tr_job.h) as tr_train_run builds it. job.model is built from model or spec
+   * (job.model must be NULL); job.data, a source of yours (tr_data.h, closed by you after
+   * the run), is the run's data, else data and labels are opened (giving both is refused);
+   * job.strategy and job.async.enabled follow from strategy (refused where they say
+   * otherwise); job.watchdog_steps and _min_ms, when 0, follow watchdog_ms (below).
+   * job.layout.replicas and .stages follow from the strategy and the devices:
    * single: one device. dp: a replica per device. mp: the layers cut across the devices,
    * one micro-batch. pipeline: the same cut, layout.microbatches per step (0: 2 × stages)
    * under layout.schedule. hybrid: layout.stages per replica (0: 2), replicas = devices /

@@ -341,8 +341,36 @@ static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) 
  * before any thread starts. Across processes, what each rank reads alone (model, data,
  * checkpoint) comes first; then the ranks agree and share their devices, each step made by
  * every rank, so that one rank's bad option ends them all with a message. */
+/* The fields of `job` that tr_train_run sets itself: each is used where it can be (data, the
+ * watchdog's), else refused by name where given otherwise than the options say, never
+ * silently replaced. */
+static int check_job_fields(const tr_train_options *o, char *err, size_t n) {
+  const tr_job_config *j = &o->job;
+  const char *s = tr_strategy_name(o->strategy);
+  if (j->model)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("job.model") ": tr_train_run builds the model from model or spec; "
+                     "leave job.model NULL (tr_job_new takes a model of yours)");
+  if (j->data && (o->data || o->labels))
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("job.data") ": give the run's data once, as job.data (a source of "
+                     "yours) or as data and labels (files), not both");
+  if (j->strategy && strcmp(j->strategy, s) != 0)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("job.strategy") " '%s': the run's strategy is strategy (%s); leave "
+                     "job.strategy NULL",
+                     j->strategy, s);
+  if (j->async.enabled && o->strategy != TR_STRATEGY_ASYNC)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("job.async.enabled") ": asynchronous training is strategy async, "
+                     "not %s",
+                     s);
+  return 0;
+}
+
 static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
-  int rc;
+  int rc = check_job_fields(o, err, n);
+  if (rc) return rc;
   if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0)))
     rc = tr_errorf(err, n, TR_EINVAL,
                    TR__F("steps") " or " TR__F("seconds") ": give a positive number of steps "
@@ -367,10 +395,10 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
                    TR__F("checkpoint.resume") " %s: the checkpoint is at step %lld, steps %lld is "
                    "reached",
                    c->checkpoint.resume, (long long)rn->first_step, (long long)o->steps);
-  if (rc == 0)
+  if (rc == 0 && o->job.data == NULL) /* job.data: the caller's source, theirs to close */
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
   if (rc) tr__error_mark_lead(err, n, "data");
-  c->data = rn->data;
+  c->data = o->job.data ? o->job.data : rn->data;
   if (tr_world_size(o->world) > 1) rc = agree(rn, o, rc, err, n);
   if (rc || (rc = open_devices(rn, o, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
@@ -490,8 +518,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                          .trace = o->trace != NULL,
                          .watchdog_ms = o->watchdog_ms > 0 ? o->watchdog_ms : default_watchdog(&rn)};
   if (o->watchdog_ms <= 0) { /* the default follows the steps as they are measured */
-    rn.jc.watchdog_steps = WATCHDOG_STEPS;
-    rn.jc.watchdog_min_ms = WATCHDOG_MIN_MS;
+    if (rn.jc.watchdog_steps <= 0) rn.jc.watchdog_steps = WATCHDOG_STEPS;
+    if (rn.jc.watchdog_min_ms <= 0) rn.jc.watchdog_min_ms = WATCHDOG_MIN_MS;
   }
   if ((rc = tr_graph_new(&g, &sc))) {
     snprintf(err, err_size, "creating the actor system: %s", tr_strerror(rc));

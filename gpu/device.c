@@ -331,6 +331,7 @@ static inline int enter(tr_device *d) {
   if (__builtin_expect(!__atomic_load_n(&d->bound, __ATOMIC_ACQUIRE), 0)) return tr_device_bind(d);
 #ifndef NDEBUG
   if (!pthread_equal(d->owner, pthread_self())) {
+    tr__run_error_print(); /* the cause, when a failed run is why we got here */
     fprintf(stderr, "troupe: device %s used from a thread that does not own it "
                     "(tr_device_bind hands a device to another thread)\n", d->info.name);
     TR_ASSERT(!"device used off its owner thread");

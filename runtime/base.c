@@ -1,6 +1,7 @@
 /* base.c — status names and messages, the assertion failure path, clocks. */
 #include "tr_base.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +41,28 @@ int tr__name_index(const char *const *names, int n, const char *name) {
   return -1;
 }
 
+/* The first failure of the latest run in this process (tr__run_error_set): an assertion that
+ * ends the process after a run failed (a device used off its owner thread while the failed
+ * run is torn down, say) prints it first, so that the cause is not lost behind the symptom. */
+static pthread_mutex_t run_error_lock = PTHREAD_MUTEX_INITIALIZER;
+static char run_error[1024];
+
+void tr__run_error_set(const char *text) {
+  pthread_mutex_lock(&run_error_lock);
+  snprintf(run_error, sizeof run_error, "%s", text ? text : "");
+  pthread_mutex_unlock(&run_error_lock);
+}
+
+void tr__run_error_print(void) {
+  /* never waits: the path to abort() must not hang on a lock its own thread may hold */
+  if (pthread_mutex_trylock(&run_error_lock) != 0) return;
+  if (run_error[0]) fprintf(stderr, "troupe: the run had failed before this: %s\n", run_error);
+  run_error[0] = 0; /* once */
+  pthread_mutex_unlock(&run_error_lock);
+}
+
 void tr_assert_fail(const char *expr, const char *file, int line) {
+  tr__run_error_print();
   fprintf(stderr, "troupe: assertion failed: %s at %s:%d\n", expr, file, line);
   fflush(stderr);
   abort();

@@ -54,6 +54,7 @@ void tr__system_fail(tr_system *sys, int status, const char *fmt, ...) {
       va_start(ap, fmt);
       vsnprintf(sys->error, sizeof sys->error, fmt, ap);
       va_end(ap);
+      tr__run_error_set(sys->error);
     }
     pthread_mutex_unlock(&sys->lock);
   }
@@ -320,6 +321,7 @@ int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out
 int tr_system_run(tr_system *sys) {
   if (sys->ran) return TR_ESTATE;
   sys->ran = true;
+  tr__run_error_set(""); /* an earlier run's failure is not this one's */
   if (sys->trace_on) {
     sys->loop_trace = tr__trace_buf_new(sys, "loop", 0);
     for (tr_actor *a = atomic_load(&sys->loop_actors); a; a = a->next_loop)

@@ -66,6 +66,11 @@ TR_API int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ..
  * behind every tr_*_name and tr_*_parse: names[i] for 0 <= i < n, else "?"; the index of
  * `name` among names[0, n), or -1 for NULL or an unknown name. */
 const char *tr__name_of(const char *const *names, int n, int i);
+/* The latest run's first failure, process-wide ("" when it has not failed: a system's run
+ * clears it as it starts, tr__system_fail sets it), and its printing, once, on the way to an
+ * abort (tr_assert_fail, the device layer's owner check): the cause before the symptom. */
+void tr__run_error_set(const char *text);
+void tr__run_error_print(void); /* to stderr */
 int tr__name_index(const char *const *names, int n, const char *name);
 #define TR__COUNTOF(a) ((int)(sizeof(a) / sizeof *(a)))
 

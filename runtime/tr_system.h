@@ -113,9 +113,10 @@ typedef struct tr_system_config {
   int trace;          /* record every handled message (see tr_trace.h) */
   int turn_batch;     /* data messages per turn at most; 0 for the default (64) */
   int spin_us;        /* default spin of pinned actors; 0 for the default (20 µs) */
-  int watchdog_ms;    /* 0: off. Else: when, over this long, no actor handled a message
-                         although one was busy or had messages waiting, the system stops
-                         with TR_ETIMEDOUT and tr_system_error names each actor's state. */
+  int watchdog_ms;    /* 0: off (for a graph, its default: see tr_graph.h). Else: when,
+                         over this long, no actor handled a message although one was busy
+                         or had messages waiting, the system stops with TR_ETIMEDOUT and
+                         tr_system_error names each actor's state. */
   int watchdog_idle;  /* with watchdog_ms: a system idle but not done is stuck too. When,
                          over watchdog_ms, no actor handled a message, every actor had
                          started and was handling nothing with nothing waiting, no timer

@@ -3,8 +3,8 @@
 # installs a configured build into a scratch folder (meson install --destdir), then builds
 # tests/install/hello.c and examples/custom_pipeline.c against it through the installed
 # troupe.pc, once against the shared library and once against the static one, and runs
-# them. Checks that the shared library exports the public API alone (no tr__ name). Also
-# runs the installed `troupe`.
+# them. Checks that the shared library exports the public API alone (no tr__ name) and that
+# `pkg-config --cflags troupe` names troupe's headers alone. Also runs the installed `troupe`.
 #
 #   tools/check-install.sh [BUILD_DIR]      # default: build
 #
@@ -45,6 +45,12 @@ if internal=$(find "$destdir" -name '*_impl.h' | grep .); then
   fail "internal headers were installed: $internal"
 fi
 say "installed $(pkg-config --modversion troupe) under $destdir$prefix"
+
+# A user's compile sees troupe's headers and nothing else: the public headers include only
+# the C standard's, so no dependency's include folder (cJSON's, MPI's) belongs in --cflags.
+cflags_pc=$(pkg-config --cflags troupe | xargs)
+[[ $cflags_pc == "-I$includedir/troupe" ]] ||
+  fail "pkg-config --cflags troupe names more than troupe's headers: $cflags_pc"
 
 # The shared library exports the public API and nothing else (TR_API, runtime/tr_api.h):
 # no internal tr__ name, and every function and object the installed headers mark TR_API.
