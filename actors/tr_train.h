@@ -72,9 +72,10 @@ typedef struct tr_train_options {
   const char *server;      /* async: the server's device; NULL: host:1 for host workers,
                               else a logical device on the first worker's GPU */
   /* The processes the job spans (tr_world.h); NULL: this one alone. Every rank calls
-   * tr_train_run with the same options but its own `devices` (and `data`): the job's devices
-   * are every rank's in rank order, and each rank runs the stages on its own. The ranks
-   * compare their options first and refuse to start, naming the ranks, where they differ.
+   * tr_train_run with the same options but its own `devices`: the job's devices are every
+   * rank's in rank order, and each rank runs the stages on its own. The ranks compare every
+   * option that changes the result first (data and labels: the same files) and refuse to
+   * start, naming the option and the ranks, where they differ.
    * The result is rank 0's (the others' holds no figures); the async server lives on rank
    * 0, and a trace is written by each rank, rank r's named with ".rank<r>". */
   tr_world *world;

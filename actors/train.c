@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "job_config.h"
 #include "job_impl.h"
@@ -125,6 +126,7 @@ typedef struct agreement {
   int failed; /* this rank could not read its options (its own message says why) */
   int observed; /* rank 0's counts: tr_train_options.observe (a terminal's, or not) */
   uint64_t model, run, layout, optim, async, checkpoint;
+  uint64_t precision, nonfinite, data, data_on, watchdog;
 } agreement;
 
 static uint64_t model_digest(const tr_model *m) {
@@ -141,6 +143,16 @@ static uint64_t model_digest(const tr_model *m) {
   return h;
 }
 
+/* A file the ranks name: the same file (one machine: its device and inode) of the same size,
+ * whatever path each rank reaches it by; a file a rank cannot see, by its path. */
+static uint64_t file_digest(uint64_t h, const char *path) {
+  struct stat st;
+  if (path == NULL) return digest(h, "-", 1);
+  if (stat(path, &st) != 0) return digest_str(h, path);
+  const uint64_t f[] = {(uint64_t)st.st_dev, (uint64_t)st.st_ino, (uint64_t)st.st_size};
+  return digest(h, f, sizeof f);
+}
+
 static agreement agreement_of(const run *rn, const tr_train_options *o) {
   const uint64_t h0 = 0xcbf29ce484222325ull;
   const tr_job_config *j = &o->job;
@@ -153,7 +165,7 @@ static agreement agreement_of(const run *rn, const tr_train_options *o) {
                           (int)l->schedule, l->ncuts, l->prefetch, j->zero, l->chunks,
                           j->memory.recompute};
   const float optim_f[] = {op->lr, op->momentum, op->weight_decay, op->beta1, op->beta2,
-                           op->eps, op->clip, (float)op->nesterov, (float)j->precision.tf32};
+                           op->eps, op->clip, (float)op->nesterov};
   const float async_f[] = {(float)as->staleness, as->dc_lambda, (float)as->momentum_correction,
                            (float)as->staleness_lr, (float)as->pull_every, (float)as->hogwild};
   agreement a = {.model = rn->model ? model_digest(rn->model) : 0,
@@ -167,6 +179,15 @@ static agreement agreement_of(const run *rn, const tr_train_options *o) {
                                                      j->checkpoint.path),
                                           j->checkpoint.resume)};
   if (l->cuts) a.layout = digest(a.layout, l->cuts, (size_t)l->ncuts * sizeof *l->cuts);
+  /* What changes the result without changing the steps: a bf16 rank beside fp32 ones, or
+   * one that skips a step its peers stop on, trains silently wrong (or hangs) */
+  const int precision_f[] = {(int)j->precision.gemm, j->precision.tf32};
+  const int watchdog_f[] = {o->watchdog_ms, j->watchdog_steps, j->watchdog_min_ms};
+  a.precision = digest(h0, precision_f, sizeof precision_f);
+  a.nonfinite = digest(h0, &j->on_nonfinite, sizeof j->on_nonfinite);
+  a.data = file_digest(file_digest(h0, o->data), o->labels);
+  a.data_on = digest(h0, &j->data_on, sizeof j->data_on);
+  a.watchdog = digest(h0, watchdog_f, sizeof watchdog_f);
   return a;
 }
 
@@ -180,9 +201,14 @@ static int agree(run *rn, const tr_train_options *o, int rc, char *err, size_t n
   } fields[] = {{offsetof(agreement, model), "model"},
                 {offsetof(agreement, run), "steps, seconds, seed, batch or deterministic"},
                 {offsetof(agreement, layout), "strategy or layout"},
-                {offsetof(agreement, optim), "optim or precision"},
+                {offsetof(agreement, optim), "optim"},
                 {offsetof(agreement, async), "async"},
-                {offsetof(agreement, checkpoint), "checkpoint"}};
+                {offsetof(agreement, checkpoint), "checkpoint"},
+                {offsetof(agreement, precision), "precision"},
+                {offsetof(agreement, nonfinite), "on-nonfinite"},
+                {offsetof(agreement, data), "data or labels"},
+                {offsetof(agreement, data_on), "data-on"},
+                {offsetof(agreement, watchdog), "watchdog"}};
   tr_world *w = o->world;
   const int size = tr_world_size(w);
   agreement mine = agreement_of(rn, o), *all = calloc((size_t)size, sizeof *all);
@@ -192,7 +218,7 @@ static int agree(run *rn, const tr_train_options *o, int rc, char *err, size_t n
     free(all);
     return rc ? rc : tr_errorf(err, n, TR_ESYS, "options: the ranks could not compare them");
   }
-  char differ[256] = "";
+  char differ[512] = "";
   size_t len = 0;
   int failed = -1;
   rn->observed = all[0].observed;
