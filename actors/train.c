@@ -349,6 +349,16 @@ static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) 
   return 0;
 }
 
+/* A signal during start-up (tr_signals_hold, run_marked): the run ends where it is, saying
+ * so. Across ranks only before they agree, as one rank's bad option is; after that the
+ * graph acts on it (tr_system_run), every rank ending in order together. */
+static int held_signal(char *err, size_t n) {
+  const int s = tr_signals_held();
+  return s ? tr_errorf(err, n, TR_EINTR, "stopped by %s during start-up, before the first step",
+                       tr_signal_name(s))
+           : 0;
+}
+
 /* Fills the run from the options: everything that can be wrong with them is found here,
  * before any thread starts. Across processes, what each rank reads alone (model, data,
  * checkpoint) comes first; then the ranks agree and share their devices, each step made by
@@ -383,6 +393,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
   if (rc) tr__error_mark_lead(err, n, "data");
   c->data = rn->data;
+  if (rc == 0) rc = held_signal(err, n);
   if (tr_world_size(o->world) > 1) rc = agree(rn, o, rc, err, n);
   if (rc || (rc = open_devices(rn, o, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
@@ -396,6 +407,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&
       (rc = measured_cuts(rn, o->world)))
     return tr_errorf(err, n, rc, TR__F("layout.cuts") ": the ranks could not share rank 0's cut");
+  if (tr_world_size(o->world) == 1 && (rc = held_signal(err, n))) return rc;
   /* the job's own rules (job_config.c) on a copy, as tr_job_new will check them: here its
    * message keeps the fields it names (tr_train_run_e) */
   tr_job_config job = *c;
@@ -495,6 +507,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   err[0] = 0;
   tr__result_init(r, o->spec ? o->spec->name : o->model ? o->model : "?",
                   tr_strategy_name(o->strategy));
+  tr_signals_hold(); /* till the graph runs: a signal ends start-up, saying so */
   int rc = prepare(&rn, o, err, err_size);
   if (rc) goto out;
   tr_system_config sc = {.name = "train",
@@ -522,13 +535,14 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     if ((rc = tr_job_plan(j, err, err_size))) goto out;
     if (tr_world_rank(o->world) == 0) tr_job_print_plan(j, o->plan);
   }
+  if (tr_world_size(o->world) == 1 && (rc = held_signal(err, err_size))) goto out;
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
     tr_job_result(j, r);
     r->signal = tr_graph_signal(g);
     const char *ck = rn.jc.checkpoint.path;
     snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
-             r->signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)r->steps,
+             tr_signal_name(r->signal), (long long)r->steps,
              ck && tr_world_rank(o->world) == 0 ? " (checkpoint " : "",
              ck && tr_world_rank(o->world) == 0 ? ck : "",
              ck && tr_world_rank(o->world) == 0 ? " written)" : "");
@@ -556,6 +570,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     }
   }
 out:
+  if (rc == TR_EINTR && !r->signal) r->signal = tr_signals_held(); /* start-up's */
+  tr_signals_release(); /* when the graph did not run (it took the signals over) */
   tr_graph_free(g);
   tr_job_free(j);
   tr_data_close(rn.data);

@@ -1,6 +1,7 @@
 /* cmd_train.c — `troupe train`: its options, one table (parsing, --help and the flags its
  * messages name, cli.h), tr_train_run on them, a summary on stderr and, with --json, one
  * JSON object on stdout. */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -312,6 +313,7 @@ int cmd_train(int argc, char **argv) {
 
   tr_train_result r;
   tr_error e = {0};
+  tr_signals_hold(); /* from here: a signal while MPI and the run start up is not lost */
   rc = tr_world_open(&o->world, e.message, sizeof e.message);
   const int rank = tr_world_rank(o->world), ranks = tr_world_size(o->world);
   if (rc == 0) rc = tr_train_run_e(o, &r, &e);
@@ -334,6 +336,11 @@ int cmd_train(int argc, char **argv) {
     sgemm = cli_sgemm_gflops(2048);
   r.sgemm_gflops = sgemm > 0 ? sgemm : 0;
   if (!a.quiet) tr_train_result_summary(&r, stderr);
-  if (a.json) tr_train_result_json(&r, stdout);
+  /* stdout may be full or gone (`>/dev/full`): figures asked for and not written fail */
+  if (a.json && (tr_train_result_json(&r, stdout) || fflush(stdout) || ferror(stdout))) {
+    fprintf(stderr, "troupe: --json: writing the figures to standard output failed: %s\n",
+            strerror(errno));
+    return status ? status : CLI_FAIL;
+  }
   return status;
 }
