@@ -99,7 +99,8 @@ TR_API tr_train_options tr_train_defaults(void);
 
 /* Runs the training. 0, or a negative status with `err` naming the actor, device and
  * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
- * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT or SIGTERM ended the run
+ * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT, SIGTERM or SIGHUP (one
+ * that came during start-up too: tr_signals_hold, tr_system.h) ended the run
  * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
  * asked for) holds that step; a second signal ends the process at once. */
 TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);

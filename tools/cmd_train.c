@@ -230,8 +230,9 @@ static const cli_option rows[] = {
 const cli_table cli_train_table = {
     "train", rows, CLI_COUNT(rows),
     .after = "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its "
-             "flag),\n130 / 143 a run SIGINT / SIGTERM ended after its step in flight, its "
-             "checkpoint and\nfigures written; a second signal ends the process at once.\n",
+             "flag),\n130 / 143 / 129 a run SIGINT / SIGTERM / SIGHUP ended after its step in flight "
+             "(or during\nstart-up), its checkpoint and figures written; a second signal ends "
+             "the process at once.\n",
     .context_at = offsetof(train_args, o.strategy),
     .context_name = tr_strategy_name_at};
 
