@@ -27,7 +27,7 @@ const char *tr__metric_data_on(const tr_train_result *r) {
 const char *tr__metric_graphs(const tr_train_result *r) { return tr_graphs_name(r->graphs); }
 
 const char *tr__metric_signal(const tr_train_result *r) {
-  return !r->signal ? NULL : r->signal == SIGINT ? "SIGINT" : "SIGTERM";
+  return r->signal ? tr_signal_name(r->signal) : NULL;
 }
 
 double tr__metric_sgemm(const tr_train_result *r) {

@@ -76,9 +76,10 @@ typedef struct tr_train_options {
   const char *server;      /* async: the server's device; NULL: host:1 for host workers,
                               else a logical device on the first worker's GPU */
   /* The processes the job spans (tr_world.h); NULL: this one alone. Every rank calls
-   * tr_train_run with the same options but its own `devices` (and `data`): the job's devices
-   * are every rank's in rank order, and each rank runs the stages on its own. The ranks
-   * compare their options first and refuse to start, naming the ranks, where they differ.
+   * tr_train_run with the same options but its own `devices`: the job's devices are every
+   * rank's in rank order, and each rank runs the stages on its own. The ranks compare every
+   * option that changes the result first (data and labels: the same files) and refuse to
+   * start, naming the option and the ranks, where they differ.
    * The result is rank 0's (the others' holds no figures); the async server lives on rank
    * 0, and a trace is written by each rank, rank r's named with ".rank<r>". */
   tr_world *world;
@@ -102,7 +103,8 @@ TR_API tr_train_options tr_train_defaults(void);
 
 /* Runs the training. 0, or a negative status with `err` naming the actor, device and
  * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
- * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT or SIGTERM ended the run
+ * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT, SIGTERM or SIGHUP (one
+ * that came during start-up too: tr_signals_hold, tr_system.h) ended the run
  * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
  * asked for) holds that step; a second signal ends the process at once. */
 TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);

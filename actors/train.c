@@ -10,6 +10,7 @@
 
 #include "job_config.h"
 #include "job_impl.h"
+#include "train_agree.h"
 #include "tr_file.h"
 #include "tr_trace.h"
 #include "tr_train.h"
@@ -108,111 +109,6 @@ static int measured_cuts(run *rn, tr_world *w) {
     c->layout.cuts = rn->cuts + 1;
     c->layout.ncuts = P - 1;
   }
-  return 0;
-}
-
-/* FNV-1a, for comparing what the ranks were given. */
-static uint64_t digest(uint64_t h, const void *p, size_t n) {
-  for (size_t i = 0; i < n; i++) h = (h ^ ((const unsigned char *)p)[i]) * 0x100000001b3ull;
-  return h;
-}
-
-static uint64_t digest_str(uint64_t h, const char *s) {
-  return s ? digest(h, s, strlen(s) + 1) : digest(h, "", 1);
-}
-
-/* What every rank of a job must have been given alike, and whether it got this far. */
-typedef struct agreement {
-  int failed; /* this rank could not read its options (its own message says why) */
-  int observed; /* rank 0's counts: tr_train_options.observe (a terminal's, or not) */
-  uint64_t model, run, layout, optim, async, checkpoint;
-} agreement;
-
-static uint64_t model_digest(const tr_model *m) {
-  const size_t f[] = {(size_t)tr_model_layer_count(m), tr_model_numel(m),
-                      tr_model_param_count(m),         tr_model_input_bytes(m),
-                      tr_model_target_bytes(m),        (size_t)tr_model_batch(m)};
-  uint64_t h = digest(digest_str(0xcbf29ce484222325ull, tr_model_name(m)), f, sizeof f);
-  for (int l = 0; l < tr_model_layer_count(m); l++) {
-    size_t span[2];
-    tr_model_layer_span(m, l, &span[0], &span[1]);
-    const double flops = tr_model_layer_flops(m, l);
-    h = digest(digest(h, span, sizeof span), &flops, sizeof flops);
-  }
-  return h;
-}
-
-static agreement agreement_of(const run *rn, const tr_train_options *o) {
-  const uint64_t h0 = 0xcbf29ce484222325ull;
-  const tr_job_config *j = &o->job;
-  const tr_layout_config *l = &j->layout;
-  const tr_optim_config *op = &j->optim;
-  const tr_async_config *as = &j->async;
-  const double run_f[] = {(double)o->steps, o->seconds, (double)j->seed, j->global_batch,
-                          o->deterministic};
-  const int layout_f[] = {(int)o->strategy, l->replicas, l->stages, l->microbatches,
-                          (int)l->schedule, l->ncuts, l->prefetch, j->zero, l->chunks,
-                          j->memory.recompute};
-  const float optim_f[] = {op->lr, op->momentum, op->weight_decay, op->beta1, op->beta2,
-                           op->eps, op->clip, (float)op->nesterov, (float)j->precision.tf32};
-  const float async_f[] = {(float)as->staleness, as->dc_lambda, (float)as->momentum_correction,
-                           (float)as->staleness_lr, (float)as->pull_every, (float)as->hogwild};
-  agreement a = {.model = rn->model ? model_digest(rn->model) : 0,
-                 .run = digest(h0, run_f, sizeof run_f),
-                 .layout = digest(h0, layout_f, sizeof layout_f),
-                 .optim = digest_str(digest(h0, optim_f, sizeof optim_f),
-                                     op->kind == TR_OPTIM_MODEL ? "" : tr_optim_kind_name(op->kind)),
-                 .async = digest(h0, async_f, sizeof async_f),
-                 .checkpoint = digest_str(digest_str(digest(h0, &j->checkpoint.every,
-                                                            sizeof j->checkpoint.every),
-                                                     j->checkpoint.path),
-                                          j->checkpoint.resume)};
-  if (l->cuts) a.layout = digest(a.layout, l->cuts, (size_t)l->ncuts * sizeof *l->cuts);
-  return a;
-}
-
-/* Every rank compares what it was given with rank 0's before any opens a device; `rc` is
- * this rank's own verdict so far. A failure names the ranks that differ, or the first that
- * could not read its options. */
-static int agree(run *rn, const tr_train_options *o, int rc, char *err, size_t n) {
-  static const struct {
-    size_t at;
-    const char *what;
-  } fields[] = {{offsetof(agreement, model), "model"},
-                {offsetof(agreement, run), "steps, seconds, seed, batch or deterministic"},
-                {offsetof(agreement, layout), "strategy or layout"},
-                {offsetof(agreement, optim), "optim or precision"},
-                {offsetof(agreement, async), "async"},
-                {offsetof(agreement, checkpoint), "checkpoint"}};
-  tr_world *w = o->world;
-  const int size = tr_world_size(w);
-  agreement mine = agreement_of(rn, o), *all = calloc((size_t)size, sizeof *all);
-  mine.failed = rc != 0;
-  mine.observed = o->observe != NULL;
-  if (all == NULL || tr_world_allgather(w, &mine, sizeof mine, all)) {
-    free(all);
-    return rc ? rc : tr_errorf(err, n, TR_ESYS, "options: the ranks could not compare them");
-  }
-  char differ[256] = "";
-  size_t len = 0;
-  int failed = -1;
-  rn->observed = all[0].observed;
-  for (int r = 0; r < size; r++) {
-    if (all[r].failed && failed < 0) failed = r;
-    for (size_t f = 0; f < sizeof fields / sizeof *fields && r > 0; f++)
-      if (len < sizeof differ &&
-          memcmp((char *)&all[r] + fields[f].at, (char *)&all[0] + fields[f].at, sizeof(uint64_t)))
-        len += (size_t)snprintf(differ + len, sizeof differ - len, "%s%s on rank %d",
-                                len ? ", " : "", fields[f].what, r);
-  }
-  free(all);
-  if (rc) return rc; /* this rank's own message */
-  if (failed >= 0)
-    return tr_errorf(err, n, TR_EINVAL, "rank %d could not start (its own message says why)",
-                     failed);
-  if (len)
-    return tr_errorf(err, n, TR_EINVAL, "options: the %s differ from rank 0's: every rank of "
-                     "a job must be given the same", differ);
   return 0;
 }
 
@@ -337,6 +233,16 @@ static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) 
   return 0;
 }
 
+/* A signal during start-up (tr_signals_hold, run_marked): the run ends where it is, saying
+ * so. Across ranks only before they agree, as one rank's bad option is; after that the
+ * graph acts on it (tr_system_run), every rank ending in order together. */
+static int held_signal(char *err, size_t n) {
+  const int s = tr_signals_held();
+  return s ? tr_errorf(err, n, TR_EINTR, "stopped by %s during start-up, before the first step",
+                       tr_signal_name(s))
+           : 0;
+}
+
 /* Fills the run from the options: everything that can be wrong with them is found here,
  * before any thread starts. Across processes, what each rank reads alone (model, data,
  * checkpoint) comes first; then the ranks agree and share their devices, each step made by
@@ -399,7 +305,8 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
   if (rc) tr__error_mark_lead(err, n, "data");
   c->data = o->job.data ? o->job.data : rn->data;
-  if (tr_world_size(o->world) > 1) rc = agree(rn, o, rc, err, n);
+  if (rc == 0) rc = held_signal(err, n);
+  if (tr_world_size(o->world) > 1) rc = tr__train_agree(rn->model, o, rc, &rn->observed, err, n);
   if (rc || (rc = open_devices(rn, o, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = tr__job_config_layout(&rn->jc, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev,
@@ -412,6 +319,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&
       (rc = measured_cuts(rn, o->world)))
     return tr_errorf(err, n, rc, TR__F("layout.cuts") ": the ranks could not share rank 0's cut");
+  if (tr_world_size(o->world) == 1 && (rc = held_signal(err, n))) return rc;
   /* the job's own rules (job_config.c) on a copy, as tr_job_new will check them: here its
    * message keeps the fields it names (tr_train_run_e) */
   tr_job_config job = *c;
@@ -511,6 +419,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   err[0] = 0;
   tr__result_init(r, o->spec ? o->spec->name : o->model ? o->model : "?",
                   tr_strategy_name(o->strategy));
+  tr_signals_hold(); /* till the graph runs: a signal ends start-up, saying so */
   int rc = prepare(&rn, o, err, err_size);
   if (rc) goto out;
   tr_system_config sc = {.name = "train",
@@ -538,13 +447,14 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     if ((rc = tr_job_plan(j, err, err_size))) goto out;
     if (tr_world_rank(o->world) == 0) tr_job_print_plan(j, o->plan);
   }
+  if (tr_world_size(o->world) == 1 && (rc = held_signal(err, err_size))) goto out;
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
     tr_job_result(j, r);
     r->signal = tr_graph_signal(g);
     const char *ck = rn.jc.checkpoint.path;
     snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
-             r->signal == SIGINT ? "SIGINT" : "SIGTERM", (long long)r->steps,
+             tr_signal_name(r->signal), (long long)r->steps,
              ck && tr_world_rank(o->world) == 0 ? " (checkpoint " : "",
              ck && tr_world_rank(o->world) == 0 ? ck : "",
              ck && tr_world_rank(o->world) == 0 ? " written)" : "");
@@ -572,6 +482,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     }
   }
 out:
+  if (rc == TR_EINTR && !r->signal) r->signal = tr_signals_held(); /* start-up's */
+  tr_signals_release(); /* when the graph did not run (it took the signals over) */
   tr_graph_free(g);
   tr_job_free(j);
   tr_data_close(rn.data);

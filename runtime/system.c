@@ -6,11 +6,14 @@
  *   1 draining   → once every pinned thread has exited: join them, stop the loop actors
  *   2 closing    → close every handle; uv_run returns once they are closed
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "system_impl.h"
 
@@ -204,13 +207,74 @@ static void on_signal(uv_signal_t *h, int signum) {
   int none = 0;
   if (!atomic_compare_exchange_strong(&sys->signal, &none, signum)) return;
   if (sys->on_signal == NULL) {
-    tr__system_fail(sys, TR_EINTR, "%s: stopped by %s", sys->name,
-                    signum == SIGINT ? "SIGINT" : "SIGTERM");
+    tr__system_fail(sys, TR_EINTR, "%s: stopped by %s", sys->name, tr_signal_name(signum));
     return;
   }
   uv_signal_stop(&sys->sigint);
   uv_signal_stop(&sys->sigterm);
+  if (sys->hup) uv_signal_stop(&sys->sighup);
   sys->on_signal(sys->signal_arg, signum);
+}
+
+/* libuv's loop takes the lowest free descriptors (its eventfd, its signals' pipe): with
+ * standard input, output or error closed (`prog <&- >&- 2>&-`) one of them would be taken
+ * for a standard stream, and a message written to stderr would land in libuv's pipe (an
+ * assertion ends the process). A closed one is opened on /dev/null instead; descriptors
+ * are taken lowest first, so each lands where it is missing. */
+void tr_stdio_reserve(void) {
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got >= 0 && got != fd) { /* another thread took it first: put it in place */
+      dup2(got, fd);
+      close(got);
+    }
+  }
+}
+
+const char *tr_signal_name(int signum) {
+  return signum == SIGINT ? "SIGINT" : signum == SIGTERM ? "SIGTERM" : signum == SIGHUP ? "SIGHUP"
+                                                                                        : "a signal";
+}
+
+/* Start-up (tr_signals_hold): the first signal is kept for the run, and acted on at once by
+ * whoever asks (tr_signals_held); a system that runs takes it over. SIGHUP ignored when
+ * the process began (nohup) stays ignored, for the run too. */
+static const int held_signums[] = {SIGINT, SIGTERM, SIGHUP};
+static struct sigaction held_before[3];
+static bool holding, hup_known, hup_ignored;
+static volatile sig_atomic_t held;
+
+static void hold_signal(int signum) {
+  if (!held) held = signum;
+}
+
+static bool hup_wanted(void) {
+  if (!hup_known) {
+    struct sigaction now;
+    hup_ignored = sigaction(SIGHUP, NULL, &now) == 0 && now.sa_handler == SIG_IGN;
+    hup_known = true;
+  }
+  return !hup_ignored;
+}
+
+void tr_signals_hold(void) {
+  if (holding) return;
+  held = 0;
+  struct sigaction sa = {.sa_handler = hold_signal};
+  sigemptyset(&sa.sa_mask);
+  for (int i = 0; i < 3; i++)
+    if (held_signums[i] != SIGHUP || hup_wanted()) sigaction(held_signums[i], &sa, &held_before[i]);
+  holding = true;
+}
+
+int tr_signals_held(void) { return held; }
+
+void tr_signals_release(void) {
+  if (!holding) return;
+  for (int i = 0; i < 3; i++)
+    if (held_signums[i] != SIGHUP || hup_wanted()) sigaction(held_signums[i], &held_before[i], NULL);
+  holding = false;
 }
 
 int tr_system_signal(const tr_system *sys) { return atomic_load(&((tr_system *)sys)->signal); }
@@ -230,6 +294,7 @@ int tr_system_new(tr_system **out, const tr_system_config *config) {
   if (config == NULL) config = &defaults;
   *out = NULL;
   if (config->turn_batch < 0 || config->spin_us < 0 || config->watchdog_ms < 0) return TR_EINVAL;
+  tr_stdio_reserve();
 
   tr_system *sys = calloc(1, sizeof *sys);
   if (sys == NULL) return TR_ENOMEM;
@@ -333,6 +398,16 @@ int tr_system_run(tr_system *sys) {
     sys->sigint.data = sys->sigterm.data = sys;
     uv_signal_start(&sys->sigint, on_signal, SIGINT);
     uv_signal_start(&sys->sigterm, on_signal, SIGTERM);
+    if ((sys->hup = hup_wanted())) {
+      uv_signal_init(&sys->loop, &sys->sighup);
+      sys->sighup.data = sys;
+      uv_signal_start(&sys->sighup, on_signal, SIGHUP);
+    }
+    /* libuv's handlers replaced the start-up's: a signal held is raised again for them */
+    const int early = held;
+    holding = false;
+    held = 0;
+    if (early) raise(early);
   }
   if (sys->watchdog_ms > 0) tr__watchdog_start(sys);
   /* Actors spawned from now on start their own threads; these were spawned before the run. */

@@ -57,7 +57,8 @@ typedef struct tr__timer tr__timer;
 struct tr_system {
   uv_loop_t loop;
   uv_async_t async;
-  uv_signal_t sigint, sigterm;
+  uv_signal_t sigint, sigterm, sighup; /* sighup: unless ignored (nohup) */
+  bool hup;
   uv_timer_t watchdog;
   _Atomic int watchdog_ms; /* may change while it runs (tr_system_set_watchdog_ms) */
   bool watchdog_idle;

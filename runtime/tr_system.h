@@ -55,7 +55,7 @@
  * thread that is not an actor, a libuv request such as uv_fs_read) is invisible to it: keep
  * a timer pending while such work is out, or leave watchdog_idle off.
  *
- * Shutdown is a protocol: tr_system_stop (from any thread, or SIGINT/SIGTERM when
+ * Shutdown is a protocol: tr_system_stop (from any thread, or SIGINT/SIGTERM/SIGHUP when
  * handle_signals is set) sends a stop on every actor's priority lane; each runs its `stop`
  * callback on its own thread and quits, pinned threads are joined, loop handles closed, and
  * tr_system_run returns. Messages still queued are freed by tr_system_free, which also calls
@@ -108,7 +108,8 @@ typedef struct tr_actor_config {
 
 typedef struct tr_system_config {
   const char *name;   /* for messages; "troupe" if NULL */
-  int handle_signals; /* SIGINT and SIGTERM start a graceful stop (tr_system_run: TR_EINTR),
+  int handle_signals; /* SIGINT, SIGTERM and SIGHUP (unless ignored when the process began,
+                         as under nohup) start a graceful stop (tr_system_run: TR_EINTR),
                          or with on_signal, whatever on_signal starts (see below) */
   int trace;          /* record every handled message (see tr_trace.h) */
   int turn_batch;     /* data messages per turn at most; 0 for the default (64) */
@@ -131,7 +132,7 @@ typedef struct tr_system_config {
    * tr_system_report and tr_system_stop. */
   void (*describe)(void *arg, char *buf, size_t size);
   void *describe_arg;
-  /* Optional, with handle_signals: the first SIGINT or SIGTERM is handed to on_signal (on
+  /* Optional, with handle_signals: the first SIGINT, SIGTERM or SIGHUP is handed to on_signal (on
    * the loop thread) instead of stopping the system, so that the layer above can end its
    * work in order (a training graph finishes its step and writes its checkpoint). The
    * system's handlers go at that moment: a second signal has its default effect and ends
@@ -140,7 +141,13 @@ typedef struct tr_system_config {
   void *signal_arg;
 } tr_system_config;
 
-/* Creates a system. On failure *out is NULL and the status says why. */
+/* Opens /dev/null on standard input, output or error where one is closed, so that no
+ * descriptor the system (or MPI) opens is taken for one. tr_system_new calls it; a program
+ * that opens descriptors of its own first calls it before them. */
+TR_API void tr_stdio_reserve(void);
+
+/* Creates a system (standard streams first: tr_stdio_reserve). On failure *out is NULL
+ * and the status says why. */
 TR_API int tr_system_new(tr_system **out, const tr_system_config *config);
 
 /* Creates an actor. Before tr_system_run it starts when the system runs; during a run it
@@ -158,8 +165,22 @@ TR_API void tr_system_stop(tr_system *sys, int status);
 /* The first failure's text, or "" when there was none. */
 TR_API const char *tr_system_error(const tr_system *sys);
 
-/* The signal (SIGINT, SIGTERM) that reached the system, or 0. Any thread. */
+/* The signal (SIGINT, SIGTERM, SIGHUP) that reached the system, or 0. Any thread. */
 TR_API int tr_system_signal(const tr_system *sys);
+/* "SIGINT", "SIGTERM", "SIGHUP", or "a signal". */
+TR_API const char *tr_signal_name(int signum);
+
+/* A program's start-up (opening data, measuring devices) before its system runs: from
+ * tr_signals_hold on, the first SIGINT, SIGTERM or SIGHUP is kept instead of ending the
+ * process, and tr_signals_held says which (0: none), so that the program can stop where it
+ * is, saying so. A system that runs with handle_signals takes over: it acts on a signal
+ * held as on one that reaches it running. tr_signals_release puts back what was there
+ * before (a program that returns without running). SIGHUP ignored when the process began
+ * (nohup) stays ignored, while holding and while running. Not thread-safe: the program's
+ * main thread. */
+TR_API void tr_signals_hold(void);
+TR_API int tr_signals_held(void);
+TR_API void tr_signals_release(void);
 
 /* The watchdog's period in milliseconds (0: off), and a new one for a system whose watchdog
  * is on (ms >= 1; a system configured without one keeps none): the layer above may learn

@@ -1,6 +1,7 @@
 /* cmd_train.c — `troupe train`: its options, one table (parsing, --help and the flags its
  * messages name, cli.h), tr_train_run on them, a summary on stderr and, with --json, one
  * JSON object on stdout. */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -229,8 +230,9 @@ static const cli_option rows[] = {
 const cli_table cli_train_table = {
     "train", rows, CLI_COUNT(rows),
     .after = "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its "
-             "flag),\n130 / 143 a run SIGINT / SIGTERM ended after its step in flight, its "
-             "checkpoint and\nfigures written; a second signal ends the process at once.\n",
+             "flag),\n130 / 143 / 129 a run SIGINT / SIGTERM / SIGHUP ended after its step in flight "
+             "(or during\nstart-up), its checkpoint and figures written; a second signal ends "
+             "the process at once.\n",
     .context_at = offsetof(train_args, o.strategy),
     .context_name = tr_strategy_name_at};
 
@@ -312,6 +314,7 @@ int cmd_train(int argc, char **argv) {
 
   tr_train_result r;
   tr_error e = {0};
+  tr_signals_hold(); /* from here: a signal while MPI and the run start up is not lost */
   rc = tr_world_open(&o->world, e.message, sizeof e.message);
   const int rank = tr_world_rank(o->world), ranks = tr_world_size(o->world);
   if (rc == 0) rc = tr_train_run_e(o, &r, &e);
@@ -334,6 +337,11 @@ int cmd_train(int argc, char **argv) {
     sgemm = cli_sgemm_gflops(2048);
   r.sgemm_gflops = sgemm > 0 ? sgemm : 0;
   if (!a.quiet) tr_train_result_summary(&r, stderr);
-  if (a.json) tr_train_result_json(&r, stdout);
+  /* stdout may be full or gone (`>/dev/full`): figures asked for and not written fail */
+  if (a.json && (tr_train_result_json(&r, stdout) || fflush(stdout) || ferror(stdout))) {
+    fprintf(stderr, "troupe: --json: writing the figures to standard output failed: %s\n",
+            strerror(errno));
+    return status ? status : CLI_FAIL;
+  }
   return status;
 }

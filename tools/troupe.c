@@ -27,6 +27,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
+  tr_stdio_reserve(); /* before MPI or libuv open descriptors: a closed stream is /dev/null */
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# signals.sh TROUPE — `troupe train` and signals: the first SIGINT or SIGTERM ends the run in
-# order (the step in flight, the checkpoint, the figures) within seconds and exits 130 or
-# 143; a second one ends the process at once; a process killed during its checkpoint writes
+# signals.sh TROUPE — `troupe train` and signals: the first SIGINT, SIGTERM or SIGHUP ends the
+# run in order (the step in flight, the checkpoint, the figures) within seconds and exits 130,
+# 143 or 129 (SIGHUP ignored, as under nohup, stays ignored); a SIGINT during start-up ends
+# it there, saying so; a second one ends the process at once; a process killed during its checkpoint writes
 # leaves a valid checkpoint, and its temporary file goes at the next successful write.
 set -u
 troupe=$(realpath "$1")
@@ -28,8 +29,8 @@ json() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.ar
 
 # The first signal: the run ends after its step, writes its checkpoint and its figures, and
 # exits as the signal would have. The checkpoint resumes.
-for sig in INT TERM; do
-  [[ $sig == INT ]] && want=130 || want=143
+for sig in INT TERM HUP; do
+  case $sig in INT) want=130 ;; TERM) want=143 ;; HUP) want=129 ;; esac
   rm -f ck.st out.json err.txt
   "$troupe" train --model simplenet --steps 100000000 --checkpoint ck.st --checkpoint-every 100 \
     --json >out.json 2>err.txt &
@@ -59,6 +60,54 @@ for sig in INT TERM; do
     fi
   fi
 done
+
+# SIGHUP ignored when the run began (nohup) stays ignored: the run goes on, SIGTERM ends it.
+rm -f ck.st
+(trap '' HUP; exec "$troupe" train --model simplenet --steps 100000000 --checkpoint ck.st \
+  --checkpoint-every 100 --quiet 2>err.txt) &
+pid=$!
+if wait_for ck.st $pid; then
+  kill -HUP $pid
+  sleep 1
+  if ! kill -0 $pid 2>/dev/null; then
+    wait $pid
+    fail "SIGHUP ignored (nohup): the run ended, exit $?: $(cat err.txt)"
+  else
+    kill -TERM $pid
+    wait $pid
+    rc=$?
+    [[ $rc -eq 143 ]] && ok "SIGHUP ignored (nohup): the run went on; SIGTERM ended it (143)" ||
+      fail "SIGHUP ignored (nohup): then SIGTERM: exit $rc: $(cat err.txt)"
+  fi
+else
+  fail "SIGHUP ignored (nohup): the run never wrote its first checkpoint: $(cat err.txt)"
+fi
+
+# A SIGINT during start-up (a gpt pipeline measures its layers for seconds before its first
+# step) is not lost: the run ends there, saying so, and exits 130. Sent once the process
+# catches it (/proc: its SigCgt has SIGINT's bit), which is before it opens anything.
+"$troupe" train --model gpt --strategy pipeline --devices host:2 --steps 100000000 --quiet \
+  2>err.txt &
+pid=$!
+for ((i = 0; i < 1000; i++)); do
+  cgt=$(awk '/^SigCgt:/ {print $2}' /proc/$pid/status 2>/dev/null)
+  [[ -n $cgt ]] && (( (16#$cgt >> 1) & 1 )) && break
+  sleep 0.005
+done
+t0=$(now)
+kill -INT $pid
+for ((i = 0; i < 3000 && $(kill -0 $pid 2>/dev/null; echo $?) == 0; i++)); do sleep 0.01; done
+kill -9 $pid 2>/dev/null
+wait $pid
+rc=$?
+took=$(elapsed "$t0" "$(now)")
+if [[ $rc -ne 130 ]]; then
+  fail "SIGINT during start-up: exit $rc ($took s after it), expected 130: $(cat err.txt)"
+elif ! grep -q '^troupe: stopped by SIGINT during start-up, before the first step' err.txt; then
+  fail "SIGINT during start-up: stderr does not say so: $(cat err.txt)"
+else
+  ok "SIGINT during start-up: exit 130, $took s after it"
+fi
 
 # A second signal ends the process at once, whatever the step in flight (gpt steps of 64
 # sequences take a second or more on a host device).

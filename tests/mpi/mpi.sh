@@ -7,8 +7,9 @@
 #   killed                          a rank killed mid-run: the job ends, the other rank names
 #                                   it, the last periodic checkpoint resumes
 #   stopped                         a rank stopped (SIGSTOP): the same, within the watchdog
-#   mismatch                        ranks given different options: refused before training,
-#                                   naming the rank
+#   mismatch                        ranks given different options (steps, model, precision,
+#                                   on-nonfinite, data-on, watchdog, data): refused before
+#                                   training, naming the option and the rank
 #   zero                            --zero 1 with replicas in two ranks: refused, naming the
 #                                   flag; with every replica in rank 1 (rank 0 coordinates):
 #                                   the checkpoint of one process, bitwise (the shards of the
@@ -117,6 +118,27 @@ case $case_ in
       : -np 1 "$troupe" train "${common[@]}" --model mlp --strategy dp --devices host:1 \
       >out.txt 2>err.txt && fail "ranks with different models trained"
     grep -q 'model on rank 1 differ' err.txt || fail "a different model was not named: $(cat err.txt)"
+    # every option that changes the result, not only the steps: each named on its own
+    refused_apart() { # NAME RANK0_ARGS... -- RANK1_ARGS...
+      local name=$1 a=() b=()
+      shift
+      while [[ $1 != -- ]]; do a+=("$1"); shift; done
+      shift
+      b=("$@")
+      timeout 60 "${mpirun[@]}" -np 1 "$troupe" train "${common[@]}" --strategy dp --devices host:1 "${a[@]}" \
+        : -np 1 "$troupe" train "${common[@]}" --strategy dp --devices host:1 "${b[@]}" \
+        >out.txt 2>err.txt && fail "ranks with different $name trained"
+      grep -q "rank 0: options: the $name on rank 1 differ" err.txt ||
+        fail "a different $name was not named: $(cat err.txt)"
+    }
+    refused_apart precision -- --precision bf16
+    refused_apart on-nonfinite -- --on-nonfinite skip
+    refused_apart data-on -- --data-on host
+    refused_apart watchdog -- --watchdog 5000
+    seq 1 30000 >a.txt
+    seq 2 30001 >b.txt
+    refused_apart 'data or labels' --model gpt --data a.txt -- --model gpt --data b.txt
+    refused_apart 'data or labels' --model gpt --data a.txt -- --model gpt
     printf 'ok   %s: %s\n' "$case_" "$(grep -m1 'rank 0' err.txt)" ;;
   zero)
     timeout 60 "${mpirun[@]}" -np 2 "$troupe" train "${common[@]}" --strategy dp --devices host:1 \
