@@ -161,7 +161,7 @@ TR_API extern const tr_msgtype tr_edge_credit_type;
  * the first failure's status (arguments refused: TR_EINVAL, tr_graph_error naming the
  * argument and the rule). Once per graph.
  *
- * Signals (tr_system_config.handle_signals): the first SIGINT or SIGTERM finishes the run
+ * Signals (tr_system_config.handle_signals): the first SIGINT, SIGTERM or SIGHUP finishes the run
  * (tr_graph_finish): every actor ends its part in order, as at the end of a timed run, and
  * tr_graph_run returns TR_EINTR once they all have, the actors' figures complete
  * (tr_graph_signal says which signal). A second signal ends the process at once. */
