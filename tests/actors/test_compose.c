@@ -21,6 +21,7 @@
 #include "scratch.h"
 
 #include "compare.h"
+#include "simplenet_job.h"
 #include "specs.h"
 
 enum { STEPS = 60, SEED = 1 };
@@ -123,28 +124,20 @@ static const tr_behaviour observer_behaviour = {.name = "observer", .receive = o
 /* ---- a single-stage simplenet job, wired by hand ------------------------------------------- */
 
 typedef struct run {
-  tr_model *model;
-  tr_device_list *devs;
-  tr_data *data;
-  tr_graph *g;
-  tr_job *j;
+  union {
+    simplenet_job base;
+    struct {
+      SIMPLENET_JOB_FIELDS;
+    };
+  };
   tr_actor *stage, *coordinator;
 } run;
 
 static void open_run(run *r, const char *checkpoint) {
-  char err[512];
   memset(r, 0, sizeof *r);
-  assert_int_equal(tr_model_simplenet(&r->model), 0);
-  assert_int_equal(tr_device_list_open(&r->devs, "host:1", err, sizeof err), 0);
-  tr_data_config dc;
-  tr_data_config_for(&dc, r->model, SEED, NULL);
-  assert_int_equal(tr_data_open(&r->data, &dc, err, sizeof err), 0);
-  assert_int_equal(tr_graph_new(&r->g, &(tr_system_config){.watchdog_ms = 20000}), 0);
   tr_job_config c = tr_job_defaults();
-  c.model = r->model;
-  c.data = r->data;
   c.checkpoint.path = checkpoint ? path(checkpoint) : NULL;
-  if (tr_job_new(&r->j, r->g, &c, err, sizeof err)) fail_msg("%s", err);
+  simplenet_job_open(&r->base, "host:1", SEED, &(tr_system_config){.watchdog_ms = 20000}, c);
   assert_int_equal(tr_job_add_stage(r->j, 0, 0, tr_device_list_at(r->devs, 0), &r->stage), 0);
   assert_int_equal(tr_job_add_coordinator(r->j, &r->coordinator), 0);
 }
@@ -155,13 +148,7 @@ static void run_ok(run *r, tr_train_result *result) {
   assert_int_equal(result->steps, STEPS);
 }
 
-static void close_run(run *r) {
-  tr_graph_free(r->g);
-  tr_job_free(r->j);
-  tr_data_close(r->data);
-  tr_device_list_close(r->devs);
-  tr_model_free(r->model);
-}
+static void close_run(run *r) { simplenet_job_close(&r->base); }
 
 /* The built-in loader's run, for reference. */
 static void with_loader(const char *checkpoint, tr_train_result *result) {

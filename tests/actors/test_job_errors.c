@@ -13,40 +13,21 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "simplenet_job.h"
 #include "troupe.h"
 
-typedef struct job {
-  tr_model *model;
-  tr_data *data;
-  tr_device_list *devs;
-  tr_graph *g;
-  tr_job *j;
-} job;
+typedef simplenet_job job;
 
 /* A simplenet job of `replicas` × `stages` on `devices`. */
 static void open_job(job *x, int replicas, int stages, const char *devices) {
-  char err[512];
-  memset(x, 0, sizeof *x);
-  assert_int_equal(tr_model_simplenet(&x->model), 0);
-  assert_int_equal(tr_data_open_for(&x->data, x->model, 1, NULL, NULL, err, sizeof err), 0);
-  assert_int_equal(tr_device_list_open(&x->devs, devices, err, sizeof err), 0);
-  assert_int_equal(tr_graph_new(&x->g, NULL), 0);
   tr_job_config c = tr_job_defaults();
-  c.model = x->model;
-  c.data = x->data;
   c.layout.replicas = replicas;
   c.layout.stages = stages;
-  if (tr_job_new(&x->j, x->g, &c, err, sizeof err)) fail_msg("%s", err);
+  simplenet_job_open(x, devices, 1, NULL, c);
   assert_string_equal(tr_job_error(x->j), "");
 }
 
-static void close_job(job *x) {
-  tr_graph_free(x->g);
-  tr_job_free(x->j);
-  tr_device_list_close(x->devs);
-  tr_data_close(x->data);
-  tr_model_free(x->model);
-}
+static void close_job(job *x) { simplenet_job_close(x); }
 
 /* The call returned `status` and tr_job_error holds every one of `want`. */
 #define REFUSED(x, call, status, ...)                                                   \

@@ -14,16 +14,18 @@
 #include <cmocka.h>
 
 #include "policy_frozen.h"
+#include "simplenet_job.h"
 #include "troupe.h"
 
 enum { STEPS = 12 };
 
 typedef struct job {
-  tr_model *model;
-  tr_device_list *devs;
-  tr_data *data;
-  tr_graph *g;
-  tr_job *j;
+  union {
+    simplenet_job base;
+    struct {
+      SIMPLENET_JOB_FIELDS;
+    };
+  };
   tr_actor *st[4], *loader[2], *coordinator;
 } job;
 
@@ -31,17 +33,10 @@ typedef struct job {
  * `policy`: the stages' step policy by name (NULL: the configuration's) */
 static void open_policy_job(job *b, int replicas, int stages, const char *policy,
                             const char *checkpoint) {
-  char err[512];
   memset(b, 0, sizeof *b);
-  assert_int_equal(tr_model_simplenet(&b->model), 0);
   char spec[16];
   snprintf(spec, sizeof spec, "host:%d", replicas * stages);
-  assert_int_equal(tr_device_list_open(&b->devs, spec, err, sizeof err), 0);
-  assert_int_equal(tr_data_open_for(&b->data, b->model, 1, NULL, NULL, err, sizeof err), 0);
-  assert_int_equal(tr_graph_new(&b->g, &(tr_system_config){.watchdog_ms = 2000}), 0);
   tr_job_config c = tr_job_defaults();
-  c.model = b->model;
-  c.data = b->data;
   c.layout.replicas = replicas;
   c.layout.stages = stages;
   c.layout.microbatches = 2;
@@ -49,7 +44,7 @@ static void open_policy_job(job *b, int replicas, int stages, const char *policy
   c.optim.clip = policy ? 0 : 0.5f;
   c.step_policy = policy;
   c.checkpoint.path = checkpoint;
-  if (tr_job_new(&b->j, b->g, &c, err, sizeof err)) fail_msg("%s", err);
+  simplenet_job_open(&b->base, spec, 1, &(tr_system_config){.watchdog_ms = 2000}, c);
   for (int i = 0; i < replicas * stages; i++)
     assert_int_equal(tr_job_add_stage(b->j, i / stages, i % stages,
                                       tr_device_list_at(b->devs, i), &b->st[i]), 0);
@@ -65,13 +60,7 @@ static void open_job(job *b, int replicas, int stages) {
   open_policy_job(b, replicas, stages, NULL, NULL);
 }
 
-static void close_job(job *b) {
-  tr_graph_free(b->g);
-  tr_job_free(b->j);
-  tr_data_close(b->data);
-  tr_device_list_close(b->devs);
-  tr_model_free(b->model);
-}
+static void close_job(job *b) { simplenet_job_close(&b->base); }
 
 static void chain(job *b, int replicas, int stages) {
   for (int r = 0; r < replicas; r++)

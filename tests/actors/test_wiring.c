@@ -15,6 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "simplenet_job.h"
 #include "troupe.h"
 
 enum { STEPS = 20, SEED = 1 };
@@ -58,36 +59,24 @@ static const tr_behaviour relay_behaviour = {.name = "relay", .receive = relay_r
 /* ---- a single-stage simplenet job ---------------------------------------------------------- */
 
 typedef struct run {
-  tr_model *model;
-  tr_device_list *devs;
-  tr_data *data;
-  tr_graph *g;
-  tr_job *j;
+  union {
+    simplenet_job base;
+    struct {
+      SIMPLENET_JOB_FIELDS;
+    };
+  };
   tr_actor *stage;
 } run;
 
 static void open_run(run *r, const tr_system_config *config, int prefetch) {
-  char err[512];
   memset(r, 0, sizeof *r);
-  assert_int_equal(tr_model_simplenet(&r->model), 0);
-  assert_int_equal(tr_device_list_open(&r->devs, "host:1", err, sizeof err), 0);
-  assert_int_equal(tr_data_open_for(&r->data, r->model, SEED, NULL, NULL, err, sizeof err), 0);
-  assert_int_equal(tr_graph_new(&r->g, config), 0);
   tr_job_config c = tr_job_defaults();
-  c.model = r->model;
-  c.data = r->data;
   c.layout.prefetch = prefetch; /* fewer batches ahead than the run has steps */
-  if (tr_job_new(&r->j, r->g, &c, err, sizeof err)) fail_msg("%s", err);
+  simplenet_job_open(&r->base, "host:1", SEED, config, c);
   assert_int_equal(tr_job_add_stage(r->j, 0, 0, tr_device_list_at(r->devs, 0), &r->stage), 0);
 }
 
-static void close_run(run *r) {
-  tr_graph_free(r->g);
-  tr_job_free(r->j);
-  tr_data_close(r->data);
-  tr_device_list_close(r->devs);
-  tr_model_free(r->model);
-}
+static void close_run(run *r) { simplenet_job_close(&r->base); }
 
 static void add_observer(run *r, observer *o) {
   tr_actor *coordinator, *a;
