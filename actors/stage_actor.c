@@ -63,7 +63,6 @@ typedef struct stage_actor {
   uint64_t window_end;
   bool finishing, done, polling;
   bool ended; /* the run was ended early (a signal, its time) */
-  char err[512];
 } stage_actor;
 
 void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev) {
