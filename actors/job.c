@@ -424,7 +424,7 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits) {
   for (int a = 0; a < n && rc == 0 && here; a++) {
     tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
     for (int b = 0; b < n; b++) out[b] = e[a][b], in[b] = e[b][a];
-    tr__group **g = &j->plan.st[stage_index_of(j, members[a])].group;
+    tr__group **g = &j->plan.st[stage_index_of(j, members[a])].parts.group;
     tr__group_free(*g);
     if (!(*g = tr__group_new(n, a, out, in, devs, j->run.c.zero != 0))) rc = TR_ENOMEM;
   }
@@ -460,7 +460,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (rc == 0 && rank == me)
       rc = tr__graph_sum_edges(g, k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
-      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].group, k, i ? NULL : sum,
+      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].parts.group, k, i ? NULL : sum,
                            i ? NULL : summed);
   }
   return rc;
@@ -525,7 +525,7 @@ int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
                             &push);
   if (rc == 0) rc = connect(j, server, worker, &tr__reply_type, "reply", TR__REPLY_CREDITS, &reply);
   if (rc == 0) {
-    tr__worker **wk = &j->plan.st[w].worker;
+    tr__worker **wk = &j->plan.st[w].parts.worker;
     tr__worker_free(*wk);
     if (!(*wk = tr__worker_new(&j->run, w, push, reply))) rc = TR_ENOMEM;
   }

@@ -55,8 +55,7 @@ static const char *lacks(const tr__plan *p, int i) {
   if (middle_out && !s->ports.act_out.edge) return "a chain to stage s+1";
   const tr__policy_row *row = tr__policy_find(c->step_policy, c);
   if (row == NULL) return "a step policy (tr_job_config.step_policy names none)";
-  const tr__policy_parts parts = {.group = s->group, .clip = s->clip, .worker = s->worker};
-  if (row->lacks && (missing = row->lacks(c, &parts))) return missing;
+  if (row->lacks && (missing = row->lacks(c, &s->parts))) return missing;
   return NULL;
 }
 
@@ -91,8 +90,7 @@ int tr__plan_wire(tr__plan *p, char *err, size_t n) {
     if (!tr__plan_here(p, i) || s->wired) continue;
     /* the strategy is the policy the plan gives the stage: the stage never asks */
     const tr_job_config *c = &p->run->c;
-    const tr__policy_parts parts = {.group = s->group, .clip = s->clip, .worker = s->worker};
-    rc = tr__policy_find(c->step_policy, c)->make(&s->ports.policy, &parts);
+    rc = tr__policy_find(c->step_policy, c)->make(&s->ports.policy, &s->parts);
     if (rc) return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P, i / P);
     tr__stage_wire(tr_actor_state(s->actor), &s->ports);
     s->wired = true;
@@ -126,10 +124,11 @@ void tr__plan_print(const tr__plan *p, FILE *f) {
     const tr__policy_row *row = tr__policy_find(c->step_policy, c);
     fprintf(f, "  stage '%s' on %s (rank %d), policy %s", tr_actor_name(s->actor),
             tr_device_name(dev), tr_graph_actor_rank(p->run->g, s->actor), row ? row->name : "?");
-    if (s->group || s->clip || s->worker)
-      fprintf(f, " (%s%s%s%s%s)", s->group ? "a replica group" : "",
-              s->group && (s->clip || s->worker) ? ", " : "", s->clip ? "the norm exchange" : "",
-              s->clip && s->worker ? ", " : "", s->worker ? "pushes to the server" : "");
+    const tr__policy_parts *pp = &s->parts;
+    if (pp->group || pp->clip || pp->worker)
+      fprintf(f, " (%s%s%s%s%s)", pp->group ? "a replica group" : "",
+              pp->group && (pp->clip || pp->worker) ? ", " : "", pp->clip ? "the norm exchange" : "",
+              pp->clip && pp->worker ? ", " : "", pp->worker ? "pushes to the server" : "");
     for (int k = 0; k < q->nin; k++)
       print_edge(f, p, q->in[k].what == TR_BATCH_TARGETS ? "targets"
                        : q->in[k].what == TR_BATCH_INPUTS ? "inputs" : "batches",
@@ -147,9 +146,9 @@ void tr__plan_free(tr__plan *p) {
   for (int i = 0; p->st && i < p->n; i++) {
     tr__stage_plan *s = &p->st[i];
     if (s->wired) continue;
-    tr__group_free(s->group);
-    tr__clip_free(s->clip);
-    tr__worker_free(s->worker);
+    tr__group_free(s->parts.group);
+    tr__clip_free(s->parts.clip);
+    tr__worker_free(s->parts.worker);
     tr__tensor_port *ports[] = {&s->ports.act_out, &s->ports.act_in, &s->ports.grad_out,
                                 &s->ports.grad_in};
     for (int k = 0; k < 4; k++) tr_comm_abort(ports[k]->nccl); /* the other end may never come */

@@ -20,9 +20,7 @@
 typedef struct tr__stage_plan {
   tr_actor *actor;        /* NULL: not added */
   tr__stage_ports ports;  /* the policy is made by tr__plan_wire from the parts below */
-  struct tr__group *group;
-  struct tr__clip *clip;
-  struct tr__worker *worker;
+  tr__policy_parts parts;
   bool wired;             /* the stage owns its ports now */
 } tr__stage_plan;
 

@@ -43,7 +43,7 @@ static int connect_norms(tr__plan *p, int first, int n) {
   for (int s = 0; s < n && rc == 0; s++) {
     tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
     for (int t = 0; t < n; t++) out[t] = e[s][t], in[t] = e[t][s];
-    if (!(p->st[first + s].clip = tr__clip_new(n, s, out, in))) rc = TR_ENOMEM;
+    if (!(p->st[first + s].parts.clip = tr__clip_new(n, s, out, in))) rc = TR_ENOMEM;
   }
   free(e);
   return rc;
@@ -140,7 +140,8 @@ static int group_comm(tr__plan *p, const tr__plan_group *gr) {
   tr_comm *comms[TR_TRAIN_MAX_DEVICES] = {NULL};
   if (tr_comm_open_all(devs, gr->n, comms, why, sizeof why)) /* each member fails at open */
     snprintf(why + strlen(why), sizeof why - strlen(why), " (allreduce peer sums without NCCL)");
-  for (int a = 0; a < gr->n; a++) tr__group_use_nccl(p->st[gr->members[a]].group, comms[a], NULL, why);
+  for (int a = 0; a < gr->n; a++)
+    tr__group_use_nccl(p->st[gr->members[a]].parts.group, comms[a], NULL, why);
   p->run->nccl = true;
   return 0;
 }
@@ -175,24 +176,19 @@ static int leaders_comm(tr__plan *p, const tr__plan_group *gr) {
   const tr__comm_word first = rc ? (tr__comm_word){0} : all[ranks[0]];
   free(all);
   tr_comm *c = NULL;
-  int mine = -1;
+  int i = 0; /* this rank's place among the leaders (nranks: none) */
+  while (i < nranks && ranks[i] != me) i++;
+  const int mine = i < nranks ? leaders[i] : -1;
   if (rc || !first.yes) {
     if (!why[0])
       snprintf(why, sizeof why, "rank %d could not make an NCCL id%s", ranks[0],
                rc ? " (MPI failed)" : "");
-  } else {
-    for (int i = 0; i < nranks; i++)
-      if (ranks[i] == me) {
-        mine = leaders[i];
-        if (tr_comm_open_rank(devs[i], &first.id, nranks, i, &c, why, sizeof why))
-          snprintf(why + strlen(why), sizeof why - strlen(why),
-                   " (allreduce peer sums across ranks over MPI)");
-      }
+  } else if (mine >= 0 && tr_comm_open_rank(devs[i], &first.id, nranks, i, &c, why, sizeof why)) {
+    snprintf(why + strlen(why), sizeof why - strlen(why),
+             " (allreduce peer sums across ranks over MPI)");
   }
-  for (int i = 0; mine < 0 && i < nranks; i++)
-    if (ranks[i] == me) mine = leaders[i];
   if (mine >= 0 && (c || why[0])) {
-    tr__group_use_nccl(p->st[mine].group, NULL, c, why);
+    tr__group_use_nccl(p->st[mine].parts.group, NULL, c, why);
     p->run->nccl |= c != NULL;
   } else {
     tr_comm_abort(c);

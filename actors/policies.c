@@ -24,7 +24,7 @@ static int make_async(tr__policy *out, const tr__policy_parts *parts) {
 }
 
 static int make_sync(tr__policy *out, const tr__policy_parts *parts) {
-  return tr__policy_sync(out, &(tr__sync_parts){.group = parts->group, .clip = parts->clip});
+  return tr__policy_sync(out, parts);
 }
 
 static const tr__policy_row builtin[] = {

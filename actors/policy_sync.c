@@ -175,7 +175,7 @@ static const tr__policy_ops sync_ops = {
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
     .skipped = skipped, .abort = abort_, .close = close_, .free = free_};
 
-int tr__policy_sync(tr__policy *out, const tr__sync_parts *parts) {
+int tr__policy_sync(tr__policy *out, const tr__policy_parts *parts) {
   sync_policy *p = calloc(1, sizeof *p);
   if (p == NULL) return TR_ENOMEM;
   p->group = parts->group;

@@ -41,8 +41,7 @@ static const tr_msg_codec done_codec = {.size = done_size, .put = done_put, .get
                                         .sent = done_sent};
 TR_MSGTYPE_DEFINE_CODEC(tr__done_type, tr__done_msg, &done_codec);
 void tr__reporter_init(tr__reporter *r, tr_edge *edge, int source) {
-  *r = (tr__reporter){.edge = edge, .source = source};
-  r->log = (tr__loss_log){.edge = edge, .source = source};
+  *r = (tr__reporter){.log = {.edge = edge, .source = source}};
 }
 
 int tr__reporter_open(tr__reporter *r, tr_actor *self, tr_device *dev, bool losses, int m,
@@ -83,16 +82,16 @@ int tr__reporter_flush(tr__reporter *r, int64_t upto) {
 
 int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool params) {
   for (; r->parts_sent < c->n; r->parts_sent++) {
-    if (!tr_edge_acquire(r->edge)) return TR__REPORTER_WAIT;
+    if (!tr_edge_acquire(r->log.edge)) return TR__REPORTER_WAIT;
     tr_stage *st = c->st[r->parts_sent];
     tr__part_msg *p = tr_msg_new(&tr__part_type);
-    p->source = r->source;
+    p->source = r->log.source;
     p->stage = r->parts_sent * c->stages + c->stage;
     p->step = step;
     const int rc = tr__stage_snapshot(st, &p->part, params);
     if (rc) {
       tr_msg_free(p);
-      tr_edge_release(r->edge, 1);
+      tr_edge_release(r->log.edge, 1);
       const tr_stage_info *info = tr_stage_info_of(st);
       if (rc == TR_ENOMEM)
         return tr_actor_fail(r->self, rc, "copying the stage for a checkpoint: out of memory "
@@ -101,7 +100,7 @@ int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool 
       return tr_actor_fail(r->self, TR_EDEVICE, "copying the stage for a checkpoint on %s: %s",
                            tr_device_name(r->dev), tr_stage_error(st));
     }
-    tr_edge_send(r->edge, p);
+    tr_edge_send(r->log.edge, p);
   }
   r->parts_sent = 0;
   return TR__REPORTER_SENT;
@@ -157,9 +156,9 @@ static int copy_params(tr__reporter *r, tr_stage *st, tr__report *d) {
 /* The stage's figures, as pairs of the table of run metrics (run_metrics.h). A worker's
  * steps are its own pushes: the run's are the server's updates. */
 int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_figures *s) {
-  if (!tr_edge_acquire(r->edge)) return TR__REPORTER_WAIT;
+  if (!tr_edge_acquire(r->log.edge)) return TR__REPORTER_WAIT;
   tr__done_msg *msg = tr_msg_new(&tr__done_type);
-  msg->source = r->source;
+  msg->source = r->log.source;
   tr__report *d = &msg->report;
   *d = (tr__report){0};
   tr__figures *f = &d->fig;
@@ -182,10 +181,10 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   int rc = s->params ? copy_params(r, c->st[0], d) : 0;
   if (rc) {
     tr_msg_free(msg);
-    tr_edge_release(r->edge, 1);
+    tr_edge_release(r->log.edge, 1);
     return rc;
   }
-  tr_edge_send(r->edge, msg);
+  tr_edge_send(r->log.edge, msg);
   return TR__REPORTER_SENT;
 }
 

@@ -21,11 +21,9 @@ enum { TR__REPORTER_WAIT = 0, TR__REPORTER_SENT = 1 };
 
 typedef struct tr__reporter {
   tr_actor *self;
-  tr_edge *edge;   /* to the coordinator */
-  int source;      /* tr__device_index of the stage */
   tr_device *dev;
   tr__loss_ring ring; /* ring.dev NULL: the stage computes no loss */
-  tr__loss_log log;
+  tr__loss_log log;   /* log.edge: to the coordinator; log.source: the stage's device index */
   int parts_sent;
 } tr__reporter;
 

@@ -35,7 +35,7 @@ enum { END_DEVICE, END_LOSSES, END_PART, END_FIGURES, END_LEAVE };
 typedef struct stage_actor {
   tr_actor *self;
   const tr__run *run;
-  int replica, stage, index;
+  int replica, stage;
   tr_device *dev;
   tr__chunks ch;
   int cur;           /* the chunk whose action runs (errors name its layers) */
@@ -63,7 +63,6 @@ typedef struct stage_actor {
   uint64_t window_end;
   bool finishing, done, polling;
   bool ended; /* the run was ended early (a signal, its time) */
-  char err[512];
 } stage_actor;
 
 void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev) {
@@ -72,7 +71,6 @@ void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev) 
   a->run = run;
   a->replica = replica;
   a->stage = stage;
-  a->index = tr__device_index(run, replica, stage);
   a->dev = dev;
   a->m = run->c.layout.microbatches;
   return a;
@@ -86,7 +84,7 @@ void tr__stage_wire(void *state, const tr__stage_ports *p) {
   tr__tensor_edge_init(&a->grad_in, p->grad_in.edge, p->grad_in.nccl);
   tr__tensor_edge_init(&a->act_in, p->act_in.edge, p->act_in.nccl);
   tr__tensor_edge_init(&a->grad_out, p->grad_out.edge, p->grad_out.nccl);
-  tr__reporter_init(&a->rep, p->report, a->index);
+  tr__reporter_init(&a->rep, p->report, tr__device_index(a->run, a->replica, a->stage));
   a->policy = p->policy;
 }
 

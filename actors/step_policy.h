@@ -80,27 +80,20 @@ typedef struct tr__policy {
   void *state;
 } tr__policy;
 
-/* The synchronous policy's parts, as the plan wires them (NULL: not in this job). */
-struct tr__group;
-struct tr__clip;
-typedef struct tr__sync_parts {
-  struct tr__group *group; /* the replica group of this stage */
-  struct tr__clip *clip;   /* the norm exchange between stages */
-} tr__sync_parts;
-int tr__policy_sync(tr__policy *out, const tr__sync_parts *parts);
-
-struct tr__worker;
-int tr__policy_async(tr__policy *out, struct tr__worker *worker);
-
 /* The policies a plan can give its stages, one row each: its name, whether it serves a
  * configuration when none is named (tr_job_config.step_policy NULL), and how it is made from
  * the parts the plan wired for a stage. A new strategy is a policy file and a row: the
  * built-in rows are policies.c's; tr__policy_add puts a row of a program's own first. */
+/* The parts a plan wires for a stage (NULL: not in this job). */
 typedef struct tr__policy_parts {
-  struct tr__group *group;
-  struct tr__clip *clip;
-  struct tr__worker *worker;
+  struct tr__group *group;   /* the replica group of this stage */
+  struct tr__clip *clip;     /* the norm exchange between stages */
+  struct tr__worker *worker; /* an asynchronous worker's link to its server */
 } tr__policy_parts;
+
+/* The synchronous policy uses group and clip; the asynchronous one, worker. */
+int tr__policy_sync(tr__policy *out, const tr__policy_parts *parts);
+int tr__policy_async(tr__policy *out, struct tr__worker *worker);
 
 typedef struct tr__policy_row {
   const char *name;
