@@ -217,6 +217,13 @@ typedef struct tr_train_result {
   tr_graphs graphs;        /* the setting that ran */
   int64_t graph_captures, graph_launches;
   char graphs_note[256];
+  /* The run's last evaluation on held-out samples (tr_job_config.eval): after step
+   * eval_step (-1: none ran), of eval_samples samples; their mean loss, and the fraction of
+   * rows whose largest output is the target class (losses with an accuracy: cross-entropy;
+   * else NaN). eval_count: evaluations in this run. */
+  int64_t eval_step, eval_samples;
+  double eval_loss, eval_accuracy;
+  int eval_count;
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -290,6 +297,26 @@ typedef enum tr_data_on {
 TR_API const char *tr_data_on_name(tr_data_on w);
 TR_API int tr_data_on_parse(const char *name, tr_data_on *out);
 
+/* Evaluation on held-out samples (tr_job_config.eval). After every `every` steps of a
+ * synchronous job (once step k has ended, k a multiple of `every`) and once more at its end,
+ * every replica runs forward alone, with dropout off, over its share of samples [0,
+ * samples) of `data`, cut into micro-batches of the training's size (the last one filled
+ * only in part), in the layout that trains and with the parameters as they are after step
+ * k; no update follows and training goes on as if it had not happened (the same bits).
+ * The held-out micro-batches take the training's batch edges (tr_batch_msg.eval), so an
+ * actor of yours between a loader and a stage treats them as it treats training ones.
+ * Its figures, the mean loss over the samples (each sample's loss as tr_stage_sample_losses
+ * gives it) and for a loss with an accuracy (tr_loss_type.accuracy) the fraction of rows
+ * whose largest output is the target, reach observers in reports (tr_report_msg.eval_*)
+ * and the result (tr_train_result.eval_*). Asynchronous jobs are refused (eval.data). */
+typedef struct tr_eval_config {
+  const tr_data *data;     /* held-out samples of the model's sizes (tr_data_check); NULL: no
+                              evaluation. Outlives the job */
+  int64_t samples;         /* samples [0, samples) of data; 0: each of a finite source's rows
+                              once (tr_data_rows; an endless source is refused: give it) */
+  int64_t every;           /* steps between evaluations; 0: at the end only */
+} tr_eval_config;
+
 /* Levers that trade time for memory. */
 typedef struct tr_memory_config {
   int recompute;           /* activation recomputation: each stage keeps only its micro-
@@ -325,6 +352,7 @@ typedef struct tr_job_config {
   tr_graphs graphs;        /* CUDA graphs for every stage's passes: TR_GRAPHS_ON (the
                               default) or TR_GRAPHS_OFF (tr_stage.h, tr_stage_config.graphs) */
   tr_profile_config profile;
+  tr_eval_config eval;     /* held-out evaluation; none by default */
   /* Every update first checks that the gradients' global norm is finite (and every loss
    * read back is): a step that diverged never reaches the parameters. */
   tr_nonfinite_policy on_nonfinite;

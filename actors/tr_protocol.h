@@ -70,6 +70,10 @@ typedef struct tr_batch_msg {
   size_t x_bytes, y_bytes; /* at x and at y (0 where NULL) */
   int generate;   /* 1: x and y are NULL, and the stage makes samples [first, first + count)
                      of the job's data on its device (tr_data_gen; tr_job_config.data_on) */
+  int eval;       /* 1: held-out samples (tr_job_config.eval), evaluated and not trained on:
+                     samples [first, first + count) of eval.data, micro-batch mb of the
+                     evaluation after step `step`; count may be below the job's
+                     micro-batch (the last one), the buffers hold a whole micro-batch */
 } tr_batch_msg;
 TR_API extern const tr_msgtype tr_batch_type;
 
@@ -103,6 +107,11 @@ typedef struct tr_report_msg {
   double seconds;       /* since the run started */
   double step_seconds;  /* wall time per step over these steps */
   int last;             /* the run's last report */
+  /* The latest evaluation on held-out samples (tr_job_config.eval) that had ended by this
+   * report: after step eval_step (-1: none yet), of eval_samples samples; its mean loss and
+   * accuracy (NaN: none, or a loss without one). */
+  int64_t eval_step, eval_samples;
+  double eval_loss, eval_accuracy;
 } tr_report_msg;
 TR_API extern const tr_msgtype tr_report_type;
 

@@ -68,6 +68,14 @@ typedef struct tr_train_options {
   const char *data;        /* a byte or text file (token models) or a .npy array of inputs
                               (float models, with labels); NULL: the model's default data */
   const char *labels;      /* a .npy array of targets beside data (float models) */
+  /* Held-out evaluation (job.eval: its `every` and `samples` are used as given): eval_data
+   * (and eval_labels), files as data and labels are, opened as job.eval.data; or eval_split
+   * > 0: that fraction of data's rows held out (tr_data_split, seeded by job.seed), the
+   * others trained on. Either with job.eval.data set, or both, is refused; eval_split needs
+   * a finite source (.npy files, or a job.data of yours with rows). */
+  const char *eval_data;
+  const char *eval_labels;
+  double eval_split;
   int deterministic;       /* bitwise-repeatable runs (host devices always are) */
   const char *trace;       /* Chrome trace JSON written here after the run; NULL: none */
   int watchdog_ms;         /* no progress for this long fails the run; 0: the default, which

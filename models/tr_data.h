@@ -131,6 +131,8 @@ typedef struct tr_data_callback {
   size_t x_bytes, y_bytes;  /* of one sample; x_bytes > 0 */
   tr_data_fill_fn fill;
   void *arg;                /* fill's first argument; outlives the tr_data */
+  int64_t rows;             /* 0: an endless source; else it holds this many rows and its
+                               samples [0, rows) are each of them once (tr_data_rows) */
 } tr_data_callback;
 
 TR_API int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size);
@@ -158,6 +160,29 @@ TR_API size_t tr_data_y_bytes(const tr_data *d);
  * skip); 0 or the source's TR_E... status (tr_data_error says why). Threads may fill
  * concurrently. */
 TR_API int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y);
+
+/* Rows of a finite source: a .npy source's N, a callback's `rows`, a part of a split; 0 for
+ * an endless one (the generated sources, byte and text files). Samples [0, rows) of a
+ * finite source are each of its rows once (a .npy source's in its first epoch's order). */
+TR_API int64_t tr_data_rows(const tr_data *d);
+
+/* Splits a finite source's rows in two, at random: `held` gets round(held_out × rows) of
+ * them (by a permutation drawn from seed), `train` the others. Each part is a finite source
+ * of its own: train's sample i is row perm_e(i mod n) of its n rows, e = i / n (every epoch
+ * each row once, in an order of its own, as a .npy source), held's samples [0, n) its rows
+ * in order, what tr_job_config.eval evaluates. Both read d, which must outlive them. 0, or
+ * TR_EINVAL naming the rule: an endless source, held_out not in (0, 1), a part of no rows.
+ *
+ *   tr_data *all, *train, *held;
+ *   tr_data_open_for(&all, model, 1, "x.npy", "y.npy", err, sizeof err);
+ *   tr_data_split(all, 0.2, 1, &train, &held, err, sizeof err);   // 80% train, 20% held out
+ *   cfg.data = train;
+ *   cfg.eval = (tr_eval_config){.data = held, .every = 100};       // tr_job.h
+ *   ...
+ *   tr_data_close(train); tr_data_close(held); tr_data_close(all);
+ */
+TR_API int tr_data_split(const tr_data *d, double held_out, uint64_t seed, tr_data **train,
+                         tr_data **held, char *err, size_t err_size);
 
 /* Worker `worker` of `workers` at step `step` of global batch `global_batch`: its samples
  * are [*first, *first + *count), contiguous, sizes differing by at most one. */
