@@ -102,7 +102,8 @@ int tr__snapshots_given(tr__snapshots *ss, tr_actor *self) {
   }
   int kept = 0;
   for (int i = 0; i < ss->n; i++) {
-    if (ss->s[i].views == 0 && ss->s[i].step <= passed) free(ss->s[i].bytes);
+    /* before: a reader told of step k may yet have its last report, of step k */
+    if (ss->s[i].views == 0 && ss->s[i].step < passed) free(ss->s[i].bytes);
     else ss->s[kept++] = ss->s[i];
   }
   ss->n = kept;

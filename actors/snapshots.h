@@ -30,7 +30,8 @@ enum { TR__SNAP_HELD = 8 }; /* reports in flight to one observer at most (its ed
 typedef struct tr__snap_reader {
   tr_edge *edge;
   int every;
-  int64_t passed; /* the step of the last report sent to it (-1: none): it wants none before */
+  int64_t passed; /* the step of the last report sent to it (-1: none): it wants none before
+                     (its last report may be of that step again) */
   bool done;      /* it has had its last report */
   struct {
     tr_checkpoint *view;
@@ -76,8 +77,8 @@ bool tr__snap_ready(const tr__snapshots *ss, const tr__snap_reader *r, int64_t s
  * tr__snapshots_given to fail the run with). */
 int tr__snap_open(tr__snapshots *ss, tr__snap_reader *r, tr_report_msg *rep);
 /* The views of the reports given back (their edges' credits) closed; then the snapshots
- * every reader has gone past that no view holds, freed. 0, or the failure of a view,
- * `self` failed with it. */
+ * of steps before every reader's `passed` (or of readers done) that no view holds, freed.
+ * 0, or the failure of a view, `self` failed with it. */
 int tr__snapshots_given(tr__snapshots *ss, tr_actor *self);
 /* Every view closed, every snapshot and reader freed. */
 void tr__snapshots_free(tr__snapshots *ss);
