@@ -123,15 +123,12 @@ int tr__part_merge(tr__part *whole, tr__part *part, tr_optim_kind kind) {
   return 0;
 }
 
-int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
-                         char *err, size_t err_size) {
+/* The whole checkpoint of `step` from its parts, as a writer (NULL: out of memory). */
+static tr_checkpoint_writer *writer_of(const tr__run *run, int64_t step, const tr__part *parts,
+                                       int nparts) {
   const tr_job_config *c = &run->c;
-  const char *path = c->checkpoint.path;
   tr_checkpoint_writer *w = tr_checkpoint_writer_new();
-  if (w == NULL) {
-    snprintf(err, err_size, "%s: out of memory", path);
-    return TR_ENOMEM;
-  }
+  if (w == NULL) return NULL;
   const tr_optim_config *o = &c->optim;
   char lr[32];
   snprintf(lr, sizeof lr, "%.9g", (double)o->lr);
@@ -145,8 +142,24 @@ int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts
   tr_checkpoint_writer_put(w, "optimizer", tr_optim_kind_name(o->kind));
   tr_checkpoint_writer_put(w, "lr", lr);
   tr_checkpoint_writer_put(w, "strategy", run->strategy);
-  int rc = tr_checkpoint_writer_save(w, path);
-  if (rc) snprintf(err, err_size, "%s", tr_checkpoint_writer_error(w));
+  return w;
+}
+
+int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
+                         unsigned due, void **image, size_t *image_size, char *err,
+                         size_t err_size) {
+  const char *path = run->c.checkpoint.path;
+  tr_checkpoint_writer *w = writer_of(run, step, parts, nparts);
+  if (w == NULL) {
+    snprintf(err, err_size, "the checkpoint of step %lld: out of memory", (long long)step);
+    return TR_ENOMEM;
+  }
+  int rc = 0;
+  if ((due & TR__DUE_CHECKPOINT) && (rc = tr_checkpoint_writer_save(w, path)))
+    snprintf(err, err_size, "%s", tr_checkpoint_writer_error(w));
+  else if ((due & TR__DUE_PARAMS) && (rc = tr_checkpoint_writer_bytes(w, image, image_size)))
+    snprintf(err, err_size, "the parameters of step %lld for observers: %s", (long long)step,
+             tr_checkpoint_writer_error(w));
   tr_checkpoint_writer_free(w);
   return rc;
 }

@@ -16,7 +16,8 @@
  * goes to libuv's thread pool (uv_queue_work), one at a time and in step order, and its
  * end comes back as a message. A report of step k goes out only once every checkpoint of a
  * step up to k is on disk (the periodic ones due, and those begun), and the last report once
- * every checkpoint is: an observer that hears of step k may read checkpoint k. */
+ * every checkpoint is: an observer that hears of step k may read checkpoint k. The parameters
+ * observers asked for (tr_job_snapshot) are the same parts laid out in memory (snapshots.h). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@
 
 #include "graph_impl.h"
 #include "losses.h"
+#include "snapshots.h"
 #include "world.h"
 
 enum { PENDING = 4 }; /* checkpoints begun at once: no more than a report edge's credits */
@@ -34,6 +36,7 @@ typedef struct pending {
   int64_t step;      /* -1: a free slot */
   int got;           /* parts come */
   bool whole;        /* every part has come: to be written */
+  unsigned due;      /* TR__DUE_*: the file, the observers' parameters (tr_job_snapshot) */
   int from[TR_TRAIN_MAX_DEVICES + 1]; /* the parts' sources, whose credits wait for the disk */
   tr__part parts[TR__MAX_STAGES];
 } pending;
@@ -45,6 +48,7 @@ typedef struct write_req {
   tr_actor *coordinator;
   pending ck;
   int nparts, rc;
+  void *image; size_t image_size; /* ck.due & TR__DUE_PARAMS: the checkpoint in memory */
   char err[512];
 } write_req;
 
@@ -81,6 +85,7 @@ typedef struct coordinator {
   pending ck[PENDING];
   write_req *writing;        /* the checkpoint on its way to disk, or NULL */
   int64_t written;           /* the step of the last checkpoint on disk (-1: none yet) */
+  tr__snapshots snaps;       /* parameters of steps observers hear of, and their readers */
   tr__report *dones;         /* [stage source] */
   int rank[TR_TRAIN_MAX_DEVICES]; /* [stage source]: the process it ran in */
   tr__figures server;        /* async: the server's */
@@ -126,6 +131,10 @@ int tr__coordinator_add_observer(void *state, tr_edge *e, int every) {
   c->obs = grown;
   c->obs[c->nobs++] = (observer){.edge = e, .every = every};
   return 0;
+}
+
+int tr__coordinator_snapshot(void *state, tr_edge *e, int every) {
+  return tr__snapshots_reader(&((coordinator *)state)->snaps, e, every) ? 0 : TR_ENOMEM;
 }
 
 const tr_train_result *tr__coordinator_result(const void *state) {
@@ -175,15 +184,21 @@ static void fit_watchdog(coordinator *c, uint64_t t) {
 static bool may_tell(const coordinator *c, int64_t step, bool last);
 
 /* Sends what waits while credits last, each report once the checkpoints it follows are on
- * disk. */
+ * disk and the parameters it carries are at hand (tr_job_snapshot). */
 static void flush(coordinator *c, observer *o) {
+  tr__snap_reader *rd = tr__snapshots_of(&c->snaps, o->edge); /* NULL: no parameters */
   int sent = 0;
   while (sent < o->nq && may_tell(c, o->queue[sent].step, o->queue[sent].last) &&
+         tr__snap_ready(&c->snaps, rd, o->queue[sent].step, o->queue[sent].last) &&
          tr_edge_acquire(o->edge)) {
     tr_report_msg *r = tr_msg_new(&tr_report_type);
     const tr_msg hdr = r->hdr;
     *r = o->queue[sent++];
     r->hdr = hdr;
+    if (tr__snap_open(&c->snaps, rd, r)) { /* the run fails: tr__snapshots_given */
+      tr_msg_free(r);
+      break;
+    }
     tr_edge_send(o->edge, r);
     o->told_last |= r->last;
   }
@@ -253,7 +268,9 @@ static void on_step(void *arg, int64_t step, double loss, uint64_t t) {
   for (int i = 0; i < x->c->nobs && x->rc == 0; i++) {
     observer *o = &x->c->obs[i];
     if (isfinite(loss)) o->sum += loss, o->finite++; /* a skipped step's (on_nonfinite) */
-    if (++o->n == o->every) x->rc = report(x->c, o, step + 1, loss, t, false);
+    if (++o->n == o->every || /* and at the steps of its parameters (tr_job_snapshot) */
+        tr__snap_wants(tr__snapshots_of(&x->c->snaps, o->edge), step + 1, false))
+      x->rc = report(x->c, o, step + 1, loss, t, false);
   }
 }
 
@@ -306,8 +323,8 @@ static bool may_tell(const coordinator *c, int64_t step, bool last) {
 
 static void write_work(uv_work_t *req) { /* on a thread of libuv's pool */
   write_req *w = req->data;
-  w->rc = tr__checkpoint_write(w->run, w->ck.step, w->ck.parts, w->nparts, w->err,
-                               sizeof w->err);
+  w->rc = tr__checkpoint_write(w->run, w->ck.step, w->ck.parts, w->nparts, w->ck.due,
+                               &w->image, &w->image_size, w->err, sizeof w->err);
 }
 
 static void write_done(uv_work_t *req, int status) { /* on the loop thread */
@@ -355,9 +372,11 @@ static int written(coordinator *c, write_req *w) {
   c->writing = NULL;
   for (int s = 0; s < w->nparts; s++) tr__part_free(&w->ck.parts[s]);
   for (int i = 0; i < w->ck.got; i++) tr_edge_release(c->sources[w->ck.from[i]], 1);
-  const int rc = w->rc;
+  int rc = w->rc;
+  if (rc == 0 && w->image) /* taken over */
+    rc = tr__snapshots_add(&c->snaps, w->ck.step, w->image, w->image_size, w->err, sizeof w->err);
   if (rc) tr_actor_fail(c->self, rc, "%s", w->err);
-  else if (w->ck.step > c->written) c->written = w->ck.step;
+  else if ((w->ck.due & TR__DUE_CHECKPOINT) && w->ck.step > c->written) c->written = w->ck.step;
   free(w);
   return rc ? rc : write_next(c);
 }
@@ -375,6 +394,7 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
     if (!in_use(&c->ck[i])) slot = &c->ck[i], slot->step = p->step;
   TR_ASSERT(slot != NULL && !slot->whole && slot->got < TR_TRAIN_MAX_DEVICES + 1);
   slot->from[slot->got++] = p->source;
+  slot->due |= p->due;
   int rc = tr__part_merge(&slot->parts[p->stage], &p->part, jc->optim.kind);
   if (rc) return tr_actor_fail(self, rc, "assembling the checkpoint of step %lld: out of memory",
                                (long long)p->step);
@@ -548,7 +568,8 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     c->finished = true;
   }
   for (int i = 0; i < c->nobs; i++) flush(c, &c->obs[i]); /* also on their credits */
-  return maybe_done(c);
+  rc = maybe_done(c);
+  return rc ? rc : tr__snapshots_given(&c->snaps, self);
 }
 
 /* Runs after every write the coordinator asked for has ended (the loop runs until then). */
@@ -562,9 +583,11 @@ static void coordinator_destroy(void *state) {
   free(c->sources);
   for (int i = 0; i < c->nobs; i++) free(c->obs[i].queue);
   free(c->obs);
+  tr__snapshots_free(&c->snaps);
   tr__loss_book_free(&c->losses);
   if (c->writing) /* the run failed while it wrote: its message was never handled */
     for (int s = 0; s < c->writing->nparts; s++) tr__part_free(&c->writing->ck.parts[s]);
+  if (c->writing) free(c->writing->image);
   free(c->writing);
   free(c->red);
   free(c);

@@ -511,6 +511,32 @@ int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
   return rc;
 }
 
+static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
+
+int tr_job_snapshot(tr_job *j, tr_edge *report, int every) {
+  if (j->plan.planned) return CLOSED("tr_job_snapshot");
+  if (report == NULL || j->coordinator == NULL || tr_edge_from(report) != j->coordinator)
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: report is %s: give the edge tr_job_observe "
+                  "made (its `out`), the parameters come in its reports",
+                  report ? "not an observer's report edge" : "NULL");
+  if (every < 1)
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: every %d: give 1 or more steps", every);
+  if (j->run.c.async.enabled)
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: the job is asynchronous (async.enabled): its "
+                  "parameters are the server's, with no step boundary the workers share; "
+                  "snapshots are of synchronous jobs");
+  const int orank = tr_graph_actor_rank(j->run.g, tr_edge_to(report));
+  const int crank = tr_graph_actor_rank(j->run.g, j->coordinator);
+  if (orank != crank)
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: the observer lives on rank %d, the coordinator "
+                  "on rank %d: the parameters are handed over in the coordinator's memory, so "
+                  "their observer lives on its rank (tr_graph_add_on)", orank, crank);
+  int rc = tr__coordinator_snapshot(tr_actor_state(j->coordinator), report, every);
+  if (rc) return refuse(j, rc, "tr_job_snapshot: out of memory");
+  j->run.snapshot_every = gcd(j->run.snapshot_every, every); /* the stages send parts then */
+  return 0;
+}
+
 int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
   if (j->plan.planned) return CLOSED("tr_job_serve");
   const int w = stage_index_of(j, worker);

@@ -48,7 +48,20 @@ typedef struct tr__run {
                                 (tr_job_chain: the same count on every rank) */
   int batches_made, batches_loaded; /* batch edges: samples made by the stage, or loaded */
   int devices_given; /* tr_job_add_stages's list (0: stages added one by one) */
+  int64_t snapshot_every; /* the stages send their parts every this many steps and at the
+                             end for observers of the parameters (tr_job_snapshot: the gcd of
+                             their `every`, set while the graph is wired); 0: none */
 } tr__run;
+
+/* What a stage's parts of one step are for (tr__part_msg.due): the checkpoint file, the
+ * observers' parameters (tr_job_snapshot), or both from one gathering. */
+enum { TR__DUE_CHECKPOINT = 1, TR__DUE_PARAMS = 2 };
+
+/* Whether something done every `every` steps (0: never) and at the end is due at `step`:
+ * at the end (`end`), or at a multiple of `every` before the run's last step. */
+static inline bool tr__due_at(int64_t every, int64_t step, bool end, int64_t end_step) {
+  return end || (every > 0 && step % every == 0 && step < end_step);
+}
 
 /* How a value that is not a finite number reads in a message: "NaN", "+Inf", "-Inf". */
 static inline const char *tr__nonfinite_name(double v) {
@@ -106,6 +119,7 @@ typedef struct tr__part_msg {
   tr_msg hdr;
   int source, stage; /* stage: the piece (interleaved: chunk × stages + stage) */
   int64_t step;
+  unsigned due;      /* TR__DUE_*: what the parts of this step are for */
   tr__part part;
 } tr__part_msg;
 
@@ -158,6 +172,9 @@ void *tr__coordinator_new(const tr__run *run);
 /* The report edge from source `source` (tr__device_index; the server: replicas × stages). */
 int tr__coordinator_add_source(void *coordinator, int source, tr_edge *e);
 int tr__coordinator_add_observer(void *coordinator, tr_edge *e, int every);
+/* The reports on `e` (an observer's, tr__coordinator_add_observer) at steps that are
+ * multiples of `every`, and the last, carry the parameters. 0, TR_ENOMEM. */
+int tr__coordinator_snapshot(void *coordinator, tr_edge *e, int every);
 const tr_train_result *tr__coordinator_result(const void *coordinator);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
@@ -183,8 +200,12 @@ void tr__part_free(tr__part *part);
  * stage's whole part (zeroed at first: it is allocated then), and frees part's buffers. */
 int tr__part_merge(tr__part *whole, tr__part *part, tr_optim_kind kind);
 int tr__stage_load(tr_stage *st, const tr_checkpoint *ck, char *err, size_t err_size);
-/* The whole model from its stages' parts, to run->c.checkpoint.path. */
+/* The whole model from its stages' parts, as `due` says (TR__DUE_*): to
+ * run->c.checkpoint.path, and in memory for observers of the parameters (tr_job_snapshot):
+ * *image (malloc'd) holds the bytes the file would, *image_size of them. One gathering,
+ * one layout, for both. */
 int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
-                         char *err, size_t err_size);
+                         unsigned due, void **image, size_t *image_size, char *err,
+                         size_t err_size);
 
 #endif

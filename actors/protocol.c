@@ -86,8 +86,22 @@ const tr_msgtype tr_activation_type = {"tr_activation_msg", (uint32_t)sizeof(tr_
                                        &tensor_codec};
 const tr_msgtype tr_gradient_type = {"tr_gradient_msg", (uint32_t)sizeof(tr_tensor_msg),
                                      &tensor_codec};
-/* flat, and it also crosses untyped edges (a stage's reports to the coordinator) */
-TR_MSGTYPE_DEFINE_CODEC(tr_report_type, tr_report_msg, &tr_msg_codec_flat);
+/* ---- a report: byte for byte, but its parameters (an open checkpoint of the sender's
+ * memory, never sent: tr_job_snapshot keeps their observer on the coordinator's rank) ---- */
+
+static size_t report_size(const tr_msg *m) { return tr_msg_codec_flat.size(m); }
+static void report_put(const tr_msg *m, uint8_t *out) { tr_msg_codec_flat.put(m, out); }
+
+static tr_msg *report_get(const tr_msgtype *type, const uint8_t *in, size_t n) {
+  tr_msg *m = tr_msg_codec_flat.get(type, in, n);
+  if (m) ((tr_report_msg *)m)->params = NULL;
+  return m;
+}
+
+static const tr_msg_codec report_codec = {.size = report_size, .put = report_put,
+                                          .get = report_get};
+/* it also crosses untyped edges (a stage's reports to the coordinator) */
+TR_MSGTYPE_DEFINE_CODEC(tr_report_type, tr_report_msg, &report_codec);
 
 tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
   tr_batch_msg *f = tr_msg_new(&tr_batch_type);

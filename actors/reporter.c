@@ -80,7 +80,8 @@ int tr__reporter_flush(tr__reporter *r, int64_t upto) {
   return TR__REPORTER_SENT;
 }
 
-int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool params) {
+int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, unsigned due,
+                       bool params) {
   for (; r->parts_sent < c->n; r->parts_sent++) {
     if (!tr_edge_acquire(r->log.edge)) return TR__REPORTER_WAIT;
     tr_stage *st = c->st[r->parts_sent];
@@ -88,6 +89,7 @@ int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool 
     p->source = r->log.source;
     p->stage = r->parts_sent * c->stages + c->stage;
     p->step = step;
+    p->due = due;
     const int rc = tr__stage_snapshot(st, &p->part, params);
     if (rc) {
       tr_msg_free(p);

@@ -7,7 +7,7 @@
  *   tr__reporter_copy_loss(&r, s, step, mb, tr_stage_loss(st, slot), run_step); // a forward
  *   tr__reporter_step_ended(&r, step);
  *   rc = tr__reporter_read(&r, step, room);                 // now and then: losses landed
- *   rc = tr__reporter_parts(&r, &chunks, step, params);     // 1 sent, 0 waits for a credit
+ *   rc = tr__reporter_parts(&r, &chunks, step, due, params); // 1 sent, 0 waits for a credit
  *   rc = tr__reporter_figures(&r, &figures);                // the end of the run
  */
 #ifndef TR_REPORTER_H
@@ -57,9 +57,11 @@ static inline bool tr__reporter_waiting(const tr__reporter *r, int64_t step) {
 }
 /* Every loss read and sent, at the end: 1 done, 0 waits for a credit. */
 int tr__reporter_flush(tr__reporter *r, int64_t upto);
-/* The stage's parts of the checkpoint of `step`, a chunk's each (with its parameters when
- * `params`); 1 sent, 0 waits for a credit, or a status. */
-int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool params);
+/* The stage's parts of `step`, a chunk's each (with its parameters when `params`), for
+ * what `due` says (TR__DUE_*: the checkpoint, the observers' parameters); 1 sent, 0 waits
+ * for a credit, or a status. */
+int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, unsigned due,
+                       bool params);
 int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_figures *f);
 void tr__reporter_close(tr__reporter *r);
 void tr__reporter_free(tr__reporter *r);

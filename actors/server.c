@@ -248,6 +248,7 @@ static int snapshot(tr_actor *self, server *sv, int64_t step) {
   p->source = sv->W;
   p->stage = 0;
   p->step = step;
+  p->due = TR__DUE_CHECKPOINT;
   if (tr__stage_snapshot(sv->st, &p->part, true)) {
     tr_msg_free(p);
     return fail_device(self, sv, "copying the parameters for a checkpoint");

@@ -284,11 +284,21 @@ static int harvest(tr_actor *self, stage_actor *a, bool room) {
   return 0;
 }
 
-static bool sends_parts(const stage_actor *a) {
-  return a->run->c.checkpoint.path && a->policy.ops->sends_parts(a->policy.state, a->replica);
+/* What this stage's parts are due for at its step (TR__DUE_*; 0: none), the step action's
+ * (`end` false) or the run's end: a checkpoint every checkpoint.every steps, the observers'
+ * parameters every snapshot_every steps (tr_job_snapshot), each at the end too. One
+ * gathering serves both. */
+static unsigned parts_due(const stage_actor *a, bool end) {
+  const tr__run *run = a->run;
+  if (!a->policy.ops->sends_parts(a->policy.state, a->replica)) return 0;
+  const int64_t last = tr_graph_end_step(run->g);
+  return (run->c.checkpoint.path && tr__due_at(run->c.checkpoint.every, a->step, end, last)
+              ? TR__DUE_CHECKPOINT : 0u) |
+         (run->snapshot_every && tr__due_at(run->snapshot_every, a->step, end, last)
+              ? TR__DUE_PARAMS : 0u);
 }
 
-/* The step is over: figures, losses; then the checkpoint part when one is due. */
+/* The step is over: figures, losses; then the parts when some are due. */
 static int step_action(tr_actor *self, stage_actor *a) {
   if (a->step_phase == STEP_UPDATE) {
     int rc = a->policy.ops->update(a->policy.state, a->step, a->run_step);
@@ -304,10 +314,9 @@ static int step_action(tr_actor *self, stage_actor *a) {
     tr__loss_log_flush(&a->rep.log, false);
     a->step_phase = STEP_SAVE;
   }
-  const int64_t every = a->run->c.checkpoint.every;
-  if (sends_parts(a) && every > 0 && a->step % every == 0 &&
-      a->step < tr_graph_end_step(a->run->g)) {
-    int rc = tr__reporter_parts(&a->rep, &a->ch, a->step, a->replica == 0);
+  const unsigned due = parts_due(a, false);
+  if (due) {
+    int rc = tr__reporter_parts(&a->rep, &a->ch, a->step, due, a->replica == 0);
     if (rc != TR__DONE) return rc;
   }
   a->step_phase = STEP_UPDATE;
@@ -334,7 +343,8 @@ static int finish(tr_actor *self, stage_actor *a) {
     a->end_phase = END_PART;
   }
   if (a->end_phase == END_PART) {
-    if (sends_parts(a) && (rc = tr__reporter_parts(&a->rep, c, a->step, a->replica == 0)) != TR__DONE)
+    const unsigned due = parts_due(a, true);
+    if (due && (rc = tr__reporter_parts(&a->rep, c, a->step, due, a->replica == 0)) != TR__DONE)
       return rc;
     a->end_phase = END_FIGURES;
   }

@@ -463,8 +463,31 @@ TR_API int tr_job_group(tr_job *j, tr_actor *const *members, int n);
 /* The coordinator → `observer`: a tr_report_msg every `every` steps (>= 1) and a last one
  * when the run is over. The observer releases the edge's credit after each; it is a member
  * of the graph like any other, whose part is over after the last report. After
- * tr_job_add_coordinator: the reports are the coordinator's (before it: TR_EINVAL). */
+ * tr_job_add_coordinator: the reports are the coordinator's (before it: TR_EINVAL).
+ * Checkpoints come first: a report of step k goes out only once every checkpoint of a step
+ * up to k (checkpoint.every's) is on disk, renamed in place, and the last report once the
+ * last checkpoint is; an observer that hears of step k may open checkpoint.path and finds
+ * step k there or later. */
 TR_API int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out);
+/* The parameters of a running job, in memory, for the observer on `report` (the edge
+ * tr_job_observe gave): its reports of steps that are multiples of `every` (>= 1), and its
+ * last, carry them (tr_report_msg.params), as they are after that step on every stage; the
+ * observer also hears at those steps when its own `every` does not fall on them. They are a
+ * checkpoint in memory: the names, metadata and bytes a checkpoint of that step holds
+ * (tr_checkpoint.h), valid until the observer gives that report's credit back; the same
+ * gathering from the stages serves a checkpoint due at that step. The others' params are
+ * NULL. The observer lives on the coordinator's rank (TR_EINVAL otherwise), and the job is
+ * synchronous (the server's parameters have no step the workers share).
+ *
+ *   tr_edge *in;
+ *   tr_job_observe(j, watcher, 10, &in);      // a report every 10 steps
+ *   tr_job_snapshot(j, in, 100);              // with the parameters every 100, and the last
+ *   // in the watcher, on a report r:
+ *   const tr_checkpoint_tensor *w = r->params ? tr_checkpoint_find(r->params, "0.weight") : NULL;
+ *   ... read w->data (w->nbytes) ...
+ *   tr_edge_release(in, 1);                   // r->params is closed after this
+ */
+TR_API int tr_job_snapshot(tr_job *j, tr_edge *report, int every);
 
 /* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
  * `dev`, fed by a loader like any stage. */

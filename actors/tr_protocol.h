@@ -44,7 +44,8 @@
  * receiver releases the edge's credit once its copy out of it has run.
  *
  * Reports. An observer (tr_job_observe) receives a tr_report_msg every N steps, and a last
- * one (`last` set) when the run is over; it releases the edge's credit after each.
+ * one (`last` set) when the run is over; it releases the edge's credit after each. Those of
+ * an observer of the parameters (tr_job_snapshot) carry them at its steps (`params`).
  */
 #ifndef TR_PROTOCOL_H
 #define TR_PROTOCOL_H
@@ -57,6 +58,8 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+struct tr_checkpoint; /* tr_checkpoint.h */
 
 typedef struct tr_batch_msg {
   tr_msg hdr;
@@ -112,6 +115,12 @@ typedef struct tr_report_msg {
    * accuracy (NaN: none, or a loss without one). */
   int64_t eval_step, eval_samples;
   double eval_loss, eval_accuracy;
+  /* The parameters after step `step` (tr_job_snapshot), or NULL: a checkpoint in memory,
+   * with the checkpoint file's names, metadata and bytes ("0.weight", "momentum.0.weight";
+   * tr_checkpoint_find, tr_checkpoint_read, tr_checkpoint_meta_u64(params, "step")). The
+   * observer's own view of them, valid until it releases this report's credit (credits go
+   * back in the order reports came). Never crosses processes: NULL there. */
+  struct tr_checkpoint *params;
 } tr_report_msg;
 TR_API extern const tr_msgtype tr_report_type;
 

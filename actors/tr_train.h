@@ -103,6 +103,15 @@ typedef struct tr_train_options {
   void (*observe)(void *arg, const tr_report_msg *report);
   void *observe_arg;
   int observe_every;
+  /* With observe: the reports of steps that are multiples of this (and the last) carry the
+   * parameters (report->params, a checkpoint in memory: tr_job_snapshot), valid while the
+   * callback runs; 0: none. Across processes every rank gives the same.
+   *
+   *   static void watch(void *arg, const tr_report_msg *r) {
+   *     if (r->params) keep(arg, tr_checkpoint_find(r->params, "0.weight"));   // copy it
+   *   }
+   *   o.observe = watch;  o.observe_arg = &mine;  o.snapshot_every = 50; */
+  int snapshot_every;
 } tr_train_options;
 
 /* single, auto devices, 100 steps, everything else as tr_job_defaults: the workload's

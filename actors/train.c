@@ -274,6 +274,22 @@ static int check_job_fields(const tr_train_options *o, char *err, size_t n) {
   return 0;
 }
 
+/* snapshot_every hands the parameters to the observer (rank 0's: `observed`), in reports of
+ * a synchronous job's steps (tr_job_snapshot). */
+static int check_snapshot(const tr_train_options *o, bool observed, char *err, size_t n) {
+  if (o->snapshot_every < 0)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("snapshot_every") " %d: give 0 (none) or more "
+                     "steps", o->snapshot_every);
+  if (o->snapshot_every > 0 && !observed)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("snapshot_every") " %d: the parameters come in "
+                     "the reports to observe, which is NULL", o->snapshot_every);
+  if (o->snapshot_every > 0 && o->strategy == TR_STRATEGY_ASYNC)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("snapshot_every") " %d: async's parameters are "
+                     "the server's, with no step the workers share; snapshots are of "
+                     "synchronous strategies", o->snapshot_every);
+  return 0;
+}
+
 static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = check_job_fields(o, err, n);
   if (rc) return rc;
@@ -307,6 +323,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   c->data = o->job.data ? o->job.data : rn->data;
   if (rc == 0) rc = held_signal(err, n);
   if (tr_world_size(o->world) > 1) rc = tr__train_agree(rn->model, o, rc, &rn->observed, err, n);
+  if (rc == 0) rc = check_snapshot(o, rn->observed, err, n);
   if (rc || (rc = open_devices(rn, o, err, n))) return rc;
   const int ndev = tr_device_list_count(rn->devices);
   if ((rc = tr__job_config_layout(&rn->jc, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev,
@@ -361,7 +378,9 @@ static int observe(tr_graph *g, tr_job *j, const tr_train_options *o) {
     free(ob);
     return rc;
   }
-  return tr_job_observe(j, a, o->observe_every > 0 ? o->observe_every : 1, &ob->in);
+  rc = tr_job_observe(j, a, o->observe_every > 0 ? o->observe_every : 1, &ob->in);
+  if (rc == 0 && o->snapshot_every > 0) rc = tr_job_snapshot(j, ob->in, o->snapshot_every);
+  return rc;
 }
 
 /* The strategy's graph, with the public calls of tr_job.h: its stages (chained, grouped),

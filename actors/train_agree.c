@@ -79,6 +79,8 @@ static agreement agreement_of(const tr_model *model, const tr_train_options *o) 
                                                      j->checkpoint.path),
                                           j->checkpoint.resume)};
   if (l->cuts) a.layout = digest(a.layout, l->cuts, (size_t)l->ncuts * sizeof *l->cuts);
+  /* the stages of every rank send their parts at the observer's snapshots */
+  a.checkpoint = digest(a.checkpoint, &o->snapshot_every, sizeof o->snapshot_every);
   /* What changes the result without changing the steps: a bf16 rank beside fp32 ones, or
    * one that skips a step its peers stop on, trains silently wrong (or hangs) */
   const int precision_f[] = {(int)j->precision.gemm, j->precision.tf32};
@@ -104,7 +106,7 @@ int tr__train_agree(const tr_model *model, const tr_train_options *o, int rc, bo
                 {offsetof(agreement, layout), "strategy or layout"},
                 {offsetof(agreement, optim), "optim"},
                 {offsetof(agreement, async), "async"},
-                {offsetof(agreement, checkpoint), "checkpoint"},
+                {offsetof(agreement, checkpoint), "checkpoint or snapshot_every"},
                 {offsetof(agreement, precision), "precision"},
                 {offsetof(agreement, nonfinite), "on-nonfinite"},
                 {offsetof(agreement, data), "data or labels"},

@@ -405,38 +405,74 @@ static int build_header(tr_checkpoint_writer *w, wtensor **order, sbuf *b) {
   return 0;
 }
 
-int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
+/* The tensors in file order (*order) and the header for them (*b): what save writes and
+ * tr_checkpoint_writer_bytes lays out. `what` names the target in messages. */
+static int lay_out(tr_checkpoint_writer *w, const char *what, wtensor ***order, sbuf *b) {
   if (w->failed) {
     char prev[ERR_SIZE];
     memcpy(prev, w->error, sizeof prev);
-    format(w->error, sizeof w->error, "%s: not written, an earlier call failed: %s",
-           path ? path : "(null)", prev);
+    format(w->error, sizeof w->error, "%s: not written, an earlier call failed: %s", what, prev);
     return w->failed;
   }
+  w->error[0] = '\0';
+  *order = malloc((w->nt ? w->nt : 1) * sizeof **order);
+  if (*order) {
+    for (size_t i = 0; i < w->nt; i++) (*order)[i] = &w->t[i];
+    qsort(*order, w->nt, sizeof **order, layout_cmp);
+  }
+  if (*order && !build_header(w, *order, b)) return 0;
+  format(w->error, sizeof w->error, "%s: out of memory", what);
+  return TR_ENOMEM;
+}
+
+int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
   const size_t plen = path ? strlen(path) : 0;
-  if (!plen || path[plen - 1] == '/') {
+  if (!w->failed && (!plen || path[plen - 1] == '/')) {
     format(w->error, sizeof w->error, "checkpoint: '%s' is not a file path", path ? path : "");
     return TR_EINVAL;
   }
-  w->error[0] = '\0';
-  wtensor **order = malloc((w->nt ? w->nt : 1) * sizeof *order);
-  tr__span *spans = malloc((w->nt + 1) * sizeof *spans);
+  wtensor **order = NULL;
   sbuf b = {0};
-  int rc = TR_ENOMEM;
-  if (order && spans) {
-    for (size_t i = 0; i < w->nt; i++) order[i] = &w->t[i];
-    qsort(order, w->nt, sizeof *order, layout_cmp);
-  }
-  if (order && spans && !build_header(w, order, &b)) {
+  int rc = lay_out(w, path ? path : "(null)", &order, &b);
+  tr__span *spans = rc ? NULL : malloc((w->nt + 1) * sizeof *spans);
+  if (rc == 0 && spans) {
     spans[0] = (tr__span){b.p, b.len};
     for (size_t i = 0; i < w->nt; i++) spans[i + 1] = (tr__span){order[i]->data, order[i]->nbytes};
     rc = tr__write_atomic(path, spans, w->nt + 1, w->error, sizeof w->error);
-  } else {
+  } else if (rc == 0) {
+    rc = TR_ENOMEM;
     format(w->error, sizeof w->error, "%s: out of memory", path);
   }
   free(b.p);
   free(order);
   free(spans);
+  return rc;
+}
+
+int tr_checkpoint_writer_bytes(tr_checkpoint_writer *w, void **bytes, size_t *size) {
+  *bytes = NULL;
+  *size = 0;
+  wtensor **order = NULL;
+  sbuf b = {0};
+  int rc = lay_out(w, "<memory>", &order, &b);
+  size_t n = b.len;
+  for (size_t i = 0; rc == 0 && i < w->nt; i++) n += order[i]->nbytes;
+  unsigned char *p = rc ? NULL : malloc(n);
+  if (rc == 0 && p) {
+    memcpy(p, b.p, b.len);
+    size_t at = b.len;
+    for (size_t i = 0; i < w->nt; i++) {
+      if (order[i]->nbytes) memcpy(p + at, order[i]->data, order[i]->nbytes);
+      at += order[i]->nbytes;
+    }
+    *bytes = p;
+    *size = n;
+  } else if (rc == 0) {
+    rc = TR_ENOMEM;
+    format(w->error, sizeof w->error, "<memory>: out of memory (%zu bytes asked for)", n);
+  }
+  free(b.p);
+  free(order);
   return rc;
 }
 

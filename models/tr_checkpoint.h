@@ -161,6 +161,11 @@ TR_API int tr_checkpoint_writer_put_json(tr_checkpoint_writer *w, const char *ke
  * usable: saving again (e.g. to another path, or after the data changed) is allowed. */
 TR_API int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path);
 
+/* The bytes save would write, in memory: *bytes (malloc'd: free it) and *size, which
+ * tr_checkpoint_open_memory reads back. For a copy of the state kept without a file (a
+ * running job's parameters handed to an observer, tr_job_snapshot). Fails as save does. */
+TR_API int tr_checkpoint_writer_bytes(tr_checkpoint_writer *w, void **bytes, size_t *size);
+
 /* The text of the writer's last failure, or "". */
 TR_API const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w);
 
