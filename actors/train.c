@@ -198,10 +198,10 @@ static int check_outputs(run *rn, const tr_train_options *o, char *err, size_t n
   if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, TR__F("trace"), err, n);
   /* No output overwrites an input or the other output. A checkpoint may replace the one it
    * resumes from: that is read before it is replaced, and replaced by a rename. */
-  const char *in[] = {o->data, o->labels, o->eval_data, o->eval_labels, o->job.checkpoint.resume,
-                      ck};
-  const char *in_what[] = {TR__F("data"),        TR__F("labels"),
-                           TR__F("eval_data"),   TR__F("eval_labels"),
+  const char *in[] = {o->data,        o->eval_data,           o->labels,
+                      o->eval_labels, o->job.checkpoint.resume, ck};
+  const char *in_what[] = {TR__F("data"),        TR__F("eval_data"),
+                           TR__F("labels"),      TR__F("eval_labels"),
                            TR__F("checkpoint.resume"), TR__F("checkpoint.path")};
   for (int i = 0; i < 6 && rc == 0; i++) { /* the checkpoint: the files read */
     if (i < 4)
@@ -293,17 +293,18 @@ static int open_eval(run *rn, const tr_train_options *o, char *err, size_t n) {
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("job.eval.data") ": give the held-out samples once, as job.eval.data "
                      "(a source of yours) or as %s, not both",
-                     files ? "eval_data (files)" : "eval_split (a part of data)");
+                     files ? TR__F("eval_data") " (files)"
+                           : TR__F("eval_split") " (a part of " TR__F("data") ")");
   if (files && split)
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("eval_split") " %g: the held-out samples are eval_data's files or a "
-                     "part of data split off, not both",
+                     TR__F("eval_split") " %g: the held-out samples are the files of "
+                     TR__F("eval_data") " or a part of " TR__F("data") " split off, not both",
                      o->eval_split);
   if (split) {
     if (!(o->eval_split > 0 && o->eval_split < 1))
       return tr_errorf(err, n, TR_EINVAL,
-                       TR__F("eval_split") " %g: the fraction of data's rows held out is in "
-                       "(0, 1)",
+                       TR__F("eval_split") " %g: the fraction of the rows of " TR__F("data")
+                       " held out is in (0, 1)",
                        o->eval_split);
     int rc = tr_data_split(c->data, o->eval_split, c->seed, &rn->train, &rn->held, why,
                            sizeof why);

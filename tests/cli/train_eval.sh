@@ -69,7 +69,7 @@ case $case_ in
 refusals)
   expect "a fraction above 1" 2 "^troupe: --eval-split: '1.5' is not a number from 0 to 1" -- \
     "${data[@]}" --eval-split 1.5 --steps 2
-  expect "a fraction of 1" 2 '^troupe: --eval-split 1: the fraction of data.s rows held out is in \(0, 1\)' -- \
+  expect "a fraction of 1" 2 '^troupe: --eval-split 1: the fraction of the rows of --data held out is in \(0, 1\)' -- \
     "${data[@]}" --eval-split 1 --steps 2
   expect "a split beside held-out files" 2 '^troupe: --eval-split and --eval-data: give one of them' -- \
     "${data[@]}" --eval-split 0.2 --eval-data held-x.npy --eval-labels held-y.npy --steps 2

@@ -50,7 +50,8 @@ static void split_ok(const tr_data *d, double f, uint64_t seed, tr_data **train,
   assert_int_equal(rc, 0);
 }
 
-/* Samples [first, first + n) of d: their rows (x's first float), x and y checked to be one row's. */
+/* Samples [first, first + n) of d: their rows (x's first float), x and y checked to be one
+ * row's. */
 static int64_t *rows_of(const tr_data *d, uint64_t first, size_t n) {
   float *x = malloc(n * 8 + 8);
   int32_t *y = malloc(n * 4 + 4);
@@ -97,8 +98,9 @@ static void every_kind_of_source_says_its_rows(void **state) {
   tr_data_close(d);
   float xs[37 * 2] = {0};
   int32_t ys[37] = {0};
-  assert_int_equal(tr_data_write_npy(xp, TR_DTYPE_F32, 2, (int64_t[]){37, 2}, xs, err, sizeof err), 0);
-  assert_int_equal(tr_data_write_npy(yp, TR_DTYPE_I32, 1, (int64_t[]){37}, ys, err, sizeof err), 0);
+  const int64_t xshape[2] = {37, 2}, yshape[1] = {37};
+  assert_int_equal(tr_data_write_npy(xp, TR_DTYPE_F32, 2, xshape, xs, err, sizeof err), 0);
+  assert_int_equal(tr_data_write_npy(yp, TR_DTYPE_I32, 1, yshape, ys, err, sizeof err), 0);
   c = (tr_data_config){.kind = TR_DATA_NPY, .seed = 1, .path = xp, .labels = yp, .classes = 2};
   assert_int_equal(tr_data_open(&d, &c, err, sizeof err), 0);
   assert_int_equal(tr_data_rows(d), 37);
@@ -330,7 +332,8 @@ typedef struct filler {
 
 static void *fill_often(void *arg) {
   filler *f = arg;
-  for (int k = 0; k < f->rounds && !f->rc; k++) f->rc = tr_data_fill(f->d, f->first, f->n, f->x, f->y);
+  for (int k = 0; k < f->rounds && !f->rc; k++)
+    f->rc = tr_data_fill(f->d, f->first, f->n, f->x, f->y);
   return NULL;
 }
 
