@@ -72,7 +72,9 @@ typedef struct tr_train_options {
    * (and eval_labels), files as data and labels are, opened as job.eval.data; or eval_split
    * > 0: that fraction of data's rows held out (tr_data_split, seeded by job.seed), the
    * others trained on. Either with job.eval.data set, or both, is refused; eval_split needs
-   * a finite source (.npy files, or a job.data of yours with rows). */
+   * a finite source (.npy files, or a job.data of yours with rows). A token model's eval_data
+   * is a byte or text file, an endless source: with job.eval.samples 0 its first 1024
+   * samples are evaluated. The eval files are inputs: no output may be one of them. */
   const char *eval_data;
   const char *eval_labels;
   double eval_split;

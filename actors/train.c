@@ -40,6 +40,7 @@ typedef struct run {
   tr_device_list *devices;
   tr_device_list *server; /* async */
   tr_data *data;
+  tr_data *eval, *train, *held; /* eval_data's files; eval_split's parts (of jc's data) */
   tr_checkpoint *resume;  /* read once; every stage reads its bytes */
   tr_job_config jc;
   int cuts[TR__MAX_STAGES + 1];
@@ -197,11 +198,13 @@ static int check_outputs(run *rn, const tr_train_options *o, char *err, size_t n
   if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, TR__F("trace"), err, n);
   /* No output overwrites an input or the other output. A checkpoint may replace the one it
    * resumes from: that is read before it is replaced, and replaced by a rename. */
-  const char *in[] = {o->data, o->labels, o->job.checkpoint.resume, ck};
-  const char *in_what[] = {TR__F("data"), TR__F("labels"), TR__F("checkpoint.resume"),
-                           TR__F("checkpoint.path")};
-  for (int i = 0; i < 4 && rc == 0; i++) { /* the checkpoint: the data and labels */
-    if (i < 2)
+  const char *in[] = {o->data,        o->eval_data,           o->labels,
+                      o->eval_labels, o->job.checkpoint.resume, ck};
+  const char *in_what[] = {TR__F("data"),        TR__F("eval_data"),
+                           TR__F("labels"),      TR__F("eval_labels"),
+                           TR__F("checkpoint.resume"), TR__F("checkpoint.path")};
+  for (int i = 0; i < 6 && rc == 0; i++) { /* the checkpoint: the files read */
+    if (i < 4)
       rc = tr_file_check_distinct(ck, TR__F("checkpoint.path"), in[i], in_what[i], err, n);
     if (rc == 0)
       rc = tr_file_check_distinct(o->trace, TR__F("trace"), in[i], in_what[i], err, n);
@@ -290,6 +293,59 @@ static int check_snapshot(const tr_train_options *o, bool observed, char *err, s
   return 0;
 }
 
+/* The held-out samples (tr_train_options.eval_*, job.eval): eval_data's files opened as the
+ * run's data is, or the run's data (rn->jc.data, opened) split in two by eval_split, its
+ * training part trained on. A held-out byte file of a token model is endless: with
+ * job.eval.samples 0 its first EVAL_SAMPLES samples are evaluated. */
+enum { EVAL_SAMPLES = 1024 };
+
+static int open_eval(run *rn, const tr_train_options *o, char *err, size_t n) {
+  tr_job_config *c = &rn->jc;
+  const bool files = o->eval_data || o->eval_labels, split = o->eval_split != 0;
+  const char *model = tr_model_name(rn->model);
+  const bool tokens = tr_model_token_input(rn->model);
+  char why[768];
+  if (o->job.eval.data && (files || split))
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("job.eval.data") ": give the held-out samples once, as job.eval.data "
+                     "(a source of yours) or as %s, not both",
+                     files ? TR__F("eval_data") " (files)"
+                           : TR__F("eval_split") " (a part of " TR__F("data") ")");
+  if (files && split)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("eval_split") " %g: the held-out samples are the files of "
+                     TR__F("eval_data") " or a part of " TR__F("data") " split off, not both",
+                     o->eval_split);
+  if (split) {
+    if (!(o->eval_split > 0 && o->eval_split < 1))
+      return tr_errorf(err, n, TR_EINVAL,
+                       TR__F("eval_split") " %g: the fraction of the rows of " TR__F("data")
+                       " held out is in (0, 1)",
+                       o->eval_split);
+    int rc = tr_data_split(c->data, o->eval_split, c->seed, &rn->train, &rn->held, why,
+                           sizeof why);
+    if (rc) return tr_errorf(err, n, rc, TR__F("eval_split") " %g: %s", o->eval_split, why);
+    c->data = rn->train;
+    c->eval.data = rn->held;
+    return 0;
+  }
+  if (!files) return 0;
+  if (!o->eval_data || (tokens && o->eval_labels) || (!tokens && !o->eval_labels))
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("%s") ": model '%s' reads %s: its held-out samples are %s",
+                     o->eval_data ? "eval_labels" : "eval_data", model,
+                     tokens ? "tokens" : "floats",
+                     tokens ? "one byte or text file (" TR__F("eval_data") "), no labels"
+                            : "two .npy files, features (" TR__F("eval_data") ") and labels ("
+                              TR__F("eval_labels") ")");
+  int rc = tr_data_open_for(&rn->eval, rn->model, c->seed, o->eval_data, o->eval_labels, why,
+                            sizeof why);
+  if (rc) return tr_errorf(err, n, rc, TR__F("eval_data") ": %s", why);
+  c->eval.data = rn->eval;
+  if (tr_data_rows(rn->eval) == 0 && c->eval.samples == 0) c->eval.samples = EVAL_SAMPLES;
+  return 0;
+}
+
 static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = check_job_fields(o, err, n);
   if (rc) return rc;
@@ -321,6 +377,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
   if (rc) tr__error_mark_lead(err, n, "data");
   c->data = o->job.data ? o->job.data : rn->data;
+  if (rc == 0) rc = open_eval(rn, o, err, n);
   if (rc == 0) rc = held_signal(err, n);
   if (tr_world_size(o->world) > 1) rc = tr__train_agree(rn->model, o, rc, &rn->observed, err, n);
   if (rc == 0) rc = check_snapshot(o, rn->observed, err, n);
@@ -505,6 +562,9 @@ out:
   tr_signals_release(); /* when the graph did not run (it took the signals over) */
   tr_graph_free(g);
   tr_job_free(j);
+  tr_data_close(rn.train); /* the parts before the data they read */
+  tr_data_close(rn.held);
+  tr_data_close(rn.eval);
   tr_data_close(rn.data);
   tr_device_list_close(rn.devices);
   tr_device_list_close(rn.server);

@@ -26,7 +26,7 @@ typedef struct agreement {
   int failed; /* this rank could not read its options (its own message says why) */
   int observed; /* rank 0's counts: tr_train_options.observe (a terminal's, or not) */
   uint64_t model, run, layout, optim, async, checkpoint;
-  uint64_t precision, nonfinite, data, data_on, watchdog;
+  uint64_t precision, nonfinite, data, data_on, watchdog, eval;
 } agreement;
 
 static uint64_t model_digest(const tr_model *m) {
@@ -90,6 +90,11 @@ static agreement agreement_of(const tr_model *model, const tr_train_options *o) 
   a.data = file_digest(file_digest(h0, o->data), o->labels);
   a.data_on = digest(h0, &j->data_on, sizeof j->data_on);
   a.watchdog = digest(h0, watchdog_f, sizeof watchdog_f);
+  /* the held-out samples: which files, which part of data, how many and how often */
+  const double eval_f[] = {o->eval_split, (double)j->eval.samples, (double)j->eval.every,
+                           j->eval.data != NULL};
+  a.eval = file_digest(file_digest(digest(h0, eval_f, sizeof eval_f), o->eval_data),
+                       o->eval_labels);
   return a;
 }
 
@@ -111,7 +116,9 @@ int tr__train_agree(const tr_model *model, const tr_train_options *o, int rc, bo
                 {offsetof(agreement, nonfinite), "on-nonfinite"},
                 {offsetof(agreement, data), "data or labels"},
                 {offsetof(agreement, data_on), "data-on"},
-                {offsetof(agreement, watchdog), "watchdog"}};
+                {offsetof(agreement, watchdog), "watchdog"},
+                {offsetof(agreement, eval), "eval-data, eval-labels, eval-split, eval-every or "
+                                            "eval-samples"}};
   tr_world *w = o->world;
   const int size = tr_world_size(w);
   agreement mine = agreement_of(model, o), *all = calloc((size_t)size, sizeof *all);

@@ -1,7 +1,7 @@
 /* data.c — the core of tr_data.h: opening a source through its table (data_impl.h), the
  * user's callbacks, the choice of a model's data and the check of its sizes, shards. The
- * sources themselves live in data_synth.c, data_text.c and data_npy.c, the text of a
- * source's failure in data_error.c. */
+ * sources themselves live in data_synth.c, data_text.c and data_npy.c, the parts of a split
+ * in data_split.c, the text of a source's failure in data_error.c. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,10 +23,9 @@ static const struct {
     [TR_DATA_NPY] = {"npy", tr__data_open_npy},
 };
 
-/* A tr_data named `name`, opened by `open` (which sets its ops first), or nothing. */
-static int open_with(tr_data **out, const char *name,
-                     int (*open)(tr_data *, const void *, char *, size_t), const void *arg,
-                     char *err, size_t err_size) {
+int tr__data_open_with(tr_data **out, const char *name,
+                       int (*open)(tr_data *, const void *, char *, size_t), const void *arg,
+                       char *err, size_t err_size) {
   *out = NULL;
   tr_data *d = calloc(1, sizeof *d);
   int rc = d && (d->name = strdup(name)) ? open(d, arg, err, err_size) : TR_ENOMEM;
@@ -50,7 +49,7 @@ int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_s
     return tr_errorf(err, err_size, TR_EINVAL, "data: unknown kind %d", (int)c->kind);
   const int by_path = (c->kind == TR_DATA_FILE || c->kind == TR_DATA_NPY) && c->path;
   const char *name = by_path ? c->path : kinds[c->kind].name;
-  return open_with(out, name, open_config, c, err, err_size);
+  return tr__data_open_with(out, name, open_config, c, err, err_size);
 }
 
 static int fill_callback(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
@@ -69,16 +68,22 @@ static int open_callback(tr_data *d, const void *arg, char *err, size_t err_size
   if (!cb->fill || cb->x_bytes == 0)
     return tr_errorf(err, err_size, TR_EINVAL, "data '%s': %s", d->name,
                      cb->fill ? "x_bytes is 0" : "no fill function");
+  if (cb->rows < 0)
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "data '%s': rows %lld < 0 (0: an endless source)", d->name,
+                     (long long)cb->rows);
   tr_data_callback *self = malloc(sizeof *self);
   if (!(d->self = self)) return TR_ENOMEM;
   *self = *cb;
   d->x_bytes = cb->x_bytes;
   d->y_bytes = cb->y_bytes;
+  d->rows = cb->rows;
   return 0;
 }
 
 int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size) {
-  return open_with(out, cb->name ? cb->name : "callback", open_callback, cb, err, err_size);
+  return tr__data_open_with(out, cb->name ? cb->name : "callback", open_callback, cb, err,
+                            err_size);
 }
 
 void tr_data_close(tr_data *d) {
@@ -159,6 +164,7 @@ int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t 
 const char *tr_data_name(const tr_data *d) { return d->name; }
 size_t tr_data_x_bytes(const tr_data *d) { return d->x_bytes; }
 size_t tr_data_y_bytes(const tr_data *d) { return d->y_bytes; }
+int64_t tr_data_rows(const tr_data *d) { return d->rows; }
 
 int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
   return count ? d->ops->fill(d, first, count, x, y) : 0;

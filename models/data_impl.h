@@ -10,7 +10,8 @@
  * (tr__synth_fill_cpu) and what tr_data_gen copies to a device.
  *
  * The counter-based random streams the sources share are synth_impl.h's (gpu/), where the
- * GPU's generator finds them too.
+ * GPU's generator finds them too. A finite source (tr_data_rows) sets rows; its orders of
+ * rows (a .npy source's epochs, a split's choice of rows) are tr__perm's bijections.
  */
 #ifndef TR_DATA_IMPL_H
 #define TR_DATA_IMPL_H
@@ -36,11 +37,50 @@ struct tr_data {
   void *self;                 /* the source's own state */
   char *name;                 /* "teacher", a path, a callback's name */
   size_t x_bytes, y_bytes;    /* of one sample */
+  int64_t rows;               /* a finite source's rows (tr_data_rows); 0: endless */
   const uint8_t *corpus;      /* the generated corpus: for tr_data_corpus */
   size_t corpus_size;
   _Atomic int failed;         /* 0; 1 while the first failure's text is written; 2 after */
   char error[512];            /* tr_data_error */
 };
+
+/* A pseudo-random permutation of [0, n), one for each epoch, keyed by (seed, tag, epoch): a
+ * four-round Feistel network on the smallest even number of bits that holds n, walking each
+ * value's cycle until it falls inside [0, n) (fewer than four steps on average). Pure: any
+ * thread, any order. */
+typedef struct tr__perm {
+  uint64_t n, seed, tag;
+  unsigned half; /* bits of each Feistel half: 4^half >= n */
+} tr__perm;
+
+static inline tr__perm tr__perm_make(uint64_t n, uint64_t seed, uint64_t tag) {
+  tr__perm p = {.n = n, .seed = seed, .tag = tag};
+  while (p.half < 32 && (n - 1) >> (2 * p.half)) p.half++;
+  return p;
+}
+
+/* The permutation of epoch `epoch` at i < n. */
+static inline uint64_t tr__perm_at(const tr__perm *p, uint64_t epoch, uint64_t i) {
+  const uint64_t key = tr__rng_for(p->seed, p->tag, epoch).s;
+  const uint64_t mask = (1ull << p->half) - 1;
+  uint64_t v = i;
+  do {
+    uint64_t l = v >> p->half, r = v & mask;
+    for (uint64_t round = 0; round < 4; round++) {
+      const uint64_t t = l ^ (tr__mix(key ^ tr__mix(r + (round << 56))) & mask);
+      l = r;
+      r = t;
+    }
+    v = l << p->half | r;
+  } while (v >= p->n);
+  return v;
+}
+
+/* The core's opening (data.c): a tr_data named `name` that `open` fills in (setting its ops
+ * first), in *out, or nothing and open's status. */
+int tr__data_open_with(tr_data **out, const char *name,
+                       int (*open)(tr_data *, const void *, char *, size_t), const void *arg,
+                       char *err, size_t err_size);
 
 /* The built-in sources' openers (tr_data_open dispatches on the kind). */
 int tr__data_open_synthetic(tr_data *d, const tr_data_config *c, char *err, size_t err_size);

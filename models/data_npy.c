@@ -1,10 +1,9 @@
 /* data_npy.c — the NPY source of tr_data.h: features and labels as two .npy files, read
  * row by row with pread (a file cut short while it is trained on fails the read, not the
  * process), one row per sample. Sample i is row perm_e(i mod N) of both, e = i / N its
- * epoch, perm_e a bijection of [0, N) keyed by (seed, e): a four-round Feistel network on
- * the smallest even number of bits that holds N, walking each value's cycle until it falls
- * inside [0, N) (fewer than four steps on average). So every epoch visits each row once, in
- * an order of its own, and a sample is still a function of (seed, i) alone. */
+ * epoch, perm_e a bijection of [0, N) keyed by (seed, e) (tr__perm, data_impl.h). So every
+ * epoch visits each row once, in an order of its own, and a sample is still a function of
+ * (seed, i) alone. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdbool.h>
@@ -32,26 +31,10 @@ typedef struct file {
 
 typedef struct npy_source {
   file x, y;
-  uint64_t rows, seed;
-  unsigned half;  /* bits of each Feistel half: 4^half >= rows */
+  uint64_t rows;
+  tr__perm epochs; /* each epoch's order of the rows */
   bool y_int;     /* labels delivered as int32 (cross-entropy), else float32 */
 } npy_source;
-
-static uint64_t permute(const npy_source *s, uint64_t epoch, uint64_t i) {
-  const uint64_t key = tr__rng_for(s->seed, TAG_EPOCH, epoch).s;
-  const uint64_t mask = (1ull << s->half) - 1;
-  uint64_t v = i;
-  do {
-    uint64_t l = v >> s->half, r = v & mask;
-    for (uint64_t round = 0; round < 4; round++) {
-      const uint64_t t = l ^ (tr__mix(key ^ tr__mix(r + (round << 56))) & mask);
-      l = r;
-      r = t;
-    }
-    v = l << s->half | r;
-  } while (v >= s->rows);
-  return v;
-}
 
 static inline uint32_t le32(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -91,7 +74,7 @@ static int fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y
                          d->name, most);
   int rc = 0;
   for (size_t k = 0; k < count && rc == 0; k++) {
-    const uint64_t i = first + k, r = permute(s, i / s->rows, i % s->rows);
+    const uint64_t i = first + k, r = tr__perm_at(&s->epochs, i / s->rows, i % s->rows);
     if ((rc = read_row(d, &s->x, r, buf))) break;
     row_float((float *)x + k * s->x.row, buf, s->x.h.dtype, s->x.row);
     if (!y) continue;
@@ -194,7 +177,6 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
   npy_source *s = calloc(1, sizeof *s);
   if (!(d->self = s)) return TR_ENOMEM;
   s->x.fd = s->y.fd = -1;
-  s->seed = c->seed;
   s->y_int = c->classes > 0;
   int rc;
   if ((rc = open_file(&s->x, c->path, "features", err, err_size)) ||
@@ -208,7 +190,8 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
                      c->labels, sh, s->rows);
   }
   if (s->y_int && (rc = check_labels(&s->y, c->classes, err, err_size))) return rc;
-  while (s->half < 32 && (s->rows - 1) >> (2 * s->half)) s->half++;
+  s->epochs = tr__perm_make(s->rows, c->seed, TAG_EPOCH);
+  d->rows = (int64_t)s->rows;
   d->x_bytes = s->x.row * sizeof(float);
   d->y_bytes = s->y.row * (s->y_int ? sizeof(int32_t) : sizeof(float));
   return 0;

@@ -132,7 +132,8 @@ typedef struct tr_data_callback {
   tr_data_fill_fn fill;
   void *arg;                /* fill's first argument; outlives the tr_data */
   int64_t rows;             /* 0: an endless source; else it holds this many rows and its
-                               samples [0, rows) are each of them once (tr_data_rows) */
+                               samples [0, rows) are each of them once (tr_data_rows, what
+                               tr_data_split splits); < 0 refused */
 } tr_data_callback;
 
 TR_API int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size);
@@ -150,7 +151,8 @@ TR_API int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, 
 
 TR_API void tr_data_close(tr_data *d);
 
-/* "teacher", "gaussian", "classifier", "arithmetic", the file's path, the callback's name. */
+/* "teacher", "gaussian", "classifier", "arithmetic", the file's path, the callback's name;
+ * a part of a split its source's and which part: "x.npy[train 80%]", "x.npy[held out 20%]". */
 TR_API const char *tr_data_name(const tr_data *d);
 /* Bytes of one sample's x and y. */
 TR_API size_t tr_data_x_bytes(const tr_data *d);

@@ -176,6 +176,25 @@ static const cli_option rows[] = {
              "inputs, with --labels"},
     {"--labels", "FILE", CLI_STR, AT(o.labels), .fields = "labels", .needs = "data",
      .help = "a NumPy .npy array of targets (with --data)"},
+    {"--eval-data", "FILE", CLI_STR, AT(o.eval_data), .fields = "eval_data eval.data",
+     .applies = SYNC,
+     .help = "held-out samples, run forward on the trained parameters every --eval-every steps "
+             "and at the end (loss, and accuracy for classifiers; on the progress line and in "
+             "--json): token models a byte or text file, float models a .npy array of inputs "
+             "with --eval-labels"},
+    {"--eval-labels", "FILE", CLI_STR, AT(o.eval_labels), .fields = "eval_labels",
+     .needs = "eval_data", .applies = SYNC,
+     .help = "a NumPy .npy array of held-out targets (with --eval-data)"},
+    {"--eval-split", "F", CLI_DOUBLE, AT(o.eval_split), .min = 0, .max = 1,
+     .fields = "eval_split", .excludes = "eval_data", .applies = SYNC,
+     .help = "hold out this fraction of the rows of --data (chosen by --seed) and evaluate on "
+             "them, training on the others (.npy data only)"},
+    {"--eval-every", "N", CLI_I64, AT(o.job.eval.every), .lo = 1, .hi = INT64_MAX,
+     .fields = "eval.every", .applies = SYNC,
+     .help = "evaluate every N steps too (default: at the end only)"},
+    {"--eval-samples", "N", CLI_I64, AT(o.job.eval.samples), .lo = 1, .hi = INT64_MAX,
+     .fields = "eval.samples", .applies = SYNC,
+     .help = "held-out samples evaluated (default: each row once; a byte file's first 1024)"},
     {"--data-on", NULL, CLI_ENUM, AT(o.job.data_on), .name = tr_data_on_name_at,
      .fields = "data_on",
      .help = "where samples are made: auto (the default) generates them on each GPU where the "
@@ -272,7 +291,12 @@ static void draw_progress(void *arg, const tr_report_msg *r) {
   const double eta = p->end <= 0 || rate <= 0 ? 0 : (double)(p->end - r->step) / rate;
   fprintf(stderr, "\r\033[Kstep %lld", (long long)r->step);
   if (p->end > 0) fprintf(stderr, "/%lld", (long long)p->end);
-  fprintf(stderr, "  loss %.4g  %.0f samples/s  ETA %.0fs", r->last_loss,
+  fprintf(stderr, "  loss %.4g", r->last_loss);
+  if (r->eval_step >= 0 && r->eval_samples > 0) { /* the latest evaluation, if one ran */
+    fprintf(stderr, "  held-out loss %.4g", r->eval_loss);
+    if (!isnan(r->eval_accuracy)) fprintf(stderr, " acc %.1f%%", 100 * r->eval_accuracy);
+  }
+  fprintf(stderr, "  %.0f samples/s  ETA %.0fs",
           r->seconds > 0 ? (double)r->samples / r->seconds : 0, eta > 0 ? eta : 0);
   p->drawn = true;
 }

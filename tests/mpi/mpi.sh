@@ -8,7 +8,7 @@
 #                                   it, the last periodic checkpoint resumes
 #   stopped                         a rank stopped (SIGSTOP): the same, within the watchdog
 #   mismatch                        ranks given different options (steps, model, precision,
-#                                   on-nonfinite, data-on, watchdog, data): refused before
+#                                   on-nonfinite, data-on, watchdog, data, eval): refused before
 #                                   training, naming the option and the rank
 #   zero                            --zero 1 with replicas in two ranks: refused, naming the
 #                                   flag; with every replica in rank 1 (rank 0 coordinates):
@@ -135,6 +135,7 @@ case $case_ in
     refused_apart on-nonfinite -- --on-nonfinite skip
     refused_apart data-on -- --data-on host
     refused_apart watchdog -- --watchdog 5000
+    refused_apart 'eval-data, eval-labels, eval-split, eval-every or eval-samples' -- --eval-every 5
     seq 1 30000 >a.txt
     seq 2 30001 >b.txt
     refused_apart 'data or labels' --model gpt --data a.txt -- --model gpt --data b.txt
