@@ -87,7 +87,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   /* found now, not after the run it was to save; rank 0 writes the checkpoints */
   tr_file_lock *lock = NULL;
   if (c.checkpoint.path && tr_graph_rank(g) == 0 &&
-      ((rc = tr_file_check_output(c.checkpoint.path, "checkpoint.path", err, n)) ||
+      ((rc = tr_file_probe_output(c.checkpoint.path, "checkpoint.path", err, n)) ||
        (rc = tr_file_lock_output(c.checkpoint.path, "checkpoint.path", &lock, err, n))))
     return rc;
   const int R = c.layout.replicas, P = c.layout.stages, M = c.layout.microbatches;

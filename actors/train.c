@@ -187,14 +187,19 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
   return rc;
 }
 
+static void trace_path(char *out, size_t n, const char *path, const tr_world *w);
+
 /* The files the run will write: each must be writable now, not after the run, and must not
  * be one the run reads. Rank 0 writes the checkpoints, and holds the checkpoint's lock from
  * here to the run's end (tr_file_lock_output); every rank writes its trace. */
 static int check_outputs(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = 0;
   const char *ck = tr_world_rank(o->world) == 0 ? o->job.checkpoint.path : NULL;
-  if (ck) rc = tr_file_check_output(ck, TR__F("checkpoint.path"), err, n);
-  if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, TR__F("trace"), err, n);
+  char trace[4096];
+  if (o->trace) trace_path(trace, sizeof trace, o->trace, o->world);
+  /* each write tried in place now (tr_file_probe_output), where it will be made */
+  if (ck) rc = tr_file_probe_output(ck, TR__F("checkpoint.path"), err, n);
+  if (rc == 0 && o->trace) rc = tr_file_probe_output(trace, TR__F("trace"), err, n);
   /* No output overwrites an input or the other output. A checkpoint may replace the one it
    * resumes from: that is read before it is replaced, and replaced by a rename. */
   const char *in[] = {o->data, o->labels, o->job.checkpoint.resume, ck};
