@@ -10,6 +10,7 @@
 
 #include "job_config.h"
 #include "job_impl.h"
+#include "memory_need.h"
 #include "train_agree.h"
 #include "tr_file.h"
 #include "tr_trace.h"
@@ -171,6 +172,30 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
   return 0;
 }
 
+/* What the run will hold on each of this rank's devices against what they have
+ * (memory_need.h), on the job completed as tr_job_new will see it. Across processes each
+ * rank counts its own, and all end when one refuses (naming it), as on a bad option. */
+static int check_memory(run *rn, tr_world *w, char *err, size_t n) {
+  tr_job_config job = rn->jc;
+  char why[8];
+  int rc = 0; /* a job that is not complete: prepare's last check says why, in its order */
+  if (tr__job_config_complete(&job, why, sizeof why) == 0)
+    rc = tr__memory_check(&job, rn->devices, err, n);
+  const int size = tr_world_size(w);
+  if (size == 1) return rc;
+  int *all = malloc(sizeof *all * (size_t)size);
+  if (all == NULL || tr_world_allgather(w, &rc, sizeof rc, all)) {
+    free(all);
+    return rc ? rc : tr_errorf(err, n, TR_ESYS, "the ranks could not compare their memory");
+  }
+  for (int r = 0; r < size && rc == 0; r++)
+    if (all[r])
+      rc = tr_errorf(err, n, all[r], TR__F("global_batch") " %d: rank %d cannot hold the run "
+                     "(it says why)", job.global_batch, r);
+  free(all);
+  return rc;
+}
+
 /* This rank's devices; across processes, every rank's in rank order ("none": this rank runs
  * only what lives on rank 0 — the coordinator, the async server). */
 static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n) {
@@ -320,6 +345,8 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, o->world, err, n))) return rc;
   if ((rc = check_allreduce(rn, o, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
+  /* before measuring, which allocates a micro-batch */
+  if ((rc = check_memory(rn, o->world, err, n))) return rc;
   /* last: measuring takes a moment, wasted on options found wrong after it */
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&
       (rc = measured_cuts(rn, o->world)))
