@@ -20,6 +20,7 @@
 
 #include "job_config.h"
 #include "memory_need.h"
+#include "specs.h"
 
 typedef struct run_case {
   const char *model, *devices;
@@ -201,6 +202,44 @@ static void a_batch_too_large_is_refused_with_one_that_fits(void **state) {
     fail_msg("batch %d needs %.3f of the host, %d needs %.3f", batch, at_batch, k.batch, beyond);
 }
 
+/* One Linear(2^17, 2^17): 64 GiB of parameters, as many of gradients and of momentum. */
+static const tr_layer_spec huge_layers[] = {LINEAR(1 << 17, 1 << 17, 0)};
+static const tr_model_spec huge = {.name = "huge", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = 1,
+                                   .layers = huge_layers, .batch = 1,
+                                   .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f,
+                                             .momentum = 0.9f}};
+
+/* Parameters too large at any batch: counted (nothing allocated, so at once), and refused
+ * saying that no batch fits, where the host has less than they need. */
+static void parameters_too_large_for_any_batch(void **state) {
+  (void)state;
+  char err[512];
+  tr_model *m;
+  tr_device_list *devs;
+  assert_int_equal(tr_model_new(&m, &huge, err, sizeof err), 0);
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  tr_job_config c = tr_job_defaults();
+  c.model = m;
+  c.global_batch = 1;
+  c.layout.replicas = c.layout.stages = c.layout.microbatches = c.layout.chunks = 1;
+  c.optim = huge.optim;
+  tr__memory_needs need;
+  assert_int_equal(tr__memory_need(&c, devs, &need, err, sizeof err), 0);
+  const uint64_t gib = 1ull << 30;
+  assert_int_equal(need.place[0].params, 64 * gib);
+  assert_int_equal(need.place[0].grads, 64 * gib);
+  assert_int_equal(need.place[0].state, 64 * gib);
+  if (need.place[0].has && need.place[0].has < 192 * gib) {
+    assert_int_equal(tr__memory_check(&c, devs, err, sizeof err), TR_EINVAL);
+    if (!strstr(err, "needs 192.0 GiB on host:0 (parameters 64.0 GiB, gradients 64.0 GiB, "
+                     "optimizer state 64.0 GiB") ||
+        !strstr(err, "no batch fits: give a layout with more stages"))
+      fail_msg("%s", err);
+  }
+  tr_device_list_close(devs);
+  tr_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mlp_single_estimate_matches_the_run),
@@ -208,6 +247,7 @@ int main(void) {
       cmocka_unit_test(gpt_pipeline_estimate_matches_the_run),
       cmocka_unit_test(gpt_recompute_estimate_matches_the_run),
       cmocka_unit_test(a_batch_too_large_is_refused_with_one_that_fits),
+      cmocka_unit_test(parameters_too_large_for_any_batch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # train_preflight.sh TROUPE — everything a run of `troupe train` will need is checked before
 # its first step: the checkpoint's and the trace's writes are tried in place (a directory
-# where nothing may be made, a name over 255 bytes, another user's file in a sticky
-# directory), and the run's memory against what the machine has (a batch far too large).
+# where nothing may be made: /proc, /sys, a read-only mount; a name over 255 bytes; another
+# user's file in a sticky directory), and the run's memory against what the machine has (a batch far too large).
 # Each is refused at once with exit 2 and a message naming the flag and the cause, with no
 # step run and nothing left behind; the refused run's existing checkpoint is untouched.
 set -u
@@ -52,6 +52,23 @@ expect "a checkpoint name of 300 bytes" \
 expect "a trace name of 300 bytes" "^troupe: --trace '$long': a name of 300 bytes" -- \
   --trace "$long"
 [[ -z $(ls -A "$work" | grep -v '^err$') ]] || fail "the refusals left files: $(ls -A "$work")"
+
+# A read-only mount, in a mount namespace of the test's own (root, where unshare may).
+mkdir ro
+if unshare -m sh -c 'mount -t tmpfs -o ro,size=1m tmpfs ro' 2>/dev/null; then
+  err=$(timeout 10 unshare -m sh -c 'mount -t tmpfs -o ro,size=1m tmpfs ro && exec "$0" train \
+    --steps 100000000 --checkpoint ro/ck.st' "$troupe" 2>&1 >/dev/null)
+  rc=$?
+  if [[ $rc -ne 2 ]] ||
+    ! grep -q "^troupe: --checkpoint 'ro/ck.st': .*directory 'ro'.*: Read-only file system" <<<"$err"; then
+    fail "a checkpoint on a read-only mount: exit $rc, stderr: $err"
+  else
+    ok "a checkpoint on a read-only mount: $err"
+  fi
+else
+  echo "skip a read-only mount: this user cannot mount one in a namespace of its own"
+fi
+rmdir ro
 
 # Another user's file in a sticky directory: the rename could not replace it. Only root can
 # make the case (a file of another user, a run as nobody); as root itself the rename works.
