@@ -171,12 +171,11 @@ static bool may_override_sticky(void) {
 }
 
 /* What the write's final rename onto `target` in `dir` would meet that a rename between two
- * names of our own does not: a name the file system refuses, a path the kernel refuses, a
- * file of another user in a sticky directory (the kernel's check_sticky). 0 or the errno. */
+ * names of our own does not: a name the file system refuses, a file of another user in a
+ * sticky directory (the kernel's check_sticky). 0 or the errno. */
 static int rename_onto_target(const char *target, const char *dir, const char *base) {
   const long max = pathconf(dir, _PC_NAME_MAX);
   if (strlen(base) > (size_t)(max > 0 ? max : NAME_MAX)) return ENAMETOOLONG;
-  if (strlen(target) >= PATH_MAX) return ENAMETOOLONG;
   struct stat d, t;
   if (stat(dir, &d) == 0 && (d.st_mode & S_ISVTX) && lstat(target, &t) == 0 &&
       t.st_uid != geteuid() && d.st_uid != geteuid() && !may_override_sticky())
@@ -194,6 +193,11 @@ int tr_file_probe_output(const char *path, const char *what, char *err, size_t e
     goto out;
   }
   const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  if (strlen(target) >= PATH_MAX) {
+    rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': a path of %zu bytes: %s", what, path,
+                   strlen(target), strerror(ENAMETOOLONG));
+    goto out;
+  }
   int e = rename_onto_target(target, dir, base);
   if (e == ENAMETOOLONG) {
     rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': a name of %zu bytes: %s", what, path,
