@@ -100,7 +100,8 @@ int tr__memory_need(const tr_job_config *c, const tr_device_list *devices,
     }
   tr_schedule_free(sc);
   out->place[0].has = tr__memory_host_available(out->place[0].has);
-  if (out->place[0].name[0] == 0) snprintf(out->place[0].name, sizeof out->place[0].name, "the host");
+  tr__memory_place *host = &out->place[0];
+  if (host->name[0] == 0) snprintf(host->name, sizeof host->name, "the host");
   for (int i = 0; i < out->n; i++) {
     tr__memory_place *p = &out->place[i];
     p->need = p->params + p->grads + p->state + p->activations + p->loader;

@@ -312,7 +312,8 @@ int tr_stage_plan(const tr_model *m, const tr_stage_config *cfg, tr_stage_info *
   const int rc = plan(&st, m, NULL, cfg, err, err_size);
   if (rc) return rc;
   *info = st->info;
-  *opt_scratch_bytes = (size_t)st->optim.kind->scratch_copies * st->info.shard_numel * sizeof(float);
+  *opt_scratch_bytes =
+      (size_t)st->optim.kind->scratch_copies * st->info.shard_numel * sizeof(float);
   tr_stage_close(st);
   return 0;
 }

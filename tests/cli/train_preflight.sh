@@ -2,8 +2,8 @@
 # train_preflight.sh TROUPE — everything a run of `troupe train` will need is checked before
 # its first step: the checkpoint's and the trace's writes are tried in place (a directory
 # where nothing may be made: /proc, /sys, a read-only mount; a name over 255 bytes; another
-# user's file in a sticky directory), and the run's memory against what the machine has (a batch far too large).
-# Each is refused at once with exit 2 and a message naming the flag and the cause, with no
+# user's file in a sticky directory), and the run's memory against what the machine has (a
+# batch far too large). Each is refused at once with exit 2 and a message naming the flag and the cause, with no
 # step run and nothing left behind; the refused run's existing checkpoint is untouched.
 set -u
 troupe=$(realpath "$1")
