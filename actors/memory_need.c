@@ -4,6 +4,7 @@
 #include "memory_need.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,14 +122,25 @@ static uint64_t meminfo(const char *key) {
   return (uint64_t)kb * 1024;
 }
 
-uint64_t tr__memory_host_available(uint64_t free) {
-  const uint64_t avail = meminfo("MemAvailable");
-  uint64_t has = avail > free ? avail : free;
-  FILE *f = fopen("/sys/fs/cgroup/memory.max", "r"); /* "max" where there is no limit */
+/* A cgroup v2 limit of this process's (/sys/fs/cgroup/NAME), or UINT64_MAX for none. */
+static uint64_t cgroup_limit(const char *name) {
+  char path[64];
+  snprintf(path, sizeof path, "/sys/fs/cgroup/%s", name);
+  FILE *f = fopen(path, "r"); /* "max" where there is no limit */
   unsigned long long limit;
-  if (f && fscanf(f, "%llu", &limit) == 1 && limit < has) has = limit;
+  const bool has = f && fscanf(f, "%llu", &limit) == 1;
   if (f) fclose(f);
-  return has;
+  return has ? (uint64_t)limit : UINT64_MAX;
+}
+
+uint64_t tr__memory_host_available(uint64_t free) {
+  const uint64_t avail = meminfo("MemAvailable"), swap = meminfo("SwapFree");
+  const uint64_t memory = avail > free ? avail : free, mem_max = cgroup_limit("memory.max");
+  if (memory == 0) return 0; /* not known */
+  /* a run may page out to swap today: it fits, slowly, and is not refused */
+  const uint64_t swap_max = cgroup_limit("memory.swap.max");
+  const uint64_t in_swap = swap < swap_max ? swap : swap_max;
+  return (memory < mem_max ? memory : mem_max) + in_swap;
 }
 
 static const tr__memory_place *over(const tr__memory_needs *need) {

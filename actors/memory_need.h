@@ -56,8 +56,8 @@ int tr__memory_check(const tr_job_config *c, const tr_device_list *devices, char
                      size_t err_size);
 
 /* What the host has: its available memory (MemAvailable, or `free` where /proc/meminfo
- * says nothing), and no more than its cgroup's limit (/sys/fs/cgroup/memory.max). 0: not
- * known. */
+ * says nothing) no more than its cgroup's limit (/sys/fs/cgroup/memory.max), and its free
+ * swap no more than the cgroup's (memory.swap.max). 0: not known. */
 uint64_t tr__memory_host_available(uint64_t free);
 
 #endif
