@@ -143,9 +143,12 @@ uint64_t tr__memory_host_available(uint64_t free) {
   return (memory < mem_max ? memory : mem_max) + in_swap;
 }
 
-static const tr__memory_place *over(const tr__memory_needs *need) {
-  for (int i = 0; i < need->n; i++)
-    if (need->place[i].has && need->place[i].need > need->place[i].has) return &need->place[i];
+/* The first place that needs more than `share` of what it has, or NULL. */
+static const tr__memory_place *over(const tr__memory_needs *need, double share) {
+  for (int i = 0; i < need->n; i++) {
+    const tr__memory_place *p = &need->place[i];
+    if (p->has && (double)p->need > share * (double)p->has) return p;
+  }
   return NULL;
 }
 
@@ -158,13 +161,17 @@ static const char *size_text(char *buf, uint64_t b) {
   return buf;
 }
 
-/* Whether the job fits with micro-batches of `mb` samples (its global batch scaled). */
+/* Whether the job fits with micro-batches of `mb` samples (its global batch scaled) in
+ * SUGGESTED_PERCENT of what each place has: the batch suggested leaves room for what the count
+ * leaves out (a few buffers, the allocator's own). */
+enum { SUGGESTED_PERCENT = 90 };
 static int fits(const tr_job_config *c, const tr_device_list *devices, int mb) {
   tr_job_config t = *c;
   t.global_batch = mb * (c->async.enabled ? 1 : c->layout.replicas * c->layout.microbatches);
   tr__memory_needs need;
   char err[256];
-  return tr__memory_need(&t, devices, &need, err, sizeof err) == 0 && over(&need) == NULL;
+  return tr__memory_need(&t, devices, &need, err, sizeof err) == 0 &&
+         over(&need, SUGGESTED_PERCENT / 100.0) == NULL;
 }
 
 int tr__memory_check(const tr_job_config *c, const tr_device_list *devices, char *err,
@@ -172,7 +179,7 @@ int tr__memory_check(const tr_job_config *c, const tr_device_list *devices, char
   tr__memory_needs need;
   int rc = tr__memory_need(c, devices, &need, err, err_size);
   if (rc) return rc;
-  const tr__memory_place *p = over(&need);
+  const tr__memory_place *p = over(&need, 1.0);
   if (p == NULL) return 0;
   /* the largest micro-batch that fits: need grows with it, so halve the gap */
   const int parts = c->async.enabled ? 1 : c->layout.replicas * c->layout.microbatches;
@@ -183,7 +190,8 @@ int tr__memory_check(const tr_job_config *c, const tr_device_list *devices, char
   }
   char fit[160], a[24], b[24], s[24], x[24], l[24], t[24], h[24];
   if (lo > 0)
-    snprintf(fit, sizeof fit, "the largest batch that fits is %d", lo * parts);
+    snprintf(fit, sizeof fit, "the largest batch that fits with %d%% to spare is %d",
+             100 - SUGGESTED_PERCENT, lo * parts);
   else
     snprintf(fit, sizeof fit, "no batch fits: give a layout with more stages (or recompute, "
              "or zero with more replicas)");

@@ -15,7 +15,7 @@
  *   if (tr__memory_check(&job, devices, err, sizeof err)) ...;
  *   // "global_batch 1048576: needs 41.2 GiB on host:0 (parameters 32.0 MiB, gradients ...,
  *   //  activations 41.1 GiB at 1 micro-batch, ...), it has 22.9 GiB; the largest batch that
- *   //  fits is 524288"
+ *   //  fits with 10% to spare is 471856"
  */
 #ifndef TR_MEMORY_NEED_H
 #define TR_MEMORY_NEED_H
@@ -50,8 +50,8 @@ int tr__memory_need(const tr_job_config *c, const tr_device_list *devices,
                     tr__memory_needs *out, char *err, size_t err_size);
 
 /* Refuses a job that needs more than a place has: TR_EINVAL naming global_batch, the place,
- * its figures and the largest global batch that would fit, or "a layout with more stages"
- * where none does. Where nothing is known of what a place has, nothing is refused. */
+ * its figures and the largest global batch that would fit in 90% of what each place has
+ * (room for what the count leaves out), or "a layout with more stages" where none does. Where nothing is known of what a place has, nothing is refused. */
 int tr__memory_check(const tr_job_config *c, const tr_device_list *devices, char *err,
                      size_t err_size);
 

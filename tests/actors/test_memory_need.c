@@ -3,7 +3,8 @@
  * parameters, gradients and optimizer state their stages report exactly, the activations no
  * fewer than their measured peak, and the whole within 20% of the memory the run's process
  * grew by (its peak resident set, measured in a child of its own). A run that does not fit is
- * refused naming global_batch with the largest batch that fits, which is at the edge. */
+ * refused naming global_batch with the largest batch that fits with 10% to spare, which is
+ * at that edge. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -173,7 +174,7 @@ static double fraction_of_host(const run_case *k, const tr_train_result *layout)
 }
 
 /* Far too large a batch: refused before anything runs, naming global_batch, the figures and
- * the largest batch that fits, which fits while a batch one micro-batch larger does not. */
+ * the largest batch that fits with 10% to spare: at that edge, and 15% more beyond it. */
 static void a_batch_too_large_is_refused_with_one_that_fits(void **state) {
   (void)state;
   run_case k = {"gpt", "host:2", TR_STRATEGY_PIPELINE, 1, 2, 4, 1 << 20, 0};
@@ -182,23 +183,23 @@ static void a_batch_too_large_is_refused_with_one_that_fits(void **state) {
   char err[512];
   assert_int_equal(tr_train_run(&o, &r, err, sizeof err), TR_EINVAL);
   int batch = 0;
-  const char *at = strstr(err, "; the largest batch that fits is ");
+  const char *at = strstr(err, "; the largest batch that fits with 10% to spare is ");
   if (strncmp(err, "global_batch 1048576: needs ", 28) ||
       !strstr(err, " GiB on host:0..host:1 together (parameters ") ||
-      !strstr(err, "at 2 micro-batches") || at == NULL || sscanf(at + 33, "%d", &batch) != 1)
+      !strstr(err, "at 2 micro-batches") || at == NULL || sscanf(at + strlen("; the largest batch that fits with 10% to spare is "), "%d", &batch) != 1)
     fail_msg("not the refusal with its figures: %s", err);
   tr_error e;
   assert_int_equal(tr_train_run_e(&o, &r, &e), TR_EINVAL);
   assert_string_equal(e.field, "global_batch");
   r.replicas = 1, r.stages = 2, r.microbatches = 4;
   assert_true(batch > 0 && batch % 4 == 0);
-  /* what the host has moves while others run: the batch is at the edge within 5% */
+  /* at 90% of what the host has, give or take what others take and free meanwhile */
   k.batch = batch;
   const double at_batch = fraction_of_host(&k, &r);
-  k.batch = batch + batch / 40 * 4;
+  k.batch = batch + batch / 80 * 12; /* 15% more, whole micro-batches */
   const double beyond = fraction_of_host(&k, &r);
   printf("batch %d: %.4f of the host; %d: %.4f\n", batch, at_batch, k.batch, beyond);
-  if (!(at_batch <= 1.05 && beyond > 1.0))
+  if (!(at_batch <= 0.95 && beyond > 0.95))
     fail_msg("batch %d needs %.3f of the host, %d needs %.3f", batch, at_batch, k.batch, beyond);
 }
 
