@@ -183,10 +183,12 @@ static void a_batch_too_large_is_refused_with_one_that_fits(void **state) {
   char err[512];
   assert_int_equal(tr_train_run(&o, &r, err, sizeof err), TR_EINVAL);
   int batch = 0;
-  const char *at = strstr(err, "; the largest batch that fits with 10% to spare is ");
+  const char *fit = "; the largest batch that fits with 10% to spare is ";
+  const char *at = strstr(err, fit);
   if (strncmp(err, "global_batch 1048576: needs ", 28) ||
       !strstr(err, " GiB on host:0..host:1 together (parameters ") ||
-      !strstr(err, "at 2 micro-batches") || at == NULL || sscanf(at + strlen("; the largest batch that fits with 10% to spare is "), "%d", &batch) != 1)
+      !strstr(err, "at 2 micro-batches") || at == NULL ||
+      sscanf(at + strlen(fit), "%d", &batch) != 1)
     fail_msg("not the refusal with its figures: %s", err);
   tr_error e;
   assert_int_equal(tr_train_run_e(&o, &r, &e), TR_EINVAL);
