@@ -87,7 +87,6 @@ int tr__memory_need(const tr_job_config *c, const tr_device_list *devices,
                                                       .chunks = c->layout.chunks});
   if (rc) return 0; /* tr_job_new says why */
   const tr_device_info *gpu[TR__MEMORY_PLACES] = {0};
-  const size_t sample = tr_model_input_bytes(c->model) + tr_model_target_bytes(c->model);
   const int prefetch = c->layout.prefetch > 0 ? c->layout.prefetch
                        : c->async.enabled     ? 2
                                               : tr__job_default_prefetch(c, mb);
@@ -97,7 +96,14 @@ int tr__memory_need(const tr_job_config *c, const tr_device_list *devices,
       if (tr_device_is_placeholder(d)) continue; /* another process's to count */
       tr__memory_place *p = place_of(out, gpu, tr_device_info_of(d));
       rc = add_stage(p, c, sc, cuts, s, r, mb, err, err_size);
-      if (s == 0) out->place[0].loader += (uint64_t)prefetch * (uint64_t)mb * sample;
+      if (s > 0) continue;
+      /* the loader's ring: what the replica's stages do not make on their devices, inputs
+       * also where only targets are filled (the source makes them from the inputs) */
+      const bool first = tr__job_generates_on(c, d);
+      const bool last = tr__job_generates_on(c, tr_device_list_at(devices, r * P + P - 1));
+      const size_t sample = (first && last ? 0 : tr_model_input_bytes(c->model)) +
+                            (last ? 0 : tr_model_target_bytes(c->model));
+      out->place[0].loader += (uint64_t)prefetch * (uint64_t)mb * sample;
     }
   tr_schedule_free(sc);
   out->place[0].has = tr__memory_host_available(out->place[0].has);

@@ -250,6 +250,37 @@ static void parameters_too_large_for_any_batch(void **state) {
   tr_model_free(m);
 }
 
+/* The loader's ring is counted where the loader fills it: not where the stages make their
+ * samples on their devices (data_on device). */
+static void the_loaders_ring_only_where_it_fills(void **state) {
+  (void)state;
+  char err[512];
+  tr_model *m;
+  tr_data *d;
+  tr_device_list *devs;
+  assert_int_equal(tr_model_named(&m, "gpt", err, sizeof err), 0);
+  assert_int_equal(tr_data_open_for(&d, m, 0, NULL, NULL, err, sizeof err), 0);
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  tr_job_config c = tr_job_defaults();
+  c.model = m;
+  c.data = d;
+  c.global_batch = 64;
+  c.layout.replicas = c.layout.stages = c.layout.microbatches = 1;
+  c.layout.prefetch = 3;
+  if (tr__job_config_complete(&c, err, sizeof err)) fail_msg("%s", err);
+  tr__memory_needs need;
+  assert_int_equal(tr__memory_need(&c, devs, &need, err, sizeof err), 0);
+  assert_int_equal(need.place[0].loader,
+                   3 * 64 * (tr_model_input_bytes(m) + tr_model_target_bytes(m)));
+  c.data_on = TR_DATA_ON_DEVICE;
+  assert_true(tr_data_can_generate(d));
+  assert_int_equal(tr__memory_need(&c, devs, &need, err, sizeof err), 0);
+  assert_int_equal(need.place[0].loader, 0);
+  tr_device_list_close(devs);
+  tr_data_close(d);
+  tr_model_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(mlp_single_estimate_matches_the_run),
@@ -259,6 +290,7 @@ int main(void) {
       cmocka_unit_test(gpt_recompute_estimate_matches_the_run),
       cmocka_unit_test(a_batch_too_large_is_refused_with_one_that_fits),
       cmocka_unit_test(parameters_too_large_for_any_batch),
+      cmocka_unit_test(the_loaders_ring_only_where_it_fills),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
