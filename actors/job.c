@@ -87,7 +87,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   /* found now, not after the run it was to save; rank 0 writes the checkpoints */
   tr_file_lock *lock = NULL;
   if (c.checkpoint.path && tr_graph_rank(g) == 0 &&
-      ((rc = tr_file_check_output(c.checkpoint.path, "checkpoint.path", err, n)) ||
+      ((rc = tr_file_probe_output(c.checkpoint.path, "checkpoint.path", err, n)) ||
        (rc = tr_file_lock_output(c.checkpoint.path, "checkpoint.path", &lock, err, n))))
     return rc;
   const int R = c.layout.replicas, P = c.layout.stages, M = c.layout.microbatches;
@@ -328,7 +328,7 @@ int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
 /* ---- edges --------------------------------------------------------------------------------- */
 
 /* Whether the loader leaves a stage on `dev` to generate its samples (tr_data_on). */
-static bool generates_on(const tr_job_config *c, const tr_device *dev) {
+bool tr__job_generates_on(const tr_job_config *c, const tr_device *dev) {
   switch (c->data_on) {
   case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
   case TR_DATA_ON_HOST: return false;
@@ -359,7 +359,7 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
   if (rc) return failed(j, rc, "tr_job_connect_batches", "from or to is");
   const int loader = loader_index_of(j, from), stage = stage_index_of(j, to);
   const bool generate = loader >= 0 && stage >= 0 &&
-                        generates_on(&j->run.c, tr__stage_device(tr_actor_state(to)));
+                        tr__job_generates_on(&j->run.c, tr__stage_device(tr_actor_state(to)));
   if (loader >= 0) ++*(generate ? &j->run.batches_made : &j->run.batches_loaded);
   if (loader >= 0 && (rc = tr__loader_add_edge(tr_actor_state(from), e, carries, generate)))
     return rc;

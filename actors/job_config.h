@@ -12,6 +12,7 @@
 #ifndef TR_JOB_CONFIG_H
 #define TR_JOB_CONFIG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "tr_job.h"
@@ -30,6 +31,8 @@ tr_optim_config tr__job_optim(const tr_job_config *c);
 int tr__job_global_batch(const tr_job_config *c);
 /* The loader's ring depth where layout.prefetch leaves it to the job (synchronous jobs). */
 int tr__job_default_prefetch(const tr_job_config *c, int mb_batch);
+/* Whether the loader leaves a stage on `dev` to make its samples there (data_on; job.c). */
+bool tr__job_generates_on(const tr_job_config *c, const tr_device *dev);
 /* The layout of o->strategy on n devices into c (replicas, stages, micro-batches; async's
  * workers), from what the options give (o->job.layout): a marked message when they ask what
  * the strategy does not allow. */

@@ -125,7 +125,10 @@ TR_API tr_train_options tr_train_defaults(void);
  * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT, SIGTERM or SIGHUP (one
  * that came during start-up too: tr_signals_hold, tr_system.h) ended the run
  * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
- * asked for) holds that step; a second signal ends the process at once. */
+ * asked for) holds that step; a second signal ends the process at once. Before the first
+ * step, what the run will need is tried: each output's write in place (tr_file_probe_output),
+ * and its memory on each device against what the device has (TR_EINVAL naming global_batch,
+ * with the figures and the largest batch that fits). */
 TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
 /* tr_train_run with its failure as a tr_error (tr_job.h): the status, and for a bad option
  * the field at fault and where the message names fields ("devices", "layout.stages": those

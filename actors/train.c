@@ -10,6 +10,7 @@
 
 #include "job_config.h"
 #include "job_impl.h"
+#include "memory_need.h"
 #include "train_agree.h"
 #include "tr_file.h"
 #include "tr_trace.h"
@@ -172,6 +173,30 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
   return 0;
 }
 
+/* What the run will hold on each of this rank's devices against what they have
+ * (memory_need.h), on the job completed as tr_job_new will see it. Across processes each
+ * rank counts its own, and all end when one refuses (naming it), as on a bad option. */
+static int check_memory(run *rn, tr_world *w, char *err, size_t n) {
+  tr_job_config job = rn->jc;
+  char why[8];
+  int rc = 0; /* a job that is not complete: prepare's last check says why, in its order */
+  if (tr__job_config_complete(&job, why, sizeof why) == 0)
+    rc = tr__memory_check(&job, rn->devices, err, n);
+  const int size = tr_world_size(w);
+  if (size == 1) return rc;
+  int *all = malloc(sizeof *all * (size_t)size);
+  if (all == NULL || tr_world_allgather(w, &rc, sizeof rc, all)) {
+    free(all);
+    return rc ? rc : tr_errorf(err, n, TR_ESYS, "the ranks could not compare their memory");
+  }
+  for (int r = 0; r < size && rc == 0; r++)
+    if (all[r])
+      rc = tr_errorf(err, n, all[r], TR__F("global_batch") " %d: rank %d cannot hold the run "
+                     "(it says why)", job.global_batch, r);
+  free(all);
+  return rc;
+}
+
 /* This rank's devices; across processes, every rank's in rank order ("none": this rank runs
  * only what lives on rank 0 — the coordinator, the async server). */
 static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n) {
@@ -188,14 +213,19 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
   return rc;
 }
 
+static void trace_path(char *out, size_t n, const char *path, const tr_world *w);
+
 /* The files the run will write: each must be writable now, not after the run, and must not
  * be one the run reads. Rank 0 writes the checkpoints, and holds the checkpoint's lock from
  * here to the run's end (tr_file_lock_output); every rank writes its trace. */
 static int check_outputs(run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = 0;
   const char *ck = tr_world_rank(o->world) == 0 ? o->job.checkpoint.path : NULL;
-  if (ck) rc = tr_file_check_output(ck, TR__F("checkpoint.path"), err, n);
-  if (rc == 0 && o->trace) rc = tr_file_check_output(o->trace, TR__F("trace"), err, n);
+  char trace[4096];
+  if (o->trace) trace_path(trace, sizeof trace, o->trace, o->world);
+  /* each write tried in place now (tr_file_probe_output), where it will be made */
+  if (ck) rc = tr_file_probe_output(ck, TR__F("checkpoint.path"), err, n);
+  if (rc == 0 && o->trace) rc = tr_file_probe_output(trace, TR__F("trace"), err, n);
   /* No output overwrites an input or the other output. A checkpoint may replace the one it
    * resumes from: that is read before it is replaced, and replaced by a rename. */
   const char *in[] = {o->data,        o->eval_data,           o->labels,
@@ -389,6 +419,8 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, o->world, err, n))) return rc;
   if ((rc = check_allreduce(rn, o, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
+  /* before measuring, which allocates a micro-batch */
+  if ((rc = check_memory(rn, o->world, err, n))) return rc;
   /* last: measuring takes a moment, wasted on options found wrong after it */
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&
       (rc = measured_cuts(rn, o->world)))

@@ -3,11 +3,12 @@
  * and renamed over it, and then the directory is synced (models_impl.h). Checkpoints and
  * .npy arrays are written this way.
  *
- * A writer killed half-way leaves its temporary file behind. Each writer holds an exclusive
- * flock on its temporary file while it writes, and the lock dies with its process: so once
- * a write has succeeded, the temporaries of the same target that nobody holds (and that are
- * more than a moment old: a writer takes its lock just after creating the file) are
- * leftovers, and go.
+ * The temporary file is named as tr__file_temp_create says (tr_file.h), so that
+ * tr_file_probe_output tries the very names a write will use. A writer killed half-way
+ * leaves its temporary file behind. Each writer holds an exclusive flock on its temporary
+ * file while it writes, and the lock dies with its process: so once a write has succeeded,
+ * the temporaries of the same target that nobody holds (and that are more than a moment
+ * old: a writer takes its lock just after creating the file) are leftovers, and go.
  *
  * A target that is a symlink is written through: the temporary file goes beside the link's
  * target and is renamed over it, so the link stays a link (tr_file_output_target). The
@@ -15,13 +16,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <inttypes.h>
-#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,32 +41,6 @@ static int write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
-/* Creates "<dir>/.<base>.tmp.<random>" exclusively (0666 less the umask, as the target
- * would get), storing its name in `tmp`. */
-static int create_temp(const char *dir, const char *base, char *tmp, size_t cap) {
-  for (int attempt = 0; attempt < 64; attempt++) {
-    uint64_t r;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
-      r = tr_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^ (uint64_t)attempt;
-    /* The base is cut so the name stays within NAME_MAX; uniqueness comes from r. */
-    snprintf(tmp, cap, "%s/.%.200s.tmp.%016" PRIx64, dir, base, r);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) flock(fd, LOCK_EX | LOCK_NB); /* a new file: no one else holds it */
-    if (fd >= 0 || errno != EEXIST) return fd;
-  }
-  return -1;
-}
-
-/* Whether `name` is a temporary file of target `base`: ".<base>.tmp.<16 hex digits>". */
-static bool temp_of(const char *name, const char *base) {
-  char prefix[256];
-  const int n = snprintf(prefix, sizeof prefix, ".%.200s.tmp.", base);
-  if (strncmp(name, prefix, (size_t)n) != 0 || strlen(name) != (size_t)n + 16) return false;
-  for (const char *p = name + n; *p; p++)
-    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
-  return true;
-}
-
 enum { LEFTOVER_AGE_S = 2 }; /* younger temporaries may belong to a writer just starting */
 
 /* Removes the temporaries of `base` in `dir` that no live writer holds. Best effort: a
@@ -79,7 +51,7 @@ static void remove_leftovers(const char *dir, const char *base) {
   const int dfd = dirfd(d);
   const time_t now = time(NULL);
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
-    if (!temp_of(e->d_name, base)) continue;
+    if (!tr__file_temp_of(e->d_name, base)) continue;
     const int fd = openat(dfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     struct stat sb;
     if (fd < 0) continue;
@@ -116,7 +88,7 @@ int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *er
   else memcpy(dir, target, (size_t)(slash - target)), dir[slash - target] = '\0';
 
   rc = TR_EIO;
-  fd = create_temp(dir, base, tmp, tlen + 256);
+  fd = tr__file_temp_create(dir, base, tmp, tlen + 256);
   if (fd < 0) {
     e = errno, stage = "creating a temporary file in", where = dir;
     tmp[0] = '\0';

@@ -202,14 +202,16 @@ static int alloc(tr_stage *st, size_t floats, float **out) {
 static int open_fail(tr_stage *st, int rc, char *err, size_t size, const char *what) {
   if (err && size)
     snprintf(err, size, "stage [%d,%d) of %s on %s: %s: %s", st->info.first, st->info.end,
-             st->m->name, tr_device_name(st->dev), what,
-             *tr_device_error(st->dev) ? tr_device_error(st->dev) : tr_strerror(rc));
+             st->m->name, st->dev ? tr_device_name(st->dev) : "no device", what,
+             st->dev && *tr_device_error(st->dev) ? tr_device_error(st->dev) : tr_strerror(rc));
   tr_stage_close(st);
   return rc;
 }
 
-int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_config *cfg,
-                  char *err, size_t err_size) {
+/* Everything tr_stage_open decides before it allocates device memory: the stage, its
+ * layers and its memory plan (st->info). `d` NULL: the plan only (tr_stage_plan). */
+static int plan(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_config *cfg,
+                char *err, size_t err_size) {
   *out = NULL;
   const int end = cfg->end ? cfg->end : m->nlayers;
   const int gb = cfg->global_batch ? cfg->global_batch : cfg->batch;
@@ -231,7 +233,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   st->split = cfg->split != 0;
   st->m = m;
   st->dev = d;
-  st->s = tr_device_stream(d);
+  st->s = d ? tr_device_stream(d) : NULL;
   st->optim = cfg->optim;
   if (!st->optim.kind) st->optim.kind = TR_OPTIM_SGD; /* a zeroed configuration's */
   tr_stage_info *in = &st->info;
@@ -255,7 +257,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   if (cfg->split && cfg->precision.gemm != TR_PRECISION_FP32)
     return open_fail(st, TR_EINVAL, err, err_size,
                      "split: backward in two halves runs in fp32 only (precision.gemm bf16)");
-  if (cfg->precision.tf32 && tr_device_set_tf32(d, 1))
+  if (d && cfg->precision.tf32 && tr_device_set_tf32(d, 1))
     return open_fail(st, TR_EDEVICE, err, err_size, "precision.tf32");
   for (int i = 0; i < st->nl; i++) {
     tr__stage_layer *L = &st->layers[i];
@@ -269,7 +271,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
     st->draws |= tr_layer_draws(st->layers[i].spec);
     st->weight_layers |= tr_layer_splits(st->layers[i].spec) != 0;
   }
-  st->replay.on = cfg->graphs == TR_GRAPHS_ON && tr_device_can_capture(d);
+  st->replay.on = d && cfg->graphs == TR_GRAPHS_ON && tr_device_can_capture(d);
   size_t off, n;
   tr_model_layer_span(m, cfg->first, &in->offset, &n);
   tr_model_layer_span(m, end - 1, &off, &n);
@@ -300,7 +302,32 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
                      : rows * (m->loss->target == TR_LOSS_TARGET_CLASSES ? sizeof(int32_t)
                                                                          : out_w * sizeof(float));
   st->slot_stride = slot;
-  int rc;
+  *out = st;
+  return 0;
+}
+
+int tr_stage_plan(const tr_model *m, const tr_stage_config *cfg, tr_stage_info *info,
+                  size_t *opt_scratch_bytes, char *err, size_t err_size) {
+  tr_stage *st;
+  const int rc = plan(&st, m, NULL, cfg, err, err_size);
+  if (rc) return rc;
+  *info = st->info;
+  *opt_scratch_bytes =
+      (size_t)st->optim.kind->scratch_copies * st->info.shard_numel * sizeof(float);
+  tr_stage_close(st);
+  return 0;
+}
+
+int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_config *cfg,
+                  char *err, size_t err_size) {
+  tr_stage *st;
+  int rc = plan(&st, m, d, cfg, err, err_size);
+  *out = NULL;
+  if (rc) return rc;
+  tr_stage_info *in = &st->info;
+  const tr_optim_type *opt = st->optim.kind;
+  const size_t slot = st->slot_stride, scratch = in->scratch_bytes / sizeof(float),
+               work = in->work_bytes / sizeof(float);
   rc = alloc(st, in->numel, &st->params);
   if (rc == 0) rc = alloc(st, in->numel, &st->grads);
   if (rc == 0) rc = alloc(st, in->state_numel, &st->state);

@@ -159,6 +159,13 @@ typedef struct tr_stage_info {
 TR_API int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_config *cfg,
                   char *err, size_t err_size);
 TR_API void tr_stage_close(tr_stage *st);
+/* The memory plan tr_stage_open would make for `cfg` (the same checks, the same *info),
+ * without a device and without allocating its memory: for finding before a run whether its
+ * stages fit (actors/memory_need.c). *opt_scratch_bytes: the optimizer's scratch, which the
+ * info does not count. 0, or tr_stage_open's refusals of the configuration. */
+TR_API int tr_stage_plan(const tr_model *m, const tr_stage_config *cfg, tr_stage_info *info,
+                         size_t *opt_scratch_bytes, char *err, size_t err_size);
+
 
 TR_API const tr_stage_info *tr_stage_info_of(const tr_stage *st);
 TR_API const tr_model *tr_stage_model(const tr_stage *st);

@@ -3,12 +3,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,6 +116,127 @@ int tr_file_check_output(const char *path, const char *what, char *err, size_t e
     rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': directory '%s' is not writable: %s",
                    what, path, dir, strerror(errno));
   }
+  free(dir);
+  free(target);
+  return rc;
+}
+
+int tr__file_temp_create(const char *dir, const char *base, char *tmp, size_t cap) {
+  for (int attempt = 0; attempt < 64; attempt++) {
+    uint64_t r;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+      r = tr_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^ (uint64_t)attempt;
+    /* The base is cut so the name stays within NAME_MAX; uniqueness comes from r. */
+    snprintf(tmp, cap, "%s/.%.200s.tmp.%016" PRIx64, dir, base, r);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) flock(fd, LOCK_EX | LOCK_NB); /* a new file: no one else holds it */
+    if (fd >= 0 || errno != EEXIST) return fd;
+  }
+  return -1;
+}
+
+int tr__file_temp_beside(const char *target, char **tmp) {
+  char *dir = dir_of(target);
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  *tmp = dir ? malloc(strlen(dir) + 256) : NULL;
+  const int fd = *tmp ? tr__file_temp_create(dir, base, *tmp, strlen(dir) + 256) : -1;
+  if (*tmp == NULL) errno = ENOMEM;
+  free(dir);
+  return fd;
+}
+
+bool tr__file_temp_of(const char *name, const char *base) {
+  char prefix[256];
+  const int n = snprintf(prefix, sizeof prefix, ".%.200s.tmp.", base);
+  if (strncmp(name, prefix, (size_t)n) != 0 || strlen(name) != (size_t)n + 16) return false;
+  for (const char *p = name + n; *p; p++)
+    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f'))) return false;
+  return true;
+}
+
+/* Whether this process may remove others' files from sticky directories (CAP_FOWNER, bit 3
+ * of its effective capabilities), as root usually may. */
+static bool may_override_sticky(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  unsigned long long caps = 0;
+  bool found = false;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "CapEff: %llx", &caps) == 1) {
+      found = true;
+      break;
+    }
+  if (f) fclose(f);
+  return found ? (caps >> 3) & 1 : geteuid() == 0;
+}
+
+/* What the write's final rename onto `target` in `dir` would meet that a rename between two
+ * names of our own does not: a name the file system refuses, a file of another user in a
+ * sticky directory (the kernel's check_sticky). 0 or the errno. */
+static int rename_onto_target(const char *target, const char *dir, const char *base) {
+  const long max = pathconf(dir, _PC_NAME_MAX);
+  if (strlen(base) > (size_t)(max > 0 ? max : NAME_MAX)) return ENAMETOOLONG;
+  struct stat d, t;
+  if (stat(dir, &d) == 0 && (d.st_mode & S_ISVTX) && lstat(target, &t) == 0 &&
+      t.st_uid != geteuid() && d.st_uid != geteuid() && !may_override_sticky())
+    return EPERM;
+  return 0;
+}
+
+int tr_file_probe_output(const char *path, const char *what, char *err, size_t err_size) {
+  int rc = tr_file_check_output(path, what, err, err_size);
+  if (rc) return rc;
+  char *target = NULL, *dir = NULL, *tmp = NULL, *moved = NULL;
+  if (tr_file_output_target(path, &target) || (dir = dir_of(target)) == NULL ||
+      (tmp = malloc(strlen(dir) + 256)) == NULL || (moved = malloc(strlen(dir) + 256)) == NULL) {
+    rc = tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory", what, path);
+    goto out;
+  }
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  if (strlen(target) >= PATH_MAX) {
+    rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': a path of %zu bytes: %s", what, path,
+                   strlen(target), strerror(ENAMETOOLONG));
+    goto out;
+  }
+  int e = rename_onto_target(target, dir, base);
+  if (e == ENAMETOOLONG) {
+    rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': a name of %zu bytes: %s", what, path,
+                   strlen(base), strerror(e));
+    goto out;
+  }
+  if (e == EPERM) {
+    rc = tr_errorf(err, err_size, TR_EINVAL,
+                   "%s '%s': directory '%s' is sticky and the file is another user's: the "
+                   "write could not replace it (%s)",
+                   what, path, dir, strerror(e));
+    goto out;
+  }
+  const int fd = tr__file_temp_create(dir, base, tmp, strlen(dir) + 256);
+  if (fd < 0) {
+    e = errno;
+    rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': cannot create a file in directory '%s': %s",
+                   what, path, dir, strerror(e));
+    goto out;
+  }
+  close(fd);
+  /* renamed onto a second temporary file of our own (a rename that replaces a file, as the
+   * write's does), never onto the output: the output stays as it is */
+  const int mfd = tr__file_temp_create(dir, base, moved, strlen(dir) + 256);
+  if (mfd >= 0) close(mfd);
+  if (mfd < 0 || rename(tmp, moved) != 0) {
+    e = errno;
+    if (mfd >= 0) unlink(moved);
+    unlink(tmp);
+    rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': cannot rename a file in directory '%s': "
+                   "%s", what, path, dir, strerror(e));
+    goto out;
+  }
+  if (unlink(moved) != 0)
+    rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': cannot remove a file from directory "
+                   "'%s': %s", what, path, dir, strerror(errno));
+out:
+  free(moved);
+  free(tmp);
   free(dir);
   free(target);
   return rc;

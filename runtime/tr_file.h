@@ -18,6 +18,7 @@
 #ifndef TR_FILE_H
 #define TR_FILE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,21 @@ extern "C" {
  * this process. 0, or TR_EINVAL with err naming the path
  * and what is wrong. A check, not a promise: a disk may still fill up later. */
 TR_API int tr_file_check_output(const char *path, const char *what, char *err, size_t err_size);
+
+/* tr_file_check_output, then the write itself tried in place, at once rather than after the
+ * run: a temporary file made in the output's directory under the name a write uses
+ * (tr__file_temp_create), renamed once onto a second such name, and removed. What only the
+ * write would find fails here, TR_EINVAL naming the path and the cause: a directory where
+ * nothing may be created (/proc, /sys, a read-only mount), a name longer than the file
+ * system takes (255 bytes), a file owned by another user in a sticky directory (/tmp) that
+ * the rename could not replace. Neither the output nor anything else is left changed: the
+ * probe never touches the file at `path`.
+ *
+ *   if (tr_file_probe_output("/proc/ck.st", "checkpoint.path", err, sizeof err)) ...;
+ *   // "checkpoint.path '/proc/ck.st': cannot create a file in directory '/proc': No such
+ *   // file or directory"
+ */
+TR_API int tr_file_probe_output(const char *path, const char *what, char *err, size_t err_size);
 
 /* The file a write to `path` lands on: `path` with the symlinks of its last component
  * followed (a relative link's target read from the link's directory), so that writing
@@ -75,6 +91,16 @@ typedef struct tr_file_lock tr_file_lock;
 TR_API int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out,
                                char *err, size_t err_size);
 TR_API void tr_file_unlock(tr_file_lock *l);
+
+/* Internal (file_atomic.c, trace_json.c and the probe above): the temporary file that
+ * replaces `base` in `dir`, "<dir>/.<base>.tmp.<16 hex digits>" (the base cut to 200 bytes so
+ * the name stays within NAME_MAX), created exclusively, mode 0666 less the umask, and
+ * flock'ed (a new file: no one else holds it). Its name goes to `tmp`; the descriptor, or
+ * -1 with errno. tr__file_temp_of: whether `name` is such a temporary file of `base`. */
+int tr__file_temp_create(const char *dir, const char *base, char *tmp, size_t cap);
+/* The same beside `target` (its directory and base): *tmp malloc'd (free it, also on -1). */
+int tr__file_temp_beside(const char *target, char **tmp);
+bool tr__file_temp_of(const char *name, const char *base);
 
 /* Opens `path` for reading when it is a regular file: *fd (close it) and its *size. FIFOs,
  * sockets, devices and directories are refused without blocking (the open does not wait for

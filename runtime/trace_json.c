@@ -211,15 +211,15 @@ static int write_all(tr_system *sys, FILE *f) {
 
 int tr_system_trace_write(tr_system *sys, const char *path) {
   /* a symlink's target is written, the link kept; the file replaced keeps its mode */
-  char *target, *tmp;
+  char *target, *tmp = NULL;
   if (tr_file_output_target(path, &target)) return TR_EIO;
-  if (asprintf(&tmp, "%s.tmp.%d", target, (int)getpid()) < 0) {
-    free(target);
-    return TR_ENOMEM;
-  }
-  FILE *f = fopen(tmp, "w");
+  /* named as checkpoints' temporary files are: tr_file_probe_output tried this write */
+  const int fd = tr__file_temp_beside(target, &tmp);
+  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
   if (f == NULL || tr_file_keep_mode(fileno(f), target)) {
-    if (f) fclose(f), unlink(tmp);
+    if (f) fclose(f);
+    else if (fd >= 0) close(fd);
+    if (fd >= 0) unlink(tmp);
     free(tmp);
     free(target);
     return TR_EIO;

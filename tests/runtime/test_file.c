@@ -1,7 +1,9 @@
 /* test_file.c — the output checks and the writer's lock of tr_file.h, as library calls: a
  * symlink's target, what may not be replaced, two names of one file, a mode kept, and one
  * writer per output across processes (a second refused naming the first's pid, a lock taken
- * again in the process that holds it, no stale lock after a writer dies). */
+ * again in the process that holds it, no stale lock after a writer dies), and the write tried
+ * in place before a run (tr_file_probe_output). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
@@ -164,11 +166,86 @@ static void one_writer(void **state) {
   tr_file_unlock(a);
 }
 
+/* Entries of `path` (the probe leaves none behind). */
+static int entries(const char *path) {
+  DIR *d = opendir(path);
+  int n = 0;
+  assert_non_null(d);
+  while (readdir(d)) n++;
+  closedir(d);
+  return n;
+}
+
+/* The write tried in place before the run: what only the write would find is refused now,
+ * and the probe changes nothing, the output least of all. */
+static void probe_tries_the_write_in_place(void **state) {
+  (void)state;
+  char err[512];
+  assert_int_equal(mkdir("p", 0777), 0);
+  touch("p/keep.st", 0600);
+  struct stat before, after;
+  assert_int_equal(stat("p/keep.st", &before), 0);
+  const int n = entries("p");
+  assert_int_equal(tr_file_probe_output("p/keep.st", "out", err, sizeof err), 0);
+  assert_int_equal(tr_file_probe_output("p/new.st", "out", err, sizeof err), 0);
+  assert_int_equal(stat("p/keep.st", &after), 0);
+  assert_true(after.st_ino == before.st_ino && after.st_size == 1 &&
+              (after.st_mode & 07777) == 0600 && after.st_mtime == before.st_mtime);
+  assert_int_equal(entries("p"), n); /* no temporary file, no new.st */
+  assert_int_equal(tr_file_probe_output("/proc/ck.st", "out", err, sizeof err), TR_EINVAL);
+  assert_non_null(strstr(err, "out '/proc/ck.st': cannot create a file in directory '/proc'"));
+  char name[3 + 301] = "p/";
+  memset(name + 2, 'n', 300);
+  name[302] = 0;
+  assert_int_equal(tr_file_probe_output(name, "out", err, sizeof err), TR_EINVAL);
+  assert_non_null(strstr(err, "a name of 300 bytes"));
+  name[2 + 255] = 0; /* 255 bytes: the file system's limit, and the temporary name is cut */
+  assert_int_equal(tr_file_probe_output(name, "out", err, sizeof err), 0);
+  assert_int_equal(entries("p"), n);
+  /* tr_file_check_output's refusals come first */
+  assert_int_equal(tr_file_probe_output("p/", "out", err, sizeof err), TR_EINVAL);
+  assert_string_equal(err, "out 'p/': a directory, not a file");
+}
+
+/* A file of another user in a sticky directory: the write's rename could not replace it
+ * (the kernel's rule, checked here too), so the probe refuses it. Shown by a child that is
+ * nobody (uid 65534), so only where this test runs as root. */
+static void probe_refuses_what_a_sticky_directory_keeps(void **state) {
+  (void)state;
+  if (geteuid() != 0) skip(); /* a file of another user and a child of another uid */
+  assert_int_equal(chmod(dir, 0711), 0);
+  assert_int_equal(mkdir("sticky", 0777), 0);
+  assert_int_equal(chmod("sticky", 01777), 0);
+  touch("sticky/theirs.st", 0644);
+  assert_int_equal(chown("sticky/theirs.st", 1, 1), 0);
+  const pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    char err[512];
+    if (setgid(65534) || setuid(65534)) _exit(10);
+    if (tr_file_probe_output("sticky/theirs.st", "out", err, sizeof err) != TR_EINVAL ||
+        !strstr(err, "directory 'sticky' is sticky and the file is another user's"))
+      _exit(1);
+    const int fd = open("sticky/mine", O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0) _exit(2);
+    close(fd);
+    if (rename("sticky/mine", "sticky/theirs.st") == 0 || errno != EPERM) _exit(3);
+    unlink("sticky/mine");
+    if (tr_file_probe_output("sticky/new.st", "out", err, sizeof err) != 0) _exit(4);
+    _exit(0);
+  }
+  int status;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  assert_true(WIFEXITED(status));
+  assert_int_equal(WEXITSTATUS(status), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(target_follows_links), cmocka_unit_test(output_kinds),
       cmocka_unit_test(distinct_files), cmocka_unit_test(mode_kept),
-      cmocka_unit_test(one_writer),
+      cmocka_unit_test(one_writer), cmocka_unit_test(probe_tries_the_write_in_place),
+      cmocka_unit_test(probe_refuses_what_a_sticky_directory_keeps),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
