@@ -434,6 +434,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     snprintf(err, err_size, "creating the actor system: %s", tr_strerror(rc));
     goto out;
   }
+  if (o->trace) tr_system_trace_budget(tr_graph_system(g), (size_t)o->trace_budget_mib << 20);
   if (tr_world_size(o->world) > 1 && (rc = tr_graph_set_world(g, o->world))) {
     snprintf(err, err_size, "starting the transport between processes: %s", tr_strerror(rc));
     goto out;
