@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "job_config.h" /* TR__F: the field a message names */
 #include "job_impl.h"
 #include "tr_checkpoint.h"
 
@@ -321,6 +322,31 @@ int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
   if (rc == 0) rc = check_tensors(ck, path, m, kind, err, n);
   if (rc == 0) *step = (int64_t)s;
   return rc;
+}
+
+void tr__checkpoint_lost(const char *path, int64_t first, int64_t done, int64_t written,
+                         char *buf, size_t n) {
+  const size_t len = strlen(buf);
+  if (len >= n) return;
+  char *at = buf + len;
+  size_t room = n - len;
+  const int64_t since = written >= 0 ? written : first;
+  int w;
+  if (written >= 0)
+    w = snprintf(at, room, "; the last checkpoint, %s, holds the state after step %lld: the "
+                 "steps done since are lost", path, (long long)written);
+  else if (path)
+    w = snprintf(at, room, "; no checkpoint was written to %s: the steps this run did are "
+                 "lost", path);
+  else if (done > first)
+    w = snprintf(at, room, "; the steps this run did are lost (no " TR__F("checkpoint.path")
+                 " was given)");
+  else
+    return;
+  if (w < 0 || (size_t)w >= room || done <= since) return;
+  at += w, room -= (size_t)w;
+  if (done == since + 1) snprintf(at, room, " (at least step %lld)", (long long)done);
+  else snprintf(at, room, " (at least steps %lld..%lld)", (long long)since + 1, (long long)done);
 }
 
 /* The stage's shard of the whole state of p, in place: copy k of it to k × shard_numel. */

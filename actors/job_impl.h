@@ -159,6 +159,10 @@ void *tr__coordinator_new(const tr__run *run);
 int tr__coordinator_add_source(void *coordinator, int source, tr_edge *e);
 int tr__coordinator_add_observer(void *coordinator, tr_edge *e, int every);
 const tr_train_result *tr__coordinator_result(const void *coordinator);
+/* After a run that failed: what became of its state, appended to `buf` (which holds the
+ * error; tr__checkpoint_lost). tr__job_lost: the job's coordinator's (nothing without one). */
+void tr__coordinator_lost(const void *coordinator, char *buf, size_t n);
+void tr__job_lost(const tr_job *j, char *buf, size_t n);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
 
@@ -170,6 +174,14 @@ const tr_train_result *tr__coordinator_result(const void *coordinator);
  * naming what is wrong. */
 int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
                          tr_optim_kind kind, int64_t *step, char *err, size_t err_size);
+/* What a run that failed leaves, appended to `buf` (which holds the error): "; the last
+ * checkpoint, ck.safetensors, holds the state after step 40: the steps done since are lost
+ * (at least steps 41..45)", or that no checkpoint was written to `path`, or (`path` NULL)
+ * that the steps done are lost, if some were. `written`: the step of the last checkpoint on
+ * disk (-1: none); steps [first, done) are known done by this run, maybe more: the stages
+ * run ahead of what the coordinator had heard when the run stopped. */
+void tr__checkpoint_lost(const char *path, int64_t first, int64_t done, int64_t written,
+                         char *buf, size_t n);
 /* What differs, legally, between the run that wrote `ck` and this one (batch, seed,
  * strategy), as text for the user ("batch 64 (this run: 32)"); "" when nothing does. */
 void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,

@@ -461,6 +461,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
              ck && tr_world_rank(o->world) == 0 ? " written)" : "");
   } else if (rc) {
     snprintf(err, err_size, "%s", tr_graph_error(g));
+    if (tr_world_rank(o->world) == 0) tr__job_lost(j, err, err_size); /* what became of it */
     goto out;
   } else {
     tr_job_result(j, r);
