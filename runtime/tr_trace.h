@@ -155,14 +155,14 @@ TR_API void tr_system_trace_step(tr_system *sys, int64_t step);
 #define TR_TRACE_BUDGET_MIN ((size_t)256 << 10)
 TR_API void tr_system_trace_budget(tr_system *sys, size_t bytes);
 
-/* What the budget kept and dropped (after the run). */
+/* What the budget kept and dropped. After the run (it reads every buffer). */
 typedef struct tr_trace_stats {
   uint64_t events;   /* kept: what tr_system_trace_visit visits and the file holds */
   uint64_t dropped;  /* of the steps before first_step, dropped to keep within the budget */
   uint64_t lost;     /* not recorded: their step alone filled the budget */
   int64_t first_step; /* events of steps before it were dropped; 0: none were */
   int64_t lost_step; /* the first step that lost events; -1: none did */
-  size_t bytes, peak_bytes, budget; /* held now, held at most, the budget */
+  size_t bytes, peak_bytes, budget; /* held at the end, held at most (ever), the budget */
 } tr_trace_stats;
 TR_API void tr_system_trace_stats(tr_system *sys, tr_trace_stats *stats);
 
