@@ -11,14 +11,17 @@
  * Also the parts' message (tr__part_type) and its wire codec: a part crosses processes with
  * its arrays, which the coordinator takes over.
  */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codec.h"
-#include "job_config.h" /* TR__F: the field a message names */
 #include "job_impl.h"
 #include "tr_checkpoint.h"
 
@@ -324,29 +327,71 @@ int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
   return rc;
 }
 
-void tr__checkpoint_lost(const char *path, int64_t first, int64_t done, int64_t written,
-                         char *buf, size_t n) {
+/* ---- what a run that failed leaves --------------------------------------------------------- */
+
+void tr__checkpoint_mark(tr__ck_mark *m, const char *path) {
+  struct stat sb;
+  *m = (tr__ck_mark){0};
+  /* the fine clock: a file written before it has an earlier time, whether the file system
+   * takes its times from the coarse clock (a tick behind) or from the fine one; a file
+   * written within a coarse tick after it may not have a later time, but is a new inode */
+  clock_gettime(CLOCK_REALTIME, &m->start);
+  if (path && stat(path, &sb) == 0) m->had = true, m->dev = sb.st_dev, m->ino = sb.st_ino;
+}
+
+/* Whether the file at `path` is a checkpoint this run wrote: every write renames a new file
+ * in place (a new inode), after the mark (a later time). */
+static bool written_since(const char *path, const tr__ck_mark *m) {
+  struct stat sb;
+  if (stat(path, &sb)) return false;
+  const bool later = sb.st_mtim.tv_sec > m->start.tv_sec ||
+                     (sb.st_mtim.tv_sec == m->start.tv_sec && sb.st_mtim.tv_nsec > m->start.tv_nsec);
+  return !m->had || sb.st_dev != m->dev || sb.st_ino != m->ino || later;
+}
+
+/* The metadata 'step' of the checkpoint at `path`, from its header alone (a large model's
+ * checkpoint is large): 0, or -1 where there is none to read. */
+static int peek_step(const char *path, uint64_t *step) {
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* no FIFO waited on */
+  struct stat sb;
+  if (fd < 0) return -1;
+  unsigned char len8[8];
+  uint64_t len = 0;
+  int rc = -1;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(fd, len8, 8, 0) == 8)
+    for (int i = 7; i >= 0; i--) len = len << 8 | len8[i];
+  char *text = len > 0 && len <= TR_CHECKPOINT_MAX_HEADER && len <= (uint64_t)sb.st_size - 8
+                   ? malloc(len) : NULL;
+  if (text && pread(fd, text, len, 8) == (ssize_t)len) {
+    cJSON *h = cJSON_ParseWithLength(text, len);
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(h, "__metadata__"), "step"));
+    char *end;
+    errno = 0;
+    if (v && *v >= '0' && *v <= '9') *step = strtoull(v, &end, 10);
+    if (v && *v >= '0' && *v <= '9' && !*end && !errno) rc = 0;
+    cJSON_Delete(h);
+  }
+  free(text);
+  close(fd);
+  return rc;
+}
+
+void tr__checkpoint_lost(const char *path, const tr__ck_mark *m, char *buf, size_t n) {
   const size_t len = strlen(buf);
-  if (len >= n) return;
-  char *at = buf + len;
-  size_t room = n - len;
-  const int64_t since = written >= 0 ? written : first;
-  int w;
-  if (written >= 0)
-    w = snprintf(at, room, "; the last checkpoint, %s, holds the state after step %lld: the "
-                 "steps done since are lost", path, (long long)written);
-  else if (path)
-    w = snprintf(at, room, "; no checkpoint was written to %s: the steps this run did are "
-                 "lost", path);
-  else if (done > first)
-    w = snprintf(at, room, "; the steps this run did are lost (no " TR__F("checkpoint.path")
-                 " was given)");
+  if (path == NULL || len >= n) return;
+  uint64_t step;
+  const bool readable = peek_step(path, &step) == 0;
+  if (readable && written_since(path, m))
+    snprintf(buf + len, n - len, "; the last checkpoint, %s, holds the state after step %llu: "
+             "the steps done since are lost", path, (unsigned long long)step);
+  else if (readable)
+    snprintf(buf + len, n - len, "; no checkpoint was written to %s by this run: any steps it "
+             "did are lost (the file holds step %llu, of an earlier run)", path,
+             (unsigned long long)step);
   else
-    return;
-  if (w < 0 || (size_t)w >= room || done <= since) return;
-  at += w, room -= (size_t)w;
-  if (done == since + 1) snprintf(at, room, " (at least step %lld)", (long long)done);
-  else snprintf(at, room, " (at least steps %lld..%lld)", (long long)since + 1, (long long)done);
+    snprintf(buf + len, n - len, "; no checkpoint was written to %s: any steps this run did "
+             "are lost", path);
 }
 
 /* The stage's shard of the whole state of p, in place: copy k of it to k × shard_numel. */

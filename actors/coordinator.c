@@ -551,22 +551,6 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   return maybe_done(c);
 }
 
-/* ---- a run that failed ---------------------------------------------------------------------- */
-
-/* Its state was on the stages, mid-step: what is left is the last checkpoint on disk. One
- * whose write was under way when the run stopped ended with the loop (its message never
- * handled): on disk if it succeeded. */
-void tr__coordinator_lost(const void *state, char *buf, size_t n) {
-  const coordinator *c = state;
-  if (c->t_start == 0) return; /* the run never started: no step, no checkpoint */
-  int64_t written = c->written;
-  if (c->writing && c->writing->rc == 0 && c->writing->ck.step > written)
-    written = c->writing->ck.step;
-  const int64_t first = tr_graph_first_step(c->run->g);
-  tr__checkpoint_lost(c->run->c.checkpoint.path, first, first + c->losses.complete, written,
-                      buf, n);
-}
-
 /* Runs after every write the coordinator asked for has ended (the loop runs until then). */
 static void coordinator_destroy(void *state) {
   coordinator *c = state;

@@ -545,7 +545,3 @@ void tr_job_result(const tr_job *j, tr_train_result *r) {
   if (j->coordinator) *r = *tr__coordinator_result(tr_actor_state(j->coordinator));
   else tr__result_init(r, tr_model_name(j->run.c.model), j->run.strategy);
 }
-
-void tr__job_lost(const tr_job *j, char *buf, size_t n) {
-  if (j->coordinator) tr__coordinator_lost(tr_actor_state(j->coordinator), buf, n);
-}

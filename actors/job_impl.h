@@ -23,6 +23,8 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/stat.h> /* tr__ck_mark */
+#include <time.h>
 
 #include "run_metrics.h"
 #include "tr_job.h"
@@ -159,10 +161,6 @@ void *tr__coordinator_new(const tr__run *run);
 int tr__coordinator_add_source(void *coordinator, int source, tr_edge *e);
 int tr__coordinator_add_observer(void *coordinator, tr_edge *e, int every);
 const tr_train_result *tr__coordinator_result(const void *coordinator);
-/* After a run that failed: what became of its state, appended to `buf` (which holds the
- * error; tr__checkpoint_lost). tr__job_lost: the job's coordinator's (nothing without one). */
-void tr__coordinator_lost(const void *coordinator, char *buf, size_t n);
-void tr__job_lost(const tr_job *j, char *buf, size_t n);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
 
@@ -174,14 +172,20 @@ void tr__job_lost(const tr_job *j, char *buf, size_t n);
  * naming what is wrong. */
 int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
                          tr_optim_kind kind, int64_t *step, char *err, size_t err_size);
-/* What a run that failed leaves, appended to `buf` (which holds the error): "; the last
- * checkpoint, ck.safetensors, holds the state after step 40: the steps done since are lost
- * (at least steps 41..45)", or that no checkpoint was written to `path`, or (`path` NULL)
- * that the steps done are lost, if some were. `written`: the step of the last checkpoint on
- * disk (-1: none); steps [first, done) are known done by this run, maybe more: the stages
- * run ahead of what the coordinator had heard when the run stopped. */
-void tr__checkpoint_lost(const char *path, int64_t first, int64_t done, int64_t written,
-                         char *buf, size_t n);
+/* What a run that failed leaves of its state: its stages stop mid-step, so what is left is
+ * the last checkpoint on disk. tr__checkpoint_mark, before the run, notes the file at `path`
+ * as it was; tr__checkpoint_lost, after it failed, appends to `buf` (which holds the error)
+ * "; the last checkpoint, ck.safetensors, holds the state after step 40: the steps done
+ * since are lost", or that this run wrote none (and the step of an earlier run's file).
+ * Nothing without a path. */
+typedef struct tr__ck_mark {
+  bool had;
+  dev_t dev;
+  ino_t ino;
+  struct timespec start;
+} tr__ck_mark;
+void tr__checkpoint_mark(tr__ck_mark *m, const char *path);
+void tr__checkpoint_lost(const char *path, const tr__ck_mark *m, char *buf, size_t n);
 /* What differs, legally, between the run that wrote `ck` and this one (batch, seed,
  * strategy), as text for the user ("batch 64 (this run: 32)"); "" when nothing does. */
 void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,

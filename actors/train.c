@@ -414,6 +414,7 @@ static void trace_path(char *out, size_t n, const char *path, const tr_world *w)
 static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                       size_t err_size) {
   run rn = {0};
+  tr__ck_mark mark;
   tr_graph *g = NULL;
   tr_job *j = NULL;
   err[0] = 0;
@@ -449,6 +450,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     if (tr_world_rank(o->world) == 0) tr_job_print_plan(j, o->plan);
   }
   if (tr_world_size(o->world) == 1 && (rc = held_signal(err, err_size))) goto out;
+  tr__checkpoint_mark(&mark, rn.jc.checkpoint.path); /* to tell this run's checkpoint */
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
     tr_job_result(j, r);
@@ -461,7 +463,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
              ck && tr_world_rank(o->world) == 0 ? " written)" : "");
   } else if (rc) {
     snprintf(err, err_size, "%s", tr_graph_error(g));
-    if (tr_world_rank(o->world) == 0) tr__job_lost(j, err, err_size); /* what became of it */
+    if (tr_world_rank(o->world) == 0 && rc != TR_EINVAL) /* a refusal trained nothing */
+      tr__checkpoint_lost(rn.jc.checkpoint.path, &mark, err, err_size);
     goto out;
   } else {
     tr_job_result(j, r);
