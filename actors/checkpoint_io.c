@@ -11,9 +11,15 @@
  * Also the parts' message (tr__part_type) and its wire codec: a part crosses processes with
  * its arrays, which the coordinator takes over.
  */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "codec.h"
 #include "job_impl.h"
@@ -24,6 +30,44 @@
 static int state_prefixes(tr_optim_kind kind, const char **prefix) {
   for (int k = 0; k < kind->state_copies; k++) prefix[k] = kind->state_names[k];
   return kind->state_copies;
+}
+
+/* The optimizer's hyperparameters a checkpoint keeps in its metadata (its kind's, and lr for
+ * every kind), written as "%.9g" and checked on resume against the rule: an impossible value
+ * is a sign of a corrupt or hand-made file, whose state would be as doubtful. */
+typedef struct hyper {
+  tr_optim_kind kind; /* NULL: every kind */
+  const char *key;    /* the metadata's key, tr_optim_config's field */
+  size_t at;          /* offsetof(tr_optim_config, field) */
+  bool below_one;     /* in [0, 1), else finite and >= 0 */
+  const char *rule;
+} hyper;
+
+static const hyper hypers[] = {
+    {NULL, "lr", offsetof(tr_optim_config, lr), false, "a learning rate is finite and >= 0"},
+    {&tr_optim_adamw_type, "beta1", offsetof(tr_optim_config, beta1), true,
+     "Adam's betas are in [0, 1)"},
+    {&tr_optim_adamw_type, "beta2", offsetof(tr_optim_config, beta2), true,
+     "Adam's betas are in [0, 1)"},
+    {&tr_optim_adamw_type, "eps", offsetof(tr_optim_config, eps), false,
+     "Adam's eps is finite and >= 0"},
+};
+
+/* State copies that are never negative: a checkpoint holding a negative element there was
+ * not written by a run of that optimizer. */
+typedef struct nonneg_state {
+  tr_optim_kind kind;
+  const char *state; /* the kind's state_names[k] */
+  const char *rule;
+} nonneg_state;
+
+static const nonneg_state nonneg[] = {
+    {&tr_optim_adamw_type, "adam_v",
+     "Adam's second moments are averages of squared gradients, never negative"},
+};
+
+static bool hyper_applies(const hyper *h, tr_optim_kind kind) {
+  return h->kind == NULL || h->kind == kind;
 }
 
 typedef int (*tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *shape,
@@ -130,8 +174,6 @@ static tr_checkpoint_writer *writer_of(const tr__run *run, int64_t step, const t
   tr_checkpoint_writer *w = tr_checkpoint_writer_new();
   if (w == NULL) return NULL;
   const tr_optim_config *o = &c->optim;
-  char lr[32];
-  snprintf(lr, sizeof lr, "%.9g", (double)o->lr);
   uint64_t rng[2] = {c->seed, (uint64_t)step};
   each_tensor(c->model, o->kind, parts, nparts, add_tensor, w);
   tr_checkpoint_writer_put(w, "format", TR__CHECKPOINT_FORMAT);
@@ -140,7 +182,14 @@ static tr_checkpoint_writer *writer_of(const tr__run *run, int64_t step, const t
   tr_checkpoint_writer_put_u64(w, "batch", (uint64_t)c->global_batch);
   tr_checkpoint_writer_put_u64s(w, "rng", rng, 2); /* data: a function of (seed, step) */
   tr_checkpoint_writer_put(w, "optimizer", tr_optim_kind_name(o->kind));
-  tr_checkpoint_writer_put(w, "lr", lr);
+  for (size_t i = 0; i < sizeof hypers / sizeof *hypers; i++) {
+    if (!hyper_applies(&hypers[i], o->kind)) continue;
+    char v[32];
+    float x;
+    memcpy(&x, (const char *)o + hypers[i].at, sizeof x);
+    snprintf(v, sizeof v, "%.9g", (double)x);
+    tr_checkpoint_writer_put(w, hypers[i].key, v);
+  }
   tr_checkpoint_writer_put(w, "strategy", run->strategy);
   return w;
 }
@@ -175,13 +224,50 @@ static int64_t first_nonfinite(const tr_checkpoint_tensor *t) {
   return -1;
 }
 
+/* The first element of `t` (float32) below zero, or -1. */
+static int64_t first_negative(const tr_checkpoint_tensor *t) {
+  const unsigned char *p = t->data;
+  for (size_t i = 0; i < t->nbytes / 4; i++) {
+    float v;
+    memcpy(&v, p + 4 * i, 4);
+    if (v < 0) return (int64_t)i;
+  }
+  return -1;
+}
+
+/* The rule state copy `name` of `kind` obeys, if it is never negative; else NULL. */
+static const char *nonneg_rule(tr_optim_kind kind, const char *name) {
+  for (size_t i = 0; i < sizeof nonneg / sizeof *nonneg; i++)
+    if (nonneg[i].kind == kind && !strcmp(nonneg[i].state, name)) return nonneg[i].rule;
+  return NULL;
+}
+
+/* The kind's hyperparameters the metadata holds, each within its rule (absent: not checked,
+ * as checkpoints written before they were kept hold only lr). */
+static int check_hypers(tr_checkpoint *ck, const char *path, tr_optim_kind kind, char *err,
+                        size_t n) {
+  for (size_t i = 0; i < sizeof hypers / sizeof *hypers; i++) {
+    const hyper *h = &hypers[i];
+    const char *v = hyper_applies(h, kind) ? tr_checkpoint_meta(ck, h->key) : NULL;
+    if (v == NULL) continue;
+    char *end;
+    const double x = strtod(v, &end);
+    if (end == v || *end || !isfinite(x) || x < 0 || (h->below_one && x >= 1))
+      return tr_errorf(err, n, TR_EFORMAT, "%s: metadata '%s' is \"%.40s\": %s", path, h->key,
+                       v, h->rule);
+  }
+  return 0;
+}
+
 /* Every tensor the model and its optimizer state need: there, float32, of its shape, and
- * finite (a checkpoint of a run that diverged would train on NaN from its first step). */
+ * finite (a checkpoint of a run that diverged would train on NaN from its first step), and
+ * the state that is never negative not negative. */
 static int check_tensors(tr_checkpoint *ck, const char *path, const tr_model *m,
                          tr_optim_kind kind, char *err, size_t n) {
   const char *prefix[TR_OPTIM_MAX_STATE];
   const int copies = state_prefixes(kind, prefix);
   for (int copy = -1; copy < copies; copy++) {
+    const char *rule = copy < 0 ? NULL : nonneg_rule(kind, prefix[copy]);
     for (int i = 0; i < tr_model_tensor_count(m); i++) {
       const tr_tensor_info *info = tr_model_tensor(m, i);
       char name[96];
@@ -199,6 +285,13 @@ static int check_tensors(tr_checkpoint *ck, const char *path, const tr_model *m,
                          "cannot be resumed from it",
                          path, name, tr__nonfinite_name(v), (long long)bad,
                          t->nbytes / 4);
+      }
+      const int64_t neg = rule ? first_negative(t) : -1;
+      if (neg >= 0) {
+        float v;
+        memcpy(&v, (const unsigned char *)t->data + 4 * neg, 4);
+        return tr_errorf(err, n, TR_EFORMAT, "%s: tensor '%s' holds %g (element %lld of %zu): %s",
+                         path, name, (double)v, (long long)neg, t->nbytes / 4, rule);
       }
     }
   }
@@ -221,8 +314,12 @@ int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
   if (model == NULL || strcmp(model, tr_model_name(m)) != 0)
     return tr_errorf(err, n, TR_EFORMAT, "%s: a checkpoint of model '%s', not '%s'", path,
                      model ? model : "(none)", tr_model_name(m));
+  const char *step_text = tr_checkpoint_meta(ck, "step");
+  if (step_text == NULL)
+    return tr_errorf(err, n, TR_EFORMAT, "%s: metadata key 'step' is missing: the steps the run had taken", path);
   if (tr_checkpoint_meta_u64(ck, "step", &s))
-    return tr_errorf(err, n, TR_EFORMAT, "%s", tr_checkpoint_error(ck));
+    return tr_errorf(err, n, TR_EFORMAT, "%s: metadata 'step' is \"%.40s\": the steps a run has "
+                     "taken are a whole number >= 0", path, step_text);
   if (s >= (uint64_t)TR_GRAPH_STEP_LIMIT)
     return tr_errorf(err, n, TR_EFORMAT, "%s: step %llu is out of range (a run's steps are "
                      "below 2^61)", path, (unsigned long long)s);
@@ -237,9 +334,77 @@ int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
                      opt && tr_optim_kind_parse(opt, &was) ? " (not a registered optimizer)" : "",
                      want);
   }
-  int rc = check_tensors(ck, path, m, kind, err, n);
+  int rc = check_hypers(ck, path, kind, err, n);
+  if (rc == 0) rc = check_tensors(ck, path, m, kind, err, n);
   if (rc == 0) *step = (int64_t)s;
   return rc;
+}
+
+/* ---- what a run that failed leaves --------------------------------------------------------- */
+
+void tr__checkpoint_mark(tr__ck_mark *m, const char *path) {
+  struct stat sb;
+  *m = (tr__ck_mark){0};
+  /* the fine clock: a file written before it has an earlier time, whether the file system
+   * takes its times from the coarse clock (a tick behind) or from the fine one; a file
+   * written within a coarse tick after it may not have a later time, but is a new inode */
+  clock_gettime(CLOCK_REALTIME, &m->start);
+  if (path && stat(path, &sb) == 0) m->had = true, m->dev = sb.st_dev, m->ino = sb.st_ino;
+}
+
+/* Whether the file at `path` is a checkpoint this run wrote: every write renames a new file
+ * in place (a new inode), after the mark (a later time). */
+static bool written_since(const char *path, const tr__ck_mark *m) {
+  struct stat sb;
+  if (stat(path, &sb)) return false;
+  const bool later = sb.st_mtim.tv_sec > m->start.tv_sec ||
+                     (sb.st_mtim.tv_sec == m->start.tv_sec && sb.st_mtim.tv_nsec > m->start.tv_nsec);
+  return !m->had || sb.st_dev != m->dev || sb.st_ino != m->ino || later;
+}
+
+/* The metadata 'step' of the checkpoint at `path`, from its header alone (a large model's
+ * checkpoint is large): 0, or -1 where there is none to read. */
+static int peek_step(const char *path, uint64_t *step) {
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* no FIFO waited on */
+  struct stat sb;
+  if (fd < 0) return -1;
+  unsigned char len8[8];
+  uint64_t len = 0;
+  int rc = -1;
+  if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && pread(fd, len8, 8, 0) == 8)
+    for (int i = 7; i >= 0; i--) len = len << 8 | len8[i];
+  char *text = len > 0 && len <= TR_CHECKPOINT_MAX_HEADER && len <= (uint64_t)sb.st_size - 8
+                   ? malloc(len) : NULL;
+  if (text && pread(fd, text, len, 8) == (ssize_t)len) {
+    cJSON *h = cJSON_ParseWithLength(text, len);
+    const char *v = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(
+        cJSON_GetObjectItemCaseSensitive(h, "__metadata__"), "step"));
+    char *end;
+    errno = 0;
+    if (v && *v >= '0' && *v <= '9') *step = strtoull(v, &end, 10);
+    if (v && *v >= '0' && *v <= '9' && !*end && !errno) rc = 0;
+    cJSON_Delete(h);
+  }
+  free(text);
+  close(fd);
+  return rc;
+}
+
+void tr__checkpoint_lost(const char *path, const tr__ck_mark *m, char *buf, size_t n) {
+  const size_t len = strlen(buf);
+  if (path == NULL || len >= n) return;
+  uint64_t step;
+  const bool readable = peek_step(path, &step) == 0;
+  if (readable && written_since(path, m))
+    snprintf(buf + len, n - len, "; the last checkpoint, %s, holds the state after step %llu: "
+             "the steps done since are lost", path, (unsigned long long)step);
+  else if (readable)
+    snprintf(buf + len, n - len, "; no checkpoint was written to %s by this run: any steps it "
+             "did are lost (the file holds step %llu, of an earlier run)", path,
+             (unsigned long long)step);
+  else
+    snprintf(buf + len, n - len, "; no checkpoint was written to %s: any steps this run did "
+             "are lost", path);
 }
 
 /* The stage's shard of the whole state of p, in place: copy k of it to k × shard_numel. */

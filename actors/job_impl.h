@@ -23,6 +23,8 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sys/stat.h> /* tr__ck_mark */
+#include <time.h>
 
 #include "run_metrics.h"
 #include "tr_job.h"
@@ -187,6 +189,20 @@ const tr_train_result *tr__coordinator_result(const void *coordinator);
  * naming what is wrong. */
 int tr__checkpoint_check(tr_checkpoint *ck, const char *path, const tr_model *m,
                          tr_optim_kind kind, int64_t *step, char *err, size_t err_size);
+/* What a run that failed leaves of its state: its stages stop mid-step, so what is left is
+ * the last checkpoint on disk. tr__checkpoint_mark, before the run, notes the file at `path`
+ * as it was; tr__checkpoint_lost, after it failed, appends to `buf` (which holds the error)
+ * "; the last checkpoint, ck.safetensors, holds the state after step 40: the steps done
+ * since are lost", or that this run wrote none (and the step of an earlier run's file).
+ * Nothing without a path. */
+typedef struct tr__ck_mark {
+  bool had;
+  dev_t dev;
+  ino_t ino;
+  struct timespec start;
+} tr__ck_mark;
+void tr__checkpoint_mark(tr__ck_mark *m, const char *path);
+void tr__checkpoint_lost(const char *path, const tr__ck_mark *m, char *buf, size_t n);
 /* What differs, legally, between the run that wrote `ck` and this one (batch, seed,
  * strategy), as text for the user ("batch 64 (this run: 32)"); "" when nothing does. */
 void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed,

@@ -80,6 +80,9 @@ typedef struct tr_train_options {
   double eval_split;
   int deterministic;       /* bitwise-repeatable runs (host devices always are) */
   const char *trace;       /* Chrome trace JSON written here after the run; NULL: none */
+  int64_t trace_budget_mib; /* the trace's events take at most this much (0: 64 MiB); a
+                              longer run keeps its last steps, and the file says which
+                              were dropped (tr_trace.h) */
   int watchdog_ms;         /* no progress for this long fails the run; 0: the default, which
                               follows the run: 10 times the slowest step seen (the first one
                               guessed from its FLOPs), at least a minute */

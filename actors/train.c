@@ -522,6 +522,7 @@ static void trace_path(char *out, size_t n, const char *path, const tr_world *w)
 static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                       size_t err_size) {
   run rn = {0};
+  tr__ck_mark mark;
   tr_graph *g = NULL;
   tr_job *j = NULL;
   err[0] = 0;
@@ -542,6 +543,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     snprintf(err, err_size, "creating the actor system: %s", tr_strerror(rc));
     goto out;
   }
+  if (o->trace) tr_system_trace_budget(tr_graph_system(g), (size_t)o->trace_budget_mib << 20);
   if (tr_world_size(o->world) > 1 && (rc = tr_graph_set_world(g, o->world))) {
     snprintf(err, err_size, "starting the transport between processes: %s", tr_strerror(rc));
     goto out;
@@ -556,6 +558,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     if (tr_world_rank(o->world) == 0) tr_job_print_plan(j, o->plan);
   }
   if (tr_world_size(o->world) == 1 && (rc = held_signal(err, err_size))) goto out;
+  tr__checkpoint_mark(&mark, rn.jc.checkpoint.path); /* to tell this run's checkpoint */
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
     tr_job_result(j, r);
@@ -568,6 +571,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
              ck && tr_world_rank(o->world) == 0 ? " written)" : "");
   } else if (rc) {
     snprintf(err, err_size, "%s", tr_graph_error(g));
+    if (tr_world_rank(o->world) == 0 && rc != TR_EINVAL) /* a refusal trained nothing */
+      tr__checkpoint_lost(rn.jc.checkpoint.path, &mark, err, err_size);
     goto out;
   } else {
     tr_job_result(j, r);

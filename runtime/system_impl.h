@@ -15,7 +15,9 @@ enum { TR__RUNNING = 0, TR__PARKING = 1 }; /* tr_actor.park, a futex word */
 
 typedef struct tr__trace_chunk tr__trace_chunk;
 
-/* One thread's trace events. Only that thread appends; readers wait for the run's end. */
+/* One thread's trace events. Only that thread appends; readers wait for the run's end. A
+ * thread that needs room for its events frees the oldest full chunks of every buffer (the
+ * budget, trace.c): links and unlinks of chunks take `lock`, appends to `last` do not. */
 typedef struct tr__trace_buf {
   struct tr__trace_buf *next; /* the system's list */
   tr_system *sys;
@@ -23,6 +25,8 @@ typedef struct tr__trace_buf {
   char label[32]; /* tr_trace_label's, or empty */
   int tid;
   uint32_t flow_seq; /* this thread's flows so far (trace.c makes ids of tid and it) */
+  int64_t no_room;   /* 1 + the step that found no room in the budget; 0: none */
+  pthread_mutex_t lock;
   tr__trace_chunk *first, *last;
 } tr__trace_buf;
 
@@ -83,6 +87,15 @@ struct tr_system {
   int64_t trace_step;                /* the newest step begun (under lock) */
   uint64_t trace_nvtx_window;        /* the NVTX range of the open window */
   tr_trace_classify_fn trace_classify;
+  /* The budget (trace.c): events of steps before trace_floor are dropped to keep the chunks
+   * within trace_budget bytes. */
+  size_t trace_budget;               /* 0: TR_TRACE_BUDGET_DEFAULT */
+  _Atomic size_t trace_bytes, trace_peak; /* held in chunks now, and at most */
+  _Atomic int64_t trace_now;         /* trace_step, for recording threads to tag events */
+  int64_t trace_floor;               /* under lock */
+  _Atomic uint64_t trace_freed;      /* events in chunks freed */
+  _Atomic uint64_t trace_lost;       /* events not recorded: their step alone was too many */
+  _Atomic int64_t trace_lost_step;   /* the first step that lost some */
 
   _Atomic(tr_actor *) actors;      /* every actor, newest first */
   _Atomic(tr_actor *) loop_actors; /* loop actors, newest first */

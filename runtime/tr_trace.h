@@ -34,6 +34,16 @@
  * spans it (nsys --capture-range=nvtx) and device layers start their profiler
  * (cudaProfilerStart/Stop).
  *
+ * Memory is bounded for any length of run: the events of a system take at most its budget
+ * (tr_system_trace_budget, TR_TRACE_BUDGET_DEFAULT unless changed). When a thread needs room
+ * beyond it, the events of the oldest steps are dropped, whole steps on every lane at once,
+ * so that the trace holds the last steps, and tr_system_trace_write says in its metadata
+ * which were dropped ("otherData": "first_step", "dropped_events", "note"). The steps are
+ * those the layer above says begin (tr_system_trace_step, with or without a window); an event
+ * belongs to the newest step begun when it was recorded. The step that is being recorded is
+ * never dropped: when it alone fills the budget, its further events are not recorded (and
+ * counted as such), so a system whose layer says no steps keeps its first events.
+ *
  * Strings given to these calls (names, kinds, tracks, lanes) must outlive the system's trace
  * (literals, type names, actor names, strings of objects freed after tr_system_trace_write).
  */
@@ -84,6 +94,7 @@ typedef struct tr_trace_event {
                         id; a counter's value */
   const tr_trace_kind *kind; /* ranges of a kind, device slices; NULL otherwise */
   int64_t args[3];   /* the kind's arguments */
+  int64_t step;      /* the newest step begun when it was recorded (tr_system_trace_step) */
   tr_trace_phase phase;
 } tr_trace_event;
 
@@ -138,6 +149,23 @@ TR_API void tr_system_trace_window(tr_system *sys, int64_t from, int64_t to);
 /* Step `step` begins (any thread; the newest step counts): the window opens or closes. */
 TR_API void tr_system_trace_step(tr_system *sys, int64_t step);
 
+/* The most memory the system's events take, in bytes (0: TR_TRACE_BUDGET_DEFAULT; at least
+ * TR_TRACE_BUDGET_MIN is used). Before tr_system_run. */
+#define TR_TRACE_BUDGET_DEFAULT ((size_t)64 << 20)
+#define TR_TRACE_BUDGET_MIN ((size_t)256 << 10)
+TR_API void tr_system_trace_budget(tr_system *sys, size_t bytes);
+
+/* What the budget kept and dropped. After the run (it reads every buffer). */
+typedef struct tr_trace_stats {
+  uint64_t events;   /* kept: what tr_system_trace_visit visits and the file holds */
+  uint64_t dropped;  /* of the steps before first_step, dropped to keep within the budget */
+  uint64_t lost;     /* not recorded: their step alone filled the budget */
+  int64_t first_step; /* events of steps before it were dropped; 0: none were */
+  int64_t lost_step; /* the first step that lost events; -1: none did */
+  size_t bytes, peak_bytes, budget; /* held at the end, held at most (ever), the budget */
+} tr_trace_stats;
+TR_API void tr_system_trace_stats(tr_system *sys, tr_trace_stats *stats);
+
 /* Device layers (process-wide, set once). */
 typedef struct tr_trace_device_hooks {
   /* A range of a kind with `device` set ends on the calling thread, while it records: time
@@ -154,7 +182,8 @@ TR_API int tr_trace_here(void);
 TR_API void tr_trace_device_slice(const char *lane, const tr_trace_kind *kind, const int64_t args[3],
                            uint64_t start_ns, uint64_t end_ns);
 
-/* Visits every event, thread by thread in recording order. Call once the run is over. */
+/* Visits every event kept (none of the steps the budget dropped), thread by thread in
+ * recording order. Call once the run is over. */
 typedef void (*tr_trace_visit_fn)(void *ctx, const char *thread, int tid,
                                   const tr_trace_event *ev);
 TR_API void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx);
@@ -165,7 +194,8 @@ TR_API uint64_t tr_system_trace_count(tr_system *sys);
 /* Writes the trace as Chrome trace JSON (chrome://tracing, ui.perfetto.dev) to `path`,
  * atomically: a temporary file, fsync, rename. Ranges as complete events with their
  * category and arguments, flows whose both ends were recorded as flow events, counters
- * sorted by time, device slices under a process of their own. */
+ * sorted by time, device slices under a process of their own; "otherData" says what the
+ * budget dropped (tr_trace_stats' fields, and a "note" when it dropped or lost some). */
 TR_API int tr_system_trace_write(tr_system *sys, const char *path);
 
 #ifdef __cplusplus

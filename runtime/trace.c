@@ -6,6 +6,15 @@
  * actor's thread sets when it starts (pinned) or around each turn (loop): recording never
  * takes a lock, and a counter or a flow from code that has no actor at hand (an edge's
  * release) lands on the right lane.
+ *
+ * The buffers are lists of chunks, and all the chunks of a system are within its budget: a
+ * thread that needs a chunk beyond it raises the system's floor (the first step kept) just
+ * enough to free the oldest full chunk of some buffer, and frees every full chunk of every
+ * buffer that holds only steps below the floor. Only the thread that makes a chunk is ever
+ * waiting on the locks this takes (one chunk per CHUNK_EVENTS events); the owner of a buffer
+ * keeps appending to its last chunk, which nobody else frees. Events of steps below the
+ * floor left in chunks that also hold newer ones are skipped by the readers, so that every
+ * lane begins at the same step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +22,7 @@
 
 #include "trace_impl.h"
 
-enum { CHUNK_EVENTS = 4096 };
+enum { CHUNK_EVENTS = 512 }; /* 44 KiB: the budget's grain */
 
 struct tr__trace_chunk {
   tr__trace_chunk *next;
@@ -31,6 +40,7 @@ tr__trace_buf *tr__trace_buf_new(tr_system *sys, const char *thread, int tid) {
   snprintf(b->thread, sizeof b->thread, "%s", thread);
   b->sys = sys;
   b->tid = tid;
+  pthread_mutex_init(&b->lock, NULL);
   pthread_mutex_lock(&sys->lock);
   b->next = sys->traces;
   sys->traces = b;
@@ -45,6 +55,7 @@ void tr__trace_free_all(tr_system *sys) {
       nc = c->next;
       free(c);
     }
+    pthread_mutex_destroy(&b->lock);
     free(b);
   }
   sys->traces = NULL;
@@ -68,19 +79,96 @@ static tr__trace_buf *recording(void) {
   return b && !closed(b->sys) ? b : NULL;
 }
 
+/* ---- the budget ------------------------------------------------------------------------ */
+
+static size_t budget_of(const tr_system *sys) {
+  const size_t b = sys->trace_budget ? sys->trace_budget : TR_TRACE_BUDGET_DEFAULT;
+  return b < TR_TRACE_BUDGET_MIN ? TR_TRACE_BUDGET_MIN : b;
+}
+
+/* The step of a full chunk's newest event. */
+static int64_t newest(const tr__trace_chunk *c) { return c->ev[CHUNK_EVENTS - 1].step; }
+
+/* Frees the full chunks of every buffer that hold only steps below the floor, raised first
+ * to free at least one, but never above the step being recorded. False: none could be. */
+static bool make_room(tr_system *sys) {
+  pthread_mutex_lock(&sys->lock);
+  const int64_t now = atomic_load_explicit(&sys->trace_now, memory_order_relaxed);
+  int64_t floor = INT64_MAX;
+  for (tr__trace_buf *b = sys->traces; b; b = b->next) {
+    pthread_mutex_lock(&b->lock);
+    if (b->first && b->first != b->last && newest(b->first) < floor - 1)
+      floor = newest(b->first) + 1;
+    pthread_mutex_unlock(&b->lock);
+  }
+  bool freed = false;
+  if (floor <= now) {
+    if (floor > sys->trace_floor) sys->trace_floor = floor;
+    for (tr__trace_buf *b = sys->traces; b; b = b->next) {
+      pthread_mutex_lock(&b->lock);
+      while (b->first != b->last && newest(b->first) < sys->trace_floor) {
+        tr__trace_chunk *c = b->first;
+        b->first = c->next;
+        atomic_fetch_add(&sys->trace_freed, c->n);
+        atomic_fetch_sub(&sys->trace_bytes, sizeof *c);
+        free(c);
+        freed = true;
+      }
+      pthread_mutex_unlock(&b->lock);
+    }
+  }
+  pthread_mutex_unlock(&sys->lock);
+  return freed;
+}
+
+/* Room for one more chunk within the budget, counted; false when there is none. */
+static bool reserve(tr_system *sys) {
+  const size_t budget = budget_of(sys), size = sizeof(tr__trace_chunk);
+  size_t cur = atomic_load(&sys->trace_bytes);
+  for (;;) {
+    if (cur + size <= budget) {
+      if (!atomic_compare_exchange_weak(&sys->trace_bytes, &cur, cur + size)) continue;
+      size_t peak = atomic_load(&sys->trace_peak);
+      while (peak < cur + size && !atomic_compare_exchange_weak(&sys->trace_peak, &peak, cur + size)) {
+      }
+      return true;
+    }
+    if (!make_room(sys)) return false;
+    cur = atomic_load(&sys->trace_bytes);
+  }
+}
+
 static void append(tr__trace_buf *b, const tr_trace_event *ev) {
+  tr_system *sys = b->sys;
+  const int64_t step = atomic_load_explicit(&sys->trace_now, memory_order_relaxed);
   tr__trace_chunk *c = b->last;
   if (c == NULL || c->n == CHUNK_EVENTS) {
+    /* once a step found no room, the rest of it finds none either: no look each event */
+    if (b->no_room == step + 1 || !reserve(sys)) {
+      b->no_room = step + 1;
+      if (atomic_fetch_add(&sys->trace_lost, 1) == 0) atomic_store(&sys->trace_lost_step, step);
+      return;
+    }
     tr__trace_chunk *fresh = malloc(sizeof *fresh);
     TR_ASSERT(fresh != NULL);
     fresh->next = NULL;
     fresh->n = 0;
+    pthread_mutex_lock(&b->lock);
     if (c) c->next = fresh;
     else b->first = fresh;
     b->last = c = fresh;
+    pthread_mutex_unlock(&b->lock);
   }
-  c->ev[c->n++] = *ev;
+  c->ev[c->n] = *ev;
+  c->ev[c->n++].step = step;
 }
+
+void tr_system_trace_budget(tr_system *sys, size_t bytes) {
+  TR_ASSERT(!sys->ran);
+  sys->trace_budget = bytes;
+}
+
+/* ---- recording -------------------------------------------------------------------------- */
 
 void tr_trace_label(tr_actor *self, const char *label) {
   if (self->kind == TR_ACTOR_PINNED && self->trace)
@@ -232,12 +320,14 @@ static void window_turns(tr_system *sys, bool open) {
 }
 
 void tr_system_trace_step(tr_system *sys, int64_t step) {
-  if (!sys->trace_window) return;
+  if (!sys->trace_window && !sys->trace_on) return;
   pthread_mutex_lock(&sys->lock);
   if (step > sys->trace_step) {
     sys->trace_step = step;
+    if (step < INT64_MAX) /* the run's end: no step whose events the budget could drop */
+      atomic_store_explicit(&sys->trace_now, step, memory_order_relaxed);
     const bool open = in_window(sys, step);
-    if (open == closed(sys)) window_turns(sys, open);
+    if (sys->trace_window && open == closed(sys)) window_turns(sys, open);
   }
   pthread_mutex_unlock(&sys->lock);
 }
@@ -247,10 +337,31 @@ void tr_system_trace_step(tr_system *sys, int64_t step) {
 void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx) {
   pthread_mutex_lock(&sys->lock);
   tr__trace_buf *first = sys->traces;
+  const int64_t floor = sys->trace_floor;
   pthread_mutex_unlock(&sys->lock);
   for (tr__trace_buf *b = first; b; b = b->next)
     for (tr__trace_chunk *c = b->first; c; c = c->next)
-      for (uint32_t i = 0; i < c->n; i++) fn(ctx, b->thread, b->tid, &c->ev[i]);
+      for (uint32_t i = 0; i < c->n; i++)
+        if (c->ev[i].step >= floor) fn(ctx, b->thread, b->tid, &c->ev[i]);
+}
+
+void tr_system_trace_stats(tr_system *sys, tr_trace_stats *st) {
+  *st = (tr_trace_stats){.lost_step = -1};
+  pthread_mutex_lock(&sys->lock);
+  st->first_step = sys->trace_floor;
+  for (tr__trace_buf *b = sys->traces; b; b = b->next)
+    for (tr__trace_chunk *c = b->first; c; c = c->next)
+      for (uint32_t i = 0; i < c->n; i++) {
+        if (c->ev[i].step >= st->first_step) st->events++;
+        else st->dropped++;
+      }
+  pthread_mutex_unlock(&sys->lock);
+  st->dropped += atomic_load(&sys->trace_freed);
+  st->lost = atomic_load(&sys->trace_lost);
+  if (st->lost) st->lost_step = atomic_load(&sys->trace_lost_step);
+  st->bytes = atomic_load(&sys->trace_bytes);
+  st->peak_bytes = atomic_load(&sys->trace_peak);
+  st->budget = budget_of(sys);
 }
 
 static void count_one(void *ctx, const char *thread, int tid, const tr_trace_event *ev) {

@@ -187,6 +187,33 @@ static void put_counters(writer *w) {
   }
 }
 
+/* What the budget dropped, as Chrome's free-form "otherData": tools show it, and a reader
+ * of the file learns that its first steps are not the run's. */
+static void put_budget(tr_system *sys, FILE *f) {
+  tr_trace_stats st;
+  tr_system_trace_stats(sys, &st);
+  fprintf(f, "\"otherData\":{\"budget_bytes\":%zu,\"peak_bytes\":%zu,\"events\":%llu,"
+          "\"first_step\":%lld,\"dropped_events\":%llu,\"lost_events\":%llu",
+          st.budget, st.peak_bytes, (unsigned long long)st.events, (long long)st.first_step,
+          (unsigned long long)st.dropped, (unsigned long long)st.lost);
+  char note[512] = "";
+  size_t n = 0;
+  if (st.dropped)
+    n += (size_t)snprintf(note, sizeof note, "events before step %lld were dropped: %llu "
+                          "events, to keep the trace within its budget of %zu bytes (the last "
+                          "steps are kept)",
+                          (long long)st.first_step, (unsigned long long)st.dropped, st.budget);
+  if (st.lost && n < sizeof note)
+    snprintf(note + n, sizeof note - n, "%s%llu events from step %lld on were not recorded: "
+             "that step's events alone filled the budget of %zu bytes",
+             n ? "; " : "", (unsigned long long)st.lost, (long long)st.lost_step, st.budget);
+  if (note[0]) {
+    fputs(",\"note\":", f);
+    put_string(f, note);
+  }
+  fputc('}', f);
+}
+
 static int write_all(tr_system *sys, FILE *f) {
   writer w = {.f = f, .t0 = UINT64_MAX, .first = true};
   tr_system_trace_visit(sys, gather, &w);
@@ -202,7 +229,9 @@ static int write_all(tr_system *sys, FILE *f) {
     tr_system_trace_visit(sys, put_slice, &w);
     put_flows(&w);
     put_counters(&w);
-    fputs("\n]}\n", f);
+    fputs("\n],", f);
+    put_budget(sys, f);
+    fputs("}\n", f);
   }
   free(w.flows);
   free(w.counters);

@@ -292,6 +292,10 @@ static void head(FILE *f, const layout *L, const tl_trace *t, const tl_view *v, 
   fprintf(f, " · window %s · %d device lane%s · ", span, v->ndevices,
           v->ndevices == 1 ? "" : "s");
   xml(f, t->path);
+  if (t->note) {
+    fputs(" · ", f);
+    xml(f, t->note);
+  }
   fputs("</text>\n", f);
 }
 
@@ -476,6 +480,7 @@ int cmd_timeline(int argc, char **argv) {
     fprintf(stderr, "%d device lane%s, window %s", v.ndevices, v.ndevices == 1 ? "" : "s", span);
     if (v.ndevices) fprintf(stderr, ", bubble %.1f%%", 100 * v.bubble);
     fputc('\n', stderr);
+    if (t.note) fprintf(stderr, "troupe: timeline: %s: %s\n", in, t.note);
   }
   tl_trace_free(&t);
   return rc;

@@ -220,6 +220,10 @@ static const cli_option rows[] = {
     {"--trace", "FILE.json", CLI_STR, AT(o.trace), .fields = "trace",
      .help = "Chrome/Perfetto trace of every actor (under mpirun, rank r writes "
              "FILE.rankR.json)"},
+    {"--trace-budget", "MiB", CLI_I64, AT(o.trace_budget_mib), .lo = 1, .hi = 1 << 20,
+     .fields = "trace_budget_mib", .needs = "trace",
+     .help = "the trace's events take at most this much memory (default 64): a longer run "
+             "keeps its last steps, and the file says which were dropped"},
     {"--profile-steps", "A:B", CLI_PARSE, AT(o.job.profile), .parse = parse_profile,
      .expect = "A:B with B > A >= 0, or A:", .fields = "profile.from profile.to",
      .help = "trace and NVTX ranges for steps [A, B) only (A: to the end); on CUDA "

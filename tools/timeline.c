@@ -175,6 +175,8 @@ int tl_trace_read(tl_trace *t) {
                          ? t->json
                          : cJSON_GetObjectItemCaseSensitive(t->json, "traceEvents");
   if (!cJSON_IsArray(evs)) return fail(t, "no \"traceEvents\" array: not a Chrome trace");
+  /* a long run's trace holds its last steps: counted from 0 here, but said */
+  t->note = string(cJSON_GetObjectItemCaseSensitive(t->json, "otherData"), "note");
   int i = 0;
   for (const cJSON *ev = evs->child; ev; ev = ev->next, i++) {
     if (!add_event(t, ev)) {

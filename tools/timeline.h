@@ -52,6 +52,7 @@ typedef struct tl_lane {
 typedef struct tl_trace {
   const char *path;
   cJSON *json;
+  const char *note; /* what the run's trace budget dropped ("otherData"), or NULL */
   tl_lane *lane;
   int nlanes, steps;
 } tl_trace;
