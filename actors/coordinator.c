@@ -23,6 +23,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "evaluate.h"
 #include "graph_impl.h"
 #include "losses.h"
 #include "world.h"
@@ -87,6 +88,7 @@ typedef struct coordinator {
   int ndone;
   bool finished, done;       /* every source is done: the figures are in; so are the reports */
   tr__loss_book losses;
+  tr__eval_book eval;        /* held-out evaluations (evaluate.h) */
   tr__reduced *red;
   tr_train_result result;
 } coordinator;
@@ -150,6 +152,7 @@ static int coordinator_start(tr_actor *self) {
     return tr_actor_fail(self, TR_ENOMEM, "the losses of the last 1%% of %lld steps: out of "
                          "memory (%lld bytes asked for)", (long long)(end - first),
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
+  tr__eval_book_init(&c->eval, jc->layout.replicas);
   c->t_start = c->last_end = tr_now_ns();
   for (int i = 0; i < c->nobs; i++) c->obs[i].from_t = c->t_start;
   return 0;
@@ -224,6 +227,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
       .seconds = seconds_between(c->t_start, t),
       .step_seconds = o->n ? seconds_between(o->from_t, t) / (double)o->n : NAN,
       .last = last};
+  tr__eval_book_report(&c->eval, &o->queue[o->nq - 1]);
   if (o->nq > QUEUE_MAX) { /* the older of the last two takes the newer in */
     tr_report_msg *a = &o->queue[o->nq - 2], *b = &o->queue[o->nq - 1];
     a->loss = mean_of(a->loss, a->steps, b->loss, b->steps);
@@ -234,6 +238,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
     a->samples = b->samples;
     a->seconds = b->seconds;
     a->last = b->last;
+    tr__eval_book_report(&c->eval, a);
     o->nq--;
   }
   o->sum = 0;
@@ -488,6 +493,7 @@ static void record_result(coordinator *c) {
     r->server_utilization =
         window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;
   else r->consistency = R > 1 ? consistency(c) : 0;
+  tr__eval_book_result(&c->eval, r);
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);
   const tr_model *m = jc->model;
@@ -519,6 +525,13 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     if ((rc = tr__loss_book_add(&c->losses, m, clock_offset(c, msg), on_step, &x)) ||
         (rc = x.rc))
       return rc;
+  } else if (msg->type == &tr__eval_type) {
+    const tr__eval_msg *m = (const tr__eval_msg *)msg;
+    const int i = source_of(c, m->source, true);
+    if (tr__eval_book_add(&c->eval, i / c->run->c.layout.stages, &m->sums))
+      return tr_actor_fail(self, TR_EINVAL, "held-out sums of step %lld from source %d: "
+                           "more evaluations open at once than replicas can be apart",
+                           (long long)m->sums.step, i);
   } else if (msg->type == &tr__part_type) {
     tr__part_msg *p = (tr__part_msg *)msg;
     source_of(c, p->source, false); /* its credit once the checkpoint is on disk */

@@ -1,4 +1,5 @@
-/* reporter.c — a stage's messages to the coordinator: losses, checkpoint parts, figures. */
+/* reporter.c — a stage's messages to the coordinator: losses, checkpoint parts, held-out
+ * evaluations' sums, figures. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,15 @@ int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, bool 
     tr_edge_send(r->log.edge, p);
   }
   r->parts_sent = 0;
+  return TR__REPORTER_SENT;
+}
+
+int tr__reporter_eval(tr__reporter *r, const tr__eval_sums *sums) {
+  if (!tr_edge_acquire(r->log.edge)) return TR__REPORTER_WAIT;
+  tr__eval_msg *m = tr_msg_new(&tr__eval_type);
+  m->source = r->log.source;
+  m->sums = *sums;
+  tr_edge_send(r->log.edge, m);
   return TR__REPORTER_SENT;
 }
 

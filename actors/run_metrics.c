@@ -213,4 +213,6 @@ void tr__result_init(tr_train_result *r, const char *model, const char *strategy
   r->bubble_fraction = r->bubble_theory = r->staleness_mean = r->staleness_max = NAN;
   r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;
   for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
+  r->eval_step = -1; /* no held-out evaluation */
+  r->eval_loss = r->eval_accuracy = NAN;
 }
