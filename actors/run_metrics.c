@@ -19,7 +19,7 @@ const tr__metric tr__metrics[TR__METRIC_COUNT] = {
 #define TR__METRIC_FN_BOOL(fn) .name = NULL
 #define TR__METRIC_FN_CUTS(fn) .name = NULL
 #define TR__METRIC_FN_BINS(fn) .name = NULL
-#define TR__METRIC_FN_NONE(fn) .name = NULL
+#define TR__METRIC_FN_NONE(fn) .real = fn /* a figure of the summary's only */
     TR__RUN_METRICS(TR__METRIC_ROW)
 #undef TR__METRIC_ROW
 };

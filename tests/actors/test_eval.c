@@ -288,6 +288,43 @@ static void evaluations_come_every_n_steps_and_at_the_end(void **state) {
   }
 }
 
+/* --json's "eval" object (null without one) and the summary's words. */
+static char *written(const tr_train_result *r, int (*write)(const tr_train_result *, FILE *)) {
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  assert_non_null(f);
+  assert_int_equal(write(r, f), 0);
+  fclose(f);
+  return text;
+}
+
+static void the_result_writes_its_evaluation(void **state) {
+  (void)state;
+  tr_train_options o = options(NULL, true, STEPS);
+  tr_train_result r;
+  run_ok(&o, &r);
+  char *json = written(&r, tr_train_result_json), *words = written(&r, tr_train_result_summary);
+  char want[256];
+  snprintf(want, sizeof want, "\"eval\":{\"step\":%d,\"samples\":%d,\"loss\":%.9g,"
+           "\"accuracy\":%.9g,\"count\":2}", STEPS, HELD, r.eval_loss, r.eval_accuracy);
+  if (!strstr(json, want)) fail_msg("--json lacks %s: %s", want, json);
+  snprintf(want, sizeof want, "held-out loss %.4g", r.eval_loss);
+  if (!strstr(words, want) || !strstr(words, "accuracy "))
+    fail_msg("the summary lacks \"%s\" and the accuracy: %s", want, words);
+  free(json);
+  free(words);
+  o = options(NULL, false, STEPS);
+  run_ok(&o, &r);
+  assert_int_equal(r.eval_step, -1);
+  assert_int_equal(r.eval_count, 0);
+  json = written(&r, tr_train_result_json), words = written(&r, tr_train_result_summary);
+  if (!strstr(json, "\"eval\":null")) fail_msg("--json without an evaluation: %s", json);
+  if (strstr(words, "held-out")) fail_msg("the summary without an evaluation: %s", words);
+  free(json);
+  free(words);
+}
+
 /* ---- a relay of the user's between the loader and the stage ---------------------------------- */
 
 typedef struct relay {
@@ -421,6 +458,7 @@ int main(void) {
       cmocka_unit_test(every_layout_evaluates_alike_and_as_by_hand),
       cmocka_unit_test(evaluation_changes_no_training_bit),
       cmocka_unit_test(evaluations_come_every_n_steps_and_at_the_end),
+      cmocka_unit_test(the_result_writes_its_evaluation),
       cmocka_unit_test(held_out_batches_pass_through_a_relay),
       cmocka_unit_test(what_cannot_be_evaluated_is_refused_by_name),
   };
