@@ -288,6 +288,63 @@ static void evaluations_come_every_n_steps_and_at_the_end(void **state) {
   }
 }
 
+/* A timed run's end is known late, the loaders ahead of it: the evaluation at its end is
+ * still after its last step, and none goes missing. */
+static void a_timed_run_evaluates_after_its_last_step(void **state) {
+  (void)state;
+  const layout_case cases[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0},
+                               PIPELINE("host:2", TR_SCHEDULE_1F1B, 4), DP("host:2")};
+  for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+    tr_train_options o = options(&cases[k], true, 0);
+    o.seconds = 0.3;
+    o.job.eval.every = 2;
+    tr_train_result r;
+    run_ok(&o, &r);
+    const int64_t want = r.steps / 2 + (r.steps % 2 != 0);
+    if (r.eval_step != r.steps || r.eval_count != want || r.eval_samples != HELD)
+      fail_msg("%s, timed: %lld steps, the last evaluation after step %lld of %lld samples, "
+               "%d of them (want %lld)", tr_strategy_name(o.strategy), (long long)r.steps,
+               (long long)r.eval_step, (long long)r.eval_samples, r.eval_count,
+               (long long)want);
+  }
+}
+
+/* gpt's held-out figures are over its B × T rows: accuracy a fraction of tokens, the loss
+ * each sample's mean over its tokens, alike in a pipeline. */
+static void a_token_model_evaluates_its_rows(void **state) {
+  (void)state;
+  char err[512];
+  tr_model *m;
+  tr_data *held;
+  assert_int_equal(tr_model_new(&m, &gpt1, err, sizeof err), 0);
+  assert_int_equal(tr_data_open_for(&held, m, 7, NULL, NULL, err, sizeof err), 0);
+  const layout_case cases[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0},
+                               PIPELINE("host:2", TR_SCHEDULE_1F1B, 4)};
+  tr_train_result r[2];
+  for (int k = 0; k < 2; k++) {
+    tr_train_options o = with_layout(tr_train_defaults(), &cases[k]);
+    o.spec = &gpt1;
+    o.steps = 4;
+    o.job.eval = (tr_eval_config){.data = held, .samples = 30, .every = 2};
+    run_ok(&o, &r[k]);
+    assert_int_equal(r[k].eval_count, 2);
+    assert_int_equal(r[k].eval_samples, 30);
+    assert_true(isfinite(r[k].eval_loss) && r[k].eval_loss > 0);
+    /* a fraction of 30 × 16 tokens */
+    const double tokens = r[k].eval_accuracy * 30 * 16;
+    if (!(r[k].eval_accuracy >= 0 && r[k].eval_accuracy <= 1) ||
+        fabs(tokens - round(tokens)) > 1e-6)
+      fail_msg("%s: accuracy %.9g is no fraction of 480 tokens",
+               tr_strategy_name(o.strategy), r[k].eval_accuracy);
+  }
+  if (fabs(r[1].eval_loss - r[0].eval_loss) > 1e-5 * r[0].eval_loss ||
+      r[1].eval_accuracy != r[0].eval_accuracy)
+    fail_msg("gpt: held-out loss %.9g, accuracy %.6f in a pipeline; single %.9g, %.6f",
+             r[1].eval_loss, r[1].eval_accuracy, r[0].eval_loss, r[0].eval_accuracy);
+  tr_data_close(held);
+  tr_model_free(m);
+}
+
 /* --json's "eval" object (null without one) and the summary's words. */
 static char *written(const tr_train_result *r, int (*write)(const tr_train_result *, FILE *)) {
   char *text = NULL;
@@ -458,6 +515,8 @@ int main(void) {
       cmocka_unit_test(every_layout_evaluates_alike_and_as_by_hand),
       cmocka_unit_test(evaluation_changes_no_training_bit),
       cmocka_unit_test(evaluations_come_every_n_steps_and_at_the_end),
+      cmocka_unit_test(a_timed_run_evaluates_after_its_last_step),
+      cmocka_unit_test(a_token_model_evaluates_its_rows),
       cmocka_unit_test(the_result_writes_its_evaluation),
       cmocka_unit_test(held_out_batches_pass_through_a_relay),
       cmocka_unit_test(what_cannot_be_evaluated_is_refused_by_name),
