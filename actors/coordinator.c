@@ -477,7 +477,9 @@ static void record_result(coordinator *c) {
   const tr__reduced *red = c->red;
   const int64_t start = tr__reduced_int(red, TR__M_WINDOW_START);
   const int64_t end = tr__reduced_int(red, TR__M_WINDOW_END);
-  const double window = end > start ? (double)(end - start) : 0;
+  /* less the held-out evaluations' time (the longest a stage spent in them) */
+  const double aside = (double)tr__reduced_int(red, TR__M_ASIDE_NS);
+  const double window = (double)(end - start) > aside ? (double)(end - start) - aside : 0;
   /* the steps every stage ran; async: the server's updates, each one worker's push */
   if (jc->async.enabled) r->window_steps = tr__reduced_int(red, TR__M_WINDOW_PUSHES);
   r->samples = (r->steps - r->first_step) * jc->global_batch;

@@ -31,11 +31,20 @@ int tr__eval_microbatches(const tr__run *run, int replica) {
 
 /* ---- a last stage's pass ------------------------------------------------------------------- */
 
-int tr__eval_pass_open(tr__eval_pass *p, tr_device *dev, const tr_stage_info *info,
-                       const tr_model *m) {
-  *p = (tr__eval_pass){.dev = dev, .rows = info->rows, .batch = info->batch};
+int tr__eval_pass_open(tr__eval_pass *p, const tr__run *run, int replica, int stage,
+                       tr_device *dev, const tr_stage_info *info) {
+  if (run->c.eval.data == NULL) return 0;
+  const int m = tr__eval_microbatches(run, replica);
+  p->n = tr_schedule_eval_actions(run->sc, stage, m, NULL, 0);
+  if (p->n && !(p->acts = malloc(p->n * sizeof *p->acts))) return TR_ENOMEM;
+  tr_schedule_eval_actions(run->sc, stage, m, p->acts, p->n);
+  if (!info->is_last) return 0;
+  p->last = true;
+  p->dev = dev;
+  p->rows = info->rows;
+  p->batch = info->batch;
   p->V = (int)(info->output_bytes / sizeof(float) / (size_t)info->rows);
-  const tr_loss_kind loss = tr_model_loss(m);
+  const tr_loss_kind loss = tr_model_loss(run->c.model);
   p->accuracy = loss && loss->accuracy && loss->target == TR_LOSS_TARGET_CLASSES;
   const size_t rows = (size_t)info->rows;
   p->loss = malloc((size_t)info->batch * sizeof *p->loss);
@@ -49,8 +58,14 @@ int tr__eval_pass_open(tr__eval_pass *p, tr_device *dev, const tr_stage_info *in
   return 0;
 }
 
-void tr__eval_pass_begin(tr__eval_pass *p, int64_t step) {
-  p->sums = (tr__eval_sums){.step = step, .correct = p->accuracy ? 0 : -1};
+void tr__eval_pass_begin(tr__eval_pass *p, int64_t step, tr_stage *const *chunks, int n) {
+  for (int k = 0; k < n; k++) tr_stage_set_training(chunks[k], 0);
+  if (p->last) p->sums = (tr__eval_sums){.step = step, .correct = p->accuracy ? 0 : -1};
+}
+
+void tr__eval_pass_end(tr__eval_pass *p, tr_stage *const *chunks, int n) {
+  (void)p;
+  for (int k = 0; k < n; k++) tr_stage_set_training(chunks[k], 1);
 }
 
 /* The row's largest output (the first of equals) is its target. */
@@ -88,6 +103,7 @@ void tr__eval_pass_close(tr__eval_pass *p) {
   free(p->loss);
   free(p->out);
   free(p->target);
+  free(p->acts);
   *p = (tr__eval_pass){0};
 }
 

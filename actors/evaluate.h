@@ -49,8 +49,12 @@ typedef struct tr__eval_msg {
 } tr__eval_msg;
 extern const tr_msgtype tr__eval_type;
 
-/* A last stage's pass: where each held-out micro-batch's figures are read to the host. */
+/* A stage's pass: its action list (tr_schedule_eval_actions) for its replica's share, and
+ * on the last stage where each held-out micro-batch's figures are read to the host. */
 typedef struct tr__eval_pass {
+  tr_action *acts;
+  size_t n;
+  bool last;               /* the stage's layers end in the loss: it keeps the sums */
   tr_device *dev;
   float *dloss;            /* device: a loss per sample of a micro-batch */
   float *loss, *out;       /* host: the losses, the outputs (rows, V) */
@@ -60,9 +64,14 @@ typedef struct tr__eval_pass {
   tr__eval_sums sums;
 } tr__eval_pass;
 
-int tr__eval_pass_open(tr__eval_pass *p, tr_device *dev, const tr_stage_info *info,
-                       const tr_model *m);
-void tr__eval_pass_begin(tr__eval_pass *p, int64_t step);
+/* Stage `stage` of `replica` on dev, `info` its last chunk's. 0 (nothing where the job
+ * evaluates nothing), TR_ENOMEM or TR_EDEVICE. */
+int tr__eval_pass_open(tr__eval_pass *p, const tr__run *run, int replica, int stage,
+                       tr_device *dev, const tr_stage_info *info);
+/* The pass after step `step` begins, and ends: the stage's chunks evaluate (dropout off)
+ * meanwhile. */
+void tr__eval_pass_begin(tr__eval_pass *p, int64_t step, tr_stage *const *chunks, int n);
+void tr__eval_pass_end(tr__eval_pass *p, tr_stage *const *chunks, int n);
 /* The forward of the held-out micro-batch in `slot` of `st` has been queued: its first
  * `count` samples added to the sums (waits for the device). 0, or TR_EDEVICE. */
 int tr__eval_pass_add(tr__eval_pass *p, tr_stage *st, int slot, int count);

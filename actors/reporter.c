@@ -173,9 +173,9 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   *d = (tr__report){0};
   tr__figures *f = &d->fig;
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(r->dev));
-  uint64_t start, busy;
+  uint64_t start, busy, aside;
   int64_t window_steps;
-  tr__busy_window(s->busy, s->steps, s->first_step, &start, &busy, &window_steps);
+  tr__busy_window(s->busy, s->steps, s->first_step, &start, &busy, &aside, &window_steps);
   if (s->run_steps) {
     tr__figures_int(f, TR__M_STEPS, s->steps);
     tr__figures_int(f, TR__M_SKIPPED_STEPS, s->skipped);
@@ -184,6 +184,7 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   tr__figures_int(f, TR__M_WINDOW_START, (int64_t)start);
   tr__figures_int(f, TR__M_WINDOW_END, (int64_t)s->window_end);
   tr__figures_int(f, TR__M_BUSY_NS, (int64_t)busy);
+  tr__figures_int(f, TR__M_ASIDE_NS, (int64_t)aside);
   tr__figures_int(f, TR__M_PEAK_MICROBATCHES, s->peak_microbatches);
   tr__figures_int(f, TR__M_PEAK_ACTIVATION_BYTES, s->peak_activation_bytes);
   memory_figures(c, f);

@@ -65,11 +65,11 @@ typedef struct stage_actor {
   tr__reporter rep;
   int step_phase, end_phase;
 
-  /* held-out evaluation: its action list, where it is, the last stage's sums */
-  tr_action *eval_acts;
-  size_t neval, eval_pc;
+  /* held-out evaluation: its pass (action list, the last stage's sums), where it is */
+  size_t eval_pc;
   bool evaluating, eval_ending;
   int eval_held; /* credits of act_out in hand */
+  uint64_t eval_t0; /* when it began: its time is set aside from the run's window */
   tr__eval_pass eval;
 
   tr__busy busy;
@@ -150,14 +150,7 @@ static int open_queues(stage_actor *a) {
 /* The evaluation pass's action list for this replica's share, and (the last stage) room for
  * its figures. */
 static int open_eval(stage_actor *a) {
-  const tr__run *run = a->run;
-  if (run->c.eval.data == NULL) return 0;
-  const int m = tr__eval_microbatches(run, a->replica);
-  a->neval = tr_schedule_eval_actions(run->sc, a->stage, m, NULL, 0);
-  if (a->neval && !(a->eval_acts = malloc(a->neval * sizeof *a->eval_acts))) return TR_ENOMEM;
-  tr_schedule_eval_actions(run->sc, a->stage, m, a->eval_acts, a->neval);
-  if (!last_chunk(a)->is_last) return 0;
-  const int rc = tr__eval_pass_open(&a->eval, a->dev, last_chunk(a), run->c.model);
+  const int rc = tr__eval_pass_open(&a->eval, a->run, a->replica, a->stage, a->dev, last_chunk(a));
   if (rc == TR_ENOMEM)
     return tr_actor_fail(a->self, rc, "room for held-out figures: out of memory");
   return rc ? fail_device(a->self, a, "allocating held-out losses") : 0;
@@ -348,18 +341,14 @@ static int step_action(tr_actor *self, stage_actor *a) {
 
 /* ---- a held-out evaluation ------------------------------------------------------------------ */
 
-static void set_training(stage_actor *a, int on) {
-  for (int k = 0; k < a->ch.n; k++) tr_stage_set_training(a->ch.st[k], on);
-}
-
 /* The evaluation after step a->step begins (`ending`: the run's last, batches a loader sent
  * past a timed run's end ahead of it): dropout off until it is over. */
 static void begin_eval(stage_actor *a, bool ending) {
   a->evaluating = true;
   a->eval_ending = ending;
   a->eval_pc = 0;
-  set_training(a, 0);
-  if (a->eval.dev) tr__eval_pass_begin(&a->eval, a->step);
+  a->eval_t0 = tr_now_ns();
+  tr__eval_pass_begin(&a->eval, a->step, a->ch.st, a->ch.n);
 }
 
 /* A held-out micro-batch forward (slot 0), and on the last stage its figures added. */
@@ -386,8 +375,8 @@ static int eval_forward(tr_actor *self, stage_actor *a, const tr_action *act) {
 /* Runs the evaluation's action list as far as messages allow, then sends its sums. */
 static int evaluate(tr_actor *self, stage_actor *a) {
   if (a->eval_ending) tr__batch_in_drop_stale(&a->in, a->step);
-  for (; a->eval_pc < a->neval; a->eval_pc++) {
-    const tr_action *act = &a->eval_acts[a->eval_pc];
+  for (; a->eval_pc < a->eval.n; a->eval_pc++) {
+    const tr_action *act = &a->eval.acts[a->eval_pc];
     a->cur = act->chunk;
     int rc;
     switch (act->kind) {
@@ -405,7 +394,7 @@ static int evaluate(tr_actor *self, stage_actor *a) {
     }
     if (rc != TR__DONE) return rc;
   }
-  if (a->eval.dev) { /* the losses of the steps before it go first: a report of step k (its
+  if (a->eval.last) { /* the losses of the steps before it go first: a report of step k (its
                         loss) never tells of the evaluation after it */
     int rc = tr_stream_synchronize(a->s) ? TR_EDEVICE : tr__reporter_flush(&a->rep, a->step);
     if (rc != TR__DONE) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
@@ -413,8 +402,9 @@ static int evaluate(tr_actor *self, stage_actor *a) {
   }
   if (a->eval_held) tr_edge_release(a->act_out.edge, a->eval_held); /* training's again */
   a->eval_held = 0;
-  set_training(a, 1);
+  tr__eval_pass_end(&a->eval, a->ch.st, a->ch.n);
   a->evaluating = false;
+  tr__busy_aside(&a->busy, a->step, a->eval_t0);
   return TR__DONE;
 }
 
@@ -599,7 +589,6 @@ static void stage_destroy(void *state) {
   tr__chunks_free(&a->ch);
   if (a->policy.ops) a->policy.ops->free(a->policy.state);
   tr__reporter_free(&a->rep);
-  free(a->eval_acts);
   free(a);
 }
 
