@@ -1,8 +1,10 @@
 /* test_eval.c — held-out evaluation (tr_job_config.eval): the same loss and accuracy in
- * every layout, equal to a forward of the final parameters computed by hand; training
- * unchanged to the bit by it; evaluations after every `every` steps and at the end, a
- * part-filled last micro-batch counting only its samples; held-out batches through a relay
- * of the user's; and the configurations it cannot serve refused by name. */
+ * every layout (recomputing and under ZeRO-1 too), equal to a forward of the final
+ * parameters computed by hand; training unchanged to the bit by it; evaluations after every
+ * `every` steps and at the end (a timed run's too), a part-filled last micro-batch counting
+ * only its samples; a token model's figures over its tokens; --json and the summary;
+ * held-out batches through a relay of the user's; and the configurations it cannot serve
+ * refused by name. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -184,16 +186,21 @@ static void every_layout_evaluates_alike_and_as_by_hand(void **state) {
       INTERLEAVED("host:2", 2, 4),
       PIPELINE("host:2", TR_SCHEDULE_ZB1, 4),
       HYBRID("host:4"),
+      RECOMPUTING("host:2", TR_SCHEDULE_1F1B, 4),
+      DP("host:2"), /* under ZeRO-1 (below) */
   };
+  const size_t zero = sizeof cases / sizeof cases[0] - 1;
   tr_train_result ref;
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
     tr_train_options o = options(&cases[k], true, STEPS);
     if (k == 0) o.job.checkpoint.path = path("single.safetensors");
+    o.job.zero = k == zero;
     tr_train_result r;
     run_ok(&o, &r);
     char sched[64];
     const char *name = tr_strategy_name(o.strategy);
     layout_schedule(&cases[k], sched, sizeof sched);
+    if (k == zero) snprintf(sched, sizeof sched, "ZeRO-1");
     if (r.eval_step != STEPS || r.eval_samples != HELD || r.eval_count != 2)
       fail_msg("%s %s: evaluation after step %lld of %lld samples, %d of them (want %d, %d, 2)",
                name, sched, (long long)r.eval_step, (long long)r.eval_samples, r.eval_count,
