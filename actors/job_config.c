@@ -207,10 +207,15 @@ static int check_eval(tr_job_config *c, char *err, size_t n) {
   if (e->samples < 0)
     return tr_errorf(err, n, TR_EINVAL, TR__F("eval.samples") " %lld: give a number >= 0 (0: "
                      "each row of a finite source once)", (long long)e->samples);
-  if (e->samples == 0 && (e->samples = tr_data_rows(e->data)) == 0)
+  const int64_t rows = tr_data_rows(e->data);
+  if (e->samples == 0 && (e->samples = rows) == 0)
     return tr_errorf(err, n, TR_EINVAL, TR__F("eval.samples") " 0: data '%s' is endless "
                      "(no rows to take each of once): give the number of samples to "
                      "evaluate", tr_data_name(e->data));
+  if (rows > 0 && e->samples > rows) /* past its rows a source repeats them */
+    return tr_errorf(err, n, TR_EINVAL, TR__F("eval.samples") " %lld: data '%s' holds %lld "
+                     "rows (0: each of them once)", (long long)e->samples,
+                     tr_data_name(e->data), (long long)rows);
   return 0;
 }
 

@@ -293,6 +293,15 @@ static void evaluations_come_every_n_steps_and_at_the_end(void **state) {
     assert_true(h.r[h.n - 1].last && h.r[h.n - 1].eval_step == 7);
     assert_memory_equal(&h.r[h.n - 1].eval_loss, &r.eval_loss, sizeof(double));
   }
+  /* one sample on two replicas: the second's share is empty, it sends no batch */
+  const layout_case dp = DP("host:2");
+  tr_train_options o = options(&dp, true, 4);
+  o.job.eval.samples = 1;
+  tr_train_result r;
+  run_ok(&o, &r);
+  assert_int_equal(r.eval_count, 2);
+  assert_int_equal(r.eval_samples, 1);
+  assert_true(isfinite(r.eval_loss));
 }
 
 /* A timed run's end is known late, the loaders ahead of it: the evaluation at its end is
