@@ -17,7 +17,8 @@
 #include "worker.h"
 
 /* tr_protocol.h's messages are protocol.c's; losses: losses.c; parts: checkpoint_io.c; the
- * end-of-run figures: reporter.c and server.c (each defined with its wire codec). */
+ * end-of-run figures: reporter.c and server.c; held-out sums: evaluate.c (each defined with
+ * its wire codec). */
 
 struct tr_job {
   tr__run run;
