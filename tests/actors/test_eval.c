@@ -235,7 +235,7 @@ static void evaluation_changes_no_training_bit(void **state) {
     const char *files[2] = {"plain.safetensors", "evaluated.safetensors"};
     for (int e = 0; e < 2; e++) {
       tr_train_options o = options(&cases[k], e == 1, STEPS);
-      o.job.eval.every = 1;
+      if (e) o.job.eval.every = 1;
       o.job.checkpoint.path = path(files[e]);
       o.observe = observe;
       o.observe_arg = &h[e];
@@ -524,6 +524,12 @@ static void what_cannot_be_evaluated_is_refused_by_name(void **state) {
   o = options(NULL, true, STEPS);
   o.job.eval.every = -1;
   refused(&o, "eval.every", ">= 0");
+
+  o = options(NULL, true, STEPS);
+  o.job.eval.data = NULL; /* every 3 of nothing */
+  refused(&o, "eval.every", "no held-out data");
+  o.job.eval.every = 0;
+  refused(&o, "eval.samples", "no held-out data");
 }
 
 int main(void) {
