@@ -9,12 +9,14 @@
  * when and how many, so they agree without a message.
  *
  *   if (tr__eval_due(run, step) || (ending && tr__eval_at_end(run, step))) ...;
- *   m = tr__eval_microbatches(run, replica);
- *   tr__eval_pass_open(&p, dev, info, model);             // the last stage, on its thread
- *   tr__eval_pass_begin(&p, step);
- *   tr__eval_pass_add(&p, st, slot, count);               // after each held-out forward
- *   tr__reporter_eval(&rep, &p.sums);                     // the pass's end
- *   tr__eval_book_add(&book, &msg->sums);                 // the coordinator
+ *   m = tr__eval_microbatches(run, replica);                  // the loader's sends
+ *   tr__eval_pass_open(&p, run, replica, stage, dev, info);   // a stage, on its thread
+ *   tr__eval_pass_begin(&p, step, chunks, n);                 // dropout off
+ *   ... p.acts[0 .. p.n): receive, forward, send ...
+ *   tr__eval_pass_add(&p, st, 0, count);                      // the last stage's forwards
+ *   tr__reporter_eval(&rep, &p.sums);                         // the pass's end
+ *   tr__eval_pass_end(&p, chunks, n);
+ *   tr__eval_book_add(&book, replica, &msg->sums);            // the coordinator
  */
 #ifndef TR_EVALUATE_H
 #define TR_EVALUATE_H
