@@ -361,7 +361,8 @@ static void a_token_model_evaluates_its_rows(void **state) {
   tr_model_free(m);
 }
 
-/* --json's "eval" object (null without one) and the summary's words. */
+/* The plan says the evaluation; --json's "eval" object (null without one) and the summary's
+ * words. */
 static char *written(const tr_train_result *r, int (*write)(const tr_train_result *, FILE *)) {
   char *text = NULL;
   size_t n = 0;
@@ -375,8 +376,16 @@ static char *written(const tr_train_result *r, int (*write)(const tr_train_resul
 static void the_result_writes_its_evaluation(void **state) {
   (void)state;
   tr_train_options o = options(NULL, true, STEPS);
+  char *plan = NULL;
+  size_t plan_n = 0;
+  o.plan = open_memstream(&plan, &plan_n);
   tr_train_result r;
   run_ok(&o, &r);
+  fclose(o.plan);
+  if (!strstr(plan, "held-out evaluation: 50 samples of 'held' after every 3 steps and at the "
+                    "end, forward on the batch edges (replica 0: 3 micro-batch(es))"))
+    fail_msg("the plan does not say the evaluation: %s", plan);
+  free(plan);
   char *json = written(&r, tr_train_result_json), *words = written(&r, tr_train_result_summary);
   char want[256];
   snprintf(want, sizeof want, "\"eval\":{\"step\":%d,\"samples\":%d,\"loss\":%.9g,"
