@@ -79,9 +79,14 @@ int tr__batch_in_fill(tr__batch_in *b, tr_stream *s, tr__returns *ret,
     tr__batch_edge *in = &b->in[i];
     if (!takes(in, info)) continue;
     const tr__lent *e = tr__queue_peek(&in->q);
-    if (e->step != step || e->mb != mb || e->eval != eval)
-      return tr__out_of_order(b->self, e->eval ? "a held-out batch" : "a batch", e, step, mb,
-                              chunk);
+    if (e->eval != eval) /* what a relay that drops the flag sends */
+      return tr_actor_fail(b->self, TR_EINVAL, "%s of step %lld, micro-batch %d came where the "
+                           "schedule has %s of step %lld, micro-batch %d: a relay passes a "
+                           "batch's eval flag on (tr_batch_forward)",
+                           e->eval ? "a held-out batch" : "a training batch", (long long)e->step,
+                           e->mb, eval ? "a held-out one" : "a training one", (long long)step, mb);
+    if (e->step != step || e->mb != mb)
+      return tr__out_of_order(b->self, "a batch", e, step, mb, chunk);
     *count = e->count;
     void *xi = (in->what & TR_BATCH_INPUTS) && info->is_first ? x : NULL;
     void *yi = (in->what & TR_BATCH_TARGETS) && info->is_last ? y : NULL;

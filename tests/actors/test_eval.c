@@ -3,8 +3,8 @@
  * parameters computed by hand; training unchanged to the bit by it; evaluations after every
  * `every` steps and at the end (a timed run's too), a part-filled last micro-batch counting
  * only its samples; a token model's figures over its tokens; --json and the summary;
- * held-out batches through a relay of the user's; and the configurations it cannot serve
- * refused by name. */
+ * held-out batches through a relay of the user's (one that drops their flag told so); and
+ * the configurations it cannot serve refused by name. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -412,7 +412,8 @@ static void the_result_writes_its_evaluation(void **state) {
 typedef struct relay {
   tr_edge *in, *out;
   float scale;
-  int64_t held; /* held-out batches seen */
+  bool drop_flag; /* a relay written wrong: its batches are all training ones */
+  int64_t held;   /* held-out batches seen */
 } relay;
 
 static int relay_receive(tr_actor *self, tr_msg *msg) {
@@ -424,7 +425,9 @@ static int relay_receive(tr_actor *self, tr_msg *msg) {
     r->held += b->eval != 0;
     if (!tr_edge_acquire(r->out))
       return tr_actor_fail(self, TR_ESTATE, "no credit: the relay's edges differ");
-    tr_edge_send(r->out, tr_batch_forward(b));
+    tr_batch_msg *f = tr_batch_forward(b);
+    if (r->drop_flag) f->eval = 0;
+    tr_edge_send(r->out, f);
   } else if (msg->type == &tr_edge_credit_type) {
     tr_edge_release(r->in, ((tr_edge_credit_msg *)msg)->count);
   }
@@ -433,8 +436,9 @@ static int relay_receive(tr_actor *self, tr_msg *msg) {
 static const tr_behaviour relay_behaviour = {.name = "relay", .receive = relay_receive};
 
 /* One stage on host:1 fed through a relay that multiplies the inputs by `scale` (NULL: no
- * relay); the result's evaluation. */
-static void relayed(const float *scale, int64_t *held, tr_train_result *r) {
+ * relay); the result's evaluation. `fails`: the run is to fail saying so (the relay drops
+ * the eval flag). */
+static void relayed(const float *scale, int64_t *held, tr_train_result *r, const char *fails) {
   char err[512];
   tr_model *m;
   tr_device_list *devs;
@@ -452,7 +456,7 @@ static void relayed(const float *scale, int64_t *held, tr_train_result *r) {
   assert_int_equal(tr_job_add_stage(j, 0, 0, tr_device_list_at(devs, 0), &stage), 0);
   assert_int_equal(tr_job_add_coordinator(j, &coordinator), 0);
   assert_int_equal(tr_job_add_loader(j, 0, &loader), 0);
-  relay rl = {.scale = scale ? *scale : 1};
+  relay rl = {.scale = scale ? *scale : 1, .drop_flag = fails != NULL};
   if (scale == NULL) {
     assert_int_equal(tr_job_feed(j, loader, stage, stage), 0);
   } else {
@@ -467,7 +471,9 @@ static void relayed(const float *scale, int64_t *held, tr_train_result *r) {
                                             &rl.out), 0);
     assert_int_equal(tr_job_connect_batches(j, loader, stage, TR_BATCH_TARGETS, NULL), 0);
   }
-  if (tr_graph_run(g, 0, STEPS, 0)) fail_msg("%s", tr_graph_error(g));
+  const int rc = tr_graph_run(g, 0, STEPS, 0);
+  if (fails ? rc == 0 || !strstr(tr_graph_error(g), fails) : rc != 0)
+    fail_msg("want %s: rc %d: %s", fails ? fails : "success", rc, tr_graph_error(g));
   tr_job_result(j, r);
   *held = rl.held;
   tr_graph_free(g);
@@ -482,17 +488,19 @@ static void held_out_batches_pass_through_a_relay(void **state) {
   (void)state;
   tr_train_result plain, same, negated;
   int64_t held;
-  relayed(NULL, &held, &plain);
+  relayed(NULL, &held, &plain, NULL);
   const float one = 1, minus = -1;
-  relayed(&one, &held, &same);
+  relayed(&one, &held, &same, NULL);
   assert_int_equal(held, 2 * 3); /* two evaluations of 24 + 24 + 2 samples */
-  relayed(&minus, &held, &negated);
+  relayed(&minus, &held, &negated, NULL);
   assert_int_equal(plain.eval_count, 2);
   assert_memory_equal(&same.eval_loss, &plain.eval_loss, sizeof(double));
   assert_memory_equal(&same.final_loss, &plain.final_loss, sizeof(double));
   if (!(fabs(negated.eval_loss - plain.eval_loss) > 1e-3))
     fail_msg("negated inputs: held-out loss %.9g, as the plain run's %.9g", negated.eval_loss,
              plain.eval_loss);
+  tr_train_result failed; /* a relay that drops the flag is told what it did */
+  relayed(&one, &held, &failed, "a relay passes a batch's eval flag on (tr_batch_forward)");
 }
 
 /* ---- refusals -------------------------------------------------------------------------------- */
