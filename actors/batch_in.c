@@ -33,7 +33,7 @@ int tr__batch_in_take(tr__batch_in *b, const tr_batch_msg *m, bool last) {
   if (bad) return tr_actor_fail(b->self, TR_EINVAL, "a batch from '%s' %s", from, bad);
   tr__queue_push(&in->q, (tr__lent){.step = m->step, .mb = m->mb, .count = m->count,
                                     .first = m->first, .x = m->x, .y = m->y,
-                                    .generate = m->generate != 0});
+                                    .generate = m->generate != 0, .eval = m->eval != 0});
   return 0;
 }
 
@@ -44,6 +44,14 @@ const tr__lent *tr__batch_in_head(const tr__batch_in *b) {
 void tr__batch_in_drop(tr__batch_in *b) {
   tr_edge_release(b->in[0].edge, 1);
   tr__queue_pop(&b->in[0].q);
+}
+
+void tr__batch_in_drop_stale(tr__batch_in *b, int64_t step) {
+  for (int i = 0; i < b->n; i++)
+    for (const tr__lent *e; (e = tr__queue_peek(&b->in[i].q)) && !(e->eval && e->step == step);) {
+      tr_edge_release(b->in[i].edge, 1);
+      tr__queue_pop(&b->in[i].q);
+    }
 }
 
 /* Whether a forward of chunk `info` takes a batch from edge `in`: inputs for the model's
@@ -66,13 +74,20 @@ static int fail_device(tr__batch_in *b, const char *what) {
 
 int tr__batch_in_fill(tr__batch_in *b, tr_stream *s, tr__returns *ret,
                       const tr_stage_info *info, void *x, void *y, int64_t step, int mb,
-                      int chunk, uint64_t *first) {
+                      int chunk, bool eval, uint64_t *first, int *count) {
   for (int i = 0; i < b->n; i++) {
     tr__batch_edge *in = &b->in[i];
     if (!takes(in, info)) continue;
     const tr__lent *e = tr__queue_peek(&in->q);
+    if (e->eval != eval) /* what a relay that drops the flag sends */
+      return tr_actor_fail(b->self, TR_EINVAL, "%s of step %lld, micro-batch %d came where the "
+                           "schedule has %s of step %lld, micro-batch %d: a relay passes a "
+                           "batch's eval flag on (tr_batch_forward)",
+                           e->eval ? "a held-out batch" : "a training batch", (long long)e->step,
+                           e->mb, eval ? "a held-out one" : "a training one", (long long)step, mb);
     if (e->step != step || e->mb != mb)
       return tr__out_of_order(b->self, "a batch", e, step, mb, chunk);
+    *count = e->count;
     void *xi = (in->what & TR_BATCH_INPUTS) && info->is_first ? x : NULL;
     void *yi = (in->what & TR_BATCH_TARGETS) && info->is_last ? y : NULL;
     if (xi) *first = e->first;

@@ -35,14 +35,18 @@ int tr__batch_in_take(tr__batch_in *b, const tr_batch_msg *m, bool last);
 /* The first edge's next batch (NULL: none yet), and dropping it unstarted (its credit back). */
 const tr__lent *tr__batch_in_head(const tr__batch_in *b);
 void tr__batch_in_drop(tr__batch_in *b);
+/* Before the evaluation at the run's end: every batch ahead of its held-out ones of `step`
+ * on each edge (what a loader ahead of a timed run's end sent) goes back unused. */
+void tr__batch_in_drop_stale(tr__batch_in *b, int64_t step);
 /* Whether every edge a forward of chunk `info` takes from has its batch. */
 bool tr__batch_in_ready(const tr__batch_in *b, const tr_stage_info *info);
-/* Micro-batch `mb` of the run's step `step` into x and y (the chunk's slot; NULL where the
- * chunk takes none), each edge's credit owed through `ret` until the copy has run; *first:
- * the micro-batch's first sample. TR__DONE or a status. */
+/* Micro-batch `mb` of the run's step `step` (`eval`: of the held-out evaluation after step
+ * `step`) into x and y (the chunk's slot; NULL where the chunk takes none), each edge's
+ * credit owed through `ret` until the copy has run; *first: the micro-batch's first
+ * sample, *count: its samples. TR__DONE or a status. */
 int tr__batch_in_fill(tr__batch_in *b, tr_stream *s, tr__returns *ret,
                       const tr_stage_info *info, void *x, void *y, int64_t step, int mb,
-                      int chunk, uint64_t *first);
+                      int chunk, bool eval, uint64_t *first, int *count);
 int tr__batch_in_credits(const tr__batch_in *b); /* every edge's, together */
 void tr__batch_in_close(tr__batch_in *b); /* on the device's thread */
 void tr__batch_in_free(tr__batch_in *b);

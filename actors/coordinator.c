@@ -24,6 +24,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "evaluate.h"
 #include "graph_impl.h"
 #include "losses.h"
 #include "snapshots.h"
@@ -92,6 +93,7 @@ typedef struct coordinator {
   int ndone;
   bool finished, done;       /* every source is done: the figures are in; so are the reports */
   tr__loss_book losses;
+  tr__eval_book eval;        /* held-out evaluations (evaluate.h) */
   tr__reduced *red;
   tr_train_result result;
 } coordinator;
@@ -159,6 +161,7 @@ static int coordinator_start(tr_actor *self) {
     return tr_actor_fail(self, TR_ENOMEM, "the losses of the last 1%% of %lld steps: out of "
                          "memory (%lld bytes asked for)", (long long)(end - first),
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
+  tr__eval_book_init(&c->eval, jc->layout.replicas);
   c->t_start = c->last_end = tr_now_ns();
   for (int i = 0; i < c->nobs; i++) c->obs[i].from_t = c->t_start;
   return 0;
@@ -239,6 +242,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
       .seconds = seconds_between(c->t_start, t),
       .step_seconds = o->n ? seconds_between(o->from_t, t) / (double)o->n : NAN,
       .last = last};
+  tr__eval_book_report(&c->eval, &o->queue[o->nq - 1]);
   if (o->nq > QUEUE_MAX) { /* the older of the last two takes the newer in */
     tr_report_msg *a = &o->queue[o->nq - 2], *b = &o->queue[o->nq - 1];
     a->loss = mean_of(a->loss, a->steps, b->loss, b->steps);
@@ -249,6 +253,7 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
     a->samples = b->samples;
     a->seconds = b->seconds;
     a->last = b->last;
+    tr__eval_book_report(&c->eval, a);
     o->nq--;
   }
   o->sum = 0;
@@ -492,7 +497,9 @@ static void record_result(coordinator *c) {
   const tr__reduced *red = c->red;
   const int64_t start = tr__reduced_int(red, TR__M_WINDOW_START);
   const int64_t end = tr__reduced_int(red, TR__M_WINDOW_END);
-  const double window = end > start ? (double)(end - start) : 0;
+  /* less the held-out evaluations' time (the longest a stage spent in them) */
+  const double aside = (double)tr__reduced_int(red, TR__M_ASIDE_NS);
+  const double window = (double)(end - start) > aside ? (double)(end - start) - aside : 0;
   /* the steps every stage ran; async: the server's updates, each one worker's push */
   if (jc->async.enabled) r->window_steps = tr__reduced_int(red, TR__M_WINDOW_PUSHES);
   r->samples = (r->steps - r->first_step) * jc->global_batch;
@@ -508,6 +515,7 @@ static void record_result(coordinator *c) {
     r->server_utilization =
         window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;
   else r->consistency = R > 1 ? consistency(c) : 0;
+  tr__eval_book_result(&c->eval, r);
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);
   const tr_model *m = jc->model;
@@ -539,6 +547,13 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     if ((rc = tr__loss_book_add(&c->losses, m, clock_offset(c, msg), on_step, &x)) ||
         (rc = x.rc))
       return rc;
+  } else if (msg->type == &tr__eval_type) {
+    const tr__eval_msg *m = (const tr__eval_msg *)msg;
+    const int i = source_of(c, m->source, true);
+    if (tr__eval_book_add(&c->eval, i / c->run->c.layout.stages, &m->sums))
+      return tr_actor_fail(self, TR_EINVAL, "held-out sums of step %lld from source %d: "
+                           "more evaluations open at once than replicas can be apart",
+                           (long long)m->sums.step, i);
   } else if (msg->type == &tr__part_type) {
     tr__part_msg *p = (tr__part_msg *)msg;
     source_of(c, p->source, false); /* its credit once the checkpoint is on disk */

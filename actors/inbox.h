@@ -31,6 +31,7 @@ typedef struct tr__lent {
   uint64_t first;
   const void *x, *y;
   bool generate; /* a batch to make on the device (tr_batch_msg.generate) */
+  bool eval;     /* held-out samples (tr_batch_msg.eval) */
   const void *data;
   size_t bytes;
   tr_event *ready;

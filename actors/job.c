@@ -8,6 +8,7 @@
 
 #include "clipnorm.h"
 #include "collective.h"
+#include "evaluate.h"
 #include "graph_impl.h"
 #include "tr_file.h"
 #include "group.h"
@@ -16,7 +17,8 @@
 #include "worker.h"
 
 /* tr_protocol.h's messages are protocol.c's; losses: losses.c; parts: checkpoint_io.c; the
- * end-of-run figures: reporter.c and server.c (each defined with its wire codec). */
+ * end-of-run figures: reporter.c and server.c; held-out sums: evaluate.c (each defined with
+ * its wire codec). */
 
 struct tr_job {
   tr__run run;
@@ -208,7 +210,7 @@ static int connect_report(tr_job *j, tr_actor *from, int source) {
   tr_edge *e;
   /* untyped: what a stage or the server reports, each type with its codec */
   static const tr_msgtype *const reports[] = {&tr__loss_type, &tr__part_type, &tr__done_type,
-                                              &tr__server_done_type, NULL};
+                                              &tr__server_done_type, &tr__eval_type, NULL};
   int rc = tr_graph_connect(j->run.g,
                             &(tr_edge_config){.from = from, .to = j->coordinator, .name = "report",
                                               .credits = TR__REPORT_CREDITS, .carries = reports},
@@ -332,8 +334,9 @@ bool tr__job_generates_on(const tr_job_config *c, const tr_device *dev) {
   switch (c->data_on) {
   case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
   case TR_DATA_ON_HOST: return false;
-  default:
-    return tr_device_info_of(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data);
+  default: /* held-out samples come from the loader (tr_job_config.eval) */
+    return tr_device_info_of(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data) &&
+           c->eval.data == NULL;
   }
 }
 

@@ -185,6 +185,44 @@ static int check_zero(const tr_job_config *c, char *err, size_t n) {
   return 0;
 }
 
+/* Held-out evaluation (tr_job_config.eval): samples 0 resolved to a finite source's rows.
+ * The held-out micro-batches take the loader's batch edges, so a stage that makes its
+ * samples on the device has no way to get them. */
+static int check_eval(tr_job_config *c, char *err, size_t n) {
+  tr_eval_config *e = &c->eval;
+  if (e->data == NULL && (e->every || e->samples))
+    return tr_errorf(err, n, TR_EINVAL, TR__F("%s") " %lld: no held-out data to evaluate "
+                     "(" TR__F("eval.data") " NULL)", e->every ? "eval.every" : "eval.samples",
+                     (long long)(e->every ? e->every : e->samples));
+  if (e->data == NULL) return 0;
+  if (c->async.enabled)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("eval.data") ": asynchronous jobs have no step "
+                     "after which every worker's parameters are the model's: evaluate a "
+                     "synchronous job, or a checkpoint");
+  if (c->data_on == TR_DATA_ON_DEVICE)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("data_on") " device with " TR__F("eval.data") ": "
+                     "held-out samples come from the loader; give host or auto");
+  char why[400];
+  int rc = tr_data_check(e->data, c->model, why, sizeof why);
+  if (rc) return tr_errorf(err, n, rc, TR__F("eval.data") ": %s", why);
+  if (e->every < 0)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("eval.every") " %lld: give steps >= 0 (0: at the "
+                     "end only)", (long long)e->every);
+  if (e->samples < 0)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("eval.samples") " %lld: give a number >= 0 (0: "
+                     "each row of a finite source once)", (long long)e->samples);
+  const int64_t rows = tr_data_rows(e->data);
+  if (e->samples == 0 && (e->samples = rows) == 0)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("eval.samples") " 0: data '%s' is endless "
+                     "(no rows to take each of once): give the number of samples to "
+                     "evaluate", tr_data_name(e->data));
+  if (rows > 0 && e->samples > rows) /* past its rows a source repeats them */
+    return tr_errorf(err, n, TR_EINVAL, TR__F("eval.samples") " %lld: data '%s' holds %lld "
+                     "rows (0: each of them once)", (long long)e->samples,
+                     tr_data_name(e->data), (long long)rows);
+  return 0;
+}
+
 int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL,
                                          TR__F("model") ": none given");
@@ -209,6 +247,7 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
                      TR__F("data_on") " device: data '%s' cannot be generated on a device (the "
                      "synthetic sources and the arithmetic corpus can; files are read by the "
                      "loader: give host or auto)", tr_data_name(c->data));
+  if ((rc = check_eval(c, err, n))) return rc;
   if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("on_nonfinite") " %d: not stop or skip", (int)c->on_nonfinite);

@@ -16,13 +16,21 @@
  * batches that only say which samples (tr_batch_msg.generate); the loader fills, and owns
  * buffers, only for the edges that do not.
  *
+ * Held-out evaluation (tr_job_config.eval, evaluate.h): after the micro-batches of step
+ * k-1, when an evaluation is due after step k, and after the last step's, the loader sends
+ * its replica's share of the held-out samples as micro-batches flagged `eval`, in the same
+ * buffers and on the same edges (a relay of the user's sees them too). The last of them may
+ * hold fewer samples; the rest of its buffer repeats its first sample, so that forward reads
+ * numbers. A timed run's end is known late: what the loader sent past it the stages drop.
+ *
  * In an asynchronous job the loaders take steps from the graph in turn (tr_graph_take_step),
  * so every step is one worker's, whole; a loader that finds no more tells its worker so (a
  * batch of step -1).
  */
 #include <stdlib.h>
+#include <string.h>
 
-#include "job_impl.h"
+#include "evaluate.h"
 
 enum { TURN_NS = 1000 * 1000 };
 
@@ -46,6 +54,9 @@ typedef struct loader {
   bool claimed, done; /* claimed (async): l->step is this loader's to fill */
   bool ending;        /* async: the run has no more steps; the worker is to be told */
   bool resuming;      /* a poll to itself is on its way */
+  int64_t eval_step;  /* the evaluation being sent follows this step */
+  int eval_mb, eval_m; /* its next micro-batch, of eval_m (0: none being sent) */
+  bool end_evaluated; /* the end's evaluation has begun */
 } loader;
 
 void *tr__loader_new(const tr__run *run, int replica) {
@@ -122,11 +133,24 @@ static bool end_of_data(loader *l) {
   return true;
 }
 
-/* The next step this loader fills, or false once the run has no more for it. */
+static void begin_eval(loader *l, int64_t step) {
+  l->eval_step = step;
+  l->eval_mb = 0;
+  l->eval_m = tr__eval_microbatches(l->run, l->replica);
+}
+
+/* The next step this loader fills (or the evaluation at the end), or false once the run has
+ * no more for it. */
 static bool claim(tr_actor *self, loader *l) {
   const tr__run *run = l->run;
   if (!run->c.async.enabled) { /* the first stage claims the step; the end may have come */
-    if (l->step < tr_graph_end_step(run->g)) return true;
+    const int64_t end = tr_graph_end_step(run->g);
+    if (l->step < end) return true;
+    if (!l->end_evaluated && tr__eval_at_end(run, end)) {
+      l->end_evaluated = true;
+      begin_eval(l, end);
+      if (l->eval_m) return true;
+    }
   } else if (!l->claimed && !l->ending) {
     l->step = tr_graph_take_step(run->g, self);
     if (l->step == -2) return false; /* rank 0 answers with a wake-up */
@@ -138,6 +162,47 @@ static bool claim(tr_actor *self, loader *l) {
   l->done = true;
   tr_graph_done(run->g, self);
   return false;
+}
+
+/* Held-out micro-batch eval_mb of the evaluation after step eval_step, a credit of every
+ * edge in hand. */
+static int send_eval(tr_actor *self, loader *l) {
+  const tr__run *run = l->run;
+  const tr_model *m = run->c.model;
+  const tr_data *data = run->c.eval.data;
+  const size_t mb = (size_t)run->mb_batch, xb = tr_model_input_bytes(m),
+               yb = tr_model_target_bytes(m);
+  uint64_t first;
+  size_t share;
+  tr__eval_share(run, l->replica, &first, &share);
+  const size_t done = (size_t)l->eval_mb * mb, count = share - done < mb ? share - done : mb;
+  first += done;
+  char *x = l->x ? l->x[l->slot] : NULL, *y = l->y ? l->y[l->slot] : NULL;
+  const int rc = tr_data_fill(data, first, count, x, y);
+  if (rc)
+    return tr_actor_fail(self, rc, "eval.data '%s': held-out samples [%llu, %llu): %s",
+                         tr_data_name(data), (unsigned long long)first,
+                         (unsigned long long)(first + count),
+                         tr_data_error(data)[0] ? tr_data_error(data) : tr_strerror(rc));
+  for (size_t i = count; i < mb; i++) { /* the rest: the first sample again */
+    if (x) memcpy(x + i * xb, x, xb);
+    if (y) memcpy(y + i * yb, y, yb);
+  }
+  for (int i = 0; i < l->nout; i++) {
+    const unsigned what = l->out[i].what;
+    tr_batch_msg *b = tr_msg_new(&tr_batch_type);
+    *b = (tr_batch_msg){.hdr = b->hdr, .step = l->eval_step, .mb = l->eval_mb,
+                        .count = (int)count, .first = first,
+                        .x = what & TR_BATCH_INPUTS ? x : NULL,
+                        .y = what & TR_BATCH_TARGETS ? y : NULL,
+                        .x_bytes = what & TR_BATCH_INPUTS ? mb * xb : 0,
+                        .y_bytes = what & TR_BATCH_TARGETS ? mb * yb : 0, .eval = 1};
+    tr_edge_send(l->out[i].e, b);
+    l->out[i].held = false;
+  }
+  l->slot = (l->slot + 1) % l->depth;
+  if (++l->eval_mb == l->eval_m) l->eval_m = 0;
+  return 0;
 }
 
 /* Fills what the credits allow, a millisecond at most in one turn: where the devices are
@@ -158,8 +223,16 @@ static int produce(tr_actor *self, loader *l) {
       }
       return 0;
     }
-    if (!claim(self, l)) return 0; /* mid-step too: the end may come while it waits there */
+    /* an evaluation after a step a timed run never reached is not sent */
+    if (l->eval_m && l->eval_step > tr_graph_end_step(l->run->g)) l->eval_m = 0;
+    /* mid-step too: the end may come while it waits there */
+    if (!l->eval_m && !claim(self, l)) return 0;
     if (!acquire_all(l)) return 0;
+    if (l->eval_m) {
+      const int rc = send_eval(self, l);
+      if (rc) return rc;
+      continue;
+    }
     uint64_t first;
     size_t count;
     tr_data_shard((uint64_t)l->step, (size_t)c->global_batch, base + l->mb, shards, &first, &count);
@@ -195,6 +268,7 @@ static int produce(tr_actor *self, loader *l) {
       l->mb = 0;
       l->step++;
       l->claimed = false;
+      if (tr__eval_due(l->run, l->step)) begin_eval(l, l->step);
     }
   }
   return 0;
@@ -229,11 +303,35 @@ static void loader_destroy(void *state) {
 const tr_behaviour tr__loader_behaviour = {
     .name = "loader", .start = loader_run, .receive = loader_receive, .destroy = loader_destroy};
 
+/* A held-out micro-batch: up to a whole micro-batch of samples of eval.data, in buffers of a
+ * whole one. */
+static const char *eval_check(const tr__run *run, const tr_batch_msg *b, unsigned what,
+                              bool last, char *buf, size_t n) {
+  const tr_model *m = run->c.model;
+  const size_t k = (size_t)run->mb_batch;
+  const bool want_x = what & TR_BATCH_INPUTS, want_y = (what & TR_BATCH_TARGETS) && last;
+  if (run->c.eval.data && !b->generate && b->count >= 1 && b->count <= run->mb_batch &&
+      (!want_x || (b->x && b->x_bytes == k * tr_model_input_bytes(m))) &&
+      (!want_y || (b->y && b->y_bytes == k * tr_model_target_bytes(m))))
+    return NULL;
+  if (!run->c.eval.data) {
+    snprintf(buf, n, "is held out (eval), and the job evaluates nothing (eval.data NULL)");
+    return buf;
+  }
+  snprintf(buf, n, "of %d held-out samples (%zu bytes of inputs, %zu of targets): this stage "
+           "takes held-out micro-batches of 1 to %d samples in buffers of %d (%zu and %zu "
+           "bytes)", b->count, b->x ? b->x_bytes : 0, b->y ? b->y_bytes : 0, run->mb_batch,
+           run->mb_batch, want_x ? k * tr_model_input_bytes(m) : 0,
+           want_y ? k * tr_model_target_bytes(m) : 0);
+  return buf;
+}
+
 const char *tr__batch_check(const tr__run *run, const tr_batch_msg *b, unsigned what,
                             bool last, char *buf, size_t n) {
   const tr_data *data = run->c.data;
   const int want = run->mb_batch;
   if (b->step < 0) return NULL; /* the end of a worker's batches */
+  if (b->eval) return eval_check(run, b, what, last, buf, n);
   if (b->generate) {
     if (b->count == want && tr_data_can_generate(data)) return NULL;
     snprintf(buf, n, "of %d samples to generate on the device: this stage takes micro-batches "

@@ -48,17 +48,24 @@ tr__busy tr__busy_begin(int64_t first_step, int64_t steps) {
 }
 
 void tr__busy_window(const tr__busy *b, int64_t step, int64_t first, uint64_t *start,
-                     uint64_t *busy_ns, int64_t *steps) {
+                     uint64_t *busy_ns, uint64_t *aside_ns, int64_t *steps) {
   const bool windowed = step > b->warm_step;
   *start = windowed ? b->window_start : b->run_start;
   *busy_ns = windowed ? b->busy_ns : b->run_busy_ns;
+  *aside_ns = windowed ? b->aside_ns : b->run_aside_ns;
   *steps = windowed ? step - b->warm_step : step - first;
 }
 
 void tr__busy_open_window(tr__busy *b, int64_t step) {
   if (step != b->warm_step) return;
   b->window_start = tr_now_ns();
-  b->busy_ns = 0;
+  b->busy_ns = b->aside_ns = 0;
+}
+
+void tr__busy_aside(tr__busy *b, int64_t step, uint64_t t0) {
+  const uint64_t took = tr_now_ns() - t0;
+  if (step >= b->warm_step) b->aside_ns += took;
+  b->run_aside_ns += took;
 }
 
 uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb) {

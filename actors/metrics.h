@@ -28,6 +28,8 @@ typedef struct tr__busy {
   uint64_t window_start; /* when the measured window opened */
   uint64_t busy_ns;      /* time inside device work since then */
   uint64_t run_start, run_busy_ns; /* the same from the start, warm-up included */
+  uint64_t aside_ns, run_aside_ns; /* wall time that was no training's (held-out
+                                      evaluations), since the window opened and in all */
   int stage;             /* the stage, for the ranges' arguments; -1 (tr__busy_begin): none */
   int open;              /* ranges opened by tr__busy_start, innermost last */
   uint64_t opened[TR__BUSY_NESTED];
@@ -43,7 +45,10 @@ void tr__busy_open_window(tr__busy *b, int64_t step);
  * warm-up once a step has run in it, else (a run that ended with its warm-up) the whole
  * run. */
 void tr__busy_window(const tr__busy *b, int64_t step, int64_t first, uint64_t *start,
-                     uint64_t *busy_ns, int64_t *steps);
+                     uint64_t *busy_ns, uint64_t *aside_ns, int64_t *steps);
+/* The time since t0, at the boundary after step `step`, went to work that is no training's
+ * (a held-out evaluation): it is set aside from the window, and none of it is busy. */
+void tr__busy_aside(tr__busy *b, int64_t step, uint64_t t0);
 /* Work `what` ("forward", "backward", "backward input", "backward weight", "recv act",
  * "recv grad", "allreduce", "update") of micro-batch `mb` (-1: none; the bucket for
  * "allreduce") during `step` begins now: its range opens when the step is traced. Returns

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "clipnorm.h"
+#include "evaluate.h"
 #include "group.h"
 #include "plan.h"
 #include "worker.h"
@@ -116,6 +117,14 @@ void tr__plan_print(const tr__plan *p, FILE *f) {
           "step under %s%s\n", p->run->strategy, tr_model_name(c->model), c->layout.replicas,
           c->layout.stages, c->layout.chunks, c->layout.microbatches,
           tr_schedule_kind_name(c->layout.schedule), p->planned ? "" : " (links not planned yet)");
+  if (c->eval.data) { /* on the batch edges, as the loader sends them (evaluate.h) */
+    char every[64] = "";
+    if (c->eval.every > 0)
+      snprintf(every, sizeof every, "after every %lld steps and ", (long long)c->eval.every);
+    fprintf(f, "  held-out evaluation: %lld samples of '%s' %sat the end, forward on the batch "
+            "edges (replica 0: %d micro-batch(es))\n", (long long)c->eval.samples,
+            tr_data_name(c->eval.data), every, tr__eval_microbatches(p->run, 0));
+  }
   for (int i = 0; i < p->n; i++) {
     const tr__stage_plan *s = &p->st[i];
     if (s->actor == NULL) continue;

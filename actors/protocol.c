@@ -107,6 +107,6 @@ tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
   tr_batch_msg *f = tr_msg_new(&tr_batch_type);
   *f = (tr_batch_msg){.hdr = f->hdr, .step = b->step, .mb = b->mb, .count = b->count,
                       .first = b->first, .x = b->x, .y = b->y, .x_bytes = b->x_bytes,
-                      .y_bytes = b->y_bytes};
+                      .y_bytes = b->y_bytes, .eval = b->eval};
   return f;
 }

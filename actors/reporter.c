@@ -1,4 +1,5 @@
-/* reporter.c — a stage's messages to the coordinator: losses, checkpoint parts, figures. */
+/* reporter.c — a stage's messages to the coordinator: losses, checkpoint parts, held-out
+ * evaluations' sums, figures. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -108,6 +109,15 @@ int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, unsig
   return TR__REPORTER_SENT;
 }
 
+int tr__reporter_eval(tr__reporter *r, const tr__eval_sums *sums) {
+  if (!tr_edge_acquire(r->log.edge)) return TR__REPORTER_WAIT;
+  tr__eval_msg *m = tr_msg_new(&tr__eval_type);
+  m->source = r->log.source;
+  m->sums = *sums;
+  tr_edge_send(r->log.edge, m);
+  return TR__REPORTER_SENT;
+}
+
 /* What the stage's chunks allocated: parameters, gradients, optimizer state (a shard's). */
 static void memory_figures(const tr__chunks *c, tr__figures *f) {
   int64_t params = 0, state = 0;
@@ -165,9 +175,9 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   *d = (tr__report){0};
   tr__figures *f = &d->fig;
   snprintf(d->device, sizeof d->device, "%s", tr_device_name(r->dev));
-  uint64_t start, busy;
+  uint64_t start, busy, aside;
   int64_t window_steps;
-  tr__busy_window(s->busy, s->steps, s->first_step, &start, &busy, &window_steps);
+  tr__busy_window(s->busy, s->steps, s->first_step, &start, &busy, &aside, &window_steps);
   if (s->run_steps) {
     tr__figures_int(f, TR__M_STEPS, s->steps);
     tr__figures_int(f, TR__M_SKIPPED_STEPS, s->skipped);
@@ -176,6 +186,7 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   tr__figures_int(f, TR__M_WINDOW_START, (int64_t)start);
   tr__figures_int(f, TR__M_WINDOW_END, (int64_t)s->window_end);
   tr__figures_int(f, TR__M_BUSY_NS, (int64_t)busy);
+  tr__figures_int(f, TR__M_ASIDE_NS, (int64_t)aside);
   tr__figures_int(f, TR__M_PEAK_MICROBATCHES, s->peak_microbatches);
   tr__figures_int(f, TR__M_PEAK_ACTIVATION_BYTES, s->peak_activation_bytes);
   memory_figures(c, f);

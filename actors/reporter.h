@@ -8,12 +8,14 @@
  *   tr__reporter_step_ended(&r, step);
  *   rc = tr__reporter_read(&r, step, room);                 // now and then: losses landed
  *   rc = tr__reporter_parts(&r, &chunks, step, due, params); // 1 sent, 0 waits for a credit
+ *   rc = tr__reporter_eval(&r, &sums);                      // an evaluation's sums
  *   rc = tr__reporter_figures(&r, &figures);                // the end of the run
  */
 #ifndef TR_REPORTER_H
 #define TR_REPORTER_H
 
 #include "chunks.h"
+#include "evaluate.h"
 #include "losses.h"
 #include "metrics.h"
 
@@ -62,6 +64,8 @@ int tr__reporter_flush(tr__reporter *r, int64_t upto);
  * for a credit, or a status. */
 int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, unsigned due,
                        bool params);
+/* A replica's sums of a held-out evaluation (evaluate.h): 1 sent, 0 waits for a credit. */
+int tr__reporter_eval(tr__reporter *r, const tr__eval_sums *sums);
 int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_figures *f);
 void tr__reporter_close(tr__reporter *r);
 void tr__reporter_free(tr__reporter *r);

@@ -19,7 +19,7 @@ const tr__metric tr__metrics[TR__METRIC_COUNT] = {
 #define TR__METRIC_FN_BOOL(fn) .name = NULL
 #define TR__METRIC_FN_CUTS(fn) .name = NULL
 #define TR__METRIC_FN_BINS(fn) .name = NULL
-#define TR__METRIC_FN_NONE(fn) .name = NULL
+#define TR__METRIC_FN_NONE(fn) .real = fn /* a figure of the summary's only */
     TR__RUN_METRICS(TR__METRIC_ROW)
 #undef TR__METRIC_ROW
 };
@@ -213,4 +213,6 @@ void tr__result_init(tr_train_result *r, const char *model, const char *strategy
   r->bubble_fraction = r->bubble_theory = r->staleness_mean = r->staleness_max = NAN;
   r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;
   for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
+  r->eval_step = -1; /* no held-out evaluation */
+  r->eval_loss = r->eval_accuracy = NAN;
 }

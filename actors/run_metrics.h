@@ -166,6 +166,18 @@ typedef enum tr__json {
     "stopped by %s")                                                                               \
   X(HARDWARE_FRACTION, "hardware_fraction", "fraction", DERIVED, RUN, REAL, TR__NOWHERE, FN,       \
     tr__metric_hardware_fraction, "%.2f of the devices' sgemm")                                    \
+  X(EVAL_STEP, "eval.step", "step", SETTING, RUN, INT, TR__AT(eval_step), FN,                     \
+    tr__metric_eval_step, NULL)                                                                    \
+  X(EVAL_SAMPLES, "eval.samples", "samples", SETTING, RUN, INT, TR__AT(eval_samples), VALUE, NULL, \
+    NULL)                                                                                          \
+  X(EVAL_LOSS, "eval.loss", "", SETTING, RUN, REAL, TR__AT(eval_loss), VALUE, NULL,                \
+    "held-out loss %.4g")                                                                          \
+  X(EVAL_ACCURACY, "eval.accuracy", "fraction", SETTING, RUN, REAL, TR__AT(eval_accuracy), VALUE,  \
+    NULL, NULL)                                                                                    \
+  X(EVAL_COUNT, "eval.count", "evaluations", SETTING, RUN, INT, TR__AT(eval_count), VALUE, NULL,   \
+    NULL)                                                                                          \
+  X(EVAL_PERCENT, "eval_accuracy_percent", "%", DERIVED, RUN, REAL, TR__NOWHERE, NONE,             \
+    tr__metric_eval_percent, "accuracy %.1f%%")                                                    \
   X(PEAK_MICROBATCHES, "peak_microbatches", "micro-batches", DEVICE, DEVICE, INT,                  \
     TR__EACH(peak_microbatches), NONE, NULL, NULL)                                                 \
   X(WINDOW_STEPS, "window_steps", "steps", MIN, MEASURE, INT, TR__AT(window_steps), NONE, NULL,    \
@@ -174,6 +186,7 @@ typedef enum tr__json {
   X(WINDOW_START, "window_start", "clock", MIN, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)       \
   X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
+  X(ASIDE_NS, "aside_ns", "ns", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                   \
   X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)
 
 typedef enum tr__metric_id {
@@ -262,5 +275,8 @@ const char *tr__metric_graphs(const tr_train_result *r);
 const char *tr__metric_signal(const tr_train_result *r);
 double tr__metric_sgemm(const tr_train_result *r);
 double tr__metric_hardware_fraction(const tr_train_result *r);
+/* The held-out evaluation's step (NaN: none ran, and --json's "eval" is null). */
+double tr__metric_eval_step(const tr_train_result *r);
+double tr__metric_eval_percent(const tr_train_result *r); /* the summary's accuracy in % */
 
 #endif

@@ -38,6 +38,14 @@ double tr__metric_hardware_fraction(const tr_train_result *r) {
   return r->sgemm_gflops > 0 ? r->gflops / (r->sgemm_gflops * r->ndevices) : NAN;
 }
 
+double tr__metric_eval_step(const tr_train_result *r) {
+  return r->eval_step >= 0 ? (double)r->eval_step : NAN;
+}
+
+double tr__metric_eval_percent(const tr_train_result *r) {
+  return r->eval_step >= 0 ? 100 * r->eval_accuracy : NAN;
+}
+
 /* ---- reading a row ------------------------------------------------------------------------- */
 
 /* Whether the row applies to this run at all (outside its scope: null). */
@@ -238,8 +246,8 @@ static int say(FILE *f, const tr_train_result *r, const tr__metric *m, const cha
     const char *s = (const char *)r + at;
     return s[0] ? fprintf(f, format, s) : 0;
   }
-  if (m->type == TR__REAL || m->json == TR__JSON_FN) {
-    const double v = m->json == TR__JSON_FN ? m->real(r) : real_at(r, at);
+  if (m->type == TR__REAL || m->real) { /* a row's function, where it has one */
+    const double v = m->real ? m->real(r) : real_at(r, at);
     return isfinite(v) && v != 0 ? fprintf(f, format, v) : 0;
   }
   const long long v = (long long)int_at(r, at, width(m));

@@ -278,6 +278,24 @@ const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, size_t *n
   return sc->actions + sc->start[stage];
 }
 
+size_t tr_schedule_eval_actions(const tr_schedule *sc, int stage, int m, tr_action *out,
+                                size_t cap) {
+  TR_ASSERT(stage >= 0 && stage < sc->c.stages && m >= 0);
+  const int p = sc->c.stages, v = sc->c.chunks;
+  size_t n = 0;
+  tr_action a[3];
+  emitter e = {.a = a, .s = stage, .p = p, .v = v};
+  for (int mb = 0; mb < m; mb++)
+    for (int chunk = 0; chunk < v; chunk++) {
+      e.n = 0;
+      forward(&e, chunk, mb);
+      for (size_t k = 0; k < e.n; k++, n++)
+        if (n < cap) out[n] = (tr_action){.kind = a[k].kind, .mb = mb, .peer = a[k].peer,
+                                          .slot = 0, .chunk = chunk};
+    }
+  return n;
+}
+
 int tr_schedule_slots(const tr_schedule *sc, int stage) {
   TR_ASSERT(stage >= 0 && stage < sc->c.stages);
   return sc->peak[stage];

@@ -14,6 +14,11 @@
  * queried, so credits go back at once; on CUDA the actor polls itself while any copy is in
  * flight.
  *
+ * A held-out evaluation (tr_job_config.eval) is an action list of its own
+ * (tr_schedule_eval_actions), run at a step's boundary — after the step action of a step
+ * its count says one follows (evaluate.h), and before the end — with dropout off; its
+ * time is no training's (not busy time), and its last stage's sums go to the coordinator.
+ *
  * The end is a sequence too: the device finishes, the losses still held go to the
  * coordinator, then the last checkpoint part, the figures, and the policy's leave. Each
  * waits for a credit of its edge where it must.
@@ -23,6 +28,7 @@
 #include <string.h>
 
 #include "batch_in.h"
+#include "evaluate.h"
 #include "reporter.h"
 #include "stage.h"
 #include "tr_trace.h"
@@ -58,6 +64,13 @@ typedef struct stage_actor {
   tr__policy_ctx ctx;
   tr__reporter rep;
   int step_phase, end_phase;
+
+  /* held-out evaluation: its pass (action list, the last stage's sums), where it is */
+  size_t eval_pc;
+  bool evaluating, eval_ending;
+  int eval_held; /* credits of act_out in hand */
+  uint64_t eval_t0; /* when it began: its time is set aside from the run's window */
+  tr__eval_pass eval;
 
   tr__busy busy;
   uint64_t window_end;
@@ -134,6 +147,15 @@ static int open_queues(stage_actor *a) {
   return 0;
 }
 
+/* The evaluation pass's action list for this replica's share, and (the last stage) room for
+ * its figures. */
+static int open_eval(stage_actor *a) {
+  const int rc = tr__eval_pass_open(&a->eval, a->run, a->replica, a->stage, a->dev, last_chunk(a));
+  if (rc == TR_ENOMEM)
+    return tr_actor_fail(a->self, rc, "room for held-out figures: out of memory");
+  return rc ? fail_device(a->self, a, "allocating held-out losses") : 0;
+}
+
 static int stage_open(tr_actor *self) {
   stage_actor *a = tr_actor_state(self);
   const tr__run *run = a->run;
@@ -145,7 +167,8 @@ static int stage_open(tr_actor *self) {
   if (rc) return rc;
   a->s = tr_stage_stream(a->ch.st[0]);
   a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
-  if ((rc = tr__chunks_plan_holds(&a->ch, a->acts, a->nacts, a->m)) || (rc = open_queues(a)))
+  if ((rc = tr__chunks_plan_holds(&a->ch, a->acts, a->nacts, a->m)) || (rc = open_queues(a)) ||
+      (rc = open_eval(a)))
     return rc;
   tr_graph *g = run->g;
   a->step = a->policy.ops->first_step(a->policy.state, run);
@@ -187,18 +210,18 @@ static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, b
 
 /* A tensor from a neighbour into this stage's `dst`, then its credit goes back. */
 static int receive_tensor(tr_actor *self, stage_actor *a, tr__tensor_edge *t, void *dst,
-                          const tr_action *act) {
+                          const tr_action *act, bool timed) {
   const tr__lent *in = tr__queue_peek(&t->q);
   if (in == NULL) return TR__BLOCKED;
   if (in->step != a->step || in->mb != act->mb || in->chunk != act->chunk)
     return tr__out_of_order(self, "a tensor", in, a->step, act->mb, act->chunk);
   const char *what = act->kind == TR_ACTION_RECV_ACT ? "recv act" : "recv grad";
-  uint64_t t0 = tr__busy_start(&a->busy, self, a->step, what, act->mb);
+  uint64_t t0 = timed ? tr__busy_start(&a->busy, self, a->step, what, act->mb) : 0;
   const int rc = tr__tensor_receive(t, a->s, &a->returns, dst, in);
   if (rc != TR__DONE) return rc;
   if (act->kind == TR_ACTION_RECV_ACT) a->ch.ch[act->chunk].slot_first[act->slot] = in->first;
   tr__queue_pop(&t->q);
-  busy(a, what, t0, act->mb);
+  if (timed) busy(a, what, t0, act->mb);
   return TR__DONE;
 }
 
@@ -228,9 +251,10 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   tr__chunk *c = &a->ch.ch[act->chunk];
   if (!tr__batch_in_ready(&a->in, c->info)) return TR__BLOCKED; /* its range opens once it can run */
   uint64_t t0 = tr__busy_start(&a->busy, self, a->step, "forward", act->mb);
+  int count;
   int rc = tr__batch_in_fill(&a->in, a->s, &a->returns, c->info, tr_stage_input(c->st, act->slot),
                              tr_stage_target(c->st, act->slot), a->run_step, act->mb, act->chunk,
-                             &c->slot_first[act->slot]);
+                             false, &c->slot_first[act->slot], &count);
   if (rc != TR__DONE) return rc;
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
@@ -324,6 +348,75 @@ static int step_action(tr_actor *self, stage_actor *a) {
   return TR__DONE;
 }
 
+/* ---- a held-out evaluation ------------------------------------------------------------------ */
+
+/* The evaluation after step a->step begins (`ending`: the run's last, batches a loader sent
+ * past a timed run's end ahead of it): dropout off until it is over. */
+static void begin_eval(stage_actor *a, bool ending) {
+  a->evaluating = true;
+  a->eval_ending = ending;
+  a->eval_pc = 0;
+  a->eval_t0 = tr_now_ns();
+  tr__eval_pass_begin(&a->eval, a->step, a->ch.st, a->ch.n);
+}
+
+/* A held-out micro-batch forward (slot 0), and on the last stage its figures added. */
+static int eval_forward(tr_actor *self, stage_actor *a, const tr_action *act) {
+  tr__chunk *c = &a->ch.ch[act->chunk];
+  if (!tr__batch_in_ready(&a->in, c->info)) return TR__BLOCKED;
+  /* Every held-out micro-batch takes slot 0: the output sent last is copied out before a
+   * forward writes over it — every credit of the edge in hand (each one that is not waits
+   * for its release's message), and the sends spend them. */
+  if (!c->info->is_last && a->act_out.edge)
+    for (; a->eval_held < tr_edge_credits(a->act_out.edge); a->eval_held++)
+      if (!tr_edge_acquire(a->act_out.edge)) return TR__BLOCKED;
+  int count = a->run->mb_batch;
+  int rc = tr__batch_in_fill(&a->in, a->s, &a->returns, c->info, tr_stage_input(c->st, 0),
+                             tr_stage_target(c->st, 0), a->step, act->mb, act->chunk, true,
+                             &c->slot_first[0], &count);
+  if (rc != TR__DONE) return rc;
+  if (tr_stage_forward(c->st, 0)) return fail_device(self, a, "forward of held-out samples");
+  if (c->info->is_last && tr__eval_pass_add(&a->eval, c->st, 0, count))
+    return fail_device(self, a, "reading held-out losses");
+  return TR__DONE;
+}
+
+/* Runs the evaluation's action list as far as messages allow, then sends its sums. */
+static int evaluate(tr_actor *self, stage_actor *a) {
+  if (a->eval_ending) tr__batch_in_drop_stale(&a->in, a->step);
+  for (; a->eval_pc < a->eval.n; a->eval_pc++) {
+    const tr_action *act = &a->eval.acts[a->eval_pc];
+    a->cur = act->chunk;
+    int rc;
+    switch (act->kind) {
+      case TR_ACTION_RECV_ACT:
+        rc = receive_tensor(self, a, &a->act_in, tr_stage_input(a->ch.st[act->chunk], 0), act,
+                            false);
+        break;
+      case TR_ACTION_FORWARD: rc = eval_forward(self, a, act); break;
+      case TR_ACTION_SEND_ACT:
+        TR_ASSERT(a->eval_held > 0); /* its forward took them */
+        a->eval_held--;
+        rc = send_tensor(a, act);
+        break;
+      default: TR_ASSERT(!"an evaluation runs forward only");
+    }
+    if (rc != TR__DONE) return rc;
+  }
+  if (a->eval.last) { /* the losses of the steps before it go first: a report of step k (its
+                        loss) never tells of the evaluation after it */
+    int rc = tr_stream_synchronize(a->s) ? TR_EDEVICE : tr__reporter_flush(&a->rep, a->step);
+    if (rc != TR__DONE) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
+    if (tr__reporter_eval(&a->rep, &a->eval.sums) == TR__REPORTER_WAIT) return TR__BLOCKED;
+  }
+  if (a->eval_held) tr_edge_release(a->act_out.edge, a->eval_held); /* training's again */
+  a->eval_held = 0;
+  tr__eval_pass_end(&a->eval, a->ch.st, a->ch.n);
+  a->evaluating = false;
+  tr__busy_aside(&a->busy, a->step, a->eval_t0);
+  return TR__DONE;
+}
+
 /* ---- the end ------------------------------------------------------------------------------- */
 
 static int finish(tr_actor *self, stage_actor *a) {
@@ -377,13 +470,22 @@ static int begin_step(stage_actor *a) {
   const int flags = a->policy.ops->begin(a->policy.state, a->step, tr__batch_in_head(&a->in),
                                          a->ended, &a->run_step);
   if (flags > 0 && (flags & TR__BEGIN_DROP)) tr__batch_in_drop(&a->in); /* its credit goes back */
-  if (flags > 0 && (flags & TR__BEGIN_END)) a->finishing = true;
+  if (flags > 0 && (flags & TR__BEGIN_END)) {
+    a->finishing = true;
+    if (tr__eval_at_end(a->run, a->step)) begin_eval(a, true);
+  }
   return flags;
 }
 
 /* Runs the action list as far as the messages that have come allow. */
 static int run_actions(tr_actor *self, stage_actor *a) {
   while (!a->done) {
+    if (a->evaluating) {
+      const int rc = evaluate(self, a);
+      if (rc < 0) return rc;
+      if (rc == TR__BLOCKED) break;
+      continue;
+    }
     if (a->finishing) {
       int rc = finish(self, a);
       return rc < 0 ? rc : 0;
@@ -401,14 +503,14 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     int rc;
     switch (act->kind) {
       case TR_ACTION_RECV_ACT:
-        rc = receive_tensor(self, a, &a->act_in, tr_stage_input(c->st, act->slot), act);
+        rc = receive_tensor(self, a, &a->act_in, tr_stage_input(c->st, act->slot), act, true);
         break;
       case TR_ACTION_FORWARD: rc = forward(self, a, act); break;
       case TR_ACTION_SEND_ACT:
         rc = tr_edge_acquire(a->act_out.edge) ? send_tensor(a, act) : TR__BLOCKED;
         break;
       case TR_ACTION_RECV_GRAD:
-        rc = receive_tensor(self, a, &a->grad_in, tr_stage_dout(c->st, act->slot), act);
+        rc = receive_tensor(self, a, &a->grad_in, tr_stage_dout(c->st, act->slot), act, true);
         break;
       case TR_ACTION_BACKWARD:
       case TR_ACTION_BACKWARD_INPUT:
@@ -416,6 +518,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       case TR_ACTION_SEND_GRAD: rc = send_tensor(a, act); break;
       case TR_ACTION_STEP:
         rc = step_action(self, a);
+        if (rc == TR__DONE && tr__eval_due(a->run, a->step)) begin_eval(a, false);
         if (rc == TR__DONE) continue; /* pc is 0 again */
         break;
       default: TR_ASSERT(!"an action kind the stage does not know");
@@ -475,6 +578,7 @@ static void stage_stop(tr_actor *self) {
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
   tr__reporter_close(&a->rep);
+  tr__eval_pass_close(&a->eval);
   tr__batch_in_close(&a->in);
   tr__chunks_close(&a->ch);
 }

@@ -304,7 +304,10 @@ TR_API int tr_data_on_parse(const char *name, tr_data_on *out);
  * only in part), in the layout that trains and with the parameters as they are after step
  * k; no update follows and training goes on as if it had not happened (the same bits).
  * The held-out micro-batches take the training's batch edges (tr_batch_msg.eval), so an
- * actor of yours between a loader and a stage treats them as it treats training ones.
+ * actor of yours between a loader and a stage treats them as it treats training ones (a
+ * producer of yours in a loader's place sends them too: after step k-1's micro-batches
+ * those of the evaluation after step k, tr_data_shard's share of [0, samples) over the
+ * replicas).
  * Its figures, the mean loss over the samples (each sample's loss as tr_stage_sample_losses
  * gives it) and for a loss with an accuracy (tr_loss_type.accuracy) the fraction of rows
  * whose largest output is the target, reach observers in reports (tr_report_msg.eval_*)

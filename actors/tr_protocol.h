@@ -76,7 +76,8 @@ typedef struct tr_batch_msg {
   int eval;       /* 1: held-out samples (tr_job_config.eval), evaluated and not trained on:
                      samples [first, first + count) of eval.data, micro-batch mb of the
                      evaluation after step `step`; count may be below the job's
-                     micro-batch (the last one), the buffers hold a whole micro-batch */
+                     micro-batch (the last one), the buffers hold a whole micro-batch
+                     (x_bytes and y_bytes are its; the rest repeats a sample) */
 } tr_batch_msg;
 TR_API extern const tr_msgtype tr_batch_type;
 

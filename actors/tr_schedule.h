@@ -166,6 +166,15 @@ TR_API const tr_schedule_config *tr_schedule_config_of(const tr_schedule *sc);
 /* Stage `stage`'s actions in order, *n of them; the last is the optimizer step. */
 TR_API const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, size_t *n);
 
+/* Stage `stage`'s actions of an evaluation pass (tr_job_config.eval): m micro-batches
+ * forward only, each through every chunk in order — receive its activation, forward, send
+ * its output — before the next begins, all in slot 0 (nothing is kept for a backward).
+ * Micro-batch-major, so the ring of interleaved chunks carries one micro-batch at a time
+ * and cannot deadlock; no step action ends it. Writes the first `cap` actions to `out` and
+ * returns how many there are (cap 0 sizes the list). */
+TR_API size_t tr_schedule_eval_actions(const tr_schedule *sc, int stage, int m, tr_action *out,
+                                       size_t cap);
+
 /* The most micro-batches whose activations `stage` holds at once, over all its chunks.
  * gpipe: m; 1f1b: min(p - stage, m); zb1: min(p, m); interleaved: at most
  * min((p-stage-1)·2 + (v-1)·p + 1, v·m). */

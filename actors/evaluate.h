@@ -1,0 +1,101 @@
+/* evaluate.h — held-out evaluation (tr_job_config.eval), its arithmetic in one part: when an
+ * evaluation is due, which held-out samples a replica takes and in how many micro-batches,
+ * the sums a replica's last stage keeps over a pass, the message that takes them to the
+ * coordinator, and the coordinator's book of them.
+ *
+ * The loader puts the held-out micro-batches (tr_batch_msg.eval) into its sequence after
+ * the micro-batches of the step the evaluation follows; the stage runner runs its pass, an
+ * action list of its own (tr_schedule_eval_actions), at that step's boundary; both ask here
+ * when and how many, so they agree without a message.
+ *
+ *   if (tr__eval_due(run, step) || (ending && tr__eval_at_end(run, step))) ...;
+ *   m = tr__eval_microbatches(run, replica);                  // the loader's sends
+ *   tr__eval_pass_open(&p, run, replica, stage, dev, info);   // a stage, on its thread
+ *   tr__eval_pass_begin(&p, step, chunks, n);                 // dropout off
+ *   ... p.acts[0 .. p.n): receive, forward, send ...
+ *   tr__eval_pass_add(&p, st, 0, count);                      // the last stage's forwards
+ *   tr__reporter_eval(&rep, &p.sums);                         // the pass's end
+ *   tr__eval_pass_end(&p, chunks, n);
+ *   tr__eval_book_add(&book, replica, &msg->sums);            // the coordinator
+ */
+#ifndef TR_EVALUATE_H
+#define TR_EVALUATE_H
+
+#include <stdbool.h>
+
+#include "job_impl.h"
+
+/* An evaluation after step k (k steps done): a multiple of eval.every past the run's first
+ * step. */
+bool tr__eval_due(const tr__run *run, int64_t k);
+/* The one at the run's end, step `end`: unless the periodic one was that step's, or the run
+ * trained no step. */
+bool tr__eval_at_end(const tr__run *run, int64_t end);
+/* Replica r's share of held-out samples [0, eval.samples): tr_data_shard's rule, and the
+ * micro-batches of the job's size it makes (the last one part-filled; 0 for an empty share). */
+void tr__eval_share(const tr__run *run, int replica, uint64_t *first, size_t *count);
+int tr__eval_microbatches(const tr__run *run, int replica);
+
+/* What an evaluation of one replica adds up: the sum of its samples' losses, its rows whose
+ * largest output is the target (-1: the loss has no accuracy), its rows, its samples. */
+typedef struct tr__eval_sums {
+  int64_t step, samples, rows, correct;
+  double loss;
+} tr__eval_sums;
+
+/* a replica's last stage → coordinator: its sums of the evaluation after step sums.step */
+typedef struct tr__eval_msg {
+  tr_msg hdr;
+  int source;
+  tr__eval_sums sums;
+} tr__eval_msg;
+extern const tr_msgtype tr__eval_type;
+
+/* A stage's pass: its action list (tr_schedule_eval_actions) for its replica's share, and
+ * on the last stage where each held-out micro-batch's figures are read to the host. */
+typedef struct tr__eval_pass {
+  tr_action *acts;
+  size_t n;
+  bool last;               /* the stage's layers end in the loss: it keeps the sums */
+  tr_device *dev;
+  float *dloss;            /* device: a loss per sample of a micro-batch */
+  float *loss, *out;       /* host: the losses, the outputs (rows, V) */
+  int32_t *target;         /* host: the target classes (losses with an accuracy) */
+  int rows, V, batch;      /* a micro-batch's rows, the output's width, its samples */
+  bool accuracy;
+  tr__eval_sums sums;
+} tr__eval_pass;
+
+/* Stage `stage` of `replica` on dev, `info` its last chunk's. 0 (nothing where the job
+ * evaluates nothing), TR_ENOMEM or TR_EDEVICE. */
+int tr__eval_pass_open(tr__eval_pass *p, const tr__run *run, int replica, int stage,
+                       tr_device *dev, const tr_stage_info *info);
+/* The pass after step `step` begins, and ends: the stage's chunks evaluate (dropout off)
+ * meanwhile. */
+void tr__eval_pass_begin(tr__eval_pass *p, int64_t step, tr_stage *const *chunks, int n);
+void tr__eval_pass_end(tr__eval_pass *p, tr_stage *const *chunks, int n);
+/* The forward of the held-out micro-batch in `slot` of `st` has been queued: its first
+ * `count` samples added to the sums (waits for the device). 0, or TR_EDEVICE. */
+int tr__eval_pass_add(tr__eval_pass *p, tr_stage *st, int slot, int count);
+void tr__eval_pass_close(tr__eval_pass *p); /* on the device's thread */
+
+/* The coordinator's: the replicas' sums of each evaluation, and the latest whole one. */
+enum { TR__EVAL_PENDING = 4 };
+typedef struct tr__eval_book {
+  int replicas;
+  tr__eval_sums pending[TR__EVAL_PENDING];
+  int got[TR__EVAL_PENDING]; /* 0: a free place */
+  double loss[TR__EVAL_PENDING][TR_TRAIN_MAX_DEVICES]; /* per replica, added in their order */
+  int64_t step, samples;     /* the latest whole evaluation (step -1: none yet) */
+  double loss_mean, accuracy;
+  int count;
+} tr__eval_book;
+
+void tr__eval_book_init(tr__eval_book *b, int replicas);
+/* Replica `replica`'s sums. 0, or TR_EINVAL when more evaluations are open at once than
+ * replicas can be apart. */
+int tr__eval_book_add(tr__eval_book *b, int replica, const tr__eval_sums *s);
+void tr__eval_book_report(const tr__eval_book *b, tr_report_msg *r);
+void tr__eval_book_result(const tr__eval_book *b, tr_train_result *r);
+
+#endif
