@@ -187,17 +187,21 @@ static void fit_watchdog(coordinator *c, uint64_t t) {
 static bool may_tell(const coordinator *c, int64_t step, bool last);
 
 /* Sends what waits while credits last, each report once the checkpoints it follows are on
- * disk and the parameters it carries are at hand (tr_job_snapshot). */
+ * disk, the parameters it carries are at hand (tr_job_snapshot) and the held-out evaluation
+ * of its step, when one was due, is whole: report k carries the evaluation after step k. */
 static void flush(coordinator *c, observer *o) {
   tr__snap_reader *rd = tr__snapshots_of(&c->snaps, o->edge); /* NULL: no parameters */
   int sent = 0;
   while (sent < o->nq && may_tell(c, o->queue[sent].step, o->queue[sent].last) &&
          tr__snap_ready(&c->snaps, rd, o->queue[sent].step, o->queue[sent].last) &&
+         (o->queue[sent].last || !tr__eval_due(c->run, o->queue[sent].step) ||
+          c->eval.step >= o->queue[sent].step) &&
          tr_edge_acquire(o->edge)) {
     tr_report_msg *r = tr_msg_new(&tr_report_type);
     const tr_msg hdr = r->hdr;
     *r = o->queue[sent++];
     r->hdr = hdr;
+    tr__eval_book_report(&c->eval, r);
     if (tr__snap_open(&c->snaps, rd, r)) { /* the run fails: tr__snapshots_given */
       tr_msg_free(r);
       break;
@@ -242,7 +246,6 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
       .seconds = seconds_between(c->t_start, t),
       .step_seconds = o->n ? seconds_between(o->from_t, t) / (double)o->n : NAN,
       .last = last};
-  tr__eval_book_report(&c->eval, &o->queue[o->nq - 1]);
   if (o->nq > QUEUE_MAX) { /* the older of the last two takes the newer in */
     tr_report_msg *a = &o->queue[o->nq - 2], *b = &o->queue[o->nq - 1];
     a->loss = mean_of(a->loss, a->steps, b->loss, b->steps);
@@ -253,7 +256,6 @@ static int report(coordinator *c, observer *o, int64_t step, double last_loss, u
     a->samples = b->samples;
     a->seconds = b->seconds;
     a->last = b->last;
-    tr__eval_book_report(&c->eval, a);
     o->nq--;
   }
   o->sum = 0;

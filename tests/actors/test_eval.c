@@ -256,7 +256,8 @@ static void evaluation_changes_no_training_bit(void **state) {
   }
 }
 
-/* After steps 3 and 6 (every 3), and at the end, 7; reports carry the latest, none before. */
+/* After steps 3 and 6 (every 3), and at the end, 7; reports carry the latest, none before,
+ * and report k the evaluation after step k itself when one was due. */
 static void evaluations_come_every_n_steps_and_at_the_end(void **state) {
   (void)state;
   const layout_case cases[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0},
@@ -282,6 +283,7 @@ static void evaluations_come_every_n_steps_and_at_the_end(void **state) {
         continue;
       }
       assert_true(p->eval_step <= p->step);
+      if (p->step % 3 == 0) assert_int_equal(p->eval_step, p->step); /* never the one before */
       assert_int_equal(p->eval_samples, HELD);
       if (n == 0 || seen[n - 1] != p->eval_step) seen[n++] = p->eval_step;
       if (n > 3) break;
