@@ -23,11 +23,11 @@ build_dir=${BUILD_DIR:-build}
 # Open MPI: jobs across processes (`mpirun -np N troupe train ...`) and their tests.
 # libxml2-utils: xmllint, with which the test of `troupe timeline` reads its SVG back (the
 # test skips without it). liburcu-dev: `troupe bench mailbox` measures the mailbox against
-# liburcu's wait-free queue.
+# liburcu's wait-free queue. zlib1g-dev: examples/digits.c reads its data set's .csv.gz.
 packages=(
   meson ninja-build pkg-config gcc libc6-dev clang libclang-rt-dev
   libuv1-dev libjemalloc-dev libcmocka-dev libopenblas-dev libgfortran-12-dev libcjson-dev
-  libdnnl-dev openmpi-bin libopenmpi-dev libxml2-utils liburcu-dev
+  libdnnl-dev openmpi-bin libopenmpi-dev libxml2-utils liburcu-dev zlib1g-dev
 )
 
 say() { printf 'setup: %s\n' "$*" >&2; }
