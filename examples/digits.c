@@ -9,9 +9,11 @@
  * FILE is digits.csv.gz (64 pixel values 0..16, then the class, per line). Without it the
  * program looks for data/digits.csv.gz and for the copy an installed python3-sklearn has,
  * then fetches the file with tools/fetch-digits.sh (Debian's package, downloaded and
- * unpacked, not installed). Exit 0 once every layout reached 95% held-out accuracy; 77
+ * unpacked, not installed). Exit 0 once every layout reached 95% held-out accuracy (PyTorch's
+ * median on such splits is 96.7%: tools/reference-digits.py), the same in each; 77
  * (a skipped test) when the file could not be had, saying how to get it; 1 otherwise.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,27 +28,26 @@ typedef struct digits {
   int32_t y[ROWS];
 } digits;
 
-/* The whole file, checked: ROWS lines of 65 integers, pixels in 0..16, classes in 0..9. */
+/* The whole file, checked: ROWS lines of 65 integers, pixels in 0..16, classes in 0..9.
+ * 0, or -1 with err saying where it is not such a file. */
 static int read_digits(const char *path, digits *d, char *err, size_t n) {
   gzFile f = gzopen(path, "rb");
   if (f == NULL) return snprintf(err, n, "%s: cannot be opened", path), -1;
   char line[1024];
-  int rows = 0, rc = 0;
-  while (rc == 0 && gzgets(f, line, sizeof line)) {
+  int rows = 0, bad = 0; /* bad: the 1-based place of a value that does not belong */
+  for (; !bad && gzgets(f, line, sizeof line); rows++) {
     char *p = line, *end;
-    for (int k = 0; k <= PIXELS && rc == 0; k++, p = end + (*end == ',')) {
+    for (int k = 0; k <= PIXELS && !bad; k++, p = end + (*end == ',')) {
       const long v = strtol(p, &end, 10);
-      if (end == p || rows >= ROWS || v < 0 || v > (k < PIXELS ? 16 : CLASSES - 1))
-        rc = snprintf(err, n, "%s: line %d, value %d is not a digits file's", path, rows + 1,
-                      k + 1);
+      if (end == p || rows >= ROWS || v < 0 || v > (k < PIXELS ? 16 : CLASSES - 1)) bad = k + 1;
       else if (k < PIXELS) d->x[rows][k] = (float)v / 16.0f;
       else d->y[rows] = (int32_t)v;
     }
-    rows++;
   }
   gzclose(f);
-  if (rc == 0 && rows != ROWS) rc = snprintf(err, n, "%s: %d lines, not %d", path, rows, ROWS);
-  return rc ? -1 : 0;
+  if (bad) return snprintf(err, n, "%s: line %d, value %d: not a digits file", path, rows, bad), -1;
+  if (rows != ROWS) return snprintf(err, n, "%s: %d lines, not %d", path, rows, ROWS), -1;
+  return 0;
 }
 
 /* The data source: sample i is image i (of ROWS: a finite source, which tr_data_split cuts). */
@@ -141,11 +142,15 @@ int main(int argc, char **argv) {
     fprintf(stderr, "digits: %s\n", err);
     return 1;
   }
+  /* Each learned, and as on one device: every layout trains the same model (dp sums the
+   * replicas' gradients in another order than one device sums the batch's, a rounding
+   * apart that 600 steps of Adam carry to about 1e-4 of the loss). */
   int ok = 1;
   for (int k = 0; k < 3; k++) {
-    printf("%-40s held-out accuracy %.1f%% (loss %.4f)\n", layouts[k].name,
-           100 * r[k].eval_accuracy, r[k].eval_loss);
-    ok &= r[k].eval_accuracy >= 0.95;
+    const bool alike = fabs(r[k].eval_loss - r[0].eval_loss) <= 1e-3 * r[0].eval_loss;
+    printf("%-40s held-out accuracy %.1f%% (loss %.6f)%s\n", layouts[k].name,
+           100 * r[k].eval_accuracy, r[k].eval_loss, alike ? "" : ", NOT AS ON ONE DEVICE");
+    ok &= r[k].eval_accuracy >= 0.95 && alike;
   }
   return ok ? 0 : 1;
 }
