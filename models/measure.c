@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "stage_impl.h"
+#include "tr_system.h"
 
 int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps, double *cost,
                             char *err, size_t err_size) {
@@ -21,9 +22,16 @@ int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps
     if (rc == 0) tr_stage_set_samples(st[l], 0, 0); /* random layers draw as in training */
   }
   /* Round after round over every layer, keeping each layer's fastest: what another thread
-   * takes from the machine for a while then lands on every layer alike, or on none. */
+   * takes from the machine for a while then lands on every layer alike, or on none. A
+   * signal held during start-up (tr_signals_hold) ends it between layers: on a loaded
+   * machine a large model's rounds take long, and the user asked to stop. */
   for (int r = -1; r < reps && rc == 0; r++) { /* r = -1: the warm-up */
     for (int l = 0; l < L && rc == 0; l++) {
+      if (tr_signals_held()) {
+        rc = TR_EINTR;
+        if (err && err_size) snprintf(err, err_size, "measuring stopped by a signal");
+        break;
+      }
       const uint64_t t0 = tr_now_ns();
       rc = tr_stage_forward(st[l], 0);
       if (rc == 0) rc = tr_stage_backward(st[l], 0, NULL);

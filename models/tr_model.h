@@ -119,7 +119,8 @@ TR_API int tr_model_balance_costs(const tr_model *m, const double *cost, int par
 /* Times each layer's forward and backward on `d` for a micro-batch of `batch` samples, from
  * the calling thread (which becomes d's owner): cost[layer] in seconds, the fastest of `reps`
  * rounds over every layer after one that warms up, each layer a stage of its own on zeroed
- * inputs. For cutting by measured cost (tr_model_balance_costs). */
+ * inputs. For cutting by measured cost (tr_model_balance_costs). TR_EINTR, as soon as a layer
+ * is done, once a signal is held during start-up (tr_signals_hold, tr_system.h). */
 TR_API int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps, double *cost,
                             char *err, size_t err_size);
 
