@@ -191,8 +191,8 @@ static int check_zero(const tr_job_config *c, char *err, size_t n) {
 static int check_eval(tr_job_config *c, char *err, size_t n) {
   tr_eval_config *e = &c->eval;
   if (e->data == NULL && (e->every || e->samples))
-    return tr_errorf(err, n, TR_EINVAL, TR__F("%s") " %lld: no held-out data to evaluate "
-                     "(" TR__F("eval.data") " NULL)", e->every ? "eval.every" : "eval.samples",
+    return tr_errorf(err, n, TR_EINVAL, TR__F("%s") " %lld: there are no held-out samples to "
+                     "evaluate: give them as " TR__F("eval.data"), e->every ? "eval.every" : "eval.samples",
                      (long long)(e->every ? e->every : e->samples));
   if (e->data == NULL) return 0;
   if (c->async.enabled)
