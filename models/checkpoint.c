@@ -1,9 +1,10 @@
-/* checkpoint.c — safetensors checkpoints: the atomic writer and the validating reader
- * (tr_checkpoint.h). The JSON header is parsed by cJSON; it is written here by hand, because
- * cJSON prints numbers through doubles and offsets must come out as exact integers. */
+/* checkpoint.c — safetensors checkpoints: the validating reader (tr_checkpoint.h), the
+ * dtypes, and what the writer (checkpoint_write.c) shares with it (checkpoint_impl.h). The
+ * JSON header is parsed by cJSON. */
 #include "tr_checkpoint.h"
 #include "tr_file.h"
 
+#include "checkpoint_impl.h"
 #include "models_impl.h"
 
 #include <cJSON.h>
@@ -18,10 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define ERR_SIZE 512
-/* JSON numbers reach us as doubles: integers above 2^53 would round. No offset or dimension
- * of a real file comes near it. */
-#define MAX_EXACT 9007199254740992.0
 
 /* ---- dtypes -------------------------------------------------------------------------- */
 
@@ -54,24 +51,19 @@ int tr_dtype_parse(const char *name, tr_dtype *out) {
 
 /* ---- shared helpers ---------------------------------------------------------------- */
 
-static void vformat(char *buf, size_t cap, const char *fmt, va_list ap) {
+void tr__ck_vformat(char *buf, size_t cap, const char *fmt, va_list ap) {
   if (buf && cap) vsnprintf(buf, cap, fmt, ap);
 }
 
-static void format(char *buf, size_t cap, const char *fmt, ...) {
+void tr__ck_format(char *buf, size_t cap, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vformat(buf, cap, fmt, ap);
+  tr__ck_vformat(buf, cap, fmt, ap);
   va_end(ap);
 }
 
-/* A name from a file, made safe to print: non-printable bytes as \xNN, long names cut. */
-typedef struct quoted {
-  char s[96];
-} quoted;
-
-static quoted quote(const char *name) {
-  quoted q;
+tr__ck_quoted tr__ck_quote(const char *name) {
+  tr__ck_quoted q;
   size_t o = 0, i = 0;
   for (; name[i] && o + 8 < sizeof q.s; i++) {
     unsigned char c = (unsigned char)name[i];
@@ -123,14 +115,12 @@ static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
   return n;
 }
 
-static int utf8_valid(const char *s) {
+int tr__ck_utf8_valid(const char *s) {
   size_t n = strlen(s);
   return utf8_invalid_at((const unsigned char *)s, n) == n;
 }
 
-/* Element count × element size of a shape; -1 when it overflows size_t. A zero dimension
- * makes the tensor empty whatever the others are. */
-static int shape_bytes(int ndim, const int64_t *shape, size_t elem, size_t *out) {
+int tr__ck_shape_bytes(int ndim, const int64_t *shape, size_t elem, size_t *out) {
   size_t n = elem;
   int overflow = 0;
   for (int i = 0; i < ndim; i++) {
@@ -144,336 +134,6 @@ static int shape_bytes(int ndim, const int64_t *shape, size_t elem, size_t *out)
   if (overflow) return -1;
   *out = n;
   return 0;
-}
-
-/* ---- writing ------------------------------------------------------------------------- */
-
-typedef struct wtensor {
-  char *name;
-  tr_dtype dtype;
-  int ndim;
-  int64_t shape[TR_CHECKPOINT_MAX_DIMS];
-  const void *data;
-  size_t nbytes;
-  size_t order; /* position in add order, the tie-break of the layout */
-} wtensor;
-
-typedef struct wmeta {
-  char *key, *value;
-} wmeta;
-
-struct tr_checkpoint_writer {
-  wtensor *t;
-  size_t nt, cap_t;
-  wmeta *m;
-  size_t nm, cap_m;
-  int failed; /* the status of the first failed call: save refuses to write after one */
-  char error[ERR_SIZE];
-};
-
-static int wfail(tr_checkpoint_writer *w, int status, const char *fmt, ...) {
-  if (!w->failed) {
-    va_list ap;
-    va_start(ap, fmt);
-    vformat(w->error, sizeof w->error, fmt, ap);
-    va_end(ap);
-    w->failed = status;
-  }
-  return status;
-}
-
-/* Grows *p (elements of `size`) to hold one more than *n. */
-static int grow(void **p, size_t *cap, size_t n, size_t size) {
-  if (n < *cap) return 0;
-  size_t c = *cap ? *cap * 2 : 16;
-  void *q = realloc(*p, c * size);
-  if (!q) return TR_ENOMEM;
-  *p = q;
-  *cap = c;
-  return 0;
-}
-
-tr_checkpoint_writer *tr_checkpoint_writer_new(void) {
-  return calloc(1, sizeof(tr_checkpoint_writer));
-}
-
-void tr_checkpoint_writer_free(tr_checkpoint_writer *w) {
-  if (!w) return;
-  for (size_t i = 0; i < w->nt; i++) free(w->t[i].name);
-  for (size_t i = 0; i < w->nm; i++) {
-    free(w->m[i].key);
-    free(w->m[i].value);
-  }
-  free(w->t);
-  free(w->m);
-  free(w);
-}
-
-const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w) {
-  return w->error;
-}
-
-int tr_checkpoint_writer_add(tr_checkpoint_writer *w, const char *name, tr_dtype dtype,
-                             int ndim, const int64_t *shape, const void *data) {
-  if (!name || !*name || strcmp(name, "__metadata__") == 0 || !utf8_valid(name))
-    return wfail(w, TR_EINVAL, "checkpoint: tensor name '%s' is empty, reserved or not UTF-8",
-                 name ? quote(name).s : "(null)");
-  quoted q = quote(name);
-  if ((unsigned)dtype >= TR_DTYPE_COUNT)
-    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': unknown dtype %d", q.s, (int)dtype);
-  if (ndim < 0 || ndim > TR_CHECKPOINT_MAX_DIMS || (ndim && !shape))
-    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': %d dimensions (0..%d allowed)", q.s,
-                 ndim, TR_CHECKPOINT_MAX_DIMS);
-  for (int i = 0; i < ndim; i++) {
-    if (shape[i] < 0 || (double)shape[i] > MAX_EXACT)
-      return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': dimension %d is %" PRId64, q.s, i,
-                   shape[i]);
-  }
-  size_t nbytes;
-  if (shape_bytes(ndim, shape, dtypes[dtype].size, &nbytes) || (double)nbytes > MAX_EXACT)
-    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': shape too large", q.s);
-  if (nbytes && !data)
-    return wfail(w, TR_EINVAL, "checkpoint: tensor '%s': no data for %zu bytes", q.s, nbytes);
-  for (size_t i = 0; i < w->nt; i++) {
-    if (strcmp(w->t[i].name, name) == 0)
-      return wfail(w, TR_EINVAL, "checkpoint: tensor '%s' added twice", q.s);
-  }
-  if (grow((void **)&w->t, &w->cap_t, w->nt, sizeof *w->t))
-    return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
-  wtensor *t = &w->t[w->nt];
-  memset(t, 0, sizeof *t);
-  if (!(t->name = strdup(name))) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
-  t->dtype = dtype;
-  t->ndim = ndim;
-  if (ndim) memcpy(t->shape, shape, (size_t)ndim * sizeof *shape);
-  t->data = data;
-  t->nbytes = nbytes;
-  t->order = w->nt++;
-  return 0;
-}
-
-int tr_checkpoint_writer_put(tr_checkpoint_writer *w, const char *key, const char *value) {
-  if (!key || !value || !utf8_valid(key) || !utf8_valid(value))
-    return wfail(w, TR_EINVAL, "checkpoint: metadata '%s': key or value missing or not UTF-8",
-                 key ? quote(key).s : "(null)");
-  char *v = strdup(value);
-  if (!v) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
-  for (size_t i = 0; i < w->nm; i++) {
-    if (strcmp(w->m[i].key, key) == 0) {
-      free(w->m[i].value);
-      w->m[i].value = v;
-      return 0;
-    }
-  }
-  char *k = strdup(key);
-  if (!k || grow((void **)&w->m, &w->cap_m, w->nm, sizeof *w->m)) {
-    free(k);
-    free(v);
-    return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
-  }
-  w->m[w->nm++] = (wmeta){k, v};
-  return 0;
-}
-
-int tr_checkpoint_writer_put_u64(tr_checkpoint_writer *w, const char *key, uint64_t value) {
-  char buf[24];
-  snprintf(buf, sizeof buf, "%" PRIu64, value);
-  return tr_checkpoint_writer_put(w, key, buf);
-}
-
-int tr_checkpoint_writer_put_u64s(tr_checkpoint_writer *w, const char *key,
-                                  const uint64_t *values, size_t count) {
-  if (count && !values) return wfail(w, TR_EINVAL, "checkpoint: metadata: no values");
-  if (count > SIZE_MAX / 24 - 1) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
-  size_t cap = 24 * count + 3, o = 1;
-  char *buf = malloc(cap);
-  if (!buf) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
-  buf[0] = '[';
-  for (size_t i = 0; i < count; i++)
-    o += (size_t)snprintf(buf + o, cap - o, i ? ", %" PRIu64 : "%" PRIu64, values[i]);
-  snprintf(buf + o, cap - o, "]");
-  int rc = tr_checkpoint_writer_put(w, key, buf);
-  free(buf);
-  return rc;
-}
-
-int tr_checkpoint_writer_put_json(tr_checkpoint_writer *w, const char *key,
-                                  const struct cJSON *value) {
-  if (!value) return wfail(w, TR_EINVAL, "checkpoint: metadata: no JSON value");
-  char *text = cJSON_PrintUnformatted(value);
-  if (!text) return wfail(w, TR_ENOMEM, "checkpoint: out of memory printing JSON");
-  int rc = tr_checkpoint_writer_put(w, key, text);
-  cJSON_free(text);
-  return rc;
-}
-
-/* A growable byte buffer for the header; `oom` makes every later append a no-op. */
-typedef struct sbuf {
-  char *p;
-  size_t len, cap;
-  int oom;
-} sbuf;
-
-static void sb_put(sbuf *b, const char *s, size_t n) {
-  if (b->oom) return;
-  if (b->len + n + 1 > b->cap) {
-    size_t c = b->cap ? b->cap : 256;
-    while (c < b->len + n + 1) c *= 2;
-    char *q = realloc(b->p, c);
-    if (!q) {
-      b->oom = 1;
-      return;
-    }
-    b->p = q;
-    b->cap = c;
-  }
-  memcpy(b->p + b->len, s, n);
-  b->len += n;
-  b->p[b->len] = '\0';
-}
-
-static void sb_str(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
-
-static void sb_fmt(sbuf *b, const char *fmt, ...) {
-  char tmp[64];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-  va_end(ap);
-  sb_put(b, tmp, (size_t)n);
-}
-
-/* A JSON string: quotes, backslashes and control bytes escaped, UTF-8 passed through. */
-static void sb_json_str(sbuf *b, const char *s) {
-  sb_put(b, "\"", 1);
-  for (const char *p = s; *p; p++) {
-    unsigned char c = (unsigned char)*p;
-    const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n"
-                    : c == '\t' ? "\\t" : c == '\r' ? "\\r" : NULL;
-    if (esc) {
-      sb_put(b, esc, 2);
-    } else if (c < 0x20) {
-      sb_fmt(b, "\\u%04x", c);
-    } else {
-      sb_put(b, p, 1);
-    }
-  }
-  sb_put(b, "\"", 1);
-}
-
-/* Larger elements first, so that each tensor starts aligned to its element size (the data
- * section starts 8-aligned); add order otherwise. safetensors' own writer does the same. */
-static int layout_cmp(const void *a, const void *b) {
-  const wtensor *x = *(const wtensor *const *)a, *y = *(const wtensor *const *)b;
-  size_t sx = dtypes[x->dtype].size, sy = dtypes[y->dtype].size;
-  if (sx != sy) return sx > sy ? -1 : 1;
-  return x->order < y->order ? -1 : x->order > y->order;
-}
-
-/* The whole header, 8-byte length prefix included, padded with spaces to a multiple of 8. */
-static int build_header(tr_checkpoint_writer *w, wtensor **order, sbuf *b) {
-  sb_put(b, "\0\0\0\0\0\0\0\0{", 9);
-  int first = 1;
-  if (w->nm) {
-    sb_str(b, "\"__metadata__\":{");
-    for (size_t i = 0; i < w->nm; i++) {
-      if (i) sb_put(b, ",", 1);
-      sb_json_str(b, w->m[i].key);
-      sb_put(b, ":", 1);
-      sb_json_str(b, w->m[i].value);
-    }
-    sb_put(b, "}", 1);
-    first = 0;
-  }
-  size_t offset = 0;
-  for (size_t i = 0; i < w->nt; i++) {
-    const wtensor *t = order[i];
-    if (!first) sb_put(b, ",", 1);
-    first = 0;
-    sb_json_str(b, t->name);
-    sb_fmt(b, ":{\"dtype\":\"%s\",\"shape\":[", dtypes[t->dtype].name);
-    for (int d = 0; d < t->ndim; d++) sb_fmt(b, d ? ",%" PRId64 : "%" PRId64, t->shape[d]);
-    sb_fmt(b, "],\"data_offsets\":[%zu,", offset);
-    offset += t->nbytes;
-    sb_fmt(b, "%zu]}", offset);
-  }
-  sb_put(b, "}", 1);
-  while (!b->oom && b->len % 8) sb_put(b, " ", 1);
-  if (b->oom) return TR_ENOMEM;
-  uint64_t n = b->len - 8;
-  for (int i = 0; i < 8; i++) b->p[i] = (char)(n >> (8 * i));
-  return 0;
-}
-
-/* The tensors in file order (*order) and the header for them (*b): what save writes and
- * tr_checkpoint_writer_bytes lays out. `what` names the target in messages. */
-static int lay_out(tr_checkpoint_writer *w, const char *what, wtensor ***order, sbuf *b) {
-  if (w->failed) {
-    char prev[ERR_SIZE];
-    memcpy(prev, w->error, sizeof prev);
-    format(w->error, sizeof w->error, "%s: not written, an earlier call failed: %s", what, prev);
-    return w->failed;
-  }
-  w->error[0] = '\0';
-  *order = malloc((w->nt ? w->nt : 1) * sizeof **order);
-  if (*order) {
-    for (size_t i = 0; i < w->nt; i++) (*order)[i] = &w->t[i];
-    qsort(*order, w->nt, sizeof **order, layout_cmp);
-  }
-  if (*order && !build_header(w, *order, b)) return 0;
-  format(w->error, sizeof w->error, "%s: out of memory", what);
-  return TR_ENOMEM;
-}
-
-int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
-  const size_t plen = path ? strlen(path) : 0;
-  if (!w->failed && (!plen || path[plen - 1] == '/')) {
-    format(w->error, sizeof w->error, "checkpoint: '%s' is not a file path", path ? path : "");
-    return TR_EINVAL;
-  }
-  wtensor **order = NULL;
-  sbuf b = {0};
-  int rc = lay_out(w, path ? path : "(null)", &order, &b);
-  tr__span *spans = rc ? NULL : malloc((w->nt + 1) * sizeof *spans);
-  if (rc == 0 && spans) {
-    spans[0] = (tr__span){b.p, b.len};
-    for (size_t i = 0; i < w->nt; i++) spans[i + 1] = (tr__span){order[i]->data, order[i]->nbytes};
-    rc = tr__write_atomic(path, spans, w->nt + 1, w->error, sizeof w->error);
-  } else if (rc == 0) {
-    rc = TR_ENOMEM;
-    format(w->error, sizeof w->error, "%s: out of memory", path);
-  }
-  free(b.p);
-  free(order);
-  free(spans);
-  return rc;
-}
-
-int tr_checkpoint_writer_bytes(tr_checkpoint_writer *w, void **bytes, size_t *size) {
-  *bytes = NULL;
-  *size = 0;
-  wtensor **order = NULL;
-  sbuf b = {0};
-  int rc = lay_out(w, "<memory>", &order, &b);
-  size_t n = b.len;
-  for (size_t i = 0; rc == 0 && i < w->nt; i++) n += order[i]->nbytes;
-  unsigned char *p = rc ? NULL : malloc(n);
-  if (rc == 0 && p) {
-    memcpy(p, b.p, b.len);
-    size_t at = b.len;
-    for (size_t i = 0; i < w->nt; i++) {
-      if (order[i]->nbytes) memcpy(p + at, order[i]->data, order[i]->nbytes);
-      at += order[i]->nbytes;
-    }
-    *bytes = p;
-    *size = n;
-  } else if (rc == 0) {
-    rc = TR_ENOMEM;
-    format(w->error, sizeof w->error, "<memory>: out of memory (%zu bytes asked for)", n);
-  }
-  free(b.p);
-  free(order);
-  return rc;
 }
 
 /* ---- reading ------------------------------------------------------------------------- */
@@ -492,7 +152,7 @@ struct tr_checkpoint {
   size_t nt;
   rmeta *m;
   size_t nm;
-  char error[ERR_SIZE];
+  char error[TR__CK_ERR_SIZE];
 };
 
 /* The parse state: every failure message starts with the file's name. */
@@ -519,7 +179,7 @@ static int pfail(parse *p, int status, const char *fmt, ...) {
 static int json_uint(const cJSON *j, double *out) {
   if (!cJSON_IsNumber(j)) return -1;
   double v = j->valuedouble;
-  if (!(v >= 0 && v <= MAX_EXACT) || (double)(uint64_t)v != v) return -1;
+  if (!(v >= 0 && v <= TR__CK_MAX_EXACT) || (double)(uint64_t)v != v) return -1;
   *out = v;
   return 0;
 }
@@ -540,7 +200,7 @@ static int meta_cmp(const void *a, const void *b) {
 
 /* One tensor entry of the header, checked against the data section's length. */
 static int parse_tensor(parse *p, const cJSON *j, size_t data_len, tr_checkpoint_tensor *t) {
-  quoted q = quote(j->string);
+  tr__ck_quoted q = tr__ck_quote(j->string);
   t->name = j->string;
   if (!cJSON_IsObject(j))
     return pfail(p, TR_EFORMAT, "tensor '%s': entry is not a JSON object", q.s);
@@ -551,7 +211,7 @@ static int parse_tensor(parse *p, const cJSON *j, size_t data_len, tr_checkpoint
     return pfail(p, TR_EFORMAT, "tensor '%s': \"dtype\" missing or not a string", q.s);
   if (tr_dtype_parse(dt->valuestring, &t->dtype))
     return pfail(p, TR_EFORMAT, "tensor '%s': unknown dtype '%s'", q.s,
-                 quote(dt->valuestring).s);
+                 tr__ck_quote(dt->valuestring).s);
   if (!cJSON_IsArray(sh))
     return pfail(p, TR_EFORMAT, "tensor '%s': \"shape\" missing or not an array", q.s);
   int nd = cJSON_GetArraySize(sh);
@@ -584,7 +244,7 @@ static int parse_tensor(parse *p, const cJSON *j, size_t data_len, tr_checkpoint
   t->offset = (size_t)begin;
   t->nbytes = (size_t)end - (size_t)begin;
   size_t want;
-  if (shape_bytes(t->ndim, t->shape, dtypes[t->dtype].size, &want))
+  if (tr__ck_shape_bytes(t->ndim, t->shape, dtypes[t->dtype].size, &want))
     return pfail(p, TR_EFORMAT, "tensor '%s': shape %s overflows", q.s, shape_text);
   if (want != t->nbytes)
     return pfail(p, TR_EFORMAT,
@@ -604,13 +264,13 @@ static int parse_metadata(parse *p, const cJSON *j) {
   for (const cJSON *e = j->child; e; e = e->next) {
     if (!cJSON_IsString(e))
       return pfail(p, TR_EFORMAT, "\"__metadata__\" value of '%s' is not a string",
-                   quote(e->string).s);
+                   tr__ck_quote(e->string).s);
     ck->m[ck->nm++] = (rmeta){e->string, e->valuestring};
   }
   qsort(ck->m, ck->nm, sizeof *ck->m, meta_cmp);
   for (size_t i = 1; i < ck->nm; i++) {
     if (strcmp(ck->m[i - 1].key, ck->m[i].key) == 0)
-      return pfail(p, TR_EFORMAT, "metadata key '%s' appears twice", quote(ck->m[i].key).s);
+      return pfail(p, TR_EFORMAT, "metadata key '%s' appears twice", tr__ck_quote(ck->m[i].key).s);
   }
   return 0;
 }
@@ -628,12 +288,13 @@ static int check_layout(parse *p, size_t data_len) {
       const tr_checkpoint_tensor *prev = &ck->t[i - 1];
       return pfail(p, TR_EFORMAT,
                    "tensor '%s': data_offsets [%zu, %zu) overlap tensor '%s' [%zu, %zu)",
-                   quote(t->name).s, t->offset, t->offset + t->nbytes, quote(prev->name).s,
+                   tr__ck_quote(t->name).s, t->offset, t->offset + t->nbytes,
+                   tr__ck_quote(prev->name).s,
                    prev->offset, prev->offset + prev->nbytes);
     }
     if (t->offset > at)
       return pfail(p, TR_EFORMAT, "bytes [%zu, %zu) of the data section belong to no tensor "
-                   "(before tensor '%s')", at, t->offset, quote(t->name).s);
+                   "(before tensor '%s')", at, t->offset, tr__ck_quote(t->name).s);
     at = t->offset + t->nbytes;
   }
   if (at != data_len)
@@ -704,7 +365,7 @@ static int parse_file(parse *p) {
   for (size_t i = 1; i < ck->nt; i++) {
     if (strcmp(ck->t[i - 1].name, ck->t[i].name) == 0)
       return pfail(p, TR_EFORMAT, "tensor '%s' appears twice in the header",
-                   quote(ck->t[i].name).s);
+                   tr__ck_quote(ck->t[i].name).s);
   }
   int rc = check_layout(p, data_len);
   if (rc) return rc;
@@ -730,7 +391,7 @@ static tr_checkpoint *checkpoint_new(const char *name, char *err, size_t err_siz
     free(ck);
     ck = NULL;
   }
-  if (!ck) format(err, err_size, "%s: out of memory", name);
+  if (!ck) tr__ck_format(err, err_size, "%s: out of memory", name);
   return ck;
 }
 
@@ -763,7 +424,7 @@ int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t 
   void *bytes = size ? malloc(size) : NULL;
   if (size && bytes == NULL) {
     close(fd);
-    format(err, err_size, "%s: out of memory (%zu bytes asked for)", path, size);
+    tr__ck_format(err, err_size, "%s: out of memory (%zu bytes asked for)", path, size);
     return TR_ENOMEM;
   }
   rc = size ? tr_file_read_at(fd, bytes, size, 0, "checkpoint", path, err, err_size) : 0;
@@ -815,7 +476,7 @@ int tr_checkpoint_expect(tr_checkpoint *ck, const char *name, tr_dtype dtype, in
   TR_ASSERT(ndim >= 0 && ndim <= TR_CHECKPOINT_MAX_DIMS && (ndim == 0 || shape));
   if (out) *out = NULL;
   const tr_checkpoint_tensor *t = tr_checkpoint_find(ck, name);
-  quoted q = quote(name);
+  tr__ck_quoted q = tr__ck_quote(name);
   if (!t)
     return ckfail(ck, TR_EFORMAT, "no tensor '%s' among its %zu (a checkpoint of another "
                   "model?)", q.s, ck->nt);
@@ -860,7 +521,7 @@ const char *tr_checkpoint_meta(const tr_checkpoint *ck, const char *key) {
 
 static const char *meta_need(tr_checkpoint *ck, const char *key) {
   const char *v = tr_checkpoint_meta(ck, key);
-  if (!v) ckfail(ck, TR_EFORMAT, "metadata key '%s' is missing", quote(key).s);
+  if (!v) ckfail(ck, TR_EFORMAT, "metadata key '%s' is missing", tr__ck_quote(key).s);
   return v;
 }
 
@@ -884,7 +545,7 @@ int tr_checkpoint_meta_u64(tr_checkpoint *ck, const char *key, uint64_t *out) {
   if (!v) return TR_EFORMAT;
   if (parse_u64(&p, out) || *p)
     return ckfail(ck, TR_EFORMAT, "metadata '%s' is \"%s\", not an unsigned 64-bit integer",
-                  quote(key).s, quote(v).s);
+                  tr__ck_quote(key).s, tr__ck_quote(v).s);
   return 0;
 }
 
@@ -912,9 +573,9 @@ int tr_checkpoint_meta_u64s(tr_checkpoint *ck, const char *key, uint64_t *out, s
   ok = ok && *p++ == ']' && *p == '\0';
   if (!ok)
     return ckfail(ck, TR_EFORMAT, "metadata '%s' is \"%s\", not a JSON array of unsigned "
-                  "64-bit integers", quote(key).s, quote(v).s);
+                  "64-bit integers", tr__ck_quote(key).s, tr__ck_quote(v).s);
   if (n != count)
-    return ckfail(ck, TR_EFORMAT, "metadata '%s' has %zu values, expected %zu", quote(key).s,
+    return ckfail(ck, TR_EFORMAT, "metadata '%s' has %zu values, expected %zu", tr__ck_quote(key).s,
                   n, count);
   return 0;
 }
@@ -927,7 +588,7 @@ int tr_checkpoint_meta_json(tr_checkpoint *ck, const char *key, struct cJSON **o
   cJSON *j = cJSON_ParseWithOpts(v, &end, 1);
   if (!j)
     return ckfail(ck, TR_EFORMAT, "metadata '%s' is not valid JSON (error near byte %zu)",
-                  quote(key).s, end ? (size_t)(end - v) : 0);
+                  tr__ck_quote(key).s, end ? (size_t)(end - v) : 0);
   *out = j;
   return 0;
 }
