@@ -1,7 +1,9 @@
 /* evaluate.h — held-out evaluation (tr_job_config.eval), its arithmetic in one part: when an
  * evaluation is due, which held-out samples a replica takes and in how many micro-batches,
  * the sums a replica's last stage keeps over a pass, the message that takes them to the
- * coordinator, and the coordinator's book of them.
+ * coordinator, and the coordinator's book of them. What a pass's own actions compute (a
+ * held-out forward, the credits of slot 0, the pass's end) is here too: the stage only
+ * dispatches them.
  *
  * The loader puts the held-out micro-batches (tr_batch_msg.eval) into its sequence after
  * the micro-batches of the step the evaluation follows; the stage runner runs its pass, an
@@ -15,7 +17,6 @@
  *   ... p.acts[0 .. p.n), run by the stage's one interpreter: receive, send, and
  *   tr__eval_forward(&p, &in, &ret, s, chunk, act_out, step, act, &what);  // EVAL_FORWARD
  *   tr__eval_pass_end(&p, &rep, s, act_out, chunks, n, &busy);            // EVAL_END
- *   tr__eval_book_add(&book, replica, &msg->sums);            // the coordinator
  *   tr__eval_book_add(&book, replica, &msg->sums);            // the coordinator
  */
 #ifndef TR_EVALUATE_H
