@@ -1,9 +1,9 @@
 /* evaluate.h — held-out evaluation (tr_job_config.eval), its arithmetic in one part: when an
  * evaluation is due, which held-out samples a replica takes and in how many micro-batches,
  * the sums a replica's last stage keeps over a pass, the message that takes them to the
- * coordinator, and the coordinator's book of them. What a pass's own actions compute (a
- * held-out forward, the credits of slot 0, the pass's end) is here too: the stage only
- * dispatches them.
+ * coordinator, and the coordinator's book of them (evaluate.c). What a stage's pass and its
+ * own actions compute (a held-out forward, the credits of slot 0, the pass's end) is here
+ * too (eval_pass.c): the stage only dispatches them.
  *
  * The loader puts the held-out micro-batches (tr_batch_msg.eval) into its sequence after
  * the micro-batches of the step the evaluation follows; the stage runner runs its pass, an
