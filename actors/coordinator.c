@@ -9,8 +9,8 @@
  * back rather than parts piling up. A step's loss is complete once every replica's last
  * stage has sent its share (asynchronous jobs: the worker that took the step; losses.h).
  * Each observer gets a report per `every` complete steps, timed by when the steps ended on
- * their stages; reports wait for credits, and one that falls far behind hears of several
- * intervals at once.
+ * their stages (observers.h: the intervals, and the queues of reports waiting for credits);
+ * the coordinator says when each may go.
  *
  * Checkpoints are written off the loop thread (the loaders share it): a whole checkpoint
  * goes to libuv's thread pool (uv_queue_work), one at a time and in step order, and its
@@ -27,6 +27,7 @@
 #include "evaluate.h"
 #include "graph_impl.h"
 #include "losses.h"
+#include "observers.h"
 #include "snapshots.h"
 #include "world.h"
 
@@ -60,20 +61,6 @@ typedef struct written_msg {
 } written_msg;
 static TR_MSGTYPE_DEFINE(written_type, written_msg);
 
-/* An observer's reports: the interval being gathered, and those waiting for a credit. */
-typedef struct observer {
-  tr_edge *edge;
-  int every;
-  double sum;          /* of the interval's finite losses */
-  int64_t n, finite;   /* its steps so far, those with a finite loss */
-  uint64_t from_t;     /* when the step before it ended */
-  tr_report_msg *queue; /* waiting for a credit (the headers unused) */
-  int nq, capq;
-  bool told_last;
-} observer;
-
-enum { QUEUE_MAX = 64 }; /* reports an observer may fall behind before they merge */
-
 typedef struct coordinator {
   const tr__run *run;
   tr_actor *self;
@@ -81,7 +68,7 @@ typedef struct coordinator {
   uint64_t last_end, slowest; /* when the last complete step ended; the longest step */
   int nsources;
   tr_edge **sources;         /* [source]: its report edge */
-  observer *obs;
+  tr__observer *obs;
   int nobs;
   pending ck[PENDING];
   write_req *writing;        /* the checkpoint on its way to disk, or NULL */
@@ -128,10 +115,10 @@ int tr__coordinator_add_source(void *state, int source, tr_edge *e) {
 
 int tr__coordinator_add_observer(void *state, tr_edge *e, int every) {
   coordinator *c = state;
-  observer *grown = realloc(c->obs, (size_t)(c->nobs + 1) * sizeof *grown);
+  tr__observer *grown = realloc(c->obs, (size_t)(c->nobs + 1) * sizeof *grown);
   if (grown == NULL) return TR_ENOMEM;
   c->obs = grown;
-  c->obs[c->nobs++] = (observer){.edge = e, .every = every};
+  c->obs[c->nobs++] = (tr__observer){.edge = e, .every = every};
   return 0;
 }
 
@@ -163,7 +150,8 @@ static int coordinator_start(tr_actor *self) {
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
   tr__eval_book_init(&c->eval, jc->layout.replicas);
   c->t_start = c->last_end = tr_now_ns();
-  for (int i = 0; i < c->nobs; i++) c->obs[i].from_t = c->t_start;
+  for (int i = 0; i < c->nobs; i++)
+    tr__observer_start(&c->obs[i], c->t_start, first, jc->global_batch);
   return 0;
 }
 
@@ -186,83 +174,24 @@ static void fit_watchdog(coordinator *c, uint64_t t) {
 
 static bool may_tell(const coordinator *c, int64_t step, bool last);
 
-/* Sends what waits while credits last, each report once the checkpoints it follows are on
- * disk, the parameters it carries are at hand (tr_job_snapshot) and the held-out evaluation
- * of its step, when one was due, is whole: report k carries the evaluation after step k. */
-static void flush(coordinator *c, observer *o) {
-  tr__snap_reader *rd = tr__snapshots_of(&c->snaps, o->edge); /* NULL: no parameters */
-  int sent = 0;
-  while (sent < o->nq && may_tell(c, o->queue[sent].step, o->queue[sent].last) &&
-         tr__snap_ready(&c->snaps, rd, o->queue[sent].step, o->queue[sent].last) &&
-         (o->queue[sent].last || !tr__eval_due(c->run, o->queue[sent].step) ||
-          c->eval.step >= o->queue[sent].step) &&
-         tr_edge_acquire(o->edge)) {
-    tr_report_msg *r = tr_msg_new(&tr_report_type);
-    const tr_msg hdr = r->hdr;
-    *r = o->queue[sent++];
-    r->hdr = hdr;
-    tr__eval_book_report(&c->eval, r);
-    if (tr__snap_open(&c->snaps, rd, r)) { /* the run fails: tr__snapshots_given */
-      tr_msg_free(r);
-      break;
-    }
-    tr_edge_send(o->edge, r);
-    o->told_last |= r->last;
-  }
-  if (sent == 0) return;
-  memmove(o->queue, o->queue + sent, (size_t)(o->nq - sent) * sizeof *o->queue);
-  o->nq -= sent;
+/* A report goes out once the checkpoints it follows are on disk, the parameters it carries
+ * are at hand (tr_job_snapshot) and the held-out evaluation of its step, when one was due,
+ * is whole: report k carries the evaluation after step k. */
+static bool ready(void *arg, const tr__observer *o, const tr_report_msg *r) {
+  const coordinator *c = arg;
+  return may_tell(c, r->step, r->last) &&
+         tr__snap_ready(&c->snaps, tr__snapshots_of(&c->snaps, o->edge), r->step, r->last) &&
+         (r->last || !tr__eval_due(c->run, r->step) || c->eval.step >= r->step);
 }
 
-/* The stages' clocks and the coordinator's are one monotonic clock, but a step may end on
- * a stage a moment before the coordinator started. */
-static double seconds_between(uint64_t t0, uint64_t t1) {
-  return t1 > t0 ? (double)(t1 - t0) / 1e9 : 0;
+static int fill(void *arg, const tr__observer *o, tr_report_msg *r) {
+  coordinator *c = arg;
+  tr__eval_book_report(&c->eval, r);
+  return tr__snap_open(&c->snaps, tr__snapshots_of(&c->snaps, o->edge), r); /* a failure:
+                                                                   tr__snapshots_given */
 }
 
-/* The mean of two means of n and m values (NaN stands for none: n or m is 0). */
-static double mean_of(double x, int64_t n, double y, int64_t m) {
-  return n + m == 0 ? NAN : ((n ? x * (double)n : 0) + (m ? y * (double)m : 0)) / (double)(n + m);
-}
-
-/* The interval gathered so far, as a report, queued; one that falls far behind merges its
- * last two reports into one. */
-static int report(coordinator *c, observer *o, int64_t step, double last_loss, uint64_t t,
-                  bool last) {
-  if (o->nq == o->capq) {
-    const int cap = o->capq ? 2 * o->capq : 4;
-    tr_report_msg *q = realloc(o->queue, (size_t)cap * sizeof *q);
-    if (q == NULL) return TR_ENOMEM;
-    o->queue = q;
-    o->capq = cap;
-  }
-  const int64_t first = tr_graph_first_step(c->run->g);
-  o->queue[o->nq++] = (tr_report_msg){
-      .step = step,
-      .steps = o->n,
-      .loss = o->finite ? o->sum / (double)o->finite : NAN,
-      .last_loss = last_loss,
-      .samples = (step - first) * c->run->c.global_batch,
-      .seconds = seconds_between(c->t_start, t),
-      .step_seconds = o->n ? seconds_between(o->from_t, t) / (double)o->n : NAN,
-      .last = last};
-  if (o->nq > QUEUE_MAX) { /* the older of the last two takes the newer in */
-    tr_report_msg *a = &o->queue[o->nq - 2], *b = &o->queue[o->nq - 1];
-    a->loss = mean_of(a->loss, a->steps, b->loss, b->steps);
-    a->step_seconds = mean_of(a->step_seconds, a->steps, b->step_seconds, b->steps);
-    a->steps += b->steps;
-    a->step = b->step;
-    a->last_loss = b->last_loss;
-    a->samples = b->samples;
-    a->seconds = b->seconds;
-    a->last = b->last;
-    o->nq--;
-  }
-  o->sum = 0;
-  o->n = o->finite = 0;
-  o->from_t = t;
-  return 0;
-}
+static void flush(coordinator *c, tr__observer *o) { tr__observer_flush(o, ready, fill, c); }
 
 typedef struct step_ctx {
   coordinator *c;
@@ -273,11 +202,10 @@ static void on_step(void *arg, int64_t step, double loss, uint64_t t) {
   step_ctx *x = arg;
   fit_watchdog(x->c, t);
   for (int i = 0; i < x->c->nobs && x->rc == 0; i++) {
-    observer *o = &x->c->obs[i];
-    if (isfinite(loss)) o->sum += loss, o->finite++; /* a skipped step's (on_nonfinite) */
-    if (++o->n == o->every || /* and at the steps of its parameters (tr_job_snapshot) */
+    tr__observer *o = &x->c->obs[i];
+    if (tr__observer_add(o, loss) || /* and at the steps of its parameters (tr_job_snapshot) */
         tr__snap_wants(tr__snapshots_of(&x->c->snaps, o->edge), step + 1, false))
-      x->rc = report(x->c, o, step + 1, loss, t, false);
+      x->rc = tr__observer_report(o, step + 1, loss, t, false);
   }
 }
 
@@ -287,11 +215,10 @@ static int maybe_done(coordinator *c) {
   if (!c->finished || c->done) return 0;
   bool all = true;
   for (int i = 0; i < c->nobs; i++) {
-    observer *o = &c->obs[i];
-    const bool queued = o->nq && o->queue[o->nq - 1].last;
-    if (!o->told_last && !queued) {
-      int rc = report(c, o, tr_graph_first_step(c->run->g) + c->losses.complete,
-                      tr__loss_book_last(&c->losses), tr_now_ns(), true);
+    tr__observer *o = &c->obs[i];
+    if (!tr__observer_last_queued(o)) {
+      int rc = tr__observer_report(o, tr_graph_first_step(c->run->g) + c->losses.complete,
+                                   tr__loss_book_last(&c->losses), tr_now_ns(), true);
       if (rc) return rc;
     }
     flush(c, o);
@@ -598,7 +525,7 @@ static void coordinator_destroy(void *state) {
   for (int i = 0; i < n; i++) free((void *)c->dones[i].params);
   free(c->dones);
   free(c->sources);
-  for (int i = 0; i < c->nobs; i++) free(c->obs[i].queue);
+  for (int i = 0; i < c->nobs; i++) tr__observer_free(&c->obs[i]);
   free(c->obs);
   tr__snapshots_free(&c->snaps);
   tr__loss_book_free(&c->losses);

@@ -1,5 +1,5 @@
-/* evaluate.c — held-out evaluation's arithmetic (evaluate.h): when, how many, the sums a
- * replica's last stage keeps, and the coordinator's book of them. */
+/* evaluate.c — held-out evaluation's arithmetic (evaluate.h): when, how many, and the
+ * coordinator's book of the sums (a stage's pass: eval_pass.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,84 +27,6 @@ int tr__eval_microbatches(const tr__run *run, int replica) {
   size_t count;
   tr__eval_share(run, replica, &first, &count);
   return (int)((count + (size_t)run->mb_batch - 1) / (size_t)run->mb_batch);
-}
-
-/* ---- a last stage's pass ------------------------------------------------------------------- */
-
-int tr__eval_pass_open(tr__eval_pass *p, const tr__run *run, int replica, int stage,
-                       tr_device *dev, const tr_stage_info *info) {
-  if (run->c.eval.data == NULL) return 0;
-  const int m = tr__eval_microbatches(run, replica);
-  p->n = tr_schedule_eval_actions(run->sc, stage, m, NULL, 0);
-  if (p->n && !(p->acts = malloc(p->n * sizeof *p->acts))) return TR_ENOMEM;
-  tr_schedule_eval_actions(run->sc, stage, m, p->acts, p->n);
-  if (!info->is_last) return 0;
-  p->last = true;
-  p->dev = dev;
-  p->rows = info->rows;
-  p->batch = info->batch;
-  p->V = (int)(info->output_bytes / sizeof(float) / (size_t)info->rows);
-  const tr_loss_kind loss = tr_model_loss(run->c.model);
-  p->accuracy = loss && loss->accuracy && loss->target == TR_LOSS_TARGET_CLASSES;
-  const size_t rows = (size_t)info->rows;
-  p->loss = malloc((size_t)info->batch * sizeof *p->loss);
-  if (p->accuracy) {
-    p->out = malloc(rows * (size_t)p->V * sizeof *p->out);
-    p->target = malloc(rows * sizeof *p->target);
-  }
-  if (p->loss == NULL || (p->accuracy && (p->out == NULL || p->target == NULL))) return TR_ENOMEM;
-  if (tr_device_alloc(dev, (size_t)info->batch * sizeof(float), (void **)&p->dloss))
-    return TR_EDEVICE;
-  return 0;
-}
-
-void tr__eval_pass_begin(tr__eval_pass *p, int64_t step, tr_stage *const *chunks, int n) {
-  for (int k = 0; k < n; k++) tr_stage_set_training(chunks[k], 0);
-  if (p->last) p->sums = (tr__eval_sums){.step = step, .correct = p->accuracy ? 0 : -1};
-}
-
-void tr__eval_pass_end(tr__eval_pass *p, tr_stage *const *chunks, int n) {
-  (void)p;
-  for (int k = 0; k < n; k++) tr_stage_set_training(chunks[k], 1);
-}
-
-/* The row's largest output (the first of equals) is its target. */
-static bool correct(const float *row, int V, int32_t target) {
-  int best = 0;
-  for (int v = 1; v < V; v++)
-    if (row[v] > row[best]) best = v;
-  return best == target;
-}
-
-int tr__eval_pass_add(tr__eval_pass *p, tr_stage *st, int slot, int count) {
-  tr_stream *s = tr_stage_stream(st);
-  const int per = p->rows / p->batch; /* rows of a sample: gpt's ctx, else 1 */
-  const size_t rows = (size_t)count * (size_t)per;
-  if (tr_stage_sample_losses(st, slot, p->dloss) ||
-      tr_memcpy(s, p->loss, p->dloss, (size_t)count * sizeof *p->loss, TR_COPY_D2H) ||
-      (p->accuracy &&
-       (tr_memcpy(s, p->out, tr_stage_output(st, slot), rows * (size_t)p->V * sizeof *p->out,
-                  TR_COPY_D2H) ||
-        tr_memcpy(s, p->target, tr_stage_target(st, slot), rows * sizeof *p->target,
-                  TR_COPY_D2H))) ||
-      tr_stream_synchronize(s))
-    return TR_EDEVICE;
-  for (int b = 0; b < count; b++) p->sums.loss += p->loss[b];
-  if (p->accuracy)
-    for (size_t r = 0; r < rows; r++)
-      p->sums.correct += correct(p->out + r * (size_t)p->V, p->V, p->target[r]);
-  p->sums.rows += (int64_t)rows;
-  p->sums.samples += count;
-  return 0;
-}
-
-void tr__eval_pass_close(tr__eval_pass *p) {
-  if (p->dloss) tr_device_free(p->dev, p->dloss);
-  free(p->loss);
-  free(p->out);
-  free(p->target);
-  free(p->acts);
-  *p = (tr__eval_pass){0};
 }
 
 /* ---- the coordinator's book ---------------------------------------------------------------- */

@@ -14,10 +14,11 @@
  * queried, so credits go back at once; on CUDA the actor polls itself while any copy is in
  * flight.
  *
- * A held-out evaluation (tr_job_config.eval) is an action list of its own
- * (tr_schedule_eval_actions), run at a step's boundary — after the step action of a step
- * its count says one follows (evaluate.h), and before the end — with dropout off; its
- * time is no training's (not busy time), and its last stage's sums go to the coordinator.
+ * A held-out evaluation (tr_job_config.eval) is an action list of its own (evaluate.h's
+ * pass), which the same interpreter runs in place of the step's at a step's boundary —
+ * after the step action of a step its count says one follows, and before the end — until
+ * its EVAL_END action closes it; its time is no training's (not busy time), its slots are
+ * no schedule's, and what its actions compute is evaluate.c's.
  *
  * The end is a sequence too: the device finishes, the losses still held go to the
  * coordinator, then the last checkpoint part, the figures, and the policy's leave. Each
@@ -47,8 +48,11 @@ typedef struct stage_actor {
   int cur;           /* the chunk whose action runs (errors name its layers) */
   tr_stream *s;      /* the device's, every chunk's */
   int m;
-  const tr_action *acts;
+  const tr_action *acts; /* the list in hand: the step's, or a held-out pass's */
   size_t nacts, pc;
+  bool training;         /* the step's: its time is busy time, its slots held as planned */
+  const tr_action *step_acts;
+  size_t step_nacts;
   int64_t step;       /* the stage's own count */
   int64_t run_step;   /* the run's step of the step in hand (a worker's differs from step) */
 
@@ -65,12 +69,7 @@ typedef struct stage_actor {
   tr__reporter rep;
   int step_phase, end_phase;
 
-  /* held-out evaluation: its pass (action list, the last stage's sums), where it is */
-  size_t eval_pc;
-  bool evaluating, eval_ending;
-  int eval_held; /* credits of act_out in hand */
-  uint64_t eval_t0; /* when it began: its time is set aside from the run's window */
-  tr__eval_pass eval;
+  tr__eval_pass eval; /* the held-out evaluation's list, and its state */
 
   tr__busy busy;
   uint64_t window_end;
@@ -166,7 +165,9 @@ static int stage_open(tr_actor *self) {
                            a->policy.ops->shard(a->policy.state));
   if (rc) return rc;
   a->s = tr_stage_stream(a->ch.st[0]);
-  a->acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
+  a->acts = a->step_acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
+  a->step_nacts = a->nacts;
+  a->training = true;
   if ((rc = tr__chunks_plan_holds(&a->ch, a->acts, a->nacts, a->m)) || (rc = open_queues(a)) ||
       (rc = open_eval(a)))
     return rc;
@@ -350,71 +351,24 @@ static int step_action(tr_actor *self, stage_actor *a) {
 
 /* ---- a held-out evaluation ------------------------------------------------------------------ */
 
-/* The evaluation after step a->step begins (`ending`: the run's last, batches a loader sent
- * past a timed run's end ahead of it): dropout off until it is over. */
+/* The evaluation after step a->step begins (`ending`: the run's last), its list in hand in
+ * place of the step's until its EVAL_END action. */
 static void begin_eval(stage_actor *a, bool ending) {
-  a->evaluating = true;
-  a->eval_ending = ending;
-  a->eval_pc = 0;
-  a->eval_t0 = tr_now_ns();
-  tr__eval_pass_begin(&a->eval, a->step, a->ch.st, a->ch.n);
+  tr__eval_pass_begin(&a->eval, a->step, ending, a->ch.st, a->ch.n);
+  tr__eval_pass_drop_stale(&a->eval, &a->in, a->step);
+  a->acts = a->eval.acts;
+  a->nacts = a->eval.n;
+  a->pc = 0;
+  a->training = false;
 }
 
-/* A held-out micro-batch forward (slot 0), and on the last stage its figures added. */
-static int eval_forward(tr_actor *self, stage_actor *a, const tr_action *act) {
-  tr__chunk *c = &a->ch.ch[act->chunk];
-  if (!tr__batch_in_ready(&a->in, c->info)) return TR__BLOCKED;
-  /* Every held-out micro-batch takes slot 0: the output sent last is copied out before a
-   * forward writes over it — every credit of the edge in hand (each one that is not waits
-   * for its release's message), and the sends spend them. */
-  if (!c->info->is_last && a->act_out.edge)
-    for (; a->eval_held < tr_edge_credits(a->act_out.edge); a->eval_held++)
-      if (!tr_edge_acquire(a->act_out.edge)) return TR__BLOCKED;
-  int count = a->run->mb_batch;
-  int rc = tr__batch_in_fill(&a->in, a->s, &a->returns, c->info, tr_stage_input(c->st, 0),
-                             tr_stage_target(c->st, 0), a->step, act->mb, act->chunk, true,
-                             &c->slot_first[0], &count);
-  if (rc != TR__DONE) return rc;
-  if (tr_stage_forward(c->st, 0)) return fail_device(self, a, "forward of held-out samples");
-  if (c->info->is_last && tr__eval_pass_add(&a->eval, c->st, 0, count))
-    return fail_device(self, a, "reading held-out losses");
-  return TR__DONE;
-}
-
-/* Runs the evaluation's action list as far as messages allow, then sends its sums. */
-static int evaluate(tr_actor *self, stage_actor *a) {
-  if (a->eval_ending) tr__batch_in_drop_stale(&a->in, a->step);
-  for (; a->eval_pc < a->eval.n; a->eval_pc++) {
-    const tr_action *act = &a->eval.acts[a->eval_pc];
-    a->cur = act->chunk;
-    int rc;
-    switch (act->kind) {
-      case TR_ACTION_RECV_ACT:
-        rc = receive_tensor(self, a, &a->act_in, tr_stage_input(a->ch.st[act->chunk], 0), act,
-                            false);
-        break;
-      case TR_ACTION_FORWARD: rc = eval_forward(self, a, act); break;
-      case TR_ACTION_SEND_ACT:
-        TR_ASSERT(a->eval_held > 0); /* its forward took them */
-        a->eval_held--;
-        rc = send_tensor(a, act);
-        break;
-      default: TR_ASSERT(!"an evaluation runs forward only");
-    }
-    if (rc != TR__DONE) return rc;
-  }
-  if (a->eval.last) { /* the losses of the steps before it go first: a report of step k (its
-                        loss) never tells of the evaluation after it */
-    int rc = tr_stream_synchronize(a->s) ? TR_EDEVICE : tr__reporter_flush(&a->rep, a->step);
-    if (rc != TR__DONE) return rc == TR_EDEVICE ? fail_device(self, a, "reading a loss") : rc;
-    if (tr__reporter_eval(&a->rep, &a->eval.sums) == TR__REPORTER_WAIT) return TR__BLOCKED;
-  }
-  if (a->eval_held) tr_edge_release(a->act_out.edge, a->eval_held); /* training's again */
-  a->eval_held = 0;
-  tr__eval_pass_end(&a->eval, a->ch.st, a->ch.n);
-  a->evaluating = false;
-  tr__busy_aside(&a->busy, a->step, a->eval_t0);
-  return TR__DONE;
+/* It is over: the step's list again, from its start (or, the run's last, the end). */
+static void end_eval(stage_actor *a, bool ending) {
+  a->finishing = ending;
+  a->acts = a->step_acts;
+  a->nacts = a->step_nacts;
+  a->pc = 0;
+  a->training = true;
 }
 
 /* ---- the end ------------------------------------------------------------------------------- */
@@ -470,27 +424,22 @@ static int begin_step(stage_actor *a) {
   const int flags = a->policy.ops->begin(a->policy.state, a->step, tr__batch_in_head(&a->in),
                                          a->ended, &a->run_step);
   if (flags > 0 && (flags & TR__BEGIN_DROP)) tr__batch_in_drop(&a->in); /* its credit goes back */
-  if (flags > 0 && (flags & TR__BEGIN_END)) {
-    a->finishing = true;
+  if (flags > 0 && (flags & TR__BEGIN_END)) { /* the end, after the last evaluation if due */
     if (tr__eval_at_end(a->run, a->step)) begin_eval(a, true);
+    else a->finishing = true;
   }
   return flags;
 }
 
 /* Runs the action list as far as the messages that have come allow. */
 static int run_actions(tr_actor *self, stage_actor *a) {
+  tr__eval_pass_drop_stale(&a->eval, &a->in, a->step);
   while (!a->done) {
-    if (a->evaluating) {
-      const int rc = evaluate(self, a);
-      if (rc < 0) return rc;
-      if (rc == TR__BLOCKED) break;
-      continue;
-    }
     if (a->finishing) {
       int rc = finish(self, a);
       return rc < 0 ? rc : 0;
     }
-    if (a->pc == 0 && a->step_phase == STEP_UPDATE) {
+    if (a->pc == 0 && a->training && a->step_phase == STEP_UPDATE) {
       const int flags = begin_step(a);
       if (flags < 0) return flags;
       if (flags == TR__BEGIN_WAIT) break;
@@ -499,15 +448,18 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     const tr_action *act = &a->acts[a->pc];
     tr__chunk *c = &a->ch.ch[act->chunk];
     a->cur = act->chunk;
-    a->busy.stage = act->chunk * a->run->c.layout.stages + a->stage; /* its virtual stage */
+    if (a->training) a->busy.stage = act->chunk * a->run->c.layout.stages + a->stage; /* virtual */
     int rc;
+    const char *what = NULL;
     switch (act->kind) {
       case TR_ACTION_RECV_ACT:
-        rc = receive_tensor(self, a, &a->act_in, tr_stage_input(c->st, act->slot), act, true);
+        rc = receive_tensor(self, a, &a->act_in, tr_stage_input(c->st, act->slot), act,
+                            a->training);
         break;
       case TR_ACTION_FORWARD: rc = forward(self, a, act); break;
-      case TR_ACTION_SEND_ACT:
-        rc = tr_edge_acquire(a->act_out.edge) ? send_tensor(a, act) : TR__BLOCKED;
+      case TR_ACTION_SEND_ACT: /* a held-out pass's credits are in hand (tr__eval_forward) */
+        rc = tr__eval_pass_spend(&a->eval) || tr_edge_acquire(a->act_out.edge)
+                 ? send_tensor(a, act) : TR__BLOCKED;
         break;
       case TR_ACTION_RECV_GRAD:
         rc = receive_tensor(self, a, &a->grad_in, tr_stage_dout(c->st, act->slot), act, true);
@@ -521,11 +473,25 @@ static int run_actions(tr_actor *self, stage_actor *a) {
         if (rc == TR__DONE && tr__eval_due(a->run, a->step)) begin_eval(a, false);
         if (rc == TR__DONE) continue; /* pc is 0 again */
         break;
+      case TR_ACTION_EVAL_FORWARD:
+        rc = tr__eval_forward(&a->eval, &a->in, &a->returns, a->s, c, a->act_out.edge, a->step,
+                              act, &what);
+        if (what) return fail_device(self, a, what);
+        break;
+      case TR_ACTION_EVAL_END: {
+        const bool ending = a->eval.ending;
+        rc = tr__eval_pass_end(&a->eval, &a->rep, a->s, a->act_out.edge, a->ch.st, a->ch.n,
+                               &a->busy);
+        if (rc == TR_EDEVICE) return fail_device(self, a, "reading a loss");
+        if (rc == TR__DONE) end_eval(a, ending);
+        if (rc == TR__DONE) continue; /* pc is 0 again */
+        break;
+      }
       default: TR_ASSERT(!"an action kind the stage does not know");
     }
     if (rc < 0) return rc;
     if (rc == TR__BLOCKED) break;
-    tr__chunks_hold(&a->ch, a->pc, act);
+    if (a->training) tr__chunks_hold(&a->ch, a->pc, act);
     a->pc++;
   }
   return 0;

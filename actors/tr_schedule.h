@@ -113,7 +113,9 @@ static inline int tr_schedule_chunks(tr_schedule_kind k, int chunks) {
 
 /* X(name, text): the one list of action kinds. BACKWARD is both halves at once; zero-bubble
  * schedules run BACKWARD_INPUT (which the gradient's send follows) and, later,
- * BACKWARD_WEIGHT instead (tr_stage_backward_input and _weight). */
+ * BACKWARD_WEIGHT instead (tr_stage_backward_input and _weight). EVAL_FORWARD and EVAL_END
+ * are the runtime's own, in the stage's list of a held-out evaluation pass (its forward of
+ * a held-out micro-batch, and the pass's close); no schedule emits them. */
 #define TR_ACTION_MAP(X)                           \
   X(TR_ACTION_RECV_ACT, "recv_act")               \
   X(TR_ACTION_FORWARD, "forward")                 \
@@ -123,7 +125,9 @@ static inline int tr_schedule_chunks(tr_schedule_kind k, int chunks) {
   X(TR_ACTION_SEND_GRAD, "send_grad")             \
   X(TR_ACTION_STEP, "step")                       \
   X(TR_ACTION_BACKWARD_INPUT, "backward_input")   \
-  X(TR_ACTION_BACKWARD_WEIGHT, "backward_weight")
+  X(TR_ACTION_BACKWARD_WEIGHT, "backward_weight") \
+  X(TR_ACTION_EVAL_FORWARD, "eval_forward")       \
+  X(TR_ACTION_EVAL_END, "eval_end")
 
 typedef enum tr_action_kind {
 #define TR__ACTION_ENUM(name, text) name,

@@ -10,8 +10,8 @@
 
 #include "job_config.h"
 #include "job_impl.h"
-#include "memory_need.h"
 #include "train_agree.h"
+#include "train_run.h"
 #include "tr_file.h"
 #include "tr_trace.h"
 #include "tr_train.h"
@@ -35,24 +35,9 @@ tr_train_options tr_train_defaults(void) {
   return o;
 }
 
-/* Everything one run holds, built from the options before any thread starts. */
-typedef struct run {
-  tr_model *model;
-  tr_device_list *devices;
-  tr_device_list *server; /* async */
-  tr_data *data;
-  tr_data *eval, *train, *held; /* eval_data's files; eval_split's parts (of jc's data) */
-  tr_checkpoint *resume;  /* read once; every stage reads its bytes */
-  tr_job_config jc;
-  int cuts[TR__MAX_STAGES + 1];
-  int64_t first_step, end_step;
-  bool observed; /* rank 0 was given an observer: every rank's graph has its actor */
-  tr_file_lock *ck_lock; /* rank 0: one writer per checkpoint, for the run's whole life */
-} run;
-
 /* The server's device: as asked, else a host device of its own beside host workers, or a
  * logical device on the first worker's GPU. Across processes it lives on rank 0. */
-static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) {
+static int open_server(tr__train_run *rn, const tr_train_options *o, char *err, size_t n) {
   char spec[32];
   const tr_device_info *first = tr_device_info_of(tr_device_list_at(rn->devices, 0));
   if (o->job.async.hogwild && first->kind != TR_DEVICE_HOST)
@@ -81,7 +66,7 @@ static int open_server(run *rn, const tr_train_options *o, char *err, size_t n) 
  * FLOPs miss what is not a GEMM (activations, norms, attention's softmax) and what small
  * GEMMs lose. Where measuring fails, tr_job_new balances by FLOPs instead. Across processes
  * rank 0 measures on its first device and every rank takes its cut. */
-static int measured_cuts(run *rn, tr_world *w) {
+static int measured_cuts(tr__train_run *rn, tr_world *w) {
   tr_job_config *c = &rn->jc;
   const int L = tr_model_layer_count(rn->model);
   const int P = c->layout.stages * tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
@@ -116,7 +101,7 @@ static int measured_cuts(run *rn, tr_world *w) {
 
 /* ZeRO shards the optimizer within one process: the replica group of a stage must not
  * span ranks (group.h sums across them, but does not scatter and gather). */
-static int check_zero_ranks(const run *rn, const tr_world *w, char *err, size_t n) {
+static int check_zero_ranks(const tr__train_run *rn, const tr_world *w, char *err, size_t n) {
   const tr_layout_config *l = &rn->jc.layout;
   if (!rn->jc.zero || rn->jc.async.enabled) return 0;
   for (int s = 0; s < l->stages; s++)
@@ -138,7 +123,7 @@ static int check_zero_ranks(const run *rn, const tr_world *w, char *err, size_t 
  * the group's devices; of a layout without groups, naming the strategy. Inside a process
  * the members of a group choose; a group across ranks sums inside each with peer, and its
  * leaders (one per rank) choose. */
-static int check_allreduce(const run *rn, const tr_train_options *o, char *err, size_t n) {
+static int check_allreduce(const tr__train_run *rn, const tr_train_options *o, char *err, size_t n) {
   const tr_layout_config *l = &rn->jc.layout;
   const bool have = tr_comm_library() != NULL;
   if (rn->jc.allreduce == TR_ALLREDUCE_AUTO || rn->jc.allreduce == TR_ALLREDUCE_PEER) return 0;
@@ -173,33 +158,9 @@ static int check_allreduce(const run *rn, const tr_train_options *o, char *err, 
   return 0;
 }
 
-/* What the run will hold on each of this rank's devices against what they have
- * (memory_need.h), on the job completed as tr_job_new will see it. Across processes each
- * rank counts its own, and all end when one refuses (naming it), as on a bad option. */
-static int check_memory(run *rn, tr_world *w, char *err, size_t n) {
-  tr_job_config job = rn->jc;
-  char why[8];
-  int rc = 0; /* a job that is not complete: prepare's last check says why, in its order */
-  if (tr__job_config_complete(&job, why, sizeof why) == 0)
-    rc = tr__memory_check(&job, rn->devices, err, n);
-  const int size = tr_world_size(w);
-  if (size == 1) return rc;
-  int *all = malloc(sizeof *all * (size_t)size);
-  if (all == NULL || tr_world_allgather(w, &rc, sizeof rc, all)) {
-    free(all);
-    return rc ? rc : tr_errorf(err, n, TR_ESYS, "the ranks could not compare their memory");
-  }
-  for (int r = 0; r < size && rc == 0; r++)
-    if (all[r])
-      rc = tr_errorf(err, n, all[r], TR__F("global_batch") " %d: rank %d cannot hold the run "
-                     "(it says why)", job.global_batch, r);
-  free(all);
-  return rc;
-}
-
 /* This rank's devices; across processes, every rank's in rank order ("none": this rank runs
  * only what lives on rank 0 — the coordinator, the async server). */
-static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n) {
+static int open_devices(tr__train_run *rn, const tr_train_options *o, char *err, size_t n) {
   const bool none = o->devices && !strcmp(o->devices, "none");
   int rc;
   if (tr_world_size(o->world) > 1)
@@ -211,59 +172,6 @@ static int open_devices(run *rn, const tr_train_options *o, char *err, size_t n)
     rc = tr_device_list_open(&rn->devices, o->devices, err, n);
   if (rc) tr__error_mark_lead(err, n, "devices");
   return rc;
-}
-
-static void trace_path(char *out, size_t n, const char *path, const tr_world *w);
-
-/* The files the run will write: each must be writable now, not after the run, and must not
- * be one the run reads. Rank 0 writes the checkpoints, and holds the checkpoint's lock from
- * here to the run's end (tr_file_lock_output); every rank writes its trace. */
-static int check_outputs(run *rn, const tr_train_options *o, char *err, size_t n) {
-  int rc = 0;
-  const char *ck = tr_world_rank(o->world) == 0 ? o->job.checkpoint.path : NULL;
-  char trace[4096];
-  if (o->trace) trace_path(trace, sizeof trace, o->trace, o->world);
-  /* each write tried in place now (tr_file_probe_output), where it will be made */
-  if (ck) rc = tr_file_probe_output(ck, TR__F("checkpoint.path"), err, n);
-  if (rc == 0 && o->trace) rc = tr_file_probe_output(trace, TR__F("trace"), err, n);
-  /* No output overwrites an input or the other output. A checkpoint may replace the one it
-   * resumes from: that is read before it is replaced, and replaced by a rename. */
-  const char *in[] = {o->data,        o->eval_data,           o->labels,
-                      o->eval_labels, o->job.checkpoint.resume, ck};
-  const char *in_what[] = {TR__F("data"),        TR__F("eval_data"),
-                           TR__F("labels"),      TR__F("eval_labels"),
-                           TR__F("checkpoint.resume"), TR__F("checkpoint.path")};
-  for (int i = 0; i < 6 && rc == 0; i++) { /* the checkpoint: the files read */
-    if (i < 4)
-      rc = tr_file_check_distinct(ck, TR__F("checkpoint.path"), in[i], in_what[i], err, n);
-    if (rc == 0)
-      rc = tr_file_check_distinct(o->trace, TR__F("trace"), in[i], in_what[i], err, n);
-  }
-  if (rc == 0 && ck) rc = tr_file_lock_output(ck, TR__F("checkpoint.path"), &rn->ck_lock, err, n);
-  return rc;
-}
-
-/* The checkpoint to resume from, read once, checked, and its step; what differs legally
- * from this run (batch, seed, strategy) goes to the notes. The stages read its bytes. */
-static int open_resume(run *rn, const tr_train_options *o, char *err, size_t n) {
-  tr_job_config *c = &rn->jc;
-  const char *path = c->checkpoint.resume;
-  const tr_optim_kind kind = tr__job_optim(c).kind;
-  char why[768];
-  int rc = tr_checkpoint_open(&rn->resume, path, why, sizeof why);
-  if (rc == 0)
-    rc = tr__checkpoint_check(rn->resume, path, rn->model, kind, &rn->first_step, why,
-                              sizeof why);
-  if (rc) return tr_errorf(err, n, rc, TR__F("checkpoint.resume") ": %s", why);
-  c->checkpoint.resume_from = rn->resume;
-  char differ[512];
-  const int batch = tr__job_global_batch(c);
-  tr__checkpoint_differences(rn->resume, (uint64_t)batch, c->seed, c->strategy, differ,
-                             sizeof differ);
-  if (differ[0] && o->notes && tr_world_rank(o->world) == 0)
-    fprintf(o->notes, "troupe: resuming %s at step %lld, taken with %s\n", path,
-            (long long)rn->first_step, differ);
-  return 0;
 }
 
 /* A signal during start-up (tr_signals_hold, run_marked): the run ends where it is, saying
@@ -323,60 +231,7 @@ static int check_snapshot(const tr_train_options *o, bool observed, char *err, s
   return 0;
 }
 
-/* The held-out samples (tr_train_options.eval_*, job.eval): eval_data's files opened as the
- * run's data is, or the run's data (rn->jc.data, opened) split in two by eval_split, its
- * training part trained on. A held-out byte file of a token model is endless: with
- * job.eval.samples 0 its first EVAL_SAMPLES samples are evaluated. */
-enum { EVAL_SAMPLES = 1024 };
-
-static int open_eval(run *rn, const tr_train_options *o, char *err, size_t n) {
-  tr_job_config *c = &rn->jc;
-  const bool files = o->eval_data || o->eval_labels, split = o->eval_split != 0;
-  const char *model = tr_model_name(rn->model);
-  const bool tokens = tr_model_token_input(rn->model);
-  char why[768];
-  if (o->job.eval.data && (files || split))
-    return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("job.eval.data") ": give the held-out samples once, as job.eval.data "
-                     "(a source of yours) or as %s, not both",
-                     files ? TR__F("eval_data") " (files)"
-                           : TR__F("eval_split") " (a part of " TR__F("data") ")");
-  if (files && split)
-    return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("eval_split") " %g: the held-out samples are the files of "
-                     TR__F("eval_data") " or a part of " TR__F("data") " split off, not both",
-                     o->eval_split);
-  if (split) {
-    if (!(o->eval_split > 0 && o->eval_split < 1))
-      return tr_errorf(err, n, TR_EINVAL,
-                       TR__F("eval_split") " %g: the fraction of the rows of " TR__F("data")
-                       " held out is in (0, 1)",
-                       o->eval_split);
-    int rc = tr_data_split(c->data, o->eval_split, c->seed, &rn->train, &rn->held, why,
-                           sizeof why);
-    if (rc) return tr_errorf(err, n, rc, TR__F("eval_split") " %g: %s", o->eval_split, why);
-    c->data = rn->train;
-    c->eval.data = rn->held;
-    return 0;
-  }
-  if (!files) return 0;
-  if (!o->eval_data || (tokens && o->eval_labels) || (!tokens && !o->eval_labels))
-    return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("%s") ": model '%s' reads %s: its held-out samples are %s",
-                     o->eval_data ? "eval_labels" : "eval_data", model,
-                     tokens ? "tokens" : "floats",
-                     tokens ? "one byte or text file (" TR__F("eval_data") "), no labels"
-                            : "two .npy files, features (" TR__F("eval_data") ") and labels ("
-                              TR__F("eval_labels") ")");
-  int rc = tr_data_open_for(&rn->eval, rn->model, c->seed, o->eval_data, o->eval_labels, why,
-                            sizeof why);
-  if (rc) return tr_errorf(err, n, rc, TR__F("eval_data") ": %s", why);
-  c->eval.data = rn->eval;
-  if (tr_data_rows(rn->eval) == 0 && c->eval.samples == 0) c->eval.samples = EVAL_SAMPLES;
-  return 0;
-}
-
-static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
+static int prepare(tr__train_run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = check_job_fields(o, err, n);
   if (rc) return rc;
   if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0)))
@@ -395,8 +250,8 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if (rc == 0 && o->steps >= TR_GRAPH_STEP_LIMIT)
     rc = tr_errorf(err, n, TR_EINVAL, TR__F("steps") " %lld: at most 2^61 - 1",
                    (long long)o->steps);
-  if (rc == 0) rc = check_outputs(rn, o, err, n);
-  if (rc == 0 && c->checkpoint.resume) rc = open_resume(rn, o, err, n);
+  if (rc == 0) rc = tr__train_check_outputs(rn, o, err, n);
+  if (rc == 0 && c->checkpoint.resume) rc = tr__train_open_resume(rn, o, err, n);
   rn->end_step = o->steps;
   if (rc == 0 && o->steps > 0 && rn->first_step >= o->steps)
     rc = tr_errorf(err, n, TR_EINVAL,
@@ -407,7 +262,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
     rc = tr_data_open_for(&rn->data, rn->model, o->job.seed, o->data, o->labels, err, n);
   if (rc) tr__error_mark_lead(err, n, "data");
   c->data = o->job.data ? o->job.data : rn->data;
-  if (rc == 0) rc = open_eval(rn, o, err, n);
+  if (rc == 0) rc = tr__train_open_eval(rn, o, err, n);
   if (rc == 0) rc = held_signal(err, n);
   if (tr_world_size(o->world) > 1) rc = tr__train_agree(rn->model, o, rc, &rn->observed, err, n);
   if (rc == 0) rc = check_snapshot(o, rn->observed, err, n);
@@ -420,7 +275,7 @@ static int prepare(run *rn, const tr_train_options *o, char *err, size_t n) {
   if ((rc = check_allreduce(rn, o, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
   /* before measuring, which allocates a micro-batch */
-  if ((rc = check_memory(rn, o->world, err, n))) return rc;
+  if ((rc = tr__train_check_memory(rn, o->world, err, n))) return rc;
   /* last: measuring takes a moment, wasted on options found wrong after it */
   if (c->layout.stages > 1 && !c->layout.cuts && !o->deterministic &&
       (rc = measured_cuts(rn, o->world)))
@@ -474,7 +329,7 @@ static int observe(tr_graph *g, tr_job *j, const tr_train_options *o) {
 
 /* The strategy's graph, with the public calls of tr_job.h: its stages (chained, grouped),
  * a loader per replica, one coordinator; async: a server and its workers. */
-static int build(tr_job *j, const run *rn) {
+static int build(tr_job *j, const tr__train_run *rn) {
   const int R = rn->jc.layout.replicas, P = rn->jc.layout.stages;
   tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator, *server = NULL;
   int rc = 0;
@@ -501,27 +356,17 @@ static int build(tr_job *j, const run *rn) {
  * minutes on a slow machine is not a hang. */
 enum { WATCHDOG_STEPS = 10, WATCHDOG_MIN_MS = 60000 };
 
-static int default_watchdog(const run *rn) {
+static int default_watchdog(const tr__train_run *rn) {
   const int batch = tr__job_global_batch(&rn->jc);
   const double guess_ms = tr_model_train_flops(rn->model) * batch / 10e9 * 1e3;
   const double ms = WATCHDOG_STEPS * guess_ms;
   return ms > 24 * 3600e3 ? 24 * 3600 * 1000 : ms > WATCHDOG_MIN_MS ? (int)ms : WATCHDOG_MIN_MS;
 }
 
-/* Rank 0 writes the trace where asked; rank r beside it, ".rank<r>" before the extension. */
-static void trace_path(char *out, size_t n, const char *path, const tr_world *w) {
-  const int rank = tr_world_rank(w);
-  const char *dot = strrchr(path, '.'), *slash = strrchr(path, '/');
-  if (rank == 0) snprintf(out, n, "%s", path);
-  else if (dot && (!slash || dot > slash))
-    snprintf(out, n, "%.*s.rank%d%s", (int)(dot - path), path, rank, dot);
-  else snprintf(out, n, "%s.rank%d", path, rank);
-}
-
 /* The run, its refusals' messages with their fields marked (job_config.h). */
 static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                       size_t err_size) {
-  run rn = {0};
+  tr__train_run rn = {0};
   tr__ck_mark mark;
   tr_graph *g = NULL;
   tr_job *j = NULL;
@@ -587,7 +432,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   }
   if (o->trace) {
     char path[4096];
-    trace_path(path, sizeof path, o->trace, o->world);
+    tr__train_trace_path(path, sizeof path, o->trace, o->world);
     const int wrote = tr_system_trace_write(tr_graph_system(g), path);
     if (wrote) {
       rc = wrote;

@@ -578,6 +578,8 @@ static void names_round_trip_and_unknown_names_fail(void **state) {
   assert_int_equal(got, TR_SCHEDULE_1F1B); /* untouched on failure */
   assert_string_equal(tr_action_kind_name(TR_ACTION_FORWARD), "forward");
   assert_string_equal(tr_action_kind_name(TR_ACTION_BACKWARD_WEIGHT), "backward_weight");
+  assert_string_equal(tr_action_kind_name(TR_ACTION_EVAL_FORWARD), "eval_forward");
+  assert_string_equal(tr_action_kind_name(TR_ACTION_EVAL_END), "eval_end");
   assert_string_equal(tr_action_kind_name(TR_ACTION_COUNT), "?");
 }
 
