@@ -546,9 +546,9 @@ static void what_cannot_be_evaluated_is_refused_by_name(void **state) {
 
   o = options(NULL, true, STEPS);
   o.job.eval.data = NULL; /* every 3 of nothing */
-  refused(&o, "eval.every", "no held-out data");
+  refused(&o, "eval.every", "no held-out samples");
   o.job.eval.every = 0;
-  refused(&o, "eval.samples", "no held-out data");
+  refused(&o, "eval.samples", "no held-out samples");
 }
 
 int main(void) {
