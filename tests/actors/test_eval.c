@@ -230,7 +230,7 @@ static void evaluation_changes_no_training_bit(void **state) {
   const layout_case cases[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0},
                                PIPELINE("host:2", TR_SCHEDULE_1F1B, 4), DP("host:2")};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    heard h[2] = {0};
+    heard h[2] = {{.n = 0}, {.n = 0}}; /* (not {0}: its first member is atomic) */
     tr_train_result r[2];
     const char *files[2] = {"plain.safetensors", "evaluated.safetensors"};
     for (int e = 0; e < 2; e++) {
@@ -263,7 +263,7 @@ static void evaluations_come_every_n_steps_and_at_the_end(void **state) {
   const layout_case cases[] = {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0},
                                PIPELINE("host:2", TR_SCHEDULE_1F1B, 4)};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-    heard h = {0};
+    heard h = {.n = 0};
     tr_train_options o = options(&cases[k], true, 7);
     o.observe = observe;
     o.observe_arg = &h;

@@ -150,7 +150,7 @@ static void run_ok(const tr_train_options *o, tr_train_result *r) {
 }
 
 static void assert_same_files(const char *a, const char *b, const char *what) {
-  tr_checkpoint *x, *y;
+  tr_checkpoint *x = NULL, *y = NULL;
   char err[512], why[256];
   if (tr_checkpoint_open(&x, a, err, sizeof err) || tr_checkpoint_open(&y, b, err, sizeof err))
     fail_msg("%s", err);
