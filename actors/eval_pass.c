@@ -117,6 +117,13 @@ bool tr__eval_pass_spend(tr__eval_pass *p) {
 int tr__eval_pass_end(tr__eval_pass *p, tr__reporter *rep, tr_stream *s, tr_edge *act_out,
                       tr_stage *const *chunks, int n, tr__busy *busy) {
   const int64_t step = p->step;
+  /* The last held-out activation sent is copied out of slot 0 before a training forward
+   * writes there (training's schedule orders its own slots, not this one): every credit of
+   * the edge in hand first, as before each held-out forward. First, so that waiting here
+   * never sends the sums twice. */
+  if (act_out)
+    for (; p->held < tr_edge_credits(act_out); p->held++)
+      if (!tr_edge_acquire(act_out)) return TR__BLOCKED;
   if (p->last) {
     const int rc = tr_stream_synchronize(s) ? TR_EDEVICE : tr__reporter_flush(rep, step);
     if (rc != TR__DONE) return rc;

@@ -119,6 +119,19 @@ static void run(const run_case *k, measured *out) {
   assert_int_equal(got, sizeof *out);
 }
 
+/* Under a sanitizer the process's memory is the sanitizer's as much as the run's (shadow
+ * memory, quarantined blocks): the estimate is held to the run's own figures only. */
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
 static void check_case(const run_case *k) {
   tr__memory_needs need;
   measured got;
@@ -143,7 +156,7 @@ static void check_case(const run_case *k) {
   assert_int_equal(h->grads, grads);
   assert_int_equal(h->state, state); /* momentum and AdamW: no scratch */
   assert_true(h->activations >= (uint64_t)peak);
-  if (h->need > got.grew * 1.2 || h->need < got.grew * 0.8)
+  if (!SANITIZED && (h->need > got.grew * 1.2 || h->need < got.grew * 0.8))
     fail_msg("the estimate %.1f MiB is not within 20%% of the %.1f MiB the run grew by",
              h->need / 1048576.0, got.grew / 1048576.0);
 }
