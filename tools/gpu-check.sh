@@ -8,7 +8,8 @@
 # through the recorder, the Chrome trace; tests/profiling), `nsys profile -t cuda,nvtx,osrt`
 # of a pipeline where Nsight Systems is installed, `troupe devices`, `troupe train` of each
 # workload on cuda:0, mlp on cuda:0 with its data made by the loader and on the GPU
-# (--data-on host, device), `troupe bench gpu` (mlp and gpt in fp32/TF32/bf16 against
+# (--data-on host, device), a gpt pipeline's held-out evaluation on logical devices of
+# cuda:0 against host:2, `troupe bench gpu` (mlp and gpt in fp32/TF32/bf16 against
 # cuBLAS's peak, the pipeline with CUDA graphs off and on), the CUDA graphs test on the
 # GPU (test_replay), `troupe bench ops` on cuda:0, `troupe bench` of the strategies on cuda:0,cuda:0 (and four
 # logical devices), `nvidia-smi topo -m` and compute-sanitizer's memcheck where they exist,
@@ -331,6 +332,31 @@ print(f"host {h:.0f} samples/s (util {u(r['host'])}), device {d:.0f} (util {u(r[
 PY
   )
   [[ -n $figures ]] && note "mlp --data-on host vs device" "$figures"
+fi
+
+# ---- held-out evaluation on the GPU (issue 21): a gpt pipeline on two logical devices of
+# cuda:0 evaluates 64 held-out samples of a byte file every 5 steps (its losses and outputs
+# copied to the host by the last stage), against the same run on host:2; about 10 s.
+if ! late "held-out evaluation" 20; then
+  for devs in cuda:0,cuda:0 host:2; do
+    limit=$(allow 40 15)
+    say "troupe train --model gpt --strategy pipeline --devices $devs --eval-data README.md --eval-every 5 (at most ${limit}s)"
+    timeout -k 5 "$limit" "$bin/troupe" train --model gpt --strategy pipeline --devices "$devs" \
+      --steps 10 --deterministic --eval-data README.md --eval-samples 64 --eval-every 5 --json \
+      >"$work/json/train_eval_${devs%%:*}.json"
+    rc=$?
+    ((rc == 0)) || { note "held-out evaluation $devs" "FAILED: $(exit_says $rc "$limit")"; failed=1; }
+  done
+  figures=$(python3 - "$work/json" <<'PY' 2>/dev/null
+import json, math, sys
+c, h = (json.load(open(f"{sys.argv[1]}/train_eval_{d}.json"))["eval"] for d in ("cuda", "host"))
+ok = c["count"] == 2 and c["samples"] == 64 and math.isclose(c["loss"], h["loss"], rel_tol=1e-3)
+print(("ok" if ok else "FAILED") + f": cuda loss {c['loss']:.6f} accuracy {c['accuracy']:.4f}, "
+      f"host {h['loss']:.6f} {h['accuracy']:.4f}, {c['count']} evaluations")
+PY
+  )
+  note "held-out evaluation" "${figures:-FAILED: no eval object in the JSON}"
+  [[ $figures == ok* ]] || failed=1
 fi
 
 skipped() { [[ " ${GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
