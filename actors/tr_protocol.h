@@ -111,9 +111,10 @@ typedef struct tr_report_msg {
   double seconds;       /* since the run started */
   double step_seconds;  /* wall time per step over these steps */
   int last;             /* the run's last report */
-  /* The latest evaluation on held-out samples (tr_job_config.eval) that had ended by this
-   * report: after step eval_step (-1: none yet), of eval_samples samples; its mean loss and
-   * accuracy (NaN: none, or a loss without one). */
+  /* The latest evaluation on held-out samples (tr_job_config.eval): after step eval_step
+   * (-1: none yet), of eval_samples samples; its mean loss and accuracy (NaN: none, or a
+   * loss without one). A report of a step after which one was due waits for it: report k
+   * carries the evaluation after step k itself. */
   int64_t eval_step, eval_samples;
   double eval_loss, eval_accuracy;
   /* The parameters after step `step` (tr_job_snapshot), or NULL: a checkpoint in memory,
