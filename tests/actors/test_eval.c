@@ -22,6 +22,7 @@
 #include "scratch.h"
 
 #include "compare.h"
+#include "refused.h"
 #include "specs.h"
 
 enum { IN = 16, CLASSES = 8, HELD = 50, STEPS = 6, EVERY = 3 };
@@ -505,18 +506,7 @@ static void held_out_batches_pass_through_a_relay(void **state) {
   relayed(&one, &held, &failed, "a relay passes a batch's eval flag on (tr_batch_forward)");
 }
 
-/* ---- refusals -------------------------------------------------------------------------------- */
-
-static void refused(const tr_train_options *o, const char *field, const char *rule) {
-  char err[1024] = "";
-  tr_train_result r;
-  assert_int_equal(tr_train_run(o, &r, err, sizeof err), TR_EINVAL);
-  if (strncmp(err, field, strlen(field)) || !strstr(err, rule))
-    fail_msg("the refusal does not lead with %s and say \"%s\": %s", field, rule, err);
-  tr_error e;
-  assert_int_equal(tr_train_run_e(o, &r, &e), TR_EINVAL);
-  if (strcmp(e.field, field)) fail_msg("tr_error's field is '%s', not %s", e.field, field);
-}
+/* ---- refusals (refused.h) --------------------------------------------------------------------- */
 
 static void what_cannot_be_evaluated_is_refused_by_name(void **state) {
   (void)state;

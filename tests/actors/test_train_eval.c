@@ -13,6 +13,7 @@
 
 #include "troupe.h"
 
+#include "refused.h"
 #include "specs.h"
 
 enum { ROWS = 100 };
@@ -76,21 +77,6 @@ static void a_split_trains_on_the_sources_rows(void **state) {
   tr_data_close(d); /* the caller's, still open after the run */
 }
 
-/* Each refusal: `status` (TR_EINVAL unless given), the message leading with the field and
- * saying `rule`, and tr_train_run_e's field. */
-static int status = TR_EINVAL;
-
-static void refused(const tr_train_options *o, const char *field, const char *rule) {
-  char err[512] = "";
-  tr_train_result r;
-  assert_int_equal(tr_train_run(o, &r, err, sizeof err), status);
-  if (strncmp(err, field, strlen(field)) || !strstr(err, rule))
-    fail_msg("the refusal does not lead with %s and say \"%s\": %s", field, rule, err);
-  tr_error e;
-  assert_int_equal(tr_train_run_e(o, &r, &e), status);
-  if (strcmp(e.field, field)) fail_msg("tr_error's field is '%s', not %s", e.field, field);
-}
-
 static void held_out_samples_given_wrongly_are_refused_by_field(void **state) {
   (void)state;
   tr_data *d = open_source(ROWS), *endless = open_source(0);
@@ -131,9 +117,7 @@ static void held_out_samples_given_wrongly_are_refused_by_field(void **state) {
   o.eval_labels = NULL;
   o.eval_data = "/nonexistent/x.npy";
   o.eval_labels = "/nonexistent/y.npy";
-  status = TR_EIO; /* a file that cannot be read, as data's */
-  refused(&o, "eval_data", "/nonexistent/x.npy");
-  status = TR_EINVAL;
+  refused_with(&o, TR_EIO, "eval_data", "/nonexistent/x.npy"); /* unreadable, as data's */
   tr_data_close(d);
   tr_data_close(endless);
 }

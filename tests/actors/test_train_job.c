@@ -13,6 +13,7 @@
 
 #include "troupe.h"
 
+#include "refused.h"
 #include "specs.h"
 
 /* mlp4's samples: 64 floats in, 64 out, a pure function of the index, counted. */
@@ -61,18 +62,6 @@ static void a_source_in_job_data_is_the_runs_data(void **state) {
                atomic_load(&filled));
   }
   tr_data_close(d); /* the caller's, still open after the runs */
-}
-
-/* Each refusal: TR_EINVAL, the message naming the field, tr_train_run_e's field too. */
-static void refused(const tr_train_options *o, const char *field, const char *rule) {
-  char err[512] = "";
-  tr_train_result r;
-  assert_int_equal(tr_train_run(o, &r, err, sizeof err), TR_EINVAL);
-  if (strncmp(err, field, strlen(field)) || !strstr(err, rule))
-    fail_msg("the refusal does not lead with %s and say \"%s\": %s", field, rule, err);
-  tr_error e;
-  assert_int_equal(tr_train_run_e(o, &r, &e), TR_EINVAL);
-  if (strcmp(e.field, field)) fail_msg("tr_error's field is '%s', not %s", e.field, field);
 }
 
 static void fields_it_sets_itself_are_refused_by_name(void **state) {
