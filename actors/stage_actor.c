@@ -50,8 +50,7 @@ typedef struct stage_actor {
   int m;
   const tr_action *acts; /* the list in hand: the step's, or a held-out pass's */
   size_t nacts, pc;
-  bool training;         /* the step's: its time is busy time, its slots held as planned */
-  const tr_action *step_acts;
+  const tr_action *step_acts; /* the step's: its time is busy time, its slots held as planned */
   size_t step_nacts;
   int64_t step;       /* the stage's own count */
   int64_t run_step;   /* the run's step of the step in hand (a worker's differs from step) */
@@ -167,7 +166,6 @@ static int stage_open(tr_actor *self) {
   a->s = tr_stage_stream(a->ch.st[0]);
   a->acts = a->step_acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
   a->step_nacts = a->nacts;
-  a->training = true;
   if ((rc = tr__chunks_plan_holds(&a->ch, a->acts, a->nacts, a->m)) || (rc = open_queues(a)) ||
       (rc = open_eval(a)))
     return rc;
@@ -351,6 +349,9 @@ static int step_action(tr_actor *self, stage_actor *a) {
 
 /* ---- a held-out evaluation ------------------------------------------------------------------ */
 
+/* Whether the list in hand is the step's (not a held-out pass's). */
+static bool training(const stage_actor *a) { return a->acts == a->step_acts; }
+
 /* The evaluation after step a->step begins (`ending`: the run's last), its list in hand in
  * place of the step's until its EVAL_END action. */
 static void begin_eval(stage_actor *a, bool ending) {
@@ -359,7 +360,6 @@ static void begin_eval(stage_actor *a, bool ending) {
   a->acts = a->eval.acts;
   a->nacts = a->eval.n;
   a->pc = 0;
-  a->training = false;
 }
 
 /* It is over: the step's list again, from its start (or, the run's last, the end). */
@@ -368,7 +368,6 @@ static void end_eval(stage_actor *a, bool ending) {
   a->acts = a->step_acts;
   a->nacts = a->step_nacts;
   a->pc = 0;
-  a->training = true;
 }
 
 /* ---- the end ------------------------------------------------------------------------------- */
@@ -439,7 +438,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       int rc = finish(self, a);
       return rc < 0 ? rc : 0;
     }
-    if (a->pc == 0 && a->training && a->step_phase == STEP_UPDATE) {
+    if (a->pc == 0 && training(a) && a->step_phase == STEP_UPDATE) {
       const int flags = begin_step(a);
       if (flags < 0) return flags;
       if (flags == TR__BEGIN_WAIT) break;
@@ -448,13 +447,13 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     const tr_action *act = &a->acts[a->pc];
     tr__chunk *c = &a->ch.ch[act->chunk];
     a->cur = act->chunk;
-    if (a->training) a->busy.stage = act->chunk * a->run->c.layout.stages + a->stage; /* virtual */
+    if (training(a)) a->busy.stage = act->chunk * a->run->c.layout.stages + a->stage; /* virtual */
     int rc;
     const char *what = NULL;
     switch (act->kind) {
       case TR_ACTION_RECV_ACT:
         rc = receive_tensor(self, a, &a->act_in, tr_stage_input(c->st, act->slot), act,
-                            a->training);
+                            training(a));
         break;
       case TR_ACTION_FORWARD: rc = forward(self, a, act); break;
       case TR_ACTION_SEND_ACT: /* a held-out pass's credits are in hand (tr__eval_forward) */
@@ -491,7 +490,7 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     }
     if (rc < 0) return rc;
     if (rc == TR__BLOCKED) break;
-    if (a->training) tr__chunks_hold(&a->ch, a->pc, act);
+    if (training(a)) tr__chunks_hold(&a->ch, a->pc, act);
     a->pc++;
   }
   return 0;
