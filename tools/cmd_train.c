@@ -55,6 +55,16 @@ static int parse_optimizer(const char *v, void *field) {
   return tr_optim_kind_parse(v, field);
 }
 
+/* A fraction strictly between 0 and 1: --eval-split 0 would hold nothing out, which the
+ * library reads as no split at all, so a split asked for is never silently none. */
+static int parse_fraction(const char *v, void *field) {
+  char *end;
+  const double f = strtod(v, &end);
+  if (end == v || *end || !(f > 0 && f < 1)) return -1;
+  *(double *)field = f;
+  return 0;
+}
+
 /* "A:B" (B > A) or "A:" (to the end): the steps to profile. */
 static int parse_profile(const char *v, void *field) {
   char *end;
@@ -185,7 +195,8 @@ static const cli_option rows[] = {
     {"--eval-labels", "FILE", CLI_STR, AT(o.eval_labels), .fields = "eval_labels",
      .needs = "eval_data", .applies = SYNC,
      .help = "a NumPy .npy array of held-out targets (with --eval-data)"},
-    {"--eval-split", "F", CLI_DOUBLE, AT(o.eval_split), .min = 0, .max = 1,
+    {"--eval-split", "F", CLI_PARSE, AT(o.eval_split), .parse = parse_fraction,
+     .expect = "a fraction between 0 and 1, both excluded",
      .fields = "eval_split", .excludes = "eval_data", .applies = SYNC,
      .help = "hold out this fraction of the rows of --data (chosen by --seed) and evaluate on "
              "them, training on the others (.npy data only)"},

@@ -3,7 +3,7 @@
 # --eval-labels, --eval-split, --eval-every, --eval-samples).
 #
 #   refusals (the default)  what cannot be evaluated exits 2 naming the flag, before training:
-#                           a fraction outside [0, 1] or of 1, a split beside --eval-data, a
+#                           a fraction not strictly between 0 and 1, a split beside --eval-data, a
 #                           split of gpt's endless bytes or of the generated data, a part of
 #                           no rows, an eval file that is an output, labels alone; .npy data
 #                           split or held-out files given train to the end (exit 0)
@@ -67,10 +67,10 @@ data=(--model simplenet --devices host:1 --data train-x.npy --labels train-y.npy
 
 case $case_ in
 refusals)
-  expect "a fraction above 1" 2 "^troupe: --eval-split: '1.5' is not a number from 0 to 1" -- \
-    "${data[@]}" --eval-split 1.5 --steps 2
-  expect "a fraction of 1" 2 '^troupe: --eval-split 1: the fraction of the rows of --data held out is in \(0, 1\)' -- \
-    "${data[@]}" --eval-split 1 --steps 2
+  for f in 1.5 1 0 nan; do # 0 would hold nothing out: a split asked for is never silently none
+    expect "a fraction of $f" 2 "^troupe: --eval-split: '$f' is not a fraction between 0 and 1, both excluded" -- \
+      "${data[@]}" --eval-split "$f" --steps 2
+  done
   expect "a split beside held-out files" 2 '^troupe: --eval-split and --eval-data: give one of them' -- \
     "${data[@]}" --eval-split 0.2 --eval-data held-x.npy --eval-labels held-y.npy --steps 2
   expect "a split of gpt's bytes" 2 "^troupe: --eval-split 0.2: data '.*train_eval.sh': an endless source cannot be split" -- \
