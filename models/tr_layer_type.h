@@ -76,6 +76,9 @@ typedef struct tr_layer_spec {
   const struct tr_layer_spec *inner; /*   n specs, deep-copied by tr_model_new */
   const void *config;          /* a user kind's own parameters: not copied, must outlive the
                                   model */
+  /* Tensor parallelism (below): a member's spec, as its kind's `shard` wrote it, is part
+   * `part` of `parts` (0 and 0 for a layer held whole). */
+  int part, parts;
 } tr_layer_spec;
 
 /* The built-in kinds, and constructors that fill their specs. */
@@ -108,6 +111,43 @@ TR_API tr_layer_spec tr_layer_dropout(int width, float p);
  * one's own included), whose widths lead from x's back to it. One layer for cutting: its
  * inner layers always share a stage. `inner` is read by tr_model_new, which copies it. */
 TR_API tr_layer_spec tr_layer_residual(int n, const tr_layer_spec *inner);
+
+/* ---- tensor parallelism ---------------------------------------------------------------- */
+
+/* A tensor group (tr_layout_config.tensor): `size` members, each a device that holds part
+ * of some layers' tensors (Megatron's split: a linear layer's output features column by
+ * column, the next one's input features, attention's heads, the embedding's vocabulary)
+ * and runs its share of their forward and backward. The collectives a split layer needs
+ * are its member's tensor comm, lent in tr_layer_ctx.tensor (and tr_loss_ctx.tensor).
+ * Every member calls the same collectives in the same order with the same n, on its
+ * compute stream; the result is in place as the stream sees it (host devices: on return).
+ * The comm counts its collectives and bytes (tr_tensor_comm_counts). */
+typedef enum tr_reduce { TR_REDUCE_SUM, TR_REDUCE_MAX } tr_reduce;
+
+typedef struct tr_tensor_comm tr_tensor_comm;
+struct tr_tensor_comm {
+  int rank, size;             /* this member, and the members */
+  /* buf[0..n) = the members' buf[0..n) reduced element by element (in member order) */
+  int (*all_reduce)(const tr_tensor_comm *c, tr_stream *s, float *buf, size_t n, tr_reduce op);
+  /* whole[m*n, (m+1)*n) = member m's part[0..n), for every m */
+  int (*all_gather)(const tr_tensor_comm *c, tr_stream *s, const float *part, float *whole,
+                    size_t n);
+  /* part[0..n) = the sum over members of their whole[rank*n, (rank+1)*n) */
+  int (*reduce_scatter)(const tr_tensor_comm *c, tr_stream *s, const float *whole, float *part,
+                        size_t n);
+  void *impl;
+};
+
+/* How a layer is to be split across a tensor group, as the model's plan chooses it: a
+ * linear layer followed (through layers that act element by element) by another is split
+ * COLUMN then ROW, so that one all-reduce after the second joins them (Megatron's f and g). A
+ * kind that splits itself (the transformer block, the embedding) ignores it. */
+typedef enum tr_split {
+  TR_SPLIT_COLUMN,            /* each member computes a slice of the output features */
+  TR_SPLIT_ROW,               /* each member reads a slice of the input features; the
+                                 outputs are all-reduced (a bias added once, after) */
+  TR_SPLIT_SELF               /* the kind's own way */
+} tr_split;
 
 /* ---- what a kind is -------------------------------------------------------------------- */
 
@@ -146,6 +186,8 @@ typedef struct tr_layer_ctx {
   tr_bf16 *act16;             /* bf16_elems' act elements, this micro-batch's own (64-byte
                                  aligned): what forward converts and backward reads again */
   tr_bf16 *scratch16;         /* bf16_elems' scratch elements, shared like scratch */
+  /* The layer's tensor group (l->parts > 1): its collectives; NULL for a layer held whole. */
+  const tr_tensor_comm *tensor;
 } tr_layer_ctx;
 
 typedef struct tr_tensor_list tr_tensor_list;
@@ -199,6 +241,13 @@ struct tr_layer_type {
    * arguments are those of the step captured, only while none of its layers draws. A kind
    * that reads first_sample must say so here. */
   int (*draws)(const tr_layer_spec *l);
+  /* OPTIONAL (none: the layer is held whole by every member, which all compute it alike):
+   * member `part` of `parts`'s spec of the layer, split `how`; it sets member->part and
+   * ->parts, and the member's kind (often another table: a column-parallel linear) declares
+   * its tensors as parts of the whole ones (tr_tensor_list_add_part). TR_EINVAL, with err
+   * saying what does not divide ("64 output features across 3 members"), when it cannot. */
+  int (*shard)(const tr_layer_spec *l, tr_split how, int part, int parts, tr_layer_spec *member,
+               char *err, size_t err_size);
 };
 
 /* How a tensor starts (PyTorch's defaults: Linear uniform in +-1/sqrt(in), Embedding
@@ -216,6 +265,15 @@ typedef enum tr_init_kind {
  * than tr_tensor_info's; TR_ENOMEM. */
 TR_API int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
                        tr_init_kind init, float scale);
+/* A split layer's part of a tensor (tensor parallelism): shape (d0) or (d0, d1) is the
+ * part's; the whole tensor is `parts` parts side by side along `axis` (0: rows, 1: columns;
+ * a vector's is 0), taken in `groups` equal blocks along that axis each split alike (a
+ * fused q, k, v weight: 3; else 1), this member holding part `part` of each block. The part
+ * starts as its elements of the whole tensor do under the same seed, and checkpoints hold
+ * the whole tensor under `name`, as a model held whole names it. */
+TR_API int tr_tensor_list_add_part(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
+                                   tr_init_kind init, float scale, int axis, int groups,
+                                   int part, int parts);
 /* For composites: declares inner layer l's tensors, named "<prefix>.<name>". */
 TR_API int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_layer_spec *l,
                              int T);

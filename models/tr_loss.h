@@ -74,6 +74,10 @@ typedef struct tr_loss_ctx {
                                 what forward leaves for backward (softmax's probabilities) */
   float *scratch;            /* scratch_floats floats (64-byte aligned), shared: good within
                                 one call only */
+  /* Tensor parallelism, a vocab_parallel loss only: pred holds columns [rank V, (rank+1) V)
+   * of the whole output (size V wide) and the loss reduces across the group (never
+   * gathering pred); NULL: pred is the whole output. */
+  const struct tr_tensor_comm *tensor;
 } tr_loss_ctx;
 
 /* A loss's table. Slots marked OPTIONAL may be 0 or NULL. Functions return 0 or a negative
@@ -85,6 +89,8 @@ struct tr_loss_type {
   int accuracy;              /* 1: each row's output is a score per class and its largest
                                 predicts the target class (an accuracy means something); a
                                 CLASSES loss */
+  int vocab_parallel;        /* 1: forward and backward take a tensor group's split output
+                                (tr_loss_ctx.tensor), so the last layer may be split COLUMN */
   /* OPTIONAL: whether the last layer's width V suits the loss (V > 0 checked already); on
    * failure writes what is wrong to err (the caller names the model) and returns TR_EINVAL. */
   int (*check)(int V, char *err, size_t err_size);

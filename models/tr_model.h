@@ -124,6 +124,34 @@ TR_API int tr_model_balance_costs(const tr_model *m, const double *cost, int par
 TR_API int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps, double *cost,
                             char *err, size_t err_size);
 
+/* ---- tensor parallelism (tr_layer_type.h) ----------------------------------------------- */
+
+/* Member `part` of a tensor group of `parts`: a model of the same layers, each split as its
+ * kind's shard says (linear layers COLUMN then ROW in pairs, the last one COLUMN under a
+ * vocab_parallel loss, the others held whole), named like m's. Its tensors are parts of m's
+ * (tr_model_tensor_part), start as their elements of m's do, and the member's checkpoint
+ * parts join into m's checkpoint. parts 1: a copy of m. TR_EINVAL naming the layer and what
+ * does not divide. Free with tr_model_free; it does not need m afterwards. */
+TR_API int tr_model_shard(const tr_model *m, int part, int parts, tr_model **member, char *err,
+                          size_t err_size);
+/* Where a member's tensor `index` lies in the whole one (tr_tensor_list_add_part): parts 0
+ * for a tensor held whole. */
+typedef struct tr_tensor_part {
+  int axis, groups, part, parts;
+  int64_t whole[2];   /* the whole tensor's shape */
+} tr_tensor_part;
+TR_API tr_tensor_part tr_model_tensor_part(const tr_model *member, int index);
+
+/* The tensor comms of a group of n devices of one process (host devices: the members'
+ * threads meet; CUDA: peer copies, or NCCL where built), comms[i] for devs[i], each used
+ * only on its device's owner thread. Closed together by tr_tensor_comms_close. */
+TR_API int tr_tensor_comms_open(tr_device *const *devs, int n, tr_tensor_comm **comms,
+                                char *err, size_t err_size);
+TR_API void tr_tensor_comms_close(tr_tensor_comm **comms, int n);
+/* Collectives a comm ran, and the bytes its member sent in them. */
+TR_API void tr_tensor_comm_counts(const tr_tensor_comm *c, uint64_t *collectives,
+                                  uint64_t *bytes_sent);
+
 #ifdef __cplusplus
 }
 #endif

@@ -126,6 +126,9 @@ typedef struct tr_stage_config {
   tr_stage_shard shard; /* ZeRO stage 1: the part of the optimizer this stage holds */
   tr_precision_config precision;
   tr_graphs graphs;     /* TR_GRAPHS_ON (the default) or TR_GRAPHS_OFF, above */
+  /* Tensor parallelism: the model is a member's (tr_model_shard) and this its comm, lent to
+   * its split layers and loss; NULL: none (the model is held whole). */
+  const tr_tensor_comm *tensor;
 } tr_stage_config;
 
 /* The whole model, its workload batch and optimizer, one slot, seed 0. */
