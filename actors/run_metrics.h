@@ -37,7 +37,9 @@ typedef enum tr__combine {
   TR__COMBINE_MIN,     /* the smallest (the steps every stage ran) */
   TR__COMBINE_MEAN,    /* the mean of the values sent (reals that are numbers) */
   TR__COMBINE_FIRST,   /* the lowest source's (text: the first that is not empty) */
-  TR__COMBINE_DEVICE,  /* kept per device (the source's number, replica × stages + stage) */
+  TR__COMBINE_DEVICE,  /* kept per device (the source's number, replica × stages + stage);
+                          a device's pairs of one key add up, and the sum over every source
+                          (one with no device too: the server) is the key's value */
   TR__COMBINE_REPLICA, /* per device, and summed over each replica's stages */
   TR__COMBINE_BINS,    /* a histogram: summed bin by bin (a pair's index is its bin) */
 } tr__combine;
@@ -79,7 +81,17 @@ typedef enum tr__json {
  * time on the sender's monotonic clock (ns), which the coordinator reads on its own.
  *   X(id, key, unit, combine, scope, type, where, json, name/real function, summary)
  * The summary's format takes the value (reals as double, integers as long long); rows
- * without one are not in it. */
+ * without one are not in it.
+ *
+ * Communication: COMM_BYTES is a measure every part that sends tensors adds to its figures
+ * (a stage's tensor edges, its policy's parts through the policy's figures op, the
+ * asynchronous server), the bytes it sent over the whole run, counted where the sender sends
+ * them (what the algorithm sends from it, in a process or across ranks alike); several pairs
+ * of one source add up. comm_bytes_per_step is the bytes every sender of the run sent per
+ * step, together (every device's, and the asynchronous server's): the sum of the measure
+ * over the sources ÷ the steps the run took (steps − first_step; async: the server's
+ * updates). comm_bytes_per_step_device[i] is device i's own part of it (the server, no
+ * device of the layout, is in the total only). tr__metrics_apply derives both. */
 #define TR__RUN_METRICS(X)                                                                         \
   X(MODEL, "model", "", SETTING, RUN, TEXT, TR__AT(model), VALUE, NULL, "%s")                      \
   X(STRATEGY, "strategy", "", SETTING, RUN, TEXT, TR__AT(strategy), VALUE, NULL, "%s")             \
@@ -187,7 +199,12 @@ typedef enum tr__json {
   X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
   X(ASIDE_NS, "aside_ns", "ns", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                   \
-  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)
+  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)  \
+  X(COMM_BYTES, "comm_bytes", "bytes", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)      \
+  X(COMM_BYTES_PER_STEP, "comm_bytes_per_step", "bytes", DERIVED, RUN, REAL,                     \
+    TR__AT(comm_bytes_per_step), VALUE, NULL, "%.4g bytes sent a step")                         \
+  X(COMM_BYTES_DEVICE, "comm_bytes_per_step_device", "bytes", DERIVED, DEVICE, REAL,             \
+    TR__EACH(comm_bytes_device), VALUE, NULL, NULL)
 
 typedef enum tr__metric_id {
 #define TR__METRIC_ENUM(id, ...) TR__M_##id,
@@ -264,7 +281,8 @@ void tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int
 /* The reduced value of a scalar key (NaN, or 0 for integers, where none was sent). */
 double tr__reduced_real(const tr__reduced *red, tr__metric_id key);
 int64_t tr__reduced_int(const tr__reduced *red, tr__metric_id key);
-/* Every measured row's value where the result holds it (those sent only). */
+/* Every measured row's value where the result holds it (those sent only), and the figures
+ * derived from the measures alone (comm_bytes_per_step: r->first_step is set before). */
 void tr__metrics_apply(const tr__reduced *red, tr_train_result *r);
 
 /* The JSON writer's functions for rows whose text or value is the result's reading. */
