@@ -92,6 +92,12 @@ static void combine(tr__reduced *out, const tr__figures *f, const tr__pair *p, i
   case TR__COMBINE_MEAN:
     if (real) v->f = (first ? 0 : v->f) + p->v.f;
     else v->i += p->v.i;
+    if (device >= 0 && m->combine == TR__COMBINE_SUM) { /* each device's part kept too */
+      tr__value *d = &out->device[device][k];
+      if (real) d->f = (out->sent[device][k] ? d->f : 0) + p->v.f;
+      else d->i += p->v.i;
+      out->sent[device][k] = true;
+    }
     break;
   case TR__COMBINE_MAX:
     if (real) v->f = first || p->v.f > v->f ? p->v.f : v->f;
@@ -106,13 +112,14 @@ static void combine(tr__reduced *out, const tr__figures *f, const tr__pair *p, i
     break;
   case TR__COMBINE_DEVICE:
   case TR__COMBINE_REPLICA:
+    if (device < 0) { /* a figure of a device from a source that has none */
+      out->count[k]--;
+      return;
+    }
+    out->device[device][k] = p->v;
+    out->sent[device][k] = true;
     if (real) v->f = (first ? 0 : v->f) + p->v.f;
     else v->i += p->v.i;
-    if (device < 0) return; /* a source with no device (the server): in the sum only */
-    if (!out->sent[device][k]) out->device[device][k] = p->v;
-    else if (real) out->device[device][k].f += p->v.f; /* a part's more of the same key */
-    else out->device[device][k].i += p->v.i;
-    out->sent[device][k] = true;
     if (m->combine == TR__COMBINE_REPLICA && out->stages > 0) {
       tr__value *r = &out->replica[device / out->stages][k];
       if (real) r->f += p->v.f;

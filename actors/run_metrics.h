@@ -32,14 +32,12 @@
 typedef enum tr__combine {
   TR__COMBINE_SETTING, /* not measured: the run's configuration, filled in by the coordinator */
   TR__COMBINE_DERIVED, /* computed from other figures (docs/WORKLOADS.md's definitions) */
-  TR__COMBINE_SUM,     /* added up, in source order */
+  TR__COMBINE_SUM,     /* added up, in source order (each device's sum kept too) */
   TR__COMBINE_MAX,     /* the largest (reals: of those that are numbers) */
   TR__COMBINE_MIN,     /* the smallest (the steps every stage ran) */
   TR__COMBINE_MEAN,    /* the mean of the values sent (reals that are numbers) */
   TR__COMBINE_FIRST,   /* the lowest source's (text: the first that is not empty) */
-  TR__COMBINE_DEVICE,  /* kept per device (the source's number, replica × stages + stage);
-                          a device's pairs of one key add up, and the sum over every source
-                          (one with no device too: the server) is the key's value */
+  TR__COMBINE_DEVICE,  /* kept per device (the source's number, replica × stages + stage) */
   TR__COMBINE_REPLICA, /* per device, and summed over each replica's stages */
   TR__COMBINE_BINS,    /* a histogram: summed bin by bin (a pair's index is its bin) */
 } tr__combine;
@@ -199,8 +197,8 @@ typedef enum tr__json {
   X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
   X(ASIDE_NS, "aside_ns", "ns", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                   \
-  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)  \
-  X(COMM_BYTES, "comm_bytes", "bytes", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)      \
+  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)   \
+  X(COMM_BYTES, "comm_bytes", "bytes", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)      \
   X(COMM_BYTES_PER_STEP, "comm_bytes_per_step", "bytes", DERIVED, RUN, REAL,                     \
     TR__AT(comm_bytes_per_step), VALUE, NULL, "%.4g bytes sent a step")                         \
   X(COMM_BYTES_DEVICE, "comm_bytes_per_step_device", "bytes", DERIVED, DEVICE, REAL,             \
@@ -267,7 +265,7 @@ typedef struct tr__reduced {
   int64_t count[TR__METRIC_COUNT];  /* the sources that sent the key */
   tr__value v[TR__METRIC_COUNT];    /* SUM, MAX, MIN, MEAN, FIRST; DEVICE: their sum */
   const char *text[TR__METRIC_COUNT]; /* FIRST text (in a source's figures) */
-  tr__value device[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* DEVICE, REPLICA */
+  tr__value device[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* DEVICE, REPLICA, SUM */
   bool sent[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT];
   tr__value replica[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* REPLICA */
   int64_t bins[TR__METRIC_COUNT][TR_TRAIN_STALENESS_BINS];   /* BINS */
