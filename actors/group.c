@@ -55,6 +55,7 @@ struct tr__group {
    * (member 0 here) sums each bucket with the other ranks' through the transport. */
   int cross;              /* the group's number with the transport; -1: every member is here */
   tr_edge *sum, *summed;  /* the leader's, to and from the transport */
+  int ranks;              /* the processes the group spans */
   float *host;            /* the leader's gradients staged for MPI (not host memory) */
   /* NCCL (tr__group_use_nccl): this member's communicator over the group's members in
    * this process (member order = rank), or the leader's over the ranks */
@@ -96,8 +97,9 @@ void tr__group_use_nccl(tr__group *g, tr_comm *inside, tr_comm *across, const ch
   snprintf(g->nccl_error, sizeof g->nccl_error, "%s", error ? error : "");
 }
 
-void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed) {
+void tr__group_span_ranks(tr__group *g, int group, int ranks, tr_edge *sum, tr_edge *summed) {
   g->cross = group;
+  g->ranks = ranks;
   g->sum = sum;
   g->summed = summed;
 }
@@ -299,7 +301,9 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
                        .n = bk->hi - bk->lo};
     int rc = tr_edge_send_control(g->sum, m);
     if (rc) return rc;
-    sent(g, bk->hi - bk->lo); /* handed to MPI once */
+    /* handed to MPI, counted as the ring over the ranks sends it: 2 (k - 1) / k of it */
+    const size_t k = (size_t)g->ranks, n = bk->hi - bk->lo;
+    sent(g, k > 1 ? 2 * (k - 1) * n / k : 0);
   }
   return 0;
 }

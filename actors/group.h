@@ -84,7 +84,7 @@ void tr__group_grad_ready(void *group, tr_stage *st, int layer);
 int tr__group_receive(tr__group *g, const tr_msg *m);
 /* The group spans ranks (transport.h): the members given to tr__group_new are its part in
  * this process, number `group` with the transport; the leader (member 0) sums through it. */
-void tr__group_span_ranks(tr__group *g, int group, tr_edge *sum, tr_edge *summed);
+void tr__group_span_ranks(tr__group *g, int group, int ranks, tr_edge *sum, tr_edge *summed);
 /* NCCL (tr_job.h's tr_allreduce; made where the group is wired): `inside`, this member's
  * communicator over the group's members in this process (its rank, its member number), or
  * NULL: peer; `across`, the leader's over the group's ranks, or NULL: the transport's MPI.

@@ -463,8 +463,8 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (rc == 0 && rank == me)
       rc = tr__graph_sum_edges(g, k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
-      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].parts.group, k, i ? NULL : sum,
-                           i ? NULL : summed);
+      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].parts.group, k, nranks,
+                           i ? NULL : sum, i ? NULL : summed);
   }
   return rc;
 }
