@@ -443,7 +443,8 @@ static void record_result(coordinator *c) {
   if (jc->async.enabled)
     r->server_utilization =
         window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;
-  else r->consistency = R > 1 ? consistency(c) : 0;
+  else if (R == 1 || c->dones[0].params) /* else a policy's own figure (local SGD's) */
+    r->consistency = R > 1 ? consistency(c) : 0;
   tr__eval_book_result(&c->eval, r);
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);

@@ -41,6 +41,7 @@ typedef struct local_policy {
   bool pending;             /* host's not yet read */
   double divergence;        /* the largest ||θ_r − mean|| / ||mean|| before a sync */
   int64_t syncs;
+  int64_t sent_bytes;       /* by this member's all-reduces (run_metrics.h's COMM_BYTES) */
 } local_policy;
 
 static bool warm(const local_policy *p, int64_t step) { return step < p->cf.warmup_sync; }
@@ -51,6 +52,15 @@ static bool syncs_after(const local_policy *p, int64_t step) {
 }
 
 static tr_stage *stage_of(const local_policy *p) { return p->ctx.chunks[0]; }
+
+/* What one all-reduce of the stage's numel floats sends from each member: its share of the
+ * sum read by the others' owners, and the sums it owns written to them (a ring's 2 (R-1)/R,
+ * group.c's peer algorithm alike). */
+static int64_t allreduce_bytes(const local_policy *p) {
+  return p->group ? 2 * (int64_t)(p->replicas - 1) * (int64_t)(p->numel * sizeof(float)) /
+                        p->replicas
+                  : 0;
+}
 
 static int fail(const local_policy *p, const char *what) {
   return tr_actor_fail(p->ctx.self, TR_EDEVICE, "local SGD: %s on %s: %s", what,
@@ -194,8 +204,10 @@ static int update(void *state, int64_t step, int64_t run_step) {
   (void)run_step;
   int rc;
   if (p->phase == REDUCE) {
-    if (warm(p, step) && p->group && (rc = tr__group_wait(p->group, step, p->ctx.s)) != TR__DONE)
-      return rc;
+    if (warm(p, step) && p->group) {
+      if ((rc = tr__group_wait(p->group, step, p->ctx.s)) != TR__DONE) return rc;
+      p->sent_bytes += allreduce_bytes(p);
+    }
     p->phase = UPDATE;
   }
   if (p->phase == UPDATE) {
@@ -214,6 +226,7 @@ static int update(void *state, int64_t step, int64_t run_step) {
         return fail(p, "sending the parameters");
       tr__group_arm(p->group, step);
       if ((rc = tr__group_disarm(p->group))) return rc;
+      p->sent_bytes += allreduce_bytes(p);
     }
     p->phase = AVERAGE;
   }
@@ -267,6 +280,14 @@ static bool consistency(const void *state) {
   return false;
 }
 
+/* The bytes its all-reduces sent, and the divergence before the syncs (the run's
+ * consistency: the largest over stages and replicas, run_metrics.h). */
+static void figures(const void *state, tr__figures *f) {
+  const local_policy *p = state;
+  tr__figures_int(f, TR__M_COMM_BYTES, p->sent_bytes);
+  tr__figures_real(f, TR__M_CONSISTENCY, p->divergence);
+}
+
 static int64_t skipped(const void *state) { return ((const local_policy *)state)->skipped; }
 static void abort_(void *state) { tr__group_abort(((local_policy *)state)->group); }
 
@@ -295,7 +316,7 @@ static const tr__policy_ops local_ops = {
     .first_step = first_step, .share = share, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
-    .skipped = skipped, .abort = abort_, .close = close_, .free = free_};
+    .skipped = skipped, .figures = figures, .abort = abort_, .close = close_, .free = free_};
 
 int tr__policy_local(tr__policy *out, const tr__policy_parts *parts) {
   local_policy *p = calloc(1, sizeof *p);

@@ -202,7 +202,8 @@ typedef struct tr_train_result {
   double momentum;         /* the explicit momentum the server used (after correction) */
   double server_utilization;
   /* sync: max over replicas of ||θ_r − θ_0|| / ||θ_0||; async: the mean over pushes of
-   * ||θ_worker − θ_server|| / ||θ_server|| */
+   * ||θ_worker − θ_server|| / ||θ_server||; local: the max over syncs, stages and replicas
+   * of ||θ_r − mean|| / ||mean|| before the sync (mean: the replicas' parameters averaged) */
   double consistency;
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */

@@ -243,6 +243,17 @@ static void expect_reference(tr_train_options o, reference *ref, const char *fil
   printf("  H %d K %d %s: %.3g from the float64 reference\n", ref->H, ref->K,
          tr_outer_name(ref->outer), d);
   if (!(d < 1e-5)) fail_msg("local SGD differs from its float64 reference by %.3g", d);
+  /* the divergence before the syncs: the run's consistency */
+  printf("  consistency %.6g, the reference's %.6g\n", r.consistency, ref->divergence);
+  if (!(fabs(r.consistency - ref->divergence) <= 1e-4 * ref->divergence))
+    fail_msg("consistency %.6g, but the replicas' divergence before a sync is %.6g",
+             r.consistency, ref->divergence);
+  /* a parameter all-reduce of every device at each sync (and dp's each warm-up step) */
+  const int64_t syncs = (o.steps - ref->K) / ref->H + ref->K;
+  const double want = (double)syncs * R * 2.0 * (R - 1) / R * (double)(numel * sizeof(float)) /
+                      (double)o.steps;
+  printf("  %.6g bytes a step (expected %.6g)\n", r.comm_bytes_per_step, want);
+  assert_true(fabs(r.comm_bytes_per_step - want) <= 1e-9 * want);
   assert_int_equal(r.sync_every, ref->H);
   assert_int_equal(r.warmup_sync, ref->K);
   assert_string_equal(r.outer, tr_outer_name(ref->outer));
