@@ -14,6 +14,7 @@
  * own share of the batch.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "clipnorm.h"
@@ -72,6 +73,31 @@ static tr_stage_shard shard(const void *state) {
   return (tr_stage_shard){0};
 }
 
+/* A resumed run: replica r's parameters and state where the checkpoint holds them (it
+ * was written mid-period: the replicas differed), and DiLoCo's outer state; a checkpoint
+ * without them (at a sync, or of dp) leaves every replica replica 0's, and the outer
+ * parameters those, its momentum zero. */
+static int resume(local_policy *p, const tr_checkpoint *ck) {
+  tr_stage *st = stage_of(p);
+  char lead[24], err[512];
+  snprintf(lead, sizeof lead, "replica%d", p->ctx.replica);
+  int rc = 0;
+  if (p->ctx.replica > 0 && tr__stage_saved_as(st, ck, lead))
+    rc = tr__stage_load_as(st, ck, lead, err, sizeof err);
+  const char *outer[2] = {"outer.global", "outer.velocity"};
+  float *host = NULL;
+  for (int k = 0; k < 2 && rc == 0 && p->global; k++) {
+    if (!tr__stage_saved_as(st, ck, outer[k])) continue;
+    if (!host && !(host = malloc((p->numel ? p->numel : 1) * sizeof *host))) return TR_ENOMEM;
+    if ((rc = tr__stage_read_extra(st, ck, outer[k], host, err, sizeof err)) == 0 &&
+        (tr_memcpy(p->ctx.s, k ? p->velocity : p->global, host, p->numel * sizeof *host,
+                   TR_COPY_H2D) || tr_stream_synchronize(p->ctx.s)))
+      rc = fail(p, "resuming DiLoCo's outer state");
+  }
+  free(host);
+  return rc && rc != TR_EDEVICE ? tr_actor_fail(p->ctx.self, TR_EFORMAT, "%s", err) : rc;
+}
+
 static int open(void *state, const tr__policy_ctx *ctx) {
   local_policy *p = state;
   p->ctx = *ctx;
@@ -95,6 +121,8 @@ static int open(void *state, const tr__policy_ctx *ctx) {
        tr_memcpy(ctx->s, p->global, tr_stage_params(st), p->numel * sizeof(float), TR_COPY_D2D) ||
        tr_memset(ctx->s, p->velocity, 0, p->numel * sizeof(float))))
     return fail(p, "allocating DiLoCo's outer state");
+  const tr_checkpoint *ck = ctx->run->c.checkpoint.resume_from;
+  if (ck && (rc = resume(p, ck))) return rc;
   if (!p->clip && !(p->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
   return tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch);
 }
@@ -268,9 +296,38 @@ static int leave(void *state) {
   return TR__DONE;
 }
 
+/* Every replica sends its parameters and state (they differ between syncs), replica 0
+ * DiLoCo's outer state too: a run resumed mid-period goes on as it would have. */
+static int no_memory(const local_policy *p, size_t floats) {
+  return tr_actor_fail(p->ctx.self, TR_ENOMEM, "local SGD: copying a checkpoint part: out of "
+                       "memory (%zu bytes asked for)", floats * sizeof(float));
+}
+
 static bool sends_parts(const void *state, int replica) {
-  (void)state;
-  return replica == 0;
+  (void)state, (void)replica;
+  return true;
+}
+
+static int part(void *state, tr__part *part) {
+  local_policy *p = state;
+  tr_stage *st = stage_of(p);
+  const size_t n = p->numel ? p->numel : 1;
+  part->replica = p->ctx.replica;
+  if (!part->params) { /* another replica's: the parameters too */
+    if (!(part->params = malloc(n * sizeof *part->params))) return no_memory(p, n);
+    if (tr_stage_download(st, TR_STAGE_PARAMS, part->params)) return fail(p, "copying a part");
+  }
+  if (p->global && p->ctx.replica == 0) {
+    if (!(part->extra = malloc(2 * n * sizeof *part->extra))) return no_memory(p, 2 * n);
+    part->extra_copies = 2;
+    snprintf(part->extra_names[0], sizeof part->extra_names[0], "outer.global");
+    snprintf(part->extra_names[1], sizeof part->extra_names[1], "outer.velocity");
+    if (tr_memcpy(p->ctx.s, part->extra, p->global, p->numel * sizeof(float), TR_COPY_D2H) ||
+        tr_memcpy(p->ctx.s, part->extra + p->numel, p->velocity, p->numel * sizeof(float),
+                  TR_COPY_D2H))
+      return fail(p, "copying DiLoCo's outer state");
+  }
+  return tr_stream_synchronize(p->ctx.s) ? fail(p, "copying a part") : 0;
 }
 
 /* The replicas' divergence is measured before each sync (not at the end, when they differ
@@ -280,8 +337,8 @@ static bool consistency(const void *state) {
   return false;
 }
 
-/* The bytes its all-reduces sent, and the divergence before the syncs (the run's
- * consistency: the largest over stages and replicas, run_metrics.h). */
+/* The bytes its all-reduces sent, and its largest divergence before a sync (the run's
+ * consistency: the mean of those of every replica's stage, run_metrics.h). */
 static void figures(const void *state, tr__figures *f) {
   const local_policy *p = state;
   tr__figures_int(f, TR__M_COMM_BYTES, p->sent_bytes);
@@ -316,7 +373,7 @@ static const tr__policy_ops local_ops = {
     .first_step = first_step, .share = share, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
-    .skipped = skipped, .figures = figures, .abort = abort_, .close = close_, .free = free_};
+    .skipped = skipped, .figures = figures, .part = part, .abort = abort_, .close = close_, .free = free_};
 
 int tr__policy_local(tr__policy *out, const tr__policy_parts *parts) {
   local_policy *p = calloc(1, sizeof *p);

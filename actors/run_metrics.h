@@ -155,7 +155,7 @@ typedef enum tr__json {
     "momentum %.3g")                                                                               \
   X(SERVER_UTILIZATION, "server_utilization", "fraction", DERIVED, ASYNC, REAL,                    \
     TR__AT(server_utilization), VALUE, NULL, "server busy %.2f")                                   \
-  X(CONSISTENCY, "consistency", "", MAX, RUN, REAL, TR__AT(consistency), VALUE, NULL,             \
+  X(CONSISTENCY, "consistency", "", MEAN, RUN, REAL, TR__AT(consistency), VALUE, NULL,             \
     "replicas differ by %.3g")                                                                     \
   X(GFLOPS, "gflops", "GFLOP/s", DERIVED, RUN, REAL, TR__AT(gflops), VALUE, NULL, "%.1f GFLOP/s")  \
   X(TOKENS_PER_S, "tokens_per_s", "tokens/s", DERIVED, RUN, REAL, TR__AT(tokens_per_s), VALUE,     \

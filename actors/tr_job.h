@@ -202,8 +202,8 @@ typedef struct tr_train_result {
   double momentum;         /* the explicit momentum the server used (after correction) */
   double server_utilization;
   /* sync: max over replicas of ||θ_r − θ_0|| / ||θ_0||; async: the mean over pushes of
-   * ||θ_worker − θ_server|| / ||θ_server||; local: the max over syncs, stages and replicas
-   * of ||θ_r − mean|| / ||mean|| before the sync (mean: the replicas' parameters averaged) */
+   * ||θ_worker − θ_server|| / ||θ_server||; local: over every replica's stages, the mean of
+   * the largest ||θ_r − mean|| / ||mean|| before a sync (mean: the replicas' average) */
   double consistency;
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
@@ -357,7 +357,8 @@ typedef struct tr_profile_config {
  * The first `warmup_sync` steps are plain data parallelism (gradients all-reduced every step),
  * then the periods of sync_every local steps begin. A replica's optimizer state is its own
  * (never averaged). The replicas' divergence before each sync is the run's `consistency`:
- * the largest, over syncs and stages, of ||θ_r − mean|| / ||mean|| of a replica's stage. */
+ * each replica's stage's largest ||θ_r − mean|| / ||mean|| over the syncs, the mean of
+ * those over every replica and stage (tr_train_result.consistency). */
 #define TR_OUTER_MAP(X)                  \
   X(TR_OUTER_AVERAGE, "average")         \
   X(TR_OUTER_NESTEROV, "nesterov")
