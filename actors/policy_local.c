@@ -42,7 +42,6 @@ typedef struct local_policy {
   bool pending;             /* host's not yet read */
   double divergence;        /* the largest ||θ_r − mean|| / ||mean|| before a sync */
   int64_t syncs;
-  int64_t sent_bytes;       /* by this member's all-reduces (run_metrics.h's COMM_BYTES) */
 } local_policy;
 
 static bool warm(const local_policy *p, int64_t step) { return step < p->cf.warmup_sync; }
@@ -54,14 +53,6 @@ static bool syncs_after(const local_policy *p, int64_t step) {
 
 static tr_stage *stage_of(const local_policy *p) { return p->ctx.chunks[0]; }
 
-/* What one all-reduce of the stage's numel floats sends from each member: its share of the
- * sum read by the others' owners, and the sums it owns written to them (a ring's 2 (R-1)/R,
- * group.c's peer algorithm alike). */
-static int64_t allreduce_bytes(const local_policy *p) {
-  return p->group ? 2 * (int64_t)(p->replicas - 1) * (int64_t)(p->numel * sizeof(float)) /
-                        p->replicas
-                  : 0;
-}
 
 static int fail(const local_policy *p, const char *what) {
   return tr_actor_fail(p->ctx.self, TR_EDEVICE, "local SGD: %s on %s: %s", what,
@@ -234,7 +225,6 @@ static int update(void *state, int64_t step, int64_t run_step) {
   if (p->phase == REDUCE) {
     if (warm(p, step) && p->group) {
       if ((rc = tr__group_wait(p->group, step, p->ctx.s)) != TR__DONE) return rc;
-      p->sent_bytes += allreduce_bytes(p);
     }
     p->phase = UPDATE;
   }
@@ -254,7 +244,6 @@ static int update(void *state, int64_t step, int64_t run_step) {
         return fail(p, "sending the parameters");
       tr__group_arm(p->group, step);
       if ((rc = tr__group_disarm(p->group))) return rc;
-      p->sent_bytes += allreduce_bytes(p);
     }
     p->phase = AVERAGE;
   }
@@ -337,11 +326,13 @@ static bool consistency(const void *state) {
   return false;
 }
 
-/* The bytes its all-reduces sent, and its largest divergence before a sync (the run's
- * consistency: the mean of those of every replica's stage, run_metrics.h). */
+/* The bytes its all-reduces (dp's gradients in warm-up, then the parameters every
+ * sync_every steps: the group counts both alike) and norm exchange sent, and its largest
+ * divergence before a sync (the run's consistency: the mean of every replica's stage's). */
 static void figures(const void *state, tr__figures *f) {
   const local_policy *p = state;
-  tr__figures_int(f, TR__M_COMM_BYTES, p->sent_bytes);
+  tr__figures_int(f, TR__M_COMM_BYTES,
+                  tr__group_sent_bytes(p->group) + tr__clip_sent_bytes(p->clip));
   tr__figures_real(f, TR__M_CONSISTENCY, p->divergence);
 }
 
