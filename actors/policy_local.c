@@ -53,7 +53,6 @@ static bool syncs_after(const local_policy *p, int64_t step) {
 
 static tr_stage *stage_of(const local_policy *p) { return p->ctx.chunks[0]; }
 
-
 static int fail(const local_policy *p, const char *what) {
   return tr_actor_fail(p->ctx.self, TR_EDEVICE, "local SGD: %s on %s: %s", what,
                        tr_device_name(p->ctx.dev), tr_device_error(p->ctx.dev));
@@ -70,7 +69,7 @@ static tr_stage_shard shard(const void *state) {
  * parameters those, its momentum zero. */
 static int resume(local_policy *p, const tr_checkpoint *ck) {
   tr_stage *st = stage_of(p);
-  char lead[24], err[512];
+  char lead[24], err[512] = "";
   snprintf(lead, sizeof lead, "replica%d", p->ctx.replica);
   int rc = 0;
   if (p->ctx.replica > 0 && tr__stage_saved_as(st, ck, lead))
@@ -147,11 +146,11 @@ static int last_backward(void *state, int64_t step, bool after) {
   return 0;
 }
 
-/* The last sync's divergence, once copied out (`wait`: it must have been). */
-static int read_divergence(local_policy *p, bool wait) {
+/* The last sync's divergence, once copied out (read at the next sync, or the end: it is
+ * not waited for where it is made). */
+static int read_divergence(local_policy *p) {
   if (!p->pending) return 0;
-  if (!wait && tr_event_query(p->landed) != 1) return 0;
-  if (wait && tr_event_synchronize(p->landed)) return fail(p, "reading the divergence");
+  if (tr_event_synchronize(p->landed)) return fail(p, "reading the divergence");
   const double d = p->host[0], m = p->host[1];
   const double rel = m > 0 ? sqrt(d / m) : sqrt(d);
   if (!(rel <= p->divergence)) p->divergence = rel; /* NaN stays */
@@ -168,7 +167,7 @@ static int outer_step(local_policy *p) {
   const size_t n = p->numel;
   if (p->group) {
     mean = tr_stage_grads(st);
-    if ((p->pending && read_divergence(p, true)) ||
+    if (read_divergence(p) ||
         tr_scale(s, mean, 1.0f / (float)p->replicas, n) ||
         tr_axpy(s, params, -1.0f, mean, n) || /* θ_r − mean, θ_r no longer needed */
         tr_sumsq(s, p->sums, params, n, 0) || tr_sumsq(s, p->sums + 1, mean, n, 0) ||
@@ -277,7 +276,7 @@ static bool waiting(const void *state) {
 static int finish(void *state) {
   local_policy *p = state;
   if (p->group && tr__group_sync(p->group)) return fail(p, "finishing the run");
-  return read_divergence(p, true);
+  return read_divergence(p);
 }
 
 static int leave(void *state) {
