@@ -370,8 +370,8 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                      "averages the replicas every H steps: give H >= 1");
   if (o->job.local.sync_every != 0 && o->strategy != TR_STRATEGY_LOCAL)
     return tr_errorf(err, size, TR_EINVAL, TR__F("local.sync_every") " %d: local SGD is "
-                     "strategy local, not %s", o->job.local.sync_every,
-                     tr_strategy_name(o->strategy));
+                     "strategy local's (give " TR__F("strategy") " local)",
+                     o->job.local.sync_every);
   switch (o->strategy) {
     case TR_STRATEGY_SINGLE: break;
     case TR_STRATEGY_DP: R = n; break;

@@ -19,7 +19,6 @@
 
 #include "clipnorm.h"
 #include "group.h"
-#include "run_metrics.h"
 #include "step_policy.h"
 #include "collective.h"
 
@@ -373,14 +372,3 @@ int tr__policy_local(tr__policy *out, const tr__policy_parts *parts) {
   *out = (tr__policy){.ops = &local_ops, .state = p};
   return 0;
 }
-
-/* The run's settings as its figures say them (run_metrics.h's rows): null in other runs. */
-double tr__metric_sync_every(const tr_train_result *r) {
-  return r->sync_every > 0 ? r->sync_every : NAN;
-}
-
-double tr__metric_warmup_sync(const tr_train_result *r) {
-  return r->sync_every > 0 ? r->warmup_sync : NAN;
-}
-
-const char *tr__metric_outer(const tr_train_result *r) { return r->outer[0] ? r->outer : NULL; }

@@ -300,7 +300,7 @@ double tr__metric_sgemm(const tr_train_result *r);
 double tr__metric_hardware_fraction(const tr_train_result *r);
 /* The held-out evaluation's step (NaN: none ran, and --json's "eval" is null). */
 double tr__metric_eval_step(const tr_train_result *r);
-/* Local SGD's settings (policy_local.c): null outside strategy local. */
+/* Local SGD's settings: null outside strategy local. */
 double tr__metric_sync_every(const tr_train_result *r);
 double tr__metric_warmup_sync(const tr_train_result *r);
 const char *tr__metric_outer(const tr_train_result *r);

@@ -424,7 +424,7 @@ static void local_settings_are_refused_by_field(void **state) {
   expect_einval(o, "local.outer_lr", "positive rate");
   o = options(TR_STRATEGY_DP, 4);
   o.job.local.sync_every = 2;
-  expect_einval(o, "local.sync_every", "not dp");
+  expect_einval(o, "local.sync_every", "strategy local's");
   o = local(4, 2, 0);
   o.job.zero = 1;
   expect_einval(o, "zero", "own optimizer state");
