@@ -329,6 +329,59 @@ static void diloco_matches_its_reference(void **state) {
   expect_reference(o, &ref, "diloco-k2.safetensors");
 }
 
+/* Held-out samples: the training's waves further on, 12 rows. */
+static int fill_held(void *arg, uint64_t first, size_t count, void *x, void *y) {
+  return fill(arg, first + 100000, count, x, y);
+}
+
+/* The reference's MSE of replica 0's parameters on held-out rows [0, n). */
+static double held_out_loss(const reference *ref, int n) {
+  double total = 0;
+  float x[IN], y[OUT];
+  for (int i = 0; i < n; i++) {
+    fill_held(NULL, (uint64_t)i, 1, x, y);
+    const double *p = ref->p[0];
+    double a[HID];
+    for (int j = 0; j < HID; j++) {
+      double h = p[off[1] + j];
+      for (int k = 0; k < IN; k++) h += p[off[0] + j * IN + k] * x[k];
+      a[j] = h > 0 ? h : 0;
+    }
+    for (int c = 0; c < OUT; c++) {
+      double o = p[off[3] + c];
+      for (int j = 0; j < HID; j++) o += p[off[2] + c * HID + j] * a[j];
+      total += (o - y[c]) * (o - y[c]) / OUT;
+    }
+  }
+  return total / n;
+}
+
+/* Held-out evaluation after a sync (every replica then holds the same parameters): each
+ * replica's share of the samples with its own, the loss of the synced model. */
+static void local_evaluates_the_synced_model(void **state) {
+  (void)state;
+  static reference ref;
+  tr_data *held = NULL;
+  char err[512];
+  const tr_data_callback cb = {.name = "held", .x_bytes = IN * sizeof(float),
+                               .y_bytes = OUT * sizeof(float), .fill = fill_held, .rows = 12};
+  assert_int_equal(tr_data_open_callback(&held, &cb, err, sizeof err), 0);
+  tr_train_options o = local(6, 3, 0);
+  o.job.eval = (tr_eval_config){.data = held, .every = 3};
+  tr_train_result r;
+  run_to(o, "eval.safetensors", &r);
+  tr_data_close(held);
+  ref.H = 3;
+  reference_run(&ref, 6);
+  const double want = held_out_loss(&ref, 12);
+  printf("  held-out loss %.9g after step %lld (%d evaluations), the reference's %.9g\n",
+         r.eval_loss, (long long)r.eval_step, r.eval_count, want);
+  assert_int_equal(r.eval_step, 6);
+  assert_int_equal(r.eval_count, 2);
+  if (!(fabs(r.eval_loss - want) <= 1e-5 * want))
+    fail_msg("held-out loss %.9g, the synced model's is %.9g", r.eval_loss, want);
+}
+
 /* Pipelines inside a replica (layout.stages 2 on host:4): each stage's replica group syncs
  * its own layers, so the run is the one-stage run's (within rounding: a replica's
  * micro-batches add up its gradient in another order), and with H 1 hybrid's. */
@@ -436,6 +489,7 @@ int main(void) {
       cmocka_unit_test(local_matches_its_reference_and_is_not_dp),
       cmocka_unit_test(post_local_sgd_is_dp_then_local),
       cmocka_unit_test(diloco_matches_its_reference),
+      cmocka_unit_test(local_evaluates_the_synced_model),
       cmocka_unit_test(local_pipelines_are_local_sgd),
       cmocka_unit_test(resume_mid_period_is_bitwise),
       cmocka_unit_test(local_settings_are_refused_by_field),
