@@ -74,11 +74,12 @@ typedef int (*tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *s
                          float *data);
 
 /* Calls fn for every tensor of the parts (consecutive stages of one model), parameters
- * then optimizer state, with the place of its data in its part's buffers. */
+ * then optimizer state (kind NULL: none), with the place of its data in its part's buffers;
+ * named under `lead` when it is not "" (another replica's, a policy's copy). */
 static int each_tensor(const tr_model *m, tr_optim_kind kind, const tr__part *parts,
-                       int nparts, tensor_fn fn, void *ctx) {
+                       int nparts, const char *lead, tensor_fn fn, void *ctx) {
   const char *prefix[TR_OPTIM_MAX_STATE];
-  int copies = state_prefixes(kind, prefix);
+  int copies = kind ? state_prefixes(kind, prefix) : 0;
   for (int copy = -1; copy < copies; copy++) {
     for (const tr__part *p = parts; p < parts + nparts; p++) {
       for (int layer = p->first; layer < p->end; layer++) {
@@ -87,9 +88,9 @@ static int each_tensor(const tr_model *m, tr_optim_kind kind, const tr__part *pa
         for (int i = first; i < first + count; i++) {
           const tr_tensor_info *t = tr_model_tensor(m, i);
           size_t at = t->offset - p->offset;
-          char name[96];
-          snprintf(name, sizeof name, "%s%s%s", copy < 0 ? "" : prefix[copy], copy < 0 ? "" : ".",
-                   t->name);
+          char name[128];
+          snprintf(name, sizeof name, "%s%s%s%s%s", lead, lead[0] ? "." : "",
+                   copy < 0 ? "" : prefix[copy], copy < 0 ? "" : ".", t->name);
           float *data = copy < 0 ? p->params + at : p->state + (size_t)copy * p->numel + at;
           int rc = fn(ctx, name, t->ndim, t->shape, data);
           if (rc) return rc;
@@ -127,7 +128,9 @@ static int copies_of(tr_optim_kind kind) { return kind->state_copies; }
 void tr__part_free(tr__part *p) {
   free(p->params);
   free(p->state);
-  p->params = p->state = NULL;
+  free(p->extra);
+  p->params = p->state = p->extra = NULL;
+  p->extra_copies = 0;
 }
 
 int tr__stage_snapshot(tr_stage *st, tr__part *p, bool params) {
@@ -148,7 +151,7 @@ int tr__part_merge(tr__part *whole, tr__part *part, tr_optim_kind kind) {
   if (!whole->params && !whole->state) {
     if (part->params && part->shard_offset == 0 && part->shard_numel == n) {
       *whole = *part; /* the whole stage in one part: taken over */
-      part->params = part->state = NULL;
+      part->params = part->state = part->extra = NULL;
       return 0;
     }
     const tr_stage_info shape = {.first = part->first, .end = part->end,
@@ -159,12 +162,32 @@ int tr__part_merge(tr__part *whole, tr__part *part, tr_optim_kind kind) {
   TR_ASSERT(whole->first == part->first && whole->numel == n &&
             part->shard_offset + part->shard_numel <= n &&
             part->state_numel == (size_t)copies * part->shard_numel);
+  TR_ASSERT(part->extra_copies == 0 && part->replica == whole->replica); /* shards: no extras */
   if (part->params) memcpy(whole->params, part->params, n * sizeof *whole->params);
   for (int k = 0; k < copies; k++) /* state: copy k of the shard, at its place in copy k */
     memcpy(whole->state + (size_t)k * n + part->shard_offset,
            part->state + (size_t)k * part->shard_numel, part->shard_numel * sizeof(float));
   tr__part_free(part);
   return 0;
+}
+
+/* The other replicas' parts (parts [pieces, nparts): replica r's stages, each replica in
+ * turn, local SGD's) under "replica<r>.", then the policies' copies of every part. */
+static void add_others(const tr__run *run, tr_checkpoint_writer *w, const tr__part *parts,
+                       int nparts) {
+  const tr_job_config *c = &run->c;
+  const int pieces = tr__pieces(run);
+  for (int first = pieces; first + pieces <= nparts; first += pieces) {
+    char lead[24];
+    snprintf(lead, sizeof lead, "replica%d", parts[first].replica);
+    each_tensor(c->model, c->optim.kind, parts + first, pieces, lead, add_tensor, w);
+  }
+  for (const tr__part *p = parts; p < parts + nparts; p++)
+    for (int k = 0; k < p->extra_copies; k++) {
+      tr__part q = {.first = p->first, .end = p->end, .offset = p->offset, .numel = p->numel,
+                    .params = p->extra + (size_t)k * p->numel};
+      each_tensor(c->model, NULL, &q, 1, p->extra_names[k], add_tensor, w);
+    }
 }
 
 /* The whole checkpoint of `step` from its parts, as a writer (NULL: out of memory). */
@@ -175,7 +198,9 @@ static tr_checkpoint_writer *writer_of(const tr__run *run, int64_t step, const t
   if (w == NULL) return NULL;
   const tr_optim_config *o = &c->optim;
   uint64_t rng[2] = {c->seed, (uint64_t)step};
-  each_tensor(c->model, o->kind, parts, nparts, add_tensor, w);
+  const int pieces = tr__pieces(run);
+  each_tensor(c->model, o->kind, parts, nparts < pieces ? nparts : pieces, "", add_tensor, w);
+  add_others(run, w, parts, nparts);
   tr_checkpoint_writer_put(w, "format", TR__CHECKPOINT_FORMAT);
   tr_checkpoint_writer_put(w, "model", tr_model_name(c->model));
   tr_checkpoint_writer_put_u64(w, "step", (uint64_t)step);
@@ -434,7 +459,40 @@ void tr__checkpoint_differences(tr_checkpoint *ck, uint64_t batch, uint64_t seed
              strategy);
 }
 
+/* The name of the stage's first tensor under `lead`. */
+static void first_name(const tr_stage *st, const char *lead, char *name, size_t n) {
+  int first, count;
+  tr_model_layer_tensors(tr_stage_model(st), tr_stage_info_of(st)->first, &first, &count);
+  snprintf(name, n, "%s%s%s", lead, lead[0] ? "." : "",
+           count ? tr_model_tensor(tr_stage_model(st), first)->name : "");
+}
+
+bool tr__stage_saved_as(const tr_stage *st, const tr_checkpoint *ck, const char *lead) {
+  char t0[160];
+  first_name(st, lead, t0, sizeof t0);
+  return tr_checkpoint_find(ck, t0) != NULL;
+}
+
+int tr__stage_read_extra(const tr_stage *st, const tr_checkpoint *from, const char *name,
+                         float *host, char *err, size_t err_size) {
+  const tr_stage_info *info = tr_stage_info_of(st);
+  tr_checkpoint *ck;
+  int rc = tr_checkpoint_view(from, &ck, err, err_size);
+  if (rc) return rc;
+  tr__part q = {.first = info->first, .end = info->end, .offset = info->offset,
+                .numel = info->numel, .params = host};
+  if ((rc = each_tensor(tr_stage_model(st), NULL, &q, 1, name, read_tensor, ck)))
+    snprintf(err, err_size, "%s", tr_checkpoint_error(ck));
+  tr_checkpoint_close(ck);
+  return rc;
+}
+
 int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t err_size) {
+  return tr__stage_load_as(st, from, "", err, err_size);
+}
+
+int tr__stage_load_as(tr_stage *st, const tr_checkpoint *from, const char *lead, char *err,
+                      size_t err_size) {
   const tr_stage_info *info = tr_stage_info_of(st);
   tr_checkpoint *ck; /* this thread's own view of the bytes every stage shares */
   int rc = tr_checkpoint_view(from, &ck, err, err_size);
@@ -445,7 +503,7 @@ int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t er
   const int copies = copies_of(kind);
   if ((rc = tr_checkpoint_meta_u64(ck, "step", &step)) ||
       (rc = part_new(&p, info, copies, 0, info->numel, true)) ||
-      (rc = each_tensor(tr_stage_model(st), kind, &p, 1, read_tensor, ck))) {
+      (rc = each_tensor(tr_stage_model(st), kind, &p, 1, lead, read_tensor, ck))) {
     if (rc == TR_ENOMEM)
       snprintf(err, err_size, "resuming the stage: out of memory (%zu bytes asked for)",
                (size_t)(1 + copies) * info->numel * sizeof(float));
@@ -469,9 +527,10 @@ int tr__stage_load(tr_stage *st, const tr_checkpoint *from, char *err, size_t er
  * A shard of the optimizer state (ZeRO) may come without the parameters. */
 
 static tr__codec_layout part_layout(const tr__part *p) {
-  const size_t bytes[2] = {p->params ? tr__codec_floats(p->numel) : 0,
-                           tr__codec_floats(p->state_numel)};
-  return tr__codec_lay(sizeof(tr__part_msg), bytes, 2);
+  const size_t bytes[3] = {p->params ? tr__codec_floats(p->numel) : 0,
+                           tr__codec_floats(p->state_numel),
+                           tr__codec_floats((size_t)p->extra_copies * p->numel)};
+  return tr__codec_lay(sizeof(tr__part_msg), bytes, 3);
 }
 
 static size_t part_size(const tr_msg *m) {
@@ -484,6 +543,7 @@ static void part_put(const tr_msg *m, uint8_t *out) {
   tr__codec_put_struct(m, out);
   if (l.bytes[0]) memcpy(out + l.at[0], p->params, l.bytes[0]);
   if (l.bytes[1]) memcpy(out + l.at[1], p->state, l.bytes[1]);
+  if (l.bytes[2]) memcpy(out + l.at[2], p->extra, l.bytes[2]);
 }
 
 static tr_msg *part_get(const tr_msgtype *type, const uint8_t *in, size_t n) {
@@ -492,12 +552,15 @@ static tr_msg *part_get(const tr_msgtype *type, const uint8_t *in, size_t n) {
   tr__part *p = &pm->part;
   const tr__codec_layout l = part_layout(p); /* params: the sender's pointer, or NULL */
   const bool params = p->params != NULL;
-  p->params = p->state = NULL;
-  if (l.total <= n && p->shard_offset <= p->numel && p->shard_numel <= p->numel - p->shard_offset) {
+  const bool extra = p->extra_copies > 0;
+  p->params = p->state = p->extra = NULL;
+  if (l.total <= n && p->shard_offset <= p->numel && p->shard_numel <= p->numel - p->shard_offset &&
+      p->extra_copies >= 0 && p->extra_copies <= TR__PART_EXTRAS) {
     p->params = params ? tr__codec_copy_out(in, l.at[0], l.bytes[0]) : NULL;
     p->state = tr__codec_copy_out(in, l.at[1], l.bytes[1]);
+    p->extra = extra ? tr__codec_copy_out(in, l.at[2], l.bytes[2]) : NULL;
   }
-  if ((params && !p->params) || !p->state) {
+  if ((params && !p->params) || !p->state || (extra && !p->extra)) {
     tr__part_free(p);
     tr_msg_free(pm);
     return NULL;

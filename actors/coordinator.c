@@ -273,6 +273,10 @@ static void write_done(uv_work_t *req, int status) { /* on the loop thread */
   tr_actor_send(w->coordinator, m); /* after a stop: freed with the system, w below */
 }
 
+/* Local SGD's replicas differ between syncs: each sends a part of its own, kept apart
+ * (parts [r × pieces, ...) are replica r's). */
+static bool replicas_apart(const tr_job_config *jc) { return jc->local.sync_every > 0; }
+
 /* The lowest whole checkpoint to the writer, when it is free. */
 static int write_next(coordinator *c) {
   pending *next = NULL;
@@ -284,7 +288,8 @@ static int write_next(coordinator *c) {
     return tr_actor_fail(c->self, TR_ENOMEM, "writing the checkpoint of step %lld: out of "
                          "memory", (long long)next->step);
   *w = (write_req){.run = c->run, .coordinator = c->self, .ck = *next,
-                   .nparts = tr__pieces(c->run)};
+                   .nparts = tr__pieces(c->run) *
+                             (replicas_apart(&c->run->c) ? c->run->c.layout.replicas : 1)};
   w->req.data = w;
   *next = (pending){.step = -1}; /* its parts are the writer's now */
   int rc = uv_queue_work(tr_system_loop(tr_graph_system(c->run->g)), &w->req, write_work,
@@ -320,7 +325,8 @@ static int written(coordinator *c, write_req *w) {
 static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   const tr_job_config *jc = &c->run->c;
   const int P = tr__pieces(c->run); /* a part per chunk of each stage */
-  const int parts = P * (jc->zero ? jc->layout.replicas : 1);
+  const int parts = P * (jc->zero || replicas_apart(jc) ? jc->layout.replicas : 1);
+  const int at = p->stage + (replicas_apart(jc) ? p->part.replica * P : 0);
   pending *slot = NULL;
   for (int i = 0; i < PENDING && !slot; i++) /* a whole one waiting for the writer is done */
     if (c->ck[i].step == p->step && !c->ck[i].whole) slot = &c->ck[i];
@@ -329,7 +335,7 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   TR_ASSERT(slot != NULL && !slot->whole && slot->got < TR_TRAIN_MAX_DEVICES + 1);
   slot->from[slot->got++] = p->source;
   slot->due |= p->due;
-  int rc = tr__part_merge(&slot->parts[p->stage], &p->part, jc->optim.kind);
+  int rc = tr__part_merge(&slot->parts[at], &p->part, jc->optim.kind);
   if (rc) return tr_actor_fail(self, rc, "assembling the checkpoint of step %lld: out of memory",
                                (long long)p->step);
   if (slot->got < parts) return 0;
@@ -443,7 +449,8 @@ static void record_result(coordinator *c) {
   if (jc->async.enabled)
     r->server_utilization =
         window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;
-  else r->consistency = R > 1 ? consistency(c) : 0;
+  else if (R == 1 || c->dones[0].params) /* else a policy's own figure (local SGD's) */
+    r->consistency = R > 1 ? consistency(c) : 0;
   tr__eval_book_result(&c->eval, r);
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);

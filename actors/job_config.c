@@ -4,6 +4,7 @@
  * their messages. tr_job_new, tr_job_check and tr_train_run read them all from here. */
 #include "job_config.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,7 +39,8 @@ tr_job_config tr_job_defaults(void) {
                          .layout = {.replicas = 1, .stages = 1, .microbatches = 1,
                                     .schedule = TR_SCHEDULE_1F1B},
                          .optim = {.kind = TR_OPTIM_MODEL},
-                         .async = {.staleness = -1}};
+                         .async = {.staleness = -1},
+                         .local = {.outer_momentum = 0.9f}};
 }
 
 /* As many micro-batches as fit in 4 MiB, from 2 × m (a step and the next) to 256: a deep
@@ -223,6 +225,61 @@ static int check_eval(tr_job_config *c, char *err, size_t n) {
   return 0;
 }
 
+#define TR__OUTER_TEXT(name, text) text,
+static const char *const outer_names[] = {TR_OUTER_MAP(TR__OUTER_TEXT)};
+#undef TR__OUTER_TEXT
+
+const char *tr_outer_name(tr_outer o) {
+  return tr__name_of(outer_names, TR__COUNTOF(outer_names), (int)o);
+}
+
+int tr_outer_parse(const char *name, tr_outer *out) {
+  const int i = tr__name_index(outer_names, TR__COUNTOF(outer_names), name);
+  return i < 0 ? TR_EINVAL : (*out = (tr_outer)i, 0);
+}
+
+/* Local SGD (tr_local_config): its numbers, and the jobs it is not. */
+static int check_local(const tr_job_config *c, char *err, size_t n) {
+  const tr_local_config *l = &c->local;
+  if (l->sync_every < 0)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("local.sync_every") " %d: give steps >= 1 between "
+                     "syncs (0: not local SGD)", l->sync_every);
+  if (l->sync_every == 0) {
+    if (l->warmup_sync || l->outer != TR_OUTER_AVERAGE || l->outer_lr != 0)
+      return tr_errorf(err, n, TR_EINVAL, TR__F("%s") ": local SGD's, which "
+                       TR__F("local.sync_every") " 0 turns off",
+                       l->warmup_sync ? "local.warmup_sync" : l->outer_lr != 0 ? "local.outer_lr"
+                                                                                 : "local.outer");
+    return 0;
+  }
+  if (l->warmup_sync < 0)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("local.warmup_sync") " %d: give data-parallel "
+                     "steps >= 0", l->warmup_sync);
+  if ((unsigned)l->outer >= TR_OUTER_COUNT)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("local.outer") " %d: not average or nesterov",
+                     (int)l->outer);
+  if (l->outer == TR_OUTER_NESTEROV && !(l->outer_lr > 0 && isfinite(l->outer_lr)))
+    return tr_errorf(err, n, TR_EINVAL, TR__F("local.outer_lr") " %g: DiLoCo's outer step needs "
+                     "a positive rate", (double)l->outer_lr);
+  if (l->outer == TR_OUTER_AVERAGE && l->outer_lr != 0)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("local.outer_lr") " %g: the outer step's rate, "
+                     "and " TR__F("local.outer") " average has none (give nesterov)",
+                     (double)l->outer_lr);
+  if (!(l->outer_momentum >= 0 && l->outer_momentum < 1))
+    return tr_errorf(err, n, TR_EINVAL, TR__F("local.outer_momentum") " %g: give μ in [0, 1)",
+                     (double)l->outer_momentum);
+  if (c->async.enabled)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("local.sync_every") " %d: local SGD is "
+                     "synchronous; not with " TR__F("async.enabled"), l->sync_every);
+  if (c->zero)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("zero") " %d: local SGD's replicas keep each its "
+                     "own optimizer state, which ZeRO would shard across them", c->zero);
+  if (c->layout.chunks > 1)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.chunks") " %d: local SGD's replica group "
+                     "holds one chunk a stage (not interleaved)", c->layout.chunks);
+  return 0;
+}
+
 int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   if (c->model == NULL) return tr_errorf(err, n, TR_EINVAL,
                                          TR__F("model") ": none given");
@@ -251,7 +308,7 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   if ((unsigned)c->on_nonfinite > TR_NONFINITE_SKIP)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("on_nonfinite") " %d: not stop or skip", (int)c->on_nonfinite);
-  if ((rc = check_zero(c, err, n))) return rc;
+  if ((rc = check_zero(c, err, n)) || (rc = check_local(c, err, n))) return rc;
   if (c->layout.stages > 1 && c->layout.schedule == TR_SCHEDULE_ZB1 &&
       c->precision.gemm != TR_PRECISION_FP32)
     return tr_errorf(err, n, TR_EINVAL,
@@ -303,18 +360,26 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                      TR__F("layout.replicas") " %d: the strategy and the devices decide it (it is "
                      "async's number of workers)",
                      given->replicas);
-  if (given->stages && o->strategy != TR_STRATEGY_HYBRID)
+  if (given->stages && o->strategy != TR_STRATEGY_HYBRID && o->strategy != TR_STRATEGY_LOCAL)
     return tr_errorf(err, size, TR_EINVAL,
                      TR__F("layout.stages") " %d: the strategy and the devices decide it (it is "
-                     "hybrid's stages per replica)",
+                     "hybrid's and local's stages per replica)",
                      given->stages);
+  if (o->job.local.sync_every == 0 && o->strategy == TR_STRATEGY_LOCAL)
+    return tr_errorf(err, size, TR_EINVAL, TR__F("local.sync_every") " 0: strategy local "
+                     "averages the replicas every H steps: give H >= 1");
+  if (o->job.local.sync_every != 0 && o->strategy != TR_STRATEGY_LOCAL)
+    return tr_errorf(err, size, TR_EINVAL, TR__F("local.sync_every") " %d: local SGD is "
+                     "strategy local's (give " TR__F("strategy") " local)",
+                     o->job.local.sync_every);
   switch (o->strategy) {
     case TR_STRATEGY_SINGLE: break;
     case TR_STRATEGY_DP: R = n; break;
     case TR_STRATEGY_MP:
     case TR_STRATEGY_PIPELINE: P = n; break;
     case TR_STRATEGY_HYBRID:
-      P = given->stages > 0 ? given->stages : 2;
+    case TR_STRATEGY_LOCAL: /* a replica per device, or a pipeline of layout.stages */
+      P = given->stages > 0 ? given->stages : o->strategy == TR_STRATEGY_LOCAL ? 1 : 2;
       if (n % P)
         return tr_errorf(err, size, TR_EINVAL,
                          TR__F("devices") ": %d devices do not make replicas of %d stages ("
@@ -341,7 +406,8 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                      TR__F("layout.microbatches") " %d: mp trains one micro-batch at a time (that "
                      "is the pipeline strategy)",
                      given->microbatches);
-  const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;
+  const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID ||
+                         (o->strategy == TR_STRATEGY_LOCAL && P > 1);
   l->replicas = R;
   l->stages = P;
   l->microbatches = given->microbatches > 0 ? given->microbatches : pipelined ? 2 * P : 1;

@@ -107,6 +107,8 @@ typedef struct tr__loss_msg {
 
 /* A stage's parameters and optimizer state on the host, for a checkpoint: the whole of
  * them, or (ZeRO) a shard of the state, with or without the parameters. */
+enum { TR__PART_EXTRAS = 4 };
+
 typedef struct tr__part {
   int first, end;   /* layers */
   size_t offset, numel;
@@ -114,6 +116,14 @@ typedef struct tr__part {
                                        shard_offset + shard_numel); whole: 0, numel */
   size_t state_numel;    /* copies (tr_stage_info.state_numel) × shard_numel */
   float *params, *state; /* malloc'd (params NULL: not sent); the receiver frees them */
+  /* Whose they are: replica 0's are the model's; a policy whose replicas differ (local SGD)
+   * has every replica send its own, written under "replica<r>." */
+  int replica;
+  /* A policy's own tensors beside them (DiLoCo's outer state), each shaped as the part's
+   * parameters: copy k is extra[k × numel, ...), written as "<extra_names[k]>.<tensor>" */
+  int extra_copies;
+  char extra_names[TR__PART_EXTRAS][24];
+  float *extra;
 } tr__part;
 
 /* stage of replica 0 (or the server) → coordinator: its part of the checkpoint of `step` */
@@ -216,6 +226,15 @@ void tr__part_free(tr__part *part);
  * stage's whole part (zeroed at first: it is allocated then), and frees part's buffers. */
 int tr__part_merge(tr__part *whole, tr__part *part, tr_optim_kind kind);
 int tr__stage_load(tr_stage *st, const tr_checkpoint *ck, char *err, size_t err_size);
+/* Whether the checkpoint holds the stage's tensors under `lead` ("replica1":
+ * "replica1.0.weight" ...); and the stage loaded from them, optimizer state included. */
+bool tr__stage_saved_as(const tr_stage *st, const tr_checkpoint *ck, const char *lead);
+int tr__stage_load_as(tr_stage *st, const tr_checkpoint *ck, const char *lead, char *err,
+                      size_t err_size);
+/* A policy's copy `name` of the stage's parameters ("outer.global": "outer.global.0.weight"
+ * ...) into host (numel floats); there when tr__stage_saved_as(st, ck, name). */
+int tr__stage_read_extra(const tr_stage *st, const tr_checkpoint *ck, const char *name,
+                         float *host, char *err, size_t err_size);
 /* The whole model from its stages' parts, as `due` says (TR__DUE_*): to
  * run->c.checkpoint.path, and in memory for observers of the parameters (tr_job_snapshot):
  * *image (malloc'd) holds the bytes the file would, *image_size of them. One gathering,

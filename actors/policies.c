@@ -27,8 +27,17 @@ static int make_sync(tr__policy *out, const tr__policy_parts *parts) {
   return tr__policy_sync(out, parts);
 }
 
+/* Local SGD (policy_local.c): a replica group wherever there are replicas to average. */
+int tr__policy_local(tr__policy *out, const tr__policy_parts *parts);
+static bool serves_local(const tr_job_config *c) { return c->local.sync_every > 0; }
+
+static const char *lacks_local(const tr_job_config *c, const tr__policy_parts *parts) {
+  return c->layout.replicas > 1 && !parts->group ? "a replica group (tr_job_group)" : NULL;
+}
+
 static const tr__policy_row builtin[] = {
     {"async", serves_async, lacks_async, make_async},
+    {"local", serves_local, lacks_local, tr__policy_local},
     {"sync", serves_sync, lacks_sync, make_sync},
 };
 

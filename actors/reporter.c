@@ -83,7 +83,7 @@ int tr__reporter_flush(tr__reporter *r, int64_t upto) {
 }
 
 int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, unsigned due,
-                       bool params) {
+                       bool params, const tr__policy *policy) {
   for (; r->parts_sent < c->n; r->parts_sent++) {
     if (!tr_edge_acquire(r->log.edge)) return TR__REPORTER_WAIT;
     tr_stage *st = c->st[r->parts_sent];
@@ -92,7 +92,14 @@ int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, unsig
     p->stage = r->parts_sent * c->stages + c->stage;
     p->step = step;
     p->due = due;
-    const int rc = tr__stage_snapshot(st, &p->part, params);
+    int rc = tr__stage_snapshot(st, &p->part, params);
+    if (rc == 0 && policy && policy->ops->part &&
+        (rc = policy->ops->part(policy->state, &p->part)) != 0) {
+      tr__part_free(&p->part); /* the policy failed the actor */
+      tr_msg_free(p);
+      tr_edge_release(r->log.edge, 1);
+      return rc;
+    }
     if (rc) {
       tr_msg_free(p);
       tr_edge_release(r->log.edge, 1);

@@ -61,11 +61,12 @@ static inline bool tr__reporter_waiting(const tr__reporter *r, int64_t step) {
 }
 /* Every loss read and sent, at the end: 1 done, 0 waits for a credit. */
 int tr__reporter_flush(tr__reporter *r, int64_t upto);
-/* The stage's parts of `step`, a chunk's each (with its parameters when `params`), for
+/* The stage's parts of `step`, a chunk's each (with its parameters when `params`, and what
+ * the policy adds to it, its optional part op), for
  * what `due` says (TR__DUE_*: the checkpoint, the observers' parameters); 1 sent, 0 waits
  * for a credit, or a status. */
 int tr__reporter_parts(tr__reporter *r, const tr__chunks *c, int64_t step, unsigned due,
-                       bool params);
+                       bool params, const struct tr__policy *policy);
 /* A replica's sums of a held-out evaluation (evaluate.h): 1 sent, 0 waits for a credit. */
 int tr__reporter_eval(tr__reporter *r, const tr__eval_sums *sums);
 int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_figures *f);

@@ -204,7 +204,12 @@ typedef enum tr__json {
   X(COMM_BYTES_PER_STEP, "comm_bytes_per_step", "bytes", DERIVED, RUN, REAL,                     \
     TR__AT(comm_bytes_per_step), VALUE, NULL, "%.4g bytes sent a step")                         \
   X(COMM_BYTES_DEVICE, "comm_bytes_per_step_device", "bytes", DERIVED, DEVICE, REAL,             \
-    TR__EACH(comm_bytes_device), VALUE, NULL, NULL)
+    TR__EACH(comm_bytes_device), VALUE, NULL, NULL)                                                 \
+  X(SYNC_EVERY, "sync_every", "steps", SETTING, RUN, INT, TR__AT(sync_every), FN,                  \
+    tr__metric_sync_every, "parameters averaged every %.0f steps")                                 \
+  X(WARMUP_SYNC, "warmup_sync", "steps", SETTING, RUN, INT, TR__AT(warmup_sync), FN,               \
+    tr__metric_warmup_sync, "after %.0f dp steps")                                                 \
+  X(OUTER, "outer", "", SETTING, RUN, TEXT, TR__AT(outer), NAME, tr__metric_outer, "outer step %s")
 
 typedef enum tr__metric_id {
 #define TR__METRIC_ENUM(id, ...) TR__M_##id,
@@ -295,6 +300,10 @@ double tr__metric_sgemm(const tr_train_result *r);
 double tr__metric_hardware_fraction(const tr_train_result *r);
 /* The held-out evaluation's step (NaN: none ran, and --json's "eval" is null). */
 double tr__metric_eval_step(const tr_train_result *r);
+/* Local SGD's settings: null outside strategy local. */
+double tr__metric_sync_every(const tr_train_result *r);
+double tr__metric_warmup_sync(const tr_train_result *r);
+const char *tr__metric_outer(const tr_train_result *r);
 double tr__metric_eval_percent(const tr_train_result *r); /* the summary's accuracy in % */
 
 #endif

@@ -46,6 +46,17 @@ double tr__metric_eval_percent(const tr_train_result *r) {
   return r->eval_step >= 0 ? 100 * r->eval_accuracy : NAN;
 }
 
+/* Local SGD's settings (strategy local): null in other runs. */
+double tr__metric_sync_every(const tr_train_result *r) {
+  return r->sync_every > 0 ? r->sync_every : NAN;
+}
+
+double tr__metric_warmup_sync(const tr_train_result *r) {
+  return r->sync_every > 0 ? r->warmup_sync : NAN;
+}
+
+const char *tr__metric_outer(const tr_train_result *r) { return r->outer[0] ? r->outer : NULL; }
+
 /* ---- reading a row ------------------------------------------------------------------------- */
 
 /* Whether the row applies to this run at all (outside its scope: null). */

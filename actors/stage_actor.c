@@ -339,7 +339,7 @@ static int step_action(tr_actor *self, stage_actor *a) {
   }
   const unsigned due = parts_due(a, false);
   if (due) {
-    int rc = tr__reporter_parts(&a->rep, &a->ch, a->step, due, a->replica == 0);
+    int rc = tr__reporter_parts(&a->rep, &a->ch, a->step, due, a->replica == 0, &a->policy);
     if (rc != TR__DONE) return rc;
   }
   a->step_phase = STEP_UPDATE;
@@ -390,7 +390,8 @@ static int finish(tr_actor *self, stage_actor *a) {
   }
   if (a->end_phase == END_PART) {
     const unsigned due = parts_due(a, true);
-    if (due && (rc = tr__reporter_parts(&a->rep, c, a->step, due, a->replica == 0)) != TR__DONE)
+    if (due && (rc = tr__reporter_parts(&a->rep, c, a->step, due, a->replica == 0,
+                                         &a->policy)) != TR__DONE)
       return rc;
     a->end_phase = END_FIGURES;
   }

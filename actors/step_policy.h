@@ -76,6 +76,10 @@ typedef struct tr__policy_ops {
    * stage's (the reporter calls it), e.g. the bytes its parts sent over the run:
    * tr__figures_int(f, TR__M_COMM_BYTES, bytes). */
   void (*figures)(const void *p, tr__figures *f);
+  /* OPTIONAL (NULL: none): adds the policy's own to the stage's checkpoint part of the step
+   * just ended (its replica's parameters, its state: local SGD's); 0, or a status after
+   * failing the actor. */
+  int (*part)(void *p, struct tr__part *part);
   void (*abort)(void *p);         /* a failed run: nothing waits for a peer that is gone */
   void (*close)(void *p);         /* device resources, on the device's thread */
   void (*free)(void *p);

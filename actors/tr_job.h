@@ -202,7 +202,8 @@ typedef struct tr_train_result {
   double momentum;         /* the explicit momentum the server used (after correction) */
   double server_utilization;
   /* sync: max over replicas of ||θ_r − θ_0|| / ||θ_0||; async: the mean over pushes of
-   * ||θ_worker − θ_server|| / ||θ_server|| */
+   * ||θ_worker − θ_server|| / ||θ_server||; local: over every replica's stages, the mean of
+   * the largest ||θ_r − mean|| / ||mean|| before a sync (mean: the replicas' average) */
   double consistency;
   double gflops;           /* docs/WORKLOADS.md's FLOP count × samples/s */
   double tokens_per_s;     /* gpt */
@@ -229,6 +230,10 @@ typedef struct tr_train_result {
    * own part of it; NaN: not measured (no step ran) */
   double comm_bytes_per_step;
   double comm_bytes_device[TR_TRAIN_MAX_DEVICES];
+  /* Local SGD (strategy local, tr_local_config): H, K and the outer step that ran ("" and
+   * 0 in other runs: JSON null) */
+  int sync_every, warmup_sync;
+  char outer[16];
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -339,6 +344,44 @@ typedef struct tr_profile_config {
   int64_t from, to;        /* to > from, or to 0: from `from` to the end */
 } tr_profile_config;
 
+/* Local SGD (Stich 2019), post-local SGD (Lin et al. 2020) and DiLoCo (Douillard et al. 2023):
+ * tr_job_config.local, troupe train --strategy local. Each replica (a stage, or a pipeline of
+ * layout.stages) trains on its own share of every global batch with its own optimizer, its
+ * gradient the mean over its own samples, and every `sync_every` steps the replicas' parameters
+ * are summed by the replica group (one all-reduce of parameters, not gradients):
+ *   average   every replica takes their mean (local SGD);
+ *   nesterov  DiLoCo's outer step: the pseudo-gradient Δ = θ_global − mean (θ_global: the
+ *             parameters every replica took at the last sync) goes to an outer SGD with
+ *             Nesterov momentum μ of its own state v: v = μ v + Δ; θ_global −= outer_lr (Δ +
+ *             μ v); every replica takes θ_global.
+ * The first `warmup_sync` steps are plain data parallelism (gradients all-reduced every step),
+ * then the periods of sync_every local steps begin. A replica's optimizer state is its own
+ * (never averaged). The replicas' divergence before each sync is the run's `consistency`:
+ * each replica's stage's largest ||θ_r − mean|| / ||mean|| over the syncs, the mean of
+ * those over every replica and stage (tr_train_result.consistency). */
+#define TR_OUTER_MAP(X)                  \
+  X(TR_OUTER_AVERAGE, "average")         \
+  X(TR_OUTER_NESTEROV, "nesterov")
+
+typedef enum tr_outer {
+#define TR__OUTER_ENUM(name, text) name,
+  TR_OUTER_MAP(TR__OUTER_ENUM)
+#undef TR__OUTER_ENUM
+  TR_OUTER_COUNT
+} tr_outer;
+
+/* "average", "nesterov"; parse: 0, or TR_EINVAL. */
+TR_API const char *tr_outer_name(tr_outer o);
+TR_API int tr_outer_parse(const char *name, tr_outer *out);
+
+typedef struct tr_local_config {
+  int sync_every;          /* H >= 1: steps between syncs; 0: not local SGD (tr_job_defaults) */
+  int warmup_sync;         /* K >= 0: data-parallel steps first (post-local SGD) */
+  tr_outer outer;          /* what a sync does with the replicas' mean */
+  float outer_lr;          /* nesterov: the outer step size, > 0 (average: 0) */
+  float outer_momentum;    /* nesterov: μ in [0, 1) (tr_job_defaults: 0.9) */
+} tr_local_config;
+
 typedef struct tr_job_config {
   const tr_model *model;   /* outlives the job */
   const tr_data *data;     /* samples of the model's input and target sizes (tr_data_check) */
@@ -384,6 +427,7 @@ typedef struct tr_job_config {
    * serves the configuration ("async" for async.enabled, else "sync": replica groups, the
    * norm exchange, the optimizer). A name no policy has is refused, naming this field. */
   const char *step_policy;
+  tr_local_config local;   /* local SGD, post-local SGD, DiLoCo (strategy local); off by default */
 } tr_job_config;
 
 /* A configuration refused, as data: what tr_job_check (and tr_train_run_e, tr_train.h) say

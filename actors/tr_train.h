@@ -36,7 +36,8 @@ typedef enum tr_strategy {
   TR_STRATEGY_MP,
   TR_STRATEGY_PIPELINE,
   TR_STRATEGY_HYBRID,
-  TR_STRATEGY_ASYNC
+  TR_STRATEGY_ASYNC,
+  TR_STRATEGY_LOCAL   /* local SGD, post-local SGD, DiLoCo (tr_job_config.local) */
 } tr_strategy;
 
 /* "single", "dp", ...; parse: 0, or TR_EINVAL. */

@@ -16,7 +16,8 @@
 #include "tr_trace.h"
 #include "tr_train.h"
 
-static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
+static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async",
+                                             "local"};
 
 const char *tr_strategy_name(tr_strategy s) {
   return tr__name_of(strategy_names, TR__COUNTOF(strategy_names), (int)s);
@@ -363,6 +364,14 @@ static int default_watchdog(const tr__train_run *rn) {
   return ms > 24 * 3600e3 ? 24 * 3600 * 1000 : ms > WATCHDOG_MIN_MS ? (int)ms : WATCHDOG_MIN_MS;
 }
 
+/* Local SGD's settings in the figures (tr_train_result.sync_every ...). */
+static void local_settings(tr_train_result *r, const tr_job_config *c) {
+  if (c->local.sync_every <= 0) return;
+  r->sync_every = c->local.sync_every;
+  r->warmup_sync = c->local.warmup_sync;
+  snprintf(r->outer, sizeof r->outer, "%s", tr_outer_name(c->local.outer));
+}
+
 /* The run, its refusals' messages with their fields marked (job_config.h). */
 static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                       size_t err_size) {
@@ -407,6 +416,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
     tr_job_result(j, r);
+    local_settings(r, &rn.jc);
     r->signal = tr_graph_signal(g);
     const char *ck = rn.jc.checkpoint.path;
     snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
@@ -421,6 +431,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     goto out;
   } else {
     tr_job_result(j, r);
+    local_settings(r, &rn.jc);
     /* a run that "succeeds" without a loss to show has not (every step skipped, or none) */
     if (tr_world_rank(o->world) == 0 && !isfinite(r->final_loss)) {
       rc = TR_ENONFINITE;

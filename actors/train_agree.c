@@ -79,6 +79,9 @@ static agreement agreement_of(const tr_model *model, const tr_train_options *o) 
                                                      j->checkpoint.path),
                                           j->checkpoint.resume)};
   if (l->cuts) a.layout = digest(a.layout, l->cuts, (size_t)l->ncuts * sizeof *l->cuts);
+  const float local_f[] = {(float)j->local.sync_every, (float)j->local.warmup_sync,
+                           (float)j->local.outer, j->local.outer_lr, j->local.outer_momentum};
+  a.layout = digest(a.layout, local_f, sizeof local_f); /* local SGD's period and outer step */
   /* the stages of every rank send their parts at the observer's snapshots */
   a.checkpoint = digest(a.checkpoint, &o->snapshot_every, sizeof o->snapshot_every);
   /* What changes the result without changing the steps: a bf16 rank beside fp32 ones, or

@@ -189,7 +189,7 @@ int bench_strategies(int argc, char **argv) {
   const bool host = tr_device_info_of(tr_device_list_at(list, 0))->kind == TR_DEVICE_HOST;
   tr_device_list_close(list);
 
-  row rows[16];
+  row rows[24];
   int nrows = 0;
   tr_train_options base = tr_train_defaults();
   base.model = model;
@@ -238,6 +238,8 @@ int bench_strategies(int argc, char **argv) {
     snprintf(label, sizeof label, "async %d dc .04", n);
     ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n, o->job.async.dc_lambda = 0.04f);
   }
+  if (n > 1) /* local SGD: a replica per device, parameters averaged every 8 steps */
+    ROW("local", o->strategy = TR_STRATEGY_LOCAL, o->job.local.sync_every = 8);
 #undef ROW
   for (int i = 0; i < nrows; i++) {
     fprintf(stderr, "troupe: bench: %s ...\n", rows[i].label);

@@ -91,16 +91,18 @@ NAMES(tr_data_on_name, tr_data_on)
 NAMES(tr_precision_name, tr_precision)
 NAMES(tr_graphs_name, tr_graphs)
 NAMES(tr_nonfinite_policy_name, tr_nonfinite_policy)
+NAMES(tr_outer_name, tr_outer)
 #undef NAMES
 
 /* The strategies a flag applies to. */
 #define ONLY(s) (1u << TR_STRATEGY_##s)
 enum {
   ASYNC = ONLY(ASYNC),
-  SYNC = ONLY(SINGLE) | ONLY(DP) | ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID),
-  STAGED = ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID),
+  SYNC = ONLY(SINGLE) | ONLY(DP) | ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID) | ONLY(LOCAL),
+  STAGED = ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID) | ONLY(LOCAL),
   GROUPS = ONLY(DP) | ONLY(HYBRID),
-  HYBRID = ONLY(HYBRID)
+  HYBRID = ONLY(HYBRID),
+  LOCAL = ONLY(LOCAL)
 };
 #undef ONLY
 
@@ -111,7 +113,8 @@ static const cli_option rows[] = {
      .fields = "strategy async.enabled",
      .help = "how to use the devices (default single): dp a replica per device; mp the layers "
              "cut across them; pipeline that cut with micro-batches; hybrid replicas of "
-             "pipelines; async workers pushing to a parameter server"},
+             "pipelines; async workers pushing to a parameter server; local replicas (of --stages) "
+             "averaged every --sync-every steps (local SGD, DiLoCo)"},
     CLI_DEVICES(train_args, o.devices, "host:N|cuda:I,..|auto",
                 "the devices (default auto: every GPU, else host:1); under mpirun this rank's "
                 "(none: rank 0 only coordinates and serves), every rank's in rank order"),
@@ -129,8 +132,8 @@ static const cli_option rows[] = {
      .help = "keep only each micro-batch's input, and compute its activations again in "
              "backward"},
     {"--stages", "N", CLI_INT, AT(o.job.layout.stages), .lo = 1, .hi = 64,
-     .fields = "layout.stages", .applies = HYBRID,
-     .help = "devices per pipeline (default 2)"},
+     .fields = "layout.stages", .applies = HYBRID | LOCAL,
+     .help = "devices per pipeline (default 2; local: 1)"},
     {"--cuts", "L1,L2,..", CLI_PARSE, AT(cuts), .parse = parse_cuts,
      .expect = "a list of increasing layer indices", .fields = "layout.cuts", .applies = STAGED,
      .help = "stage boundaries as layer indices (default: balanced)"},
@@ -139,7 +142,7 @@ static const cli_option rows[] = {
      .help = "1 shards the optimizer state across the replicas (ZeRO stage 1: gradients "
              "reduce-scattered, each replica updates its shard, parameters gathered)"},
     {"--allreduce", NULL, CLI_ENUM, AT(o.job.allreduce), .name = tr_allreduce_name_at,
-     .fields = "allreduce", .applies = GROUPS,
+     .fields = "allreduce", .applies = GROUPS | LOCAL,
      .help = "how replica groups sum gradients (default auto: NCCL when every replica of a "
              "process is a GPU of its own and NCCL is built, else peer)"},
     {"--workers", "N", CLI_INT, AT(o.job.layout.replicas), .lo = 1, .hi = TR_TRAIN_MAX_DEVICES,
@@ -258,6 +261,24 @@ static const cli_option rows[] = {
      .help = "fail the run, naming each actor's state, when it makes no progress for MS "
              "milliseconds (default: 10 x the slowest step seen, at least 60000)"},
     CLI_QUIET(train_args, quiet, "no progress line or summary"),
+    {"--sync-every", "H", CLI_INT, AT(o.job.local.sync_every), .lo = 1, .hi = INT_MAX,
+     .fields = "local.sync_every", .applies = LOCAL,
+     .help = "local SGD: each replica trains alone H steps, then the replicas' parameters are "
+             "averaged (default 8)"},
+    {"--warmup-sync", "K", CLI_INT, AT(o.job.local.warmup_sync), .lo = 0, .hi = INT_MAX,
+     .fields = "local.warmup_sync", .applies = LOCAL,
+     .help = "post-local SGD: K steps of plain dp (gradients summed every step) first"},
+    {"--outer", NULL, CLI_ENUM, AT(o.job.local.outer), .name = tr_outer_name_at,
+     .fields = "local.outer", .applies = LOCAL,
+     .help = "what a sync does: average (the default) takes the replicas' mean; nesterov is "
+             "DiLoCo's outer step, SGD with Nesterov momentum on the mean's change since the "
+             "last sync"},
+    {"--outer-lr", "X", CLI_FLOAT, AT(o.job.local.outer_lr), .min = 1e-12, .max = 1e6,
+     .fields = "local.outer_lr", .applies = LOCAL,
+     .help = "DiLoCo's outer learning rate (with --outer nesterov; default 0.7)"},
+    {"--outer-momentum", "MU", CLI_FLOAT, AT(o.job.local.outer_momentum), .min = 0,
+     .max = 0.999999, .fields = "local.outer_momentum", .applies = LOCAL,
+     .help = "DiLoCo's outer Nesterov momentum (default 0.9)"},
 };
 #undef AT
 
@@ -346,6 +367,9 @@ int cmd_train(int argc, char **argv) {
   if (a.optimizer) o->job.optim = tr_optim_defaults(a.optimizer, 0);
   o->job.optim.lr = a.lr;
   o->job.optim.clip = a.clip;
+  if (o->strategy == TR_STRATEGY_LOCAL && o->job.local.sync_every == 0) o->job.local.sync_every = 8;
+  if (o->job.local.outer == TR_OUTER_NESTEROV && o->job.local.outer_lr == 0)
+    o->job.local.outer_lr = 0.7f; /* DiLoCo's (Douillard et al. 2023) */
   progress bar = {.end = o->steps, .first = -1};
   if (!a.quiet && isatty(STDERR_FILENO)) o->observe = draw_progress, o->observe_arg = &bar;
   o->notes = stderr;

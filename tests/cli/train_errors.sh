@@ -44,7 +44,7 @@ expect "zero with async" '^troupe: --zero: applies to --strategy dp or hybrid on
   --strategy async --devices host:2 --zero 1 --steps 2
 expect "allreduce nccl of host devices" '^troupe: --allreduce: nccl asked, but host:0 is a host device' -- \
   --strategy dp --devices host:2 --allreduce nccl --steps 2
-expect "allreduce without a group" '^troupe: --allreduce: applies to --strategy dp or hybrid only \(not single\)' -- \
+expect "allreduce without a group" '^troupe: --allreduce: applies to --strategy dp, hybrid or local only \(not single\)' -- \
   --strategy single --devices host:1 --allreduce nccl --steps 2
 expect "allreduce nccl without a group" '^troupe: --allreduce nccl: dp has no replica group' -- \
   --strategy dp --devices host:1 --allreduce nccl --steps 2
@@ -77,7 +77,7 @@ expect "zb1 in bf16" '^troupe: --schedule zb1: its backward in two halves runs i
 expect "a missing value" '^troupe: --steps needs a value' -- --steps
 expect "an async flag on dp" '^troupe: --hogwild: applies to --strategy async only \(not dp\)' -- \
   --strategy dp --devices host:2 --hogwild --steps 2
-expect "stages without hybrid" '^troupe: --stages: applies to --strategy hybrid only \(not pipeline\)' -- \
+expect "stages without hybrid" '^troupe: --stages: applies to --strategy hybrid or local only \(not pipeline\)' -- \
   --strategy pipeline --devices host:2 --stages 2 --steps 2
 expect "steps and seconds" '^troupe: --steps and --seconds: give one of them' -- --seconds 1 --steps 2
 expect "an unknown option" "^troupe: train: unknown option '--colour' \(see troupe train --help\)" -- \
