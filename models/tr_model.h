@@ -141,6 +141,11 @@ typedef struct tr_tensor_part {
   int64_t whole[2];   /* the whole tensor's shape */
 } tr_tensor_part;
 TR_API tr_tensor_part tr_model_tensor_part(const tr_model *member, int index);
+/* Moves a part's elements between host copies of the whole tensor (whole, p->whole's shape)
+ * and of the part (its shape in the member's model): into `whole` when to_whole, else into
+ * `part`. Checkpoints: each member writes its parts into the whole tensor, and a whole
+ * tensor resumes into any layout. p->parts 0 (held whole): the whole tensor copied. */
+TR_API void tr_tensor_part_copy(const tr_tensor_part *p, float *whole, float *part, int to_whole);
 
 /* The tensor comms of a group of n devices of one process (host devices: the members'
  * threads meet; CUDA: peer copies, or NCCL where built), comms[i] for devs[i], each used
