@@ -318,6 +318,76 @@ static void bf16_members_multiply_as_the_whole_does(void **state) {
   tr_model_free(m);
 }
 
+/* Each member's initial parameters, from a stage on `d` (its comm never called). */
+static float *initial_params(tr_device *d, const tr_model *m, int part, int parts) {
+  tr_tensor_comm c = {.rank = part, .size = parts};
+  tr_stage_config cfg = tr_stage_defaults(m);
+  cfg.seed = 5;
+  cfg.tensor = &c;
+  tr_stage *st;
+  char err[512];
+  if (tr_stage_open(&st, m, d, &cfg, err, sizeof err)) fail_msg("%s", err);
+  float *h = calloc(tr_stage_info_of(st)->numel, sizeof *h);
+  assert_int_equal(tr_stage_download(st, TR_STAGE_PARAMS, h), 0);
+  assert_int_equal(tr_stream_synchronize(tr_stage_stream(st)), 0);
+  tr_stage_close(st);
+  return h;
+}
+
+/* Checkpoints: members' parts join into the whole tensors, which split into any other
+ * layout; the initial parts are bitwise the whole's elements. */
+static void parts_join_into_the_whole_and_split_into_any_layout(void **state) {
+  (void)state;
+  tr_device_list *l = mt_open(1);
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_model *whole = odd();
+  float *w = initial_params(d, whole, 0, 1);
+  float *joined = calloc(tr_model_numel(whole), sizeof *joined);
+  for (int k = 0; k < 2; k++) { /* T = 2 members write their parts into the whole */
+    tr_model *mm;
+    char err[256];
+    if (tr_model_shard(whole, k, 2, &mm, err, sizeof err)) fail_msg("%s", err);
+    float *p = initial_params(d, mm, k, 2);
+    for (int t = 0; t < tr_model_tensor_count(mm); t++) {
+      const tr_tensor_part part = tr_model_tensor_part(mm, t);
+      const tr_tensor_info *wi = tr_model_tensor(whole, t);
+      assert_string_equal(tr_model_tensor(mm, t)->name, wi->name); /* the whole's name */
+      assert_int_equal(part.whole[0], wi->shape[0]);                 /* and shape */
+      assert_int_equal(part.whole[1], wi->shape[1]);
+      tr_tensor_part_copy(&part, joined + wi->offset, p + tr_model_tensor(mm, t)->offset, 1);
+    }
+    free(p);
+    tr_model_free(mm);
+  }
+  for (int t = 0; t < tr_model_tensor_count(whole); t++) {
+    const tr_tensor_info *wi = tr_model_tensor(whole, t);
+    assert_memory_equal(joined + wi->offset, w + wi->offset, wi->numel * sizeof(float));
+  }
+  tr_model_free(whole);
+  whole = odd3(); /* and the whole read into T = 3 members: each as it starts */
+  free(w);
+  w = initial_params(d, whole, 0, 1);
+  for (int k = 0; k < 3; k++) {
+    tr_model *mm;
+    char err[256];
+    if (tr_model_shard(whole, k, 3, &mm, err, sizeof err)) fail_msg("%s", err);
+    float *p = initial_params(d, mm, k, 3);
+    for (int t = 0; t < tr_model_tensor_count(mm); t++) {
+      const tr_tensor_part part = tr_model_tensor_part(mm, t);
+      const tr_tensor_info *mi = tr_model_tensor(mm, t);
+      float *read = calloc(mi->numel, sizeof *read);
+      tr_tensor_part_copy(&part, w + tr_model_tensor(whole, t)->offset, read, 0);
+      assert_memory_equal(read, p + mi->offset, mi->numel * sizeof(float));
+      free(read);
+    }
+    free(p);
+    tr_model_free(mm);
+  }
+  free(w), free(joined);
+  tr_model_free(whole);
+  tr_device_list_close(l);
+}
+
 static void widths_that_do_not_divide_are_refused_naming_the_layer(void **state) {
   (void)state;
   struct {
@@ -354,6 +424,7 @@ int main(void) {
       cmocka_unit_test(odd_sizes_train_as_the_whole_with_two_and_three),
       cmocka_unit_test(split_backward_and_recomputation_split_alike),
       cmocka_unit_test(bf16_members_multiply_as_the_whole_does),
+      cmocka_unit_test(parts_join_into_the_whole_and_split_into_any_layout),
       cmocka_unit_test(widths_that_do_not_divide_are_refused_naming_the_layer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
