@@ -1,10 +1,10 @@
 /* stage.c — layers [first, end) of a model on one device: the memory plan made at open
  * (parameters, gradients, optimizer state, per-slot activations, shared backward scratch,
- * and in bf16 the weights' copy and the layers' bf16 activations and scratch),
- * initialisation, and the forward and backward passes. Every layer is reached through its
- * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c, the loss
- * in stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c, the text of its
- * failures in stage_error.c. */
+ * and in bf16 the weights' copy and the layers' bf16 activations and scratch), and the
+ * forward and backward passes. Every layer is reached through its kind's table
+ * (tr_layer_type.h) and nothing else. The optimizer lives in optim.c, the loss in
+ * stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c, the text of its
+ * failures in stage_error.c, the parameters' initialisation in stage_init.c. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,32 +156,6 @@ static void bind_params(tr_stage *st) {
   tr__replay_forget(&st->replay, tr_capture_close); /* captures hold the old pointers */
 }
 
-static int init_params(tr_stage *st, uint64_t seed) {
-  const tr_model *m = st->m;
-  tr_stream *s = st->s;
-  TR__TRY(tr_memset(s, st->params, 0, st->info.numel * sizeof(float))); /* and the padding */
-  int t0, t1, n;
-  tr_model_layer_tensors(m, st->info.first, &t0, &n);
-  tr_model_layer_tensors(m, st->info.end - 1, &t1, &n);
-  for (int t = t0; t < t1 + n; t++) {
-    const tr_tensor_info *ti = &m->tensors[t];
-    const tr__tensor_init *it = &m->init[t];
-    float *p = st->params + (ti->offset - st->info.offset);
-    /* every element from (seed, its offset in the whole model): the same however cut */
-    switch (it->kind) {
-    case TR_INIT_UNIFORM:
-      TR__TRY(tr_init_uniform(s, p, ti->numel, -it->scale, it->scale, seed, ti->offset));
-      break;
-    case TR_INIT_NORMAL:
-      TR__TRY(tr_init_normal(s, p, ti->numel, 0.0f, it->scale, seed, ti->offset));
-      break;
-    case TR_INIT_ONES: TR__TRY(tr_fill(s, p, ti->numel, 1.0f)); break;
-    case TR_INIT_ZEROS: break;
-    }
-  }
-  return 0;
-}
-
 /* Shard `index` of `count` equal ones, each a multiple of 16 floats (tr_stage.h). */
 void tr_stage_shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n) {
   if (sh.count <= 1) {
@@ -254,6 +228,9 @@ static int plan(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_
     return open_fail(st, TR_EINVAL, err, err_size, "precision.gemm: not a precision");
   if ((unsigned)cfg->graphs >= TR_GRAPHS_COUNT)
     return open_fail(st, TR_EINVAL, err, err_size, "graphs: not TR_GRAPHS_ON or TR_GRAPHS_OFF");
+  char why[200]; /* a plan alone (memory estimates before the comms exist) needs no comm */
+  if (d && tr__stage_check_tensor(st, cfg, why, sizeof why))
+    return open_fail(st, TR_EINVAL, err, err_size, why);
   if (cfg->split && cfg->precision.gemm != TR_PRECISION_FP32)
     return open_fail(st, TR_EINVAL, err, err_size,
                      "split: backward in two halves runs in fp32 only (precision.gemm bf16)");
@@ -342,7 +319,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   bind_params(st);
   tr_stream *s = st->s;
   /* everything starts defined: a bug that reads before writing reads zeros, every run alike */
-  if ((rc = init_params(st, cfg->seed)) ||
+  if ((rc = tr__stage_init_params(st, cfg->seed)) ||
       (rc = tr_memset(s, st->grads, 0, in->numel * sizeof(float))) ||
       (rc = tr_memset(s, st->state, 0, in->state_numel * sizeof(float))) ||
       (rc = tr_memset(s, st->slots, 0, in->slot_bytes * (size_t)cfg->slots)) ||
@@ -449,7 +426,8 @@ static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, 
                         .precision = st->info.precision,
                         .p16 = mixed ? st->tensors16 + L->t0 : NULL,
                         .act16 = mixed ? (tr_bf16 *)(tr__acts_of(st, slot) + L->act16_off) : NULL,
-                        .scratch16 = st->layer_scratch16};
+                        .scratch16 = st->layer_scratch16,
+                        .tensor = L->spec->parts > 1 ? st->tensor : NULL};
 }
 
 /* The layers' forward of the slot's micro-batch; the loss into `loss` (last stage). */

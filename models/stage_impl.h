@@ -62,6 +62,7 @@ struct tr_stage {
   int draws;                     /*   a layer draws per sample: training passes run eagerly */
   int weight_layers;             /* a layer has work in the weight half (tr_layer_splits) */
   int replay_fail_next;          /*   tr_stage_graphs_fail_next */
+  const tr_tensor_comm *tensor;  /* tensor parallelism: lent to split layers and the loss */
   tr_grad_ready_fn ready;
   void *ready_arg;
   char err[512];
@@ -85,6 +86,14 @@ static inline const float *tr__layer_in(const tr_stage *st, int i, int slot) {
   return i ? tr__acts_of(st, slot) + st->layers[i - 1].act_off
            : tr__slot_base(st, slot) + st->in_off;
 }
+
+/* ---- opening (stage_init.c) ---- */
+
+/* Tensor parallelism: st->tensor = cfg->tensor, which each split layer's part and parts must
+ * be the rank and size of; else TR_EINVAL, err saying which layer. */
+int tr__stage_check_tensor(tr_stage *st, const tr_stage_config *cfg, char *err, size_t size);
+/* The parameters of layers [first, end) as the whole model starts them under `seed`. */
+int tr__stage_init_params(tr_stage *st, uint64_t seed);
 
 /* ---- passes (stage_passes.c) ---- */
 
