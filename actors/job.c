@@ -264,7 +264,10 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
   else if (c->layout.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
   else snprintf(name, sizeof name, "stage%d", stage);
-  int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
+  /* an elastic job's worker leaves when it fails (elastic.c) */
+  const tr_behaviour *b = c->async.enabled && c->async.elastic ? &tr__elastic_behaviour
+                                                                : &tr__stage_behaviour;
+  int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, b,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
   j->stages[i] = j->plan.st[i].actor = *out;

@@ -146,7 +146,15 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
 }
 
 static int check_async(const tr_async_config *a, char *err, size_t n) {
+  if (a->elastic && !a->enabled)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.elastic") ": workers that come and go are asynchronous "
+                     "training's (" TR__F("async.enabled") ")");
   if (!a->enabled) return 0;
+  if (a->elastic && a->hogwild)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.elastic") ": not with " TR__F("async.hogwild") ": a Hogwild! "
+                     "worker that fails mid-update leaves the shared parameters half written");
   if (a->staleness < -1)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("async.staleness") " %d: give a number of pushes >= 0, or -1",

@@ -49,6 +49,9 @@ typedef struct worker {
                        parameters pulled go back with the reply, from `host` */
   float *host;
   bool active;      /* has not left */
+  bool left;        /* left because it failed (elastic), at update `left_at`, saying `why` */
+  int64_t left_at;
+  char why[256];
   bool waiting;     /* its reply is held (SSP) */
   bool pull;        /* the held reply brings parameters */
   float *params;    /* its memory, as its last push said */
@@ -74,6 +77,7 @@ typedef struct server {
   size_t numel;
   float *scratch;   /* a worker's parameters, staged where they cannot be read in place */
   int W, active;
+  int departed;     /* workers that left because they failed (elastic) */
   worker *w;
   int64_t version;  /* updates applied in this run */
   _Atomic int64_t applied; /* Hogwild!: updates the workers applied */
@@ -183,6 +187,7 @@ static int server_open(tr_actor *self) {
     r->numel = 0;
     r->share = sv->st;
     r->applied = &sv->applied;
+    r->ended = false;
     sv->lent = true;
     int rc = tr_edge_send_control(sv->w[i].reply, r);
     if (rc) return rc;
@@ -233,6 +238,7 @@ static int serve(tr_actor *self, server *sv) {
     r->numel = sv->numel;
     r->share = NULL;
     r->applied = NULL;
+    r->ended = false;
     w->waiting = false;
     int rc = tr_edge_send_control(w->reply, r);
     if (rc) return rc;
@@ -364,6 +370,65 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   return rc;
 }
 
+/* ---- workers that leave (tr_async_config.elastic) ------------------------------------------ */
+
+/* Worker l->worker failed and left: what it pushed stays applied; a reply SSP held for it is
+ * dropped, and SSP's bound no longer counts it (serve: only workers still running). */
+static void depart(server *sv, const tr__leave_msg *l) {
+  worker *w = &sv->w[l->worker];
+  w->left = true;
+  w->waiting = false;
+  w->left_at = tr_graph_first_step(sv->run->g) + sv->version;
+  snprintf(w->why, sizeof w->why, "%.*s", (int)sizeof w->why - 1, l->why);
+  sv->departed++;
+  fprintf(stderr, "troupe: worker %d (%s) left at step %lld: %s\n", l->worker,
+          tr_device_name(w->dev), (long long)w->left_at, w->why);
+}
+
+/* Every worker failed: the run fails, naming them. */
+static int all_departed(tr_actor *self, server *sv) {
+  char list[400];
+  size_t n = 0;
+  list[0] = 0;
+  for (int i = 0; i < sv->W && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%sworker %d (%s) at step %lld: %s",
+                          i ? "; " : "", i, tr_device_name(sv->w[i].dev),
+                          (long long)sv->w[i].left_at, sv->w[i].why);
+  return tr_actor_fail(self, TR_EDEVICE, "async.elastic: every worker left, none is left to "
+                       "train: %s", list);
+}
+
+/* The run is over: each worker that left gives back what it holds (elastic.c). */
+static int tell_departed(server *sv) {
+  for (int i = 0; i < sv->W; i++) {
+    if (!sv->w[i].left) continue;
+    tr__reply_msg *r = tr_msg_new(&tr__reply_type);
+    *r = (tr__reply_msg){.hdr = r->hdr, .version = sv->version, .ended = true};
+    int rc = tr_edge_send_control(sv->w[i].reply, r);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Which workers left, at which step ("2@37,3@40"), and how many still ran at the end. */
+static void departed_figures(const server *sv, tr__figures *f) {
+  char list[TR__FIGURES_TEXT / 2];
+  size_t n = 0;
+  uint64_t gone = 0;
+  list[0] = 0;
+  for (int i = 0; i < sv->W; i++) {
+    if (!sv->w[i].left) continue;
+    gone |= UINT64_C(1) << i;
+    const int k = snprintf(list + n, sizeof list - n, "%s%d@%lld", n ? "," : "", i,
+                           (long long)sv->w[i].left_at);
+    if (k < 0 || (size_t)k >= sizeof list - n) break; /* the bitmask says the rest */
+    n += (size_t)k;
+  }
+  tr__figures_int(f, TR__M_WORKERS_ALIVE, sv->W - sv->departed);
+  tr__figures_text(f, TR__M_WORKERS_LEFT, list);
+  tr__figures_int(f, TR__M_WORKERS_GONE, (int64_t)gone);
+}
+
 /* The server's figures, as pairs of the table of run metrics (run_metrics.h): the run's
  * steps are its updates. */
 static void send_figures(const server *sv, tr__figures *f) {
@@ -381,6 +446,7 @@ static void send_figures(const server *sv, tr__figures *f) {
   tr__figures_real(f, TR__M_CONSISTENCY, g->consistency_n ? g->consistency_sum /
                                                                 (double)g->consistency_n
                                                           : NAN);
+  departed_figures(sv, f);
 }
 
 /* Every worker has left: the last checkpoint part and the figures go to the coordinator,
@@ -390,6 +456,7 @@ static int finish(tr_actor *self, server *sv) {
   if (!sv->finishing) {
     if (tr_stream_synchronize(sv->s)) return fail_device(self, sv, "finishing the run");
     int rc = harvest(self, sv, true);
+    if (rc == 0) rc = tell_departed(sv);
     if (rc) return rc;
     sv->finishing = true;
   }
@@ -418,10 +485,12 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
     return apply(self, sv, m);
   }
   if (msg->type == &tr__leave_type) {
-    const int w = ((const tr__leave_msg *)msg)->worker;
-    tr_edge_release(sv->w[w].push, 1);
-    sv->w[w].active = false;
-    if (--sv->active == 0) return finish(self, sv);
+    const tr__leave_msg *l = (const tr__leave_msg *)msg;
+    tr_edge_release(sv->w[l->worker].push, 1);
+    sv->w[l->worker].active = false;
+    if (l->left) depart(sv, l);
+    if (--sv->active == 0)
+      return sv->departed == sv->W ? all_departed(self, sv) : finish(self, sv);
     return serve(self, sv); /* the slowest may have left */
   }
   return 0; /* credits; tr_graph_end_msg: the workers' leaving says when it is over */

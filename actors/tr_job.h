@@ -224,6 +224,11 @@ typedef struct tr_train_result {
   int64_t eval_step, eval_samples;
   double eval_loss, eval_accuracy;
   int eval_count;
+  /* async: the workers still running at the end, and those that left
+   * (tr_async_config.elastic) as "worker@step,..." ("2@37": worker 2 left when the server
+   * had applied the updates up to step 37); "" when none left */
+  int workers_alive;
+  char workers_left[128];
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -256,6 +261,12 @@ typedef struct tr_async_config {
   int pull_every;          /* pull fresh parameters every this many pushes; 0: 1 */
   int hogwild;             /* host devices: the workers update the server's parameters in
                               place, with no lock (Hogwild!, Niu et al. 2011) */
+  int elastic;             /* a worker that fails (an op of its device returns an error, or
+                              its actor fails while it trains) leaves the run instead of
+                              failing it: the server goes on with the others, SSP counts only
+                              those, every update applied stays, and stderr and the figures
+                              (workers_left, workers_alive) say who left at which step. The
+                              run fails only when every worker has left. Not with hogwild */
 } tr_async_config;
 
 /* Checkpoints: safetensors files written atomically (tr_checkpoint.h). */

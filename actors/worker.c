@@ -1,6 +1,7 @@
 /* worker.c — an asynchronous worker's push and reply (worker.h), and the asynchronous
  * protocol's messages with their wire codecs. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -93,6 +94,9 @@ struct tr__worker {
   bool pushed, replied, shared;
   tr__reply_msg got;     /* the reply to the push in flight (its fields) */
   _Atomic int64_t *applied; /* Hogwild!: updates applied to the shared parameters */
+  /* elastic: it left the run (tr__worker_depart), and whether the server knows */
+  bool departed, told, over, finished;
+  char why[256];
 };
 
 tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply) {
@@ -235,6 +239,8 @@ int tr__worker_leave(tr__worker *w) {
   if (!tr_edge_acquire(w->push)) return 0; /* a Hogwild! push still being counted */
   tr__leave_msg *l = tr_msg_new(&tr__leave_type);
   l->worker = w->index;
+  l->left = false;
+  l->why[0] = 0;
   tr_edge_send(w->push, l);
   return 1;
 }
@@ -250,3 +256,52 @@ void tr__worker_close(tr__worker *w) {
 }
 
 void tr__worker_free(tr__worker *w) { free(w); }
+
+/* ---- a worker that left (worker.h) ---------------------------------------------------------- */
+
+const tr__run *tr__worker_run(const tr__worker *w) { return w->run; }
+int tr__worker_index(const tr__worker *w) { return w->index; }
+
+/* The leave that says why, once the push edge's one credit is back (the server has read the
+ * push in flight): 1 sent, 0 waits for the credit. */
+static int tell(tr__worker *w) {
+  if (w->told) return 1;
+  if (!tr_edge_acquire(w->push)) return 0;
+  tr__leave_msg *l = tr_msg_new(&tr__leave_type);
+  l->worker = w->index;
+  l->left = true;
+  snprintf(l->why, sizeof l->why, "%s", w->why);
+  tr_edge_send(w->push, l);
+  w->told = true;
+  return 1;
+}
+
+int tr__worker_depart(tr__worker *w, tr_actor *self, const char *why) {
+  if (w->push_ev == NULL) return TR_ESTATE; /* never opened, or closed: it never trained */
+  w->self = self;
+  w->departed = true;
+  snprintf(w->why, sizeof w->why, "%s", why);
+  tell(w);
+  return 0;
+}
+
+bool tr__worker_departed(const tr__worker *w) { return w->departed; }
+bool tr__worker_over(const tr__worker *w) { return w->over; }
+
+bool tr__worker_departed_receive(tr__worker *w, const tr_msg *m) {
+  if (m->type == &tr_edge_credit_type) {
+    tell(w);
+    return false;
+  }
+  if (m->type != &tr__reply_type) return false;
+  const tr__reply_msg *r = (const tr__reply_msg *)m;
+  tr_edge_release(w->reply, 1); /* its buffer, parameters and all, is not read any more */
+  if (r->ended) w->over = true;
+  return r->ended;
+}
+
+bool tr__worker_finish_departed(tr__worker *w) {
+  if (!w->over || w->finished) return false;
+  w->finished = true;
+  return true;
+}

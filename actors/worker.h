@@ -21,6 +21,7 @@
 
 #include "job_impl.h"
 #include "metrics.h"
+#include "step_policy.h"
 
 /* worker → server: the gradient of step `step` at parameters of version `version`, in the
  * worker's memory (grads, beside its parameters), final once `ready` has completed; `pull`:
@@ -51,12 +52,17 @@ typedef struct tr__reply_msg {
   size_t numel;
   tr_stage *share;
   _Atomic int64_t *applied;
+  bool ended; /* to a worker that left (tr_async_config.elastic): the server is done, the run
+                 over; nothing else in it */
 } tr__reply_msg;
 
-/* worker → server: it pushes no more */
+/* worker → server: it pushes no more; `left`: because it failed (tr_async_config.elastic),
+ * saying why */
 typedef struct tr__leave_msg {
   tr_msg hdr;
   int worker;
+  bool left;
+  char why[256];
 } tr__leave_msg;
 
 extern const tr_msgtype tr__push_type, tr__reply_type, tr__leave_type;
@@ -76,5 +82,30 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
 int tr__worker_leave(tr__worker *w);
 void tr__worker_close(tr__worker *w);
 void tr__worker_free(tr__worker *w);
+
+/* ---- a worker that left (tr_async_config.elastic; elastic.c) -------------------------------
+ * Its stage failed: it tells the server why (a leave that says so, once the push in flight,
+ * if any, has been read), then only gives back what comes to it — replies, and batches (the
+ * caller's) — until the server's reply says the run is over.
+ *
+ *   tr__worker_depart(w, self, why);              // once, after the failure
+ *   over = tr__worker_departed_receive(w, msg);   // every message after it
+ *   if (over && batches_back && tr__worker_finish_departed(w)) tr_graph_done(g, self);
+ */
+tr__worker *tr__policy_async_worker(const tr__policy *p); /* NULL: not a worker's policy */
+const tr__run *tr__worker_run(const tr__worker *w);
+int tr__worker_index(const tr__worker *w);
+int tr__worker_depart(tr__worker *w, tr_actor *self, const char *why); /* TR_ESTATE: it
+                                                                          never opened */
+bool tr__worker_departed(const tr__worker *w);
+/* true: the server's reply that the run is over (tr__worker_over from then on) */
+bool tr__worker_departed_receive(tr__worker *w, const tr_msg *m);
+bool tr__worker_over(const tr__worker *w);
+/* true once, when the run is over: the caller's part is done (tr_graph_done) */
+bool tr__worker_finish_departed(tr__worker *w);
+
+/* The stage of an elastic job's worker (tr_job_add_stage): the stage runner's behaviour,
+ * but a failure of the worker's stage makes it leave the run instead of failing it. */
+extern const tr_behaviour tr__elastic_behaviour;
 
 #endif

@@ -258,6 +258,10 @@ static const cli_option rows[] = {
      .help = "fail the run, naming each actor's state, when it makes no progress for MS "
              "milliseconds (default: 10 x the slowest step seen, at least 60000)"},
     CLI_QUIET(train_args, quiet, "no progress line or summary"),
+    {"--elastic", NULL, CLI_SWITCH, AT(o.job.async.elastic), .fields = "async.elastic",
+     .applies = ASYNC,
+     .help = "a worker that fails leaves the run instead of ending it: the others go on, and "
+             "stderr and the figures (workers_left) say who left at which step"},
 };
 #undef AT
 
