@@ -192,7 +192,9 @@ typedef enum tr__json {
     NULL)                                                                                          \
   X(WORKERS_LEFT, "workers_left", "", FIRST, ASYNC, TEXT, TR__AT(workers_left), VALUE, NULL,       \
     "workers left (worker@step): %s")                                                              \
-  X(WORKERS_GONE, "workers_gone", "", FIRST, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)
+  X(WORKERS_GONE, "workers_gone", "", FIRST, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)      \
+  X(WORKERS_JOINED, "workers_joined", "", FIRST, ASYNC, TEXT, TR__AT(workers_joined), VALUE, NULL, \
+    "workers joined (worker@step): %s")
 
 typedef enum tr__metric_id {
 #define TR__METRIC_ENUM(id, ...) TR__M_##id,

@@ -49,6 +49,8 @@ typedef struct worker {
                        parameters pulled go back with the reply, from `host` */
   float *host;
   bool active;      /* has not left */
+  bool joined;      /* trains: from the start, or since step `joined_at` (async.join_at) */
+  int64_t joined_at;
   bool left;        /* left because it failed (elastic), at update `left_at`, saying `why` */
   int64_t left_at;
   char why[256];
@@ -127,6 +129,37 @@ static int fail_device(tr_actor *self, server *sv, const char *what) {
   return tr_actor_fail(self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(sv->dev), why);
 }
 
+/* Workers that join (tr_async_config.join_at), once the server has applied the updates up
+ * to step join_at, or when no worker that trains is left: the parameters of that moment go
+ * with the reply, and each starts level with the slowest in SSP's count. */
+static int welcome(tr_actor *self, server *sv) {
+  const tr_async_config *ac = &sv->run->c.async;
+  if (ac->join_at <= 0) return 0;
+  const int64_t step = tr_graph_first_step(sv->run->g) + sv->version;
+  int64_t slowest = INT64_MAX;
+  for (int i = 0; i < sv->W; i++)
+    if (sv->w[i].active && sv->w[i].joined && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
+  if (step < ac->join_at && slowest != INT64_MAX) return 0;
+  for (int i = 0; i < sv->W; i++) {
+    worker *w = &sv->w[i];
+    if (!w->active || w->joined) continue;
+    if (tr_memcpy(sv->s, w->host, tr_stage_params(sv->st), sv->numel * sizeof(float),
+                  TR_COPY_D2H) || tr_stream_synchronize(sv->s))
+      return fail_device(self, sv, "copying the parameters a worker joins with");
+    tr__reply_msg *r = tr_msg_new(&tr__reply_type);
+    *r = (tr__reply_msg){.hdr = r->hdr, .pulled = true, .version = sv->version,
+                         .params = w->host, .numel = sv->numel};
+    w->joined = true;
+    w->joined_at = step;
+    w->clock = slowest == INT64_MAX ? 0 : slowest;
+    fprintf(stderr, "troupe: worker %d (%s) joined at step %lld\n", i, tr_device_name(w->dev),
+            (long long)step);
+    int rc = tr_edge_send_control(w->reply, r);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 static int server_open(tr_actor *self) {
   server *sv = tr_actor_state(self);
   const tr__run *run = sv->run;
@@ -158,11 +191,12 @@ static int server_open(tr_actor *self) {
       return fail_device(self, sv, "opening events");
     w->remote = tr_device_is_placeholder(w->dev);
     w->direct = !w->remote && tr_device_can_access_peer(sv->dev, w->dev) == 1;
+    w->joined = !tr__worker_joins(jc, i);
     if (jc->async.hogwild && !w->direct)
       return tr_actor_fail(self, TR_EINVAL, "async.hogwild: worker %d on %s cannot reach the "
                            "server's memory on %s (host devices of one process only)", i,
                            tr_device_name(w->dev), tr_device_name(sv->dev));
-    if (w->remote &&
+    if ((w->remote || !w->joined) && /* a joining worker's parameters go with the reply */
         tr_host_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&w->host))
       return fail_device(self, sv, "allocating a remote worker's pull buffer");
     if (!sv->scratch && !w->direct &&
@@ -192,7 +226,7 @@ static int server_open(tr_actor *self) {
     int rc = tr_edge_send_control(sv->w[i].reply, r);
     if (rc) return rc;
   }
-  return 0;
+  return welcome(self, sv); /* a resumed run may be past the step they join at */
 }
 
 /* Reads the distance measurements that have landed (all of them, `wait`ing if asked). */
@@ -211,11 +245,11 @@ static int harvest(tr_actor *self, server *sv, bool wait) {
 }
 
 /* Replies to every held worker SSP lets go: one at most `staleness` pushes ahead of the
- * slowest worker still running. */
+ * slowest worker still running (that has joined). */
 static int serve(tr_actor *self, server *sv) {
   int64_t slowest = INT64_MAX;
   for (int i = 0; i < sv->W; i++)
-    if (sv->w[i].active && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
+    if (sv->w[i].active && sv->w[i].joined && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
   const int S = sv->run->c.async.staleness;
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
@@ -365,6 +399,7 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   w->pull = m->pull;
   int rc = count_update(self, sv, w, stale);
   if (rc == 0) rc = harvest(self, sv, false);
+  if (rc == 0) rc = welcome(self, sv);
   if (rc == 0) rc = serve(self, sv);
   tr__busy_add(&sv->busy, self, sv->version - 1, "update", t0, -1);
   return rc;
@@ -412,7 +447,7 @@ static int tell_departed(server *sv) {
 
 /* Which workers left, at which step ("2@37,3@40"), and how many still ran at the end. */
 static void departed_figures(const server *sv, tr__figures *f) {
-  char list[TR__FIGURES_TEXT / 2];
+  char list[TR__FIGURES_TEXT / 3]; /* twice: those that left, those that joined */
   size_t n = 0;
   uint64_t gone = 0;
   list[0] = 0;
@@ -427,6 +462,16 @@ static void departed_figures(const server *sv, tr__figures *f) {
   tr__figures_int(f, TR__M_WORKERS_ALIVE, sv->W - sv->departed);
   tr__figures_text(f, TR__M_WORKERS_LEFT, list);
   tr__figures_int(f, TR__M_WORKERS_GONE, (int64_t)gone);
+  n = 0;
+  list[0] = 0;
+  for (int i = 0; i < sv->W && sv->run->c.async.join_at > 0; i++) {
+    if (!tr__worker_joins(&sv->run->c, i) || !sv->w[i].joined) continue;
+    const int k = snprintf(list + n, sizeof list - n, "%s%d@%lld", n ? "," : "", i,
+                           (long long)sv->w[i].joined_at);
+    if (k < 0 || (size_t)k >= sizeof list - n) break;
+    n += (size_t)k;
+  }
+  tr__figures_text(f, TR__M_WORKERS_JOINED, list);
 }
 
 /* The server's figures, as pairs of the table of run metrics (run_metrics.h): the run's
@@ -491,7 +536,8 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
     if (l->left) depart(sv, l);
     if (--sv->active == 0)
       return sv->departed == sv->W ? all_departed(self, sv) : finish(self, sv);
-    return serve(self, sv); /* the slowest may have left */
+    const int rc = welcome(self, sv); /* the last that trained may have left */
+    return rc ? rc : serve(self, sv); /* the slowest may have left */
   }
   return 0; /* credits; tr_graph_end_msg: the workers' leaving says when it is over */
 }

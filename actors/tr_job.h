@@ -229,6 +229,8 @@ typedef struct tr_train_result {
    * had applied the updates up to step 37); "" when none left */
   int workers_alive;
   char workers_left[128];
+  char workers_joined[128]; /* async: workers that joined (tr_async_config.join_at) as
+                               "worker@step,..."; "" when none did */
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -267,6 +269,14 @@ typedef struct tr_async_config {
                               those, every update applied stays, and stderr and the figures
                               (workers_left, workers_alive) say who left at which step. The
                               run fails only when every worker has left. Not with hogwild */
+  /* Workers that join a running job, in one process or across ranks: the last
+   * `join_workers` workers (0 with join_at: 1) wait, training nothing, until the server has
+   * applied the updates up to step `join_at` (or none of the others is left), then pull the
+   * server's parameters of that moment and start pushing; SSP counts each from its join (its
+   * clock starts level with the slowest). Their loaders may hold a step or two for them
+   * meanwhile, trained once they join. 0: every worker from the start. Not with hogwild */
+  int64_t join_at;
+  int join_workers;
 } tr_async_config;
 
 /* Checkpoints: safetensors files written atomically (tr_checkpoint.h). */

@@ -92,6 +92,8 @@ struct tr__worker {
   int64_t version;       /* of the parameters held */
   int since_pull;
   bool pushed, replied, shared;
+  bool joined;           /* trains: from the start, or (tr_async_config.join_at) once the
+                            server's first reply has brought its parameters */
   tr__reply_msg got;     /* the reply to the push in flight (its fields) */
   _Atomic int64_t *applied; /* Hogwild!: updates applied to the shared parameters */
   /* elastic: it left the run (tr__worker_depart), and whether the server knows */
@@ -102,7 +104,8 @@ struct tr__worker {
 tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply) {
   tr__worker *w = calloc(1, sizeof *w);
   if (w == NULL) return NULL;
-  *w = (tr__worker){.run = run, .index = index, .push = push, .reply = reply};
+  *w = (tr__worker){.run = run, .index = index, .push = push, .reply = reply,
+                    .joined = !tr__worker_joins(&run->c, index)};
   return w;
 }
 
@@ -159,7 +162,28 @@ void tr__worker_receive(tr__worker *w, const tr__reply_msg *m) {
   w->replied = true;
 }
 
+bool tr__worker_joins(const tr_job_config *c, int index) {
+  return c->async.join_at > 0 && index >= c->layout.replicas - c->async.join_workers;
+}
+
+/* A worker that joins: the server's first reply brings the parameters it starts from. */
+static int join(tr__worker *w) {
+  if (!w->replied) return 0;
+  tr_stream *s = tr_stage_stream(w->st);
+  if ((w->got.ready && tr_stream_wait_event(s, w->got.ready)) ||
+      (w->got.params && (tr_stage_upload(w->st, TR_STAGE_PARAMS, w->got.params) ||
+                         tr_stream_synchronize(s))))
+    return fail(w, "taking the parameters it joins with");
+  if (w->got.params) tr_edge_release(w->reply, 1);
+  w->version = w->got.version;
+  w->since_pull = 0;
+  w->replied = false;
+  w->joined = true;
+  return 1;
+}
+
 int tr__worker_begin(tr__worker *w) {
+  if (!w->joined) return join(w);
   if (!w->run->c.async.hogwild) return 1;
   if (!w->shared) { /* the server's parameters, before the first step */
     if (!w->replied) return 0;

@@ -6,10 +6,13 @@
  * the reply, which says the gradient has been read — and, every `pull_every` pushes, that
  * the server's parameters have been written into the worker's. Hogwild!: the server's first
  * reply lends its parameters, which the worker then updates in place itself, pushing only
- * to count the update. At the end the worker leaves, so the server knows whom to wait for.
+ * to count the update. A worker that joins a running job (tr_async_config.join_at) waits
+ * for the server's first reply, which brings the parameters of the moment it joins. At the
+ * end the worker leaves, so the server knows whom to wait for.
  *
  *   tr__worker_open(w, self, st);
- *   rc = tr__worker_begin(w);                        // before each step (Hogwild!: shared)
+ *   rc = tr__worker_begin(w);                        // before each step (Hogwild!: shared;
+ *                                                    // joining: the parameters)
  *   rc = tr__worker_step(w, pushes, batch_step, &busy); // in place of the update
  *   rc = tr__worker_leave(w);                        // at the end
  * Each returns 1 when done, 0 while it waits for a message, or a negative status.
@@ -75,6 +78,9 @@ enum { TR__REPLY_CREDITS = 2 };
 typedef struct tr__worker tr__worker;
 
 tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply);
+/* Whether worker `index` joins the running job (tr_async_config.join_at): it trains nothing
+ * until the server's first reply, which brings the parameters it starts from. */
+bool tr__worker_joins(const tr_job_config *c, int index);
 int tr__worker_open(tr__worker *w, tr_actor *self, tr_stage *st);
 void tr__worker_receive(tr__worker *w, const tr__reply_msg *m);
 int tr__worker_begin(tr__worker *w);

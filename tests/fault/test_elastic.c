@@ -1,11 +1,14 @@
-/* test_elastic.c — asynchronous workers that leave (--elastic, tr_async_config.elastic): a
+/* test_elastic.c — asynchronous workers that come and go. Leaving (--elastic,
+ * tr_async_config.elastic): a
  * worker whose device dies at a random step (the fault decorator's from=N on its loss
  * backward, gpu/fault.h: torchft's fail_at(rank, step) by composition) leaves, and the run
  * finishes with the others; so does a run where all but one leave. The server's update count
  * is every update it applied (the staleness histogram's count, the final checkpoint's step),
  * the final checkpoint resumes, the figures say who left at which step, a worker that left
  * never holds the others at SSP's bound, every worker gone fails the run naming them, and
- * the option is refused where it does not apply.
+ * the option is refused where it does not apply. Joining (--join-at, tr_async_config.join_at):
+ * a worker that joins at a step pulls the parameters of that moment and pushes from there,
+ * SSP counting it from its join; one joins at once when no other worker is left to train.
  *
  * The random steps come from TR_TEST_SEED when set, else from the clock; the seed is
  * printed, so a failure can be replayed. */
@@ -189,6 +192,57 @@ static void without_elastic_a_failing_worker_fails_the_run(void **state) {
   if (!strstr(err, "worker1")) fail_msg("the error does not name worker1: '%s'", err);
 }
 
+/* ---- joining ------------------------------------------------------------------------------ */
+
+/* Under a bound of 0, a worker counted before it joined would hold the others at its clock
+ * of 0 for ever; one that joined with the parameters of version 0 would push gradients
+ * JOIN updates stale. */
+static void a_worker_that_joins_pulls_the_parameters_and_pushes_from_its_join(void **state) {
+  (void)state;
+  enum { JOIN = 40 };
+  tr_train_options o = elastic("fault(host:3;op=mse,us=300)", 3);
+  o.job.async.elastic = 0;
+  o.job.async.staleness = 0;
+  o.job.async.join_at = JOIN;
+  o.steps = 120;
+  o.watchdog_ms = 5000;
+  o.job.checkpoint.path = path("joined.safetensors");
+  tr_train_result r;
+  char err[1024] = "";
+  if (tr_train_run(&o, &r, err, sizeof err)) fail_msg("a run with a worker joining: %s", err);
+  assert_int_equal(r.steps, 120);
+  assert_int_equal(updates_counted(&r), 120);
+  assert_int_equal(r.workers_alive, 3);
+  if (strncmp(r.workers_joined, "2@", 2) || atoll(r.workers_joined + 2) < JOIN ||
+      atoll(r.workers_joined + 2) > 120)
+    fail_msg("workers_joined '%s': expected worker 2 at step %d or after", r.workers_joined, JOIN);
+  if (!(r.staleness_max < JOIN / 2))
+    fail_msg("an update %g stale: the worker that joined pushed from old parameters",
+             r.staleness_max);
+  assert_true(r.clock_gap_max <= 0);
+  if (!(r.utilization[2] > 0)) fail_msg("the worker that joined never pushed (utilization %g)",
+                                        r.utilization[2]);
+}
+
+/* A worker told to join at a step the run never reaches joins at once when the only other
+ * worker leaves (elastic), and trains the rest of the run. */
+static void a_worker_joins_at_once_when_no_other_is_left(void **state) {
+  (void)state;
+  const death die = {.dev = 0, .step = 4};
+  tr_train_options o = elastic(spec(2, &die, 1), 2);
+  o.job.async.join_at = 1000000;
+  o.steps = 60;
+  o.watchdog_ms = 5000;
+  tr_train_result r;
+  char err[1024] = "";
+  if (tr_train_run(&o, &r, err, sizeof err)) fail_msg("%s", err);
+  assert_int_equal(r.workers_alive, 1);
+  assert_true(strncmp(r.workers_left, "0@", 2) == 0);
+  assert_true(strncmp(r.workers_joined, "1@", 2) == 0);
+  assert_true(r.steps >= 60 - LOST_PER_WORKER);
+  assert_int_equal(updates_counted(&r), r.steps);
+}
+
 static void expect_einval(const tr_train_options *o, const char *needle) {
   tr_train_result r;
   char err[1024] = "";
@@ -208,6 +262,13 @@ static void elastic_is_refused_where_it_does_not_apply(void **state) {
   o.job.async.staleness = -1;
   o.job.async.hogwild = 1;
   expect_einval(&o, "async.hogwild");
+  o = elastic("host:2", 2);
+  o.job.async.join_at = 5;
+  o.job.async.join_workers = 2;
+  expect_einval(&o, "async.join_workers");
+  o.job.async.join_workers = 0;
+  o.job.async.join_at = -1;
+  expect_einval(&o, "async.join_at");
 }
 
 int main(void) {
@@ -221,6 +282,8 @@ int main(void) {
       cmocka_unit_test(a_worker_that_left_never_holds_the_others_back),
       cmocka_unit_test(every_worker_leaving_fails_the_run_naming_them),
       cmocka_unit_test(without_elastic_a_failing_worker_fails_the_run),
+      cmocka_unit_test(a_worker_that_joins_pulls_the_parameters_and_pushes_from_its_join),
+      cmocka_unit_test(a_worker_joins_at_once_when_no_other_is_left),
       cmocka_unit_test(elastic_is_refused_where_it_does_not_apply),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
