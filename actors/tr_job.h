@@ -514,7 +514,18 @@ TR_API int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **ou
 TR_API int tr_job_snapshot(tr_job *j, tr_edge *report, int every);
 
 /* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
- * `dev`, fed by a loader like any stage. */
+ * `dev`, fed by a loader like any stage. Workers that come and go are the configuration's
+ * (tr_async_config): with `elastic`, a worker that fails leaves the run; with `join_at`, the
+ * last `join_workers` workers — added here like the others, before the run — join the
+ * running job at that step, pulling the server's parameters of that moment:
+ *
+ *   c.async.join_at = 500;                        // worker 3 of 4 joins after update 500
+ *   tr_job_add_worker(j, 3, gpu3, &w3);           // wired like the others
+ *   tr_job_serve(j, server, w3);
+ *
+ * A worker's actor is not added to a graph that already runs: edges are made before
+ * tr_graph_run, so a worker that joins is wired from the start and waits, training nothing
+ * and counted by SSP only from its join. */
 TR_API int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out);
 TR_API int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
 /* worker → server: gradients pushed (one credit: a worker waits for the server's reply
