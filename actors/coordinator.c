@@ -479,6 +479,7 @@ static int departed(coordinator *c) {
     if (!(gone >> i & 1) || r->device[0]) continue;
     tr_graph *g = c->run->g;
     tr_actor *from = tr_edge_from(c->sources[i]);
+    if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(g, from);
     snprintf(r->device, sizeof r->device, "%s",
              tr_graph_actor_rank(g, from) == tr_graph_rank(g)
                  ? tr_device_name(tr__stage_device(tr_actor_state(from)))
