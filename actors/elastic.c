@@ -15,9 +15,15 @@
  *
  * A worker that fails while opening (before it trained) still fails the run: what failed is
  * the job's configuration more likely than a device.
+ *
+ * Across ranks, a rank that dies (under mpirun --enable-recovery the others keep running)
+ * is noticed by the transport when it has been silent for the watchdog's period; if it held
+ * only workers and their loaders, the run goes on without it (tr__elastic_lost_rank): the
+ * server hears that each of its workers there has left, as they would have said.
  */
 #include <stdio.h>
 
+#include "graph_impl.h"
 #include "stage.h"
 #include "worker.h"
 
@@ -72,3 +78,32 @@ const tr_behaviour tr__elastic_behaviour = {.name = "stage",
                                             .receive = elastic_receive,
                                             .stop = elastic_stop,
                                             .destroy = elastic_destroy};
+
+/* ---- a rank that is gone ---------------------------------------------------------------- */
+
+static bool among(tr_actor *const *list, int n, const tr_actor *a) {
+  for (int i = 0; i < n; i++)
+    if (list[i] == a) return true;
+  return false;
+}
+
+int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *workers,
+                          tr_actor *const *loaders, int n, int rank, const char *why) {
+  const int ranks = tr_world_size(tr__graph_world(g));
+  for (int i = ranks; i < tr__graph_member_count(g); i++) { /* 0 .. ranks - 1: transports */
+    const tr__member *m = tr__graph_member(g, i);
+    if (m->rank == rank && !among(workers, n, m->actor) && !among(loaders, n, m->actor))
+      return -1; /* the server, the coordinator, an observer: the run cannot go on */
+  }
+  if (!server || tr_graph_actor_rank(g, server) != tr_graph_rank(g)) return 0;
+  for (int w = 0; w < n; w++) {
+    if (!workers[w] || tr_graph_actor_rank(g, workers[w]) != rank) continue;
+    tr__leave_msg *l = tr_msg_new(&tr__leave_type);
+    l->hdr.from = workers[w];
+    l->worker = w;
+    l->left = true;
+    snprintf(l->why, sizeof l->why, "its rank %d is gone (%s)", rank, why);
+    tr_actor_send(server, l); /* the leave it can no longer send on its push edge */
+  }
+  return 0;
+}

@@ -53,6 +53,8 @@ static int failed(tr_job *j, int rc, const char *call, const char *actors) {
   return refuse(j, rc, "%s: connecting its edge: %s", call, tr_strerror(rc));
 }
 
+static int lost_rank(void *arg, int rank, const char *why);
+
 #define CLOSED(call) \
   refuse(j, TR_ESTATE, call ": the plan is closed (tr_job_plan or tr_graph_run ran): wire " \
          "the job before it")
@@ -105,6 +107,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   }
   tr__run *run = &j->run;
   run->g = g;
+  if (c.async.enabled && c.async.elastic) tr__graph_on_lost(g, lost_rank, j);
   run->mb_batch = c.global_batch / (c.async.enabled ? 1 : R * M);
   /* An asynchronous worker's loader keeps one batch ready: a step a loader has taken is its
    * worker's, so a deep ring would hand a fast loader steps a slow worker could have had. */
@@ -195,6 +198,13 @@ static int loader_index_of(const tr_job *j, const tr_actor *a) {
   for (int r = 0; a && r < j->run.c.layout.replicas; r++)
     if (j->loaders[r] == a) return r;
   return -1;
+}
+
+/* An elastic job goes on without a rank of workers only (elastic.c; the transport's thread). */
+static int lost_rank(void *arg, int rank, const char *why) {
+  tr_job *j = arg;
+  return tr__elastic_lost_rank(j->run.g, j->server, j->stages, j->loaders,
+                               j->run.c.layout.replicas, rank, why);
 }
 
 static int connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,

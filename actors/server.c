@@ -527,10 +527,15 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr_edge_credit_type) send_pending(sv);
   if (msg->type == &tr__push_type) {
     const tr__push_msg *m = (const tr__push_msg *)msg;
+    if (!sv->w[m->worker].active) { /* of a rank lost meanwhile (job.c: lost_rank) */
+      tr_edge_release(sv->w[m->worker].push, 1);
+      return 0;
+    }
     return apply(self, sv, m);
   }
   if (msg->type == &tr__leave_type) {
     const tr__leave_msg *l = (const tr__leave_msg *)msg;
+    if (!sv->w[l->worker].active) return 0; /* its rank lost after it had left */
     tr_edge_release(sv->w[l->worker].push, 1);
     sv->w[l->worker].active = false;
     if (l->left) depart(sv, l);

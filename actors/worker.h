@@ -113,5 +113,9 @@ bool tr__worker_finish_departed(tr__worker *w);
 /* The stage of an elastic job's worker (tr_job_add_stage): the stage runner's behaviour,
  * but a failure of the worker's stage makes it leave the run instead of failing it. */
 extern const tr_behaviour tr__elastic_behaviour;
+/* Rank `rank` is gone (tr__graph_on_lost): 0 when it held only workers and loaders (of the
+ * job's `n`), whose leaving the server, if it lives here, is told of; -1 otherwise. */
+int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *workers,
+                          tr_actor *const *loaders, int n, int rank, const char *why);
 
 #endif

@@ -54,32 +54,6 @@ static int progress_requests(transport *t, bool *pending) {
   return did;
 }
 
-static int progress_incoming(transport *t) {
-  int flag = 0;
-  MPI_Message message;
-  MPI_Status st;
-  if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, t->comm, &flag, &message, &st) != MPI_SUCCESS ||
-      !flag)
-    return 0;
-  int count = 0;
-  MPI_Get_count(&st, MPI_BYTE, &count);
-  uint8_t *buf = malloc(count > 0 ? (size_t)count : 1);
-  TR_ASSERT(buf != NULL);
-  MPI_Mrecv(buf, count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-  t->heard[st.MPI_SOURCE] = tr_now_ns();
-  if (st.MPI_TAG == TAG_HEARTBEAT) {
-    free(buf);
-    return 1;
-  }
-  in_msg *in = tr_msg_new(&tr__mpi_in_type);
-  in->source = st.MPI_SOURCE;
-  in->tag = st.MPI_TAG;
-  in->buf = buf;
-  in->n = (size_t)count;
-  tr_actor_send(t->self, in);
-  return 1;
-}
-
 static void heartbeat(transport *t, uint64_t *last) {
   const uint64_t now = tr_now_ns();
   if (now - *last < t->limit_ns / 8) return;
@@ -99,6 +73,52 @@ static void heartbeat(transport *t, uint64_t *last) {
   }
 }
 
+/* The message MPI_Improbe matched, received without blocking the thread: a rank that dies
+ * in the middle of sending never completes it, and meanwhile the heartbeats go on and the
+ * sender's silence is noticed (heartbeat); then the receive is abandoned (its request and
+ * buffer left to MPI), and the rank is the actor's to lose. 0: abandoned. */
+static int receive(transport *t, MPI_Message *message, uint8_t *buf, int count, int source,
+                   uint64_t *last_beat) {
+  MPI_Request r;
+  if (MPI_Imrecv(buf, count, MPI_BYTE, message, &r) != MPI_SUCCESS) return 0;
+  for (int flag = 0;;) {
+    if (MPI_Test(&r, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+    if (flag) return 1;
+    if (t->reported[source] || !atomic_load(&t->running)) return 0;
+    bool pending;
+    progress_requests(t, &pending);
+    heartbeat(t, last_beat);
+    sched_yield();
+  }
+}
+
+static int progress_incoming(transport *t, uint64_t *last_beat) {
+  int flag = 0;
+  MPI_Message message;
+  MPI_Status st;
+  if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, t->comm, &flag, &message, &st) != MPI_SUCCESS ||
+      !flag)
+    return 0;
+  int count = 0;
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  uint8_t *buf = malloc(count > 0 ? (size_t)count : 1);
+  TR_ASSERT(buf != NULL);
+  t->heard[st.MPI_SOURCE] = tr_now_ns(); /* its message has begun to come */
+  if (!receive(t, &message, buf, count, st.MPI_SOURCE, last_beat)) return 1; /* buf is MPI's */
+  t->heard[st.MPI_SOURCE] = tr_now_ns();
+  if (st.MPI_TAG == TAG_HEARTBEAT) {
+    free(buf);
+    return 1;
+  }
+  in_msg *in = tr_msg_new(&tr__mpi_in_type);
+  in->source = st.MPI_SOURCE;
+  in->tag = st.MPI_TAG;
+  in->buf = buf;
+  in->n = (size_t)count;
+  tr_actor_send(t->self, in);
+  return 1;
+}
+
 void *tr__mpi_progress(void *arg) {
   transport *t = arg;
   pthread_setname_np(pthread_self(), "troupe-mpi");
@@ -106,7 +126,7 @@ void *tr__mpi_progress(void *arg) {
   unsigned idle = 0;
   while (atomic_load(&t->running)) {
     bool pending = false;
-    const int did = progress_requests(t, &pending) | progress_incoming(t);
+    const int did = progress_requests(t, &pending) | progress_incoming(t, &last_beat);
     heartbeat(t, &last_beat);
     if (did || pending) { /* requests progress only while MPI is called: stay close */
       idle = did ? 0 : idle;

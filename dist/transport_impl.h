@@ -106,6 +106,8 @@ typedef struct transport {
   uint64_t *heard;       /* [rank]: last message from it (progress thread only) */
   bool *reported;        /* [rank] */
   bool remote_failure;   /* the run ends for another rank's failure: no abort sent back */
+  bool *lost;            /* [rank]: gone, and the graph goes on without it (host.lose) */
+  int nlost;
 } transport;
 
 /* progress.c: an MPI_Isend of q's message, q then on the list the progress thread completes;
