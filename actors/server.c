@@ -22,6 +22,10 @@
  *
  * Checkpoint parts and, at the end, the figures go to the coordinator on the report edge;
  * a part that finds no credit waits, superseded by a later one, so updates never wait.
+ *
+ * Workers come and go (server_members.c): one that joins a running job (async.join_at) is
+ * welcomed with the parameters of that moment; one that fails leaves (async.elastic), and
+ * the server goes on with the others, SSP counting only those still running.
  */
 #include <math.h>
 #include <stdio.h>
@@ -30,73 +34,13 @@
 
 #include "clipnorm.h"
 #include "metrics.h"
+#include "server_impl.h"
 #include "tr_trace.h"
-#include "worker.h"
 
 /* The server's figures: flat (it crosses the untyped report edge). */
 TR_MSGTYPE_DEFINE_CODEC(tr__server_done_type, tr__server_done_msg, &tr_msg_codec_flat);
 
 
-enum { STATS_RING = 64,    /* distance measurements in flight to the host */
-       NORM = 2 * STATS_RING }; /* where a push's gradient norm is measured */
-
-typedef struct worker {
-  tr_edge *push, *reply;
-  tr_event *reply_ev;
-  int64_t clock;    /* pushes applied */
-  bool direct;      /* its memory is readable here */
-  bool remote;      /* it lives in another process: pushes come in host memory, and the
-                       parameters pulled go back with the reply, from `host` */
-  float *host;
-  bool active;      /* has not left */
-  bool joined;      /* trains: from the start, or since step `joined_at` (async.join_at) */
-  int64_t joined_at;
-  bool left;        /* left because it failed (elastic), at update `left_at`, saying `why` */
-  int64_t left_at;
-  char why[256];
-  bool waiting;     /* its reply is held (SSP) */
-  bool pull;        /* the held reply brings parameters */
-  float *params;    /* its memory, as its last push said */
-  tr_device *dev;
-} worker;
-
-/* What the server measures for the run's figures, sent as pairs at the end (finish). */
-typedef struct figures {
-  int64_t hist[TR_TRAIN_STALENESS_BINS];
-  double staleness_sum, consistency_sum;
-  int64_t staleness_max, consistency_n;
-  int clock_gap_max;
-  int64_t skipped;  /* updates skipped for a norm that was not finite */
-} figures;
-
-typedef struct server {
-  tr_actor *self;
-  const tr__run *run;
-  tr_edge *report;
-  tr_device *dev;
-  tr_stage *st;
-  tr_stream *s;
-  size_t numel;
-  float *scratch;   /* a worker's parameters, staged where they cannot be read in place */
-  int W, active;
-  int departed;     /* workers that left because they failed (elastic) */
-  worker *w;
-  int64_t version;  /* updates applied in this run */
-  _Atomic int64_t applied; /* Hogwild!: updates the workers applied */
-  float lr;
-
-  /* ||θ_worker − θ_server||² and ||θ_server||² per push: device → host ring */
-  float *stats_dev, *stats_host;
-  tr_event *stats_ev[STATS_RING];
-  int64_t stats_issued, stats_read;
-
-  figures fig;
-  tr__busy busy;
-  bool finishing, done, lent; /* lent: Hogwild! workers hold the parameters */
-  bool saved;                 /* the last checkpoint part is taken */
-  tr__part_msg *pending;      /* a checkpoint part waiting for a credit */
-  char err[512];
-} server;
 
 void *tr__server_new(const tr__run *run, tr_device *dev) {
   server *sv = calloc(1, sizeof *sv);
@@ -124,40 +68,9 @@ int tr__server_set_worker(void *state, int w, tr_edge *push, tr_edge *reply, tr_
 
 void tr__server_set_report(void *state, tr_edge *report) { ((server *)state)->report = report; }
 
-static int fail_device(tr_actor *self, server *sv, const char *what) {
+int tr__server_fail_device(tr_actor *self, server *sv, const char *what) {
   const char *why = sv->st ? tr_stage_error(sv->st) : tr_device_error(sv->dev);
   return tr_actor_fail(self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(sv->dev), why);
-}
-
-/* Workers that join (tr_async_config.join_at), once the server has applied the updates up
- * to step join_at, or when no worker that trains is left: the parameters of that moment go
- * with the reply, and each starts level with the slowest in SSP's count. */
-static int welcome(tr_actor *self, server *sv) {
-  const tr_async_config *ac = &sv->run->c.async;
-  if (ac->join_at <= 0) return 0;
-  const int64_t step = tr_graph_first_step(sv->run->g) + sv->version;
-  int64_t slowest = INT64_MAX;
-  for (int i = 0; i < sv->W; i++)
-    if (sv->w[i].active && sv->w[i].joined && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
-  if (step < ac->join_at && slowest != INT64_MAX) return 0;
-  for (int i = 0; i < sv->W; i++) {
-    worker *w = &sv->w[i];
-    if (!w->active || w->joined) continue;
-    if (tr_memcpy(sv->s, w->host, tr_stage_params(sv->st), sv->numel * sizeof(float),
-                  TR_COPY_D2H) || tr_stream_synchronize(sv->s))
-      return fail_device(self, sv, "copying the parameters a worker joins with");
-    tr__reply_msg *r = tr_msg_new(&tr__reply_type);
-    *r = (tr__reply_msg){.hdr = r->hdr, .pulled = true, .version = sv->version,
-                         .params = w->host, .numel = sv->numel};
-    w->joined = true;
-    w->joined_at = step;
-    w->clock = slowest == INT64_MAX ? 0 : slowest;
-    fprintf(stderr, "troupe: worker %d (%s) joined at step %lld\n", i, tr_device_name(w->dev),
-            (long long)step);
-    int rc = tr_edge_send_control(w->reply, r);
-    if (rc) return rc;
-  }
-  return 0;
 }
 
 static int server_open(tr_actor *self) {
@@ -169,7 +82,7 @@ static int server_open(tr_actor *self) {
     return tr_actor_fail(self, TR_EINVAL, "the server is not wired: it serves %d of %d workers "
                          "(tr_job_serve)%s", sv->active, sv->W,
                          sv->report ? "" : " and has no coordinator (tr_job_add_coordinator)");
-  if (tr_device_bind(sv->dev)) return fail_device(self, sv, "binding the device");
+  if (tr_device_bind(sv->dev)) return tr__server_fail_device(self, sv, "binding the device");
   tr_trace_label(self, tr_device_name(sv->dev));
   tr_stage_config c = {.batch = run->mb_batch,
                        .slots = 0,
@@ -188,7 +101,7 @@ static int server_open(tr_actor *self) {
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
-      return fail_device(self, sv, "opening events");
+      return tr__server_fail_device(self, sv, "opening events");
     w->remote = tr_device_is_placeholder(w->dev);
     w->direct = !w->remote && tr_device_can_access_peer(sv->dev, w->dev) == 1;
     w->joined = !tr__worker_joins(jc, i);
@@ -198,18 +111,18 @@ static int server_open(tr_actor *self) {
                            tr_device_name(w->dev), tr_device_name(sv->dev));
     if ((w->remote || !w->joined) && /* a joining worker's parameters go with the reply */
         tr_host_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&w->host))
-      return fail_device(self, sv, "allocating a remote worker's pull buffer");
+      return tr__server_fail_device(self, sv, "allocating a remote worker's pull buffer");
     if (!sv->scratch && !w->direct &&
         tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
-      return fail_device(self, sv, "allocating the staging buffer");
+      return tr__server_fail_device(self, sv, "allocating the staging buffer");
   }
   /* two per push in flight, and the gradient's norm at NORM */
   if (tr_device_alloc(sv->dev, (NORM + 1) * sizeof(float), (void **)&sv->stats_dev) ||
       tr_host_alloc(sv->dev, (NORM + 1) * sizeof(float), (void **)&sv->stats_host))
-    return fail_device(self, sv, "allocating the statistics");
+    return tr__server_fail_device(self, sv, "allocating the statistics");
   for (int i = 0; i < STATS_RING; i++)
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &sv->stats_ev[i]))
-      return fail_device(self, sv, "opening events");
+      return tr__server_fail_device(self, sv, "opening events");
   const int64_t end = tr_graph_end_step(run->g);
   sv->busy = tr__busy_begin(0, end == INT64_MAX ? INT64_MAX : end - tr_graph_first_step(run->g));
   for (int i = 0; i < sv->W && jc->async.hogwild; i++) {
@@ -226,7 +139,7 @@ static int server_open(tr_actor *self) {
     int rc = tr_edge_send_control(sv->w[i].reply, r);
     if (rc) return rc;
   }
-  return welcome(self, sv); /* a resumed run may be past the step they join at */
+  return tr__server_welcome(self, sv); /* a resumed run may be past the step they join at */
 }
 
 /* Reads the distance measurements that have landed (all of them, `wait`ing if asked). */
@@ -234,7 +147,7 @@ static int harvest(tr_actor *self, server *sv, bool wait) {
   while (sv->stats_read < sv->stats_issued) {
     const int k = (int)(sv->stats_read % STATS_RING);
     int q = wait ? (tr_event_synchronize(sv->stats_ev[k]) ? -1 : 1) : tr_event_query(sv->stats_ev[k]);
-    if (q < 0) return fail_device(self, sv, "reading the workers' distance");
+    if (q < 0) return tr__server_fail_device(self, sv, "reading the workers' distance");
     if (q == 0) break;
     const double diff = sv->stats_host[2 * k], norm = sv->stats_host[2 * k + 1];
     sv->fig.consistency_sum += norm > 0 ? sqrt(diff / norm) : sqrt(diff);
@@ -262,8 +175,8 @@ static int serve(tr_actor *self, server *sv) {
                                           TR_COPY_D2H) || tr_stream_synchronize(sv->s)
                               : tr_memcpy_peer(sv->s, w->params, w->dev,
                                                tr_stage_params(sv->st), sv->dev, bytes)))
-      return fail_device(self, sv, "sending parameters");
-    if (tr_event_record(w->reply_ev, sv->s)) return fail_device(self, sv, "replying");
+      return tr__server_fail_device(self, sv, "sending parameters");
+    if (tr_event_record(w->reply_ev, sv->s)) return tr__server_fail_device(self, sv, "replying");
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
     r->pulled = w->pull;
     r->version = sv->version;
@@ -291,7 +204,7 @@ static int snapshot(tr_actor *self, server *sv, int64_t step) {
   p->due = TR__DUE_CHECKPOINT;
   if (tr__stage_snapshot(sv->st, &p->part, true)) {
     tr_msg_free(p);
-    return fail_device(self, sv, "copying the parameters for a checkpoint");
+    return tr__server_fail_device(self, sv, "copying the parameters for a checkpoint");
   }
   if (sv->pending) {
     tr__part_free(&sv->pending->part);
@@ -349,15 +262,15 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
     if (tr_memcpy(sv->s, tr_stage_grads(sv->st), m->grads, bytes, TR_COPY_H2D) ||
         tr_memcpy(sv->s, sv->scratch, m->params, bytes, TR_COPY_H2D) ||
         tr_stream_synchronize(sv->s))
-      return fail_device(self, sv, "copying a push from another process");
+      return tr__server_fail_device(self, sv, "copying a push from another process");
     pulled = sv->scratch;
   } else if (tr_stream_wait_event(sv->s, m->ready)) {
-    return fail_device(self, sv, "waiting for a push");
+    return tr__server_fail_device(self, sv, "waiting for a push");
   } else if (!w->direct) {
     grads = NULL;
     if (tr_memcpy_peer(sv->s, tr_stage_grads(sv->st), sv->dev, m->grads, m->dev, bytes) ||
         tr_memcpy_peer(sv->s, sv->scratch, sv->dev, m->params, m->dev, bytes))
-      return fail_device(self, sv, "copying a push");
+      return tr__server_fail_device(self, sv, "copying a push");
     pulled = sv->scratch;
   }
   tr_stage_use_grads(sv->st, grads); /* the worker's, in place; NULL: the copy */
@@ -372,15 +285,15 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
       tr_sumsq(sv->s, &d2[1], params, sv->numel, 0) ||
       tr_memcpy(sv->s, &sv->stats_host[2 * k], d2, 2 * sizeof(float), TR_COPY_D2H) ||
       tr_event_record(sv->stats_ev[k], sv->s))
-    return fail_device(self, sv, "measuring a worker's distance");
+    return tr__server_fail_device(self, sv, "measuring a worker's distance");
   sv->stats_issued++;
 
   if (ac->dc_lambda > 0 && tr_dc_asgd(sv->s, grads, params, pulled, sv->numel, ac->dc_lambda))
-    return fail_device(self, sv, "delay compensation");
+    return tr__server_fail_device(self, sv, "delay compensation");
   if (ac->staleness_lr) tr_stage_set_lr(sv->st, stale > 1 ? sv->lr / (float)stale : sv->lr);
   double norm2;
   if (tr__norm2_now(sv->s, grads, sv->numel, &sv->stats_dev[NORM], &sv->stats_host[NORM], &norm2))
-    return fail_device(self, sv, "the gradient's norm");
+    return tr__server_fail_device(self, sv, "the gradient's norm");
   if (!isfinite(norm2)) {
     if (sv->run->c.on_nonfinite != TR_NONFINITE_SKIP)
       return tr_actor_fail(self, TR_ENONFINITE, "update %lld (worker %d's gradient of step "
@@ -391,7 +304,7 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
                            tr__nonfinite_name(norm2));
     sv->fig.skipped++; /* the parameters stay as they were */
   } else if (tr_stage_step(sv->st, NULL)) {
-    return fail_device(self, sv, "optimizer step");
+    return tr__server_fail_device(self, sv, "optimizer step");
   }
   tr_stage_use_grads(sv->st, NULL);
   w->params = m->params;
@@ -399,79 +312,10 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   w->pull = m->pull;
   int rc = count_update(self, sv, w, stale);
   if (rc == 0) rc = harvest(self, sv, false);
-  if (rc == 0) rc = welcome(self, sv);
+  if (rc == 0) rc = tr__server_welcome(self, sv);
   if (rc == 0) rc = serve(self, sv);
   tr__busy_add(&sv->busy, self, sv->version - 1, "update", t0, -1);
   return rc;
-}
-
-/* ---- workers that leave (tr_async_config.elastic) ------------------------------------------ */
-
-/* Worker l->worker failed and left: what it pushed stays applied; a reply SSP held for it is
- * dropped, and SSP's bound no longer counts it (serve: only workers still running). */
-static void depart(server *sv, const tr__leave_msg *l) {
-  worker *w = &sv->w[l->worker];
-  w->left = true;
-  w->waiting = false;
-  w->left_at = tr_graph_first_step(sv->run->g) + sv->version;
-  snprintf(w->why, sizeof w->why, "%.*s", (int)sizeof w->why - 1, l->why);
-  sv->departed++;
-  fprintf(stderr, "troupe: worker %d (%s) left at step %lld: %s\n", l->worker,
-          tr_device_name(w->dev), (long long)w->left_at, w->why);
-}
-
-/* Every worker failed: the run fails, naming them. */
-static int all_departed(tr_actor *self, server *sv) {
-  char list[400];
-  size_t n = 0;
-  list[0] = 0;
-  for (int i = 0; i < sv->W && n < sizeof list; i++)
-    n += (size_t)snprintf(list + n, sizeof list - n, "%sworker %d (%s) at step %lld: %s",
-                          i ? "; " : "", i, tr_device_name(sv->w[i].dev),
-                          (long long)sv->w[i].left_at, sv->w[i].why);
-  return tr_actor_fail(self, TR_EDEVICE, "async.elastic: every worker left, none is left to "
-                       "train: %s", list);
-}
-
-/* The run is over: each worker that left gives back what it holds (elastic.c). */
-static int tell_departed(server *sv) {
-  for (int i = 0; i < sv->W; i++) {
-    if (!sv->w[i].left) continue;
-    tr__reply_msg *r = tr_msg_new(&tr__reply_type);
-    *r = (tr__reply_msg){.hdr = r->hdr, .version = sv->version, .ended = true};
-    int rc = tr_edge_send_control(sv->w[i].reply, r);
-    if (rc) return rc;
-  }
-  return 0;
-}
-
-/* Which workers left, at which step ("2@37,3@40"), and how many still ran at the end. */
-static void departed_figures(const server *sv, tr__figures *f) {
-  char list[TR__FIGURES_TEXT / 3]; /* twice: those that left, those that joined */
-  size_t n = 0;
-  uint64_t gone = 0;
-  list[0] = 0;
-  for (int i = 0; i < sv->W; i++) {
-    if (!sv->w[i].left) continue;
-    gone |= UINT64_C(1) << i;
-    const int k = snprintf(list + n, sizeof list - n, "%s%d@%lld", n ? "," : "", i,
-                           (long long)sv->w[i].left_at);
-    if (k < 0 || (size_t)k >= sizeof list - n) break; /* the bitmask says the rest */
-    n += (size_t)k;
-  }
-  tr__figures_int(f, TR__M_WORKERS_ALIVE, sv->W - sv->departed);
-  tr__figures_text(f, TR__M_WORKERS_LEFT, list);
-  tr__figures_int(f, TR__M_WORKERS_GONE, (int64_t)gone);
-  n = 0;
-  list[0] = 0;
-  for (int i = 0; i < sv->W && sv->run->c.async.join_at > 0; i++) {
-    if (!tr__worker_joins(&sv->run->c, i) || !sv->w[i].joined) continue;
-    const int k = snprintf(list + n, sizeof list - n, "%s%d@%lld", n ? "," : "", i,
-                           (long long)sv->w[i].joined_at);
-    if (k < 0 || (size_t)k >= sizeof list - n) break;
-    n += (size_t)k;
-  }
-  tr__figures_text(f, TR__M_WORKERS_JOINED, list);
 }
 
 /* The server's figures, as pairs of the table of run metrics (run_metrics.h): the run's
@@ -491,7 +335,7 @@ static void send_figures(const server *sv, tr__figures *f) {
   tr__figures_real(f, TR__M_CONSISTENCY, g->consistency_n ? g->consistency_sum /
                                                                 (double)g->consistency_n
                                                           : NAN);
-  departed_figures(sv, f);
+  tr__server_members_figures(sv, f);
 }
 
 /* Every worker has left: the last checkpoint part and the figures go to the coordinator,
@@ -499,9 +343,9 @@ static void send_figures(const server *sv, tr__figures *f) {
 static int finish(tr_actor *self, server *sv) {
   const tr__run *run = sv->run;
   if (!sv->finishing) {
-    if (tr_stream_synchronize(sv->s)) return fail_device(self, sv, "finishing the run");
+    if (tr_stream_synchronize(sv->s)) return tr__server_fail_device(self, sv, "finishing the run");
     int rc = harvest(self, sv, true);
-    if (rc == 0) rc = tell_departed(sv);
+    if (rc == 0) rc = tr__server_tell_departed(sv);
     if (rc) return rc;
     sv->finishing = true;
   }
@@ -538,10 +382,10 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
     if (!sv->w[l->worker].active) return 0; /* its rank lost after it had left */
     tr_edge_release(sv->w[l->worker].push, 1);
     sv->w[l->worker].active = false;
-    if (l->left) depart(sv, l);
+    if (l->left) tr__server_depart(sv, l);
     if (--sv->active == 0)
-      return sv->departed == sv->W ? all_departed(self, sv) : finish(self, sv);
-    const int rc = welcome(self, sv); /* the last that trained may have left */
+      return sv->departed == sv->W ? tr__server_all_departed(self, sv) : finish(self, sv);
+    const int rc = tr__server_welcome(self, sv); /* the last that trained may have left */
     return rc ? rc : serve(self, sv); /* the slowest may have left */
   }
   return 0; /* credits; tr_graph_end_msg: the workers' leaving says when it is over */

@@ -368,7 +368,9 @@ static int transport_start(tr_actor *self) {
   t->reported = calloc((size_t)t->size, sizeof *t->reported);
   t->bye_from = calloc((size_t)t->size, sizeof *t->bye_from);
   t->lost = calloc((size_t)t->size, sizeof *t->lost);
-  if (!t->held || !t->heard || !t->reported || !t->bye_from || !t->lost) return TR_ENOMEM;
+  t->waits = calloc((size_t)t->size, sizeof *t->waits);
+  if (!t->held || !t->heard || !t->reported || !t->bye_from || !t->lost || !t->waits)
+    return TR_ENOMEM;
   for (int r = 0; r < t->size; r++) t->heard[r] = now_ns();
   if (MPI_Comm_dup(t->world, &t->comm) != MPI_SUCCESS)
     return tr_actor_fail(self, TR_ESYS, "duplicating the world's communicator failed");
@@ -434,6 +436,11 @@ static void transport_destroy(void *state) {
   free(t->reported);
   free(t->bye_from);
   free(t->lost);
+  free(t->waits);
+  for (incoming *in = t->incoming, *next; in; in = next) { /* a lost rank's: MPI keeps buf */
+    next = in->next;
+    free(in);
+  }
   pthread_mutex_destroy(&t->lock);
   free(t);
 }
