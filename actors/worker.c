@@ -284,7 +284,6 @@ void tr__worker_free(tr__worker *w) { free(w); }
 /* ---- a worker that left (worker.h) ---------------------------------------------------------- */
 
 const tr__run *tr__worker_run(const tr__worker *w) { return w->run; }
-int tr__worker_index(const tr__worker *w) { return w->index; }
 
 /* The leave that says why, once the push edge's one credit is back (the server has read the
  * push in flight): 1 sent, 0 waits for the credit. */

@@ -100,7 +100,6 @@ void tr__worker_free(tr__worker *w);
  */
 tr__worker *tr__policy_async_worker(const tr__policy *p); /* NULL: not a worker's policy */
 const tr__run *tr__worker_run(const tr__worker *w);
-int tr__worker_index(const tr__worker *w);
 int tr__worker_depart(tr__worker *w, tr_actor *self, const char *why); /* TR_ESTATE: it
                                                                           never opened */
 bool tr__worker_departed(const tr__worker *w);
