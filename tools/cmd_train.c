@@ -263,6 +263,8 @@ static const cli_option rows[] = {
      .applies = ASYNC,
      .help = "a worker that fails leaves the run instead of ending it: the others go on, and "
              "stderr and the figures (workers_left) say who left at which step"},
+    {"--join", NULL, CLI_SWITCH, AT(join), .fields = "join", .applies = ASYNC,
+     .help = "this rank joins a job already running (refused: not built; see --join-at)"},
     {"--join-at", "STEP", CLI_I64, AT(o.job.async.join_at), .lo = 1, .hi = INT64_MAX,
      .fields = "async.join_at", .applies = ASYNC,
      .help = "the last worker (--join-workers: the last N) joins the running job once the "
@@ -271,8 +273,6 @@ static const cli_option rows[] = {
     {"--join-workers", "N", CLI_INT, AT(o.job.async.join_workers), .lo = 1, .hi = 1 << 16,
      .fields = "async.join_workers", .applies = ASYNC, .needs = "async.join_at",
      .help = "how many of the last workers join at --join-at (default 1)"},
-    {"--join", NULL, CLI_SWITCH, AT(join), .fields = "join", .applies = ASYNC,
-     .help = "this rank joins a job already running (refused: not built; see --join-at)"},
 };
 #undef AT
 
