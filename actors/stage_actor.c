@@ -111,7 +111,7 @@ int tr__stage_hold_batch(void *state, const tr_batch_msg *m) {
 bool tr__stage_give_back_batches(void *state) {
   stage_actor *a = state;
   bool end = a->finishing || a->done || a->eval.ending;
-  if (a->returns.ev) tr__returns_drain(&a->returns); /* opened: a failed start may not have */
+  tr__returns_abandon(&a->returns); /* its device failed: its events may never say */
   for (const tr__lent *e; a->in.n && (e = tr__batch_in_head(&a->in));) {
     end |= e->step < 0;
     tr__batch_in_drop(&a->in);
