@@ -1,15 +1,29 @@
 #!/usr/bin/env bash
-# elastic.sh TROUPE — asynchronous training across three ranks with --elastic under
-# mpirun --enable-recovery (Open MPI keeps the other ranks running when one dies): rank 2,
-# which holds only a worker and its loader, is killed mid-run; the job finishes with the
-# two ranks left, each exiting 0, rank 0 saying which worker left at which step (stderr and
-# the figures), and the final checkpoint holds every update the server applied and resumes.
+# elastic.sh TROUPE — asynchronous training across ranks with --elastic. First a worker of
+# rank 1 whose device fails (the fault decorator) leaves, and the job finishes with the
+# other. Then, under mpirun --enable-recovery (Open MPI keeps the other ranks running when
+# one dies), rank 2 of three, which holds only a worker and its loader, is killed mid-run;
+# the job finishes with the two ranks left, each exiting 0, rank 0 saying which worker left
+# at which step (stderr and the figures), and the final checkpoint holds every update the
+# server applied and resumes.
 set -u
 troupe=$(realpath "$1")
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 cd "$dir" || exit 1
 fail() { printf 'FAIL elastic: %s\n' "$*"; exit 1; }
+
+# a device that fails on rank 1: its leave, and the server's word that the run is over,
+# cross between the ranks
+common=(train --model simplenet --strategy async --elastic --steps 80 --staleness 2 --json
+        --quiet)
+timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+  -np 1 "$troupe" "${common[@]}" --devices host:1 \
+  : -np 1 "$troupe" "${common[@]}" --devices 'fault(host:1;op=mse_b,from=6)' \
+  >device.json 2>device.txt || fail "a worker's device failing on rank 1: $(cat device.txt)"
+grep -q 'worker 1 (host:0@r1) left at step [0-9]*: .*injected failure' device.txt ||
+  fail "no line says worker 1 left: $(cat device.txt)"
+grep -q '"workers_alive":1' device.json || fail "workers_alive is not 1: $(cat device.json)"
 
 # each step slowed (2 ms a loss pass) so that the run outlasts the kill and its noticing
 args=(train --model simplenet --strategy async --elastic --steps 3000 --quiet --json
