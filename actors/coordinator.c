@@ -29,6 +29,7 @@
 #include "losses.h"
 #include "observers.h"
 #include "snapshots.h"
+#include "stage.h"
 #include "world.h"
 
 enum { PENDING = 4 }; /* checkpoints begun at once: no more than a report edge's credits */
@@ -473,6 +474,28 @@ static int64_t clock_offset(const coordinator *c, const tr_msg *m) {
   return tr__world_clock_offset(tr__graph_world(g), tr_graph_actor_rank(g, m->from));
 }
 
+/* Workers that left the run (tr_async_config.elastic), as the server's figures say, whose
+ * figures never came: none will. Their devices are still named. */
+static int departed(coordinator *c) {
+  uint64_t gone = 0;
+  for (int i = 0; i < c->server.n && i < TR__FIGURES_PAIRS; i++)
+    if (c->server.pairs[i].key == TR__M_WORKERS_GONE) gone = (uint64_t)c->server.pairs[i].v.i;
+  int n = 0;
+  for (int i = 0; i < c->run->c.layout.replicas && i < 64; i++) {
+    tr__report *r = &c->dones[i];
+    if (!(gone >> i & 1) || r->device[0]) continue;
+    tr_graph *g = c->run->g;
+    tr_actor *from = tr_edge_from(c->sources[i]);
+    if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(g, from);
+    snprintf(r->device, sizeof r->device, "%s",
+             tr_graph_actor_rank(g, from) == tr_graph_rank(g)
+                 ? tr_device_name(tr__stage_device(tr_actor_state(from)))
+                 : tr_actor_name(from));
+    n++;
+  }
+  return n;
+}
+
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   coordinator *c = tr_actor_state(self);
   int rc = 0;
@@ -511,6 +534,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     c->server = d->fig;
     tr__figures_shift_clock(&c->server, clock_offset(c, msg));
     c->ndone++;
+    c->ndone += departed(c);
   }
   if (rc) return rc;
   if (!c->finished && c->ndone == c->nsources) {

@@ -60,6 +60,8 @@ struct tr_graph {
   char error[512]; /* a run ended in order by a signal, or a plan that failed its check */
   int (*before_run)(void *arg, char *err, size_t n); /* tr__graph_before_run */
   void *before_arg;
+  int (*lost)(void *arg, int rank, const char *why); /* tr__graph_on_lost */
+  void *lost_arg;
 };
 
 static void describe(void *arg, char *buf, size_t size) {
@@ -549,6 +551,15 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     rc = TR_EINTR;
   }
   return rc;
+}
+
+void tr__graph_on_lost(tr_graph *g, int (*fn)(void *arg, int rank, const char *why), void *arg) {
+  g->lost = fn;
+  g->lost_arg = arg;
+}
+
+int tr__graph_lost(tr_graph *g, int rank, const char *why) {
+  return g->lost ? g->lost(g->lost_arg, rank, why) : -1;
 }
 
 void tr__graph_before_run(tr_graph *g, int (*fn)(void *arg, char *err, size_t n), void *arg) {

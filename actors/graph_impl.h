@@ -58,6 +58,10 @@ tr_world *tr__graph_world(const tr_graph *g);
 /* fn(arg, err, n) runs once as tr_graph_run begins, before any actor starts (the job's plan
  * is checked and its actors wired then); its failure is the run's, err its message. */
 void tr__graph_before_run(tr_graph *g, int (*fn)(void *arg, char *err, size_t n), void *arg);
+/* fn(arg, rank, why), on the transport's thread, when rank `rank` is gone: 0, the run goes on
+ * without it (fn has told whom it concerns); nonzero, or none set: the run fails. */
+void tr__graph_on_lost(tr_graph *g, int (*fn)(void *arg, int rank, const char *why), void *arg);
+int tr__graph_lost(tr_graph *g, int rank, const char *why);
 int tr__graph_watchdog_ms(const tr_graph *g); /* its system's watchdog period (0: none) */
 /* The ranks' agreement on the end of a timed run: this rank's claims stop at what it has
  * claimed (returned; claims beyond it wait), then every rank takes the end E, the most any

@@ -94,6 +94,7 @@ static void set_end(void *arg, int64_t end) { tr__graph_set_end(arg, end); }
 static int64_t take(void *arg) { return tr__graph_take_local(arg); }
 static void grant(void *arg, int member, int64_t step) { tr__graph_grant(arg, member, step); }
 static void done(void *arg, tr_actor *self) { tr_graph_done(arg, self); }
+static int lose(void *arg, int rank, const char *why) { return tr__graph_lost(arg, rank, why); }
 
 /* ---- what the graph hands the transport ------------------------------------------------------ */
 
@@ -102,7 +103,8 @@ int tr__graph_remote_open(tr_graph *g, tr_actor **out) {
   const tr__transport_host host = {
       .arg = g, .edge_count = edge_count, .deliver = deliver, .release = release,
       .send = send, .describe_edge = describe_edge, .describe_rank = describe_rank,
-      .freeze = freeze, .set_end = set_end, .take = take, .grant = grant, .done = done};
+      .freeze = freeze, .set_end = set_end, .take = take, .grant = grant, .done = done,
+      .lose = lose};
   void *state;
   int rc = tr__transport_new(w, &host, tr__graph_watchdog_ms(g), &state);
   for (int r = 0; r < tr_world_size(w) && rc == 0; r++) {

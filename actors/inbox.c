@@ -62,6 +62,10 @@ int tr__returns_drain(tr__returns *r) {
   return 0;
 }
 
+void tr__returns_abandon(tr__returns *r) {
+  for (; r->n; r->n--, r->head = (r->head + 1) % r->cap) tr_edge_release(r->edge[r->head], 1);
+}
+
 void tr__returns_close(tr__returns *r) {
   for (int i = 0; r->ev && i < r->cap; i++)
     if (r->ev[i]) tr_event_close(r->ev[i]);

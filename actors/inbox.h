@@ -65,6 +65,9 @@ int tr__returns_open(tr__returns *r, tr_device *dev, int cap);
 int tr__returns_after(tr__returns *r, tr_stream *s, tr_edge *e);
 /* Gives back every credit whose copy has run, in order. */
 int tr__returns_drain(tr__returns *r);
+/* Gives back every credit owed, run or not: its device failed, and its events may never say
+ * (a CUDA error is sticky); what the copies read is no longer looked at. */
+void tr__returns_abandon(tr__returns *r);
 static inline bool tr__returns_owed(const tr__returns *r) { return r->n > 0; }
 void tr__returns_close(tr__returns *r); /* events, on the device's thread */
 void tr__returns_free(tr__returns *r);

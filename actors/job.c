@@ -53,6 +53,8 @@ static int failed(tr_job *j, int rc, const char *call, const char *actors) {
   return refuse(j, rc, "%s: connecting its edge: %s", call, tr_strerror(rc));
 }
 
+static int lost_rank(void *arg, int rank, const char *why);
+
 #define CLOSED(call) \
   refuse(j, TR_ESTATE, call ": the plan is closed (tr_job_plan or tr_graph_run ran): wire " \
          "the job before it")
@@ -105,6 +107,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   }
   tr__run *run = &j->run;
   run->g = g;
+  if (c.async.enabled && c.async.elastic) tr__graph_on_lost(g, lost_rank, j);
   run->mb_batch = c.global_batch / (c.async.enabled ? 1 : R * M);
   /* An asynchronous worker's loader keeps one batch ready: a step a loader has taken is its
    * worker's, so a deep ring would hand a fast loader steps a slow worker could have had. */
@@ -197,6 +200,13 @@ static int loader_index_of(const tr_job *j, const tr_actor *a) {
   return -1;
 }
 
+/* An elastic job goes on without a rank of workers only (elastic.c; the transport's thread). */
+static int lost_rank(void *arg, int rank, const char *why) {
+  tr_job *j = arg;
+  return tr__elastic_lost_rank(j->run.g, j->server, j->stages, j->loaders,
+                               j->run.c.layout.replicas, rank, why);
+}
+
 static int connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,
                    const char *name, int credits, tr_edge **out) {
   return tr_graph_connect(j->run.g, &(tr_edge_config){.from = from, .to = to, .type = type,
@@ -264,7 +274,10 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
   else if (c->layout.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
   else snprintf(name, sizeof name, "stage%d", stage);
-  int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, &tr__stage_behaviour,
+  /* an elastic job's worker leaves when it fails (elastic.c) */
+  const tr_behaviour *b = c->async.enabled && c->async.elastic ? &tr__elastic_behaviour
+                                                                : &tr__stage_behaviour;
+  int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, b,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
   j->stages[i] = j->plan.st[i].actor = *out;

@@ -147,8 +147,29 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
   return 0;
 }
 
-static int check_async(const tr_async_config *a, char *err, size_t n) {
+static int check_async(const tr_async_config *a, int workers, char *err, size_t n) {
+  if (a->elastic && !a->enabled)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.elastic") ": workers that come and go are asynchronous "
+                     "training's (" TR__F("async.enabled") ")");
   if (!a->enabled) return 0;
+  if (a->elastic && a->hogwild)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.elastic") ": not with " TR__F("async.hogwild") ": a Hogwild! "
+                     "worker that fails mid-update leaves the shared parameters half written");
+  if (a->join_at < 0 || a->join_workers < 0 || (a->join_workers > 0 && a->join_at == 0))
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.join_at") " %lld, " TR__F("async.join_workers") " %d: give "
+                     "the step after which workers join (>= 1) and how many (>= 0)",
+                     (long long)a->join_at, a->join_workers);
+  if (a->join_at > 0 && a->join_workers >= workers)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.join_workers") " %d of %d workers: at least one must train "
+                     "from the start", a->join_workers, workers);
+  if (a->join_at > 0 && a->hogwild)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("async.join_at") ": not with " TR__F("async.hogwild") " (a worker "
+                     "that joins pulls the parameters; Hogwild! workers share them)");
   if (a->staleness < -1)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("async.staleness") " %d: give a number of pushes >= 0, or -1",
@@ -293,8 +314,9 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
     tr__error_mark_lead(err, n, "data");
     return rc;
   }
+  if (c->async.join_at > 0 && c->async.join_workers == 0) c->async.join_workers = 1;
   if ((rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
-      (rc = check_async(&c->async, err, n)))
+      (rc = check_async(&c->async, c->layout.replicas, err, n)))
     return rc;
   if ((unsigned)c->data_on > TR_DATA_ON_DEVICE)
     return tr_errorf(err, n, TR_EINVAL,

@@ -122,3 +122,7 @@ int tr__policy_async(tr__policy *out, tr__worker *worker) {
   *out = (tr__policy){.ops = &async_ops, .state = p};
   return 0;
 }
+
+tr__worker *tr__policy_async_worker(const tr__policy *p) {
+  return p->ops == &async_ops ? ((const async_policy *)p->state)->worker : NULL;
+}

@@ -199,7 +199,14 @@ typedef enum tr__json {
   X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
   X(ASIDE_NS, "aside_ns", "ns", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                   \
-  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)   \
+  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)  \
+  X(WORKERS_ALIVE, "workers_alive", "", FIRST, ASYNC, INT, TR__AT(workers_alive), VALUE, NULL,     \
+    NULL)                                                                                          \
+  X(WORKERS_LEFT, "workers_left", "", FIRST, ASYNC, TEXT, TR__AT(workers_left), VALUE, NULL,       \
+    "workers left (worker@step): %s")                                                              \
+  X(WORKERS_GONE, "workers_gone", "", FIRST, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)      \
+  X(WORKERS_JOINED, "workers_joined", "", FIRST, ASYNC, TEXT, TR__AT(workers_joined), VALUE, NULL, \
+    "workers joined (worker@step): %s")                                                            \
   X(COMM_BYTES, "comm_bytes", "bytes", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)      \
   X(COMM_BYTES_PER_STEP, "comm_bytes_per_step", "bytes", DERIVED, RUN, REAL,                     \
     TR__AT(comm_bytes_per_step), VALUE, NULL, "%.4g bytes sent a step")                         \

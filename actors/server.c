@@ -22,6 +22,10 @@
  *
  * Checkpoint parts and, at the end, the figures go to the coordinator on the report edge;
  * a part that finds no credit waits, superseded by a later one, so updates never wait.
+ *
+ * Workers come and go (server_members.c): one that joins a running job (async.join_at) is
+ * welcomed with the parameters of that moment; one that fails leaves (async.elastic), and
+ * the server goes on with the others, SSP counting only those still running.
  */
 #include <math.h>
 #include <stdio.h>
@@ -30,68 +34,13 @@
 
 #include "clipnorm.h"
 #include "metrics.h"
+#include "server_impl.h"
 #include "tr_trace.h"
-#include "worker.h"
 
 /* The server's figures: flat (it crosses the untyped report edge). */
 TR_MSGTYPE_DEFINE_CODEC(tr__server_done_type, tr__server_done_msg, &tr_msg_codec_flat);
 
 
-enum { STATS_RING = 64,    /* distance measurements in flight to the host */
-       NORM = 2 * STATS_RING }; /* where a push's gradient norm is measured */
-
-typedef struct worker {
-  tr_edge *push, *reply;
-  tr_event *reply_ev;
-  int64_t clock;    /* pushes applied */
-  bool direct;      /* its memory is readable here */
-  bool remote;      /* it lives in another process: pushes come in host memory, and the
-                       parameters pulled go back with the reply, from `host` */
-  float *host;
-  bool active;      /* has not left */
-  bool waiting;     /* its reply is held (SSP) */
-  bool pull;        /* the held reply brings parameters */
-  float *params;    /* its memory, as its last push said */
-  tr_device *dev;
-} worker;
-
-/* What the server measures for the run's figures, sent as pairs at the end (finish). */
-typedef struct figures {
-  int64_t hist[TR_TRAIN_STALENESS_BINS];
-  double staleness_sum, consistency_sum;
-  int64_t staleness_max, consistency_n;
-  int clock_gap_max;
-  int64_t skipped;  /* updates skipped for a norm that was not finite */
-  int64_t sent;     /* bytes of parameters sent with replies (pulls) */
-} figures;
-
-typedef struct server {
-  tr_actor *self;
-  const tr__run *run;
-  tr_edge *report;
-  tr_device *dev;
-  tr_stage *st;
-  tr_stream *s;
-  size_t numel;
-  float *scratch;   /* a worker's parameters, staged where they cannot be read in place */
-  int W, active;
-  worker *w;
-  int64_t version;  /* updates applied in this run */
-  _Atomic int64_t applied; /* Hogwild!: updates the workers applied */
-  float lr;
-
-  /* ||θ_worker − θ_server||² and ||θ_server||² per push: device → host ring */
-  float *stats_dev, *stats_host;
-  tr_event *stats_ev[STATS_RING];
-  int64_t stats_issued, stats_read;
-
-  figures fig;
-  tr__busy busy;
-  bool finishing, done, lent; /* lent: Hogwild! workers hold the parameters */
-  bool saved;                 /* the last checkpoint part is taken */
-  tr__part_msg *pending;      /* a checkpoint part waiting for a credit */
-  char err[512];
-} server;
 
 void *tr__server_new(const tr__run *run, tr_device *dev) {
   server *sv = calloc(1, sizeof *sv);
@@ -119,7 +68,7 @@ int tr__server_set_worker(void *state, int w, tr_edge *push, tr_edge *reply, tr_
 
 void tr__server_set_report(void *state, tr_edge *report) { ((server *)state)->report = report; }
 
-static int fail_device(tr_actor *self, server *sv, const char *what) {
+int tr__server_fail_device(tr_actor *self, server *sv, const char *what) {
   const char *why = sv->st ? tr_stage_error(sv->st) : tr_device_error(sv->dev);
   return tr_actor_fail(self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(sv->dev), why);
 }
@@ -133,7 +82,7 @@ static int server_open(tr_actor *self) {
     return tr_actor_fail(self, TR_EINVAL, "the server is not wired: it serves %d of %d workers "
                          "(tr_job_serve)%s", sv->active, sv->W,
                          sv->report ? "" : " and has no coordinator (tr_job_add_coordinator)");
-  if (tr_device_bind(sv->dev)) return fail_device(self, sv, "binding the device");
+  if (tr_device_bind(sv->dev)) return tr__server_fail_device(self, sv, "binding the device");
   tr_trace_label(self, tr_device_name(sv->dev));
   tr_stage_config c = {.batch = run->mb_batch,
                        .slots = 0,
@@ -152,27 +101,28 @@ static int server_open(tr_actor *self) {
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
-      return fail_device(self, sv, "opening events");
+      return tr__server_fail_device(self, sv, "opening events");
     w->remote = tr_device_is_placeholder(w->dev);
     w->direct = !w->remote && tr_device_can_access_peer(sv->dev, w->dev) == 1;
+    w->joined = !tr__worker_joins(jc, i);
     if (jc->async.hogwild && !w->direct)
       return tr_actor_fail(self, TR_EINVAL, "async.hogwild: worker %d on %s cannot reach the "
                            "server's memory on %s (host devices of one process only)", i,
                            tr_device_name(w->dev), tr_device_name(sv->dev));
-    if (w->remote &&
+    if ((w->remote || !w->joined) && /* a joining worker's parameters go with the reply */
         tr_host_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&w->host))
-      return fail_device(self, sv, "allocating a remote worker's pull buffer");
+      return tr__server_fail_device(self, sv, "allocating a remote worker's pull buffer");
     if (!sv->scratch && !w->direct &&
         tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
-      return fail_device(self, sv, "allocating the staging buffer");
+      return tr__server_fail_device(self, sv, "allocating the staging buffer");
   }
   /* two per push in flight, and the gradient's norm at NORM */
   if (tr_device_alloc(sv->dev, (NORM + 1) * sizeof(float), (void **)&sv->stats_dev) ||
       tr_host_alloc(sv->dev, (NORM + 1) * sizeof(float), (void **)&sv->stats_host))
-    return fail_device(self, sv, "allocating the statistics");
+    return tr__server_fail_device(self, sv, "allocating the statistics");
   for (int i = 0; i < STATS_RING; i++)
     if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &sv->stats_ev[i]))
-      return fail_device(self, sv, "opening events");
+      return tr__server_fail_device(self, sv, "opening events");
   const int64_t end = tr_graph_end_step(run->g);
   sv->busy = tr__busy_begin(0, end == INT64_MAX ? INT64_MAX : end - tr_graph_first_step(run->g));
   for (int i = 0; i < sv->W && jc->async.hogwild; i++) {
@@ -184,11 +134,12 @@ static int server_open(tr_actor *self) {
     r->numel = 0;
     r->share = sv->st;
     r->applied = &sv->applied;
+    r->ended = false;
     sv->lent = true;
     int rc = tr_edge_send_control(sv->w[i].reply, r);
     if (rc) return rc;
   }
-  return 0;
+  return tr__server_welcome(self, sv); /* a resumed run may be past the step they join at */
 }
 
 /* Reads the distance measurements that have landed (all of them, `wait`ing if asked). */
@@ -196,7 +147,7 @@ static int harvest(tr_actor *self, server *sv, bool wait) {
   while (sv->stats_read < sv->stats_issued) {
     const int k = (int)(sv->stats_read % STATS_RING);
     int q = wait ? (tr_event_synchronize(sv->stats_ev[k]) ? -1 : 1) : tr_event_query(sv->stats_ev[k]);
-    if (q < 0) return fail_device(self, sv, "reading the workers' distance");
+    if (q < 0) return tr__server_fail_device(self, sv, "reading the workers' distance");
     if (q == 0) break;
     const double diff = sv->stats_host[2 * k], norm = sv->stats_host[2 * k + 1];
     sv->fig.consistency_sum += norm > 0 ? sqrt(diff / norm) : sqrt(diff);
@@ -207,11 +158,11 @@ static int harvest(tr_actor *self, server *sv, bool wait) {
 }
 
 /* Replies to every held worker SSP lets go: one at most `staleness` pushes ahead of the
- * slowest worker still running. */
+ * slowest worker still running (that has joined). */
 static int serve(tr_actor *self, server *sv) {
   int64_t slowest = INT64_MAX;
   for (int i = 0; i < sv->W; i++)
-    if (sv->w[i].active && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
+    if (sv->w[i].active && sv->w[i].joined && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
   const int S = sv->run->c.async.staleness;
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
@@ -224,9 +175,9 @@ static int serve(tr_actor *self, server *sv) {
                                           TR_COPY_D2H) || tr_stream_synchronize(sv->s)
                               : tr_memcpy_peer(sv->s, w->params, w->dev,
                                                tr_stage_params(sv->st), sv->dev, bytes)))
-      return fail_device(self, sv, "sending parameters");
+      return tr__server_fail_device(self, sv, "sending parameters");
     if (w->pull) sv->fig.sent += (int64_t)bytes;
-    if (tr_event_record(w->reply_ev, sv->s)) return fail_device(self, sv, "replying");
+    if (tr_event_record(w->reply_ev, sv->s)) return tr__server_fail_device(self, sv, "replying");
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
     r->pulled = w->pull;
     r->version = sv->version;
@@ -235,6 +186,7 @@ static int serve(tr_actor *self, server *sv) {
     r->numel = sv->numel;
     r->share = NULL;
     r->applied = NULL;
+    r->ended = false;
     w->waiting = false;
     int rc = tr_edge_send_control(w->reply, r);
     if (rc) return rc;
@@ -253,7 +205,7 @@ static int snapshot(tr_actor *self, server *sv, int64_t step) {
   p->due = TR__DUE_CHECKPOINT;
   if (tr__stage_snapshot(sv->st, &p->part, true)) {
     tr_msg_free(p);
-    return fail_device(self, sv, "copying the parameters for a checkpoint");
+    return tr__server_fail_device(self, sv, "copying the parameters for a checkpoint");
   }
   if (sv->pending) {
     tr__part_free(&sv->pending->part);
@@ -311,15 +263,15 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
     if (tr_memcpy(sv->s, tr_stage_grads(sv->st), m->grads, bytes, TR_COPY_H2D) ||
         tr_memcpy(sv->s, sv->scratch, m->params, bytes, TR_COPY_H2D) ||
         tr_stream_synchronize(sv->s))
-      return fail_device(self, sv, "copying a push from another process");
+      return tr__server_fail_device(self, sv, "copying a push from another process");
     pulled = sv->scratch;
   } else if (tr_stream_wait_event(sv->s, m->ready)) {
-    return fail_device(self, sv, "waiting for a push");
+    return tr__server_fail_device(self, sv, "waiting for a push");
   } else if (!w->direct) {
     grads = NULL;
     if (tr_memcpy_peer(sv->s, tr_stage_grads(sv->st), sv->dev, m->grads, m->dev, bytes) ||
         tr_memcpy_peer(sv->s, sv->scratch, sv->dev, m->params, m->dev, bytes))
-      return fail_device(self, sv, "copying a push");
+      return tr__server_fail_device(self, sv, "copying a push");
     pulled = sv->scratch;
   }
   tr_stage_use_grads(sv->st, grads); /* the worker's, in place; NULL: the copy */
@@ -334,15 +286,15 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
       tr_sumsq(sv->s, &d2[1], params, sv->numel, 0) ||
       tr_memcpy(sv->s, &sv->stats_host[2 * k], d2, 2 * sizeof(float), TR_COPY_D2H) ||
       tr_event_record(sv->stats_ev[k], sv->s))
-    return fail_device(self, sv, "measuring a worker's distance");
+    return tr__server_fail_device(self, sv, "measuring a worker's distance");
   sv->stats_issued++;
 
   if (ac->dc_lambda > 0 && tr_dc_asgd(sv->s, grads, params, pulled, sv->numel, ac->dc_lambda))
-    return fail_device(self, sv, "delay compensation");
+    return tr__server_fail_device(self, sv, "delay compensation");
   if (ac->staleness_lr) tr_stage_set_lr(sv->st, stale > 1 ? sv->lr / (float)stale : sv->lr);
   double norm2;
   if (tr__norm2_now(sv->s, grads, sv->numel, &sv->stats_dev[NORM], &sv->stats_host[NORM], &norm2))
-    return fail_device(self, sv, "the gradient's norm");
+    return tr__server_fail_device(self, sv, "the gradient's norm");
   if (!isfinite(norm2)) {
     if (sv->run->c.on_nonfinite != TR_NONFINITE_SKIP)
       return tr_actor_fail(self, TR_ENONFINITE, "update %lld (worker %d's gradient of step "
@@ -353,7 +305,7 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
                            tr__nonfinite_name(norm2));
     sv->fig.skipped++; /* the parameters stay as they were */
   } else if (tr_stage_step(sv->st, NULL)) {
-    return fail_device(self, sv, "optimizer step");
+    return tr__server_fail_device(self, sv, "optimizer step");
   }
   tr_stage_use_grads(sv->st, NULL);
   w->params = m->params;
@@ -361,6 +313,7 @@ static int apply(tr_actor *self, server *sv, const tr__push_msg *m) {
   w->pull = m->pull;
   int rc = count_update(self, sv, w, stale);
   if (rc == 0) rc = harvest(self, sv, false);
+  if (rc == 0) rc = tr__server_welcome(self, sv);
   if (rc == 0) rc = serve(self, sv);
   tr__busy_add(&sv->busy, self, sv->version - 1, "update", t0, -1);
   return rc;
@@ -384,6 +337,7 @@ static void send_figures(const server *sv, tr__figures *f) {
   tr__figures_real(f, TR__M_CONSISTENCY, g->consistency_n ? g->consistency_sum /
                                                                 (double)g->consistency_n
                                                           : NAN);
+  tr__server_members_figures(sv, f);
 }
 
 /* Every worker has left: the last checkpoint part and the figures go to the coordinator,
@@ -391,8 +345,9 @@ static void send_figures(const server *sv, tr__figures *f) {
 static int finish(tr_actor *self, server *sv) {
   const tr__run *run = sv->run;
   if (!sv->finishing) {
-    if (tr_stream_synchronize(sv->s)) return fail_device(self, sv, "finishing the run");
+    if (tr_stream_synchronize(sv->s)) return tr__server_fail_device(self, sv, "finishing the run");
     int rc = harvest(self, sv, true);
+    if (rc == 0) rc = tr__server_tell_departed(sv);
     if (rc) return rc;
     sv->finishing = true;
   }
@@ -418,14 +373,22 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr_edge_credit_type) send_pending(sv);
   if (msg->type == &tr__push_type) {
     const tr__push_msg *m = (const tr__push_msg *)msg;
+    if (!sv->w[m->worker].active) { /* of a rank lost meanwhile (job.c: lost_rank) */
+      tr_edge_release(sv->w[m->worker].push, 1);
+      return 0;
+    }
     return apply(self, sv, m);
   }
   if (msg->type == &tr__leave_type) {
-    const int w = ((const tr__leave_msg *)msg)->worker;
-    tr_edge_release(sv->w[w].push, 1);
-    sv->w[w].active = false;
-    if (--sv->active == 0) return finish(self, sv);
-    return serve(self, sv); /* the slowest may have left */
+    const tr__leave_msg *l = (const tr__leave_msg *)msg;
+    if (!sv->w[l->worker].active) return 0; /* its rank lost after it had left */
+    tr_edge_release(sv->w[l->worker].push, 1);
+    sv->w[l->worker].active = false;
+    if (l->left) tr__server_depart(sv, l);
+    if (--sv->active == 0)
+      return sv->departed == sv->W ? tr__server_all_departed(self, sv) : finish(self, sv);
+    const int rc = tr__server_welcome(self, sv); /* the last that trained may have left */
+    return rc ? rc : serve(self, sv); /* the slowest may have left */
   }
   return 0; /* credits; tr_graph_end_msg: the workers' leaving says when it is over */
 }

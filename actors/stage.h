@@ -42,4 +42,13 @@ void *tr__stage_new(const tr__run *run, int replica, int stage, tr_device *dev);
 void tr__stage_wire(void *stage, const tr__stage_ports *ports);
 tr_device *tr__stage_device(const void *stage);
 
+/* For a worker that left its run (elastic.c, tr_async_config.elastic), once its stage has
+ * failed and runs no more: the policy it was wired with; a batch that comes, held as the
+ * stage holds batches; every batch it holds given back (its device failed: those whose
+ * copies may still be running too), so that its loader can end — true once the loader's end
+ * (a batch of step -1) has come, given back now or taken before. */
+const tr__policy *tr__stage_policy(const void *stage);
+int tr__stage_hold_batch(void *stage, const tr_batch_msg *m);
+bool tr__stage_give_back_batches(void *stage);
+
 #endif

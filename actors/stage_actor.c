@@ -101,6 +101,24 @@ void tr__stage_wire(void *state, const tr__stage_ports *p) {
 
 tr_device *tr__stage_device(const void *state) { return ((const stage_actor *)state)->dev; }
 
+const tr__policy *tr__stage_policy(const void *state) { return &((const stage_actor *)state)->policy; }
+
+int tr__stage_hold_batch(void *state, const tr_batch_msg *m) {
+  stage_actor *a = state;
+  return tr__batch_in_take(&a->in, m, true); /* a worker's one chunk is the whole model */
+}
+
+bool tr__stage_give_back_batches(void *state) {
+  stage_actor *a = state;
+  bool end = a->finishing || a->done || a->eval.ending;
+  tr__returns_abandon(&a->returns); /* its device failed: its events may never say */
+  for (const tr__lent *e; a->in.n && (e = tr__batch_in_head(&a->in));) {
+    end |= e->step < 0;
+    tr__batch_in_drop(&a->in);
+  }
+  return end;
+}
+
 static const tr_stage_info *last_chunk(const stage_actor *a) {
   return a->ch.ch[a->ch.n - 1].info;
 }

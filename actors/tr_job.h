@@ -234,6 +234,13 @@ typedef struct tr_train_result {
    * 0 in other runs: JSON null) */
   int sync_every, warmup_sync;
   char outer[16];
+  /* async: the workers still running at the end, and those that left
+   * (tr_async_config.elastic) as "worker@step,..." ("2@37": worker 2 left when the server
+   * had applied the updates up to step 37); "" when none left */
+  int workers_alive;
+  char workers_left[128];
+  char workers_joined[128]; /* async: workers that joined (tr_async_config.join_at) as
+                               "worker@step,..."; "" when none did */
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -266,6 +273,20 @@ typedef struct tr_async_config {
   int pull_every;          /* pull fresh parameters every this many pushes; 0: 1 */
   int hogwild;             /* host devices: the workers update the server's parameters in
                               place, with no lock (Hogwild!, Niu et al. 2011) */
+  int elastic;             /* a worker that fails (an op of its device returns an error, or
+                              its actor fails while it trains) leaves the run instead of
+                              failing it: the server goes on with the others, SSP counts only
+                              those, every update applied stays, and stderr and the figures
+                              (workers_left, workers_alive) say who left at which step. The
+                              run fails only when every worker has left. Not with hogwild */
+  /* Workers that join a running job, in one process or across ranks: the last
+   * `join_workers` workers (0 with join_at: 1) wait, training nothing, until the server has
+   * applied the updates up to step `join_at` (or none of the others is left), then pull the
+   * server's parameters of that moment and start pushing; SSP counts each from its join (its
+   * clock starts level with the slowest). Their loaders may hold a step or two for them
+   * meanwhile, trained once they join. 0: every worker from the start. Not with hogwild */
+  int64_t join_at;
+  int join_workers;
 } tr_async_config;
 
 /* Checkpoints: safetensors files written atomically (tr_checkpoint.h). */
@@ -542,7 +563,18 @@ TR_API int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **ou
 TR_API int tr_job_snapshot(tr_job *j, tr_edge *report, int every);
 
 /* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
- * `dev`, fed by a loader like any stage. */
+ * `dev`, fed by a loader like any stage. Workers that come and go are the configuration's
+ * (tr_async_config): with `elastic`, a worker that fails leaves the run; with `join_at`, the
+ * last `join_workers` workers — added here like the others, before the run — join the
+ * running job at that step, pulling the server's parameters of that moment:
+ *
+ *   c.async.join_at = 500;                        // worker 3 of 4 joins after update 500
+ *   tr_job_add_worker(j, 3, gpu3, &w3);           // wired like the others
+ *   tr_job_serve(j, server, w3);
+ *
+ * A worker's actor is not added to a graph that already runs: edges are made before
+ * tr_graph_run, so a worker that joins is wired from the start and waits, training nothing
+ * and counted by SSP only from its join. */
 TR_API int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out);
 TR_API int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
 /* worker → server: gradients pushed (one credit: a worker waits for the server's reply

@@ -1,6 +1,7 @@
 /* worker.c — an asynchronous worker's push and reply (worker.h), and the asynchronous
  * protocol's messages with their wire codecs. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,15 +92,21 @@ struct tr__worker {
   int64_t version;       /* of the parameters held */
   int since_pull;
   bool pushed, replied, shared;
+  bool joined;           /* trains: from the start, or (tr_async_config.join_at) once the
+                            server's first reply has brought its parameters */
   tr__reply_msg got;     /* the reply to the push in flight (its fields) */
   _Atomic int64_t *applied; /* Hogwild!: updates applied to the shared parameters */
   int64_t sent;             /* bytes pushed (tr__worker_sent_bytes) */
+  /* elastic: it left the run (tr__worker_depart), and whether the server knows */
+  bool departed, told, over, finished;
+  char why[256];
 };
 
 tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply) {
   tr__worker *w = calloc(1, sizeof *w);
   if (w == NULL) return NULL;
-  *w = (tr__worker){.run = run, .index = index, .push = push, .reply = reply};
+  *w = (tr__worker){.run = run, .index = index, .push = push, .reply = reply,
+                    .joined = !tr__worker_joins(&run->c, index)};
   return w;
 }
 
@@ -156,7 +163,28 @@ void tr__worker_receive(tr__worker *w, const tr__reply_msg *m) {
   w->replied = true;
 }
 
+bool tr__worker_joins(const tr_job_config *c, int index) {
+  return c->async.join_at > 0 && index >= c->layout.replicas - c->async.join_workers;
+}
+
+/* A worker that joins: the server's first reply brings the parameters it starts from. */
+static int join(tr__worker *w) {
+  if (!w->replied) return 0;
+  tr_stream *s = tr_stage_stream(w->st);
+  if ((w->got.ready && tr_stream_wait_event(s, w->got.ready)) ||
+      (w->got.params && (tr_stage_upload(w->st, TR_STAGE_PARAMS, w->got.params) ||
+                         tr_stream_synchronize(s))))
+    return fail(w, "taking the parameters it joins with");
+  if (w->got.params) tr_edge_release(w->reply, 1);
+  w->version = w->got.version;
+  w->since_pull = 0;
+  w->replied = false;
+  w->joined = true;
+  return 1;
+}
+
 int tr__worker_begin(tr__worker *w) {
+  if (!w->joined) return join(w);
   if (!w->run->c.async.hogwild) return 1;
   if (!w->shared) { /* the server's parameters, before the first step */
     if (!w->replied) return 0;
@@ -237,6 +265,8 @@ int tr__worker_leave(tr__worker *w) {
   if (!tr_edge_acquire(w->push)) return 0; /* a Hogwild! push still being counted */
   tr__leave_msg *l = tr_msg_new(&tr__leave_type);
   l->worker = w->index;
+  l->left = false;
+  l->why[0] = 0;
   tr_edge_send(w->push, l);
   return 1;
 }
@@ -254,3 +284,51 @@ void tr__worker_close(tr__worker *w) {
 void tr__worker_free(tr__worker *w) { free(w); }
 
 int64_t tr__worker_sent_bytes(const tr__worker *w) { return w->sent; }
+
+/* ---- a worker that left (worker.h) ---------------------------------------------------------- */
+
+const tr__run *tr__worker_run(const tr__worker *w) { return w->run; }
+
+/* The leave that says why, once the push edge's one credit is back (the server has read the
+ * push in flight): 1 sent, 0 waits for the credit. */
+static int tell(tr__worker *w) {
+  if (w->told) return 1;
+  if (!tr_edge_acquire(w->push)) return 0;
+  tr__leave_msg *l = tr_msg_new(&tr__leave_type);
+  l->worker = w->index;
+  l->left = true;
+  snprintf(l->why, sizeof l->why, "%s", w->why);
+  tr_edge_send(w->push, l);
+  w->told = true;
+  return 1;
+}
+
+int tr__worker_depart(tr__worker *w, tr_actor *self, const char *why) {
+  if (w->push_ev == NULL) return TR_ESTATE; /* never opened, or closed: it never trained */
+  w->self = self;
+  w->departed = true;
+  snprintf(w->why, sizeof w->why, "%s", why);
+  tell(w);
+  return 0;
+}
+
+bool tr__worker_departed(const tr__worker *w) { return w->departed; }
+bool tr__worker_over(const tr__worker *w) { return w->over; }
+
+bool tr__worker_departed_receive(tr__worker *w, const tr_msg *m) {
+  if (m->type == &tr_edge_credit_type) {
+    tell(w);
+    return false;
+  }
+  if (m->type != &tr__reply_type) return false;
+  const tr__reply_msg *r = (const tr__reply_msg *)m;
+  tr_edge_release(w->reply, 1); /* its buffer, parameters and all, is not read any more */
+  if (r->ended) w->over = true;
+  return r->ended;
+}
+
+bool tr__worker_finish_departed(tr__worker *w) {
+  if (!w->over || w->finished) return false;
+  w->finished = true;
+  return true;
+}

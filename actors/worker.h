@@ -6,10 +6,13 @@
  * the reply, which says the gradient has been read — and, every `pull_every` pushes, that
  * the server's parameters have been written into the worker's. Hogwild!: the server's first
  * reply lends its parameters, which the worker then updates in place itself, pushing only
- * to count the update. At the end the worker leaves, so the server knows whom to wait for.
+ * to count the update. A worker that joins a running job (tr_async_config.join_at) waits
+ * for the server's first reply, which brings the parameters of the moment it joins. At the
+ * end the worker leaves, so the server knows whom to wait for.
  *
  *   tr__worker_open(w, self, st);
- *   rc = tr__worker_begin(w);                        // before each step (Hogwild!: shared)
+ *   rc = tr__worker_begin(w);                        // before each step (Hogwild!: shared;
+ *                                                    // joining: the parameters)
  *   rc = tr__worker_step(w, pushes, batch_step, &busy); // in place of the update
  *   rc = tr__worker_leave(w);                        // at the end
  * Each returns 1 when done, 0 while it waits for a message, or a negative status.
@@ -21,6 +24,7 @@
 
 #include "job_impl.h"
 #include "metrics.h"
+#include "step_policy.h"
 
 /* worker → server: the gradient of step `step` at parameters of version `version`, in the
  * worker's memory (grads, beside its parameters), final once `ready` has completed; `pull`:
@@ -51,12 +55,17 @@ typedef struct tr__reply_msg {
   size_t numel;
   tr_stage *share;
   _Atomic int64_t *applied;
+  bool ended; /* to a worker that left (tr_async_config.elastic): the server is done, the run
+                 over; nothing else in it */
 } tr__reply_msg;
 
-/* worker → server: it pushes no more */
+/* worker → server: it pushes no more; `left`: because it failed (tr_async_config.elastic),
+ * saying why */
 typedef struct tr__leave_msg {
   tr_msg hdr;
   int worker;
+  bool left;
+  char why[256];
 } tr__leave_msg;
 
 extern const tr_msgtype tr__push_type, tr__reply_type, tr__leave_type;
@@ -69,6 +78,9 @@ enum { TR__REPLY_CREDITS = 2 };
 typedef struct tr__worker tr__worker;
 
 tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply);
+/* Whether worker `index` joins the running job (tr_async_config.join_at): it trains nothing
+ * until the server's first reply, which brings the parameters it starts from. */
+bool tr__worker_joins(const tr_job_config *c, int index);
 int tr__worker_open(tr__worker *w, tr_actor *self, tr_stage *st);
 void tr__worker_receive(tr__worker *w, const tr__reply_msg *m);
 int tr__worker_begin(tr__worker *w);
@@ -80,5 +92,33 @@ void tr__worker_free(tr__worker *w);
  * the parameters it computed it from (the server measures its distance and compensates
  * the delay with them), numel floats each; Hogwild!'s pushes carry no tensor. */
 int64_t tr__worker_sent_bytes(const tr__worker *w);
+
+/* ---- a worker that left (tr_async_config.elastic; elastic.c) -------------------------------
+ * Its stage failed: it tells the server why (a leave that says so, once the push in flight,
+ * if any, has been read), then only gives back what comes to it — replies, and batches (the
+ * caller's) — until the server's reply says the run is over.
+ *
+ *   tr__worker_depart(w, self, why);              // once, after the failure
+ *   over = tr__worker_departed_receive(w, msg);   // every message after it
+ *   if (over && batches_back && tr__worker_finish_departed(w)) tr_graph_done(g, self);
+ */
+tr__worker *tr__policy_async_worker(const tr__policy *p); /* NULL: not a worker's policy */
+const tr__run *tr__worker_run(const tr__worker *w);
+int tr__worker_depart(tr__worker *w, tr_actor *self, const char *why); /* TR_ESTATE: it
+                                                                          never opened */
+bool tr__worker_departed(const tr__worker *w);
+/* true: the server's reply that the run is over (tr__worker_over from then on) */
+bool tr__worker_departed_receive(tr__worker *w, const tr_msg *m);
+bool tr__worker_over(const tr__worker *w);
+/* true once, when the run is over: the caller's part is done (tr_graph_done) */
+bool tr__worker_finish_departed(tr__worker *w);
+
+/* The stage of an elastic job's worker (tr_job_add_stage): the stage runner's behaviour,
+ * but a failure of the worker's stage makes it leave the run instead of failing it. */
+extern const tr_behaviour tr__elastic_behaviour;
+/* Rank `rank` is gone (tr__graph_on_lost): 0 when it held only workers and loaders (of the
+ * job's `n`), whose leaving the server, if it lives here, is told of; -1 otherwise. */
+int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *workers,
+                          tr_actor *const *loaders, int n, int rank, const char *why);
 
 #endif

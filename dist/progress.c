@@ -5,6 +5,7 @@
  * is, so an idle job costs little and the watchdog still sees an idle graph as idle. */
 #include <sched.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "transport_impl.h"
@@ -54,32 +55,6 @@ static int progress_requests(transport *t, bool *pending) {
   return did;
 }
 
-static int progress_incoming(transport *t) {
-  int flag = 0;
-  MPI_Message message;
-  MPI_Status st;
-  if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, t->comm, &flag, &message, &st) != MPI_SUCCESS ||
-      !flag)
-    return 0;
-  int count = 0;
-  MPI_Get_count(&st, MPI_BYTE, &count);
-  uint8_t *buf = malloc(count > 0 ? (size_t)count : 1);
-  TR_ASSERT(buf != NULL);
-  MPI_Mrecv(buf, count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
-  t->heard[st.MPI_SOURCE] = tr_now_ns();
-  if (st.MPI_TAG == TAG_HEARTBEAT) {
-    free(buf);
-    return 1;
-  }
-  in_msg *in = tr_msg_new(&tr__mpi_in_type);
-  in->source = st.MPI_SOURCE;
-  in->tag = st.MPI_TAG;
-  in->buf = buf;
-  in->n = (size_t)count;
-  tr_actor_send(t->self, in);
-  return 1;
-}
-
 static void heartbeat(transport *t, uint64_t *last) {
   const uint64_t now = tr_now_ns();
   if (now - *last < t->limit_ns / 8) return;
@@ -99,6 +74,65 @@ static void heartbeat(transport *t, uint64_t *last) {
   }
 }
 
+/* A message's bytes are received without blocking the thread (MPI_Imrecv): a rank that dies
+ * in the middle of sending one never completes it, and meanwhile the others' messages come,
+ * the heartbeats go on and the silence of the dead rank is noticed (heartbeat). Messages are
+ * handed to the actor in the order they were matched, each rank's in its order; those of a
+ * rank reported silent are abandoned (their requests and buffers left to MPI). */
+static int progress_incoming(transport *t) {
+  int flag = 0, did = 0;
+  MPI_Message message;
+  MPI_Status st;
+  if (MPI_Improbe(MPI_ANY_SOURCE, MPI_ANY_TAG, t->comm, &flag, &message, &st) == MPI_SUCCESS &&
+      flag) {
+    int count = 0;
+    MPI_Get_count(&st, MPI_BYTE, &count);
+    incoming *in = calloc(1, sizeof *in), **end = &t->incoming;
+    TR_ASSERT(in != NULL && (in->buf = malloc(count > 0 ? (size_t)count : 1)) != NULL);
+    *in = (incoming){.buf = in->buf, .count = count, .source = st.MPI_SOURCE,
+                     .tag = st.MPI_TAG};
+    t->heard[st.MPI_SOURCE] = tr_now_ns(); /* its message has begun to come */
+    if (MPI_Imrecv(in->buf, count, MPI_BYTE, &message, &in->r) != MPI_SUCCESS)
+      in->r = MPI_REQUEST_NULL, in->complete = true; /* nothing to wait for */
+    while (*end) end = &(*end)->next;
+    *end = in;
+    did = 1;
+  }
+  bool *waits = t->waits; /* [rank]: an earlier message of it is still coming */
+  memset(waits, 0, (size_t)t->size * sizeof *waits);
+  for (incoming **p = &t->incoming; *p;) {
+    incoming *in = *p;
+    const int s = in->source;
+    if (t->reported[in->source]) { /* silent: what it began to send never ends */
+      *p = in->next;
+      free(in);
+      continue;
+    }
+    if (!in->complete && MPI_Test(&in->r, &flag, MPI_STATUS_IGNORE) == MPI_SUCCESS && flag)
+      in->complete = true;
+    if (!in->complete || waits[s]) {
+      waits[s] = true;
+      p = &in->next;
+      continue;
+    }
+    *p = in->next;
+    t->heard[in->source] = tr_now_ns();
+    if (in->tag == TAG_HEARTBEAT) {
+      free(in->buf);
+    } else {
+      in_msg *m = tr_msg_new(&tr__mpi_in_type);
+      m->source = in->source;
+      m->tag = in->tag;
+      m->buf = in->buf;
+      m->n = (size_t)in->count;
+      tr_actor_send(t->self, m);
+    }
+    free(in);
+    did = 1;
+  }
+  return did;
+}
+
 void *tr__mpi_progress(void *arg) {
   transport *t = arg;
   pthread_setname_np(pthread_self(), "troupe-mpi");
@@ -107,6 +141,7 @@ void *tr__mpi_progress(void *arg) {
   while (atomic_load(&t->running)) {
     bool pending = false;
     const int did = progress_requests(t, &pending) | progress_incoming(t);
+    pending |= t->incoming != NULL;
     heartbeat(t, &last_beat);
     if (did || pending) { /* requests progress only while MPI is called: stay close */
       idle = did ? 0 : idle;

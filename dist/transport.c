@@ -15,7 +15,9 @@
  * across ranks (MPI_Allreduce on a communicator per group); a goodbye from every rank to
  * every rank before any leaves (MPI orders each pair's messages, so a goodbye comes after
  * everything sent before it); and an abort, which ends every rank with the text of the
- * failure.
+ * failure. A rank that goes silent, or that MPI fails to reach, fails the run — unless the
+ * graph says it can go on without it (host.lose: an elastic job's rank of workers only);
+ * then nothing more is sent to it, and no goodbye or agreement waits for it.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -71,6 +73,11 @@ static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
     free(q);
     return tr_actor_fail(t->self, TR_EINVAL, "sending %zu bytes to rank %d: more than one MPI "
                          "message holds (%d)", n, dest, INT_MAX);
+  }
+  if (t->lost[dest]) { /* gone: nothing reaches it any more */
+    free(buf);
+    free(q);
+    return 0;
   }
   const int rc = tr__mpi_isend(t, q, dest, tag, buf, (int)n);
   if (rc != MPI_SUCCESS) {
@@ -207,7 +214,7 @@ static int start_finish(transport *t) {
 
 static int frozen(transport *t, int64_t claimed) {
   if (claimed > t->frozen_max) t->frozen_max = claimed;
-  if (++t->frozen < t->size) return 0;
+  if (++t->frozen + t->nlost < t->size) return 0; /* a rank lost meanwhile answers no more */
   const int64_t end = t->frozen_max;
   int rc = post_all(t, TAG_END, &end, sizeof end);
   return rc ? rc : end_at(t, end);
@@ -219,6 +226,24 @@ static void maybe_done(transport *t) {
   if (t->done || !t->said_bye || t->byes < t->size - 1) return;
   t->done = true;
   t->host.done(t->host.arg, t->self);
+}
+
+/* Rank r is gone: 0 when the graph goes on without it (its goodbye and its part of the
+ * end's agreement taken as given), else the run fails as before. */
+static int lose(transport *t, int r, const char *why) {
+  if (r < 0 || r == t->rank || !t->host.lose) return -1;
+  if (t->lost[r]) return 0;
+  if (t->host.lose(t->host.arg, r, why)) return -1;
+  t->lost[r] = true;
+  t->nlost++;
+  if (!t->bye_from[r]) t->bye_from[r] = true, t->byes++;
+  int rc = 0;
+  if (t->rank == 0 && t->finishing && t->frozen + t->nlost >= t->size) { /* it never answers */
+    t->frozen--; /* frozen() counts one answer: this is none */
+    rc = frozen(t, t->frozen_max);
+  }
+  maybe_done(t);
+  return rc;
 }
 
 /* ---- the actor ------------------------------------------------------------------------------ */
@@ -289,6 +314,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr__mpi_broken_type) {
     const broken_msg *b = (const broken_msg *)msg;
     char who[512];
+    if (lose(t, b->rank, b->why) == 0) return 0;
     t->remote_failure = true;
     if (b->rank < 0)
       return tr_actor_fail(self, TR_ESYS, "a sum across ranks failed: %s", b->why);
@@ -298,7 +324,9 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
   }
   if (msg->type == &tr__mpi_silent_type) {
     const silent_msg *s = (const silent_msg *)msg;
-    char who[512];
+    char who[512], why[128];
+    snprintf(why, sizeof why, "not heard from for %.1f s", s->seconds);
+    if (lose(t, s->rank, why) == 0) return 0;
     t->host.describe_rank(t->host.arg, s->rank, who, sizeof who);
     t->remote_failure = true;
     return tr_actor_fail(self, TR_ETIMEDOUT, "rank %d has not been heard from for %.1f s (it "
@@ -339,7 +367,10 @@ static int transport_start(tr_actor *self) {
   t->heard = calloc((size_t)t->size, sizeof *t->heard);
   t->reported = calloc((size_t)t->size, sizeof *t->reported);
   t->bye_from = calloc((size_t)t->size, sizeof *t->bye_from);
-  if (!t->held || !t->heard || !t->reported || !t->bye_from) return TR_ENOMEM;
+  t->lost = calloc((size_t)t->size, sizeof *t->lost);
+  t->waits = calloc((size_t)t->size, sizeof *t->waits);
+  if (!t->held || !t->heard || !t->reported || !t->bye_from || !t->lost || !t->waits)
+    return TR_ENOMEM;
   for (int r = 0; r < t->size; r++) t->heard[r] = now_ns();
   if (MPI_Comm_dup(t->world, &t->comm) != MPI_SUCCESS)
     return tr_actor_fail(self, TR_ESYS, "duplicating the world's communicator failed");
@@ -404,6 +435,12 @@ static void transport_destroy(void *state) {
   free(t->heard);
   free(t->reported);
   free(t->bye_from);
+  free(t->lost);
+  free(t->waits);
+  for (incoming *in = t->incoming, *next; in; in = next) { /* a lost rank's: MPI keeps buf */
+    next = in->next;
+    free(in);
+  }
   pthread_mutex_destroy(&t->lock);
   free(t);
 }

@@ -59,6 +59,14 @@ typedef struct request { /* a send the progress thread completes */
   struct request *next;
 } request;
 
+typedef struct incoming { /* a message being received (the progress thread's) */
+  MPI_Request r;
+  uint8_t *buf;
+  int count, source, tag;
+  bool complete;
+  struct incoming *next;
+} incoming;
+
 typedef struct summer { /* a group's sums, one after another on a thread of its own */
   pthread_t thread;
   bool started, stop, busy; /* busy: inside MPI_Allreduce */
@@ -104,8 +112,13 @@ typedef struct transport {
   pthread_mutex_t lock;
   request *requests;
   uint64_t *heard;       /* [rank]: last message from it (progress thread only) */
+  incoming *incoming;    /* messages being received, in the order they were matched (progress
+                            thread only; those of a lost rank are abandoned to MPI) */
+  bool *waits;           /* [rank]: the progress thread's, while it hands messages over */
   bool *reported;        /* [rank] */
   bool remote_failure;   /* the run ends for another rank's failure: no abort sent back */
+  bool *lost;            /* [rank]: gone, and the graph goes on without it (host.lose) */
+  int nlost;
 } transport;
 
 /* progress.c: an MPI_Isend of q's message, q then on the list the progress thread completes;

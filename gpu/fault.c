@@ -14,16 +14,21 @@
 #include "backend_impl.h"
 #include "fault.h"
 
-enum { MAX_BACKENDS = 4 };
+enum { MAX_BACKENDS = 4, MAX_RULES = 8 };
+
+typedef struct fault_rule {
+  int dev;                  /* the device index the rule applies to; -1: every one */
+  char op[32];              /* the prefix of the names counted; "": every name */
+  long long us, grow, every, fail, from;
+  long long *calls;         /* counted calls, per device index of the list */
+} fault_rule;
 
 typedef struct fault_be {
   tr__backend table;        /* first: a decorated device's `be` points here */
   const tr__backend *inner; /* what it decorates */
   int refs;                 /* devices that use it */
-  int dev;                  /* the device index the rule applies to; -1: every one */
-  char op[32];              /* the prefix of the names counted; "": every name */
-  long long us, grow, every, fail;
-  long long *calls;         /* counted calls, per device index of the list */
+  int nrules;
+  fault_rule rule[MAX_RULES]; /* each counts its own calls */
 } fault_be;
 
 static fault_be *fault_of(const tr_device *d) { return (fault_be *)(uintptr_t)d->be; }
@@ -35,10 +40,25 @@ static void pause_us(long long us) {
 }
 
 /* The call's number among those the rule counts on d (from 1), or 0 when it is not one. */
-static long long counted(fault_be *f, tr_device *d, const char *name) {
-  if (f->dev >= 0 && d->info.index != f->dev) return 0;
-  if (strncmp(name, f->op, strlen(f->op))) return 0;
-  return ++f->calls[d->info.index];
+static long long counted(fault_rule *r, tr_device *d, const char *name) {
+  if (r->dev >= 0 && d->info.index != r->dev) return 0;
+  if (strncmp(name, r->op, strlen(r->op))) return 0;
+  return ++r->calls[d->info.index];
+}
+
+/* What the rules make of a call: its number under the rule that fails it (0: it runs), and
+ * the microseconds it sleeps once it has run (*us). */
+static long long judge(fault_be *f, tr_device *d, const char *name, long long *us) {
+  long long failing = 0;
+  *us = 0;
+  for (int i = 0; i < f->nrules; i++) {
+    fault_rule *r = &f->rule[i];
+    const long long k = counted(r, d, name);
+    if (!k) continue;
+    if ((r->fail && k == r->fail) || (r->from && k >= r->from)) failing = k;
+    *us += r->us + (k - 1) / r->every * r->grow;
+  }
+  return failing;
 }
 
 static int injected(tr_device *d, const char *name, long long k) {
@@ -46,20 +66,17 @@ static int injected(tr_device *d, const char *name, long long k) {
                          name, k);
 }
 
-static void after(const fault_be *f, long long k) {
-  const long long us = f->us + (k - 1) / f->every * f->grow;
-  if (us > 0) pause_us(us);
-}
 
 /* ---- the wrapped slots ---------------------------------------------------------------------- */
 
 #define FAULT_OP(name, params, args, checks)                                           \
   static int fault_##name(tr_stream *s, TR__UNPAREN params) {                          \
     fault_be *f = fault_of(s->dev);                                                    \
-    const long long k = counted(f, s->dev, #name);                                       \
-    if (k && k == f->fail) return injected(s->dev, #name, k);                          \
+    long long us;                                                                      \
+    const long long k = judge(f, s->dev, #name, &us);                                  \
+    if (k) return injected(s->dev, #name, k);                                          \
     const int rc = f->inner->name(s, TR__UNPAREN args);                                \
-    if (!rc && k) after(f, k);                                                         \
+    if (!rc && us > 0) pause_us(us);                                                   \
     return rc;                                                                         \
   }
 TR__OP_MAP(FAULT_OP)
@@ -69,10 +86,11 @@ TR__OP_MAP(FAULT_OP)
 #define FAULT_GEMM(slot, call)                                      \
   do {                                                              \
     fault_be *f = fault_of(s->dev);                                 \
-    const long long k = counted(f, s->dev, "gemm");                   \
-    if (k && k == f->fail) return injected(s->dev, #slot, k);       \
+    long long us;                                                   \
+    const long long k = judge(f, s->dev, "gemm", &us);              \
+    if (k) return injected(s->dev, #slot, k);                       \
     const int rc = f->inner->slot call;                             \
-    if (!rc && k) after(f, k);                                      \
+    if (!rc && us > 0) pause_us(us);                                \
     return rc;                                                      \
   } while (0)
 
@@ -101,8 +119,9 @@ static int fault_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int
 /* A failed end of a capture drops the recording (it always ends), as a real one would. */
 static int fault_capture_end(tr_stream *s, int keep, void **exec) {
   fault_be *f = fault_of(s->dev);
-  const long long k = counted(f, s->dev, "capture");
-  if (k && k == f->fail) {
+  long long us;
+  const long long k = judge(f, s->dev, "capture", &us);
+  if (k) {
     f->inner->capture_end(s, 0, exec);
     *exec = NULL;
     return injected(s->dev, "capture_end", k);
@@ -116,20 +135,23 @@ static void fault_close(tr_device *d) {
   f->inner->close(d);
   d->be = f->inner;
   if (--f->refs == 0) {
-    free(f->calls);
+    for (int i = 0; i < f->nrules; i++) free(f->rule[i].calls);
     free(f);
   }
 }
 
-static fault_be *decorate(const tr__backend *inner, const fault_be *rule, int n) {
+static fault_be *decorate(const tr__backend *inner, const fault_rule *rules, int nrules, int n) {
   fault_be *f = calloc(1, sizeof *f);
-  if (!f || !(f->calls = calloc((size_t)n, sizeof *f->calls))) {
-    free(f);
-    return NULL;
+  if (!f) return NULL;
+  for (int i = 0; i < nrules; i++) {
+    f->rule[i] = rules[i];
+    if (!(f->rule[i].calls = calloc((size_t)n, sizeof *f->rule[i].calls))) {
+      for (int k = 0; k < i; k++) free(f->rule[k].calls);
+      free(f);
+      return NULL;
+    }
   }
-  long long *calls = f->calls;
-  *f = *rule;
-  f->calls = calls;
+  f->nrules = nrules;
   f->inner = inner;
   f->table = *inner;
 #define FAULT_SLOT(name, params, args, checks) \
@@ -158,8 +180,8 @@ static int parse_number(const char *v, long long lo, long long *out) {
 }
 
 /* RULE: key=value pairs, in place (commas and '=' overwritten). */
-static int parse_rule(char *rule, fault_be *f, const char *spec, char *err, size_t n) {
-  *f = (fault_be){.dev = -1, .every = 1};
+static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, size_t n) {
+  *f = (fault_rule){.dev = -1, .every = 1};
   for (char *p = rule; p && *p;) {
     char *next = strchr(p, ',');
     if (next) *next++ = 0;
@@ -180,9 +202,10 @@ static int parse_rule(char *rule, fault_be *f, const char *spec, char *err, size
     else if (!strcmp(k, "grow")) bad = parse_number(v, 0, &f->grow);
     else if (!strcmp(k, "every")) bad = parse_number(v, 1, &f->every);
     else if (!strcmp(k, "fail")) bad = parse_number(v, 1, &f->fail);
+    else if (!strcmp(k, "from")) bad = parse_number(v, 1, &f->from);
     else
       return tr_errorf(err, n, TR_EINVAL, "device spec '%s': unknown key '%s' (expected dev, "
-                       "op, us, grow, every or fail)", spec, k);
+                       "op, us, grow, every, fail or from)", spec, k);
     if (bad)
       return tr_errorf(err, n, TR_EINVAL, "device spec '%s': %s=%s is not a valid value",
                        spec, k, v);
@@ -198,7 +221,7 @@ int tr__fault_list_open(tr_device_list **out, const char *spec, char *err, size_
   if (!inner) return tr_errorf(err, err_size, TR_ENOMEM, "device spec '%s': out of memory", spec);
   memcpy(inner, spec + 6, len - 5); /* after "fault(" */
   char *close = strrchr(inner, ')'), *semi = strchr(inner, ';');
-  fault_be rule;
+  fault_rule rules[MAX_RULES];
   int rc;
   if (!close || close[1] || !semi || semi > close) {
     rc = tr_errorf(err, err_size, TR_EINVAL, "device spec '%s': expected fault(SPEC;RULE)", spec);
@@ -210,23 +233,35 @@ int tr__fault_list_open(tr_device_list **out, const char *spec, char *err, size_
   }
   *close = 0;
   *semi = 0;
-  if ((rc = parse_rule(semi + 1, &rule, spec, err, err_size))) goto out;
+  int nrules = 0;
+  for (char *r = semi + 1; r; nrules++) { /* RULE;RULE...: each its own counts */
+    char *next = strchr(r, ';');
+    if (next) *next++ = 0;
+    if (nrules == MAX_RULES) {
+      rc = tr_errorf(err, err_size, TR_EINVAL, "device spec '%s': more than %d rules", spec,
+                     MAX_RULES);
+      goto out;
+    }
+    if ((rc = parse_rule(r, &rules[nrules], spec, err, err_size))) goto out;
+    r = next;
+  }
   tr_device_list *list;
   if ((rc = tr_device_list_open(&list, inner, err, err_size))) goto out;
   const int n = tr_device_list_count(list);
-  if (rule.dev >= n) {
-    tr_device_list_close(list);
-    rc = tr_errorf(err, err_size, TR_EINVAL, "device spec '%s': dev=%d, of a list of %d", spec,
-                   rule.dev, n);
-    goto out;
-  }
+  for (int i = 0; i < nrules; i++)
+    if (rules[i].dev >= n) {
+      tr_device_list_close(list);
+      rc = tr_errorf(err, err_size, TR_EINVAL, "device spec '%s': dev=%d, of a list of %d",
+                     spec, rules[i].dev, n);
+      goto out;
+    }
   fault_be *made[MAX_BACKENDS] = {0};
   for (int i = 0; i < n; i++) {
     tr_device *d = tr_device_list_at(list, i);
     int b = 0;
     while (b < MAX_BACKENDS && made[b] && made[b]->inner != d->be) b++;
     TR_ASSERT(b < MAX_BACKENDS);
-    if (!made[b] && !(made[b] = decorate(d->be, &rule, n))) {
+    if (!made[b] && !(made[b] = decorate(d->be, rules, nrules, n))) {
       tr_device_list_close(list);
       rc = tr_errorf(err, err_size, TR_ENOMEM, "device spec '%s': out of memory", spec);
       goto out;

@@ -5,7 +5,9 @@
  * run, or one of them fails instead of running. The devices keep their names and kinds, so
  * a run on them reads as a run on SPEC; only their timing and the injected failure differ.
  * That is how tests slow a stage down or make a worker fail, by composition, with nothing
- * in the actors that knows. RULE is key=value pairs separated by commas:
+ * in the actors that knows. `fault(SPEC;RULE;RULE...)` applies several rules, each counting
+ * its own calls (up to 8: one worker dies at one step, another at another). RULE is
+ * key=value pairs separated by commas:
  *
  *   dev=I     the device of the list it applies to (its index); default: every device
  *   op=NAME   the calls it counts: the kernels (TR__OP_MAP), gemm (every GEMM entry) and
@@ -15,11 +17,14 @@
  *   every=E   (default 1): how steps that slow down as a run goes on are made
  *   fail=N    the N-th counted call (from 1) on each device it applies to fails instead of
  *             running (TR_EDEVICE, "an injected failure"); a capture ends dropped
+ *   from=N    the N-th counted call and every one after it fail: a device that died
  *
  *   fault(host:2;dev=1,op=mse,us=3000)          host:1 sleeps 3 ms after each loss pass
  *   fault(host:1;op=mse,us=50000,grow=50000,every=2)   50 ms more each step
  *   fault(host:2;dev=1,op=mse_b,fail=5)  host:1's fifth loss backward fails
  *   fault(cuda:0;op=capture,fail=1)             the first capture of each device fails
+ *   fault(host:3;dev=1,op=mse_b,from=5;dev=2,op=mse_b,from=9)  host:1 dies at its fifth
+ *                                               loss backward, host:2 at its ninth
  */
 #ifndef TR_FAULT_H
 #define TR_FAULT_H

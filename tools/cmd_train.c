@@ -30,6 +30,7 @@ typedef struct train_args {
   tr_optim_kind optimizer; /* NULL: the model's */
   float lr, clip; /* 0: the optimizer's */
   int json, quiet, print_plan;
+  int join; /* --join: refused (cmd_train says why) */
 } train_args;
 
 /* "3,6": increasing layer indices, at most MAX_CUTS of them. */
@@ -279,6 +280,20 @@ static const cli_option rows[] = {
     {"--outer-momentum", "MU", CLI_FLOAT, AT(o.job.local.outer_momentum), .min = 0,
      .max = 0.999999, .fields = "local.outer_momentum", .applies = LOCAL,
      .help = "DiLoCo's outer Nesterov momentum (default 0.9)"},
+    {"--elastic", NULL, CLI_SWITCH, AT(o.job.async.elastic), .fields = "async.elastic",
+     .applies = ASYNC,
+     .help = "a worker that fails leaves the run instead of ending it: the others go on, and "
+             "stderr and the figures (workers_left) say who left at which step"},
+    {"--join", NULL, CLI_SWITCH, AT(join), .fields = "join", .applies = ASYNC,
+     .help = "this rank joins a job already running (refused: not built; see --join-at)"},
+    {"--join-at", "STEP", CLI_I64, AT(o.job.async.join_at), .lo = 1, .hi = INT64_MAX,
+     .fields = "async.join_at", .applies = ASYNC,
+     .help = "the last worker (--join-workers: the last N) joins the running job once the "
+             "server has applied step STEP's update: it pulls the parameters of that moment "
+             "and starts pushing, SSP counting it from then"},
+    {"--join-workers", "N", CLI_INT, AT(o.job.async.join_workers), .lo = 1, .hi = 1 << 16,
+     .fields = "async.join_workers", .applies = ASYNC, .needs = "async.join_at",
+     .help = "how many of the last workers join at --join-at (default 1)"},
 };
 #undef AT
 
@@ -358,6 +373,15 @@ int cmd_train(int argc, char **argv) {
   tr_train_options *o = &a.o;
   int rc = cli_parse(&cli_train_table, argc, argv, &a, NULL);
   if (rc != CLI_GO) return rc;
+  if (a.join) {
+    fputs("troupe: --join: a rank started after the job cannot join it yet: the ranks, every "
+          "edge between them and their transports are made once, when the job starts (Open "
+          "MPI's MPI_Comm_connect/accept could bring a rank in, but the world and the plan "
+          "would have to grow while the run goes on, which they do not). Start every rank "
+          "with mpirun, and give --join-at STEP for workers that join the running job "
+          "later\n", stderr);
+    return CLI_USAGE;
+  }
   if (o->seconds > 0) o->steps = 0; /* --steps excludes --seconds */
   if (a.cuts.n) {
     o->job.layout.cuts = a.cuts.v;

@@ -1,7 +1,9 @@
 /* test_fault_device.c — the fault decorator (device spec fault(SPEC;RULE), gpu/fault.h): the
  * devices of SPEC under their own names, the calls its rule counts slowed (by a delay that
  * grows every E calls) or failed on the N-th, on the device it names only, and rules that do
- * not parse refused by name. On host devices, whose ops run on the calling thread. */
+ * not parse refused by name; several rules in one spec, each counting its own calls, and
+ * from=N (every call from the N-th fails). On host devices, whose ops run on the calling
+ * thread. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,6 +109,36 @@ static void the_delay_grows_every_e_calls(void **state) {
   tr_device_list_close(l);
 }
 
+/* fault(SPEC;RULE;RULE): each rule counts its own calls; from=N fails the N-th counted call
+ * and every one after it (a device that died), on its device only. */
+static void several_rules_each_count_and_from_n_fails_every_call_after(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("fault(host:3;dev=1,op=scale,from=2;dev=2,op=scale,from=4)");
+  int rc;
+  float *x[3];
+  for (int d = 0; d < 3; d++) {
+    tr_device *dev = tr_device_list_at(l, d);
+    assert_int_equal(tr_device_bind(dev), 0);
+    assert_int_equal(tr_device_alloc(dev, 16 * sizeof(float), (void **)&x[d]), 0);
+  }
+  const int first_failing[3] = {0, 2, 4}; /* 0: none */
+  for (int d = 0; d < 3; d++)
+    for (int k = 1; k <= 6; k++) {
+      scale_ms(tr_device_list_at(l, d), x[d], &rc);
+      const bool fails = first_failing[d] && k >= first_failing[d];
+      if (rc != (fails ? TR_EDEVICE : 0))
+        fail_msg("host:%d's scale %d: status %d, expected %s", d, k, rc, fails ? "a failure" : "0");
+    }
+  for (int d = 0; d < 3; d++) tr_device_free(tr_device_list_at(l, d), x[d]);
+  tr_device_list_close(l);
+  char err[256] = "";
+  assert_int_equal(tr_device_list_open(&l, "fault(host:2;dev=1,fail=1;dev=2,fail=1)", err,
+                                       sizeof err), TR_EINVAL);
+  if (!strstr(err, "dev=2, of a list of 2")) fail_msg("the second rule's device: '%s'", err);
+  assert_int_equal(tr_device_list_open(&l, "fault(host:1;from=0)", err, sizeof err), TR_EINVAL);
+  if (!strstr(err, "from=0")) fail_msg("from=0: '%s'", err);
+}
+
 static void bad_rules_are_refused_by_name(void **state) {
   (void)state;
   static const struct {
@@ -135,6 +167,7 @@ int main(void) {
       cmocka_unit_test(a_fault_spec_names_its_devices_as_the_spec_inside),
       cmocka_unit_test(the_named_device_sleeps_after_the_counted_ops_and_fails_the_nth),
       cmocka_unit_test(the_delay_grows_every_e_calls),
+      cmocka_unit_test(several_rules_each_count_and_from_n_fails_every_call_after),
       cmocka_unit_test(bad_rules_are_refused_by_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# elastic.sh TROUPE — asynchronous training across ranks with --elastic. First a worker of
+# rank 1 whose device fails (the fault decorator) leaves, and the job finishes with the
+# other. Then, under mpirun --enable-recovery (Open MPI keeps the other ranks running when
+# one dies), rank 2 of three, which holds only a worker and its loader, is killed mid-run;
+# the job finishes with the two ranks left, each exiting 0, rank 0 saying which worker left
+# at which step (stderr and the figures), and the final checkpoint holds every update the
+# server applied and resumes.
+set -u
+troupe=$(realpath "$1")
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+fail() { printf 'FAIL elastic: %s\n' "$*"; exit 1; }
+
+# a device that fails on rank 1: its leave, and the server's word that the run is over,
+# cross between the ranks
+common=(train --model simplenet --strategy async --elastic --steps 80 --staleness 2 --json
+        --quiet)
+timeout 60 mpirun --allow-run-as-root --oversubscribe --bind-to none \
+  -np 1 "$troupe" "${common[@]}" --devices host:1 \
+  : -np 1 "$troupe" "${common[@]}" --devices 'fault(host:1;op=mse_b,from=6)' \
+  >device.json 2>device.txt || fail "a worker's device failing on rank 1: $(cat device.txt)"
+grep -q 'worker 1 (host:0@r1) left at step [0-9]*: .*injected failure' device.txt ||
+  fail "no line says worker 1 left: $(cat device.txt)"
+grep -q '"workers_alive":1' device.json || fail "workers_alive is not 1: $(cat device.json)"
+
+# each step slowed (2 ms a loss pass) so that the run outlasts the kill and its noticing
+args=(train --model simplenet --strategy async --elastic --steps 3000 --quiet --json
+      --devices 'fault(host:1;op=mse,us=2000)' --checkpoint run.ckpt --checkpoint-every 100
+      --watchdog 3000)
+timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none --enable-recovery -np 3 \
+  sh -c '"$0" "$@" > out.$OMPI_COMM_WORLD_RANK; echo $? > rc.$OMPI_COMM_WORLD_RANK' \
+  "$troupe" "${args[@]}" 2>err.txt &
+job=$!
+for _ in $(seq 400); do [[ -s run.ckpt ]] && break; sleep 0.05; done
+[[ -s run.ckpt ]] || fail "no periodic checkpoint appeared: $(cat err.txt)"
+victim=
+for pid in $(ps -eo pid,args | awk -v t="$troupe" '$2 == t && /--watchdog 3000/ {print $1}'); do
+  grep -qz '^OMPI_COMM_WORLD_RANK=2$' /proc/"$pid"/environ 2>/dev/null && victim=$pid
+done
+[[ -n $victim ]] || fail "rank 2's process not found"
+kill -KILL "$victim"
+wait $job
+for r in 0 1; do
+  [[ -f rc.$r ]] || fail "rank $r left no exit status: $(cat err.txt)"
+  [[ $(cat rc.$r) -eq 0 ]] || fail "rank $r exited $(cat rc.$r): $(cat err.txt)"
+done
+line=$(grep -o 'worker 2 (.*) left at step [0-9]*: its rank 2 is gone.*' err.txt) ||
+  fail "no line says worker 2 left: $(cat err.txt)"
+left=$(sed 's/.*left at step \([0-9]*\).*/\1/' <<<"$line")
+json=$(cat out.0)
+grep -q '"workers_alive":2' <<<"$json" || fail "workers_alive is not 2: $json"
+grep -q "\"workers_left\":\"2@$left\"" <<<"$json" || fail "workers_left is not 2@$left: $json"
+steps=$(grep -o '"steps":[0-9]*' <<<"$json" | tr -dc 0-9)
+(( steps >= 2990 && steps <= 3000 )) || fail "the run reached step $steps of 3000"
+step=$(grep -ao '"step":"[0-9]*"' run.ckpt | head -1 | tr -dc 0-9)
+[[ $step == "$steps" ]] || fail "the final checkpoint is of step $step, the run's $steps"
+"$troupe" train --model simplenet --strategy async --devices host:2 --resume run.ckpt \
+  --steps $((steps + 10)) --quiet || fail "the final checkpoint (step $step) does not resume"
+printf 'ok   elastic: %s; the run reached step %d\n' "$line" "$steps"
