@@ -680,7 +680,10 @@ static void softmax_forward_and_backward_match_float64_for_large_logits(void **s
     }
     th_arg b[] = {{"out", n, 4, TH_IN, y, 0}, {"dout", n, 4, TH_IN, g, 0}, {"dinp", n, 4, TH_OUT, NULL, 0}};
     RUN(b, run_softmax_backward, &p, out);
-    CHECK("softmax_backward", out[2], ref, n, TH_TOL_ELEMENTWISE);
+    /* dinp = y (g - y.g): y.g is a float dot product over C, which cancels against g where
+     * they are close, so its rounding bounds the error as a GEMM's does (TR_TEST_SEED
+     * 1796171011028859326 measured 7.6e-6 against the elementwise bound on C = 7) */
+    CHECK("softmax_backward", out[2], ref, n, TH_TOL_GEMM);
     th_free_outputs(out, 3);
     free(x), free(y), free(g), free(ref);
   }
