@@ -9,7 +9,8 @@
 # of a pipeline where Nsight Systems is installed, `troupe devices`, `troupe train` of each
 # workload on cuda:0, mlp on cuda:0 with its data made by the loader and on the GPU
 # (--data-on host, device), a gpt pipeline's held-out evaluation on logical devices of
-# cuda:0 against host:2, `troupe bench gpu` (mlp and gpt in fp32/TF32/bf16 against
+# cuda:0 against host:2, tensor parallelism (gpt tp, mlp dp x tp), DiLoCo and an elastic
+# async run with a failing worker on logical devices of cuda:0 (against host devices), `troupe bench gpu` (mlp and gpt in fp32/TF32/bf16 against
 # cuBLAS's peak, the pipeline with CUDA graphs off and on), the CUDA graphs test on the
 # GPU (test_replay), `troupe bench ops` on cuda:0, `troupe bench` of the strategies on cuda:0,cuda:0 (and four
 # logical devices), `nvidia-smi topo -m` and compute-sanitizer's memcheck where they exist,
@@ -356,6 +357,55 @@ print(("ok" if ok else "FAILED") + f": cuda loss {c['loss']:.6f} accuracy {c['ac
 PY
   )
   note "held-out evaluation" "${figures:-FAILED: no eval object in the JSON}"
+  [[ $figures == ok* ]] || failed=1
+fi
+
+# ---- issue 22's strategies on logical devices of cuda:0 against the same runs on host
+# devices: gpt split across a tensor group of two (--strategy tp: the members' collectives
+# by peer copies), mlp dp x tp on four, DiLoCo (--strategy local --outer nesterov) on two,
+# and elastic async with worker 1's device failing from its 5th loss backward (the run goes
+# on with the others, exit 0, workers_alive 2); about 30 s.
+if ! late "tp, local, elastic" 40; then
+  runs=("tp_gpt|--model gpt --strategy tp|2|--steps 6"
+        "dptp_mlp|--model mlp --strategy dp --tensor 2|4|--steps 6"
+        "local_mlp|--model mlp --strategy local --sync-every 3 --outer nesterov|2|--steps 9")
+  for r in "${runs[@]}"; do
+    IFS='|' read -r name args n steps <<<"$r"
+    cuda=$(printf 'cuda:0,%.0s' $(seq "$n")); cuda=${cuda%,}
+    for devs in "$cuda" "host:$n"; do
+      limit=$(allow 40 15)
+      say "troupe train $args --devices $devs $steps (at most ${limit}s)"
+      # shellcheck disable=SC2086 # $args and $steps are flags, split on purpose
+      timeout -k 5 "$limit" "$bin/troupe" train $args --devices "$devs" $steps --deterministic \
+        --json >"$work/json/i22_${name}_${devs%%:*}.json"
+      rc=$?
+      ((rc == 0)) || { note "$name on $devs" "FAILED: $(exit_says $rc "$limit")"; failed=1; }
+    done
+  done
+  limit=$(allow 40 15)
+  say "troupe train --model simplenet --strategy async --elastic, worker 1 failing (at most ${limit}s)"
+  timeout -k 5 "$limit" "$bin/troupe" train --model simplenet --strategy async --elastic \
+    --devices 'fault(cuda:0,cuda:0,cuda:0;dev=1,op=mse_b,from=5)' --steps 60 --json \
+    >"$work/json/i22_elastic_cuda.json"
+  rc=$?
+  ((rc == 0)) || { note "elastic async on cuda:0" "FAILED: $(exit_says $rc "$limit")"; failed=1; }
+  figures=$(python3 - "$work/json" <<'PY' 2>/dev/null
+import json, math, sys
+d = sys.argv[1]
+out, ok = [], True
+for name in ("tp_gpt", "dptp_mlp", "local_mlp"):
+    c, h = (json.load(open(f"{d}/i22_{name}_{k}.json")) for k in ("cuda", "host"))
+    same = math.isclose(c["final_loss"], h["final_loss"], rel_tol=1e-3)
+    ok &= same
+    out.append(f"{name} {c['final_loss']:.5f}/{h['final_loss']:.5f}"
+               f" {c['samples_per_s']:.0f} samples/s {c['comm_bytes_per_step']:.3g} B/step")
+e = json.load(open(f"{d}/i22_elastic_cuda.json"))
+ok &= e["workers_alive"] == 2 and e["workers_left"].startswith("1@")
+out.append(f"elastic left {e['workers_left']} alive {e['workers_alive']}")
+print(("ok: " if ok else "FAILED: ") + "; ".join(out))
+PY
+  )
+  note "tp, local, elastic (cuda vs host)" "${figures:-FAILED: a run left no JSON}"
   [[ $figures == ok* ]] || failed=1
 fi
 
