@@ -17,7 +17,7 @@
 #include "tr_model.h"
 #include "tr_stage.h"
 
-enum { TP_MAXT = 4, TP_STEPS = 3 };
+enum { TP_MAXT = 4, TP_STEPS = 3, TP_MAXB = 16 };
 
 typedef struct tp_opts {
   int split;              /* backward in halves (zero-bubble) */
@@ -33,6 +33,7 @@ typedef struct tp_job {
   tp_opts o;
   /* out */
   float loss[TP_STEPS];
+  float samples[TP_MAXB];       /* the first step's per-sample losses (tr_stage_sample_losses) */
   float *grads;                 /* after the first step's backward: numel */
   float *params;                /* after the last step */
   size_t numel;
@@ -78,7 +79,14 @@ static int tp_train(tp_job *j) {
     const uint64_t c2 = tp_count(j->comm);
     if (!rc) rc = tr_memcpy(s, &j->loss[step], tr_stage_loss(st, 0), 4, TR_COPY_D2H);
     if (!rc && step == 0) {
+      float *dev_samples = NULL;
       j->fwd = c1 - c0, j->bwd = c2 - c1;
+      assert_true(in->batch <= TP_MAXB);
+      rc = tr_device_alloc(j->dev, TP_MAXB * 4, (void **)&dev_samples);
+      if (!rc) rc = tr_stage_sample_losses(st, 0, dev_samples);
+      if (!rc) rc = tr_memcpy(s, j->samples, dev_samples, (size_t)in->batch * 4, TR_COPY_D2H);
+      if (!rc) rc = tr_stream_synchronize(s);
+      if (dev_samples) tr_device_free(j->dev, dev_samples);
       rc = tr_stage_download(st, TR_STAGE_GRADS, j->grads);
     }
     if (!rc) rc = tr_stage_step(st, NULL);
