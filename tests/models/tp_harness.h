@@ -22,6 +22,7 @@ enum { TP_MAXT = 4, TP_STEPS = 3, TP_MAXB = 16 };
 typedef struct tp_opts {
   int split;              /* backward in halves (zero-bubble) */
   int bf16;               /* mixed precision */
+  int recompute;          /* activation recomputation */
 } tp_opts;
 
 /* One model trained TP_STEPS steps of AdamW on one batch. */
@@ -51,6 +52,7 @@ static uint64_t tp_count(const tr_tensor_comm *c) {
 static int tp_train(tp_job *j) {
   tr_stage_config cfg = tr_stage_defaults(j->m);
   cfg.seed = 1234, cfg.tensor = j->comm, cfg.split = j->o.split, cfg.graphs = TR_GRAPHS_OFF;
+  cfg.recompute = j->o.recompute;
   cfg.optim = tr_optim_defaults(TR_OPTIM_ADAMW, 1e-2f);
   /* The key bias's gradient is 0 in exact arithmetic (softmax ignores a shift), rounding
    * noise here; Adam's default eps would blow that noise up to steps of lr. */
