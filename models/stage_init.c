@@ -10,10 +10,11 @@
 /* Tensor parallelism: a member's split layers are part `rank` of `size`, the comm's. */
 int tr__stage_check_tensor(tr_stage *st, const tr_stage_config *cfg, char *err, size_t size) {
   const tr_tensor_comm *c = cfg->tensor;
-  st->tensor = c;
+  st->tensor = NULL; /* kept only where a layer is split: its passes then run eagerly */
   for (int i = cfg->first; i < st->info.end; i++) {
     const tr_layer_spec *l = &st->m->layers[i];
     if (l->parts <= 1) continue;
+    st->tensor = c;
     if (!c || c->size != l->parts || c->rank != l->part) {
       snprintf(err, size, "tensor: layer %d (%s) is part %d of %d, the stage's tensor "
                "comm %s", i, l->type->name, l->part, l->parts,
