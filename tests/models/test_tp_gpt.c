@@ -3,9 +3,10 @@
  * vocab) by columns, the cross-entropy vocabulary-parallel) with T = 2 and 4 members, each on
  * a thread of its own, against the model held whole: the loss, the per-sample losses, every
  * member's gradients against the whole's parts and its parameters after several AdamW steps
- * within 1e-5, backward in halves and recomputation alike (bf16 within 1e-3); T = 1 bitwise the whole; the collectives of a step
- * counted (per block two all-reduces each way); the embedding alone split bitwise the whole; vocabularies, heads and hidden units that do
- * not divide refused naming the layer; the loss's memory per member, never a whole row; the
+ * within 1e-5, backward in halves and recomputation alike (bf16 within 1e-3); T = 1 bitwise
+ * the whole; the collectives of a step counted (per block two all-reduces each way); the
+ * embedding alone split bitwise the whole; vocabularies, heads and hidden units that do not
+ * divide refused naming the layer; the loss's memory per member, never a whole row; the
  * accuracy of split logits (tr_crossentropy_correct_parts) the whole rows'. */
 #include <setjmp.h>
 #include <stdarg.h>
