@@ -71,7 +71,8 @@ static void check_layout(tr_gpt_config g, int T, tp_opts o, double tol, uint64_t
     /* Adam's steps make near-zero gradients' rounding (bf16's, larger) steps of lr: the
      * parameters of bf16 runs are held to 1e-2 */
     e = tp_compare(whole, wj.params, members[i], mj[i].params, &where);
-    if (e > (o.bf16 ? 1e-2 : tol)) fail_msg("T %d member %d: %s after %d steps off by %.3g", T, i, where, TP_STEPS, e);
+    if (e > (o.bf16 ? 1e-2 : tol))
+      fail_msg("T %d member %d: %s after %d steps off by %.3g", T, i, where, TP_STEPS, e);
     assert_int_equal(mj[i].fwd, mj[0].fwd);
     assert_int_equal(mj[i].bwd, mj[0].bwd);
   }
@@ -275,7 +276,8 @@ static void the_accuracy_of_split_logits_is_the_wholes(void **state) {
     argmax_member m[TP_MAXT];
     pthread_t th[TP_MAXT];
     for (int i = 0; i < T; i++) {
-      m[i] = (argmax_member){.dev = d[i], .c = comms[i], .logits = logits, .target = target, .T = T};
+      m[i] = (argmax_member){.dev = d[i], .c = comms[i], .logits = logits, .target = target,
+                             .T = T};
       assert_int_equal(pthread_create(&th[i], NULL, argmax_main, &m[i]), 0);
     }
     for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
