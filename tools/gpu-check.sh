@@ -361,12 +361,12 @@ PY
 fi
 
 # ---- issue 22's strategies on logical devices of cuda:0 against the same runs on host
-# devices: gpt split across a tensor group of two (--strategy tp: the members' collectives
+# devices: mlp split across a tensor group of two (--strategy tp: the members' collectives
 # by peer copies), mlp dp x tp on four, DiLoCo (--strategy local --outer nesterov) on two,
 # and elastic async with worker 1's device failing from its 5th loss backward (the run goes
 # on with the others, exit 0, workers_alive 2); about 30 s.
 if ! late "tp, local, elastic" 40; then
-  runs=("tp_gpt|--model gpt --strategy tp|2|--steps 6"
+  runs=("tp_mlp|--model mlp --strategy tp|2|--steps 6"
         "dptp_mlp|--model mlp --strategy dp --tensor 2|4|--steps 6"
         "local_mlp|--model mlp --strategy local --sync-every 3 --outer nesterov|2|--steps 9")
   for r in "${runs[@]}"; do
@@ -393,7 +393,7 @@ if ! late "tp, local, elastic" 40; then
 import json, math, sys
 d = sys.argv[1]
 out, ok = [], True
-for name in ("tp_gpt", "dptp_mlp", "local_mlp"):
+for name in ("tp_mlp", "dptp_mlp", "local_mlp"):
     c, h = (json.load(open(f"{d}/i22_{name}_{k}.json")) for k in ("cuda", "host"))
     same = math.isclose(c["final_loss"], h["final_loss"], rel_tol=1e-3)
     ok &= same
