@@ -96,6 +96,27 @@ static int check_chunks(const tr_job_config *c, int layers, char *err, size_t n)
   return 0;
 }
 
+/* Tensor parallelism: T members of each (replica, stage), a device each. */
+static int check_tensor(const tr_job_config *c, int pieces, char *err, size_t n) {
+  const tr_layout_config *l = &c->layout;
+  const int T = l->tensor;
+  if (T < 0)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.tensor") " %d: give the members of each tensor group (0 or 1: "
+                     "none)", T);
+  if (T <= 1) return 0;
+  if (c->async.enabled)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.tensor") " %d with " TR__F("async.enabled") ": a worker "
+                     "trains the whole model on one device (tensor groups are synchronous)", T);
+  if ((long)l->replicas * l->stages * T > TR_TRAIN_MAX_DEVICES || (long)pieces * T > TR__MAX_STAGES)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.tensor") " %d: %d replicas × %d stages × %d members is more "
+                     "than %d devices (or %d pieces × members)", T, l->replicas, l->stages, T,
+                     TR_TRAIN_MAX_DEVICES, TR__MAX_STAGES);
+  return 0;
+}
+
 static int check_layout(const tr_job_config *c, int layers, char *err, size_t n) {
   const tr_layout_config *l = &c->layout;
   const int R = l->replicas, P = l->stages, M = l->microbatches;
@@ -114,6 +135,7 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
   int rc = check_chunks(c, layers, err, n);
   if (rc) return rc;
   const int pieces = P * l->chunks;
+  if ((rc = check_tensor(c, pieces, err, n))) return rc;
   if (l->prefetch < 0)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("layout.prefetch") " %d: give 0 or more", l->prefetch);
@@ -297,7 +319,28 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                           size_t size) {
   tr_layout_config *l = &c->layout;
   const tr_layout_config *given = &o->job.layout;
-  int R = 1, P = 1;
+  int R = 1, P = 1, T = given->tensor > 1 ? given->tensor : 1;
+  if (o->strategy == TR_STRATEGY_TP) { /* one tensor group across the devices */
+    if (given->tensor > 1 && given->tensor != n)
+      return tr_errorf(err, size, TR_EINVAL,
+                       TR__F("layout.tensor") " %d: strategy tp makes one tensor group of the %d "
+                       "devices (for replicas or stages of groups: dp, pipeline or hybrid with "
+                       TR__F("layout.tensor") ")", given->tensor, n);
+    T = n;
+  } else if (T > 1 && (o->strategy == TR_STRATEGY_ASYNC || o->strategy == TR_STRATEGY_SINGLE)) {
+    return tr_errorf(err, size, TR_EINVAL,
+                     TR__F("layout.tensor") " %d: strategy %s %s", T,
+                     o->strategy == TR_STRATEGY_ASYNC ? "async" : "single",
+                     o->strategy == TR_STRATEGY_ASYNC
+                         ? "trains the whole model on each worker's device (tensor groups are "
+                           "synchronous: tp, dp, mp, pipeline, hybrid)"
+                         : "runs on one device (a tensor group is tp: --strategy tp)");
+  } else if (n % T) {
+    return tr_errorf(err, size, TR_EINVAL,
+                     TR__F("devices") ": %d devices do not make tensor groups of %d ("
+                     TR__F("layout.tensor") ")", n, T);
+  }
+  n /= T; /* the strategy lays out tensor groups, a device's place each */
   if (given->replicas && o->strategy != TR_STRATEGY_ASYNC)
     return tr_errorf(err, size, TR_EINVAL,
                      TR__F("layout.replicas") " %d: the strategy and the devices decide it (it is "
@@ -309,7 +352,8 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                      "hybrid's stages per replica)",
                      given->stages);
   switch (o->strategy) {
-    case TR_STRATEGY_SINGLE: break;
+    case TR_STRATEGY_SINGLE:
+    case TR_STRATEGY_TP: break;
     case TR_STRATEGY_DP: R = n; break;
     case TR_STRATEGY_MP:
     case TR_STRATEGY_PIPELINE: P = n; break;
@@ -344,6 +388,7 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
   const bool pipelined = o->strategy == TR_STRATEGY_PIPELINE || o->strategy == TR_STRATEGY_HYBRID;
   l->replicas = R;
   l->stages = P;
+  l->tensor = T > 1 ? T : given->tensor;
   l->microbatches = given->microbatches > 0 ? given->microbatches : pipelined ? 2 * P : 1;
   return 0;
 }

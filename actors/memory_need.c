@@ -90,21 +90,26 @@ int tr__memory_need(const tr_job_config *c, const tr_device_list *devices,
   const int prefetch = c->layout.prefetch > 0 ? c->layout.prefetch
                        : c->async.enabled     ? 2
                                               : tr__job_default_prefetch(c, mb);
-  for (int r = 0; r < R && rc == 0; r++)
-    for (int s = 0; s < P && rc == 0; s++) {
-      const tr_device *d = tr_device_list_at(devices, r * P + s);
-      if (tr_device_is_placeholder(d)) continue; /* another process's to count */
-      tr__memory_place *p = place_of(out, gpu, tr_device_info_of(d));
-      rc = add_stage(p, c, sc, cuts, s, r, mb, err, err_size);
-      if (s > 0) continue;
-      /* the loader's ring: what the replica's stages do not make on their devices, inputs
-       * also where only targets are filled (the source makes them from the inputs) */
-      const bool first = tr__job_generates_on(c, d);
-      const bool last = tr__job_generates_on(c, tr_device_list_at(devices, r * P + P - 1));
-      const size_t sample = (first && last ? 0 : tr_model_input_bytes(c->model)) +
-                            (last ? 0 : tr_model_target_bytes(c->model));
-      out->place[0].loader += (uint64_t)prefetch * (uint64_t)mb * sample;
-    }
+  /* stage s of replica r, tensor member t, on device (r × P + s) × T + t (tr_job_add_stages) */
+  const int T = c->layout.tensor > 1 && !c->async.enabled ? c->layout.tensor : 1;
+  /* fewer devices than that: not a layout, the job's checks say why */
+  const int places = R * P * T <= tr_device_list_count(devices) ? R * P * T : 0;
+  for (int k = 0; k < places && rc == 0; k++) {
+    const int r = k / (P * T), s = k / T % P;
+    const tr_device *d = tr_device_list_at(devices, k);
+    if (tr_device_is_placeholder(d)) continue; /* another process's to count */
+    tr__memory_place *p = place_of(out, gpu, tr_device_info_of(d));
+    rc = add_stage(p, c, sc, cuts, s, r, mb, err, err_size);
+    if (s > 0) continue;
+    /* the loader's ring: what the replica's stages do not make on their devices, inputs
+     * also where only targets are filled (the source makes them from the inputs) */
+    const bool first = tr__job_generates_on(c, d);
+    const bool last =
+        tr__job_generates_on(c, tr_device_list_at(devices, k + (P - 1) * T));
+    const size_t sample = (first && last ? 0 : tr_model_input_bytes(c->model)) +
+                          (last ? 0 : tr_model_target_bytes(c->model));
+    out->place[0].loader += (uint64_t)prefetch * (uint64_t)mb * sample;
+  }
   tr_schedule_free(sc);
   out->place[0].has = tr__memory_host_available(out->place[0].has);
   tr__memory_place *host = &out->place[0];

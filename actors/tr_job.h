@@ -170,6 +170,7 @@ typedef struct tr_train_result {
                               is finite; a successful run always has one. Async: of the last
                               1% of steps to complete, in the order the workers ended them */
   int replicas, stages, microbatches; /* the layout that ran */
+  int tensor;              /* members per tensor group (layout.tensor; 1: none) */
   int zero;                /* the ZeRO stage that ran (tr_job_config.zero) */
   tr_allreduce allreduce;  /* how the replica groups summed here: PEER, or NCCL (some group
                               did through NCCL); AUTO: there were none (one replica) */
@@ -241,6 +242,13 @@ typedef struct tr_layout_config {
   int ncuts;
   int prefetch;            /* micro-batches each loader keeps ready; 0: as fit in 4 MiB, from
                               2 × microbatches to 256 (asynchronous jobs: 2) */
+  int tensor;              /* tensor parallelism: members per tensor group, T (0 or 1: none).
+                              Each (replica, stage) is T stages on T devices of one process,
+                              member t holding tr_model_shard(model, t, T)'s layers and the
+                              group's comm (tr_tensor_comms_open); member t of stage s feeds
+                              member t of stage s+1, the replica groups join member t of each
+                              replica, and member 0 of a last stage reports the losses. Not
+                              with async.enabled */
 } tr_layout_config;
 
 /* Asynchronous training: `layout.replicas` workers (one stage each, whole global batches)

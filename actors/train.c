@@ -16,7 +16,8 @@
 #include "tr_trace.h"
 #include "tr_train.h"
 
-static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async"};
+static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async",
+                                             "tp"};
 
 const char *tr_strategy_name(tr_strategy s) {
   return tr__name_of(strategy_names, TR__COUNTOF(strategy_names), (int)s);
@@ -342,9 +343,10 @@ static int build(tr_job *j, const tr__train_run *rn) {
   } else {
     rc = tr_job_add_stages(j, rn->devices, stage);
   }
-  for (int r = 0; r < R && rc == 0; r++) {
-    rc = tr_job_add_loader(j, r, &loader);
-    if (rc == 0) rc = tr_job_feed(j, loader, stage[r * P], stage[r * P + P - 1]);
+  const int T = rn->jc.layout.tensor > 1 ? rn->jc.layout.tensor : 1;
+  for (int q = 0; q < R * T && rc == 0; q++) { /* a loader per replica (and tensor member) */
+    rc = tr_job_add_loader(j, q / T, &loader);
+    if (rc == 0) rc = tr_job_feed(j, loader, stage[q * P], stage[q * P + P - 1]);
   }
   if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
   return rc;

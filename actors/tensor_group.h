@@ -1,0 +1,42 @@
+/* tensor_group.h — tensor parallelism's part of a job (tr_layout_config.tensor T > 1): each
+ * (replica, stage) of the layout is a tensor group of T stages on T devices of one process,
+ * member t holding member t's model (tr_model_shard, made once per job) and its comm of the
+ * group's collectives (tr_tensor_comms_open over the members' devices). Like a replica
+ * group, a tensor group is a part the plan records, opens while the graph is wired (every
+ * member present, all in this process) and closes with the job:
+ *
+ *   tr__tensor_models_open(run, &models, err, n);    // tr_job_new: run->member_models
+ *   tr__tensor_group_open(&g, devs, T, err, n);      // the plan's pass, per (replica, stage)
+ *   ports.tensor = (tr__tensor_member){.member = t, .comm = g.comms[t]};
+ *   tr__tensor_group_close(&g);                      // with the plan
+ *
+ * Whole members (member models NULL: the model holds no layer a kind splits) compute alike
+ * and need no comm; member 0 of the group then speaks for it (losses, checkpoint parts).
+ */
+#ifndef TR_TENSOR_GROUP_H
+#define TR_TENSOR_GROUP_H
+
+#include "job_impl.h"
+
+/* What a stage is of its tensor group: lent with its ports. */
+typedef struct tr__tensor_member {
+  int member;                 /* t, 0 to T-1 (0 without tensor parallelism) */
+  const tr_tensor_comm *comm; /* member t's collectives; NULL: none (whole members) */
+} tr__tensor_member;
+
+/* The members' models, [T] (malloc'd, each tr_model_shard(c.model, t, T)), or NULL where
+ * T <= 1. TR_EINVAL, err naming layout.tensor and the layer that does not divide. */
+int tr__tensor_models_open(const tr_job_config *c, tr_model ***out, char *err, size_t n);
+void tr__tensor_models_close(tr_model **models, int T);
+
+/* One group's comms, [n] for devs[0, n). */
+typedef struct tr__tensor_group {
+  int n;
+  tr_tensor_comm *comms[TR_TRAIN_MAX_DEVICES];
+} tr__tensor_group;
+
+int tr__tensor_group_open(tr__tensor_group *g, tr_device *const *devs, int n, char *err,
+                          size_t err_size);
+void tr__tensor_group_close(tr__tensor_group *g);
+
+#endif

@@ -1,0 +1,223 @@
+/* test_tensor.c — tensor parallelism's job (tr_layout_config.tensor T): every layout with
+ * tensor groups of 2 and 4 members (tp, dp × tp, pp × tp, dp × pp × tp; ZeRO-1,
+ * recomputation, the interleaved and zero-bubble schedules) trains what single trains
+ * (parameters within 1e-5), and T 1 exactly what no tensor parallelism trains; the figures
+ * say the members per group; the checkpoints hold whole tensors (single's names and shapes)
+ * and resume into another layout; the layouts tensor groups do not fit are refused, naming
+ * the field. Runs go through tr_train_run; parameters are compared through the checkpoint
+ * each run writes at its end. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "troupe.h"
+
+#define SCRATCH_NAME "tensor"
+#include "scratch.h"
+
+#include "compare.h"
+#include "specs.h"
+
+static const double tolerance = 1e-5;
+enum { STEPS = 4 };
+
+static tr_train_options options(const tr_model_spec *spec, int64_t steps) {
+  tr_train_options o = tr_train_defaults();
+  o.spec = spec;
+  o.devices = "host:1";
+  o.steps = steps;
+  o.job.global_batch = spec->batch;
+  o.deterministic = 1; /* cuts by FLOPs: every pipelined run cuts alike */
+  o.watchdog_ms = 20000;
+  return o;
+}
+
+/* A layout with tensor groups of `tensor` members, and ZeRO where asked. */
+typedef struct tensor_case {
+  layout_case layout;
+  int tensor, zero;
+} tensor_case;
+
+/* tp: one group of every device (layout.tensor 0 says the same) */
+#define TP(devices, t) {{TR_STRATEGY_TP, devices, -1, 0, 0, 0}, t, 0}
+#define WITH_TENSOR(t, layout) {layout, t, 0}
+#define WITH_ZERO(t, layout) {layout, t, 1}
+
+static const tensor_case cases[] = {
+    TP("host:2", 0),
+    TP("host:4", 4),
+    WITH_TENSOR(2, DP("host:4")),
+    WITH_ZERO(2, DP("host:4")),
+    WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4)),
+    WITH_TENSOR(4, PIPELINE("host:8", TR_SCHEDULE_GPIPE, 4)),
+    WITH_TENSOR(2, RECOMPUTING("host:4", TR_SCHEDULE_1F1B, 4)),
+    WITH_TENSOR(2, INTERLEAVED("host:4", 2, 4)),
+    WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_ZB1, 4)),
+    WITH_TENSOR(2, HYBRID("host:8")),
+    WITH_ZERO(2, HYBRID("host:8")),
+};
+enum { NCASES = sizeof cases / sizeof *cases };
+
+static tr_train_options with_tensor(tr_train_options o, const tensor_case *c) {
+  o = with_layout(o, &c->layout);
+  o.job.layout.tensor = c->tensor;
+  o.job.zero = c->zero;
+  return o;
+}
+
+static void describe(char *what, size_t n, const tr_train_options *o, const tensor_case *c) {
+  char sched[64];
+  snprintf(what, n, "%s%s tensor %d on %s (%s) of %s", tr_strategy_name(c->layout.strategy),
+           c->zero ? " zero" : "", c->tensor, c->layout.devices,
+           layout_schedule(&c->layout, sched, sizeof sched), model_name(o));
+}
+
+static void run_to(tr_train_options o, const char *file, tr_train_result *r) {
+  char err[1024];
+  o.job.checkpoint.path = path(file);
+  if (tr_train_run(&o, r, err, sizeof err))
+    fail_msg("%s tensor %d %s on %s: %s", tr_strategy_name(o.strategy), o.job.layout.tensor,
+             model_name(&o), o.devices, err);
+  assert_int_equal(r->steps, o.steps);
+}
+
+static void assert_close(const char *file, const char *reference, double allowed,
+                         const char *what) {
+  char worst[128];
+  const double d = params_difference(path(file), path(reference), worst, sizeof worst);
+  if (!(d <= allowed))
+    fail_msg("%s: %s differs from %s by %.3g (tensor '%s'), allowed %.0e", what, file,
+             reference, d, worst, allowed);
+}
+
+/* ---- equivalence ---------------------------------------------------------------------------- */
+
+static void trains_like_single(const tr_model_spec *spec) {
+  tr_train_result r;
+  const tr_train_options base = options(spec, STEPS);
+  run_to(base, "single.safetensors", &r);
+  const double single_loss = r.final_loss;
+  tr_train_options shorter = base;
+  shorter.steps--; /* the comparison can see a step */
+  run_to(shorter, "shorter.safetensors", &r);
+  char worst[128];
+  const double step = params_difference(path("shorter.safetensors"), path("single.safetensors"),
+                                        worst, sizeof worst);
+  assert_true(step > 10 * tolerance && isfinite(step));
+  for (int k = 0; k < NCASES; k++) {
+    char what[160];
+    const tensor_case *c = &cases[k];
+    describe(what, sizeof what, &base, c);
+    run_to(with_tensor(base, c), "tensor.safetensors", &r);
+    const int T = c->tensor ? c->tensor : 2; /* tp on host:2 */
+    if (r.tensor != T) fail_msg("%s: the figures say tensor %d", what, r.tensor);
+    assert_close("tensor.safetensors", "single.safetensors", tolerance, what);
+    /* member 0 of a last stage speaks for its group: the loss is single's, not T times it */
+    if (!(fabs(r.final_loss - single_loss) <= tolerance * fabs(single_loss)))
+      fail_msg("%s: final loss %.9g, single's %.9g", what, r.final_loss, single_loss);
+  }
+}
+
+static void tensor_groups_train_the_mlp_like_single(void **state) {
+  (void)state;
+  trains_like_single(&mlp4);
+}
+
+/* layout.tensor 1 is no tensor parallelism: the same bits as 0, and the figures say 1. */
+static void one_member_is_no_tensor_parallelism(void **state) {
+  (void)state;
+  tr_train_result r;
+  tr_train_options o = options(&mlp4, STEPS);
+  o.strategy = TR_STRATEGY_HYBRID;
+  o.devices = "host:4";
+  run_to(o, "none.safetensors", &r);
+  assert_int_equal(r.tensor, 1);
+  o.job.layout.tensor = 1;
+  run_to(o, "one.safetensors", &r);
+  assert_int_equal(r.tensor, 1);
+  assert_int_equal(r.replicas, 2);
+  assert_close("one.safetensors", "none.safetensors", 0, "hybrid with tensor 1");
+}
+
+/* ---- checkpoints ---------------------------------------------------------------------------- */
+
+/* A run cut in two, its second half resumed from the first's checkpoint in another layout,
+ * ends where the whole run in one layout does. */
+static void checkpoints_resume_into_another_layout(void **state) {
+  (void)state;
+  static const struct {
+    tensor_case from, to;
+  } hops[] = {
+      {TP("host:2", 2), WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4))},
+      {WITH_TENSOR(2, DP("host:4")), TP("host:4", 0)},
+      {TP("host:4", 4), {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0}, 0, 0}},
+      {{{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0}, 0, 0}, WITH_TENSOR(2, HYBRID("host:8"))},
+  };
+  tr_train_result r;
+  const tr_train_options base = options(&mlp4, 2 * STEPS);
+  run_to(base, "whole.safetensors", &r);
+  for (size_t k = 0; k < sizeof hops / sizeof *hops; k++) {
+    char what[400], a[160], b[160];
+    describe(a, sizeof a, &base, &hops[k].from);
+    describe(b, sizeof b, &base, &hops[k].to);
+    snprintf(what, sizeof what, "%s resumed as %s", a, b);
+    tr_train_options first = with_tensor(base, &hops[k].from);
+    first.steps = STEPS;
+    run_to(first, "half.safetensors", &r);
+    assert_close("half.safetensors", "half.safetensors", 0, what); /* whole tensors, readable */
+    tr_train_options second = with_tensor(base, &hops[k].to);
+    second.job.checkpoint.resume = path("half.safetensors");
+    run_to(second, "resumed.safetensors", &r);
+    assert_int_equal(r.first_step, STEPS);
+    assert_close("resumed.safetensors", "whole.safetensors", tolerance, what);
+  }
+}
+
+/* ---- refusals ------------------------------------------------------------------------------- */
+
+static void expect_einval(tr_train_options o, const char *field, const char *needle) {
+  tr_train_result r;
+  tr_error e;
+  const int rc = tr_train_run_e(&o, &r, &e);
+  if (rc != TR_EINVAL) fail_msg("expected a refusal naming %s, got %d: %s", field, rc, e.message);
+  if (strcmp(e.field, field) != 0 || !strstr(e.message, needle))
+    fail_msg("refused by field '%s', not %s (or without '%s'): %s", e.field, field, needle,
+             e.message);
+}
+
+static void layouts_tensor_groups_do_not_fit_are_refused(void **state) {
+  (void)state;
+  tr_train_options o = options(&mlp4, STEPS);
+  o.strategy = TR_STRATEGY_DP;
+  o.devices = "host:3";
+  o.job.layout.tensor = 2;
+  expect_einval(o, "devices", "tensor groups of 2");
+  o.strategy = TR_STRATEGY_ASYNC;
+  o.devices = "host:2";
+  expect_einval(o, "layout.tensor", "async");
+  o.strategy = TR_STRATEGY_SINGLE;
+  expect_einval(o, "layout.tensor", "one device");
+  o.strategy = TR_STRATEGY_TP;
+  o.devices = "host:4";
+  o.job.layout.tensor = 2;
+  expect_einval(o, "layout.tensor", "one tensor group");
+  o.job.layout.tensor = -1;
+  o.strategy = TR_STRATEGY_DP;
+  expect_einval(o, "layout.tensor", "give the members");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(tensor_groups_train_the_mlp_like_single),
+      cmocka_unit_test(one_member_is_no_tensor_parallelism),
+      cmocka_unit_test(checkpoints_resume_into_another_layout),
+      cmocka_unit_test(layouts_tensor_groups_do_not_fit_are_refused),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
