@@ -275,6 +275,12 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
     return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d was added already%s",
                   stage, replica, T > 1 ? " (each of its layout.tensor members)" : "");
   const int i = tr__stage_index(&j->run, replica, t, stage);
+  const tr_actor *m0 = t ? j->stages[tr__stage_index(&j->run, replica, 0, stage)] : NULL;
+  if (m0 && tr_graph_actor_rank(j->run.g, m0) != rank_of(j, dev))
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d: tensor member %d's "
+                  "device is rank %d's, member 0's rank %d's: a tensor group's members must be "
+                  "devices of one process (layout.tensor)", stage, replica, t, rank_of(j, dev),
+                  tr_graph_actor_rank(j->run.g, m0));
   char name[32];
   if (c->async.enabled) snprintf(name, sizeof name, "worker%d", replica);
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);

@@ -152,13 +152,18 @@ void tr__plan_print(const tr__plan *p, FILE *f) {
     fprintf(f, "  stage '%s' on %s (rank %d), policy %s", tr_actor_name(s->actor),
             tr_device_name(dev), tr_graph_actor_rank(p->run->g, s->actor), row ? row->name : "?");
     const tr__policy_parts *pp = &s->parts;
-    if (tr__members(p->run) > 1)
-      fprintf(f, " (member %d of its tensor group%s)", q->tensor.member,
-              q->tensor.comm ? ", its comm" : "");
-    if (pp->group || pp->clip || pp->worker)
-      fprintf(f, " (%s%s%s%s%s)", pp->group ? "a replica group" : "",
-              pp->group && (pp->clip || pp->worker) ? ", " : "", pp->clip ? "the norm exchange" : "",
-              pp->clip && pp->worker ? ", " : "", pp->worker ? "pushes to the server" : "");
+    char tensor[48] = "";
+    const char *parts[4];
+    int np = 0;
+    if (tr__members(p->run) > 1) { /* its place in its tensor group (tensor_group.h) */
+      snprintf(tensor, sizeof tensor, "member %d of a tensor group", q->tensor.member);
+      parts[np++] = tensor;
+    }
+    if (pp->group) parts[np++] = "a replica group";
+    if (pp->clip) parts[np++] = "the norm exchange";
+    if (pp->worker) parts[np++] = "pushes to the server";
+    for (int k = 0; k < np; k++) fprintf(f, "%s%s", k ? ", " : " (", parts[k]);
+    if (np) fputc(')', f);
     for (int k = 0; k < q->nin; k++)
       print_edge(f, p, q->in[k].what == TR_BATCH_TARGETS ? "targets"
                        : q->in[k].what == TR_BATCH_INPUTS ? "inputs" : "batches",
