@@ -48,18 +48,27 @@ int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char
 /* ---- tensors ------------------------------------------------------------------------------ */
 
 /* Appends to the model's table at the next aligned offset: the end every declaration reaches
- * (models_impl.h). */
+ * (models_impl.h). A part is laid out at its own size in the member's space; its whole
+ * tensor's offset in the whole model's space is counted beside (whole_numel), as the whole
+ * model would lay it out, so that initialisation draws what the whole model draws. */
+static int grow(tr_model *m) {
+  const int cap = m->tensors_cap ? 2 * m->tensors_cap : 16;
+  tr_tensor_info *t = realloc(m->tensors, (size_t)cap * sizeof *t);
+  if (t) m->tensors = t;
+  tr__tensor_init *in = realloc(m->init, (size_t)cap * sizeof *in);
+  if (in) m->init = in;
+  tr_tensor_part *pa = realloc(m->parts, (size_t)cap * sizeof *pa);
+  if (pa) m->parts = pa;
+  size_t *wo = realloc(m->whole_offset, (size_t)cap * sizeof *wo);
+  if (wo) m->whole_offset = wo;
+  if (!t || !in || !pa || !wo) return TR_ENOMEM;
+  m->tensors_cap = cap;
+  return 0;
+}
+
 int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
-                         tr_init_kind init, float scale) {
-  if (m->ntensors == m->tensors_cap) {
-    const int cap = m->tensors_cap ? 2 * m->tensors_cap : 16;
-    tr_tensor_info *t = realloc(m->tensors, (size_t)cap * sizeof *t);
-    if (t) m->tensors = t;
-    tr__tensor_init *in = realloc(m->init, (size_t)cap * sizeof *in);
-    if (in) m->init = in;
-    if (!t || !in) return TR_ENOMEM;
-    m->tensors_cap = cap;
-  }
+                         tr_init_kind init, float scale, const tr_tensor_part *part) {
+  if (m->ntensors == m->tensors_cap) TR__TRY(grow(m));
   tr_tensor_info *t = &m->tensors[m->ntensors];
   memset(t, 0, sizeof *t);
   snprintf(t->name, sizeof t->name, "%s", name);
@@ -70,9 +79,22 @@ int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, i
   t->numel = (size_t)d0 * (size_t)(d1 ? d1 : 1);
   t->offset = m->numel;
   m->init[m->ntensors] = (tr__tensor_init){init, scale};
+  m->parts[m->ntensors] = part ? *part : (tr_tensor_part){.whole = {d0, d1}};
+  m->whole_offset[m->ntensors] = m->whole_numel;
+  const tr_tensor_part *p = &m->parts[m->ntensors];
+  m->whole_numel += tr__align_floats((size_t)p->whole[0] * (size_t)(p->whole[1] ? p->whole[1] : 1));
   m->numel += tr__align_floats(t->numel);
   m->param_count += t->numel;
   m->ntensors++;
+  return 0;
+}
+
+/* The full name, checked: "<prefix><name>" fits tr_tensor_info's. */
+static int full_name(const tr_tensor_list *t, const char *name, char *full, size_t size) {
+  int k = snprintf(full, size, "%s%s", t->prefix, name);
+  if (k < 0 || (size_t)k >= sizeof ((tr_tensor_info *)0)->name)
+    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s: name longer than %zu characters",
+                     full, sizeof((tr_tensor_info *)0)->name - 1);
   return 0;
 }
 
@@ -84,11 +106,66 @@ int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t 
   t->count++;
   if (!t->m) return 0;
   char full[sizeof t->prefix + 64];
-  int k = snprintf(full, sizeof full, "%s%s", t->prefix, name);
-  if (k < 0 || (size_t)k >= sizeof ((tr_tensor_info *)0)->name)
-    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s: name longer than %zu characters",
-                     full, sizeof((tr_tensor_info *)0)->name - 1);
-  return tr__model_add_tensor(t->m, t->layer, full, d0, d1, init, scale);
+  TR__TRY(full_name(t, name, full, sizeof full));
+  return tr__model_add_tensor(t->m, t->layer, full, d0, d1, init, scale, NULL);
+}
+
+int tr_tensor_list_add_part(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
+                            tr_init_kind init, float scale, int axis, int groups, int part,
+                            int parts) {
+  if (d0 <= 0 || d1 < 0 || (unsigned)init > TR_INIT_ZEROS)
+    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s%s: shape (%lld,%lld), init %d",
+                     t->prefix, name, (long long)d0, (long long)d1, (int)init);
+  const int64_t along = axis ? d1 : d0;
+  if (parts < 1 || part < 0 || part >= parts || groups < 1 || (axis != 0 && axis != 1) ||
+      (axis == 1 && d1 == 0) || along % groups)
+    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s%s: part %d of %d along axis %d "
+                     "in %d groups of shape (%lld,%lld)", t->prefix, name, part, parts, axis,
+                     groups, (long long)d0, (long long)d1);
+  t->count++;
+  if (!t->m) return 0;
+  char full[sizeof t->prefix + 64];
+  TR__TRY(full_name(t, name, full, sizeof full));
+  const tr_tensor_part p = {.axis = axis, .groups = groups, .part = part, .parts = parts,
+                            .whole = {axis ? d0 : d0 * parts, axis ? d1 * parts : d1}};
+  return tr__model_add_tensor(t->m, t->layer, full, d0, d1, init, scale, &p);
+}
+
+/* Along axis 0, each group's rows of the part are one run; along axis 1, each row's columns
+ * of each group are. */
+int tr__tensor_part_runs(const tr_tensor_part *p, size_t numel, tr__part_run_fn fn, void *arg) {
+  if (p->parts < 1) return fn(arg, 0, 0, numel);
+  const size_t W0 = (size_t)p->whole[0], W1 = p->whole[1] ? (size_t)p->whole[1] : 1;
+  const size_t G = (size_t)p->groups, P = (size_t)p->parts, k = (size_t)p->part;
+  if (p->axis == 0) {
+    const size_t block = W0 / G, rows = block / P;
+    for (size_t g = 0; g < G; g++)
+      TR__TRY(fn(arg, g * rows * W1, (g * block + k * rows) * W1, rows * W1));
+    return 0;
+  }
+  const size_t block = W1 / G, cols = block / P, d1 = W1 / P;
+  for (size_t r = 0; r < W0; r++)
+    for (size_t g = 0; g < G; g++)
+      TR__TRY(fn(arg, r * d1 + g * cols, r * W1 + g * block + k * cols, cols));
+  return 0;
+}
+
+typedef struct part_copy {
+  float *whole, *part;
+  int to_whole;
+} part_copy;
+
+static int copy_run(void *arg, size_t part_at, size_t whole_at, size_t n) {
+  const part_copy *c = arg;
+  if (c->to_whole) memcpy(c->whole + whole_at, c->part + part_at, n * sizeof(float));
+  else memcpy(c->part + part_at, c->whole + whole_at, n * sizeof(float));
+  return 0;
+}
+
+void tr_tensor_part_copy(const tr_tensor_part *p, float *whole, float *part, int to_whole) {
+  const size_t numel = (size_t)p->whole[0] * (size_t)(p->whole[1] ? p->whole[1] : 1);
+  part_copy c = {whole, part, to_whole};
+  (void)tr__tensor_part_runs(p, numel, copy_run, &c);
 }
 
 int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_layer_spec *l,

@@ -124,6 +124,8 @@ void tr_model_free(tr_model *m) {
   free(m->layers);
   free(m->tensors);
   free(m->init);
+  free(m->parts);
+  free(m->whole_offset);
   free(m->layer_tensor0);
   free(m->layer_offset);
   free(m);
@@ -167,6 +169,11 @@ void tr_model_layer_span(const tr_model *m, int layer, size_t *offset, size_t *n
 const tr_tensor_info *tr_model_tensor(const tr_model *m, int index) {
   TR_ASSERT(index >= 0 && index < m->ntensors);
   return &m->tensors[index];
+}
+
+tr_tensor_part tr_model_tensor_part(const tr_model *member, int index) {
+  TR_ASSERT(index >= 0 && index < member->ntensors);
+  return member->parts[index];
 }
 
 void tr_model_layer_tensors(const tr_model *m, int layer, int *first, int *count) {

@@ -41,9 +41,26 @@ struct tr_tensor_list {
 };
 
 /* Appends a tensor named `name` to m's table at the next aligned offset (layer.c, where
- * tr_tensor_list_add ends). */
+ * tr_tensor_list_add ends); `part` NULL for a tensor held whole, else where it lies in the
+ * whole one (tr_tensor_list_add_part). */
 int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, int64_t d1,
-                         tr_init_kind init, float scale);
+                         tr_init_kind init, float scale, const tr_tensor_part *part);
+
+/* A part's elements as runs that are consecutive both in the part and in the whole tensor
+ * (row-major): fn(arg, at in the part, at in the whole, length) for each, in the part's
+ * order; a tensor held whole (parts 0, numel elements) is one run. Stops at fn's first
+ * non-zero status and returns it (layer.c). */
+typedef int (*tr__part_run_fn)(void *arg, size_t part_at, size_t whole_at, size_t n);
+int tr__tensor_part_runs(const tr_tensor_part *p, size_t numel, tr__part_run_fn fn, void *arg);
+
+/* Tensor parallelism's kinds (layers/linear_split.c, layers/dropout_split.c): what a member
+ * holds of a linear layer split by output features (column) or input features (row), and of
+ * a dropout between them; linear's shard op makes the first two. */
+extern const tr_layer_type tr__layer_linear_column_type;
+extern const tr_layer_type tr__layer_linear_row_type;
+extern const tr_layer_type tr__layer_dropout_columns_type;
+int tr__linear_shard(const tr_layer_spec *l, tr_split how, int part, int parts,
+                     tr_layer_spec *member, char *err, size_t err_size);
 
 struct tr_model {
   char name[32];
@@ -59,6 +76,12 @@ struct tr_model {
   int *layer_tensor0;      /* per layer + 1: tensors of layer l are [l0[l], l0[l+1]) */
   size_t *layer_offset;    /* per layer + 1: spans are [off[l], off[l+1]) */
   size_t numel, param_count;
+  /* Tensor parallelism (a member's model, tr_model_shard): per tensor, where it lies in the
+   * whole one (parts 0: held whole), and the whole tensor's offset in the whole model's
+   * parameter space, which initialisation counts from (a model held whole: its offset) */
+  tr_tensor_part *parts;
+  size_t *whole_offset;
+  size_t whole_numel;      /* the whole model's parameter space */
 };
 
 /* A piece of a file to write. */

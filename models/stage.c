@@ -156,6 +156,30 @@ static void bind_params(tr_stage *st) {
   tr__replay_forget(&st->replay, tr_capture_close); /* captures hold the old pointers */
 }
 
+/* One run of a tensor's elements, drawn as the whole model draws them (tr_device.h's
+ * counter-based initialisers: each element from (seed, its index in the whole model)). */
+typedef struct init_run {
+  tr_stream *s;
+  float *p;
+  const tr__tensor_init *it;
+  uint64_t seed;
+  size_t whole_offset;
+} init_run;
+
+static int init_one_run(void *arg, size_t part_at, size_t whole_at, size_t n) {
+  const init_run *r = arg;
+  float *p = r->p + part_at;
+  const uint64_t at = r->whole_offset + whole_at;
+  switch (r->it->kind) {
+  case TR_INIT_UNIFORM:
+    return tr_init_uniform(r->s, p, n, -r->it->scale, r->it->scale, r->seed, at);
+  case TR_INIT_NORMAL: return tr_init_normal(r->s, p, n, 0.0f, r->it->scale, r->seed, at);
+  case TR_INIT_ONES: return tr_fill(r->s, p, n, 1.0f);
+  case TR_INIT_ZEROS: break;
+  }
+  return 0;
+}
+
 static int init_params(tr_stage *st, uint64_t seed) {
   const tr_model *m = st->m;
   tr_stream *s = st->s;
@@ -165,19 +189,11 @@ static int init_params(tr_stage *st, uint64_t seed) {
   tr_model_layer_tensors(m, st->info.end - 1, &t1, &n);
   for (int t = t0; t < t1 + n; t++) {
     const tr_tensor_info *ti = &m->tensors[t];
-    const tr__tensor_init *it = &m->init[t];
-    float *p = st->params + (ti->offset - st->info.offset);
-    /* every element from (seed, its offset in the whole model): the same however cut */
-    switch (it->kind) {
-    case TR_INIT_UNIFORM:
-      TR__TRY(tr_init_uniform(s, p, ti->numel, -it->scale, it->scale, seed, ti->offset));
-      break;
-    case TR_INIT_NORMAL:
-      TR__TRY(tr_init_normal(s, p, ti->numel, 0.0f, it->scale, seed, ti->offset));
-      break;
-    case TR_INIT_ONES: TR__TRY(tr_fill(s, p, ti->numel, 1.0f)); break;
-    case TR_INIT_ZEROS: break;
-    }
+    /* every element from (seed, its offset in the whole model): the same however cut, and
+     * a member's part (tensor parallelism) as the whole tensor's elements it holds */
+    init_run r = {s, st->params + (ti->offset - st->info.offset), &m->init[t], seed,
+                  m->whole_offset[t]};
+    TR__TRY(tr__tensor_part_runs(&m->parts[t], ti->numel, init_one_run, &r));
   }
   return 0;
 }
@@ -206,6 +222,27 @@ static int open_fail(tr_stage *st, int rc, char *err, size_t size, const char *w
              st->dev && *tr_device_error(st->dev) ? tr_device_error(st->dev) : tr_strerror(rc));
   tr_stage_close(st);
   return rc;
+}
+
+/* Tensor parallelism: a member's split layers are part `rank` of `size`, the comm's. */
+static int check_tensor(tr_stage *st, const tr_stage_config *cfg, char *err, size_t size) {
+  const tr_tensor_comm *c = cfg->tensor;
+  st->tensor = c;
+  for (int i = cfg->first; i < st->info.end; i++) {
+    const tr_layer_spec *l = &st->m->layers[i];
+    if (l->parts <= 1) continue;
+    char what[200];
+    if (!c || c->size != l->parts || c->rank != l->part) {
+      snprintf(what, sizeof what, "tensor: layer %d (%s) is part %d of %d, the stage's tensor "
+               "comm %s", i, l->type->name, l->part, l->parts,
+               c ? "is another member's or another group's" : "is NULL");
+      if (c)
+        snprintf(what + strlen(what), sizeof what - strlen(what), " (member %d of %d)", c->rank,
+                 c->size);
+      return open_fail(st, TR_EINVAL, err, size, what);
+    }
+  }
+  return 0;
 }
 
 /* Everything tr_stage_open decides before it allocates device memory: the stage, its
@@ -254,6 +291,7 @@ static int plan(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_
     return open_fail(st, TR_EINVAL, err, err_size, "precision.gemm: not a precision");
   if ((unsigned)cfg->graphs >= TR_GRAPHS_COUNT)
     return open_fail(st, TR_EINVAL, err, err_size, "graphs: not TR_GRAPHS_ON or TR_GRAPHS_OFF");
+  TR__TRY(check_tensor(st, cfg, err, err_size));
   if (cfg->split && cfg->precision.gemm != TR_PRECISION_FP32)
     return open_fail(st, TR_EINVAL, err, err_size,
                      "split: backward in two halves runs in fp32 only (precision.gemm bf16)");
@@ -449,7 +487,8 @@ static tr_layer_ctx layer_ctx(tr_stage *st, const tr__stage_layer *L, int slot, 
                         .precision = st->info.precision,
                         .p16 = mixed ? st->tensors16 + L->t0 : NULL,
                         .act16 = mixed ? (tr_bf16 *)(tr__acts_of(st, slot) + L->act16_off) : NULL,
-                        .scratch16 = st->layer_scratch16};
+                        .scratch16 = st->layer_scratch16,
+                        .tensor = L->spec->parts > 1 ? st->tensor : NULL};
 }
 
 /* The layers' forward of the slot's micro-batch; the loss into `loss` (last stage). */

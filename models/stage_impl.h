@@ -62,6 +62,7 @@ struct tr_stage {
   int draws;                     /*   a layer draws per sample: training passes run eagerly */
   int weight_layers;             /* a layer has work in the weight half (tr_layer_splits) */
   int replay_fail_next;          /*   tr_stage_graphs_fail_next */
+  const tr_tensor_comm *tensor;  /* tensor parallelism: lent to split layers and the loss */
   tr_grad_ready_fn ready;
   void *ready_arg;
   char err[512];

@@ -18,13 +18,20 @@ static float scale_of(const tr_stage *st, double samples) {
   return (float)(1.0 / n);
 }
 
+/* Tensor parallelism: the last layer split COLUMN, each member holding columns of the output
+ * that a vocab_parallel loss reduces across the group. */
+static int vocab_split(const tr_stage *st) {
+  return st->m->loss->vocab_parallel && st->m->layers[st->m->nlayers - 1].parts > 1;
+}
+
 static tr_loss_ctx loss_ctx(tr_stage *st, int slot) {
   float *base = tr__slot_base(st, slot);
   return (tr_loss_ctx){.s = st->s, .pred = tr__layer_in(st, st->nl, slot),
                        .target = base + st->target_off, .N = st->info.rows, .V = out_width(st),
                        .scale = scale_of(st, st->info.global_batch),
                        .keep = tr__acts_of(st, slot) + st->loss_keep_off,
-                       .scratch = st->layer_scratch};
+                       .scratch = st->layer_scratch,
+                       .tensor = vocab_split(st) ? st->tensor : NULL};
 }
 
 int tr__stage_loss_forward(tr_stage *st, int slot, float *loss) {

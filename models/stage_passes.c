@@ -18,6 +18,7 @@
 /* Whether a pass may be replayed: nothing in it depends on more than its key. */
 static bool replayable(const tr_stage *st, int pass) {
   if (!st->replay.on || (st->training && st->draws)) return false; /* masks move with samples */
+  if (st->tensor) return false; /* a tensor group's members meet on the host in each pass */
   return !st->ready || pass == TR__PASS_FORWARD || pass == TR__PASS_BACKWARD_INPUT;
 }
 

@@ -127,11 +127,30 @@ TR_API int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, i
 /* ---- tensor parallelism (tr_layer_type.h) ----------------------------------------------- */
 
 /* Member `part` of a tensor group of `parts`: a model of the same layers, each split as its
- * kind's shard says (linear layers COLUMN then ROW in pairs, the last one COLUMN under a
- * vocab_parallel loss, the others held whole), named like m's. Its tensors are parts of m's
- * (tr_model_tensor_part), start as their elements of m's do, and the member's checkpoint
- * parts join into m's checkpoint. parts 1: a copy of m. TR_EINVAL naming the layer and what
- * does not divide. Free with tr_model_free; it does not need m afterwards. */
+ * kind's shard says, named like m's. The plan, in the order of the layers:
+ *   - a linear layer followed, through relu, gelu or dropout layers, by another linear one:
+ *     the first COLUMN-parallel (the member holds out/T of its output features: those rows
+ *     of the weight and of the bias), the second ROW-parallel (in/T of its input features:
+ *     those columns of the weight; the bias whole), the layers between on the member's
+ *     columns (a dropout drawing, element by element, the whole layer's mask). In forward the
+ *     row layer all-reduces its partial products and adds the bias once, after; in backward
+ *     the column layer all-reduces its input's gradient (Megatron's g and f): one all-reduce
+ *     each way per pair, none backward when the column layer is the model's first (its
+ *     input's gradient is not wanted);
+ *   - the last layer, a linear one outside a pair: COLUMN under a vocab_parallel loss (the
+ *     loss reduces across the group, tr_loss_ctx.tensor), else held whole;
+ *   - a residual: its inner layers planned the same way inside it;
+ *   - any other kind with a shard op (the transformer block, the embedding): its own split
+ *     (TR_SPLIT_SELF); without one, held whole, every member computing it alike.
+ * Nothing is padded: a width that does not divide by parts is refused naming the layer and
+ * what ("layer 2 (linear): 10 output features across 4 members"; "layer 5.0 (linear): ..." in
+ * a residual). Its tensors are parts of m's (tr_model_tensor_part) under m's names, start as
+ * their elements of m's do under the same seed, and the members' parts join into m's
+ * checkpoint (tr_tensor_part_copy). A stage of the member takes its member's comm
+ * (tr_stage_config.tensor) and runs its passes eagerly (no CUDA graphs: the members meet on
+ * the host). The member's results are the whole model's within rounding (sums split across
+ * members); parts 1: a copy of m, bitwise the same. TR_EINVAL also for m already a member.
+ * Free with tr_model_free; it does not need m afterwards. */
 TR_API int tr_model_shard(const tr_model *m, int part, int parts, tr_model **member, char *err,
                           size_t err_size);
 /* Where a member's tensor `index` lies in the whole one (tr_tensor_list_add_part): parts 0
@@ -141,14 +160,27 @@ typedef struct tr_tensor_part {
   int64_t whole[2];   /* the whole tensor's shape */
 } tr_tensor_part;
 TR_API tr_tensor_part tr_model_tensor_part(const tr_model *member, int index);
+/* Moves a part's elements between host copies of the whole tensor (whole, p->whole's shape)
+ * and of the part (its shape in the member's model): into `whole` when to_whole, else into
+ * `part`. Checkpoints: each member writes its parts into the whole tensor, and a whole
+ * tensor resumes into any layout. p->parts 0 (held whole): the whole tensor copied. */
+TR_API void tr_tensor_part_copy(const tr_tensor_part *p, float *whole, float *part, int to_whole);
 
-/* The tensor comms of a group of n devices of one process (host devices: the members'
- * threads meet; CUDA: peer copies, or NCCL where built), comms[i] for devs[i], each used
- * only on its device's owner thread. Closed together by tr_tensor_comms_close. */
+/* The tensor comms of a group of n devices of one process, comms[i] for devs[i], each used
+ * only on its device's owner thread. Every collective is a meeting of the members' threads
+ * (a barrier, twice): host devices read each other's buffers directly and reduce in member
+ * order, so every member gets bitwise the same result; CUDA devices synchronise their
+ * streams and copy the others' buffers in with tr_memcpy_peer (correct, not fast; NCCL is
+ * not used yet, and max there is within a rounding). Devices of one kind, each once, that
+ * reach each other (tr_device_can_access_peer); TR_EINVAL naming them otherwise. Members
+ * that call different collectives or sizes all get TR_EINVAL, and the group goes on. Closed
+ * together by tr_tensor_comms_close, once no member uses them. */
 TR_API int tr_tensor_comms_open(tr_device *const *devs, int n, tr_tensor_comm **comms,
                                 char *err, size_t err_size);
 TR_API void tr_tensor_comms_close(tr_tensor_comm **comms, int n);
-/* Collectives a comm ran, and the bytes its member sent in them. */
+/* Collectives a comm ran, and the bytes its member sent in them as the ring algorithm would
+ * send them (NCCL's): an all-reduce of n floats 2 (T-1)/T x 4n bytes, an all-gather or a
+ * reduce-scatter of n-float parts (T-1) x 4n; a group of one sends none. Any thread. */
 TR_API void tr_tensor_comm_counts(const tr_tensor_comm *c, uint64_t *collectives,
                                   uint64_t *bytes_sent);
 

@@ -51,4 +51,4 @@ static double flops(const tr_layer_spec *l, int T) { return 2.0 * T * l->in * l-
 const tr_layer_type tr_layer_linear_type = {
     .name = "linear", .tensors = tensors, .forward = forward, .backward = backward, .flops = flops,
     .backward_input = backward_input, .backward_weight = backward_weight,
-    .bf16_elems = bf16_elems};
+    .bf16_elems = bf16_elems, .shard = tr__linear_shard};
