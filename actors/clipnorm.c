@@ -20,6 +20,7 @@ struct tr__clip {
   tr_event *ev;
   double part[2][TR_TRAIN_MAX_DEVICES]; /* per step parity: each one's share */
   int got[2];
+  int64_t sent; /* bytes of shares sent to the others (the run's figures) */
 };
 
 tr__clip *tr__clip_new(int n, int me, tr_edge *const *out, tr_edge *const *in) {
@@ -89,6 +90,7 @@ int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm
       n->sumsq = c->host[0];
       int rc = tr_edge_send_control(c->out[t], n);
       if (rc) return rc;
+      c->sent += (int64_t)sizeof n->sumsq; /* what a share carries: one double */
     }
     c->part[par][c->me] = c->host[0];
     c->got[par]++;
@@ -134,3 +136,5 @@ void tr__clip_free(tr__clip *c) {
   free(c->in);
   free(c);
 }
+
+int64_t tr__clip_sent_bytes(const tr__clip *c) { return c ? c->sent : 0; }

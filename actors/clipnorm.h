@@ -47,6 +47,9 @@ int tr__norm2_now(tr_stream *s, const float *grads, size_t n, float *dev, float 
                   double *norm2);
 /* Waits on the device (the caller polls its events meanwhile). */
 bool tr__clip_waiting(const tr__clip *c);
+/* The bytes of shares this participant sent over the run: a double to each of the n − 1
+ * others per update (the run's figures, run_metrics.h). */
+int64_t tr__clip_sent_bytes(const tr__clip *c);
 void tr__clip_close(tr__clip *c);
 void tr__clip_free(tr__clip *c);
 

@@ -60,7 +60,13 @@ struct tr__group {
    * this process (member order = rank), or the leader's over the ranks */
   tr_comm *nccl, *across;
   char nccl_error[256];   /* its opening failed (a forced allreduce nccl): the run fails */
+  int64_t sent;           /* bytes this member sent (tr__group_sent_bytes) */
 };
+
+/* `floats` elements sent from this member (tr__group_sent_bytes says what counts). */
+static void sent(tr__group *g, size_t floats) { g->sent += (int64_t)(floats * sizeof(float)); }
+
+int64_t tr__group_sent_bytes(const tr__group *g) { return g ? g->sent : 0; }
 
 /* Buckets, last layers first, each at least BUCKET_FLOATS unless the stage runs out. */
 static int plan(const tr_model *m, int first, int end, bucket *out) {
@@ -217,6 +223,15 @@ static void own_chunk(const tr__group *g, int b, size_t *lo, size_t *hi) {
 
 static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_news news);
 
+/* What this member sends of bucket b: the B − c elements the other chunks' owners read, and
+ * (unsharded) its chunk's sum to the n − 1 others. */
+static size_t bucket_sent(const tr__group *g, int b) {
+  size_t lo, hi;
+  own_chunk(g, b, &lo, &hi);
+  const size_t c = hi - lo, whole = g->buckets[b].hi - g->buckets[b].lo;
+  return whole - c + (g->sharded ? 0 : (size_t)(g->n - 1) * c);
+}
+
 /* Every member's bucket b is final: sum this member's chunk over them, in member order,
  * and write the sum into every member's gradients (sharded: only its own needs it). */
 static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
@@ -246,6 +261,7 @@ static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
       return fail(g, "writing the sum");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
+  sent(g, bucket_sent(g, b));
   int rc = announce(g, step, b, s->own_reduced[b], TR__BUCKET_REDUCED);
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return rc;
@@ -266,6 +282,8 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
     if (g->across) {
       if (tr_comm_allreduce(g->across, g->comm, p, p, bk->hi - bk->lo))
         return fail(g, "summing a bucket across ranks");
+      const size_t k = (size_t)tr_comm_count(g->across);
+      sent(g, k > 1 ? 2 * (k - 1) * (bk->hi - bk->lo) / k : 0); /* the ring's */
       int rc = deliver_total(g, step, b);
       if (rc) return rc;
       continue;
@@ -281,6 +299,7 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
                        .n = bk->hi - bk->lo};
     int rc = tr_edge_send_control(g->sum, m);
     if (rc) return rc;
+    sent(g, bk->hi - bk->lo); /* handed to MPI once */
   }
   return 0;
 }
@@ -305,6 +324,7 @@ static int deliver_total(tr__group *g, int64_t step, int b) {
     if (tr_memcpy_peer(g->comm, g->grads[r] + bk->lo, g->devs[r], mine, g->dev, n * sizeof(float)))
       return fail(g, "writing the sum");
   if (tr_event_record(s->own_final[b], g->comm)) return fail(g, "recording");
+  sent(g, (size_t)(g->n - 1) * n);
   return announce(g, step, b, s->own_final[b], TR__BUCKET_FINAL);
 }
 
@@ -381,6 +401,7 @@ static int nccl_bucket(tr__group *g, int64_t step, int b) {
       return fail(g, "reduce-scattering a bucket through NCCL");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
+  sent(g, bucket_sent(g, b)); /* counted as the peer algorithm's (tr__group_sent_bytes) */
   s->nreduced++;
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return 0;
@@ -444,6 +465,7 @@ int tr__group_gather(tr__group *g, int64_t step) {
         return fail(g, "all-gathering the updated shards through NCCL");
     }
     if (tr_event_record(s->own_gathered, g->comm)) return fail(g, "recording");
+    sent(g, (size_t)(g->n - 1) * n);
     s->ngathered = g->n;
     return 0;
   }
@@ -453,6 +475,7 @@ int tr__group_gather(tr__group *g, int64_t step) {
       return fail(g, "writing the updated shard");
   }
   if (tr_event_record(s->own_gathered, g->comm)) return fail(g, "recording");
+  sent(g, (size_t)(g->n - 1) * n);
   return announce(g, step, -1, s->own_gathered, TR__BUCKET_GATHERED);
 }
 

@@ -98,6 +98,19 @@ int tr__group_gather(tr__group *g, int64_t step);
 /* 1 once every member's updated shard is in this member's parameters (s waits for the
  * copies), 0: not yet. Unsharded: 1. */
 int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s);
+/* The bytes this member sent over the run (the run's figures, run_metrics.h), counted as the
+ * algorithm sends them from it. For each bucket of B elements of which it owns a chunk of c
+ * (group.c's own_chunk; sharded: the part in its shard): its B − c elements the owners of
+ * the other chunks read and sum, then (unsharded) the sum of its chunk written into the
+ * n − 1 others; sharded, its updated shard of S elements written into the n − 1 others
+ * once per update. Over the members that is 2 (n − 1) B a bucket, a ring all-reduce's
+ * volume; through NCCL it is counted alike (ncclAllReduce's ring sends 2 (n − 1) / n of
+ * the bucket from each member, ncclReduce and ncclBroadcast as much, up to the chunks'
+ * rounding). Across ranks the leader adds the bucket's sum with the other ranks: through
+ * NCCL's ring 2 (k − 1) / k of the bucket for k ranks, through the transport's MPI the
+ * bucket it hands over once (MPI's own algorithm is not seen here), and the total it
+ * writes into the n − 1 members here. */
+int64_t tr__group_sent_bytes(const tr__group *g);
 /* The group's stream has run everything (the end of the run). */
 int tr__group_sync(tr__group *g);
 /* A failed run: its NCCL communicators aborted, so that no stream waits for ever on a sum

@@ -95,6 +95,10 @@ static int64_t skipped(const void *state) {
   return 0;
 }
 
+static void figures(const void *state, tr__figures *f) { /* the worker's pushes */
+  tr__figures_int(f, TR__M_COMM_BYTES, tr__worker_sent_bytes(((const async_policy *)state)->worker));
+}
+
 static void abort_(void *state) { (void)state; }
 static void close_(void *state) { tr__worker_close(((async_policy *)state)->worker); }
 
@@ -109,7 +113,7 @@ static const tr__policy_ops async_ops = {
     .first_step = first_step, .share = share, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
-    .skipped = skipped, .abort = abort_, .close = close_, .free = free_};
+    .skipped = skipped, .figures = figures, .abort = abort_, .close = close_, .free = free_};
 
 int tr__policy_async(tr__policy *out, tr__worker *worker) {
   async_policy *p = calloc(1, sizeof *p);

@@ -151,6 +151,12 @@ static bool sends_parts(const void *state, int replica) {
   return replica == 0 || sharded(state);
 }
 
+/* What the replica group and the norm exchange sent over the run. */
+static void figures(const void *state, tr__figures *f) {
+  const sync_policy *p = state;
+  tr__figures_int(f, TR__M_COMM_BYTES, tr__group_sent_bytes(p->group) + tr__clip_sent_bytes(p->clip));
+}
+
 static bool consistency(const void *state) { return ((const sync_policy *)state)->group != NULL; }
 static int64_t skipped(const void *state) { return ((const sync_policy *)state)->skipped; }
 static void abort_(void *state) { tr__group_abort(((sync_policy *)state)->group); }
@@ -173,7 +179,7 @@ static const tr__policy_ops sync_ops = {
     .first_step = first_step, .share = share, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
-    .skipped = skipped, .abort = abort_, .close = close_, .free = free_};
+    .skipped = skipped, .figures = figures, .abort = abort_, .close = close_, .free = free_};
 
 int tr__policy_sync(tr__policy *out, const tr__policy_parts *parts) {
   sync_policy *p = calloc(1, sizeof *p);

@@ -6,6 +6,7 @@
 
 #include "codec.h"
 #include "reporter.h"
+#include "step_policy.h"
 
 /* A stage's figures: the struct, then the host copy of its parameters (replica groups check
  * their consistency at the coordinator, which takes the copy over). */
@@ -191,6 +192,8 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   tr__figures_int(f, TR__M_PEAK_ACTIVATION_BYTES, s->peak_activation_bytes);
   memory_figures(c, f);
   graphs_figures(c, f);
+  tr__figures_int(f, TR__M_COMM_BYTES, s->edge_bytes);
+  if (s->policy && s->policy->ops->figures) s->policy->ops->figures(s->policy->state, f);
   int rc = s->params ? copy_params(r, c->st[0], d) : 0;
   if (rc) {
     tr_msg_free(msg);

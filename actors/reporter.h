@@ -38,6 +38,8 @@ typedef struct tr__stage_figures {
   int64_t peak_activation_bytes;
   const tr__busy *busy;
   bool params; /* a host copy of the parameters goes along (the replicas' consistency) */
+  int64_t edge_bytes; /* the tensors the stage's edges sent (activations, input gradients) */
+  const struct tr__policy *policy; /* adds its parts' figures (its optional figures op) */
 } tr__stage_figures;
 
 void tr__reporter_init(tr__reporter *r, tr_edge *edge, int source);

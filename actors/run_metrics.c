@@ -92,6 +92,12 @@ static void combine(tr__reduced *out, const tr__figures *f, const tr__pair *p, i
   case TR__COMBINE_MEAN:
     if (real) v->f = (first ? 0 : v->f) + p->v.f;
     else v->i += p->v.i;
+    if (device >= 0 && m->combine == TR__COMBINE_SUM) { /* each device's part kept too */
+      tr__value *d = &out->device[device][k];
+      if (real) d->f = (out->sent[device][k] ? d->f : 0) + p->v.f;
+      else d->i += p->v.i;
+      out->sent[device][k] = true;
+    }
     break;
   case TR__COMBINE_MAX:
     if (real) v->f = first || p->v.f > v->f ? p->v.f : v->f;
@@ -172,6 +178,17 @@ static void store(void *p, size_t size, tr__type type, tr__value v) {
   }
 }
 
+/* The bytes sent per step: every source's together, and each device's (run_metrics.h). */
+static void comm_figures(const tr__reduced *red, tr_train_result *r) {
+  const int64_t steps = r->steps - r->first_step;
+  if (red->count[TR__M_COMM_BYTES] == 0 || steps <= 0) return; /* NaN: not measured */
+  r->comm_bytes_per_step = (double)red->v[TR__M_COMM_BYTES].i / (double)steps;
+  for (int d = 0; d < red->ndevices; d++)
+    r->comm_bytes_device[d] = red->sent[d][TR__M_COMM_BYTES]
+                                  ? (double)red->device[d][TR__M_COMM_BYTES].i / (double)steps
+                                  : NAN;
+}
+
 void tr__metrics_apply(const tr__reduced *red, tr_train_result *r) {
   char *base = (char *)r;
   for (int k = 0; k < TR__METRIC_COUNT; k++) {
@@ -202,6 +219,7 @@ void tr__metrics_apply(const tr__reduced *red, tr_train_result *r) {
       break;
     }
   }
+  comm_figures(red, r);
 }
 
 void tr__result_init(tr_train_result *r, const char *model, const char *strategy) {
@@ -212,7 +230,8 @@ void tr__result_init(tr_train_result *r, const char *model, const char *strategy
   r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
   r->bubble_fraction = r->bubble_theory = r->staleness_mean = r->staleness_max = NAN;
   r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;
-  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = NAN;
+  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = r->comm_bytes_device[i] = NAN;
+  r->comm_bytes_per_step = NAN;
   r->eval_step = -1; /* no held-out evaluation */
   r->eval_loss = r->eval_accuracy = NAN;
 }

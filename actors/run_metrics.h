@@ -32,7 +32,7 @@
 typedef enum tr__combine {
   TR__COMBINE_SETTING, /* not measured: the run's configuration, filled in by the coordinator */
   TR__COMBINE_DERIVED, /* computed from other figures (docs/WORKLOADS.md's definitions) */
-  TR__COMBINE_SUM,     /* added up, in source order */
+  TR__COMBINE_SUM,     /* added up, in source order (each device's sum kept too) */
   TR__COMBINE_MAX,     /* the largest (reals: of those that are numbers) */
   TR__COMBINE_MIN,     /* the smallest (the steps every stage ran) */
   TR__COMBINE_MEAN,    /* the mean of the values sent (reals that are numbers) */
@@ -79,7 +79,17 @@ typedef enum tr__json {
  * time on the sender's monotonic clock (ns), which the coordinator reads on its own.
  *   X(id, key, unit, combine, scope, type, where, json, name/real function, summary)
  * The summary's format takes the value (reals as double, integers as long long); rows
- * without one are not in it. */
+ * without one are not in it.
+ *
+ * Communication: COMM_BYTES is a measure every part that sends tensors adds to its figures
+ * (a stage's tensor edges, its policy's parts through the policy's figures op, the
+ * asynchronous server), the bytes it sent over the whole run, counted where the sender sends
+ * them (what the algorithm sends from it, in a process or across ranks alike); several pairs
+ * of one source add up. comm_bytes_per_step is the bytes every sender of the run sent per
+ * step, together (every device's, and the asynchronous server's): the sum of the measure
+ * over the sources ÷ the steps the run took (steps − first_step; async: the server's
+ * updates). comm_bytes_per_step_device[i] is device i's own part of it (the server, no
+ * device of the layout, is in the total only). tr__metrics_apply derives both. */
 #define TR__RUN_METRICS(X)                                                                         \
   X(MODEL, "model", "", SETTING, RUN, TEXT, TR__AT(model), VALUE, NULL, "%s")                      \
   X(STRATEGY, "strategy", "", SETTING, RUN, TEXT, TR__AT(strategy), VALUE, NULL, "%s")             \
@@ -188,7 +198,12 @@ typedef enum tr__json {
   X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
   X(ASIDE_NS, "aside_ns", "ns", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                   \
-  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)
+  X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)   \
+  X(COMM_BYTES, "comm_bytes", "bytes", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)      \
+  X(COMM_BYTES_PER_STEP, "comm_bytes_per_step", "bytes", DERIVED, RUN, REAL,                     \
+    TR__AT(comm_bytes_per_step), VALUE, NULL, "%.4g bytes sent a step")                         \
+  X(COMM_BYTES_DEVICE, "comm_bytes_per_step_device", "bytes", DERIVED, DEVICE, REAL,             \
+    TR__EACH(comm_bytes_device), VALUE, NULL, NULL)
 
 typedef enum tr__metric_id {
 #define TR__METRIC_ENUM(id, ...) TR__M_##id,
@@ -251,7 +266,7 @@ typedef struct tr__reduced {
   int64_t count[TR__METRIC_COUNT];  /* the sources that sent the key */
   tr__value v[TR__METRIC_COUNT];    /* SUM, MAX, MIN, MEAN, FIRST; DEVICE: their sum */
   const char *text[TR__METRIC_COUNT]; /* FIRST text (in a source's figures) */
-  tr__value device[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* DEVICE, REPLICA */
+  tr__value device[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* DEVICE, REPLICA, SUM */
   bool sent[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT];
   tr__value replica[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* REPLICA */
   int64_t bins[TR__METRIC_COUNT][TR_TRAIN_STALENESS_BINS];   /* BINS */
@@ -265,7 +280,8 @@ void tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int
 /* The reduced value of a scalar key (NaN, or 0 for integers, where none was sent). */
 double tr__reduced_real(const tr__reduced *red, tr__metric_id key);
 int64_t tr__reduced_int(const tr__reduced *red, tr__metric_id key);
-/* Every measured row's value where the result holds it (those sent only). */
+/* Every measured row's value where the result holds it (those sent only), and the figures
+ * derived from the measures alone (comm_bytes_per_step: r->first_step is set before). */
 void tr__metrics_apply(const tr__reduced *red, tr_train_result *r);
 
 /* The JSON writer's functions for rows whose text or value is the result's reading. */

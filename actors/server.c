@@ -62,6 +62,7 @@ typedef struct figures {
   int64_t staleness_max, consistency_n;
   int clock_gap_max;
   int64_t skipped;  /* updates skipped for a norm that was not finite */
+  int64_t sent;     /* bytes of parameters sent with replies (pulls) */
 } figures;
 
 typedef struct server {
@@ -224,6 +225,7 @@ static int serve(tr_actor *self, server *sv) {
                               : tr_memcpy_peer(sv->s, w->params, w->dev,
                                                tr_stage_params(sv->st), sv->dev, bytes)))
       return fail_device(self, sv, "sending parameters");
+    if (w->pull) sv->fig.sent += (int64_t)bytes;
     if (tr_event_record(w->reply_ev, sv->s)) return fail_device(self, sv, "replying");
     tr__reply_msg *r = tr_msg_new(&tr__reply_type);
     r->pulled = w->pull;
@@ -378,6 +380,7 @@ static void send_figures(const server *sv, tr__figures *f) {
   for (int b = 0; b < TR_TRAIN_STALENESS_BINS; b++)
     if (g->hist[b]) tr__figures_bin(f, TR__M_STALENESS_HIST, b, g->hist[b]);
   tr__figures_int(f, TR__M_CLOCK_GAP_MAX, g->clock_gap_max);
+  tr__figures_int(f, TR__M_COMM_BYTES, g->sent);
   tr__figures_real(f, TR__M_CONSISTENCY, g->consistency_n ? g->consistency_sum /
                                                                 (double)g->consistency_n
                                                           : NAN);

@@ -411,7 +411,8 @@ static int finish(tr_actor *self, stage_actor *a) {
                                  .skipped = p->ops->skipped(p->state),
                                  .window_end = a->window_end, .peak_microbatches = c->peak,
                                  .peak_activation_bytes = c->peak_bytes, .busy = &a->busy,
-                                 .params = p->ops->consistency(p->state)};
+                                 .params = p->ops->consistency(p->state), .policy = p,
+                                 .edge_bytes = a->act_out.sent_bytes + a->grad_out.sent_bytes};
     if ((rc = tr__reporter_figures(&a->rep, c, &f)) != TR__DONE) return rc;
     a->end_phase = END_LEAVE;
   }

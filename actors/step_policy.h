@@ -12,6 +12,7 @@
  *   p.ops->last_backward(p.state, step, true); ...backward...; p.ops->last_backward(.., false)
  *   rc = p.ops->update(p.state, step, run_step);       // the step action: 1 done, 0 waits
  *   rc = p.ops->leave(p.state);                        // the end: 1 done, 0 waits
+ *   if (p.ops->figures) p.ops->figures(p.state, &f);  // the reporter, with the figures
  *
  * Operations return 1 (TR__DONE) when done, 0 when they wait for a message (the stage runs
  * again when one comes), or a negative status after failing the actor.
@@ -23,6 +24,7 @@
 
 #include "inbox.h"
 #include "metrics.h"
+#include "run_metrics.h"
 
 /* What begin says of the step about to start. */
 enum {
@@ -70,6 +72,10 @@ typedef struct tr__policy_ops {
   bool (*sends_parts)(const void *p, int replica);
   bool (*consistency)(const void *p);
   int64_t (*skipped)(const void *p); /* updates skipped for a norm that was not finite */
+  /* OPTIONAL (NULL: none): the policy's parts' figures, added at the end of the run to the
+   * stage's (the reporter calls it), e.g. the bytes its parts sent over the run:
+   * tr__figures_int(f, TR__M_COMM_BYTES, bytes). */
+  void (*figures)(const void *p, tr__figures *f);
   void (*abort)(void *p);         /* a failed run: nothing waits for a peer that is gone */
   void (*close)(void *p);         /* device resources, on the device's thread */
   void (*free)(void *p);

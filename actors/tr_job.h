@@ -225,6 +225,11 @@ typedef struct tr_train_result {
   int64_t eval_step, eval_samples;
   double eval_loss, eval_accuracy;
   int eval_count;
+  /* Communication: the bytes every sender of the run (each device, and the async server)
+   * sent per step together, all collectives and edges (docs/WORKLOADS.md), and device i's
+   * own part of it; NaN: not measured (no step ran) */
+  double comm_bytes_per_step;
+  double comm_bytes_device[TR_TRAIN_MAX_DEVICES];
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */

@@ -95,6 +95,7 @@ int tr__tensor_send(tr__tensor_edge *t, tr_stream *s, const tr_msgtype *type,
   m->ready = ev;
   m->dev = t->dev;
   tr_edge_send(t->edge, m);
+  t->sent_bytes += (int64_t)bytes; /* the run's communication figures (run_metrics.h) */
   return t->w.comm ? send_nccl(t, s, data, bytes) : TR__DONE;
 }
 

@@ -55,6 +55,7 @@ typedef struct tr__tensor_edge {
   tr__ring host;     /* a sender's host copies for another process (MPI) */
   tr__wire w;
   tr__queue q;       /* a receiver's tensors come, in schedule order */
+  int64_t sent_bytes; /* a sender's: the tensors' bytes it sent, whatever carried them */
 } tr__tensor_edge;
 
 /* The end of `e` in this stage; `comm`: NCCL carries its tensors (the edge then owns it). */

@@ -93,6 +93,7 @@ struct tr__worker {
   bool pushed, replied, shared;
   tr__reply_msg got;     /* the reply to the push in flight (its fields) */
   _Atomic int64_t *applied; /* Hogwild!: updates applied to the shared parameters */
+  int64_t sent;             /* bytes pushed (tr__worker_sent_bytes) */
 };
 
 tr__worker *tr__worker_new(const tr__run *run, int index, tr_edge *push, tr_edge *reply) {
@@ -211,6 +212,7 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
       tr_msg_free(m);
       return rc;
     }
+    if (!c->async.hogwild) w->sent += 2 * (int64_t)(m->numel * sizeof(float)); /* grads, params */
     tr_edge_send(w->push, m);
     if (c->async.hogwild) return 1;
     w->pushed = true;
@@ -250,3 +252,5 @@ void tr__worker_close(tr__worker *w) {
 }
 
 void tr__worker_free(tr__worker *w) { free(w); }
+
+int64_t tr__worker_sent_bytes(const tr__worker *w) { return w->sent; }

@@ -76,5 +76,9 @@ int tr__worker_step(tr__worker *w, int64_t pushes, int64_t batch_step, tr__busy 
 int tr__worker_leave(tr__worker *w);
 void tr__worker_close(tr__worker *w);
 void tr__worker_free(tr__worker *w);
+/* The bytes the worker pushed over the run (the run's figures): per push its gradient and
+ * the parameters it computed it from (the server measures its distance and compensates
+ * the delay with them), numel floats each; Hogwild!'s pushes carry no tensor. */
+int64_t tr__worker_sent_bytes(const tr__worker *w);
 
 #endif

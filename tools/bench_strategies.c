@@ -113,16 +113,18 @@ static void print_row(bool md, const row *x, double base, double async1) {
   }
   if (md)
     printf("| %-15s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %9.1f | %7s | %3.0f%% | %-13s | "
-           "%-10s | %11.2g | %.4g | %9.1f |\n",
+           "%-10s | %11.2g | %.4g | %9.1f | %8.3g |\n",
            x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
            r->samples_per_s / base, r->steps_per_s, vs1, 100 * mean_utilization(r), bubble,
-           stale, r->consistency, r->final_loss, state_per_replica(r) / (1 << 20));
+           stale, r->consistency, r->final_loss, state_per_replica(r) / (1 << 20),
+           r->comm_bytes_per_step / (1 << 20));
   else
-    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g,%.0f\n", x->label,
+    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g,%.0f,%.0f\n", x->label,
            r->devices, r->microbatches, r->seconds, r->samples_per_s, r->samples_per_s / base,
            r->steps_per_s, async ? r->steps_per_s / async1 : NAN, mean_utilization(r),
            r->bubble_fraction, r->bubble_theory, async ? r->staleness_mean : NAN,
-           async ? r->staleness_max : NAN, r->consistency, r->final_loss, state_per_replica(r));
+           async ? r->staleness_max : NAN, r->consistency, r->final_loss, state_per_replica(r),
+           r->comm_bytes_per_step);
 }
 
 /* The model's layers, or 0 when it has no such name (its row then says why). */
@@ -164,10 +166,13 @@ static const cli_table table = {
         "it across the replicas). The pipeline rows run 8 micro-batches under GPipe, 1F1B,\n"
         "interleaved 1F1B (2 chunks per device), zero-bubble ZB-H1, and 1F1B recomputing\n"
         "activations. The tp row is one tensor group of every device (--tensor), dp --tensor\n"
-        "2 replicas of groups of 2 (4 devices or more). The async rows (a parameter server and 1, then every device as,\n"
+        "2 replicas of groups of 2 (4 devices or more). The async rows (a parameter server\n"
+        "and 1, then every device as,\n"
         "workers; with more than one device also SSP with staleness 2 and DC-ASGD with\n"
         "lambda 0.04) give updates/s against the one-worker async row and the staleness of\n"
-        "the updates (mean / max). On host devices it also measures the BLAS's own scaling\n"
+        "the updates (mean / max). The last column is the bytes every device (and the async\n"
+        "server) sent per step together, all collectives and edges (comm_bytes_per_step).\n"
+        "On host devices it also measures the BLAS's own scaling\n"
         "on the model's layers. troupe bench <what> --help describes the other benchmarks.\n"};
 
 int bench_strategies(int argc, char **argv) {
@@ -286,6 +291,8 @@ int bench_strategies(int argc, char **argv) {
                r->bubble_theory);
       printf("\"zero\":%d,\"tensor\":%d,\"optimizer_state_per_replica\":%.0f,", r->zero, r->tensor,
              state_per_replica(r));
+      if (isfinite(r->comm_bytes_per_step))
+        printf("\"comm_bytes_per_step\":%.0f,", r->comm_bytes_per_step);
       printf("\"consistency\":%.3g,\"final_loss\":%.6g}", r->consistency, r->final_loss);
     }
     printf("]");
@@ -299,12 +306,12 @@ int bench_strategies(int argc, char **argv) {
   if (md)
     printf("| strategy        | devices          |   m |     s |  samples/s | ×single | updates/s | "
            "×async 1 | util | bubble (theory) | staleness  | consistency | final loss | "
-           "opt. state / replica (MiB) |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "opt. state / replica (MiB) | comm / step (MiB) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   else
     printf("strategy,devices,microbatches,seconds,samples_per_s,vs_single,steps_per_s,vs_async1,"
            "utilization,bubble,bubble_theory,staleness_mean,staleness_max,consistency,"
-           "final_loss,optimizer_state_per_replica\n");
+           "final_loss,optimizer_state_per_replica,comm_bytes_per_step\n");
   for (int i = 0; i < nrows; i++) print_row(md, &rows[i], base_rate, async1_rate);
   if (isfinite(ref1)) {
     fprintf(stdout,
