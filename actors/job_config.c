@@ -114,6 +114,13 @@ static int check_tensor(const tr_job_config *c, int pieces, char *err, size_t n)
                      TR__F("layout.tensor") " %d: %d replicas × %d stages × %d members is more "
                      "than %d devices (or %d pieces × members)", T, l->replicas, l->stages, T,
                      TR_TRAIN_MAX_DEVICES, TR__MAX_STAGES);
+  tr_model *member; /* every member splits alike: the first says what does not divide */
+  char why[400];
+  const int rc = tr_model_shard(c->model, 0, T, &member, why, sizeof why);
+  if (rc)
+    return tr_errorf(err, n, rc, TR__F("layout.tensor") " %d: model '%s' across %d members: %s",
+                     T, tr_model_name(c->model), T, why);
+  tr_model_free(member);
   return 0;
 }
 

@@ -406,13 +406,16 @@ static int finish(tr_actor *self, stage_actor *a) {
   }
   if (a->end_phase == END_FIGURES) {
     const tr__policy *p = &a->policy;
+    uint64_t collectives = 0, tensor_bytes = 0; /* its tensor group's, as the ring sends them */
+    if (a->tp.comm) tr_tensor_comm_counts(a->tp.comm, &collectives, &tensor_bytes);
     const tr__stage_figures f = {.run_steps = p->ops->run_steps, .steps = a->step,
                                  .first_step = p->ops->first_step(p->state, a->run),
                                  .skipped = p->ops->skipped(p->state),
                                  .window_end = a->window_end, .peak_microbatches = c->peak,
                                  .peak_activation_bytes = c->peak_bytes, .busy = &a->busy,
                                  .params = p->ops->consistency(p->state), .policy = p,
-                                 .edge_bytes = a->act_out.sent_bytes + a->grad_out.sent_bytes};
+                                 .edge_bytes = a->act_out.sent_bytes + a->grad_out.sent_bytes +
+                                               (int64_t)tensor_bytes};
     if ((rc = tr__reporter_figures(&a->rep, c, &f)) != TR__DONE) return rc;
     a->end_phase = END_LEAVE;
   }

@@ -39,4 +39,16 @@ int tr__tensor_group_open(tr__tensor_group *g, tr_device *const *devs, int n, ch
                           size_t err_size);
 void tr__tensor_group_close(tr__tensor_group *g);
 
+/* The stage's share of the gradients' global sum of squares (tr_stage_grad_sumsq, into or
+ * added to *out): a split member's parts count once each, a tensor held whole once over the
+ * group (member 0's; the others leave theirs out). A stage of a whole model: all of it. 0, or
+ * the stage's failure. */
+int tr__tensor_grad_sumsq(tr_stage *st, float *out, int accumulate);
+
+/* A checkpoint's whole parts from its split members' (members[tr__part_slot(run, t, k)],
+ * each merged whole): wholes[k] for each piece k (zeroed; malloc'd, tr__part_free), each
+ * tensor of each member put in its place of the whole (tr_tensor_part_copy), a tensor held
+ * whole taken from member 0. 0, or TR_ENOMEM. */
+int tr__tensor_join(const tr__run *run, const tr__part *members, tr__part *wholes);
+
 #endif

@@ -129,6 +129,34 @@ static void tensor_groups_train_the_mlp_like_single(void **state) {
   trains_like_single(&mlp4);
 }
 
+/* Clipping by the global norm: a split tensor's parts count once each, a tensor held whole
+ * once over its group (not T times), with ZeRO's shards too. */
+static void tensor_groups_clip_by_the_norm_of_every_part_once(void **state) {
+  (void)state;
+  static const tensor_case clipped[] = {
+      TP("host:2", 2),
+      WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4)),
+      WITH_ZERO(2, DP("host:4")),
+      WITH_TENSOR(4, DP("host:8")),
+  };
+  tr_train_result r;
+  tr_train_options base = options(&mlp4, STEPS);
+  base.job.optim.clip = 0.05f; /* below the gradients' norm: every step clips */
+  run_to(base, "clipped.safetensors", &r);
+  tr_train_options unclipped = options(&mlp4, STEPS);
+  run_to(unclipped, "unclipped.safetensors", &r);
+  char worst[128];
+  const double d = params_difference(path("unclipped.safetensors"), path("clipped.safetensors"),
+                                     worst, sizeof worst);
+  assert_true(d > 10 * tolerance && isfinite(d)); /* the clip changes what is trained */
+  for (size_t k = 0; k < sizeof clipped / sizeof *clipped; k++) {
+    char what[160];
+    describe(what, sizeof what, &base, &clipped[k]);
+    run_to(with_tensor(base, &clipped[k]), "tensor.safetensors", &r);
+    assert_close("tensor.safetensors", "clipped.safetensors", tolerance, what);
+  }
+}
+
 /* layout.tensor 1 is no tensor parallelism: the same bits as 0, and the figures say 1. */
 static void one_member_is_no_tensor_parallelism(void **state) {
   (void)state;
@@ -215,6 +243,7 @@ static void layouts_tensor_groups_do_not_fit_are_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tensor_groups_train_the_mlp_like_single),
+      cmocka_unit_test(tensor_groups_clip_by_the_norm_of_every_part_once),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
       cmocka_unit_test(layouts_tensor_groups_do_not_fit_are_refused),
