@@ -157,6 +157,45 @@ static void tensor_groups_clip_by_the_norm_of_every_part_once(void **state) {
   }
 }
 
+/* Each member holds its part of the split layers: its device's parameters are about
+ * single's / T (every linear layer of mlp4 splits; the row layers' biases are whole); the
+ * tensor comm's bytes are in comm_bytes_per_step; a held-out evaluation is single's. */
+static void figures_show_each_members_part(void **state) {
+  (void)state;
+  tr_train_result single, r;
+  tr_train_options o = options(&mlp4, STEPS);
+  tr_model *m;
+  tr_data *held; /* the model's own data, drawn with another seed */
+  char err[256];
+  assert_int_equal(tr_model_new(&m, &mlp4, err, sizeof err), 0);
+  assert_int_equal(tr_data_open_for(&held, m, 7, NULL, NULL, err, sizeof err), 0);
+  o.job.eval.data = held;
+  o.job.eval.samples = 96;
+  run_to(o, "single.safetensors", &single);
+  assert_true(isfinite(single.eval_loss));
+  for (int T = 2; T <= 4; T += 2) {
+    tr_train_options t = o;
+    t.strategy = TR_STRATEGY_TP;
+    t.devices = T == 2 ? "host:2" : "host:4";
+    run_to(t, "tensor.safetensors", &r);
+    const double whole = (double)single.memory.devices[0].params;
+    for (int i = 0; i < T; i++) {
+      const double mine = (double)r.memory.devices[i].params;
+      if (!(mine >= whole / T && mine < 1.1 * whole / T))
+        fail_msg("tp on %d: member %d holds %.0f bytes of parameters, single %.0f", T, i, mine,
+                 whole);
+    }
+    if (!(r.comm_bytes_per_step > 0))
+      fail_msg("tp on %d: comm_bytes_per_step %g", T, r.comm_bytes_per_step);
+    if (!(fabs(r.eval_loss - single.eval_loss) <= tolerance * fabs(single.eval_loss)) ||
+        r.eval_count != single.eval_count)
+      fail_msg("tp on %d: held-out loss %.9g (%d evaluations), single's %.9g (%d)", T,
+               r.eval_loss, r.eval_count, single.eval_loss, single.eval_count);
+  }
+  tr_data_close(held);
+  tr_model_free(m);
+}
+
 /* layout.tensor 1 is no tensor parallelism: the same bits as 0, and the figures say 1. */
 static void one_member_is_no_tensor_parallelism(void **state) {
   (void)state;
@@ -244,6 +283,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tensor_groups_train_the_mlp_like_single),
       cmocka_unit_test(tensor_groups_clip_by_the_norm_of_every_part_once),
+      cmocka_unit_test(figures_show_each_members_part),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
       cmocka_unit_test(layouts_tensor_groups_do_not_fit_are_refused),
