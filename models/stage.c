@@ -1,10 +1,10 @@
 /* stage.c — layers [first, end) of a model on one device: the memory plan made at open
  * (parameters, gradients, optimizer state, per-slot activations, shared backward scratch,
- * and in bf16 the weights' copy and the layers' bf16 activations and scratch),
- * initialisation, and the forward and backward passes. Every layer is reached through its
- * kind's table (tr_layer_type.h) and nothing else. The optimizer lives in optim.c, the loss
- * in stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c, the text of its
- * failures in stage_error.c. */
+ * and in bf16 the weights' copy and the layers' bf16 activations and scratch), and the
+ * forward and backward passes. Every layer is reached through its kind's table
+ * (tr_layer_type.h) and nothing else. The optimizer lives in optim.c, the loss in
+ * stage_loss.c, the passes' replays from CUDA graphs in stage_passes.c, the text of its
+ * failures in stage_error.c, the parameters' initialisation in stage_init.c. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,48 +156,6 @@ static void bind_params(tr_stage *st) {
   tr__replay_forget(&st->replay, tr_capture_close); /* captures hold the old pointers */
 }
 
-/* One run of a tensor's elements, drawn as the whole model draws them (tr_device.h's
- * counter-based initialisers: each element from (seed, its index in the whole model)). */
-typedef struct init_run {
-  tr_stream *s;
-  float *p;
-  const tr__tensor_init *it;
-  uint64_t seed;
-  size_t whole_offset;
-} init_run;
-
-static int init_one_run(void *arg, size_t part_at, size_t whole_at, size_t n) {
-  const init_run *r = arg;
-  float *p = r->p + part_at;
-  const uint64_t at = r->whole_offset + whole_at;
-  switch (r->it->kind) {
-  case TR_INIT_UNIFORM:
-    return tr_init_uniform(r->s, p, n, -r->it->scale, r->it->scale, r->seed, at);
-  case TR_INIT_NORMAL: return tr_init_normal(r->s, p, n, 0.0f, r->it->scale, r->seed, at);
-  case TR_INIT_ONES: return tr_fill(r->s, p, n, 1.0f);
-  case TR_INIT_ZEROS: break;
-  }
-  return 0;
-}
-
-static int init_params(tr_stage *st, uint64_t seed) {
-  const tr_model *m = st->m;
-  tr_stream *s = st->s;
-  TR__TRY(tr_memset(s, st->params, 0, st->info.numel * sizeof(float))); /* and the padding */
-  int t0, t1, n;
-  tr_model_layer_tensors(m, st->info.first, &t0, &n);
-  tr_model_layer_tensors(m, st->info.end - 1, &t1, &n);
-  for (int t = t0; t < t1 + n; t++) {
-    const tr_tensor_info *ti = &m->tensors[t];
-    /* every element from (seed, its offset in the whole model): the same however cut, and
-     * a member's part (tensor parallelism) as the whole tensor's elements it holds */
-    init_run r = {s, st->params + (ti->offset - st->info.offset), &m->init[t], seed,
-                  m->whole_offset[t]};
-    TR__TRY(tr__tensor_part_runs(&m->parts[t], ti->numel, init_one_run, &r));
-  }
-  return 0;
-}
-
 /* Shard `index` of `count` equal ones, each a multiple of 16 floats (tr_stage.h). */
 void tr_stage_shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n) {
   if (sh.count <= 1) {
@@ -222,27 +180,6 @@ static int open_fail(tr_stage *st, int rc, char *err, size_t size, const char *w
              st->dev && *tr_device_error(st->dev) ? tr_device_error(st->dev) : tr_strerror(rc));
   tr_stage_close(st);
   return rc;
-}
-
-/* Tensor parallelism: a member's split layers are part `rank` of `size`, the comm's. */
-static int check_tensor(tr_stage *st, const tr_stage_config *cfg, char *err, size_t size) {
-  const tr_tensor_comm *c = cfg->tensor;
-  st->tensor = c;
-  for (int i = cfg->first; i < st->info.end; i++) {
-    const tr_layer_spec *l = &st->m->layers[i];
-    if (l->parts <= 1) continue;
-    char what[200];
-    if (!c || c->size != l->parts || c->rank != l->part) {
-      snprintf(what, sizeof what, "tensor: layer %d (%s) is part %d of %d, the stage's tensor "
-               "comm %s", i, l->type->name, l->part, l->parts,
-               c ? "is another member's or another group's" : "is NULL");
-      if (c)
-        snprintf(what + strlen(what), sizeof what - strlen(what), " (member %d of %d)", c->rank,
-                 c->size);
-      return open_fail(st, TR_EINVAL, err, size, what);
-    }
-  }
-  return 0;
 }
 
 /* Everything tr_stage_open decides before it allocates device memory: the stage, its
@@ -291,7 +228,9 @@ static int plan(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_
     return open_fail(st, TR_EINVAL, err, err_size, "precision.gemm: not a precision");
   if ((unsigned)cfg->graphs >= TR_GRAPHS_COUNT)
     return open_fail(st, TR_EINVAL, err, err_size, "graphs: not TR_GRAPHS_ON or TR_GRAPHS_OFF");
-  TR__TRY(check_tensor(st, cfg, err, err_size));
+  char why[200];
+  if (tr__stage_check_tensor(st, cfg, why, sizeof why))
+    return open_fail(st, TR_EINVAL, err, err_size, why);
   if (cfg->split && cfg->precision.gemm != TR_PRECISION_FP32)
     return open_fail(st, TR_EINVAL, err, err_size,
                      "split: backward in two halves runs in fp32 only (precision.gemm bf16)");
@@ -380,7 +319,7 @@ int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stag
   bind_params(st);
   tr_stream *s = st->s;
   /* everything starts defined: a bug that reads before writing reads zeros, every run alike */
-  if ((rc = init_params(st, cfg->seed)) ||
+  if ((rc = tr__stage_init_params(st, cfg->seed)) ||
       (rc = tr_memset(s, st->grads, 0, in->numel * sizeof(float))) ||
       (rc = tr_memset(s, st->state, 0, in->state_numel * sizeof(float))) ||
       (rc = tr_memset(s, st->slots, 0, in->slot_bytes * (size_t)cfg->slots)) ||

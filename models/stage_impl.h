@@ -87,6 +87,14 @@ static inline const float *tr__layer_in(const tr_stage *st, int i, int slot) {
            : tr__slot_base(st, slot) + st->in_off;
 }
 
+/* ---- opening (stage_init.c) ---- */
+
+/* Tensor parallelism: st->tensor = cfg->tensor, which each split layer's part and parts must
+ * be the rank and size of; else TR_EINVAL, err saying which layer. */
+int tr__stage_check_tensor(tr_stage *st, const tr_stage_config *cfg, char *err, size_t size);
+/* The parameters of layers [first, end) as the whole model starts them under `seed`. */
+int tr__stage_init_params(tr_stage *st, uint64_t seed);
+
 /* ---- passes (stage_passes.c) ---- */
 
 /* A pass: queues a micro-batch's work on the stage's stream (dfirst: where the stage's input

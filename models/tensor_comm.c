@@ -58,20 +58,25 @@ struct group {
   pthread_cond_t cv;
   int arrived;
   uint64_t generation;
+  int aborted;              /* tr_tensor_comm_abort: every meeting fails from then on */
   member m[];
 };
 
-static void barrier(group *g) {
+/* 0 once every member has arrived; TR_ESTATE when the group was aborted before (a member
+ * failed: the others would wait for it for ever). */
+static int barrier(group *g) {
   pthread_mutex_lock(&g->mu);
   const uint64_t gen = g->generation;
-  if (++g->arrived == g->n) {
+  if (!g->aborted && ++g->arrived == g->n) {
     g->arrived = 0;
     g->generation++;
     pthread_cond_broadcast(&g->cv);
   } else {
-    while (gen == g->generation) pthread_cond_wait(&g->cv, &g->mu);
+    while (gen == g->generation && !g->aborted) pthread_cond_wait(&g->cv, &g->mu);
   }
+  const int rc = gen == g->generation ? TR_ESTATE : 0;
   pthread_mutex_unlock(&g->mu);
+  return rc;
 }
 
 /* Floats of a collective's result, and the bytes a member sends in the ring's algorithm. */
@@ -118,10 +123,10 @@ static int host_run(member *me, coll k, tr_reduce op, const float *src, float *d
     if (t) me->tmp = t, me->tmp_cap = out;
   }
   me->r = (round){.src = src, .n = n, .what = (int)k * 2 + (int)op, .ok = out <= me->tmp_cap};
-  barrier(g);
+  TR__TRY(barrier(g));
   const int ok = agreed(g);
   if (ok) host_compute(me, k, op, n);
-  barrier(g);
+  TR__TRY(barrier(g));
   if (!ok) return me->r.ok ? TR_EINVAL : TR_ENOMEM;
   memcpy(dst, me->tmp, out * sizeof *dst);
   return 0;
@@ -157,14 +162,15 @@ static int dev_run(member *me, tr_stream *s, coll k, tr_reduce op, const float *
   int rc = tr_stream_alloc(s, (size_t)g->n * n * sizeof(float), (void **)&stage);
   if (rc == 0) rc = tr_stream_synchronize(s); /* src is written */
   me->r = (round){.src = src, .n = n, .what = (int)k * 2 + (int)op, .ok = rc == 0};
-  barrier(g);
-  const int ok = agreed(g);
+  int brc = barrier(g);
+  const int ok = !brc && agreed(g);
   if (ok) {
     rc = dev_compute(me, s, k, op, n, stage);
     const int src_rc = tr_stream_synchronize(s); /* the others' buffers are read */
     if (rc == 0) rc = src_rc;
   }
-  barrier(g);
+  if (!brc) brc = barrier(g);
+  if (brc && !rc) rc = brc;
   if (ok && rc == 0) rc = tr_memcpy(s, dst, stage, out_floats(k, n, g->n) * sizeof(float),
                                     TR_COPY_D2D);
   if (stage) {
@@ -266,6 +272,14 @@ void tr_tensor_comms_close(tr_tensor_comm **comms, int n) {
   pthread_mutex_destroy(&g->mu);
   free(g);
   for (int i = 0; i < n; i++) comms[i] = NULL;
+}
+
+void tr_tensor_comm_abort(const tr_tensor_comm *c) {
+  group *g = ((member *)c->impl)->g;
+  pthread_mutex_lock(&g->mu);
+  g->aborted = 1;
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
 }
 
 void tr_tensor_comm_counts(const tr_tensor_comm *c, uint64_t *collectives, uint64_t *bytes_sent) {

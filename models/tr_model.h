@@ -178,6 +178,10 @@ TR_API void tr_tensor_part_copy(const tr_tensor_part *p, float *whole, float *pa
 TR_API int tr_tensor_comms_open(tr_device *const *devs, int n, tr_tensor_comm **comms,
                                 char *err, size_t err_size);
 TR_API void tr_tensor_comms_close(tr_tensor_comm **comms, int n);
+/* A member that fails, or a run that stops, says so from any thread: every collective of
+ * the group then returns TR_ESTATE at once (those waiting for the others too) instead of
+ * waiting for a member that will not come. The group stays unusable until closed. */
+TR_API void tr_tensor_comm_abort(const tr_tensor_comm *c);
 /* Collectives a comm ran, and the bytes its member sent in them as the ring algorithm would
  * send them (NCCL's): an all-reduce of n floats 2 (T-1)/T x 4n bytes, an all-gather or a
  * reduce-scatter of n-float parts (T-1) x 4n; a group of one sends none. Any thread. */

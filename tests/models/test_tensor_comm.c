@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "mtest.h"
@@ -210,6 +211,55 @@ static void members_that_disagree_are_all_refused_and_the_group_goes_on(void **s
   tr_device_list_close(l);
 }
 
+/* A member that fails aborts the group: the others, waiting for it, return. */
+typedef struct abort_run {
+  tr_device *dev;
+  const tr_tensor_comm *c;
+  int aborts, rc, rc_after;
+} abort_run;
+
+static void *abort_main(void *arg) {
+  abort_run *o = arg;
+  if (tr_device_bind(o->dev)) abort();
+  float *b;
+  if (tr_device_alloc(o->dev, 64 * 4, (void **)&b)) abort();
+  tr_stream *s = tr_device_stream(o->dev);
+  if (tr_fill(s, b, 64, 1.0f)) abort();
+  o->rc = 0;
+  if (o->aborts) {
+    struct timespec ms = {0, 20 * 1000 * 1000}; /* let the others wait first */
+    nanosleep(&ms, NULL);
+    tr_tensor_comm_abort(o->c);
+  } else {
+    o->rc = o->c->all_reduce(o->c, s, b, 64, TR_REDUCE_SUM);
+  }
+  o->rc_after = o->c->all_gather(o->c, s, b, b, 1);
+  tr_device_free(o->dev, b);
+  return NULL;
+}
+
+static void a_failing_member_aborts_the_group_and_no_one_waits(void **state) {
+  (void)state;
+  tr_device_list *l = mt_open(3);
+  tr_device *devs[3] = {tr_device_list_at(l, 0), tr_device_list_at(l, 1), tr_device_list_at(l, 2)};
+  tr_tensor_comm *comms[3];
+  char err[256];
+  assert_int_equal(tr_tensor_comms_open(devs, 3, comms, err, sizeof err), 0);
+  abort_run o[3];
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) {
+    o[i] = (abort_run){.dev = devs[i], .c = comms[i], .aborts = i == 1};
+    assert_int_equal(pthread_create(&th[i], NULL, abort_main, &o[i]), 0);
+  }
+  for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < 3; i++) {
+    if (i != 1) assert_int_equal(o[i].rc, TR_ESTATE);
+    assert_int_equal(o[i].rc_after, TR_ESTATE);
+  }
+  tr_tensor_comms_close(comms, 3);
+  tr_device_list_close(l);
+}
+
 static void a_device_twice_is_refused_naming_it(void **state) {
   (void)state;
   tr_device_list *l = mt_open(2);
@@ -230,6 +280,7 @@ int main(void) {
       cmocka_unit_test(every_member_gets_the_sum_in_member_order_with_four),
       cmocka_unit_test(a_group_of_one_copies_and_counts_no_bytes),
       cmocka_unit_test(members_that_disagree_are_all_refused_and_the_group_goes_on),
+      cmocka_unit_test(a_failing_member_aborts_the_group_and_no_one_waits),
       cmocka_unit_test(a_device_twice_is_refused_naming_it),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
