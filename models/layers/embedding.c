@@ -1,10 +1,26 @@
 /* embedding.c — the token embedding kind with learned positions: tokens (B,T) ->
- * (B,T,out) = wte[token] + wpe[t]. */
+ * (B,T,out) = wte[token] + wpe[t].
+ *
+ * Tensor parallelism (shard: Megatron's vocabulary-parallel embedding): member `part` of
+ * `parts` holds rows [part V/parts, (part+1) V/parts) of wte, wpe whole. Its forward gives a
+ * token outside its rows zeros, one all-reduce sums the members' (each token's row comes from
+ * the one member that holds it, so the sum is the row itself, bitwise), and wpe is added
+ * after; backward adds into the member's rows alone (wpe's gradient, whole, on every member).
+ * Megatron pads the vocabulary to a multiple of the members; this kind refuses one that does
+ * not divide instead (say 50257 across 2): pad the vocabulary in the model.
+ *
+ * The masked gather and scatter are not device ops (tr_device.h has no row range for
+ * tr_embedding_*): a member reads its host device's memory directly, and a GPU member is
+ * refused (TR_EDEVICE, naming the layer) until the device layer has them. */
+#include <stdio.h>
+
 #include "layers_impl.h"
 
 tr_layer_spec tr_layer_embedding(int vocab, int width) {
   return (tr_layer_spec){.type = &tr_layer_embedding_type, .in = 1, .out = width, .vocab = vocab};
 }
+
+static int split(const tr_layer_spec *l) { return l->parts > 1; }
 
 static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
   (void)in;
@@ -13,13 +29,94 @@ static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
                    "needs a vocabulary (has %d) and one token a row (in %d)", l->vocab, l->in);
 }
 
+static int shard(const tr_layer_spec *l, tr_split how, int part, int parts, tr_layer_spec *member,
+                 char *err, size_t err_size) {
+  (void)how; /* the embedding splits itself, by its vocabulary */
+  if (parts < 1 || part < 0 || part >= parts || split(l))
+    return tr_errorf(err, err_size, TR_EINVAL, "part %d of %d of an embedding%s", part, parts,
+                     split(l) ? " already split" : "");
+  if (l->vocab % parts)
+    return tr_errorf(err, err_size, TR_EINVAL, "a vocabulary of %d across %d members: it must "
+                     "divide (Megatron pads it; pad the model's vocabulary)", l->vocab, parts);
+  *member = *l;
+  if (parts == 1) return 0;
+  member->vocab = l->vocab / parts, member->part = part, member->parts = parts;
+  return 0;
+}
+
 /* PyTorch's Embedding: normal(0, 1) */
 static int tensors(const tr_layer_spec *l, int T, tr_tensor_list *t) {
-  TR__TRY(tr_tensor_list_add(t, "wte", l->vocab, l->out, TR_INIT_NORMAL, 1.0f));
+  if (split(l))
+    TR__TRY(tr_tensor_list_add_part(t, "wte", l->vocab, l->out, TR_INIT_NORMAL, 1.0f, 0, 1,
+                                    l->part, l->parts));
+  else
+    TR__TRY(tr_tensor_list_add(t, "wte", l->vocab, l->out, TR_INIT_NORMAL, 1.0f));
   return tr_tensor_list_add(t, "wpe", T, l->out, TR_INIT_NORMAL, 1.0f);
 }
 
+/* ---- a member's rows --------------------------------------------------------------------- */
+
+/* Its comm, on a host device; every token below the whole vocabulary. */
+static int member_ready(const tr_layer_ctx *c) {
+  const tr_layer_spec *l = c->l;
+  if (!c->tensor || c->tensor->size != l->parts)
+    return tr_layer_fail(c, TR_EINVAL, "embedding: part %d of %d needs its tensor group's comm",
+                         l->part, l->parts);
+  if (tr_device_info_of(tr_stream_device(c->s))->kind != TR_DEVICE_HOST)
+    return tr_layer_fail(c, TR_EDEVICE, "embedding: a vocabulary-parallel member runs on host "
+                         "devices only (no masked gather among %s's ops yet)",
+                         tr_device_name(tr_stream_device(c->s)));
+  const int32_t *idx = c->x;
+  const int64_t V = (int64_t)l->vocab * l->parts;
+  for (size_t i = 0; i < (size_t)c->B * c->T; i++)
+    if (idx[i] < 0 || idx[i] >= V)
+      return tr_layer_fail(c, TR_EINVAL, "embedding: token %d at %zu outside the vocabulary "
+                           "[0, %lld)", idx[i], i, (long long)V);
+  return 0;
+}
+
+static int forward_part(const tr_layer_ctx *c) {
+  TR__TRY(member_ready(c));
+  const size_t C = (size_t)c->l->out, N = (size_t)c->B * c->T, T = (size_t)c->T;
+  const int64_t lo = (int64_t)c->l->part * c->l->vocab, hi = lo + c->l->vocab;
+  const int32_t *idx = c->x;
+  for (size_t i = 0; i < N; i++) { /* the member's rows; zeros for the others' tokens */
+    float *o = c->act + i * C;
+    if (idx[i] >= lo && idx[i] < hi)
+      for (size_t k = 0; k < C; k++) o[k] = c->p[0][(size_t)(idx[i] - lo) * C + k];
+    else
+      for (size_t k = 0; k < C; k++) o[k] = 0.0f;
+  }
+  TR__TRY(c->tensor->all_reduce(c->tensor, c->s, c->act, N * C, TR_REDUCE_SUM));
+  for (size_t b = 0; b < (size_t)c->B; b++) /* the positions, whole on every member */
+    TR__TRY(tr_add(c->s, c->act + b * T * C, c->act + b * T * C, c->p[1], T * C));
+  return 0;
+}
+
+/* dwte's rows of the member's tokens, and dwpe, in tr_embedding_backward's (b, t) order */
+static int backward_part(const tr_layer_ctx *c, const float *dout) {
+  TR__TRY(member_ready(c));
+  const size_t C = (size_t)c->l->out, T = (size_t)c->T;
+  const int64_t lo = (int64_t)c->l->part * c->l->vocab, hi = lo + c->l->vocab;
+  const int32_t *idx = c->x;
+  for (size_t b = 0; b < (size_t)c->B; b++)
+    for (size_t t = 0; t < T; t++) {
+      const size_t bt = b * T + t;
+      const float *g = dout + bt * C;
+      if (idx[bt] >= lo && idx[bt] < hi) {
+        float *e = c->g[0] + (size_t)(idx[bt] - lo) * C;
+        for (size_t k = 0; k < C; k++) e[k] += g[k];
+      }
+      float *p = c->g[1] + t * C;
+      for (size_t k = 0; k < C; k++) p[k] += g[k];
+    }
+  return 0;
+}
+
+/* ---- the table ----------------------------------------------------------------------------- */
+
 static int forward(const tr_layer_ctx *c) {
+  if (split(c->l)) return forward_part(c);
   return tr_embedding_forward(c->s, c->act, c->x, c->p[0], c->p[1], c->B, c->T, c->l->out,
                           c->l->vocab);
 }
@@ -27,6 +124,7 @@ static int forward(const tr_layer_ctx *c) {
 /* tokens have no gradient: dinp is never asked for */
 static int backward(const tr_layer_ctx *c, const float *dout, float *dinp) {
   (void)dinp;
+  if (split(c->l)) return backward_part(c, dout);
   return tr_embedding_backward(c->s, c->g[0], c->g[1], dout, c->x, c->B, c->T, c->l->out,
                           c->l->vocab);
 }
@@ -44,4 +142,4 @@ static int backward_weight(const tr_layer_ctx *c, const float *dout) {
 const tr_layer_type tr_layer_embedding_type = {
     .name = "embedding", .token_input = 1, .check = check, .tensors = tensors,
     .forward = forward, .backward = backward, .backward_input = backward_input,
-    .backward_weight = backward_weight};
+    .backward_weight = backward_weight, .shard = shard};

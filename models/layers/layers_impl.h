@@ -16,4 +16,31 @@ int tr__check_same_width(const tr_layer_spec *l, int in, char *err, size_t err_s
 int tr__declare_linear(tr_tensor_list *t, const char *prefix, int in, int out, int bias);
 int tr__declare_layernorm(tr_tensor_list *t, const char *prefix, int width);
 
+/* The transformer block split across a tensor group (attention.c; Megatron's split, block.c's
+ * shard): d.NH and d.H are the member's heads and hidden units, d.C the whole width, `ca`
+ * attention's width on the member (C / parts: its q, k, v columns and the projection's input
+ * features), tc its comm. ca == d.C with tc NULL is the block held whole, bitwise
+ * tr_block_*'s. Forward all-reduces twice (after each row-parallel projection), backward
+ * twice (the input gradients of the column-parallel qkv and fc); the weight half never. */
+size_t tr__block_acts_carve(tr_block_acts *a, float *base, tr_block_dims d, int ca);
+size_t tr__block_scratch_carve(tr_block_scratch *sc, float *base, tr_block_dims d, int ca);
+size_t tr__block_keep_carve(tr_block_keep *k, float *base, tr_block_dims d, int ca);
+void tr__block_bf16_carve(tr_block_bf16 *h, tr_bf16 *act, tr_bf16 *scratch, tr_block_dims d,
+                          int ca, size_t *act_elems, size_t *scratch_elems);
+int tr__block_forward(tr_stream *s, const tr_block_acts *a, const tr_block_params *p,
+                      const float *inp, tr_block_dims d, int ca, const tr_tensor_comm *tc,
+                      const tr_block_bf16 *mp);
+int tr__block_backward(tr_stream *s, float *dinp, const tr_block_params *g,
+                       const tr_block_scratch *sc, const float *dout, const float *inp,
+                       const tr_block_params *p, const tr_block_acts *a, tr_block_dims d, int ca,
+                       const tr_tensor_comm *tc, const tr_block_bf16 *mp);
+int tr__block_backward_input(tr_stream *s, float *dinp, const tr_block_params *g,
+                             const tr_block_scratch *sc, const tr_block_keep *k,
+                             const float *dout, const float *inp, const tr_block_params *p,
+                             const tr_block_acts *a, tr_block_dims d, int ca,
+                             const tr_tensor_comm *tc);
+int tr__block_backward_weight(tr_stream *s, const tr_block_params *g, const tr_block_keep *k,
+                              const float *dout, const tr_block_acts *a, tr_block_dims d,
+                              int ca);
+
 #endif
