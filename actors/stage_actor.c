@@ -549,6 +549,7 @@ static void stage_stop(tr_actor *self) {
   if (!a->done) { /* a failed run: a peer's operation may never come, and the streams wait */
     for (int i = 0; i < 4; i++) tr__tensor_edge_abort(edges[i]);
     a->policy.ops->abort(a->policy.state);
+    if (a->tp.comm) tr_tensor_comm_abort(a->tp.comm); /* its group's members wait no more */
   }
   if (a->s) tr_stream_synchronize(a->s);
   for (int i = 0; i < 4; i++) tr__tensor_edge_close(edges[i]);

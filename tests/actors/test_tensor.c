@@ -98,7 +98,18 @@ static void assert_close(const char *file, const char *reference, double allowed
 
 /* ---- equivalence ---------------------------------------------------------------------------- */
 
-static void trains_like_single(const tr_model_spec *spec) {
+/* gpt1 has 2 heads: groups of 2 */
+static const tensor_case gpt_cases[] = {
+    TP("host:2", 2),
+    WITH_TENSOR(2, DP("host:4")),
+    WITH_ZERO(2, DP("host:4")),
+    WITH_TENSOR(2, RECOMPUTING("host:4", TR_SCHEDULE_1F1B, 4)),
+    WITH_TENSOR(2, INTERLEAVED("host:4", 2, 4)),
+    WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_ZB1, 4)),
+    WITH_TENSOR(2, HYBRID("host:8")),
+};
+
+static void trains_like_single(const tr_model_spec *spec, const tensor_case *cases, int ncases) {
   tr_train_result r;
   const tr_train_options base = options(spec, STEPS);
   run_to(base, "single.safetensors", &r);
@@ -110,7 +121,7 @@ static void trains_like_single(const tr_model_spec *spec) {
   const double step = params_difference(path("shorter.safetensors"), path("single.safetensors"),
                                         worst, sizeof worst);
   assert_true(step > 10 * tolerance && isfinite(step));
-  for (int k = 0; k < NCASES; k++) {
+  for (int k = 0; k < ncases; k++) {
     char what[160];
     const tensor_case *c = &cases[k];
     describe(what, sizeof what, &base, c);
@@ -126,7 +137,12 @@ static void trains_like_single(const tr_model_spec *spec) {
 
 static void tensor_groups_train_the_mlp_like_single(void **state) {
   (void)state;
-  trains_like_single(&mlp4);
+  trains_like_single(&mlp4, cases, NCASES);
+}
+
+static void tensor_groups_train_gpt_like_single(void **state) {
+  (void)state;
+  trains_like_single(&gpt1, gpt_cases, sizeof gpt_cases / sizeof *gpt_cases);
 }
 
 /* Clipping by the global norm: a split tensor's parts count once each, a tensor held whole
@@ -282,6 +298,7 @@ static void layouts_tensor_groups_do_not_fit_are_refused(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(tensor_groups_train_the_mlp_like_single),
+      cmocka_unit_test(tensor_groups_train_gpt_like_single),
       cmocka_unit_test(tensor_groups_clip_by_the_norm_of_every_part_once),
       cmocka_unit_test(figures_show_each_members_part),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
