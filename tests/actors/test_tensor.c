@@ -262,6 +262,44 @@ static void checkpoints_resume_into_another_layout(void **state) {
   }
 }
 
+/* The parameters handed to an observer (tr_job_snapshot) are whole tensors too: the
+ * checkpoint's bytes, under single's names and shapes. */
+typedef struct watched {
+  int reports;
+  size_t nbytes;
+  float first[4];
+} watched;
+
+static void watch(void *arg, const tr_report_msg *r) {
+  watched *w = arg;
+  const tr_checkpoint_tensor *t = r->params ? tr_checkpoint_find(r->params, "2.weight") : NULL;
+  if (t == NULL || !r->last) return;
+  w->reports++;
+  w->nbytes = t->nbytes;
+  memcpy(w->first, t->data, sizeof w->first);
+}
+
+static void snapshots_hold_whole_tensors(void **state) {
+  (void)state;
+  tr_train_result r;
+  watched w = {0};
+  tr_train_options o = with_tensor(options(&mlp4, STEPS),
+                                   &(tensor_case)WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4)));
+  o.observe = watch;
+  o.observe_arg = &w;
+  o.snapshot_every = STEPS;
+  run_to(o, "observed.safetensors", &r);
+  assert_int_equal(w.reports, 1);
+  assert_int_equal(w.nbytes, 64 * 64 * sizeof(float));
+  tr_checkpoint *ck;
+  char err[256];
+  assert_int_equal(tr_checkpoint_open(&ck, path("observed.safetensors"), err, sizeof err), 0);
+  const tr_checkpoint_tensor *t = tr_checkpoint_find(ck, "2.weight");
+  assert_non_null(t);
+  assert_memory_equal(t->data, w.first, sizeof w.first);
+  tr_checkpoint_close(ck);
+}
+
 /* ---- refusals ------------------------------------------------------------------------------- */
 
 static void expect_einval(tr_train_options o, const char *field, const char *needle) {
@@ -303,6 +341,7 @@ int main(void) {
       cmocka_unit_test(figures_show_each_members_part),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
+      cmocka_unit_test(snapshots_hold_whole_tensors),
       cmocka_unit_test(layouts_tensor_groups_do_not_fit_are_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
