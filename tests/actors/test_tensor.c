@@ -212,6 +212,26 @@ static void figures_show_each_members_part(void **state) {
   tr_model_free(m);
 }
 
+/* bf16 GEMMs (float32 sums): a member's partial products round apart from the whole's, so
+ * within bf16's rounding of single's bf16 run, not 1e-5. */
+static void tensor_groups_train_in_bf16_like_single(void **state) {
+  (void)state;
+  static const tensor_case bf16[] = {
+      TP("host:2", 2),
+      WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4)),
+  };
+  tr_train_result r;
+  tr_train_options base = options(&mlp4, STEPS);
+  base.job.precision.gemm = TR_PRECISION_BF16;
+  run_to(base, "single16.safetensors", &r);
+  for (size_t k = 0; k < sizeof bf16 / sizeof *bf16; k++) {
+    char what[160];
+    describe(what, sizeof what, &base, &bf16[k]);
+    run_to(with_tensor(base, &bf16[k]), "tensor16.safetensors", &r);
+    assert_close("tensor16.safetensors", "single16.safetensors", 1e-3, what);
+  }
+}
+
 /* layout.tensor 1 is no tensor parallelism: the same bits as 0, and the figures say 1. */
 static void one_member_is_no_tensor_parallelism(void **state) {
   (void)state;
@@ -339,6 +359,7 @@ int main(void) {
       cmocka_unit_test(tensor_groups_train_gpt_like_single),
       cmocka_unit_test(tensor_groups_clip_by_the_norm_of_every_part_once),
       cmocka_unit_test(figures_show_each_members_part),
+      cmocka_unit_test(tensor_groups_train_in_bf16_like_single),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
       cmocka_unit_test(snapshots_hold_whole_tensors),
