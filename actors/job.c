@@ -358,17 +358,6 @@ int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
 
 /* ---- edges --------------------------------------------------------------------------------- */
 
-/* Whether the loader leaves a stage on `dev` to generate its samples (tr_data_on). */
-bool tr__job_generates_on(const tr_job_config *c, const tr_device *dev) {
-  switch (c->data_on) {
-  case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
-  case TR_DATA_ON_HOST: return false;
-  default: /* held-out samples come from the loader (tr_job_config.eval) */
-    return tr_device_info_of(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data) &&
-           c->eval.data == NULL;
-  }
-}
-
 int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
                            tr_edge **out) {
   if (j->plan.planned) return CLOSED("tr_job_connect_batches");

@@ -316,6 +316,17 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   return 0;
 }
 
+/* Whether the loader leaves a stage on `dev` to generate its samples (tr_data_on). */
+bool tr__job_generates_on(const tr_job_config *c, const tr_device *dev) {
+  switch (c->data_on) {
+  case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
+  case TR_DATA_ON_HOST: return false;
+  default: /* held-out samples come from the loader (tr_job_config.eval) */
+    return tr_device_info_of(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data) &&
+           c->eval.data == NULL;
+  }
+}
+
 tr_optim_config tr__job_optim(const tr_job_config *c) { return resolve_optim(c->optim, c->model); }
 
 int tr__job_global_batch(const tr_job_config *c) {
