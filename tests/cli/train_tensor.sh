@@ -51,5 +51,6 @@ refused --tensor --strategy dp --tensor 3 --devices host:4
 refused --tensor --strategy async --tensor 2 --devices host:2
 refused --tensor --strategy tp --tensor 2 --devices host:4
 refused --tensor --strategy single --tensor 2
+refused "1024 output features across 3 members" --strategy tp --devices host:3
 ((failed)) || echo "ok: tp trains as single, --json says tensor, the plan names the members"
 exit $failed
