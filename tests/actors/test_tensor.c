@@ -232,6 +232,29 @@ static void tensor_groups_train_in_bf16_like_single(void **state) {
   }
 }
 
+/* comm_bytes_per_step counts the tensor comm's collectives as the ring sends them: mlp4's
+ * two column-row pairs all-reduce their outputs forward (two), and the second pair its
+ * input's gradient backward (the first's input wants none): 3 all-reduces of a batch's
+ * 48 × 64 floats, each 2 (T - 1) / T × 4 bytes a float from each member. */
+static void comm_bytes_count_the_groups_all_reduces(void **state) {
+  (void)state;
+  tr_train_result r;
+  for (int T = 2; T <= 4; T += 2) {
+    tr_train_options o = options(&mlp4, STEPS);
+    o.strategy = TR_STRATEGY_TP;
+    o.devices = T == 2 ? "host:2" : "host:4";
+    run_to(o, "tensor.safetensors", &r);
+    const double each = 3 * 2.0 * (T - 1) / T * 4 * 48 * 64;
+    if (!(fabs(r.comm_bytes_per_step - T * each) < 1e-6 * each))
+      fail_msg("tp on %d: comm_bytes_per_step %.0f, the ring's %.0f", T, r.comm_bytes_per_step,
+               T * each);
+    for (int i = 0; i < T; i++)
+      if (!(fabs(r.comm_bytes_device[i] - each) < 1e-6 * each))
+        fail_msg("tp on %d: member %d sent %.0f bytes a step, the ring's %.0f", T, i,
+                 r.comm_bytes_device[i], each);
+  }
+}
+
 /* layout.tensor 1 is no tensor parallelism: the same bits as 0, and the figures say 1. */
 static void one_member_is_no_tensor_parallelism(void **state) {
   (void)state;
@@ -364,6 +387,7 @@ int main(void) {
       cmocka_unit_test(tensor_groups_clip_by_the_norm_of_every_part_once),
       cmocka_unit_test(figures_show_each_members_part),
       cmocka_unit_test(tensor_groups_train_in_bf16_like_single),
+      cmocka_unit_test(comm_bytes_count_the_groups_all_reduces),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
       cmocka_unit_test(snapshots_hold_whole_tensors),
