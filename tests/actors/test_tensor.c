@@ -22,6 +22,7 @@
 #include "scratch.h"
 
 #include "compare.h"
+#include "simplenet_job.h"
 #include "specs.h"
 
 static const double tolerance = 1e-5;
@@ -343,6 +344,50 @@ static void snapshots_hold_whole_tensors(void **state) {
   tr_checkpoint_close(ck);
 }
 
+/* ---- by hand --------------------------------------------------------------------------------- */
+
+/* A job of simplenet wired by hand (tensor 0: one stage; else T members of it), run: its
+ * final loss. */
+static double hand_wired(int T, const char *devices) {
+  simplenet_job x;
+  tr_job_config c = tr_job_defaults();
+  c.layout.tensor = T;
+  simplenet_job_open(&x, devices, 1, NULL, c);
+  tr_actor *stage[4], *loader, *coordinator, *extra;
+  const int n = T > 1 ? T : 1;
+  for (int t = 0; t < n; t++) /* the t-th call adds member t */
+    assert_int_equal(tr_job_add_stage(x.j, 0, 0, tr_device_list_at(x.devs, t), &stage[t]), 0);
+  if (T > 1) {
+    assert_string_equal(tr_actor_name(stage[1]), "stage0.t1");
+    assert_int_equal(tr_job_add_stage(x.j, 0, 0, tr_device_list_at(x.devs, 0), &extra), TR_EINVAL);
+    assert_non_null(strstr(tr_job_error(x.j), "each of its layout.tensor members"));
+  }
+  for (int t = 0; t < n; t++) { /* a loader per member: the replica's samples each */
+    assert_int_equal(tr_job_add_loader(x.j, 0, &loader), 0);
+    assert_int_equal(tr_job_feed(x.j, loader, stage[t], stage[t]), 0);
+  }
+  assert_int_equal(tr_job_add_loader(x.j, 0, &extra), TR_EINVAL);
+  assert_int_equal(tr_job_add_coordinator(x.j, &coordinator), 0);
+  if (tr_graph_run(x.g, 0, 2 * STEPS, 0)) fail_msg("%s", tr_graph_error(x.g));
+  tr_train_result r;
+  tr_job_result(x.j, &r);
+  assert_int_equal(r.tensor, n);
+  assert_int_equal(r.ndevices, n);
+  simplenet_job_close(&x);
+  return r.final_loss;
+}
+
+static void a_tensor_group_wired_by_hand_trains_as_one_stage(void **state) {
+  (void)state;
+  const double one = hand_wired(0, "host:1");
+  for (int T = 2; T <= 4; T += 2) {
+    const double group = hand_wired(T, T == 2 ? "host:2" : "host:4");
+    if (!(fabs(group - one) <= tolerance * fabs(one)))
+      fail_msg("simplenet wired by hand in a group of %d: final loss %.9g, one stage's %.9g", T,
+               group, one);
+  }
+}
+
 /* ---- refusals ------------------------------------------------------------------------------- */
 
 static void expect_einval(tr_train_options o, const char *field, const char *needle) {
@@ -391,6 +436,7 @@ int main(void) {
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
       cmocka_unit_test(snapshots_hold_whole_tensors),
+      cmocka_unit_test(a_tensor_group_wired_by_hand_trains_as_one_stage),
       cmocka_unit_test(layouts_tensor_groups_do_not_fit_are_refused),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
