@@ -209,6 +209,18 @@ static void figures_show_each_members_part(void **state) {
       fail_msg("tp on %d: held-out loss %.9g (%d evaluations), single's %.9g (%d)", T,
                r.eval_loss, r.eval_count, single.eval_loss, single.eval_count);
   }
+  /* dp × pp × tp: each replica's share of the held-out samples, member 0 of each last stage
+   * reporting its group's sums */
+  tr_train_options h = with_tensor(o, &(tensor_case)WITH_TENSOR(2, HYBRID("host:8")));
+  h.job.eval.every = 2;
+  run_to(h, "tensor.safetensors", &r);
+  tr_train_options every = o;
+  every.job.eval.every = 2;
+  run_to(every, "single.safetensors", &single);
+  if (!(fabs(r.eval_loss - single.eval_loss) <= tolerance * fabs(single.eval_loss)) ||
+      r.eval_count != single.eval_count || r.eval_count != 2)
+    fail_msg("hybrid tensor 2: held-out loss %.9g (%d evaluations), single's %.9g (%d)",
+             r.eval_loss, r.eval_count, single.eval_loss, single.eval_count);
   tr_data_close(held);
   tr_model_free(m);
 }
