@@ -40,9 +40,10 @@ static tr__memory_place *place_of(tr__memory_needs *out, const tr_device_info **
 }
 
 /* Stage s of replica r, its chunks opened as chunks.c opens them, added to place p. */
+/* (A tensor group's member: its model's, with a comm that plans it.) */
 static int add_stage(tr__memory_place *p, const tr_job_config *c, const tr_model *model,
-                     const tr_tensor_comm *tensor, const tr_schedule *sc, const int *cuts, int s, int r, int mb, char *err,
-                     size_t n) {
+                     const tr_tensor_comm *tensor, const tr_schedule *sc, const int *cuts,
+                     int s, int r, int mb, char *err, size_t n) {
   const int P = c->layout.stages, R = c->layout.replicas;
   int held = 0;
   for (int k = 0; k < c->layout.chunks; k++) {

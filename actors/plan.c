@@ -100,7 +100,9 @@ int tr__plan_wire(tr__plan *p, char *err, size_t n) {
     /* the strategy is the policy the plan gives the stage: the stage never asks */
     const tr_job_config *c = &p->run->c;
     rc = tr__policy_find(c->step_policy, c)->make(&s->ports.policy, &s->parts);
-    if (rc) return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P, i / P / T);
+    if (rc)
+      return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P,
+                       i / P / T);
     if (p->tensor) /* its group's comm, member t's */
       s->ports.tensor.comm = p->tensor[i / P / T * P + i % P].comms[s->ports.tensor.member];
     tr__stage_wire(tr_actor_state(s->actor), &s->ports);

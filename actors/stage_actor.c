@@ -97,7 +97,8 @@ void tr__stage_wire(void *state, const tr__stage_ports *p) {
   tr__tensor_edge_init(&a->act_in, p->act_in.edge, p->act_in.nccl);
   tr__tensor_edge_init(&a->grad_out, p->grad_out.edge, p->grad_out.nccl);
   a->tp = p->tensor;
-  tr__reporter_init(&a->rep, p->report, tr__stage_index(a->run, a->replica, a->tp.member, a->stage));
+  tr__reporter_init(&a->rep, p->report,
+                    tr__stage_index(a->run, a->replica, a->tp.member, a->stage));
   a->policy = p->policy;
 }
 
@@ -266,8 +267,9 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
   if (tr_stage_forward(c->st, act->slot)) return fail_device(self, a, "forward");
-  if (c->info->is_last && reports_losses(a) && tr__reporter_copy_loss(&a->rep, a->s, a->step, act->mb,
-                                                  tr_stage_loss(c->st, act->slot), a->run_step))
+  if (c->info->is_last && a->tp.member == 0 && /* member 0 speaks for its tensor group */
+      tr__reporter_copy_loss(&a->rep, a->s, a->step, act->mb, tr_stage_loss(c->st, act->slot),
+                             a->run_step))
     return fail_device(self, a, "copying the loss out");
   busy(a, "forward", t0, act->mb);
   return TR__DONE;

@@ -339,8 +339,8 @@ static void snapshots_hold_whole_tensors(void **state) {
   (void)state;
   tr_train_result r;
   watched w = {0};
-  tr_train_options o = with_tensor(options(&mlp4, STEPS),
-                                   &(tensor_case)WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4)));
+  const tensor_case pp = WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4));
+  tr_train_options o = with_tensor(options(&mlp4, STEPS), &pp);
   o.observe = watch;
   o.observe_arg = &w;
   o.snapshot_every = STEPS;
