@@ -93,6 +93,30 @@ static int vp_backward(const tr_loss_ctx *c, float *dpred) {
   return 0;
 }
 
+int tr_crossentropy_correct_parts(const tr_tensor_comm *tc, tr_stream *s, const float *pred,
+                                  const int32_t *target, int N, int V, float *scratch,
+                                  int64_t *correct) {
+  *correct = 0;
+  if (tr_device_info_of(tr_stream_device(s))->kind != TR_DEVICE_HOST) return TR_EDEVICE;
+  if (N <= 0) return 0;
+  const int64_t lo = (int64_t)tc->rank * V;
+  float *top = scratch, *at = scratch + N; /* each row's largest, minus the first index of it */
+  for (int r = 0; r < N; r++) {
+    const float *z = pred + (size_t)r * V;
+    int best = 0;
+    for (int v = 1; v < V; v++)
+      if (z[v] > z[best]) best = v;
+    top[r] = z[best];
+    at[r] = -(float)(lo + best);
+  }
+  TR__TRY(tc->all_reduce(tc, s, top, (size_t)N, TR_REDUCE_MAX));
+  for (int r = 0; r < N; r++) /* a member whose largest is not the row's has no say */
+    if (pred[(size_t)r * V + (size_t)(-(int64_t)at[r] - lo)] < top[r]) at[r] = -INFINITY;
+  TR__TRY(tc->all_reduce(tc, s, at, (size_t)N, TR_REDUCE_MAX));
+  for (int r = 0; r < N; r++) *correct += (int64_t)(-at[r]) == target[r];
+  return 0;
+}
+
 static int ce_forward(const tr_loss_ctx *c, float *loss) {
   if (c->tensor) return vp_forward(c, loss);
   return tr_crossentropy_forward(c->s, loss, c->keep, c->pred, c->target, c->N, c->V, c->scale);

@@ -159,19 +159,19 @@ static int dev_run(member *me, tr_stream *s, coll k, tr_reduce op, const float *
                    size_t n) {
   group *g = me->g;
   float *stage = NULL;
-  int rc = tr_stream_alloc(s, (size_t)g->n * n * sizeof(float), (void **)&stage);
+  int rc = n ? tr_stream_alloc(s, (size_t)g->n * n * sizeof(float), (void **)&stage) : 0;
   if (rc == 0) rc = tr_stream_synchronize(s); /* src is written */
   me->r = (round){.src = src, .n = n, .what = (int)k * 2 + (int)op, .ok = rc == 0};
   int brc = barrier(g);
   const int ok = !brc && agreed(g);
-  if (ok) {
+  if (ok && n) {
     rc = dev_compute(me, s, k, op, n, stage);
     const int src_rc = tr_stream_synchronize(s); /* the others' buffers are read */
     if (rc == 0) rc = src_rc;
   }
   if (!brc) brc = barrier(g);
   if (brc && !rc) rc = brc;
-  if (ok && rc == 0) rc = tr_memcpy(s, dst, stage, out_floats(k, n, g->n) * sizeof(float),
+  if (ok && n && rc == 0) rc = tr_memcpy(s, dst, stage, out_floats(k, n, g->n) * sizeof(float),
                                     TR_COPY_D2D);
   if (stage) {
     const int frc = tr_stream_free(s, stage);

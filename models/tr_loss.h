@@ -121,6 +121,19 @@ TR_API int tr_loss_kind_check(tr_loss_kind kind, char *err, size_t err_size);
 TR_API const char *tr_loss_kind_name(tr_loss_kind kind);
 TR_API int tr_loss_kind_parse(const char *name, tr_loss_kind *out);
 
+/* ---- accuracy of a vocabulary-parallel output ------------------------------------------------ */
+
+/* *correct = how many of the N rows have their target as the whole row's largest logit (the
+ * first of equals), where pred (N, V) holds member tc->rank's columns [rank V, (rank+1) V)
+ * of the group's logits: two all-reduces of N floats (the rows' largest, MAX; minus the first
+ * column holding it, MAX), never a whole row; the same count on every member, which must
+ * all call it alike. scratch: 2N floats of the device. Host devices (TR_EDEVICE otherwise);
+ * class indices below 2^24. */
+struct tr_tensor_comm;
+TR_API int tr_crossentropy_correct_parts(const struct tr_tensor_comm *tc, tr_stream *s,
+                                         const float *pred, const int32_t *target, int N, int V,
+                                         float *scratch, int64_t *correct);
+
 /* ---- per-sample losses of a stage ----------------------------------------------------------- */
 
 typedef struct tr_stage tr_stage;

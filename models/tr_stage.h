@@ -128,9 +128,10 @@ typedef struct tr_stage_config {
   tr_graphs graphs;     /* TR_GRAPHS_ON (the default) or TR_GRAPHS_OFF, above */
   /* Tensor parallelism: the model is a member's (tr_model_shard) and this its comm, lent to
    * its split layers and loss; NULL: none (the model is held whole). A split layer of the
-   * stage must be part rank of size, the comm's (TR_EINVAL naming the layer otherwise); a
-   * stage with one runs its passes eagerly (the members meet on the host). The stage's
-   * numel and memory are the member's; every member is fed the same batch. */
+   * stage must be part rank of size, the comm's (TR_EINVAL naming the layer otherwise;
+   * tr_stage_plan, which runs nothing, needs none); a stage with one runs its passes
+   * eagerly (the members meet on the host). The stage's numel and memory are the
+   * member's; every member is fed the same batch. */
   const tr_tensor_comm *tensor;
 } tr_stage_config;
 

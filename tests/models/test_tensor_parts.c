@@ -176,6 +176,10 @@ static void a_stage_lends_its_comm_to_split_layers_only_and_needs_the_right_one(
   char err[512] = "";
   assert_int_equal(tr_stage_open(&st, m, d, &cfg, err, sizeof err), TR_EINVAL);
   assert_non_null(strstr(err, "layer 1 (part) is part 1 of 2"));
+  tr_stage_info info; /* a plan alone (a memory estimate) needs no comm: the member's sizes */
+  size_t opt;
+  assert_int_equal(tr_stage_plan(m, &cfg, &info, &opt, err, sizeof err), 0);
+  assert_int_equal(info.numel, tr_model_numel(m));
   cfg.tensor = &wrong;
   assert_int_equal(tr_stage_open(&st, m, d, &cfg, err, sizeof err), TR_EINVAL);
   assert_non_null(strstr(err, "member 0 of 2"));

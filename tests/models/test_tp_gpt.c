@@ -5,7 +5,8 @@
  * member's gradients against the whole's parts and its parameters after several AdamW steps
  * within 1e-5, backward in halves and recomputation alike (bf16 within 1e-3); T = 1 bitwise the whole; the collectives of a step
  * counted (per block two all-reduces each way); vocabularies, heads and hidden units that do
- * not divide refused naming the layer; the loss's memory per member, never a whole row. */
+ * not divide refused naming the layer; the loss's memory per member, never a whole row; the
+ * accuracy of split logits (tr_crossentropy_correct_parts) the whole rows'. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -181,6 +182,77 @@ static void the_loss_holds_a_members_columns_only(void **state) {
   tr_model_free(m), tr_model_free(whole);
 }
 
+/* ---- the accuracy of split logits (tr_crossentropy_correct_parts) ------------------------ */
+
+enum { AN = 200, AV = 24 };
+
+typedef struct argmax_member {
+  tr_device *dev;
+  const tr_tensor_comm *c;
+  const float *logits;   /* the whole (AN, AV) */
+  const int32_t *target;
+  int T;
+  int64_t correct;
+  int rc;
+} argmax_member;
+
+static void *argmax_main(void *arg) {
+  argmax_member *a = arg;
+  if (tr_device_bind(a->dev)) abort();
+  const int V = AV / a->T, r = a->c->rank;
+  float *mine = malloc((size_t)AN * V * 4);
+  for (int n = 0; n < AN; n++)
+    memcpy(mine + (size_t)n * V, a->logits + (size_t)n * AV + (size_t)r * V, (size_t)V * 4);
+  float *pred = mt_up(a->dev, mine, (size_t)AN * V), *scratch = mt_up(a->dev, NULL, 2 * AN);
+  int32_t *target = (int32_t *)mt_up(a->dev, a->target, AN);
+  a->rc = tr_crossentropy_correct_parts(a->c, tr_device_stream(a->dev), pred, target, AN, V,
+                                        scratch, &a->correct);
+  tr_device_free(a->dev, pred), tr_device_free(a->dev, scratch), tr_device_free(a->dev, target);
+  free(mine);
+  return NULL;
+}
+
+/* Every member counts the rows whose whole argmax (the first of equals) is the target, ties
+ * within and across members' columns included. */
+static void the_accuracy_of_split_logits_is_the_wholes(void **state) {
+  (void)state;
+  float logits[AN * AV];
+  int32_t target[AN];
+  mt_rng r = mt_rng_for(3);
+  int64_t want = 0;
+  for (int n = 0; n < AN; n++) {
+    /* coarse values: ties are common, within a member's columns and across members */
+    for (int v = 0; v < AV; v++) logits[n * AV + v] = (float)(mt_next(&r) % 6);
+    int best = 0;
+    for (int v = 1; v < AV; v++)
+      if (logits[n * AV + v] > logits[n * AV + best]) best = v;
+    /* half the rows right, the others a tie's later column or any other */
+    target[n] = n % 2 ? best : (int32_t)(mt_next(&r) % AV);
+    want += target[n] == best;
+  }
+  for (int T = 1; T <= 4; T *= 2) {
+    tr_device *d[TP_MAXT];
+    tr_tensor_comm *comms[TP_MAXT];
+    char err[256];
+    for (int i = 0; i < T; i++) d[i] = tr_device_list_at(devs, i);
+    if (tr_tensor_comms_open(d, T, comms, err, sizeof err)) fail_msg("%s", err);
+    argmax_member m[TP_MAXT];
+    pthread_t th[TP_MAXT];
+    for (int i = 0; i < T; i++) {
+      m[i] = (argmax_member){.dev = d[i], .c = comms[i], .logits = logits, .target = target, .T = T};
+      assert_int_equal(pthread_create(&th[i], NULL, argmax_main, &m[i]), 0);
+    }
+    for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+    tr_tensor_comms_close(comms, T);
+    for (int i = 0; i < T; i++) {
+      assert_int_equal(m[i].rc, 0);
+      if (m[i].correct != want)
+        fail_msg("T %d member %d: %lld rows correct, the whole rows' argmax %lld", T, i,
+                 (long long)m[i].correct, (long long)want);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(gpt_split_trains_as_the_whole),
@@ -188,6 +260,7 @@ int main(void) {
       cmocka_unit_test(one_member_is_the_whole_bitwise),
       cmocka_unit_test(what_does_not_divide_is_refused_naming_the_layer),
       cmocka_unit_test(the_loss_holds_a_members_columns_only),
+      cmocka_unit_test(the_accuracy_of_split_logits_is_the_wholes),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
