@@ -84,12 +84,14 @@ typedef enum tr__json {
  * Communication: COMM_BYTES is a measure every part that sends tensors adds to its figures
  * (a stage's tensor edges, its policy's parts through the policy's figures op, the
  * asynchronous server), the bytes it sent over the whole run, counted where the sender sends
- * them (what the algorithm sends from it, in a process or across ranks alike); several pairs
- * of one source add up. comm_bytes_per_step is the bytes every sender of the run sent per
- * step, together (every device's, and the asynchronous server's): the sum of the measure
- * over the sources ÷ the steps the run took (steps − first_step; async: the server's
- * updates). comm_bytes_per_step_device[i] is device i's own part of it (the server, no
- * device of the layout, is in the total only). tr__metrics_apply derives both. */
+ * them (what the algorithm sends from it, in a process or across ranks alike; a held-out
+ * pass's activations too); several pairs of one source add up. Not in it: what the loader
+ * feeds the stages, and the reports to the coordinator (losses, checkpoint parts, figures).
+ * comm_bytes_per_step is the bytes every sender of the run sent per step, together (every
+ * device's, and the asynchronous server's): the sum of the measure over the sources ÷ the
+ * steps the run took (steps − first_step; async: the server's updates).
+ * comm_bytes_per_step_device[i] is device i's own part of it (the server, no device of the
+ * layout, is in the total only). tr__metrics_apply derives both. */
 #define TR__RUN_METRICS(X)                                                                         \
   X(MODEL, "model", "", SETTING, RUN, TEXT, TR__AT(model), VALUE, NULL, "%s")                      \
   X(STRATEGY, "strategy", "", SETTING, RUN, TEXT, TR__AT(strategy), VALUE, NULL, "%s")             \
