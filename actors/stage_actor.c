@@ -156,8 +156,9 @@ static int open_queues(stage_actor *a) {
 /* The evaluation pass's action list for this replica's share, and (the last stage) room for
  * its figures. */
 static int open_eval(stage_actor *a) {
-  const int rc = tr__eval_pass_open(&a->eval, a->run, a->replica, a->stage, a->dev, last_chunk(a));
-  if (a->tp.member > 0) a->eval.last = false; /* member 0 reports its tensor group's sums */
+  int rc = tr__eval_pass_open(&a->eval, a->run, a->replica, a->stage, a->dev, last_chunk(a));
+  if (rc == 0) /* member 0 reports its tensor group's sums */
+    rc = tr__eval_pass_tensor(&a->eval, a->tp.comm, a->tp.member, a->ch.st[a->ch.n - 1]);
   if (rc == TR_ENOMEM)
     return tr_actor_fail(a->self, rc, "room for held-out figures: out of memory");
   return rc ? fail_device(a->self, a, "allocating held-out losses") : 0;

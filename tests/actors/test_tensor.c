@@ -245,6 +245,34 @@ static void tensor_groups_train_in_bf16_like_single(void **state) {
   }
 }
 
+/* gpt's held-out accuracy under a vocabulary-parallel last layer: each row's largest output
+ * over every member's columns (never one member's alone), as single's. */
+static void gpt_held_out_accuracy_is_over_the_whole_rows(void **state) {
+  (void)state;
+  tr_model *m;
+  tr_data *held;
+  char err[256];
+  assert_int_equal(tr_model_new(&m, &gpt1, err, sizeof err), 0);
+  assert_int_equal(tr_data_open_for(&held, m, 7, NULL, NULL, err, sizeof err), 0);
+  tr_train_result single, r;
+  tr_train_options o = options(&gpt1, STEPS);
+  o.job.eval.data = held;
+  o.job.eval.samples = 48;
+  run_to(o, "single.safetensors", &single);
+  const tensor_case layouts[] = {TP("host:2", 2), WITH_TENSOR(2, DP("host:4"))};
+  for (size_t k = 0; k < sizeof layouts / sizeof *layouts; k++) {
+    char what[160];
+    describe(what, sizeof what, &o, &layouts[k]);
+    run_to(with_tensor(o, &layouts[k]), "tensor.safetensors", &r);
+    if (!(fabs(r.eval_loss - single.eval_loss) <= tolerance * fabs(single.eval_loss)) ||
+        !(fabs(r.eval_accuracy - single.eval_accuracy) <= 2.0 / (48 * 16)))
+      fail_msg("%s: held-out loss %.9g, accuracy %.6f; single's %.9g, %.6f", what, r.eval_loss,
+               r.eval_accuracy, single.eval_loss, single.eval_accuracy);
+  }
+  tr_data_close(held);
+  tr_model_free(m);
+}
+
 /* comm_bytes_per_step counts the tensor comm's collectives as the ring sends them: mlp4's
  * two column-row pairs all-reduce their outputs forward (two), and the second pair its
  * input's gradient backward (the first's input wants none): 3 all-reduces of a batch's
@@ -444,6 +472,7 @@ int main(void) {
       cmocka_unit_test(tensor_groups_clip_by_the_norm_of_every_part_once),
       cmocka_unit_test(figures_show_each_members_part),
       cmocka_unit_test(tensor_groups_train_in_bf16_like_single),
+      cmocka_unit_test(gpt_held_out_accuracy_is_over_the_whole_rows),
       cmocka_unit_test(comm_bytes_count_the_groups_all_reduces),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
