@@ -5,13 +5,14 @@
  * group, a tensor group is a part the plan records, opens while the graph is wired (every
  * member present, all in this process) and closes with the job:
  *
- *   tr__tensor_models_open(run, &models, err, n);    // tr_job_new: run->member_models
+ *   tr__tensor_models_open(&c, &models, err, n);     // tr_job_new: run->member_models
  *   tr__tensor_group_open(&g, devs, T, err, n);      // the plan's pass, per (replica, stage)
  *   ports.tensor = (tr__tensor_member){.member = t, .comm = g.comms[t]};
  *   tr__tensor_group_close(&g);                      // with the plan
  *
- * Whole members (member models NULL: the model holds no layer a kind splits) compute alike
- * and need no comm; member 0 of the group then speaks for it (losses, checkpoint parts).
+ * Member 0 of a group speaks for it: a last stage's losses and held-out sums; every member
+ * sends its checkpoint parts, which the writer joins into whole tensors (tr__tensor_join),
+ * and the norm exchange counts a tensor held whole once per group (tr__tensor_grad_sumsq).
  */
 #ifndef TR_TENSOR_GROUP_H
 #define TR_TENSOR_GROUP_H
