@@ -325,6 +325,8 @@ static void checkpoints_resume_into_another_layout(void **state) {
       {WITH_TENSOR(2, DP("host:4")), TP("host:4", 0)},
       {TP("host:4", 4), {{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0}, 0, 0}},
       {{{TR_STRATEGY_SINGLE, "host:1", -1, 0, 0, 0}, 0, 0}, WITH_TENSOR(2, HYBRID("host:8"))},
+      {WITH_ZERO(2, DP("host:4")), WITH_TENSOR(4, PIPELINE("host:8", TR_SCHEDULE_1F1B, 4))},
+      {WITH_TENSOR(4, DP("host:8")), WITH_ZERO(2, HYBRID("host:8"))},
   };
   tr_train_result r;
   const tr_train_options base = options(&mlp4, 2 * STEPS);
