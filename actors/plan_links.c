@@ -13,6 +13,7 @@
 #include "graph_impl.h"
 #include "group.h"
 #include "plan.h"
+#include "tensor_group.h"
 
 static tr_device *device_of(const tr__plan *p, int i) {
   return tr__stage_device(tr_actor_state(p->st[i].actor));
@@ -57,7 +58,7 @@ static int plan_norms(tr__plan *p) {
   const tr__run *run = p->run;
   const tr_job_config *c = &run->c;
   const int R = c->layout.replicas, P = c->layout.stages, T = tr__members(run);
-  const bool split = run->member_models != NULL;
+  const bool split = run->member_models && tr__tensor_split(run->member_models[0]);
   if (!agree_on_norms(c)) return 0;
   int at[TR_TRAIN_MAX_DEVICES], n, rc = 0;
   if (c->zero) {

@@ -83,14 +83,17 @@ int tr__tensor_join(const tr__run *run, const tr__part *members, tr__part *whole
   return 0;
 }
 
-/* The member a stage's model is, from its split tensors (0: none split, or member 0). */
-static int member_of(const tr_model *m, int first, int end) {
-  for (int i = first; i < end; i++) {
+/* The member a model is, from its split tensors, anywhere in it (a stage may hold none):
+ * -1 where none is split (whole members: the norm exchange keeps to each member's chain). */
+static int member_of(const tr_model *m) {
+  for (int i = 0; i < tr_model_tensor_count(m); i++) {
     const tr_tensor_part part = tr_model_tensor_part(m, i);
     if (part.parts > 0) return part.part;
   }
-  return 0;
+  return -1;
 }
+
+bool tr__tensor_split(const tr_model *member) { return member_of(member) >= 0; }
 
 int tr__tensor_grad_sumsq(tr_stage *st, float *out, int accumulate) {
   const tr_model *m = tr_stage_model(st);
@@ -99,7 +102,7 @@ int tr__tensor_grad_sumsq(tr_stage *st, float *out, int accumulate) {
   tr_model_layer_tensors(m, in->first, &first, &count);
   tr_model_layer_tensors(m, in->end - 1, &last, &n);
   const int end = last + n;
-  if (member_of(m, first, end) == 0) return tr_stage_grad_sumsq(st, out, accumulate);
+  if (member_of(m) <= 0) return tr_stage_grad_sumsq(st, out, accumulate);
   /* its split tensors' elements in its shard (ZeRO) of the stage's gradients */
   const size_t lo = in->offset + in->shard_offset, hi = lo + in->shard_numel;
   const float *grads = tr_stage_grads(st);

@@ -40,6 +40,9 @@ int tr__tensor_group_open(tr__tensor_group *g, tr_device *const *devs, int n, ch
                           size_t err_size);
 void tr__tensor_group_close(tr__tensor_group *g);
 
+/* Whether a member's model holds a split tensor (tr_model_shard splits no layer of a model
+ * without a kind that splits: its members then hold it whole and compute alike). */
+bool tr__tensor_split(const tr_model *member);
 /* The stage's share of the gradients' global sum of squares (tr_stage_grad_sumsq, into or
  * added to *out): a split member's parts count once each, a tensor held whole once over the
  * group (member 0's; the others leave theirs out). A stage of a whole model: all of it. 0, or

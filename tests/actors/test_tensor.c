@@ -296,6 +296,46 @@ static void comm_bytes_count_the_groups_all_reduces(void **state) {
   }
 }
 
+/* A pair split, then a stage of layers held whole (a layer norm and a last linear layer
+ * under MSE): its members count its gradients once between them; and a model of one linear
+ * layer, which nothing splits: its members are whole copies, each counting its own chain. */
+static const tr_layer_spec pair_then_whole_layers[] = {
+    LINEAR(64, 64, 1), RELU(64), LINEAR(64, 64, 1), LAYERNORM(64), LINEAR(64, 64, 1),
+};
+static const tr_model_spec pair_then_whole = {
+    .name = "pair_then_whole", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = 5,
+    .layers = pair_then_whole_layers, .batch = 48,
+    .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f, .momentum = 0.9f},
+};
+static const tr_layer_spec one_linear_layers[] = {LINEAR(64, 64, 1)};
+static const tr_model_spec one_linear = {
+    .name = "one_linear", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = 1,
+    .layers = one_linear_layers, .batch = 48,
+    .optim = {.kind = TR_OPTIM_MOMENTUM, .lr = 0.01f, .momentum = 0.9f},
+};
+
+static void clipping_counts_what_is_held_whole_once(void **state) {
+  (void)state;
+  static const int cut[] = {3};
+  const tr_model_spec *specs[] = {&pair_then_whole, &one_linear};
+  for (int k = 0; k < 2; k++) {
+    tr_train_result r;
+    tr_train_options base = options(specs[k], STEPS);
+    base.job.optim.clip = 0.05f;
+    run_to(base, "clipped.safetensors", &r);
+    const tensor_case layouts[] = {TP("host:2", 2),
+                                   WITH_TENSOR(2, PIPELINE("host:4", TR_SCHEDULE_1F1B, 4))};
+    for (int l = 0; l < (k == 0 ? 2 : 1); l++) {
+      char what[160];
+      tr_train_options o = with_tensor(base, &layouts[l]);
+      if (l == 1) o.job.layout.cuts = cut, o.job.layout.ncuts = 1;
+      describe(what, sizeof what, &o, &layouts[l]);
+      run_to(o, "tensor.safetensors", &r);
+      assert_close("tensor.safetensors", "clipped.safetensors", tolerance, what);
+    }
+  }
+}
+
 /* layout.tensor 1 is no tensor parallelism: the same bits as 0, and the figures say 1. */
 static void one_member_is_no_tensor_parallelism(void **state) {
   (void)state;
@@ -476,6 +516,7 @@ int main(void) {
       cmocka_unit_test(tensor_groups_train_in_bf16_like_single),
       cmocka_unit_test(gpt_held_out_accuracy_is_over_the_whole_rows),
       cmocka_unit_test(comm_bytes_count_the_groups_all_reduces),
+      cmocka_unit_test(clipping_counts_what_is_held_whole_once),
       cmocka_unit_test(one_member_is_no_tensor_parallelism),
       cmocka_unit_test(checkpoints_resume_into_another_layout),
       cmocka_unit_test(snapshots_hold_whole_tensors),
