@@ -80,7 +80,8 @@ static void check_layout(int T, tp_opts o, double tol, uint64_t *fwd, uint64_t *
     double e = tp_compare(whole, wj.grads, members[i], mj[i].grads, &where);
     if (e > tol) fail_msg("T %d member %d: gradient of %s off by %.3g", T, i, where, e);
     e = tp_compare(whole, wj.params, members[i], mj[i].params, &where);
-    if (e > tol) fail_msg("T %d member %d: %s after %d steps off by %.3g", T, i, where, TP_STEPS, e);
+    if (e > tol)
+      fail_msg("T %d member %d: %s after %d steps off by %.3g", T, i, where, TP_STEPS, e);
     /* every member made the same collectives */
     assert_int_equal(mj[i].fwd, mj[0].fwd);
     assert_int_equal(mj[i].bwd, mj[0].bwd);

@@ -3,9 +3,10 @@
  * vocab) by columns, the cross-entropy vocabulary-parallel) with T = 2 and 4 members, each on
  * a thread of its own, against the model held whole: the loss, the per-sample losses, every
  * member's gradients against the whole's parts and its parameters after several AdamW steps
- * within 1e-5, backward in halves and recomputation alike (bf16 within 1e-3); T = 1 bitwise the whole; the collectives of a step
- * counted (per block two all-reduces each way); vocabularies, heads and hidden units that do
- * not divide refused naming the layer; the loss's memory per member, never a whole row; the
+ * within 1e-5, backward in halves and recomputation alike (bf16 within 1e-3); T = 1 bitwise
+ * the whole; the collectives of a step counted (per block two all-reduces each way); the
+ * embedding alone split bitwise the whole; vocabularies, heads and hidden units that do not
+ * divide refused naming the layer; the loss's memory per member, never a whole row; the
  * accuracy of split logits (tr_crossentropy_correct_parts) the whole rows'. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -70,7 +71,8 @@ static void check_layout(tr_gpt_config g, int T, tp_opts o, double tol, uint64_t
     /* Adam's steps make near-zero gradients' rounding (bf16's, larger) steps of lr: the
      * parameters of bf16 runs are held to 1e-2 */
     e = tp_compare(whole, wj.params, members[i], mj[i].params, &where);
-    if (e > (o.bf16 ? 1e-2 : tol)) fail_msg("T %d member %d: %s after %d steps off by %.3g", T, i, where, TP_STEPS, e);
+    if (e > (o.bf16 ? 1e-2 : tol))
+      fail_msg("T %d member %d: %s after %d steps off by %.3g", T, i, where, TP_STEPS, e);
     assert_int_equal(mj[i].fwd, mj[0].fwd);
     assert_int_equal(mj[i].bwd, mj[0].bwd);
   }
@@ -182,6 +184,41 @@ static void the_loss_holds_a_members_columns_only(void **state) {
   tr_model_free(m), tr_model_free(whole);
 }
 
+/* The embedding alone (an MSE on its output): each token's row comes from the one member
+ * that holds it and the others add zeros, so its members' forward, loss and gradients are
+ * the whole's bitwise, backward adding into the member's rows only. */
+static void the_split_embedding_is_the_whole_bitwise(void **state) {
+  (void)state;
+  const tr_layer_spec emb = tr_layer_embedding(64, 32);
+  const tr_model_spec sp = {.name = "emb", .ctx = 8, .nlayers = 1, .layers = &emb, .batch = 4};
+  tr_model *whole, *members[TP_MAXT];
+  char err[256];
+  assert_int_equal(tr_model_new(&whole, &sp, err, sizeof err), 0);
+  void *x, *y;
+  mt_rng r = mt_rng_for(11);
+  mt_random_batch(whole, &r, 4, &x, &y);
+  for (int T = 2; T <= 4; T += 2) {
+    for (int i = 0; i < T; i++) members[i] = member_of(whole, i, T);
+    assert_int_equal(tr_model_layer(members[0], 0)->vocab, 64 / T);
+    tp_job wj, mj[TP_MAXT];
+    tp_run(devs, whole, members, T, x, y, (tp_opts){0}, &wj, mj);
+    for (int i = 0; i < T; i++) {
+      const char *where = "";
+      assert_memory_equal(mj[i].loss, wj.loss, sizeof wj.loss);
+      if (tp_compare(whole, wj.grads, members[i], mj[i].grads, &where) != 0)
+        fail_msg("T %d member %d: gradient of %s not the whole's", T, i, where);
+      if (tp_compare(whole, wj.params, members[i], mj[i].params, &where) != 0)
+        fail_msg("T %d member %d: %s not the whole's after %d steps", T, i, where, TP_STEPS);
+      assert_int_equal(mj[i].fwd, 1);
+      assert_int_equal(mj[i].bwd, 0);
+      tp_job_free(&mj[i]), tr_model_free(members[i]);
+    }
+    tp_job_free(&wj);
+  }
+  tr_model_free(whole);
+  free(x), free(y);
+}
+
 /* ---- the accuracy of split logits (tr_crossentropy_correct_parts) ------------------------ */
 
 enum { AN = 200, AV = 24 };
@@ -239,7 +276,8 @@ static void the_accuracy_of_split_logits_is_the_wholes(void **state) {
     argmax_member m[TP_MAXT];
     pthread_t th[TP_MAXT];
     for (int i = 0; i < T; i++) {
-      m[i] = (argmax_member){.dev = d[i], .c = comms[i], .logits = logits, .target = target, .T = T};
+      m[i] = (argmax_member){.dev = d[i], .c = comms[i], .logits = logits, .target = target,
+                             .T = T};
       assert_int_equal(pthread_create(&th[i], NULL, argmax_main, &m[i]), 0);
     }
     for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
@@ -258,6 +296,7 @@ int main(void) {
       cmocka_unit_test(gpt_split_trains_as_the_whole),
       cmocka_unit_test(gpt_split_halves_recomputation_and_bf16_alike),
       cmocka_unit_test(one_member_is_the_whole_bitwise),
+      cmocka_unit_test(the_split_embedding_is_the_whole_bitwise),
       cmocka_unit_test(what_does_not_divide_is_refused_naming_the_layer),
       cmocka_unit_test(the_loss_holds_a_members_columns_only),
       cmocka_unit_test(the_accuracy_of_split_logits_is_the_wholes),
