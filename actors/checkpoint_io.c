@@ -23,6 +23,7 @@
 
 #include "codec.h"
 #include "job_impl.h"
+#include "tensor_group.h"
 #include "tr_checkpoint.h"
 
 /* The optimizer state's tensors: how many copies of the parameters, and their names (the
@@ -70,8 +71,7 @@ static bool hyper_applies(const hyper *h, tr_optim_kind kind) {
   return h->kind == NULL || h->kind == kind;
 }
 
-typedef int (*tensor_fn)(void *ctx, const char *name, int ndim, const int64_t *shape,
-                         float *data);
+typedef int (*tensor_fn)(void *ctx, const tr_model *m, int index, const char *name, float *data);
 
 /* Calls fn for every tensor of the parts (consecutive stages of one model), parameters
  * then optimizer state (kind NULL: none), with the place of its data in its part's buffers;
@@ -92,7 +92,7 @@ static int each_tensor(const tr_model *m, tr_optim_kind kind, const tr__part *pa
           snprintf(name, sizeof name, "%s%s%s%s%s", lead, lead[0] ? "." : "",
                    copy < 0 ? "" : prefix[copy], copy < 0 ? "" : ".", t->name);
           float *data = copy < 0 ? p->params + at : p->state + (size_t)copy * p->numel + at;
-          int rc = fn(ctx, name, t->ndim, t->shape, data);
+          int rc = fn(ctx, m, i, name, data);
           if (rc) return rc;
         }
       }
@@ -101,12 +101,24 @@ static int each_tensor(const tr_model *m, tr_optim_kind kind, const tr__part *pa
   return 0;
 }
 
-static int add_tensor(void *ctx, const char *name, int ndim, const int64_t *shape, float *data) {
-  return tr_checkpoint_writer_add(ctx, name, TR_DTYPE_F32, ndim, shape, data);
+static int add_tensor(void *ctx, const tr_model *m, int index, const char *name, float *data) {
+  const tr_tensor_info *t = tr_model_tensor(m, index);
+  return tr_checkpoint_writer_add(ctx, name, TR_DTYPE_F32, t->ndim, t->shape, data);
 }
 
-static int read_tensor(void *ctx, const char *name, int ndim, const int64_t *shape, float *data) {
-  return tr_checkpoint_read(ctx, name, TR_DTYPE_F32, ndim, shape, data);
+/* A member's part of a split tensor (tensor parallelism) is read from the whole one the
+ * checkpoint holds, so that a checkpoint resumes into any layout. */
+static int read_tensor(void *ctx, const tr_model *m, int index, const char *name, float *data) {
+  const tr_tensor_info *t = tr_model_tensor(m, index);
+  const tr_tensor_part part = tr_model_tensor_part(m, index);
+  if (part.parts == 0) return tr_checkpoint_read(ctx, name, TR_DTYPE_F32, t->ndim, t->shape, data);
+  const size_t numel = (size_t)part.whole[0] * (size_t)(t->ndim > 1 ? part.whole[1] : 1);
+  float *whole = malloc(numel * sizeof *whole);
+  if (whole == NULL) return TR_ENOMEM;
+  const int rc = tr_checkpoint_read(ctx, name, TR_DTYPE_F32, t->ndim, part.whole, whole);
+  if (rc == 0) tr_tensor_part_copy(&part, whole, data, 0);
+  free(whole);
+  return rc;
 }
 
 /* A part of layers [first, end) at `offset`, `numel` elements, holding optimizer state of
@@ -223,8 +235,15 @@ int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts
                          unsigned due, void **image, size_t *image_size, char *err,
                          size_t err_size) {
   const char *path = run->c.checkpoint.path;
+  tr__part wholes[TR__MAX_STAGES] = {{0}}; /* split members' parts joined (tensor_group.h) */
+  if (run->member_models && tr__tensor_join(run, parts, wholes)) {
+    snprintf(err, err_size, "the checkpoint of step %lld: out of memory", (long long)step);
+    return TR_ENOMEM;
+  }
+  if (run->member_models) parts = wholes, nparts = tr__pieces(run);
   tr_checkpoint_writer *w = writer_of(run, step, parts, nparts);
   if (w == NULL) {
+    for (int k = 0; k < TR__MAX_STAGES; k++) tr__part_free(&wholes[k]);
     snprintf(err, err_size, "the checkpoint of step %lld: out of memory", (long long)step);
     return TR_ENOMEM;
   }
@@ -235,6 +254,7 @@ int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts
     snprintf(err, err_size, "the parameters of step %lld for observers: %s", (long long)step,
              tr_checkpoint_writer_error(w));
   tr_checkpoint_writer_free(w);
+  for (int k = 0; k < TR__MAX_STAGES; k++) tr__part_free(&wholes[k]); /* read by the save */
   return rc;
 }
 

@@ -9,7 +9,7 @@ static int fail(tr__chunks *c, tr_stage *st, const char *what) {
 }
 
 int tr__chunks_open(tr__chunks *c, tr_actor *self, const tr__run *run, int stage,
-                    tr_device *dev, tr_stage_shard shard) {
+                    tr_device *dev, tr_stage_shard shard, const tr__tensor_member *tp) {
   const tr_job_config *cf = &run->c;
   c->self = self;
   c->dev = dev;
@@ -33,8 +33,10 @@ int tr__chunks_open(tr__chunks *c, tr_actor *self, const tr__run *run, int stage
                           .optim = cf->optim,
                           .precision = cf->precision,
                           .graphs = cf->graphs,
-                          .shard = shard};
-    if (tr_stage_open(&ch->st, cf->model, dev, &sc, c->err, sizeof c->err))
+                          .shard = shard,
+                          .tensor = tp->comm};
+    if (tr_stage_open(&ch->st, tr__member_model(run, tp->member), dev, &sc, c->err,
+                      sizeof c->err))
       return tr_actor_fail(self, TR_EDEVICE, "opening the stage on %s: %s", tr_device_name(dev),
                            c->err);
     c->st[k] = ch->st;

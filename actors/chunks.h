@@ -3,14 +3,14 @@
  * tr_stage with its slots for micro-batches in flight; and the activation memory they hold
  * as the schedule's actions take and free those slots (the peak is a figure of the run).
  *
- *   tr__chunks_open(&c, self, run, stage, dev, shard);    // on the device's thread
+ *   tr__chunks_open(&c, self, run, stage, dev, shard, &tp); // on the device's thread
  *   tr__chunks_plan_holds(&c, acts, nacts, m);
  *   ... after action k has run: tr__chunks_hold(&c, k, &acts[k]);
  */
 #ifndef TR_CHUNKS_H
 #define TR_CHUNKS_H
 
-#include "job_impl.h"
+#include "tensor_group.h"
 
 typedef struct tr__chunk {
   tr_stage *st;
@@ -32,10 +32,10 @@ typedef struct tr__chunks {
   char err[512];
 } tr__chunks;
 
-/* Each chunk's stage: its layers, its slots, `shard` of the optimizer state, and its share
- * of the checkpoint it resumes from. 0, or the actor failed. */
+/* Each chunk's stage: its layers (of its tensor member's model), its slots, `shard` of the
+ * optimizer state, and its share of the checkpoint it resumes from. 0, or the actor failed. */
 int tr__chunks_open(tr__chunks *c, tr_actor *self, const tr__run *run, int stage,
-                    tr_device *dev, tr_stage_shard shard);
+                    tr_device *dev, tr_stage_shard shard, const tr__tensor_member *tp);
 /* Events for the activations each slot sends. */
 int tr__chunks_open_events(tr__chunks *c);
 /* Where each (chunk, micro-batch) takes its slot and frees it: its first action and its

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "clipnorm.h"
+#include "tensor_group.h"
 
 /* flat: a norm crosses processes byte for byte */
 TR_MSGTYPE_DEFINE_CODEC(tr__norm_type, tr__norm_msg, &tr_msg_codec_flat);
@@ -72,7 +73,8 @@ int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm
   tr_stream *s = tr_stage_stream(c->st[0]);
   if (c->phase == IDLE) {
     for (int k = 0; k < c->nst; k++)
-      if (tr_stage_grad_sumsq(c->st[k], c->dev_sumsq, k > 0)) return fail(c);
+      if (tr__tensor_grad_sumsq(c->st[k], c->dev_sumsq, k > 0)) return fail(c); /* a tensor
+                                                             group's whole tensors once */
     if (tr_memcpy(s, c->host, c->dev_sumsq, sizeof(float), TR_COPY_D2H) ||
         tr_event_record(c->ev, s))
       return fail(c);

@@ -89,11 +89,10 @@ typedef struct coordinator {
 void *tr__coordinator_new(const tr__run *run) {
   coordinator *c = calloc(1, sizeof *c);
   if (c == NULL) return NULL;
-  const tr_layout_config *l = &run->c.layout;
   c->run = run;
-  c->nsources = l->replicas * l->stages + (run->c.async.enabled != 0);
+  c->nsources = tr__stage_count(run) + (run->c.async.enabled != 0);
   c->sources = calloc((size_t)c->nsources, sizeof *c->sources);
-  c->dones = calloc((size_t)(l->replicas * l->stages), sizeof *c->dones);
+  c->dones = calloc((size_t)tr__stage_count(run), sizeof *c->dones);
   c->red = malloc(sizeof *c->red);
   if (c->sources == NULL || c->dones == NULL || c->red == NULL) {
     free(c->sources);
@@ -138,8 +137,7 @@ static int coordinator_start(tr_actor *self) {
     if (c->sources[s] == NULL)
       return tr_actor_fail(self, TR_EINVAL, "the coordinator has no report edge from %s %d: "
                            "every stage (and the server) must be added to the job",
-                           s < c->run->c.layout.replicas * c->run->c.layout.stages ? "stage"
-                                                                                 : "the server",
+                           s < tr__stage_count(c->run) ? "stage" : "the server",
                            s);
   const tr_job_config *jc = &c->run->c;
   tr_graph *g = c->run->g;
@@ -289,7 +287,7 @@ static int write_next(coordinator *c) {
     return tr_actor_fail(c->self, TR_ENOMEM, "writing the checkpoint of step %lld: out of "
                          "memory", (long long)next->step);
   *w = (write_req){.run = c->run, .coordinator = c->self, .ck = *next,
-                   .nparts = tr__pieces(c->run) *
+                   .nparts = tr__part_count(c->run) *
                              (replicas_apart(&c->run->c) ? c->run->c.layout.replicas : 1)};
   w->req.data = w;
   *next = (pending){.step = -1}; /* its parts are the writer's now */
@@ -325,9 +323,12 @@ static int written(coordinator *c, write_req *w) {
  * of the optimizer state too, and the stage's part is whole once all have come. */
 static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   const tr_job_config *jc = &c->run->c;
-  const int P = tr__pieces(c->run); /* a part per chunk of each stage */
+  const int P = tr__part_count(c->run); /* a part per chunk of each stage (and member) */
   const int parts = P * (jc->zero || replicas_apart(jc) ? jc->layout.replicas : 1);
-  const int at = p->stage + (replicas_apart(jc) ? p->part.replica * P : 0);
+  const int member = (p->source / jc->layout.stages) % tr__members(c->run);
+  /* local SGD's replicas' parts apart (no tensor groups there: job_config refuses them) */
+  const int at = tr__part_slot(c->run, member, p->stage) +
+                 (replicas_apart(jc) ? p->part.replica * P : 0);
   pending *slot = NULL;
   for (int i = 0; i < PENDING && !slot; i++) /* a whole one waiting for the writer is done */
     if (c->ck[i].step == p->step && !c->ck[i].whole) slot = &c->ck[i];
@@ -375,10 +376,11 @@ static double consistency(const coordinator *c) {
 static void record_settings(coordinator *c, tr_train_result *r) {
   const tr__run *run = c->run;
   const tr_job_config *jc = &run->c;
-  const int R = jc->layout.replicas, P = jc->layout.stages, n = R * P;
+  const int R = jc->layout.replicas, P = jc->layout.stages, n = tr__stage_count(run);
   tr__result_init(r, tr_model_name(jc->model), run->strategy);
   r->replicas = R;
   r->stages = P;
+  r->tensor = tr__members(run);
   r->microbatches = jc->layout.microbatches;
   r->zero = jc->zero;
   r->allreduce = R > 1 ? (run->nccl ? TR_ALLREDUCE_NCCL : TR_ALLREDUCE_PEER) : TR_ALLREDUCE_AUTO;
@@ -392,8 +394,8 @@ static void record_settings(coordinator *c, tr_train_result *r) {
   r->ndevices = n;
   if (run->devices_given > n) /* a layout smaller than the devices it was given */
     snprintf(r->devices_note, sizeof r->devices_note,
-             "%d of the %d devices given (layout: %d replicas x %d stages)", n,
-             run->devices_given, R, P);
+             "%d of the %d devices given (layout: %d replicas x %d stages%s)", n,
+             run->devices_given, R, P, tr__members(run) > 1 ? " x tensor members" : "");
   r->ranks = tr_world_size(tr__graph_world(run->g));
   r->first_step = tr_graph_first_step(run->g);
   memcpy(r->cuts, run->cuts, (size_t)(tr__pieces(run) + 1) * sizeof *run->cuts);
@@ -424,11 +426,11 @@ static void record_settings(coordinator *c, tr_train_result *r) {
 static void record_result(coordinator *c) {
   const tr_job_config *jc = &c->run->c;
   tr_train_result *r = &c->result;
-  const int R = jc->layout.replicas, P = jc->layout.stages, n = R * P;
+  const int R = jc->layout.replicas, P = jc->layout.stages, n = tr__stage_count(c->run);
   const tr__figures *src[TR_TRAIN_MAX_DEVICES + 1];
   for (int i = 0; i < n; i++) src[i] = &c->dones[i].fig;
   src[n] = jc->async.enabled ? &c->server : NULL;
-  tr__metrics_reduce(c->red, src, n + 1, n, P);
+  tr__metrics_reduce(c->red, src, n + 1, n, P * tr__members(c->run)); /* a replica's devices */
   tr__metrics_apply(c->red, r);
   const tr__reduced *red = c->red;
   const int64_t start = tr__reduced_int(red, TR__M_WINDOW_START);
@@ -509,7 +511,8 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   } else if (msg->type == &tr__eval_type) {
     const tr__eval_msg *m = (const tr__eval_msg *)msg;
     const int i = source_of(c, m->source, true);
-    if (tr__eval_book_add(&c->eval, i / c->run->c.layout.stages, &m->sums))
+    if (tr__eval_book_add(&c->eval, i / (c->run->c.layout.stages * tr__members(c->run)),
+                          &m->sums))
       return tr_actor_fail(self, TR_EINVAL, "held-out sums of step %lld from source %d: "
                            "more evaluations open at once than replicas can be apart",
                            (long long)m->sums.step, i);
@@ -552,7 +555,7 @@ static void coordinator_destroy(void *state) {
   coordinator *c = state;
   for (int i = 0; i < PENDING; i++)
     for (int s = 0; s < TR__MAX_STAGES; s++) tr__part_free(&c->ck[i].parts[s]);
-  const int n = c->run->c.layout.replicas * c->run->c.layout.stages;
+  const int n = tr__stage_count(c->run);
   for (int i = 0; i < n; i++) free((void *)c->dones[i].params);
   free(c->dones);
   free(c->sources);

@@ -21,7 +21,7 @@ int tr__eval_pass_open(tr__eval_pass *p, const tr__run *run, int replica, int st
   p->n = n + 1;
   p->mb_batch = run->mb_batch;
   if (!info->is_last) return 0;
-  p->last = true;
+  p->last = p->reports = true;
   p->dev = dev;
   p->rows = info->rows;
   p->batch = info->batch;
@@ -69,7 +69,7 @@ static int add_figures(tr__eval_pass *p, tr_stage *st, int slot, int count) {
   const size_t rows = (size_t)count * (size_t)per;
   if (tr_stage_sample_losses(st, slot, p->dloss) ||
       tr_memcpy(s, p->loss, p->dloss, (size_t)count * sizeof *p->loss, TR_COPY_D2H) ||
-      (p->accuracy &&
+      (p->accuracy && !p->tensor &&
        (tr_memcpy(s, p->out, tr_stage_output(st, slot), rows * (size_t)p->V * sizeof *p->out,
                   TR_COPY_D2H) ||
         tr_memcpy(s, p->target, tr_stage_target(st, slot), rows * sizeof *p->target,
@@ -77,7 +77,14 @@ static int add_figures(tr__eval_pass *p, tr_stage *st, int slot, int count) {
       tr_stream_synchronize(s))
     return TR_EDEVICE;
   for (int b = 0; b < count; b++) p->sums.loss += p->loss[b];
-  if (p->accuracy)
+  int64_t right = 0; /* a split last layer's: over the group's parts of each row */
+  if (p->accuracy && p->tensor &&
+      tr_crossentropy_correct_parts(p->tensor, s, tr_stage_output(st, slot),
+                                    tr_stage_target(st, slot), (int)rows, p->V, p->dscratch,
+                                    &right))
+    return TR_EDEVICE;
+  p->sums.correct += right;
+  if (p->accuracy && !p->tensor)
     for (size_t r = 0; r < rows; r++)
       p->sums.correct += correct(p->out + r * (size_t)p->V, p->V, p->target[r]);
   p->sums.rows += (int64_t)rows;
@@ -124,7 +131,7 @@ int tr__eval_pass_end(tr__eval_pass *p, tr__reporter *rep, tr_stream *s, tr_edge
   if (act_out)
     for (; p->held < tr_edge_credits(act_out); p->held++)
       if (!tr_edge_acquire(act_out)) return TR__BLOCKED;
-  if (p->last) {
+  if (p->last && p->reports) {
     const int rc = tr_stream_synchronize(s) ? TR_EDEVICE : tr__reporter_flush(rep, step);
     if (rc != TR__DONE) return rc;
     if (tr__reporter_eval(rep, &p->sums) == TR__REPORTER_WAIT) return TR__BLOCKED;
@@ -137,7 +144,20 @@ int tr__eval_pass_end(tr__eval_pass *p, tr__reporter *rep, tr_stream *s, tr_edge
   return TR__DONE;
 }
 
+int tr__eval_pass_tensor(tr__eval_pass *p, const tr_tensor_comm *tensor, int member,
+                         const tr_stage *last) {
+  if (!p->last) return 0;
+  p->reports = member == 0;
+  const tr_model *m = tr_stage_model(last);
+  if (!tensor || !p->accuracy || tr_model_layer(m, tr_model_layer_count(m) - 1)->parts < 2)
+    return 0;
+  p->tensor = tensor;
+  return tr_device_alloc(p->dev, 2 * (size_t)p->rows * sizeof(float), (void **)&p->dscratch)
+             ? TR_EDEVICE : 0;
+}
+
 void tr__eval_pass_close(tr__eval_pass *p) {
+  if (p->dscratch) tr_device_free(p->dev, p->dscratch);
   if (p->dloss) tr_device_free(p->dev, p->dloss);
   free(p->loss);
   free(p->out);

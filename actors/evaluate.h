@@ -76,6 +76,11 @@ typedef struct tr__eval_pass {
   int rows, V, batch;      /* a micro-batch's rows, the output's width, its samples */
   bool accuracy;
   tr__eval_sums sums;
+  /* Tensor parallelism: every member of a last stage's group computes the sums (a split
+   * last layer's accuracy is a collective over its parts), member 0 sends them. */
+  bool reports;
+  const tr_tensor_comm *tensor; /* the group's, where the last layer is split; else NULL */
+  float *dscratch;              /* device: 2 × rows floats for its collectives */
 } tr__eval_pass;
 
 /* Stage `stage` of `replica` on dev, `info` its last chunk's. 0 (nothing where the job
@@ -108,6 +113,12 @@ bool tr__eval_pass_spend(tr__eval_pass *p);
 int tr__eval_pass_end(tr__eval_pass *p, struct tr__reporter *rep, tr_stream *s, tr_edge *act_out,
                       tr_stage *const *chunks, int n, tr__busy *busy);
 void tr__eval_pass_close(tr__eval_pass *p); /* on the device's thread */
+/* After open, a tensor group's member `member` of comm `tensor` (NULL: none), `last` its
+ * last chunk: member 0 alone sends the sums; a split last layer counts the rows whose whole
+ * row's largest output is the target across the members (tr_crossentropy_correct_parts).
+ * 0, or TR_EDEVICE. */
+int tr__eval_pass_tensor(tr__eval_pass *p, const tr_tensor_comm *tensor, int member,
+                         const tr_stage *last);
 
 /* The coordinator's: the replicas' sums of each evaluation, and the latest whole one. */
 enum { TR__EVAL_PENDING = 4 };

@@ -14,6 +14,7 @@
 #include "group.h"
 #include "job_config.h"
 #include "plan.h"
+#include "tensor_group.h"
 #include "worker.h"
 
 /* tr_protocol.h's messages are protocol.c's; losses: losses.c; parts: checkpoint_io.c; the
@@ -26,8 +27,9 @@ struct tr_job {
   tr_schedule *sc;
   int prefetch;
   /* the actors as added, for wiring */
-  tr_actor **stages;  /* [replica × stages + stage] */
-  tr_actor **loaders; /* [replica] */
+  tr_actor **stages;  /* [tr__stage_index: (replica × T + member) × stages + stage] */
+  tr_actor **loaders; /* [replica × T + member] */
+  tr_model **member_models; /* [T] (tensor_group.h), or NULL */
   tr_actor *coordinator, *server;
   tr__plan plan; /* the stages' ports, handed over when the graph runs */
   tr_file_lock *ck_lock; /* rank 0: one writer per checkpoint.path while the job lives */
@@ -115,9 +117,11 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
                 : c.async.enabled     ? 2
                                       : tr__job_default_prefetch(&c, run->mb_batch);
   c.layout.prefetch = j->prefetch;
+  const int T = c.layout.tensor > 1 ? c.layout.tensor : 1;
   snprintf(run->strategy, sizeof run->strategy, "%s",
            c.strategy        ? c.strategy
            : c.async.enabled ? "async"
+           : T > 1 && R == 1 && P == 1 ? "tp"
            : R > 1 && P > 1  ? "hybrid"
            : R > 1           ? "dp"
            : P > 1           ? (M > 1 ? "pipeline" : "mp")
@@ -142,10 +146,12 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
     snprintf(err, n, "layout.schedule: %s", tr_strerror(rc));
   run->sc = j->sc;
   tr__profile_attach(g, &c.profile);
-  j->stages = calloc((size_t)(R * P), sizeof *j->stages);
-  j->loaders = calloc((size_t)R, sizeof *j->loaders);
+  j->stages = calloc((size_t)(R * T * P), sizeof *j->stages);
+  j->loaders = calloc((size_t)(R * T), sizeof *j->loaders);
   if (rc == 0 && (!j->stages || !j->loaders)) rc = TR_ENOMEM;
-  if (rc == 0) rc = tr__plan_open(&j->plan, run, R * P);
+  if (rc == 0 && (rc = tr__tensor_models_open(&c, &j->member_models, err, n)) == 0)
+    run->member_models = (const tr_model *const *)j->member_models;
+  if (rc == 0) rc = tr__plan_open(&j->plan, run, R * T * P);
   if (rc) {
     tr_job_free(j);
     return rc;
@@ -160,6 +166,7 @@ void tr_job_free(tr_job *j) {
   tr__plan_free(&j->plan);
   tr_checkpoint_close(j->resume);
   tr_schedule_free(j->sc);
+  tr__tensor_models_close(j->member_models, tr__members(&j->run));
   tr_file_unlock(j->ck_lock);
   free(j->stages);
   free(j->loaders);
@@ -188,14 +195,14 @@ static int rank_of(const tr_job *j, const tr_device *dev) {
 }
 
 static int stage_index_of(const tr_job *j, const tr_actor *a) {
-  const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
+  const int n = tr__stage_count(&j->run);
   for (int i = 0; a && i < n; i++)
     if (j->stages[i] == a) return i;
   return -1;
 }
 
 static int loader_index_of(const tr_job *j, const tr_actor *a) {
-  for (int r = 0; a && r < j->run.c.layout.replicas; r++)
+  for (int r = 0; a && r < j->run.c.layout.replicas * tr__members(&j->run); r++)
     if (j->loaders[r] == a) return r;
   return -1;
 }
@@ -233,15 +240,21 @@ static int connect_report(tr_job *j, tr_actor *from, int source) {
 }
 
 int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
+  const int T = tr__members(&j->run);
   if (replica < 0 || replica >= j->run.c.layout.replicas)
     return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d: the job has replicas 0 to %d "
                   "(layout.replicas)", replica, j->run.c.layout.replicas - 1);
-  if (j->loaders[replica])
-    return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d has its loader already", replica);
+  int t = 0; /* under tensor parallelism, each member's in turn: the same samples each */
+  while (t < T && j->loaders[replica * T + t]) t++;
+  if (t == T)
+    return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d has its loader%s already",
+                  replica, T > 1 ? "s (one per tensor member, layout.tensor)" : "");
   char name[32];
-  snprintf(name, sizeof name, j->run.c.layout.replicas > 1 ? "loader%d" : "loader", replica);
+  if (j->run.c.layout.replicas > 1) snprintf(name, sizeof name, "loader%d", replica);
+  else snprintf(name, sizeof name, "loader");
+  if (T > 1) snprintf(name + strlen(name), sizeof name - strlen(name), ".t%d", t);
   /* beside the replica's first stage, whose pinned memory the batches live in */
-  tr_actor *first = j->stages[tr__device_index(&j->run, replica, 0)];
+  tr_actor *first = j->stages[tr__stage_index(&j->run, replica, t, 0)];
   tr_device *dev = first ? tr__stage_device(tr_actor_state(first)) : NULL;
   if (!dev && tr_world_size(tr__graph_world(j->run.g)) > 1)
     return refuse(j, TR_ESTATE, "tr_job_add_loader: replica %d: across processes a loader "
@@ -250,7 +263,7 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
   int rc = add(j, dev ? rank_of(j, dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
                &tr__loader_behaviour, state, out);
   if (rc) return rc;
-  j->loaders[replica] = *out;
+  j->loaders[replica * T + t] = *out;
   if (dev) tr__loader_set_device(state, dev);
   return 0;
 }
@@ -265,15 +278,26 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
     return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d: the job has stages 0 to %d "
                   "(layout.stages)", stage, c->layout.stages - 1);
   if (dev == NULL) return refuse(j, TR_EINVAL, "tr_job_add_stage: dev is NULL: give a device");
-  const int i = tr__device_index(&j->run, replica, stage);
-  if (j->stages[i])
-    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d was added already",
-                  stage, replica);
+  const int T = tr__members(&j->run);
+  int t = 0; /* under tensor parallelism, each member of the group in turn */
+  while (t < T && j->stages[tr__stage_index(&j->run, replica, t, stage)]) t++;
+  if (t == T)
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d was added already%s",
+                  stage, replica, T > 1 ? " (each of its layout.tensor members)" : "");
+  const int i = tr__stage_index(&j->run, replica, t, stage);
+  const tr_actor *m0 = t ? j->stages[tr__stage_index(&j->run, replica, 0, stage)] : NULL;
+  if (m0 && tr_graph_actor_rank(j->run.g, m0) != rank_of(j, dev))
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d: tensor member %d's "
+                  "device is rank %d's, member 0's rank %d's: a tensor group's members must be "
+                  "devices of one process (layout.tensor)", stage, replica, t, rank_of(j, dev),
+                  tr_graph_actor_rank(j->run.g, m0));
   char name[32];
   if (c->async.enabled) snprintf(name, sizeof name, "worker%d", replica);
   else if (c->layout.replicas > 1 && c->layout.stages > 1) snprintf(name, sizeof name, "r%d.stage%d", replica, stage);
   else if (c->layout.replicas > 1) snprintf(name, sizeof name, "replica%d", replica);
   else snprintf(name, sizeof name, "stage%d", stage);
+  if (T > 1) /* member t of the tensor group */
+    snprintf(name + strlen(name), sizeof name - strlen(name), ".t%d", t);
   /* an elastic job's worker leaves when it fails (elastic.c) */
   const tr_behaviour *b = c->async.enabled && c->async.elastic ? &tr__elastic_behaviour
                                                                 : &tr__stage_behaviour;
@@ -281,31 +305,36 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
   j->stages[i] = j->plan.st[i].actor = *out;
-  if (stage == 0 && j->loaders[replica])
-    tr__loader_set_device(tr_actor_state(j->loaders[replica]), dev);
+  j->plan.st[i].ports.tensor.member = t;
+  if (stage == 0 && j->loaders[replica * T + t])
+    tr__loader_set_device(tr_actor_state(j->loaders[replica * T + t]), dev);
   return connect_report(j, *out, i);
 }
 
 int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
-  const int R = j->run.c.layout.replicas, P = j->run.c.layout.stages;
-  if (devs == NULL || tr_device_list_count(devs) < R * P)
+  const int R = j->run.c.layout.replicas, P = j->run.c.layout.stages, T = tr__members(&j->run);
+  if (devs == NULL || tr_device_list_count(devs) < R * P * T)
     return refuse(j, TR_EINVAL, "tr_job_add_stages: devs holds %d devices; the layout needs "
-                  "%d, one per stage (layout.replicas %d x layout.stages %d)",
-                  devs ? tr_device_list_count(devs) : 0, R * P, R, P);
+                  "%d, one per stage (layout.replicas %d x layout.stages %d%s)",
+                  devs ? tr_device_list_count(devs) : 0, R * P * T, R, P,
+                  T > 1 ? " x layout.tensor members" : "");
   tr_actor **st = j->stages;
   int rc = 0;
   j->run.devices_given = tr_device_list_count(devs); /* the figures say what went unused */
-  for (int i = 0; i < R * P && rc == 0; i++)
-    rc = tr_job_add_stage(j, i / P, i % P, tr_device_list_at(devs, i), &st[i]);
-  for (int i = 0; i < R * P && rc == 0; i++)
+  /* device (r × P + s) × T + t: a tensor group's members side by side */
+  for (int k = 0; k < R * P * T && rc == 0; k++) {
+    const int r = k / (P * T), s = k / T % P;
+    rc = tr_job_add_stage(j, r, s, tr_device_list_at(devs, k), &(tr_actor *){NULL});
+  }
+  for (int i = 0; i < R * T * P && rc == 0; i++) /* each member's chain */
     if (i % P < P - 1) rc = tr_job_chain(j, st[i], st[i + 1]);
     else if (j->run.c.layout.chunks > 1) rc = tr_job_chain(j, st[i], st[i - P + 1]);
-  for (int s = 0; s < P && rc == 0; s++) {
+  for (int k = 0; k < P * T && rc == 0; k++) { /* stage s, member t of every replica */
     tr_actor *group[TR_TRAIN_MAX_DEVICES];
-    for (int r = 0; r < R; r++) group[r] = st[r * P + s];
+    for (int r = 0; r < R; r++) group[r] = st[tr__stage_index(&j->run, r, k / P, k % P)];
     rc = tr_job_group(j, group, R);
   }
-  if (rc == 0 && out) memcpy(out, st, (size_t)(R * P) * sizeof *out);
+  if (rc == 0 && out) memcpy(out, st, (size_t)(R * T * P) * sizeof *out);
   return rc;
 }
 
@@ -314,7 +343,7 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
     return refuse(j, TR_EINVAL, "tr_job_add_coordinator: the job has its coordinator already");
   int rc = add(j, 0, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
                tr__coordinator_new(&j->run), &j->coordinator);
-  const int n = j->run.c.layout.replicas * j->run.c.layout.stages;
+  const int n = tr__stage_count(&j->run);
   for (int i = 0; i < n && rc == 0; i++) rc = connect_report(j, j->stages[i], i);
   if (rc == 0) rc = connect_report(j, j->server, n);
   *out = j->coordinator;
@@ -329,7 +358,7 @@ int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
   int rc = add(j, rank_of(j, dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
                tr__server_new(&j->run, dev), &j->server);
   *out = j->server;
-  if (rc == 0) rc = connect_report(j, j->server, j->run.c.layout.replicas);
+  if (rc == 0) rc = connect_report(j, j->server, tr__stage_count(&j->run));
   return rc;
 }
 
@@ -341,17 +370,6 @@ int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
 }
 
 /* ---- edges --------------------------------------------------------------------------------- */
-
-/* Whether the loader leaves a stage on `dev` to generate its samples (tr_data_on). */
-bool tr__job_generates_on(const tr_job_config *c, const tr_device *dev) {
-  switch (c->data_on) {
-  case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
-  case TR_DATA_ON_HOST: return false;
-  default: /* held-out samples come from the loader (tr_job_config.eval) */
-    return tr_device_info_of(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data) &&
-           c->eval.data == NULL;
-  }
-}
 
 int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
                            tr_edge **out) {
@@ -487,14 +505,17 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
   if (n < 1 || n > TR_TRAIN_MAX_DEVICES)
     return refuse(j, TR_EINVAL, "tr_job_group: n %d: give 1 to %d members", n,
                   TR_TRAIN_MAX_DEVICES);
-  const int P = j->run.c.layout.stages;
-  const int s = stage_index_of(j, members[0]) % P;
+  const int P = j->run.c.layout.stages, T = tr__members(&j->run);
+  const int s = stage_index_of(j, members[0]) % P, t = stage_index_of(j, members[0]) / P % T;
   bool one_rank = true;
   for (int i = 0; i < n; i++) {
     const int k = stage_index_of(j, members[i]);
-    if (k < 0 || k % P != s)
+    if (k < 0 || k % P != s || k / P % T != t)
       return refuse(j, TR_EINVAL, "tr_job_group: members[%d] is %s", i,
-                    k < 0 ? "not a stage of the job" : "another stage than members[0]");
+                    k < 0       ? "not a stage of the job"
+                    : k % P != s ? "another stage than members[0]"
+                                 : "another tensor member than members[0] (a replica group "
+                                   "joins member t of every replica)");
     one_rank &= tr_graph_actor_rank(j->run.g, members[i]) == tr_graph_actor_rank(j->run.g, members[0]);
   }
   const int credits =

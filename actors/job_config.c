@@ -98,6 +98,34 @@ static int check_chunks(const tr_job_config *c, int layers, char *err, size_t n)
   return 0;
 }
 
+/* Tensor parallelism: T members of each (replica, stage), a device each. */
+static int check_tensor(const tr_job_config *c, int pieces, char *err, size_t n) {
+  const tr_layout_config *l = &c->layout;
+  const int T = l->tensor;
+  if (T < 0)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.tensor") " %d: give the members of each tensor group (0 or 1: "
+                     "none)", T);
+  if (T <= 1) return 0;
+  if (c->async.enabled)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.tensor") " %d with " TR__F("async.enabled") ": a worker "
+                     "trains the whole model on one device (tensor groups are synchronous)", T);
+  if ((long)l->replicas * l->stages * T > TR_TRAIN_MAX_DEVICES || (long)pieces * T > TR__MAX_STAGES)
+    return tr_errorf(err, n, TR_EINVAL,
+                     TR__F("layout.tensor") " %d: %d replicas × %d stages × %d members is more "
+                     "than %d devices (or %d pieces × members)", T, l->replicas, l->stages, T,
+                     TR_TRAIN_MAX_DEVICES, TR__MAX_STAGES);
+  tr_model *member; /* every member splits alike: the first says what does not divide */
+  char why[400];
+  const int rc = tr_model_shard(c->model, 0, T, &member, why, sizeof why);
+  if (rc)
+    return tr_errorf(err, n, rc, TR__F("layout.tensor") " %d: model '%s' across %d members: %s",
+                     T, tr_model_name(c->model), T, why);
+  tr_model_free(member);
+  return 0;
+}
+
 static int check_layout(const tr_job_config *c, int layers, char *err, size_t n) {
   const tr_layout_config *l = &c->layout;
   const int R = l->replicas, P = l->stages, M = l->microbatches;
@@ -116,6 +144,7 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
   int rc = check_chunks(c, layers, err, n);
   if (rc) return rc;
   const int pieces = P * l->chunks;
+  if ((rc = check_tensor(c, pieces, err, n))) return rc;
   if (l->prefetch < 0)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("layout.prefetch") " %d: give 0 or more", l->prefetch);
@@ -298,6 +327,10 @@ static int check_local(const tr_job_config *c, char *err, size_t n) {
   if (c->layout.chunks > 1)
     return tr_errorf(err, n, TR_EINVAL, TR__F("layout.chunks") " %d: local SGD's replica group "
                      "holds one chunk a stage (not interleaved)", c->layout.chunks);
+  if (c->layout.tensor > 1)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.tensor") " %d: local SGD's replicas' "
+                     "checkpoint parts are kept whole per replica, not joined from tensor "
+                     "groups' members (not built)", c->layout.tensor);
   return 0;
 }
 
@@ -366,6 +399,17 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   return 0;
 }
 
+/* Whether the loader leaves a stage on `dev` to generate its samples (tr_data_on). */
+bool tr__job_generates_on(const tr_job_config *c, const tr_device *dev) {
+  switch (c->data_on) {
+  case TR_DATA_ON_DEVICE: return true; /* complete() checked that the source can */
+  case TR_DATA_ON_HOST: return false;
+  default: /* held-out samples come from the loader (tr_job_config.eval) */
+    return tr_device_info_of(dev)->kind != TR_DEVICE_HOST && tr_data_can_generate(c->data) &&
+           c->eval.data == NULL;
+  }
+}
+
 tr_optim_config tr__job_optim(const tr_job_config *c) { return resolve_optim(c->optim, c->model); }
 
 int tr__job_global_batch(const tr_job_config *c) {
@@ -376,7 +420,28 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                           size_t size) {
   tr_layout_config *l = &c->layout;
   const tr_layout_config *given = &o->job.layout;
-  int R = 1, P = 1;
+  int R = 1, P = 1, T = given->tensor > 1 ? given->tensor : 1;
+  if (o->strategy == TR_STRATEGY_TP) { /* one tensor group across the devices */
+    if (given->tensor > 1 && given->tensor != n)
+      return tr_errorf(err, size, TR_EINVAL,
+                       TR__F("layout.tensor") " %d: strategy tp makes one tensor group of the %d "
+                       "devices (for replicas or stages of groups: dp, pipeline or hybrid with "
+                       TR__F("layout.tensor") ")", given->tensor, n);
+    T = n;
+  } else if (T > 1 && (o->strategy == TR_STRATEGY_ASYNC || o->strategy == TR_STRATEGY_SINGLE)) {
+    return tr_errorf(err, size, TR_EINVAL,
+                     TR__F("layout.tensor") " %d: strategy %s %s", T,
+                     o->strategy == TR_STRATEGY_ASYNC ? "async" : "single",
+                     o->strategy == TR_STRATEGY_ASYNC
+                         ? "trains the whole model on each worker's device (tensor groups are "
+                           "synchronous: tp, dp, mp, pipeline, hybrid)"
+                         : "runs on one device (a tensor group is tp: --strategy tp)");
+  } else if (n % T) {
+    return tr_errorf(err, size, TR_EINVAL,
+                     TR__F("devices") ": %d devices do not make tensor groups of %d ("
+                     TR__F("layout.tensor") ")", n, T);
+  }
+  n /= T; /* the strategy lays out tensor groups, a device's place each */
   if (given->replicas && o->strategy != TR_STRATEGY_ASYNC)
     return tr_errorf(err, size, TR_EINVAL,
                      TR__F("layout.replicas") " %d: the strategy and the devices decide it (it is "
@@ -395,7 +460,8 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                      "strategy local's (give " TR__F("strategy") " local)",
                      o->job.local.sync_every);
   switch (o->strategy) {
-    case TR_STRATEGY_SINGLE: break;
+    case TR_STRATEGY_SINGLE:
+    case TR_STRATEGY_TP: break;
     case TR_STRATEGY_DP: R = n; break;
     case TR_STRATEGY_MP:
     case TR_STRATEGY_PIPELINE: P = n; break;
@@ -432,6 +498,7 @@ int tr__job_config_layout(tr_job_config *c, const tr_train_options *o, int n, ch
                          (o->strategy == TR_STRATEGY_LOCAL && P > 1);
   l->replicas = R;
   l->stages = P;
+  l->tensor = T > 1 ? T : given->tensor;
   l->microbatches = given->microbatches > 0 ? given->microbatches : pipelined ? 2 * P : 1;
   return 0;
 }

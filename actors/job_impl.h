@@ -53,7 +53,15 @@ typedef struct tr__run {
   int64_t snapshot_every; /* the stages send their parts every this many steps and at the
                              end for observers of the parameters (tr_job_snapshot: the gcd of
                              their `every`, set while the graph is wired); 0: none */
+  /* Tensor parallelism: member t's model (tr_model_shard, made once by the job), [T]; NULL
+   * (or T 1): every member holds c.model whole. */
+  const tr_model *const *member_models;
 } tr__run;
+
+/* The model member t of a tensor group holds (c.model without tensor parallelism). */
+static inline const tr_model *tr__member_model(const tr__run *run, int member) {
+  return run->member_models ? run->member_models[member] : run->c.model;
+}
 
 /* What a stage's parts of one step are for (tr__part_msg.due): the checkpoint file, the
  * observers' parameters (tr_job_snapshot), or both from one gathering. */
@@ -75,9 +83,39 @@ static inline int tr__pieces(const tr__run *run) {
   return run->c.layout.stages * run->c.layout.chunks;
 }
 
-/* The number of stage (r, s) in figures: r × stages + s. */
+/* Tensor parallelism (layout.tensor T > 1): member t of replica r's stages is a chain of
+ * its own, chain r × T + t, whose stages are numbered as a replica's are; 1: none. */
+static inline int tr__members(const tr__run *run) {
+  return run->c.layout.tensor > 1 ? run->c.layout.tensor : 1;
+}
+
+/* The number of stage s of member t of replica r, in the plan and in figures:
+ * (r × T + t) × stages + s (stage s of a chain is its number mod stages). */
+static inline int tr__stage_index(const tr__run *run, int replica, int member, int stage) {
+  return (replica * tr__members(run) + member) * run->c.layout.stages + stage;
+}
+
+/* The number of stage (r, s) in figures (member 0's, under tensor parallelism). */
 static inline int tr__device_index(const tr__run *run, int replica, int stage) {
-  return replica * run->c.layout.stages + stage;
+  return tr__stage_index(run, replica, 0, stage);
+}
+
+/* Every stage of the job: replicas × T × stages. */
+static inline int tr__stage_count(const tr__run *run) {
+  return run->c.layout.replicas * tr__members(run) * run->c.layout.stages;
+}
+
+/* A checkpoint's parts: one per piece, and of each member where the members' models are
+ * split (the writer joins their tensors); slot `member`, `piece` of them. Whole members
+ * are alike: member 0 sends the parts. */
+static inline int tr__part_count(const tr__run *run) {
+  return tr__pieces(run) * (run->member_models ? tr__members(run) : 1);
+}
+static inline int tr__part_slot(const tr__run *run, int member, int piece) {
+  return (run->member_models ? member : 0) * tr__pieces(run) + piece;
+}
+static inline bool tr__member_sends_parts(const tr__run *run, int member) {
+  return member == 0 || run->member_models != NULL;
 }
 
 /* Every figure not a number (JSON null) until measured. */

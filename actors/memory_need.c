@@ -40,8 +40,10 @@ static tr__memory_place *place_of(tr__memory_needs *out, const tr_device_info **
 }
 
 /* Stage s of replica r, its chunks opened as chunks.c opens them, added to place p. */
-static int add_stage(tr__memory_place *p, const tr_job_config *c, const tr_schedule *sc,
-                     const int *cuts, int s, int r, int mb, char *err, size_t n) {
+/* (A tensor group's member: its model's, with a comm that plans it.) */
+static int add_stage(tr__memory_place *p, const tr_job_config *c, const tr_model *model,
+                     const tr_tensor_comm *tensor, const tr_schedule *sc, const int *cuts,
+                     int s, int r, int mb, char *err, size_t n) {
   const int P = c->layout.stages, R = c->layout.replicas;
   int held = 0;
   for (int k = 0; k < c->layout.chunks; k++) {
@@ -52,10 +54,11 @@ static int add_stage(tr__memory_place *p, const tr_job_config *c, const tr_sched
         .split = c->layout.schedule == TR_SCHEDULE_ZB1, .global_batch = c->global_batch,
         .seed = c->seed, .optim = c->optim, .precision = c->precision, .graphs = c->graphs,
         .shard = c->zero && R > 1 && !c->async.enabled ? (tr_stage_shard){R, r}
-                                                       : (tr_stage_shard){0, 0}};
+                                                       : (tr_stage_shard){0, 0},
+        .tensor = tensor};
     tr_stage_info in;
     size_t opt_scratch;
-    const int rc = tr_stage_plan(c->model, &cfg, &in, &opt_scratch, err, n);
+    const int rc = tr_stage_plan(model, &cfg, &in, &opt_scratch, err, n);
     if (rc) return rc;
     p->params += in.numel * sizeof(float);
     p->grads += in.numel * sizeof(float);
@@ -90,22 +93,34 @@ int tr__memory_need(const tr_job_config *c, const tr_device_list *devices,
   const int prefetch = c->layout.prefetch > 0 ? c->layout.prefetch
                        : c->async.enabled     ? 2
                                               : tr__job_default_prefetch(c, mb);
-  for (int r = 0; r < R && rc == 0; r++)
-    for (int s = 0; s < P && rc == 0; s++) {
-      const tr_device *d = tr_device_list_at(devices, r * P + s);
-      if (tr_device_is_placeholder(d)) continue; /* another process's to count */
-      tr__memory_place *p = place_of(out, gpu, tr_device_info_of(d));
-      rc = add_stage(p, c, sc, cuts, s, r, mb, err, err_size);
-      if (s > 0) continue;
-      /* the loader's ring: what the replica's stages do not make on their devices, inputs
-       * also where only targets are filled (the source makes them from the inputs) */
-      const bool first = tr__job_generates_on(c, d);
-      const bool last = tr__job_generates_on(c, tr_device_list_at(devices, r * P + P - 1));
-      const size_t sample = (first && last ? 0 : tr_model_input_bytes(c->model)) +
-                            (last ? 0 : tr_model_target_bytes(c->model));
-      out->place[0].loader += (uint64_t)prefetch * (uint64_t)mb * sample;
-    }
+  /* stage s of replica r, tensor member t, on device (r × P + s) × T + t (tr_job_add_stages) */
+  const int T = c->layout.tensor > 1 && !c->async.enabled ? c->layout.tensor : 1;
+  /* fewer devices than that: not a layout, the job's checks say why */
+  int places = R * P * T <= tr_device_list_count(devices) ? R * P * T : 0;
+  tr_model *member = NULL; /* a tensor group's members hold alike: member 0's part */
+  const tr_tensor_comm planned = {.rank = 0, .size = T}; /* planning runs no collective */
+  char why[256];
+  if (T > 1 && tr_model_shard(c->model, 0, T, &member, why, sizeof why)) places = 0; /* the
+                                                                            job says why */
+  for (int k = 0; k < places && rc == 0; k++) {
+    const int r = k / (P * T), s = k / T % P;
+    const tr_device *d = tr_device_list_at(devices, k);
+    if (tr_device_is_placeholder(d)) continue; /* another process's to count */
+    tr__memory_place *p = place_of(out, gpu, tr_device_info_of(d));
+    rc = add_stage(p, c, member ? member : c->model, member ? &planned : NULL, sc, cuts, s, r,
+                   mb, err, err_size);
+    if (s > 0) continue;
+    /* the loader's ring: what the replica's stages do not make on their devices, inputs
+     * also where only targets are filled (the source makes them from the inputs) */
+    const bool first = tr__job_generates_on(c, d);
+    const bool last =
+        tr__job_generates_on(c, tr_device_list_at(devices, k + (P - 1) * T));
+    const size_t sample = (first && last ? 0 : tr_model_input_bytes(c->model)) +
+                          (last ? 0 : tr_model_target_bytes(c->model));
+    out->place[0].loader += (uint64_t)prefetch * (uint64_t)mb * sample;
+  }
   tr_schedule_free(sc);
+  tr_model_free(member);
   out->place[0].has = tr__memory_host_available(out->place[0].has);
   tr__memory_place *host = &out->place[0];
   if (host->name[0] == 0) snprintf(host->name, sizeof host->name, "the host");

@@ -6,6 +6,7 @@
 #include "evaluate.h"
 #include "group.h"
 #include "plan.h"
+#include "tensor_group.h"
 #include "worker.h"
 
 int tr__plan_open(tr__plan *p, tr__run *run, int n) {
@@ -13,14 +14,17 @@ int tr__plan_open(tr__plan *p, tr__run *run, int n) {
   p->st = calloc((size_t)n, sizeof *p->st);
   p->links = calloc((size_t)n, sizeof *p->links);   /* a link per stage at most */
   p->groups = calloc((size_t)n, sizeof *p->groups); /* and a group */
-  p->chained = calloc((size_t)run->c.layout.replicas, sizeof *p->chained);
-  return p->st && p->links && p->groups && p->chained ? 0 : TR_ENOMEM;
+  p->chained = calloc((size_t)(run->c.layout.replicas * tr__members(run)), sizeof *p->chained);
+  if (tr__members(run) > 1)
+    p->tensor = calloc((size_t)(run->c.layout.replicas * run->c.layout.stages), sizeof *p->tensor);
+  return p->st && p->links && p->groups && p->chained && (p->tensor || tr__members(run) == 1)
+             ? 0 : TR_ENOMEM;
 }
 
 int tr__plan_add_link(tr__plan *p, const tr__plan_link *l) {
   if (p->nlinks == p->n) return TR_EINVAL;
   p->links[p->nlinks++] = *l;
-  p->chained[l->from / p->run->c.layout.stages]++;
+  p->chained[l->from / p->run->c.layout.stages]++; /* the chain's */
   return 0;
 }
 
@@ -63,13 +67,17 @@ static const char *lacks(const tr__plan *p, int i) {
 /* The links, then what each stage of this rank lacks. */
 static int check(tr__plan *p, char *err, size_t n) {
   int rc = tr__plan_links(p);
-  if (rc) return tr_errorf(err, n, rc, "planning the links between the stages: %s", tr_strerror(rc));
-  const int P = p->run->c.layout.stages;
+  if (rc) { /* a part that failed said why in p->error (err may be it) */
+    char why[sizeof p->error];
+    snprintf(why, sizeof why, "%s", p->error[0] ? p->error : tr_strerror(rc));
+    return tr_errorf(err, n, rc, "planning the links between the stages: %s", why);
+  }
+  const int P = p->run->c.layout.stages, T = tr__members(p->run);
   for (int i = 0; i < p->n; i++) {
     const char *missing = tr__plan_here(p, i) ? lacks(p, i) : NULL;
     if (missing)
       return tr_errorf(err, n, TR_EINVAL, "stage %d of replica %d ('%s') is not wired: it "
-                       "lacks %s", i % P, i / P, tr_actor_name(p->st[i].actor), missing);
+                       "lacks %s", i % P, i / P / T, tr_actor_name(p->st[i].actor), missing);
   }
   return 0;
 }
@@ -84,7 +92,7 @@ int tr__plan_check(tr__plan *p, char *err, size_t n) {
 }
 
 int tr__plan_wire(tr__plan *p, char *err, size_t n) {
-  const int P = p->run->c.layout.stages;
+  const int P = p->run->c.layout.stages, T = tr__members(p->run);
   int rc = tr__plan_check(p, err, n);
   for (int i = 0; i < p->n && rc == 0; i++) {
     tr__stage_plan *s = &p->st[i];
@@ -92,7 +100,11 @@ int tr__plan_wire(tr__plan *p, char *err, size_t n) {
     /* the strategy is the policy the plan gives the stage: the stage never asks */
     const tr_job_config *c = &p->run->c;
     rc = tr__policy_find(c->step_policy, c)->make(&s->ports.policy, &s->parts);
-    if (rc) return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P, i / P);
+    if (rc)
+      return tr_errorf(err, n, rc, "wiring stage %d of replica %d: out of memory", i % P,
+                       i / P / T);
+    if (p->tensor) /* its group's comm, member t's */
+      s->ports.tensor.comm = p->tensor[i / P / T * P + i % P].comms[s->ports.tensor.member];
     tr__stage_wire(tr_actor_state(s->actor), &s->ports);
     s->wired = true;
   }
@@ -113,10 +125,18 @@ static void print_edge(FILE *f, const tr__plan *p, const char *name, const tr_ed
 
 void tr__plan_print(const tr__plan *p, FILE *f) {
   const tr_job_config *c = &p->run->c;
-  fprintf(f, "plan: %s of %s, %d replica(s) x %d stage(s) x %d chunk(s), %d micro-batch(es) a "
+  char tensor[48] = "";
+  if (tr__members(p->run) > 1)
+    snprintf(tensor, sizeof tensor, " x %d tensor member(s)", tr__members(p->run));
+  fprintf(f, "plan: %s of %s, %d replica(s) x %d stage(s)%s x %d chunk(s), %d micro-batch(es) a "
           "step under %s%s\n", p->run->strategy, tr_model_name(c->model), c->layout.replicas,
-          c->layout.stages, c->layout.chunks, c->layout.microbatches,
+          c->layout.stages, tensor, c->layout.chunks, c->layout.microbatches,
           tr_schedule_kind_name(c->layout.schedule), p->planned ? "" : " (links not planned yet)");
+  if (tr__members(p->run) > 1) /* the tensor groups (tensor_group.h) */
+    fprintf(f, "  tensor groups: %d members each (one per replica and stage), %s\n",
+            tr__members(p->run), p->run->member_models
+                                     ? "each member holding its part of the split layers"
+                                     : "each member holding the model whole");
   if (c->eval.data) { /* on the batch edges, as the loader sends them (evaluate.h) */
     char every[64] = "";
     if (c->eval.every > 0)
@@ -134,10 +154,18 @@ void tr__plan_print(const tr__plan *p, FILE *f) {
     fprintf(f, "  stage '%s' on %s (rank %d), policy %s", tr_actor_name(s->actor),
             tr_device_name(dev), tr_graph_actor_rank(p->run->g, s->actor), row ? row->name : "?");
     const tr__policy_parts *pp = &s->parts;
-    if (pp->group || pp->clip || pp->worker)
-      fprintf(f, " (%s%s%s%s%s)", pp->group ? "a replica group" : "",
-              pp->group && (pp->clip || pp->worker) ? ", " : "", pp->clip ? "the norm exchange" : "",
-              pp->clip && pp->worker ? ", " : "", pp->worker ? "pushes to the server" : "");
+    char tensor[48] = "";
+    const char *parts[4];
+    int np = 0;
+    if (tr__members(p->run) > 1) { /* its place in its tensor group (tensor_group.h) */
+      snprintf(tensor, sizeof tensor, "member %d of a tensor group", q->tensor.member);
+      parts[np++] = tensor;
+    }
+    if (pp->group) parts[np++] = "a replica group";
+    if (pp->clip) parts[np++] = "the norm exchange";
+    if (pp->worker) parts[np++] = "pushes to the server";
+    for (int k = 0; k < np; k++) fprintf(f, "%s%s", k ? ", " : " (", parts[k]);
+    if (np) fputc(')', f);
     for (int k = 0; k < q->nin; k++)
       print_edge(f, p, q->in[k].what == TR_BATCH_TARGETS ? "targets"
                        : q->in[k].what == TR_BATCH_INPUTS ? "inputs" : "batches",
@@ -166,5 +194,9 @@ void tr__plan_free(tr__plan *p) {
   free(p->links);
   free(p->groups);
   free(p->chained);
+  for (int k = 0; p->tensor && k < p->run->c.layout.replicas * p->run->c.layout.stages; k++)
+    tr__tensor_group_close(&p->tensor[k]);
+  free(p->tensor);
+  p->tensor = NULL;
   p->st = NULL;
 }

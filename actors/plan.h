@@ -39,13 +39,15 @@ typedef struct tr__plan_group {
 
 typedef struct tr__plan {
   tr__run *run;
-  tr__stage_plan *st; /* [replica × stages + stage] */
+  tr__stage_plan *st; /* [tr__stage_index: (replica × T + member) × stages + stage] */
   int n;
+  tr__tensor_group *tensor; /* [replica × stages + stage]: the tensor groups' comms, opened
+                               by the pass (T > 1), closed with the plan; else NULL */
   tr__plan_link *links;
   int nlinks;
   tr__plan_group *groups;
   int ngroups;
-  int *chained; /* [replica]: links of its chain */
+  int *chained; /* [replica × T + member]: links of its chain */
   int grouped;  /* stages with a group */
   bool planned; /* the links are made and the plan checked (no more wiring) */
   int status;   /* the check's verdict, and its message */

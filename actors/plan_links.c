@@ -13,6 +13,7 @@
 #include "graph_impl.h"
 #include "group.h"
 #include "plan.h"
+#include "tensor_group.h"
 
 static tr_device *device_of(const tr__plan *p, int i) {
   return tr__stage_device(tr_actor_state(p->st[i].actor));
@@ -24,10 +25,10 @@ static bool agree_on_norms(const tr_job_config *c) {
   return c->optim.clip > 0 || c->on_nonfinite == TR_NONFINITE_SKIP;
 }
 
-/* Every two of the stages [first, first + n) exchange gradient norms: the stages of one
- * replica, whose gradients are whole after the all-reduce; sharded (ZeRO), every stage of
- * every replica, each of which holds the sum of its shard alone. */
-static int connect_norms(tr__plan *p, int first, int n) {
+/* Every two of the stages at[0, n) exchange gradient norms: the stages of one replica,
+ * whose gradients are whole after the all-reduce; sharded (ZeRO), every stage of every
+ * replica, each of which holds the sum of its shard alone. */
+static int connect_norms(tr__plan *p, const int *at, int n) {
   tr_edge *(*e)[TR_TRAIN_MAX_DEVICES] = calloc((size_t)n, sizeof *e);
   if (e == NULL) return TR_ENOMEM;
   int rc = 0;
@@ -35,31 +36,76 @@ static int connect_norms(tr__plan *p, int first, int n) {
     for (int t = 0; t < n && rc == 0; t++)
       if (s != t)
         rc = tr_graph_connect(p->run->g,
-                              &(tr_edge_config){.from = p->st[first + s].actor,
-                                                .to = p->st[first + t].actor,
+                              &(tr_edge_config){.from = p->st[at[s]].actor,
+                                                .to = p->st[at[t]].actor,
                                                 .type = &tr__norm_type, .name = "norm",
                                                 .credits = TR__CLIP_CREDITS},
                               &e[s][t]);
   for (int s = 0; s < n && rc == 0; s++) {
     tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
     for (int t = 0; t < n; t++) out[t] = e[s][t], in[t] = e[t][s];
-    if (!(p->st[first + s].parts.clip = tr__clip_new(n, s, out, in))) rc = TR_ENOMEM;
+    if (!(p->st[at[s]].parts.clip = tr__clip_new(n, s, out, in))) rc = TR_ENOMEM;
   }
   free(e);
   return rc;
 }
 
 /* Sharded, every stage of every replica once every stage is in a group; else the stages
- * of each replica whose chain is whole. */
+ * of each replica whose chain is whole. Under tensor parallelism, whole members compute
+ * alike: each member's stages agree among themselves (as if the others were not there);
+ * split members hold parts of the gradients, so a replica's members agree together. */
 static int plan_norms(tr__plan *p) {
-  const tr_job_config *c = &p->run->c;
-  const int R = c->layout.replicas, P = c->layout.stages;
+  const tr__run *run = p->run;
+  const tr_job_config *c = &run->c;
+  const int R = c->layout.replicas, P = c->layout.stages, T = tr__members(run);
+  const bool split = run->member_models && tr__tensor_split(run->member_models[0]);
   if (!agree_on_norms(c)) return 0;
-  if (c->zero) return p->grouped == P ? connect_norms(p, 0, R * P) : 0;
-  int rc = 0;
-  for (int r = 0; r < R && rc == 0 && P > 1; r++)
-    if (p->chained[r] >= P - 1) rc = connect_norms(p, r * P, P);
+  int at[TR_TRAIN_MAX_DEVICES], n, rc = 0;
+  if (c->zero) {
+    if (p->grouped != P * T) return 0;
+    for (int t = 0; t < (split ? 1 : T) && rc == 0; t++) {
+      n = 0;
+      for (int i = 0; i < R * T * P; i++)
+        if (split || i / P % T == t) at[n++] = i;
+      rc = connect_norms(p, at, n);
+    }
+    return rc;
+  }
+  for (int q = 0; q < R * T && rc == 0; q += split ? T : 1) {
+    bool whole = true;
+    n = 0;
+    for (int k = q; k < q + (split ? T : 1); k++) {
+      whole &= p->chained[k] >= P - 1;
+      for (int s = 0; s < P; s++) at[n++] = k * P + s;
+    }
+    if (whole && n > 1) rc = connect_norms(p, at, n);
+  }
   return rc;
+}
+
+/* Each tensor group of this process (every member here): its comms, over its members'
+ * devices. A group whose members live in several processes was refused as it was wired. */
+static int tensor_groups(tr__plan *p) {
+  const tr__run *run = p->run;
+  const int R = run->c.layout.replicas, P = run->c.layout.stages, T = tr__members(run);
+  for (int g = 0; p->tensor && g < R * P; g++) {
+    tr_device *devs[TR_TRAIN_MAX_DEVICES];
+    bool here = true;
+    for (int t = 0; t < T; t++) {
+      const int i = tr__stage_index(run, g / P, t, g % P);
+      here &= tr__plan_here(p, i);
+      devs[t] = here ? device_of(p, i) : NULL;
+    }
+    if (!here) continue;
+    char why[256];
+    const int rc = tr__tensor_group_open(&p->tensor[g], devs, T, why, sizeof why);
+    if (rc) {
+      snprintf(p->error, sizeof p->error, "tensor group of replica %d, stage %d: %s", g / P,
+               g % P, why);
+      return rc;
+    }
+  }
+  return 0;
 }
 
 /* The end of edge e at stage i takes communicator c. */
@@ -198,6 +244,7 @@ static int leaders_comm(tr__plan *p, const tr__plan_group *gr) {
 
 int tr__plan_links(tr__plan *p) {
   int rc = plan_norms(p);
+  if (rc == 0) rc = tensor_groups(p);
   for (int k = 0; k < p->nlinks && rc == 0; k++) {
     const tr__plan_link *l = &p->links[k];
     rc = carry(p, l->from, l->to, l->act, "act");

@@ -121,6 +121,7 @@ typedef enum tr__json {
     NULL, "%.3f in theory")                                                                        \
   X(REPLICAS, "replicas", "", SETTING, RUN, INT, TR__AT(replicas), VALUE, NULL, NULL)              \
   X(STAGES, "stages", "", SETTING, RUN, INT, TR__AT(stages), VALUE, NULL, NULL)                    \
+  X(TENSOR, "tensor", "", SETTING, RUN, INT, TR__AT(tensor), VALUE, NULL, NULL)                    \
   X(MICROBATCHES, "microbatches", "", SETTING, RUN, INT, TR__AT(microbatches), VALUE, NULL, NULL)  \
   X(CHUNKS, "chunks", "", SETTING, RUN, INT, TR__AT(chunks), VALUE, NULL, NULL)                    \
   X(RECOMPUTE, "recompute", "", SETTING, RUN, INT, TR__AT(recompute), BOOL, NULL, NULL)            \

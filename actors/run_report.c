@@ -193,7 +193,8 @@ static void json_object(FILE *f, const tr_train_result *r, int k, int end, size_
     fputc('}', f);
     return;
   }
-  const int replicas = r->stages ? r->ndevices / r->stages : 0;
+  const int per = r->stages * (r->tensor > 1 ? r->tensor : 1); /* a replica's devices */
+  const int replicas = per ? r->ndevices / per : 0;
   for (int pass = 0; pass < 2; pass++) {
     const int n = pass ? replicas : r->ndevices < TR_TRAIN_MAX_DEVICES ? r->ndevices
                                                                         : TR_TRAIN_MAX_DEVICES;

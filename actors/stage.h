@@ -12,6 +12,7 @@
 #define TR_STAGE_ACTOR_H
 
 #include "step_policy.h"
+#include "tensor_group.h"
 
 /* A batch edge into the stage, and what it brings (TR_BATCH_INPUTS | TR_BATCH_TARGETS). */
 typedef struct tr__stage_input {
@@ -33,6 +34,7 @@ typedef struct tr__stage_ports {
   tr__tensor_port act_in, grad_out;  /* from and to the previous one */
   tr_edge *report;                   /* to the coordinator */
   tr__policy policy;                 /* what the strategy does at the step */
+  tr__tensor_member tensor;          /* its place in its tensor group (tensor_group.h) */
 } tr__stage_ports;
 
 extern const tr_behaviour tr__stage_behaviour;

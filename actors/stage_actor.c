@@ -43,6 +43,7 @@ typedef struct stage_actor {
   tr_actor *self;
   const tr__run *run;
   int replica, stage;
+  tr__tensor_member tp; /* its place in its tensor group */
   tr_device *dev;
   tr__chunks ch;
   int cur;           /* the chunk whose action runs (errors name its layers) */
@@ -95,7 +96,9 @@ void tr__stage_wire(void *state, const tr__stage_ports *p) {
   tr__tensor_edge_init(&a->grad_in, p->grad_in.edge, p->grad_in.nccl);
   tr__tensor_edge_init(&a->act_in, p->act_in.edge, p->act_in.nccl);
   tr__tensor_edge_init(&a->grad_out, p->grad_out.edge, p->grad_out.nccl);
-  tr__reporter_init(&a->rep, p->report, tr__device_index(a->run, a->replica, a->stage));
+  a->tp = p->tensor;
+  tr__reporter_init(&a->rep, p->report,
+                    tr__stage_index(a->run, a->replica, a->tp.member, a->stage));
   a->policy = p->policy;
 }
 
@@ -121,6 +124,11 @@ bool tr__stage_give_back_batches(void *state) {
 
 static const tr_stage_info *last_chunk(const stage_actor *a) {
   return a->ch.ch[a->ch.n - 1].info;
+}
+
+/* A last stage's losses: its tensor group's member 0 speaks for the group. */
+static bool reports_losses(const stage_actor *a) {
+  return last_chunk(a)->is_last && a->tp.member == 0;
 }
 
 static int fail_device(tr_actor *self, stage_actor *a, const char *what) {
@@ -166,7 +174,9 @@ static int open_queues(stage_actor *a) {
 /* The evaluation pass's action list for this replica's share, and (the last stage) room for
  * its figures. */
 static int open_eval(stage_actor *a) {
-  const int rc = tr__eval_pass_open(&a->eval, a->run, a->replica, a->stage, a->dev, last_chunk(a));
+  int rc = tr__eval_pass_open(&a->eval, a->run, a->replica, a->stage, a->dev, last_chunk(a));
+  if (rc == 0) /* member 0 reports its tensor group's sums */
+    rc = tr__eval_pass_tensor(&a->eval, a->tp.comm, a->tp.member, a->ch.st[a->ch.n - 1]);
   if (rc == TR_ENOMEM)
     return tr_actor_fail(a->self, rc, "room for held-out figures: out of memory");
   return rc ? fail_device(a->self, a, "allocating held-out losses") : 0;
@@ -179,7 +189,7 @@ static int stage_open(tr_actor *self) {
   if (tr_device_bind(a->dev)) return fail_device(self, a, "binding the device");
   tr_trace_label(self, tr_device_name(a->dev)); /* the timeline names lanes by device */
   int rc = tr__chunks_open(&a->ch, self, run, a->stage, a->dev,
-                           a->policy.ops->shard(a->policy.state));
+                           a->policy.ops->shard(a->policy.state), &a->tp);
   if (rc) return rc;
   a->s = tr_stage_stream(a->ch.st[0]);
   a->acts = a->step_acts = tr_schedule_actions(run->sc, a->stage, &a->nacts);
@@ -189,7 +199,7 @@ static int stage_open(tr_actor *self) {
     return rc;
   tr_graph *g = run->g;
   a->step = a->policy.ops->first_step(a->policy.state, run);
-  if ((rc = tr__reporter_open(&a->rep, self, a->dev, last_chunk(a)->is_last, a->m,
+  if ((rc = tr__reporter_open(&a->rep, self, a->dev, reports_losses(a), a->m,
                               a->step)))
     return rc;
   a->ctx = (tr__policy_ctx){.self = self, .run = run, .replica = a->replica, .stage = a->stage,
@@ -276,8 +286,9 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
   if (tr_stage_forward(c->st, act->slot)) return fail_device(self, a, "forward");
-  if (c->info->is_last && tr__reporter_copy_loss(&a->rep, a->s, a->step, act->mb,
-                                                  tr_stage_loss(c->st, act->slot), a->run_step))
+  if (c->info->is_last && a->tp.member == 0 && /* member 0 speaks for its tensor group */
+      tr__reporter_copy_loss(&a->rep, a->s, a->step, act->mb, tr_stage_loss(c->st, act->slot),
+                             a->run_step))
     return fail_device(self, a, "copying the loss out");
   busy(a, "forward", t0, act->mb);
   return TR__DONE;
@@ -331,7 +342,9 @@ static int harvest(tr_actor *self, stage_actor *a, bool room) {
  * gathering serves both. */
 static unsigned parts_due(const stage_actor *a, bool end) {
   const tr__run *run = a->run;
-  if (!a->policy.ops->sends_parts(a->policy.state, a->replica)) return 0;
+  if (!a->policy.ops->sends_parts(a->policy.state, a->replica) ||
+      !tr__member_sends_parts(run, a->tp.member))
+    return 0;
   const int64_t last = tr_graph_end_step(run->g);
   return (run->c.checkpoint.path && tr__due_at(run->c.checkpoint.every, a->step, end, last)
               ? TR__DUE_CHECKPOINT : 0u) |
@@ -415,13 +428,16 @@ static int finish(tr_actor *self, stage_actor *a) {
   }
   if (a->end_phase == END_FIGURES) {
     const tr__policy *p = &a->policy;
+    uint64_t collectives = 0, tensor_bytes = 0; /* its tensor group's, as the ring sends them */
+    if (a->tp.comm) tr_tensor_comm_counts(a->tp.comm, &collectives, &tensor_bytes);
     const tr__stage_figures f = {.run_steps = p->ops->run_steps, .steps = a->step,
                                  .first_step = p->ops->first_step(p->state, a->run),
                                  .skipped = p->ops->skipped(p->state),
                                  .window_end = a->window_end, .peak_microbatches = c->peak,
                                  .peak_activation_bytes = c->peak_bytes, .busy = &a->busy,
                                  .params = p->ops->consistency(p->state), .policy = p,
-                                 .edge_bytes = a->act_out.sent_bytes + a->grad_out.sent_bytes};
+                                 .edge_bytes = a->act_out.sent_bytes + a->grad_out.sent_bytes +
+                                               (int64_t)tensor_bytes};
     if ((rc = tr__reporter_figures(&a->rep, c, &f)) != TR__DONE) return rc;
     a->end_phase = END_LEAVE;
   }
@@ -555,6 +571,7 @@ static void stage_stop(tr_actor *self) {
   if (!a->done) { /* a failed run: a peer's operation may never come, and the streams wait */
     for (int i = 0; i < 4; i++) tr__tensor_edge_abort(edges[i]);
     a->policy.ops->abort(a->policy.state);
+    if (a->tp.comm) tr_tensor_comm_abort(a->tp.comm); /* its group's members wait no more */
   }
   if (a->s) tr_stream_synchronize(a->s);
   for (int i = 0; i < 4; i++) tr__tensor_edge_close(edges[i]);

@@ -19,6 +19,7 @@
  * Every synchronous strategy of tr_train_run is this graph with other numbers: single is
  * 1 × 1 × 1; dp R × 1; mp 1 × P with one micro-batch; pipeline 1 × P × m; hybrid R × P × m.
  * async is R workers of 1 stage, each with its loader, served by one server (tr_job_serve).
+ * Tensor parallelism (layout.tensor T) makes each stage a group of T: tp is 1 × 1 × 1 × T.
  * A data-parallel pipeline, wired by hand:
  *
  *   tr_job_config cfg = tr_job_defaults();
@@ -170,6 +171,7 @@ typedef struct tr_train_result {
                               is finite; a successful run always has one. Async: of the last
                               1% of steps to complete, in the order the workers ended them */
   int replicas, stages, microbatches; /* the layout that ran */
+  int tensor;              /* members per tensor group (layout.tensor; 1: none) */
   int zero;                /* the ZeRO stage that ran (tr_job_config.zero) */
   tr_allreduce allreduce;  /* how the replica groups summed here: PEER, or NCCL (some group
                               did through NCCL); AUTO: there were none (one replica) */
@@ -182,7 +184,9 @@ typedef struct tr_train_result {
                                          c × stages + s is chunk c of stage s */
   char schedule[16];       /* "gpipe", "1f1b", "interleaved", "zb1"; "" unless pipelined */
   int recompute;           /* activations were recomputed in backward */
-  double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages */
+  double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages
+                                               (tensor groups: replica i / (T × stages),
+                                               member i / stages % T) */
   double bubble_fraction;  /* measured; and the schedule's own (equal unit costs) */
   double bubble_theory;
   int peak_microbatches[TR_TRAIN_MAX_DEVICES]; /* the most micro-batches a device's stage
@@ -258,6 +262,13 @@ typedef struct tr_layout_config {
   int ncuts;
   int prefetch;            /* micro-batches each loader keeps ready; 0: as fit in 4 MiB, from
                               2 × microbatches to 256 (asynchronous jobs: 2) */
+  int tensor;              /* tensor parallelism: members per tensor group, T (0 or 1: none).
+                              Each (replica, stage) is T stages on T devices of one process,
+                              member t holding tr_model_shard(model, t, T)'s layers and the
+                              group's comm (tr_tensor_comms_open); member t of stage s feeds
+                              member t of stage s+1, the replica groups join member t of each
+                              replica, and member 0 of a last stage reports the losses. Not
+                              with async.enabled */
 } tr_layout_config;
 
 /* Asynchronous training: `layout.replicas` workers (one stage each, whole global batches)
@@ -499,14 +510,22 @@ TR_API const tr_job_config *tr_job_config_of(const tr_job *j);
 /* Samples in every micro-batch: what a producer of batches sends (tr_batch_msg.count). */
 TR_API int tr_job_microbatch_samples(const tr_job *j);
 
+/* Replica `replica`'s loader; with tensor groups (layout.tensor T > 1), T loaders per
+ * replica, the t-th call making member t's (each feeds its member's first and last stage
+ * the replica's samples: the members take the same ones). */
 TR_API int tr_job_add_loader(tr_job *j, int replica, tr_actor **out);
-/* Stage `stage` of replica `replica` on `dev` (which that actor's thread will own). */
+/* Stage `stage` of replica `replica` on `dev` (which that actor's thread will own). With
+ * tensor groups, T calls per (replica, stage), the t-th adding member t ("stage0.t1"), on a
+ * device of member 0's process (TR_EINVAL otherwise). */
 TR_API int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out);
 TR_API int tr_job_add_coordinator(tr_job *j, tr_actor **out);
 /* Every stage of the layout, stage s of replica r on device r × stages + s of `devs`, each
  * replica's stages chained and each stage's replicas grouped: the whole graph of a
  * synchronous strategy but for how batches come in (loaders, or actors of yours) and the
- * coordinator. stages (when not NULL) receives the actors, [r × stages + s]. */
+ * coordinator. stages (when not NULL) receives the actors, [r × stages + s]. With tensor
+ * groups (layout.tensor T > 1): member t of stage s of replica r on device (r × stages + s)
+ * × T + t (a group's members side by side), each member's stages chained, member t of
+ * every replica grouped; stages receives [(r × T + t) × stages + s]. */
 TR_API int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **stages);
 
 /* What a batch edge carries (tr_job_connect_batches). */
@@ -525,11 +544,13 @@ TR_API int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsig
 /* loader → `first` (inputs) and → `last` (targets): the replica's first and last stage,
  * the same actor when there is one stage (one edge carries both). */
 TR_API int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last);
-/* Stage s → stage s+1 of one replica: activations forward, their gradients back. With
+/* Stage s → stage s+1 of one replica (tensor groups: of one member, member t to member t):
+ * activations forward, their gradients back. With
  * several chunks per device (interleaved), also the last stage → the first: chunk c's
  * output on to chunk c+1. */
 TR_API int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to);
-/* Stage s of every replica (in replica order): gradients all-reduced before each update
+/* Stage s of every replica (in replica order; with tensor groups, member t of each):
+ * gradients all-reduced before each update
  * (with zero: reduce-scattered, and the updated shards all-gathered, member i holding shard
  * i; TR_EINVAL when the members live in more than one process). */
 TR_API int tr_job_group(tr_job *j, tr_actor *const *members, int n);

@@ -37,7 +37,8 @@ typedef enum tr_strategy {
   TR_STRATEGY_PIPELINE,
   TR_STRATEGY_HYBRID,
   TR_STRATEGY_ASYNC,
-  TR_STRATEGY_LOCAL   /* local SGD, post-local SGD, DiLoCo (tr_job_config.local) */
+  TR_STRATEGY_LOCAL,  /* local SGD, post-local SGD, DiLoCo (tr_job_config.local) */
+  TR_STRATEGY_TP      /* one tensor group (job.layout.tensor) across the devices */
 } tr_strategy;
 
 /* "single", "dp", ...; parse: 0, or TR_EINVAL. */
@@ -61,6 +62,9 @@ typedef struct tr_train_options {
    * one micro-batch. pipeline: the same cut, layout.microbatches per step (0: 2 × stages)
    * under layout.schedule. hybrid: layout.stages per replica (0: 2), replicas = devices /
    * stages, each replica a pipeline. async: layout.replicas workers (0: one per device).
+   * tp: one tensor group of every device (job.layout.tensor = devices). With
+   * job.layout.tensor T > 1, dp, mp, pipeline and hybrid lay out tensor groups of T
+   * devices (devices / T places; devices side by side make a group).
    * Cuts not given are balanced by each layer's time, measured on the first device before
    * the run (by FLOPs when deterministic: the same cut every run). */
   tr_job_config job;

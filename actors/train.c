@@ -17,7 +17,7 @@
 #include "tr_train.h"
 
 static const char *const strategy_names[] = {"single", "dp", "mp", "pipeline", "hybrid", "async",
-                                             "local"};
+                                             "local", "tp"};
 
 const char *tr_strategy_name(tr_strategy s) {
   return tr__name_of(strategy_names, TR__COUNTOF(strategy_names), (int)s);
@@ -100,6 +100,13 @@ static int measured_cuts(tr__train_run *rn, tr_world *w) {
   return 0;
 }
 
+/* The device of stage s of replica r (member 0 of its tensor group): tr_job_add_stages's
+ * (r × stages + s) × T. */
+static tr_device *device_at(const tr__train_run *rn, int r, int s) {
+  const tr_layout_config *l = &rn->jc.layout;
+  return tr_device_list_at(rn->devices, (r * l->stages + s) * (l->tensor > 1 ? l->tensor : 1));
+}
+
 /* ZeRO shards the optimizer within one process: the replica group of a stage must not
  * span ranks (group.h sums across them, but does not scatter and gather). */
 static int check_zero_ranks(const tr__train_run *rn, const tr_world *w, char *err, size_t n) {
@@ -107,14 +114,33 @@ static int check_zero_ranks(const tr__train_run *rn, const tr_world *w, char *er
   if (!rn->jc.zero || rn->jc.async.enabled) return 0;
   for (int s = 0; s < l->stages; s++)
     for (int r = 1; r < l->replicas; r++) {
-      const tr_device *d0 = tr_device_list_at(rn->devices, s);
-      const tr_device *d = tr_device_list_at(rn->devices, r * l->stages + s);
+      const tr_device *d0 = device_at(rn, 0, s);
+      const tr_device *d = device_at(rn, r, s);
       const int a = tr_world_device_rank(w, d0), b = tr_world_device_rank(w, d);
       if (a != b)
         return tr_errorf(err, n, TR_EINVAL,
                          TR__F("zero") " %d: the replicas of stage %d live in ranks %d and %d; ZeRO "
                          "shards the optimizer state among replicas of one process only (run "
                          "without zero across processes)", rn->jc.zero, s, a, b);
+    }
+  return 0;
+}
+
+/* A tensor group's members sum their parts many times a step, through memory: devices of
+ * one process (tr_job_add_stages puts a group's members side by side). */
+static int check_tensor_ranks(const tr__train_run *rn, const tr_world *w, char *err, size_t n) {
+  const tr_layout_config *l = &rn->jc.layout;
+  const int T = l->tensor, groups = l->replicas * l->stages;
+  for (int g = 0; T > 1 && g < groups; g++)
+    for (int t = 1; t < T; t++) {
+      const int a = tr_world_device_rank(w, tr_device_list_at(rn->devices, g * T));
+      const int b = tr_world_device_rank(w, tr_device_list_at(rn->devices, g * T + t));
+      if (a != b)
+        return tr_errorf(err, n, TR_EINVAL,
+                         TR__F("layout.tensor") " %d: the tensor group of devices %d to %d "
+                         "spans ranks %d and %d; a group's members must be devices of one "
+                         "process (give each rank a multiple of %d devices)", T, g * T,
+                         g * T + T - 1, a, b, T);
     }
   return 0;
 }
@@ -135,15 +161,15 @@ static int check_allreduce(const tr__train_run *rn, const tr_train_options *o, c
   for (int s = 0; s < l->stages; s++) {
     tr_device_info infos[TR_TRAIN_MAX_DEVICES];
     int ranks[TR_TRAIN_MAX_DEVICES]; /* whose each member is: the world's (tr_world_device_rank) */
-    const tr_device *d0 = tr_device_list_at(rn->devices, s);
+    const tr_device *d0 = device_at(rn, 0, s);
     int m = 0, rank0 = tr_world_device_rank(o->world, d0);
     bool one_rank = true;
     for (int r = 0; r < l->replicas; r++) {
-      const tr_device *d = tr_device_list_at(rn->devices, r * l->stages + s);
+      const tr_device *d = device_at(rn, r, s);
       one_rank &= tr_world_device_rank(o->world, d) == rank0;
     }
     for (int r = 0; r < l->replicas; r++) {
-      const tr_device *d = tr_device_list_at(rn->devices, r * l->stages + s);
+      const tr_device *d = device_at(rn, r, s);
       const int rank = tr_world_device_rank(o->world, d);
       bool leader = true; /* across ranks: the first member on its rank */
       for (int k = 0; k < m && !one_rank; k++) leader &= ranks[k] != rank;
@@ -272,7 +298,9 @@ static int prepare(tr__train_run *rn, const tr_train_options *o, char *err, size
   if ((rc = tr__job_config_layout(&rn->jc, o, o->strategy == TR_STRATEGY_SINGLE ? 1 : ndev,
                                    err, n)))
     return rc;
-  if (tr_world_size(o->world) > 1 && (rc = check_zero_ranks(rn, o->world, err, n))) return rc;
+  if (tr_world_size(o->world) > 1 && ((rc = check_zero_ranks(rn, o->world, err, n)) ||
+                                       (rc = check_tensor_ranks(rn, o->world, err, n))))
+    return rc;
   if ((rc = check_allreduce(rn, o, err, n))) return rc;
   if (c->async.enabled && (rc = open_server(rn, o, err, n))) return rc;
   /* before measuring, which allocates a micro-batch */
@@ -343,9 +371,10 @@ static int build(tr_job *j, const tr__train_run *rn) {
   } else {
     rc = tr_job_add_stages(j, rn->devices, stage);
   }
-  for (int r = 0; r < R && rc == 0; r++) {
-    rc = tr_job_add_loader(j, r, &loader);
-    if (rc == 0) rc = tr_job_feed(j, loader, stage[r * P], stage[r * P + P - 1]);
+  const int T = rn->jc.layout.tensor > 1 ? rn->jc.layout.tensor : 1;
+  for (int q = 0; q < R * T && rc == 0; q++) { /* a loader per replica (and tensor member) */
+    rc = tr_job_add_loader(j, q / T, &loader);
+    if (rc == 0) rc = tr_job_feed(j, loader, stage[q * P], stage[q * P + P - 1]);
   }
   if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
   return rc;

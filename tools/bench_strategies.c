@@ -165,7 +165,9 @@ static const cli_table table = {
         "optimizer state each replica holds (MiB; the dp and hybrid rows with --zero 1 shard\n"
         "it across the replicas). The pipeline rows run 8 micro-batches under GPipe, 1F1B,\n"
         "interleaved 1F1B (2 chunks per device), zero-bubble ZB-H1, and 1F1B recomputing\n"
-        "activations. The async rows (a parameter server and 1, then every device as,\n"
+        "activations. The tp row is one tensor group of every device (--tensor), dp --tensor\n"
+        "2 replicas of groups of 2 (4 devices or more). The async rows (a parameter server\n"
+        "and 1, then every device as,\n"
         "workers; with more than one device also SSP with staleness 2 and DC-ASGD with\n"
         "lambda 0.04) give updates/s against the one-worker async row and the staleness of\n"
         "the updates (mean / max). The last column is the bytes every device (and the async\n"
@@ -227,6 +229,10 @@ int bench_strategies(int argc, char **argv) {
     ROW("hybrid --zero 1", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4,
         o->job.zero = 1);
   }
+  if (n > 1) /* one tensor group of every device; and replicas of groups of 2 */
+    ROW("tp", o->strategy = TR_STRATEGY_TP);
+  if (n >= 4 && n % 2 == 0)
+    ROW("dp --tensor 2", o->strategy = TR_STRATEGY_DP, o->job.layout.tensor = 2);
   const int async1 = nrows;
   ROW("async 1", o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = 1);
   if (n > 1) {
@@ -285,7 +291,8 @@ int bench_strategies(int argc, char **argv) {
       if (isfinite(r->bubble_fraction))
         printf("\"bubble_fraction\":%.4f,\"bubble_theory\":%.4f,", r->bubble_fraction,
                r->bubble_theory);
-      printf("\"zero\":%d,\"optimizer_state_per_replica\":%.0f,", r->zero, state_per_replica(r));
+      printf("\"zero\":%d,\"tensor\":%d,\"optimizer_state_per_replica\":%.0f,", r->zero, r->tensor,
+             state_per_replica(r));
       if (isfinite(r->comm_bytes_per_step))
         printf("\"comm_bytes_per_step\":%.0f,", r->comm_bytes_per_step);
       printf("\"consistency\":%.3g,\"final_loss\":%.6g}", r->consistency, r->final_loss);

@@ -99,7 +99,9 @@ NAMES(tr_outer_name, tr_outer)
 #define ONLY(s) (1u << TR_STRATEGY_##s)
 enum {
   ASYNC = ONLY(ASYNC),
-  SYNC = ONLY(SINGLE) | ONLY(DP) | ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID) | ONLY(LOCAL),
+  SYNC = ONLY(SINGLE) | ONLY(DP) | ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID) | ONLY(LOCAL) |
+         ONLY(TP),
+  TENSOR = ONLY(TP) | ONLY(DP) | ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID),
   STAGED = ONLY(MP) | ONLY(PIPELINE) | ONLY(HYBRID) | ONLY(LOCAL),
   GROUPS = ONLY(DP) | ONLY(HYBRID),
   HYBRID = ONLY(HYBRID),
@@ -115,7 +117,8 @@ static const cli_option rows[] = {
      .help = "how to use the devices (default single): dp a replica per device; mp the layers "
              "cut across them; pipeline that cut with micro-batches; hybrid replicas of "
              "pipelines; async workers pushing to a parameter server; local replicas (of --stages) "
-             "averaged every --sync-every steps (local SGD, DiLoCo)"},
+             "averaged every --sync-every steps (local SGD, DiLoCo); tp one tensor group of "
+             "every device (--tensor)"},
     CLI_DEVICES(train_args, o.devices, "host:N|cuda:I,..|auto",
                 "the devices (default auto: every GPU, else host:1); under mpirun this rank's "
                 "(none: rank 0 only coordinates and serves), every rank's in rank order"),
@@ -135,6 +138,11 @@ static const cli_option rows[] = {
     {"--stages", "N", CLI_INT, AT(o.job.layout.stages), .lo = 1, .hi = 64,
      .fields = "layout.stages", .applies = HYBRID | LOCAL,
      .help = "devices per pipeline (default 2; local: 1)"},
+    {"--tensor", "T", CLI_INT, AT(o.job.layout.tensor), .lo = 1, .hi = TR_TRAIN_MAX_DEVICES,
+     .fields = "layout.tensor", .applies = TENSOR,
+     .help = "tensor parallelism: T devices side by side make a tensor group, each holding "
+             "a part of the split layers (Megatron's); the strategy lays out the groups "
+             "(tp: one group of every device)"},
     {"--cuts", "L1,L2,..", CLI_PARSE, AT(cuts), .parse = parse_cuts,
      .expect = "a list of increasing layer indices", .fields = "layout.cuts", .applies = STAGED,
      .help = "stage boundaries as layer indices (default: balanced)"},

@@ -107,7 +107,7 @@ static void bounds_names_and_strategies_are_the_rows(void **state) {
   assert_int_equal(parse(err, sizeof err, &a, "--schedule", "zigzag", NULL), CLI_USAGE);
   expect_refused(err, "--schedule", ": 'zigzag' is not gpipe, 1f1b, interleaved or zb1");
   assert_int_equal(parse(err, sizeof err, &a, "--strategy", "ring", NULL), CLI_USAGE);
-  expect_refused(err, "--strategy", "is not single, dp, mp, pipeline, hybrid, async or local");
+  expect_refused(err, "--strategy", "is not single, dp, mp, pipeline, hybrid, async, local or tp");
   /* inapplicable to the strategy, wherever --strategy stands */
   assert_int_equal(parse(err, sizeof err, &a, "--hogwild", "--strategy", "dp", NULL), CLI_USAGE);
   expect_refused(err, "--hogwild", ": applies to --strategy async only (not dp)");
