@@ -122,6 +122,8 @@ typedef enum tr__json {
   X(REPLICAS, "replicas", "", SETTING, RUN, INT, TR__AT(replicas), VALUE, NULL, NULL)              \
   X(STAGES, "stages", "", SETTING, RUN, INT, TR__AT(stages), VALUE, NULL, NULL)                    \
   X(TENSOR, "tensor", "", SETTING, RUN, INT, TR__AT(tensor), VALUE, NULL, NULL)                    \
+  X(TENSOR_GROUPS, "tensor_groups", "", DERIVED, RUN, REAL, TR__NOWHERE, NONE, tr__metric_tensor, \
+    "tensor groups of %.0f")                                                                       \
   X(MICROBATCHES, "microbatches", "", SETTING, RUN, INT, TR__AT(microbatches), VALUE, NULL, NULL)  \
   X(CHUNKS, "chunks", "", SETTING, RUN, INT, TR__AT(chunks), VALUE, NULL, NULL)                    \
   X(RECOMPUTE, "recompute", "", SETTING, RUN, INT, TR__AT(recompute), BOOL, NULL, NULL)            \
@@ -310,6 +312,8 @@ double tr__metric_hardware_fraction(const tr_train_result *r);
 double tr__metric_eval_step(const tr_train_result *r);
 /* Local SGD's settings: null outside strategy local. */
 double tr__metric_sync_every(const tr_train_result *r);
+/* The members of a tensor group, for the summary (NaN: none, 1) */
+double tr__metric_tensor(const tr_train_result *r);
 double tr__metric_warmup_sync(const tr_train_result *r);
 const char *tr__metric_outer(const tr_train_result *r);
 double tr__metric_eval_percent(const tr_train_result *r); /* the summary's accuracy in % */

@@ -47,6 +47,8 @@ double tr__metric_eval_percent(const tr_train_result *r) {
 }
 
 /* Local SGD's settings (strategy local): null in other runs. */
+double tr__metric_tensor(const tr_train_result *r) { return r->tensor > 1 ? r->tensor : NAN; }
+
 double tr__metric_sync_every(const tr_train_result *r) {
   return r->sync_every > 0 ? r->sync_every : NAN;
 }
