@@ -237,7 +237,19 @@ struct tr_capture {
      float scale),                                                                                \
     (dlogits, probs, targets, N, V, lo, scale),                                                   \
     ELEMS(N, V, 1) EMPTY(return 0) REQUIRE(lo >= 0, "lo %lld must be >= 0", (long long)lo)        \
-    NN(dlogits) NN(probs) NN(targets))
+    NN(dlogits) NN(probs) NN(targets))                                                            \
+  X(crossentropy_part_argmax,                                                                     \
+    (float *top, float *at, const float *logits, size_t N, size_t V, int64_t lo),                 \
+    (top, at, logits, N, V, lo),                                                                  \
+    ELEMS(N, V, 1) if (!N) return 0; REQUIRE(V > 0 && lo >= 0, "V %zu must be > 0, lo %lld >= 0", \
+                                             V, (long long)lo) NN(top) NN(at) NN(logits))         \
+  X(crossentropy_part_vote,                                                                       \
+    (float *at, const float *logits, const float *top, size_t N, size_t V, int64_t lo),           \
+    (at, logits, top, N, V, lo),                                                                  \
+    ELEMS(N, V, 1) if (!N) return 0; REQUIRE(V > 0 && lo >= 0, "V %zu must be > 0, lo %lld >= 0", \
+                                             V, (long long)lo) NN(at) NN(logits) NN(top))         \
+  X(crossentropy_part_hits, (float *hits, const float *at, const int32_t *targets, size_t N),     \
+    (hits, at, targets, N), ELEMS(N, 1, 1) EMPTY(return 0) NN(hits) NN(at) NN(targets))
 
 struct tr__backend {
   const char *name; /* "host", "cuda": also the spec prefix */

@@ -627,6 +627,19 @@ TR_API int tr_crossentropy_part_backward(tr_stream *s, float *dlogits, const flo
                                          const int32_t *targets, size_t N, size_t V, int64_t lo,
                                          float scale);
 
+/* The accuracy of split logits (N,V), columns [lo, lo + V) of the whole, in three steps around
+ * two all-reduces MAX of N floats. argmax: top (N) = each row's largest, at (N) = -(lo + the
+ * first column holding it) (class indices below 2^24: exact in float). vote, given top
+ * all-reduced: at = -infinity where the member's largest is below the row's (it has no say).
+ * hits, given at all-reduced: hits (N) = 1 where -at is the row's target, else 0 (hits may
+ * equal at). */
+TR_API int tr_crossentropy_part_argmax(tr_stream *s, float *top, float *at, const float *logits,
+                                       size_t N, size_t V, int64_t lo);
+TR_API int tr_crossentropy_part_vote(tr_stream *s, float *at, const float *logits, const float *top,
+                                     size_t N, size_t V, int64_t lo);
+TR_API int tr_crossentropy_part_hits(tr_stream *s, float *hits, const float *at,
+                                     const int32_t *targets, size_t N);
+
 #ifdef __cplusplus
 }
 #endif

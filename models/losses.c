@@ -56,27 +56,26 @@ static int vp_backward(const tr_loss_ctx *c, float *dpred) {
                                        (size_t)c->V, (int64_t)c->tensor->rank * c->V, c->scale);
 }
 
+/* The count comes back as one float (rows below 2^24: exact), summed on the device. */
 int tr_crossentropy_correct_parts(const tr_tensor_comm *tc, tr_stream *s, const float *pred,
                                   const int32_t *target, int N, int V, float *scratch,
                                   int64_t *correct) {
   *correct = 0;
-  if (tr_device_info_of(tr_stream_device(s))->kind != TR_DEVICE_HOST) return TR_EDEVICE;
   if (N <= 0) return 0;
   const int64_t lo = (int64_t)tc->rank * V;
+  const size_t n = (size_t)N;
   float *top = scratch, *at = scratch + N; /* each row's largest, minus the first index of it */
-  for (int r = 0; r < N; r++) {
-    const float *z = pred + (size_t)r * V;
-    int best = 0;
-    for (int v = 1; v < V; v++)
-      if (z[v] > z[best]) best = v;
-    top[r] = z[best];
-    at[r] = -(float)(lo + best);
-  }
-  TR__TRY(tc->all_reduce(tc, s, top, (size_t)N, TR_REDUCE_MAX));
-  for (int r = 0; r < N; r++) /* a member whose largest is not the row's has no say */
-    if (pred[(size_t)r * V + (size_t)(-(int64_t)at[r] - lo)] < top[r]) at[r] = -INFINITY;
-  TR__TRY(tc->all_reduce(tc, s, at, (size_t)N, TR_REDUCE_MAX));
-  for (int r = 0; r < N; r++) *correct += (int64_t)(-at[r]) == target[r];
+  TR__TRY(tr_crossentropy_part_argmax(s, top, at, pred, n, (size_t)V, lo));
+  TR__TRY(tc->all_reduce(tc, s, top, n, TR_REDUCE_MAX));
+  /* a member whose largest is not the row's has no say */
+  TR__TRY(tr_crossentropy_part_vote(s, at, pred, top, n, (size_t)V, lo));
+  TR__TRY(tc->all_reduce(tc, s, at, n, TR_REDUCE_MAX));
+  TR__TRY(tr_crossentropy_part_hits(s, at, at, target, n));
+  TR__TRY(tr_sum(s, top, at, n, 0));
+  float hits = 0;
+  TR__TRY(tr_memcpy(s, &hits, top, sizeof hits, TR_COPY_D2H));
+  TR__TRY(tr_stream_synchronize(s));
+  *correct = (int64_t)hits;
   return 0;
 }
 

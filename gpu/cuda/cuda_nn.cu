@@ -535,3 +535,74 @@ int tr__cuda_crossentropy_part_backward(tr_stream *s, float *dlogits, const floa
   TR__LAUNCHED(d, "crossentropy_part_backward");
   return 0;
 }
+
+/* ---- the accuracy of split logits ----------------------------------------------------------- */
+
+/* A warp per row: each lane's first largest of its columns, then the warp's largest, the
+ * smaller column among equals: the host's first of equals. */
+__global__ void __launch_bounds__(TR__CU_BLOCK)
+    tr__crossentropy_part_argmax_kernel(float *top, float *at, const float *logits, size_t N,
+                                        size_t V, int64_t lo) {
+  unsigned lane = threadIdx.x & 31;
+  TR__ROW_LOOP(r, N) {
+    const float *z = logits + r * V;
+    float m = -INFINITY;
+    long long best = -1;
+    for (size_t c = lane; c < V; c += 32)
+      if (best < 0 || z[c] > m) m = z[c], best = (long long)c;
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, o);
+      const long long b2 = __shfl_xor_sync(0xffffffffu, best, o);
+      if (b2 >= 0 && (best < 0 || m2 > m || (m2 == m && b2 < best))) m = m2, best = b2;
+    }
+    if (lane == 0) top[r] = m, at[r] = -(float)(lo + best);
+  }
+}
+
+int tr__cuda_crossentropy_part_argmax(tr_stream *s, float *top, float *at, const float *logits,
+                                      size_t N, size_t V, int64_t lo) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  tr__crossentropy_part_argmax_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0,
+                                        tr__cu_stream(s)->st>>>(top, at, logits, N, V, lo);
+  TR__LAUNCHED(d, "crossentropy_part_argmax");
+  return 0;
+}
+
+__global__ void tr__crossentropy_part_vote_kernel(float *at, const float *logits,
+                                                  const float *top, size_t N, size_t V,
+                                                  int64_t lo) {
+  for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < N;
+       r += (size_t)gridDim.x * blockDim.x) {
+    if (!isfinite(at[r])) continue; /* already without a say */
+    const int64_t col = -(int64_t)at[r] - lo;
+    if (col < 0 || col >= (int64_t)V || logits[r * V + (size_t)col] < top[r]) at[r] = -INFINITY;
+  }
+}
+
+int tr__cuda_crossentropy_part_vote(tr_stream *s, float *at, const float *logits, const float *top,
+                                    size_t N, size_t V, int64_t lo) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  tr__crossentropy_part_vote_kernel<<<tr__cu_grid(tr__cu_dev(d), N, TR__CU_BLOCK), TR__CU_BLOCK,
+                                      0, tr__cu_stream(s)->st>>>(at, logits, top, N, V, lo);
+  TR__LAUNCHED(d, "crossentropy_part_vote");
+  return 0;
+}
+
+__global__ void tr__crossentropy_part_hits_kernel(float *hits, const float *at,
+                                                  const int32_t *targets, size_t N) {
+  for (size_t r = blockIdx.x * (size_t)blockDim.x + threadIdx.x; r < N;
+       r += (size_t)gridDim.x * blockDim.x)
+    hits[r] = isfinite(at[r]) && (int64_t)(-at[r]) == targets[r] ? 1.0f : 0.0f;
+}
+
+int tr__cuda_crossentropy_part_hits(tr_stream *s, float *hits, const float *at,
+                                    const int32_t *targets, size_t N) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  tr__crossentropy_part_hits_kernel<<<tr__cu_grid(tr__cu_dev(d), N, TR__CU_BLOCK), TR__CU_BLOCK,
+                                      0, tr__cu_stream(s)->st>>>(hits, at, targets, N);
+  TR__LAUNCHED(d, "crossentropy_part_hits");
+  return 0;
+}

@@ -375,3 +375,37 @@ int tr__host_crossentropy_part_backward(tr_stream *s, float *dlogits, const floa
   }
   return 0;
 }
+
+/* The first of equals, by `>` in column order (tr_crossentropy_correct_parts' bits) */
+int tr__host_crossentropy_part_argmax(tr_stream *s, float *top, float *at, const float *logits,
+                                      size_t N, size_t V, int64_t lo) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    const float *z = logits + r * V;
+    size_t best = 0;
+    for (size_t v = 1; v < V; v++)
+      if (z[v] > z[best]) best = v;
+    top[r] = z[best];
+    at[r] = -(float)(lo + (int64_t)best);
+  }
+  return 0;
+}
+
+int tr__host_crossentropy_part_vote(tr_stream *s, float *at, const float *logits, const float *top,
+                                    size_t N, size_t V, int64_t lo) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    if (!isfinite(at[r])) continue; /* already without a say */
+    const int64_t col = -(int64_t)at[r] - lo;
+    if (col < 0 || col >= (int64_t)V || logits[r * V + (size_t)col] < top[r]) at[r] = -INFINITY;
+  }
+  return 0;
+}
+
+int tr__host_crossentropy_part_hits(tr_stream *s, float *hits, const float *at,
+                                    const int32_t *targets, size_t N) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) /* a row no member had a say in (NaN logits) misses */
+    hits[r] = isfinite(at[r]) && (int64_t)(-at[r]) == targets[r] ? 1.0f : 0.0f;
+  return 0;
+}
