@@ -269,11 +269,97 @@ static void crossentropy_part_sum_rejects_a_target_outside_the_whole_vocabulary(
   tr_device_free(dev, pair), tr_device_free(dev, t);
 }
 
+/* ---- the accuracy of split logits ---------------------------------------------------------- */
+
+static int run_argmax(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_crossentropy_part_argmax(s, a[1], a[2], a[0], p->N, p->V, p->lo);
+}
+static int run_vote(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_crossentropy_part_vote(s, a[2], a[0], a[1], p->N, p->V, p->lo);
+}
+static int run_hits(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_crossentropy_part_hits(s, a[1], a[1], a[0], p->N); /* in place */
+}
+
+/* Logits from a few values, so rows tie within and across members: the whole row's first
+ * largest column must win, whichever member holds it. */
+static void accuracy_parts_find_the_first_largest_of_the_whole_row(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(3);
+  static const size_t cases[][3] = {{1, 1, 1}, {7, 2, 1}, {40, 3, 5}, {200, 4, 33}};
+  for (int k = 0; k < 4; k++) {
+    const size_t N = cases[k][0], parts = cases[k][1], V = cases[k][2], whole = parts * V;
+    float *z = th_alloc_f(N * whole), *zp = th_alloc_f(N * V), *top = th_alloc_f(N),
+          *at = th_alloc_f(N), *tops = th_alloc_f(parts * N), *ats = th_alloc_f(parts * N);
+    int32_t *t = th_alloc_i(N), *best = th_alloc_i(N);
+    for (size_t i = 0; i < N * whole; i++) z[i] = (float)(th_next(&r) % 4);
+    for (size_t i = 0; i < N; i++) {
+      best[i] = 0;
+      for (size_t v = 1; v < whole; v++)
+        if (z[i * whole + v] > z[i * whole + (size_t)best[i]]) best[i] = (int32_t)v;
+      t[i] = th_uniform(&r) < 0.5 ? best[i] : (int32_t)(th_next(&r) % whole);
+    }
+    for (size_t i = 0; i < N; i++) top[i] = at[i] = -INFINITY;
+    void *out[3];
+    for (size_t part = 0; part < parts; part++) { /* argmax; the all-reduce MAX of top */
+      for (size_t i = 0; i < N; i++) memcpy(zp + i * V, z + i * whole + part * V, V * 4);
+      P p = {.N = N, .V = V, .lo = (int64_t)(part * V)};
+      th_arg a[] = {{"logits", N * V, 4, TH_IN, zp, 0}, {"top", N, 4, TH_OUT, NULL, 0},
+                    {"at", N, 4, TH_OUT, NULL, 0}};
+      RUN(a, run_argmax, &p, out);
+      for (size_t i = 0; i < N; i++) {
+        size_t b = 0;
+        for (size_t v = 1; v < V; v++)
+          if (zp[i * V + v] > zp[i * V + b]) b = v;
+        assert_true(((float *)out[1])[i] == zp[i * V + b]);
+        assert_true(((float *)out[2])[i] == -(float)(p.lo + (int64_t)b));
+        tops[part * N + i] = ((float *)out[1])[i], ats[part * N + i] = ((float *)out[2])[i];
+        top[i] = fmaxf(top[i], tops[part * N + i]);
+      }
+      th_free_outputs(out, 3);
+    }
+    for (size_t part = 0; part < parts; part++) { /* vote; the all-reduce MAX of at */
+      for (size_t i = 0; i < N; i++) memcpy(zp + i * V, z + i * whole + part * V, V * 4);
+      P p = {.N = N, .V = V, .lo = (int64_t)(part * V)};
+      th_arg a[] = {{"logits", N * V, 4, TH_IN, zp, 0}, {"top", N, 4, TH_IN, top, 0},
+                    {"at", N, 4, TH_OUT, ats + part * N, 0}};
+      RUN(a, run_vote, &p, out);
+      for (size_t i = 0; i < N; i++) {
+        const float want = tops[part * N + i] < top[i] ? -INFINITY : ats[part * N + i];
+        assert_true(((float *)out[2])[i] == want);
+        at[i] = fmaxf(at[i], want);
+      }
+      th_free_outputs(out, 3);
+    }
+    int64_t want = 0;
+    for (size_t i = 0; i < N; i++) {
+      assert_true(at[i] == -(float)best[i]); /* the whole row's first largest */
+      want += t[i] == best[i];
+    }
+    P p = {.N = N};
+    th_arg h[] = {{"targets", N, 4, TH_IN, t, 0}, {"at/hits", N, 4, TH_OUT, at, 0}};
+    RUN(h, run_hits, &p, out);
+    int64_t got = 0;
+    for (size_t i = 0; i < N; i++) {
+      const float hi = ((float *)out[1])[i];
+      assert_true(hi == (t[i] == best[i] ? 1.0f : 0.0f));
+      got += hi == 1.0f;
+    }
+    assert_int_equal(got, want);
+    th_free_outputs(out, 2);
+    free(z), free(zp), free(top), free(at), free(tops), free(ats), free(t), free(best);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(embedding_part_gathers_its_rows_and_adds_into_them_alone),
       cmocka_unit_test(crossentropy_parts_give_the_whole_loss_and_gradient),
       cmocka_unit_test(crossentropy_part_sum_rejects_a_target_outside_the_whole_vocabulary),
+      cmocka_unit_test(accuracy_parts_find_the_first_largest_of_the_whole_row),
   };
   fprintf(stderr, "TR_TEST_SEED=%llu\n", (unsigned long long)th_seed());
   return cmocka_run_group_tests(tests, setup, teardown);

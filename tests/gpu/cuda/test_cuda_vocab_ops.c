@@ -146,6 +146,59 @@ static void crossentropy_parts_match_host(void **state) {
   }
 }
 
+static int run_argmax(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_crossentropy_part_argmax(s, a[1], a[2], a[0], p->N, p->V, p->lo);
+}
+static int run_vote(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_crossentropy_part_vote(s, a[2], a[0], a[1], p->N, p->V, p->lo);
+}
+static int run_hits(tr_stream *s, void **a, void *ctx) {
+  P *p = ctx;
+  return tr_crossentropy_part_hits(s, a[1], a[1], a[0], p->N);
+}
+
+/* Both devices' outputs, bit for bit (votes are -infinity, which the normalised error refuses) */
+static void same_bits(const th_arg *args, int nargs, th_run_fn fn, P *p) {
+  void *want[4], *got[4];
+  assert_int_equal(th_run(host, args, nargs, fn, p, want), 0);
+  assert_int_equal(th_run(gpu, args, nargs, fn, p, got), 0);
+  for (int i = 0; i < nargs; i++)
+    if (args[i].dir == TH_OUT) assert_memory_equal(want[i], got[i], args[i].n * 4);
+  th_free_outputs(want, nargs), th_free_outputs(got, nargs);
+}
+
+/* Logits from a few values, so rows tie: the first of equals must win on both. */
+static void accuracy_parts_match_host_bit_for_bit(void **state) {
+  (void)state;
+  th_rng r = th_rng_for(3);
+  static const size_t cases[][2] = {{1, 1}, {7, 5}, {40, 33}, {3000, 100}}; /* (N, V) */
+  for (int k = 0; k < 4; k++) {
+    const size_t N = cases[k][0], V = cases[k][1];
+    float *z = th_alloc_f(N * V), *top = th_alloc_f(N), *at = th_alloc_f(N);
+    int32_t *t = th_alloc_i(N);
+    for (size_t i = 0; i < N * V; i++) z[i] = (float)(th_next(&r) % 4);
+    th_fill_index(&r, t, N, (int32_t)(2 * V));
+    for (size_t i = 0; i < N; i++) {
+      top[i] = (float)(th_next(&r) % 5);
+      at[i] = th_uniform(&r) < 0.2 ? -INFINITY : -(float)(th_next(&r) % (2 * V));
+    }
+    for (int part = 0; part < 2; part++) {
+      P p = {.N = N, .V = V, .lo = (int64_t)part * (int64_t)V};
+      th_arg a[] = {{"logits", N * V, 4, TH_IN, z, 0}, {"top", N, 4, TH_OUT, NULL, 0},
+                    {"at", N, 4, TH_OUT, NULL, 0}};
+      same_bits(a, 3, run_argmax, &p);
+      th_arg b[] = {{"logits", N * V, 4, TH_IN, z, 0}, {"top", N, 4, TH_IN, top, 0},
+                    {"at", N, 4, TH_OUT, at, 0}};
+      same_bits(b, 3, run_vote, &p);
+      th_arg h[] = {{"targets", N, 4, TH_IN, t, 0}, {"at/hits", N, 4, TH_OUT, at, 0}};
+      same_bits(h, 2, run_hits, &p);
+    }
+    free(z), free(top), free(at), free(t);
+  }
+}
+
 int main(void) {
   if (tr_device_count(TR_DEVICE_CUDA) == 0) {
     fprintf(stderr, "test_cuda_vocab_ops: no GPU on this machine: skipped\n");
@@ -154,6 +207,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(embedding_part_matches_host),
       cmocka_unit_test(crossentropy_parts_match_host),
+      cmocka_unit_test(accuracy_parts_match_host_bit_for_bit),
   };
   fprintf(stderr, "TR_TEST_SEED=%llu\n", (unsigned long long)th_seed());
   return cmocka_run_group_tests(tests, setup, teardown);
