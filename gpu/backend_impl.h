@@ -202,7 +202,54 @@ struct tr_capture {
   X(synth_fill, (const tr_synth *src, uint64_t first, size_t count, void *x, void *y),            \
     (src, first, count, x, y),                                                                    \
     NN(src) LET(const char *why_ = tr__synth_invalid(src)) REQUIRE(!why_, "%s", why_)             \
-    ELEMS(count, 1, 1) EMPTY(return 0) NN(x))
+    ELEMS(count, 1, 1) EMPTY(return 0) NN(x))                                                  \
+  X(embedding_part_forward,                                                                       \
+    (float *out, const int32_t *idx, const float *wte, size_t N, size_t C, size_t V, int64_t lo), \
+    (out, idx, wte, N, C, V, lo),                                                                 \
+    ELEMS(N, C, 1) EMPTY(return 0) REQUIRE(V > 0 && lo >= 0, "V %zu must be > 0, lo %lld >= 0",   \
+                                           V, (long long)lo) NN(out) NN(idx) NN(wte))             \
+  X(embedding_part_backward,                                                                      \
+    (float *dwte, float *dwpe, const float *dout, const int32_t *idx, size_t B, size_t T,         \
+     size_t C, size_t V, int64_t lo),                                                             \
+    (dwte, dwpe, dout, idx, B, T, C, V, lo),                                                      \
+    ELEMS(B, T, C) EMPTY(return 0) REQUIRE(V > 0 && lo >= 0, "V %zu must be > 0, lo %lld >= 0",   \
+                                           V, (long long)lo) NN(dwte) NN(dout) NN(idx))           \
+  X(crossentropy_part_max, (float *mx, const float *logits, size_t N, size_t V),                 \
+    (mx, logits, N, V),                                                                           \
+    ELEMS(N, V, 1) if (!N) return 0; REQUIRE(V > 0, "V must be > 0") NN(mx) NN(logits))           \
+  X(crossentropy_part_sum,                                                                        \
+    (float *pair, float *exps, const float *logits, const float *mx, const int32_t *targets,      \
+     size_t N, size_t V, int64_t lo, int64_t whole),                                              \
+    (pair, exps, logits, mx, targets, N, V, lo, whole),                                           \
+    ELEMS(N, V, 1) if (!N) return 0;                                                              \
+    REQUIRE(V > 0 && lo >= 0 && lo + (int64_t)V <= whole,                                         \
+            "columns [%lld, %lld) must lie in the vocabulary [0, %lld)", (long long)lo,           \
+            (long long)(lo + (int64_t)V), (long long)whole)                                       \
+    NN(pair) NN(exps) NN(logits) NN(mx) NN(targets))                                              \
+  X(crossentropy_part_finish,                                                                     \
+    (float *loss, float *probs, const float *pair, const float *mx, size_t N, size_t V,           \
+     float scale),                                                                                \
+    (loss, probs, pair, mx, N, V, scale),                                                         \
+    ELEMS(N, V, 1) NN(loss) if (!N) return empty_reduction(s, loss, 0);                           \
+    REQUIRE(V > 0, "V must be > 0") NN(probs) NN(pair) NN(mx))                                    \
+  X(crossentropy_part_backward,                                                                   \
+    (float *dlogits, const float *probs, const int32_t *targets, size_t N, size_t V, int64_t lo,  \
+     float scale),                                                                                \
+    (dlogits, probs, targets, N, V, lo, scale),                                                   \
+    ELEMS(N, V, 1) EMPTY(return 0) REQUIRE(lo >= 0, "lo %lld must be >= 0", (long long)lo)        \
+    NN(dlogits) NN(probs) NN(targets))                                                            \
+  X(crossentropy_part_argmax,                                                                     \
+    (float *top, float *at, const float *logits, size_t N, size_t V, int64_t lo),                 \
+    (top, at, logits, N, V, lo),                                                                  \
+    ELEMS(N, V, 1) if (!N) return 0; REQUIRE(V > 0 && lo >= 0, "V %zu must be > 0, lo %lld >= 0", \
+                                             V, (long long)lo) NN(top) NN(at) NN(logits))         \
+  X(crossentropy_part_vote,                                                                       \
+    (float *at, const float *logits, const float *top, size_t N, size_t V, int64_t lo),           \
+    (at, logits, top, N, V, lo),                                                                  \
+    ELEMS(N, V, 1) if (!N) return 0; REQUIRE(V > 0 && lo >= 0, "V %zu must be > 0, lo %lld >= 0", \
+                                             V, (long long)lo) NN(at) NN(logits) NN(top))         \
+  X(crossentropy_part_hits, (float *hits, const float *at, const int32_t *targets, size_t N),     \
+    (hits, at, targets, N), ELEMS(N, 1, 1) EMPTY(return 0) NN(hits) NN(at) NN(targets))
 
 struct tr__backend {
   const char *name; /* "host", "cuda": also the spec prefix */

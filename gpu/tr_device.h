@@ -590,6 +590,56 @@ typedef struct tr_synth {
 TR_API int tr_synth_fill(tr_stream *s, const tr_synth *src, uint64_t first, size_t count, void *x,
                   void *y);
 
+/* ---- a member's part of the vocabulary (Megatron's vocabulary-parallel split) ------------------- */
+
+/* A tensor group's member holds rows (or columns) [lo, lo + V) of a whole vocabulary; these
+ * are its pieces of the embedding and of the cross-entropy, the collectives between them
+ * left to the caller. Tokens and targets are whole-vocabulary indices. */
+
+/* idx (N) -> out (N,C) = wte[idx - lo] for a token in [lo, lo + V), zeros for any other:
+ * wte (V,C) is the member's rows. */
+TR_API int tr_embedding_part_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+                                     size_t N, size_t C, size_t V, int64_t lo);
+/* dout (B,T,C) -> dwte (V,C) += scatter-add over the tokens in [lo, lo + V) alone (others
+ * skipped); dwpe (T,C) += sum over B of every row (if not NULL). Deterministic as
+ * tr_embedding_backward, in the same order (host: bits of the whole op on the same rows). */
+TR_API int tr_embedding_part_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                                      const int32_t *idx, size_t B, size_t T, size_t C, size_t V,
+                                      int64_t lo);
+/* mx (N) = the largest of each row of the member's logits (N,V) */
+TR_API int tr_crossentropy_part_max(tr_stream *s, float *mx, const float *logits, size_t N,
+                                    size_t V);
+/* Given mx (N), each row's largest over the whole vocabulary (all-reduced): exps (N,V) =
+ * exp(logits - mx), pair (N,2) = (sum of the row's exps, summed in double; the target's logit
+ * when it lies in [lo, lo + V), else 0). A target outside [0, whole): host devices fail with
+ * TR_EINVAL, GPUs make the pair's logit NaN. exps must not overlap logits. */
+TR_API int tr_crossentropy_part_sum(tr_stream *s, float *pair, float *exps, const float *logits,
+                                    const float *mx, const int32_t *targets, size_t N, size_t V,
+                                    int64_t lo, int64_t whole);
+/* Given pair (N,2) summed over the members and mx (N): probs (N,V) *= 1 / pair's sum (the
+ * exps become the member's columns of the softmax) and loss[0] = scale * sum_n
+ * (log sum_n - (logit_n - mx_n)): the whole cross-entropy on every member. */
+TR_API int tr_crossentropy_part_finish(tr_stream *s, float *loss, float *probs, const float *pair,
+                                       const float *mx, size_t N, size_t V, float scale);
+/* dlogits (N,V) = scale * (probs - onehot(targets - lo)) on the member's columns: a target
+ * outside [lo, lo + V) has no column here. dlogits may equal probs. */
+TR_API int tr_crossentropy_part_backward(tr_stream *s, float *dlogits, const float *probs,
+                                         const int32_t *targets, size_t N, size_t V, int64_t lo,
+                                         float scale);
+
+/* The accuracy of split logits (N,V), columns [lo, lo + V) of the whole, in three steps around
+ * two all-reduces MAX of N floats. argmax: top (N) = each row's largest, at (N) = -(lo + the
+ * first column holding it) (class indices below 2^24: exact in float). vote, given top
+ * all-reduced: at = -infinity where the member's largest is below the row's (it has no say).
+ * hits, given at all-reduced: hits (N) = 1 where -at is the row's target, else 0 (hits may
+ * equal at). */
+TR_API int tr_crossentropy_part_argmax(tr_stream *s, float *top, float *at, const float *logits,
+                                       size_t N, size_t V, int64_t lo);
+TR_API int tr_crossentropy_part_vote(tr_stream *s, float *at, const float *logits, const float *top,
+                                     size_t N, size_t V, int64_t lo);
+TR_API int tr_crossentropy_part_hits(tr_stream *s, float *hits, const float *at,
+                                     const int32_t *targets, size_t N);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,9 +29,9 @@ const tr_loss_type tr_loss_mse_type = {.name = "mse", .target = TR_LOSS_TARGET_V
  * columns hold the target gives the logit, the others 0). Every member then has each row's
  * loss log(sum) + max - z_target, so every member's loss[0] is the whole's, and keeps its
  * columns of the probabilities; backward writes its columns of scale (p - onehot) with no
- * collective. keep: N x (the member's) V; scratch: 3N. The exp, log and the row loops are not
- * device ops (tr_device.h has no row reductions to hand out): a member reads its host device's
- * memory directly and a GPU member is refused (TR_EDEVICE) until the device layer has them. */
+ * collective. keep: N x (the member's) V; scratch: 3N. The pieces between the collectives
+ * are the device ops tr_crossentropy_part_* (max; exps and the pair; the probabilities and
+ * the loss; backward), so a member runs on every device. */
 static size_t ce_keep(int N, int V) { return (size_t)N * V; }
 
 static size_t ce_scratch(int N, int V) {
@@ -39,81 +39,43 @@ static size_t ce_scratch(int N, int V) {
   return 3 * (size_t)N;
 }
 
-static int vp_ready(const tr_loss_ctx *c) {
-  return tr_device_info_of(tr_stream_device(c->s))->kind == TR_DEVICE_HOST ? 0 : TR_EDEVICE;
-}
-
 static int vp_forward(const tr_loss_ctx *c, float *loss) {
-  TR__TRY(vp_ready(c));
   const tr_tensor_comm *tc = c->tensor;
   const size_t N = (size_t)c->N, V = (size_t)c->V;
   const int64_t lo = (int64_t)tc->rank * c->V, whole = (int64_t)tc->size * c->V;
-  const int32_t *target = c->target;
   float *mx = c->scratch, *pair = c->scratch + N; /* pair: (sum of exp, the target's logit) */
-  for (size_t r = 0; r < N; r++) {
-    if (target[r] < 0 || target[r] >= whole) return TR_EINVAL;
-    const float *z = c->pred + r * V;
-    float m = z[0];
-    for (size_t v = 1; v < V; v++) m = z[v] > m ? z[v] : m;
-    mx[r] = m;
-  }
+  TR__TRY(tr_crossentropy_part_max(c->s, mx, c->pred, N, V));
   TR__TRY(tc->all_reduce(tc, c->s, mx, N, TR_REDUCE_MAX));
-  for (size_t r = 0; r < N; r++) {
-    const float *z = c->pred + r * V;
-    float *p = c->keep + r * V;
-    double sum = 0;
-    for (size_t v = 0; v < V; v++) sum += p[v] = expf(z[v] - mx[r]);
-    const int64_t t = target[r] - lo;
-    pair[2 * r] = (float)sum;
-    pair[2 * r + 1] = t >= 0 && t < c->V ? z[t] : 0.0f;
-  }
+  TR__TRY(tr_crossentropy_part_sum(c->s, pair, c->keep, c->pred, mx, c->target, N, V, lo, whole));
   TR__TRY(tc->all_reduce(tc, c->s, pair, 2 * N, TR_REDUCE_SUM));
-  double total = 0;
-  for (size_t r = 0; r < N; r++) {
-    const float inv = 1.0f / pair[2 * r];
-    for (size_t v = 0; v < V; v++) c->keep[r * V + v] *= inv;
-    total += log((double)pair[2 * r]) - ((double)pair[2 * r + 1] - (double)mx[r]);
-  }
-  loss[0] = (float)((double)c->scale * total);
-  return 0;
+  return tr_crossentropy_part_finish(c->s, loss, c->keep, pair, mx, N, V, c->scale);
 }
 
 static int vp_backward(const tr_loss_ctx *c, float *dpred) {
-  TR__TRY(vp_ready(c));
-  const size_t N = (size_t)c->N, V = (size_t)c->V;
-  const int64_t lo = (int64_t)c->tensor->rank * c->V;
-  const int32_t *target = c->target;
-  for (size_t r = 0; r < N; r++) {
-    const float *p = c->keep + r * V;
-    float *d = dpred + r * V;
-    for (size_t v = 0; v < V; v++) d[v] = c->scale * p[v];
-    const int64_t t = target[r] - lo;
-    if (t >= 0 && t < c->V) d[t] = c->scale * (p[t] - 1.0f);
-  }
-  return 0;
+  return tr_crossentropy_part_backward(c->s, dpred, c->keep, c->target, (size_t)c->N,
+                                       (size_t)c->V, (int64_t)c->tensor->rank * c->V, c->scale);
 }
 
+/* The count comes back as one float (rows below 2^24: exact), summed on the device. */
 int tr_crossentropy_correct_parts(const tr_tensor_comm *tc, tr_stream *s, const float *pred,
                                   const int32_t *target, int N, int V, float *scratch,
                                   int64_t *correct) {
   *correct = 0;
-  if (tr_device_info_of(tr_stream_device(s))->kind != TR_DEVICE_HOST) return TR_EDEVICE;
   if (N <= 0) return 0;
   const int64_t lo = (int64_t)tc->rank * V;
+  const size_t n = (size_t)N;
   float *top = scratch, *at = scratch + N; /* each row's largest, minus the first index of it */
-  for (int r = 0; r < N; r++) {
-    const float *z = pred + (size_t)r * V;
-    int best = 0;
-    for (int v = 1; v < V; v++)
-      if (z[v] > z[best]) best = v;
-    top[r] = z[best];
-    at[r] = -(float)(lo + best);
-  }
-  TR__TRY(tc->all_reduce(tc, s, top, (size_t)N, TR_REDUCE_MAX));
-  for (int r = 0; r < N; r++) /* a member whose largest is not the row's has no say */
-    if (pred[(size_t)r * V + (size_t)(-(int64_t)at[r] - lo)] < top[r]) at[r] = -INFINITY;
-  TR__TRY(tc->all_reduce(tc, s, at, (size_t)N, TR_REDUCE_MAX));
-  for (int r = 0; r < N; r++) *correct += (int64_t)(-at[r]) == target[r];
+  TR__TRY(tr_crossentropy_part_argmax(s, top, at, pred, n, (size_t)V, lo));
+  TR__TRY(tc->all_reduce(tc, s, top, n, TR_REDUCE_MAX));
+  /* a member whose largest is not the row's has no say */
+  TR__TRY(tr_crossentropy_part_vote(s, at, pred, top, n, (size_t)V, lo));
+  TR__TRY(tc->all_reduce(tc, s, at, n, TR_REDUCE_MAX));
+  TR__TRY(tr_crossentropy_part_hits(s, at, at, target, n));
+  TR__TRY(tr_sum(s, top, at, n, 0));
+  float hits = 0;
+  TR__TRY(tr_memcpy(s, &hits, top, sizeof hits, TR_COPY_D2H));
+  TR__TRY(tr_stream_synchronize(s));
+  *correct = (int64_t)hits;
   return 0;
 }
 

@@ -127,8 +127,9 @@ TR_API int tr_loss_kind_parse(const char *name, tr_loss_kind *out);
  * first of equals), where pred (N, V) holds member tc->rank's columns [rank V, (rank+1) V)
  * of the group's logits: two all-reduces of N floats (the rows' largest, MAX; minus the first
  * column holding it, MAX), never a whole row; the same count on every member, which must
- * all call it alike. scratch: 2N floats of the device. Host devices (TR_EDEVICE otherwise);
- * class indices below 2^24. */
+ * all call it alike. scratch: 2N floats of the device. Every device (the steps are the
+ * tr_crossentropy_part_argmax, _vote and _hits ops; it waits for the stream); class indices
+ * and N below 2^24. */
 struct tr_tensor_comm;
 TR_API int tr_crossentropy_correct_parts(const struct tr_tensor_comm *tc, tr_stream *s,
                                          const float *pred, const int32_t *target, int N, int V,

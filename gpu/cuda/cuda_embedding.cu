@@ -57,12 +57,40 @@ int tr__cuda_embedding_forward(tr_stream *s, float *out, const int32_t *idx, con
   return 0;
 }
 
-/* Step 1's input: row r's token (V when outside [0, V)) and r. */
+/* A member's rows [lo, lo + V) of a whole vocabulary (tr_embedding_part_forward): out (N, C)
+ * = wte[idx - lo], zeros for a token outside them. */
+__global__ void __launch_bounds__(TR__CU_BLOCK)
+    tr__embedding_part_forward_kernel(float *out, const int32_t *idx, const float *wte,
+                                      size_t rows, size_t C, size_t V, int64_t lo) {
+  unsigned lane = threadIdx.x & 31;
+  TR__ROW_LOOP(r, rows) {
+    const int64_t tok = (int64_t)idx[r] - lo;
+    float *o = out + r * C;
+    if (tok < 0 || tok >= (int64_t)V) {
+      for (size_t c = lane; c < C; c += 32) o[c] = 0.0f;
+      continue;
+    }
+    const float *e = wte + (size_t)tok * C;
+    for (size_t c = lane; c < C; c += 32) o[c] = e[c];
+  }
+}
+
+int tr__cuda_embedding_part_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+                                    size_t N, size_t C, size_t V, int64_t lo) {
+  tr_device *d = s->dev;
+  TR__CU_ENTER(d);
+  tr__embedding_part_forward_kernel<<<tr__rows_grid(d, N), TR__CU_BLOCK, 0,
+                                      tr__cu_stream(s)->st>>>(out, idx, wte, N, C, V, lo);
+  TR__LAUNCHED(d, "embedding_part_forward");
+  return 0;
+}
+
+/* Step 1's input: row r's token less lo (V when that lies outside [0, V): skipped) and r. */
 __global__ void tr__embedding_keys_kernel(unsigned *keys, unsigned *rows, const int32_t *idx,
-                                          unsigned n, unsigned V) {
+                                          unsigned n, unsigned V, int64_t lo) {
   for (unsigned r = blockIdx.x * blockDim.x + threadIdx.x; r < n; r += gridDim.x * blockDim.x) {
-    const int32_t t = idx[r];
-    keys[r] = t >= 0 && (unsigned)t < V ? (unsigned)t : V;
+    const int64_t t = (int64_t)idx[r] - lo;
+    keys[r] = t >= 0 && t < (int64_t)V ? (unsigned)t : V;
     rows[r] = r;
   }
 }
@@ -126,8 +154,9 @@ __global__ void __launch_bounds__(TR__CU_BLOCK)
 
 static size_t round_up(size_t bytes) { return (bytes + 255) & ~(size_t)255; }
 
-int tr__cuda_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
-                           const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
+/* Both backwards: the rows of tokens in [lo, lo + V) into dwte (V, C); the whole op's lo is 0. */
+static int backward_rows(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                         const int32_t *idx, size_t B, size_t T, size_t C, size_t V, int64_t lo) {
   tr_device *d = s->dev;
   TR__CU_ENTER(d);
   cudaStream_t st = tr__cu_stream(s)->st;
@@ -157,7 +186,7 @@ int tr__cuda_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const fl
   void *sort_tmp = base + 4 * ints + 2 * pieces;
 
   tr__embedding_keys_kernel<<<tr__cu_grid(tr__cu_dev(d), rows, TR__CU_BLOCK), TR__CU_BLOCK, 0,
-                              st>>>(keys_in, rows_in, idx, n, (unsigned)V);
+                              st>>>(keys_in, rows_in, idx, n, (unsigned)V, lo);
   TR__LAUNCHED(d, "embedding_backward");
   TR__CU(d, cub::DeviceRadixSort::SortPairs(sort_tmp, sort_bytes, keys_in, keys, rows_in, sorted,
                                             (int)n, 0, end_bit, st));
@@ -174,4 +203,15 @@ int tr__cuda_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const fl
     TR__LAUNCHED(d, "embedding_backward");
   }
   return 0;
+}
+
+int tr__cuda_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                           const int32_t *idx, size_t B, size_t T, size_t C, size_t V) {
+  return backward_rows(s, dwte, dwpe, dout, idx, B, T, C, V, 0);
+}
+
+int tr__cuda_embedding_part_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                                     const int32_t *idx, size_t B, size_t T, size_t C, size_t V,
+                                     int64_t lo) {
+  return backward_rows(s, dwte, dwpe, dout, idx, B, T, C, V, lo);
 }

@@ -270,3 +270,142 @@ int tr__host_embedding_backward(tr_stream *s, float *dwte, float *dwpe, const fl
     }
   return 0;
 }
+
+/* ---- a member's part of the vocabulary ------------------------------------------------------ */
+
+/* The row in [0, V) of whole-vocabulary token t, or -1 when another member holds it. */
+static int64_t part_row(int32_t t, int64_t lo, size_t V) {
+  const int64_t r = (int64_t)t - lo;
+  return r >= 0 && r < (int64_t)V ? r : -1;
+}
+
+int tr__host_embedding_part_forward(tr_stream *s, float *out, const int32_t *idx, const float *wte,
+                                    size_t N, size_t C, size_t V, int64_t lo) {
+  (void)s;
+  for (size_t i = 0; i < N; i++) {
+    const int64_t r = part_row(idx[i], lo, V);
+    if (r >= 0)
+      memcpy(out + i * C, wte + (size_t)r * C, C * sizeof *out);
+    else
+      memset(out + i * C, 0, C * sizeof *out);
+  }
+  return 0;
+}
+
+/* In (b, t) order, as tr__host_embedding_backward */
+int tr__host_embedding_part_backward(tr_stream *s, float *dwte, float *dwpe, const float *dout,
+                                     const int32_t *idx, size_t B, size_t T, size_t C, size_t V,
+                                     int64_t lo) {
+  (void)s;
+  for (size_t b = 0; b < B; b++)
+    for (size_t t = 0; t < T; t++) {
+      const size_t bt = b * T + t;
+      const float *g = dout + bt * C;
+      const int64_t r = part_row(idx[bt], lo, V);
+      if (r >= 0) {
+        float *e = dwte + (size_t)r * C;
+        for (size_t c = 0; c < C; c++) e[c] += g[c];
+      }
+      if (dwpe) {
+        float *p = dwpe + t * C;
+        for (size_t c = 0; c < C; c++) p[c] += g[c];
+      }
+    }
+  return 0;
+}
+
+/* In column order with `>`, so a row's first largest wins (the bits the vocabulary-parallel
+ * loss has always had on host devices). */
+int tr__host_crossentropy_part_max(tr_stream *s, float *mx, const float *logits, size_t N,
+                                   size_t V) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    const float *z = logits + r * V;
+    float m = z[0];
+    for (size_t v = 1; v < V; v++) m = z[v] > m ? z[v] : m;
+    mx[r] = m;
+  }
+  return 0;
+}
+
+/* libm's expf and a sum in column order, in double: the member's columns give the same bits
+ * wherever they are computed on the host. */
+int tr__host_crossentropy_part_sum(tr_stream *s, float *pair, float *exps, const float *logits,
+                                   const float *mx, const int32_t *targets, size_t N, size_t V,
+                                   int64_t lo, int64_t whole) {
+  for (size_t r = 0; r < N; r++)
+    if (targets[r] < 0 || targets[r] >= whole)
+      return bad_target(s, "crossentropy_part_sum", r, targets[r], (size_t)whole);
+  for (size_t r = 0; r < N; r++) {
+    const float *z = logits + r * V;
+    float *p = exps + r * V;
+    double sum = 0;
+    for (size_t v = 0; v < V; v++) sum += p[v] = expf(z[v] - mx[r]);
+    const int64_t t = part_row(targets[r], lo, V);
+    pair[2 * r] = (float)sum;
+    pair[2 * r + 1] = t >= 0 ? z[t] : 0.0f;
+  }
+  return 0;
+}
+
+int tr__host_crossentropy_part_finish(tr_stream *s, float *loss, float *probs, const float *pair,
+                                      const float *mx, size_t N, size_t V, float scale) {
+  (void)s;
+  double total = 0;
+  for (size_t r = 0; r < N; r++) {
+    const float inv = 1.0f / pair[2 * r];
+    for (size_t v = 0; v < V; v++) probs[r * V + v] *= inv;
+    total += log((double)pair[2 * r]) - ((double)pair[2 * r + 1] - (double)mx[r]);
+  }
+  loss[0] = (float)((double)scale * total);
+  return 0;
+}
+
+int tr__host_crossentropy_part_backward(tr_stream *s, float *dlogits, const float *probs,
+                                        const int32_t *targets, size_t N, size_t V, int64_t lo,
+                                        float scale) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    const float *p = probs + r * V;
+    float *d = dlogits + r * V;
+    const int64_t t = part_row(targets[r], lo, V);
+    const float pt = t >= 0 ? p[t] : 0.0f; /* before d (perhaps p itself) is written */
+    for (size_t v = 0; v < V; v++) d[v] = scale * p[v];
+    if (t >= 0) d[t] = scale * (pt - 1.0f);
+  }
+  return 0;
+}
+
+/* The first of equals, by `>` in column order (tr_crossentropy_correct_parts' bits) */
+int tr__host_crossentropy_part_argmax(tr_stream *s, float *top, float *at, const float *logits,
+                                      size_t N, size_t V, int64_t lo) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    const float *z = logits + r * V;
+    size_t best = 0;
+    for (size_t v = 1; v < V; v++)
+      if (z[v] > z[best]) best = v;
+    top[r] = z[best];
+    at[r] = -(float)(lo + (int64_t)best);
+  }
+  return 0;
+}
+
+int tr__host_crossentropy_part_vote(tr_stream *s, float *at, const float *logits, const float *top,
+                                    size_t N, size_t V, int64_t lo) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) {
+    if (!isfinite(at[r])) continue; /* already without a say */
+    const int64_t col = -(int64_t)at[r] - lo;
+    if (col < 0 || col >= (int64_t)V || logits[r * V + (size_t)col] < top[r]) at[r] = -INFINITY;
+  }
+  return 0;
+}
+
+int tr__host_crossentropy_part_hits(tr_stream *s, float *hits, const float *at,
+                                    const int32_t *targets, size_t N) {
+  (void)s;
+  for (size_t r = 0; r < N; r++) /* a row no member had a say in (NaN logits) misses */
+    hits[r] = isfinite(at[r]) && (int64_t)(-at[r]) == targets[r] ? 1.0f : 0.0f;
+  return 0;
+}

@@ -9,9 +9,9 @@
  * Megatron pads the vocabulary to a multiple of the members; this kind refuses one that does
  * not divide instead (say 50257 across 2): pad the vocabulary in the model.
  *
- * The masked gather and scatter are not device ops (tr_device.h has no row range for
- * tr_embedding_*): a member reads its host device's memory directly, and a GPU member is
- * refused (TR_EDEVICE, naming the layer) until the device layer has them. */
+ * The masked gather and scatter are the device ops tr_embedding_part_forward and _backward,
+ * so a member runs on every device; a host member also checks its tokens against the whole
+ * vocabulary first (a GPU cannot, cheaply: there a token outside gives zeros everywhere). */
 #include <stdio.h>
 
 #include "layers_impl.h"
@@ -56,16 +56,13 @@ static int tensors(const tr_layer_spec *l, int T, tr_tensor_list *t) {
 
 /* ---- a member's rows --------------------------------------------------------------------- */
 
-/* Its comm, on a host device; every token below the whole vocabulary. */
+/* Its comm; on a host device, every token below the whole vocabulary. */
 static int member_ready(const tr_layer_ctx *c) {
   const tr_layer_spec *l = c->l;
   if (!c->tensor || c->tensor->size != l->parts)
     return tr_layer_fail(c, TR_EINVAL, "embedding: part %d of %d needs its tensor group's comm",
                          l->part, l->parts);
-  if (tr_device_info_of(tr_stream_device(c->s))->kind != TR_DEVICE_HOST)
-    return tr_layer_fail(c, TR_EDEVICE, "embedding: a vocabulary-parallel member runs on host "
-                         "devices only (no masked gather among %s's ops yet)",
-                         tr_device_name(tr_stream_device(c->s)));
+  if (tr_device_info_of(tr_stream_device(c->s))->kind != TR_DEVICE_HOST) return 0;
   const int32_t *idx = c->x;
   const int64_t V = (int64_t)l->vocab * l->parts;
   for (size_t i = 0; i < (size_t)c->B * c->T; i++)
@@ -78,15 +75,9 @@ static int member_ready(const tr_layer_ctx *c) {
 static int forward_part(const tr_layer_ctx *c) {
   TR__TRY(member_ready(c));
   const size_t C = (size_t)c->l->out, N = (size_t)c->B * c->T, T = (size_t)c->T;
-  const int64_t lo = (int64_t)c->l->part * c->l->vocab, hi = lo + c->l->vocab;
-  const int32_t *idx = c->x;
-  for (size_t i = 0; i < N; i++) { /* the member's rows; zeros for the others' tokens */
-    float *o = c->act + i * C;
-    if (idx[i] >= lo && idx[i] < hi)
-      for (size_t k = 0; k < C; k++) o[k] = c->p[0][(size_t)(idx[i] - lo) * C + k];
-    else
-      for (size_t k = 0; k < C; k++) o[k] = 0.0f;
-  }
+  const int64_t lo = (int64_t)c->l->part * c->l->vocab;
+  /* the member's rows; zeros for the others' tokens */
+  TR__TRY(tr_embedding_part_forward(c->s, c->act, c->x, c->p[0], N, C, (size_t)c->l->vocab, lo));
   TR__TRY(c->tensor->all_reduce(c->tensor, c->s, c->act, N * C, TR_REDUCE_SUM));
   for (size_t b = 0; b < (size_t)c->B; b++) /* the positions, whole on every member */
     TR__TRY(tr_add(c->s, c->act + b * T * C, c->act + b * T * C, c->p[1], T * C));
@@ -96,21 +87,9 @@ static int forward_part(const tr_layer_ctx *c) {
 /* dwte's rows of the member's tokens, and dwpe, in tr_embedding_backward's (b, t) order */
 static int backward_part(const tr_layer_ctx *c, const float *dout) {
   TR__TRY(member_ready(c));
-  const size_t C = (size_t)c->l->out, T = (size_t)c->T;
-  const int64_t lo = (int64_t)c->l->part * c->l->vocab, hi = lo + c->l->vocab;
-  const int32_t *idx = c->x;
-  for (size_t b = 0; b < (size_t)c->B; b++)
-    for (size_t t = 0; t < T; t++) {
-      const size_t bt = b * T + t;
-      const float *g = dout + bt * C;
-      if (idx[bt] >= lo && idx[bt] < hi) {
-        float *e = c->g[0] + (size_t)(idx[bt] - lo) * C;
-        for (size_t k = 0; k < C; k++) e[k] += g[k];
-      }
-      float *p = c->g[1] + t * C;
-      for (size_t k = 0; k < C; k++) p[k] += g[k];
-    }
-  return 0;
+  const int64_t lo = (int64_t)c->l->part * c->l->vocab;
+  return tr_embedding_part_backward(c->s, c->g[0], c->g[1], dout, c->x, (size_t)c->B,
+                                    (size_t)c->T, (size_t)c->l->out, (size_t)c->l->vocab, lo);
 }
 
 /* ---- the table ----------------------------------------------------------------------------- */
