@@ -132,8 +132,8 @@ fi
 # ---- the programs: the carried ones, or rebuilt here ----------------------------------------
 
 targets=(tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_train
-         tests/gpu/cuda/test_cuda_nccl tests/gpu/cuda/test_cuda_data tests/models/test_replay
-         tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
+         tests/gpu/cuda/test_cuda_nccl tests/gpu/cuda/test_cuda_data tests/gpu/cuda/test_cuda_vocab_ops
+         tests/models/test_replay tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
 programs=("${targets[@]##*/}")
 say "unpacking $archive"
 if [[ ! -f $archive ]]; then
@@ -202,7 +202,7 @@ fi
 # CUDA test programs do not read.
 export TR_TEST_DEVICE=cuda:0
 for t in test_cuda_devices:120 test_cuda_ops:300 test_cuda_train:300 test_cuda_nccl:90 test_cuda_data:90 \
-         test_replay:60; do
+         test_cuda_vocab_ops:60 test_replay:60; do
   limit=$(allow "${t#*:}")
   t=${t%:*}
   say "$t (at most ${limit}s)"
@@ -361,12 +361,13 @@ PY
 fi
 
 # ---- issue 22's strategies on logical devices of cuda:0 against the same runs on host
-# devices: mlp split across a tensor group of two (--strategy tp: the members' collectives
-# by peer copies), mlp dp x tp on four, DiLoCo (--strategy local --outer nesterov) on two,
+# devices: mlp and gpt split across a tensor group of two (--strategy tp: the members'
+# collectives by peer copies, gpt's vocabulary-parallel embedding and loss by their ops), mlp dp x tp on four, DiLoCo (--strategy local --outer nesterov) on two,
 # and elastic async with worker 1's device failing from its 5th loss backward (the run goes
 # on with the others, exit 0, workers_alive 2); about 30 s.
 if ! late "tp, local, elastic" 40; then
   runs=("tp_mlp|--model mlp --strategy tp|2|--steps 6"
+        "tp_gpt|--model gpt --strategy tp|2|--steps 6"
         "dptp_mlp|--model mlp --strategy dp --tensor 2|4|--steps 6"
         "local_mlp|--model mlp --strategy local --sync-every 3 --outer nesterov|2|--steps 9")
   for r in "${runs[@]}"; do
@@ -393,7 +394,7 @@ if ! late "tp, local, elastic" 40; then
 import json, math, sys
 d = sys.argv[1]
 out, ok = [], True
-for name in ("tp_mlp", "dptp_mlp", "local_mlp"):
+for name in ("tp_mlp", "tp_gpt", "dptp_mlp", "local_mlp"):
     c, h = (json.load(open(f"{d}/i22_{name}_{k}.json")) for k in ("cuda", "host"))
     same = math.isclose(c["final_loss"], h["final_loss"], rel_tol=1e-3)
     ok &= same

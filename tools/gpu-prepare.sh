@@ -3,7 +3,8 @@
 # GPU machine that has nvcc, meson and ninja but no package registry and none of troupe's
 # dev packages: one compressed archive, build-gpu-check/carry/gpu-check.tar.xz, holding
 #
-#   bin/     test_cuda_ops, test_cuda_devices, test_cuda_train, test_cuda_nccl, test_cuda_data, test_replay, test_profile (with the NVTX
+#   bin/     test_cuda_ops, test_cuda_devices, test_cuda_train, test_cuda_nccl, test_cuda_data,
+#            test_cuda_vocab_ops, test_replay, test_profile (with the NVTX
 #            recorder libnvtx_recorder.so it loads) and troupe, built here with
 #            libuv, jemalloc and OpenBLAS linked statically (cmocka and cJSON ship no archive: their .so go
 #            along);
@@ -135,8 +136,9 @@ else
   meson setup "$build" "${opts[@]}" >/dev/null
 fi
 targets=(tests/gpu/cuda/test_cuda_ops tests/gpu/cuda/test_cuda_devices tests/gpu/cuda/test_cuda_train
-         tests/gpu/cuda/test_cuda_nccl tests/gpu/cuda/test_cuda_data tests/models/test_replay
-         tests/profiling/test_profile tests/profiling/libnvtx_recorder.so tools/troupe)
+         tests/gpu/cuda/test_cuda_nccl tests/gpu/cuda/test_cuda_data tests/gpu/cuda/test_cuda_vocab_ops
+         tests/models/test_replay tests/profiling/test_profile tests/profiling/libnvtx_recorder.so
+         tools/troupe)
 say "building ${targets[*]} for sm_${archs//,/, sm_}"
 ninja -C "$build" "${targets[@]}"
 
