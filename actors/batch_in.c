@@ -46,6 +46,15 @@ void tr__batch_in_drop(tr__batch_in *b) {
   tr__queue_pop(&b->in[0].q);
 }
 
+bool tr__batch_in_drop_all(tr__batch_in *b) {
+  bool end = false;
+  for (const tr__lent *e; b->n && (e = tr__batch_in_head(b));) {
+    end |= e->step < 0;
+    tr__batch_in_drop(b);
+  }
+  return end;
+}
+
 void tr__batch_in_drop_stale(tr__batch_in *b, int64_t step) {
   for (int i = 0; i < b->n; i++)
     for (const tr__lent *e; (e = tr__queue_peek(&b->in[i].q)) && !(e->eval && e->step == step);) {

@@ -35,6 +35,9 @@ int tr__batch_in_take(tr__batch_in *b, const tr_batch_msg *m, bool last);
 /* The first edge's next batch (NULL: none yet), and dropping it unstarted (its credit back). */
 const tr__lent *tr__batch_in_head(const tr__batch_in *b);
 void tr__batch_in_drop(tr__batch_in *b);
+/* Every batch the first edge holds dropped unstarted (a worker that left); whether one of
+ * them was the run's end (a step < 0). */
+bool tr__batch_in_drop_all(tr__batch_in *b);
 /* Before the evaluation at the run's end: every batch ahead of its held-out ones of `step`
  * on each edge (what a loader ahead of a timed run's end sent) goes back unused. */
 void tr__batch_in_drop_stale(tr__batch_in *b, int64_t step);

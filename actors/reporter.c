@@ -199,7 +199,9 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   tr__figures_int(f, TR__M_PEAK_ACTIVATION_BYTES, s->peak_activation_bytes);
   memory_figures(c, f);
   graphs_figures(c, f);
-  tr__figures_int(f, TR__M_COMM_BYTES, s->edge_bytes);
+  uint64_t collectives = 0, tensor_bytes = 0; /* its tensor group's, as the ring sends them */
+  if (s->tensor) tr_tensor_comm_counts(s->tensor, &collectives, &tensor_bytes);
+  tr__figures_int(f, TR__M_COMM_BYTES, s->edge_bytes + (int64_t)tensor_bytes);
   if (s->policy && s->policy->ops->figures) s->policy->ops->figures(s->policy->state, f);
   int rc = s->params ? copy_params(r, c->st[0], d) : 0;
   if (rc) {

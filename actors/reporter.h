@@ -39,6 +39,7 @@ typedef struct tr__stage_figures {
   const tr__busy *busy;
   bool params; /* a host copy of the parameters goes along (the replicas' consistency) */
   int64_t edge_bytes; /* the tensors the stage's edges sent (activations, input gradients) */
+  const tr_tensor_comm *tensor; /* its tensor group's comm (NULL: none): its bytes too */
   const struct tr__policy *policy; /* adds its parts' figures (its optional figures op) */
 } tr__stage_figures;
 

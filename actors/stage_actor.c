@@ -106,25 +106,17 @@ tr_device *tr__stage_device(const void *state) { return ((const stage_actor *)st
 
 const tr__policy *tr__stage_policy(const void *state) { return &((const stage_actor *)state)->policy; }
 
-int tr__stage_hold_batch(void *state, const tr_batch_msg *m) {
-  stage_actor *a = state;
-  return tr__batch_in_take(&a->in, m, true); /* a worker's one chunk is the whole model */
+int tr__stage_hold_batch(void *state, const tr_batch_msg *m) { /* a worker: one whole chunk */
+  return tr__batch_in_take(&((stage_actor *)state)->in, m, true);
 }
 
 bool tr__stage_give_back_batches(void *state) {
   stage_actor *a = state;
-  bool end = a->finishing || a->done || a->eval.ending;
   tr__returns_abandon(&a->returns); /* its device failed: its events may never say */
-  for (const tr__lent *e; a->in.n && (e = tr__batch_in_head(&a->in));) {
-    end |= e->step < 0;
-    tr__batch_in_drop(&a->in);
-  }
-  return end;
+  return tr__batch_in_drop_all(&a->in) || a->finishing || a->done || a->eval.ending;
 }
 
-static const tr_stage_info *last_chunk(const stage_actor *a) {
-  return a->ch.ch[a->ch.n - 1].info;
-}
+static const tr_stage_info *last_chunk(const stage_actor *a) { return a->ch.ch[a->ch.n - 1].info; }
 
 /* A last stage's losses: its tensor group's member 0 speaks for the group. */
 static bool reports_losses(const stage_actor *a) {
@@ -286,7 +278,7 @@ static int forward(tr_actor *self, stage_actor *a, const tr_action *act) {
   /* random layers draw each sample's mask from its place in the data set */
   tr_stage_set_samples(c->st, act->slot, c->slot_first[act->slot]);
   if (tr_stage_forward(c->st, act->slot)) return fail_device(self, a, "forward");
-  if (c->info->is_last && a->tp.member == 0 && /* member 0 speaks for its tensor group */
+  if (c->info->is_last && reports_losses(a) &&
       tr__reporter_copy_loss(&a->rep, a->s, a->step, act->mb, tr_stage_loss(c->st, act->slot),
                              a->run_step))
     return fail_device(self, a, "copying the loss out");
@@ -428,16 +420,14 @@ static int finish(tr_actor *self, stage_actor *a) {
   }
   if (a->end_phase == END_FIGURES) {
     const tr__policy *p = &a->policy;
-    uint64_t collectives = 0, tensor_bytes = 0; /* its tensor group's, as the ring sends them */
-    if (a->tp.comm) tr_tensor_comm_counts(a->tp.comm, &collectives, &tensor_bytes);
     const tr__stage_figures f = {.run_steps = p->ops->run_steps, .steps = a->step,
                                  .first_step = p->ops->first_step(p->state, a->run),
                                  .skipped = p->ops->skipped(p->state),
                                  .window_end = a->window_end, .peak_microbatches = c->peak,
                                  .peak_activation_bytes = c->peak_bytes, .busy = &a->busy,
                                  .params = p->ops->consistency(p->state), .policy = p,
-                                 .edge_bytes = a->act_out.sent_bytes + a->grad_out.sent_bytes +
-                                               (int64_t)tensor_bytes};
+                                 .edge_bytes = a->act_out.sent_bytes + a->grad_out.sent_bytes,
+                                 .tensor = a->tp.comm};
     if ((rc = tr__reporter_figures(&a->rep, c, &f)) != TR__DONE) return rc;
     a->end_phase = END_LEAVE;
   }
@@ -604,8 +594,6 @@ static void stage_destroy(void *state) {
   free(a);
 }
 
-const tr_behaviour tr__stage_behaviour = {.name = "stage",
-                                          .start = stage_start,
-                                          .receive = stage_receive,
-                                          .stop = stage_stop,
+const tr_behaviour tr__stage_behaviour = {.name = "stage", .start = stage_start,
+                                          .receive = stage_receive, .stop = stage_stop,
                                           .destroy = stage_destroy};
