@@ -137,6 +137,11 @@ void tr__plan_print(const tr__plan *p, FILE *f) {
             tr__members(p->run), p->run->member_models
                                      ? "each member holding its part of the split layers"
                                      : "each member holding the model whole");
+  if (c->local.sync_every > 0) /* local SGD (policy_local.c) */
+    fprintf(f, "  local SGD: the replicas' parameters %s every %d steps, after %d steps of dp\n",
+            c->local.outer == TR_OUTER_NESTEROV ? "put through DiLoCo's outer Nesterov step"
+                                                : "averaged",
+            c->local.sync_every, c->local.warmup_sync);
   if (c->eval.data) { /* on the batch edges, as the loader sends them (evaluate.h) */
     char every[64] = "";
     if (c->eval.every > 0)
