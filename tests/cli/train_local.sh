@@ -55,9 +55,9 @@ for want in '"sync_every":null' '"warmup_sync":null' '"outer":null'; do
   if grep -qF -- "$want" <<<"$json"; then echo "ok   dp's --json says $want"
   else echo "FAIL dp's --json lacks $want: $json"; failed=1; fi
 done
-# --print-plan says the period and what a sync does
+# --print-plan (on stderr) says the period and what a sync does
 plan=$("$troupe" train --quiet --print-plan --model mlp --strategy local --devices host:2 \
-       --steps 1 --sync-every 4 --warmup-sync 3) || { echo "FAIL local plan: exit $?"; failed=1; }
+       --steps 1 --sync-every 4 --warmup-sync 3 2>&1) || { echo "FAIL local plan: exit $?"; failed=1; }
 want="local SGD: the replicas' parameters averaged every 4 steps, after 3 steps of dp"
 if grep -qF -- "$want" <<<"$plan"; then echo "ok   --print-plan says the period"
 else echo "FAIL --print-plan lacks '$want': $plan"; failed=1; fi
