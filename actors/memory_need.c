@@ -63,6 +63,8 @@ static int add_stage(tr__memory_place *p, const tr_job_config *c, const tr_model
     p->params += in.numel * sizeof(float);
     p->grads += in.numel * sizeof(float);
     p->state += in.state_numel * sizeof(float) + opt_scratch;
+    if (c->local.sync_every > 0 && c->local.outer == TR_OUTER_NESTEROV) /* policy_local.c */
+      p->state += 2 * in.numel * sizeof(float); /* DiLoCo's global parameters and velocity */
     p->activations += (uint64_t)in.slot_bytes * (uint64_t)in.slots + in.scratch_bytes +
                       in.work_bytes + in.params16_bytes;
     held += in.slots;
