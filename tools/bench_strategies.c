@@ -137,6 +137,18 @@ static int layers_of(const char *model) {
   return n;
 }
 
+/* The name of the model's loss backward op ("mse_backward"), which an async worker runs once a
+ * step: the op the elastic row's worker dies on; "" when the model has no such name. */
+static void loss_backward_op(const char *model, char *out, size_t size) {
+  tr_model *m;
+  char err[256];
+  out[0] = 0;
+  if (tr_model_named(&m, model, err, sizeof err)) return;
+  const tr_loss_type *loss = tr_model_loss(m); /* NULL: MSE */
+  snprintf(out, size, "%s_backward", loss ? loss->name : "mse");
+  tr_model_free(m);
+}
+
 static const char *format_name(int i) {
   static const char *const names[] = {"md", "csv", "json"};
   return i >= 0 && i < 3 ? names[i] : "?";
@@ -167,13 +179,14 @@ static const cli_table table = {
         "interleaved 1F1B (2 chunks per device), zero-bubble ZB-H1, and 1F1B recomputing\n"
         "activations. The tp row is one tensor group of every device (--tensor), dp --tensor\n"
         "2 replicas of groups of 2 (4 devices or more). The async rows (a parameter server\n"
-        "and 1, then every device as,\n"
-        "workers; with more than one device also SSP with staleness 2 and DC-ASGD with\n"
-        "lambda 0.04) give updates/s against the one-worker async row and the staleness of\n"
-        "the updates (mean / max). The last column is the bytes every device (and the async\n"
-        "server) sent per step together, all collectives and edges (comm_bytes_per_step).\n"
-        "On host devices it also measures the BLAS's own scaling\n"
-        "on the model's layers. troupe bench <what> --help describes the other benchmarks.\n"};
+        "and 1, then every device as workers; with more than one device also SSP with\n"
+        "staleness 2, DC-ASGD with lambda 0.04, and --elastic with the last worker's device\n"
+        "dying at its 10th step) give updates/s against the one-worker async row and the\n"
+        "staleness of the updates (mean / max). The local row is local SGD averaging every\n"
+        "8 steps. The last column is the bytes every device (and the async server) sent per\n"
+        "step together, all collectives and edges (comm_bytes_per_step). On host devices it\n"
+        "also measures the BLAS's own scaling on the model's layers. troupe bench <what>\n"
+        "--help describes the other benchmarks.\n"};
 
 int bench_strategies(int argc, char **argv) {
   args a = {.model = "mlp", .devices = "host:2", .seconds = 5};
@@ -243,6 +256,17 @@ int bench_strategies(int argc, char **argv) {
     ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n, o->job.async.staleness = 2);
     snprintf(label, sizeof label, "async %d dc .04", n);
     ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n, o->job.async.dc_lambda = 0.04f);
+  }
+  char elastic[256], op[64];
+  if (n > 1) { /* elastic: the last worker's device dies at its 10th step, the others go on */
+    loss_backward_op(model, op, sizeof op);
+    char label[24];
+    const int wrote = snprintf(label, sizeof label, "async %d elastic", n);
+    if (wrote < (int)sizeof label &&
+        snprintf(elastic, sizeof elastic, "fault(%s;dev=%d,op=%s,from=10)", devices, n - 1, op) <
+            (int)sizeof elastic) /* a device list too long for it goes without the row */
+      ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n,
+          o->job.async.elastic = 1, o->devices = elastic);
   }
   if (n > 1) /* local SGD: a replica per device, parameters averaged every 8 steps */
     ROW("local", o->strategy = TR_STRATEGY_LOCAL, o->job.local.sync_every = 8);
