@@ -285,8 +285,16 @@ int tr_train_result_summary(const tr_train_result *r, FILE *f) {
     } else {
       fprintf(piece, "%.*s", (int)(conv - m->summary), m->summary);
       for (int i = 0; i < r->ndevices && i < TR_TRAIN_MAX_DEVICES; i++) {
-        if (said) fputc(' ', piece);
-        said |= say(piece, r, m, conv, i) > 0;
+        /* a device with nothing to say (a worker that left: NaN) takes no room */
+        char *one = NULL;
+        size_t n = 0;
+        FILE *e = open_memstream(&one, &n);
+        if (e == NULL) break;
+        const bool says = say(e, r, m, conv, i) > 0;
+        fclose(e);
+        if (says) fprintf(piece, "%s%s", said ? " " : "", one);
+        said |= says;
+        free(one);
       }
     }
     fclose(piece);

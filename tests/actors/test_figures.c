@@ -342,6 +342,15 @@ static void the_summary_says_the_figures_that_are_there(void **state) {
        *not; not++)
     if (strstr(line, *not)) fail_msg("the summary says '%s': %s", *not, line);
   free(line);
+  /* a device with nothing to say (an elastic worker that left: NaN) takes no room */
+  r.ndevices = 3;
+  r.utilization[1] = NAN, r.utilization[2] = 0.75;
+  f = open_memstream(&line, &len);
+  assert_int_equal(tr_train_result_summary(&r, f), 0);
+  fclose(f);
+  if (!strstr(line, "utilization 0.50 0.75 ·"))
+    fail_msg("the summary does not say 'utilization 0.50 0.75 ·': %s", line);
+  free(line);
 }
 
 /* ---- checkpoints and reports ----------------------------------------------------------------- */
