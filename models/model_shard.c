@@ -57,9 +57,9 @@ static int shard(planner *p, tr_layer_spec *l, tr_split how, const char *name) {
   return 0;
 }
 
-/* An element-wise layer between a pair: the member's columns of it. */
+/* An element-wise layer between a pair: the member's columns of it (dropout draws the whole
+ * layer's mask on them: dropout.c). */
 static void narrow(planner *p, tr_layer_spec *l) {
-  if (l->type == &tr_layer_dropout_type) l->type = &tr__layer_dropout_columns_type;
   l->in /= p->parts;
   l->out /= p->parts;
   l->part = p->part;

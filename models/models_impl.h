@@ -53,12 +53,10 @@ int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, i
 typedef int (*tr__part_run_fn)(void *arg, size_t part_at, size_t whole_at, size_t n);
 int tr__tensor_part_runs(const tr_tensor_part *p, size_t numel, tr__part_run_fn fn, void *arg);
 
-/* Tensor parallelism's kinds (layers/linear_split.c, layers/dropout_split.c): what a member
- * holds of a linear layer split by output features (column) or input features (row), and of
- * a dropout between them; linear's shard op makes the first two. */
+/* Tensor parallelism's kinds (layers/linear_split.c): what a member holds of a linear layer
+ * split by output features (column) or input features (row); linear's shard op makes them. */
 extern const tr_layer_type tr__layer_linear_column_type;
 extern const tr_layer_type tr__layer_linear_row_type;
-extern const tr_layer_type tr__layer_dropout_columns_type;
 int tr__linear_shard(const tr_layer_spec *l, tr_split how, int part, int parts,
                      tr_layer_spec *member, char *err, size_t err_size);
 

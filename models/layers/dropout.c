@@ -17,15 +17,24 @@ static int check(const tr_layer_spec *l, int in, char *err, size_t err_size) {
 static int identity(const tr_layer_ctx *c) { return !c->training || c->l->p == 0.0f; }
 
 /* to (N,C) = the micro-batch's mask: element e of sample b is number (first + b) C T + e of
- * the layer's stream, wherever the sample lands */
+ * the layer's stream, wherever the sample lands. A member of a tensor group (l->part of
+ * l->parts, between a column- and a row-parallel linear layer) holds columns [k C, (k+1) C)
+ * of every row of the whole activation, and draws the whole layer's mask there, row by row,
+ * so every layout drops what a single device drops. */
 static int mask(const tr_layer_ctx *c, float *to) {
-  const size_t per_sample = (size_t)c->T * c->l->in;
+  const size_t C = (size_t)c->l->in, per_sample = (size_t)c->T * C;
   if (c->first_sample == TR_SAMPLES_UNKNOWN)
     return tr_layer_fail(c, TR_EINVAL, "training needs the samples' positions "
                                        "(tr_stage_set_samples)");
   const float scale = (float)(1.0 / (1.0 - (double)c->l->p));
-  return tr_dropout_mask(c->s, to, (size_t)c->B * per_sample, c->l->p, scale, c->seed,
-                         c->first_sample * per_sample);
+  if (c->l->parts <= 1)
+    return tr_dropout_mask(c->s, to, (size_t)c->B * per_sample, c->l->p, scale, c->seed,
+                           c->first_sample * per_sample);
+  const size_t whole = C * (size_t)c->l->parts, rows = (size_t)c->B * c->T;
+  for (size_t r = 0, row0 = c->first_sample * (size_t)c->T; r < rows; r++)
+    TR__TRY(tr_dropout_mask(c->s, to + r * C, C, c->l->p, scale, c->seed,
+                            (row0 + r) * whole + (size_t)c->l->part * C));
+  return 0;
 }
 
 static int forward(const tr_layer_ctx *c) {
