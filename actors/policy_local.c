@@ -116,16 +116,6 @@ static int open(void *state, const tr__policy_ctx *ctx) {
   return tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch);
 }
 
-static int64_t first_step(const void *state, const tr__run *run) {
-  (void)state;
-  return tr_graph_first_step(run->g);
-}
-
-static int64_t share(const void *state, const tr__run *run, int64_t steps) {
-  (void)state, (void)run;
-  return steps;
-}
-
 static int begin(void *state, int64_t step, const tr__lent *head, bool ended, int64_t *run_step) {
   (void)head, (void)ended;
   return tr__policy_claim(&((local_policy *)state)->ctx, step, run_step);
@@ -359,7 +349,7 @@ static void free_(void *state) {
 
 static const tr__policy_ops local_ops = {
     .name = "local", .run_steps = true, .shard = shard, .open = open,
-    .first_step = first_step, .share = share, .begin = begin,
+    .first_step = tr__policy_run_first_step, .share = tr__policy_every_step, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
     .skipped = skipped, .figures = figures, .part = part, .abort = abort_, .close = close_, .free = free_};

@@ -124,6 +124,10 @@ int tr__policy_add(const tr__policy_row *row);
  * each step of the run as it starts it, the others follow while the run's end is ahead;
  * *run_step is the step itself. TR__BEGIN_* flags. */
 int tr__policy_claim(const tr__policy_ctx *ctx, int64_t step, int64_t *run_step);
+/* The synchronous first_step and share (a policy's ops may be them): the stage starts at the
+ * run's first step and takes part in every step. */
+int64_t tr__policy_run_first_step(const void *p, const tr__run *run);
+int64_t tr__policy_every_step(const void *p, const tr__run *run, int64_t steps);
 
 /* Step `step` diverged: fails the actor, naming the stage and what was not finite. */
 int tr__policy_not_finite(const tr__policy_ctx *ctx, int64_t step, const char *what,

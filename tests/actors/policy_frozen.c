@@ -24,16 +24,6 @@ static int open(void *p, const tr__policy_ctx *ctx) {
   return 0;
 }
 
-static int64_t first_step(const void *p, const tr__run *run) {
-  (void)p;
-  return tr_graph_first_step(run->g);
-}
-
-static int64_t share(const void *p, const tr__run *run, int64_t steps) {
-  (void)p, (void)run;
-  return steps;
-}
-
 /* As the synchronous policy: the first stage claims each step. */
 static int begin(void *state, int64_t step, const tr__lent *head, bool ended, int64_t *run_step) {
   (void)head, (void)ended;
@@ -93,7 +83,8 @@ static void nothing(void *p) { (void)p; }
 
 static const tr__policy_ops ops = {
     .name = "frozen", .run_steps = true, .shard = shard, .open = open,
-    .first_step = first_step, .share = share, .begin = begin, .last_backward = last_backward,
+    .first_step = tr__policy_run_first_step, .share = tr__policy_every_step, .begin = begin,
+    .last_backward = last_backward,
     .update = update, .receive = receive, .waiting = waiting, .finish = finish, .leave = leave,
     .sends_parts = sends_parts, .consistency = consistency, .skipped = skipped,
     .abort = nothing, .close = nothing, .free = free};
