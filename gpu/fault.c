@@ -67,6 +67,16 @@ static int injected(tr_device *d, const char *name, long long k) {
 }
 
 
+/* Whether `prefix` begins the name of a call a rule can count (a kernel, gemm, capture). */
+static bool counts_some(const char *prefix) {
+#define FAULT_NAME(name, params, args, checks) #name,
+  static const char *const names[] = {TR__OP_MAP(FAULT_NAME) "gemm", "capture"};
+#undef FAULT_NAME
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strncmp(names[i], prefix, strlen(prefix))) return true;
+  return false;
+}
+
 /* ---- the wrapped slots ---------------------------------------------------------------------- */
 
 #define FAULT_OP(name, params, args, checks)                                           \
@@ -194,6 +204,10 @@ static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, si
     int bad = 0;
     if (!strcmp(k, "op")) {
       if (strlen(v) >= sizeof f->op) bad = 1;
+      else if (!counts_some(v))
+        return tr_errorf(err, n, TR_EINVAL, "device spec '%s': op=%s names no call a rule "
+                         "counts (a kernel of the device API such as mse_backward, gemm or "
+                         "capture, or the beginning of one's name)", spec, v);
       else snprintf(f->op, sizeof f->op, "%s", v);
     } else if (!strcmp(k, "dev")) {
       bad = parse_number(v, 0, &x);

@@ -142,8 +142,12 @@ TR_API bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b)
 /* Opens the devices a spec names. On failure *out is NULL, the status says why and `err`
  * (when not NULL) receives a message naming the bad part of the spec ("device spec
  * 'cuda:7': no CUDA device 7 (this machine has 1)"). Call from any thread. Tests may wrap a
- * spec as fault(SPEC;RULE): the same devices, slow or failing on the calls RULE names
- * (gpu/fault.h). */
+ * spec as fault(SPEC;RULE;RULE...): the same devices, slow or failing on the calls each RULE
+ * names. RULE is key=value pairs: dev=I (the list's device I; default every one), op=NAME
+ * (the calls whose name begins with NAME: a kernel such as mse_backward, gemm, capture;
+ * default every one), us=U (each sleeps U microseconds), grow=G and every=E (G more every E
+ * calls), fail=N (the N-th fails), from=N (the N-th and every one after it fail: a device
+ * that dies). fault(host:3;dev=1,op=mse_b,from=7) kills host:1 at its 7th loss backward. */
 TR_API int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size);
 
 /* Closes every device of the list, with their streams and the memory still allocated on

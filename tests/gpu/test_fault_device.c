@@ -147,6 +147,7 @@ static void bad_rules_are_refused_by_name(void **state) {
       {"fault(host:1)", "expected fault(SPEC;RULE)"},
       {"fault(host:1;us=5", "expected fault(SPEC;RULE)"},
       {"fault(host:1;speed=2)", "unknown key 'speed'"},
+      {"fault(host:1;op=bogus,from=2)", "op=bogus names no call a rule counts"},
       {"fault(host:1;us=-3)", "us=-3"},
       {"fault(host:1;fail=0)", "fail=0"},
       {"fault(host:2;dev=2,us=1)", "dev=2, of a list of 2"},
