@@ -119,6 +119,10 @@ static int check_tensor(const tr_job_config *c, int pieces, char *err, size_t n)
   tr_model *member; /* every member splits alike: the first says what does not divide */
   char why[400];
   const int rc = tr_model_shard(c->model, 0, T, &member, why, sizeof why);
+  /* strategy tp chose T (the devices), not the user: the message says where it came from */
+  if (rc && c->strategy && strcmp(c->strategy, "tp") == 0)
+    return tr_errorf(err, n, rc, TR__F("strategy") " tp: one tensor group of the %d devices: "
+                     "model '%s' across %d members: %s", T, tr_model_name(c->model), T, why);
   if (rc)
     return tr_errorf(err, n, rc, TR__F("layout.tensor") " %d: model '%s' across %d members: %s",
                      T, tr_model_name(c->model), T, why);

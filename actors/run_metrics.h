@@ -108,7 +108,7 @@ typedef enum tr__json {
   X(STEPS_PER_S, "steps_per_s", "steps/s", DERIVED, RUN, REAL, TR__AT(steps_per_s), VALUE, NULL,   \
     "%.0f steps/s")                                                                                \
   X(INITIAL_LOSS, "initial_loss", "", DERIVED, RUN, REAL, TR__AT(initial_loss), VALUE, NULL,       \
-    "loss %.4g")                                                                                   \
+    "initial loss %.4g")                                                                           \
   X(FINAL_LOSS, "final_loss", "", DERIVED, RUN, REAL, TR__AT(final_loss), VALUE, NULL,             \
     "final loss %.4g")                                                                             \
   X(UTILIZATION, "utilization", "fraction", DERIVED, DEVICE, REAL, TR__EACH(utilization), REAL4,   \
