@@ -1,0 +1,79 @@
+/* tr_plan.h — predicting a layout's training step from costs, before running it.
+ *
+ * troupe's schedules are exact action lists (tr_schedule.h), and the stage runner executes
+ * them as they are: so a step's time follows from what each action costs. tr_plan_simulate
+ * runs one step of a schedule's lists on all of a pipeline's devices at once, as the stage
+ * actors would, with the costs given: each forward, input-gradient (B) and weight-gradient
+ * (W) of a micro-batch on each virtual stage, the time an activation or a gradient takes
+ * from its send to its receiver, and each device's step at the end (its replica group's sum
+ * and the optimizer). Messages travel on the edges the job wires, with their credits: an
+ * edge of activations has the sender's slots (tr_schedule_slots), one of gradients two,
+ * taken before the backward whose gradient it carries and given back when the receiver
+ * takes the message. It says when each device finishes, how long each computed, the
+ * bubble, and how many micro-batches' activations each device held at most.
+ *
+ *   double f[2] = {1e-3, 1e-3}, b[2] = {2e-3, 2e-3};   // seconds per micro-batch
+ *   tr_plan_step step;
+ *   char err[256];
+ *   if (tr_plan_simulate(sc, &(tr_plan_costs){.forward = f, .backward = b}, &step, err,
+ *                        sizeof err))
+ *     fprintf(stderr, "%s\n", err);                   // bad costs, or a schedule that
+ *   else                                               // cannot finish (names the device)
+ *     printf("%.3f ms, bubble %.3f\n", step.seconds * 1e3, step.bubble);
+ *
+ * With every F the same cost and every B the same (zb1: F, B and W the same) and nothing
+ * else costing time, the bubble is the schedule's own (tr_schedule_bubble).
+ */
+#ifndef TR_PLAN_H
+#define TR_PLAN_H
+
+#include <stddef.h>
+
+#include "tr_base.h"
+#include "tr_schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The most devices a simulated pipeline has (its stages). */
+enum { TR_PLAN_MAX_DEVICES = 64 };
+
+/* Costs in seconds, each array indexed by virtual stage k = chunk × p + device (k < p × v,
+ * the schedule's stages times chunks). NULL: that cost is 0 everywhere. */
+typedef struct tr_plan_costs {
+  const double *forward;         /* [p·v] a micro-batch's forward */
+  const double *backward;        /* [p·v] its backward, both halves (B + W) */
+  const double *backward_weight; /* [p·v] the W part of `backward`, for schedules that split
+                                    it (zb1: B takes backward − backward_weight, W the rest) */
+  const double *act_latency;     /* [p·v] virtual stage k's activation, from its send until
+                                    k + 1 can take it (the last entry unused) */
+  const double *grad_latency;    /* [p·v] virtual stage k's input gradient, from its send
+                                    until k − 1 can take it (the first entry unused) */
+  const double *step;            /* [p] device s's step after its last action: the replica
+                                    group's sums not overlapped, and the optimizer */
+} tr_plan_costs;
+
+/* One simulated step. */
+typedef struct tr_plan_step {
+  double seconds;                       /* from the start to the last device's step end */
+  double busy[TR_PLAN_MAX_DEVICES];     /* each device's forwards, backwards and step */
+  double finish[TR_PLAN_MAX_DEVICES];   /* when each device's step ended */
+  double bubble;                        /* 1 − Σ busy / (p × seconds), as a run's
+                                           bubble_fraction is measured */
+  int peak[TR_PLAN_MAX_DEVICES];        /* micro-batches (of all chunks) holding activations
+                                           at once, at most */
+  int devices;                          /* p */
+} tr_plan_step;
+
+/* Simulates one step of `sc` with costs `c` into *out. 0; TR_EINVAL (err says which cost is
+ * negative or not finite, or that the schedule has more than TR_PLAN_MAX_DEVICES stages);
+ * TR_ESTATE when the lists cannot finish with the edges' credits (err names where each
+ * device waits); TR_ENOMEM. */
+TR_API int tr_plan_simulate(const tr_schedule *sc, const tr_plan_costs *c, tr_plan_step *out,
+                            char *err, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
