@@ -1,4 +1,6 @@
-/* tr_plan.h — predicting a layout's training step from costs, before running it.
+/* tr_plan.h — predicting a layout's training step from costs, before running it: what each
+ * layer costs on a kind of device, measured once and kept (tr_plan_layer_times, below), and
+ * one step of a schedule simulated with such costs (tr_plan_simulate).
  *
  * troupe's schedules are exact action lists (tr_schedule.h), and the stage runner executes
  * them as they are: so a step's time follows from what each action costs. tr_plan_simulate
@@ -27,9 +29,12 @@
 #ifndef TR_PLAN_H
 #define TR_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "tr_base.h"
+#include "tr_device.h"
+#include "tr_model.h"
 #include "tr_schedule.h"
 
 #ifdef __cplusplus
@@ -72,6 +77,47 @@ typedef struct tr_plan_step {
  * device waits); TR_ENOMEM. */
 TR_API int tr_plan_simulate(const tr_schedule *sc, const tr_plan_costs *c, tr_plan_step *out,
                             char *err, size_t n);
+
+/* ---- costs: measured once per model, kind of device and micro-batch, kept in a file ------
+ *
+ * What each layer's passes take (tr_layer_times, tr_model.h) on a kind of device — its kind,
+ * its model and the instruction set its GEMM runs on — for a micro-batch of `batch`
+ * samples. They are kept in a file of costs (a safetensors file) and measured again when the
+ * file has none for that model (its name, tensors' shapes and layers' FLOPs), that kind of
+ * device and batch, when its entry is older than TR_PLAN_COSTS_MAX_AGE or of another version
+ * of troupe, or when asked to (`remeasure`).
+ *
+ *   tr_layer_times t[64];
+ *   bool measured;
+ *   if (tr_plan_layer_times(model, dev, 32, NULL, t, &measured, err, sizeof err)) ...;
+ *   // from the default file when it had them (measured false), else timed and added to it
+ */
+
+/* Seconds after which an entry is stale (the machine's load, clocks and libraries change). */
+#define TR_PLAN_COSTS_MAX_AGE (7 * 24 * 3600)
+
+typedef struct tr_plan_costs_config {
+  /* The file. NULL: tr_plan_costs_default_path() (its directory made; where it cannot be
+   * read or written, the layers are measured and nothing kept); "": no file, measure. A path
+   * given must be a file of costs or nothing yet: anything else is refused (TR_EINVAL),
+   * never replaced. */
+  const char *path;
+  int remeasure; /* measure even what the file has, and keep the new times */
+  int reps;      /* rounds of measurement (the fastest of each pass is kept); 0: 5 */
+} tr_plan_costs_config;
+
+/* $TROUPE_COSTS, else $XDG_CACHE_HOME/troupe/costs.safetensors, else
+ * $HOME/.cache/troupe/costs.safetensors ("" when neither is set). */
+TR_API const char *tr_plan_costs_default_path(void);
+
+/* times[layer] for model m on d's kind of device at micro-batch `batch`, from the file of
+ * costs (c NULL: defaults) or measured on d from the calling thread (which becomes d's
+ * owner, tr_model_measure_passes) and added to it; *measured says which. 0, TR_EINVAL (err
+ * names the file and what is wrong with it), a measurement's failure, TR_EINTR (a signal
+ * held during start-up, tr_signals_hold), TR_ENOMEM. */
+TR_API int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch,
+                               const tr_plan_costs_config *c, tr_layer_times *times,
+                               bool *measured, char *err, size_t n);
 
 #ifdef __cplusplus
 }
