@@ -19,9 +19,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "costs.h"
 #include "tr_checkpoint.h"
 #include "tr_file.h"
-#include "tr_plan.h"
 
 #define FORMAT "troupe layer costs"
 enum { PASSES = 4 };
@@ -182,4 +182,18 @@ int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_pla
   }
   tr_checkpoint_close(ck);
   return rc;
+}
+
+int tr__costs_cut(const tr_model *m, tr_device *d, int pieces, int batch, int *cuts) {
+  const int L = tr_model_layer_count(m);
+  tr_layer_times *t = malloc((size_t)L * sizeof *t);
+  double *cost = malloc((size_t)L * sizeof *cost);
+  bool measured;
+  int ok = t && cost && !tr_device_is_placeholder(d) &&
+           tr_plan_layer_times(m, d, batch, NULL, t, &measured, NULL, 0) == 0;
+  for (int l = 0; ok && l < L; l++) cost[l] = t[l].forward + t[l].backward;
+  ok = ok && tr_model_balance_costs(m, cost, pieces, cuts) == 0;
+  free(t);
+  free(cost);
+  return ok;
 }

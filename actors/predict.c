@@ -46,6 +46,7 @@ typedef struct sim {
   int *last;    /* [s][chunk][mb]: the index of the pair's last action on its device */
   bool *begun;  /* [s][chunk][mb] */
   int live[TR_PLAN_MAX_DEVICES];
+  size_t live_bytes[TR_PLAN_MAX_DEVICES];
   tr_plan_step *out;
   char *err;
   size_t errn;
@@ -153,11 +154,15 @@ static int advance(sim *x, int s, bool *moved) {
   }
   if (a->kind != TR_ACTION_STEP) { /* the pair's activations: its first action to its last */
     const size_t k = pair(x, s, a->chunk, a->mb);
+    const size_t bytes = c->slot_bytes ? c->slot_bytes[vs] : 0;
     if (!x->begun[k]) {
       x->begun[k] = true;
       if (++x->live[s] > x->out->peak[s]) x->out->peak[s] = x->live[s];
+      x->live_bytes[s] += bytes;
+      if (x->live_bytes[s] > x->out->peak_activation_bytes[s])
+        x->out->peak_activation_bytes[s] = x->live_bytes[s];
     }
-    if (x->last[k] == (int)x->pc[s]) x->live[s]--;
+    if (x->last[k] == (int)x->pc[s]) x->live[s]--, x->live_bytes[s] -= bytes;
   }
   x->pc[s]++;
   *moved = true;
@@ -228,6 +233,9 @@ static int open_sim(sim *x) {
   x->begun = calloc(pairs, sizeof *x->begun);
   if (!x->last || !x->begun) return TR_ENOMEM;
   for (int s = 0; s < x->p; s++) {
+    for (int ch = 0; x->c->work_bytes && ch < x->v; ch++) /* held all along */
+      x->live_bytes[s] += x->c->work_bytes[ch * x->p + s];
+    x->out->peak_activation_bytes[s] = x->live_bytes[s];
     x->list[s] = tr_schedule_actions(x->sc, s, &x->n[s]);
     for (size_t k = 0; k < x->n[s]; k++) {
       const tr_action *a = &x->list[s][k];

@@ -57,6 +57,10 @@ typedef struct tr_plan_costs {
                                     until k − 1 can take it (the first entry unused) */
   const double *step;            /* [p] device s's step after its last action: the replica
                                     group's sums not overlapped, and the optimizer */
+  /* Memory, for the activations' peak (tr_stage_info's, tr_stage_plan): a micro-batch's
+   * activations in virtual stage k (slot_bytes) and what k holds all along (work_bytes). */
+  const size_t *slot_bytes;      /* [p·v] */
+  const size_t *work_bytes;      /* [p·v] */
 } tr_plan_costs;
 
 /* One simulated step. */
@@ -68,6 +72,9 @@ typedef struct tr_plan_step {
                                            bubble_fraction is measured */
   int peak[TR_PLAN_MAX_DEVICES];        /* micro-batches (of all chunks) holding activations
                                            at once, at most */
+  size_t peak_activation_bytes[TR_PLAN_MAX_DEVICES]; /* their bytes at most, with the chunks'
+                                           work_bytes: as a run's --json memory.devices[i]
+                                           peak_activation_bytes counts them */
   int devices;                          /* p */
 } tr_plan_step;
 
@@ -118,6 +125,44 @@ TR_API const char *tr_plan_costs_default_path(void);
 TR_API int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch,
                                const tr_plan_costs_config *c, tr_layer_times *times,
                                bool *measured, char *err, size_t n);
+
+/* ---- a layout's step predicted ---------------------------------------------------------
+ *
+ * tr_plan_predict takes the options a run would be given (tr_train.h: the model, the devices,
+ * the strategy and the job's layout) and, without running it, resolves them as tr_train_run
+ * would (the same replicas, stages, tensor members, micro-batches, schedule and cut), takes
+ * each layer's costs on the first device (tr_plan_layer_times), adds the copies of the
+ * activations between stages, the replica group's sums not hidden behind the backward and
+ * the optimizer's step, and simulates the schedule (tr_plan_simulate). Host devices share the
+ * machine's CPU threads: where they outnumber them, each computes as much slower as the
+ * busy ones are more than the threads. Synchronous strategies only (single, dp, mp,
+ * pipeline, hybrid, tp); async and local are refused naming the strategy.
+ *
+ *   tr_train_options o = tr_train_defaults();
+ *   o.model = "mlp", o.devices = "host:2", o.strategy = TR_STRATEGY_PIPELINE;
+ *   tr_plan_prediction p;
+ *   if (tr_plan_predict(&o, NULL, &p, err, sizeof err) == 0)
+ *     printf("%.0f samples/s, bubble %.2f\n", p.samples_per_s, p.bubble);
+ */
+struct tr_train_options;
+
+typedef struct tr_plan_prediction {
+  double step_seconds, samples_per_s;
+  double bubble;                                     /* as tr_plan_step's */
+  int devices;                                       /* R × P × T */
+  double utilization[TR_PLAN_MAX_DEVICES];           /* busy / step, device (r·P + s)·T + t */
+  size_t peak_activation_bytes[TR_PLAN_MAX_DEVICES]; /* as --json memory.devices[i] */
+  int replicas, stages, tensor, microbatches, chunks; /* the layout resolved */
+  tr_schedule_kind schedule;
+  int microbatch_samples;
+  bool measured;                                     /* costs were measured, not read */
+} tr_plan_prediction;
+
+/* Predicts the step of the run `o` describes (its data, outputs and steps are not looked at),
+ * the costs through `cc` (NULL: the default file). 0; TR_EINVAL with err naming the option
+ * (as tr_train_run's would) or the strategy not predicted; a measurement's failure. */
+TR_API int tr_plan_predict(const struct tr_train_options *o, const tr_plan_costs_config *cc,
+                           tr_plan_prediction *out, char *err, size_t n);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "costs.h"
 #include "job_config.h"
 #include "job_impl.h"
 #include "train_agree.h"
@@ -63,10 +64,11 @@ static int open_server(tr__train_run *rn, const tr_train_options *o, char *err, 
   return rc;
 }
 
-/* Pipeline stages balanced by what each layer costs on the device, timed before the run:
- * FLOPs miss what is not a GEMM (activations, norms, attention's softmax) and what small
- * GEMMs lose. Where measuring fails, tr_job_new balances by FLOPs instead. Across processes
- * rank 0 measures on its first device and every rank takes its cut. */
+/* Pipeline stages balanced by what each layer costs on the device, timed once and kept in
+ * the file of costs (costs.h: the cut a prediction of the run makes too): FLOPs miss what is
+ * not a GEMM (activations, norms, attention's softmax) and what small GEMMs lose. Where
+ * measuring fails, tr_job_new balances by FLOPs instead. Across processes rank 0 measures on
+ * its first device and every rank takes its cut. */
 static int measured_cuts(tr__train_run *rn, tr_world *w) {
   tr_job_config *c = &rn->jc;
   const int L = tr_model_layer_count(rn->model);
@@ -76,13 +78,8 @@ static int measured_cuts(tr__train_run *rn, tr_world *w) {
   const int batch = global / parts;
   if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
     return 0; /* not a layout: tr_job_new says why (on every rank alike) */
-  tr_device *dev = tr_device_list_at(rn->devices, 0);
   int cut[TR__MAX_STAGES + 2] = {0}; /* cut[0]: measured; the cuts after */
-  double *cost = malloc((size_t)L * sizeof *cost);
-  cut[0] = cost && !tr_device_is_placeholder(dev) &&
-           tr_model_measure_layers(rn->model, dev, batch, 5, cost, NULL, 0) == 0 &&
-           tr_model_balance_costs(rn->model, cost, P, cut + 1) == 0;
-  free(cost);
+  cut[0] = tr__costs_cut(rn->model, tr_device_list_at(rn->devices, 0), P, batch, cut + 1);
   if (tr_world_size(w) > 1) {
     int *all = malloc(sizeof cut * (size_t)tr_world_size(w));
     if (all == NULL || tr_world_allgather(w, cut, sizeof cut, all)) {
