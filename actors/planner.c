@@ -151,7 +151,7 @@ static int member_times(const resolved *r, tr_device *d, const tr_plan_costs_con
 typedef struct arrays {
   double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
-  size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES];
+  size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
 } arrays;
 
 /* Each virtual stage's passes and memory, each device's step. */
@@ -176,6 +176,9 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d, arrays
     const int rc = tr_stage_plan(r->member, &c, &info, &scratch, err, n);
     if (rc) return rc;
     a->slot[k] = info.slot_bytes, a->work[k] = info.work_bytes;
+    const size_t state = r->c.zero && r->R > 1 ? info.state_numel / (size_t)r->R : info.state_numel;
+    a->state[k % r->P] += (2 * info.numel + state) * sizeof(float) + info.scratch_bytes +
+                          info.params16_bytes + scratch;
     a->act[k] = (double)info.output_bytes * per_byte; /* the receiver's copy */
     a->grad[k] = (double)info.input_bytes * per_byte;
   }
@@ -257,7 +260,10 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
       const int s = i / r.T % r.P;
       out->utilization[i] = st.seconds > 0 ? st.busy[s] / st.seconds : 0;
       out->peak_activation_bytes[i] = st.peak_activation_bytes[s];
+      out->state_bytes[i] = a->state[s];
     }
+    out->memory_free = tr_device_info_of(d)->memory_free;
+    out->host = tr_device_info_of(d)->kind == TR_DEVICE_HOST;
   }
   tr__error_unmark(err);
   free(t);

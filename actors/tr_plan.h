@@ -36,6 +36,7 @@
 #include "tr_device.h"
 #include "tr_model.h"
 #include "tr_schedule.h"
+#include "tr_train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -144,14 +145,17 @@ TR_API int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch,
  *   if (tr_plan_predict(&o, NULL, &p, err, sizeof err) == 0)
  *     printf("%.0f samples/s, bubble %.2f\n", p.samples_per_s, p.bubble);
  */
-struct tr_train_options;
-
 typedef struct tr_plan_prediction {
   double step_seconds, samples_per_s;
   double bubble;                                     /* as tr_plan_step's */
   int devices;                                       /* R × P × T */
   double utilization[TR_PLAN_MAX_DEVICES];           /* busy / step, device (r·P + s)·T + t */
   size_t peak_activation_bytes[TR_PLAN_MAX_DEVICES]; /* as --json memory.devices[i] */
+  size_t state_bytes[TR_PLAN_MAX_DEVICES];  /* parameters, gradients, optimizer state (its
+                                               shard under ZeRO-1) and scratch */
+  uint64_t memory_free;                      /* what the devices had free (host devices: the
+                                               machine's, shared), as tr_device_info says */
+  bool host;                                 /* host devices (they share memory_free) */
   int replicas, stages, tensor, microbatches, chunks; /* the layout resolved */
   tr_schedule_kind schedule;
   int microbatch_samples;
@@ -161,8 +165,46 @@ typedef struct tr_plan_prediction {
 /* Predicts the step of the run `o` describes (its data, outputs and steps are not looked at),
  * the costs through `cc` (NULL: the default file). 0; TR_EINVAL with err naming the option
  * (as tr_train_run's would) or the strategy not predicted; a measurement's failure. */
-TR_API int tr_plan_predict(const struct tr_train_options *o, const tr_plan_costs_config *cc,
+TR_API int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
                            tr_plan_prediction *out, char *err, size_t n);
+
+/* ---- the strategy table: the layouts a model can run on some devices, ranked ----------- */
+
+/* The most layouts tr_plan_layouts gives. */
+enum { TR_PLAN_MAX_LAYOUTS = 24 };
+
+typedef struct tr_plan_layout {
+  char label[24];             /* "pipeline 1f1b", "dp --zero 1", "async 2 S=2" (troupe bench's
+                                 row names) */
+  tr_train_options o;         /* the run's options (model, devices, strategy, the job's
+                                 layout; steps, seconds and outputs not set): model and
+                                 devices are the strings tr_plan_layouts was given */
+  bool predicted;             /* tr_plan_predict predicts it (a synchronous strategy) */
+  tr_plan_prediction p;       /* tr_plan_rank's, when predicted and it succeeded */
+  int rc;                     /* tr_plan_rank: the prediction's status, with err */
+  char err[256];
+  uint64_t peak_bytes;        /* tr_plan_rank: the most one device holds (state_bytes and
+                                 peak_activation_bytes) */
+  bool fits;                  /* tr_plan_rank: within the memory limit per device, or (none
+                                 given) within memory_free (host devices: all of them
+                                 together) */
+} tr_plan_layout;
+
+/* The layouts of `model` on `devices` that troupe bench runs, one per strategy and variant:
+ * single; with two devices or more dp, dp with ZeRO-1, mp, pipelines of 8 micro-batches under
+ * each schedule (interleaved where the model has two pieces per device) and with
+ * recomputation, tp; with four or more (even) hybrid, hybrid with ZeRO-1, dp of tensor groups
+ * of 2; async with 1 and every device as workers (and SSP, DC-ASGD) and local SGD (not
+ * predicted). *count of them into out[cap]. 0, or TR_EINVAL naming the devices or model. */
+TR_API int tr_plan_layouts(const char *model, const char *devices, tr_plan_layout *out, int cap,
+                           int *count, char *err, size_t n);
+
+/* Predicts every layout that can be (each its rc and err where it failed), marks whether it
+ * fits in `memory_limit` bytes per device (0: the devices' own memory), and sorts them: those
+ * that fit and were predicted first, by predicted samples/s, highest first; then those that
+ * do not fit, by peak_bytes; then the rest in their order. 0, or the costs' failure. */
+TR_API int tr_plan_rank(tr_plan_layout *layouts, int count, uint64_t memory_limit,
+                        const tr_plan_costs_config *cc, char *err, size_t n);
 
 #ifdef __cplusplus
 }
