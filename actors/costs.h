@@ -13,4 +13,10 @@
  * then cuts by FLOPs, as tr_job_new does). */
 int tr__costs_cut(const tr_model *m, tr_device *d, int pieces, int batch, int *cuts);
 
+/* A run's prediction (planner.c): tr_plan_predict of its options before it runs (false
+ * where there is none: another strategy, several processes, a failure); then the result's
+ * `predicted`, and its errors against what the run measured. */
+bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p);
+void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r);
+
 #endif

@@ -14,6 +14,7 @@
  * - host devices beyond the machine's CPU threads share them: the costs grow by the busy
  *   devices per thread, the busy share taken from a first simulation.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,4 +271,26 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   free(a);
   release(&r);
   return rc;
+}
+
+bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p) {
+  char err[256];
+  *p = (tr_plan_prediction){0};
+  return tr_world_size(o->world) == 1 && o->strategy != TR_STRATEGY_ASYNC &&
+         o->strategy != TR_STRATEGY_LOCAL && tr_plan_predict(o, NULL, p, err, sizeof err) == 0;
+}
+
+void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r) {
+  if (!(p->samples_per_s > 0) || p->devices != r->ndevices) return;
+  r->predicted.samples_per_s = p->samples_per_s;
+  r->predicted.step_seconds = p->step_seconds;
+  r->predicted.error = p->samples_per_s / r->samples_per_s - 1;
+  double worst = 0;
+  for (int i = 0; i < p->devices; i++) {
+    r->predicted.peak_activation_bytes[i] = (int64_t)p->peak_activation_bytes[i];
+    const double m = (double)r->peak_activation_bytes[i];
+    const double e = m > 0 ? fabs((double)p->peak_activation_bytes[i] / m - 1) : 0;
+    if (e > worst) worst = e;
+  }
+  r->predicted.peak_error = worst;
 }

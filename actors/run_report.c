@@ -59,12 +59,18 @@ double tr__metric_warmup_sync(const tr_train_result *r) {
 
 const char *tr__metric_outer(const tr_train_result *r) { return r->outer[0] ? r->outer : NULL; }
 
+double tr__metric_prediction_off(const tr_train_result *r) {
+  const double e = r->predicted.error;
+  return r->predicted.samples_per_s > 0 && fabs(e) > 0.10 ? 100 * e : NAN;
+}
+
 /* ---- reading a row ------------------------------------------------------------------------- */
 
 /* Whether the row applies to this run at all (outside its scope: null). */
 static bool applies(const tr_train_result *r, const tr__metric *m) {
   if (m->scope == TR__SCOPE_ASYNC) return !strcmp(r->strategy, "async");
   if (m->scope == TR__SCOPE_RANKS) return r->edges_nccl + r->edges_mpi != 0;
+  if (m->scope == TR__SCOPE_PREDICTED) return r->predicted.samples_per_s > 0;
   return true;
 }
 

@@ -245,6 +245,14 @@ typedef struct tr_train_result {
   char workers_left[128];
   char workers_joined[128]; /* async: workers that joined (tr_async_config.join_at) as
                                "worker@step,..."; "" when none did */
+  /* troupe plan's prediction of this run (tr_plan.h: tr_plan_predict of its options, made
+   * before it ran), and how far it was: error = predicted / measured − 1 (samples/s), and
+   * the activations' peak of the device where it was furthest off. Synchronous strategies
+   * in one process; samples_per_s 0 where there is none (JSON null). */
+  struct {
+    double samples_per_s, step_seconds, error, peak_error;
+    int64_t peak_activation_bytes[TR_TRAIN_MAX_DEVICES];
+  } predicted;
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */

@@ -411,6 +411,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   tr_signals_hold(); /* till the graph runs: a signal ends start-up, saying so */
   int rc = prepare(&rn, o, err, err_size);
   if (rc) goto out;
+  tr_plan_prediction predicted; /* troupe plan's, to say how far it was (costs.h) */
+  tr__plan_run(o, &predicted);
   tr_system_config sc = {.name = "train",
                          .handle_signals = 1,
                          .trace = o->trace != NULL,
@@ -443,6 +445,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
     tr_job_result(j, r);
     local_settings(r, &rn.jc);
+    tr__plan_result(&predicted, r);
     r->signal = tr_graph_signal(g);
     const char *ck = rn.jc.checkpoint.path;
     snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
@@ -458,6 +461,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   } else {
     tr_job_result(j, r);
     local_settings(r, &rn.jc);
+    tr__plan_result(&predicted, r);
     /* a run that "succeeds" without a loss to show has not (every step skipped, or none) */
     if (tr_world_rank(o->world) == 0 && !isfinite(r->final_loss)) {
       rc = TR_ENONFINITE;
