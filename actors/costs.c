@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "costs.h"
+#include "planner.h"
 #include "tr_checkpoint.h"
 #include "tr_file.h"
 

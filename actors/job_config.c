@@ -132,6 +132,9 @@ static int check_tensor(const tr_job_config *c, int pieces, char *err, size_t n)
 
 static int check_layout(const tr_job_config *c, int layers, char *err, size_t n) {
   const tr_layout_config *l = &c->layout;
+  if (l->automatic)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.automatic") ": a job is wired for the "
+                     "layout it is given; tr_train_run chooses one (troupe train --layout auto)");
   const int R = l->replicas, P = l->stages, M = l->microbatches;
   if (R < 1 || P < 1 || M < 1 || R * P > TR_TRAIN_MAX_DEVICES || P > TR__MAX_STAGES)
     return tr_errorf(err, n, TR_EINVAL,

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "job_config.h"
-#include "tr_plan.h"
+#include "planner.h"
 
 int tr_plan_layouts(const char *model, const char *devices, tr_plan_layout *out, int cap,
                     int *count, char *err, size_t n) {
@@ -124,4 +124,59 @@ int tr_plan_rank(tr_plan_layout *layouts, int count, uint64_t memory_limit,
       layouts[j - 1] = t;
     }
   return 0;
+}
+
+int tr__plan_choose(const tr_train_options *o, tr_train_options *chosen, char *why, size_t nwhy,
+                    char *err, size_t n) {
+  const tr_layout_config *l = &o->job.layout;
+  const tr_train_options d = tr_train_defaults(); /* a field left as it is is not given */
+  const tr_layout_config *dl = &d.job.layout;
+  const char *given = o->strategy != d.strategy               ? "strategy"
+                      : l->replicas != dl->replicas           ? "layout.replicas"
+                      : l->stages != dl->stages               ? "layout.stages"
+                      : l->microbatches != dl->microbatches   ? "layout.microbatches"
+                      : l->schedule != dl->schedule           ? "layout.schedule"
+                      : l->chunks != dl->chunks               ? "layout.chunks"
+                      : l->cuts                               ? "layout.cuts"
+                      : l->tensor > 1                         ? "layout.tensor"
+                      : o->job.zero != d.job.zero             ? "zero"
+                      : o->job.memory.recompute               ? "memory.recompute"
+                                                              : NULL;
+  if (given)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.automatic") ": the plan chooses the "
+                     "strategy and the layout: give no " TR__F("%s") " beside it", given);
+  if (tr_world_size(o->world) > 1)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.automatic") ": the plan chooses in one "
+                     "process (run troupe plan, then give its layout to every rank)");
+  tr_plan_layout *ls = calloc(TR_PLAN_MAX_LAYOUTS, sizeof *ls);
+  if (ls == NULL) return TR_ENOMEM;
+  int count = 0;
+  int rc = tr_plan_layouts(o->spec ? o->spec->name : o->model, o->devices, ls,
+                           TR_PLAN_MAX_LAYOUTS, &count, err, n);
+  for (int i = 0; rc == 0 && i < count; i++) {
+    const tr_train_options base = ls[i].o; /* the run's own options, its layout the row's */
+    ls[i].o = *o;
+    ls[i].o.strategy = base.strategy;
+    ls[i].o.job.layout = base.job.layout;
+    ls[i].o.job.zero = base.job.zero;
+    ls[i].o.job.memory.recompute = base.job.memory.recompute;
+  }
+  if (rc == 0) rc = tr_plan_rank(ls, count, 0, NULL, err, n);
+  if (rc == 0 && !(ls[0].predicted && ls[0].rc == 0 && ls[0].fits))
+    rc = tr_errorf(err, n, TR_EINVAL, TR__F("layout.automatic") ": no layout of the model fits "
+                   "on the devices%s%s", ls[0].rc ? ": " : "", ls[0].rc ? ls[0].err : "");
+  if (rc == 0) {
+    *chosen = ls[0].o;
+    chosen->job.layout.automatic = 0;
+    int others = 0;
+    for (int i = 1; i < count; i++) others += ls[i].predicted && ls[i].rc == 0 && ls[i].fits;
+    if (others)
+      snprintf(why, nwhy, "layout %s: the fastest of %d predicted (%.0f samples/s; next %s, %.0f)",
+               ls[0].label, others + 1, ls[0].p.samples_per_s, ls[1].label, ls[1].p.samples_per_s);
+    else
+      snprintf(why, nwhy, "layout %s: the only one predicted to fit (%.0f samples/s)",
+               ls[0].label, ls[0].p.samples_per_s);
+  }
+  free(ls);
+  return rc;
 }

@@ -1,6 +1,6 @@
 /* planner.c — a layout's step predicted before it runs (tr_plan.h: tr_plan_predict).
  *
- * The options are resolved as tr_train_run resolves them (job_config.c: the layout; costs.h:
+ * The options are resolved as tr_train_run resolves them (job_config.c: the layout; planner.h:
  * the cut), every virtual stage gets the sum of its layers' measured passes and its memory
  * plan (tr_stage_plan, as chunks.c opens it), and one step of the schedule is simulated
  * (predict.c). What the layer costs leave out is added where the runtime spends it:
@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "costs.h"
+#include "planner.h"
 #include "group.h"
 #include "job_config.h"
 #include "job_impl.h"
@@ -70,7 +70,7 @@ static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) 
   if (r->P * r->R * r->T > TR_PLAN_MAX_DEVICES || pieces > TR__MAX_STAGES)
     return tr_errorf(err, n, TR_EINVAL, TR__F("devices") ": %d devices: the planner predicts "
                      "at most %d", r->R * r->P * r->T, TR_PLAN_MAX_DEVICES);
-  /* the cut the run makes: given, measured (costs.h), or by FLOPs */
+  /* the cut the run makes: given, measured (planner.h), or by FLOPs */
   r->cuts[0] = 0;
   r->cuts[pieces] = tr_model_layer_count(r->model);
   if (l->cuts) memcpy(r->cuts + 1, l->cuts, (size_t)(pieces - 1) * sizeof *r->cuts);

@@ -221,6 +221,8 @@ typedef enum tr__json {
   X(WARMUP_SYNC, "warmup_sync", "steps", SETTING, RUN, INT, TR__AT(warmup_sync), FN,               \
     tr__metric_warmup_sync, "after %.0f dp steps")                                                 \
   X(OUTER, "outer", "", SETTING, RUN, TEXT, TR__AT(outer), NAME, tr__metric_outer, "outer step %s") \
+  X(LAYOUT_CHOICE, "layout_choice", "", SETTING, RUN, TEXT, TR__AT(layout_choice), NAME,           \
+    tr__metric_layout_choice, "%s")                                                                \
   X(PREDICTED_SAMPLES_PER_S, "predicted.samples_per_s", "samples/s", SETTING, PREDICTED, REAL,     \
     TR__AT(predicted.samples_per_s), REAL6, NULL, NULL)                                            \
   X(PREDICTED_STEP_SECONDS, "predicted.step_seconds", "s", SETTING, PREDICTED, REAL,               \
@@ -323,6 +325,8 @@ double tr__metric_sgemm(const tr_train_result *r);
 /* The prediction's error of samples/s in percent where it is over 10% (the summary says so),
  * else NaN. */
 double tr__metric_prediction_off(const tr_train_result *r);
+/* layout.automatic's choice, or NULL (JSON null). */
+const char *tr__metric_layout_choice(const tr_train_result *r);
 double tr__metric_hardware_fraction(const tr_train_result *r);
 /* The held-out evaluation's step (NaN: none ran, and --json's "eval" is null). */
 double tr__metric_eval_step(const tr_train_result *r);

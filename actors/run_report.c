@@ -59,6 +59,10 @@ double tr__metric_warmup_sync(const tr_train_result *r) {
 
 const char *tr__metric_outer(const tr_train_result *r) { return r->outer[0] ? r->outer : NULL; }
 
+const char *tr__metric_layout_choice(const tr_train_result *r) {
+  return r->layout_choice[0] ? r->layout_choice : NULL;
+}
+
 double tr__metric_prediction_off(const tr_train_result *r) {
   const double e = r->predicted.error;
   return r->predicted.samples_per_s > 0 && fabs(e) > 0.10 ? 100 * e : NAN;
