@@ -501,9 +501,12 @@ static void layouts_tensor_groups_do_not_fit_are_refused(void **state) {
   o.job.layout.tensor = -1;
   o.strategy = TR_STRATEGY_DP;
   expect_einval(o, "layout.tensor", "give the members");
-  o.strategy = TR_STRATEGY_TP; /* 64 features do not divide by 3 */
+  o.strategy = TR_STRATEGY_TP; /* 64 features do not divide by 3: tp chose T, not the caller */
   o.devices = "host:3";
   o.job.layout.tensor = 0;
+  expect_einval(o, "strategy", "64 output features across 3 members");
+  o.strategy = TR_STRATEGY_DP; /* the caller's T named as given */
+  o.job.layout.tensor = 3;
   expect_einval(o, "layout.tensor", "64 output features across 3 members");
 }
 
