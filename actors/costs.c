@@ -12,6 +12,7 @@
  * may be lost to each other, never mixed (the rename is atomic), and are measured again.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,36 +86,24 @@ static int open_costs(const char *path, tr_checkpoint **ck, char *err, size_t n)
   return TR_EINVAL;
 }
 
-/* The entry, when it is of this version and young enough: 1 and times filled; else 0. */
-static int cached(tr_checkpoint *ck, const char *name, int L, tr_layer_times *times) {
+/* The entry, when it is of this version and young enough: 1 and v[rows × cols] filled. */
+static int cached(tr_checkpoint *ck, const char *name, int rows, int cols, double *v) {
   const char *version = tr_checkpoint_meta(ck, "troupe"), *when = tr_checkpoint_meta(ck, name);
   const tr_checkpoint_tensor *t = tr_checkpoint_find(ck, name);
   if (!version || strcmp(version, TR_VERSION_STRING) || !when || !t) return 0;
   char *end;
   const long long at = strtoll(when, &end, 10), now = (long long)time(NULL);
   if (*end || at > now || now - at > TR_PLAN_COSTS_MAX_AGE) return 0;
-  const int64_t shape[2] = {L, PASSES};
-  double *v = malloc((size_t)L * PASSES * sizeof *v);
-  const int ok = v && tr_checkpoint_read(ck, name, TR_DTYPE_F64, 2, shape, v) == 0;
-  for (int l = 0; ok && l < L; l++)
-    times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],
-                                .backward_input = v[l * PASSES + 2],
-                                .backward_weight = v[l * PASSES + 3]};
-  free(v);
-  return ok;
+  const int64_t shape[2] = {rows, cols};
+  return tr_checkpoint_read(ck, name, TR_DTYPE_F64, 2, shape, v) == 0;
 }
 
 /* The file again with the new entry (the others of this version kept as they were). */
-static int save(const char *path, tr_checkpoint *old, const char *name, int L,
-                const tr_layer_times *times, char *err, size_t n) {
+static int save(const char *path, tr_checkpoint *old, const char *name, int rows, int cols,
+                const double *v, char *err, size_t n) {
   tr_checkpoint_writer *w = tr_checkpoint_writer_new();
-  double *v = malloc((size_t)L * PASSES * sizeof *v);
-  int rc = w && v ? 0 : TR_ENOMEM;
-  for (int l = 0; rc == 0 && l < L; l++) {
-    v[l * PASSES] = times[l].forward, v[l * PASSES + 1] = times[l].backward;
-    v[l * PASSES + 2] = times[l].backward_input, v[l * PASSES + 3] = times[l].backward_weight;
-  }
-  const int64_t shape[2] = {L, PASSES};
+  int rc = w ? 0 : TR_ENOMEM;
+  const int64_t shape[2] = {rows, cols};
   if (rc == 0) rc = tr_checkpoint_writer_add(w, name, TR_DTYPE_F64, 2, shape, v);
   char when[32];
   snprintf(when, sizeof when, "%lld", (long long)time(NULL));
@@ -133,7 +122,6 @@ static int save(const char *path, tr_checkpoint *old, const char *name, int L,
   if (rc == 0) rc = tr_checkpoint_writer_save(w, path);
   if (rc) snprintf(err, n, "costs '%s': %s", path, w ? tr_checkpoint_writer_error(w) : "out of memory");
   tr_checkpoint_writer_free(w);
-  free(v);
   return rc;
 }
 
@@ -149,17 +137,17 @@ static void make_parent(const char *path) {
   }
 }
 
-int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_plan_costs_config *c,
-                        tr_layer_times *times, bool *measured, char *err, size_t n) {
+/* Entry `name` (rows × cols numbers) from the file of costs `c` says, or measured by
+ * measure(arg, v) and kept there. */
+static int entry(const tr_plan_costs_config *c, const char *name, int rows, int cols,
+                 int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
+                 double *v, bool *measured, char *err, size_t n) {
   const tr_plan_costs_config none = {0};
   if (c == NULL) c = &none;
   /* a path given must work; the default one is a convenience: where it cannot be read or
-   * written, the layers are measured and nothing is kept */
+   * written, the costs are measured and nothing is kept */
   const bool given = c->path != NULL;
   const char *path = given ? c->path : tr_plan_costs_default_path();
-  const int L = tr_model_layer_count(m);
-  char name[512];
-  entry_name(m, d, batch, name, sizeof name);
   *measured = false;
   tr_checkpoint *ck = NULL;
   bool keep = *path != 0;
@@ -170,17 +158,158 @@ int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_pla
     if (rc && given) return rc;
     keep = rc == 0;
   }
-  if (ck && !c->remeasure && cached(ck, name, L, times)) {
+  if (ck && !c->remeasure && cached(ck, name, rows, cols, v)) {
     tr_checkpoint_close(ck);
     return 0;
   }
-  int rc = tr_model_measure_passes(m, d, batch, c->reps > 0 ? c->reps : 5, times, err, n);
+  int rc = measure(arg, v, err, n);
   if (rc == 0) *measured = true;
   if (rc == 0 && keep) {
-    rc = save(path, ck, name, L, times, err, n);
+    rc = save(path, ck, name, rows, cols, v, err, n);
     if (!given) rc = 0; /* measured all the same */
   }
   tr_checkpoint_close(ck);
+  return rc;
+}
+
+typedef struct passes_arg {
+  const tr_model *m;
+  tr_device *d;
+  int batch, reps;
+} passes_arg;
+
+static int measure_passes(void *arg, double *v, char *err, size_t n) {
+  const passes_arg *a = arg;
+  const int L = tr_model_layer_count(a->m);
+  tr_layer_times *t = malloc((size_t)L * sizeof *t);
+  if (t == NULL) return TR_ENOMEM;
+  const int rc = tr_model_measure_passes(a->m, a->d, a->batch, a->reps, t, err, n);
+  for (int l = 0; rc == 0 && l < L; l++) {
+    v[l * PASSES] = t[l].forward, v[l * PASSES + 1] = t[l].backward;
+    v[l * PASSES + 2] = t[l].backward_input, v[l * PASSES + 3] = t[l].backward_weight;
+  }
+  free(t);
+  return rc;
+}
+
+int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_plan_costs_config *c,
+                        tr_layer_times *times, bool *measured, char *err, size_t n) {
+  const int L = tr_model_layer_count(m);
+  char name[512];
+  entry_name(m, d, batch, name, sizeof name);
+  passes_arg a = {.m = m, .d = d, .batch = batch, .reps = c && c->reps > 0 ? c->reps : 5};
+  double *v = malloc((size_t)L * PASSES * sizeof *v);
+  if (v == NULL) return TR_ENOMEM;
+  const int rc = entry(c, name, L, PASSES, measure_passes, &a, v, measured, err, n);
+  for (int l = 0; rc == 0 && l < L; l++)
+    times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],
+                                .backward_input = v[l * PASSES + 2],
+                                .backward_weight = v[l * PASSES + 3]};
+  free(v);
+  return rc;
+}
+
+/* ---- devices that compute at once --------------------------------------------------------
+ * Host devices are threads of one machine: k of them computing at once share its cores,
+ * caches and memory bandwidth (and two vCPUs may be one core's hyperthreads), so each
+ * computes slower than alone. The factor is measured as the run would meet it: k threads,
+ * each its own device and a stage of the whole model at the micro-batch, running forward
+ * and backward together, against the first alone. */
+
+typedef struct together {
+  const tr_model *m;
+  tr_device_list *devs;
+  int k, batch;
+  pthread_barrier_t start;
+  int go;           /* threads that run now: 1 (alone), then k */
+  double each[TR_PLAN_MAX_DEVICES];
+  int rc[TR_PLAN_MAX_DEVICES];
+} together;
+
+typedef struct together_thread {
+  together *t;
+  int i;
+} together_thread;
+
+enum { TOGETHER_ROUNDS = 4 };
+
+/* Rounds of forward and backward on a stage of the whole model: seconds per round, after
+ * one that warms up. */
+static int rounds(tr_stage *st, double *per) {
+  int rc = 0;
+  uint64_t t0 = 0;
+  for (int r = -1; r < TOGETHER_ROUNDS && rc == 0; r++) {
+    if (r == 0) t0 = tr_now_ns();
+    rc = tr_stage_forward(st, 0);
+    if (rc == 0) rc = tr_stage_backward(st, 0, NULL);
+    if (rc == 0) rc = tr_stream_synchronize(tr_stage_stream(st));
+  }
+  *per = (double)(tr_now_ns() - t0) / 1e9 / TOGETHER_ROUNDS;
+  return rc;
+}
+
+static void *together_run(void *arg) {
+  together_thread *th = arg;
+  together *t = th->t;
+  tr_device *d = tr_device_list_at(t->devs, th->i);
+  tr_stage_config c = tr_stage_defaults(t->m);
+  c.batch = c.global_batch = t->batch;
+  tr_stage *st = NULL;
+  int rc = tr_device_bind(d);
+  if (rc == 0) rc = tr_stage_open(&st, t->m, d, &c, NULL, 0);
+  if (rc == 0) tr_stage_set_samples(st, 0, 0);
+  double alone = 0, with = 0;
+  pthread_barrier_wait(&t->start); /* alone: thread 0 only */
+  if (rc == 0 && th->i == 0) rc = rounds(st, &alone);
+  pthread_barrier_wait(&t->start); /* together */
+  if (rc == 0) rc = rounds(st, &with);
+  t->each[th->i] = th->i == 0 ? alone : with;
+  if (th->i == 0) t->each[TR_PLAN_MAX_DEVICES - 1] = with;
+  t->rc[th->i] = rc;
+  tr_stage_close(st);
+  return NULL;
+}
+
+static int measure_together(void *arg, double *v, char *err, size_t n) {
+  together *t = arg;
+  pthread_t th[TR_PLAN_MAX_DEVICES];
+  together_thread a[TR_PLAN_MAX_DEVICES];
+  if (pthread_barrier_init(&t->start, NULL, (unsigned)t->k)) return TR_ESYS;
+  int started = 0;
+  for (; started < t->k; started++) {
+    a[started] = (together_thread){.t = t, .i = started};
+    if (pthread_create(&th[started], NULL, together_run, &a[started])) break;
+  }
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&t->start);
+  if (started < t->k) abort(); /* the barrier would hold the others forever */
+  double sum = 0;
+  for (int i = 0; i < t->k; i++) {
+    if (t->rc[i]) {
+      snprintf(err, n, "measuring %d devices at once: %s", t->k, tr_strerror(t->rc[i]));
+      return t->rc[i];
+    }
+    sum += i == 0 ? t->each[TR_PLAN_MAX_DEVICES - 1] : t->each[i];
+  }
+  v[0] = t->each[0] > 0 ? sum / t->k / t->each[0] : 1;
+  if (v[0] < 1) v[0] = 1; /* no faster than alone: what is measured below is noise */
+  return 0;
+}
+
+int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
+                       const tr_plan_costs_config *c, double *slowdown, char *err, size_t n) {
+  *slowdown = 1;
+  if (k <= 1) return 0;
+  if (k > tr_device_list_count(devs) || k >= TR_PLAN_MAX_DEVICES) return TR_EINVAL;
+  char name[560];
+  entry_name(m, tr_device_list_at(devs, 0), batch, name, sizeof name);
+  snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
+  together *t = calloc(1, sizeof *t);
+  if (t == NULL) return TR_ENOMEM;
+  *t = (together){.m = m, .devs = devs, .k = k, .batch = batch};
+  bool measured;
+  const int rc = entry(c, name, 1, 1, measure_together, t, slowdown, &measured, err, n);
+  free(t);
   return rc;
 }
 

@@ -11,14 +11,14 @@
  *   bucket; what is left of them when it ends (all but what that backward hides, and at
  *   least the last bucket's) and the optimizer's step (timed on a stage of the device's
  *   layers) end the step;
- * - host devices beyond the machine's CPU threads share them: the costs grow by the busy
- *   devices per thread, the busy share taken from a first simulation.
+ * - host devices share the machine's cores, caches and memory: each computes slower when
+ *   others compute too, by the slowdown measured with all of them at work (costs.c), scaled
+ *   by how many are busy on average in a first simulation.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "planner.h"
 #include "group.h"
@@ -241,14 +241,17 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   if (rc == 0) rc = fill_steps(&r, d, a, err, n);
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
-  /* host devices beyond the CPU's threads: as much slower as the busy ones outnumber them */
+  /* host devices that compute at once share the machine: each is as much slower as its
+   * measured slowdown with all D at work, in proportion to how many are busy on average */
   const int D = r.R * r.P * r.T;
-  const long threads = sysconf(_SC_NPROCESSORS_ONLN);
-  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && threads > 0 && D > threads) {
-    double busy = 0;
-    for (int s = 0; s < r.P; s++) busy += st.busy[s] / st.seconds;
-    const double slow = (double)D * busy / r.P / (double)threads;
-    if (slow > 1) rc = simulate(&r, a, slow, &st, err, n);
+  double together = 1;
+  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > 1 && st.seconds > 0)
+    rc = tr__costs_together(r.model, r.devs, D, r.mb, cc, &together, err, n);
+  if (rc == 0 && together > 1) {
+    double busy = 0; /* devices at work, on average: every replica and member alike */
+    for (int s = 0; s < r.P; s++) busy += st.busy[s] / st.seconds * r.R * r.T;
+    const double slow = 1 + (together - 1) * (busy > 1 ? busy - 1 : 0) / (D - 1);
+    rc = simulate(&r, a, slow, &st, err, n);
   }
   if (rc == 0) {
     *out = (tr_plan_prediction){.step_seconds = st.seconds,

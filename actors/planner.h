@@ -14,6 +14,12 @@
  * then cuts by FLOPs, as tr_job_new does). */
 int tr__costs_cut(const tr_model *m, tr_device *d, int pieces, int batch, int *cuts);
 
+/* How much slower each of k host devices computes the model's forward and backward at
+ * micro-batch `batch` when all k compute at once than one alone (>= 1; costs.c), from the
+ * file of costs or measured on devs[0, k) and kept. */
+int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
+                       const tr_plan_costs_config *c, double *slowdown, char *err, size_t n);
+
 /* A run's prediction (planner.c): tr_plan_predict of its options before it runs (false
  * where there is none: another strategy, several processes, a failure); then the result's
  * `predicted`, and its errors against what the run measured. */
