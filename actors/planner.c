@@ -5,8 +5,10 @@
  * plan (tr_stage_plan, as chunks.c opens it), and one step of the schedule is simulated
  * (predict.c). What the layer costs leave out is added where the runtime spends it:
  *
- * - an activation or a gradient crossing to the next device is copied by its receiver: its
- *   bytes at the device's copy bandwidth, measured here;
+ * - an activation or a gradient crossing to the next device is a message (its hand-over to
+ *   a waiting stage, links.c) and a copy by its receiver (its bytes at the device's copy
+ *   bandwidth, measured here); a micro-batch's inputs and targets are copied into the first
+ *   and last stages' slots;
  * - the replica group's sums (R > 1) start with the last micro-batch's backward, bucket by
  *   bucket; what is left of them when it ends (all but what that backward hides, and at
  *   least the last bucket's) and the optimizer's step (timed on a stage of the device's
@@ -156,10 +158,13 @@ typedef struct arrays {
 } arrays;
 
 /* Each virtual stage's passes and memory, each device's step. */
-static int fill(const resolved *r, const tr_layer_times *t, tr_device *d, arrays *a, char *err,
-                size_t n) {
+static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
+                const tr_plan_costs_config *cc, arrays *a, char *err, size_t n) {
   const bool split = r->c.layout.schedule == TR_SCHEDULE_ZB1, re = r->c.memory.recompute;
   const double per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  double latency = 0;
+  const int rc = r->P > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
+  if (rc) return rc;
   for (int k = 0; k < r->P * r->v; k++) {
     double f = 0, b = 0, w = 0;
     for (int l = r->cuts[k]; l < r->cuts[k + 1]; l++) {
@@ -174,14 +179,17 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d, arrays
                          .optim = r->c.optim, .precision = r->c.precision};
     tr_stage_info info;
     size_t scratch;
-    const int rc = tr_stage_plan(r->member, &c, &info, &scratch, err, n);
-    if (rc) return rc;
+    const int planned = tr_stage_plan(r->member, &c, &info, &scratch, err, n);
+    if (planned) return planned;
     a->slot[k] = info.slot_bytes, a->work[k] = info.work_bytes;
     const size_t state = r->c.zero && r->R > 1 ? info.state_numel / (size_t)r->R : info.state_numel;
     a->state[k % r->P] += (2 * info.numel + state) * sizeof(float) + info.scratch_bytes +
                           info.params16_bytes + scratch;
-    a->act[k] = (double)info.output_bytes * per_byte; /* the receiver's copy */
-    a->grad[k] = (double)info.input_bytes * per_byte;
+    a->act[k] = latency + (double)info.output_bytes * per_byte; /* the receiver's copy */
+    a->grad[k] = latency + (double)info.input_bytes * per_byte;
+    /* the micro-batch's inputs into the first stage's slot, its targets into the last's */
+    if (info.is_first) a->f[k] += (double)info.input_bytes * per_byte;
+    if (info.is_last) a->f[k] += (double)info.target_bytes * per_byte;
   }
   return 0;
 }
@@ -237,7 +245,7 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   if (rc == 0 && !(t = malloc((size_t)tr_model_layer_count(r.member) * sizeof *t))) rc = TR_ENOMEM;
   if (rc == 0) rc = member_times(&r, d, cc, t, &out->measured, err, n);
   if (rc == 0) rc = tr_device_bind(d); /* its copies and steps timed here */
-  if (rc == 0) rc = fill(&r, t, d, a, err, n);
+  if (rc == 0) rc = fill(&r, t, d, cc, a, err, n);
   if (rc == 0) rc = fill_steps(&r, d, a, err, n);
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);

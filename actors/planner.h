@@ -14,6 +14,17 @@
  * then cuts by FLOPs, as tr_job_new does). */
 int tr__costs_cut(const tr_model *m, tr_device *d, int pieces, int batch, int *cuts);
 
+/* Entry `name` of the file of costs `c` (rows × cols numbers, into v), or measured by
+ * measure(arg, v) and kept there (costs.c). */
+int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, int cols,
+                    int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
+                    double *v, char *err, size_t n);
+
+/* The latency of a message between two of d's kind of devices' actors, in seconds: a hand-over
+ * to a parked pinned actor (links.c). */
+int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency, char *err,
+                   size_t n);
+
 /* How much slower each of k host devices computes the model's forward and backward at
  * micro-batch `batch` when all k compute at once than one alone (>= 1; costs.c), from the
  * file of costs or measured on devs[0, k) and kept. */
