@@ -410,6 +410,29 @@ PY
   [[ $figures == ok* ]] || failed=1
 fi
 
+# ---- issue 23's planner on the GPU: gpt's table on two logical devices of cuda:0 predicted
+# and its best two run beside the prediction (costs measured on the GPU, kept under $work);
+# about 40 s.
+if ! late "plan" 50; then
+  limit=$(allow 60 20)
+  say "troupe plan --model gpt --devices cuda:0,cuda:0 --verify 2 (at most ${limit}s)"
+  TROUPE_COSTS="$work/costs.safetensors" timeout -k 5 "$limit" "$bin/troupe" plan --model gpt \
+    --devices cuda:0,cuda:0 --verify 2 --seconds 3 --json >"$work/json/i23_plan.json"
+  rc=$?
+  figures=$(python3 - "$work/json/i23_plan.json" <<'PY' 2>/dev/null
+import json, sys
+p = json.load(open(sys.argv[1]))
+v = [l for l in p["layouts"] if l.get("measured")]
+print(("ok: " if v else "FAILED: nothing verified: ") + "; ".join(
+    f"{l['label']} predicted {l['predicted']['samples_per_s']:.0f} measured "
+    f"{l['measured']['samples_per_s']:.0f} ({100 * l['measured']['error']:+.0f}%)" for l in v))
+PY
+  )
+  ((rc == 0)) || figures="FAILED: $(exit_says $rc "$limit")"
+  note "plan (gpt, cuda:0 x2)" "${figures:-FAILED: no JSON}"
+  [[ $figures == ok* ]] || failed=1
+fi
+
 skipped() { [[ " ${GPU_CHECK_SKIP:-} " == *" $1 "* ]]; }
 
 # ---- `troupe bench gpu`: mlp and gpt in fp32, TF32 and bf16 against cuBLAS's own GEMM peak
