@@ -197,15 +197,25 @@ static int measure_passes(void *arg, double *v, char *err, size_t n) {
   return rc;
 }
 
+/* layers_cached: the entry was not in the file. */
+static int not_kept(void *arg, double *v, char *err, size_t n) {
+  (void)v;
+  snprintf(err, n, "costs: the layers of %s are not in the file of costs "
+           "(tr_plan_costs_config.layers_cached): troupe plan measures them", (const char *)arg);
+  return TR_ESTATE;
+}
+
 int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_plan_costs_config *c,
                         tr_layer_times *times, bool *measured, char *err, size_t n) {
   const int L = tr_model_layer_count(m);
   char name[512];
   entry_name(m, d, batch, name, sizeof name);
   passes_arg a = {.m = m, .d = d, .batch = batch, .reps = c && c->reps > 0 ? c->reps : 5};
+  const bool only = c && c->layers_cached;
   double *v = malloc((size_t)L * PASSES * sizeof *v);
   if (v == NULL) return TR_ENOMEM;
-  const int rc = entry(c, name, L, PASSES, measure_passes, &a, v, measured, err, n);
+  const int rc = entry(c, name, L, PASSES, only ? not_kept : measure_passes, only ? (void *)name : &a,
+                       v, measured, err, n);
   for (int l = 0; rc == 0 && l < L; l++)
     times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],
                                 .backward_input = v[l * PASSES + 2],
@@ -218,13 +228,14 @@ int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_pla
  * Host devices are threads of one machine: k of them computing at once share its cores,
  * caches and memory bandwidth (and two vCPUs may be one core's hyperthreads), so each
  * computes slower than alone. The factor is measured as the run would meet it: k threads,
- * each its own device and a stage of the whole model at the micro-batch, running forward
- * and backward together, against the first alone. */
+ * each its own device and a stage of the model's costliest layer (by FLOPs: a layer's worth
+ * of memory each) at the micro-batch, running forward and backward together, against the
+ * first alone. */
 
 typedef struct together {
   const tr_model *m;
   tr_device_list *devs;
-  int k, batch;
+  int k, batch, layer;
   pthread_barrier_t start;
   int go;           /* threads that run now: 1 (alone), then k */
   double each[TR_PLAN_MAX_DEVICES];
@@ -258,6 +269,7 @@ static void *together_run(void *arg) {
   together *t = th->t;
   tr_device *d = tr_device_list_at(t->devs, th->i);
   tr_stage_config c = tr_stage_defaults(t->m);
+  c.first = t->layer, c.end = t->layer + 1;
   c.batch = c.global_batch = t->batch;
   tr_stage *st = NULL;
   int rc = tr_device_bind(d);
@@ -311,7 +323,10 @@ int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch
   snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
   together *t = calloc(1, sizeof *t);
   if (t == NULL) return TR_ENOMEM;
-  *t = (together){.m = m, .devs = devs, .k = k, .batch = batch};
+  int layer = 0;
+  for (int l = 1; l < tr_model_layer_count(m); l++)
+    if (tr_model_layer_flops(m, l) > tr_model_layer_flops(m, layer)) layer = l;
+  *t = (together){.m = m, .devs = devs, .k = k, .batch = batch, .layer = layer};
   bool measured;
   const int rc = entry(c, name, 1, 1, measure_together, t, slowdown, &measured, err, n);
   free(t);

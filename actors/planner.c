@@ -9,10 +9,10 @@
  *   a waiting stage, links.c) and a copy by its receiver (its bytes at the device's copy
  *   bandwidth, measured here); a micro-batch's inputs and targets are copied into the first
  *   and last stages' slots;
- * - the replica group's sums (R > 1) start with the last micro-batch's backward, bucket by
- *   bucket; what is left of them when it ends (all but what that backward hides, and at
- *   least the last bucket's) and the optimizer's step (timed on a stage of the device's
- *   layers) end the step;
+ * - each device's step ends with the replica group's sums (R > 1: on host devices a member
+ *   sums its chunk of every bucket on its own thread, in order with its backward, so about
+ *   the gradients' bytes read and written once more; ZeRO-1 also gathers the updated
+ *   shards) and the optimizer's step (timed on a stage of the device's layers);
  * - host devices share the machine's cores, caches and memory: each computes slower when
  *   others compute too, by the slowdown measured with all of them at work (costs.c), scaled
  *   by how many are busy on average in a first simulation.
@@ -23,7 +23,6 @@
 #include <string.h>
 
 #include "planner.h"
-#include "group.h"
 #include "job_config.h"
 #include "job_impl.h"
 #include "tr_train.h"
@@ -111,29 +110,33 @@ static double copy_seconds(tr_device *d, size_t bytes) {
   return best;
 }
 
-/* The optimizer's step on the virtual stages of device s (all its chunks' layers), timed on a
- * stage that holds only parameters, gradients and state; a tensor member's as the whole
- * layers' divided among the members (its own stage would need its group). */
-static double step_seconds(const resolved *r, tr_device *d, int s, char *err, size_t n) {
-  double total = 0;
-  for (int k = s; k < r->P * r->v; k += r->P) {
-    tr_stage_config c = tr_stage_defaults(r->model);
-    c.first = r->cuts[k], c.end = r->cuts[k + 1];
-    c.batch = r->mb, c.global_batch = r->c.global_batch;
-    c.optim = r->c.optim;
-    tr_stage *st;
-    if (tr_stage_open(&st, r->model, d, &c, err, n)) return -1;
-    double best = 0;
-    for (int i = 0; i < 4; i++) {
-      const uint64_t t0 = tr_now_ns();
-      if (tr_stage_step(st, NULL) || tr_stream_synchronize(tr_stage_stream(st))) break;
-      const double t = (double)(tr_now_ns() - t0) / 1e9;
-      if (i <= 1 || t < best) best = t; /* the first warms up */
-    }
-    tr_stage_close(st);
-    total += best / r->T;
+/* The optimizer's step per parameter: timed on a stage of the layer with the most parameters
+ * that holds only its parameters, gradients and state (the step reads and writes each
+ * element alike, so a device's takes its elements times this). */
+static double step_per_element(const resolved *r, tr_device *d, char *err, size_t n) {
+  int most = 0;
+  size_t off, cnt, best_cnt = 0;
+  for (int l = 0; l < tr_model_layer_count(r->model); l++) {
+    tr_model_layer_span(r->model, l, &off, &cnt);
+    if (cnt > best_cnt) best_cnt = cnt, most = l;
   }
-  return total;
+  if (best_cnt == 0) return 0;
+  tr_stage_config c = tr_stage_defaults(r->model);
+  c.first = most, c.end = most + 1;
+  c.batch = r->mb, c.global_batch = r->c.global_batch;
+  c.optim = r->c.optim;
+  c.slots = 0; /* parameters, gradients and optimizer state only */
+  tr_stage *st;
+  if (tr_stage_open(&st, r->model, d, &c, err, n)) return -1;
+  double best = 0;
+  for (int i = 0; i < 6; i++) {
+    const uint64_t t0 = tr_now_ns();
+    if (tr_stage_step(st, NULL) || tr_stream_synchronize(tr_stage_stream(st))) break;
+    const double t = (double)(tr_now_ns() - t0) / 1e9;
+    if (i <= 1 || t < best) best = t; /* the first warms up */
+  }
+  tr_stage_close(st);
+  return best / (double)best_cnt;
 }
 
 /* The layers' times on a tensor member: a split layer (spec parts > 1) as the whole one's
@@ -152,6 +155,7 @@ static int member_times(const resolved *r, tr_device *d, const tr_plan_costs_con
 }
 
 typedef struct arrays {
+  double per_byte; /* a copy on the device, per byte (copy_seconds) */
   double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
   size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
@@ -161,7 +165,7 @@ typedef struct arrays {
 static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
                 const tr_plan_costs_config *cc, arrays *a, char *err, size_t n) {
   const bool split = r->c.layout.schedule == TR_SCHEDULE_ZB1, re = r->c.memory.recompute;
-  const double per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  const double per_byte = a->per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
   double latency = 0;
   const int rc = r->P > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
   if (rc) return rc;
@@ -200,10 +204,10 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
  * (host streams run in order on the device's thread, hiding nothing). ZeRO-1 updates a shard
  * of 1/R and gathers the others: the parameters' bytes written once more. */
 static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, size_t n) {
-  const double per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  const double per_byte = a->per_byte; /* fill's */
+  const double per_element = step_per_element(r, d, err, n);
+  if (per_element < 0) return TR_EINVAL;
   for (int s = 0; s < r->P; s++) {
-    const double opt = step_seconds(r, d, s, err, n);
-    if (opt < 0) return TR_EINVAL;
     size_t numel = 0;
     for (int k = s; k < r->P * r->v; k += r->P) {
       size_t off, cnt;
@@ -212,7 +216,7 @@ static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, siz
         numel += cnt;
       }
     }
-    const double bytes = (double)numel * sizeof(float);
+    const double bytes = (double)numel * sizeof(float), opt = (double)numel * per_element;
     a->step[s] = r->R > 1 && r->c.zero ? opt / r->R + 2 * bytes * per_byte
                  : r->R > 1            ? opt + 2 * bytes * per_byte
                                        : opt;
@@ -287,8 +291,9 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
 bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p) {
   char err[256];
   *p = (tr_plan_prediction){0};
+  const tr_plan_costs_config cc = {.layers_cached = 1}; /* no model's worth before the run */
   return tr_world_size(o->world) == 1 && o->strategy != TR_STRATEGY_ASYNC &&
-         o->strategy != TR_STRATEGY_LOCAL && tr_plan_predict(o, NULL, p, err, sizeof err) == 0;
+         o->strategy != TR_STRATEGY_LOCAL && tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
 }
 
 void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r) {

@@ -112,6 +112,11 @@ typedef struct tr_plan_costs_config {
   const char *path;
   int remeasure; /* measure even what the file has, and keep the new times */
   int reps;      /* rounds of measurement (the fastest of each pass is kept); 0: 5 */
+  /* The layers' times from the file only (TR_ESTATE, err saying so, where it lacks them):
+   * timing them opens every layer on the device at once, which a run's own prediction must
+   * not do before the run (tr_train_result.predicted). What else a prediction measures is
+   * a layer's worth of memory at most. */
+  int layers_cached;
 } tr_plan_costs_config;
 
 /* $TROUPE_COSTS, else $XDG_CACHE_HOME/troupe/costs.safetensors, else
