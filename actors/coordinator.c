@@ -24,6 +24,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "elastic.h"
 #include "evaluate.h"
 #include "graph_impl.h"
 #include "losses.h"
@@ -84,6 +85,7 @@ typedef struct coordinator {
   tr__eval_book eval;        /* held-out evaluations (evaluate.h) */
   tr__reduced *red;
   tr_train_result result;
+  tr__left_book left;        /* local SGD's replicas that left (elastic.h) */
 } coordinator;
 
 void *tr__coordinator_new(const tr__run *run) {
@@ -148,6 +150,7 @@ static int coordinator_start(tr_actor *self) {
                          "memory (%lld bytes asked for)", (long long)(end - first),
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
   tr__eval_book_init(&c->eval, jc->layout.replicas);
+  tr__left_init(&c->left, c->run);
   c->t_start = c->last_end = tr_now_ns();
   for (int i = 0; i < c->nobs; i++)
     tr__observer_start(&c->obs[i], c->t_start, first, jc->global_batch);
@@ -289,6 +292,7 @@ static int write_next(coordinator *c) {
   *w = (write_req){.run = c->run, .coordinator = c->self, .ck = *next,
                    .nparts = tr__part_count(c->run) *
                              (replicas_apart(&c->run->c) ? c->run->c.layout.replicas : 1)};
+  w->nparts = tr__left_compact(&c->left, c->run, w->ck.step, w->ck.parts, w->nparts);
   w->req.data = w;
   *next = (pending){.step = -1}; /* its parts are the writer's now */
   int rc = uv_queue_work(tr_system_loop(tr_graph_system(c->run->g)), &w->req, write_work,
@@ -324,7 +328,8 @@ static int written(coordinator *c, write_req *w) {
 static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   const tr_job_config *jc = &c->run->c;
   const int P = tr__part_count(c->run); /* a part per chunk of each stage (and member) */
-  const int parts = P * (jc->zero || replicas_apart(jc) ? jc->layout.replicas : 1);
+  const int parts = tr__left_parts(&c->left, c->run, p->step,
+                                   P * (jc->zero || replicas_apart(jc) ? jc->layout.replicas : 1));
   const int member = (p->source / jc->layout.stages) % tr__members(c->run);
   /* local SGD's replicas' parts apart (no tensor groups there: job_config refuses them) */
   const int at = tr__part_slot(c->run, member, p->stage) +
@@ -441,6 +446,7 @@ static void record_result(coordinator *c) {
   /* the steps every stage ran; async: the server's updates, each one worker's push */
   if (jc->async.enabled) r->window_steps = tr__reduced_int(red, TR__M_WINDOW_PUSHES);
   r->samples = (r->steps - r->first_step) * jc->global_batch;
+  tr__left_result(&c->left, c->run, r); /* replicas that left: the samples they did not train */
   r->seconds = window / 1e9;
   r->steps_per_s = window > 0 ? (double)r->window_steps / r->seconds : NAN;
   r->samples_per_s = r->steps_per_s * jc->global_batch;
@@ -498,12 +504,36 @@ static int departed(coordinator *c) {
   return n;
 }
 
+/* Source i's replica left at step `at` (local SGD, elastic): its losses stop, the
+ * checkpoints after `at` are whole without it; with none left, the run fails. */
+static int replica_left(coordinator *c, int i, int64_t at) {
+  step_ctx x = {.c = c};
+  const int64_t from = tr__left_add(&c->left, c->run, i, at);
+  int rc = tr__loss_book_depart(&c->losses, from, on_step, &x);
+  if (rc || (rc = x.rc)) return rc;
+  if (c->left.n == c->left.replicas) {
+    char who[512];
+    tr__left_all(&c->left, c->dones, who, sizeof who);
+    return tr_actor_fail(c->self, TR_EDEVICE, "async.elastic: every replica left, none is left "
+                         "to train: %s", who);
+  }
+  const int P = tr__part_count(c->run);
+  for (int k = 0; k < PENDING; k++) {
+    pending *ck = &c->ck[k];
+    if (in_use(ck) && !ck->whole &&
+        ck->got >= tr__left_parts(&c->left, c->run, ck->step, P * c->run->c.layout.replicas))
+      ck->whole = true;
+  }
+  return write_next(c);
+}
+
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   coordinator *c = tr_actor_state(self);
   int rc = 0;
   if (msg->type == &tr__loss_type) {
     const tr__loss_msg *m = (const tr__loss_msg *)msg;
     source_of(c, m->source, true);
+    tr__left_heard(&c->left, m);
     step_ctx x = {.c = c};
     if ((rc = tr__loss_book_add(&c->losses, m, clock_offset(c, msg), on_step, &x)) ||
         (rc = x.rc))
@@ -531,6 +561,8 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(c->run->g, msg->from);
     tr__figures_shift_clock(&r->fig, clock_offset(c, msg));
     c->ndone++;
+    int64_t at;
+    if (tr__left_said(r, &at)) rc = replica_left(c, i, at);
   } else if (msg->type == &tr__server_done_type) {
     const tr__server_done_msg *d = (const tr__server_done_msg *)msg;
     source_of(c, d->source, true);

@@ -1,5 +1,8 @@
 /* group.c — the replica group's bucketed all-reduce, or reduce-scatter and all-gather when
- * the optimizer is sharded (group.h). */
+ * the optimizer is sharded (group.h), over the members that take part in each step: every
+ * member, unless one left (tr__group_leave: local SGD's elastic replicas). */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +65,25 @@ struct tr__group {
   tr_comm *nccl, *across;
   char nccl_error[256];   /* its opening failed (a forced allreduce nccl): the run fails */
   int64_t sent;           /* bytes this member sent (tr__group_sent_bytes) */
+  /* Members that left (tr__group_leave): member m takes part in the steps below
+   * left_at[m] (INT64_MAX: every step) */
+  int64_t *left_at;       /* [n] */
+  int64_t last_ready;     /* the last step this member announced a bucket of (-1: none) */
+  bool mid;               /* it announced a bucket of that step, whose sums it still waits for */
+  bool gone;              /* this member left */
 };
+
+/* The members that take part in step `step`, and this member's place among them. */
+static int alive(const tr__group *g, int64_t step, int *place) {
+  int k = 0;
+  for (int r = 0; r < g->n; r++) {
+    if (r == g->me && place) *place = k;
+    k += step < g->left_at[r];
+  }
+  return k;
+}
+
+static bool takes_part(const tr__group *g, int r, int64_t step) { return step < g->left_at[r]; }
 
 /* `floats` elements sent from this member (tr__group_sent_bytes says what counts). */
 static void sent(tr__group *g, size_t floats) { g->sent += (int64_t)(floats * sizeof(float)); }
@@ -115,13 +136,16 @@ tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
   g->devs = malloc((size_t)n * sizeof *g->devs);
   g->grads = calloc((size_t)n, sizeof *g->grads);
   g->params = calloc((size_t)n, sizeof *g->params);
-  if (!g->out || !g->in || !g->devs || !g->grads || !g->params) {
+  g->left_at = malloc((size_t)n * sizeof *g->left_at);
+  if (!g->out || !g->in || !g->devs || !g->grads || !g->params || !g->left_at) {
     tr__group_free(g);
     return NULL;
   }
   memcpy(g->out, out, (size_t)n * sizeof *out);
   memcpy(g->in, in, (size_t)n * sizeof *in);
   memcpy(g->devs, devs, (size_t)n * sizeof *devs);
+  for (int r = 0; r < n; r++) g->left_at[r] = INT64_MAX;
+  g->last_ready = -1;
   g->cross = -1;
   g->sharded = sharded && n > 1;
   return g;
@@ -209,16 +233,18 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
   return 0;
 }
 
-/* This member's chunk of bucket b: its share of n (64-byte aligned), or sharded, the part in
- * its shard (maybe none). */
-static void own_chunk(const tr__group *g, int b, size_t *lo, size_t *hi) {
+/* This member's chunk of bucket b at step `step`: its share among the members taking part
+ * (64-byte aligned), or sharded, the part in its shard (maybe none). */
+static void own_chunk(const tr__group *g, int64_t step, int b, size_t *lo, size_t *hi) {
   const bucket *bk = &g->buckets[b];
   if (g->sharded) {
     shard_chunk(g, b, g->me, lo, hi);
     return;
   }
+  int place = 0;
+  const int k = alive(g, step, &place);
   size_t from, n; /* the bucket cut as a stage is into shards */
-  tr_stage_shard_span(bk->hi - bk->lo, (tr_stage_shard){g->n, g->me}, &from, &n);
+  tr_stage_shard_span(bk->hi - bk->lo, (tr_stage_shard){k, place}, &from, &n);
   *lo = bk->lo + from;
   *hi = *lo + n;
 }
@@ -227,43 +253,48 @@ static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_
 
 /* What this member sends of bucket b: the B − c elements the other chunks' owners read, and
  * (unsharded) its chunk's sum to the n − 1 others. */
-static size_t bucket_sent(const tr__group *g, int b) {
+static size_t bucket_sent(const tr__group *g, int64_t step, int b) {
   size_t lo, hi;
-  own_chunk(g, b, &lo, &hi);
+  own_chunk(g, step, b, &lo, &hi);
   const size_t c = hi - lo, whole = g->buckets[b].hi - g->buckets[b].lo;
-  return whole - c + (g->sharded ? 0 : (size_t)(g->n - 1) * c);
+  return whole - c + (g->sharded ? 0 : (size_t)(alive(g, step, NULL) - 1) * c);
 }
 
 /* Every member's bucket b is final: sum this member's chunk over them, in member order,
- * and write the sum into every member's gradients (sharded: only its own needs it). */
+ * and write the sum into every member's gradients (sharded: only its own needs it). The
+ * members are those taking part in the step: f, the first of them, leads the sum. */
 static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
   const uint64_t t0 = tr__busy_start(g->busy, g->self, step, "allreduce", b);
   size_t lo, hi;
-  own_chunk(g, b, &lo, &hi);
+  own_chunk(g, step, b, &lo, &hi);
   const size_t n = hi - lo;
   float *mine = tr_stage_grads(g->st) + lo;
+  int f = 0;
+  while (!takes_part(g, f, step)) f++;
   for (int r = 0; r < g->n; r++)
-    if (tr_stream_wait_event(g->comm, s->peer_ev[b * g->n + r])) return fail(g, "waiting for a member");
-  for (int r = 0; r < g->n && n; r++) {
+    if (takes_part(g, r, step) && tr_stream_wait_event(g->comm, s->peer_ev[b * g->n + r]))
+      return fail(g, "waiting for a member");
+  for (int r = f; r < g->n && n; r++) {
     const float *theirs = g->grads[r] + lo;
-    if (r == g->me && r > 0) continue; /* already in place: summed below in order */
+    if (!takes_part(g, r, step) || (r == g->me && r > f)) continue; /* mine: already in place,
+                                                                        summed below in order */
     if (!g->direct && r != g->me) {
       if (tr_memcpy_peer(g->comm, g->scratch, g->dev, theirs, g->devs[r], n * sizeof(float)))
         return fail(g, "staging a chunk");
       theirs = g->scratch;
     }
     int rc = 0;
-    if (r == 0 && g->me != 0) rc = tr_add(g->comm, mine, theirs, mine, n); /* g0 + g_me ... */
-    else if (r > 0) rc = tr_axpy(g->comm, mine, 1.0f, theirs, n);
+    if (r == f && g->me != f) rc = tr_add(g->comm, mine, theirs, mine, n); /* g_f + g_me ... */
+    else if (r > f) rc = tr_axpy(g->comm, mine, 1.0f, theirs, n);
     if (rc) return fail(g, "summing");
   }
   for (int r = 0; r < g->n && n && !g->sharded; r++) {
-    if (r == g->me) continue;
+    if (r == g->me || !takes_part(g, r, step)) continue;
     if (tr_memcpy_peer(g->comm, g->grads[r] + lo, g->devs[r], mine, g->dev, n * sizeof(float)))
       return fail(g, "writing the sum");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
-  sent(g, bucket_sent(g, b));
+  sent(g, bucket_sent(g, step, b));
   int rc = announce(g, step, b, s->own_reduced[b], TR__BUCKET_REDUCED);
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return rc;
@@ -332,6 +363,24 @@ static int deliver_total(tr__group *g, int64_t step, int b) {
   return announce(g, step, b, s->own_final[b], TR__BUCKET_FINAL);
 }
 
+/* Member `m` left: it takes part in no step from `from` on (it announced nothing of them).
+ * A bucket of the step in hand that waited for it alone is whole now. Buckets of a later
+ * step counted there (a peer ahead) lack this member's own, so they cannot be mistaken for
+ * whole: fewer members take part in a later step, never more. */
+static int left(tr__group *g, int m, int64_t from) {
+  g->left_at[m] = from;
+  const int64_t step = g->step;
+  group_step *s = &g->gs[step & 1];
+  const int k = alive(g, step, NULL);
+  for (int b = 0; b < g->nb && !g->gone; b++) {
+    if (s->ready[b] == 0 || s->ready[b] < k) continue;
+    s->ready[b] = 0;
+    int rc = reduce_chunk(g, s, step, b);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int tr__group_receive(tr__group *g, const tr_msg *msg) {
   if (msg->type == &tr__summed_type) return summed(g, (const tr__summed_msg *)msg);
   const tr__bucket_msg *m = (const tr__bucket_msg *)msg;
@@ -351,12 +400,13 @@ int tr__group_receive(tr__group *g, const tr_msg *msg) {
     s->gathered[m->member] = m->ready;
     s->ngathered++;
     return 0;
+  case TR__BUCKET_LEFT: return left(g, m->member, m->step);
   case TR__BUCKET_READY: break;
   }
   s->peer_ev[m->bucket * g->n + m->member] = m->ready;
   g->grads[m->member] = m->grads;
   g->params[m->member] = m->params;
-  if (++s->ready[m->bucket] < g->n) return 0;
+  if (++s->ready[m->bucket] < alive(g, m->step, NULL)) return 0;
   s->ready[m->bucket] = 0;
   return reduce_chunk(g, s, m->step, m->bucket);
 }
@@ -367,8 +417,9 @@ static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_
   const tr__bucket_msg own = {.hdr.type = &tr__bucket_type, .bucket = b, .member = g->me,
                               .news = news, .step = step, .ready = ev,
                               .grads = tr_stage_grads(g->st), .params = tr_stage_params(g->st)};
+  if (news == TR__BUCKET_READY) g->last_ready = step, g->mid = true;
   for (int r = 0; r < g->n; r++) {
-    if (r == g->me) continue;
+    if (r == g->me || !takes_part(g, r, step)) continue;
     tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
     tr_msg hdr = m->hdr;
     *m = own;
@@ -405,7 +456,7 @@ static int nccl_bucket(tr__group *g, int64_t step, int b) {
       return fail(g, "reduce-scattering a bucket through NCCL");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
-  sent(g, bucket_sent(g, b)); /* counted as the peer algorithm's (tr__group_sent_bytes) */
+  sent(g, bucket_sent(g, step, b)); /* counted as the peer algorithm's (tr__group_sent_bytes) */
   s->nreduced++;
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return 0;
@@ -439,11 +490,13 @@ int tr__group_wait(tr__group *g, int64_t step, tr_stream *s) {
     gs->nreduced = 0;
     return 1;
   }
-  if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * g->n) return 0;
+  if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * alive(g, step, NULL)) return 0;
   const int n = g->cross >= 0 ? g->nb : g->nb * g->n;
   tr_event **ev = g->cross >= 0 ? gs->final_ev : gs->reduced;
   for (int i = 0; i < n; i++)
-    if (tr_stream_wait_event(s, ev[i])) return fail(g, "waiting for the sums");
+    if ((g->cross >= 0 || takes_part(g, i % g->n, step)) && tr_stream_wait_event(s, ev[i]))
+      return fail(g, "waiting for the sums");
+  g->mid = false;
   gs->nreduced = gs->nfinal = gs->next_cross = 0;
   memset(gs->reduced_n, 0, (size_t)g->nb * sizeof *gs->reduced_n);
   return 1;
@@ -497,6 +550,47 @@ int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s) {
       return fail(g, "waiting for the updated shards");
   gs->ngathered = 0;
   return 1;
+}
+
+/* ---- a member that leaves (local SGD's elastic replicas) --------------------------------- */
+
+int tr__group_leave(tr__group *g, char *why, size_t n) {
+  if (g->nccl || g->cross >= 0 || g->sharded) {
+    snprintf(why, n, "its replica group sums %s, where a member cannot leave",
+             g->nccl ? "through NCCL" : g->cross >= 0 ? "across processes" : "sharded");
+    return TR_ESTATE;
+  }
+  if (g->mid) {
+    snprintf(why, n, "it failed after it began sending its part of the sum of step %lld: the "
+             "other replicas may have summed some of it, so it cannot leave consistently",
+             (long long)g->last_ready);
+    return TR_ESTATE;
+  }
+  const int64_t from = g->last_ready + 1;
+  for (int r = 0; r < g->n; r++) {
+    if (r == g->me || !takes_part(g, r, from)) continue;
+    tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
+    *m = (tr__bucket_msg){.hdr = m->hdr, .bucket = -1, .member = g->me,
+                          .news = TR__BUCKET_LEFT, .step = from};
+    int rc = tr_edge_send_control(g->out[r], m);
+    if (rc) {
+      snprintf(why, n, "its leave found no credit on the edge to member %d", r);
+      return rc;
+    }
+  }
+  g->left_at[g->me] = from;
+  g->gone = true;
+  return 0;
+}
+
+void tr__group_left_receive(tr__group *g, const tr_msg *msg) {
+  if (msg->type != &tr__bucket_type) return;
+  const tr__bucket_msg *m = (const tr__bucket_msg *)msg;
+  if (m->member != g->me) tr_edge_release(g->in[m->member], 1);
+}
+
+int tr__group_alive(const tr__group *g, int64_t step) {
+  return g ? alive(g, step, NULL) : 1;
 }
 
 int tr__group_sync(tr__group *g) {
@@ -556,6 +650,7 @@ void tr__group_free(tr__group *g) {
   free(g->devs);
   free(g->grads);
   free(g->params);
+  free(g->left_at);
   free(g->buckets);
   free(g);
 }

@@ -176,11 +176,13 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
   return 0;
 }
 
-static int check_async(const tr_async_config *a, int workers, char *err, size_t n) {
-  if (a->elastic && !a->enabled)
+static int check_async(const tr_async_config *a, int workers, bool local, char *err, size_t n) {
+  if (a->elastic && !a->enabled && !local)
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("async.elastic") ": workers that come and go are asynchronous "
-                     "training's (" TR__F("async.enabled") ")");
+                     TR__F("async.elastic") ": replicas that leave are asynchronous training's "
+                     "(" TR__F("async.enabled") ") or local SGD's (" TR__F("local.sync_every")
+                     "): dp's replicas sum every step's gradients together, and a step "
+                     "summed without one would not be the step asked for");
   if (!a->enabled) return 0;
   if (a->elastic && a->hogwild)
     return tr_errorf(err, n, TR_EINVAL,
@@ -331,6 +333,11 @@ static int check_local(const tr_job_config *c, char *err, size_t n) {
     return tr_errorf(err, n, TR_EINVAL, TR__F("layout.tensor") " %d: local SGD's replicas' "
                      "checkpoint parts are kept whole per replica, not joined from tensor "
                      "groups' members (not built)", c->layout.tensor);
+  if (c->async.elastic && c->layout.stages > 1)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("async.elastic") ": local SGD's replicas leave "
+                     "whole, one stage each; this job has " TR__F("layout.stages") " %d (a "
+                     "pipeline's other stages would wait for the one that left)",
+                     c->layout.stages);
   return 0;
 }
 
@@ -349,7 +356,7 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   }
   if (c->async.join_at > 0 && c->async.join_workers == 0) c->async.join_workers = 1;
   if ((rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
-      (rc = check_async(&c->async, c->layout.replicas, err, n)))
+      (rc = check_async(&c->async, c->layout.replicas, c->local.sync_every > 0, err, n)))
     return rc;
   if ((unsigned)c->data_on > TR_DATA_ON_DEVICE)
     return tr_errorf(err, n, TR_EINVAL,

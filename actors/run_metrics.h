@@ -219,7 +219,12 @@ typedef enum tr__json {
     tr__metric_sync_every, "parameters averaged every %.0f steps")                                 \
   X(WARMUP_SYNC, "warmup_sync", "steps", SETTING, RUN, INT, TR__AT(warmup_sync), FN,               \
     tr__metric_warmup_sync, "after %.0f dp steps")                                                 \
-  X(OUTER, "outer", "", SETTING, RUN, TEXT, TR__AT(outer), NAME, tr__metric_outer, "outer step %s")
+  X(OUTER, "outer", "", SETTING, RUN, TEXT, TR__AT(outer), NAME, tr__metric_outer, "outer step %s") \
+  X(REPLICAS_ALIVE, "replicas_alive", "", SETTING, RUN, INT, TR__AT(replicas_alive), FN,           \
+    tr__metric_replicas_alive, NULL)                                                               \
+  X(REPLICAS_LEFT, "replicas_left", "", SETTING, RUN, TEXT, TR__AT(replicas_left), NAME,           \
+    tr__metric_replicas_left, "replicas left (replica@step): %s")                                  \
+  X(REPLICA_LEFT_AT, "replica_left_at", "step", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)
 
 typedef enum tr__metric_id {
 #define TR__METRIC_ENUM(id, ...) TR__M_##id,
@@ -317,5 +322,9 @@ double tr__metric_tensor(const tr_train_result *r);
 double tr__metric_warmup_sync(const tr_train_result *r);
 const char *tr__metric_outer(const tr_train_result *r);
 double tr__metric_eval_percent(const tr_train_result *r); /* the summary's accuracy in % */
+/* Local SGD's elastic replicas (tr_async_config.elastic): those alive at the end (NaN
+ * outside an elastic local run), and those that left as "replica@step,..." (NULL: none) */
+double tr__metric_replicas_alive(const tr_train_result *r);
+const char *tr__metric_replicas_left(const tr_train_result *r);
 
 #endif

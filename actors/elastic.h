@@ -1,0 +1,51 @@
+/* elastic.h — what the coordinator keeps of local SGD's replicas that left
+ * (tr_async_config.elastic; elastic.c, policy_local.c): the step each left at, the last step
+ * of each source's losses heard before it left, and what follows from them — the
+ * checkpoint parts a step's checkpoint waits for, the parts laid out for the writer, and the
+ * figures (replicas_alive, replicas_left, the samples trained).
+ *
+ * A replica that left sends a done message whose figures hold TR__M_REPLICA_LEFT_AT alone,
+ * on its report edge behind its losses and parts (FIFO): every loss it sent has come, and
+ * the steps after the last of them are the others' (tr__loss_book_depart). It sent its part
+ * of each checkpoint up to the step it left at (the step it was training), none after.
+ *
+ * Its checkpoint decision: a checkpoint holds the replicas alive at its step, the first of
+ * them as the model's parameters (unprefixed), the others under "replica<r>."; a resume
+ * gives a replica the checkpoint does not hold (one that left) those first parameters, as
+ * it gives every replica replica 0's after a checkpoint taken at a sync. DiLoCo's outer
+ * state is replica 0's part's: after replica 0 left, a checkpoint holds none, and a resume
+ * starts it again from the parameters.
+ */
+#ifndef TR_ELASTIC_H
+#define TR_ELASTIC_H
+
+#include <stdbool.h>
+
+#include "job_impl.h"
+
+typedef struct tr__left_book {
+  int replicas;
+  int64_t heard[TR_TRAIN_MAX_DEVICES]; /* [source]: its last loss's step (-1: none) */
+  int64_t at[TR_TRAIN_MAX_DEVICES];    /* [replica]: the step it left at (-1: it did not) */
+  int n;                               /* replicas that left */
+} tr__left_book;
+
+void tr__left_init(tr__left_book *b, const tr__run *run);
+/* A chunk of losses from `source`. */
+void tr__left_heard(tr__left_book *b, const tr__loss_msg *m);
+/* Whether a done message's report says its replica left, and at which step. */
+bool tr__left_said(const tr__report *r, int64_t *step);
+/* Source `source`'s replica left at `step`: the first step it sent no loss of. */
+int64_t tr__left_add(tr__left_book *b, const tr__run *run, int source, int64_t step);
+/* The parts the checkpoint of `step` waits for (`all`: with no replica gone). */
+int tr__left_parts(const tr__left_book *b, const tr__run *run, int64_t step, int all);
+/* The parts of a local SGD checkpoint moved so that those of the replicas it holds come
+ * first, in replica order; how many there are. */
+int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, tr__part *parts,
+                     int nparts);
+/* Every replica left: the message naming each ("replica 0 (host:0) at step 3, ..."). */
+void tr__left_all(const tr__left_book *b, const tr__report *dones, char *out, size_t n);
+/* The figures: replicas_alive, replicas_left, the samples trained. */
+void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result *r);
+
+#endif
