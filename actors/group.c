@@ -6,84 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "group.h"
+#include "group_impl.h"
 #include "collective.h"
 
 TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
 
 enum { BUCKET_FLOATS = (1 << 20) / 4 }; /* 1 MiB: a bucket per mlp layer, overlap for the rest */
-
-typedef struct bucket {
-  size_t lo, hi;  /* elements of the stage's gradients */
-  int low_layer;  /* final once this layer's backward is issued */
-} bucket;
-
-/* What the members tell each other, per step parity. */
-typedef struct group_step {
-  int *ready;          /* [bucket]: members whose bucket is final */
-  tr_event **peer_ev;  /* [bucket × n]: their events */
-  tr_event **reduced;  /* [bucket × n]: the owners' events, waited for before the update */
-  int nreduced;
-  int *reduced_n;      /* [bucket]: its chunks summed here (across ranks: then summed on) */
-  tr_event **final_ev; /* [bucket]: across ranks, the leader's once the whole sum is written */
-  int nfinal, next_cross;
-  tr_event **own_ready, **own_reduced, **own_final; /* [bucket]: this member's */
-  /* sharded */
-  tr_event *updated, *own_gathered; /* this member's: its update issued, its shard written */
-  tr_event **gathered;              /* [member]: theirs */
-  int ngathered;
-} group_step;
-
-struct tr__group {
-  tr_actor *self;
-  tr_stage *st;
-  tr_device *dev;
-  tr_stream *comm;
-  tr__busy *busy;
-  int n, me, nb, next_bucket;
-  tr_edge **out, **in;    /* [n] */
-  tr_device **devs;       /* [n] */
-  float **grads;          /* [n]: their gradient allocations, as their messages say */
-  float **params;         /* [n]: their parameter allocations, likewise */
-  bucket *buckets;
-  bool sharded;           /* ZeRO stage 1: member r updates shard r alone */
-  size_t shard_lo, shard_hi; /* this member's, of the stage's elements */
-  group_step gs[2];
-  float *scratch; /* chunks staged from members this device cannot read directly */
-  bool direct;    /* every member's memory is readable here */
-  bool armed;     /* the step's last backward runs: buckets are announced */
-  int64_t step;   /* the armed step */
-  int hook_rc;    /* a failure inside tr__group_grad_ready */
-  /* Across ranks: the members here are the group's part in this process; their leader
-   * (member 0 here) sums each bucket with the other ranks' through the transport. */
-  int cross;              /* the group's number with the transport; -1: every member is here */
-  tr_edge *sum, *summed;  /* the leader's, to and from the transport */
-  int ranks;              /* the processes the group spans */
-  float *host;            /* the leader's gradients staged for MPI (not host memory) */
-  /* NCCL (tr__group_use_nccl): this member's communicator over the group's members in
-   * this process (member order = rank), or the leader's over the ranks */
-  tr_comm *nccl, *across;
-  char nccl_error[256];   /* its opening failed (a forced allreduce nccl): the run fails */
-  int64_t sent;           /* bytes this member sent (tr__group_sent_bytes) */
-  /* Members that left (tr__group_leave): member m takes part in the steps below
-   * left_at[m] (INT64_MAX: every step) */
-  int64_t *left_at;       /* [n] */
-  int64_t last_ready;     /* the last step this member announced a bucket of (-1: none) */
-  bool mid;               /* it announced a bucket of that step, whose sums it still waits for */
-  bool gone;              /* this member left */
-};
-
-/* The members that take part in step `step`, and this member's place among them. */
-static int alive(const tr__group *g, int64_t step, int *place) {
-  int k = 0;
-  for (int r = 0; r < g->n; r++) {
-    if (r == g->me && place) *place = k;
-    k += step < g->left_at[r];
-  }
-  return k;
-}
-
-static bool takes_part(const tr__group *g, int r, int64_t step) { return step < g->left_at[r]; }
 
 /* `floats` elements sent from this member (tr__group_sent_bytes says what counts). */
 static void sent(tr__group *g, size_t floats) { g->sent += (int64_t)(floats * sizeof(float)); }
@@ -242,7 +170,7 @@ static void own_chunk(const tr__group *g, int64_t step, int b, size_t *lo, size_
     return;
   }
   int place = 0;
-  const int k = alive(g, step, &place);
+  const int k = tr__group_members_in(g, step, &place);
   size_t from, n; /* the bucket cut as a stage is into shards */
   tr_stage_shard_span(bk->hi - bk->lo, (tr_stage_shard){k, place}, &from, &n);
   *lo = bk->lo + from;
@@ -257,27 +185,27 @@ static size_t bucket_sent(const tr__group *g, int64_t step, int b) {
   size_t lo, hi;
   own_chunk(g, step, b, &lo, &hi);
   const size_t c = hi - lo, whole = g->buckets[b].hi - g->buckets[b].lo;
-  return whole - c + (g->sharded ? 0 : (size_t)(alive(g, step, NULL) - 1) * c);
+  return whole - c + (g->sharded ? 0 : (size_t)(tr__group_members_in(g, step, NULL) - 1) * c);
 }
 
 /* Every member's bucket b is final: sum this member's chunk over them, in member order,
  * and write the sum into every member's gradients (sharded: only its own needs it). The
  * members are those taking part in the step: f, the first of them, leads the sum. */
-static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
+int tr__group_reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
   const uint64_t t0 = tr__busy_start(g->busy, g->self, step, "allreduce", b);
   size_t lo, hi;
   own_chunk(g, step, b, &lo, &hi);
   const size_t n = hi - lo;
   float *mine = tr_stage_grads(g->st) + lo;
   int f = 0;
-  while (!takes_part(g, f, step)) f++;
+  while (!tr__group_takes_part(g, f, step)) f++;
   for (int r = 0; r < g->n; r++)
-    if (takes_part(g, r, step) && tr_stream_wait_event(g->comm, s->peer_ev[b * g->n + r]))
+    if (tr__group_takes_part(g, r, step) && tr_stream_wait_event(g->comm, s->peer_ev[b * g->n + r]))
       return fail(g, "waiting for a member");
   for (int r = f; r < g->n && n; r++) {
     const float *theirs = g->grads[r] + lo;
-    if (!takes_part(g, r, step) || (r == g->me && r > f)) continue; /* mine: already in place,
-                                                                        summed below in order */
+    /* mine: already in place, summed below in order */
+    if (!tr__group_takes_part(g, r, step) || (r == g->me && r > f)) continue;
     if (!g->direct && r != g->me) {
       if (tr_memcpy_peer(g->comm, g->scratch, g->dev, theirs, g->devs[r], n * sizeof(float)))
         return fail(g, "staging a chunk");
@@ -289,7 +217,7 @@ static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
     if (rc) return fail(g, "summing");
   }
   for (int r = 0; r < g->n && n && !g->sharded; r++) {
-    if (r == g->me || !takes_part(g, r, step)) continue;
+    if (r == g->me || !tr__group_takes_part(g, r, step)) continue;
     if (tr_memcpy_peer(g->comm, g->grads[r] + lo, g->devs[r], mine, g->dev, n * sizeof(float)))
       return fail(g, "writing the sum");
   }
@@ -363,24 +291,6 @@ static int deliver_total(tr__group *g, int64_t step, int b) {
   return announce(g, step, b, s->own_final[b], TR__BUCKET_FINAL);
 }
 
-/* Member `m` left: it takes part in no step from `from` on (it announced nothing of them).
- * A bucket of the step in hand that waited for it alone is whole now. Buckets of a later
- * step counted there (a peer ahead) lack this member's own, so they cannot be mistaken for
- * whole: fewer members take part in a later step, never more. */
-static int left(tr__group *g, int m, int64_t from) {
-  g->left_at[m] = from;
-  const int64_t step = g->step;
-  group_step *s = &g->gs[step & 1];
-  const int k = alive(g, step, NULL);
-  for (int b = 0; b < g->nb && !g->gone; b++) {
-    if (s->ready[b] == 0 || s->ready[b] < k) continue;
-    s->ready[b] = 0;
-    int rc = reduce_chunk(g, s, step, b);
-    if (rc) return rc;
-  }
-  return 0;
-}
-
 int tr__group_receive(tr__group *g, const tr_msg *msg) {
   if (msg->type == &tr__summed_type) return summed(g, (const tr__summed_msg *)msg);
   const tr__bucket_msg *m = (const tr__bucket_msg *)msg;
@@ -400,15 +310,15 @@ int tr__group_receive(tr__group *g, const tr_msg *msg) {
     s->gathered[m->member] = m->ready;
     s->ngathered++;
     return 0;
-  case TR__BUCKET_LEFT: return left(g, m->member, m->step);
+  case TR__BUCKET_LEFT: return tr__group_left(g, m->member, m->step);
   case TR__BUCKET_READY: break;
   }
   s->peer_ev[m->bucket * g->n + m->member] = m->ready;
   g->grads[m->member] = m->grads;
   g->params[m->member] = m->params;
-  if (++s->ready[m->bucket] < alive(g, m->step, NULL)) return 0;
+  if (++s->ready[m->bucket] < tr__group_members_in(g, m->step, NULL)) return 0;
   s->ready[m->bucket] = 0;
-  return reduce_chunk(g, s, m->step, m->bucket);
+  return tr__group_reduce_chunk(g, s, m->step, m->bucket);
 }
 
 /* Tells every member the news of bucket b (final here, this member's chunk of it summed,
@@ -419,7 +329,7 @@ static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_
                               .grads = tr_stage_grads(g->st), .params = tr_stage_params(g->st)};
   if (news == TR__BUCKET_READY) g->last_ready = step, g->mid = true;
   for (int r = 0; r < g->n; r++) {
-    if (r == g->me || !takes_part(g, r, step)) continue;
+    if (r == g->me || !tr__group_takes_part(g, r, step)) continue;
     tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
     tr_msg hdr = m->hdr;
     *m = own;
@@ -490,11 +400,13 @@ int tr__group_wait(tr__group *g, int64_t step, tr_stream *s) {
     gs->nreduced = 0;
     return 1;
   }
-  if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * alive(g, step, NULL)) return 0;
+  const int k = tr__group_members_in(g, step, NULL); /* every member, unless one left */
+  if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * k) return 0;
   const int n = g->cross >= 0 ? g->nb : g->nb * g->n;
   tr_event **ev = g->cross >= 0 ? gs->final_ev : gs->reduced;
   for (int i = 0; i < n; i++)
-    if ((g->cross >= 0 || takes_part(g, i % g->n, step)) && tr_stream_wait_event(s, ev[i]))
+    if ((g->cross >= 0 || tr__group_takes_part(g, i % g->n, step)) &&
+        tr_stream_wait_event(s, ev[i]))
       return fail(g, "waiting for the sums");
   g->mid = false;
   gs->nreduced = gs->nfinal = gs->next_cross = 0;
@@ -550,47 +462,6 @@ int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s) {
       return fail(g, "waiting for the updated shards");
   gs->ngathered = 0;
   return 1;
-}
-
-/* ---- a member that leaves (local SGD's elastic replicas) --------------------------------- */
-
-int tr__group_leave(tr__group *g, char *why, size_t n) {
-  if (g->nccl || g->cross >= 0 || g->sharded) {
-    snprintf(why, n, "its replica group sums %s, where a member cannot leave",
-             g->nccl ? "through NCCL" : g->cross >= 0 ? "across processes" : "sharded");
-    return TR_ESTATE;
-  }
-  if (g->mid) {
-    snprintf(why, n, "it failed after it began sending its part of the sum of step %lld: the "
-             "other replicas may have summed some of it, so it cannot leave consistently",
-             (long long)g->last_ready);
-    return TR_ESTATE;
-  }
-  const int64_t from = g->last_ready + 1;
-  for (int r = 0; r < g->n; r++) {
-    if (r == g->me || !takes_part(g, r, from)) continue;
-    tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
-    *m = (tr__bucket_msg){.hdr = m->hdr, .bucket = -1, .member = g->me,
-                          .news = TR__BUCKET_LEFT, .step = from};
-    int rc = tr_edge_send_control(g->out[r], m);
-    if (rc) {
-      snprintf(why, n, "its leave found no credit on the edge to member %d", r);
-      return rc;
-    }
-  }
-  g->left_at[g->me] = from;
-  g->gone = true;
-  return 0;
-}
-
-void tr__group_left_receive(tr__group *g, const tr_msg *msg) {
-  if (msg->type != &tr__bucket_type) return;
-  const tr__bucket_msg *m = (const tr__bucket_msg *)msg;
-  if (m->member != g->me) tr_edge_release(g->in[m->member], 1);
-}
-
-int tr__group_alive(const tr__group *g, int64_t step) {
-  return g ? alive(g, step, NULL) : 1;
 }
 
 int tr__group_sync(tr__group *g) {
