@@ -1,0 +1,357 @@
+/* test_local_elastic.c — local SGD with elastic replicas (strategy local,
+ * tr_async_config.elastic): a replica whose device dies leaves, and each later sync averages
+ * the replicas still there. Three replicas of a tiny model (linear, relu, linear, MSE, SGD),
+ * one killed (its device's loss backward fails from a given call on) at a step drawn from
+ * each seed: the run finishes, every replica still there holds the same bits right after a
+ * sync, and the parameters match a float64 reference of "average over the replicas alive"
+ * (plain averaging, after dp's warm-up steps, and DiLoCo's outer step) within the tolerance
+ * of test_local.c. All but one leaving finishes; all leaving fails naming each; dp refuses
+ * elastic, and so do local runs whose replicas are pipelines.
+ *
+ * The parameters are read from the checkpoint a run writes at its end: the replicas alive
+ * at its step, the first of them unprefixed, the others under "replica<r>." (elastic.h). A
+ * run ending right after a sync (H 3: steps 3, 6, 9) shows the sync's result. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "troupe.h"
+
+#define SCRATCH_NAME "local_elastic"
+#include "scratch.h"
+
+#include "compare.h"
+#include "specs.h"
+
+enum { IN = 4, HID = 8, OUT = 2, BATCH = 12, R = 3, MAXP = 256 };
+static const float LR = 0.1f;
+
+static const tr_layer_spec tiny_layers[] = {LINEAR(IN, HID, 1), RELU(HID), LINEAR(HID, OUT, 1)};
+static const tr_model_spec tiny = {
+    .name = "tiny",
+    .ctx = 1,
+    .loss = TR_LOSS_MSE,
+    .nlayers = 3,
+    .layers = tiny_layers,
+    .batch = BATCH,
+    .optim = {.kind = TR_OPTIM_SGD, .lr = 0.1f},
+};
+
+/* Sample i: inputs and targets of its own, the same floats wherever they are made. */
+static int fill(void *arg, uint64_t first, size_t count, void *x, void *y) {
+  (void)arg;
+  for (size_t s = 0; s < count; s++) {
+    const double i = (double)(first + s);
+    for (int k = 0; k < IN && x; k++) ((float *)x)[s * IN + k] = (float)sin(0.37 * i + 0.91 * k);
+    for (int c = 0; c < OUT && y; c++)
+      ((float *)y)[s * OUT + c] = (float)(0.5 * cos(0.53 * i + 1.3 * c));
+  }
+  return 0;
+}
+
+static tr_data *data;
+static tr_model *model;
+static size_t off[4], numel; /* 0.weight, 0.bias, 2.weight, 2.bias in the parameters */
+static double init[MAXP];
+
+static int open_all(void **state) {
+  if (setup(state)) return -1;
+  char err[512];
+  const tr_data_callback cb = {.name = "waves", .x_bytes = IN * sizeof(float),
+                               .y_bytes = OUT * sizeof(float), .fill = fill};
+  tr_device_list *devs = NULL;
+  tr_stage *st = NULL;
+  if (tr_data_open_callback(&data, &cb, err, sizeof err) ||
+      tr_model_new(&model, &tiny, err, sizeof err) ||
+      tr_device_list_open(&devs, "host:1", err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  /* the parameters every run starts from (seed 1): a whole stage's, as a run's are made */
+  tr_stage_config c = tr_stage_defaults(model);
+  c.first = 0, c.end = 3, c.batch = BATCH, c.slots = 1, c.global_batch = BATCH, c.seed = 1;
+  if (tr_stage_open(&st, model, tr_device_list_at(devs, 0), &c, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
+    return -1;
+  }
+  numel = tr_stage_info_of(st)->numel;
+  float host[MAXP];
+  if (numel > MAXP || tr_stage_download(st, TR_STAGE_PARAMS, host) ||
+      tr_stream_synchronize(tr_stage_stream(st)))
+    return -1;
+  for (size_t i = 0; i < numel; i++) init[i] = host[i];
+  for (int t = 0; t < 4; t++) off[t] = tr_model_tensor(model, t)->offset;
+  tr_stage_close(st);
+  tr_device_list_close(devs);
+  return 0;
+}
+
+static int close_all(void **state) {
+  tr_model_free(model);
+  tr_data_close(data);
+  return teardown(state);
+}
+
+/* ---- the float64 reference ------------------------------------------------------------------ */
+
+typedef struct reference {
+  int H, K;
+  tr_outer outer;
+  double outer_lr, mu;
+  int64_t left[R]; /* the step replica r's device died in (INT64_MAX: it did not) */
+  double p[R][MAXP], global[MAXP], velocity[MAXP];
+} reference;
+
+/* Adds to g the gradient of sum over samples [first, first + count) of ||f(x) − y||² ×
+ * scale, at parameters p. */
+static void gradient(const double *p, uint64_t first, size_t count, double scale, double *g) {
+  float x[IN], y[OUT];
+  for (size_t s = 0; s < count; s++) {
+    fill(NULL, first + s, 1, x, y);
+    double h[HID], a[HID], o[OUT], dout[OUT], da[HID];
+    for (int j = 0; j < HID; j++) {
+      h[j] = p[off[1] + j];
+      for (int k = 0; k < IN; k++) h[j] += p[off[0] + j * IN + k] * x[k];
+      a[j] = h[j] > 0 ? h[j] : 0;
+    }
+    for (int c = 0; c < OUT; c++) {
+      o[c] = p[off[3] + c];
+      for (int j = 0; j < HID; j++) o[c] += p[off[2] + c * HID + j] * a[j];
+      dout[c] = 2 * (o[c] - y[c]) * scale;
+      g[off[3] + c] += dout[c];
+      for (int j = 0; j < HID; j++) g[off[2] + c * HID + j] += dout[c] * a[j];
+    }
+    for (int j = 0; j < HID; j++) {
+      da[j] = 0;
+      for (int c = 0; c < OUT; c++) da[j] += p[off[2] + c * HID + j] * dout[c];
+      const double dh = h[j] > 0 ? da[j] : 0;
+      g[off[1] + j] += dh;
+      for (int k = 0; k < IN; k++) g[off[0] + j * IN + k] += dh * x[k];
+    }
+  }
+}
+
+static bool alive(const reference *ref, int r, int64_t t) { return t < ref->left[r]; }
+
+/* Local SGD over the replicas alive at each step: a replica whose device dies in step t
+ * trains no more from t on (not even t's update), and takes part in no sync from t on;
+ * dp's warm-up steps and every sync use the mean over the replicas alive. */
+static void reference_run(reference *ref, int64_t steps) {
+  for (int r = 0; r < R; r++) memcpy(ref->p[r], init, sizeof init);
+  memcpy(ref->global, init, sizeof init);
+  memset(ref->velocity, 0, sizeof ref->velocity);
+  for (int64_t t = 0; t < steps; t++) {
+    const bool warm = t < ref->K;
+    int k = 0;
+    for (int r = 0; r < R; r++) k += alive(ref, r, t);
+    double g[R][MAXP] = {{0}}, sum[MAXP] = {0};
+    for (int r = 0; r < R; r++) {
+      if (!alive(ref, r, t)) continue;
+      uint64_t first;
+      size_t count;
+      tr_data_shard((uint64_t)t, BATCH, r, R, &first, &count);
+      /* dp: the mean over the samples of the replicas alive; local: the replica's own */
+      gradient(ref->p[r], first, count, 1.0 / ((warm ? (double)k * count : (double)count) * OUT),
+               g[r]);
+      for (size_t i = 0; i < numel; i++) sum[i] += g[r][i];
+    }
+    for (int r = 0; r < R; r++)
+      for (size_t i = 0; i < numel && alive(ref, r, t); i++)
+        ref->p[r][i] -= LR * (warm ? sum[i] : g[r][i]);
+    if (warm || (t + 1 - ref->K) % ref->H) continue;
+    double mean[MAXP] = {0};
+    for (int r = 0; r < R; r++)
+      for (size_t i = 0; i < numel && alive(ref, r, t); i++) mean[i] += ref->p[r][i];
+    for (size_t i = 0; i < numel; i++) mean[i] /= k;
+    for (size_t i = 0; i < numel && ref->outer == TR_OUTER_NESTEROV; i++) {
+      const double delta = ref->global[i] - mean[i];
+      ref->velocity[i] = ref->mu * ref->velocity[i] + delta;
+      ref->global[i] -= ref->outer_lr * (delta + ref->mu * ref->velocity[i]);
+      mean[i] = ref->global[i];
+    }
+    for (int r = 0; r < R; r++)
+      if (alive(ref, r, t)) memcpy(ref->p[r], mean, numel * sizeof *mean);
+  }
+}
+
+/* ---- runs ----------------------------------------------------------------------------------- */
+
+static char devices[256];
+
+/* Local SGD on host:3 with elastic replicas; replica r's device dies in step kill[r] (its
+ * loss backward fails from call kill[r] + 1 on; -1: it lives). */
+static tr_train_options elastic(int64_t steps, int H, int K, const int64_t kill[R]) {
+  tr_train_options o = tr_train_defaults();
+  o.spec = &tiny;
+  o.strategy = TR_STRATEGY_LOCAL;
+  int len = snprintf(devices, sizeof devices, "fault(host:%d;op=gemm,us=0", R);
+  for (int r = 0; r < R; r++)
+    if (kill[r] >= 0)
+      len += snprintf(devices + len, sizeof devices - (size_t)len, ";dev=%d,op=mse_b,from=%lld",
+                      r, (long long)kill[r] + 1);
+  snprintf(devices + len, sizeof devices - (size_t)len, ")");
+  o.devices = devices;
+  o.steps = steps;
+  o.job.data = data;
+  o.job.async.elastic = 1;
+  o.job.local.sync_every = H;
+  o.job.local.warmup_sync = K;
+  o.deterministic = 1;
+  o.watchdog_ms = 20000;
+  return o;
+}
+
+/* Replica r's tensor t in the checkpoint (the first alive replica's unprefixed), or NULL. */
+static const tr_checkpoint_tensor *find(const tr_checkpoint *ck, int r, bool first, int t) {
+  char name[64];
+  snprintf(name, sizeof name, "%s%d.%s", first ? "" : "replica", r, tr_model_tensor(model, t)->name);
+  return tr_checkpoint_find(ck, first ? tr_model_tensor(model, t)->name : name);
+}
+
+/* Runs o to its end, then checks its checkpoint: the replicas alive there, each against the
+ * reference (within 1e-5), and (`synced`: the run ended right after a sync) all of them
+ * bitwise equal. */
+static void expect(tr_train_options o, reference *ref, const int64_t kill[R], bool synced) {
+  tr_train_result res;
+  char err[1024];
+  o.job.checkpoint.path = path("elastic.safetensors");
+  if (tr_train_run(&o, &res, err, sizeof err))
+    fail_msg("local H %d K %d on %s: %s", o.job.local.sync_every, o.job.local.warmup_sync,
+             o.devices, err);
+  assert_int_equal(res.steps, o.steps);
+  ref->H = o.job.local.sync_every;
+  ref->K = o.job.local.warmup_sync;
+  ref->outer = o.job.local.outer;
+  ref->outer_lr = o.job.local.outer_lr;
+  ref->mu = o.job.local.outer_momentum;
+  int gone = 0;
+  for (int r = 0; r < R; r++) {
+    ref->left[r] = kill[r] >= 0 && kill[r] < o.steps ? kill[r] : INT64_MAX;
+    gone += ref->left[r] != INT64_MAX;
+  }
+  reference_run(ref, o.steps);
+  assert_int_equal(res.replicas_alive, R - gone);
+  tr_checkpoint *ck = NULL;
+  assert_int_equal(tr_checkpoint_open(&ck, path("elastic.safetensors"), err, sizeof err), 0);
+  int lead = -1;
+  double most = 0;
+  for (int r = 0; r < R; r++) {
+    const bool there = ref->left[r] >= o.steps;
+    if (there && lead < 0) lead = r;
+    for (int t = 0; t < 4; t++) {
+      const tr_checkpoint_tensor *c = find(ck, r, r == lead, t);
+      if (!there) { /* one that left is not in the checkpoint */
+        if (r != lead && c) fail_msg("replica %d left, yet the checkpoint holds it", r);
+        continue;
+      }
+      const tr_tensor_info *info = tr_model_tensor(model, t);
+      if (c == NULL || c->nbytes != info->numel * sizeof(float))
+        fail_msg("replica %d's tensor %s is not in the checkpoint", r, info->name);
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < info->numel; i++) {
+        const double want = ref->p[r][info->offset + i], d = element(c, i) - want;
+        diff += d * d;
+        norm += want * want;
+      }
+      const double rel = sqrt(diff / norm);
+      if (!(rel <= most)) most = isnan(rel) ? INFINITY : rel;
+      const tr_checkpoint_tensor *l = find(ck, lead, true, t);
+      if (synced && r != lead && memcmp(c->data, l->data, c->nbytes))
+        fail_msg("after the sync of step %lld, replica %d's %s differs from replica %d's",
+                 (long long)o.steps - 1, r, info->name, lead);
+    }
+  }
+  tr_checkpoint_close(ck);
+  printf("  H %d K %d %s to step %lld, killed %lld %lld %lld: %.3g from the float64 "
+         "reference%s\n", ref->H, ref->K, tr_outer_name(ref->outer), (long long)o.steps,
+         (long long)kill[0], (long long)kill[1], (long long)kill[2], most,
+         synced ? ", the replicas left bitwise equal" : "");
+  if (!(most < 1e-5)) fail_msg("elastic local SGD differs from its float64 reference by %.3g", most);
+}
+
+/* The step a seed kills at, in [1, 8]. */
+static int64_t drawn(unsigned seed) { return (int64_t)((seed * 2654435761u) >> 7) % 8 + 1; }
+
+static void one_of_three_leaves(void **state) {
+  (void)state;
+  static reference ref;
+  for (unsigned seed = 1; seed <= 4; seed++) {
+    const int victim = (int)(seed % R);
+    int64_t kill[R] = {-1, -1, -1};
+    kill[victim] = drawn(seed);
+    for (int64_t steps = 3; steps <= 9; steps += 3) /* right after each sync */
+      expect(elastic(steps, 3, 0, kill), &ref, kill, true);
+    expect(elastic(10, 3, 0, kill), &ref, kill, false); /* mid-period: they differ */
+  }
+}
+
+static void warm_up_and_diloco_average_the_replicas_left(void **state) {
+  (void)state;
+  static reference ref;
+  const int64_t in_warm_up[R] = {-1, 1, -1}, later[R] = {5, -1, -1};
+  expect(elastic(9, 3, 3, in_warm_up), &ref, in_warm_up, true);
+  tr_train_options o = elastic(9, 3, 0, later);
+  o.job.local.outer = TR_OUTER_NESTEROV;
+  o.job.local.outer_lr = 0.7f;
+  o.job.local.outer_momentum = 0.9f;
+  expect(o, &ref, later, true);
+}
+
+static void all_but_one_leave_and_it_finishes(void **state) {
+  (void)state;
+  static reference ref;
+  const int64_t kill[R] = {2, -1, 6};
+  expect(elastic(9, 3, 0, kill), &ref, kill, true);
+}
+
+static void every_replica_leaving_fails_naming_each(void **state) {
+  (void)state;
+  const int64_t kill[R] = {2, 4, 6};
+  tr_train_options o = elastic(9, 3, 0, kill);
+  tr_train_result res;
+  char err[1024];
+  assert_int_not_equal(tr_train_run(&o, &res, err, sizeof err), 0);
+  printf("  %s\n", err);
+  assert_non_null(strstr(err, "every replica left, none is left to train: replica 0 (host:0) "
+                              "at step 2, replica 1 (host:1) at step 4, replica 2 (host:2) at "
+                              "step 6"));
+}
+
+static void expect_einval(tr_train_options o, const char *field, const char *words) {
+  tr_error e;
+  tr_train_result r;
+  const int rc = tr_train_run_e(&o, &r, &e);
+  if (rc != TR_EINVAL || strcmp(e.field, field) || !strstr(e.message, words))
+    fail_msg("expected a refusal of %s (\"%s\"), got %d: [%s] %s", field, words, rc, e.field,
+             e.message);
+}
+
+static void elastic_is_refused_where_replicas_cannot_leave(void **state) {
+  (void)state;
+  const int64_t none[R] = {-1, -1, -1};
+  tr_train_options o = elastic(4, 2, 0, none);
+  o.strategy = TR_STRATEGY_DP;
+  o.job.local.sync_every = 0;
+  expect_einval(o, "async.elastic", "dp's replicas sum every step's gradients together");
+  o = elastic(4, 2, 0, none);
+  o.devices = "host:6";
+  o.job.layout.stages = 2;
+  expect_einval(o, "async.elastic", "one stage each");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(one_of_three_leaves),
+      cmocka_unit_test(warm_up_and_diloco_average_the_replicas_left),
+      cmocka_unit_test(all_but_one_leave_and_it_finishes),
+      cmocka_unit_test(every_replica_leaving_fails_naming_each),
+      cmocka_unit_test(elastic_is_refused_where_replicas_cannot_leave),
+  };
+  return cmocka_run_group_tests(tests, open_all, close_all);
+}
