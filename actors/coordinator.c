@@ -504,26 +504,17 @@ static int departed(coordinator *c) {
   return n;
 }
 
-/* Source i's replica left at step `at` (local SGD, elastic): its losses stop, the
- * checkpoints after `at` are whole without it; with none left, the run fails. */
+/* Source i's replica left at `at` (elastic.h): later losses, evaluations, checkpoints lack it */
 static int replica_left(coordinator *c, int i, int64_t at) {
   step_ctx x = {.c = c};
   const int64_t from = tr__left_add(&c->left, c->run, i, at);
   int rc = tr__loss_book_depart(&c->losses, from, on_step, &x);
-  if (rc || (rc = x.rc)) return rc;
-  if (c->left.n == c->left.replicas) {
-    char who[512];
-    tr__left_all(&c->left, c->dones, who, sizeof who);
-    return tr_actor_fail(c->self, TR_EDEVICE, "async.elastic: every replica left, none is left "
-                         "to train: %s", who);
-  }
-  const int P = tr__part_count(c->run);
-  for (int k = 0; k < PENDING; k++) {
-    pending *ck = &c->ck[k];
-    if (in_use(ck) && !ck->whole &&
-        ck->got >= tr__left_parts(&c->left, c->run, ck->step, P * c->run->c.layout.replicas))
-      ck->whole = true;
-  }
+  if (rc || (rc = x.rc) || (rc = tr__left_eval_gone(&c->left, &c->eval, i)) ||
+      (rc = tr__left_none(&c->left, c->dones, c->self)))
+    return rc;
+  for (pending *ck = c->ck; ck < c->ck + PENDING; ck++)
+    ck->whole |= in_use(ck) && ck->got >= tr__left_parts(&c->left, c->run, ck->step,
+                                         tr__part_count(c->run) * c->run->c.layout.replicas);
   return write_next(c);
 }
 
@@ -541,8 +532,8 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   } else if (msg->type == &tr__eval_type) {
     const tr__eval_msg *m = (const tr__eval_msg *)msg;
     const int i = source_of(c, m->source, true);
-    if (tr__eval_book_add(&c->eval, i / (c->run->c.layout.stages * tr__members(c->run)),
-                          &m->sums))
+    if (tr__left_eval(&c->left, &c->eval, i / (c->run->c.layout.stages * tr__members(c->run)),
+                      &m->sums))
       return tr_actor_fail(self, TR_EINVAL, "held-out sums of step %lld from source %d: "
                            "more evaluations open at once than replicas can be apart",
                            (long long)m->sums.step, i);
@@ -561,8 +552,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(c->run->g, msg->from);
     tr__figures_shift_clock(&r->fig, clock_offset(c, msg));
     c->ndone++;
-    int64_t at;
-    if (tr__left_said(r, &at)) rc = replica_left(c, i, at);
+    if (tr__left_said(r)) rc = replica_left(c, i, r->fig.pairs[0].v.i);
   } else if (msg->type == &tr__server_done_type) {
     const tr__server_done_msg *d = (const tr__server_done_msg *)msg;
     source_of(c, d->source, true);

@@ -33,6 +33,7 @@
 
 #include "graph_impl.h"
 #include "elastic.h"
+#include "evaluate.h"
 #include "stage.h"
 #include "worker.h"
 
@@ -137,13 +138,8 @@ void tr__left_heard(tr__left_book *b, const tr__loss_msg *m) {
     if (m->e[i].step > b->heard[m->source]) b->heard[m->source] = m->e[i].step;
 }
 
-bool tr__left_said(const tr__report *r, int64_t *step) {
-  for (int i = 0; i < r->fig.n && i < TR__FIGURES_PAIRS; i++)
-    if (r->fig.pairs[i].key == TR__M_REPLICA_LEFT_AT) {
-      *step = r->fig.pairs[i].v.i;
-      return true;
-    }
-  return false;
+bool tr__left_said(const tr__report *r) {
+  return r->fig.n == 1 && r->fig.pairs[0].key == TR__M_REPLICA_LEFT_AT;
 }
 
 int64_t tr__left_add(tr__left_book *b, const tr__run *run, int source, int64_t step) {
@@ -184,12 +180,15 @@ int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, t
   return to * P;
 }
 
-void tr__left_all(const tr__left_book *b, const tr__report *dones, char *out, size_t n) {
+int tr__left_none(const tr__left_book *b, const tr__report *dones, tr_actor *self) {
+  if (b->n < b->replicas) return 0;
+  char who[512];
   size_t len = 0;
-  out[0] = 0;
-  for (int r = 0; r < b->replicas && r < TR_TRAIN_MAX_DEVICES && len < n; r++)
-    len += (size_t)snprintf(out + len, n - len, "%sreplica %d (%s) at step %lld", r ? ", " : "",
-                            r, dones[r].device, (long long)b->at[r]);
+  for (int r = 0; r < b->replicas && r < TR_TRAIN_MAX_DEVICES && len < sizeof who; r++)
+    len += (size_t)snprintf(who + len, sizeof who - len, "%sreplica %d (%s) at step %lld",
+                            r ? ", " : "", r, dones[r].device, (long long)b->at[r]);
+  return tr_actor_fail(self, TR_EDEVICE, "async.elastic: every replica left, none is left to "
+                       "train: %s", who);
 }
 
 void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result *r) {
@@ -205,4 +204,37 @@ void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result
     const int64_t lost = r->steps > b->at[i] ? r->steps - b->at[i] : 0;
     r->samples -= lost * run->c.global_batch / b->replicas;
   }
+}
+
+/* An empty share of the evaluation after step `step` for each replica that left before it
+ * (it evaluates none of its held-out share), once: where the evaluation is new to the book
+ * (`replica` < 0: for every one that left), or for `replica` alone where it is pending. */
+static int empty_shares(const tr__left_book *b, tr__eval_book *e, int64_t step, int replica) {
+  bool pending = false;
+  for (int i = 0; i < TR__EVAL_PENDING; i++) pending |= e->got[i] && e->pending[i].step == step;
+  if (pending == (replica < 0)) return 0;
+  for (int r = 0; r < b->replicas && r < TR_TRAIN_MAX_DEVICES; r++) {
+    if ((replica >= 0 && r != replica) || b->at[r] < 0 || step <= b->at[r]) continue;
+    const tr__eval_sums none = {.step = step};
+    int rc = tr__eval_book_add(e, r, &none);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int tr__left_eval(const tr__left_book *b, tr__eval_book *e, int replica, const tr__eval_sums *s) {
+  int rc = b->n ? empty_shares(b, e, s->step, -1) : 0;
+  return rc ? rc : tr__eval_book_add(e, replica, s);
+}
+
+int tr__left_eval_gone(const tr__left_book *b, tr__eval_book *e, int replica) {
+  int64_t steps[TR__EVAL_PENDING];
+  int n = 0;
+  for (int i = 0; i < TR__EVAL_PENDING; i++)
+    if (e->got[i]) steps[n++] = e->pending[i].step;
+  for (int i = 0; i < n; i++) {
+    int rc = empty_shares(b, e, steps[i], replica);
+    if (rc) return rc;
+  }
+  return 0;
 }

@@ -33,8 +33,8 @@ typedef struct tr__left_book {
 void tr__left_init(tr__left_book *b, const tr__run *run);
 /* A chunk of losses from `source`. */
 void tr__left_heard(tr__left_book *b, const tr__loss_msg *m);
-/* Whether a done message's report says its replica left, and at which step. */
-bool tr__left_said(const tr__report *r, int64_t *step);
+/* Whether a done message's report says its replica left: its one pair, the step. */
+bool tr__left_said(const tr__report *r);
 /* Source `source`'s replica left at `step`: the first step it sent no loss of. */
 int64_t tr__left_add(tr__left_book *b, const tr__run *run, int source, int64_t step);
 /* The parts the checkpoint of `step` waits for (`all`: with no replica gone). */
@@ -43,8 +43,19 @@ int tr__left_parts(const tr__left_book *b, const tr__run *run, int64_t step, int
  * first, in replica order; how many there are. */
 int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, tr__part *parts,
                      int nparts);
-/* Every replica left: the message naming each ("replica 0 (host:0) at step 3, ..."). */
-void tr__left_all(const tr__left_book *b, const tr__report *dones, char *out, size_t n);
+/* Every replica left: the coordinator `self` fails, naming each ("replica 0 (host:0) at step
+ * 3, ..."); else 0. */
+int tr__left_none(const tr__left_book *b, const tr__report *dones, tr_actor *self);
+/* The held-out evaluation (evaluate.h): each replica evaluates its share of the samples,
+ * and one that left evaluates none after the step it left at, so the evaluations after it
+ * are over the others' shares (an empty share stands for its own). The sums of `replica`,
+ * an evaluation's empty shares first if it is new; on a departure, the evaluations pending
+ * get the empty share of `replica`. 0, or tr__eval_book_add's status. */
+struct tr__eval_book;
+struct tr__eval_sums;
+int tr__left_eval(const tr__left_book *b, struct tr__eval_book *e, int replica,
+                  const struct tr__eval_sums *s);
+int tr__left_eval_gone(const tr__left_book *b, struct tr__eval_book *e, int replica);
 /* The figures: replicas_alive, replicas_left, the samples trained. */
 void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result *r);
 

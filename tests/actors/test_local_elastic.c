@@ -5,8 +5,9 @@
  * each seed: the run finishes, every replica still there holds the same bits right after a
  * sync, and the parameters match a float64 reference of "average over the replicas alive"
  * (plain averaging, after dp's warm-up steps, and DiLoCo's outer step) within the tolerance
- * of test_local.c. All but one leaving finishes; all leaving fails naming each; dp refuses
- * elastic, and so do local runs whose replicas are pipelines.
+ * of test_local.c. All but one leaving finishes; all leaving fails naming each; a held-out
+ * evaluation is over the shares of the replicas left; dp refuses elastic, and so do local
+ * runs whose replicas are pipelines.
  *
  * The parameters are read from the checkpoint a run writes at its end: the replicas alive
  * at its step, the first of them unprefixed, the others under "replica<r>." (elastic.h). A
@@ -323,6 +324,75 @@ static void every_replica_leaving_fails_naming_each(void **state) {
                               "step 6"));
 }
 
+/* Held-out samples: the training's waves further on, 12 rows (4 a replica). */
+static int fill_held(void *arg, uint64_t first, size_t count, void *x, void *y) {
+  return fill(arg, first + 100000, count, x, y);
+}
+
+/* The reference's MSE of replica r's parameters on the held-out shares of the replicas
+ * alive after step `step`, and how many samples they hold. */
+static double held_out_loss(const reference *ref, int64_t step, int lead, int *samples) {
+  double total = 0;
+  float x[IN], y[OUT];
+  *samples = 0;
+  for (int r = 0; r < R; r++) {
+    uint64_t first;
+    size_t count;
+    tr_data_shard(0, 12, r, R, &first, &count);
+    for (size_t i = first; i < first + count && step <= ref->left[r]; i++, ++*samples) {
+      fill_held(NULL, (uint64_t)i, 1, x, y);
+      const double *p = ref->p[lead];
+      double a[HID];
+      for (int j = 0; j < HID; j++) {
+        double h = p[off[1] + j];
+        for (int k = 0; k < IN; k++) h += p[off[0] + j * IN + k] * x[k];
+        a[j] = h > 0 ? h : 0;
+      }
+      for (int c = 0; c < OUT; c++) {
+        double o = p[off[3] + c];
+        for (int j = 0; j < HID; j++) o += p[off[2] + c * HID + j] * a[j];
+        total += (o - y[c]) * (o - y[c]) / OUT;
+      }
+    }
+  }
+  return total / *samples;
+}
+
+/* Held-out evaluation after a sync: each replica still there evaluates its share with the
+ * synced parameters; the one that left evaluates none, and the evaluation waits for it no
+ * more (the last one, after step 9, is over the others' 8 samples). */
+static void evaluation_is_over_the_replicas_left(void **state) {
+  (void)state;
+  static reference ref;
+  tr_data *held = NULL;
+  char err[1024];
+  const tr_data_callback cb = {.name = "held", .x_bytes = IN * sizeof(float),
+                               .y_bytes = OUT * sizeof(float), .fill = fill_held, .rows = 12};
+  assert_int_equal(tr_data_open_callback(&held, &cb, err, sizeof err), 0);
+  const int64_t kill[R] = {-1, 4, -1};
+  tr_train_options o = elastic(9, 3, 0, kill);
+  o.job.eval = (tr_eval_config){.data = held, .every = 3};
+  tr_train_result res;
+  const int rc = tr_train_run(&o, &res, err, sizeof err);
+  tr_data_close(held);
+  if (rc) fail_msg("%s", err);
+  ref.H = 3, ref.K = 0, ref.outer = TR_OUTER_AVERAGE;
+  for (int r = 0; r < R; r++) ref.left[r] = kill[r] >= 0 ? kill[r] : INT64_MAX;
+  reference_run(&ref, 9);
+  int samples;
+  const double want = held_out_loss(&ref, 9, 0, &samples);
+  printf("  held-out loss %.9g of %lld samples after step %lld (%d evaluations), the "
+         "reference's %.9g of %d\n", res.eval_loss, (long long)res.eval_samples,
+         (long long)res.eval_step, res.eval_count, want, samples);
+  assert_int_equal(res.eval_step, 9);
+  assert_int_equal(res.eval_count, 3);
+  assert_int_equal(res.eval_samples, samples);
+  assert_int_equal(samples, 8);
+  if (!(fabs(res.eval_loss - want) <= 1e-5 * want))
+    fail_msg("held-out loss %.9g, the synced model's on the shares left is %.9g", res.eval_loss,
+             want);
+}
+
 static void expect_einval(tr_train_options o, const char *field, const char *words) {
   tr_error e;
   tr_train_result r;
@@ -351,6 +421,7 @@ int main(void) {
       cmocka_unit_test(warm_up_and_diloco_average_the_replicas_left),
       cmocka_unit_test(all_but_one_leave_and_it_finishes),
       cmocka_unit_test(every_replica_leaving_fails_naming_each),
+      cmocka_unit_test(evaluation_is_over_the_replicas_left),
       cmocka_unit_test(elastic_is_refused_where_replicas_cannot_leave),
   };
   return cmocka_run_group_tests(tests, open_all, close_all);
