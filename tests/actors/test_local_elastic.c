@@ -27,6 +27,7 @@
 #define SCRATCH_NAME "local_elastic"
 #include "scratch.h"
 
+#include "../runtime/test_util.h"
 #include "compare.h"
 #include "specs.h"
 
@@ -184,6 +185,7 @@ static void reference_run(reference *ref, int64_t steps) {
 /* ---- runs ----------------------------------------------------------------------------------- */
 
 static char devices[256];
+static int jitter_dev, jitter_us; /* one device's gemms slowed: the replicas' timing varied */
 
 /* Local SGD on host:3 with elastic replicas; replica r's device dies in step kill[r] (its
  * loss backward fails from call kill[r] + 1 on; -1: it lives). */
@@ -191,7 +193,8 @@ static tr_train_options elastic(int64_t steps, int H, int K, const int64_t kill[
   tr_train_options o = tr_train_defaults();
   o.spec = &tiny;
   o.strategy = TR_STRATEGY_LOCAL;
-  int len = snprintf(devices, sizeof devices, "fault(host:%d;op=gemm,us=0", R);
+  int len = snprintf(devices, sizeof devices, "fault(host:%d;dev=%d,op=gemm,us=%d", R,
+                     jitter_dev, jitter_us);
   for (int r = 0; r < R; r++)
     if (kill[r] >= 0)
       len += snprintf(devices + len, sizeof devices - (size_t)len, ";dev=%d,op=mse_b,from=%lld",
@@ -279,10 +282,15 @@ static void expect(tr_train_options o, reference *ref, const int64_t kill[R], bo
 /* The step a seed kills at, in [1, 8]. */
 static int64_t drawn(unsigned seed) { return (int64_t)((seed * 2654435761u) >> 7) % 8 + 1; }
 
+/* The stress suite (TR_TEST_SCALE > 1) draws more seeds, each with one device's steps slowed
+ * by up to 300 µs, so that leaves and buckets come in other orders. */
 static void one_of_three_leaves(void **state) {
   (void)state;
   static reference ref;
-  for (unsigned seed = 1; seed <= 4; seed++) {
+  const unsigned seeds = (unsigned)test_scaled(4);
+  for (unsigned seed = 1; seed <= seeds; seed++) {
+    jitter_dev = (int)(seed / R % R);
+    jitter_us = seeds > 4 ? (int)(seed * 7919 % 300) : 0;
     const int victim = (int)(seed % R);
     int64_t kill[R] = {-1, -1, -1};
     kill[victim] = drawn(seed);
@@ -416,6 +424,8 @@ static void elastic_is_refused_where_replicas_cannot_leave(void **state) {
 }
 
 int main(void) {
+  const struct CMUnitTest stress[] = {cmocka_unit_test(one_of_three_leaves)};
+  if (test_scaled(4) > 4) return cmocka_run_group_tests(stress, open_all, close_all);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(one_of_three_leaves),
       cmocka_unit_test(warm_up_and_diloco_average_the_replicas_left),
