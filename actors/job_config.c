@@ -338,6 +338,11 @@ static int check_local(const tr_job_config *c, char *err, size_t n) {
                      "whole, one stage each; this job has " TR__F("layout.stages") " %d (a "
                      "pipeline's other stages would wait for the one that left)",
                      c->layout.stages);
+  if (c->async.elastic && c->allreduce == TR_ALLREDUCE_NCCL)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("async.elastic") ": a replica cannot leave a "
+                     "group that sums through NCCL (" TR__F("allreduce") " nccl: every member "
+                     "joins each collective); give peer or auto (elastic local SGD sums with "
+                     "peer)");
   return 0;
 }
 
@@ -371,6 +376,9 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("on_nonfinite") " %d: not stop or skip", (int)c->on_nonfinite);
   if ((rc = check_zero(c, err, n)) || (rc = check_local(c, err, n))) return rc;
+  /* elastic local SGD: its groups sum with peer, which a member can leave (group.h) */
+  if (c->async.elastic && c->local.sync_every > 0 && c->allreduce == TR_ALLREDUCE_AUTO)
+    c->allreduce = TR_ALLREDUCE_PEER;
   if (c->layout.stages > 1 && c->layout.schedule == TR_SCHEDULE_ZB1 &&
       c->precision.gemm != TR_PRECISION_FP32)
     return tr_errorf(err, n, TR_EINVAL,

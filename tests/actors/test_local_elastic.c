@@ -7,7 +7,7 @@
  * (plain averaging, after dp's warm-up steps, and DiLoCo's outer step) within the tolerance
  * of test_local.c. All but one leaving finishes; all leaving fails naming each; a held-out
  * evaluation is over the shares of the replicas left; dp refuses elastic, and so do local
- * runs whose replicas are pipelines.
+ * runs whose replicas are pipelines or sum through NCCL.
  *
  * The parameters are read from the checkpoint a run writes at its end: the replicas alive
  * at its step, the first of them unprefixed, the others under "replica<r>." (elastic.h). A
@@ -421,6 +421,23 @@ static void elastic_is_refused_where_replicas_cannot_leave(void **state) {
   o.devices = "host:6";
   o.job.layout.stages = 2;
   expect_einval(o, "async.elastic", "one stage each");
+  /* NCCL, whose collectives every member joins (refused by the job's configuration, which
+   * a run on host devices does not reach: they have no NCCL) */
+  tr_job_config c = tr_job_defaults();
+  c.model = model, c.data = data, c.layout.replicas = R, c.local.sync_every = 2;
+  c.async.elastic = 1, c.allreduce = TR_ALLREDUCE_NCCL;
+  tr_graph *g = NULL;
+  tr_job *j = NULL;
+  char err[512] = "";
+  assert_int_equal(tr_graph_new(&g, NULL), 0);
+  assert_int_equal(tr_job_new(&j, g, &c, err, sizeof err), TR_EINVAL);
+  if (!strstr(err, "async.elastic: a replica cannot leave a group that sums through NCCL"))
+    fail_msg("local + elastic + allreduce nccl: %s", err);
+  tr_graph_free(g);
+  c.allreduce = TR_ALLREDUCE_AUTO; /* auto: peer, which a member can leave */
+  tr_error e;
+  assert_int_equal(tr_job_check(&c, &e), 0);
+  assert_int_equal(c.allreduce, TR_ALLREDUCE_PEER);
 }
 
 int main(void) {
