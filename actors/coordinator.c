@@ -446,10 +446,10 @@ static void record_result(coordinator *c) {
   /* the steps every stage ran; async: the server's updates, each one worker's push */
   if (jc->async.enabled) r->window_steps = tr__reduced_int(red, TR__M_WINDOW_PUSHES);
   r->samples = (r->steps - r->first_step) * jc->global_batch;
-  tr__left_result(&c->left, c->run, r); /* replicas that left: the samples they did not train */
   r->seconds = window / 1e9;
   r->steps_per_s = window > 0 ? (double)r->window_steps / r->seconds : NAN;
   r->samples_per_s = r->steps_per_s * jc->global_batch;
+  tr__left_result(&c->left, c->run, r); /* replicas that left: the samples they did not train */
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++)
     r->utilization[i] = window > 0 ? (double)red->device[i][TR__M_BUSY_NS].i / window : NAN;
   if (P > 1)

@@ -196,14 +196,18 @@ void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result
   r->replicas_alive = b->replicas - b->n;
   size_t len = 0;
   r->replicas_left[0] = 0;
+  const int64_t whole = r->samples;
   for (int i = 0; i < b->replicas && i < TR_TRAIN_MAX_DEVICES; i++) {
-    if (b->at[i] < 0 || len >= sizeof r->replicas_left) continue;
-    len += (size_t)snprintf(r->replicas_left + len, sizeof r->replicas_left - len, "%s%d@%lld",
-                            len ? "," : "", i, (long long)b->at[i]);
+    if (b->at[i] < 0) continue;
+    if (len < sizeof r->replicas_left)
+      len += (size_t)snprintf(r->replicas_left + len, sizeof r->replicas_left - len,
+                              "%s%d@%lld", len ? "," : "", i, (long long)b->at[i]);
     /* its share of the steps from the one it left at on was not trained */
-    const int64_t lost = r->steps > b->at[i] ? r->steps - b->at[i] : 0;
-    r->samples -= lost * run->c.global_batch / b->replicas;
+    const int64_t from = b->at[i] > r->first_step ? b->at[i] : r->first_step;
+    r->samples -= (r->steps > from ? r->steps - from : 0) * run->c.global_batch / b->replicas;
   }
+  /* the rate of samples trained (the figures derived from it follow) */
+  if (whole > 0) r->samples_per_s *= (double)r->samples / (double)whole;
 }
 
 /* An empty share of the evaluation after step `step` for each replica that left before it
