@@ -139,7 +139,14 @@ void tr__left_heard(tr__left_book *b, const tr__loss_msg *m) {
 }
 
 bool tr__left_said(const tr__report *r) {
-  return r->fig.n == 1 && r->fig.pairs[0].key == TR__M_REPLICA_LEFT_AT;
+  return r->fig.n == 2 && r->fig.pairs[0].key == TR__M_REPLICA_LEFT_AT &&
+         r->fig.pairs[1].key == TR__M_REPLICA_LEFT_WHY;
+}
+
+/* Why replica r left, as its done message said ("" if it did not). */
+static const char *why_of(const tr__report *r) {
+  const int64_t at = tr__left_said(r) ? r->fig.pairs[1].v.i : -1;
+  return at >= 0 && at < TR__FIGURES_TEXT ? r->fig.text + at : "";
 }
 
 int64_t tr__left_add(tr__left_book *b, const tr__run *run, int source, int64_t step) {
@@ -182,11 +189,12 @@ int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, t
 
 int tr__left_none(const tr__left_book *b, const tr__report *dones, tr_actor *self) {
   if (b->n < b->replicas) return 0;
-  char who[512];
+  char who[1024];
   size_t len = 0;
   for (int r = 0; r < b->replicas && r < TR_TRAIN_MAX_DEVICES && len < sizeof who; r++)
-    len += (size_t)snprintf(who + len, sizeof who - len, "%sreplica %d (%s) at step %lld",
-                            r ? ", " : "", r, dones[r].device, (long long)b->at[r]);
+    len += (size_t)snprintf(who + len, sizeof who - len, "%sreplica %d (%s) at step %lld: %s",
+                            r ? "; " : "", r, dones[r].device, (long long)b->at[r],
+                            why_of(&dones[r]));
   return tr_actor_fail(self, TR_EDEVICE, "async.elastic: every replica left, none is left to "
                        "train: %s", who);
 }

@@ -4,7 +4,8 @@
  * checkpoint parts a step's checkpoint waits for, the parts laid out for the writer, and the
  * figures (replicas_alive, replicas_left, the samples trained).
  *
- * A replica that left sends a done message whose figures hold TR__M_REPLICA_LEFT_AT alone,
+ * A replica that left sends a done message whose figures hold TR__M_REPLICA_LEFT_AT and
+ * TR__M_REPLICA_LEFT_WHY alone,
  * on its report edge behind its losses and parts (FIFO): every loss it sent has come, and
  * the steps after the last of them are the others' (tr__loss_book_depart). It sent its part
  * of each checkpoint up to the step it left at (the step it was training), none after.
@@ -33,7 +34,8 @@ typedef struct tr__left_book {
 void tr__left_init(tr__left_book *b, const tr__run *run);
 /* A chunk of losses from `source`. */
 void tr__left_heard(tr__left_book *b, const tr__loss_msg *m);
-/* Whether a done message's report says its replica left: its one pair, the step. */
+/* Whether a done message's report says its replica left: its two pairs, the step (the
+ * first's value) and why. */
 bool tr__left_said(const tr__report *r);
 /* Source `source`'s replica left at `step`: the first step it sent no loss of. */
 int64_t tr__left_add(tr__left_book *b, const tr__run *run, int source, int64_t step);
@@ -44,7 +46,7 @@ int tr__left_parts(const tr__left_book *b, const tr__run *run, int64_t step, int
 int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, tr__part *parts,
                      int nparts);
 /* Every replica left: the coordinator `self` fails, naming each ("replica 0 (host:0) at step
- * 3, ..."); else 0. */
+ * 3: why; ..."); else 0. */
 int tr__left_none(const tr__left_book *b, const tr__report *dones, tr_actor *self);
 /* The held-out evaluation (evaluate.h): each replica evaluates its share of the samples,
  * and one that left evaluates none after the step it left at, so the evaluations after it

@@ -279,8 +279,8 @@ static tr_edge *report_edge(const local_policy *p) {
 }
 
 /* The coordinator hears it left, once a credit of the report edge is free: a done message
- * whose figures hold only the step (it counts the replica out of the steps after its last
- * loss, the checkpoints after that step, and the run's end). */
+ * whose figures hold only the step and why (it counts the replica out of the steps after its
+ * last loss, the evaluations and checkpoints after that step, and the run's end). */
 static void tell(local_policy *p) {
   tr_edge *e = report_edge(p);
   if (p->told || e == NULL || !tr_edge_acquire(e)) return;
@@ -289,6 +289,9 @@ static void tell(local_policy *p) {
   d->source = tr__stage_index(p->ctx.run, p->ctx.replica, 0, p->ctx.stage);
   snprintf(d->report.device, sizeof d->report.device, "%s", tr_device_name(p->ctx.dev));
   tr__figures_int(&d->report.fig, TR__M_REPLICA_LEFT_AT, p->step);
+  char why[200]; /* the figures' text holds it */
+  snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, p->why);
+  tr__figures_text(&d->report.fig, TR__M_REPLICA_LEFT_WHY, why);
   tr_edge_send(e, d);
   p->told = true;
 }

@@ -224,7 +224,8 @@ typedef enum tr__json {
     tr__metric_replicas_alive, NULL)                                                               \
   X(REPLICAS_LEFT, "replicas_left", "", SETTING, RUN, TEXT, TR__AT(replicas_left), NAME,           \
     tr__metric_replicas_left, "replicas left (replica@step): %s")                                  \
-  X(REPLICA_LEFT_AT, "replica_left_at", "step", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)
+  X(REPLICA_LEFT_AT, "replica_left_at", "step", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL) \
+  X(REPLICA_LEFT_WHY, "replica_left_why", "", FIRST, MEASURE, TEXT, TR__NOWHERE, NONE, NULL, NULL)
 
 typedef enum tr__metric_id {
 #define TR__METRIC_ENUM(id, ...) TR__M_##id,
