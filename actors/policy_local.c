@@ -285,7 +285,7 @@ static void tell(local_policy *p) {
   tr_edge *e = report_edge(p);
   if (p->told || e == NULL || !tr_edge_acquire(e)) return;
   tr__done_msg *d = tr_msg_new(&tr__done_type);
-  d->report = (tr__report){0}; /* its figures: this pair alone */
+  d->report = (tr__report){0}; /* its figures: these two pairs alone */
   d->source = tr__stage_index(p->ctx.run, p->ctx.replica, 0, p->ctx.stage);
   snprintf(d->report.device, sizeof d->report.device, "%s", tr_device_name(p->ctx.dev));
   tr__figures_int(&d->report.fig, TR__M_REPLICA_LEFT_AT, p->step);

@@ -88,7 +88,7 @@ typedef struct tr__policy_ops {
    * it was sending), and the failure stands — the policy may have failed the actor saying
    * why, which the stage's failure then is. */
   int (*depart)(void *p, const char *why);
-  /* After depart, once it left (NULL before): the run it left. */
+  /* The run it left, once depart succeeded; NULL while it takes part. */
   const tr__run *(*departed)(const void *p);
   /* After depart: a message that came (NULL: a batch, which the stage holds). TR__LEFT_*
    * flags: whether the batches held go back now, and whether the run is over for it. */
