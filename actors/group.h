@@ -126,10 +126,11 @@ int64_t tr__group_sent_bytes(const tr__group *g);
  *
  *   rc = tr__group_leave(g, why, sizeof why);    // 0: gone; then, for every message after:
  *   tr__group_left_receive(g, msg);              // its credit back, nothing else
- *   k = tr__group_alive(g, step);                // the members taking part in step */
+ *   k = n - tr__group_gone(g, step);             // the members taking part in step (n: the
+ *                                                // group's, across processes too) */
 int tr__group_leave(tr__group *g, char *why, size_t n);
 void tr__group_left_receive(tr__group *g, const tr_msg *msg);
-int tr__group_alive(const tr__group *g, int64_t step); /* NULL: 1 */
+int tr__group_gone(const tr__group *g, int64_t step); /* NULL: 0 */
 
 /* The group's stream has run everything (the end of the run). */
 int tr__group_sync(tr__group *g);

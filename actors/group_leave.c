@@ -58,7 +58,7 @@ void tr__group_left_receive(tr__group *g, const tr_msg *msg) {
   if (m->member != g->me) tr_edge_release(g->in[m->member], 1);
 }
 
-int tr__group_alive(const tr__group *g, int64_t step) {
-  return g ? tr__group_members_in(g, step, NULL) : 1;
+int tr__group_gone(const tr__group *g, int64_t step) {
+  return g ? g->n - tr__group_members_in(g, step, NULL) : 0;
 }
 

@@ -67,6 +67,12 @@ static bool syncs_after(const local_policy *p, int64_t step) {
 
 static tr_stage *stage_of(const local_policy *p) { return p->ctx.chunks[0]; }
 
+/* The replicas taking part in step `step`'s sums: every one but those that left (a group
+ * across processes holds this process's members, and none of them leaves: group.h). */
+static int alive(const local_policy *p, int64_t step) {
+  return p->replicas - tr__group_gone(p->group, step);
+}
+
 static int fail(const local_policy *p, const char *what) {
   return tr_actor_fail(p->ctx.self, TR_EDEVICE, "local SGD: %s on %s: %s", what,
                        tr_device_name(p->ctx.dev), tr_device_error(p->ctx.dev));
@@ -175,7 +181,7 @@ static int outer_step(local_policy *p, int64_t step) {
   if (p->group) {
     mean = tr_stage_grads(st);
     if (read_divergence(p) ||
-        tr_scale(s, mean, 1.0f / (float)tr__group_alive(p->group, step), n) ||
+        tr_scale(s, mean, 1.0f / (float)alive(p, step), n) ||
         tr_axpy(s, params, -1.0f, mean, n) || /* θ_r − mean, θ_r no longer needed */
         tr_sumsq(s, p->sums, params, n, 0) || tr_sumsq(s, p->sums + 1, mean, n, 0) ||
         tr_memcpy(s, p->host, p->sums, 2 * sizeof(float), TR_COPY_D2H) ||
@@ -231,9 +237,9 @@ static int update(void *state, int64_t step, int64_t run_step) {
   if (p->phase == REDUCE) {
     if (warm(p, step) && p->group) {
       if ((rc = tr__group_wait(p->group, step, p->ctx.s)) != TR__DONE) return rc;
-      const int alive = tr__group_alive(p->group, step); /* their mean, when one left */
-      if (alive < p->replicas && tr_scale(p->ctx.s, tr_stage_grads(stage_of(p)),
-                                          (float)p->replicas / (float)alive, p->numel))
+      const int k = alive(p, step); /* their mean, when one left */
+      if (k < p->replicas && tr_scale(p->ctx.s, tr_stage_grads(stage_of(p)),
+                                      (float)p->replicas / (float)k, p->numel))
         return fail(p, "scaling the gradients");
     }
     p->phase = UPDATE;
