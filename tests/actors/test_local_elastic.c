@@ -5,9 +5,11 @@
  * each seed: the run finishes, every replica still there holds the same bits right after a
  * sync, and the parameters match a float64 reference of "average over the replicas alive"
  * (plain averaging, after dp's warm-up steps, and DiLoCo's outer step) within the tolerance
- * of test_local.c. All but one leaving finishes; all leaving fails naming each; a held-out
- * evaluation is over the shares of the replicas left; dp refuses elastic, and so do local
- * runs whose replicas are pipelines or sum through NCCL.
+ * of test_local.c, and so do the last step's loss (the mean of those left) and the samples
+ * trained. A checkpoint after a departure resumes, the replica that left starting from the
+ * first one's parameters. All but one leaving finishes; all leaving fails naming each; a
+ * held-out evaluation is over the shares of the replicas left; dp refuses elastic, and so do
+ * local runs whose replicas are pipelines or sum through NCCL.
  *
  * The parameters are read from the checkpoint a run writes at its end: the replicas alive
  * at its step, the first of them unprefixed, the others under "replica<r>." (elastic.h). A
@@ -108,11 +110,13 @@ typedef struct reference {
   double outer_lr, mu;
   int64_t left[R]; /* the step replica r's device died in (INT64_MAX: it did not) */
   double p[R][MAXP], global[MAXP], velocity[MAXP];
+  double loss; /* the last step's: the mean over the replicas alive of their samples' MSE */
 } reference;
 
 /* Adds to g the gradient of sum over samples [first, first + count) of ||f(x) − y||² ×
- * scale, at parameters p. */
-static void gradient(const double *p, uint64_t first, size_t count, double scale, double *g) {
+ * scale, at parameters p; the samples' MSE summed. */
+static double gradient(const double *p, uint64_t first, size_t count, double scale, double *g) {
+  double mse = 0;
   float x[IN], y[OUT];
   for (size_t s = 0; s < count; s++) {
     fill(NULL, first + s, 1, x, y);
@@ -126,6 +130,7 @@ static void gradient(const double *p, uint64_t first, size_t count, double scale
       o[c] = p[off[3] + c];
       for (int j = 0; j < HID; j++) o[c] += p[off[2] + c * HID + j] * a[j];
       dout[c] = 2 * (o[c] - y[c]) * scale;
+      mse += (o[c] - y[c]) * (o[c] - y[c]) / OUT;
       g[off[3] + c] += dout[c];
       for (int j = 0; j < HID; j++) g[off[2] + c * HID + j] += dout[c] * a[j];
     }
@@ -137,6 +142,7 @@ static void gradient(const double *p, uint64_t first, size_t count, double scale
       for (int k = 0; k < IN; k++) g[off[0] + j * IN + k] += dh * x[k];
     }
   }
+  return mse;
 }
 
 static bool alive(const reference *ref, int r, int64_t t) { return t < ref->left[r]; }
@@ -144,23 +150,22 @@ static bool alive(const reference *ref, int r, int64_t t) { return t < ref->left
 /* Local SGD over the replicas alive at each step: a replica whose device dies in step t
  * trains no more from t on (not even t's update), and takes part in no sync from t on;
  * dp's warm-up steps and every sync use the mean over the replicas alive. */
-static void reference_run(reference *ref, int64_t steps) {
-  for (int r = 0; r < R; r++) memcpy(ref->p[r], init, sizeof init);
-  memcpy(ref->global, init, sizeof init);
-  memset(ref->velocity, 0, sizeof ref->velocity);
-  for (int64_t t = 0; t < steps; t++) {
+static void reference_steps(reference *ref, int64_t from, int64_t steps) {
+  for (int64_t t = from; t < steps; t++) {
     const bool warm = t < ref->K;
     int k = 0;
     for (int r = 0; r < R; r++) k += alive(ref, r, t);
     double g[R][MAXP] = {{0}}, sum[MAXP] = {0};
+    ref->loss = 0;
     for (int r = 0; r < R; r++) {
       if (!alive(ref, r, t)) continue;
       uint64_t first;
       size_t count;
       tr_data_shard((uint64_t)t, BATCH, r, R, &first, &count);
       /* dp: the mean over the samples of the replicas alive; local: the replica's own */
-      gradient(ref->p[r], first, count, 1.0 / ((warm ? (double)k * count : (double)count) * OUT),
-               g[r]);
+      ref->loss += gradient(ref->p[r], first, count,
+                            1.0 / ((warm ? (double)k * count : (double)count) * OUT), g[r]) /
+                   ((double)k * count);
       for (size_t i = 0; i < numel; i++) sum[i] += g[r][i];
     }
     for (int r = 0; r < R; r++)
@@ -180,6 +185,13 @@ static void reference_run(reference *ref, int64_t steps) {
     for (int r = 0; r < R; r++)
       if (alive(ref, r, t)) memcpy(ref->p[r], mean, numel * sizeof *mean);
   }
+}
+
+static void reference_run(reference *ref, int64_t steps) {
+  for (int r = 0; r < R; r++) memcpy(ref->p[r], init, sizeof init);
+  memcpy(ref->global, init, sizeof init);
+  memset(ref->velocity, 0, sizeof ref->velocity);
+  reference_steps(ref, 0, steps);
 }
 
 /* ---- runs ----------------------------------------------------------------------------------- */
@@ -213,9 +225,58 @@ static tr_train_options elastic(int64_t steps, int H, int K, const int64_t kill[
 
 /* Replica r's tensor t in the checkpoint (the first alive replica's unprefixed), or NULL. */
 static const tr_checkpoint_tensor *find(const tr_checkpoint *ck, int r, bool first, int t) {
+  const char *tensor = tr_model_tensor(model, t)->name;
   char name[64];
-  snprintf(name, sizeof name, "%s%d.%s", first ? "" : "replica", r, tr_model_tensor(model, t)->name);
-  return tr_checkpoint_find(ck, first ? tr_model_tensor(model, t)->name : name);
+  snprintf(name, sizeof name, "replica%d.%s", r, tensor);
+  return tr_checkpoint_find(ck, first ? tensor : name);
+}
+
+/* The samples the replicas that left did not train: their share of each step from theirs. */
+static int64_t lost_samples(const reference *ref, int64_t steps) {
+  int64_t lost = 0;
+  for (int r = 0; r < R; r++)
+    if (ref->left[r] < steps) lost += (steps - ref->left[r]) * (BATCH / R);
+  return lost;
+}
+
+/* The checkpoint `file` of a run to `steps` against the reference: the largest relative
+ * difference of a replica's tensor (the replicas alive there; one that left is not in it),
+ * and (`synced`: the run ended right after a sync) every one bitwise the first's. */
+static double from_reference(const char *file, const reference *ref, int64_t steps,
+                             bool synced) {
+  char err[512];
+  tr_checkpoint *ck = NULL;
+  assert_int_equal(tr_checkpoint_open(&ck, file, err, sizeof err), 0);
+  int lead = -1;
+  double most = 0;
+  for (int r = 0; r < R; r++) {
+    const bool there = ref->left[r] >= steps;
+    if (there && lead < 0) lead = r;
+    for (int t = 0; t < 4; t++) {
+      const tr_checkpoint_tensor *c = find(ck, r, r == lead, t);
+      if (!there) { /* one that left is not in the checkpoint */
+        if (r != lead && c) fail_msg("replica %d left, yet the checkpoint holds it", r);
+        continue;
+      }
+      const tr_tensor_info *info = tr_model_tensor(model, t);
+      if (c == NULL || c->nbytes != info->numel * sizeof(float))
+        fail_msg("replica %d's tensor %s is not in the checkpoint", r, info->name);
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < info->numel; i++) {
+        const double want = ref->p[r][info->offset + i], d = element(c, i) - want;
+        diff += d * d;
+        norm += want * want;
+      }
+      const double rel = sqrt(diff / norm);
+      if (!(rel <= most)) most = isnan(rel) ? INFINITY : rel;
+      const tr_checkpoint_tensor *l = find(ck, lead, true, t);
+      if (synced && r != lead && memcmp(c->data, l->data, c->nbytes))
+        fail_msg("after the sync of step %lld, replica %d's %s differs from replica %d's",
+                 (long long)steps - 1, r, info->name, lead);
+    }
+  }
+  tr_checkpoint_close(ck);
+  return most;
 }
 
 /* Runs o to its end, then checks its checkpoint: the replicas alive there, each against the
@@ -241,42 +302,17 @@ static void expect(tr_train_options o, reference *ref, const int64_t kill[R], bo
   }
   reference_run(ref, o.steps);
   assert_int_equal(res.replicas_alive, R - gone);
-  tr_checkpoint *ck = NULL;
-  assert_int_equal(tr_checkpoint_open(&ck, path("elastic.safetensors"), err, sizeof err), 0);
-  int lead = -1;
-  double most = 0;
-  for (int r = 0; r < R; r++) {
-    const bool there = ref->left[r] >= o.steps;
-    if (there && lead < 0) lead = r;
-    for (int t = 0; t < 4; t++) {
-      const tr_checkpoint_tensor *c = find(ck, r, r == lead, t);
-      if (!there) { /* one that left is not in the checkpoint */
-        if (r != lead && c) fail_msg("replica %d left, yet the checkpoint holds it", r);
-        continue;
-      }
-      const tr_tensor_info *info = tr_model_tensor(model, t);
-      if (c == NULL || c->nbytes != info->numel * sizeof(float))
-        fail_msg("replica %d's tensor %s is not in the checkpoint", r, info->name);
-      double diff = 0, norm = 0;
-      for (size_t i = 0; i < info->numel; i++) {
-        const double want = ref->p[r][info->offset + i], d = element(c, i) - want;
-        diff += d * d;
-        norm += want * want;
-      }
-      const double rel = sqrt(diff / norm);
-      if (!(rel <= most)) most = isnan(rel) ? INFINITY : rel;
-      const tr_checkpoint_tensor *l = find(ck, lead, true, t);
-      if (synced && r != lead && memcmp(c->data, l->data, c->nbytes))
-        fail_msg("after the sync of step %lld, replica %d's %s differs from replica %d's",
-                 (long long)o.steps - 1, r, info->name, lead);
-    }
-  }
-  tr_checkpoint_close(ck);
+  /* the last step's loss: the replicas alive's mean (the final loss of a run this short) */
+  if (!(fabs(res.final_loss - ref->loss) <= 1e-5 * ref->loss))
+    fail_msg("final loss %.9g, but the replicas alive's mean is %.9g", res.final_loss, ref->loss);
+  assert_int_equal(res.samples, o.steps * BATCH - lost_samples(ref, o.steps));
+  const double most = from_reference(path("elastic.safetensors"), ref, o.steps, synced);
   printf("  H %d K %d %s to step %lld, killed %lld %lld %lld: %.3g from the float64 "
          "reference%s\n", ref->H, ref->K, tr_outer_name(ref->outer), (long long)o.steps,
          (long long)kill[0], (long long)kill[1], (long long)kill[2], most,
          synced ? ", the replicas left bitwise equal" : "");
-  if (!(most < 1e-5)) fail_msg("elastic local SGD differs from its float64 reference by %.3g", most);
+  if (!(most < 1e-5))
+    fail_msg("elastic local SGD differs from its float64 reference by %.3g", most);
 }
 
 /* The step a seed kills at, in [1, 8]. */
@@ -317,6 +353,30 @@ static void all_but_one_leave_and_it_finishes(void **state) {
   static reference ref;
   const int64_t kill[R] = {2, -1, 6};
   expect(elastic(9, 3, 0, kill), &ref, kill, true);
+}
+
+/* A checkpoint written after replica 1 left (mid-period, at step 7: the replicas differ)
+ * holds replicas 0 and 2; resumed on three healthy devices, replica 1 starts from the
+ * first's parameters (elastic.h), and the run is the reference's from there. */
+static void a_checkpoint_after_a_departure_resumes(void **state) {
+  (void)state;
+  static reference ref;
+  const int64_t kill[R] = {-1, 2, -1}, none[R] = {-1, -1, -1};
+  expect(elastic(7, 3, 0, kill), &ref, kill, false);
+  tr_train_options o = elastic(12, 3, 0, none);
+  o.job.checkpoint.resume = path("elastic.safetensors");
+  o.job.checkpoint.path = path("resumed.safetensors");
+  tr_train_result res;
+  char err[1024];
+  if (tr_train_run(&o, &res, err, sizeof err)) fail_msg("resumed: %s", err);
+  assert_int_equal(res.first_step, 7);
+  assert_int_equal(res.steps, 12);
+  memcpy(ref.p[1], ref.p[0], sizeof ref.p[1]);
+  ref.left[1] = INT64_MAX;
+  reference_steps(&ref, 7, 12);
+  const double d = from_reference(path("resumed.safetensors"), &ref, 12, false);
+  printf("  resumed at step 7 to 12, replica 1 from replica 0's: %.3g from the reference\n", d);
+  if (!(d < 1e-5)) fail_msg("the resumed run differs from its float64 reference by %.3g", d);
 }
 
 static void every_replica_leaving_fails_naming_each(void **state) {
@@ -450,6 +510,7 @@ int main(void) {
       cmocka_unit_test(one_of_three_leaves),
       cmocka_unit_test(warm_up_and_diloco_average_the_replicas_left),
       cmocka_unit_test(all_but_one_leave_and_it_finishes),
+      cmocka_unit_test(a_checkpoint_after_a_departure_resumes),
       cmocka_unit_test(every_replica_leaving_fails_naming_each),
       cmocka_unit_test(evaluation_is_over_the_replicas_left),
       cmocka_unit_test(elastic_is_refused_where_replicas_cannot_leave),
