@@ -226,7 +226,7 @@ static tr_train_options elastic(int64_t steps, int H, int K, const int64_t kill[
 /* Replica r's tensor t in the checkpoint (the first alive replica's unprefixed), or NULL. */
 static const tr_checkpoint_tensor *find(const tr_checkpoint *ck, int r, bool first, int t) {
   const char *tensor = tr_model_tensor(model, t)->name;
-  char name[64];
+  char name[96];
   snprintf(name, sizeof name, "replica%d.%s", r, tensor);
   return tr_checkpoint_find(ck, first ? tensor : name);
 }
