@@ -30,6 +30,7 @@
  * server hears that each of its workers there has left, as they would have said.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "graph_impl.h"
 #include "elastic.h"
@@ -173,7 +174,7 @@ int tr__left_parts(const tr__left_book *b, const tr__run *run, int64_t step, int
 
 int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, tr__part *parts,
                      int nparts) {
-  if (b->n == 0 || run->c.local.sync_every <= 0) return nparts;
+  if (!run->c.async.elastic || run->c.local.sync_every <= 0) return nparts;
   const int P = nparts / b->replicas;
   int to = 0;
   for (int r = 0; r < b->replicas; r++) {
@@ -183,6 +184,11 @@ int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, t
       parts[r * P + s] = (tr__part){0};
     }
     to++;
+  }
+  for (int i = P; i < nparts; i++) { /* DiLoCo's outer state, every replica's alike: one */
+    free(parts[i].extra);
+    parts[i].extra = NULL;
+    parts[i].extra_copies = 0;
   }
   return to * P;
 }

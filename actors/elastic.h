@@ -14,8 +14,8 @@
  * them as the model's parameters (unprefixed), the others under "replica<r>."; a resume
  * gives a replica the checkpoint does not hold (one that left) those first parameters, as
  * it gives every replica replica 0's after a checkpoint taken at a sync. DiLoCo's outer
- * state is replica 0's part's: after replica 0 left, a checkpoint holds none, and a resume
- * starts it again from the parameters.
+ * state, the same on every replica, comes with every replica's part in an elastic run (one
+ * may leave), and the checkpoint keeps the first's.
  */
 #ifndef TR_ELASTIC_H
 #define TR_ELASTIC_H
@@ -41,8 +41,9 @@ bool tr__left_said(const tr__report *r);
 int64_t tr__left_add(tr__left_book *b, const tr__run *run, int source, int64_t step);
 /* The parts the checkpoint of `step` waits for (`all`: with no replica gone). */
 int tr__left_parts(const tr__left_book *b, const tr__run *run, int64_t step, int all);
-/* The parts of a local SGD checkpoint moved so that those of the replicas it holds come
- * first, in replica order; how many there are. */
+/* The parts of an elastic local SGD checkpoint moved so that those of the replicas it holds
+ * come first, in replica order, the outer state kept with the first alone; how many there
+ * are. */
 int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, tr__part *parts,
                      int nparts);
 /* Every replica left: the coordinator `self` fails, naming each ("replica 0 (host:0) at step

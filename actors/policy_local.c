@@ -383,7 +383,8 @@ static int part(void *state, tr__part *part) {
     if (!(part->params = malloc(n * sizeof *part->params))) return no_memory(p, n);
     if (tr_stage_download(st, TR_STAGE_PARAMS, part->params)) return fail(p, "copying a part");
   }
-  if (p->global && p->ctx.replica == 0) {
+  /* elastic: every replica's (replica 0 may leave); the coordinator keeps the first's */
+  if (p->global && (p->ctx.replica == 0 || p->ctx.run->c.async.elastic)) {
     if (!(part->extra = malloc(2 * n * sizeof *part->extra))) return no_memory(p, 2 * n);
     part->extra_copies = 2;
     snprintf(part->extra_names[0], sizeof part->extra_names[0], "outer.global");

@@ -346,6 +346,22 @@ static void warm_up_and_diloco_average_the_replicas_left(void **state) {
   o.job.local.outer_lr = 0.7f;
   o.job.local.outer_momentum = 0.9f;
   expect(o, &ref, later, true);
+  /* replica 0 left: the outer state is still in the checkpoint, once (replica 1's), and after
+   * the sync of step 8 the global parameters are every replica's */
+  tr_checkpoint *ck = NULL;
+  char err[512];
+  assert_int_equal(tr_checkpoint_open(&ck, path("elastic.safetensors"), err, sizeof err), 0);
+  for (int t = 0; t < 4; t++) {
+    char name[96];
+    snprintf(name, sizeof name, "outer.global.%s", tr_model_tensor(model, t)->name);
+    const tr_checkpoint_tensor *g = tr_checkpoint_find(ck, name), *p = find(ck, 1, true, t);
+    snprintf(name, sizeof name, "outer.velocity.%s", tr_model_tensor(model, t)->name);
+    assert_non_null(g);
+    assert_non_null(tr_checkpoint_find(ck, name));
+    assert_int_equal(g->nbytes, p->nbytes);
+    assert_memory_equal(g->data, p->data, p->nbytes);
+  }
+  tr_checkpoint_close(ck);
 }
 
 static void all_but_one_leave_and_it_finishes(void **state) {
