@@ -42,18 +42,6 @@ static const tr__policy *policy_of(tr_actor *self) {
   return tr__stage_policy(tr_actor_state(self));
 }
 
-/* The stage failed with `rc`: its policy leaves, saying why. Non-zero: it cannot, and the
- * failure stands. */
-static int depart(tr_actor *self, int rc) {
-  const tr__policy *p = policy_of(self);
-  if (p->ops == NULL || p->ops->depart == NULL) return rc;
-  const tr_device *dev = tr__stage_device(tr_actor_state(self));
-  char why[256];
-  if (rc == TR_EDEVICE) snprintf(why, sizeof why, "%s", tr_device_error(dev));
-  else snprintf(why, sizeof why, "%s", tr_strerror(rc));
-  return p->ops->depart(p->state, why) ? rc : 0;
-}
-
 /* What the policy said of what came (TR__LEFT_*): the batches back, and once the run is
  * over for it and they are (a policy whose steps are not the run's: its loader's end among
  * them), its part is done. */
@@ -65,10 +53,21 @@ static void after(tr_actor *self, const tr__policy *p, const tr__run *run, int f
   if (!atomic_load(&m->done)) tr_graph_done(run->g, self);
 }
 
-static int elastic_start(tr_actor *self) {
-  const int rc = tr__stage_behaviour.start(self);
-  return rc ? depart(self, rc) : 0;
+/* The stage failed with `rc`: its policy leaves, saying why, and what it holds may go back
+ * at once. Non-zero: it cannot, and the failure stands. */
+static int depart(tr_actor *self, int rc) {
+  const tr__policy *p = policy_of(self);
+  if (rc == 0 || p->ops == NULL || p->ops->depart == NULL) return rc;
+  const tr_device *dev = tr__stage_device(tr_actor_state(self));
+  char why[256];
+  if (rc == TR_EDEVICE) snprintf(why, sizeof why, "%s", tr_device_error(dev));
+  else snprintf(why, sizeof why, "%s", tr_strerror(rc));
+  if (p->ops->depart(p->state, why)) return rc;
+  after(self, p, p->ops->departed(p->state), p->ops->left(p->state, NULL));
+  return 0;
 }
+
+static int elastic_start(tr_actor *self) { return depart(self, tr__stage_behaviour.start(self)); }
 
 static int elastic_receive(tr_actor *self, tr_msg *msg) {
   const tr__policy *p = policy_of(self);
@@ -82,11 +81,7 @@ static int elastic_receive(tr_actor *self, tr_msg *msg) {
     after(self, p, run, p->ops->left(p->state, batch ? NULL : msg));
     return 0;
   }
-  int rc = tr__stage_behaviour.receive(self, msg);
-  if (rc == 0 || (rc = depart(self, rc))) return rc;
-  /* it left: what it holds may go back at once */
-  after(self, p, p->ops->departed(p->state), p->ops->left(p->state, NULL));
-  return 0;
+  return depart(self, tr__stage_behaviour.receive(self, msg));
 }
 
 static void elastic_stop(tr_actor *self) { tr__stage_behaviour.stop(self); }
