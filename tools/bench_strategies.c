@@ -183,8 +183,7 @@ static const cli_table table = {
         "staleness 2, DC-ASGD with lambda 0.04, and --elastic with the last worker's device\n"
         "dying at its 10th step) give updates/s against the one-worker async row and the\n"
         "staleness of the updates (mean / max). The local row is local SGD averaging every\n"
-        "8 steps, local elastic the same with the last replica's device dying at its 10th\n"
-        "step (--elastic). The last column is the bytes every device (and the async server) sent per\n"
+        "8 steps. The last column is the bytes every device (and the async server) sent per\n"
         "step together, all collectives and edges (comm_bytes_per_step). On host devices it\n"
         "also measures the BLAS's own scaling on the model's layers. troupe bench <what>\n"
         "--help describes the other benchmarks.\n"};
@@ -271,12 +270,6 @@ int bench_strategies(int argc, char **argv) {
   }
   if (n > 1) /* local SGD: a replica per device, parameters averaged every 8 steps */
     ROW("local", o->strategy = TR_STRATEGY_LOCAL, o->job.local.sync_every = 8);
-  char local_elastic[256];
-  if (n > 1 && op[0] && /* elastic: the last replica's device dies at its 10th step */
-      snprintf(local_elastic, sizeof local_elastic, "fault(%s;dev=%d,op=%s,from=10)", devices,
-               n - 1, op) < (int)sizeof local_elastic)
-    ROW("local elastic", o->strategy = TR_STRATEGY_LOCAL, o->job.local.sync_every = 8,
-        o->job.async.elastic = 1, o->devices = local_elastic);
 #undef ROW
   for (int i = 0; i < nrows; i++) {
     fprintf(stderr, "troupe: bench: %s ...\n", rows[i].label);
