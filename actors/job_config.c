@@ -119,6 +119,10 @@ static int check_tensor(const tr_job_config *c, int pieces, char *err, size_t n)
   tr_model *member; /* every member splits alike: the first says what does not divide */
   char why[400];
   const int rc = tr_model_shard(c->model, 0, T, &member, why, sizeof why);
+  /* strategy tp chose T (the devices), not the user: the message says where it came from */
+  if (rc && c->strategy && strcmp(c->strategy, "tp") == 0)
+    return tr_errorf(err, n, rc, TR__F("strategy") " tp: one tensor group of the %d devices: "
+                     "model '%s' across %d members: %s", T, tr_model_name(c->model), T, why);
   if (rc)
     return tr_errorf(err, n, rc, TR__F("layout.tensor") " %d: model '%s' across %d members: %s",
                      T, tr_model_name(c->model), T, why);
@@ -128,6 +132,9 @@ static int check_tensor(const tr_job_config *c, int pieces, char *err, size_t n)
 
 static int check_layout(const tr_job_config *c, int layers, char *err, size_t n) {
   const tr_layout_config *l = &c->layout;
+  if (l->automatic)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("layout.automatic") ": a job is wired for the "
+                     "layout it is given; tr_train_run chooses one (troupe train --layout auto)");
   const int R = l->replicas, P = l->stages, M = l->microbatches;
   if (R < 1 || P < 1 || M < 1 || R * P > TR_TRAIN_MAX_DEVICES || P > TR__MAX_STAGES)
     return tr_errorf(err, n, TR_EINVAL,

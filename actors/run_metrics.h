@@ -48,7 +48,8 @@ typedef enum tr__scope {
   TR__SCOPE_DEVICE, /* every run, one value per device */
   TR__SCOPE_ASYNC,  /* asynchronous runs only */
   TR__SCOPE_RANKS,  /* runs whose pipeline edges crossed processes */
-  TR__SCOPE_MEASURE /* a measure figures are derived from: not in the result's JSON */
+  TR__SCOPE_MEASURE, /* a measure figures are derived from: not in the result's JSON */
+  TR__SCOPE_PREDICTED /* runs troupe plan predicted (tr_train_result.predicted) */
 } tr__scope;
 
 typedef enum tr__type { TR__INT, TR__REAL, TR__TEXT } tr__type;
@@ -108,7 +109,7 @@ typedef enum tr__json {
   X(STEPS_PER_S, "steps_per_s", "steps/s", DERIVED, RUN, REAL, TR__AT(steps_per_s), VALUE, NULL,   \
     "%.0f steps/s")                                                                                \
   X(INITIAL_LOSS, "initial_loss", "", DERIVED, RUN, REAL, TR__AT(initial_loss), VALUE, NULL,       \
-    "loss %.4g")                                                                                   \
+    "initial loss %.4g")                                                                           \
   X(FINAL_LOSS, "final_loss", "", DERIVED, RUN, REAL, TR__AT(final_loss), VALUE, NULL,             \
     "final loss %.4g")                                                                             \
   X(UTILIZATION, "utilization", "fraction", DERIVED, DEVICE, REAL, TR__EACH(utilization), REAL4,   \
@@ -225,7 +226,21 @@ typedef enum tr__json {
   X(REPLICAS_LEFT, "replicas_left", "", SETTING, RUN, TEXT, TR__AT(replicas_left), NAME,           \
     tr__metric_replicas_left, "replicas left (replica@step): %s")                                  \
   X(REPLICA_LEFT_AT, "replica_left_at", "step", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL) \
-  X(REPLICA_LEFT_WHY, "replica_left_why", "", FIRST, MEASURE, TEXT, TR__NOWHERE, NONE, NULL, NULL)
+  X(REPLICA_LEFT_WHY, "replica_left_why", "", FIRST, MEASURE, TEXT, TR__NOWHERE, NONE, NULL, NULL) \
+  X(LAYOUT_CHOICE, "layout_choice", "", SETTING, RUN, TEXT, TR__AT(layout_choice), NAME,           \
+    tr__metric_layout_choice, "%s")                                                                \
+  X(PREDICTED_SAMPLES_PER_S, "predicted.samples_per_s", "samples/s", SETTING, PREDICTED, REAL,     \
+    TR__AT(predicted.samples_per_s), REAL6, NULL, NULL)                                            \
+  X(PREDICTED_STEP_SECONDS, "predicted.step_seconds", "s", SETTING, PREDICTED, REAL,               \
+    TR__AT(predicted.step_seconds), REAL6, NULL, NULL)                                             \
+  X(PREDICTED_ERROR, "predicted.error", "fraction", DERIVED, PREDICTED, REAL,                      \
+    TR__AT(predicted.error), REAL4, NULL, NULL)                                                    \
+  X(PREDICTED_PEAK, "predicted.peak_activation_bytes", "bytes", SETTING, DEVICE, INT,              \
+    TR__EACH(predicted.peak_activation_bytes), VALUE, NULL, NULL)                                  \
+  X(PREDICTED_PEAK_ERROR, "predicted.peak_activation_error", "fraction", DERIVED, PREDICTED, REAL, \
+    TR__AT(predicted.peak_error), REAL4, NULL, NULL)                                               \
+  X(PREDICTION_OFF, "prediction_off", "%", DERIVED, PREDICTED, REAL, TR__NOWHERE, NONE,            \
+    tr__metric_prediction_off, "troupe plan %+.0f%% off")
 
 typedef enum tr__metric_id {
 #define TR__METRIC_ENUM(id, ...) TR__M_##id,
@@ -313,6 +328,11 @@ const char *tr__metric_data_on(const tr_train_result *r);
 const char *tr__metric_graphs(const tr_train_result *r);
 const char *tr__metric_signal(const tr_train_result *r);
 double tr__metric_sgemm(const tr_train_result *r);
+/* The prediction's error of samples/s in percent where it is over 10% (the summary says so),
+ * else NaN. */
+double tr__metric_prediction_off(const tr_train_result *r);
+/* layout.automatic's choice, or NULL (JSON null). */
+const char *tr__metric_layout_choice(const tr_train_result *r);
 double tr__metric_hardware_fraction(const tr_train_result *r);
 /* The held-out evaluation's step (NaN: none ran, and --json's "eval" is null). */
 double tr__metric_eval_step(const tr_train_result *r);

@@ -67,12 +67,22 @@ const char *tr__metric_replicas_left(const tr_train_result *r) {
   return r->replicas_left[0] ? r->replicas_left : NULL;
 }
 
+const char *tr__metric_layout_choice(const tr_train_result *r) {
+  return r->layout_choice[0] ? r->layout_choice : NULL;
+}
+
+double tr__metric_prediction_off(const tr_train_result *r) {
+  const double e = r->predicted.error;
+  return r->predicted.samples_per_s > 0 && fabs(e) > 0.10 ? 100 * e : NAN;
+}
+
 /* ---- reading a row ------------------------------------------------------------------------- */
 
 /* Whether the row applies to this run at all (outside its scope: null). */
 static bool applies(const tr_train_result *r, const tr__metric *m) {
   if (m->scope == TR__SCOPE_ASYNC) return !strcmp(r->strategy, "async");
   if (m->scope == TR__SCOPE_RANKS) return r->edges_nccl + r->edges_mpi != 0;
+  if (m->scope == TR__SCOPE_PREDICTED) return r->predicted.samples_per_s > 0;
   return true;
 }
 

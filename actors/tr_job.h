@@ -250,6 +250,15 @@ typedef struct tr_train_result {
    * failed while it trained step 37); "" when none left (JSON null) */
   int replicas_alive;
   char replicas_left[128];
+  /* troupe plan's prediction of this run (tr_plan.h: tr_plan_predict of its options, made
+   * before it ran), and how far it was: error = predicted / measured − 1 (samples/s), and
+   * the activations' peak of the device where it was furthest off. Synchronous strategies
+   * in one process; samples_per_s 0 where there is none (JSON null). */
+  char layout_choice[192]; /* layout.automatic: the layout chosen and why ("" otherwise) */
+  struct {
+    double samples_per_s, step_seconds, error, peak_error;
+    int64_t peak_activation_bytes[TR_TRAIN_MAX_DEVICES];
+  } predicted;
 } tr_train_result;
 
 /* How the global batch is laid out on the devices. */
@@ -274,6 +283,11 @@ typedef struct tr_layout_config {
                               member t of stage s+1, the replica groups join member t of each
                               replica, and member 0 of a last stage reports the losses. Not
                               with async.enabled */
+  int automatic;           /* tr_train_run: run the layout troupe plan ranks best for the
+                              model on the devices (tr_plan.h), which sets the strategy and
+                              every field above (give none of them); the result's
+                              layout_choice says which and why. tr_job_new refuses it: a job
+                              is wired for the layout it is given */
 } tr_layout_config;
 
 /* Asynchronous training: `layout.replicas` workers (one stage each, whole global batches)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "planner.h"
 #include "job_config.h"
 #include "job_impl.h"
 #include "train_agree.h"
@@ -63,10 +64,11 @@ static int open_server(tr__train_run *rn, const tr_train_options *o, char *err, 
   return rc;
 }
 
-/* Pipeline stages balanced by what each layer costs on the device, timed before the run:
- * FLOPs miss what is not a GEMM (activations, norms, attention's softmax) and what small
- * GEMMs lose. Where measuring fails, tr_job_new balances by FLOPs instead. Across processes
- * rank 0 measures on its first device and every rank takes its cut. */
+/* Pipeline stages balanced by what each layer costs on the device, timed once and kept in
+ * the file of costs (planner.h: the cut a prediction of the run makes too): FLOPs miss what is
+ * not a GEMM (activations, norms, attention's softmax) and what small GEMMs lose. Where
+ * measuring fails, tr_job_new balances by FLOPs instead. Across processes rank 0 measures on
+ * its first device and every rank takes its cut. */
 static int measured_cuts(tr__train_run *rn, tr_world *w) {
   tr_job_config *c = &rn->jc;
   const int L = tr_model_layer_count(rn->model);
@@ -76,13 +78,8 @@ static int measured_cuts(tr__train_run *rn, tr_world *w) {
   const int batch = global / parts;
   if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
     return 0; /* not a layout: tr_job_new says why (on every rank alike) */
-  tr_device *dev = tr_device_list_at(rn->devices, 0);
   int cut[TR__MAX_STAGES + 2] = {0}; /* cut[0]: measured; the cuts after */
-  double *cost = malloc((size_t)L * sizeof *cost);
-  cut[0] = cost && !tr_device_is_placeholder(dev) &&
-           tr_model_measure_layers(rn->model, dev, batch, 5, cost, NULL, 0) == 0 &&
-           tr_model_balance_costs(rn->model, cost, P, cut + 1) == 0;
-  free(cost);
+  cut[0] = tr__costs_cut(rn->model, tr_device_list_at(rn->devices, 0), P, batch, cut + 1);
   if (tr_world_size(w) > 1) {
     int *all = malloc(sizeof cut * (size_t)tr_world_size(w));
     if (all == NULL || tr_world_allgather(w, cut, sizeof cut, all)) {
@@ -401,6 +398,16 @@ static void local_settings(tr_train_result *r, const tr_job_config *c) {
   snprintf(r->outer, sizeof r->outer, "%s", tr_outer_name(c->local.outer));
 }
 
+/* The result of a run that ended in order: the job's figures, local SGD's settings, how far
+ * troupe plan's prediction was, and the layout chosen for it. */
+static void settle(tr_job *j, tr_train_result *r, const tr__train_run *rn,
+                   const tr_plan_prediction *predicted, const char *choice) {
+  tr_job_result(j, r);
+  local_settings(r, &rn->jc);
+  tr__plan_result(predicted, r);
+  snprintf(r->layout_choice, sizeof r->layout_choice, "%s", choice);
+}
+
 /* The run, its refusals' messages with their fields marked (job_config.h). */
 static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                       size_t err_size) {
@@ -412,8 +419,18 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   tr__result_init(r, o->spec ? o->spec->name : o->model ? o->model : "?",
                   tr_strategy_name(o->strategy));
   tr_signals_hold(); /* till the graph runs: a signal ends start-up, saying so */
-  int rc = prepare(&rn, o, err, err_size);
+  tr_train_options chosen; /* layout.automatic: the plan's best layout (planner.h) */
+  char choice[sizeof r->layout_choice] = "";
+  int rc = 0;
+  if (o->job.layout.automatic) {
+    rc = tr__plan_choose(o, &chosen, choice, sizeof choice, err, err_size);
+    if (rc) goto out;
+    o = &chosen;
+  }
+  rc = prepare(&rn, o, err, err_size);
   if (rc) goto out;
+  tr_plan_prediction predicted; /* troupe plan's, to say how far it was (planner.h) */
+  tr__plan_run(o, &predicted);
   tr_system_config sc = {.name = "train",
                          .handle_signals = 1,
                          .trace = o->trace != NULL,
@@ -444,8 +461,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   tr__checkpoint_mark(&mark, rn.jc.checkpoint.path); /* to tell this run's checkpoint */
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
-    tr_job_result(j, r);
-    local_settings(r, &rn.jc);
+    settle(j, r, &rn, &predicted, choice);
     r->signal = tr_graph_signal(g);
     const char *ck = rn.jc.checkpoint.path;
     snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
@@ -459,8 +475,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
       tr__checkpoint_lost(rn.jc.checkpoint.path, &mark, err, err_size);
     goto out;
   } else {
-    tr_job_result(j, r);
-    local_settings(r, &rn.jc);
+    settle(j, r, &rn, &predicted, choice);
     /* a run that "succeeds" without a loss to show has not (every step skipped, or none) */
     if (tr_world_rank(o->world) == 0 && !isfinite(r->final_loss)) {
       rc = TR_ENONFINITE;

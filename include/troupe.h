@@ -19,7 +19,8 @@
  *   tr_loss.h     losses as tables: the built-in ones, and your own
  *   tr_data.h     the workloads' data: synthetic generators and byte files
  *   tr_train.h    training runs: a model, a strategy, devices, and the run's figures
- *   tr_schedule.h pipeline schedules (GPipe, 1F1B) as per-stage action lists
+ *   tr_schedule.h pipeline schedules (GPipe, 1F1B, interleaved, ZB-H1) as per-stage action lists
+ *   tr_plan.h     a layout's step predicted from costs, through the schedules' own lists
  *   tr_graph.h    training graphs: actors, typed edges that carry credits, steps, the end
  *   tr_job.h      the built-in training actors (loader, stage, coordinator) and their edges
  */
@@ -40,6 +41,7 @@
 #include "tr_model.h"
 #include "tr_optim.h"
 #include "tr_msg.h"
+#include "tr_plan.h"
 #include "tr_schedule.h"
 #include "tr_stage.h"
 #include "tr_system.h"

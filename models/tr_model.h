@@ -124,6 +124,21 @@ TR_API int tr_model_balance_costs(const tr_model *m, const double *cost, int par
 TR_API int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps, double *cost,
                             char *err, size_t err_size);
 
+/* Each pass of a layer, in seconds for a micro-batch (tr_model_measure_passes). */
+typedef struct tr_layer_times {
+  double forward;
+  double backward;        /* both halves at once (tr_stage_backward) */
+  double backward_input;  /* the input's gradient (tr_stage_backward_input) */
+  double backward_weight; /* the weights' gradient (tr_stage_backward_weight) */
+} tr_layer_times;
+
+/* As tr_model_measure_layers, each pass timed on its own (each synchronised): times[layer]
+ * for the prediction of a step (tr_plan.h), whose zero-bubble schedules run the backward in
+ * its two halves. The layers open as tr_stage_defaults says (fp32), with room for the
+ * halves (tr_stage_config.split). */
+TR_API int tr_model_measure_passes(const tr_model *m, tr_device *d, int batch, int reps,
+                                   tr_layer_times *times, char *err, size_t err_size);
+
 /* ---- tensor parallelism (tr_layer_type.h) ----------------------------------------------- */
 
 /* Member `part` of a tensor group of `parts`: a model of the same layers, each split as its

@@ -20,7 +20,25 @@ typedef struct row {
   tr_train_result r;
   int rc;
   char err[256];
+  bool predicted;       /* p holds troupe plan's prediction of the row (tr_plan_predict) */
+  tr_plan_prediction p;
 } row;
+
+/* The prediction's error against the run: samples/s, and the activations' peak of the
+ * device where it is furthest off (NaN where there is none). */
+static double rate_error(const row *x) {
+  return x->predicted && !x->rc ? x->p.samples_per_s / x->r.samples_per_s - 1 : NAN;
+}
+static double memory_error(const row *x) {
+  if (!x->predicted || x->rc) return NAN;
+  double worst = 0;
+  for (int i = 0; i < x->p.devices && i < x->r.ndevices; i++) {
+    const double m = (double)x->r.peak_activation_bytes[i];
+    const double e = m > 0 ? fabs((double)x->p.peak_activation_bytes[i] / m - 1) : 0;
+    if (e > worst) worst = e;
+  }
+  return worst;
+}
 
 /* ---- the BLAS reference: a Linear layer's three GEMMs, per thread its own weights ----- */
 
@@ -94,6 +112,20 @@ static double state_per_replica(const tr_train_result *r) {
   return (double)most;
 }
 
+/* The medians of the predictions' absolute errors over the rows predicted; how many. */
+static int predictor_errors(const row *rows, int n, double *rate, double *memory) {
+  double r[TR_PLAN_MAX_LAYOUTS + 1], m[TR_PLAN_MAX_LAYOUTS + 1];
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (isfinite(rate_error(&rows[i]))) {
+      r[k] = fabs(rate_error(&rows[i]));
+      m[k++] = memory_error(&rows[i]);
+    }
+  *rate = cli_median(r, k);
+  *memory = cli_median(m, k);
+  return k;
+}
+
 /* `base`: single's samples/s; `async1`: the one-worker async row's updates/s, the reference
  * of the async rows (what a second worker adds, apart from what the server costs). */
 static void print_row(bool md, const row *x, double base, double async1) {
@@ -111,30 +143,23 @@ static void print_row(bool md, const row *x, double base, double async1) {
     snprintf(vs1, sizeof vs1, "%.2f×", r->steps_per_s / async1);
     snprintf(stale, sizeof stale, "%.2f / %.0f", r->staleness_mean, r->staleness_max);
   }
+  char predicted[32] = "-";
+  if (x->predicted)
+    snprintf(predicted, sizeof predicted, "%.0f (%+.0f%%)", x->p.samples_per_s, 100 * rate_error(x));
   if (md)
-    printf("| %-15s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %9.1f | %7s | %3.0f%% | %-13s | "
-           "%-10s | %11.2g | %.4g | %9.1f | %8.3g |\n",
+    printf("| %-15s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %-14s | %9.1f | %7s | %3.0f%% | "
+           "%-13s | %-10s | %11.2g | %.4g | %9.1f | %8.3g |\n",
            x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
-           r->samples_per_s / base, r->steps_per_s, vs1, 100 * mean_utilization(r), bubble,
-           stale, r->consistency, r->final_loss, state_per_replica(r) / (1 << 20),
+           r->samples_per_s / base, predicted, r->steps_per_s, vs1, 100 * mean_utilization(r),
+           bubble, stale, r->consistency, r->final_loss, state_per_replica(r) / (1 << 20),
            r->comm_bytes_per_step / (1 << 20));
   else
-    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g,%.0f,%.0f\n", x->label,
-           r->devices, r->microbatches, r->seconds, r->samples_per_s, r->samples_per_s / base,
-           r->steps_per_s, async ? r->steps_per_s / async1 : NAN, mean_utilization(r),
-           r->bubble_fraction, r->bubble_theory, async ? r->staleness_mean : NAN,
-           async ? r->staleness_max : NAN, r->consistency, r->final_loss, state_per_replica(r),
-           r->comm_bytes_per_step);
-}
-
-/* The model's layers, or 0 when it has no such name (its row then says why). */
-static int layers_of(const char *model) {
-  tr_model *m;
-  char err[256];
-  if (tr_model_named(&m, model, err, sizeof err)) return 0;
-  const int n = tr_model_layer_count(m);
-  tr_model_free(m);
-  return n;
+    printf("%s,%s,%d,%.4f,%.1f,%.4f,%.1f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g,%.0f,%.0f\n",
+           x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
+           r->samples_per_s / base, x->predicted ? x->p.samples_per_s : NAN, r->steps_per_s,
+           async ? r->steps_per_s / async1 : NAN, mean_utilization(r), r->bubble_fraction,
+           r->bubble_theory, async ? r->staleness_mean : NAN, async ? r->staleness_max : NAN,
+           r->consistency, r->final_loss, state_per_replica(r), r->comm_bytes_per_step);
 }
 
 /* The name of the model's loss backward op ("mse_backward"), which an async worker runs once a
@@ -185,7 +210,10 @@ static const cli_table table = {
         "staleness of the updates (mean / max). The local row is local SGD averaging every\n"
         "8 steps. The last column is the bytes every device (and the async server) sent per\n"
         "step together, all collectives and edges (comm_bytes_per_step). On host devices it\n"
-        "also measures the BLAS's own scaling on the model's layers. troupe bench <what>\n"
+        "also measures the BLAS's own scaling on the model's layers. Beside each synchronous\n"
+        "row is what troupe plan predicted of it (samples/s, and its error against the\n"
+        "measured), and after the table the predictor's median error over them.\n"
+        "troupe bench <what>\n"
         "--help describes the other benchmarks.\n"};
 
 int bench_strategies(int argc, char **argv) {
@@ -204,73 +232,44 @@ int bench_strategies(int argc, char **argv) {
   const bool host = tr_device_info_of(tr_device_list_at(list, 0))->kind == TR_DEVICE_HOST;
   tr_device_list_close(list);
 
-  row rows[24];
-  int nrows = 0;
-  tr_train_options base = tr_train_defaults();
-  base.model = model;
-  base.devices = devices;
-  base.steps = 0;
-  base.seconds = seconds;
-#define ROW(lbl, ...)                                                          \
-  do {                                                                         \
-    rows[nrows] = (row){.o = base};                                            \
-    snprintf(rows[nrows].label, sizeof rows[nrows].label, "%s", lbl);          \
-    tr_train_options *o = &rows[nrows++].o;                                    \
-    __VA_ARGS__;                                                               \
-    (void)o;                                                                   \
-  } while (0)
-  ROW("single", o->strategy = TR_STRATEGY_SINGLE);
-  if (n > 1) {
-    ROW("dp", o->strategy = TR_STRATEGY_DP);
-    ROW("dp --zero 1", o->strategy = TR_STRATEGY_DP, o->job.zero = 1);
-    ROW("mp", o->strategy = TR_STRATEGY_MP);
-    ROW("pipeline gpipe", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_GPIPE,
-        o->job.layout.microbatches = 8);
-    ROW("pipeline 1f1b", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_1F1B,
-        o->job.layout.microbatches = 8);
-    if (layers_of(model) >= 2 * n) /* a piece of the cut for each of 2 chunks per device */
-      ROW("pipeline interleaved", o->strategy = TR_STRATEGY_PIPELINE,
-          o->job.layout.schedule = TR_SCHEDULE_INTERLEAVED, o->job.layout.chunks = 2,
-          o->job.layout.microbatches = 8);
-    ROW("pipeline zb1", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_ZB1,
-        o->job.layout.microbatches = 8);
-    ROW("1f1b recompute", o->strategy = TR_STRATEGY_PIPELINE, o->job.layout.schedule = TR_SCHEDULE_1F1B,
-        o->job.layout.microbatches = 8, o->job.memory.recompute = 1);
+  /* the strategy table (tr_plan_layouts: what troupe plan predicts), and the elastic row */
+  row rows[TR_PLAN_MAX_LAYOUTS + 1];
+  tr_plan_layout *layouts = calloc(TR_PLAN_MAX_LAYOUTS, sizeof *layouts);
+  int nlayouts = 0;
+  if (layouts == NULL ||
+      tr_plan_layouts(model, devices, layouts, TR_PLAN_MAX_LAYOUTS, &nlayouts, err, sizeof err)) {
+    fprintf(stderr, "troupe: %s: %s\n", cli_flag(&table, "model"), layouts ? err : "out of memory");
+    free(layouts);
+    return layouts ? CLI_USAGE : CLI_FAIL;
   }
-  if (n >= 4 && n % 2 == 0) {
-    ROW("hybrid", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4);
-    ROW("hybrid --zero 1", o->strategy = TR_STRATEGY_HYBRID, o->job.layout.microbatches = 4,
-        o->job.zero = 1);
-  }
-  if (n > 1) /* one tensor group of every device; and replicas of groups of 2 */
-    ROW("tp", o->strategy = TR_STRATEGY_TP);
-  if (n >= 4 && n % 2 == 0)
-    ROW("dp --tensor 2", o->strategy = TR_STRATEGY_DP, o->job.layout.tensor = 2);
-  const int async1 = nrows;
-  ROW("async 1", o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = 1);
-  if (n > 1) {
-    char label[24];
-    snprintf(label, sizeof label, "async %d", n);
-    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n);
-    snprintf(label, sizeof label, "async %d S=2", n);
-    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n, o->job.async.staleness = 2);
-    snprintf(label, sizeof label, "async %d dc .04", n);
-    ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n, o->job.async.dc_lambda = 0.04f);
+  int nrows = 0, async1 = 0;
+  for (int i = 0; i < nlayouts; i++) {
+    rows[nrows] = (row){.o = layouts[i].o};
+    snprintf(rows[nrows].label, sizeof rows[nrows].label, "%s", layouts[i].label);
+    rows[nrows].o.steps = 0;
+    rows[nrows].o.seconds = seconds;
+    char why[256]; /* what troupe plan predicts, beside what the row measures */
+    rows[nrows].predicted = layouts[i].predicted &&
+                            tr_plan_predict(&rows[nrows].o, NULL, &rows[nrows].p, why, sizeof why) == 0;
+    if (!strcmp(layouts[i].label, "async 1")) async1 = nrows;
+    nrows++;
   }
   char elastic[256], op[64];
   if (n > 1) { /* elastic: the last worker's device dies at its 10th step, the others go on */
     loss_backward_op(model, op, sizeof op);
-    char label[24];
-    const int wrote = snprintf(label, sizeof label, "async %d elastic", n);
-    if (wrote < (int)sizeof label &&
+    row *x = &rows[nrows];
+    const int wrote = snprintf(x->label, sizeof x->label, "async %d elastic", n);
+    if (wrote < (int)sizeof x->label &&
         snprintf(elastic, sizeof elastic, "fault(%s;dev=%d,op=%s,from=10)", devices, n - 1, op) <
-            (int)sizeof elastic) /* a device list too long for it goes without the row */
-      ROW(label, o->strategy = TR_STRATEGY_ASYNC, o->job.layout.replicas = n,
-          o->job.async.elastic = 1, o->devices = elastic);
+            (int)sizeof elastic) { /* a device list too long for it goes without the row */
+      x->o = rows[async1].o;
+      x->o.job.layout.replicas = n;
+      x->o.job.async.elastic = 1;
+      x->o.devices = elastic;
+      nrows++;
+    }
   }
-  if (n > 1) /* local SGD: a replica per device, parameters averaged every 8 steps */
-    ROW("local", o->strategy = TR_STRATEGY_LOCAL, o->job.local.sync_every = 8);
-#undef ROW
+  free(layouts);
   for (int i = 0; i < nrows; i++) {
     fprintf(stderr, "troupe: bench: %s ...\n", rows[i].label);
     rows[i].rc = tr_train_run(&rows[i].o, &rows[i].r, rows[i].err, sizeof rows[i].err);
@@ -319,9 +318,17 @@ int bench_strategies(int argc, char **argv) {
              state_per_replica(r));
       if (isfinite(r->comm_bytes_per_step))
         printf("\"comm_bytes_per_step\":%.0f,", r->comm_bytes_per_step);
+      if (rows[i].predicted)
+        printf("\"predicted\":{\"samples_per_s\":%.6g,\"error\":%.4f,"
+               "\"peak_activation_error\":%.4f},", rows[i].p.samples_per_s, rate_error(&rows[i]),
+               memory_error(&rows[i]));
       printf("\"consistency\":%.3g,\"final_loss\":%.6g}", r->consistency, r->final_loss);
     }
     printf("]");
+    double rate_med, mem_med;
+    if (predictor_errors(rows, nrows, &rate_med, &mem_med))
+      printf(",\"predictor\":{\"median_abs_error_samples_per_s\":%.4f,"
+             "\"median_abs_error_peak_activation\":%.4f}", rate_med, mem_med);
     if (isfinite(ref1))
       printf(",\"blas\":{\"one_thread_full_batch\":%.2f,\"dp_threads\":%.2f,\"pipeline_threads\":%.2f}",
              ref1, refdp, refpp);
@@ -330,15 +337,21 @@ int bench_strategies(int argc, char **argv) {
   }
   const bool md = !strcmp(format, "md");
   if (md)
-    printf("| strategy        | devices          |   m |     s |  samples/s | ×single | updates/s | "
-           "×async 1 | util | bubble (theory) | staleness  | consistency | final loss | "
-           "opt. state / replica (MiB) | comm / step (MiB) |\n"
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| strategy        | devices          |   m |     s |  samples/s | ×single | "
+           "predicted (error) | updates/s | ×async 1 | util | bubble (theory) | staleness  | "
+           "consistency | final loss | opt. state / replica (MiB) | comm / step (MiB) |\n"
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   else
-    printf("strategy,devices,microbatches,seconds,samples_per_s,vs_single,steps_per_s,vs_async1,"
-           "utilization,bubble,bubble_theory,staleness_mean,staleness_max,consistency,"
-           "final_loss,optimizer_state_per_replica,comm_bytes_per_step\n");
+    printf("strategy,devices,microbatches,seconds,samples_per_s,vs_single,predicted_samples_per_s,"
+           "steps_per_s,vs_async1,utilization,bubble,bubble_theory,staleness_mean,staleness_max,"
+           "consistency,final_loss,optimizer_state_per_replica,comm_bytes_per_step\n");
   for (int i = 0; i < nrows; i++) print_row(md, &rows[i], base_rate, async1_rate);
+  double rate_med, mem_med;
+  const int npred = predictor_errors(rows, nrows, &rate_med, &mem_med);
+  if (npred)
+    printf("\ntroupe plan's prediction over the %d rows it predicts: median |error| of samples/s "
+           "%.1f%%, of the activations' peak per device %.1f%%\n", npred, 100 * rate_med,
+           100 * mem_med);
   if (isfinite(ref1)) {
     fprintf(stdout,
             "\nBLAS on %d thread(s) at once, %d Linear(%d,%d) layers' GEMMs: 1 thread at %d rows "

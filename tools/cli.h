@@ -138,6 +138,7 @@ extern const cli_table cli_train_table;
 /* Sub-commands. */
 int cmd_bench(int argc, char **argv);
 int cmd_devices(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 int cmd_timeline(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 

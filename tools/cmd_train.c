@@ -51,6 +51,13 @@ static int parse_cuts(const char *v, void *field) {
   return 0;
 }
 
+/* --layout auto: the plan's choice (the only value: a layout given is the other flags). */
+static int parse_layout(const char *v, void *field) {
+  if (strcmp(v, "auto") != 0) return -1;
+  *(int *)field = 1;
+  return 0;
+}
+
 /* A registered optimizer kind, by name (tr_optim.h). */
 static int parse_optimizer(const char *v, void *field) {
   return tr_optim_kind_parse(v, field);
@@ -119,6 +126,10 @@ static const cli_option rows[] = {
              "pipelines; async workers pushing to a parameter server; local replicas (of --stages) "
              "averaged every --sync-every steps (local SGD, DiLoCo); tp one tensor group of "
              "every device (--tensor)"},
+    {"--layout", "auto", CLI_PARSE, AT(o.job.layout.automatic), .parse = parse_layout,
+     .expect = "auto", .fields = "layout.automatic",
+     .help = "auto: run the layout troupe plan predicts fastest for the model on the devices "
+             "(it chooses the strategy and the layout; the summary says which and why)"},
     CLI_DEVICES(train_args, o.devices, "host:N|cuda:I,..|auto",
                 "the devices (default auto: every GPU, else host:1); under mpirun this rank's "
                 "(none: rank 0 only coordinates and serves), every rank's in rank order"),

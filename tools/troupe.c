@@ -12,6 +12,7 @@
 static const cli_command commands[] = {
     {"bench", "measure the runtime: bench mailbox", cmd_bench},
     {"devices", "list the host device and the GPUs", cmd_devices},
+    {"plan", "predict every layout and rank them: troupe plan --model gpt --devices host:2", cmd_plan},
     {"timeline", "draw a trace as a schedule: troupe timeline t.json -o t.svg", cmd_timeline},
     {"train", "train a model: troupe train --model simplenet --steps 2000", cmd_train},
 };

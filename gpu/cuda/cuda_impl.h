@@ -92,6 +92,15 @@ int tr__cuda_launched(tr_device *d, const char *name, const char *file, int line
     if (tr__rc_) return tr__rc_;                                              \
   } while (0)
 
+/* ---- cuda_timing.cu: the profiling of cuda_backend.cu ------------------------------------ */
+
+/* A thread takes device d: its traced ranges are timed on d's compute stream from now on. */
+void tr__cuda_timing_bind(tr_device *d);
+/* The slices of d's ranges that have completed go to the trace (after a synchronize). */
+void tr__cuda_timing_harvest(const tr_device *d);
+/* d's memory in use, to its counter track when tracing (after an allocation or a free). */
+void tr__cuda_memory_counter(tr_device *d);
+
 /* ---- launch geometry ---------------------------------------------------------------------- */
 
 enum { TR__CU_BLOCK = 256, TR__CU_WARPS = TR__CU_BLOCK / 32, TR__CU_MAX_PARTIALS = 1024 };
@@ -180,7 +189,8 @@ int tr__nccl_run(tr_stream *s, void *impl, tr__comm_op op, const void *send, voi
                  size_t count, int peer);
 #endif
 
-/* The kernels (cuda_kernels.cu, cuda_nn.cu): tr__cuda_<name> for each entry of TR__OP_MAP. */
+/* The kernels (cuda_kernels.cu, cuda_nn.cu, cuda_vocab.cu, cuda_embedding.cu): tr__cuda_<name>
+ * for each entry of TR__OP_MAP. */
 #define TR__CUDA_OP(name, params, args, checks) \
   int tr__cuda_##name(tr_stream *s, TR__UNPAREN params);
 TR__OP_MAP(TR__CUDA_OP)

@@ -52,5 +52,8 @@ refused --tensor --strategy async --tensor 2 --devices host:2
 refused --tensor --strategy tp --tensor 2 --devices host:4
 refused --tensor --strategy single --tensor 2
 refused "1024 output features across 3 members" --strategy tp --devices host:3
+# tp's T is the devices, not a --tensor the user typed: the message names --strategy
+[[ $out == *"--strategy tp: one tensor group of the 3 devices"* && $out != *"--tensor"* ]] ||
+  fail "tp on host:3 names a flag the user never gave: $out"
 ((failed)) || echo "ok: tp trains as single, --json says tensor, the plan names the members"
 exit $failed

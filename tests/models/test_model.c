@@ -318,6 +318,19 @@ static void stages_balance_the_costs_given_or_measured(void **state) {
   for (int l = 0; l < 5; l++) assert_true(cost[l] > 0 && cost[l] < 1);
   assert_int_equal(tr_model_balance_costs(m, cost, 2, cuts), 0);
   assert_true(cuts[0] == 0 && cuts[1] > 0 && cuts[1] < 5 && cuts[2] == 5);
+  /* each pass on its own, the backward's halves too, for every layer */
+  tr_layer_times times[5];
+  memset(times, 0xff, sizeof times); /* NaNs: every field must be written */
+  assert_int_equal(tr_model_measure_passes(m, tr_device_list_at(devs, 0), 4, 3, times, err,
+                                           sizeof err), 0);
+  for (int l = 0; l < 5; l++) {
+    const tr_layer_times *t = &times[l];
+    assert_true(t->forward > 0 && t->forward < 1 && t->backward > 0 && t->backward < 1);
+    assert_true(t->backward_input > 0 && t->backward_input < 1);
+    assert_true(t->backward_weight >= 0 && t->backward_weight < 1);
+  }
+  assert_int_equal(tr_model_measure_passes(m, tr_device_list_at(devs, 0), 0, 3, times, err,
+                                           sizeof err), TR_EINVAL);
   tr_model_free(m);
 }
 

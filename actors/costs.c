@@ -1,0 +1,199 @@
+/* costs.c — what each layer of a model costs on a kind of device, measured once and kept in
+ * a file (tr_plan.h: tr_plan_layer_times), so that planning, cutting a pipeline by measured
+ * cost and every later run reuse it instead of timing the layers again.
+ *
+ * The file is a safetensors file (tr_checkpoint.h: written atomically, every byte validated
+ * when read), one F64 tensor [layers, 4] per entry — forward, backward, its input half, its
+ * weight half — named "<device>|<model>|<fingerprint>|b<batch>", with the time it was
+ * measured in the metadata under the same name. An entry is used when the library's version
+ * (metadata "troupe") is this one and it is younger than TR_PLAN_COSTS_MAX_AGE; otherwise the
+ * layers are measured again and the entry replaced. A file that is not a costs file is never
+ * replaced (the caller's path may name anything); entries of two processes that write at once
+ * may be lost to each other, never mixed (the rename is atomic), and are measured again.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "planner.h"
+#include "tr_checkpoint.h"
+#include "tr_file.h"
+
+#define FORMAT "troupe layer costs"
+enum { PASSES = 4 };
+
+/* A model's fingerprint: its name, and every tensor's name and shape and every layer's FLOPs
+ * hashed (FNV-1a), so that a model changed under the same name is not taken for the old. */
+static uint64_t fingerprint(const tr_model *m) {
+  uint64_t h = 1469598103934665603ull;
+#define MIX(p, n)                                                          \
+  for (size_t i_ = 0; i_ < (n); i_++) h = (h ^ ((const uint8_t *)(p))[i_]) * 1099511628211ull
+  const char *name = tr_model_name(m);
+  MIX(name, strlen(name));
+  for (int i = 0; i < tr_model_tensor_count(m); i++) {
+    const tr_tensor_info *t = tr_model_tensor(m, i);
+    MIX(t->name, strlen(t->name));
+    MIX(t->shape, sizeof t->shape);
+  }
+  for (int l = 0; l < tr_model_layer_count(m); l++) {
+    const double f = tr_model_layer_flops(m, l);
+    MIX(&f, sizeof f);
+  }
+#undef MIX
+  return h;
+}
+
+static void entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n) {
+  const tr_device_info *i = tr_device_info_of(d);
+  snprintf(out, n, "%s %s %s|%s|%016llx|b%d", tr_device_kind_name(i->kind), i->model, i->isa,
+           tr_model_name(m), (unsigned long long)fingerprint(m), batch);
+}
+
+const char *tr_plan_costs_default_path(void) {
+  static char path[4096];
+  const char *env = getenv("TROUPE_COSTS"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  if (env) snprintf(path, sizeof path, "%s", env);
+  else if (xdg && *xdg) snprintf(path, sizeof path, "%s/troupe/costs.safetensors", xdg);
+  else if (home && *home) snprintf(path, sizeof path, "%s/.cache/troupe/costs.safetensors", home);
+  else path[0] = 0;
+  return path;
+}
+
+/* The file's entries, or none (*ck NULL) when there is no file. A file that is there but is
+ * not a costs file is refused (TR_EINVAL): it is not ours to replace. */
+static int open_costs(const char *path, tr_checkpoint **ck, char *err, size_t n) {
+  *ck = NULL;
+  struct stat st;
+  if (stat(path, &st) != 0 && errno == ENOENT) return 0;
+  char why[512];
+  int rc = tr_checkpoint_open(ck, path, why, sizeof why);
+  if (rc == 0) {
+    const char *format = tr_checkpoint_meta(*ck, "format");
+    if (format && strcmp(format, FORMAT) == 0) return 0;
+    tr_checkpoint_close(*ck);
+    *ck = NULL;
+    snprintf(why, sizeof why, "%s: not a file of layer costs (no metadata format \"%s\")",
+             path, FORMAT);
+  }
+  /* why begins with the path */
+  snprintf(err, n, "costs file %s%s: give another path (tr_plan_costs_config.path)", why,
+           rc == TR_EFORMAT ? " (not a file of layer costs)" : "");
+  return TR_EINVAL;
+}
+
+/* The entry, when it is of this version and young enough: 1 and times filled; else 0. */
+static int cached(tr_checkpoint *ck, const char *name, int L, tr_layer_times *times) {
+  const char *version = tr_checkpoint_meta(ck, "troupe"), *when = tr_checkpoint_meta(ck, name);
+  const tr_checkpoint_tensor *t = tr_checkpoint_find(ck, name);
+  if (!version || strcmp(version, TR_VERSION_STRING) || !when || !t) return 0;
+  char *end;
+  const long long at = strtoll(when, &end, 10), now = (long long)time(NULL);
+  if (*end || at > now || now - at > TR_PLAN_COSTS_MAX_AGE) return 0;
+  const int64_t shape[2] = {L, PASSES};
+  double *v = malloc((size_t)L * PASSES * sizeof *v);
+  const int ok = v && tr_checkpoint_read(ck, name, TR_DTYPE_F64, 2, shape, v) == 0;
+  for (int l = 0; ok && l < L; l++)
+    times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],
+                                .backward_input = v[l * PASSES + 2],
+                                .backward_weight = v[l * PASSES + 3]};
+  free(v);
+  return ok;
+}
+
+/* The file again with the new entry (the others of this version kept as they were). */
+static int save(const char *path, tr_checkpoint *old, const char *name, int L,
+                const tr_layer_times *times, char *err, size_t n) {
+  tr_checkpoint_writer *w = tr_checkpoint_writer_new();
+  double *v = malloc((size_t)L * PASSES * sizeof *v);
+  int rc = w && v ? 0 : TR_ENOMEM;
+  for (int l = 0; rc == 0 && l < L; l++) {
+    v[l * PASSES] = times[l].forward, v[l * PASSES + 1] = times[l].backward;
+    v[l * PASSES + 2] = times[l].backward_input, v[l * PASSES + 3] = times[l].backward_weight;
+  }
+  const int64_t shape[2] = {L, PASSES};
+  if (rc == 0) rc = tr_checkpoint_writer_add(w, name, TR_DTYPE_F64, 2, shape, v);
+  char when[32];
+  snprintf(when, sizeof when, "%lld", (long long)time(NULL));
+  if (rc == 0) rc = tr_checkpoint_writer_put(w, name, when);
+  const char *version = old ? tr_checkpoint_meta(old, "troupe") : NULL;
+  const bool keep = version && strcmp(version, TR_VERSION_STRING) == 0;
+  for (size_t i = 0; rc == 0 && keep && i < tr_checkpoint_count(old); i++) {
+    const tr_checkpoint_tensor *t = tr_checkpoint_tensor_at(old, i);
+    const char *at = tr_checkpoint_meta(old, t->name);
+    if (strcmp(t->name, name) == 0 || !at) continue;
+    rc = tr_checkpoint_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data);
+    if (rc == 0) rc = tr_checkpoint_writer_put(w, t->name, at);
+  }
+  if (rc == 0) rc = tr_checkpoint_writer_put(w, "format", FORMAT);
+  if (rc == 0) rc = tr_checkpoint_writer_put(w, "troupe", TR_VERSION_STRING);
+  if (rc == 0) rc = tr_checkpoint_writer_save(w, path);
+  if (rc) snprintf(err, n, "costs '%s': %s", path, w ? tr_checkpoint_writer_error(w) : "out of memory");
+  tr_checkpoint_writer_free(w);
+  free(v);
+  return rc;
+}
+
+/* mkdir -p of the default path's directory (a path given is the caller's to make). */
+static void make_parent(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  for (char *p = dir + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = 0;
+    (void)mkdir(dir, 0777);
+    *p = '/';
+  }
+}
+
+int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_plan_costs_config *c,
+                        tr_layer_times *times, bool *measured, char *err, size_t n) {
+  const tr_plan_costs_config none = {0};
+  if (c == NULL) c = &none;
+  /* a path given must work; the default one is a convenience: where it cannot be read or
+   * written, the layers are measured and nothing is kept */
+  const bool given = c->path != NULL;
+  const char *path = given ? c->path : tr_plan_costs_default_path();
+  const int L = tr_model_layer_count(m);
+  char name[512];
+  entry_name(m, d, batch, name, sizeof name);
+  *measured = false;
+  tr_checkpoint *ck = NULL;
+  bool keep = *path != 0;
+  if (keep && !given) make_parent(path);
+  if (keep) {
+    int rc = open_costs(path, &ck, err, n);
+    if (rc == 0) rc = tr_file_check_output(path, given ? "tr_plan_costs_config.path" : "costs", err, n);
+    if (rc && given) return rc;
+    keep = rc == 0;
+  }
+  if (ck && !c->remeasure && cached(ck, name, L, times)) {
+    tr_checkpoint_close(ck);
+    return 0;
+  }
+  int rc = tr_model_measure_passes(m, d, batch, c->reps > 0 ? c->reps : 5, times, err, n);
+  if (rc == 0) *measured = true;
+  if (rc == 0 && keep) {
+    rc = save(path, ck, name, L, times, err, n);
+    if (!given) rc = 0; /* measured all the same */
+  }
+  tr_checkpoint_close(ck);
+  return rc;
+}
+
+int tr__costs_cut(const tr_model *m, tr_device *d, int pieces, int batch, int *cuts) {
+  const int L = tr_model_layer_count(m);
+  tr_layer_times *t = malloc((size_t)L * sizeof *t);
+  double *cost = malloc((size_t)L * sizeof *cost);
+  bool measured;
+  int ok = t && cost && !tr_device_is_placeholder(d) &&
+           tr_plan_layer_times(m, d, batch, NULL, t, &measured, NULL, 0) == 0;
+  for (int l = 0; ok && l < L; l++) cost[l] = t[l].forward + t[l].backward;
+  ok = ok && tr_model_balance_costs(m, cost, pieces, cuts) == 0;
+  free(t);
+  free(cost);
+  return ok;
+}

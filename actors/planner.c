@@ -1,0 +1,296 @@
+/* planner.c — a layout's step predicted before it runs (tr_plan.h: tr_plan_predict).
+ *
+ * The options are resolved as tr_train_run resolves them (job_config.c: the layout; planner.h:
+ * the cut), every virtual stage gets the sum of its layers' measured passes and its memory
+ * plan (tr_stage_plan, as chunks.c opens it), and one step of the schedule is simulated
+ * (predict.c). What the layer costs leave out is added where the runtime spends it:
+ *
+ * - an activation or a gradient crossing to the next device is copied by its receiver: its
+ *   bytes at the device's copy bandwidth, measured here;
+ * - the replica group's sums (R > 1) start with the last micro-batch's backward, bucket by
+ *   bucket; what is left of them when it ends (all but what that backward hides, and at
+ *   least the last bucket's) and the optimizer's step (timed on a stage of the device's
+ *   layers) end the step;
+ * - host devices beyond the machine's CPU threads share them: the costs grow by the busy
+ *   devices per thread, the busy share taken from a first simulation.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "planner.h"
+#include "group.h"
+#include "job_config.h"
+#include "job_impl.h"
+#include "tr_train.h"
+
+/* The run resolved: what tr_train_run would build. */
+typedef struct resolved {
+  tr_model *model, *member; /* member: tensor member 0's model (T > 1), else model */
+  tr_data *data;
+  tr_device_list *devs;
+  tr_job_config c;
+  tr_schedule *sc;
+  int R, P, T, M, v, mb, cuts[TR__MAX_STAGES + 1];
+} resolved;
+
+static void release(resolved *r) {
+  tr_schedule_free(r->sc);
+  if (r->member != r->model) tr_model_free(r->member);
+  tr_model_free(r->model);
+  tr_data_close(r->data);
+  tr_device_list_close(r->devs);
+}
+
+static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) {
+  const tr_strategy s = o->strategy;
+  if (s == TR_STRATEGY_ASYNC || s == TR_STRATEGY_LOCAL)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("strategy") " %s: the planner predicts the "
+                     "synchronous strategies (single, dp, mp, pipeline, hybrid, tp)",
+                     tr_strategy_name(s));
+  int rc = o->spec ? tr_model_new(&r->model, o->spec, err, n)
+                   : tr_model_named(&r->model, o->model, err, n);
+  if (rc == 0) rc = tr_data_open_for(&r->data, r->model, o->job.seed, NULL, NULL, err, n);
+  if (rc == 0) rc = tr_device_list_open(&r->devs, o->devices, err, n);
+  if (rc) return rc;
+  r->c = o->job;
+  r->c.model = r->model;
+  r->c.data = r->data;
+  r->c.strategy = tr_strategy_name(s);
+  const int ndev = s == TR_STRATEGY_SINGLE ? 1 : tr_device_list_count(r->devs);
+  if ((rc = tr__job_config_layout(&r->c, o, ndev, err, n))) return rc;
+  const tr_layout_config *l = &r->c.layout;
+  r->R = l->replicas, r->P = l->stages, r->T = l->tensor > 1 ? l->tensor : 1;
+  r->M = l->microbatches > 0 ? l->microbatches : 1;
+  r->v = tr_schedule_chunks(l->schedule, l->chunks);
+  const int global = tr__job_global_batch(&r->c), pieces = r->P * r->v;
+  r->mb = global / (r->R * r->M);
+  if (r->P * r->R * r->T > TR_PLAN_MAX_DEVICES || pieces > TR__MAX_STAGES)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("devices") ": %d devices: the planner predicts "
+                     "at most %d", r->R * r->P * r->T, TR_PLAN_MAX_DEVICES);
+  /* the cut the run makes: given, measured (planner.h), or by FLOPs */
+  r->cuts[0] = 0;
+  r->cuts[pieces] = tr_model_layer_count(r->model);
+  if (l->cuts) memcpy(r->cuts + 1, l->cuts, (size_t)(pieces - 1) * sizeof *r->cuts);
+  else if (pieces > 1 && (o->deterministic || pieces > tr_model_layer_count(r->model) ||
+                          !tr__costs_cut(r->model, tr_device_list_at(r->devs, 0), pieces, r->mb,
+                                         r->cuts)))
+    tr_model_balance(r->model, pieces, r->cuts);
+  r->c.layout.cuts = r->cuts + 1;
+  r->c.layout.ncuts = pieces - 1;
+  tr_job_config full = r->c; /* its rules, as tr_job_new checks them */
+  if ((rc = tr__job_config_complete(&full, err, n))) return rc;
+  r->c = full;
+  r->member = r->model;
+  if (r->T > 1 && (rc = tr_model_shard(r->model, 0, r->T, &r->member, err, n))) return rc;
+  rc = tr_schedule_new(&r->sc, &(tr_schedule_config){.kind = r->c.layout.schedule, .stages = r->P,
+                                                     .microbatches = r->M, .chunks = r->v});
+  if (rc) snprintf(err, n, "layout.schedule: %s", tr_strerror(rc));
+  return rc;
+}
+
+/* Seconds a copy of `bytes` takes on d: the best of a few, between two buffers of its own. */
+static double copy_seconds(tr_device *d, size_t bytes) {
+  if (bytes == 0) return 0;
+  tr_stream *s = tr_device_stream(d);
+  void *a = NULL, *b = NULL;
+  double best = 0;
+  if (tr_stream_alloc(s, bytes, &a) == 0 && tr_stream_alloc(s, bytes, &b) == 0 && tr_memset(s, a, 0, bytes) == 0)
+    for (int i = 0; i < 5; i++) {
+      const uint64_t t0 = tr_now_ns();
+      if (tr_memcpy(s, b, a, bytes, TR_COPY_D2D) || tr_stream_synchronize(s)) break;
+      const double t = (double)(tr_now_ns() - t0) / 1e9;
+      if (i == 0 || t < best) best = t;
+    }
+  if (a) tr_stream_free(s, a);
+  if (b) tr_stream_free(s, b);
+  return best;
+}
+
+/* The optimizer's step on the virtual stages of device s (all its chunks' layers), timed on a
+ * stage that holds only parameters, gradients and state; a tensor member's as the whole
+ * layers' divided among the members (its own stage would need its group). */
+static double step_seconds(const resolved *r, tr_device *d, int s, char *err, size_t n) {
+  double total = 0;
+  for (int k = s; k < r->P * r->v; k += r->P) {
+    tr_stage_config c = tr_stage_defaults(r->model);
+    c.first = r->cuts[k], c.end = r->cuts[k + 1];
+    c.batch = r->mb, c.global_batch = r->c.global_batch;
+    c.optim = r->c.optim;
+    tr_stage *st;
+    if (tr_stage_open(&st, r->model, d, &c, err, n)) return -1;
+    double best = 0;
+    for (int i = 0; i < 4; i++) {
+      const uint64_t t0 = tr_now_ns();
+      if (tr_stage_step(st, NULL) || tr_stream_synchronize(tr_stage_stream(st))) break;
+      const double t = (double)(tr_now_ns() - t0) / 1e9;
+      if (i <= 1 || t < best) best = t; /* the first warms up */
+    }
+    tr_stage_close(st);
+    total += best / r->T;
+  }
+  return total;
+}
+
+/* The layers' times on a tensor member: a split layer (spec parts > 1) as the whole one's
+ * divided among the members — a member's layers run only beside their group (their
+ * collectives), so the whole model's are what can be timed alone. The collectives' own time
+ * is not counted. */
+static int member_times(const resolved *r, tr_device *d, const tr_plan_costs_config *cc,
+                        tr_layer_times *t, bool *measured, char *err, size_t n) {
+  const int rc = tr_plan_layer_times(r->model, d, r->mb, cc, t, measured, err, n);
+  for (int l = 0; rc == 0 && r->T > 1 && l < tr_model_layer_count(r->member); l++) {
+    if (tr_model_layer(r->member, l)->parts <= 1) continue;
+    t[l].forward /= r->T, t[l].backward /= r->T;
+    t[l].backward_input /= r->T, t[l].backward_weight /= r->T;
+  }
+  return rc;
+}
+
+typedef struct arrays {
+  double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
+  double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
+  size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
+} arrays;
+
+/* Each virtual stage's passes and memory, each device's step. */
+static int fill(const resolved *r, const tr_layer_times *t, tr_device *d, arrays *a, char *err,
+                size_t n) {
+  const bool split = r->c.layout.schedule == TR_SCHEDULE_ZB1, re = r->c.memory.recompute;
+  const double per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  for (int k = 0; k < r->P * r->v; k++) {
+    double f = 0, b = 0, w = 0;
+    for (int l = r->cuts[k]; l < r->cuts[k + 1]; l++) {
+      f += t[l].forward;
+      b += split ? t[l].backward_input + t[l].backward_weight : t[l].backward;
+      w += split ? t[l].backward_weight : 0;
+    }
+    a->f[k] = f, a->b[k] = b + (re ? f : 0), a->w[k] = w; /* recomputation: a forward again */
+    tr_stage_config c = {.first = r->cuts[k], .end = r->cuts[k + 1], .batch = r->mb,
+                         .slots = tr_schedule_chunk_slots(r->sc, k % r->P, k / r->P),
+                         .recompute = re, .split = split, .global_batch = r->c.global_batch,
+                         .optim = r->c.optim, .precision = r->c.precision};
+    tr_stage_info info;
+    size_t scratch;
+    const int rc = tr_stage_plan(r->member, &c, &info, &scratch, err, n);
+    if (rc) return rc;
+    a->slot[k] = info.slot_bytes, a->work[k] = info.work_bytes;
+    const size_t state = r->c.zero && r->R > 1 ? info.state_numel / (size_t)r->R : info.state_numel;
+    a->state[k % r->P] += (2 * info.numel + state) * sizeof(float) + info.scratch_bytes +
+                          info.params16_bytes + scratch;
+    a->act[k] = (double)info.output_bytes * per_byte; /* the receiver's copy */
+    a->grad[k] = (double)info.input_bytes * per_byte;
+  }
+  return 0;
+}
+
+/* Each device's step: the optimizer's and, with replicas, the group's sums. On host devices
+ * a member sums its chunk of every bucket over the members and writes it to each of them on
+ * its own thread: about the gradients' bytes read and written once more, after the backward
+ * (host streams run in order on the device's thread, hiding nothing). ZeRO-1 updates a shard
+ * of 1/R and gathers the others: the parameters' bytes written once more. */
+static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, size_t n) {
+  const double per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  for (int s = 0; s < r->P; s++) {
+    const double opt = step_seconds(r, d, s, err, n);
+    if (opt < 0) return TR_EINVAL;
+    size_t numel = 0;
+    for (int k = s; k < r->P * r->v; k += r->P) {
+      size_t off, cnt;
+      for (int l = r->cuts[k]; l < r->cuts[k + 1]; l++) {
+        tr_model_layer_span(r->member, l, &off, &cnt);
+        numel += cnt;
+      }
+    }
+    const double bytes = (double)numel * sizeof(float);
+    a->step[s] = r->R > 1 && r->c.zero ? opt / r->R + 2 * bytes * per_byte
+                 : r->R > 1            ? opt + 2 * bytes * per_byte
+                                       : opt;
+  }
+  return 0;
+}
+
+/* One step simulated with the costs scaled by `slow` (host devices sharing threads). */
+static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_step *st, char *err,
+                    size_t n) {
+  arrays x = *a;
+  for (int k = 0; k < r->P * r->v; k++) x.f[k] *= slow, x.b[k] *= slow, x.w[k] *= slow;
+  for (int s = 0; s < r->P; s++) x.step[s] *= slow;
+  return tr_plan_simulate(r->sc,
+                          &(tr_plan_costs){.forward = x.f, .backward = x.b, .backward_weight = x.w,
+                                           .act_latency = x.act, .grad_latency = x.grad,
+                                           .step = x.step, .slot_bytes = a->slot,
+                                           .work_bytes = a->work},
+                          st, err, n);
+}
+
+int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
+                    tr_plan_prediction *out, char *err, size_t n) {
+  *out = (tr_plan_prediction){0};
+  resolved r = {0};
+  arrays *a = calloc(1, sizeof *a);
+  int rc = a ? resolve(o, &r, err, n) : TR_ENOMEM;
+  tr_layer_times *t = NULL;
+  tr_device *d = r.devs ? tr_device_list_at(r.devs, 0) : NULL;
+  if (rc == 0 && !(t = malloc((size_t)tr_model_layer_count(r.member) * sizeof *t))) rc = TR_ENOMEM;
+  if (rc == 0) rc = member_times(&r, d, cc, t, &out->measured, err, n);
+  if (rc == 0) rc = tr_device_bind(d); /* its copies and steps timed here */
+  if (rc == 0) rc = fill(&r, t, d, a, err, n);
+  if (rc == 0) rc = fill_steps(&r, d, a, err, n);
+  tr_plan_step st;
+  if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
+  /* host devices beyond the CPU's threads: as much slower as the busy ones outnumber them */
+  const int D = r.R * r.P * r.T;
+  const long threads = sysconf(_SC_NPROCESSORS_ONLN);
+  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && threads > 0 && D > threads) {
+    double busy = 0;
+    for (int s = 0; s < r.P; s++) busy += st.busy[s] / st.seconds;
+    const double slow = (double)D * busy / r.P / (double)threads;
+    if (slow > 1) rc = simulate(&r, a, slow, &st, err, n);
+  }
+  if (rc == 0) {
+    *out = (tr_plan_prediction){.step_seconds = st.seconds,
+                                .samples_per_s = st.seconds > 0 ? r.c.global_batch / st.seconds : 0,
+                                .bubble = st.bubble, .devices = D, .replicas = r.R,
+                                .stages = r.P, .tensor = r.T, .microbatches = r.M, .chunks = r.v,
+                                .schedule = r.c.layout.schedule, .microbatch_samples = r.mb,
+                                .measured = out->measured};
+    for (int i = 0; i < D; i++) { /* device (r·P + s)·T + t */
+      const int s = i / r.T % r.P;
+      out->utilization[i] = st.seconds > 0 ? st.busy[s] / st.seconds : 0;
+      out->peak_activation_bytes[i] = st.peak_activation_bytes[s];
+      out->state_bytes[i] = a->state[s];
+    }
+    out->memory_free = tr_device_info_of(d)->memory_free;
+    out->host = tr_device_info_of(d)->kind == TR_DEVICE_HOST;
+  }
+  tr__error_unmark(err);
+  free(t);
+  free(a);
+  release(&r);
+  return rc;
+}
+
+bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p) {
+  char err[256];
+  *p = (tr_plan_prediction){0};
+  return tr_world_size(o->world) == 1 && o->strategy != TR_STRATEGY_ASYNC &&
+         o->strategy != TR_STRATEGY_LOCAL && tr_plan_predict(o, NULL, p, err, sizeof err) == 0;
+}
+
+void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r) {
+  if (!(p->samples_per_s > 0) || p->devices != r->ndevices) return;
+  r->predicted.samples_per_s = p->samples_per_s;
+  r->predicted.step_seconds = p->step_seconds;
+  r->predicted.error = p->samples_per_s / r->samples_per_s - 1;
+  double worst = 0;
+  for (int i = 0; i < p->devices; i++) {
+    r->predicted.peak_activation_bytes[i] = (int64_t)p->peak_activation_bytes[i];
+    const double m = (double)r->peak_activation_bytes[i];
+    const double e = m > 0 ? fabs((double)p->peak_activation_bytes[i] / m - 1) : 0;
+    if (e > worst) worst = e;
+  }
+  r->predicted.peak_error = worst;
+}

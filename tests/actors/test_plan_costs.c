@@ -1,0 +1,207 @@
+/* test_plan_costs.c — layer costs measured once and kept (tr_plan.h: tr_plan_layer_times).
+ *
+ * The first call measures and writes the file; the next reads the same numbers back without
+ * measuring; another batch, a model changed under the same name, an entry of another
+ * version or a stale one are measured again; remeasure measures anyway. A path that holds
+ * anything but a file of costs is refused and left as it was.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "troupe.h"
+
+enum { L = 3 }; /* mlp of depth 2: linear, relu, linear */
+
+typedef struct fixture {
+  char dir[64], path[128];
+  tr_device_list *devs;
+  tr_device *dev;
+  tr_model *m;
+} fixture;
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  snprintf(f->dir, sizeof f->dir, "/tmp/troupe-costs-XXXXXX");
+  if (!f || !mkdtemp(f->dir)) return -1;
+  snprintf(f->path, sizeof f->path, "%s/costs.safetensors", f->dir);
+  char err[256];
+  if (tr_device_list_open(&f->devs, "host:1", err, sizeof err) || tr_model_mlp(&f->m, 16, 2))
+    return -1;
+  f->dev = tr_device_list_at(f->devs, 0);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
+  if (system(cmd) != 0) return -1;
+  tr_model_free(f->m);
+  tr_device_list_close(f->devs);
+  free(f);
+  return 0;
+}
+
+/* times of f->m at `batch` through `path`; whether they were measured. */
+static bool times_of(fixture *f, const tr_model *m, int batch, const tr_plan_costs_config *c,
+                     tr_layer_times *t) {
+  bool measured;
+  char err[512] = "";
+  const int rc = tr_plan_layer_times(m, f->dev, batch, c, t, &measured, err, sizeof err);
+  if (rc) fail_msg("tr_plan_layer_times: %s (%d)", err, rc);
+  return measured;
+}
+
+static void costs_are_measured_once_and_reused(void **state) {
+  fixture *f = *state;
+  const tr_plan_costs_config c = {.path = f->path, .reps = 1};
+  tr_layer_times a[L], b[L];
+  assert_true(times_of(f, f->m, 4, &c, a));
+  assert_int_equal(access(f->path, F_OK), 0);
+  assert_false(times_of(f, f->m, 4, &c, b));
+  assert_memory_equal(a, b, sizeof a); /* the numbers kept, bit for bit */
+  for (int l = 0; l < L; l++) assert_true(a[l].forward > 0 && a[l].backward > 0);
+  /* another batch is another entry, and the first stays */
+  assert_true(times_of(f, f->m, 8, &c, b));
+  assert_false(times_of(f, f->m, 8, &c, b));
+  assert_false(times_of(f, f->m, 4, &c, b));
+  assert_memory_equal(a, b, sizeof a);
+  /* asked to, it measures again and keeps the new times */
+  const tr_plan_costs_config again = {.path = f->path, .reps = 1, .remeasure = 1};
+  assert_true(times_of(f, f->m, 4, &again, a));
+  assert_false(times_of(f, f->m, 4, &c, b));
+  assert_memory_equal(a, b, sizeof a);
+}
+
+/* The same name, other sizes: not the costs of the model measured before. */
+static void a_model_changed_under_its_name_is_measured_again(void **state) {
+  fixture *f = *state;
+  const tr_plan_costs_config c = {.path = f->path, .reps = 1};
+  tr_layer_times t[L];
+  assert_true(times_of(f, f->m, 4, &c, t));
+  tr_model *wider;
+  assert_int_equal(tr_model_mlp(&wider, 32, 2), 0);
+  assert_string_equal(tr_model_name(wider), tr_model_name(f->m));
+  assert_true(times_of(f, wider, 4, &c, t));
+  assert_false(times_of(f, wider, 4, &c, t));
+  assert_false(times_of(f, f->m, 4, &c, t));
+  tr_model_free(wider);
+}
+
+/* The file's one entry rewritten with another version or an old time: measured again. */
+static void rewrite(const char *path, const char *version, long long at) {
+  tr_checkpoint *ck;
+  char err[256];
+  assert_int_equal(tr_checkpoint_open(&ck, path, err, sizeof err), 0);
+  assert_int_equal(tr_checkpoint_count(ck), 1);
+  const tr_checkpoint_tensor *t = tr_checkpoint_tensor_at(ck, 0);
+  tr_checkpoint_writer *w = tr_checkpoint_writer_new();
+  char when[32];
+  snprintf(when, sizeof when, "%lld", at);
+  assert_int_equal(tr_checkpoint_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data), 0);
+  assert_int_equal(tr_checkpoint_writer_put(w, t->name, when), 0);
+  assert_int_equal(tr_checkpoint_writer_put(w, "format", tr_checkpoint_meta(ck, "format")), 0);
+  assert_int_equal(tr_checkpoint_writer_put(w, "troupe", version), 0);
+  assert_int_equal(tr_checkpoint_writer_save(w, path), 0);
+  tr_checkpoint_writer_free(w);
+  tr_checkpoint_close(ck);
+}
+
+static void stale_entries_and_other_versions_are_measured_again(void **state) {
+  fixture *f = *state;
+  const tr_plan_costs_config c = {.path = f->path, .reps = 1};
+  tr_layer_times t[L];
+  assert_true(times_of(f, f->m, 4, &c, t));
+  rewrite(f->path, TR_VERSION_STRING, (long long)time(NULL) - TR_PLAN_COSTS_MAX_AGE - 60);
+  assert_true(times_of(f, f->m, 4, &c, t));
+  assert_false(times_of(f, f->m, 4, &c, t));
+  rewrite(f->path, "0.0.1", (long long)time(NULL));
+  assert_true(times_of(f, f->m, 4, &c, t));
+  assert_false(times_of(f, f->m, 4, &c, t));
+}
+
+/* What is at a path given and is not a file of costs is not ours: refused, left as it was. */
+static void expect_refused(fixture *f, const char *path, const char *want) {
+  tr_layer_times t[L];
+  bool measured = true;
+  char err[512] = "";
+  assert_int_equal(tr_plan_layer_times(f->m, f->dev, 4, &(tr_plan_costs_config){.path = path},
+                                       t, &measured, err, sizeof err),
+                   TR_EINVAL);
+  if (!strstr(err, want)) fail_msg("the error \"%s\" does not say \"%s\"", err, want);
+  assert_false(measured);
+}
+
+static void what_is_not_a_costs_file_is_refused_and_kept(void **state) {
+  fixture *f = *state;
+  FILE *text = fopen(f->path, "w");
+  assert_non_null(text);
+  fputs("my notes\n", text);
+  fclose(text);
+  expect_refused(f, f->path, "(not a file of layer costs)");
+  char buf[32] = "";
+  text = fopen(f->path, "r");
+  assert_non_null(fgets(buf, sizeof buf, text));
+  fclose(text);
+  assert_string_equal(buf, "my notes\n");
+  /* a safetensors file of something else (a checkpoint) */
+  tr_checkpoint_writer *w = tr_checkpoint_writer_new();
+  const int64_t shape[1] = {2};
+  const float x[2] = {1, 2};
+  assert_int_equal(tr_checkpoint_writer_add(w, "w", TR_DTYPE_F32, 1, shape, x), 0);
+  assert_int_equal(tr_checkpoint_writer_save(w, f->path), 0);
+  tr_checkpoint_writer_free(w);
+  expect_refused(f, f->path, "not a file of layer costs");
+  tr_checkpoint *ck;
+  char err[256];
+  assert_int_equal(tr_checkpoint_open(&ck, f->path, err, sizeof err), 0);
+  assert_non_null(tr_checkpoint_find(ck, "w"));
+  tr_checkpoint_close(ck);
+  /* a FIFO, refused without waiting on it; a directory */
+  char fifo[160];
+  snprintf(fifo, sizeof fifo, "%s/fifo", f->dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  expect_refused(f, fifo, "FIFO");
+  expect_refused(f, f->dir, "directory");
+}
+
+/* "": no file, measured every time; NULL: the default path ($TROUPE_COSTS here). */
+static void no_file_measures_and_the_default_path_keeps(void **state) {
+  fixture *f = *state;
+  tr_layer_times t[L];
+  assert_true(times_of(f, f->m, 4, &(tr_plan_costs_config){.path = "", .reps = 1}, t));
+  assert_true(times_of(f, f->m, 4, &(tr_plan_costs_config){.path = "", .reps = 1}, t));
+  char path[160];
+  snprintf(path, sizeof path, "%s/default.safetensors", f->dir);
+  assert_int_equal(setenv("TROUPE_COSTS", path, 1), 0);
+  assert_string_equal(tr_plan_costs_default_path(), path);
+  assert_true(times_of(f, f->m, 4, NULL, t));
+  assert_false(times_of(f, f->m, 4, NULL, t));
+  unsetenv("TROUPE_COSTS");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(costs_are_measured_once_and_reused, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_model_changed_under_its_name_is_measured_again, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(stale_entries_and_other_versions_are_measured_again,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(what_is_not_a_costs_file_is_refused_and_kept, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(no_file_measures_and_the_default_path_keeps, setup,
+                                      teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

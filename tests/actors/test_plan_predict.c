@@ -1,0 +1,109 @@
+/* test_plan_predict.c — a layout's step predicted before it runs (tr_plan.h: tr_plan_predict).
+ *
+ * The prediction resolves the options as the run does (replicas, stages, tensor members,
+ * micro-batches, chunks) and counts each device's activations as the run's stages count
+ * them: the predicted peak is the bytes the run reports, exactly, under every schedule, with
+ * recomputation and with tensor members. Its times are the machine's (not asserted beyond
+ * being there); what it does not predict is refused naming the strategy.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "troupe.h"
+
+static char dir[64];
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/troupe-predict-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  char path[128]; /* the run's cut and the prediction's from one file of costs */
+  snprintf(path, sizeof path, "%s/costs.safetensors", dir);
+  return setenv("TROUPE_COSTS", path, 1);
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+static tr_train_options options(const char *devices, tr_strategy s) {
+  tr_train_options o = tr_train_defaults();
+  o.model = "mlp";
+  o.devices = devices;
+  o.strategy = s;
+  o.steps = 2;
+  return o;
+}
+
+/* Predicted, then run: the same layout, the same activation bytes on every device. */
+static void expect_peaks(tr_train_options o, const char *what) {
+  tr_plan_prediction p;
+  char err[512] = "";
+  if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s: predict: %s", what, err);
+  assert_true(p.step_seconds > 0 && p.samples_per_s > 0);
+  assert_true(p.bubble >= 0 && p.bubble < 1);
+  tr_train_result r;
+  if (tr_train_run(&o, &r, err, sizeof err)) fail_msg("%s: run: %s", what, err);
+  assert_int_equal(p.devices, r.ndevices);
+  assert_int_equal(p.microbatches, r.microbatches);
+  for (int i = 0; i < p.devices; i++) {
+    assert_true(p.utilization[i] > 0 && p.utilization[i] <= 1);
+    if ((int64_t)p.peak_activation_bytes[i] != r.peak_activation_bytes[i])
+      fail_msg("%s: device %d: %zu bytes of activations predicted, the run held %lld", what, i,
+               p.peak_activation_bytes[i], (long long)r.peak_activation_bytes[i]);
+  }
+}
+
+static void activation_peaks_are_the_runs_exactly(void **state) {
+  (void)state;
+  expect_peaks(options("host:1", TR_STRATEGY_SINGLE), "single");
+  expect_peaks(options("host:2", TR_STRATEGY_DP), "dp");
+  const tr_schedule_kind kinds[] = {TR_SCHEDULE_GPIPE, TR_SCHEDULE_1F1B,
+                                    TR_SCHEDULE_INTERLEAVED, TR_SCHEDULE_ZB1};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    tr_train_options o = options("host:2", TR_STRATEGY_PIPELINE);
+    o.job.layout.schedule = kinds[k];
+    o.job.layout.microbatches = 4;
+    expect_peaks(o, tr_schedule_kind_name(kinds[k]));
+  }
+  tr_train_options o = options("host:2", TR_STRATEGY_PIPELINE);
+  o.job.memory.recompute = 1;
+  expect_peaks(o, "pipeline with recomputation");
+  expect_peaks(options("host:2", TR_STRATEGY_TP), "tp");
+  o = options("host:4", TR_STRATEGY_HYBRID);
+  o.job.layout.microbatches = 2;
+  expect_peaks(o, "hybrid");
+}
+
+static void expect_refused(tr_train_options o, const char *want) {
+  tr_plan_prediction p;
+  char err[512] = "";
+  assert_int_equal(tr_plan_predict(&o, NULL, &p, err, sizeof err), TR_EINVAL);
+  if (!strstr(err, want)) fail_msg("the error \"%s\" does not say \"%s\"", err, want);
+}
+
+static void what_is_not_predicted_is_refused_naming_it(void **state) {
+  (void)state;
+  expect_refused(options("host:2", TR_STRATEGY_ASYNC), "strategy async: the planner predicts");
+  expect_refused(options("host:2", TR_STRATEGY_LOCAL), "strategy local");
+  tr_train_options o = options("host:2", TR_STRATEGY_PIPELINE);
+  o.model = "nosuchmodel";
+  expect_refused(o, "nosuchmodel");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(activation_peaks_are_the_runs_exactly),
+      cmocka_unit_test(what_is_not_predicted_is_refused_naming_it),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
