@@ -24,6 +24,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "elastic.h"
 #include "evaluate.h"
 #include "graph_impl.h"
 #include "losses.h"
@@ -84,6 +85,7 @@ typedef struct coordinator {
   tr__eval_book eval;        /* held-out evaluations (evaluate.h) */
   tr__reduced *red;
   tr_train_result result;
+  tr__left_book left;        /* local SGD's replicas that left (elastic.h) */
 } coordinator;
 
 void *tr__coordinator_new(const tr__run *run) {
@@ -148,6 +150,7 @@ static int coordinator_start(tr_actor *self) {
                          "memory (%lld bytes asked for)", (long long)(end - first),
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
   tr__eval_book_init(&c->eval, jc->layout.replicas);
+  tr__left_init(&c->left, c->run);
   c->t_start = c->last_end = tr_now_ns();
   for (int i = 0; i < c->nobs; i++)
     tr__observer_start(&c->obs[i], c->t_start, first, jc->global_batch);
@@ -289,6 +292,7 @@ static int write_next(coordinator *c) {
   *w = (write_req){.run = c->run, .coordinator = c->self, .ck = *next,
                    .nparts = tr__part_count(c->run) *
                              (replicas_apart(&c->run->c) ? c->run->c.layout.replicas : 1)};
+  w->nparts = tr__left_compact(&c->left, c->run, w->ck.step, w->ck.parts, w->nparts);
   w->req.data = w;
   *next = (pending){.step = -1}; /* its parts are the writer's now */
   int rc = uv_queue_work(tr_system_loop(tr_graph_system(c->run->g)), &w->req, write_work,
@@ -324,7 +328,8 @@ static int written(coordinator *c, write_req *w) {
 static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
   const tr_job_config *jc = &c->run->c;
   const int P = tr__part_count(c->run); /* a part per chunk of each stage (and member) */
-  const int parts = P * (jc->zero || replicas_apart(jc) ? jc->layout.replicas : 1);
+  const int parts = tr__left_parts(&c->left, c->run, p->step,
+                                   P * (jc->zero || replicas_apart(jc) ? jc->layout.replicas : 1));
   const int member = (p->source / jc->layout.stages) % tr__members(c->run);
   /* local SGD's replicas' parts apart (no tensor groups there: job_config refuses them) */
   const int at = tr__part_slot(c->run, member, p->stage) +
@@ -444,6 +449,7 @@ static void record_result(coordinator *c) {
   r->seconds = window / 1e9;
   r->steps_per_s = window > 0 ? (double)r->window_steps / r->seconds : NAN;
   r->samples_per_s = r->steps_per_s * jc->global_batch;
+  tr__left_result(&c->left, c->run, r); /* replicas that left: the samples they did not train */
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++)
     r->utilization[i] = window > 0 ? (double)red->device[i][TR__M_BUSY_NS].i / window : NAN;
   if (P > 1)
@@ -498,12 +504,27 @@ static int departed(coordinator *c) {
   return n;
 }
 
+/* Source i's replica left at `at` (elastic.h): later losses, evaluations, checkpoints lack it */
+static int replica_left(coordinator *c, int i, int64_t at) {
+  step_ctx x = {.c = c};
+  const int64_t from = tr__left_add(&c->left, c->run, i, at);
+  int rc = tr__loss_book_depart(&c->losses, from, on_step, &x);
+  if (rc || (rc = x.rc) || (rc = tr__left_eval_gone(&c->left, &c->eval, i)) ||
+      (rc = tr__left_none(&c->left, c->dones, c->self)))
+    return rc;
+  for (pending *ck = c->ck; ck < c->ck + PENDING; ck++)
+    ck->whole |= in_use(ck) && ck->got >= tr__left_parts(&c->left, c->run, ck->step,
+                                         tr__part_count(c->run) * c->run->c.layout.replicas);
+  return write_next(c);
+}
+
 static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   coordinator *c = tr_actor_state(self);
   int rc = 0;
   if (msg->type == &tr__loss_type) {
     const tr__loss_msg *m = (const tr__loss_msg *)msg;
     source_of(c, m->source, true);
+    tr__left_heard(&c->left, m);
     step_ctx x = {.c = c};
     if ((rc = tr__loss_book_add(&c->losses, m, clock_offset(c, msg), on_step, &x)) ||
         (rc = x.rc))
@@ -511,8 +532,8 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   } else if (msg->type == &tr__eval_type) {
     const tr__eval_msg *m = (const tr__eval_msg *)msg;
     const int i = source_of(c, m->source, true);
-    if (tr__eval_book_add(&c->eval, i / (c->run->c.layout.stages * tr__members(c->run)),
-                          &m->sums))
+    if (tr__left_eval(&c->left, &c->eval, i / (c->run->c.layout.stages * tr__members(c->run)),
+                      &m->sums))
       return tr_actor_fail(self, TR_EINVAL, "held-out sums of step %lld from source %d: "
                            "more evaluations open at once than replicas can be apart",
                            (long long)m->sums.step, i);
@@ -531,6 +552,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(c->run->g, msg->from);
     tr__figures_shift_clock(&r->fig, clock_offset(c, msg));
     c->ndone++;
+    if (tr__left_said(r)) rc = replica_left(c, i, r->fig.pairs[0].v.i);
   } else if (msg->type == &tr__server_done_type) {
     const tr__server_done_msg *d = (const tr__server_done_msg *)msg;
     source_of(c, d->source, true);

@@ -1,19 +1,27 @@
-/* elastic.c — the stage of an elastic job's worker (tr_async_config.elastic): the stage
- * runner's behaviour, wrapped, so that a failure of the worker — an op of its device that
- * returns an error, or anything else that fails its actor while it trains — makes the
- * worker leave the run instead of ending it. Without elastic a worker is a plain stage and
- * its failure fails the run, as every actor's does.
+/* elastic.c — the stage of an elastic job (tr_async_config.elastic): the stage runner's
+ * behaviour, wrapped, so that a failure of the stage — an op of its device that returns an
+ * error, or anything else that fails its actor while it trains — makes it leave the run
+ * instead of ending it. Without elastic a stage is a plain stage and its failure fails the
+ * run, as every actor's does.
  *
- * The stage that failed runs no more: its memory stays as it is (the server may still be
- * reading its last push) until the run's end, when the runtime stops it. The worker tells the
- * server why it left (worker.h: tr__worker_depart); the server drops it, and SSP counts only
- * the workers still running. Its loader has claimed a step or two it will never train:
- * those are lost, not applied — but the batches it lends stay held until the server says the
- * run is over, because a batch given back would let the loader claim, and lose, the next
- * step that a live worker could have trained. Once the run is over they go back, the loader
- * finds no more steps and ends (a batch of step -1), and the worker's part is done.
+ * How to leave is the step policy's (step_policy.h: depart, departed, left), not this
+ * file's: an asynchronous worker tells its server (worker.h: tr__worker_depart), a local SGD
+ * replica its replica group and the coordinator (policy_local.c). A policy without depart
+ * cannot leave, and one whose depart refuses (a worker that never opened, a replica that
+ * had begun sending a sync's parameters) leaves the failure standing.
  *
- * A worker that fails while opening (before it trained) still fails the run: what failed is
+ * The stage that failed runs no more: its memory stays as it is (a peer may still be
+ * reading it) until the run's end, when the runtime stops it. What comes to it afterwards
+ * is the policy's to read; the batches its loader lends are held or given back as the
+ * policy says. An asynchronous worker's loader has claimed a step or two it will never
+ * train: those are lost, not applied — but the batches it lends stay held until the server
+ * says the run is over, because a batch given back would let the loader claim, and lose,
+ * the next step that a live worker could have trained; then they go back, the loader finds
+ * no more steps and ends (a batch of step -1), and the worker's part is done. A local SGD
+ * replica's loader fills its replica's share of every step: its batches go back as they
+ * come, and the loader runs to the run's end.
+ *
+ * A stage that fails while opening (before it trained) still fails the run: what failed is
  * the job's configuration more likely than a device.
  *
  * Across ranks, a rank that dies (under mpirun --enable-recovery the others keep running)
@@ -22,52 +30,58 @@
  * server hears that each of its workers there has left, as they would have said.
  */
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "graph_impl.h"
+#include "elastic.h"
+#include "evaluate.h"
 #include "stage.h"
 #include "worker.h"
 
-static tr__worker *worker_of(tr_actor *self) {
-  return tr__policy_async_worker(tr__stage_policy(tr_actor_state(self)));
+static const tr__policy *policy_of(tr_actor *self) {
+  return tr__stage_policy(tr_actor_state(self));
 }
 
-/* The stage failed with `rc`: the worker leaves, saying why. Non-zero: it cannot (it never
- * opened), and the failure stands. */
+/* What the policy said of what came (TR__LEFT_*): the batches back, and once the run is
+ * over for it and they are (a policy whose steps are not the run's: its loader's end among
+ * them), its part is done. */
+static void after(tr_actor *self, const tr__policy *p, const tr__run *run, int flags) {
+  if (!(flags & TR__LEFT_BACK)) return;
+  const bool ended = tr__stage_give_back_batches(tr_actor_state(self));
+  if (!(flags & TR__LEFT_OVER) || !(ended || p->ops->run_steps)) return;
+  const tr__member *m = tr__graph_member_of(run->g, self);
+  if (!atomic_load(&m->done)) tr_graph_done(run->g, self);
+}
+
+/* The stage failed with `rc`: its policy leaves, saying why, and what it holds may go back
+ * at once. Non-zero: it cannot, and the failure stands. */
 static int depart(tr_actor *self, int rc) {
-  tr__worker *w = worker_of(self);
-  if (w == NULL) return rc;
+  const tr__policy *p = policy_of(self);
+  if (rc == 0 || p->ops == NULL || p->ops->depart == NULL) return rc;
   const tr_device *dev = tr__stage_device(tr_actor_state(self));
   char why[256];
   if (rc == TR_EDEVICE) snprintf(why, sizeof why, "%s", tr_device_error(dev));
   else snprintf(why, sizeof why, "%s", tr_strerror(rc));
-  return tr__worker_depart(w, self, why) ? rc : 0;
+  if (p->ops->depart(p->state, why)) return rc;
+  after(self, p, p->ops->departed(p->state), p->ops->left(p->state, NULL));
+  return 0;
 }
 
-/* The run is over and every batch went back, the loader's end among them: done. */
-static void give_back(tr_actor *self, tr__worker *w) {
-  if (tr__stage_give_back_batches(tr_actor_state(self)) && tr__worker_finish_departed(w))
-    tr_graph_done(tr__worker_run(w)->g, self);
-}
-
-static int elastic_start(tr_actor *self) {
-  const int rc = tr__stage_behaviour.start(self);
-  return rc ? depart(self, rc) : 0;
-}
+static int elastic_start(tr_actor *self) { return depart(self, tr__stage_behaviour.start(self)); }
 
 static int elastic_receive(tr_actor *self, tr_msg *msg) {
-  tr__worker *w = worker_of(self);
-  if (w && tr__worker_departed(w)) {
-    if (msg->type == &tr_batch_type) {
+  const tr__policy *p = policy_of(self);
+  const tr__run *run = p->ops && p->ops->departed ? p->ops->departed(p->state) : NULL;
+  if (run) {
+    const bool batch = msg->type == &tr_batch_type;
+    if (batch) {
       const int rc = tr__stage_hold_batch(tr_actor_state(self), (const tr_batch_msg *)msg);
       if (rc) return rc;
-      if (tr__worker_over(w)) give_back(self, w);
-    } else if (tr__worker_departed_receive(w, msg)) {
-      give_back(self, w); /* the server's word that the run is over */
     }
+    after(self, p, run, p->ops->left(p->state, batch ? NULL : msg));
     return 0;
   }
-  const int rc = tr__stage_behaviour.receive(self, msg);
-  return rc ? depart(self, rc) : 0;
+  return depart(self, tr__stage_behaviour.receive(self, msg));
 }
 
 static void elastic_stop(tr_actor *self) { tr__stage_behaviour.stop(self); }
@@ -104,6 +118,136 @@ int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *worker
     l->left = true;
     snprintf(l->why, sizeof l->why, "its rank %d is gone (%s)", rank, why);
     tr_actor_send(server, l); /* the leave it can no longer send on its push edge */
+  }
+  return 0;
+}
+
+/* ---- the coordinator's book of replicas that left (elastic.h) ------------------------------ */
+
+void tr__left_init(tr__left_book *b, const tr__run *run) {
+  *b = (tr__left_book){.replicas = run->c.layout.replicas};
+  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) b->heard[i] = b->at[i] = -1;
+}
+
+void tr__left_heard(tr__left_book *b, const tr__loss_msg *m) {
+  for (int i = 0; i < m->n && m->source >= 0 && m->source < TR_TRAIN_MAX_DEVICES; i++)
+    if (m->e[i].step > b->heard[m->source]) b->heard[m->source] = m->e[i].step;
+}
+
+bool tr__left_said(const tr__report *r) {
+  return r->fig.n == 2 && r->fig.pairs[0].key == TR__M_REPLICA_LEFT_AT &&
+         r->fig.pairs[1].key == TR__M_REPLICA_LEFT_WHY;
+}
+
+/* Why replica r left, as its done message said ("" if it did not). */
+static const char *why_of(const tr__report *r) {
+  const int64_t at = tr__left_said(r) ? r->fig.pairs[1].v.i : -1;
+  return at >= 0 && at < TR__FIGURES_TEXT ? r->fig.text + at : "";
+}
+
+int64_t tr__left_add(tr__left_book *b, const tr__run *run, int source, int64_t step) {
+  const int replica = source / run->c.layout.stages; /* one stage a replica (job_config) */
+  if (replica >= 0 && replica < TR_TRAIN_MAX_DEVICES && b->at[replica] < 0) {
+    b->at[replica] = step;
+    b->n++;
+  }
+  const int64_t first = tr_graph_first_step(run->g), heard = b->heard[source];
+  return heard >= first ? heard + 1 : first;
+}
+
+/* Whether replica r's part of the checkpoint of `step` comes: it took part up to it. */
+static bool holds(const tr__left_book *b, int r, int64_t step) {
+  return r >= TR_TRAIN_MAX_DEVICES || b->at[r] < 0 || step <= b->at[r];
+}
+
+int tr__left_parts(const tr__left_book *b, const tr__run *run, int64_t step, int all) {
+  if (b->n == 0 || run->c.local.sync_every <= 0) return all;
+  int k = 0;
+  for (int r = 0; r < b->replicas; r++) k += holds(b, r, step);
+  return all / b->replicas * k;
+}
+
+int tr__left_compact(const tr__left_book *b, const tr__run *run, int64_t step, tr__part *parts,
+                     int nparts) {
+  if (!run->c.async.elastic || run->c.local.sync_every <= 0) return nparts;
+  const int P = nparts / b->replicas;
+  int to = 0;
+  for (int r = 0; r < b->replicas; r++) {
+    if (!holds(b, r, step)) continue;
+    for (int s = 0; s < P && to != r; s++) {
+      parts[to * P + s] = parts[r * P + s];
+      parts[r * P + s] = (tr__part){0};
+    }
+    to++;
+  }
+  for (int i = P; i < nparts; i++) { /* DiLoCo's outer state, every replica's alike: one */
+    free(parts[i].extra);
+    parts[i].extra = NULL;
+    parts[i].extra_copies = 0;
+  }
+  return to * P;
+}
+
+int tr__left_none(const tr__left_book *b, const tr__report *dones, tr_actor *self) {
+  if (b->n < b->replicas) return 0;
+  char who[1024];
+  size_t len = 0;
+  for (int r = 0; r < b->replicas && r < TR_TRAIN_MAX_DEVICES && len < sizeof who; r++)
+    len += (size_t)snprintf(who + len, sizeof who - len, "%sreplica %d (%s) at step %lld: %s",
+                            r ? "; " : "", r, dones[r].device, (long long)b->at[r],
+                            why_of(&dones[r]));
+  return tr_actor_fail(self, TR_EDEVICE, "async.elastic: every replica left, none is left to "
+                       "train: %s", who);
+}
+
+void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result *r) {
+  if (!run->c.async.elastic || run->c.local.sync_every <= 0) return;
+  r->replicas_alive = b->replicas - b->n;
+  size_t len = 0;
+  r->replicas_left[0] = 0;
+  const int64_t whole = r->samples;
+  for (int i = 0; i < b->replicas && i < TR_TRAIN_MAX_DEVICES; i++) {
+    if (b->at[i] < 0) continue;
+    if (len < sizeof r->replicas_left)
+      len += (size_t)snprintf(r->replicas_left + len, sizeof r->replicas_left - len,
+                              "%s%d@%lld", len ? "," : "", i, (long long)b->at[i]);
+    /* its share of the steps from the one it left at on was not trained */
+    const int64_t from = b->at[i] > r->first_step ? b->at[i] : r->first_step;
+    r->samples -= (r->steps > from ? r->steps - from : 0) * run->c.global_batch / b->replicas;
+  }
+  /* the rate of samples trained (the figures derived from it follow) */
+  if (whole > 0) r->samples_per_s *= (double)r->samples / (double)whole;
+}
+
+/* An empty share of the evaluation after step `step` for each replica that left before it
+ * (it evaluates none of its held-out share), once: where the evaluation is new to the book
+ * (`replica` < 0: for every one that left), or for `replica` alone where it is pending. */
+static int empty_shares(const tr__left_book *b, tr__eval_book *e, int64_t step, int replica) {
+  bool pending = false;
+  for (int i = 0; i < TR__EVAL_PENDING; i++) pending |= e->got[i] && e->pending[i].step == step;
+  if (pending == (replica < 0)) return 0;
+  for (int r = 0; r < b->replicas && r < TR_TRAIN_MAX_DEVICES; r++) {
+    if ((replica >= 0 && r != replica) || b->at[r] < 0 || step <= b->at[r]) continue;
+    const tr__eval_sums none = {.step = step};
+    int rc = tr__eval_book_add(e, r, &none);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+int tr__left_eval(const tr__left_book *b, tr__eval_book *e, int replica, const tr__eval_sums *s) {
+  int rc = b->n ? empty_shares(b, e, s->step, -1) : 0;
+  return rc ? rc : tr__eval_book_add(e, replica, s);
+}
+
+int tr__left_eval_gone(const tr__left_book *b, tr__eval_book *e, int replica) {
+  int64_t steps[TR__EVAL_PENDING];
+  int n = 0;
+  for (int i = 0; i < TR__EVAL_PENDING; i++)
+    if (e->got[i]) steps[n++] = e->pending[i].step;
+  for (int i = 0; i < n; i++) {
+    int rc = empty_shares(b, e, steps[i], replica);
+    if (rc) return rc;
   }
   return 0;
 }

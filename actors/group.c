@@ -1,68 +1,17 @@
 /* group.c — the replica group's bucketed all-reduce, or reduce-scatter and all-gather when
- * the optimizer is sharded (group.h). */
+ * the optimizer is sharded (group.h), over the members that take part in each step: every
+ * member, unless one left (tr__group_leave: local SGD's elastic replicas). */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "group.h"
+#include "group_impl.h"
 #include "collective.h"
 
 TR_MSGTYPE_DEFINE(tr__bucket_type, tr__bucket_msg);
 
 enum { BUCKET_FLOATS = (1 << 20) / 4 }; /* 1 MiB: a bucket per mlp layer, overlap for the rest */
-
-typedef struct bucket {
-  size_t lo, hi;  /* elements of the stage's gradients */
-  int low_layer;  /* final once this layer's backward is issued */
-} bucket;
-
-/* What the members tell each other, per step parity. */
-typedef struct group_step {
-  int *ready;          /* [bucket]: members whose bucket is final */
-  tr_event **peer_ev;  /* [bucket × n]: their events */
-  tr_event **reduced;  /* [bucket × n]: the owners' events, waited for before the update */
-  int nreduced;
-  int *reduced_n;      /* [bucket]: its chunks summed here (across ranks: then summed on) */
-  tr_event **final_ev; /* [bucket]: across ranks, the leader's once the whole sum is written */
-  int nfinal, next_cross;
-  tr_event **own_ready, **own_reduced, **own_final; /* [bucket]: this member's */
-  /* sharded */
-  tr_event *updated, *own_gathered; /* this member's: its update issued, its shard written */
-  tr_event **gathered;              /* [member]: theirs */
-  int ngathered;
-} group_step;
-
-struct tr__group {
-  tr_actor *self;
-  tr_stage *st;
-  tr_device *dev;
-  tr_stream *comm;
-  tr__busy *busy;
-  int n, me, nb, next_bucket;
-  tr_edge **out, **in;    /* [n] */
-  tr_device **devs;       /* [n] */
-  float **grads;          /* [n]: their gradient allocations, as their messages say */
-  float **params;         /* [n]: their parameter allocations, likewise */
-  bucket *buckets;
-  bool sharded;           /* ZeRO stage 1: member r updates shard r alone */
-  size_t shard_lo, shard_hi; /* this member's, of the stage's elements */
-  group_step gs[2];
-  float *scratch; /* chunks staged from members this device cannot read directly */
-  bool direct;    /* every member's memory is readable here */
-  bool armed;     /* the step's last backward runs: buckets are announced */
-  int64_t step;   /* the armed step */
-  int hook_rc;    /* a failure inside tr__group_grad_ready */
-  /* Across ranks: the members here are the group's part in this process; their leader
-   * (member 0 here) sums each bucket with the other ranks' through the transport. */
-  int cross;              /* the group's number with the transport; -1: every member is here */
-  tr_edge *sum, *summed;  /* the leader's, to and from the transport */
-  int ranks;              /* the processes the group spans */
-  float *host;            /* the leader's gradients staged for MPI (not host memory) */
-  /* NCCL (tr__group_use_nccl): this member's communicator over the group's members in
-   * this process (member order = rank), or the leader's over the ranks */
-  tr_comm *nccl, *across;
-  char nccl_error[256];   /* its opening failed (a forced allreduce nccl): the run fails */
-  int64_t sent;           /* bytes this member sent (tr__group_sent_bytes) */
-};
 
 /* `floats` elements sent from this member (tr__group_sent_bytes says what counts). */
 static void sent(tr__group *g, size_t floats) { g->sent += (int64_t)(floats * sizeof(float)); }
@@ -115,13 +64,16 @@ tr__group *tr__group_new(int n, int me, tr_edge *const *out, tr_edge *const *in,
   g->devs = malloc((size_t)n * sizeof *g->devs);
   g->grads = calloc((size_t)n, sizeof *g->grads);
   g->params = calloc((size_t)n, sizeof *g->params);
-  if (!g->out || !g->in || !g->devs || !g->grads || !g->params) {
+  g->left_at = malloc((size_t)n * sizeof *g->left_at);
+  if (!g->out || !g->in || !g->devs || !g->grads || !g->params || !g->left_at) {
     tr__group_free(g);
     return NULL;
   }
   memcpy(g->out, out, (size_t)n * sizeof *out);
   memcpy(g->in, in, (size_t)n * sizeof *in);
   memcpy(g->devs, devs, (size_t)n * sizeof *devs);
+  for (int r = 0; r < n; r++) g->left_at[r] = INT64_MAX;
+  g->last_ready = -1;
   g->cross = -1;
   g->sharded = sharded && n > 1;
   return g;
@@ -209,16 +161,18 @@ int tr__group_open(tr__group *g, tr_actor *self, tr_stage *st, tr__busy *busy) {
   return 0;
 }
 
-/* This member's chunk of bucket b: its share of n (64-byte aligned), or sharded, the part in
- * its shard (maybe none). */
-static void own_chunk(const tr__group *g, int b, size_t *lo, size_t *hi) {
+/* This member's chunk of bucket b at step `step`: its share among the members taking part
+ * (64-byte aligned), or sharded, the part in its shard (maybe none). */
+static void own_chunk(const tr__group *g, int64_t step, int b, size_t *lo, size_t *hi) {
   const bucket *bk = &g->buckets[b];
   if (g->sharded) {
     shard_chunk(g, b, g->me, lo, hi);
     return;
   }
+  int place = 0;
+  const int k = tr__group_members_in(g, step, &place);
   size_t from, n; /* the bucket cut as a stage is into shards */
-  tr_stage_shard_span(bk->hi - bk->lo, (tr_stage_shard){g->n, g->me}, &from, &n);
+  tr_stage_shard_span(bk->hi - bk->lo, (tr_stage_shard){k, place}, &from, &n);
   *lo = bk->lo + from;
   *hi = *lo + n;
 }
@@ -227,43 +181,48 @@ static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_
 
 /* What this member sends of bucket b: the B − c elements the other chunks' owners read, and
  * (unsharded) its chunk's sum to the n − 1 others. */
-static size_t bucket_sent(const tr__group *g, int b) {
+static size_t bucket_sent(const tr__group *g, int64_t step, int b) {
   size_t lo, hi;
-  own_chunk(g, b, &lo, &hi);
+  own_chunk(g, step, b, &lo, &hi);
   const size_t c = hi - lo, whole = g->buckets[b].hi - g->buckets[b].lo;
-  return whole - c + (g->sharded ? 0 : (size_t)(g->n - 1) * c);
+  return whole - c + (g->sharded ? 0 : (size_t)(tr__group_members_in(g, step, NULL) - 1) * c);
 }
 
 /* Every member's bucket b is final: sum this member's chunk over them, in member order,
- * and write the sum into every member's gradients (sharded: only its own needs it). */
-static int reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
+ * and write the sum into every member's gradients (sharded: only its own needs it). The
+ * members are those taking part in the step: f, the first of them, leads the sum. */
+int tr__group_reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
   const uint64_t t0 = tr__busy_start(g->busy, g->self, step, "allreduce", b);
   size_t lo, hi;
-  own_chunk(g, b, &lo, &hi);
+  own_chunk(g, step, b, &lo, &hi);
   const size_t n = hi - lo;
   float *mine = tr_stage_grads(g->st) + lo;
+  int f = 0;
+  while (!tr__group_takes_part(g, f, step)) f++;
   for (int r = 0; r < g->n; r++)
-    if (tr_stream_wait_event(g->comm, s->peer_ev[b * g->n + r])) return fail(g, "waiting for a member");
-  for (int r = 0; r < g->n && n; r++) {
+    if (tr__group_takes_part(g, r, step) && tr_stream_wait_event(g->comm, s->peer_ev[b * g->n + r]))
+      return fail(g, "waiting for a member");
+  for (int r = f; r < g->n && n; r++) {
     const float *theirs = g->grads[r] + lo;
-    if (r == g->me && r > 0) continue; /* already in place: summed below in order */
+    /* mine: already in place, summed below in order */
+    if (!tr__group_takes_part(g, r, step) || (r == g->me && r > f)) continue;
     if (!g->direct && r != g->me) {
       if (tr_memcpy_peer(g->comm, g->scratch, g->dev, theirs, g->devs[r], n * sizeof(float)))
         return fail(g, "staging a chunk");
       theirs = g->scratch;
     }
     int rc = 0;
-    if (r == 0 && g->me != 0) rc = tr_add(g->comm, mine, theirs, mine, n); /* g0 + g_me ... */
-    else if (r > 0) rc = tr_axpy(g->comm, mine, 1.0f, theirs, n);
+    if (r == f && g->me != f) rc = tr_add(g->comm, mine, theirs, mine, n); /* g_f + g_me ... */
+    else if (r > f) rc = tr_axpy(g->comm, mine, 1.0f, theirs, n);
     if (rc) return fail(g, "summing");
   }
   for (int r = 0; r < g->n && n && !g->sharded; r++) {
-    if (r == g->me) continue;
+    if (r == g->me || !tr__group_takes_part(g, r, step)) continue;
     if (tr_memcpy_peer(g->comm, g->grads[r] + lo, g->devs[r], mine, g->dev, n * sizeof(float)))
       return fail(g, "writing the sum");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
-  sent(g, bucket_sent(g, b));
+  sent(g, bucket_sent(g, step, b));
   int rc = announce(g, step, b, s->own_reduced[b], TR__BUCKET_REDUCED);
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return rc;
@@ -351,14 +310,15 @@ int tr__group_receive(tr__group *g, const tr_msg *msg) {
     s->gathered[m->member] = m->ready;
     s->ngathered++;
     return 0;
+  case TR__BUCKET_LEFT: return tr__group_left(g, m->member, m->step);
   case TR__BUCKET_READY: break;
   }
   s->peer_ev[m->bucket * g->n + m->member] = m->ready;
   g->grads[m->member] = m->grads;
   g->params[m->member] = m->params;
-  if (++s->ready[m->bucket] < g->n) return 0;
+  if (++s->ready[m->bucket] < tr__group_members_in(g, m->step, NULL)) return 0;
   s->ready[m->bucket] = 0;
-  return reduce_chunk(g, s, m->step, m->bucket);
+  return tr__group_reduce_chunk(g, s, m->step, m->bucket);
 }
 
 /* Tells every member the news of bucket b (final here, this member's chunk of it summed,
@@ -367,8 +327,9 @@ static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_
   const tr__bucket_msg own = {.hdr.type = &tr__bucket_type, .bucket = b, .member = g->me,
                               .news = news, .step = step, .ready = ev,
                               .grads = tr_stage_grads(g->st), .params = tr_stage_params(g->st)};
+  if (news == TR__BUCKET_READY) g->last_ready = step, g->mid = true;
   for (int r = 0; r < g->n; r++) {
-    if (r == g->me) continue;
+    if (r == g->me || !tr__group_takes_part(g, r, step)) continue;
     tr__bucket_msg *m = tr_msg_new(&tr__bucket_type);
     tr_msg hdr = m->hdr;
     *m = own;
@@ -405,7 +366,7 @@ static int nccl_bucket(tr__group *g, int64_t step, int b) {
       return fail(g, "reduce-scattering a bucket through NCCL");
   }
   if (tr_event_record(s->own_reduced[b], g->comm)) return fail(g, "recording");
-  sent(g, bucket_sent(g, b)); /* counted as the peer algorithm's (tr__group_sent_bytes) */
+  sent(g, bucket_sent(g, step, b)); /* counted as the peer algorithm's (tr__group_sent_bytes) */
   s->nreduced++;
   tr__busy_add(g->busy, g->self, step, "allreduce", t0, b);
   return 0;
@@ -439,11 +400,15 @@ int tr__group_wait(tr__group *g, int64_t step, tr_stream *s) {
     gs->nreduced = 0;
     return 1;
   }
-  if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * g->n) return 0;
+  const int k = tr__group_members_in(g, step, NULL); /* every member, unless one left */
+  if (g->cross >= 0 ? gs->nfinal < g->nb : gs->nreduced < g->nb * k) return 0;
   const int n = g->cross >= 0 ? g->nb : g->nb * g->n;
   tr_event **ev = g->cross >= 0 ? gs->final_ev : gs->reduced;
   for (int i = 0; i < n; i++)
-    if (tr_stream_wait_event(s, ev[i])) return fail(g, "waiting for the sums");
+    if ((g->cross >= 0 || tr__group_takes_part(g, i % g->n, step)) &&
+        tr_stream_wait_event(s, ev[i]))
+      return fail(g, "waiting for the sums");
+  g->mid = false;
   gs->nreduced = gs->nfinal = gs->next_cross = 0;
   memset(gs->reduced_n, 0, (size_t)g->nb * sizeof *gs->reduced_n);
   return 1;
@@ -556,6 +521,7 @@ void tr__group_free(tr__group *g) {
   free(g->devs);
   free(g->grads);
   free(g->params);
+  free(g->left_at);
   free(g->buckets);
   free(g);
 }

@@ -50,8 +50,10 @@ typedef enum tr__bucket_news {
   TR__BUCKET_READY,    /* the sender's bucket is final */
   TR__BUCKET_REDUCED,  /* the sender's chunk of it is summed */
   TR__BUCKET_FINAL,    /* across ranks: the leader has the sum over every rank written */
-  TR__BUCKET_GATHERED  /* sharded: the sender's updated shard is in every member's parameters
+  TR__BUCKET_GATHERED, /* sharded: the sender's updated shard is in every member's parameters
                           (bucket -1) */
+  TR__BUCKET_LEFT      /* the sender left: it takes part in no step from `step` on (bucket -1;
+                          tr__group_leave) */
 } tr__bucket_news;
 
 typedef struct tr__bucket_msg {
@@ -111,6 +113,25 @@ int tr__group_gathered(tr__group *g, int64_t step, tr_stream *s);
  * bucket it hands over once (MPI's own algorithm is not seen here), and the total it
  * writes into the n − 1 members here. */
 int64_t tr__group_sent_bytes(const tr__group *g);
+/* ---- a member that leaves (local SGD's elastic replicas, policy_local.c) ----------------
+ * A member whose stage failed leaves the group: it sends a leave on its edge to every
+ * member, behind the bucket messages it sent before (the edges are FIFO), saying the first
+ * step it takes no part in. A member waiting for a step's buckets gets the leave in their
+ * place and sums the others': each step is summed over the members taking part in it, in
+ * member order, their chunks cut among them alone — the same members, and the same bits, on
+ * every one. A member that already announced a bucket of a step whose sums it has not had
+ * cannot leave (the others may have summed part of it): tr__group_leave refuses, saying so
+ * in `why`, as it does for a group through NCCL, across processes, or sharded. dp never
+ * leaves: its groups behave as before.
+ *
+ *   rc = tr__group_leave(g, why, sizeof why);    // 0: gone; then, for every message after:
+ *   tr__group_left_receive(g, msg);              // its credit back, nothing else
+ *   k = n - tr__group_gone(g, step);             // the members taking part in step (n: the
+ *                                                // group's, across processes too) */
+int tr__group_leave(tr__group *g, char *why, size_t n);
+void tr__group_left_receive(tr__group *g, const tr_msg *msg);
+int tr__group_gone(const tr__group *g, int64_t step); /* NULL: 0 */
+
 /* The group's stream has run everything (the end of the run). */
 int tr__group_sync(tr__group *g);
 /* A failed run: its NCCL communicators aborted, so that no stream waits for ever on a sum

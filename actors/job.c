@@ -298,9 +298,8 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   else snprintf(name, sizeof name, "stage%d", stage);
   if (T > 1) /* member t of the tensor group */
     snprintf(name + strlen(name), sizeof name - strlen(name), ".t%d", t);
-  /* an elastic job's worker leaves when it fails (elastic.c) */
-  const tr_behaviour *b = c->async.enabled && c->async.elastic ? &tr__elastic_behaviour
-                                                                : &tr__stage_behaviour;
+  /* an elastic job's worker (or local SGD replica) leaves when it fails (elastic.c) */
+  const tr_behaviour *b = c->async.elastic ? &tr__elastic_behaviour : &tr__stage_behaviour;
   int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, b,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;

@@ -183,11 +183,13 @@ static int check_layout(const tr_job_config *c, int layers, char *err, size_t n)
   return 0;
 }
 
-static int check_async(const tr_async_config *a, int workers, char *err, size_t n) {
-  if (a->elastic && !a->enabled)
+static int check_async(const tr_async_config *a, int workers, bool local, char *err, size_t n) {
+  if (a->elastic && !a->enabled && !local)
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("async.elastic") ": workers that come and go are asynchronous "
-                     "training's (" TR__F("async.enabled") ")");
+                     TR__F("async.elastic") ": replicas that leave are asynchronous training's "
+                     "(" TR__F("async.enabled") ") or local SGD's (" TR__F("local.sync_every")
+                     "): dp's replicas sum every step's gradients together, and a step "
+                     "summed without one would not be the step asked for");
   if (!a->enabled) return 0;
   if (a->elastic && a->hogwild)
     return tr_errorf(err, n, TR_EINVAL,
@@ -338,6 +340,16 @@ static int check_local(const tr_job_config *c, char *err, size_t n) {
     return tr_errorf(err, n, TR_EINVAL, TR__F("layout.tensor") " %d: local SGD's replicas' "
                      "checkpoint parts are kept whole per replica, not joined from tensor "
                      "groups' members (not built)", c->layout.tensor);
+  if (c->async.elastic && c->layout.stages > 1)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("async.elastic") ": local SGD's replicas leave "
+                     "whole, one stage each; this job has " TR__F("layout.stages") " %d (a "
+                     "pipeline's other stages would wait for the one that left)",
+                     c->layout.stages);
+  if (c->async.elastic && c->allreduce == TR_ALLREDUCE_NCCL)
+    return tr_errorf(err, n, TR_EINVAL, TR__F("async.elastic") ": a replica cannot leave a "
+                     "group that sums through NCCL (" TR__F("allreduce") " nccl: every member "
+                     "joins each collective); give peer or auto (elastic local SGD sums with "
+                     "peer)");
   return 0;
 }
 
@@ -356,7 +368,7 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
   }
   if (c->async.join_at > 0 && c->async.join_workers == 0) c->async.join_workers = 1;
   if ((rc = check_layout(c, tr_model_layer_count(c->model), err, n)) ||
-      (rc = check_async(&c->async, c->layout.replicas, err, n)))
+      (rc = check_async(&c->async, c->layout.replicas, c->local.sync_every > 0, err, n)))
     return rc;
   if ((unsigned)c->data_on > TR_DATA_ON_DEVICE)
     return tr_errorf(err, n, TR_EINVAL,
@@ -371,6 +383,9 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("on_nonfinite") " %d: not stop or skip", (int)c->on_nonfinite);
   if ((rc = check_zero(c, err, n)) || (rc = check_local(c, err, n))) return rc;
+  /* elastic local SGD: its groups sum with peer, which a member can leave (group.h) */
+  if (c->async.elastic && c->local.sync_every > 0 && c->allreduce == TR_ALLREDUCE_AUTO)
+    c->allreduce = TR_ALLREDUCE_PEER;
   if (c->layout.stages > 1 && c->layout.schedule == TR_SCHEDULE_ZB1 &&
       c->precision.gemm != TR_PRECISION_FP32)
     return tr_errorf(err, n, TR_EINVAL,

@@ -159,6 +159,28 @@ static int completed(tr__loss_book *b, double loss, uint64_t t, tr__on_step_fn o
   return 0;
 }
 
+/* The shares step index k needs: the replicas less those gone by then (local SGD's). */
+static int needed(const tr__loss_book *b, int64_t k) {
+  int n = b->needed;
+  for (int i = 0; i < b->ngone; i++) n -= b->gone[i] <= b->first + k;
+  return n;
+}
+
+/* The steps whose every share has come, completed in order: the sum of the shares, or
+ * where replicas left, the sum scaled to the mean of those that stayed. */
+static int drain(tr__loss_book *b, tr__on_step_fn on_step, void *arg) {
+  int n;
+  while (b->wcap && (n = needed(b, b->complete)) > 0 &&
+         b->window[b->complete % b->wcap].parts == n) {
+    tr__step_share *s = &b->window[b->complete % b->wcap];
+    const double loss = n == b->needed ? s->sum : s->sum * b->needed / n;
+    const uint64_t t = s->t;
+    *s = (tr__step_share){0};
+    if (completed(b, loss, t, on_step, arg)) return TR_ENOMEM;
+  }
+  return 0;
+}
+
 int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
                       tr__on_step_fn on_step, void *arg) {
   for (int i = 0; i < m->n; i++) {
@@ -175,14 +197,13 @@ int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
     if (t > s->t) s->t = t;
     s->parts++;
   }
-  while (b->wcap && b->window[b->complete % b->wcap].parts == b->needed) {
-    tr__step_share *s = &b->window[b->complete % b->wcap];
-    const double loss = s->sum;
-    const uint64_t t = s->t;
-    *s = (tr__step_share){0};
-    if (completed(b, loss, t, on_step, arg)) return TR_ENOMEM;
-  }
-  return 0;
+  return drain(b, on_step, arg);
+}
+
+int tr__loss_book_depart(tr__loss_book *b, int64_t from, tr__on_step_fn on_step, void *arg) {
+  if (b->arrival || b->ngone == TR__LOSS_GONE) return 0;
+  b->gone[b->ngone++] = from;
+  return drain(b, on_step, arg);
 }
 
 double tr__loss_book_last(const tr__loss_book *b) {

@@ -89,6 +89,8 @@ typedef struct tr__step_share {
   int parts;
 } tr__step_share;
 
+enum { TR__LOSS_GONE = 64 };
+
 typedef struct tr__loss_book {
   int needed;              /* shares that make a step: the replicas (async: 1) */
   bool arrival;            /* async: a step completes as its loss arrives, in the order the
@@ -103,6 +105,9 @@ typedef struct tr__loss_book {
   int64_t tcap;
   int64_t expected;        /* the run's steps, when known (the tail's size from the start) */
   double initial;          /* the first finite step's */
+  int64_t gone[TR__LOSS_GONE]; /* replicas that left (local SGD, elastic): from these steps
+                                  on, each sends no share */
+  int ngone;
 } tr__loss_book;
 
 typedef void (*tr__on_step_fn)(void *arg, int64_t step, double loss, uint64_t t);
@@ -116,6 +121,10 @@ int tr__loss_book_init(tr__loss_book *b, int64_t first, int needed, bool arrival
  * `arrival`, the order of completion: the n-th step to complete is step first + n). */
 int tr__loss_book_add(tr__loss_book *b, const tr__loss_msg *m, int64_t offset,
                       tr__on_step_fn on_step, void *arg);
+/* A replica left (local SGD, elastic): it sends no share of the steps from `from` on, whose
+ * loss is the mean of the others' (their sum scaled by needed / theirs); steps that waited
+ * for it alone complete now (on_step as in add). */
+int tr__loss_book_depart(tr__loss_book *b, int64_t from, tr__on_step_fn on_step, void *arg);
 /* The loss of the last complete step; the mean of the last 1% (at least one); NaN while
  * there is none. */
 double tr__loss_book_last(const tr__loss_book *b);

@@ -11,6 +11,7 @@
 
 typedef struct async_policy {
   tr__worker *worker;
+  tr_actor *self;
   tr__busy *busy;
 } async_policy;
 
@@ -22,6 +23,7 @@ static tr_stage_shard shard(const void *state) {
 static int open(void *state, const tr__policy_ctx *ctx) {
   async_policy *p = state;
   p->busy = ctx->busy;
+  p->self = ctx->self;
   return tr__worker_open(p->worker, ctx->self, ctx->chunks[0]); /* one chunk (tr_job_new) */
 }
 
@@ -99,6 +101,24 @@ static void figures(const void *state, tr__figures *f) { /* the worker's pushes 
   tr__figures_int(f, TR__M_COMM_BYTES, tr__worker_sent_bytes(((const async_policy *)state)->worker));
 }
 
+/* Elastic (elastic.c): the worker tells its server why it leaves, then gives back what
+ * comes; its batches stay held until the server's reply says the run is over. */
+static int depart(void *state, const char *why) {
+  async_policy *p = state;
+  return tr__worker_depart(p->worker, p->self, why);
+}
+
+static const tr__run *departed(const void *state) {
+  const tr__worker *w = ((const async_policy *)state)->worker;
+  return tr__worker_departed(w) ? tr__worker_run(w) : NULL;
+}
+
+static int left(void *state, const tr_msg *m) {
+  tr__worker *w = ((async_policy *)state)->worker;
+  if (m) tr__worker_departed_receive(w, m);
+  return tr__worker_over(w) ? TR__LEFT_BACK | TR__LEFT_OVER : TR__LEFT_HOLD;
+}
+
 static void abort_(void *state) { (void)state; }
 static void close_(void *state) { tr__worker_close(((async_policy *)state)->worker); }
 
@@ -113,7 +133,8 @@ static const tr__policy_ops async_ops = {
     .first_step = first_step, .share = share, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
-    .skipped = skipped, .figures = figures, .abort = abort_, .close = close_, .free = free_};
+    .skipped = skipped, .figures = figures, .depart = depart, .departed = departed,
+    .left = left, .abort = abort_, .close = close_, .free = free_};
 
 int tr__policy_async(tr__policy *out, tr__worker *worker) {
   async_policy *p = calloc(1, sizeof *p);

@@ -12,15 +12,25 @@
  * 1/global_batch (dp's sum of the replicas' gradients is the global mean); a local step
  * scales its gradients by the replicas first, so that each replica's is the mean over its
  * own share of the batch.
+ *
+ * Elastic (tr_async_config.elastic, elastic.c): a replica whose stage fails leaves. It tells
+ * its group (group.h: tr__group_leave, behind the buckets it sent) and the coordinator (a
+ * done message whose figures say the step it left at), and says so on stderr. Each later
+ * sync averages the replicas taking part in it: their sum over their count (DiLoCo's
+ * pseudo-gradient: their mean change); a warm-up step's gradient sum is scaled likewise to
+ * their mean. A replica that fails after it began sending a sync's parameters cannot leave
+ * consistently: the run fails, saying so.
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "clipnorm.h"
 #include "group.h"
 #include "step_policy.h"
 #include "collective.h"
+#include "graph_impl.h"
 
 /* Where the step action is: dp's sums (warm-up), the update, the parameters sent, summed. */
 enum { REDUCE, UPDATE, SEND, AVERAGE };
@@ -41,6 +51,11 @@ typedef struct local_policy {
   bool pending;             /* host's not yet read */
   double divergence;        /* the largest ||θ_r − mean|| / ||mean|| before a sync */
   int64_t syncs;
+  /* elastic: the step in hand, and once it left, at which step and whether the coordinator
+   * has been told */
+  int64_t step;
+  bool opened, gone, told;
+  char why[256];
 } local_policy;
 
 static bool warm(const local_policy *p, int64_t step) { return step < p->cf.warmup_sync; }
@@ -51,6 +66,12 @@ static bool syncs_after(const local_policy *p, int64_t step) {
 }
 
 static tr_stage *stage_of(const local_policy *p) { return p->ctx.chunks[0]; }
+
+/* The replicas taking part in step `step`'s sums: every one but those that left (a group
+ * across processes holds this process's members, and none of them leaves: group.h). */
+static int alive(const local_policy *p, int64_t step) {
+  return p->replicas - tr__group_gone(p->group, step);
+}
 
 static int fail(const local_policy *p, const char *what) {
   return tr_actor_fail(p->ctx.self, TR_EDEVICE, "local SGD: %s on %s: %s", what,
@@ -113,11 +134,14 @@ static int open(void *state, const tr__policy_ctx *ctx) {
   const tr_checkpoint *ck = ctx->run->c.checkpoint.resume_from;
   if (ck && (rc = resume(p, ck))) return rc;
   if (!p->clip && !(p->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
-  return tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch);
+  if ((rc = tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch))) return rc;
+  p->opened = true;
+  return 0;
 }
 
 static int begin(void *state, int64_t step, const tr__lent *head, bool ended, int64_t *run_step) {
   (void)head, (void)ended;
+  ((local_policy *)state)->step = step;
   return tr__policy_claim(&((local_policy *)state)->ctx, step, run_step);
 }
 
@@ -149,7 +173,7 @@ static int read_divergence(local_policy *p) {
 
 /* The group's sum of the parameters is in the gradients' allocation: their mean, this
  * replica's distance from it, then what every replica takes (the mean, or DiLoCo's step). */
-static int outer_step(local_policy *p) {
+static int outer_step(local_policy *p, int64_t step) {
   tr_stream *s = p->ctx.s;
   tr_stage *st = stage_of(p);
   float *params = tr_stage_params(st), *mean = params;
@@ -157,7 +181,7 @@ static int outer_step(local_policy *p) {
   if (p->group) {
     mean = tr_stage_grads(st);
     if (read_divergence(p) ||
-        tr_scale(s, mean, 1.0f / (float)p->replicas, n) ||
+        tr_scale(s, mean, 1.0f / (float)alive(p, step), n) ||
         tr_axpy(s, params, -1.0f, mean, n) || /* θ_r − mean, θ_r no longer needed */
         tr_sumsq(s, p->sums, params, n, 0) || tr_sumsq(s, p->sums + 1, mean, n, 0) ||
         tr_memcpy(s, p->host, p->sums, 2 * sizeof(float), TR_COPY_D2H) ||
@@ -213,6 +237,10 @@ static int update(void *state, int64_t step, int64_t run_step) {
   if (p->phase == REDUCE) {
     if (warm(p, step) && p->group) {
       if ((rc = tr__group_wait(p->group, step, p->ctx.s)) != TR__DONE) return rc;
+      const int k = alive(p, step); /* their mean, when one left */
+      if (k < p->replicas && tr_scale(p->ctx.s, tr_stage_grads(stage_of(p)),
+                                      (float)p->replicas / (float)k, p->numel))
+        return fail(p, "scaling the gradients");
     }
     p->phase = UPDATE;
   }
@@ -237,11 +265,72 @@ static int update(void *state, int64_t step, int64_t run_step) {
   }
   if (p->group && (rc = tr__group_wait(p->group, step, p->ctx.s)) != TR__DONE) return rc;
   const uint64_t t0 = tr__busy_start(p->ctx.busy, p->ctx.self, step, "sync", -1);
-  rc = outer_step(p);
+  rc = outer_step(p, step);
   tr__busy_add(p->ctx.busy, p->ctx.self, step, "sync", t0, -1);
   if (rc) return rc;
   p->phase = REDUCE;
   return TR__DONE;
+}
+
+/* ---- elastic: a replica that leaves ------------------------------------------------------ */
+
+/* The stage's report edge to the coordinator (the job wires one per stage). */
+static tr_edge *report_edge(const local_policy *p) {
+  tr_graph *g = p->ctx.run->g;
+  for (int i = 0; i < tr__graph_edge_count(g); i++) {
+    tr_edge *e = tr__graph_edge(g, i);
+    if (tr_edge_from(e) == p->ctx.self && !strcmp(tr_edge_name(e), "report")) return e;
+  }
+  return NULL;
+}
+
+/* The coordinator hears it left, once a credit of the report edge is free: a done message
+ * whose figures hold only the step and why (it counts the replica out of the steps after its
+ * last loss, the evaluations and checkpoints after that step, and the run's end). */
+static void tell(local_policy *p) {
+  tr_edge *e = report_edge(p);
+  if (p->told || e == NULL || !tr_edge_acquire(e)) return;
+  tr__done_msg *d = tr_msg_new(&tr__done_type);
+  d->report = (tr__report){0}; /* its figures: these two pairs alone */
+  d->source = tr__stage_index(p->ctx.run, p->ctx.replica, 0, p->ctx.stage);
+  snprintf(d->report.device, sizeof d->report.device, "%s", tr_device_name(p->ctx.dev));
+  tr__figures_int(&d->report.fig, TR__M_REPLICA_LEFT_AT, p->step);
+  char why[200]; /* the figures' text holds it */
+  snprintf(why, sizeof why, "%.*s", (int)sizeof why - 1, p->why);
+  tr__figures_text(&d->report.fig, TR__M_REPLICA_LEFT_WHY, why);
+  tr_edge_send(e, d);
+  p->told = true;
+}
+
+static int depart(void *state, const char *why) {
+  local_policy *p = state;
+  if (!p->opened) return TR_ESTATE; /* it never trained: the failure is the job's more likely */
+  char err[256] = "";
+  const int rc = p->group ? tr__group_leave(p->group, err, sizeof err) : 0;
+  if (rc)
+    return tr_actor_fail(p->ctx.self, rc, "replica %d (%s) failed at step %lld (%s), and %s",
+                         p->ctx.replica, tr_device_name(p->ctx.dev), (long long)p->step, why,
+                         err);
+  snprintf(p->why, sizeof p->why, "%s", why);
+  fprintf(stderr, "troupe: replica %d (%s) left at step %lld: %s\n", p->ctx.replica,
+          tr_device_name(p->ctx.dev), (long long)p->step, why);
+  p->gone = true;
+  tell(p);
+  return 0;
+}
+
+static const tr__run *departed(const void *state) {
+  const local_policy *p = state;
+  return p->gone ? p->ctx.run : NULL;
+}
+
+/* Its batches go back as they come (its loader runs on to the run's end); its part is over
+ * once the coordinator has heard. */
+static int left(void *state, const tr_msg *m) {
+  local_policy *p = state;
+  if (m && m->type == &tr__bucket_type) tr__group_left_receive(p->group, m);
+  tell(p); /* a credit of the report edge may have come */
+  return TR__LEFT_BACK | (p->told ? TR__LEFT_OVER : 0);
 }
 
 static bool receive(void *state, const tr_msg *m, int *rc) {
@@ -294,7 +383,8 @@ static int part(void *state, tr__part *part) {
     if (!(part->params = malloc(n * sizeof *part->params))) return no_memory(p, n);
     if (tr_stage_download(st, TR_STAGE_PARAMS, part->params)) return fail(p, "copying a part");
   }
-  if (p->global && p->ctx.replica == 0) {
+  /* elastic: every replica's (replica 0 may leave); the coordinator keeps the first's */
+  if (p->global && (p->ctx.replica == 0 || p->ctx.run->c.async.elastic)) {
     if (!(part->extra = malloc(2 * n * sizeof *part->extra))) return no_memory(p, 2 * n);
     part->extra_copies = 2;
     snprintf(part->extra_names[0], sizeof part->extra_names[0], "outer.global");
@@ -352,7 +442,8 @@ static const tr__policy_ops local_ops = {
     .first_step = tr__policy_run_first_step, .share = tr__policy_every_step, .begin = begin,
     .last_backward = last_backward, .update = update, .receive = receive, .waiting = waiting,
     .finish = finish, .leave = leave, .sends_parts = sends_parts, .consistency = consistency,
-    .skipped = skipped, .figures = figures, .part = part, .abort = abort_, .close = close_, .free = free_};
+    .skipped = skipped, .figures = figures, .part = part, .depart = depart,
+    .departed = departed, .left = left, .abort = abort_, .close = close_, .free = free_};
 
 int tr__policy_local(tr__policy *out, const tr__policy_parts *parts) {
   local_policy *p = calloc(1, sizeof *p);

@@ -221,6 +221,12 @@ typedef enum tr__json {
   X(WARMUP_SYNC, "warmup_sync", "steps", SETTING, RUN, INT, TR__AT(warmup_sync), FN,               \
     tr__metric_warmup_sync, "after %.0f dp steps")                                                 \
   X(OUTER, "outer", "", SETTING, RUN, TEXT, TR__AT(outer), NAME, tr__metric_outer, "outer step %s") \
+  X(REPLICAS_ALIVE, "replicas_alive", "", SETTING, RUN, INT, TR__AT(replicas_alive), FN,           \
+    tr__metric_replicas_alive, NULL)                                                               \
+  X(REPLICAS_LEFT, "replicas_left", "", SETTING, RUN, TEXT, TR__AT(replicas_left), NAME,           \
+    tr__metric_replicas_left, "replicas left (replica@step): %s")                                  \
+  X(REPLICA_LEFT_AT, "replica_left_at", "step", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL) \
+  X(REPLICA_LEFT_WHY, "replica_left_why", "", FIRST, MEASURE, TEXT, TR__NOWHERE, NONE, NULL, NULL) \
   X(LAYOUT_CHOICE, "layout_choice", "", SETTING, RUN, TEXT, TR__AT(layout_choice), NAME,           \
     tr__metric_layout_choice, "%s")                                                                \
   X(PREDICTED_SAMPLES_PER_S, "predicted.samples_per_s", "samples/s", SETTING, PREDICTED, REAL,     \
@@ -337,5 +343,9 @@ double tr__metric_tensor(const tr_train_result *r);
 double tr__metric_warmup_sync(const tr_train_result *r);
 const char *tr__metric_outer(const tr_train_result *r);
 double tr__metric_eval_percent(const tr_train_result *r); /* the summary's accuracy in % */
+/* Local SGD's elastic replicas (tr_async_config.elastic): those alive at the end (NaN
+ * outside an elastic local run), and those that left as "replica@step,..." (NULL: none) */
+double tr__metric_replicas_alive(const tr_train_result *r);
+const char *tr__metric_replicas_left(const tr_train_result *r);
 
 #endif

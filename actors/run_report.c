@@ -59,6 +59,14 @@ double tr__metric_warmup_sync(const tr_train_result *r) {
 
 const char *tr__metric_outer(const tr_train_result *r) { return r->outer[0] ? r->outer : NULL; }
 
+double tr__metric_replicas_alive(const tr_train_result *r) {
+  return r->replicas_alive > 0 ? r->replicas_alive : NAN;
+}
+
+const char *tr__metric_replicas_left(const tr_train_result *r) {
+  return r->replicas_left[0] ? r->replicas_left : NULL;
+}
+
 const char *tr__metric_layout_choice(const tr_train_result *r) {
   return r->layout_choice[0] ? r->layout_choice : NULL;
 }

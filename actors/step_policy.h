@@ -13,6 +13,7 @@
  *   rc = p.ops->update(p.state, step, run_step);       // the step action: 1 done, 0 waits
  *   rc = p.ops->leave(p.state);                        // the end: 1 done, 0 waits
  *   if (p.ops->figures) p.ops->figures(p.state, &f);  // the reporter, with the figures
+ *   rc = p.ops->depart(p.state, why);                  // elastic: it failed, it leaves
  *
  * Operations return 1 (TR__DONE) when done, 0 when they wait for a message (the stage runs
  * again when one comes), or a negative status after failing the actor.
@@ -80,10 +81,31 @@ typedef struct tr__policy_ops {
    * just ended (its replica's parameters, its state: local SGD's); 0, or a status after
    * failing the actor. */
   int (*part)(void *p, struct tr__part *part);
+  /* OPTIONAL (NULL: a failure of the stage fails the run): elastic jobs (elastic.c). The
+   * stage failed, `why` says how: the policy leaves the run, telling whoever counts on it
+   * (an asynchronous worker its server, a local SGD replica its group and the coordinator).
+   * 0: it left; a status: it cannot (it never opened, or peers may have used part of what
+   * it was sending), and the failure stands — the policy may have failed the actor saying
+   * why, which the stage's failure then is. */
+  int (*depart)(void *p, const char *why);
+  /* The run it left, once depart succeeded; NULL while it takes part. */
+  const tr__run *(*departed)(const void *p);
+  /* After depart: a message that came (NULL: a batch, which the stage holds). TR__LEFT_*
+   * flags: whether the batches held go back now, and whether the run is over for it. */
+  int (*left)(void *p, const tr_msg *m);
   void (*abort)(void *p);         /* a failed run: nothing waits for a peer that is gone */
   void (*close)(void *p);         /* device resources, on the device's thread */
   void (*free)(void *p);
 } tr__policy_ops;
+
+/* What a policy that left says of what comes after (its left op). */
+enum {
+  TR__LEFT_HOLD = 0, /* the batches stay held (a step the loader claimed is not lost) */
+  TR__LEFT_BACK = 1, /* every batch held, and every one that comes, goes back */
+  TR__LEFT_OVER = 2, /* the run is over for it: once its batches are back (a policy whose
+                        steps are not the run's: its loader's end among them), its part is
+                        done (tr_graph_done) */
+};
 
 typedef struct tr__policy {
   const tr__policy_ops *ops;

@@ -245,6 +245,11 @@ typedef struct tr_train_result {
   char workers_left[128];
   char workers_joined[128]; /* async: workers that joined (tr_async_config.join_at) as
                                "worker@step,..."; "" when none did */
+  /* local SGD with tr_async_config.elastic: the replicas still running at the end (0 in
+   * other runs: JSON null), and those that left as "replica@step,..." ("1@37": replica 1
+   * failed while it trained step 37); "" when none left (JSON null) */
+  int replicas_alive;
+  char replicas_left[128];
   /* troupe plan's prediction of this run (tr_plan.h: tr_plan_predict of its options, made
    * before it ran), and how far it was: error = predicted / measured − 1 (samples/s), and
    * the activations' peak of the device where it was furthest off. Synchronous strategies
@@ -303,7 +308,13 @@ typedef struct tr_async_config {
                               failing it: the server goes on with the others, SSP counts only
                               those, every update applied stays, and stderr and the figures
                               (workers_left, workers_alive) say who left at which step. The
-                              run fails only when every worker has left. Not with hogwild */
+                              run fails only when every worker has left. Not with hogwild.
+                              Strategy local (tr_local_config; one stage a replica, peer
+                              sums in one process) reads it too: a replica that fails while
+                              it trains leaves, and each later sync averages the replicas
+                              still there (replicas_left, replicas_alive); one that fails
+                              after it began sending a sync's parameters fails the run, and
+                              so does the last one's leaving. dp refuses it */
   /* Workers that join a running job, in one process or across ranks: the last
    * `join_workers` workers (0 with join_at: 1) wait, training nothing, until the server has
    * applied the updates up to step `join_at` (or none of the others is left), then pull the

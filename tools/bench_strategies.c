@@ -208,11 +208,12 @@ static const cli_table table = {
         "staleness 2, DC-ASGD with lambda 0.04, and --elastic with the last worker's device\n"
         "dying at its 10th step) give updates/s against the one-worker async row and the\n"
         "staleness of the updates (mean / max). The local row is local SGD averaging every\n"
-        "8 steps. The last column is the bytes every device (and the async server) sent per\n"
-        "step together, all collectives and edges (comm_bytes_per_step). On host devices it\n"
-        "also measures the BLAS's own scaling on the model's layers. Beside each synchronous\n"
-        "row is what troupe plan predicted of it (samples/s, and its error against the\n"
-        "measured), and after the table the predictor's median error over them.\n"
+        "8 steps, local elastic the same with the last replica's device dying at its 10th\n"
+        "step (--elastic). The last column is the bytes every device (and the async server)\n"
+        "sent per step together, all collectives and edges (comm_bytes_per_step). On host\n"
+        "devices it also measures the BLAS's own scaling on the model's layers. Beside each\n"
+        "synchronous row is what troupe plan predicted of it (samples/s, and its error against\n"
+        "the measured), and after the table the predictor's median error over them.\n"
         "troupe bench <what>\n"
         "--help describes the other benchmarks.\n"};
 
@@ -233,7 +234,7 @@ int bench_strategies(int argc, char **argv) {
   tr_device_list_close(list);
 
   /* the strategy table (tr_plan_layouts: what troupe plan predicts), and the elastic row */
-  row rows[TR_PLAN_MAX_LAYOUTS + 1];
+  row rows[TR_PLAN_MAX_LAYOUTS + 2];
   tr_plan_layout *layouts = calloc(TR_PLAN_MAX_LAYOUTS, sizeof *layouts);
   int nlayouts = 0;
   if (layouts == NULL ||
@@ -242,7 +243,7 @@ int bench_strategies(int argc, char **argv) {
     free(layouts);
     return layouts ? CLI_USAGE : CLI_FAIL;
   }
-  int nrows = 0, async1 = 0;
+  int nrows = 0, async1 = 0, local = -1;
   for (int i = 0; i < nlayouts; i++) {
     rows[nrows] = (row){.o = layouts[i].o};
     snprintf(rows[nrows].label, sizeof rows[nrows].label, "%s", layouts[i].label);
@@ -252,6 +253,7 @@ int bench_strategies(int argc, char **argv) {
     rows[nrows].predicted = layouts[i].predicted &&
                             tr_plan_predict(&rows[nrows].o, NULL, &rows[nrows].p, why, sizeof why) == 0;
     if (!strcmp(layouts[i].label, "async 1")) async1 = nrows;
+    if (!strcmp(layouts[i].label, "local")) local = nrows;
     nrows++;
   }
   char elastic[256], op[64];
@@ -268,6 +270,14 @@ int bench_strategies(int argc, char **argv) {
       x->o.devices = elastic;
       nrows++;
     }
+  }
+  if (n > 1 && local >= 0 && op[0]) { /* local elastic: the last replica's device dies alike */
+    row *x = &rows[nrows];
+    snprintf(x->label, sizeof x->label, "local elastic");
+    x->o = rows[local].o;
+    x->o.job.async.elastic = 1;
+    x->o.devices = elastic; /* the same devices, the last one dying at its 10th step */
+    if (rows[nrows - 1].o.devices == elastic) nrows++;
   }
   free(layouts);
   for (int i = 0; i < nrows; i++) {

@@ -300,9 +300,10 @@ static const cli_option rows[] = {
      .max = 0.999999, .fields = "local.outer_momentum", .applies = LOCAL,
      .help = "DiLoCo's outer Nesterov momentum (default 0.9)"},
     {"--elastic", NULL, CLI_SWITCH, AT(o.job.async.elastic), .fields = "async.elastic",
-     .applies = ASYNC,
-     .help = "a worker that fails leaves the run instead of ending it: the others go on, and "
-             "stderr and the figures (workers_left) say who left at which step"},
+     .applies = ASYNC | LOCAL,
+     .help = "a worker (local: a replica) that fails leaves the run instead of ending it: the "
+             "others go on (local: each later sync averages those left), and stderr and the "
+             "figures (workers_left, replicas_left) say who left at which step"},
     {"--join", NULL, CLI_SWITCH, AT(join), .fields = "join", .applies = ASYNC,
      .help = "this rank joins a job already running (refused: not built; see --join-at)"},
     {"--join-at", "STEP", CLI_I64, AT(o.job.async.join_at), .lo = 1, .hi = INT64_MAX,
