@@ -26,6 +26,7 @@
 
 #include "evaluate.h"
 #include "graph_impl.h"
+#include "join.h"
 #include "losses.h"
 #include "observers.h"
 #include "snapshots.h"
@@ -78,7 +79,7 @@ typedef struct coordinator {
   tr__report *dones;         /* [stage source] */
   int rank[TR_TRAIN_MAX_DEVICES]; /* [stage source]: the process it ran in */
   tr__figures server;        /* async: the server's */
-  int ndone;
+  int ndone, expected;       /* sources done; sources with a report edge (join.h: more come) */
   bool finished, done;       /* every source is done: the figures are in; so are the reports */
   tr__loss_book losses;
   tr__eval_book eval;        /* held-out evaluations (evaluate.h) */
@@ -133,12 +134,14 @@ const tr_train_result *tr__coordinator_result(const void *state) {
 static int coordinator_start(tr_actor *self) {
   coordinator *c = tr_actor_state(self);
   c->self = self;
-  for (int s = 0; s < c->nsources; s++)
-    if (c->sources[s] == NULL)
+  for (int s = 0; s < c->nsources; s++) {
+    c->expected += c->sources[s] != NULL;
+    if (c->sources[s] == NULL && !tr__joins_later(c->run, s)) /* join.h: its edge comes then */
       return tr_actor_fail(self, TR_EINVAL, "the coordinator has no report edge from %s %d: "
                            "every stage (and the server) must be added to the job",
                            s < tr__stage_count(c->run) ? "stage" : "the server",
                            s);
+  }
   const tr_job_config *jc = &c->run->c;
   tr_graph *g = c->run->g;
   const int64_t end = tr_graph_end_step(g), first = tr_graph_first_step(g);
@@ -531,6 +534,12 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(c->run->g, msg->from);
     tr__figures_shift_clock(&r->fig, clock_offset(c, msg));
     c->ndone++;
+  } else if (msg->type == &tr__source_type) { /* a worker that joined the run (join.h) */
+    const tr__source_msg *m = (const tr__source_msg *)msg;
+    TR_ASSERT(m->source >= 0 && m->source < c->nsources && !c->sources[m->source]);
+    c->sources[m->source] = m->edge;
+    c->expected++;
+    source_of(c, m->source, true);
   } else if (msg->type == &tr__server_done_type) {
     const tr__server_done_msg *d = (const tr__server_done_msg *)msg;
     source_of(c, d->source, true);
@@ -540,7 +549,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     c->ndone += departed(c);
   }
   if (rc) return rc;
-  if (!c->finished && c->ndone == c->nsources) {
+  if (!c->finished && c->ndone == c->expected) {
     record_settings(c, &c->result);
     record_result(c);
     c->finished = true;

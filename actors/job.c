@@ -14,6 +14,7 @@
 #include "group.h"
 #include "job_config.h"
 #include "job_wire.h"
+#include "join.h"
 #include "tensor_group.h"
 #include "worker.h"
 
@@ -139,6 +140,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
 
 void tr_job_free(tr_job *j) {
   if (j == NULL) return;
+  tr__join_free(j->join); /* after the graph, whose joiners' behaviours it holds */
   tr__plan_free(&j->plan);
   tr_checkpoint_close(j->resume);
   tr_schedule_free(j->sc);

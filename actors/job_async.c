@@ -1,6 +1,7 @@
 /* job_async.c — an asynchronous job's wiring (tr_job.h): its parameter server, its workers
  * and the push and reply edges between them, and what an elastic job does when a rank of
  * workers is lost. */
+#include "graph_impl.h"
 #include "job_wire.h"
 #include "worker.h"
 
@@ -20,6 +21,10 @@ int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
   if (!j->run.c.async.enabled)
     return tr__job_refuse(j, TR_EINVAL, "tr_job_add_worker: the job is not asynchronous (async.enabled): "
                   "add stages");
+  if (tr_world_size(tr__graph_world(j->run.g)) == 1 && tr__worker_joins(&j->run.c, worker))
+    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_worker: worker %d joins the running job "
+                          "(async.join_at): in one process it is added when it joins "
+                          "(tr_job_join_worker)", worker);
   return tr_job_add_stage(j, worker, 0, dev, out);
 }
 
