@@ -24,7 +24,9 @@
  * a part that finds no credit waits, superseded by a later one, so updates never wait.
  *
  * Workers come and go (server_members.c): one that joins a running job (async.join_at) is
- * welcomed with the parameters of that moment; one that fails leaves (async.elastic), and
+ * welcomed with the parameters of that moment — in one process its slot stays empty until
+ * then: the server asks for it (join.h) and fills the slot from the first message on its
+ * push edge; one that fails leaves (async.elastic), and
  * the server goes on with the others, SSP counting only those still running.
  */
 #include <math.h>
