@@ -290,13 +290,11 @@ typedef struct tr_async_config {
                               those, every update applied stays, and stderr and the figures
                               (workers_left, workers_alive) say who left at which step. The
                               run fails only when every worker has left. Not with hogwild */
-  /* Workers that join a running job: the last `join_workers` workers (0 with join_at: 1)
-   * join once the server has applied the updates up to step `join_at` (or none of the others
-   * is left while the run has steps), pull the server's parameters of that moment and start
-   * pushing; SSP counts each from its join (its clock starts level with the slowest). In one
-   * process each is added to the running graph when it joins (tr_job_join_worker), and one
-   * whose turn never comes is never created; across ranks they are wired before the run and
-   * wait, training nothing, their loaders holding a step or two for them meanwhile.
+  /* Workers that join a running job: the last `join_workers` (0 with join_at: 1) join once
+   * the server has applied step `join_at` (or none of the others is left while steps are),
+   * pull its parameters of that moment and push; SSP counts each from its join. In one
+   * process each is added to the running graph then (tr_job_join_worker), never if the run
+   * ends first; across ranks they are wired before the run and wait, training nothing.
    * 0: every worker from the start. Not with hogwild */
   int64_t join_at;
   int join_workers;
@@ -589,23 +587,20 @@ TR_API int tr_job_snapshot(tr_job *j, tr_edge *report, int every);
  * `dev`, fed by a loader like any stage. Workers that come and go are the configuration's
  * (tr_async_config): with `elastic`, a worker that fails leaves the run; with `join_at`, the
  * last `join_workers` workers join the running job at that step, pulling the server's
- * parameters of that moment. In one process such a worker is added when it joins: give its
- * device with tr_job_join_worker (after tr_job_add_server, before tr_job_add_coordinator),
- * not tr_job_add_worker (refused for it there); nothing of it exists before its turn, and
- * then its stage actor, its loader and their edges (batches, push and reply, the report)
- * are added to the running graph and start at once. A run that ends before its turn never
- * creates it and waits for nothing of it.
+ * parameters of that moment. In one process such a worker is added when it joins, through
+ * tr_job_join_worker (after tr_job_add_server, before tr_job_add_coordinator; not
+ * tr_job_add_worker): its stage actor, loader and edges are added to the running graph
+ * then, and never if the run ends first.
  *
  *   c.async.join_at = 500;                        // worker 3 of 4 joins after update 500
  *   tr_job_join_worker(j, 3, gpu3);               // added to the graph then, wired, fed
  *
  * Across processes every rank builds the same graph before it runs: a worker that joins is
- * added with tr_job_add_worker, tr_job_serve and its loader like the others, and waits,
- * training nothing and counted by SSP only from its join. */
+ * wired like the others and waits, training nothing, counted by SSP only from its join. */
 TR_API int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out);
 TR_API int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
-/* Worker `worker`, one of the last async.join_workers, joins the running job on `dev` when
- * its turn comes (above): in a world of one process; TR_EINVAL naming the rule otherwise. */
+/* Worker `worker` (of the last async.join_workers) joins on `dev` when its turn comes, in a
+ * world of one process (above); TR_EINVAL naming the rule otherwise. */
 TR_API int tr_job_join_worker(tr_job *j, int worker, tr_device *dev);
 /* worker → server: gradients pushed (one credit: a worker waits for the server's reply
  * before its next backward); server → worker: the reply, with fresh parameters when pulled. */
