@@ -63,6 +63,9 @@ typedef struct written_msg {
 } written_msg;
 static TR_MSGTYPE_DEFINE(written_type, written_msg);
 
+/* A source added during the run (join.h), in one process only. */
+TR_MSGTYPE_DEFINE(tr__source_type, tr__source_msg);
+
 typedef struct coordinator {
   const tr__run *run;
   tr_actor *self;

@@ -21,9 +21,6 @@
 #include "step_policy.h"
 #include "worker.h"
 
-TR_MSGTYPE_DEFINE(tr__joined_type, tr__joined_msg);
-TR_MSGTYPE_DEFINE(tr__source_type, tr__source_msg);
-
 struct tr__join {
   tr_job *j;
   tr_system *sys;

@@ -41,6 +41,8 @@
 
 /* The server's figures: flat (it crosses the untyped report edge). */
 TR_MSGTYPE_DEFINE_CODEC(tr__server_done_type, tr__server_done_msg, &tr_msg_codec_flat);
+/* A worker that joined: its edges (join.h), in one process only. */
+TR_MSGTYPE_DEFINE(tr__joined_type, tr__joined_msg);
 
 
 
