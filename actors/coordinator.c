@@ -417,7 +417,8 @@ static void record_settings(coordinator *c, tr_train_result *r) {
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
     const char *sep = i ? "," : "";
     r->rank[i] = c->rank[i];
-    if (len >= sizeof r->devices) continue;
+    /* a worker that was to join, never created (join.h): the last ones, no device of the run */
+    if (len >= sizeof r->devices || (!c->dones[i].device[0] && tr__joins_later(run, i))) continue;
     if (r->ranks > 1) /* host:0@r1: host:0 of rank 1 */
       len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s@r%d", sep,
                               c->dones[i].device, c->rank[i]);

@@ -195,6 +195,9 @@ static void a_joiner_whose_turn_never_comes_is_never_created(void **state) {
   assert_false(w.loader_seen || w.seen_at_end);
   assert_string_equal(r.workers_joined, "");
   assert_int_equal(r.workers_alive, WORKERS - 1);
+  int commas = 0; /* the devices of the run: the two that trained, not the joiner's */
+  for (const char *p = r.devices; *p; p++) commas += *p == ',';
+  if (commas != WORKERS - 2 || !r.devices[0]) fail_msg("the run's devices: '%s'", r.devices);
   job_close(&x);
 }
 
