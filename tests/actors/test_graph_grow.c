@@ -62,11 +62,12 @@ typedef struct child {
   int ends;      /* end messages received */
   int64_t end_said;
   bool wait_end; /* done only once the end message has come too */
+  bool go;       /* its edge has come (its adder wrote `e` before sending the go) */
   bool done;
 } child;
 
 static void child_maybe_done(tr_actor *self, child *c) {
-  if (!c->done && c->e && c->sent == c->total && (!c->wait_end || c->ends > 0)) {
+  if (!c->done && c->go && c->sent == c->total && (!c->wait_end || c->ends > 0)) {
     c->done = true;
     tr_graph_done(c->g, self);
   }
@@ -78,6 +79,7 @@ static int child_receive(tr_actor *self, tr_msg *msg) {
     c->ends++;
     c->end_said = ((tr_graph_end_msg *)msg)->end_step;
   } else if (msg->type == &go_type) {
+    c->go = true;
     while (c->sent < c->total && tr_edge_acquire(c->e)) {
       if (c->delay_us) usleep((useconds_t)c->delay_us);
       item_msg *m = tr_msg_new(&item_type);
