@@ -199,7 +199,8 @@ static int add(tr_graph *g, int rank, const tr_actor_config *config, bool servic
   atomic_store_explicit(&g->members, m, memory_order_release);
   atomic_store(&g->nmembers, n + 1);
   g->nwaited += !service && !m->remote;
-  if (running && g->told && !m->remote) tr__graph_send_end(m, g->told_end); /* once: tell_end is past */
+  if (running && g->told && !m->remote) /* once: tell_end is past it */
+    tr__graph_send_end(m, g->told_end);
   pthread_mutex_unlock(&g->lock);
   *out = m->actor;
   return 0;

@@ -119,9 +119,11 @@ static int stage_start(tr_actor *self) {
   tr__join *jn = join_of(self);
   pthread_mutex_lock(&jn->lock); /* its adder holds it until the actor is recorded */
   const int w = tr__job_stage_index(jn->j, self);
-  int rc = w < 0 ? tr_actor_fail(self, TR_ESTATE, "a worker that joins is not the job's") : wire(jn, self, w);
+  int rc = w < 0 ? tr_actor_fail(self, TR_ESTATE, "a worker that joins is not the job's")
+                 : wire(jn, self, w);
   pthread_mutex_unlock(&jn->lock);
-  return rc ? rc : (jn->j->run.c.async.elastic ? tr__elastic_behaviour : tr__stage_behaviour).start(self);
+  const bool elastic = jn->j->run.c.async.elastic;
+  return rc ? rc : (elastic ? tr__elastic_behaviour : tr__stage_behaviour).start(self);
 }
 
 /* The server's hook, on its thread: worker w's turn has come. */
