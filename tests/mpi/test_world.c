@@ -7,7 +7,8 @@
  *                         every rank's devices in rank order, each owned by the rank it came
  *                         from and a placeholder elsewhere; an untyped edge from rank 0 to
  *                         rank 1 carries a type of the user's with its own codec (an array
- *                         behind a pointer) and a typed edge a flat type byte for byte
+ *                         behind a pointer) and a typed edge a flat type byte for byte;
+ *                         the graph refuses to grow while it runs (every rank builds it)
  *   mpirun -np 2 test_world refused
  *                         a type the untyped edge does not say it carries is refused, the run
  *                         failing with the edge named (tests/mpi/mpi.sh checks the text)
