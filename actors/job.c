@@ -22,20 +22,34 @@
  * end-of-run figures: reporter.c and server.c; held-out sums: evaluate.c (each defined with
  * its wire codec). */
 
+/* A wiring call refused: `status`, and tr_job_error says which argument broke which rule
+ * (tr__job_refuse: the same for the job's other parts, job_wire.h). */
+static int vrefuse(tr_job *j, int status, const char *fmt, va_list ap) {
+  vsnprintf(j->error, sizeof j->error, fmt, ap);
+  return status;
+}
+static int refuse(tr_job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int refuse(tr_job *j, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vrefuse(j, status, fmt, ap);
+  va_end(ap);
+  return status;
+}
 int tr__job_refuse(tr_job *j, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(j->error, sizeof j->error, fmt, ap);
+  vrefuse(j, status, fmt, ap);
   va_end(ap);
   return status;
 }
 
 /* An edge the graph would not make (tr_graph_connect: TR_EINVAL for an actor not its own,
  * else memory): the call, and what it was given. */
-int tr__job_failed(tr_job *j, int rc, const char *call, const char *actors) {
+static int failed(tr_job *j, int rc, const char *call, const char *actors) {
   if (rc == TR_EINVAL)
-    return tr__job_refuse(j, rc, "%s: %s not an actor of the job's graph (tr_graph_add)", call, actors);
-  return tr__job_refuse(j, rc, "%s: connecting its edge: %s", call, tr_strerror(rc));
+    return refuse(j, rc, "%s: %s not an actor of the job's graph (tr_graph_add)", call, actors);
+  return refuse(j, rc, "%s: connecting its edge: %s", call, tr_strerror(rc));
 }
 
 const char *tr_job_error(const tr_job *j) { return j->error; }
@@ -157,7 +171,7 @@ int tr_job_microbatch_samples(const tr_job *j) { return j->run.mb_batch; }
 /* ---- actors -------------------------------------------------------------------------------- */
 
 /* Adds an actor on rank `rank` (tr_graph_add_on: elsewhere its state is kept, never run). */
-int tr__job_add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const tr_behaviour *b,
+static int add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const tr_behaviour *b,
                void *state, tr_actor **out) {
   if (state == NULL) return TR_ENOMEM;
   int rc = tr_graph_add_on(
@@ -168,11 +182,11 @@ int tr__job_add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const
 }
 
 /* Actors live where their device is: the world says whose (tr_world_devices). */
-int tr__job_rank_of(const tr_job *j, const tr_device *dev) {
+static int rank_of(const tr_job *j, const tr_device *dev) {
   return tr_world_device_rank(tr__graph_world(j->run.g), dev);
 }
 
-int tr__job_stage_index(const tr_job *j, const tr_actor *a) {
+static int stage_index_of(const tr_job *j, const tr_actor *a) {
   const int n = tr__stage_count(&j->run);
   for (int i = 0; a && i < n; i++)
     if (j->stages[i] == a) return i;
@@ -185,7 +199,7 @@ static int loader_index_of(const tr_job *j, const tr_actor *a) {
   return -1;
 }
 
-int tr__job_connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,
+static int connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,
                    const char *name, int credits, tr_edge **out) {
   return tr_graph_connect(j->run.g, &(tr_edge_config){.from = from, .to = to, .type = type,
                                                       .name = name, .credits = credits},
@@ -193,7 +207,7 @@ int tr__job_connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *t
 }
 
 /* A stage or the server → the coordinator, once both exist. */
-int tr__job_connect_report(tr_job *j, tr_actor *from, int source) {
+static int connect_report(tr_job *j, tr_actor *from, int source) {
   if (j->coordinator == NULL || from == NULL) return 0;
   tr_edge *e;
   /* untyped: what a stage or the server reports, each type with its codec */
@@ -210,15 +224,33 @@ int tr__job_connect_report(tr_job *j, tr_actor *from, int source) {
   return 0;
 }
 
+/* The helpers above, for the job's other parts (job_wire.h). */
+int tr__job_failed(tr_job *j, int rc, const char *call, const char *actors) {
+  return failed(j, rc, call, actors);
+}
+int tr__job_add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const tr_behaviour *b,
+                void *state, tr_actor **out) {
+  return add(j, rank, name, kind, b, state, out);
+}
+int tr__job_rank_of(const tr_job *j, const tr_device *dev) { return rank_of(j, dev); }
+int tr__job_stage_index(const tr_job *j, const tr_actor *a) { return stage_index_of(j, a); }
+int tr__job_connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,
+                    const char *name, int credits, tr_edge **out) {
+  return connect(j, from, to, type, name, credits, out);
+}
+int tr__job_connect_report(tr_job *j, tr_actor *from, int source) {
+  return connect_report(j, from, source);
+}
+
 int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
   const int T = tr__members(&j->run);
   if (replica < 0 || replica >= j->run.c.layout.replicas)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d: the job has replicas 0 to %d "
+    return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d: the job has replicas 0 to %d "
                   "(layout.replicas)", replica, j->run.c.layout.replicas - 1);
   int t = 0; /* under tensor parallelism, each member's in turn: the same samples each */
   while (t < T && j->loaders[replica * T + t]) t++;
   if (t == T)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d has its loader%s already",
+    return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d has its loader%s already",
                   replica, T > 1 ? "s (one per tensor member, layout.tensor)" : "");
   char name[32];
   if (j->run.c.layout.replicas > 1) snprintf(name, sizeof name, "loader%d", replica);
@@ -228,10 +260,10 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
   tr_actor *first = j->stages[tr__stage_index(&j->run, replica, t, 0)];
   tr_device *dev = first ? tr__stage_device(tr_actor_state(first)) : NULL;
   if (!dev && tr_world_size(tr__graph_world(j->run.g)) > 1)
-    return tr__job_refuse(j, TR_ESTATE, "tr_job_add_loader: replica %d: across processes a loader "
+    return refuse(j, TR_ESTATE, "tr_job_add_loader: replica %d: across processes a loader "
                   "lives beside its replica's first stage: add that stage first", replica);
   void *state = tr__loader_new(&j->run, replica);
-  int rc = tr__job_add(j, dev ? tr__job_rank_of(j, dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
+  int rc = add(j, dev ? rank_of(j, dev) : tr_graph_rank(j->run.g), name, TR_ACTOR_LOOP,
                &tr__loader_behaviour, state, out);
   if (rc) return rc;
   j->loaders[replica * T + t] = *out;
@@ -243,24 +275,24 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   if (j->plan.planned) return CLOSED("tr_job_add_stage");
   const tr_job_config *c = &j->run.c;
   if (replica < 0 || replica >= c->layout.replicas)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_stage: replica %d: the job has replicas 0 to %d "
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: replica %d: the job has replicas 0 to %d "
                   "(layout.replicas)", replica, c->layout.replicas - 1);
   if (stage < 0 || stage >= c->layout.stages)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d: the job has stages 0 to %d "
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d: the job has stages 0 to %d "
                   "(layout.stages)", stage, c->layout.stages - 1);
-  if (dev == NULL) return tr__job_refuse(j, TR_EINVAL, "tr_job_add_stage: dev is NULL: give a device");
+  if (dev == NULL) return refuse(j, TR_EINVAL, "tr_job_add_stage: dev is NULL: give a device");
   const int T = tr__members(&j->run);
   int t = 0; /* under tensor parallelism, each member of the group in turn */
   while (t < T && j->stages[tr__stage_index(&j->run, replica, t, stage)]) t++;
   if (t == T)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d was added already%s",
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d was added already%s",
                   stage, replica, T > 1 ? " (each of its layout.tensor members)" : "");
   const int i = tr__stage_index(&j->run, replica, t, stage);
   const tr_actor *m0 = t ? j->stages[tr__stage_index(&j->run, replica, 0, stage)] : NULL;
-  if (m0 && tr_graph_actor_rank(j->run.g, m0) != tr__job_rank_of(j, dev))
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d: tensor member %d's "
+  if (m0 && tr_graph_actor_rank(j->run.g, m0) != rank_of(j, dev))
+    return refuse(j, TR_EINVAL, "tr_job_add_stage: stage %d of replica %d: tensor member %d's "
                   "device is rank %d's, member 0's rank %d's: a tensor group's members must be "
-                  "devices of one process (layout.tensor)", stage, replica, t, tr__job_rank_of(j, dev),
+                  "devices of one process (layout.tensor)", stage, replica, t, rank_of(j, dev),
                   tr_graph_actor_rank(j->run.g, m0));
   char name[32];
   if (c->async.enabled) snprintf(name, sizeof name, "worker%d", replica);
@@ -272,20 +304,20 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
   /* an elastic job's worker leaves when it fails (elastic.c) */
   const tr_behaviour *b = c->async.enabled && c->async.elastic ? &tr__elastic_behaviour
                                                                 : &tr__stage_behaviour;
-  int rc = tr__job_add(j, tr__job_rank_of(j, dev), name, TR_ACTOR_PINNED, b,
+  int rc = add(j, rank_of(j, dev), name, TR_ACTOR_PINNED, b,
                tr__stage_new(&j->run, replica, stage, dev), out);
   if (rc) return rc;
   j->stages[i] = j->plan.st[i].actor = *out;
   j->plan.st[i].ports.tensor.member = t;
   if (stage == 0 && j->loaders[replica * T + t])
     tr__loader_set_device(tr_actor_state(j->loaders[replica * T + t]), dev);
-  return tr__job_connect_report(j, *out, i);
+  return connect_report(j, *out, i);
 }
 
 int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
   const int R = j->run.c.layout.replicas, P = j->run.c.layout.stages, T = tr__members(&j->run);
   if (devs == NULL || tr_device_list_count(devs) < R * P * T)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_stages: devs holds %d devices; the layout needs "
+    return refuse(j, TR_EINVAL, "tr_job_add_stages: devs holds %d devices; the layout needs "
                   "%d, one per stage (layout.replicas %d x layout.stages %d%s)",
                   devs ? tr_device_list_count(devs) : 0, R * P * T, R, P,
                   T > 1 ? " x layout.tensor members" : "");
@@ -311,12 +343,12 @@ int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
 
 int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   if (j->coordinator)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_add_coordinator: the job has its coordinator already");
-  int rc = tr__job_add(j, 0, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
+    return refuse(j, TR_EINVAL, "tr_job_add_coordinator: the job has its coordinator already");
+  int rc = add(j, 0, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
                tr__coordinator_new(&j->run), &j->coordinator);
   const int n = tr__stage_count(&j->run);
-  for (int i = 0; i < n && rc == 0; i++) rc = tr__job_connect_report(j, j->stages[i], i);
-  if (rc == 0) rc = tr__job_connect_report(j, j->server, n);
+  for (int i = 0; i < n && rc == 0; i++) rc = connect_report(j, j->stages[i], i);
+  if (rc == 0) rc = connect_report(j, j->server, n);
   *out = j->coordinator;
   return rc;
 }
@@ -328,10 +360,10 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
   if (j->plan.planned) return CLOSED("tr_job_connect_batches");
   const unsigned carries = what & (TR_BATCH_INPUTS | TR_BATCH_TARGETS);
   if (carries == 0)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_connect_batches: what 0x%x carries nothing: give "
+    return refuse(j, TR_EINVAL, "tr_job_connect_batches: what 0x%x carries nothing: give "
                   "TR_BATCH_INPUTS, TR_BATCH_TARGETS or both", what);
   if (from == NULL || to == NULL)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_connect_batches: %s is NULL: give an actor of the graph",
+    return refuse(j, TR_EINVAL, "tr_job_connect_batches: %s is NULL: give an actor of the graph",
                   from == NULL ? "from" : "to");
   const int depth = j->prefetch, notify = (what & TR_BATCH_NOTIFY) != 0;
   tr_edge *e;
@@ -342,8 +374,8 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
                         .credits = depth, .wake_at = notify || depth < 2 ? 1 : depth / 2,
                         .notify = notify},
       &e);
-  if (rc) return tr__job_failed(j, rc, "tr_job_connect_batches", "from or to is");
-  const int loader = loader_index_of(j, from), stage = tr__job_stage_index(j, to);
+  if (rc) return failed(j, rc, "tr_job_connect_batches", "from or to is");
+  const int loader = loader_index_of(j, from), stage = stage_index_of(j, to);
   const bool generate = loader >= 0 && stage >= 0 &&
                         tr__job_generates_on(&j->run.c, tr__stage_device(tr_actor_state(to)));
   if (loader >= 0) ++*(generate ? &j->run.batches_made : &j->run.batches_loaded);
@@ -352,7 +384,7 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
   if (stage >= 0) {
     tr__stage_ports *p = &j->plan.st[stage].ports;
     if (p->nin == 2)
-      return tr__job_refuse(j, TR_EINVAL, "tr_job_connect_batches: to (stage %d) has its two batch "
+      return refuse(j, TR_EINVAL, "tr_job_connect_batches: to (stage %d) has its two batch "
                     "edges already (inputs and targets)", stage);
     p->in[p->nin++] = (tr__stage_input){.edge = e, .what = carries};
   }
@@ -369,29 +401,29 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
   if (j->plan.planned) return CLOSED("tr_job_chain");
-  const int i = tr__job_stage_index(j, from), P = j->run.c.layout.stages;
+  const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
   const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
-  if (i < 0 || tr__job_stage_index(j, to) < 0)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_chain: %s is not a stage of the job",
+  if (i < 0 || stage_index_of(j, to) < 0)
+    return refuse(j, TR_EINVAL, "tr_job_chain: %s is not a stage of the job",
                   i < 0 ? "from" : "to");
-  if (tr__job_stage_index(j, to) != (wrap ? i - P + 1 : i + 1) || (!wrap && i % P == P - 1))
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_chain: to is not the stage after from in its replica");
+  if (stage_index_of(j, to) != (wrap ? i - P + 1 : i + 1) || (!wrap && i % P == P - 1))
+    return refuse(j, TR_EINVAL, "tr_job_chain: to is not the stage after from in its replica");
   const int s = i % P;
   tr_edge *act, *grad;
   /* Stage s holds at most its slot count of micro-batches (of all its chunks), and each
    * one's activation is read by the next before s can release the slot; the input gradient
    * alternates two buffers. */
-  int rc = tr__job_connect(j, from, to, &tr_activation_type, "act", tr_schedule_slots(j->sc, s), &act);
-  if (rc == 0) rc = tr__job_connect(j, to, from, &tr_gradient_type, "grad", 2, &grad);
+  int rc = connect(j, from, to, &tr_activation_type, "act", tr_schedule_slots(j->sc, s), &act);
+  if (rc == 0) rc = connect(j, to, from, &tr_gradient_type, "grad", 2, &grad);
   if (rc) return rc;
-  tr__stage_ports *pf = &j->plan.st[i].ports, *pt = &j->plan.st[tr__job_stage_index(j, to)].ports;
+  tr__stage_ports *pf = &j->plan.st[i].ports, *pt = &j->plan.st[stage_index_of(j, to)].ports;
   pf->act_out.edge = act; /* to the next stage */
   pf->grad_in.edge = grad;
   pt->grad_out.edge = grad; /* to the previous stage */
   pt->act_in.edge = act;
   /* what carries them between processes, and the norm exchange once the chain is whole:
    * the plan's pass, when the graph runs */
-  return tr__plan_add_link(&j->plan, &(tr__plan_link){.from = i, .to = tr__job_stage_index(j, to),
+  return tr__plan_add_link(&j->plan, &(tr__plan_link){.from = i, .to = stage_index_of(j, to),
                                                       .act = act, .grad = grad});
 }
 
@@ -405,12 +437,12 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits) {
   int rc = 0;
   for (int a = 0; a < n && rc == 0; a++)
     for (int b = 0; b < n && rc == 0; b++)
-      if (a != b) rc = tr__job_connect(j, members[a], members[b], &tr__bucket_type, "bucket", credits, &e[a][b]);
+      if (a != b) rc = connect(j, members[a], members[b], &tr__bucket_type, "bucket", credits, &e[a][b]);
   const bool here = tr_graph_actor_rank(j->run.g, members[0]) == tr_graph_rank(j->run.g);
   for (int a = 0; a < n && rc == 0 && here; a++) {
     tr_edge *out[TR_TRAIN_MAX_DEVICES], *in[TR_TRAIN_MAX_DEVICES];
     for (int b = 0; b < n; b++) out[b] = e[a][b], in[b] = e[b][a];
-    tr__group **g = &j->plan.st[tr__job_stage_index(j, members[a])].parts.group;
+    tr__group **g = &j->plan.st[stage_index_of(j, members[a])].parts.group;
     tr__group_free(*g);
     if (!(*g = tr__group_new(n, a, out, in, devs, j->run.c.zero != 0))) rc = TR_ENOMEM;
   }
@@ -441,12 +473,12 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     tr_actor *transport = tr__graph_transport_on(g, rank);
     tr_edge *sum, *summed;
     rc = mesh(j, here, m, credits); /* inside a process: peer (group.h) */
-    if (rc == 0) rc = tr__job_connect(j, here[0], transport, &tr__sum_type, "sum", credits, &sum);
-    if (rc == 0) rc = tr__job_connect(j, transport, here[0], &tr__summed_type, "summed", credits, &summed);
+    if (rc == 0) rc = connect(j, here[0], transport, &tr__sum_type, "sum", credits, &sum);
+    if (rc == 0) rc = connect(j, transport, here[0], &tr__summed_type, "summed", credits, &summed);
     if (rc == 0 && rank == me)
       rc = tr__graph_sum_edges(g, k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
-      tr__group_span_ranks(j->plan.st[tr__job_stage_index(j, here[i])].parts.group, k, nranks,
+      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].parts.group, k, nranks,
                            i ? NULL : sum, i ? NULL : summed);
   }
   return rc;
@@ -455,15 +487,15 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
 int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
   if (j->plan.planned) return CLOSED("tr_job_group");
   if (n < 1 || n > TR_TRAIN_MAX_DEVICES)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_group: n %d: give 1 to %d members", n,
+    return refuse(j, TR_EINVAL, "tr_job_group: n %d: give 1 to %d members", n,
                   TR_TRAIN_MAX_DEVICES);
   const int P = j->run.c.layout.stages, T = tr__members(&j->run);
-  const int s = tr__job_stage_index(j, members[0]) % P, t = tr__job_stage_index(j, members[0]) / P % T;
+  const int s = stage_index_of(j, members[0]) % P, t = stage_index_of(j, members[0]) / P % T;
   bool one_rank = true;
   for (int i = 0; i < n; i++) {
-    const int k = tr__job_stage_index(j, members[i]);
+    const int k = stage_index_of(j, members[i]);
     if (k < 0 || k % P != s || k / P % T != t)
-      return tr__job_refuse(j, TR_EINVAL, "tr_job_group: members[%d] is %s", i,
+      return refuse(j, TR_EINVAL, "tr_job_group: members[%d] is %s", i,
                     k < 0       ? "not a stage of the job"
                     : k % P != s ? "another stage than members[0]"
                                  : "another tensor member than members[0] (a replica group "
@@ -473,7 +505,7 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
   const int credits =
       tr__group_credits(tr__group_buckets(j->run.c.model, j->run.cuts[s], j->run.cuts[s + 1]));
   if (!one_rank && j->run.c.zero)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_group: members live in more than one process: zero "
+    return refuse(j, TR_EINVAL, "tr_job_group: members live in more than one process: zero "
                   "shards a group within one process only");
   int rc = !one_rank ? span_ranks(j, members, n, credits)
            : n == 1  ? 0
@@ -481,20 +513,20 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
   /* its communicators, and (sharded, once every stage is grouped) the norm exchange: the
    * plan's pass, when the graph runs */
   tr__plan_group gr = {.n = n, .across = !one_rank};
-  for (int i = 0; i < n; i++) gr.members[i] = tr__job_stage_index(j, members[i]);
+  for (int i = 0; i < n; i++) gr.members[i] = stage_index_of(j, members[i]);
   return rc ? rc : tr__plan_add_group(&j->plan, &gr);
 }
 
 int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
   if (j->coordinator == NULL)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_observe: the job has no coordinator yet: the reports "
+    return refuse(j, TR_EINVAL, "tr_job_observe: the job has no coordinator yet: the reports "
                   "are its, call tr_job_add_coordinator first");
-  if (observer == NULL) return tr__job_refuse(j, TR_EINVAL, "tr_job_observe: observer is NULL");
+  if (observer == NULL) return refuse(j, TR_EINVAL, "tr_job_observe: observer is NULL");
   if (every < 1)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_observe: every %d: give 1 or more steps", every);
+    return refuse(j, TR_EINVAL, "tr_job_observe: every %d: give 1 or more steps", every);
   tr_edge *e;
-  int rc = tr__job_connect(j, j->coordinator, observer, &tr_report_type, "report", 4, &e);
-  if (rc) return tr__job_failed(j, rc, "tr_job_observe", "observer is");
+  int rc = connect(j, j->coordinator, observer, &tr_report_type, "report", 4, &e);
+  if (rc) return failed(j, rc, "tr_job_observe", "observer is");
   if (rc == 0) rc = tr__coordinator_add_observer(tr_actor_state(j->coordinator), e, every);
   if (rc == 0 && out) *out = e;
   return rc;
@@ -505,23 +537,23 @@ static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
 int tr_job_snapshot(tr_job *j, tr_edge *report, int every) {
   if (j->plan.planned) return CLOSED("tr_job_snapshot");
   if (report == NULL || j->coordinator == NULL || tr_edge_from(report) != j->coordinator)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_snapshot: report is %s: give the edge tr_job_observe "
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: report is %s: give the edge tr_job_observe "
                   "made (its `out`), the parameters come in its reports",
                   report ? "not an observer's report edge" : "NULL");
   if (every < 1)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_snapshot: every %d: give 1 or more steps", every);
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: every %d: give 1 or more steps", every);
   if (j->run.c.async.enabled)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_snapshot: the job is asynchronous (async.enabled): its "
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: the job is asynchronous (async.enabled): its "
                   "parameters are the server's, with no step boundary the workers share; "
                   "snapshots are of synchronous jobs");
   const int orank = tr_graph_actor_rank(j->run.g, tr_edge_to(report));
   const int crank = tr_graph_actor_rank(j->run.g, j->coordinator);
   if (orank != crank)
-    return tr__job_refuse(j, TR_EINVAL, "tr_job_snapshot: the observer lives on rank %d, the coordinator "
+    return refuse(j, TR_EINVAL, "tr_job_snapshot: the observer lives on rank %d, the coordinator "
                   "on rank %d: the parameters are handed over in the coordinator's memory, so "
                   "their observer lives on its rank (tr_graph_add_on)", orank, crank);
   int rc = tr__coordinator_snapshot(tr_actor_state(j->coordinator), report, every);
-  if (rc) return tr__job_refuse(j, rc, "tr_job_snapshot: out of memory");
+  if (rc) return refuse(j, rc, "tr_job_snapshot: out of memory");
   j->run.snapshot_every = gcd(j->run.snapshot_every, every); /* the stages send parts then */
   return 0;
 }

@@ -28,7 +28,8 @@ struct tr_job {
 };
 
 /* A wiring call refused: `status`, and tr_job_error says which argument broke which rule. */
-int tr__job_refuse(tr_job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int tr__job_refuse(tr_job *j, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 /* An edge the graph would not make: the call, and what it was given. */
 int tr__job_failed(tr_job *j, int rc, const char *call, const char *actors);
 /* Adds an actor on rank `rank` (its state destroyed if that fails). */
@@ -43,8 +44,9 @@ int tr__job_connect_report(tr_job *j, tr_actor *from, int source);
 /* An elastic job goes on without a rank of workers only (job_async.c; the transport's thread). */
 int tr__job_lost_rank(void *arg, int rank, const char *why);
 
-#define CLOSED(call) \
-  tr__job_refuse(j, TR_ESTATE, call ": the plan is closed (tr_job_plan or tr_graph_run ran): wire " \
-         "the job before it")
+/* A wiring call after the plan was closed. */
+#define CLOSED(call)                                                                        \
+  tr__job_refuse(j, TR_ESTATE, call ": the plan is closed (tr_job_plan or tr_graph_run ran): " \
+                 "wire the job before it")
 
 #endif
