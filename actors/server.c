@@ -401,6 +401,7 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
     tr_edge_release(sv->w[l->worker].push, 1);
     sv->w[l->worker].active = false;
     if (l->left) tr__server_depart(sv, l);
+    else sv->no_steps = true; /* its loader found no more steps (a worker that joins: none) */
     sv->active--;
     int rc = tr__server_welcome(self, sv); /* the last that trained may have left */
     if (rc == 0 && sv->active == 0)

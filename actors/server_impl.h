@@ -67,6 +67,7 @@ typedef struct server {
   bool finishing, done, lent; /* lent: Hogwild! workers hold the parameters */
   bool saved;                 /* the last checkpoint part is taken */
   int (*join)(void *arg, int worker); /* asks for a deferred worker (tr__server_defer) */
+  bool no_steps;              /* a worker left at the end: the run has no step left to hand out */
   void *join_arg;
   tr__part_msg *pending;      /* a checkpoint part waiting for a credit */
   char err[512];

@@ -48,7 +48,8 @@ static int64_t slowest_clock(const server *sv) {
 /* Workers that join (tr_async_config.join_at), once the server has applied the updates up
  * to step join_at, or when no worker that trains is left: one wired before the run gets the
  * parameters of that moment with the reply; one that joins a running job (deferred) is asked
- * for, while the run has steps left, and gets them once its edges have come (joined). */
+ * for while the run has steps left (none once a worker has left at the end, its loader
+ * finding no more), and gets them once its edges have come (joined). */
 int tr__server_welcome(tr_actor *self, server *sv) {
   const tr_async_config *ac = &sv->run->c.async;
   if (ac->join_at <= 0) return 0;
@@ -59,7 +60,8 @@ int tr__server_welcome(tr_actor *self, server *sv) {
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
     if (w->deferred) {
-      if (w->asked || step >= tr_graph_end_step(g)) continue; /* none to train: never added */
+      if (w->asked || sv->no_steps || step >= tr_graph_end_step(g))
+        continue; /* none left to train: never added */
       w->asked = true;
       sv->active++; /* its leave ends its part, as any worker's */
       int rc = sv->join(sv->join_arg, i);
