@@ -27,6 +27,7 @@
 #include "elastic.h"
 #include "evaluate.h"
 #include "graph_impl.h"
+#include "join.h"
 #include "losses.h"
 #include "observers.h"
 #include "snapshots.h"
@@ -63,6 +64,9 @@ typedef struct written_msg {
 } written_msg;
 static TR_MSGTYPE_DEFINE(written_type, written_msg);
 
+/* A source added during the run (join.h), in one process only. */
+TR_MSGTYPE_DEFINE(tr__source_type, tr__source_msg);
+
 typedef struct coordinator {
   const tr__run *run;
   tr_actor *self;
@@ -79,7 +83,7 @@ typedef struct coordinator {
   tr__report *dones;         /* [stage source] */
   int rank[TR_TRAIN_MAX_DEVICES]; /* [stage source]: the process it ran in */
   tr__figures server;        /* async: the server's */
-  int ndone;
+  int ndone, expected;       /* sources done; sources with a report edge (join.h: more come) */
   bool finished, done;       /* every source is done: the figures are in; so are the reports */
   tr__loss_book losses;
   tr__eval_book eval;        /* held-out evaluations (evaluate.h) */
@@ -135,12 +139,14 @@ const tr_train_result *tr__coordinator_result(const void *state) {
 static int coordinator_start(tr_actor *self) {
   coordinator *c = tr_actor_state(self);
   c->self = self;
-  for (int s = 0; s < c->nsources; s++)
-    if (c->sources[s] == NULL)
+  for (int s = 0; s < c->nsources; s++) {
+    c->expected += c->sources[s] != NULL;
+    if (c->sources[s] == NULL && !tr__joins_later(c->run, s)) /* join.h: its edge comes then */
       return tr_actor_fail(self, TR_EINVAL, "the coordinator has no report edge from %s %d: "
                            "every stage (and the server) must be added to the job",
                            s < tr__stage_count(c->run) ? "stage" : "the server",
                            s);
+  }
   const tr_job_config *jc = &c->run->c;
   tr_graph *g = c->run->g;
   const int64_t end = tr_graph_end_step(g), first = tr_graph_first_step(g);
@@ -416,7 +422,8 @@ static void record_settings(coordinator *c, tr_train_result *r) {
   for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
     const char *sep = i ? "," : "";
     r->rank[i] = c->rank[i];
-    if (len >= sizeof r->devices) continue;
+    /* a worker that was to join, never created (join.h): the last ones, no device of the run */
+    if (len >= sizeof r->devices || (!c->dones[i].device[0] && tr__joins_later(run, i))) continue;
     if (r->ranks > 1) /* host:0@r1: host:0 of rank 1 */
       len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s@r%d", sep,
                               c->dones[i].device, c->rank[i]);
@@ -553,6 +560,12 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     tr__figures_shift_clock(&r->fig, clock_offset(c, msg));
     c->ndone++;
     if (tr__left_said(r)) rc = replica_left(c, i, r->fig.pairs[0].v.i);
+  } else if (msg->type == &tr__source_type) { /* a worker that joined the run (join.h) */
+    const tr__source_msg *m = (const tr__source_msg *)msg;
+    TR_ASSERT(m->source >= 0 && m->source < c->nsources && !c->sources[m->source]);
+    c->sources[m->source] = m->edge;
+    c->expected++;
+    source_of(c, m->source, true);
   } else if (msg->type == &tr__server_done_type) {
     const tr__server_done_msg *d = (const tr__server_done_msg *)msg;
     source_of(c, d->source, true);
@@ -562,7 +575,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     c->ndone += departed(c);
   }
   if (rc) return rc;
-  if (!c->finished && c->ndone == c->nsources) {
+  if (!c->finished && c->ndone == c->expected) {
     record_settings(c, &c->result);
     record_result(c);
     c->finished = true;

@@ -7,18 +7,21 @@
  * sides use sequentially consistent operations on the counter and the flag, so one of them
  * always sees the other (the pattern of the mailbox's park protocol).
  *
- * Steps: `claimed` is one past the highest step any source claimed; finishing sets its STOP
- * bit, freezing it, so the end every source sees is the same. `taken` hands steps out to
- * sources that share them (tr_graph_take_step). Across processes (graph_impl.h), finishing
- * first sets PENDING on every rank — claims beyond what each has claimed wait — and then
- * every rank takes the largest of those claims as the end; rank 0 hands the shared steps
- * out to every rank's sources. Each new claim tells the tracer that a step begins (its
- * profiling window opens and closes on steps).
+ * Steps and the end of a run: graph_steps.c.
+ *
+ * Growing while it runs: in a world of one process, actors and edges may be added from any
+ * thread while the graph runs (tr_graph.h). Writers take `lock`; readers that walk the lists
+ * (tr_graph_print, tell_end, member lookups) load each head with acquire order, and a node is
+ * complete before its release publishes it, so they need no lock. An actor spawned during the
+ * run may start before its member is published: a lookup that misses takes the lock, which
+ * its adder holds until it has. `by_id` and `edge_by_id` are realloc'd as they grow: only the
+ * remote side reads them, and across processes nothing is added once the graph runs.
  *
  * Traces: every message sent on an edge inside a process is a flow from its send to its
  * handling, and each edge's credits in flight are a counter track, sampled at every acquire
  * and release.
  */
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -34,35 +37,7 @@ TR_MSGTYPE_DEFINE(tr_edge_credit_type, tr_edge_credit_msg);
 TR_MSGTYPE_DEFINE(tr_graph_end_type, tr_graph_end_msg);
 TR_MSGTYPE_DEFINE(tr_graph_wake_type, tr_graph_wake_msg);
 
-#define STOP (INT64_C(1) << 62)
-#define PENDING (INT64_C(1) << 61)
-#define CLAIMS (~(STOP | PENDING))
-
 typedef tr__member member;
-
-struct tr_graph {
-  tr_system *sys;
-  member *members;                 /* newest first */
-  member **by_id;                  /* [id] */
-  int nmembers, cap_members, nwaited; /* nwaited: this rank's members that are not services */
-  tr_edge *edges;                  /* newest first */
-  tr_edge **edge_by_id;
-  int nedges, cap_edges;
-  tr_world *world;
-  int rank, watchdog_ms;
-  tr_actor *transport;             /* across processes */
-  tr_actor *timer; /* the graph's own loop actor, for a time limit */
-  bool ran;
-  int64_t first_step, end_limit;
-  _Atomic int64_t claimed; /* one past the highest step claimed, | PENDING, | STOP */
-  _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
-  _Atomic int ndone;
-  char error[512]; /* a run ended in order by a signal, or a plan that failed its check */
-  int (*before_run)(void *arg, char *err, size_t n); /* tr__graph_before_run */
-  void *before_arg;
-  int (*lost)(void *arg, int rank, const char *why); /* tr__graph_on_lost */
-  void *lost_arg;
-};
 
 static void describe(void *arg, char *buf, size_t size) {
   FILE *f = fmemopen(buf, size, "w");
@@ -116,6 +91,7 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
     free(g);
     return rc;
   }
+  pthread_mutex_init(&g->lock, NULL);
   g->watchdog_ms = c.watchdog_ms;
   g->end_limit = INT64_MAX;
   *out = g;
@@ -125,6 +101,7 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
 void tr_graph_free(tr_graph *g) {
   if (g == NULL) return;
   tr_system_free(g->sys);
+  pthread_mutex_destroy(&g->lock);
   for (member *m = g->members, *next; m; m = next) {
     next = m->next;
     free(m);
@@ -139,7 +116,7 @@ void tr_graph_free(tr_graph *g) {
 }
 
 int tr_graph_set_world(tr_graph *g, tr_world *w) {
-  if (g->ran || g->nmembers || g->world) return TR_ESTATE;
+  if (atomic_load(&g->ran) || atomic_load(&g->nmembers) || g->world) return TR_ESTATE;
   g->world = w;
   g->rank = tr_world_rank(w);
   if (tr_world_size(w) == 1) return 0;
@@ -164,19 +141,40 @@ static int remote_receive(tr_actor *self, tr_msg *msg) {
 }
 static const tr_behaviour remote_behaviour = {.name = "remote", .receive = remote_receive};
 
+/* Adding to a graph that runs: across processes every rank must build the same graph, so
+ * nothing is added once it runs; anywhere, nothing once every waited actor is done (the
+ * system is stopping). TR_ESTATE with the graph's error naming why, or 0. Under `lock`. */
+static int refuse_running(tr_graph *g, const char *call, const char *name) {
+  if (!atomic_load(&g->ran)) return 0;
+  const char *why = g->transport ? "the graph runs across processes, where every rank must "
+                                   "build the same graph before tr_graph_run"
+                    : g->stopped ? "the run is ending: every actor it waited for is done"
+                                 : NULL;
+  if (why == NULL) return 0;
+  snprintf(g->error, sizeof g->error, "%s '%s' while the graph runs: %s", call,
+           name ? name : "?", why);
+  return TR_ESTATE;
+}
+
 static int add(tr_graph *g, int rank, const tr_actor_config *config, bool service,
                tr_actor **out) {
-  TR_ASSERT(!g->ran);
   if (rank < 0 || rank >= tr_world_size(g->world)) return TR_EINVAL;
-  if (g->nmembers == g->cap_members) {
+  pthread_mutex_lock(&g->lock);
+  const bool running = atomic_load(&g->ran);
+  int rc = refuse_running(g, service ? "tr_graph_add_service" : "tr_graph_add", config->name);
+  const int n = atomic_load_explicit(&g->nmembers, memory_order_relaxed);
+  if (rc == 0 && n == g->cap_members) { /* never while the remote side reads it (above) */
     const int cap = g->cap_members ? 2 * g->cap_members : 32;
     member **grown = realloc(g->by_id, (size_t)cap * sizeof *grown);
-    if (grown == NULL) return TR_ENOMEM;
-    g->by_id = grown;
-    g->cap_members = cap;
+    if (grown == NULL) rc = TR_ENOMEM;
+    else g->by_id = grown, g->cap_members = cap;
   }
-  member *m = calloc(1, sizeof *m);
-  if (m == NULL) return TR_ENOMEM;
+  member *m = rc ? NULL : calloc(1, sizeof *m);
+  if (rc == 0 && m == NULL) rc = TR_ENOMEM;
+  if (rc) {
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+  }
   m->rank = rank;
   m->remote = rank != g->rank;
   atomic_init(&m->granted, -1);
@@ -187,17 +185,23 @@ static int add(tr_graph *g, int rank, const tr_actor_config *config, bool servic
     c = (tr_actor_config){.name = config->name, .kind = TR_ACTOR_LOOP,
                           .behaviour = &m->placeholder, .state = config->state};
   }
-  int rc = tr_actor_spawn(g->sys, &c, &m->actor);
+  /* during the run it starts at once: its lookups of itself wait on the lock until it is in */
+  rc = tr_actor_spawn(g->sys, &c, &m->actor);
   if (rc) {
+    pthread_mutex_unlock(&g->lock);
     free(m);
     return rc;
   }
   m->service = service;
-  m->id = g->nmembers;
-  m->next = g->members;
-  g->members = m;
-  g->by_id[g->nmembers++] = m;
+  m->id = n;
+  m->next = atomic_load_explicit(&g->members, memory_order_relaxed);
+  g->by_id[n] = m;
+  atomic_store_explicit(&g->members, m, memory_order_release);
+  atomic_store(&g->nmembers, n + 1);
   g->nwaited += !service && !m->remote;
+  if (running && g->told && !m->remote) /* once: tell_end is past it */
+    tr__graph_send_end(m, g->told_end);
+  pthread_mutex_unlock(&g->lock);
   *out = m->actor;
   return 0;
 }
@@ -219,19 +223,31 @@ int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config
   return add(g, rank, config, true, out);
 }
 
-member *tr__graph_member_of(const tr_graph *g, const tr_actor *a) {
-  for (member *m = g->members; m; m = m->next)
+static member *find(const tr_graph *g, const tr_actor *a) {
+  for (member *m = atomic_load_explicit(&g->members, memory_order_acquire); m; m = m->next)
     if (m->actor == a) return m;
   return NULL;
 }
+
+member *tr__graph_member_of(const tr_graph *g, const tr_actor *a) {
+  member *m = find(g, a);
+  if (m || !atomic_load(&g->ran)) return m;
+  /* an actor spawned during the run may ask before its adder has published it */
+  pthread_mutex_lock((pthread_mutex_t *)&g->lock);
+  m = find(g, a);
+  pthread_mutex_unlock((pthread_mutex_t *)&g->lock);
+  return m;
+}
+/* By number: the remote side's (graph_impl.h), which never runs in a world of one, the only
+ * one whose graph grows while it runs. */
 member *tr__graph_member(const tr_graph *g, int id) {
-  return id >= 0 && id < g->nmembers ? g->by_id[id] : NULL;
+  return id >= 0 && id < atomic_load(&g->nmembers) ? g->by_id[id] : NULL;
 }
-int tr__graph_member_count(const tr_graph *g) { return g->nmembers; }
+int tr__graph_member_count(const tr_graph *g) { return atomic_load(&g->nmembers); }
 tr_edge *tr__graph_edge(const tr_graph *g, int id) {
-  return id >= 0 && id < g->nedges ? g->edge_by_id[id] : NULL;
+  return id >= 0 && id < atomic_load(&g->nedges) ? g->edge_by_id[id] : NULL;
 }
-int tr__graph_edge_count(const tr_graph *g) { return g->nedges; }
+int tr__graph_edge_count(const tr_graph *g) { return atomic_load(&g->nedges); }
 tr_world *tr__graph_world(const tr_graph *g) { return g->world; }
 tr_actor *tr__graph_transport(const tr_graph *g) { return g->transport; }
 tr_actor *tr__graph_transport_on(const tr_graph *g, int rank) {
@@ -240,22 +256,31 @@ tr_actor *tr__graph_transport_on(const tr_graph *g, int rank) {
 int tr__graph_watchdog_ms(const tr_graph *g) { return g->watchdog_ms; }
 
 int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
-  TR_ASSERT(!g->ran && c->from && c->to);
+  TR_ASSERT(c->from && c->to);
   *out = NULL;
   const int wake_at = c->wake_at > 0 ? c->wake_at : 1;
-  member *from = tr__graph_member_of(g, c->from), *to = tr__graph_member_of(g, c->to);
-  if (c->credits < 1 || wake_at > c->credits || !from || !to) return TR_EINVAL;
-  if (g->nedges == g->cap_edges) {
+  if (c->credits < 1 || wake_at > c->credits) return TR_EINVAL;
+  pthread_mutex_lock(&g->lock);
+  member *from = find(g, c->from), *to = find(g, c->to);
+  int rc = !from || !to ? TR_EINVAL
+           : g->transport ? refuse_running(g, "tr_graph_connect", c->name ? c->name
+                                           : c->type ? c->type->name : "control")
+                          : 0;
+  const int n = atomic_load_explicit(&g->nedges, memory_order_relaxed);
+  if (rc == 0 && n == g->cap_edges) {
     const int cap = g->cap_edges ? 2 * g->cap_edges : 64;
     tr_edge **grown = realloc(g->edge_by_id, (size_t)cap * sizeof *grown);
-    if (grown == NULL) return TR_ENOMEM;
-    g->edge_by_id = grown;
-    g->cap_edges = cap;
+    if (grown == NULL) rc = TR_ENOMEM;
+    else g->edge_by_id = grown, g->cap_edges = cap;
   }
-  tr_edge *e = calloc(1, sizeof *e);
-  if (e == NULL) return TR_ENOMEM;
+  tr_edge *e = rc ? NULL : calloc(1, sizeof *e);
+  if (rc == 0 && e == NULL) rc = TR_ENOMEM;
+  if (rc) {
+    pthread_mutex_unlock(&g->lock);
+    return rc;
+  }
   *e = (tr_edge){.g = g,
-                 .id = g->nedges,
+                 .id = n,
                  .from = c->from,
                  .to = c->to,
                  .type = c->type,
@@ -266,12 +291,14 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
                  .notify = c->notify != 0,
                  .mfrom = from,
                  .mto = to,
-                 .next = g->edges};
+                 .next = atomic_load_explicit(&g->edges, memory_order_relaxed)};
   atomic_init(&e->available, c->credits);
   snprintf(e->track, sizeof e->track, "credits %s→%s %s", tr_actor_name(e->from),
            tr_actor_name(e->to), e->name);
-  g->edges = e;
-  g->edge_by_id[g->nedges++] = e;
+  g->edge_by_id[n] = e;
+  atomic_store_explicit(&g->edges, e, memory_order_release);
+  atomic_store(&g->nedges, n + 1);
+  pthread_mutex_unlock(&g->lock);
   *out = e;
   return 0;
 }
@@ -359,112 +386,11 @@ const char *tr_edge_name(const tr_edge *e) { return e->name; }
 tr_actor *tr_edge_from(const tr_edge *e) { return e->from; }
 tr_actor *tr_edge_to(const tr_edge *e) { return e->to; }
 
-/* ---- steps and the end of the run ------------------------------------------------------- */
-
-int tr_graph_claim_step(tr_graph *g, int64_t step) {
-  if (step >= g->end_limit || step >= TR_GRAPH_STEP_LIMIT - 1) return 0;
-  int64_t c = atomic_load(&g->claimed);
-  for (;;) {
-    if (step < (c & CLAIMS)) return 1;
-    if (c & STOP) return 0;
-    if (c & PENDING) return -1; /* the ranks are agreeing on the end: a message will come */
-    if (atomic_compare_exchange_weak(&g->claimed, &c, step + 1)) {
-      tr_system_trace_step(g->sys, step);
-      return 1;
-    }
-  }
-}
-
-int64_t tr__graph_take_local(tr_graph *g) {
-  const int64_t step = g->first_step + atomic_fetch_add(&g->taken, 1);
-  const int claim = tr_graph_claim_step(g, step);
-  if (claim < 0) atomic_fetch_sub(&g->taken, 1); /* asked again once the end is known */
-  return claim > 0 ? step : claim < 0 ? -2 : -1;
-}
-
-int64_t tr_graph_take_step(tr_graph *g, tr_actor *self) {
-  if (g->rank == 0) return tr__graph_take_local(g);
-  member *m = tr__graph_member_of(g, self); /* rank 0 hands every rank's steps out */
-  TR_ASSERT(m != NULL && !m->remote);
-  const int64_t granted = atomic_exchange(&m->granted, -1);
-  if (granted != -1) {
-    m->asked = false;
-    return granted == INT64_MIN ? -1 : granted;
-  }
-  if (!m->asked) {
-    m->asked = true;
-    tr__graph_remote_take(g, m->id);
-  }
-  return -2;
-}
-
-void tr__graph_grant(tr_graph *g, int id, int64_t step) {
-  member *m = tr__graph_member(g, id);
-  TR_ASSERT(m != NULL && !m->remote);
-  atomic_store(&m->granted, step < 0 ? INT64_MIN : step); /* INT64_MIN: none, but answered */
-  tr_graph_wake_msg *w = tr_msg_new(&tr_graph_wake_type);
-  w->hdr.from = NULL;
-  tr_actor_send_ctl(m->actor, w);
-}
-
-/* Read from `claimed`, which the STOP bit freezes, so a source refused a claim reads the end
- * that refused it. */
-int64_t tr_graph_end_step(const tr_graph *g) {
-  int64_t c = atomic_load(&g->claimed);
-  if (!(c & STOP)) return g->end_limit;
-  return (c & CLAIMS) < g->end_limit ? c & CLAIMS : g->end_limit;
-}
-int64_t tr_graph_first_step(const tr_graph *g) { return g->first_step; }
-
-/* Every actor of this rank learns the end (idle ones would not look otherwise). */
-static void tell_end(tr_graph *g, int64_t end) {
-  for (member *m = g->members; m; m = m->next) {
-    if (m->remote) continue;
-    tr_graph_end_msg *msg = tr_msg_new(&tr_graph_end_type);
-    msg->hdr.from = NULL;
-    msg->end_step = end;
-    tr_actor_send_ctl(m->actor, msg);
-  }
-}
-
-void tr_graph_finish(tr_graph *g) {
-  if (g->transport) { /* the ranks agree on the end first */
-    tr__graph_remote_finish(g);
-    return;
-  }
-  int64_t c = atomic_fetch_or(&g->claimed, STOP);
-  if (c & STOP) return;
-  tell_end(g, c < g->end_limit ? c : g->end_limit);
-}
-
-int64_t tr__graph_freeze(tr_graph *g) {
-  return atomic_fetch_or(&g->claimed, PENDING) & CLAIMS;
-}
-
-void tr__graph_set_end(tr_graph *g, int64_t end) {
-  int64_t c = atomic_load(&g->claimed);
-  TR_ASSERT((c & PENDING) && (c & CLAIMS) <= end);
-  atomic_store(&g->claimed, end | STOP);
-  tell_end(g, end < g->end_limit ? end : g->end_limit);
-}
-
-void tr_graph_done(tr_graph *g, tr_actor *self) {
-  member *m = tr__graph_member_of(g, self);
-  TR_ASSERT(m != NULL && !m->remote && !atomic_load(&m->done));
-  atomic_store(&m->done, true);
-  if (m->service) return;
-  const int done = atomic_fetch_add(&g->ndone, 1) + 1;
-  /* With a transport, the run is over once it has said goodbye to the other ranks: it is
-   * told when it is the last of this rank's actors left. */
-  if (done == g->nwaited) tr_system_stop(g->sys, 0);
-  else if (g->transport && done == g->nwaited - 1) tr__graph_remote_locals_done(g);
-}
-
 void tr_graph_print(tr_graph *g, FILE *f) {
-  fprintf(f, "graph of %d actors and their edges", g->nmembers);
+  fprintf(f, "graph of %d actors and their edges", atomic_load(&g->nmembers));
   if (g->transport) fprintf(f, " (rank %d of %d)", g->rank, tr_world_size(g->world));
   fprintf(f, ":\n");
-  for (const member *m = g->members; m; m = m->next) {
+  for (const member *m = atomic_load_explicit(&g->members, memory_order_acquire); m; m = m->next) {
     if (m->remote) {
       fprintf(f, "  actor '%s' on rank %d\n", tr_actor_name(m->actor), m->rank);
       continue;
@@ -473,7 +399,7 @@ void tr_graph_print(tr_graph *g, FILE *f) {
             tr_actor_kind_of(m->actor) == TR_ACTOR_PINNED ? "pinned" : "loop",
             m->service ? ", a service" : "", atomic_load(&m->done) ? ", done" : "");
   }
-  for (const tr_edge *e = g->edges; e; e = e->next) {
+  for (const tr_edge *e = atomic_load_explicit(&g->edges, memory_order_acquire); e; e = e->next) {
     if (e->mfrom->remote && e->mto->remote) continue; /* between two other ranks */
     if (e->mfrom->remote) {
       fprintf(f, "  edge %s -> %s '%s' (%s): from rank %d, its credits kept there\n",
@@ -497,7 +423,7 @@ static int timer_receive(tr_actor *self, tr_msg *msg) {
 static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_receive};
 
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
-  TR_ASSERT(!g->ran);
+  TR_ASSERT(!atomic_load(&g->ran));
   /* each refusal's rule in tr_graph_error */
   const char *bad = first_step < 0 || first_step >= TR_GRAPH_STEP_LIMIT
                         ? "first_step %lld: give 0 to 2^61 - 1"

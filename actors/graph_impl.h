@@ -12,6 +12,7 @@
 #ifndef TR_GRAPH_IMPL_H
 #define TR_GRAPH_IMPL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -47,6 +48,48 @@ typedef struct tr__member {
   tr_behaviour placeholder; /* remote: never runs; destroys the state it was given */
   struct tr__member *next;
 } tr__member;
+
+/* The graph itself: graph.c builds and runs it, graph_steps.c hands out its steps and ends
+ * its run (graph.c's opening comment says how it may grow while it runs). */
+struct tr_graph {
+  tr_system *sys;
+  pthread_mutex_t lock;            /* writers: adds, connects, the end told, actors done */
+  _Atomic(tr__member *) members;       /* newest first; published with release order */
+  tr__member **by_id;                  /* [id]; the remote side's, which never sees it grow */
+  _Atomic int nmembers;
+  int cap_members, nwaited;        /* nwaited: this rank's members that are not services */
+  _Atomic(tr_edge *) edges;        /* newest first, as members */
+  tr_edge **edge_by_id;
+  _Atomic int nedges;
+  int cap_edges;
+  tr_world *world;
+  int rank, watchdog_ms;
+  tr_actor *transport;             /* across processes */
+  tr_actor *timer; /* the graph's own loop actor, for a time limit */
+  _Atomic bool ran;
+  /* under `lock`: every waited actor is done (the system stops; nothing more is added); the
+   * end was told to every actor (tell_end), and which, for those added after */
+  bool stopped, told;
+  int64_t told_end;
+  int64_t first_step, end_limit;
+  _Atomic int64_t claimed; /* one past the highest step claimed, | PENDING, | STOP */
+  _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
+  int ndone; /* under `lock` */
+  char error[512]; /* a run ended in order by a signal, or a plan that failed its check */
+  int (*before_run)(void *arg, char *err, size_t n); /* tr__graph_before_run */
+  void *before_arg;
+  int (*lost)(void *arg, int rank, const char *why); /* tr__graph_on_lost */
+  void *lost_arg;
+};
+
+
+/* The end, to one actor of this rank (idle ones would not look otherwise). */
+static inline void tr__graph_send_end(tr__member *m, int64_t end) {
+  tr_graph_end_msg *msg = tr_msg_new(&tr_graph_end_type);
+  msg->hdr.from = NULL;
+  msg->end_step = end;
+  tr_actor_send_ctl(m->actor, msg);
+}
 
 /* The graph's numbers, for its remote side. */
 tr_edge *tr__graph_edge(const tr_graph *g, int id);

@@ -13,7 +13,8 @@
 #include "tr_file.h"
 #include "group.h"
 #include "job_config.h"
-#include "plan.h"
+#include "job_wire.h"
+#include "join.h"
 #include "tensor_group.h"
 #include "worker.h"
 
@@ -21,28 +22,24 @@
  * end-of-run figures: reporter.c and server.c; held-out sums: evaluate.c (each defined with
  * its wire codec). */
 
-struct tr_job {
-  tr__run run;
-  tr_checkpoint *resume; /* opened here (checkpoint.resume without resume_from) */
-  tr_schedule *sc;
-  int prefetch;
-  /* the actors as added, for wiring */
-  tr_actor **stages;  /* [tr__stage_index: (replica × T + member) × stages + stage] */
-  tr_actor **loaders; /* [replica × T + member] */
-  tr_model **member_models; /* [T] (tensor_group.h), or NULL */
-  tr_actor *coordinator, *server;
-  tr__plan plan; /* the stages' ports, handed over when the graph runs */
-  tr_file_lock *ck_lock; /* rank 0: one writer per checkpoint.path while the job lives */
-  int ncross; /* replica groups over several ranks, numbered for the transports */
-  char error[512]; /* the last refusal of a wiring call (tr_job_error) */
-};
-
-/* A wiring call refused: `status`, and tr_job_error says which argument broke which rule. */
+/* A wiring call refused: `status`, and tr_job_error says which argument broke which rule
+ * (tr__job_refuse: the same for the job's other parts, job_wire.h). */
+static int vrefuse(tr_job *j, int status, const char *fmt, va_list ap) {
+  vsnprintf(j->error, sizeof j->error, fmt, ap);
+  return status;
+}
 static int refuse(tr_job *j, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int refuse(tr_job *j, int status, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(j->error, sizeof j->error, fmt, ap);
+  vrefuse(j, status, fmt, ap);
+  va_end(ap);
+  return status;
+}
+int tr__job_refuse(tr_job *j, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vrefuse(j, status, fmt, ap);
   va_end(ap);
   return status;
 }
@@ -54,12 +51,6 @@ static int failed(tr_job *j, int rc, const char *call, const char *actors) {
     return refuse(j, rc, "%s: %s not an actor of the job's graph (tr_graph_add)", call, actors);
   return refuse(j, rc, "%s: connecting its edge: %s", call, tr_strerror(rc));
 }
-
-static int lost_rank(void *arg, int rank, const char *why);
-
-#define CLOSED(call) \
-  refuse(j, TR_ESTATE, call ": the plan is closed (tr_job_plan or tr_graph_run ran): wire " \
-         "the job before it")
 
 const char *tr_job_error(const tr_job *j) { return j->error; }
 
@@ -109,7 +100,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   }
   tr__run *run = &j->run;
   run->g = g;
-  if (c.async.enabled && c.async.elastic) tr__graph_on_lost(g, lost_rank, j);
+  if (c.async.enabled && c.async.elastic) tr__graph_on_lost(g, tr__job_lost_rank, j);
   run->mb_batch = c.global_batch / (c.async.enabled ? 1 : R * M);
   /* An asynchronous worker's loader keeps one batch ready: a step a loader has taken is its
    * worker's, so a deep ring would hand a fast loader steps a slow worker could have had. */
@@ -163,6 +154,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
 
 void tr_job_free(tr_job *j) {
   if (j == NULL) return;
+  tr__join_free(j->join); /* after the graph, whose joiners' behaviours it holds */
   tr__plan_free(&j->plan);
   tr_checkpoint_close(j->resume);
   tr_schedule_free(j->sc);
@@ -207,13 +199,6 @@ static int loader_index_of(const tr_job *j, const tr_actor *a) {
   return -1;
 }
 
-/* An elastic job goes on without a rank of workers only (elastic.c; the transport's thread). */
-static int lost_rank(void *arg, int rank, const char *why) {
-  tr_job *j = arg;
-  return tr__elastic_lost_rank(j->run.g, j->server, j->stages, j->loaders,
-                               j->run.c.layout.replicas, rank, why);
-}
-
 static int connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,
                    const char *name, int credits, tr_edge **out) {
   return tr_graph_connect(j->run.g, &(tr_edge_config){.from = from, .to = to, .type = type,
@@ -237,6 +222,24 @@ static int connect_report(tr_job *j, tr_actor *from, int source) {
   if (from == j->server) tr__server_set_report(tr_actor_state(from), e);
   else j->plan.st[source].ports.report = e;
   return 0;
+}
+
+/* The helpers above, for the job's other parts (job_wire.h). */
+int tr__job_failed(tr_job *j, int rc, const char *call, const char *actors) {
+  return failed(j, rc, call, actors);
+}
+int tr__job_add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const tr_behaviour *b,
+                void *state, tr_actor **out) {
+  return add(j, rank, name, kind, b, state, out);
+}
+int tr__job_rank_of(const tr_job *j, const tr_device *dev) { return rank_of(j, dev); }
+int tr__job_stage_index(const tr_job *j, const tr_actor *a) { return stage_index_of(j, a); }
+int tr__job_connect(tr_job *j, tr_actor *from, tr_actor *to, const tr_msgtype *type,
+                    const char *name, int credits, tr_edge **out) {
+  return connect(j, from, to, type, name, credits, out);
+}
+int tr__job_connect_report(tr_job *j, tr_actor *from, int source) {
+  return connect_report(j, from, source);
 }
 
 int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
@@ -347,25 +350,6 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   if (rc == 0) rc = connect_report(j, j->server, n);
   *out = j->coordinator;
   return rc;
-}
-
-int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
-  if (!j->run.c.async.enabled)
-    return refuse(j, TR_EINVAL, "tr_job_add_server: the job is not asynchronous (async.enabled)");
-  if (j->server) return refuse(j, TR_EINVAL, "tr_job_add_server: the job has its server already");
-  if (dev == NULL) return refuse(j, TR_EINVAL, "tr_job_add_server: dev is NULL: give a device");
-  int rc = add(j, rank_of(j, dev), "server", TR_ACTOR_PINNED, &tr__server_behaviour,
-               tr__server_new(&j->run, dev), &j->server);
-  *out = j->server;
-  if (rc == 0) rc = connect_report(j, j->server, tr__stage_count(&j->run));
-  return rc;
-}
-
-int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
-  if (!j->run.c.async.enabled)
-    return refuse(j, TR_EINVAL, "tr_job_add_worker: the job is not asynchronous (async.enabled): "
-                  "add stages");
-  return tr_job_add_stage(j, worker, 0, dev, out);
 }
 
 /* ---- edges --------------------------------------------------------------------------------- */
@@ -571,30 +555,6 @@ int tr_job_snapshot(tr_job *j, tr_edge *report, int every) {
   if (rc) return refuse(j, rc, "tr_job_snapshot: out of memory");
   j->run.snapshot_every = gcd(j->run.snapshot_every, every); /* the stages send parts then */
   return 0;
-}
-
-int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
-  if (j->plan.planned) return CLOSED("tr_job_serve");
-  const int w = stage_index_of(j, worker);
-  if (!j->run.c.async.enabled)
-    return refuse(j, TR_EINVAL, "tr_job_serve: the job is not asynchronous (async.enabled)");
-  if (server == NULL || server != j->server)
-    return refuse(j, TR_EINVAL, "tr_job_serve: server is not the job's (tr_job_add_server)");
-  if (w < 0) return refuse(j, TR_EINVAL, "tr_job_serve: worker is not a worker of the job");
-  tr_edge *push, *reply;
-  int rc = tr_graph_connect(j->run.g, &(tr_edge_config){.from = worker, .to = server, .name = "push",
-                                                        .credits = 1, .carries = tr__push_carries},
-                            &push);
-  if (rc == 0) rc = connect(j, server, worker, &tr__reply_type, "reply", TR__REPLY_CREDITS, &reply);
-  if (rc == 0) {
-    tr__worker **wk = &j->plan.st[w].parts.worker;
-    tr__worker_free(*wk);
-    if (!(*wk = tr__worker_new(&j->run, w, push, reply))) rc = TR_ENOMEM;
-  }
-  if (rc == 0)
-    rc = tr__server_set_worker(tr_actor_state(server), w, push, reply,
-                               tr__stage_device(tr_actor_state(worker)));
-  return rc;
 }
 
 int tr_job_plan(tr_job *j, char *err, size_t err_size) {

@@ -24,7 +24,9 @@
  * a part that finds no credit waits, superseded by a later one, so updates never wait.
  *
  * Workers come and go (server_members.c): one that joins a running job (async.join_at) is
- * welcomed with the parameters of that moment; one that fails leaves (async.elastic), and
+ * welcomed with the parameters of that moment — in one process its slot stays empty until
+ * then: the server asks for it (join.h) and fills the slot from the first message on its
+ * push edge; one that fails leaves (async.elastic), and
  * the server goes on with the others, SSP counting only those still running.
  */
 #include <math.h>
@@ -39,6 +41,8 @@
 
 /* The server's figures: flat (it crosses the untyped report edge). */
 TR_MSGTYPE_DEFINE_CODEC(tr__server_done_type, tr__server_done_msg, &tr_msg_codec_flat);
+/* A worker that joined: its edges (join.h), in one process only. */
+TR_MSGTYPE_DEFINE(tr__joined_type, tr__joined_msg);
 
 
 
@@ -73,14 +77,39 @@ int tr__server_fail_device(tr_actor *self, server *sv, const char *what) {
   return tr_actor_fail(self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(sv->dev), why);
 }
 
+/* Worker i's events and buffers, once its device is known: at the start, or as it joins. */
+int tr__server_open_worker(server *sv, int i) {
+  const tr_job_config *jc = &sv->run->c;
+  tr_actor *self = sv->self;
+  worker *w = &sv->w[i];
+  if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
+    return tr__server_fail_device(self, sv, "opening events");
+  w->remote = tr_device_is_placeholder(w->dev);
+  w->direct = !w->remote && tr_device_can_access_peer(sv->dev, w->dev) == 1;
+  w->joined = !tr__worker_joins(jc, i);
+  if (jc->async.hogwild && !w->direct)
+    return tr_actor_fail(self, TR_EINVAL, "async.hogwild: worker %d on %s cannot reach the "
+                         "server's memory on %s (host devices of one process only)", i,
+                         tr_device_name(w->dev), tr_device_name(sv->dev));
+  if ((w->remote || !w->joined) && /* a joining worker's parameters go with the reply */
+      tr_host_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&w->host))
+    return tr__server_fail_device(self, sv, "allocating a remote worker's pull buffer");
+  if (!sv->scratch && !w->direct &&
+      tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
+    return tr__server_fail_device(self, sv, "allocating the staging buffer");
+  return 0;
+}
+
 static int server_open(tr_actor *self) {
   server *sv = tr_actor_state(self);
   const tr__run *run = sv->run;
   const tr_job_config *jc = &run->c;
   sv->self = self;
-  if (sv->active < sv->W || sv->report == NULL)
+  int deferred = 0; /* workers that join the running job: their slots filled then */
+  for (int i = 0; i < sv->W; i++) deferred += sv->w[i].deferred;
+  if (sv->active < sv->W - deferred || sv->report == NULL)
     return tr_actor_fail(self, TR_EINVAL, "the server is not wired: it serves %d of %d workers "
-                         "(tr_job_serve)%s", sv->active, sv->W,
+                         "(tr_job_serve)%s", sv->active, sv->W - deferred,
                          sv->report ? "" : " and has no coordinator (tr_job_add_coordinator)");
   if (tr_device_bind(sv->dev)) return tr__server_fail_device(self, sv, "binding the device");
   tr_trace_label(self, tr_device_name(sv->dev));
@@ -99,22 +128,8 @@ static int server_open(tr_actor *self) {
   sv->numel = tr_stage_info_of(sv->st)->numel;
   sv->lr = jc->optim.lr;
   for (int i = 0; i < sv->W; i++) {
-    worker *w = &sv->w[i];
-    if (tr_event_open(sv->dev, TR_EVENT_DEFAULT, &w->reply_ev))
-      return tr__server_fail_device(self, sv, "opening events");
-    w->remote = tr_device_is_placeholder(w->dev);
-    w->direct = !w->remote && tr_device_can_access_peer(sv->dev, w->dev) == 1;
-    w->joined = !tr__worker_joins(jc, i);
-    if (jc->async.hogwild && !w->direct)
-      return tr_actor_fail(self, TR_EINVAL, "async.hogwild: worker %d on %s cannot reach the "
-                           "server's memory on %s (host devices of one process only)", i,
-                           tr_device_name(w->dev), tr_device_name(sv->dev));
-    if ((w->remote || !w->joined) && /* a joining worker's parameters go with the reply */
-        tr_host_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&w->host))
-      return tr__server_fail_device(self, sv, "allocating a remote worker's pull buffer");
-    if (!sv->scratch && !w->direct &&
-        tr_device_alloc(sv->dev, (sv->numel ? sv->numel : 1) * sizeof(float), (void **)&sv->scratch))
-      return tr__server_fail_device(self, sv, "allocating the staging buffer");
+    int rc = sv->w[i].deferred ? 0 : tr__server_open_worker(sv, i);
+    if (rc) return rc;
   }
   /* two per push in flight, and the gradient's norm at NORM */
   if (tr_device_alloc(sv->dev, (NORM + 1) * sizeof(float), (void **)&sv->stats_dev) ||
@@ -379,15 +394,18 @@ static int server_receive(tr_actor *self, tr_msg *msg) {
     }
     return apply(self, sv, m);
   }
+  if (msg->type == &tr__joined_type) return tr__server_joined(self, sv, (const tr__joined_msg *)msg);
   if (msg->type == &tr__leave_type) {
     const tr__leave_msg *l = (const tr__leave_msg *)msg;
     if (!sv->w[l->worker].active) return 0; /* its rank lost after it had left */
     tr_edge_release(sv->w[l->worker].push, 1);
     sv->w[l->worker].active = false;
     if (l->left) tr__server_depart(sv, l);
-    if (--sv->active == 0)
+    else sv->no_steps = true; /* its loader found no more steps (a worker that joins: none) */
+    sv->active--;
+    int rc = tr__server_welcome(self, sv); /* the last that trained may have left */
+    if (rc == 0 && sv->active == 0)
       return sv->departed == sv->W ? tr__server_all_departed(self, sv) : finish(self, sv);
-    const int rc = tr__server_welcome(self, sv); /* the last that trained may have left */
     return rc ? rc : serve(self, sv); /* the slowest may have left */
   }
   return 0; /* credits; tr_graph_end_msg: the workers' leaving says when it is over */

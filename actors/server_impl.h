@@ -3,6 +3,7 @@
 #ifndef TR_SERVER_IMPL_H
 #define TR_SERVER_IMPL_H
 
+#include "join.h"
 #include "worker.h"
 
 enum { STATS_RING = 64,    /* distance measurements in flight to the host */
@@ -18,6 +19,8 @@ typedef struct worker {
   float *host;
   bool active;      /* has not left */
   bool joined;      /* trains: from the start, or since step `joined_at` (async.join_at) */
+  bool deferred;    /* it joins a running job: its slot is empty until it is added (join.h) */
+  bool asked;       /* ... and it has been asked for, its edges to come */
   int64_t joined_at;
   bool left;        /* left because it failed (elastic), at update `left_at`, saying `why` */
   int64_t left_at;
@@ -63,6 +66,9 @@ typedef struct server {
   tr__busy busy;
   bool finishing, done, lent; /* lent: Hogwild! workers hold the parameters */
   bool saved;                 /* the last checkpoint part is taken */
+  int (*join)(void *arg, int worker); /* asks for a deferred worker (tr__server_defer) */
+  bool no_steps;              /* a worker left at the end: the run has no step left to hand out */
+  void *join_arg;
   tr__part_msg *pending;      /* a checkpoint part waiting for a credit */
   char err[512];
 } server;
@@ -75,6 +81,8 @@ int tr__server_fail_device(tr_actor *self, server *sv, const char *what);
  * worker left, the run fails naming them; tell_departed: the run is over, each worker that
  * left is told (elastic.c); members_figures: who left and joined, and how many still ran. */
 int tr__server_welcome(tr_actor *self, server *sv);
+int tr__server_open_worker(server *sv, int i); /* server.c: its events and buffers */
+int tr__server_joined(tr_actor *self, server *sv, const tr__joined_msg *m);
 void tr__server_depart(server *sv, const tr__leave_msg *l);
 int tr__server_all_departed(tr_actor *self, server *sv);
 int tr__server_tell_departed(server *sv);

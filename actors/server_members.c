@@ -16,37 +16,86 @@ static const char *worker_name(const server *sv, int i, char *buf, size_t n) {
   return buf;
 }
 
-/* Workers that join (tr_async_config.join_at), once the server has applied the updates up
- * to step join_at, or when no worker that trains is left: the parameters of that moment go
- * with the reply, and each starts level with the slowest in SSP's count. */
-int tr__server_welcome(tr_actor *self, server *sv) {
-  const tr_async_config *ac = &sv->run->c.async;
-  if (ac->join_at <= 0) return 0;
-  const int64_t step = tr_graph_first_step(sv->run->g) + sv->version;
+/* The parameters of this moment to worker i, which joins with them at `step`, level with the
+ * slowest in SSP's count. */
+static int welcome_one(tr_actor *self, server *sv, int i, int64_t step, int64_t slowest) {
+  worker *w = &sv->w[i];
+  if (tr_memcpy(sv->s, w->host, tr_stage_params(sv->st), sv->numel * sizeof(float),
+                TR_COPY_D2H) || tr_stream_synchronize(sv->s))
+    return tr__server_fail_device(self, sv, "copying the parameters a worker joins with");
+  tr__reply_msg *r = tr_msg_new(&tr__reply_type);
+  *r = (tr__reply_msg){.hdr = r->hdr, .pulled = true, .version = sv->version,
+                       .params = w->host, .numel = sv->numel};
+  sv->fig.sent += (int64_t)(sv->numel * sizeof(float));
+  w->joined = true;
+  w->joined_at = step;
+  w->clock = slowest == INT64_MAX ? 0 : slowest;
+  char name[64];
+  fprintf(stderr, "troupe: worker %d (%s) joined at step %lld\n", i,
+          worker_name(sv, i, name, sizeof name), (long long)step);
+  return tr_edge_send_control(w->reply, r);
+}
+
+/* The step the server has reached, and the clock of the slowest worker that trains
+ * (INT64_MAX: none). */
+static int64_t slowest_clock(const server *sv) {
   int64_t slowest = INT64_MAX;
   for (int i = 0; i < sv->W; i++)
     if (sv->w[i].active && sv->w[i].joined && sv->w[i].clock < slowest) slowest = sv->w[i].clock;
+  return slowest;
+}
+
+/* Workers that join (tr_async_config.join_at), once the server has applied the updates up
+ * to step join_at, or when no worker that trains is left: one wired before the run gets the
+ * parameters of that moment with the reply; one that joins a running job (deferred) is asked
+ * for while the run has steps left (none once a worker has left at the end, its loader
+ * finding no more), and gets them once its edges have come (joined). */
+int tr__server_welcome(tr_actor *self, server *sv) {
+  const tr_async_config *ac = &sv->run->c.async;
+  if (ac->join_at <= 0) return 0;
+  tr_graph *g = sv->run->g;
+  const int64_t step = tr_graph_first_step(g) + sv->version;
+  const int64_t slowest = slowest_clock(sv);
   if (step < ac->join_at && slowest != INT64_MAX) return 0;
   for (int i = 0; i < sv->W; i++) {
     worker *w = &sv->w[i];
+    if (w->deferred) {
+      if (w->asked || sv->no_steps || step >= tr_graph_end_step(g))
+        continue; /* none left to train: never added */
+      w->asked = true;
+      sv->active++; /* its leave ends its part, as any worker's */
+      int rc = sv->join(sv->join_arg, i);
+      if (rc) return rc;
+      continue;
+    }
     if (!w->active || w->joined) continue;
-    if (tr_memcpy(sv->s, w->host, tr_stage_params(sv->st), sv->numel * sizeof(float),
-                  TR_COPY_D2H) || tr_stream_synchronize(sv->s))
-      return tr__server_fail_device(self, sv, "copying the parameters a worker joins with");
-    tr__reply_msg *r = tr_msg_new(&tr__reply_type);
-    *r = (tr__reply_msg){.hdr = r->hdr, .pulled = true, .version = sv->version,
-                         .params = w->host, .numel = sv->numel};
-    sv->fig.sent += (int64_t)(sv->numel * sizeof(float));
-    w->joined = true;
-    w->joined_at = step;
-    w->clock = slowest == INT64_MAX ? 0 : slowest;
-    char name[64];
-    fprintf(stderr, "troupe: worker %d (%s) joined at step %lld\n", i,
-            worker_name(sv, i, name, sizeof name), (long long)step);
-    int rc = tr_edge_send_control(w->reply, r);
+    int rc = welcome_one(self, sv, i, step, slowest);
     if (rc) return rc;
   }
   return 0;
+}
+
+int tr__server_defer(void *state, int i, int (*fn)(void *arg, int worker), void *arg) {
+  server *sv = state;
+  if (i < 0 || i >= sv->W || sv->w[i].push || sv->w[i].deferred) return TR_EINVAL;
+  sv->w[i].deferred = true;
+  sv->join = fn;
+  sv->join_arg = arg;
+  return 0;
+}
+
+/* A deferred worker's edges have come (join.c): its slot is filled, it gets the parameters. */
+int tr__server_joined(tr_actor *self, server *sv, const tr__joined_msg *m) {
+  worker *w = &sv->w[m->worker];
+  TR_ASSERT(w->deferred && w->asked && !w->push);
+  w->push = m->push;
+  w->reply = m->reply;
+  w->dev = m->dev;
+  w->active = true;
+  tr_edge_release(w->push, 1); /* the credit this message took */
+  int rc = tr__server_open_worker(sv, m->worker);
+  return rc ? rc : welcome_one(self, sv, m->worker, tr_graph_first_step(sv->run->g) + sv->version,
+                               slowest_clock(sv));
 }
 
 /* ---- workers that leave (tr_async_config.elastic) ------------------------------------------ */
@@ -112,7 +161,9 @@ void tr__server_members_figures(const server *sv, tr__figures *f) {
   uint64_t gone = 0;
   for (int i = 0; i < sv->W; i++)
     if (sv->w[i].left) gone |= UINT64_C(1) << i;
-  tr__figures_int(f, TR__M_WORKERS_ALIVE, sv->W - sv->departed);
+  int never = 0; /* workers that were to join a running job whose turn never came */
+  for (int i = 0; i < sv->W; i++) never += sv->w[i].deferred && !sv->w[i].asked;
+  tr__figures_int(f, TR__M_WORKERS_ALIVE, sv->W - sv->departed - never);
   tr__figures_int(f, TR__M_WORKERS_GONE, (int64_t)gone);
   members(sv, false, list, sizeof list);
   tr__figures_text(f, TR__M_WORKERS_LEFT, list);

@@ -54,8 +54,19 @@
  * none. Turn it off only for a graph whose actors wait on work the runtime cannot see (a
  * thread of your own that sends them messages, see tr_system.h) for longer than the period.
  *
- * Threads: build and run the graph from one thread; tr_edge_* and tr_graph_claim_step,
- * tr_graph_finish and tr_graph_done from the actors, as noted.
+ * Growing while it runs: in a world of one process, tr_graph_add, tr_graph_add_service and
+ * tr_graph_connect may be called while the graph runs, from any actor's callbacks (any
+ * thread). An actor added then starts at once, is waited for like the others (a service
+ * is not), and, added after the end of the run is known (tr_graph_finish, a time limit),
+ * gets its tr_graph_end_msg as it is added, once. The adder hands the new actor its edges
+ * itself (a message). Once every waited actor is done the system is stopping: an add is
+ * then refused (TR_ESTATE, tr_graph_error naming why). Across processes nothing is added
+ * once the graph runs (TR_ESTATE, the error naming the rule: every rank must build the same
+ * graph, before tr_graph_run).
+ *
+ * Threads: build and run the graph from one thread (and grow it from actors, above);
+ * tr_edge_* and tr_graph_claim_step, tr_graph_finish and tr_graph_done from the actors, as
+ * noted.
  */
 #ifndef TR_GRAPH_H
 #define TR_GRAPH_H
@@ -85,7 +96,8 @@ TR_API int tr_graph_new(tr_graph **out, const tr_system_config *config);
 TR_API void tr_graph_free(tr_graph *g);
 TR_API tr_system *tr_graph_system(const tr_graph *g);
 
-/* Adds an actor; it starts when the graph runs. Before tr_graph_run only. */
+/* Adds an actor; it starts when the graph runs, or at once while it runs (Growing while it
+ * runs, above: a world of one process; TR_ESTATE once the run is ending). */
 TR_API int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out);
 /* The same for a service: the run ends without waiting for its tr_graph_done. */
 TR_API int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out);
@@ -120,7 +132,8 @@ typedef struct tr_edge_config {
   const tr_msgtype *const *carries;
 } tr_edge_config;
 
-/* An edge; TR_EINVAL for credits < 1 or wake_at > credits. Before tr_graph_run only. */
+/* An edge; TR_EINVAL for credits < 1 or wake_at > credits, or an end not of the graph.
+ * Also while the graph runs, in a world of one process (Growing while it runs, above). */
 TR_API int tr_graph_connect(tr_graph *g, const tr_edge_config *config, tr_edge **out);
 
 /* Producer: takes a credit (1), or finds none (0; a tr_edge_credit_msg follows later). */

@@ -315,12 +315,12 @@ typedef struct tr_async_config {
                               still there (replicas_left, replicas_alive); one that fails
                               after it began sending a sync's parameters fails the run, and
                               so does the last one's leaving. dp refuses it */
-  /* Workers that join a running job, in one process or across ranks: the last
-   * `join_workers` workers (0 with join_at: 1) wait, training nothing, until the server has
-   * applied the updates up to step `join_at` (or none of the others is left), then pull the
-   * server's parameters of that moment and start pushing; SSP counts each from its join (its
-   * clock starts level with the slowest). Their loaders may hold a step or two for them
-   * meanwhile, trained once they join. 0: every worker from the start. Not with hogwild */
+  /* Workers that join a running job: the last `join_workers` (0 with join_at: 1) join once
+   * the server has applied step `join_at` (or none of the others is left while steps are),
+   * pull its parameters of that moment and push; SSP counts each from its join. In one
+   * process each is added to the running graph then (tr_job_join_worker), never if the run
+   * ends first; across ranks they are wired before the run and wait, training nothing.
+   * 0: every worker from the start. Not with hogwild */
   int64_t join_at;
   int join_workers;
 } tr_async_config;
@@ -611,18 +611,22 @@ TR_API int tr_job_snapshot(tr_job *j, tr_edge *report, int every);
 /* Asynchronous jobs: the parameter server on `dev`, and worker `worker` (its stage) on
  * `dev`, fed by a loader like any stage. Workers that come and go are the configuration's
  * (tr_async_config): with `elastic`, a worker that fails leaves the run; with `join_at`, the
- * last `join_workers` workers — added here like the others, before the run — join the
- * running job at that step, pulling the server's parameters of that moment:
+ * last `join_workers` workers join the running job at that step, pulling the server's
+ * parameters of that moment. In one process such a worker is added when it joins, through
+ * tr_job_join_worker (after tr_job_add_server, before tr_job_add_coordinator; not
+ * tr_job_add_worker): its stage actor, loader and edges are added to the running graph
+ * then, and never if the run ends first.
  *
  *   c.async.join_at = 500;                        // worker 3 of 4 joins after update 500
- *   tr_job_add_worker(j, 3, gpu3, &w3);           // wired like the others
- *   tr_job_serve(j, server, w3);
+ *   tr_job_join_worker(j, 3, gpu3);               // added to the graph then, wired, fed
  *
- * A worker's actor is not added to a graph that already runs: edges are made before
- * tr_graph_run, so a worker that joins is wired from the start and waits, training nothing
- * and counted by SSP only from its join. */
+ * Across processes every rank builds the same graph before it runs: a worker that joins is
+ * wired like the others and waits, training nothing, counted by SSP only from its join. */
 TR_API int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out);
 TR_API int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out);
+/* Worker `worker` (of the last async.join_workers) joins on `dev` when its turn comes, in a
+ * world of one process (above); TR_EINVAL naming the rule otherwise. */
+TR_API int tr_job_join_worker(tr_job *j, int worker, tr_device *dev);
 /* worker → server: gradients pushed (one credit: a worker waits for the server's reply
  * before its next backward); server → worker: the reply, with fresh parameters when pulled. */
 TR_API int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker);

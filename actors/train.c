@@ -355,14 +355,21 @@ static int observe(tr_graph *g, tr_job *j, const tr_train_options *o) {
 
 /* The strategy's graph, with the public calls of tr_job.h: its stages (chained, grouped),
  * a loader per replica, one coordinator; async: a server and its workers. */
-static int build(tr_job *j, const tr__train_run *rn) {
+static int build(tr_job *j, const tr__train_run *rn, tr_world *world) {
   const int R = rn->jc.layout.replicas, P = rn->jc.layout.stages;
   tr_actor *stage[TR_TRAIN_MAX_DEVICES], *loader, *coordinator, *server = NULL;
   int rc = 0;
   if (rn->jc.async.enabled) {
     rc = tr_job_add_server(j, tr_device_list_at(rn->server, 0), &server);
     for (int w = 0; w < R && rc == 0; w++) {
-      rc = tr_job_add_worker(j, w, tr_device_list_at(rn->devices, w), &stage[w]);
+      tr_device *dev = tr_device_list_at(rn->devices, w);
+      const tr_job_config *jc = tr_job_config_of(j);
+      stage[w] = NULL; /* one that joins, in one process: added when it joins, loader and all */
+      if (jc->async.join_at > 0 && w >= R - jc->async.join_workers && tr_world_size(world) == 1) {
+        rc = tr_job_join_worker(j, w, dev);
+        continue;
+      }
+      rc = tr_job_add_worker(j, w, dev, &stage[w]);
       if (rc == 0) rc = tr_job_serve(j, server, stage[w]);
     }
   } else {
@@ -370,6 +377,7 @@ static int build(tr_job *j, const tr__train_run *rn) {
   }
   const int T = rn->jc.layout.tensor > 1 ? rn->jc.layout.tensor : 1;
   for (int q = 0; q < R * T && rc == 0; q++) { /* a loader per replica (and tensor member) */
+    if (stage[q * P] == NULL) continue;
     rc = tr_job_add_loader(j, q / T, &loader);
     if (rc == 0) rc = tr_job_feed(j, loader, stage[q * P], stage[q * P + P - 1]);
   }
@@ -449,7 +457,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     goto out;
   }
   if ((rc = tr_job_new(&j, g, &rn.jc, err, err_size))) goto out;
-  if ((rc = build(j, &rn)) || (rn.observed && (rc = observe(g, j, o)))) {
+  if ((rc = build(j, &rn, o->world)) || (rn.observed && (rc = observe(g, j, o)))) {
     snprintf(err, err_size, "creating the actors: %s", tr_strerror(rc));
     goto out;
   }

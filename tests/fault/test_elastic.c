@@ -8,7 +8,8 @@
  * never holds the others at SSP's bound, every worker gone fails the run naming them, and
  * the option is refused where it does not apply. Joining (--join-at, tr_async_config.join_at):
  * a worker that joins at a step pulls the parameters of that moment and pushes from there,
- * SSP counting it from its join; one joins at once when no other worker is left to train.
+ * SSP counting it from its join, and the run's checkpoint resumes; one joins at once when no
+ * other worker is left to train (a worker leaves, one joins).
  *
  * The random steps come from TR_TEST_SEED when set, else from the clock; the seed is
  * printed, so a failure can be replayed. */
@@ -222,6 +223,20 @@ static void a_worker_that_joins_pulls_the_parameters_and_pushes_from_its_join(vo
   assert_true(r.clock_gap_max <= 0);
   if (!(r.utilization[2] > 0)) fail_msg("the worker that joined never pushed (utilization %g)",
                                         r.utilization[2]);
+  /* the checkpoint resumes, past the step they join at: the joiner is added at once */
+  tr_train_options resumed = o;
+  resumed.steps = 130;
+  resumed.job.checkpoint.resume = o.job.checkpoint.path;
+  resumed.job.checkpoint.path = path("joined2.safetensors");
+  tr_train_result r2;
+  if (tr_train_run(&resumed, &r2, err, sizeof err)) fail_msg("resuming a run that joined: %s", err);
+  assert_int_equal(r2.first_step, 120);
+  assert_int_equal(r2.steps, 130);
+  assert_int_equal(updates_counted(&r2), 10);
+  assert_int_equal(r2.workers_alive, 3);
+  if (strncmp(r2.workers_joined, "2@", 2) || atoll(r2.workers_joined + 2) < 120 ||
+      atoll(r2.workers_joined + 2) > 125) /* asked for at once, joined as its edges came */
+    fail_msg("resumed at step 120: workers_joined '%s', expected worker 2 at once", r2.workers_joined);
 }
 
 /* A worker told to join at a step the run never reaches joins at once when the only other

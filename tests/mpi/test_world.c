@@ -7,7 +7,8 @@
  *                         every rank's devices in rank order, each owned by the rank it came
  *                         from and a placeholder elsewhere; an untyped edge from rank 0 to
  *                         rank 1 carries a type of the user's with its own codec (an array
- *                         behind a pointer) and a typed edge a flat type byte for byte
+ *                         behind a pointer) and a typed edge a flat type byte for byte;
+ *                         the graph refuses to grow while it runs (every rank builds it)
  *   mpirun -np 2 test_world refused
  *                         a type the untyped edge does not say it carries is refused, the run
  *                         failing with the edge named (tests/mpi/mpi.sh checks the text)
@@ -75,11 +76,25 @@ typedef struct side {
   float data[FLOATS];
   bool refused; /* send a note on the untyped edge, which does not carry it */
   int got;
+  int grow_rc, connect_rc; /* adding an actor, an edge while the graph runs across ranks */
+  char grow_err[256];
 } side;
+
+static int late_receive(tr_actor *self, tr_msg *m) { return (void)self, (void)m, 0; }
+static const tr_behaviour sender_late = {.name = "late", .receive = late_receive};
 
 static int sender_start(tr_actor *self) {
   side *s = tr_actor_state(self);
   for (int i = 0; i < FLOATS; i++) s->data[i] = (float)i * 0.5f;
+  tr_actor *late; /* every rank builds the same graph before it runs: no growing then */
+  s->grow_rc = tr_graph_add(s->g, &(tr_actor_config){.name = "late", .kind = TR_ACTOR_LOOP,
+                                                     .behaviour = &sender_late},
+                            &late);
+  snprintf(s->grow_err, sizeof s->grow_err, "%s", tr_graph_error(s->g));
+  tr_edge *e;
+  s->connect_rc = tr_graph_connect(s->g, &(tr_edge_config){.from = self, .to = self,
+                                                           .name = "loop", .credits = 1},
+                                   &e);
   if (s->refused) {
     note_msg *n = tr_msg_new(&note_type);
     n->value = 7;
@@ -189,6 +204,10 @@ static int two(bool refused) {
   const int rc = tr_graph_run(g, 0, 1, 0);
   if (rc) fprintf(stderr, "test_world: rank %d: %s\n", tr_world_rank(w), tr_graph_error(g));
   if (rc == 0 && tr_world_rank(w) == 1) CHECK(s1.got == 2);
+  if (tr_world_rank(w) == 0) {
+    CHECK(s0.grow_rc == TR_ESTATE && s0.connect_rc == TR_ESTATE);
+    CHECK(strstr(s0.grow_err, "every rank must build the same graph") != NULL);
+  }
   tr_graph_free(g);
   tr_world_close(w); /* after a failed run: ends every rank (MPI_Abort) */
   return rc ? 1 : 0;
