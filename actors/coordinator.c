@@ -358,81 +358,6 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
 
 /* ---- the figures ---------------------------------------------------------------------------- */
 
-/* max over replicas of ||θ_r - θ_0|| / ||θ_0||, each replica's parameters over its stages */
-static double consistency(const coordinator *c) {
-  const tr__run *run = c->run;
-  const int R = run->c.layout.replicas, P = run->c.layout.stages;
-  double worst = 0, norm0 = 0;
-  for (int s = 0; s < P; s++) {
-    const tr__report *d0 = &c->dones[tr__device_index(run, 0, s)];
-    for (size_t i = 0; i < d0->numel; i++) norm0 += (double)d0->params[i] * d0->params[i];
-  }
-  for (int r = 1; r < R; r++) {
-    double diff = 0;
-    for (int s = 0; s < P; s++) {
-      const tr__report *d0 = &c->dones[tr__device_index(run, 0, s)];
-      const tr__report *dr = &c->dones[tr__device_index(run, r, s)];
-      for (size_t i = 0; i < d0->numel && i < dr->numel; i++) {
-        double d = (double)dr->params[i] - d0->params[i];
-        diff += d * d;
-      }
-    }
-    double rel = norm0 > 0 ? sqrt(diff / norm0) : sqrt(diff);
-    if (rel > worst) worst = rel;
-  }
-  return worst;
-}
-
-/* The run's settings, as the figures record them. */
-static void record_settings(coordinator *c, tr_train_result *r) {
-  const tr__run *run = c->run;
-  const tr_job_config *jc = &run->c;
-  const int R = jc->layout.replicas, P = jc->layout.stages, n = tr__stage_count(run);
-  tr__result_init(r, tr_model_name(jc->model), run->strategy);
-  r->replicas = R;
-  r->stages = P;
-  r->tensor = tr__members(run);
-  r->microbatches = jc->layout.microbatches;
-  r->zero = jc->zero;
-  r->allreduce = R > 1 ? (run->nccl ? TR_ALLREDUCE_NCCL : TR_ALLREDUCE_PEER) : TR_ALLREDUCE_AUTO;
-  r->edges_nccl = run->edges_nccl;
-  r->edges_mpi = run->edges_mpi;
-  r->batches_made = run->batches_made;
-  r->batches_loaded = run->batches_loaded;
-  r->chunks = jc->layout.chunks;
-  r->recompute = jc->memory.recompute != 0;
-  r->graphs = jc->graphs;
-  r->ndevices = n;
-  if (run->devices_given > n) /* a layout smaller than the devices it was given */
-    snprintf(r->devices_note, sizeof r->devices_note,
-             "%d of the %d devices given (layout: %d replicas x %d stages%s)", n,
-             run->devices_given, R, P, tr__members(run) > 1 ? " x tensor members" : "");
-  r->ranks = tr_world_size(tr__graph_world(run->g));
-  r->first_step = tr_graph_first_step(run->g);
-  memcpy(r->cuts, run->cuts, (size_t)(tr__pieces(run) + 1) * sizeof *run->cuts);
-  if (P > 1) {
-    snprintf(r->schedule, sizeof r->schedule, "%s", tr_schedule_kind_name(jc->layout.schedule));
-    r->bubble_theory = tr_schedule_bubble(run->sc);
-  }
-  if (jc->async.enabled) {
-    r->workers = R;
-    r->momentum = jc->optim.kind == TR_OPTIM_MOMENTUM ? jc->optim.momentum : NAN;
-  }
-  size_t len = 0;
-  for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
-    const char *sep = i ? "," : "";
-    r->rank[i] = c->rank[i];
-    /* a worker that was to join, never created (join.h): the last ones, no device of the run */
-    if (len >= sizeof r->devices || (!c->dones[i].device[0] && tr__joins_later(run, i))) continue;
-    if (r->ranks > 1) /* host:0@r1: host:0 of rank 1 */
-      len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s@r%d", sep,
-                              c->dones[i].device, c->rank[i]);
-    else
-      len += (size_t)snprintf(r->devices + len, sizeof r->devices - len, "%s%s", sep,
-                              c->dones[i].device);
-  }
-}
-
 /* Every source's pairs reduced by the table's rules, then what docs/WORKLOADS.md derives
  * from them. */
 static void record_result(coordinator *c) {
@@ -466,7 +391,7 @@ static void record_result(coordinator *c) {
     r->server_utilization =
         window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;
   else if (R == 1 || c->dones[0].params) /* else a policy's own figure (local SGD's) */
-    r->consistency = R > 1 ? consistency(c) : 0;
+    r->consistency = R > 1 ? tr__replicas_consistency(c->run, c->dones) : 0;
   tr__eval_book_result(&c->eval, r);
   r->initial_loss = c->losses.initial;
   r->final_loss = tr__loss_book_final(&c->losses);
@@ -576,7 +501,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   }
   if (rc) return rc;
   if (!c->finished && c->ndone == c->expected) {
-    record_settings(c, &c->result);
+    tr__result_settings(c->run, c->dones, c->rank, &c->result);
     record_result(c);
     c->finished = true;
   }

@@ -182,6 +182,13 @@ typedef struct tr__report {
   size_t numel;        /* of params */
 } tr__report;
 
+/* run_settings.c: the result's settings (the layout and devices that ran: dones[i] and
+ * rank[i] are device i's report and process), and the most any replica's parameters are
+ * apart from replica 0's, ||θ_r − θ_0|| / ||θ_0||, from the reports' copies. */
+void tr__result_settings(const tr__run *run, const tr__report *dones, const int *rank,
+                         tr_train_result *r);
+double tr__replicas_consistency(const tr__run *run, const tr__report *dones);
+
 typedef struct tr__done_msg {
   tr_msg hdr;
   int source;

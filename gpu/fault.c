@@ -20,7 +20,7 @@ typedef struct fault_rule {
   int dev;                  /* the device index the rule applies to; -1: every one */
   char op[32];              /* the prefix of the names counted; "": every name */
   long long us, grow, every, fail, from;
-  long long *calls;         /* counted calls, per device index of the list */
+  long long *calls;         /* counted calls, per device of the spec's list (devs) */
 } fault_rule;
 
 typedef struct fault_be {
@@ -29,6 +29,11 @@ typedef struct fault_be {
   int refs;                 /* devices that use it */
   int nrules;
   fault_rule rule[MAX_RULES]; /* each counts its own calls */
+  /* The spec's devices in its order: what dev=I and the counts go by. Not d->info.index,
+   * which a job across processes renumbers when it joins every rank's devices in one list
+   * (tr_device_list_add_placeholder). */
+  tr_device **devs;
+  int ndevs;
 } fault_be;
 
 static fault_be *fault_of(const tr_device *d) { return (fault_be *)(uintptr_t)d->be; }
@@ -40,10 +45,12 @@ static void pause_us(long long us) {
 }
 
 /* The call's number among those the rule counts on d (from 1), or 0 when it is not one. */
-static long long counted(fault_rule *r, tr_device *d, const char *name) {
-  if (r->dev >= 0 && d->info.index != r->dev) return 0;
+static long long counted(const fault_be *f, fault_rule *r, tr_device *d, const char *name) {
+  int i = 0;
+  while (i < f->ndevs && f->devs[i] != d) i++;
+  if (i == f->ndevs || (r->dev >= 0 && i != r->dev)) return 0;
   if (strncmp(name, r->op, strlen(r->op))) return 0;
-  return ++r->calls[d->info.index];
+  return ++r->calls[i];
 }
 
 /* What the rules make of a call: its number under the rule that fails it (0: it runs), and
@@ -53,7 +60,7 @@ static long long judge(fault_be *f, tr_device *d, const char *name, long long *u
   *us = 0;
   for (int i = 0; i < f->nrules; i++) {
     fault_rule *r = &f->rule[i];
-    const long long k = counted(r, d, name);
+    const long long k = counted(f, r, d, name);
     if (!k) continue;
     if ((r->fail && k == r->fail) || (r->from && k >= r->from)) failing = k;
     *us += r->us + (k - 1) / r->every * r->grow;
@@ -146,17 +153,26 @@ static void fault_close(tr_device *d) {
   d->be = f->inner;
   if (--f->refs == 0) {
     for (int i = 0; i < f->nrules; i++) free(f->rule[i].calls);
+    free(f->devs);
     free(f);
   }
 }
 
-static fault_be *decorate(const tr__backend *inner, const fault_rule *rules, int nrules, int n) {
+static fault_be *decorate(const tr__backend *inner, const fault_rule *rules, int nrules,
+                          const tr_device_list *list) {
+  const int n = tr_device_list_count(list);
   fault_be *f = calloc(1, sizeof *f);
-  if (!f) return NULL;
+  if (!f || !(f->devs = malloc((size_t)n * sizeof *f->devs))) {
+    free(f);
+    return NULL;
+  }
+  for (int i = 0; i < n; i++) f->devs[i] = tr_device_list_at(list, i);
+  f->ndevs = n;
   for (int i = 0; i < nrules; i++) {
     f->rule[i] = rules[i];
     if (!(f->rule[i].calls = calloc((size_t)n, sizeof *f->rule[i].calls))) {
       for (int k = 0; k < i; k++) free(f->rule[k].calls);
+      free(f->devs);
       free(f);
       return NULL;
     }
@@ -275,7 +291,7 @@ int tr__fault_list_open(tr_device_list **out, const char *spec, char *err, size_
     int b = 0;
     while (b < MAX_BACKENDS && made[b] && made[b]->inner != d->be) b++;
     TR_ASSERT(b < MAX_BACKENDS);
-    if (!made[b] && !(made[b] = decorate(d->be, rules, nrules, n))) {
+    if (!made[b] && !(made[b] = decorate(d->be, rules, nrules, list))) {
       tr_device_list_close(list);
       rc = tr_errorf(err, err_size, TR_ENOMEM, "device spec '%s': out of memory", spec);
       goto out;

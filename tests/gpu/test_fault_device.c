@@ -139,6 +139,33 @@ static void several_rules_each_count_and_from_n_fails_every_call_after(void **st
   if (!strstr(err, "from=0")) fail_msg("from=0: '%s'", err);
 }
 
+/* Across processes a rank's list takes the other ranks' devices as placeholders, which
+ * renumbers its own (tr_device_list_add_placeholder): a rule still names the spec's device,
+ * and counts it where its counts live (the index it had grew past the rule's counters). */
+static void placeholders_before_the_devices_leave_the_rules_theirs(void **state) {
+  (void)state;
+  tr_device_list *l = open_ok("fault(host:2;dev=1,op=scale,fail=2)");
+  const tr_device_info other = *tr_device_info_of(tr_device_list_at(l, 0));
+  for (int k = 0; k < 3; k++) /* a rank 0 of three devices before this one's */
+    assert_int_equal(tr_device_list_add_placeholder(l, 0, &other), 0);
+  tr_device *mine[2] = {tr_device_list_at(l, 3), tr_device_list_at(l, 4)};
+  assert_int_equal(tr_device_info_of(mine[1])->index, 4);
+  float *x[2];
+  for (int d = 0; d < 2; d++) {
+    assert_int_equal(tr_device_bind(mine[d]), 0);
+    assert_int_equal(tr_device_alloc(mine[d], 16 * sizeof(float), (void **)&x[d]), 0);
+  }
+  int rc;
+  for (int k = 1; k <= 3; k++) {
+    scale_ms(mine[0], x[0], &rc);
+    assert_int_equal(rc, 0); /* the spec's host:0: no rule */
+    scale_ms(mine[1], x[1], &rc);
+    if (rc != (k == 2 ? TR_EDEVICE : 0)) fail_msg("the spec's host:1, scale %d: status %d", k, rc);
+  }
+  for (int d = 0; d < 2; d++) tr_device_free(mine[d], x[d]);
+  tr_device_list_close(l);
+}
+
 static void bad_rules_are_refused_by_name(void **state) {
   (void)state;
   static const struct {
@@ -169,6 +196,7 @@ int main(void) {
       cmocka_unit_test(the_named_device_sleeps_after_the_counted_ops_and_fails_the_nth),
       cmocka_unit_test(the_delay_grows_every_e_calls),
       cmocka_unit_test(several_rules_each_count_and_from_n_fails_every_call_after),
+      cmocka_unit_test(placeholders_before_the_devices_leave_the_rules_theirs),
       cmocka_unit_test(bad_rules_are_refused_by_name),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
