@@ -227,15 +227,16 @@ int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_pla
 /* ---- devices that compute at once --------------------------------------------------------
  * Host devices are threads of one machine: k of them computing at once share its cores,
  * caches and memory bandwidth (and two vCPUs may be one core's hyperthreads), so each
- * computes slower than alone. The factor is measured as the run would meet it: k threads,
- * each its own device and a stage of the model's costliest layer (by FLOPs: a layer's worth
- * of memory each) at the micro-batch, running forward and backward together, against the
- * first alone. */
+ * computes slower than alone — the more so the more of the caches each one's layers fill.
+ * The factor is measured as the run would meet it: k threads, each its own device and a stage
+ * of the whole model at the micro-batch, running forwards and backwards together, against
+ * the first alone. k copies of the model: measured by troupe plan, read by a run's own
+ * prediction (layers_cached), never measured before a run. */
 
 typedef struct together {
   const tr_model *m;
   tr_device_list *devs;
-  int k, batch, layer;
+  int k, batch;
   pthread_barrier_t start;
   int go;           /* threads that run now: 1 (alone), then k */
   double each[TR_PLAN_MAX_DEVICES];
@@ -247,20 +248,28 @@ typedef struct together_thread {
   int i;
 } together_thread;
 
+/* At least this many rounds, and this long: a layer's round can be a millisecond, and a
+ * few of them say more of the machine's noise than of the devices sharing it. */
 enum { TOGETHER_ROUNDS = 4 };
+#define TOGETHER_SECONDS 0.25
 
-/* Rounds of forward and backward on a stage of the whole model: seconds per round, after
- * one that warms up. */
+/* Rounds of forward and backward on the stage: seconds per round, after one that warms up.
+ * A round is the forwards of its slots, then their backwards, as micro-batches go through a
+ * stage: what a backward reads was saved a while before (models/measure.c's rounds, which
+ * the layers' times come from). */
+enum { TOGETHER_SLOTS = 4 };
 static int rounds(tr_stage *st, double *per) {
-  int rc = 0;
-  uint64_t t0 = 0;
-  for (int r = -1; r < TOGETHER_ROUNDS && rc == 0; r++) {
+  int rc = 0, done = 0;
+  uint64_t t0 = 0, t = 0;
+  for (int r = -1; rc == 0; r++) {
     if (r == 0) t0 = tr_now_ns();
-    rc = tr_stage_forward(st, 0);
-    if (rc == 0) rc = tr_stage_backward(st, 0, NULL);
+    if (r >= TOGETHER_ROUNDS && (t = tr_now_ns() - t0) >= (uint64_t)(TOGETHER_SECONDS * 1e9)) break;
+    for (int s = 0; s < TOGETHER_SLOTS && rc == 0; s++) rc = tr_stage_forward(st, s);
+    for (int s = TOGETHER_SLOTS - 1; s >= 0 && rc == 0; s--) rc = tr_stage_backward(st, s, NULL);
     if (rc == 0) rc = tr_stream_synchronize(tr_stage_stream(st));
+    done += r >= 0;
   }
-  *per = (double)(tr_now_ns() - t0) / 1e9 / TOGETHER_ROUNDS;
+  *per = done ? (double)t / 1e9 / done : 0;
   return rc;
 }
 
@@ -269,8 +278,8 @@ static void *together_run(void *arg) {
   together *t = th->t;
   tr_device *d = tr_device_list_at(t->devs, th->i);
   tr_stage_config c = tr_stage_defaults(t->m);
-  c.first = t->layer, c.end = t->layer + 1;
   c.batch = c.global_batch = t->batch;
+  c.slots = TOGETHER_SLOTS;
   tr_stage *st = NULL;
   int rc = tr_device_bind(d);
   if (rc == 0) rc = tr_stage_open(&st, t->m, d, &c, NULL, 0);
@@ -323,12 +332,12 @@ int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch
   snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
   together *t = calloc(1, sizeof *t);
   if (t == NULL) return TR_ENOMEM;
-  int layer = 0;
-  for (int l = 1; l < tr_model_layer_count(m); l++)
-    if (tr_model_layer_flops(m, l) > tr_model_layer_flops(m, layer)) layer = l;
-  *t = (together){.m = m, .devs = devs, .k = k, .batch = batch, .layer = layer};
+  *t = (together){.m = m, .devs = devs, .k = k, .batch = batch};
   bool measured;
-  const int rc = entry(c, name, 1, 1, measure_together, t, slowdown, &measured, err, n);
+  const bool only = c && c->layers_cached; /* k copies of the model: not before a run */
+  int rc = entry(c, name, 1, 1, only ? not_kept : measure_together, only ? (void *)name : t,
+                 slowdown, &measured, err, n);
+  if (rc == TR_ESTATE && only) *slowdown = 1, rc = 0; /* not kept: none assumed */
   free(t);
   return rc;
 }

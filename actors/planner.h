@@ -25,9 +25,10 @@ int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, i
 int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency, char *err,
                    size_t n);
 
-/* How much slower each of k host devices computes the model's costliest layer's forward and
- * backward at micro-batch `batch` when all k compute at once than one alone (>= 1;
- * costs.c), from the file of costs or measured on devs[0, k) and kept. */
+/* How much slower each of k host devices computes the model's forwards and backwards at
+ * micro-batch `batch` when all k compute at once than one alone (>= 1; costs.c), from the
+ * file of costs or measured on devs[0, k) and kept; with c->layers_cached never measured
+ * (1 where the file has none). */
 int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
                        const tr_plan_costs_config *c, double *slowdown, char *err, size_t n);
 

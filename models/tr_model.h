@@ -132,9 +132,10 @@ typedef struct tr_layer_times {
   double backward_weight; /* the weights' gradient (tr_stage_backward_weight) */
 } tr_layer_times;
 
-/* As tr_model_measure_layers, each pass timed on its own (each synchronised): times[layer]
- * for the prediction of a step (tr_plan.h), whose zero-bubble schedules run the backward in
- * its two halves. The layers open as tr_stage_defaults says (fp32), with room for the
+/* As tr_model_measure_layers, each pass timed on its own (each synchronised) and its median
+ * round kept (what a run meets round after round, not its best): times[layer] for the
+ * prediction of a step (tr_plan.h), whose zero-bubble schedules run the backward in its two
+ * halves. The layers open as tr_stage_defaults says (fp32), with room for the
  * halves (tr_stage_config.split). */
 TR_API int tr_model_measure_passes(const tr_model *m, tr_device *d, int batch, int reps,
                                    tr_layer_times *times, char *err, size_t err_size);
