@@ -188,7 +188,7 @@ static int measure_passes(void *arg, double *v, char *err, size_t n) {
   const int L = tr_model_layer_count(a->m);
   tr_layer_times *t = malloc((size_t)L * sizeof *t);
   if (t == NULL) return TR_ENOMEM;
-  const int rc = tr_model_measure_passes(a->m, a->d, a->batch, a->reps, t, err, n);
+  const int rc = tr_model_measure_passes(a->m, a->d, NULL, a->batch, a->reps, t, err, n);
   for (int l = 0; rc == 0 && l < L; l++) {
     v[l * PASSES] = t[l].forward, v[l * PASSES + 1] = t[l].backward;
     v[l * PASSES + 2] = t[l].backward_input, v[l * PASSES + 3] = t[l].backward_weight;
@@ -339,6 +339,102 @@ int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch
                  slowdown, &measured, err, n);
   if (rc == TR_ESTATE && only) *slowdown = 1, rc = 0; /* not kept: none assumed */
   free(t);
+  return rc;
+}
+
+/* ---- a tensor group's members ----------------------------------------------------------------
+ * A member's split layers run only beside their group (their collectives meet the other
+ * members'), so the members are measured together, each from a thread of its own on its own
+ * device with its comm: their times hold the collectives and the members' sharing of the
+ * machine, as a run meets them. Member 0's are kept. */
+
+typedef struct members {
+  tr_model *const *m;
+  tr_device_list *devs;
+  tr_tensor_comm **comms;
+  int T, batch, reps;
+  tr_layer_times *times[TR_PLAN_MAX_DEVICES];
+  int rc[TR_PLAN_MAX_DEVICES];
+  char err[TR_PLAN_MAX_DEVICES][256];
+} members;
+
+typedef struct member_thread {
+  members *g;
+  int t;
+} member_thread;
+
+static void *member_run(void *arg) {
+  member_thread *a = arg;
+  members *g = a->g;
+  const int t = a->t;
+  g->rc[t] = tr_model_measure_passes(g->m[t], tr_device_list_at(g->devs, t), g->comms[t],
+                                     g->batch, g->reps, g->times[t], g->err[t], sizeof g->err[t]);
+  if (g->rc[t]) tr_tensor_comm_abort(g->comms[t]); /* the others stop waiting for it */
+  return NULL;
+}
+
+static int measure_members(void *arg, double *v, char *err, size_t n) {
+  members *g = arg;
+  tr_device *devs[TR_PLAN_MAX_DEVICES];
+  tr_tensor_comm *comms[TR_PLAN_MAX_DEVICES] = {0};
+  const int L = tr_model_layer_count(g->m[0]);
+  for (int t = 0; t < g->T; t++) devs[t] = tr_device_list_at(g->devs, t);
+  int rc = tr_tensor_comms_open(devs, g->T, comms, err, n);
+  g->comms = comms;
+  for (int t = 0; t < g->T && rc == 0; t++)
+    if (!(g->times[t] = malloc((size_t)L * sizeof *g->times[t]))) rc = TR_ENOMEM;
+  pthread_t th[TR_PLAN_MAX_DEVICES];
+  member_thread a[TR_PLAN_MAX_DEVICES];
+  int started = 0;
+  for (; rc == 0 && started < g->T; started++) {
+    a[started] = (member_thread){.g = g, .t = started};
+    if (pthread_create(&th[started], NULL, member_run, &a[started])) {
+      for (int t = 0; t < started; t++) tr_tensor_comm_abort(comms[t]);
+      rc = TR_ESYS;
+      break;
+    }
+  }
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  for (int t = 0; t < started && rc == 0; t++)
+    if (g->rc[t]) {
+      rc = g->rc[t];
+      snprintf(err, n, "measuring tensor member %d of %d: %s", t, g->T, g->err[t]);
+    }
+  for (int l = 0; rc == 0 && l < L; l++) {
+    const tr_layer_times *x = &g->times[0][l];
+    v[l * PASSES] = x->forward, v[l * PASSES + 1] = x->backward;
+    v[l * PASSES + 2] = x->backward_input, v[l * PASSES + 3] = x->backward_weight;
+  }
+  for (int t = 0; t < g->T; t++) free(g->times[t]);
+  tr_tensor_comms_close(comms, g->T);
+  return rc;
+}
+
+int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int batch,
+                           const tr_plan_costs_config *c, tr_layer_times *times, bool *measured,
+                           char *err, size_t n) {
+  *measured = false;
+  if (T > tr_device_list_count(devs) || T >= TR_PLAN_MAX_DEVICES) return TR_EINVAL;
+  const int L = tr_model_layer_count(m[0]);
+  char name[560];
+  entry_name(m[0], tr_device_list_at(devs, 0), batch, name, sizeof name);
+  snprintf(name + strlen(name), sizeof name - strlen(name), "|member 0 of %d", T);
+  members *g = calloc(1, sizeof *g);
+  double *v = malloc((size_t)L * PASSES * sizeof *v);
+  int rc = g && v ? 0 : TR_ENOMEM;
+  const bool only = c && c->layers_cached;
+  if (rc == 0) {
+    *g = (members){.m = m, .devs = devs, .T = T, .batch = batch,
+                   .reps = c && c->reps > 0 ? c->reps : 5};
+    rc = entry(c, name, L, PASSES, only ? not_kept : measure_members, only ? (void *)name : g, v,
+               measured, err, n);
+  }
+  for (int l = 0; rc == 0 && l < L; l++)
+    times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],
+                                .backward_input = v[l * PASSES + 2],
+                                .backward_weight = v[l * PASSES + 3]};
+  free(g);
+  free(v);
   return rc;
 }
 

@@ -139,18 +139,16 @@ static double step_per_element(const resolved *r, tr_device *d, char *err, size_
   return best / (double)best_cnt;
 }
 
-/* The layers' times on a tensor member: a split layer (spec parts > 1) as the whole one's
- * divided among the members — a member's layers run only beside their group (their
- * collectives), so the whole model's are what can be timed alone. The collectives' own time
- * is not counted. */
+/* The layers' times of the run's member 0: the whole model's, or a tensor member's measured
+ * beside the group's other members (their collectives meet: costs.c). */
 static int member_times(const resolved *r, tr_device *d, const tr_plan_costs_config *cc,
                         tr_layer_times *t, bool *measured, char *err, size_t n) {
-  const int rc = tr_plan_layer_times(r->model, d, r->mb, cc, t, measured, err, n);
-  for (int l = 0; rc == 0 && r->T > 1 && l < tr_model_layer_count(r->member); l++) {
-    if (tr_model_layer(r->member, l)->parts <= 1) continue;
-    t[l].forward /= r->T, t[l].backward /= r->T;
-    t[l].backward_input /= r->T, t[l].backward_weight /= r->T;
-  }
+  if (r->T == 1) return tr_plan_layer_times(r->model, d, r->mb, cc, t, measured, err, n);
+  tr_model *m[TR_PLAN_MAX_DEVICES] = {r->member};
+  int rc = 0;
+  for (int k = 1; k < r->T && rc == 0; k++) rc = tr_model_shard(r->model, k, r->T, &m[k], err, n);
+  if (rc == 0) rc = tr__costs_member_times(m, r->devs, r->T, r->mb, cc, t, measured, err, n);
+  for (int k = 1; k < r->T; k++) tr_model_free(m[k]);
   return rc;
 }
 
@@ -256,9 +254,12 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   /* host devices that compute at once share the machine: each is as much slower as its
    * measured slowdown with all D at work, in proportion to how many are busy on average */
   const int D = r.R * r.P * r.T;
-  double together = 1;
-  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > 1 && st.seconds > 0)
+  double together = 1, within = 1; /* within: a tensor group's own, in its members' times */
+  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > r.T && st.seconds > 0)
     rc = tr__costs_together(r.model, r.devs, D, r.mb, cc, &together, err, n);
+  if (rc == 0 && together > 1 && r.T > 1)
+    rc = tr__costs_together(r.model, r.devs, r.T, r.mb, cc, &within, err, n);
+  if (rc == 0) together = together / within > 1 ? together / within : 1;
   if (rc == 0 && together > 1) {
     double busy = 0; /* devices at work, on average: every replica and member alike */
     for (int s = 0; s < r.P; s++) busy += st.busy[s] / st.seconds * r.R * r.T;

@@ -32,6 +32,13 @@ int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency,
 int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
                        const tr_plan_costs_config *c, double *slowdown, char *err, size_t n);
 
+/* The layers' times of tensor member 0 of a group of T (m[0..T): each member's model), its
+ * members measured together on devs[0, T) with their comms, so the times hold the group's
+ * collectives (costs.c); from the file of costs or measured and kept, as tr_plan_layer_times. */
+int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int batch,
+                           const tr_plan_costs_config *c, tr_layer_times *times, bool *measured,
+                           char *err, size_t n);
+
 /* A run's prediction (planner.c): tr_plan_predict of its options before it runs (false
  * where there is none: another strategy, several processes, a failure); then the result's
  * `predicted`, and its errors against what the run measured. */

@@ -65,8 +65,9 @@ static int by_value(const void *a, const void *b) {
  * a run meets round after round, caches cold after the other layers, not its best). A signal
  * held during start-up (tr_signals_hold) ends it between layers: on a loaded machine a large
  * model's rounds take long, and the user asked to stop. best[l × PASSES + pass]. */
-static int measure(const tr_model *m, tr_device *d, int batch, int reps, bool halves,
-                   bool median, double *best, char *err, size_t err_size) {
+static int measure(const tr_model *m, tr_device *d, const tr_tensor_comm *tensor, int batch,
+                   int reps, bool halves, bool median, double *best, char *err,
+                   size_t err_size) {
   const int L = m->nlayers;
   if (reps < 1 || batch < 1) return TR_EINVAL;
   tr_stage **st = calloc((size_t)L, sizeof *st);
@@ -84,6 +85,7 @@ static int measure(const tr_model *m, tr_device *d, int batch, int reps, bool ha
     c.batch = c.global_batch = batch;
     c.split = halves;
     c.slots = SLOTS;
+    c.tensor = tensor;
     rc = tr_stage_open(&st[l], m, d, &c, err, err_size);
     if (rc == 0) tr_stage_set_samples(st[l], 0, 0); /* random layers draw as in training */
   }
@@ -117,18 +119,19 @@ int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps
                             char *err, size_t err_size) {
   double *best = calloc((size_t)m->nlayers * PASSES, sizeof *best);
   if (best == NULL) return TR_ENOMEM;
-  const int rc = measure(m, d, batch, reps, false, false, best, err, err_size);
+  const int rc = measure(m, d, NULL, batch, reps, false, false, best, err, err_size);
   for (int l = 0; l < m->nlayers && rc == 0; l++)
     cost[l] = best[l * PASSES + FORWARD] + best[l * PASSES + BACKWARD];
   free(best);
   return rc;
 }
 
-int tr_model_measure_passes(const tr_model *m, tr_device *d, int batch, int reps,
-                            tr_layer_times *times, char *err, size_t err_size) {
+int tr_model_measure_passes(const tr_model *m, tr_device *d, const tr_tensor_comm *tensor,
+                            int batch, int reps, tr_layer_times *times, char *err,
+                            size_t err_size) {
   double *best = calloc((size_t)m->nlayers * PASSES, sizeof *best);
   if (best == NULL) return TR_ENOMEM;
-  const int rc = measure(m, d, batch, reps, true, true, best, err, err_size);
+  const int rc = measure(m, d, tensor, batch, reps, true, true, best, err, err_size);
   for (int l = 0; l < m->nlayers && rc == 0; l++) {
     const double *b = best + l * PASSES;
     times[l] = (tr_layer_times){.forward = b[FORWARD], .backward = b[BACKWARD],

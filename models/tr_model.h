@@ -136,9 +136,13 @@ typedef struct tr_layer_times {
  * round kept (what a run meets round after round, not its best): times[layer] for the
  * prediction of a step (tr_plan.h), whose zero-bubble schedules run the backward in its two
  * halves. The layers open as tr_stage_defaults says (fp32), with room for the
- * halves (tr_stage_config.split). */
-TR_API int tr_model_measure_passes(const tr_model *m, tr_device *d, int batch, int reps,
-                                   tr_layer_times *times, char *err, size_t err_size);
+ * halves (tr_stage_config.split). A tensor member's model (tr_model_shard) is measured with
+ * its group's comm (`tensor`; NULL for a whole model), every member at once from its own
+ * thread, so that its times hold its collectives: each member's thread makes the same calls
+ * in the same order. */
+TR_API int tr_model_measure_passes(const tr_model *m, tr_device *d, const tr_tensor_comm *tensor,
+                                   int batch, int reps, tr_layer_times *times, char *err,
+                                   size_t err_size);
 
 /* ---- tensor parallelism (tr_layer_type.h) ----------------------------------------------- */
 

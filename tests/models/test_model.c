@@ -321,7 +321,7 @@ static void stages_balance_the_costs_given_or_measured(void **state) {
   /* each pass on its own, the backward's halves too, for every layer */
   tr_layer_times times[5];
   memset(times, 0xff, sizeof times); /* NaNs: every field must be written */
-  assert_int_equal(tr_model_measure_passes(m, tr_device_list_at(devs, 0), 4, 3, times, err,
+  assert_int_equal(tr_model_measure_passes(m, tr_device_list_at(devs, 0), NULL, 4, 3, times, err,
                                            sizeof err), 0);
   for (int l = 0; l < 5; l++) {
     const tr_layer_times *t = &times[l];
@@ -329,7 +329,7 @@ static void stages_balance_the_costs_given_or_measured(void **state) {
     assert_true(t->backward_input > 0 && t->backward_input < 1);
     assert_true(t->backward_weight >= 0 && t->backward_weight < 1);
   }
-  assert_int_equal(tr_model_measure_passes(m, tr_device_list_at(devs, 0), 0, 3, times, err,
+  assert_int_equal(tr_model_measure_passes(m, tr_device_list_at(devs, 0), NULL, 0, 3, times, err,
                                            sizeof err), TR_EINVAL);
   tr_model_free(m);
 }
