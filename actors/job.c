@@ -413,7 +413,7 @@ int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
    * one's activation is read by the next before s can release the slot; the input gradient
    * alternates two buffers. */
   int rc = connect(j, from, to, &tr_activation_type, "act", tr_schedule_slots(j->sc, s), &act);
-  if (rc == 0) rc = connect(j, to, from, &tr_gradient_type, "grad", 2, &grad);
+  if (rc == 0) rc = connect(j, to, from, &tr_gradient_type, "grad", TR__GRAD_CREDITS, &grad);
   if (rc) return rc;
   tr__stage_ports *pf = &j->plan.st[i].ports, *pt = &j->plan.st[stage_index_of(j, to)].ports;
   pf->act_out.edge = act; /* to the next stage */

@@ -33,6 +33,8 @@
 enum {
   TR__MAX_STAGES = 64,
   TR__REPORT_CREDITS = 4, /* stage → coordinator: a loss chunk, a checkpoint part, the end */
+  TR__GRAD_CREDITS = 2,   /* stage → the stage before: input gradients in flight (the two
+                             buffers tr_stage_backward alternates); the planner's too */
 };
 
 /* The run as every actor of the job sees it: read-only once tr_job_new has returned. */

@@ -18,9 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "job_impl.h" /* the edges' credits, as the job wires them */
 #include "tr_plan.h"
 
-enum { ACT = 0, GRAD = 1, GRAD_CREDITS = 2 };
+enum { ACT = 0, GRAD = 1 };
 
 typedef struct message {
   int vs, mb;
@@ -244,7 +245,7 @@ static int open_sim(sim *x) {
     }
     for (int kind = 0; kind < 2; kind++) {
       edge *e = &x->e[kind][s];
-      const int credits = kind == ACT ? tr_schedule_slots(x->sc, s) : GRAD_CREDITS;
+      const int credits = kind == ACT ? tr_schedule_slots(x->sc, s) : TR__GRAD_CREDITS;
       e->cap = credits;
       e->q = malloc((size_t)credits * sizeof *e->q);
       e->free_at = calloc((size_t)credits, sizeof *e->free_at);

@@ -339,8 +339,8 @@ static void every_replica_leaving_fails_naming_each(void **state) {
   char err[1024];
   assert_int_not_equal(tr_train_run(&o, &res, err, sizeof err), 0);
   printf("  %s\n", err);
-  const char *want[] = {"every replica left, none is left to train: replica 0 (host:0) at step "
-                        "2: host:0: mse_backward: an injected failure (call 3",
+  const char *want[] = {("every replica left, none is left to train: replica 0 (host:0) at step "
+                         "2: host:0: mse_backward: an injected failure (call 3"),
                         "; replica 1 (host:1) at step 4: host:1: mse_backward",
                         "; replica 2 (host:2) at step 6: host:2: mse_backward"};
   for (int k = 0; k < 3; k++)
