@@ -53,13 +53,13 @@ static int watch_receive(tr_actor *self, tr_msg *msg) {
     tr_edge_release(w->in, ((tr_edge_credit_msg *)msg)->count);
   } else if (msg->type == &tr_batch_type) {
     tr_batch_msg *b = (tr_batch_msg *)msg;
-    const bool has = in_graph(w->g, "worker");
-    w->loader_seen |= in_graph(w->g, "loader");
+    const bool has = in_graph(w->g, "worker"), loader = in_graph(w->g, "loader");
+    w->loader_seen |= loader;
     if (b->step >= 0) {
       w->batches++;
       if (has && w->first_seen < 0) w->first_seen = b->step;
       if (!has) w->last_absent = b->step;
-      if (has && b->step < JOIN - MARGIN) w->early++;
+      if ((has || loader) && b->step < JOIN - MARGIN) w->early++;
     } else {
       w->seen_at_end = has; /* the loader's last word: no more steps */
     }
@@ -163,12 +163,14 @@ static void a_joiner_exists_only_from_its_turn_and_trains_after(void **state) {
   tr_train_result r;
   tr_job_result(x.j, &r);
   assert_true(w.batches > 0);
-  if (w.early || w.first_seen < JOIN - MARGIN || w.last_absent < JOIN - MARGIN - 1 ||
-      !w.loader_seen)
+  /* its loader comes as its stage starts, which may be after worker 0's last batch on a
+   * loaded machine (simplenet's steps are short): looked for at the end as well */
+  const bool loader = w.loader_seen || in_graph(x.g, "loader");
+  if (w.early || w.first_seen < JOIN - MARGIN || w.last_absent < JOIN - MARGIN - 1 || !loader)
     fail_msg("the joiner was first in the graph at the batch of step %lld (%d batches before "
-             "step %d found it; last without it: %lld; its loader %sseen)",
+             "step %d found it or its loader; last without it: %lld; its loader %sseen)",
              (long long)w.first_seen, w.early, JOIN - MARGIN, (long long)w.last_absent,
-             w.loader_seen ? "" : "never ");
+             loader ? "" : "never ");
   assert_int_equal(r.steps, STEPS);
   assert_int_equal(updates_counted(&r), STEPS); /* the server's updates: every step's */
   assert_int_equal(r.workers_alive, WORKERS);
@@ -196,7 +198,8 @@ static void a_joiner_whose_turn_never_comes_is_never_created(void **state) {
     if (!timed) assert_int_equal(r.steps, 30);
     assert_int_equal(updates_counted(&r), r.steps);
     assert_int_equal(w.first_seen, -1);
-    if (w.loader_seen || w.seen_at_end || r.workers_joined[0])
+    if (w.loader_seen || w.seen_at_end || r.workers_joined[0] || in_graph(x.g, "worker") ||
+        in_graph(x.g, "loader"))
       fail_msg("%s run: the joiner was created (workers_joined '%s')", timed ? "a timed" : "a",
                r.workers_joined);
     assert_int_equal(r.workers_alive, WORKERS - 1);
