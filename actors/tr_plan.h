@@ -207,7 +207,8 @@ TR_API int tr_plan_layouts(const char *model, const char *devices, tr_plan_layou
 /* Predicts every layout that can be (each its rc and err where it failed), marks whether it
  * fits in `memory_limit` bytes per device (0: the devices' own memory), and sorts them: those
  * that fit and were predicted first, by predicted samples/s, highest first; then those that
- * do not fit, by peak_bytes; then the rest in their order. 0, or the costs' failure. */
+ * do not fit, by peak_bytes; then the rest in their order. Returns 0: a layout's failure
+ * (a bad file of costs, a measurement) is its own rc and err. */
 TR_API int tr_plan_rank(tr_plan_layout *layouts, int count, uint64_t memory_limit,
                         const tr_plan_costs_config *cc, char *err, size_t n);
 

@@ -78,7 +78,9 @@ static int child_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr_graph_end_type) {
     c->ends++;
     c->end_said = ((tr_graph_end_msg *)msg)->end_step;
-  } else if (msg->type == &go_type) {
+  } else if (msg->type == &go_type || (msg->type == &tr_edge_credit_type && c->go)) {
+    /* the go, or credits back after it found none (a host slow to take the items: a loaded
+     * machine; without this the child waited for ever) */
     c->go = true;
     while (c->sent < c->total && tr_edge_acquire(c->e)) {
       if (c->delay_us) usleep((useconds_t)c->delay_us);
