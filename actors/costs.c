@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "job_impl.h"
 #include "planner.h"
 #include "tr_checkpoint.h"
 #include "tr_file.h"
@@ -48,10 +49,16 @@ static uint64_t fingerprint(const tr_model *m) {
   return h;
 }
 
-static void entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n) {
+void tr__costs_key(const tr_device *d, const char *what, char *out, size_t n) {
   const tr_device_info *i = tr_device_info_of(d);
-  snprintf(out, n, "%s %s %s|%s|%016llx|b%d", tr_device_kind_name(i->kind), i->model, i->isa,
-           tr_model_name(m), (unsigned long long)fingerprint(m), batch);
+  snprintf(out, n, "%s %s %s|%s", tr_device_kind_name(i->kind), i->model, i->isa, what);
+}
+
+static void entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n) {
+  char what[256];
+  snprintf(what, sizeof what, "%s|%016llx|b%d", tr_model_name(m),
+           (unsigned long long)fingerprint(m), batch);
+  tr__costs_key(d, what, out, n);
 }
 
 const char *tr_plan_costs_default_path(void) {
@@ -438,8 +445,13 @@ int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int 
   return rc;
 }
 
-int tr__costs_cut(const tr_model *m, tr_device *d, int pieces, int batch, int *cuts) {
+int tr__costs_cut(const tr_model *m, tr_device *d, const tr_job_config *c, int *cuts) {
   const int L = tr_model_layer_count(m);
+  const int pieces = c->layout.stages * tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
+  const int parts = c->layout.replicas * (c->layout.microbatches > 0 ? c->layout.microbatches : 1);
+  const int global = c->global_batch ? c->global_batch : tr_model_batch(m), batch = global / parts;
+  if (pieces < 2 || pieces > L || pieces > TR__MAX_STAGES || batch < 1 || global % parts)
+    return 0; /* one piece, or not a layout: tr_job_new says why */
   tr_layer_times *t = malloc((size_t)L * sizeof *t);
   double *cost = malloc((size_t)L * sizeof *cost);
   bool measured;

@@ -98,9 +98,7 @@ static int measure_link(void *arg, double *v, char *err, size_t n) {
 
 int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency, char *err,
                    size_t n) {
-  const tr_device_info *i = tr_device_info_of(d);
   char name[256];
-  snprintf(name, sizeof name, "%s %s %s|link latency", tr_device_kind_name(i->kind), i->model,
-           i->isa);
+  tr__costs_key(d, "link latency", name, sizeof name);
   return tr__costs_entry(c, name, 1, 1, measure_link, NULL, latency, err, n);
 }

@@ -75,9 +75,9 @@ static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) 
   r->cuts[0] = 0;
   r->cuts[pieces] = tr_model_layer_count(r->model);
   if (l->cuts) memcpy(r->cuts + 1, l->cuts, (size_t)(pieces - 1) * sizeof *r->cuts);
-  else if (pieces > 1 && (o->deterministic || pieces > tr_model_layer_count(r->model) ||
-                          !tr__costs_cut(r->model, tr_device_list_at(r->devs, 0), pieces, r->mb,
-                                         r->cuts)))
+  else if (pieces > 1 &&
+           (o->deterministic || !tr__costs_cut(r->model, tr_device_list_at(r->devs, 0), &r->c,
+                                                r->cuts)))
     tr_model_balance(r->model, pieces, r->cuts);
   r->c.layout.cuts = r->cuts + 1;
   r->c.layout.ncuts = pieces - 1;

@@ -8,11 +8,14 @@
 #include "tr_job.h"
 #include "tr_plan.h"
 
-/* The cut of `c`'s model into layout.stages × chunks pieces for micro-batches of `batch`,
- * balanced by each layer's forward and backward on `d` (from the default file of costs, or
- * measured there): 1 and cuts[0 .. pieces] filled; 0 where it cannot be measured (the job
- * then cuts by FLOPs, as tr_job_new does). */
-int tr__costs_cut(const tr_model *m, tr_device *d, int pieces, int batch, int *cuts);
+/* The cut of m into c's layout.stages × chunks pieces for its micro-batches, balanced by each
+ * layer's forward and backward on `d` (from the default file of costs, or measured there):
+ * 1 and cuts[0 .. pieces] filled; 0 for one piece, a layout that is none (tr_job_new says
+ * why), or where it cannot be measured (the job then cuts by FLOPs, as tr_job_new does). */
+int tr__costs_cut(const tr_model *m, tr_device *d, const tr_job_config *c, int *cuts);
+
+/* The file of costs' key for `what` on d's kind of device (its kind, model and ISA). */
+void tr__costs_key(const tr_device *d, const char *what, char *out, size_t n);
 
 /* Entry `name` of the file of costs `c` (rows × cols numbers, into v), or measured by
  * measure(arg, v) and kept there (costs.c). */

@@ -71,15 +71,9 @@ static int open_server(tr__train_run *rn, const tr_train_options *o, char *err, 
  * its first device and every rank takes its cut. */
 static int measured_cuts(tr__train_run *rn, tr_world *w) {
   tr_job_config *c = &rn->jc;
-  const int L = tr_model_layer_count(rn->model);
   const int P = c->layout.stages * tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
-  const int parts = c->layout.replicas * c->layout.microbatches;
-  const int global = tr__job_global_batch(c);
-  const int batch = global / parts;
-  if (P > L || P > TR__MAX_STAGES || batch < 1 || global % parts)
-    return 0; /* not a layout: tr_job_new says why (on every rank alike) */
   int cut[TR__MAX_STAGES + 2] = {0}; /* cut[0]: measured; the cuts after */
-  cut[0] = tr__costs_cut(rn->model, tr_device_list_at(rn->devices, 0), P, batch, cut + 1);
+  cut[0] = tr__costs_cut(rn->model, tr_device_list_at(rn->devices, 0), c, cut + 1);
   if (tr_world_size(w) > 1) {
     int *all = malloc(sizeof cut * (size_t)tr_world_size(w));
     if (all == NULL || tr_world_allgather(w, cut, sizeof cut, all)) {

@@ -67,7 +67,7 @@ grep -q '^recommended (.*): troupe train --model simplenet --devices host:2 --st
 # --verify: measured beside predicted
 "$troupe" plan --model simplenet --devices host:2 --top 2 --verify 1 --seconds 0.5 >"$dir/verify" 2>&1 ||
   fail "plan --verify 1: exit $?: $(cat "$dir/verify")"
-grep -q '^| 1 .*| *[0-9]* | [+-][0-9.]*% |$' "$dir/verify" || fail "--verify: $(cat "$dir/verify")"
+grep -q '^| 1 .*| *[0-9]* | *[+-][0-9.]*% |$' "$dir/verify" || fail "--verify: $(cat "$dir/verify")"
 
 # nothing fits: said, with the smallest need
 out=$("$troupe" plan --model mlp --devices host:2 --memory-limit 1K 2>&1)
