@@ -169,8 +169,11 @@ static void print_table(const tr_plan_layout *l, int count, const double *measur
   }
 }
 
-/* The top K run for a few seconds each: their measured samples/s (NaN where not run). */
-static int verify(const plan_args *a, const tr_plan_layout *l, int count, double *measured) {
+/* The top K run for a few seconds each: their measured samples/s (NaN where not run). A
+ * signal that ends a run in order ends the verifying there: *signal says which, the table
+ * shows what was measured. */
+static int verify(const plan_args *a, const tr_plan_layout *l, int count, double *measured,
+                  int *signal) {
   for (int i = 0; i < count; i++) measured[i] = NAN;
   for (int i = 0, ran = 0; i < count && ran < a->verify; i++) {
     if (!l[i].predicted || l[i].rc || !l[i].fits) continue;
@@ -179,7 +182,13 @@ static int verify(const plan_args *a, const tr_plan_layout *l, int count, double
     tr_train_result r;
     char err[512];
     fprintf(stderr, "troupe: plan: verifying %s ...\n", l[i].label);
-    if (tr_train_run(&o, &r, err, sizeof err)) {
+    const int rc = tr_train_run(&o, &r, err, sizeof err);
+    if (rc == TR_EINTR && r.signal) {
+      fprintf(stderr, "troupe: plan: --verify %s: %s\n", l[i].label, err);
+      *signal = r.signal;
+      return CLI_OK;
+    }
+    if (rc) {
       fprintf(stderr, "troupe: plan: %s: %s\n", l[i].label, err);
       return CLI_FAIL;
     }
@@ -195,7 +204,7 @@ int cmd_plan(int argc, char **argv) {
   if (parsed != CLI_GO) return parsed;
   tr_plan_layout *l = calloc(TR_PLAN_MAX_LAYOUTS, sizeof *l);
   double *measured = calloc(TR_PLAN_MAX_LAYOUTS, sizeof *measured);
-  int count = 0, rc = CLI_FAIL;
+  int count = 0, rc = CLI_FAIL, signal = 0;
   char err[512];
   if (!l || !measured) goto out;
   if (tr_plan_layouts(a.model, a.devices, l, TR_PLAN_MAX_LAYOUTS, &count, err, sizeof err)) {
@@ -210,7 +219,7 @@ int cmd_plan(int argc, char **argv) {
     fprintf(stderr, "troupe: plan: %s\n", err);
     goto out;
   }
-  if (a.verify && (rc = verify(&a, l, count, measured))) goto out;
+  if (a.verify && (rc = verify(&a, l, count, measured, &signal))) goto out;
   const int shown = a.top && a.top < count ? a.top : count;
   if (a.json) print_json(&a, l, shown, a.verify ? measured : NULL);
   else print_table(l, shown, a.verify ? measured : NULL);
@@ -227,6 +236,7 @@ int cmd_plan(int argc, char **argv) {
     for (int k = 0; k < n; k++) fprintf(a.json ? stderr : stdout, " %s", args[k]);
     fprintf(a.json ? stderr : stdout, "\n");
   }
+  if (signal) rc = 128 + signal; /* as troupe train's run ended in order by it */
 out:
   free(l);
   free(measured);
