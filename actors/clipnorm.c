@@ -12,6 +12,7 @@ enum { IDLE, MEASURING, GATHERING };
 
 struct tr__clip {
   tr_actor *self;
+  tr__busy *busy;
   tr_stage *st[TR__MAX_STAGES];
   int nst;
   tr_device *dev;
@@ -48,9 +49,10 @@ static int fail(tr__clip *c) {
                        tr_device_name(c->dev), tr_device_error(c->dev));
 }
 
-int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *const *st, int n) {
+int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *const *st, int n, tr__busy *busy) {
   TR_ASSERT(n >= 1 && n <= TR__MAX_STAGES);
   c->self = self;
+  c->busy = busy;
   memcpy(c->st, st, (size_t)n * sizeof *st);
   c->nst = n;
   c->dev = tr_stage_device(st[0]);
@@ -72,12 +74,14 @@ int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm
   const int par = (int)(step & 1);
   tr_stream *s = tr_stage_stream(c->st[0]);
   if (c->phase == IDLE) {
+    const uint64_t t0 = tr__busy_start(c->busy, c->self, step, "norm", -1);
     for (int k = 0; k < c->nst; k++)
       if (tr__tensor_grad_sumsq(c->st[k], c->dev_sumsq, k > 0)) return fail(c); /* a tensor
                                                              group's whole tensors once */
     if (tr_memcpy(s, c->host, c->dev_sumsq, sizeof(float), TR_COPY_D2H) ||
         tr_event_record(c->ev, s))
       return fail(c);
+    tr__busy_add(c->busy, c->self, step, "norm", t0, -1);
     c->phase = MEASURING;
   }
   if (c->phase == MEASURING) {

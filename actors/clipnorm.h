@@ -19,6 +19,7 @@
 #include <stdbool.h>
 
 #include "job_impl.h"
+#include "metrics.h"
 
 typedef struct tr__clip tr__clip;
 
@@ -36,8 +37,8 @@ extern const tr_msgtype tr__norm_type;
 enum { TR__CLIP_CREDITS = 2 };
 tr__clip *tr__clip_new(int n, int me, tr_edge *const *out, tr_edge *const *in);
 /* The stage's chunks st[0, n) (one but under interleaving), on one device: its share is
- * theirs summed. */
-int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *const *st, int n);
+ * theirs summed, work timed in `busy` (a range "norm": it reads every gradient once). */
+int tr__clip_open(tr__clip *c, tr_actor *self, tr_stage *const *st, int n, tr__busy *busy);
 int tr__clip_receive(tr__clip *c, const tr__norm_msg *m);
 int tr__clip_global(tr__clip *c, int64_t step, const float **sumsq, double *norm2);
 /* The sum of squares of n gradients, now (the stream synchronised; `dev` and `host` a float

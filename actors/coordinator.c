@@ -382,8 +382,10 @@ static void record_result(coordinator *c) {
   r->steps_per_s = window > 0 ? (double)r->window_steps / r->seconds : NAN;
   r->samples_per_s = r->steps_per_s * jc->global_batch;
   tr__left_result(&c->left, c->run, r); /* replicas that left: the samples they did not train */
-  for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++)
+  for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
     r->utilization[i] = window > 0 ? (double)red->device[i][TR__M_BUSY_NS].i / window : NAN;
+    tr__idle_result(red->device[i], window, r->utilization[i], &r->idle[i]);
+  }
   if (P > 1)
     r->bubble_fraction =
         window > 0 ? 1 - (double)tr__reduced_int(red, TR__M_BUSY_NS) / (n * window) : NAN;

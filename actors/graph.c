@@ -326,6 +326,7 @@ void tr_edge_send(tr_edge *e, void *msg) {
   tr_msg *m = msg;
   TR_ASSERT(e->type == NULL || m->type == e->type);
   m->from = e->from;
+  m->sent_ns = tr_now_ns(); /* how long it waits to be handled: the receiver's idle accounting */
   if (e->mto->remote) {
     tr__graph_remote_send(e, m);
   } else {
@@ -350,6 +351,7 @@ static void send_credit(tr_edge *e, int count) {
   c->hdr.from = e->to;
   c->edge = e;
   c->count = count;
+  c->hdr.sent_ns = tr_now_ns();
   tr_actor_send_ctl(e->from, c);
 }
 

@@ -53,6 +53,7 @@ static int deliver(void *arg, int source, int id, const char *name, const uint8_
     return 1;
   }
   m->from = e->from;
+  m->sent_ns = tr_now_ns(); /* its arrival here: another process's clock is not this one's */
   tr_actor_send(e->to, m);
   return 0;
 }

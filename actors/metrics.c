@@ -7,7 +7,7 @@
  *                  backward weight) #D55E00 vermillion
  *   communication  recv act #56B4E9 sky blue, recv grad #E69F00 orange,
  *                  allreduce #CC79A7 reddish purple
- *   optimizer      update #009E73 bluish green
+ *   optimizer      update, and the gradients' norm before it, #009E73 bluish green
  *   data           fill #F0E442 yellow
  *   control        handled messages, start #999999 grey
  */
@@ -28,6 +28,8 @@ static tr_trace_kind kinds[] = {
     /* on the group's own stream, not the device's: not timed there */
     {.name = "allreduce", .category = "communication", .color = 0xFFCC79A7, .args = {"step", "stage", "bucket"}},
     {.name = "update", .category = "optimizer", .color = 0xFF009E73, .device = 1, .args = STEP_STAGE_MB},
+    /* the gradients' norm before it (non-finite ones stop or skip the step; clipping) */
+    {.name = "norm", .category = "optimizer", .color = 0xFF009E73, .device = 1, .args = STEP_STAGE_MB},
 };
 static tr_trace_kind other = {.name = "work", .category = "compute", .color = 0xFF0072B2, .args = STEP_STAGE_MB};
 static tr_trace_kind fill = {.name = "fill", .category = "data", .color = 0xFFF0E442};
@@ -44,7 +46,7 @@ tr__busy tr__busy_begin(int64_t first_step, int64_t steps) {
   const int64_t warm = steps == INT64_MAX ? 3 : steps < 10 ? 0 : steps / 10 < 100 ? steps / 10 : 100;
   const uint64_t now = tr_now_ns();
   return (tr__busy){.warm_step = first_step + warm, .window_start = now, .run_start = now,
-                    .stage = -1};
+                    .stage = -1, .idle = {.schedstat = -1}};
 }
 
 void tr__busy_window(const tr__busy *b, int64_t step, int64_t first, uint64_t *start,
@@ -60,16 +62,23 @@ void tr__busy_open_window(tr__busy *b, int64_t step) {
   if (step != b->warm_step) return;
   b->window_start = tr_now_ns();
   b->busy_ns = b->aside_ns = 0;
+  tr__idle_open(&b->idle, b->window_start);
 }
 
 void tr__busy_aside(tr__busy *b, int64_t step, uint64_t t0) {
   const uint64_t took = tr_now_ns() - t0;
+  tr__idle_forget(&b->idle);
   if (step >= b->warm_step) b->aside_ns += took;
   b->run_aside_ns += took;
 }
 
 uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb) {
-  if (!tr_trace_wants(self, step)) return tr_now_ns();
+  if (!tr_trace_wants(self, step)) {
+    const uint64_t now = tr_now_ns();
+    tr__idle_work(&b->idle, now);
+    return now;
+  }
+  tr__idle_work(&b->idle, tr_now_ns()); /* its range ends where the work's begins */
   const uint64_t t0 = tr_trace_begin(self, kind_of(what), (int64_t[3]){step, b->stage, mb});
   if (b->open == TR__BUSY_NESTED) { /* a start whose end never came: forget the oldest */
     memmove(b->opened, b->opened + 1, (TR__BUSY_NESTED - 1) * sizeof *b->opened);
@@ -82,6 +91,7 @@ uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *w
 void tr__busy_add(tr__busy *b, tr_actor *self, int64_t step, const char *what, uint64_t t0,
                   int mb) {
   const uint64_t t1 = tr_now_ns();
+  tr__idle_rest(&b->idle, t1);
   if (step >= b->warm_step) b->busy_ns += t1 - t0;
   b->run_busy_ns += t1 - t0;
   int i = b->open;

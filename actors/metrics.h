@@ -18,6 +18,7 @@
 #ifndef TR_METRICS_H
 #define TR_METRICS_H
 
+#include "idle.h"
 #include "job_impl.h"
 #include "tr_trace.h"
 
@@ -33,6 +34,8 @@ typedef struct tr__busy {
   int stage;             /* the stage, for the ranges' arguments; -1 (tr__busy_begin): none */
   int open;              /* ranges opened by tr__busy_start, innermost last */
   uint64_t opened[TR__BUSY_NESTED];
+  tr__idle idle;         /* the spans between the work (idle.h): its actor opens them, and
+                            each work's start closes the one open */
 } tr__busy;
 
 /* A tenth of the `steps` expected (at most 100) warm up; 3 when their count is unknown
@@ -47,12 +50,12 @@ void tr__busy_open_window(tr__busy *b, int64_t step);
 void tr__busy_window(const tr__busy *b, int64_t step, int64_t first, uint64_t *start,
                      uint64_t *busy_ns, uint64_t *aside_ns, int64_t *steps);
 /* The time since t0, at the boundary after step `step`, went to work that is no training's
- * (a held-out evaluation): it is set aside from the window, and none of it is busy. */
+ * (a held-out evaluation): it is set aside from the window, and none of it is busy or idle. */
 void tr__busy_aside(tr__busy *b, int64_t step, uint64_t t0);
 /* Work `what` ("forward", "backward", "backward input", "backward weight", "recv act",
- * "recv grad", "allreduce", "update") of micro-batch `mb` (-1: none; the bucket for
- * "allreduce") during `step` begins now: its range opens when the step is traced. Returns
- * now. */
+ * "recv grad", "allreduce", "norm", "update") of micro-batch `mb` (-1: none; the bucket for
+ * "allreduce") during `step` begins now: the idle span open ends, and the work's range opens
+ * when the step is traced. Returns now. */
 uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb);
 /* The work begun at t0 ends now: busy time, and its range (tr__busy_start's, or recorded
  * now in the trace). */

@@ -134,7 +134,7 @@ static int open(void *state, const tr__policy_ctx *ctx) {
   const tr_checkpoint *ck = ctx->run->c.checkpoint.resume_from;
   if (ck && (rc = resume(p, ck))) return rc;
   if (!p->clip && !(p->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
-  if ((rc = tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch))) return rc;
+  if ((rc = tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch, ctx->busy))) return rc;
   p->opened = true;
   return 0;
 }

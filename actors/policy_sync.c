@@ -49,7 +49,7 @@ static int open(void *state, const tr__policy_ctx *ctx) {
   /* every update checks the gradients' norm: across the stages when they must agree
    * (clipping, skipping), else this stage's own */
   if (!p->clip && !(p->clip = tr__clip_new(1, 0, NULL, NULL))) return TR_ENOMEM;
-  return tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch);
+  return tr__clip_open(p->clip, ctx->self, ctx->chunks, ctx->nch, ctx->busy);
 }
 
 static int begin(void *state, int64_t step, const tr__lent *head, bool ended, int64_t *run_step) {

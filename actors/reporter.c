@@ -195,6 +195,10 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   tr__figures_int(f, TR__M_WINDOW_END, (int64_t)s->window_end);
   tr__figures_int(f, TR__M_BUSY_NS, (int64_t)busy);
   tr__figures_int(f, TR__M_ASIDE_NS, (int64_t)aside);
+  uint64_t idle[TR__IDLE_KINDS];
+  tr__idle_totals(&s->busy->idle, idle);
+  for (int k = 0; k < TR__IDLE_KINDS; k++)
+    tr__figures_int(f, (tr__metric_id)(TR__M_IDLE_EDGE_NS + k), (int64_t)idle[k]);
   tr__figures_int(f, TR__M_PEAK_MICROBATCHES, s->peak_microbatches);
   tr__figures_int(f, TR__M_PEAK_ACTIVATION_BYTES, s->peak_activation_bytes);
   memory_figures(c, f);

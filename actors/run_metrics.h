@@ -74,6 +74,7 @@ typedef enum tr__json {
   .at = offsetof(tr_train_result, memory.devices[0].f), .stride = sizeof(tr_memory_figures), \
   .replica_at = offsetof(tr_train_result, memory.replicas[0].f)
 #define TR__NOWHERE .at = -1
+#define TR__IDLE(f) TR__AT(idle[0].f), .stride = sizeof(tr_idle_figures)
 
 /* The table, in --json's order (a key "a.b" is member b of --json's object a; consecutive
  * rows of one object make it, written null where its first member is). Units: "clock" is a
@@ -116,6 +117,22 @@ typedef enum tr__json {
     NULL, "utilization %.2f")                                                                      \
   X(RANKS, "ranks", "processes", SETTING, RUN, INT, TR__AT(ranks), VALUE, NULL, NULL)              \
   X(RANK, "rank", "", SETTING, DEVICE, INT, TR__EACH(rank), VALUE, NULL, NULL)                     \
+  X(IDLE_EDGE, "idle_breakdown.edge", "fraction", DERIVED, DEVICE, REAL, TR__IDLE(edge), REAL4,    \
+    NULL, NULL)                                                                                    \
+  X(IDLE_CREDIT, "idle_breakdown.credit", "fraction", DERIVED, DEVICE, REAL, TR__IDLE(credit),     \
+    REAL4, NULL, NULL)                                                                             \
+  X(IDLE_LOADER, "idle_breakdown.loader", "fraction", DERIVED, DEVICE, REAL, TR__IDLE(loader),     \
+    REAL4, NULL, NULL)                                                                             \
+  X(IDLE_STEP, "idle_breakdown.step", "fraction", DERIVED, DEVICE, REAL, TR__IDLE(step), REAL4,    \
+    NULL, NULL)                                                                                    \
+  X(IDLE_HANDOVER, "idle_breakdown.handover", "fraction", DERIVED, DEVICE, REAL,                   \
+    TR__IDLE(handover), REAL4, NULL, NULL)                                                         \
+  X(IDLE_HANDLING, "idle_breakdown.handling", "fraction", DERIVED, DEVICE, REAL,                   \
+    TR__IDLE(handling), REAL4, NULL, NULL)                                                         \
+  X(IDLE_OS, "idle_breakdown.os", "fraction", DERIVED, DEVICE, REAL, TR__IDLE(os), REAL4, NULL,    \
+    NULL)                                                                                          \
+  X(IDLE_OTHER, "idle_breakdown.other", "fraction", DERIVED, DEVICE, REAL, TR__IDLE(other), REAL4, \
+    NULL, NULL)                                                                                    \
   X(BUBBLE_FRACTION, "bubble_fraction", "fraction", DERIVED, RUN, REAL, TR__AT(bubble_fraction),   \
     VALUE, NULL, "bubble %.3f")                                                                    \
   X(BUBBLE_THEORY, "bubble_theory", "fraction", SETTING, RUN, REAL, TR__AT(bubble_theory), VALUE,  \
@@ -203,6 +220,16 @@ typedef enum tr__json {
   X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
   X(ASIDE_NS, "aside_ns", "ns", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                   \
+  /* idle time by kind, in idle.h's order (tr__idle's ns[]) */                                     \
+  X(IDLE_EDGE_NS, "idle_edge_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)       \
+  X(IDLE_CREDIT_NS, "idle_credit_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)   \
+  X(IDLE_LOADER_NS, "idle_loader_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)   \
+  X(IDLE_STEP_NS, "idle_step_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)       \
+  X(IDLE_HANDOVER_NS, "idle_handover_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL,     \
+    NULL)                                                                                          \
+  X(IDLE_HANDLING_NS, "idle_handling_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL,     \
+    NULL)                                                                                          \
+  X(IDLE_OS_NS, "idle_os_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(SERVER_BUSY_NS, "server_busy_ns", "ns", SUM, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)  \
   X(WORKERS_ALIVE, "workers_alive", "", FIRST, ASYNC, INT, TR__AT(workers_alive), VALUE, NULL,     \
     NULL)                                                                                          \

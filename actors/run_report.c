@@ -197,7 +197,7 @@ static bool is_null(const tr_train_result *r, const tr__metric *m) {
 }
 
 /* Rows [k, end) are members of one object, `key` before the dot: per-device rows make an
- * object per device ("devices") and, those summed per replica, one per replica
+ * object per device ("devices") and, where some are summed per replica, one per replica
  * ("replicas"). */
 static void json_object(FILE *f, const tr_train_result *r, int k, int end, size_t prefix) {
   const tr__metric *first = &tr__metrics[k];
@@ -215,7 +215,9 @@ static void json_object(FILE *f, const tr_train_result *r, int k, int end, size_
   }
   const int per = r->stages * (r->tensor > 1 ? r->tensor : 1); /* a replica's devices */
   const int replicas = per ? r->ndevices / per : 0;
-  for (int pass = 0; pass < 2; pass++) {
+  bool summed = false; /* rows summed per replica: else no "replicas" */
+  for (int j = k; j < end; j++) summed |= tr__metrics[j].combine == TR__COMBINE_REPLICA;
+  for (int pass = 0; pass < 1 + summed; pass++) {
     const int n = pass ? replicas : r->ndevices < TR_TRAIN_MAX_DEVICES ? r->ndevices
                                                                         : TR_TRAIN_MAX_DEVICES;
     fprintf(f, pass ? "],\"replicas\":[" : "{\"devices\":[");

@@ -203,25 +203,7 @@ static int stage_open(tr_actor *self) {
                                                          end == INT64_MAX ? INT64_MAX
                                                          : end - tr_graph_first_step(g)));
   a->busy.stage = a->stage;
-  return 0;
-}
-
-/* ---- receiving -------------------------------------------------------------------------- */
-
-static int take_tensor(tr_actor *self, stage_actor *a, const tr_tensor_msg *t, bool act) {
-  if (t->chunk < 0 || t->chunk >= a->ch.n)
-    return tr_actor_fail(self, TR_EINVAL, "%s for chunk %d from '%s': this stage has %d",
-                         act ? "an activation" : "a gradient", t->chunk,
-                         tr_actor_name(t->hdr.from), a->ch.n);
-  const tr_stage_info *info = a->ch.ch[t->chunk].info;
-  const size_t want = act ? info->input_bytes : info->output_bytes;
-  if (t->bytes != want)
-    return tr_actor_fail(self, TR_EINVAL, "%s of %zu bytes from '%s': this stage takes %zu",
-                         act ? "an activation" : "a gradient", t->bytes,
-                         tr_actor_name(t->hdr.from), want);
-  tr__queue_push(act ? &a->act_in.q : &a->grad_in.q,
-                 (tr__lent){.step = t->step, .mb = t->mb, .chunk = t->chunk, .first = t->first,
-                            .data = t->data, .bytes = t->bytes, .ready = t->ready, .dev = t->dev});
+  tr__idle_begin(&a->busy.idle, self, a->busy.run_start);
   return 0;
 }
 
@@ -402,6 +384,7 @@ static int finish(tr_actor *self, stage_actor *a) {
     if (tr_stream_synchronize(a->s)) return fail_device(self, a, "finishing the run");
     if ((rc = a->policy.ops->finish(a->policy.state))) return rc;
     a->window_end = tr_now_ns();
+    tr__idle_work(&a->busy.idle, a->window_end); /* the last gap ends with the window */
     if ((rc = harvest(self, a, false))) return rc;
     a->end_phase = END_LOSSES;
   }
@@ -467,7 +450,10 @@ static int run_actions(tr_actor *self, stage_actor *a) {
     if (a->pc == 0 && training(a) && a->step_phase == STEP_UPDATE) {
       const int flags = begin_step(a);
       if (flags < 0) return flags;
-      if (flags == TR__BEGIN_WAIT) break;
+      if (flags == TR__BEGIN_WAIT) {
+        tr__idle_block(&a->busy.idle, TR__WAIT_STEP, a->step, tr_now_ns());
+        break;
+      }
       if (!(flags & TR__BEGIN_GO)) continue;
     }
     const tr_action *act = &a->acts[a->pc];
@@ -515,7 +501,11 @@ static int run_actions(tr_actor *self, stage_actor *a) {
       default: TR_ASSERT(!"an action kind the stage does not know");
     }
     if (rc < 0) return rc;
-    if (rc == TR__BLOCKED) break;
+    if (rc == TR__BLOCKED) {
+      if (training(a))
+        tr__idle_block(&a->busy.idle, tr__idle_wait_of(act->kind), a->step, tr_now_ns());
+      break;
+    }
     if (training(a)) tr__chunks_hold(&a->ch, a->pc, act);
     a->pc++;
   }
@@ -537,9 +527,10 @@ static int stage_receive(tr_actor *self, tr_msg *msg) {
   if (a->done) return 0;
   const tr_msgtype *t = msg->type;
   int rc = 0;
+  tr__idle_heard(&a->busy.idle, msg);
   if (t == &tr_batch_type) rc = tr__batch_in_take(&a->in, (const tr_batch_msg *)msg, last_chunk(a)->is_last);
-  else if (t == &tr_activation_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, true);
-  else if (t == &tr_gradient_type) rc = take_tensor(self, a, (const tr_tensor_msg *)msg, false);
+  else if (t == &tr_activation_type) rc = tr__tensor_take(&a->act_in, self, &a->ch, (const tr_tensor_msg *)msg, true);
+  else if (t == &tr_gradient_type) rc = tr__tensor_take(&a->grad_in, self, &a->ch, (const tr_tensor_msg *)msg, false);
   else if (t == &tr__poll_type) {
     a->polling = false;
     rc = harvest(self, a, false);
@@ -570,6 +561,7 @@ static void stage_stop(tr_actor *self) {
   for (int i = 0; i < 2; i++)
     if (a->grad_ev[i]) tr_event_close(a->grad_ev[i]);
   tr__reporter_close(&a->rep);
+  tr__idle_end(&a->busy.idle);
   tr__eval_pass_close(&a->eval);
   tr__batch_in_close(&a->in);
   tr__chunks_close(&a->ch);

@@ -88,6 +88,24 @@ typedef struct tr_memory_figures {
   int64_t params, grads, optimizer_state;
 } tr_memory_figures;
 
+/* Where device i's time went while it was not busy, as fractions of the run's window (the
+ * window of utilization[i]: with it they add up to 1). Each gap between two of its ranges of
+ * work is, in time order: its own handling until it had to stop, the wait until the message
+ * that let it go on was sent (charged to what it waited for), and the handover from that
+ * send to the work; the time its thread was runnable and not running is the OS's, taken out
+ * of the handling and the handover first. docs/WORKLOADS.md says more. */
+typedef struct tr_idle_figures {
+  double edge;     /* a neighbour's activation or gradient, not yet sent */
+  double credit;   /* a credit to send: the receiver still held the buffers */
+  double loader;   /* a batch the loader had not yet sent */
+  double step;     /* the step's begin, the group's sums, the coordinator */
+  double handover; /* sent, not yet at work: the mailbox, the thread's wake-up, the handling */
+  double handling; /* the actor's own work between two of its ranges before it stopped:
+                      sending, bookkeeping */
+  double os;       /* runnable but not running: the OS gave the core to another thread */
+  double other;    /* the rest: the ends of the run's window that are not the device's */
+} tr_idle_figures;
+
 typedef struct tr_memory_result {
   tr_memory_figures devices[TR_TRAIN_MAX_DEVICES];  /* device i (as utilization[i]) */
   tr_memory_figures replicas[TR_TRAIN_MAX_DEVICES]; /* replica (async: worker) r: the sum
@@ -187,6 +205,7 @@ typedef struct tr_train_result {
   double utilization[TR_TRAIN_MAX_DEVICES]; /* device i: replica i / stages, stage i % stages
                                                (tensor groups: replica i / (T × stages),
                                                member i / stages % T) */
+  tr_idle_figures idle[TR_TRAIN_MAX_DEVICES]; /* device i's time not busy (as utilization[i]) */
   double bubble_fraction;  /* measured; and the schedule's own (equal unit costs) */
   double bubble_theory;
   int peak_microbatches[TR_TRAIN_MAX_DEVICES]; /* the most micro-batches a device's stage

@@ -3,6 +3,8 @@
 
 #include "transfer.h"
 
+#include "chunks.h"
+
 static int fail(tr__tensor_edge *t, const char *what) {
   return tr_actor_fail(t->self, TR_EDEVICE, "%s on %s: %s", what, tr_device_name(t->dev),
                        tr_device_error(t->dev));
@@ -158,4 +160,24 @@ void tr__tensor_edge_free(tr__tensor_edge *t) {
   tr_comm_abort(t->w.comm); /* never opened (the build failed): the other end may never come */
   t->w.comm = NULL;
   tr__queue_free(&t->q);
+}
+
+/* A tensor message for one of this stage's chunks, checked against the chunk's shape and
+ * queued until its action comes. */
+int tr__tensor_take(tr__tensor_edge *t, tr_actor *self, const struct tr__chunks *ch,
+                    const tr_tensor_msg *m, bool act) {
+  if (m->chunk < 0 || m->chunk >= ch->n)
+    return tr_actor_fail(self, TR_EINVAL, "%s for chunk %d from '%s': this stage has %d",
+                         act ? "an activation" : "a gradient", m->chunk,
+                         tr_actor_name(m->hdr.from), ch->n);
+  const tr_stage_info *info = ch->ch[m->chunk].info;
+  const size_t want = act ? info->input_bytes : info->output_bytes;
+  if (m->bytes != want)
+    return tr_actor_fail(self, TR_EINVAL, "%s of %zu bytes from '%s': this stage takes %zu",
+                         act ? "an activation" : "a gradient", m->bytes,
+                         tr_actor_name(m->hdr.from), want);
+  tr__queue_push(&t->q, (tr__lent){.step = m->step, .mb = m->mb, .chunk = m->chunk,
+                                   .first = m->first, .data = m->data, .bytes = m->bytes,
+                                   .ready = m->ready, .dev = m->dev});
+  return 0;
 }

@@ -64,6 +64,12 @@ void tr__tensor_edge_init(tr__tensor_edge *t, tr_edge *e, tr_comm *comm);
  * queue; `name` names an NCCL stream. */
 int tr__tensor_edge_open(tr__tensor_edge *t, tr_actor *self, tr_device *dev, tr_graph *g,
                          bool out, size_t bytes, const char *name);
+struct tr__chunks;
+/* An activation (`act`) or a gradient that came for one of the stage's chunks `ch`: checked
+ * against the chunk's shape (the actor fails naming the sender otherwise), then queued on t
+ * until its action comes. */
+int tr__tensor_take(tr__tensor_edge *t, tr_actor *self, const struct tr__chunks *ch,
+                    const tr_tensor_msg *m, bool act);
 /* A tensor message's place in the schedule. */
 typedef struct tr__tensor_place {
   int64_t step;

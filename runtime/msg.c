@@ -18,8 +18,8 @@
 
 TR_MSGTYPE_DEFINE(tr_msg_stop_type, tr_msg);
 
-/* The flow id lives in what was padding: the header stays five words. */
-_Static_assert(sizeof(void *) != 8 || sizeof(tr_msg) == 40, "tr_msg grew");
+/* The flow id lives in what was padding; the sixth word is the edge's send stamp. */
+_Static_assert(sizeof(void *) != 8 || sizeof(tr_msg) == 48, "tr_msg grew");
 TR_MSGTYPE_DEFINE(tr_timer_msg_type, tr_timer_msg);
 
 static void *sys_alloc(size_t size) {
@@ -183,6 +183,7 @@ void *tr_msg_new_size(const tr_msgtype *type, size_t size) {
   m->type = type;
   m->from = NULL;
   m->flow = 0;
+  m->sent_ns = 0;
   return m;
 }
 

@@ -82,6 +82,10 @@ typedef struct tr_msg {
   tr_msg_pool *pool;     /* where its memory goes back to; NULL: the allocator */
   uint32_t size;         /* bytes allocated, header included */
   uint32_t flow;         /* a traced send's flow id (tr_trace_flow), else 0: in the padding */
+  uint64_t sent_ns;      /* when an edge sent it (tr_edge_send; a credit: when it was freed),
+                            on this process's tr_now_ns clock; 0: not sent by an edge. The
+                            receiver's accounting of its idle time reads it (how long a message
+                            that was sent took to be handled) */
 } tr_msg;
 
 /* Allocates a message of `type` (type->size bytes, payload uninitialised). Never returns

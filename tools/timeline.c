@@ -84,6 +84,8 @@ static bool add_event(tl_trace *t, const cJSON *ev) {
   }
   const double ts = number(ev, "ts", NAN), dur = number(ev, "dur", NAN);
   if (name == NULL || !isfinite(ts) || !(dur >= 0) || !isfinite(ts + dur)) return false;
+  const char *cat = string(ev, "cat");
+  if (cat && !strcmp(cat, "idle")) return true; /* a device's wait: drawn as the idle it is */
   double arg = number(args, "arg", -1);
   if (!(arg >= 0 && arg < 0x1p62)) arg = -1; /* none, or none a long long holds */
   if (l->n == l->cap) {

@@ -1,0 +1,137 @@
+/* idle.c — a device's idle spans, split by what they waited for (idle.h). */
+#include "idle.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "tr_msg.h"
+
+/* Idle ranges in the trace: light, so that the work stands out; one per reason. */
+static tr_trace_kind kinds[TR__WAIT_COUNT] = {
+#define TR__WAIT_KIND(id, text) [TR__WAIT_##id] = {.name = text, .category = "idle", .color = 0xFFDDDDDD, .args = {"step"}},
+    TR__WAITS(TR__WAIT_KIND)
+#undef TR__WAIT_KIND
+};
+
+/* The calling thread's run-queue delay so far (ns): time it was runnable and not running. */
+static uint64_t run_delay(const tr__idle *d) {
+  char buf[96];
+  if (d->schedstat < 0) return 0;
+  const ssize_t n = pread(d->schedstat, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  uint64_t cpu = 0, delay = 0;
+  return sscanf(buf, "%" SCNu64 " %" SCNu64, &cpu, &delay) == 2 ? delay : 0;
+}
+
+/* Opens a gap at `now` (the thread's delay read then). */
+static void open_gap(tr__idle *d, uint64_t now) {
+  d->gap = now;
+  d->delay_gap = run_delay(d);
+  d->stopped = d->sent = 0;
+}
+
+void tr__idle_begin(tr__idle *d, tr_actor *self, uint64_t start) {
+  *d = (tr__idle){.self = self, .window_start = start,
+                  .schedstat = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)};
+  open_gap(d, start);
+}
+
+void tr__idle_end(tr__idle *d) {
+  if (d->schedstat >= 0) close(d->schedstat);
+  d->schedstat = -1;
+}
+
+void tr__idle_open(tr__idle *d, uint64_t now) {
+  for (int k = 0; k < TR__IDLE_KINDS; k++) d->ns[k] = 0;
+  d->window_start = now;
+}
+
+tr__wait tr__idle_wait_of(tr_action_kind kind) {
+  switch (kind) {
+  case TR_ACTION_RECV_ACT:
+  case TR_ACTION_RECV_GRAD: return TR__WAIT_EDGE;
+  case TR_ACTION_FORWARD: return TR__WAIT_LOADER; /* a forward waits for nothing but its batch */
+  case TR_ACTION_SEND_ACT:
+  case TR_ACTION_SEND_GRAD:
+  case TR_ACTION_BACKWARD:
+  case TR_ACTION_BACKWARD_INPUT:
+  case TR_ACTION_BACKWARD_WEIGHT: return TR__WAIT_CREDIT;
+  default: return TR__WAIT_STEP;
+  }
+}
+
+void tr__idle_block(tr__idle *d, tr__wait why, int64_t step, uint64_t now) {
+  if (!d->gap || d->stopped) return;
+  d->stopped = now;
+  d->why = why;
+  d->step = step;
+}
+
+void tr__idle_heard(tr__idle *d, const tr_msg *m) {
+  if (d->stopped && m->sent_ns > d->sent) d->sent = m->sent_ns;
+}
+
+void tr__idle_forget(tr__idle *d) {
+  if (d->gap) open_gap(d, tr_now_ns());
+}
+
+void tr__idle_rest(tr__idle *d, uint64_t now) {
+  if (d->depth > 0) d->depth--;
+  if (d->depth == 0) open_gap(d, now);
+}
+
+/* Takes up to `*left` out of `*part`. */
+static void take(uint64_t *part, uint64_t *left) {
+  const uint64_t t = *part < *left ? *part : *left;
+  *part -= t, *left -= t;
+}
+
+void tr__idle_work(tr__idle *d, uint64_t now) {
+  const uint64_t gap = d->gap, stopped = d->stopped;
+  d->depth++;
+  d->gap = 0;
+  if (!gap) return;
+  if (stopped && d->self && tr_trace_enabled(d->self) && tr_trace_wants(d->self, d->step))
+    tr_trace_range(d->self, &kinds[d->why], (int64_t[3]){d->step, 0, 0}, stopped, now);
+  if (!d->window_start || now <= d->window_start) return;
+  const uint64_t from = gap > d->window_start ? gap : d->window_start;
+  const uint64_t stop = !stopped ? now : stopped > from ? stopped : from;
+  /* in time order: handling until it stopped, waiting until the newest send, handover */
+  uint64_t handling = stop - from, waiting = 0, handover = 0;
+  if (stopped) {
+    const uint64_t sent = !d->sent ? now : d->sent < stop ? stop : d->sent > now ? now : d->sent;
+    waiting = sent - stop;
+    handover = now - sent;
+  }
+  uint64_t os = run_delay(d) - d->delay_gap;
+  if (os > now - from) os = now - from;
+  uint64_t left = os;
+  take(&handling, &left);
+  take(&handover, &left);
+  take(&waiting, &left);
+  d->ns[d->why] += stopped ? waiting : 0;
+  d->ns[TR__IDLE_HANDOVER] += handover;
+  d->ns[TR__IDLE_HANDLING] += handling;
+  d->ns[TR__IDLE_OS] += os;
+}
+
+void tr__idle_totals(const tr__idle *d, uint64_t out[TR__IDLE_KINDS]) {
+  for (int k = 0; k < TR__IDLE_KINDS; k++) out[k] = d->ns[k];
+}
+
+void tr__idle_result(const tr__value *device, double window, double utilization,
+                     tr_idle_figures *out) {
+  double f[TR__IDLE_KINDS], sum = 0;
+  for (int k = 0; k < TR__IDLE_KINDS; k++)
+    sum += f[k] = window > 0 ? (double)device[TR__M_IDLE_EDGE_NS + k].i / window : NAN;
+  *out = (tr_idle_figures){.edge = f[TR__WAIT_EDGE], .credit = f[TR__WAIT_CREDIT],
+                           .loader = f[TR__WAIT_LOADER], .step = f[TR__WAIT_STEP],
+                           .handover = f[TR__IDLE_HANDOVER], .handling = f[TR__IDLE_HANDLING],
+                           .os = f[TR__IDLE_OS],
+                           .other = 1 - utilization - sum};
+}
