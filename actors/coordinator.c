@@ -389,6 +389,9 @@ static void record_result(coordinator *c) {
   if (P > 1)
     r->bubble_fraction =
         window > 0 ? 1 - (double)tr__reduced_int(red, TR__M_BUSY_NS) / (n * window) : NAN;
+  if (P > 1)
+    r->bubble_schedule = tr__idle_schedule_bubble(c->run->sc, red, P, tr__members(c->run),
+                                                  jc->layout.microbatches, r->window_steps);
   if (jc->async.enabled)
     r->server_utilization =
         window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "tr_msg.h"
+#include "tr_plan.h"
 
 /* Idle ranges in the trace: light, so that the work stands out; one per reason. */
 static tr_trace_kind kinds[TR__WAIT_COUNT] = {
@@ -134,4 +135,31 @@ void tr__idle_result(const tr__value *device, double window, double utilization,
                            .handover = f[TR__IDLE_HANDOVER], .handling = f[TR__IDLE_HANDLING],
                            .os = f[TR__IDLE_OS],
                            .other = 1 - utilization - sum};
+}
+
+double tr__idle_schedule_bubble(const tr_schedule *sc, const tr__reduced *red, int stages,
+                                int members, int microbatches, int64_t steps) {
+  const tr_schedule_config *sc_c = tr_schedule_config_of(sc);
+  const int v = tr_schedule_chunks(sc_c->kind, sc_c->chunks), K = stages * v;
+  if (steps <= 0 || microbatches <= 0 || stages > TR_PLAN_MAX_DEVICES) return NAN;
+  double *c = calloc((size_t)(3 * K + stages), sizeof *c);
+  if (!c) return NAN;
+  double *f = c, *b = c + K, *w = c + 2 * K, *step = c + 3 * K;
+  const double per = 1e9 * (double)steps * microbatches * v; /* ns per chunk's micro-batch */
+  for (int s = 0; s < stages; s++) {
+    const tr__value *d = red->device[s * members]; /* replica 0, member 0: device s */
+    for (int k = s; k < K; k += stages) {
+      f[k] = (double)d[TR__M_WORK_F_NS].i / per;
+      b[k] = (double)d[TR__M_WORK_B_NS].i / per;
+      w[k] = (double)d[TR__M_WORK_W_NS].i / per;
+    }
+    step[s] = (double)d[TR__M_WORK_STEP_NS].i / 1e9 / (double)steps;
+  }
+  tr_plan_step st;
+  char err[256];
+  const int rc = tr_plan_simulate(sc, &(tr_plan_costs){.forward = f, .backward = b,
+                                                      .backward_weight = w, .step = step},
+                                  &st, err, sizeof err);
+  free(c);
+  return rc == 0 ? st.bubble : NAN;
 }

@@ -92,6 +92,12 @@ void tr__idle_heard(tr__idle *d, const tr_msg *m);
 void tr__idle_forget(tr__idle *d);
 /* The kinds counted (the last gap closed first: tr__idle_work at the window's end). */
 void tr__idle_totals(const tr__idle *d, uint64_t out[TR__IDLE_KINDS]);
+/* The bubble of one step of `sc` simulated (tr_plan_simulate) with the stages' own work: each
+ * stage's (replica 0's, tensor member 0's) forwards, backwards and W halves over the window's
+ * `steps` × `microbatches`, split evenly over its chunks, and its step's own work; messages
+ * cost nothing. NaN where it cannot say (no steps, a schedule the simulation refuses). */
+double tr__idle_schedule_bubble(const tr_schedule *sc, const tr__reduced *red, int stages,
+                                int members, int microbatches, int64_t steps);
 /* Device i's kinds reduced (its row of tr__reduced.device) into the result's fractions of
  * the run's window, `other` what busy time (utilization) and the kinds leave of it. */
 void tr__idle_result(const tr__value *device, double window, double utilization,

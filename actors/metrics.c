@@ -62,6 +62,7 @@ void tr__busy_open_window(tr__busy *b, int64_t step) {
   if (step != b->warm_step) return;
   b->window_start = tr_now_ns();
   b->busy_ns = b->aside_ns = 0;
+  memset(b->work_ns, 0, sizeof b->work_ns);
   tr__idle_open(&b->idle, b->window_start);
 }
 
@@ -88,10 +89,28 @@ uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *w
   return t0;
 }
 
+/* What `what` is to a schedule's simulation (TR__WORK_*), -1: none of it. */
+static int work_of(const char *what) {
+  static const struct {
+    const char *what;
+    int kind;
+  } work[] = {{"forward", TR__WORK_F},         {"recv act", TR__WORK_F},
+              {"backward", TR__WORK_B},        {"backward input", TR__WORK_B},
+              {"recv grad", TR__WORK_B},       {"backward weight", TR__WORK_W},
+              {"norm", TR__WORK_STEP},         {"allreduce", TR__WORK_STEP},
+              {"update", TR__WORK_STEP}};
+  for (size_t i = 0; i < sizeof work / sizeof *work; i++)
+    if (!strcmp(work[i].what, what)) return work[i].kind;
+  return -1;
+}
+
 void tr__busy_add(tr__busy *b, tr_actor *self, int64_t step, const char *what, uint64_t t0,
                   int mb) {
   const uint64_t t1 = tr_now_ns();
   tr__idle_rest(&b->idle, t1);
+  const int k = step >= b->warm_step && b->idle.depth == 0 ? work_of(what) : -1;
+  if (k == TR__WORK_W) b->work_ns[TR__WORK_B] += t1 - t0; /* a half of the backward */
+  if (k >= 0) b->work_ns[k] += t1 - t0;
   if (step >= b->warm_step) b->busy_ns += t1 - t0;
   b->run_busy_ns += t1 - t0;
   int i = b->open;

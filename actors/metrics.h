@@ -24,6 +24,11 @@
 
 enum { TR__BUSY_NESTED = 4 }; /* ranges open at once: a bucket's all-reduce inside a backward */
 
+/* The work a schedule's simulation costs (tr__idle_schedule_bubble): forwards with their
+ * activations' copies in, backwards (both halves) with their gradients' copies in, the
+ * weights' halves alone (zero-bubble's W), and the step's own (the norm, sums, the update). */
+enum { TR__WORK_F, TR__WORK_B, TR__WORK_W, TR__WORK_STEP, TR__WORK_KINDS };
+
 typedef struct tr__busy {
   int64_t warm_step;     /* steps before this one warm up: not counted */
   uint64_t window_start; /* when the measured window opened */
@@ -36,6 +41,7 @@ typedef struct tr__busy {
   uint64_t opened[TR__BUSY_NESTED];
   tr__idle idle;         /* the spans between the work (idle.h): its actor opens them, and
                             each work's start closes the one open */
+  uint64_t work_ns[TR__WORK_KINDS]; /* since the window opened, outermost ranges only */
 } tr__busy;
 
 /* A tenth of the `steps` expected (at most 100) warm up; 3 when their count is unknown

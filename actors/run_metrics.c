@@ -228,7 +228,8 @@ void tr__result_init(tr_train_result *r, const char *model, const char *strategy
   snprintf(r->strategy, sizeof r->strategy, "%s", strategy);
   r->ranks = 1;
   r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
-  r->bubble_fraction = r->bubble_theory = r->staleness_mean = r->staleness_max = NAN;
+  r->bubble_fraction = r->bubble_theory = r->bubble_schedule = NAN;
+  r->staleness_mean = r->staleness_max = NAN;
   r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;
   for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = r->comm_bytes_device[i] = NAN;
   r->comm_bytes_per_step = NAN;

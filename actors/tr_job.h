@@ -208,6 +208,10 @@ typedef struct tr_train_result {
   tr_idle_figures idle[TR_TRAIN_MAX_DEVICES]; /* device i's time not busy (as utilization[i]) */
   double bubble_fraction;  /* measured; and the schedule's own (equal unit costs) */
   double bubble_theory;
+  double bubble_schedule;  /* the schedule's at this run's own work times: one step of it
+                              simulated (tr_plan_simulate) with each stage's measured mean
+                              forward, backward and step, messages free. bubble_fraction less
+                              this is what messaging, the runtime and the OS added */
   int peak_microbatches[TR_TRAIN_MAX_DEVICES]; /* the most micro-batches a device's stage
                                                   held activations of at once (interleaved:
                                                   (chunk, micro-batch) pairs) */

@@ -1,8 +1,9 @@
 /* test_idle.c — where a device's time goes when it is not busy (actors/idle.h): the split of
  * a gap between two ranges of work on synthetic times (handling, waiting charged to its
  * reason, handover; the window; nested work; a forgotten evaluation), and in a run: every
- * device's busy time and idle kinds make its window, and the stage in front of a slow one
- * spends its idle time waiting on its edge. */
+ * device's busy time and idle kinds make its window, the stage in front of a slow one spends
+ * its idle time waiting on its edge, and the schedule simulated at the run's own costs
+ * leaves about the bubble the run measured. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -140,6 +141,11 @@ static void the_stage_before_a_slow_one_waits_on_its_edge(void **state) {
   if (!(idle0 > 0.5 && r.idle[0].edge > 0.7 * idle0))
     fail_msg("host:0 idle %.3f, of which waiting on its edge %.3f", idle0, r.idle[0].edge);
   assert_true(r.utilization[1] > 0.5); /* the slow one works: its sleeps are inside its work */
+  /* the schedule at the run's own costs: one slow stage leaves the other idle about half the
+   * step, and what the run added to that (messages, the OS) is small beside the sleeps */
+  if (!(r.bubble_schedule > 0.3 && fabs(r.bubble_fraction - r.bubble_schedule) < 0.1))
+    fail_msg("bubble %.3f, at the run's own costs %.3f (theory %.3f)", r.bubble_fraction,
+             r.bubble_schedule, r.bubble_theory);
 
   char *json = NULL;
   size_t len = 0;
