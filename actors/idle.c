@@ -154,6 +154,10 @@ double tr__idle_schedule_bubble(const tr_schedule *sc, const tr__reduced *red, i
       w[k] = (double)d[TR__M_WORK_W_NS].i / per;
     }
     step[s] = (double)d[TR__M_WORK_STEP_NS].i / 1e9 / (double)steps;
+    if (!(f[s] > 0 && b[s] > 0)) { /* the window never opened: a run too short to say */
+      free(c);
+      return NAN;
+    }
   }
   tr_plan_step st;
   char err[256];

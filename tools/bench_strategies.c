@@ -103,6 +103,43 @@ static double mean_utilization(const tr_train_result *r) {
 
 static bool is_async(const row *x) { return x->o.strategy == TR_STRATEGY_ASYNC; }
 
+/* The devices' idle kinds, each the mean over the devices (fractions of the window). */
+enum { IDLE_KINDS = 7 };
+static const char *const idle_names[IDLE_KINDS] = {"edge",     "credit",   "loader", "step",
+                                                   "handover", "handling", "os"};
+static void mean_idle(const tr_train_result *r, double out[IDLE_KINDS]) {
+  for (int k = 0; k < IDLE_KINDS; k++) out[k] = 0;
+  for (int i = 0; i < r->ndevices; i++) {
+    const tr_idle_figures *f = &r->idle[i];
+    const double v[IDLE_KINDS] = {f->edge, f->credit, f->loader, f->step, f->handover,
+                                  f->handling, f->os};
+    for (int k = 0; k < IDLE_KINDS; k++) out[k] += v[k] / r->ndevices;
+  }
+}
+
+/* Where the pipelines' devices were idle: a row per pipelined strategy. */
+static void print_idle(const row *rows, int n) {
+  bool any = false;
+  for (int i = 0; i < n; i++) {
+    const tr_train_result *r = &rows[i].r;
+    if (rows[i].rc || !isfinite(r->bubble_fraction)) continue;
+    if (!any)
+      printf("\nWhere the pipelines' devices were idle (fractions of the window, the devices' "
+             "mean; README \"Where the bubble goes\"):\n\n"
+             "| strategy        | bubble | theory | at own costs | edge  | credit | loader | "
+             "step  | handover | handling | os    |\n"
+             "|---|---|---|---|---|---|---|---|---|---|---|\n");
+    any = true;
+    double v[IDLE_KINDS];
+    mean_idle(r, v);
+    char own[16] = "-";
+    if (isfinite(r->bubble_schedule)) snprintf(own, sizeof own, "%.3f", r->bubble_schedule);
+    printf("| %-15s | %6.3f | %6.3f | %12s | %5.3f | %6.3f | %6.3f | %5.3f | %8.3f | %8.3f | "
+           "%5.3f |\n", rows[i].label, r->bubble_fraction, r->bubble_theory, own, v[0], v[1],
+           v[2], v[3], v[4], v[5], v[6]);
+  }
+}
+
 /* The optimizer state a replica (async: a worker) holds: the largest, where ZeRO's last
  * shard is shorter. */
 static double state_per_replica(const tr_train_result *r) {
@@ -321,9 +358,16 @@ int bench_strategies(int argc, char **argv) {
         printf("\"workers\":%d,\"vs_async1\":%.4f,\"staleness\":{\"mean\":%.4g,\"max\":%.0f},"
                "\"clock_gap_max\":%d,", r->workers, r->steps_per_s / async1_rate,
                r->staleness_mean, r->staleness_max, r->clock_gap_max);
-      if (isfinite(r->bubble_fraction))
+      if (isfinite(r->bubble_fraction)) {
         printf("\"bubble_fraction\":%.4f,\"bubble_theory\":%.4f,", r->bubble_fraction,
                r->bubble_theory);
+        if (isfinite(r->bubble_schedule)) printf("\"bubble_schedule\":%.4f,", r->bubble_schedule);
+        printf("\"idle\":{");
+        double v[IDLE_KINDS];
+        mean_idle(r, v);
+        for (int k = 0; k < IDLE_KINDS; k++) printf("%s\"%s\":%.4f", k ? "," : "", idle_names[k], v[k]);
+        printf("},");
+      }
       printf("\"zero\":%d,\"tensor\":%d,\"optimizer_state_per_replica\":%.0f,", r->zero, r->tensor,
              state_per_replica(r));
       if (isfinite(r->comm_bytes_per_step))
@@ -356,6 +400,7 @@ int bench_strategies(int argc, char **argv) {
            "steps_per_s,vs_async1,utilization,bubble,bubble_theory,staleness_mean,staleness_max,"
            "consistency,final_loss,optimizer_state_per_replica,comm_bytes_per_step\n");
   for (int i = 0; i < nrows; i++) print_row(md, &rows[i], base_rate, async1_rate);
+  if (md) print_idle(rows, nrows);
   double rate_med, mem_med;
   const int npred = predictor_errors(rows, nrows, &rate_med, &mem_med);
   if (npred)

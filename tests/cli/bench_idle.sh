@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# bench_idle.sh TROUPE — `troupe bench` keeps where the pipelines' devices were idle: in JSON,
+# every pipelined row has bubble_schedule and the devices' mean idle kinds (each a fraction of
+# the window, together no more than the bubble), and no other row has them; the Markdown has
+# their table after the strategies'.
+set -u
+troupe=$1
+failed=0
+fail() { echo "FAIL: $*"; failed=1; }
+
+json=$("$troupe" bench --model simplenet --devices host:2 --seconds 0.2 --format json 2>/dev/null)
+python3 - "$json" <<'PY' || failed=1
+import json, sys
+d = json.loads(sys.argv[1])
+piped = [r for r in d["rows"] if "bubble_fraction" in r]
+names = {r["strategy"] for r in piped}
+assert {"mp", "pipeline 1f1b", "pipeline zb1"} <= names, names
+kinds = ["edge", "credit", "loader", "step", "handover", "handling", "os"]
+for r in piped:
+    idle = r["idle"]
+    assert sorted(idle) == sorted(kinds), idle
+    assert all(0 <= idle[k] <= 1 for k in kinds), (r["strategy"], idle)
+    # the kinds are the idle time less `other` (the window's ends): within the bubble
+    assert sum(idle.values()) <= r["bubble_fraction"] + 0.02, (r["strategy"], idle)
+    assert 0 <= r.get("bubble_schedule", 0) <= 1, r
+for r in d["rows"]:
+    if "bubble_fraction" not in r:
+        assert "idle" not in r, r
+PY
+md=$("$troupe" bench --model simplenet --devices host:2 --seconds 0.2 2>/dev/null)
+[[ $md == *"Where the pipelines' devices were idle"*"| pipeline 1f1b "* ]] ||
+  fail "bench's Markdown has no idle table: $md"
+exit $failed
