@@ -23,6 +23,12 @@ int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, i
                     int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
                     double *v, char *err, size_t n);
 
+/* The name of model m's entry at micro-batch `batch` on d's kind of device (costs.c); what
+ * a measure function gives when the config asks for cached layers only and the file lacks
+ * them (TR_ESTATE, err naming the entry `arg`). */
+void tr__costs_entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n);
+int tr__costs_not_kept(void *arg, double *v, char *err, size_t n);
+
 /* The latency of a message between two of d's kind of devices' actors, in seconds: a hand-over
  * to a parked pinned actor (links.c). */
 int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency, char *err,
@@ -34,6 +40,11 @@ int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency,
  * (1 where the file has none). */
 int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
                        const tr_plan_costs_config *c, double *slowdown, char *err, size_t n);
+
+/* The devices-at-once factor from alternating phases (costs_together.c): alone[p] seconds
+ * per round of device 0 alone, with[p × k + i] device i's with all k at work; the median of
+ * the pairs' ratios (their mean over the k against alone), never below 1. */
+double tr__costs_together_ratio(const double *alone, const double *with, int pairs, int k);
 
 /* The layers' times of tensor member 0 of a group of T (m[0..T): each member's model), its
  * members measured together on devs[0, T) with their comms, so the times hold the group's

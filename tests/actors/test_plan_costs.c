@@ -3,10 +3,13 @@
  * The first call measures and writes the file; the next reads the same numbers back without
  * measuring; another batch, a model changed under the same name, an entry of another
  * version or a stale one are measured again; remeasure measures anyway. A path that holds
- * anything but a file of costs is refused and left as it was.
+ * anything but a file of costs is refused and left as it was. The devices-at-once slowdown is
+ * the median of alternating alone and together phases: one phase slowed by a neighbour's
+ * burst does not move it; measured, it is kept and read back.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include <cmocka.h>
 
 #include "troupe.h"
+#include "planner.h" /* tr__costs_together, its ratio */
 
 enum { L = 3 }; /* mlp of depth 2: linear, relu, linear */
 
@@ -191,6 +195,40 @@ static void no_file_measures_and_the_default_path_keeps(void **state) {
   unsetenv("TROUPE_COSTS");
 }
 
+/* Five pairs of phases, each 1.25 times slower together, but for one whose together phase met
+ * a neighbour's burst (3×) and one whose alone phase did (0.5×): the median is 1.25, exactly;
+ * a mean, or the first pair alone, would not be. */
+static void the_together_factor_is_the_median_pair(void **state) {
+  (void)state;
+  const double alone[5] = {2e-3, 1e-3, 4e-3, 2e-3, 1e-3};
+  const double with[5 * 2] = {2.5e-3, 2.5e-3, /* 1.25 */
+                              3e-3, 3e-3,     /* 3: the together phase slowed */
+                              5e-3, 5e-3,     /* 1.25 */
+                              1e-3, 1e-3,     /* 0.5: the alone phase slowed */
+                              1.2e-3, 1.3e-3}; /* 1.25 (the mean of the two devices) */
+  assert_true(fabs(tr__costs_together_ratio(alone, with, 5, 2) - 1.25) < 1e-12);
+  /* faster together than alone is noise: 1 */
+  const double quick[2] = {0.5e-3, 0.5e-3};
+  assert_true(tr__costs_together_ratio(alone, quick, 1, 2) == 1.0);
+}
+
+/* Measured on two devices and kept: the second call reads the same factor. */
+static void the_together_factor_is_measured_once(void **state) {
+  fixture *f = *state;
+  tr_device_list *two;
+  char err[512] = "";
+  assert_int_equal(tr_device_list_open(&two, "host:2", err, sizeof err), 0);
+  const tr_plan_costs_config c = {.path = f->path};
+  double a = 0, b = 0;
+  if (tr__costs_together(f->m, two, 2, 4, &c, &a, err, sizeof err)) fail_msg("%s", err);
+  assert_true(a >= 1 && a < 100);
+  struct stat st;
+  assert_int_equal(stat(f->path, &st), 0);
+  assert_int_equal(tr__costs_together(f->m, two, 2, 4, &c, &b, err, sizeof err), 0);
+  assert_true(a == b);
+  tr_device_list_close(two);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(costs_are_measured_once_and_reused, setup, teardown),
@@ -202,6 +240,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(no_file_measures_and_the_default_path_keeps, setup,
                                       teardown),
+      cmocka_unit_test(the_together_factor_is_the_median_pair),
+      cmocka_unit_test_setup_teardown(the_together_factor_is_measured_once, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
