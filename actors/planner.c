@@ -14,8 +14,13 @@
  *   the gradients' bytes read and written once more; ZeRO-1 also gathers the updated
  *   shards) and the optimizer's step (timed on a stage of the device's layers);
  * - host devices share the machine's cores, caches and memory: each computes slower when
- *   others compute too, by the slowdown measured with all of them at work (costs.c), scaled
- *   by how many are busy on average in a first simulation.
+ *   others compute too, by the slowdown measured with all of them at work (costs_together.c),
+ *   scaled by how many are busy on average in a first simulation.
+ *
+ * Local SGD is dp whose replicas sum their parameters every H steps instead of their
+ * gradients every step. An async worker's step is a whole batch's, its update the server's:
+ * the workers' rate follows from the simulated step, the server's update and the hand-overs
+ * (predict_async.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +40,7 @@ typedef struct resolved {
   tr_job_config c;
   tr_schedule *sc;
   int R, P, T, M, v, mb, cuts[TR__MAX_STAGES + 1];
+  bool async; /* R workers and a server (predict_async.c), else synchronous */
 } resolved;
 
 static void release(resolved *r) {
@@ -47,10 +53,6 @@ static void release(resolved *r) {
 
 static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) {
   const tr_strategy s = o->strategy;
-  if (s == TR_STRATEGY_ASYNC || s == TR_STRATEGY_LOCAL)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("strategy") " %s: the planner predicts the "
-                     "synchronous strategies (single, dp, mp, pipeline, hybrid, tp)",
-                     tr_strategy_name(s));
   int rc = o->spec ? tr_model_new(&r->model, o->spec, err, n)
                    : tr_model_named(&r->model, o->model, err, n);
   if (rc == 0) rc = tr_data_open_for(&r->data, r->model, o->job.seed, NULL, NULL, err, n);
@@ -67,7 +69,8 @@ static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) 
   r->M = l->microbatches > 0 ? l->microbatches : 1;
   r->v = tr_schedule_chunks(l->schedule, l->chunks);
   const int global = tr__job_global_batch(&r->c), pieces = r->P * r->v;
-  r->mb = global / (r->R * r->M);
+  r->async = s == TR_STRATEGY_ASYNC;
+  r->mb = r->async ? global : global / (r->R * r->M); /* a worker trains whole batches */
   if (r->P * r->R * r->T > TR_PLAN_MAX_DEVICES || pieces > TR__MAX_STAGES)
     return tr_errorf(err, n, TR_EINVAL, TR__F("devices") ": %d devices: the planner predicts "
                      "at most %d", r->R * r->P * r->T, TR_PLAN_MAX_DEVICES);
@@ -156,6 +159,8 @@ typedef struct arrays {
   double per_byte; /* a copy on the device, per byte (copy_seconds) */
   double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
+  double opt[TR_PLAN_MAX_DEVICES], bytes[TR_PLAN_MAX_DEVICES]; /* each device's optimizer
+                                                 step, its parameters' bytes (fill_steps) */
   size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
 } arrays;
 
@@ -196,7 +201,8 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
   return 0;
 }
 
-/* Each device's step: the optimizer's and, with replicas, the group's sums. On host devices
+/* Each device's step: the optimizer's and, with replicas, the group's sums (local SGD: of the
+ * parameters, every H steps; an async worker: none, the server updates). On host devices
  * a member sums its chunk of every bucket over the members and writes it to each of them on
  * its own thread: about the gradients' bytes read and written once more, after the backward
  * (host streams run in order on the device's thread, hiding nothing). ZeRO-1 updates a shard
@@ -215,9 +221,13 @@ static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, siz
       }
     }
     const double bytes = (double)numel * sizeof(float), opt = (double)numel * per_element;
-    a->step[s] = r->R > 1 && r->c.zero ? opt / r->R + 2 * bytes * per_byte
-                 : r->R > 1            ? opt + 2 * bytes * per_byte
-                                       : opt;
+    const int H = r->c.local.sync_every; /* local SGD: the parameters summed every H steps */
+    a->opt[s] = opt, a->bytes[s] = bytes;
+    a->step[s] = r->async               ? 0 /* the server's update: predict_async.c */
+                 : r->R > 1 && r->c.zero ? opt / r->R + 2 * bytes * per_byte
+                 : r->R > 1 && H > 0     ? opt + 2 * bytes * per_byte / H
+                 : r->R > 1              ? opt + 2 * bytes * per_byte
+                                         : opt;
   }
   return 0;
 }
@@ -236,6 +246,47 @@ static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_ste
                           st, err, n);
 }
 
+/* Host devices that compute at once share the machine: each is as much slower as its
+ * measured slowdown with all D at work, in proportion to how many are busy on average; the
+ * step simulated again with it. */
+static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
+                          const tr_plan_costs_config *cc, tr_plan_step *st, char *err, size_t n) {
+  const int D = r->R * r->P * r->T;
+  double together = 1, within = 1; /* within: a tensor group's own, in its members' times */
+  int rc = 0;
+  if (tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > r->T && st->seconds > 0)
+    rc = tr__costs_together(r->model, r->devs, D, r->mb, cc, &together, err, n);
+  if (rc == 0 && together > 1 && r->T > 1)
+    rc = tr__costs_together(r->model, r->devs, r->T, r->mb, cc, &within, err, n);
+  if (rc) return rc;
+  together = together / within > 1 ? together / within : 1;
+  if (together <= 1) return 0;
+  double busy = 0; /* devices at work, on average: every replica and member alike */
+  for (int s = 0; s < r->P; s++) busy += st->busy[s] / st->seconds * r->R * r->T;
+  const double slow = 1 + (together - 1) * (busy > 1 ? busy - 1 : 0) / (D - 1);
+  return simulate(r, a, slow, st, err, n);
+}
+
+/* R async workers and their server (predict_async.c): a worker's compute is the step just
+ * simulated (its forwards and backwards of a whole batch, its inputs' copies); the server's
+ * update of a push is the optimizer over the parameters, the copy of them into the worker's
+ * memory with the reply, and delay compensation's three passes over them when asked. */
+static int async_rate(const resolved *r, const arrays *a, tr_device *d,
+                      const tr_plan_costs_config *cc, const tr_plan_step *st, tr__async_step *as,
+                      char *err, size_t n) {
+  tr__async_costs c = {.workers = r->R, .compute = st->seconds, .together = 1,
+                       .staleness = r->c.async.staleness,
+                       .apply = a->opt[0] + a->bytes[0] * a->per_byte *
+                                                (r->c.async.dc_lambda > 0 ? 4 : 1)};
+  int rc = tr__costs_link(d, cc, &c.latency, err, n);
+  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && r->R > 1)
+    rc = tr__costs_together(r->model, r->devs, r->R, r->mb, cc, &c.together, err, n);
+  if (rc == 0 && tr__plan_async(&c, as))
+    rc = tr_errorf(err, n, TR_EINVAL, "the async workers' costs: compute %g s, apply %g s",
+                   c.compute, c.apply);
+  return rc;
+}
+
 int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
                     tr_plan_prediction *out, char *err, size_t n) {
   *out = (tr_plan_prediction){0};
@@ -251,31 +302,23 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   if (rc == 0) rc = fill_steps(&r, d, a, err, n);
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
-  /* host devices that compute at once share the machine: each is as much slower as its
-   * measured slowdown with all D at work, in proportion to how many are busy on average */
   const int D = r.R * r.P * r.T;
-  double together = 1, within = 1; /* within: a tensor group's own, in its members' times */
-  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > r.T && st.seconds > 0)
-    rc = tr__costs_together(r.model, r.devs, D, r.mb, cc, &together, err, n);
-  if (rc == 0 && together > 1 && r.T > 1)
-    rc = tr__costs_together(r.model, r.devs, r.T, r.mb, cc, &within, err, n);
-  if (rc == 0) together = together / within > 1 ? together / within : 1;
-  if (rc == 0 && together > 1) {
-    double busy = 0; /* devices at work, on average: every replica and member alike */
-    for (int s = 0; s < r.P; s++) busy += st.busy[s] / st.seconds * r.R * r.T;
-    const double slow = 1 + (together - 1) * (busy > 1 ? busy - 1 : 0) / (D - 1);
-    rc = simulate(&r, a, slow, &st, err, n);
-  }
+  tr__async_step as = {0};
+  if (rc == 0 && !r.async) rc = shared_machine(&r, a, d, cc, &st, err, n);
+  if (rc == 0 && r.async) rc = async_rate(&r, a, d, cc, &st, &as, err, n);
   if (rc == 0) {
-    *out = (tr_plan_prediction){.step_seconds = st.seconds,
-                                .samples_per_s = st.seconds > 0 ? r.c.global_batch / st.seconds : 0,
-                                .bubble = st.bubble, .devices = D, .replicas = r.R,
+    const double seconds = r.async ? 1 / as.pushes_per_s : st.seconds; /* a global batch */
+    *out = (tr_plan_prediction){.step_seconds = seconds,
+                                .samples_per_s = seconds > 0 ? r.c.global_batch / seconds : 0,
+                                .bubble = r.async ? 1 - as.utilization : st.bubble,
+                                .devices = D, .replicas = r.R,
                                 .stages = r.P, .tensor = r.T, .microbatches = r.M, .chunks = r.v,
                                 .schedule = r.c.layout.schedule, .microbatch_samples = r.mb,
+                                .staleness = r.async ? as.staleness : 0,
                                 .measured = out->measured};
     for (int i = 0; i < D; i++) { /* device (r·P + s)·T + t */
       const int s = i / r.T % r.P;
-      out->utilization[i] = st.seconds > 0 ? st.busy[s] / st.seconds : 0;
+      out->utilization[i] = r.async ? as.utilization : st.seconds > 0 ? st.busy[s] / st.seconds : 0;
       out->peak_activation_bytes[i] = st.peak_activation_bytes[s];
       out->state_bytes[i] = a->state[s];
     }
@@ -293,8 +336,7 @@ bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p) {
   char err[256];
   *p = (tr_plan_prediction){0};
   const tr_plan_costs_config cc = {.layers_cached = 1}; /* no model's worth before the run */
-  return tr_world_size(o->world) == 1 && o->strategy != TR_STRATEGY_ASYNC &&
-         o->strategy != TR_STRATEGY_LOCAL && tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
+  return tr_world_size(o->world) == 1 && tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
 }
 
 void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r) {

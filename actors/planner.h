@@ -53,6 +53,26 @@ int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int 
                            const tr_plan_costs_config *c, tr_layer_times *times, bool *measured,
                            char *err, size_t n);
 
+/* An asynchronous job's costs, in seconds (predict_async.c): R workers, each a forward and
+ * backward of a whole batch alone (compute), a message's hand-over (latency: a push and its
+ * reply each take one), the server's update of one push (apply); the slowdown of R devices
+ * computing at once (>= 1); SSP's bound (-1: none). */
+typedef struct tr__async_costs {
+  int workers;
+  double compute, latency, apply, together;
+  int staleness;
+} tr__async_costs;
+
+/* Its rate: pushes (steps of a global batch) a second, a worker's cycle, each worker's share
+ * of it computing, the updates' mean staleness, and whether the server is what bounds it. */
+typedef struct tr__async_step {
+  double pushes_per_s, cycle, utilization, staleness;
+  bool server_bound;
+} tr__async_step;
+
+/* 0, or TR_EINVAL for costs that are negative, not finite, or no workers. */
+int tr__plan_async(const tr__async_costs *c, tr__async_step *out);
+
 /* A run's prediction (planner.c): tr_plan_predict of its options before it runs (false
  * where there is none: another strategy, several processes, a failure); then the result's
  * `predicted`, and its errors against what the run measured. */

@@ -59,9 +59,9 @@ static const cli_table table = {
         "a file of costs and reused), the schedule's own action lists simulated with those\n"
         "costs. Prints one row per layout, best first: the predicted time per step,\n"
         "samples/s, mean utilization, bubble, the most memory one device holds, and the\n"
-        "parameters' consistency; layouts that do not fit in memory last, and async and\n"
-        "local SGD (not predicted) after them. The last line is the best layout as a\n"
-        "`troupe train` command.\n"};
+        "parameters' consistency (async workers: stale, or bounded staleness under SSP;\n"
+        "local SGD: averaged every H steps); layouts that do not fit in memory last. The\n"
+        "last line is the best layout as a `troupe train` command.\n"};
 
 /* "exact": every replica the same parameters at every step. */
 static const char *consistency(const tr_train_options *o) {
@@ -127,8 +127,7 @@ static void print_json(const plan_args *a, const tr_plan_layout *l, int count, c
     printf("],\"consistency\":\"%s\",", consistency(&l[i].o));
     if (!l[i].predicted || l[i].rc) {
       printf("\"predicted\":null,\"why\":");
-      cli_json_string(stdout, l[i].predicted ? l[i].err : "the planner predicts synchronous "
-                                                          "strategies only");
+      cli_json_string(stdout, l[i].predicted ? l[i].err : "not predicted");
       printf("}");
       continue;
     }
@@ -139,7 +138,9 @@ static void print_json(const plan_args *a, const tr_plan_layout *l, int count, c
     for (int d = 0; d < p->devices; d++) printf("%s%.4f", d ? "," : "", p->utilization[d]);
     printf("],\"peak_activation_bytes\":[");
     for (int d = 0; d < p->devices; d++) printf("%s%zu", d ? "," : "", p->peak_activation_bytes[d]);
-    printf("],\"peak_bytes\":%llu}", (unsigned long long)l[i].peak_bytes);
+    printf("],\"peak_bytes\":%llu", (unsigned long long)l[i].peak_bytes);
+    if (l[i].o.strategy == TR_STRATEGY_ASYNC) printf(",\"staleness\":%.4g", p->staleness);
+    printf("}");
     if (measured && isfinite(measured[i]))
       printf(",\"measured\":{\"samples_per_s\":%.6g,\"error\":%.4f}", measured[i],
              p->samples_per_s / measured[i] - 1);
@@ -156,7 +157,7 @@ static void print_table(const tr_plan_layout *l, int count, const double *measur
     const tr_plan_prediction *p = &l[i].p;
     if (!l[i].predicted || l[i].rc) {
       printf("| - | %-15s | %s |\n", l[i].label,
-             l[i].predicted ? l[i].err : "not predicted (async and local SGD are measured: troupe bench)");
+             l[i].predicted ? l[i].err : "not predicted");
       continue;
     }
     printf("| %d | %-15s | %9.2f | %10.0f | %3.0f%% | %6.3f | %9.1f%s | %-17s |", i + 1, l[i].label,

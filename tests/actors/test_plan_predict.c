@@ -3,8 +3,9 @@
  * The prediction resolves the options as the run does (replicas, stages, tensor members,
  * micro-batches, chunks) and counts each device's activations as the run's stages count
  * them: the predicted peak is the bytes the run reports, exactly, under every schedule, with
- * recomputation and with tensor members. Its times are the machine's (not asserted beyond
- * being there); what it does not predict is refused naming the strategy.
+ * recomputation, with tensor members, async workers and local SGD replicas. Its times are the
+ * machine's (not asserted beyond being there); options a run would refuse are refused naming
+ * the option.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -82,6 +83,12 @@ static void activation_peaks_are_the_runs_exactly(void **state) {
   o = options("host:4", TR_STRATEGY_HYBRID);
   o.job.layout.microbatches = 2;
   expect_peaks(o, "hybrid");
+  o = options("host:2", TR_STRATEGY_ASYNC);
+  o.steps = 8; /* each worker some (of 2, one may take both) */
+  expect_peaks(o, "async");
+  o = options("host:2", TR_STRATEGY_LOCAL);
+  o.job.local.sync_every = 2;
+  expect_peaks(o, "local");
 }
 
 static void expect_refused(tr_train_options o, const char *want) {
@@ -91,11 +98,11 @@ static void expect_refused(tr_train_options o, const char *want) {
   if (!strstr(err, want)) fail_msg("the error \"%s\" does not say \"%s\"", err, want);
 }
 
-static void what_is_not_predicted_is_refused_naming_it(void **state) {
+static void what_cannot_be_predicted_is_refused_naming_it(void **state) {
   (void)state;
-  expect_refused(options("host:2", TR_STRATEGY_ASYNC), "strategy async: the planner predicts");
-  expect_refused(options("host:2", TR_STRATEGY_LOCAL), "strategy local");
-  tr_train_options o = options("host:2", TR_STRATEGY_PIPELINE);
+  tr_train_options o = options("host:2", TR_STRATEGY_LOCAL);
+  expect_refused(o, "local.sync_every 0"); /* local SGD without H, as the run refuses it */
+  o = options("host:2", TR_STRATEGY_PIPELINE);
   o.model = "nosuchmodel";
   expect_refused(o, "nosuchmodel");
 }
@@ -103,7 +110,7 @@ static void what_is_not_predicted_is_refused_naming_it(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(activation_peaks_are_the_runs_exactly),
-      cmocka_unit_test(what_is_not_predicted_is_refused_naming_it),
+      cmocka_unit_test(what_cannot_be_predicted_is_refused_naming_it),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
