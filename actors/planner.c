@@ -9,6 +9,8 @@
  *   a waiting stage, links.c) and a copy by its receiver (its bytes at the device's copy
  *   bandwidth, measured here); a micro-batch's inputs and targets are copied into the first
  *   and last stages' slots;
+ * - each device's step costs the runtime's own work (a batch handed over, a report, the
+ *   coordinator's protocol: costs_overhead.c), measured once;
  * - each device's step ends with the replica group's sums (R > 1: on host devices a member
  *   sums its chunk of every bucket on its own thread, in order with its backward, so about
  *   the gradients' bytes read and written once more; ZeRO-1 also gathers the updated
@@ -159,6 +161,7 @@ typedef struct arrays {
   double per_byte; /* a copy on the device, per byte (copy_seconds) */
   double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
+  double runtime; /* each device's step: its batch handed over, its report, the protocol */
   double opt[TR_PLAN_MAX_DEVICES], bytes[TR_PLAN_MAX_DEVICES]; /* each device's optimizer
                                                  step, its parameters' bytes (fill_steps) */
   size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
@@ -237,7 +240,7 @@ static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_ste
                     size_t n) {
   arrays x = *a;
   for (int k = 0; k < r->P * r->v; k++) x.f[k] *= slow, x.b[k] *= slow, x.w[k] *= slow;
-  for (int s = 0; s < r->P; s++) x.step[s] *= slow;
+  for (int s = 0; s < r->P; s++) x.step[s] = x.step[s] * slow + a->runtime; /* not compute */
   return tr_plan_simulate(r->sc,
                           &(tr_plan_costs){.forward = x.f, .backward = x.b, .backward_weight = x.w,
                                            .act_latency = x.act, .grad_latency = x.grad,
@@ -287,8 +290,10 @@ static int async_rate(const resolved *r, const arrays *a, tr_device *d,
   return rc;
 }
 
-int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
-                    tr_plan_prediction *out, char *err, size_t n) {
+/* The prediction, with the runtime's own work per step (costs_overhead.c) or without it
+ * (what that cost is measured against). */
+static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bool overhead,
+                   tr_plan_prediction *out, char *err, size_t n) {
   *out = (tr_plan_prediction){0};
   resolved r = {0};
   arrays *a = calloc(1, sizeof *a);
@@ -300,6 +305,7 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   if (rc == 0) rc = tr_device_bind(d); /* its copies and steps timed here */
   if (rc == 0) rc = fill(&r, t, d, cc, a, err, n);
   if (rc == 0) rc = fill_steps(&r, d, a, err, n);
+  if (rc == 0 && overhead) rc = tr__costs_overhead(d, cc, &a->runtime, err, n);
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
   const int D = r.R * r.P * r.T;
@@ -330,6 +336,16 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   free(a);
   release(&r);
   return rc;
+}
+
+int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
+                    tr_plan_prediction *out, char *err, size_t n) {
+  return predict(o, cc, true, out, err, n);
+}
+
+int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
+                          tr_plan_prediction *out, char *err, size_t n) {
+  return predict(o, cc, false, out, err, n);
 }
 
 bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p) {

@@ -73,6 +73,16 @@ typedef struct tr__async_step {
 /* 0, or TR_EINVAL for costs that are negative, not finite, or no workers. */
 int tr__plan_async(const tr__async_costs *c, tr__async_step *out);
 
+/* The runtime's own work in a step on d's kind of device, in seconds (costs_overhead.c): from
+ * the file of costs, or measured (a short run of simplenet, less its prediction) and kept;
+ * with c->layers_cached never measured (0 where the file has none). */
+int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, double *seconds,
+                       char *err, size_t n);
+
+/* tr_plan_predict without the runtime's own work (what tr__costs_overhead measures against). */
+int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
+                          tr_plan_prediction *out, char *err, size_t n);
+
 /* A run's prediction (planner.c): tr_plan_predict of its options before it runs (false
  * where there is none: another strategy, several processes, a failure); then the result's
  * `predicted`, and its errors against what the run measured. */

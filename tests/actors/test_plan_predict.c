@@ -7,6 +7,7 @@
  * machine's (not asserted beyond being there); options a run would refuse are refused naming
  * the option.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +18,7 @@
 #include <cmocka.h>
 
 #include "troupe.h"
+#include "planner.h" /* the runtime's own cost, and the prediction without it */
 
 static char dir[64];
 
@@ -107,10 +109,68 @@ static void what_cannot_be_predicted_is_refused_naming_it(void **state) {
   expect_refused(o, "nosuchmodel");
 }
 
+static int ten_ms(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 0.01;
+  return 0;
+}
+
+/* The runtime's own work per step, kept in the file of costs, is on every device's step: a
+ * file that says 10 ms makes a step of simplenet (tens of microseconds of layers) 10 ms
+ * longer than the prediction without it, single or dp alike. */
+static void the_runtime_step_is_on_every_step(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  char err[512] = "", key[256];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
+  double v;
+  const tr_plan_costs_config remeasure = {.remeasure = 1};
+  assert_int_equal(tr__costs_entry(&remeasure, key, 1, 1, ten_ms, NULL, &v, err, sizeof err), 0);
+  double kept;
+  assert_int_equal(tr__costs_overhead(tr_device_list_at(devs, 0), NULL, &kept, err, sizeof err), 0);
+  assert_true(kept == 0.01);
+  const tr_strategy s[] = {TR_STRATEGY_SINGLE, TR_STRATEGY_DP};
+  for (int i = 0; i < 2; i++) {
+    tr_train_options o = options("host:2", s[i]);
+    o.model = "simplenet";
+    tr_plan_prediction with, bare;
+    if (tr_plan_predict(&o, NULL, &with, err, sizeof err) ||
+        tr__plan_predict_bare(&o, NULL, &bare, err, sizeof err))
+      fail_msg("%s", err);
+    const double more = with.step_seconds - bare.step_seconds;
+    if (fabs(more - 0.01) > 1e-3) fail_msg("%s: %g s more than the bare step, not 0.01", tr_strategy_name(s[i]), more);
+  }
+  tr_device_list_close(devs);
+}
+
+/* Measured (a short run of simplenet, less its prediction), the runtime's step is kept. */
+static void the_runtime_step_is_measured_once(void **state) {
+  (void)state;
+  char dir2[] = "/tmp/troupe-overhead-XXXXXX", path[128], err[512] = "";
+  assert_non_null(mkdtemp(dir2));
+  snprintf(path, sizeof path, "%s/costs.safetensors", dir2);
+  tr_device_list *devs;
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  const tr_plan_costs_config c = {.path = path};
+  double a = -1, b = -1;
+  if (tr__costs_overhead(tr_device_list_at(devs, 0), &c, &a, err, sizeof err)) fail_msg("%s", err);
+  assert_true(a >= 0 && a < 0.1);
+  assert_int_equal(access(path, F_OK), 0);
+  assert_int_equal(tr__costs_overhead(tr_device_list_at(devs, 0), &c, &b, err, sizeof err), 0);
+  assert_true(a == b);
+  tr_device_list_close(devs);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir2);
+  assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(activation_peaks_are_the_runs_exactly),
       cmocka_unit_test(what_cannot_be_predicted_is_refused_naming_it),
+      cmocka_unit_test(the_runtime_step_is_on_every_step),
+      cmocka_unit_test(the_runtime_step_is_measured_once),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

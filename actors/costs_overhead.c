@@ -1,0 +1,50 @@
+/* costs_overhead.c — the runtime's own work in a step (planner.h: tr__costs_overhead): what a
+ * step costs beyond its layers, copies and optimizer — the loader's batch handed to the
+ * stage, the stage's report, the coordinator's step protocol, the loop thread's turns —
+ * measured once per kind of device and kept in the file of costs.
+ *
+ * For a model whose layers take milliseconds it is noise; for one as small as simplenet it
+ * is most of the step (a prediction without it was 5 times too fast). It is measured as a
+ * run meets it: simplenet trained on one device of the kind for a moment, its time per step
+ * less what the planner predicts of that run from its layers (tr__plan_predict_bare: the
+ * same prediction without this cost). Never measured before a run (layers_cached: 0 where
+ * the file has none).
+ */
+#include <string.h>
+
+#include "planner.h"
+
+#define RUN_SECONDS 0.3
+
+static int measure_overhead(void *arg, double *v, char *err, size_t n) {
+  const tr_device *d = arg;
+  tr_train_options o = tr_train_defaults();
+  o.model = "simplenet";
+  const tr_device_info *i = tr_device_info_of(d);
+  o.devices = i->kind == TR_DEVICE_HOST ? "host:1" : i->name; /* "host:0" would be no devices */
+  o.strategy = TR_STRATEGY_SINGLE;
+  o.steps = 0;
+  o.seconds = RUN_SECONDS;
+  tr_plan_prediction p;
+  /* the layers measured, not kept: the file is written once, with this entry */
+  int rc = tr__plan_predict_bare(&o, &(tr_plan_costs_config){.path = ""}, &p, err, n);
+  tr_train_result r;
+  if (rc == 0) rc = tr_train_run(&o, &r, err, n);
+  if (rc) return rc;
+  const double step = r.steps_per_s > 0 ? 1 / r.steps_per_s : 0;
+  v[0] = step > p.step_seconds ? step - p.step_seconds : 0;
+  return 0;
+}
+
+int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, double *seconds,
+                       char *err, size_t n) {
+  *seconds = 0;
+  if (tr_device_is_placeholder(d)) return 0;
+  char name[256];
+  tr__costs_key(d, "runtime step", name, sizeof name);
+  const bool only = c && c->layers_cached; /* a run of its own: not before a run */
+  int rc = tr__costs_entry(c, name, 1, 1, only ? tr__costs_not_kept : measure_overhead,
+                           only ? (void *)name : (void *)d, seconds, err, n);
+  if (rc == TR_ESTATE && only) *seconds = 0, rc = 0; /* not kept: none assumed */
+  return rc;
+}
