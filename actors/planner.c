@@ -162,6 +162,7 @@ typedef struct arrays {
   double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
   double runtime; /* each device's step: its batch handed over, its report, the protocol */
+  double latency; /* a message's hand-over to a parked actor (links.c) */
   double opt[TR_PLAN_MAX_DEVICES], bytes[TR_PLAN_MAX_DEVICES]; /* each device's optimizer
                                                  step, its parameters' bytes (fill_steps) */
   size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
@@ -172,8 +173,9 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
                 const tr_plan_costs_config *cc, arrays *a, char *err, size_t n) {
   const bool split = r->c.layout.schedule == TR_SCHEDULE_ZB1, re = r->c.memory.recompute;
   const double per_byte = a->per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
-  double latency = 0;
-  const int rc = r->P > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
+  double latency = 0; /* edges between stages, the replica group's meetings, async pushes */
+  const int rc = r->P > 1 || r->R > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
+  a->latency = latency;
   if (rc) return rc;
   for (int k = 0; k < r->P * r->v; k++) {
     double f = 0, b = 0, w = 0;
@@ -226,10 +228,13 @@ static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, siz
     const double bytes = (double)numel * sizeof(float), opt = (double)numel * per_element;
     const int H = r->c.local.sync_every; /* local SGD: the parameters summed every H steps */
     a->opt[s] = opt, a->bytes[s] = bytes;
+    /* the group's last bucket is a meeting: each member waits for the others' chunks, then
+     * for their sums (two hand-overs to a parked thread), whatever the bytes */
+    const double sums = 2 * bytes * per_byte + 2 * a->latency;
     a->step[s] = r->async               ? 0 /* the server's update: predict_async.c */
-                 : r->R > 1 && r->c.zero ? opt / r->R + 2 * bytes * per_byte
-                 : r->R > 1 && H > 0     ? opt + 2 * bytes * per_byte / H
-                 : r->R > 1              ? opt + 2 * bytes * per_byte
+                 : r->R > 1 && r->c.zero ? opt / r->R + sums
+                 : r->R > 1 && H > 0     ? opt + sums / H
+                 : r->R > 1              ? opt + sums
                                          : opt;
   }
   return 0;
@@ -281,7 +286,9 @@ static int async_rate(const resolved *r, const arrays *a, tr_device *d,
                        .staleness = r->c.async.staleness,
                        .apply = a->opt[0] + a->bytes[0] * a->per_byte *
                                                 (r->c.async.dc_lambda > 0 ? 4 : 1)};
-  int rc = tr__costs_link(d, cc, &c.latency, err, n);
+  c.latency = a->latency; /* fill's */
+  int rc = 0;
+  if (r->R == 1) rc = tr__costs_link(d, cc, &c.latency, err, n);
   if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && r->R > 1)
     rc = tr__costs_together(r->model, r->devs, r->R, r->mb, cc, &c.together, err, n);
   if (rc == 0 && tr__plan_async(&c, as))

@@ -144,6 +144,46 @@ static void the_runtime_step_is_on_every_step(void **state) {
   tr_device_list_close(devs);
 }
 
+static int zero(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 0;
+  return 0;
+}
+
+/* With a message's hand-over of 10 ms in the file (and no runtime step), simplenet's layers
+ * (microseconds) vanish beside it: single waits for no one; dp's replicas meet every step
+ * (two hand-overs: 20 ms); local SGD's every H = 4 steps (5 ms a step); an async worker's
+ * push and reply are two (20 ms a cycle, two workers at once: 10 ms a global batch). */
+static void the_groups_meetings_cost_two_hand_overs(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  char err[512] = "", key[256];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  const tr_plan_costs_config again = {.remeasure = 1};
+  double v;
+  tr__costs_key(tr_device_list_at(devs, 0), "link latency", key, sizeof key);
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, ten_ms, NULL, &v, err, sizeof err), 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, zero, NULL, &v, err, sizeof err), 0);
+  tr_device_list_close(devs);
+  const struct {
+    tr_strategy s;
+    int every;
+    double seconds;
+  } want[] = {{TR_STRATEGY_SINGLE, 0, 0}, {TR_STRATEGY_DP, 0, 0.02},
+              {TR_STRATEGY_LOCAL, 4, 0.005}, {TR_STRATEGY_ASYNC, 0, 0.01}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    tr_train_options o = options("host:2", want[i].s);
+    o.model = "simplenet";
+    o.job.local.sync_every = want[i].every;
+    tr_plan_prediction p;
+    if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s", err);
+    if (!(p.step_seconds >= want[i].seconds && p.step_seconds < want[i].seconds + 1e-3))
+      fail_msg("%s: a step of %g s, want %g s and the layers' microseconds",
+               tr_strategy_name(want[i].s), p.step_seconds, want[i].seconds);
+  }
+}
+
 /* Measured (a short run of simplenet, less its prediction), the runtime's step is kept. */
 static void the_runtime_step_is_measured_once(void **state) {
   (void)state;
@@ -171,6 +211,7 @@ int main(void) {
       cmocka_unit_test(what_cannot_be_predicted_is_refused_naming_it),
       cmocka_unit_test(the_runtime_step_is_on_every_step),
       cmocka_unit_test(the_runtime_step_is_measured_once),
+      cmocka_unit_test(the_groups_meetings_cost_two_hand_overs),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
