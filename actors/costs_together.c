@@ -10,10 +10,12 @@
  * alone. The machine is shared and noisy (another process can take a core for a while), so a
  * single alone run and a single together run say more of the moment than of the devices: the
  * phases alternate — alone, together, alone, together — each the same work, and the factor is
- * the median of the pairs' ratios. k copies of the model: measured by troupe plan, read by a
+ * the median of the pairs' ratios, and never below k over the CPUs the process may use. k copies of the model: measured by troupe plan, read by a
  * run's own prediction (layers_cached), never measured before a run.
  */
 #include <pthread.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -158,6 +160,17 @@ int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch
   int rc = tr__costs_entry(c, name, 1, 1, only ? tr__costs_not_kept : measure_together,
                            only ? (void *)name : t, slowdown, err, n);
   if (rc == TR_ESTATE && only) *slowdown = 1, rc = 0; /* not kept: none assumed */
+  /* k threads on fewer CPUs than k cannot each have more than cpus / k of one: a factor
+   * measured below that met a machine already loaded (alone slowed as much as together) */
+  const int cpus = tr__plan_cpus();
+  if (rc == 0 && k > cpus && *slowdown < (double)k / cpus) *slowdown = (double)k / cpus;
   free(t);
   return rc;
+}
+
+int tr__plan_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  const long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }

@@ -35,11 +35,14 @@ int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency,
                    size_t n);
 
 /* How much slower each of k host devices computes the model's forwards and backwards at
- * micro-batch `batch` when all k compute at once than one alone (>= 1; costs.c), from the
+ * micro-batch `batch` when all k compute at once than one alone (costs_together.c), from the
  * file of costs or measured on devs[0, k) and kept; with c->layers_cached never measured
- * (1 where the file has none). */
+ * (1 where the file has none). At least 1, and k / tr__plan_cpus() where k is more. */
 int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
                        const tr_plan_costs_config *c, double *slowdown, char *err, size_t n);
+
+/* The CPUs this process may run on (its affinity), at least 1. */
+int tr__plan_cpus(void);
 
 /* The devices-at-once factor from alternating phases (costs_together.c): alone[p] seconds
  * per round of device 0 alone, with[p × k + i] device i's with all k at work; the median of

@@ -229,6 +229,33 @@ static void the_together_factor_is_measured_once(void **state) {
   tr_device_list_close(two);
 }
 
+static int one(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 1;
+  return 0;
+}
+
+/* Twice as many devices as CPUs: each has half a CPU at most, whatever the file says (a
+ * factor measured on a machine loaded already: alone as slow as together). */
+static void more_devices_than_cpus_are_that_much_slower(void **state) {
+  fixture *f = *state;
+  const int cpus = tr__plan_cpus(), k = 2 * cpus;
+  assert_true(cpus >= 1);
+  if (k >= TR_PLAN_MAX_DEVICES) skip();
+  char spec[32], err[512] = "", name[600];
+  snprintf(spec, sizeof spec, "host:%d", k);
+  tr_device_list *devs;
+  assert_int_equal(tr_device_list_open(&devs, spec, err, sizeof err), 0);
+  tr__costs_entry_name(f->m, tr_device_list_at(devs, 0), 4, name, sizeof name);
+  snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
+  const tr_plan_costs_config c = {.path = f->path, .remeasure = 1}, read = {.path = f->path};
+  double v;
+  assert_int_equal(tr__costs_entry(&c, name, 1, 1, one, NULL, &v, err, sizeof err), 0);
+  assert_int_equal(tr__costs_together(f->m, devs, k, 4, &read, &v, err, sizeof err), 0);
+  assert_true(v == 2.0);
+  tr_device_list_close(devs);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(costs_are_measured_once_and_reused, setup, teardown),
@@ -242,6 +269,8 @@ int main(void) {
                                       teardown),
       cmocka_unit_test(the_together_factor_is_the_median_pair),
       cmocka_unit_test_setup_teardown(the_together_factor_is_measured_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(more_devices_than_cpus_are_that_much_slower, setup,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
