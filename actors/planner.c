@@ -267,12 +267,16 @@ static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
   if (rc == 0 && together > 1 && r->T > 1)
     rc = tr__costs_together(r->model, r->devs, r->T, r->mb, cc, &within, err, n);
   if (rc) return rc;
-  together = together / within > 1 ? together / within : 1;
-  if (together <= 1) return 0;
   double busy = 0; /* devices at work, on average: every replica and member alike */
   for (int s = 0; s < r->P; s++) busy += st->busy[s] / st->seconds * r->R * r->T;
-  const double slow = 1 + (together - 1) * (busy > 1 ? busy - 1 : 0) / (D - 1);
-  return simulate(r, a, slow, st, err, n);
+  const double slow = tr__plan_slowdown(together, within, D, busy);
+  return slow > 1 ? simulate(r, a, slow, st, err, n) : 0;
+}
+
+double tr__plan_slowdown(double together, double within, int D, double busy) {
+  const double beyond = within > 0 && together / within > 1 ? together / within : 1;
+  if (D < 2 || busy <= 1) return 1;
+  return 1 + (beyond - 1) * (busy < D ? busy - 1 : D - 1) / (D - 1);
 }
 
 /* R async workers and their server (predict_async.c): a worker's compute is the step just

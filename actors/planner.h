@@ -56,6 +56,14 @@ int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int 
                            const tr_plan_costs_config *c, tr_layer_times *times, bool *measured,
                            char *err, size_t n);
 
+/* How much slower each device of a synchronous layout computes for sharing the machine
+ * (planner.c): D devices, `busy` of them computing on average (1 to D), `together` the
+ * slowdown of all D at once (tr__costs_together), `within` the part of it a tensor group of T
+ * already has in its members' times (the slowdown of T at once; 1 without groups). What is
+ * beyond the group's own, in proportion to the devices busy beside the first: 1 +
+ * (together / within − 1) (busy − 1) / (D − 1), and 1 where together is not beyond within. */
+double tr__plan_slowdown(double together, double within, int D, double busy);
+
 /* An asynchronous job's costs, in seconds (predict_async.c): R workers, each a forward and
  * backward of a whole batch alone (compute), a message's hand-over (latency: a push and its
  * reply each take one), the server's update of one push (apply); the slowdown of R devices

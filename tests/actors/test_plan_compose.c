@@ -1,4 +1,9 @@
-/* test_plan_async.c — an asynchronous job's rate from its costs (planner.h: tr__plan_async).
+/* test_plan_compose.c — a step composed from costs (planner.h): the devices' sharing of the
+ * machine (tr__plan_slowdown) and an asynchronous job's rate (tr__plan_async).
+ *
+ * Sharing: D devices 1.2× slower all at once are 1.2× slower when all D compute, and in
+ * proportion when fewer do on average (a pipeline's bubble); a tensor group's members were
+ * measured together, so only what D at once add beyond the group's T counts (tp: nothing).
  *
  * R alike workers and one server with fixed times: free running, the rate is R over a
  * worker's cycle (compute, two hand-overs, its update at the server); a server busy all the
@@ -79,6 +84,18 @@ static void devices_at_once_slow_the_workers_by_how_many_compute(void **state) {
   assert_close(one.pushes_per_s, 10);
 }
 
+static void devices_at_once_slow_a_layout_by_what_is_beyond_its_groups(void **state) {
+  (void)state;
+  assert_close(tr__plan_slowdown(1.2, 1, 2, 2), 1.2);        /* dp of 2: both at work */
+  assert_close(tr__plan_slowdown(1.2, 1, 2, 1.5), 1.1);      /* a pipeline half its time busy */
+  assert_close(tr__plan_slowdown(1.2, 1, 2, 1), 1);          /* mp: one at a time */
+  assert_close(tr__plan_slowdown(2.2, 1.1, 4, 4), 2);        /* dp of tensor groups of 2 */
+  assert_close(tr__plan_slowdown(2.2, 1.1, 4, 2.5), 1.5);    /* ... a pipeline of them */
+  assert_close(tr__plan_slowdown(1.3, 1.3, 2, 2), 1);        /* tp: in the members' times */
+  assert_close(tr__plan_slowdown(1.1, 1.3, 4, 4), 1);        /* never faster than measured */
+  assert_close(tr__plan_slowdown(3, 1, 1, 1), 1);            /* one device */
+}
+
 static void bad_costs_are_refused(void **state) {
   (void)state;
   tr__async_step s;
@@ -98,6 +115,7 @@ int main(void) {
       cmocka_unit_test(a_busy_server_bounds_the_rate),
       cmocka_unit_test(a_bound_of_zero_makes_rounds),
       cmocka_unit_test(devices_at_once_slow_the_workers_by_how_many_compute),
+      cmocka_unit_test(devices_at_once_slow_a_layout_by_what_is_beyond_its_groups),
       cmocka_unit_test(bad_costs_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
