@@ -231,9 +231,12 @@ static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, siz
     /* the group's last bucket is a meeting: each member waits for the others' chunks, then
      * for their sums (two hand-overs to a parked thread), whatever the bytes */
     const double sums = 2 * bytes * per_byte + 2 * a->latency;
+    /* a local sync copies the parameters into the gradients' allocation, sums them and takes
+     * their mean back (policy_local.c): twice the bytes of dp's sum */
+    const double sync = 4 * bytes * per_byte + 2 * a->latency;
     a->step[s] = r->async               ? 0 /* the server's update: predict_async.c */
                  : r->R > 1 && r->c.zero ? opt / r->R + sums
-                 : r->R > 1 && H > 0     ? opt + sums / H
+                 : r->R > 1 && H > 0     ? opt + sync / H
                  : r->R > 1              ? opt + sums
                                          : opt;
   }
