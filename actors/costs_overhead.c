@@ -5,16 +5,17 @@
  *
  * For a model whose layers take milliseconds it is noise; for one as small as simplenet it
  * is most of the step (a prediction without it was 5 times too fast). It is measured as a
- * run meets it: simplenet trained on one device of the kind for a moment, its time per step
- * less what the planner predicts of that run from its layers (tr__plan_predict_bare: the
- * same prediction without this cost). Never measured before a run (layers_cached: 0 where
+ * run meets it: simplenet trained on one device of the kind for a moment, three times, the
+ * median run's time per step less what the planner predicts of that run from its layers
+ * (tr__plan_predict_bare: the same prediction without this cost). Never measured before a run (layers_cached: 0 where
  * the file has none).
  */
 #include <string.h>
 
 #include "planner.h"
 
-#define RUN_SECONDS 0.3
+enum { RUNS = 3 };
+#define RUN_SECONDS 0.2
 
 static int measure_overhead(void *arg, double *v, char *err, size_t n) {
   const tr_device *d = arg;
@@ -28,11 +29,21 @@ static int measure_overhead(void *arg, double *v, char *err, size_t n) {
   tr_plan_prediction p;
   /* the layers measured, not kept: the file is written once, with this entry */
   int rc = tr__plan_predict_bare(&o, &(tr_plan_costs_config){.path = ""}, &p, err, n);
-  tr_train_result r;
-  if (rc == 0) rc = tr_train_run(&o, &r, err, n);
+  double step[RUNS];
+  for (int i = 0; i < RUNS && rc == 0; i++) {
+    tr_train_result r;
+    rc = tr_train_run(&o, &r, err, n);
+    step[i] = r.steps_per_s > 0 ? 1 / r.steps_per_s : 0;
+  }
   if (rc) return rc;
-  const double step = r.steps_per_s > 0 ? 1 / r.steps_per_s : 0;
-  v[0] = step > p.step_seconds ? step - p.step_seconds : 0;
+  /* the median run: one that met another process's burst says more of it than of troupe */
+  for (int i = 1; i < RUNS; i++)
+    for (int j = i; j > 0 && step[j - 1] > step[j]; j--) {
+      const double t = step[j];
+      step[j] = step[j - 1], step[j - 1] = t;
+    }
+  const double median = step[RUNS / 2];
+  v[0] = median > p.step_seconds ? median - p.step_seconds : 0;
   return 0;
 }
 
