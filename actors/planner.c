@@ -163,6 +163,7 @@ typedef struct arrays {
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
   double runtime; /* each device's step: its batch handed over, its report, the protocol */
   double latency; /* a message's hand-over to a parked actor (links.c) */
+  double meet[TR_PLAN_MAX_DEVICES]; /* each device's replica group meeting, per step */
   double opt[TR_PLAN_MAX_DEVICES], bytes[TR_PLAN_MAX_DEVICES]; /* each device's optimizer
                                                  step, its parameters' bytes (fill_steps) */
   size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
@@ -230,15 +231,17 @@ static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, siz
     a->opt[s] = opt, a->bytes[s] = bytes;
     /* the group's last bucket is a meeting: each member waits for the others' chunks, then
      * for their sums (two hand-overs to a parked thread), whatever the bytes */
-    const double sums = 2 * bytes * per_byte + 2 * a->latency;
+    const double sums = 2 * bytes * per_byte;
     /* a local sync copies the parameters into the gradients' allocation, sums them and takes
      * their mean back (policy_local.c): twice the bytes of dp's sum */
-    const double sync = 4 * bytes * per_byte + 2 * a->latency;
+    const double sync = 4 * bytes * per_byte;
     a->step[s] = r->async               ? 0 /* the server's update: predict_async.c */
                  : r->R > 1 && r->c.zero ? opt / r->R + sums
                  : r->R > 1 && H > 0     ? opt + sync / H
                  : r->R > 1              ? opt + sums
                                          : opt;
+    /* waiting, not computing: not slowed by the devices at once */
+    a->meet[s] = r->R > 1 && !r->async ? 2 * a->latency / (H > 0 ? H : 1) : 0;
   }
   return 0;
 }
@@ -248,7 +251,8 @@ static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_ste
                     size_t n) {
   arrays x = *a;
   for (int k = 0; k < r->P * r->v; k++) x.f[k] *= slow, x.b[k] *= slow, x.w[k] *= slow;
-  for (int s = 0; s < r->P; s++) x.step[s] = x.step[s] * slow + a->runtime; /* not compute */
+  for (int s = 0; s < r->P; s++) /* the runtime's work and the meetings are not compute */
+    x.step[s] = x.step[s] * slow + a->runtime + a->meet[s];
   return tr_plan_simulate(r->sc,
                           &(tr_plan_costs){.forward = x.f, .backward = x.b, .backward_weight = x.w,
                                            .act_latency = x.act, .grad_latency = x.grad,
