@@ -9,6 +9,10 @@
  * median run's time per step less what the planner predicts of that run from its layers
  * (tr__plan_predict_bare: the same prediction without this cost). Never measured before a run (layers_cached: 0 where
  * the file has none).
+ *
+ * Beside it, a copy's bandwidth beyond the caches (64 MiB buffers): the replica group's sums
+ * and a local sync pass over all the parameters, which an 8 MiB copy (the activations' pace,
+ * within the caches) made look 1.5 times quicker than they ran.
  */
 #include <string.h>
 
@@ -16,6 +20,48 @@
 
 enum { RUNS = 3 };
 #define RUN_SECONDS 0.2
+
+/* Seconds a copy of `bytes` takes on d: the best of a few, between two buffers of its own. */
+double tr__costs_copy_seconds(tr_device *d, size_t bytes) {
+  if (bytes == 0) return 0;
+  tr_stream *s = tr_device_stream(d);
+  void *a = NULL, *b = NULL;
+  double best = 0;
+  if (tr_stream_alloc(s, bytes, &a) == 0 && tr_stream_alloc(s, bytes, &b) == 0 && tr_memset(s, a, 0, bytes) == 0)
+    for (int i = 0; i < 5; i++) {
+      const uint64_t t0 = tr_now_ns();
+      if (tr_memcpy(s, b, a, bytes, TR_COPY_D2D) || tr_stream_synchronize(s)) break;
+      const double t = (double)(tr_now_ns() - t0) / 1e9;
+      if (i == 0 || t < best) best = t;
+    }
+  if (a) tr_stream_free(s, a);
+  if (b) tr_stream_free(s, b);
+  return best;
+}
+
+
+enum { BIG = 64 << 20 };
+
+static int measure_bandwidth(void *arg, double *v, char *err, size_t n) {
+  (void)err, (void)n;
+  const double t = tr__costs_copy_seconds(arg, BIG);
+  if (!(t > 0)) return TR_ENOMEM;
+  v[0] = t / BIG;
+  return 0;
+}
+
+int tr__costs_bandwidth(tr_device *d, const tr_plan_costs_config *c, double *per_byte, char *err,
+                        size_t n) {
+  *per_byte = 0;
+  if (tr_device_is_placeholder(d)) return 0;
+  char name[256];
+  tr__costs_key(d, "copy per byte, 64 MiB", name, sizeof name);
+  const bool only = c && c->layers_cached; /* 128 MiB: not before a run */
+  int rc = tr__costs_entry(c, name, 1, 1, only ? tr__costs_not_kept : measure_bandwidth,
+                           only ? (void *)name : (void *)d, per_byte, err, n);
+  if (rc == TR_ESTATE && only) *per_byte = 0, rc = 0; /* not kept: none */
+  return rc;
+}
 
 static int measure_overhead(void *arg, double *v, char *err, size_t n) {
   const tr_device *d = arg;

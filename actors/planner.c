@@ -97,24 +97,6 @@ static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) 
   return rc;
 }
 
-/* Seconds a copy of `bytes` takes on d: the best of a few, between two buffers of its own. */
-static double copy_seconds(tr_device *d, size_t bytes) {
-  if (bytes == 0) return 0;
-  tr_stream *s = tr_device_stream(d);
-  void *a = NULL, *b = NULL;
-  double best = 0;
-  if (tr_stream_alloc(s, bytes, &a) == 0 && tr_stream_alloc(s, bytes, &b) == 0 && tr_memset(s, a, 0, bytes) == 0)
-    for (int i = 0; i < 5; i++) {
-      const uint64_t t0 = tr_now_ns();
-      if (tr_memcpy(s, b, a, bytes, TR_COPY_D2D) || tr_stream_synchronize(s)) break;
-      const double t = (double)(tr_now_ns() - t0) / 1e9;
-      if (i == 0 || t < best) best = t;
-    }
-  if (a) tr_stream_free(s, a);
-  if (b) tr_stream_free(s, b);
-  return best;
-}
-
 /* The optimizer's step per parameter: timed on a stage of the layer with the most parameters
  * that holds only its parameters, gradients and state (the step reads and writes each
  * element alike, so a device's takes its elements times this). */
@@ -158,12 +140,14 @@ static int member_times(const resolved *r, tr_device *d, const tr_plan_costs_con
 }
 
 typedef struct arrays {
-  double per_byte; /* a copy on the device, per byte (copy_seconds) */
+  double per_byte; /* a copy on the device, per byte (tr__costs_copy_seconds, 8 MiB) */
+  double per_byte_big; /* per byte of passes over the parameters beyond the caches */
   double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
   double runtime; /* each device's step: its batch handed over, its report, the protocol */
   double latency; /* a message's hand-over to a parked actor (links.c) */
   double meet[TR_PLAN_MAX_DEVICES]; /* each device's replica group meeting, per step */
+  double per_byte_params[TR_PLAN_MAX_DEVICES]; /* fill_steps': per_byte or per_byte_big */
   double opt[TR_PLAN_MAX_DEVICES], bytes[TR_PLAN_MAX_DEVICES]; /* each device's optimizer
                                                  step, its parameters' bytes (fill_steps) */
   size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
@@ -173,7 +157,7 @@ typedef struct arrays {
 static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
                 const tr_plan_costs_config *cc, arrays *a, char *err, size_t n) {
   const bool split = r->c.layout.schedule == TR_SCHEDULE_ZB1, re = r->c.memory.recompute;
-  const double per_byte = a->per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  const double per_byte = a->per_byte = tr__costs_copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
   double latency = 0; /* edges between stages, the replica group's meetings, async pushes */
   const int rc = r->P > 1 || r->R > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
   a->latency = latency;
@@ -213,10 +197,12 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
  * its own thread: about the gradients' bytes read and written once more, after the backward
  * (host streams run in order on the device's thread, hiding nothing). ZeRO-1 updates a shard
  * of 1/R and gathers the others: the parameters' bytes written once more. */
-static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, size_t n) {
-  const double per_byte = a->per_byte; /* fill's */
+static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_config *cc, arrays *a,
+                      char *err, size_t n) {
   const double per_element = step_per_element(r, d, err, n);
   if (per_element < 0) return TR_EINVAL;
+  int rc = tr__costs_bandwidth(d, cc, &a->per_byte_big, err, n);
+  if (rc) return rc;
   for (int s = 0; s < r->P; s++) {
     size_t numel = 0;
     for (int k = s; k < r->P * r->v; k += r->P) {
@@ -227,14 +213,21 @@ static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, siz
       }
     }
     const double bytes = (double)numel * sizeof(float), opt = (double)numel * per_element;
+    /* passes over parameters larger than the caches go at the memory's pace (the file's;
+     * fill's 8 MiB copy where it has none) */
+    const double per_byte = bytes > (8 << 20) && a->per_byte_big > a->per_byte ? a->per_byte_big
+                                                                               : a->per_byte;
+    a->per_byte_params[s] = per_byte;
     const int H = r->c.local.sync_every; /* local SGD: the parameters summed every H steps */
     a->opt[s] = opt, a->bytes[s] = bytes;
     /* the group's last bucket is a meeting: each member waits for the others' chunks, then
      * for their sums (two hand-overs to a parked thread), whatever the bytes */
     const double sums = 2 * bytes * per_byte;
-    /* a local sync copies the parameters into the gradients' allocation, sums them and takes
-     * their mean back (policy_local.c): twice the bytes of dp's sum */
-    const double sync = 4 * bytes * per_byte;
+    /* a local sync (policy_local.c) copies the parameters into the gradients' allocation,
+     * sums them, takes their mean, each replica's distance from it and the divergence's two
+     * sums, and copies the mean back: about 8 passes over the parameters where dp's sum is 2
+     * (mlp host:2 --sync-every 1 ran 20 ms a step slower than dp: 6 passes of 33.5 MB) */
+    const double sync = 8 * bytes * per_byte;
     a->step[s] = r->async               ? 0 /* the server's update: predict_async.c */
                  : r->R > 1 && r->c.zero ? opt / r->R + sums
                  : r->R > 1 && H > 0     ? opt + sync / H
@@ -295,7 +288,7 @@ static int async_rate(const resolved *r, const arrays *a, tr_device *d,
                       char *err, size_t n) {
   tr__async_costs c = {.workers = r->R, .compute = st->seconds, .together = 1,
                        .staleness = r->c.async.staleness,
-                       .apply = a->opt[0] + a->bytes[0] * a->per_byte *
+                       .apply = a->opt[0] + a->bytes[0] * a->per_byte_params[0] *
                                                 (r->c.async.dc_lambda > 0 ? 4 : 1)};
   c.latency = a->latency; /* fill's */
   int rc = 0;
@@ -322,7 +315,7 @@ static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bo
   if (rc == 0) rc = member_times(&r, d, cc, t, &out->measured, err, n);
   if (rc == 0) rc = tr_device_bind(d); /* its copies and steps timed here */
   if (rc == 0) rc = fill(&r, t, d, cc, a, err, n);
-  if (rc == 0) rc = fill_steps(&r, d, a, err, n);
+  if (rc == 0) rc = fill_steps(&r, d, cc, a, err, n);
   if (rc == 0 && overhead) rc = tr__costs_overhead(d, cc, &a->runtime, err, n);
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);

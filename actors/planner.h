@@ -90,6 +90,14 @@ int tr__plan_async(const tr__async_costs *c, tr__async_step *out);
 int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, double *seconds,
                        char *err, size_t n);
 
+/* Seconds a copy of `bytes` takes on d (the best of five between two buffers of its own; 0
+ * where they cannot be had), and the seconds per byte of one beyond the caches (64 MiB),
+ * from the file of costs or measured and kept; with c->layers_cached never measured (0 where
+ * the file has none). costs_overhead.c. */
+double tr__costs_copy_seconds(tr_device *d, size_t bytes);
+int tr__costs_bandwidth(tr_device *d, const tr_plan_costs_config *c, double *per_byte, char *err,
+                        size_t n);
+
 /* tr_plan_predict without the runtime's own work (what tr__costs_overhead measures against). */
 int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
                           tr_plan_prediction *out, char *err, size_t n);

@@ -184,6 +184,43 @@ static void the_groups_meetings_cost_two_hand_overs(void **state) {
   }
 }
 
+static double slow_copy;
+static int copy_at(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = slow_copy;
+  return 0;
+}
+
+/* dp's sums pass twice over each replica's parameters at the memory's pace the file holds
+ * (a copy beyond the caches): mlp's 33.5 MB at 1 ns a byte more is 2 × 33.5 ms more a step
+ * (slowed no more than the devices at once allow), where a broken one would not move. */
+static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  char err[512] = "", key[256];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "copy per byte, 64 MiB", key, sizeof key);
+  tr_device_list_close(devs);
+  tr_model *m;
+  assert_int_equal(tr_model_named(&m, "mlp", err, sizeof err), 0);
+  const double bytes = (double)tr_model_numel(m) * sizeof(float);
+  tr_model_free(m);
+  double step[2];
+  for (int i = 0; i < 2; i++) {
+    slow_copy = (i + 1) * 1e-9;
+    double v;
+    const tr_plan_costs_config again = {.remeasure = 1};
+    assert_int_equal(tr__costs_entry(&again, key, 1, 1, copy_at, NULL, &v, err, sizeof err), 0);
+    tr_plan_prediction p;
+    tr_train_options o = options("host:2", TR_STRATEGY_DP);
+    if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s", err);
+    step[i] = p.step_seconds;
+  }
+  const double more = step[1] - step[0], want = 2 * bytes * 1e-9;
+  if (!(more > 0.9 * want && more < 2.5 * want))
+    fail_msg("1 ns a byte more made dp's step %g s longer, not about %g s", more, want);
+}
+
 /* Measured (a short run of simplenet, less its prediction), the runtime's step is kept. */
 static void the_runtime_step_is_measured_once(void **state) {
   (void)state;
@@ -212,6 +249,7 @@ int main(void) {
       cmocka_unit_test(the_runtime_step_is_on_every_step),
       cmocka_unit_test(the_runtime_step_is_measured_once),
       cmocka_unit_test(the_groups_meetings_cost_two_hand_overs),
+      cmocka_unit_test(the_replicas_sums_go_at_the_memorys_pace),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
