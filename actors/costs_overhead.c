@@ -5,18 +5,22 @@
  *
  * For a model whose layers take milliseconds it is noise; for one as small as simplenet it
  * is most of the step (a prediction without it was 5 times too fast). It is measured as a
- * run meets it: simplenet trained on one device of the kind for a moment, three times, the
- * median run's time per step less what the planner predicts of that run from its layers
- * (tr__plan_predict_bare: the same prediction without this cost). Never measured before a run (layers_cached: 0 where
- * the file has none).
+ * run meets it: simplenet's job (single's wiring) trained on one device of the kind for a
+ * moment, three times, the median run's time per step less what the planner predicts of that
+ * run from its layers without this cost (the planner's function, given: this file does not
+ * call the planner, which calls it). Never measured before a run (layers_cached: 0 where the
+ * file has none).
  *
  * Beside it, a copy's bandwidth beyond the caches (64 MiB buffers): the replica group's sums
  * and a local sync pass over all the parameters, which an 8 MiB copy (the activations' pace,
  * within the caches) made look 1.5 times quicker than they ran.
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "planner.h"
+#include "tr_graph.h"
+#include "tr_job.h"
 
 enum { RUNS = 3 };
 #define RUN_SECONDS 0.2
@@ -63,45 +67,83 @@ int tr__costs_bandwidth(tr_device *d, const tr_plan_costs_config *c, double *per
   return rc;
 }
 
-static int measure_overhead(void *arg, double *v, char *err, size_t n) {
-  const tr_device *d = arg;
-  tr_train_options o = tr_train_defaults();
-  o.model = "simplenet";
-  const tr_device_info *i = tr_device_info_of(d);
-  o.devices = i->kind == TR_DEVICE_HOST ? "host:1" : i->name; /* "host:0" would be no devices */
-  o.strategy = TR_STRATEGY_SINGLE;
-  o.steps = 0;
-  o.seconds = RUN_SECONDS;
-  tr_plan_prediction p;
-  /* the layers measured, not kept: the file is written once, with this entry */
-  int rc = tr__plan_predict_bare(&o, &(tr_plan_costs_config){.path = ""}, &p, err, n);
-  double step[RUNS];
-  for (int i = 0; i < RUNS && rc == 0; i++) {
+/* Steps a second of simplenet's job on one device (spec) for RUN_SECONDS: the job wired as
+ * tr_train_run wires single (a loader feeding the stage, a coordinator), not through it (the
+ * run predicts itself with this cost). */
+static int job_rate(const char *spec, double *steps_per_s, char *err, size_t n) {
+  tr_model *m = NULL;
+  tr_device_list *devs = NULL;
+  tr_data *data = NULL;
+  tr_graph *g = NULL;
+  tr_job *j = NULL;
+  tr_actor *stage, *loader, *coordinator;
+  int rc = tr_model_named(&m, "simplenet", err, n);
+  if (rc == 0) rc = tr_device_list_open(&devs, spec, err, n);
+  if (rc == 0) rc = tr_data_open_for(&data, m, 1, NULL, NULL, err, n);
+  if (rc == 0) rc = tr_graph_new(&g, &(tr_system_config){.name = "runtime step"});
+  tr_job_config c = tr_job_defaults();
+  c.model = m, c.data = data;
+  if (rc == 0) rc = tr_job_new(&j, g, &c, err, n);
+  if (rc == 0) rc = tr_job_add_stage(j, 0, 0, tr_device_list_at(devs, 0), &stage);
+  if (rc == 0) rc = tr_job_add_loader(j, 0, &loader);
+  if (rc == 0) rc = tr_job_feed(j, loader, stage, stage);
+  if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
+  if (rc == 0 && (rc = tr_graph_run(g, 0, 0, RUN_SECONDS)))
+    snprintf(err, n, "measuring the runtime's step: %s", tr_graph_error(g));
+  if (rc == 0) {
     tr_train_result r;
-    rc = tr_train_run(&o, &r, err, n);
-    step[i] = r.steps_per_s > 0 ? 1 / r.steps_per_s : 0;
+    tr_job_result(j, &r);
+    *steps_per_s = r.steps_per_s;
+  }
+  tr_graph_free(g); /* the graph first: its actors use the job */
+  tr_job_free(j);
+  tr_data_close(data);
+  tr_device_list_close(devs);
+  tr_model_free(m);
+  return rc;
+}
+
+typedef struct overhead_arg {
+  const tr_device *d;
+  tr__plan_bare_fn bare;
+} overhead_arg;
+
+static int measure_overhead(void *arg, double *v, char *err, size_t n) {
+  const overhead_arg *a = arg;
+  const tr_device_info *i = tr_device_info_of(a->d);
+  char spec[32]; /* one device of the kind: "host:0" would be none, "cuda:0/1" is a name */
+  if (i->kind == TR_DEVICE_HOST) snprintf(spec, sizeof spec, "host:1");
+  else snprintf(spec, sizeof spec, "%s:%d", tr_device_kind_name(i->kind), i->ordinal);
+  double predicted = 0;
+  int rc = a->bare(spec, &predicted, err, n);
+  double step[RUNS];
+  for (int k = 0; k < RUNS && rc == 0; k++) {
+    double rate = 0;
+    rc = job_rate(spec, &rate, err, n);
+    step[k] = rate > 0 ? 1 / rate : 0;
   }
   if (rc) return rc;
   /* the median run: one that met another process's burst says more of it than of troupe */
-  for (int i = 1; i < RUNS; i++)
-    for (int j = i; j > 0 && step[j - 1] > step[j]; j--) {
-      const double t = step[j];
-      step[j] = step[j - 1], step[j - 1] = t;
+  for (int k = 1; k < RUNS; k++)
+    for (int l = k; l > 0 && step[l - 1] > step[l]; l--) {
+      const double t = step[l];
+      step[l] = step[l - 1], step[l - 1] = t;
     }
   const double median = step[RUNS / 2];
-  v[0] = median > p.step_seconds ? median - p.step_seconds : 0;
+  v[0] = median > predicted ? median - predicted : 0;
   return 0;
 }
 
-int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, double *seconds,
-                       char *err, size_t n) {
+int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, tr__plan_bare_fn bare,
+                       double *seconds, char *err, size_t n) {
   *seconds = 0;
   if (tr_device_is_placeholder(d)) return 0;
   char name[256];
   tr__costs_key(d, "runtime step", name, sizeof name);
+  overhead_arg a = {.d = d, .bare = bare};
   const bool only = c && c->layers_cached; /* a run of its own: not before a run */
   int rc = tr__costs_entry(c, name, 1, 1, only ? tr__costs_not_kept : measure_overhead,
-                           only ? (void *)name : (void *)d, seconds, err, n);
+                           only ? (void *)name : (void *)&a, seconds, err, n);
   if (rc == TR_ESTATE && only) *seconds = 0, rc = 0; /* not kept: none assumed */
   return rc;
 }

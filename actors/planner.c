@@ -269,12 +269,17 @@ static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
   if (rc) return rc;
   double busy = 0; /* devices at work, on average: every replica and member alike */
   for (int s = 0; s < r->P; s++) busy += st->busy[s] / st->seconds * r->R * r->T;
-  const double slow = tr__plan_slowdown(together, within, D, busy);
+  const bool host = tr_device_info_of(d)->kind == TR_DEVICE_HOST;
+  const double slow = tr__plan_slowdown(together, within, D, r->T, host ? tr__plan_cpus() : D, busy);
   return slow > 1 ? simulate(r, a, slow, st, err, n) : 0;
 }
 
-double tr__plan_slowdown(double together, double within, int D, double busy) {
-  const double beyond = within > 0 && together / within > 1 ? together / within : 1;
+double tr__plan_slowdown(double together, double within, int D, int T, int cpus, double busy) {
+  double beyond = within > 0 && together / within > 1 ? together / within : 1;
+  /* D threads on fewer CPUs each have cpus / D of one at most, the T measured together
+   * cpus / T at most (a factor measured on a loaded machine can say less) */
+  const double share = (D > cpus ? (double)D / cpus : 1) / (T > cpus ? (double)T / cpus : 1);
+  if (beyond < share) beyond = share;
   if (D < 2 || busy <= 1) return 1;
   return 1 + (beyond - 1) * (busy < D ? busy - 1 : D - 1) / (D - 1);
 }
@@ -301,6 +306,22 @@ static int async_rate(const resolved *r, const arrays *a, tr_device *d,
   return rc;
 }
 
+static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bool overhead,
+                   tr_plan_prediction *out, char *err, size_t n);
+
+/* tr__costs_overhead's reference: simplenet alone on `spec`, its layers measured and not
+ * kept (the file is written once, with the overhead's entry). */
+static int bare_single(const char *spec, double *step_seconds, char *err, size_t n) {
+  tr_train_options o = tr_train_defaults();
+  o.devices = spec;
+  o.model = "simplenet";
+  o.strategy = TR_STRATEGY_SINGLE;
+  tr_plan_prediction p;
+  const int rc = predict(&o, &(tr_plan_costs_config){.path = ""}, false, &p, err, n);
+  *step_seconds = p.step_seconds;
+  return rc;
+}
+
 /* The prediction, with the runtime's own work per step (costs_overhead.c) or without it
  * (what that cost is measured against). */
 static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bool overhead,
@@ -316,7 +337,7 @@ static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bo
   if (rc == 0) rc = tr_device_bind(d); /* its copies and steps timed here */
   if (rc == 0) rc = fill(&r, t, d, cc, a, err, n);
   if (rc == 0) rc = fill_steps(&r, d, cc, a, err, n);
-  if (rc == 0 && overhead) rc = tr__costs_overhead(d, cc, &a->runtime, err, n);
+  if (rc == 0 && overhead) rc = tr__costs_overhead(d, cc, bare_single, &a->runtime, err, n);
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
   const int D = r.R * r.P * r.T;

@@ -57,12 +57,13 @@ int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int 
                            char *err, size_t n);
 
 /* How much slower each device of a synchronous layout computes for sharing the machine
- * (planner.c): D devices, `busy` of them computing on average (1 to D), `together` the
- * slowdown of all D at once (tr__costs_together), `within` the part of it a tensor group of T
- * already has in its members' times (the slowdown of T at once; 1 without groups). What is
- * beyond the group's own, in proportion to the devices busy beside the first: 1 +
- * (together / within − 1) (busy − 1) / (D − 1), and 1 where together is not beyond within. */
-double tr__plan_slowdown(double together, double within, int D, double busy);
+ * (planner.c): D devices on `cpus` CPUs (host devices; D where they do not share), `busy` of
+ * them computing on average (1 to D), `together` the slowdown of all D at once
+ * (tr__costs_together), `within` the part of it a tensor group of T already has in its
+ * members' times (the slowdown of T at once; 1 without groups). What is beyond the group's
+ * own, never less than D threads on the CPUs allow beside T, in proportion to the devices
+ * busy beside the first: 1 + (beyond − 1) (busy − 1) / (D − 1). */
+double tr__plan_slowdown(double together, double within, int D, int T, int cpus, double busy);
 
 /* An asynchronous job's costs, in seconds (predict_async.c): R workers, each a forward and
  * backward of a whole batch alone (compute), a message's hand-over (latency: a push and its
@@ -84,11 +85,15 @@ typedef struct tr__async_step {
 /* 0, or TR_EINVAL for costs that are negative, not finite, or no workers. */
 int tr__plan_async(const tr__async_costs *c, tr__async_step *out);
 
+/* The step the planner predicts of simplenet alone on the device `spec` names, without the
+ * runtime's own work (planner.c gives it: what tr__costs_overhead measures against). */
+typedef int (*tr__plan_bare_fn)(const char *spec, double *step_seconds, char *err, size_t n);
+
 /* The runtime's own work in a step on d's kind of device, in seconds (costs_overhead.c): from
- * the file of costs, or measured (a short run of simplenet, less its prediction) and kept;
- * with c->layers_cached never measured (0 where the file has none). */
-int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, double *seconds,
-                       char *err, size_t n);
+ * the file of costs, or measured (a short run of simplenet, less bare's prediction of it) and
+ * kept; with c->layers_cached never measured (0 where the file has none). */
+int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, tr__plan_bare_fn bare,
+                       double *seconds, char *err, size_t n);
 
 /* Seconds a copy of `bytes` takes on d (the best of five between two buffers of its own; 0
  * where they cannot be had), and the seconds per byte of one beyond the caches (64 MiB),
@@ -98,7 +103,7 @@ double tr__costs_copy_seconds(tr_device *d, size_t bytes);
 int tr__costs_bandwidth(tr_device *d, const tr_plan_costs_config *c, double *per_byte, char *err,
                         size_t n);
 
-/* tr_plan_predict without the runtime's own work (what tr__costs_overhead measures against). */
+/* tr_plan_predict without the runtime's own work. */
 int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
                           tr_plan_prediction *out, char *err, size_t n);
 

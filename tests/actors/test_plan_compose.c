@@ -86,14 +86,22 @@ static void devices_at_once_slow_the_workers_by_how_many_compute(void **state) {
 
 static void devices_at_once_slow_a_layout_by_what_is_beyond_its_groups(void **state) {
   (void)state;
-  assert_close(tr__plan_slowdown(1.2, 1, 2, 2), 1.2);        /* dp of 2: both at work */
-  assert_close(tr__plan_slowdown(1.2, 1, 2, 1.5), 1.1);      /* a pipeline half its time busy */
-  assert_close(tr__plan_slowdown(1.2, 1, 2, 1), 1);          /* mp: one at a time */
-  assert_close(tr__plan_slowdown(2.2, 1.1, 4, 4), 2);        /* dp of tensor groups of 2 */
-  assert_close(tr__plan_slowdown(2.2, 1.1, 4, 2.5), 1.5);    /* ... a pipeline of them */
-  assert_close(tr__plan_slowdown(1.3, 1.3, 2, 2), 1);        /* tp: in the members' times */
-  assert_close(tr__plan_slowdown(1.1, 1.3, 4, 4), 1);        /* never faster than measured */
-  assert_close(tr__plan_slowdown(3, 1, 1, 1), 1);            /* one device */
+  /* on 8 CPUs: the factors as measured */
+  assert_close(tr__plan_slowdown(1.2, 1, 2, 1, 8, 2), 1.2);       /* dp of 2: both at work */
+  assert_close(tr__plan_slowdown(1.2, 1, 2, 1, 8, 1.5), 1.1);     /* a pipeline, half busy */
+  assert_close(tr__plan_slowdown(1.2, 1, 2, 1, 8, 1), 1);         /* mp: one at a time */
+  assert_close(tr__plan_slowdown(2.2, 1.1, 4, 2, 8, 4), 2);       /* dp of tensor groups of 2 */
+  assert_close(tr__plan_slowdown(2.2, 1.1, 4, 2, 8, 2.5), 1.5);   /* ... a pipeline of them */
+  assert_close(tr__plan_slowdown(1.3, 1.3, 2, 2, 8, 2), 1);       /* tp: in the members' times */
+  assert_close(tr__plan_slowdown(1.1, 1.3, 4, 2, 8, 4), 1);       /* never faster than measured */
+  assert_close(tr__plan_slowdown(3, 1, 1, 1, 8, 1), 1);           /* one device */
+  /* on 2 CPUs: 4 threads have half a CPU each, whatever a loaded machine measured (mlp
+   * host:4's together 4 of 1.81 over together 2 of 1.61), and 2 members measured together
+   * had a CPU each: dp of groups of 2 is twice as slow; 4 members measured together on 2
+   * CPUs (tp) have it in their times already */
+  assert_close(tr__plan_slowdown(1.81, 1.61, 4, 2, 2, 4), 2);
+  assert_close(tr__plan_slowdown(1.81, 1, 4, 1, 2, 4), 2);        /* dp of 4 */
+  assert_close(tr__plan_slowdown(1.81, 1.81, 4, 4, 2, 4), 1);     /* tp of 4 */
 }
 
 static void bad_costs_are_refused(void **state) {
