@@ -31,7 +31,8 @@ double tr__costs_copy_seconds(tr_device *d, size_t bytes) {
   tr_stream *s = tr_device_stream(d);
   void *a = NULL, *b = NULL;
   double best = 0;
-  if (tr_stream_alloc(s, bytes, &a) == 0 && tr_stream_alloc(s, bytes, &b) == 0 && tr_memset(s, a, 0, bytes) == 0)
+  if (tr_stream_alloc(s, bytes, &a) == 0 && tr_stream_alloc(s, bytes, &b) == 0 &&
+      tr_memset(s, a, 0, bytes) == 0)
     for (int i = 0; i < 5; i++) {
       const uint64_t t0 = tr_now_ns();
       if (tr_memcpy(s, b, a, bytes, TR_COPY_D2D) || tr_stream_synchronize(s)) break;

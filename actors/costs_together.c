@@ -10,8 +10,9 @@
  * alone. The machine is shared and noisy (another process can take a core for a while), so a
  * single alone run and a single together run say more of the moment than of the devices: the
  * phases alternate — alone, together, alone, together — each the same work, and the factor is
- * the median of the pairs' ratios, and never below k over the CPUs the process may use. k copies of the model: measured by troupe plan, read by a
- * run's own prediction (layers_cached), never measured before a run.
+ * the median of the pairs' ratios, and never below k over the CPUs the process may use. k
+ * copies of the model: measured by troupe plan, read by a run's own prediction
+ * (layers_cached), never measured before a run.
  */
 #include <pthread.h>
 #include <sched.h>

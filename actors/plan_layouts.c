@@ -156,7 +156,8 @@ int tr__plan_choose(const tr_train_options *o, tr_train_options *chosen, char *w
   for (int i = 0; rc == 0 && i < count; i++) {
     /* the exact layouts only: async workers and local SGD train other numbers (stale or
      * averaged parameters), which a run that asked for a layout did not choose */
-    ls[i].predicted = ls[i].o.strategy != TR_STRATEGY_ASYNC && ls[i].o.strategy != TR_STRATEGY_LOCAL;
+    const tr_strategy s = ls[i].o.strategy;
+    ls[i].predicted = s != TR_STRATEGY_ASYNC && s != TR_STRATEGY_LOCAL;
     const tr_train_options base = ls[i].o; /* the run's own options, its layout the row's */
     ls[i].o = *o;
     ls[i].o.strategy = base.strategy;

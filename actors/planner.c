@@ -157,7 +157,8 @@ typedef struct arrays {
 static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
                 const tr_plan_costs_config *cc, arrays *a, char *err, size_t n) {
   const bool split = r->c.layout.schedule == TR_SCHEDULE_ZB1, re = r->c.memory.recompute;
-  const double per_byte = a->per_byte = tr__costs_copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  const double per_byte = a->per_byte =
+      tr__costs_copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
   double latency = 0; /* edges between stages, the replica group's meetings, async pushes */
   const int rc = r->P > 1 || r->R > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
   a->latency = latency;
@@ -220,8 +221,6 @@ static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_confi
     a->per_byte_params[s] = per_byte;
     const int H = r->c.local.sync_every; /* local SGD: the parameters summed every H steps */
     a->opt[s] = opt, a->bytes[s] = bytes;
-    /* the group's last bucket is a meeting: each member waits for the others' chunks, then
-     * for their sums (two hand-overs to a parked thread), whatever the bytes */
     const double sums = 2 * bytes * per_byte;
     /* a local sync (policy_local.c) copies the parameters into the gradients' allocation,
      * sums them, takes their mean, each replica's distance from it and the divergence's two
@@ -233,7 +232,9 @@ static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_confi
                  : r->R > 1 && H > 0     ? opt + sync / H
                  : r->R > 1              ? opt + sums
                                          : opt;
-    /* waiting, not computing: not slowed by the devices at once */
+    /* the group's last bucket is a meeting: each member waits for the others' chunks, then
+     * for their sums (two hand-overs to a parked thread), whatever the bytes; waiting, not
+     * computing, so not slowed by the devices at once */
     a->meet[s] = r->R > 1 && !r->async ? 2 * a->latency / (H > 0 ? H : 1) : 0;
   }
   return 0;
@@ -270,7 +271,8 @@ static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
   double busy = 0; /* devices at work, on average: every replica and member alike */
   for (int s = 0; s < r->P; s++) busy += st->busy[s] / st->seconds * r->R * r->T;
   const bool host = tr_device_info_of(d)->kind == TR_DEVICE_HOST;
-  const double slow = tr__plan_slowdown(together, within, D, r->T, host ? tr__plan_cpus() : D, busy);
+  const int cpus = host ? tr__plan_cpus() : D; /* devices of their own share no CPUs */
+  const double slow = tr__plan_slowdown(together, within, D, r->T, cpus, busy);
   return slow > 1 ? simulate(r, a, slow, st, err, n) : 0;
 }
 

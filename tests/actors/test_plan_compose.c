@@ -21,7 +21,8 @@
 
 #define assert_close(a, b) assert_near_(a, b, #a, __LINE__)
 static void assert_near_(double a, double b, const char *what, int line) {
-  if (!(fabs(a - b) <= 1e-9 * fabs(b))) fail_msg("line %d: %s is %.15g, want %.15g", line, what, a, b);
+  if (!(fabs(a - b) <= 1e-9 * fabs(b)))
+    fail_msg("line %d: %s is %.15g, want %.15g", line, what, a, b);
 }
 
 static tr__async_step rate(tr__async_costs c) {

@@ -138,7 +138,8 @@ static void the_runtime_step_is_on_every_step(void **state) {
   const tr_plan_costs_config remeasure = {.remeasure = 1};
   assert_int_equal(tr__costs_entry(&remeasure, key, 1, 1, ten_ms, NULL, &v, err, sizeof err), 0);
   double kept;
-  assert_int_equal(tr__costs_overhead(tr_device_list_at(devs, 0), NULL, bare, &kept, err, sizeof err), 0);
+  tr_device *d = tr_device_list_at(devs, 0);
+  assert_int_equal(tr__costs_overhead(d, NULL, bare, &kept, err, sizeof err), 0);
   assert_true(kept == 0.01);
   const tr_strategy s[] = {TR_STRATEGY_SINGLE, TR_STRATEGY_DP};
   for (int i = 0; i < 2; i++) {
@@ -149,7 +150,8 @@ static void the_runtime_step_is_on_every_step(void **state) {
         tr__plan_predict_bare(&o, NULL, &bare, err, sizeof err))
       fail_msg("%s", err);
     const double more = with.step_seconds - bare.step_seconds;
-    if (fabs(more - 0.01) > 1e-3) fail_msg("%s: %g s more than the bare step, not 0.01", tr_strategy_name(s[i]), more);
+    if (fabs(more - 0.01) > 1e-3)
+      fail_msg("%s: %g s more than the bare step, not 0.01", tr_strategy_name(s[i]), more);
   }
   tr_device_list_close(devs);
 }
@@ -241,10 +243,11 @@ static void the_runtime_step_is_measured_once(void **state) {
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
   const tr_plan_costs_config c = {.path = path};
   double a = -1, b = -1;
-  if (tr__costs_overhead(tr_device_list_at(devs, 0), &c, bare, &a, err, sizeof err)) fail_msg("%s", err);
+  tr_device *d = tr_device_list_at(devs, 0);
+  if (tr__costs_overhead(d, &c, bare, &a, err, sizeof err)) fail_msg("%s", err);
   assert_true(a >= 0 && a < 0.1);
   assert_int_equal(access(path, F_OK), 0);
-  assert_int_equal(tr__costs_overhead(tr_device_list_at(devs, 0), &c, bare, &b, err, sizeof err), 0);
+  assert_int_equal(tr__costs_overhead(d, &c, bare, &b, err, sizeof err), 0);
   assert_true(a == b);
   tr_device_list_close(devs);
   char cmd[160];
