@@ -4,8 +4,10 @@
  * micro-batches, chunks) and counts each device's activations as the run's stages count
  * them: the predicted peak is the bytes the run reports, exactly, under every schedule, with
  * recomputation, with tensor members, async workers and local SGD replicas. Its times are the
- * machine's (not asserted beyond being there); options a run would refuse are refused naming
- * the option.
+ * machine's (not asserted beyond being there), but for the costs a file of costs given here
+ * fixes: the runtime's own step on every step, the replicas' meeting (two hand-overs: dp every
+ * step, local SGD every H, an async worker's push and reply), the replicas' sums at the
+ * memory's pace. Options a run would refuse are refused naming the option.
  */
 #include <math.h>
 #include <setjmp.h>
