@@ -10,6 +10,8 @@
  * layers are measured again and the entry replaced. A file that is not a costs file is never
  * replaced (the caller's path may name anything); entries of two processes that write at once
  * may be lost to each other, never mixed (the rename is atomic), and are measured again.
+ * Other entries share the file and its rules: a message's latency (links.c), the slowdown of
+ * devices at once (costs_together.c), a tensor group's members (below).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -54,7 +56,7 @@ void tr__costs_key(const tr_device *d, const char *what, char *out, size_t n) {
   snprintf(out, n, "%s %s %s|%s", tr_device_kind_name(i->kind), i->model, i->isa, what);
 }
 
-static void entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n) {
+void tr__costs_entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n) {
   char what[256];
   snprintf(what, sizeof what, "%s|%016llx|b%d", tr_model_name(m),
            (unsigned long long)fingerprint(m), batch);
@@ -205,7 +207,7 @@ static int measure_passes(void *arg, double *v, char *err, size_t n) {
 }
 
 /* layers_cached: the entry was not in the file. */
-static int not_kept(void *arg, double *v, char *err, size_t n) {
+int tr__costs_not_kept(void *arg, double *v, char *err, size_t n) {
   (void)v;
   snprintf(err, n, "costs: the layers of %s are not in the file of costs "
            "(tr_plan_costs_config.layers_cached): troupe plan measures them", (const char *)arg);
@@ -216,136 +218,18 @@ int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_pla
                         tr_layer_times *times, bool *measured, char *err, size_t n) {
   const int L = tr_model_layer_count(m);
   char name[512];
-  entry_name(m, d, batch, name, sizeof name);
+  tr__costs_entry_name(m, d, batch, name, sizeof name);
   passes_arg a = {.m = m, .d = d, .batch = batch, .reps = c && c->reps > 0 ? c->reps : 5};
   const bool only = c && c->layers_cached;
   double *v = malloc((size_t)L * PASSES * sizeof *v);
   if (v == NULL) return TR_ENOMEM;
-  const int rc = entry(c, name, L, PASSES, only ? not_kept : measure_passes, only ? (void *)name : &a,
+  const int rc = entry(c, name, L, PASSES, only ? tr__costs_not_kept : measure_passes, only ? (void *)name : &a,
                        v, measured, err, n);
   for (int l = 0; rc == 0 && l < L; l++)
     times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],
                                 .backward_input = v[l * PASSES + 2],
                                 .backward_weight = v[l * PASSES + 3]};
   free(v);
-  return rc;
-}
-
-/* ---- devices that compute at once --------------------------------------------------------
- * Host devices are threads of one machine: k of them computing at once share its cores,
- * caches and memory bandwidth (and two vCPUs may be one core's hyperthreads), so each
- * computes slower than alone — the more so the more of the caches each one's layers fill.
- * The factor is measured as the run would meet it: k threads, each its own device and a stage
- * of the whole model at the micro-batch, running forwards and backwards together, against
- * the first alone. k copies of the model: measured by troupe plan, read by a run's own
- * prediction (layers_cached), never measured before a run. */
-
-typedef struct together {
-  const tr_model *m;
-  tr_device_list *devs;
-  int k, batch;
-  pthread_barrier_t start;
-  int go;           /* threads that run now: 1 (alone), then k */
-  double each[TR_PLAN_MAX_DEVICES];
-  int rc[TR_PLAN_MAX_DEVICES];
-} together;
-
-typedef struct together_thread {
-  together *t;
-  int i;
-} together_thread;
-
-/* At least this many rounds, and this long: a layer's round can be a millisecond, and a
- * few of them say more of the machine's noise than of the devices sharing it. */
-enum { TOGETHER_ROUNDS = 4 };
-#define TOGETHER_SECONDS 0.25
-
-/* Rounds of forward and backward on the stage: seconds per round, after one that warms up.
- * A round is the forwards of its slots, then their backwards, as micro-batches go through a
- * stage: what a backward reads was saved a while before (models/measure.c's rounds, which
- * the layers' times come from). */
-enum { TOGETHER_SLOTS = 4 };
-static int rounds(tr_stage *st, double *per) {
-  int rc = 0, done = 0;
-  uint64_t t0 = 0, t = 0;
-  for (int r = -1; rc == 0; r++) {
-    if (r == 0) t0 = tr_now_ns();
-    if (r >= TOGETHER_ROUNDS && (t = tr_now_ns() - t0) >= (uint64_t)(TOGETHER_SECONDS * 1e9)) break;
-    for (int s = 0; s < TOGETHER_SLOTS && rc == 0; s++) rc = tr_stage_forward(st, s);
-    for (int s = TOGETHER_SLOTS - 1; s >= 0 && rc == 0; s--) rc = tr_stage_backward(st, s, NULL);
-    if (rc == 0) rc = tr_stream_synchronize(tr_stage_stream(st));
-    done += r >= 0;
-  }
-  *per = done ? (double)t / 1e9 / done : 0;
-  return rc;
-}
-
-static void *together_run(void *arg) {
-  together_thread *th = arg;
-  together *t = th->t;
-  tr_device *d = tr_device_list_at(t->devs, th->i);
-  tr_stage_config c = tr_stage_defaults(t->m);
-  c.batch = c.global_batch = t->batch;
-  c.slots = TOGETHER_SLOTS;
-  tr_stage *st = NULL;
-  int rc = tr_device_bind(d);
-  if (rc == 0) rc = tr_stage_open(&st, t->m, d, &c, NULL, 0);
-  if (rc == 0) tr_stage_set_samples(st, 0, 0);
-  double alone = 0, with = 0;
-  pthread_barrier_wait(&t->start); /* alone: thread 0 only */
-  if (rc == 0 && th->i == 0) rc = rounds(st, &alone);
-  pthread_barrier_wait(&t->start); /* together */
-  if (rc == 0) rc = rounds(st, &with);
-  t->each[th->i] = th->i == 0 ? alone : with;
-  if (th->i == 0) t->each[TR_PLAN_MAX_DEVICES - 1] = with;
-  t->rc[th->i] = rc;
-  tr_stage_close(st);
-  return NULL;
-}
-
-static int measure_together(void *arg, double *v, char *err, size_t n) {
-  together *t = arg;
-  pthread_t th[TR_PLAN_MAX_DEVICES];
-  together_thread a[TR_PLAN_MAX_DEVICES];
-  if (pthread_barrier_init(&t->start, NULL, (unsigned)t->k)) return TR_ESYS;
-  int started = 0;
-  for (; started < t->k; started++) {
-    a[started] = (together_thread){.t = t, .i = started};
-    if (pthread_create(&th[started], NULL, together_run, &a[started])) break;
-  }
-  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  pthread_barrier_destroy(&t->start);
-  if (started < t->k) abort(); /* the barrier would hold the others forever */
-  double sum = 0;
-  for (int i = 0; i < t->k; i++) {
-    if (t->rc[i]) {
-      snprintf(err, n, "measuring %d devices at once: %s", t->k, tr_strerror(t->rc[i]));
-      return t->rc[i];
-    }
-    sum += i == 0 ? t->each[TR_PLAN_MAX_DEVICES - 1] : t->each[i];
-  }
-  v[0] = t->each[0] > 0 ? sum / t->k / t->each[0] : 1;
-  if (v[0] < 1) v[0] = 1; /* no faster than alone: what is measured below is noise */
-  return 0;
-}
-
-int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
-                       const tr_plan_costs_config *c, double *slowdown, char *err, size_t n) {
-  *slowdown = 1;
-  if (k <= 1) return 0;
-  if (k > tr_device_list_count(devs) || k >= TR_PLAN_MAX_DEVICES) return TR_EINVAL;
-  char name[560];
-  entry_name(m, tr_device_list_at(devs, 0), batch, name, sizeof name);
-  snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
-  together *t = calloc(1, sizeof *t);
-  if (t == NULL) return TR_ENOMEM;
-  *t = (together){.m = m, .devs = devs, .k = k, .batch = batch};
-  bool measured;
-  const bool only = c && c->layers_cached; /* k copies of the model: not before a run */
-  int rc = entry(c, name, 1, 1, only ? not_kept : measure_together, only ? (void *)name : t,
-                 slowdown, &measured, err, n);
-  if (rc == TR_ESTATE && only) *slowdown = 1, rc = 0; /* not kept: none assumed */
-  free(t);
   return rc;
 }
 
@@ -424,7 +308,7 @@ int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int 
   if (T > tr_device_list_count(devs) || T >= TR_PLAN_MAX_DEVICES) return TR_EINVAL;
   const int L = tr_model_layer_count(m[0]);
   char name[560];
-  entry_name(m[0], tr_device_list_at(devs, 0), batch, name, sizeof name);
+  tr__costs_entry_name(m[0], tr_device_list_at(devs, 0), batch, name, sizeof name);
   snprintf(name + strlen(name), sizeof name - strlen(name), "|member 0 of %d", T);
   members *g = calloc(1, sizeof *g);
   double *v = malloc((size_t)L * PASSES * sizeof *v);
@@ -433,7 +317,7 @@ int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int 
   if (rc == 0) {
     *g = (members){.m = m, .devs = devs, .T = T, .batch = batch,
                    .reps = c && c->reps > 0 ? c->reps : 5};
-    rc = entry(c, name, L, PASSES, only ? not_kept : measure_members, only ? (void *)name : g, v,
+    rc = entry(c, name, L, PASSES, only ? tr__costs_not_kept : measure_members, only ? (void *)name : g, v,
                measured, err, n);
   }
   for (int l = 0; rc == 0 && l < L; l++)

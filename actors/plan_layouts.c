@@ -32,7 +32,7 @@ int tr_plan_layouts(const char *model, const char *devices, tr_plan_layout *out,
     snprintf(out[k].label, sizeof out[k].label, "%s", lbl);                      \
     tr_train_options *o = &out[k].o;                                             \
     __VA_ARGS__;                                                                 \
-    out[k].predicted = o->strategy != TR_STRATEGY_ASYNC && o->strategy != TR_STRATEGY_LOCAL; \
+    out[k].predicted = true;                                                     \
     k++;                                                                         \
   } while (0)
   char label[24];
@@ -154,6 +154,10 @@ int tr__plan_choose(const tr_train_options *o, tr_train_options *chosen, char *w
   int rc = tr_plan_layouts(o->spec ? o->spec->name : o->model, o->devices, ls,
                            TR_PLAN_MAX_LAYOUTS, &count, err, n);
   for (int i = 0; rc == 0 && i < count; i++) {
+    /* the exact layouts only: async workers and local SGD train other numbers (stale or
+     * averaged parameters), which a run that asked for a layout did not choose */
+    const tr_strategy s = ls[i].o.strategy;
+    ls[i].predicted = s != TR_STRATEGY_ASYNC && s != TR_STRATEGY_LOCAL;
     const tr_train_options base = ls[i].o; /* the run's own options, its layout the row's */
     ls[i].o = *o;
     ls[i].o.strategy = base.strategy;

@@ -9,13 +9,20 @@
  *   a waiting stage, links.c) and a copy by its receiver (its bytes at the device's copy
  *   bandwidth, measured here); a micro-batch's inputs and targets are copied into the first
  *   and last stages' slots;
+ * - each device's step costs the runtime's own work (a batch handed over, a report, the
+ *   coordinator's protocol: costs_overhead.c), measured once;
  * - each device's step ends with the replica group's sums (R > 1: on host devices a member
  *   sums its chunk of every bucket on its own thread, in order with its backward, so about
  *   the gradients' bytes read and written once more; ZeRO-1 also gathers the updated
  *   shards) and the optimizer's step (timed on a stage of the device's layers);
  * - host devices share the machine's cores, caches and memory: each computes slower when
- *   others compute too, by the slowdown measured with all of them at work (costs.c), scaled
- *   by how many are busy on average in a first simulation.
+ *   others compute too, by the slowdown measured with all of them at work (costs_together.c),
+ *   scaled by how many are busy on average in a first simulation.
+ *
+ * Local SGD is dp whose replicas sum their parameters every H steps instead of their
+ * gradients every step. An async worker's step is a whole batch's, its update the server's:
+ * the workers' rate follows from the simulated step, the server's update and the hand-overs
+ * (predict_async.c).
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,6 +42,7 @@ typedef struct resolved {
   tr_job_config c;
   tr_schedule *sc;
   int R, P, T, M, v, mb, cuts[TR__MAX_STAGES + 1];
+  bool async; /* R workers and a server (predict_async.c), else synchronous */
 } resolved;
 
 static void release(resolved *r) {
@@ -47,10 +55,6 @@ static void release(resolved *r) {
 
 static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) {
   const tr_strategy s = o->strategy;
-  if (s == TR_STRATEGY_ASYNC || s == TR_STRATEGY_LOCAL)
-    return tr_errorf(err, n, TR_EINVAL, TR__F("strategy") " %s: the planner predicts the "
-                     "synchronous strategies (single, dp, mp, pipeline, hybrid, tp)",
-                     tr_strategy_name(s));
   int rc = o->spec ? tr_model_new(&r->model, o->spec, err, n)
                    : tr_model_named(&r->model, o->model, err, n);
   if (rc == 0) rc = tr_data_open_for(&r->data, r->model, o->job.seed, NULL, NULL, err, n);
@@ -67,7 +71,8 @@ static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) 
   r->M = l->microbatches > 0 ? l->microbatches : 1;
   r->v = tr_schedule_chunks(l->schedule, l->chunks);
   const int global = tr__job_global_batch(&r->c), pieces = r->P * r->v;
-  r->mb = global / (r->R * r->M);
+  r->async = s == TR_STRATEGY_ASYNC;
+  r->mb = r->async ? global : global / (r->R * r->M); /* a worker trains whole batches */
   if (r->P * r->R * r->T > TR_PLAN_MAX_DEVICES || pieces > TR__MAX_STAGES)
     return tr_errorf(err, n, TR_EINVAL, TR__F("devices") ": %d devices: the planner predicts "
                      "at most %d", r->R * r->P * r->T, TR_PLAN_MAX_DEVICES);
@@ -90,24 +95,6 @@ static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) 
                                                      .microbatches = r->M, .chunks = r->v});
   if (rc) snprintf(err, n, "layout.schedule: %s", tr_strerror(rc));
   return rc;
-}
-
-/* Seconds a copy of `bytes` takes on d: the best of a few, between two buffers of its own. */
-static double copy_seconds(tr_device *d, size_t bytes) {
-  if (bytes == 0) return 0;
-  tr_stream *s = tr_device_stream(d);
-  void *a = NULL, *b = NULL;
-  double best = 0;
-  if (tr_stream_alloc(s, bytes, &a) == 0 && tr_stream_alloc(s, bytes, &b) == 0 && tr_memset(s, a, 0, bytes) == 0)
-    for (int i = 0; i < 5; i++) {
-      const uint64_t t0 = tr_now_ns();
-      if (tr_memcpy(s, b, a, bytes, TR_COPY_D2D) || tr_stream_synchronize(s)) break;
-      const double t = (double)(tr_now_ns() - t0) / 1e9;
-      if (i == 0 || t < best) best = t;
-    }
-  if (a) tr_stream_free(s, a);
-  if (b) tr_stream_free(s, b);
-  return best;
 }
 
 /* The optimizer's step per parameter: timed on a stage of the layer with the most parameters
@@ -153,9 +140,16 @@ static int member_times(const resolved *r, tr_device *d, const tr_plan_costs_con
 }
 
 typedef struct arrays {
-  double per_byte; /* a copy on the device, per byte (copy_seconds) */
+  double per_byte; /* a copy on the device, per byte (tr__costs_copy_seconds, 8 MiB) */
+  double per_byte_big; /* per byte of passes over the parameters beyond the caches */
   double f[TR__MAX_STAGES], b[TR__MAX_STAGES], w[TR__MAX_STAGES];
   double act[TR__MAX_STAGES], grad[TR__MAX_STAGES], step[TR_PLAN_MAX_DEVICES];
+  double runtime; /* each device's step: its batch handed over, its report, the protocol */
+  double latency; /* a message's hand-over to a parked actor (links.c) */
+  double meet[TR_PLAN_MAX_DEVICES]; /* each device's replica group meeting, per step */
+  double per_byte_params[TR_PLAN_MAX_DEVICES]; /* fill_steps': per_byte or per_byte_big */
+  double opt[TR_PLAN_MAX_DEVICES], bytes[TR_PLAN_MAX_DEVICES]; /* each device's optimizer
+                                                 step, its parameters' bytes (fill_steps) */
   size_t slot[TR__MAX_STAGES], work[TR__MAX_STAGES], state[TR_PLAN_MAX_DEVICES];
 } arrays;
 
@@ -163,9 +157,11 @@ typedef struct arrays {
 static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
                 const tr_plan_costs_config *cc, arrays *a, char *err, size_t n) {
   const bool split = r->c.layout.schedule == TR_SCHEDULE_ZB1, re = r->c.memory.recompute;
-  const double per_byte = a->per_byte = copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
-  double latency = 0;
-  const int rc = r->P > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
+  const double per_byte = a->per_byte =
+      tr__costs_copy_seconds(d, (size_t)8 << 20) / (double)(8 << 20);
+  double latency = 0; /* edges between stages, the replica group's meetings, async pushes */
+  const int rc = r->P > 1 || r->R > 1 ? tr__costs_link(d, cc, &latency, err, n) : 0;
+  a->latency = latency;
   if (rc) return rc;
   for (int k = 0; k < r->P * r->v; k++) {
     double f = 0, b = 0, w = 0;
@@ -196,15 +192,18 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
   return 0;
 }
 
-/* Each device's step: the optimizer's and, with replicas, the group's sums. On host devices
+/* Each device's step: the optimizer's and, with replicas, the group's sums (local SGD: of the
+ * parameters, every H steps; an async worker: none, the server updates). On host devices
  * a member sums its chunk of every bucket over the members and writes it to each of them on
  * its own thread: about the gradients' bytes read and written once more, after the backward
  * (host streams run in order on the device's thread, hiding nothing). ZeRO-1 updates a shard
  * of 1/R and gathers the others: the parameters' bytes written once more. */
-static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, size_t n) {
-  const double per_byte = a->per_byte; /* fill's */
+static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_config *cc, arrays *a,
+                      char *err, size_t n) {
   const double per_element = step_per_element(r, d, err, n);
   if (per_element < 0) return TR_EINVAL;
+  int rc = tr__costs_bandwidth(d, cc, &a->per_byte_big, err, n);
+  if (rc) return rc;
   for (int s = 0; s < r->P; s++) {
     size_t numel = 0;
     for (int k = s; k < r->P * r->v; k += r->P) {
@@ -215,9 +214,28 @@ static int fill_steps(const resolved *r, tr_device *d, arrays *a, char *err, siz
       }
     }
     const double bytes = (double)numel * sizeof(float), opt = (double)numel * per_element;
-    a->step[s] = r->R > 1 && r->c.zero ? opt / r->R + 2 * bytes * per_byte
-                 : r->R > 1            ? opt + 2 * bytes * per_byte
-                                       : opt;
+    /* passes over parameters larger than the caches go at the memory's pace (the file's;
+     * fill's 8 MiB copy where it has none) */
+    const double per_byte = bytes > (8 << 20) && a->per_byte_big > a->per_byte ? a->per_byte_big
+                                                                               : a->per_byte;
+    a->per_byte_params[s] = per_byte;
+    const int H = r->c.local.sync_every; /* local SGD: the parameters summed every H steps */
+    a->opt[s] = opt, a->bytes[s] = bytes;
+    const double sums = 2 * bytes * per_byte;
+    /* a local sync (policy_local.c) copies the parameters into the gradients' allocation,
+     * sums them, takes their mean, each replica's distance from it and the divergence's two
+     * sums, and copies the mean back: about 8 passes over the parameters where dp's sum is 2
+     * (mlp host:2 --sync-every 1 ran 20 ms a step slower than dp: 6 passes of 33.5 MB) */
+    const double sync = 8 * bytes * per_byte;
+    a->step[s] = r->async               ? 0 /* the server's update: predict_async.c */
+                 : r->R > 1 && r->c.zero ? opt / r->R + sums
+                 : r->R > 1 && H > 0     ? opt + sync / H
+                 : r->R > 1              ? opt + sums
+                                         : opt;
+    /* the group's last bucket is a meeting: each member waits for the others' chunks, then
+     * for their sums (two hand-overs to a parked thread), whatever the bytes; waiting, not
+     * computing, so not slowed by the devices at once */
+    a->meet[s] = r->R > 1 && !r->async ? 2 * a->latency / (H > 0 ? H : 1) : 0;
   }
   return 0;
 }
@@ -227,7 +245,8 @@ static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_ste
                     size_t n) {
   arrays x = *a;
   for (int k = 0; k < r->P * r->v; k++) x.f[k] *= slow, x.b[k] *= slow, x.w[k] *= slow;
-  for (int s = 0; s < r->P; s++) x.step[s] *= slow;
+  for (int s = 0; s < r->P; s++) /* the runtime's work and the meetings are not compute */
+    x.step[s] = x.step[s] * slow + a->runtime + a->meet[s];
   return tr_plan_simulate(r->sc,
                           &(tr_plan_costs){.forward = x.f, .backward = x.b, .backward_weight = x.w,
                                            .act_latency = x.act, .grad_latency = x.grad,
@@ -236,8 +255,79 @@ static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_ste
                           st, err, n);
 }
 
-int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
-                    tr_plan_prediction *out, char *err, size_t n) {
+/* Host devices that compute at once share the machine: each is as much slower as its
+ * measured slowdown with all D at work, in proportion to how many are busy on average; the
+ * step simulated again with it. */
+static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
+                          const tr_plan_costs_config *cc, tr_plan_step *st, char *err, size_t n) {
+  const int D = r->R * r->P * r->T;
+  double together = 1, within = 1; /* within: a tensor group's own, in its members' times */
+  int rc = 0;
+  if (tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > r->T && st->seconds > 0)
+    rc = tr__costs_together(r->model, r->devs, D, r->mb, cc, &together, err, n);
+  if (rc == 0 && together > 1 && r->T > 1)
+    rc = tr__costs_together(r->model, r->devs, r->T, r->mb, cc, &within, err, n);
+  if (rc) return rc;
+  double busy = 0; /* devices at work, on average: every replica and member alike */
+  for (int s = 0; s < r->P; s++) busy += st->busy[s] / st->seconds * r->R * r->T;
+  const bool host = tr_device_info_of(d)->kind == TR_DEVICE_HOST;
+  const int cpus = host ? tr__plan_cpus() : D; /* devices of their own share no CPUs */
+  const double slow = tr__plan_slowdown(together, within, D, r->T, cpus, busy);
+  return slow > 1 ? simulate(r, a, slow, st, err, n) : 0;
+}
+
+double tr__plan_slowdown(double together, double within, int D, int T, int cpus, double busy) {
+  double beyond = within > 0 && together / within > 1 ? together / within : 1;
+  /* D threads on fewer CPUs each have cpus / D of one at most, the T measured together
+   * cpus / T at most (a factor measured on a loaded machine can say less) */
+  const double share = (D > cpus ? (double)D / cpus : 1) / (T > cpus ? (double)T / cpus : 1);
+  if (beyond < share) beyond = share;
+  if (D < 2 || busy <= 1) return 1;
+  return 1 + (beyond - 1) * (busy < D ? busy - 1 : D - 1) / (D - 1);
+}
+
+/* R async workers and their server (predict_async.c): a worker's compute is the step just
+ * simulated (its forwards and backwards of a whole batch, its inputs' copies); the server's
+ * update of a push is the optimizer over the parameters, the copy of them into the worker's
+ * memory with the reply, and delay compensation's three passes over them when asked. */
+static int async_rate(const resolved *r, const arrays *a, tr_device *d,
+                      const tr_plan_costs_config *cc, const tr_plan_step *st, tr__async_step *as,
+                      char *err, size_t n) {
+  tr__async_costs c = {.workers = r->R, .compute = st->seconds, .together = 1,
+                       .staleness = r->c.async.staleness,
+                       .apply = a->opt[0] + a->bytes[0] * a->per_byte_params[0] *
+                                                (r->c.async.dc_lambda > 0 ? 4 : 1)};
+  c.latency = a->latency; /* fill's */
+  int rc = 0;
+  if (r->R == 1) rc = tr__costs_link(d, cc, &c.latency, err, n);
+  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && r->R > 1)
+    rc = tr__costs_together(r->model, r->devs, r->R, r->mb, cc, &c.together, err, n);
+  if (rc == 0 && tr__plan_async(&c, as))
+    rc = tr_errorf(err, n, TR_EINVAL, "the async workers' costs: compute %g s, apply %g s",
+                   c.compute, c.apply);
+  return rc;
+}
+
+static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bool overhead,
+                   tr_plan_prediction *out, char *err, size_t n);
+
+/* tr__costs_overhead's reference: simplenet alone on `spec`, its layers measured and not
+ * kept (the file is written once, with the overhead's entry). */
+static int bare_single(const char *spec, double *step_seconds, char *err, size_t n) {
+  tr_train_options o = tr_train_defaults();
+  o.devices = spec;
+  o.model = "simplenet";
+  o.strategy = TR_STRATEGY_SINGLE;
+  tr_plan_prediction p;
+  const int rc = predict(&o, &(tr_plan_costs_config){.path = ""}, false, &p, err, n);
+  *step_seconds = p.step_seconds;
+  return rc;
+}
+
+/* The prediction, with the runtime's own work per step (costs_overhead.c) or without it
+ * (what that cost is measured against). */
+static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bool overhead,
+                   tr_plan_prediction *out, char *err, size_t n) {
   *out = (tr_plan_prediction){0};
   resolved r = {0};
   arrays *a = calloc(1, sizeof *a);
@@ -248,34 +338,27 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   if (rc == 0) rc = member_times(&r, d, cc, t, &out->measured, err, n);
   if (rc == 0) rc = tr_device_bind(d); /* its copies and steps timed here */
   if (rc == 0) rc = fill(&r, t, d, cc, a, err, n);
-  if (rc == 0) rc = fill_steps(&r, d, a, err, n);
+  if (rc == 0) rc = fill_steps(&r, d, cc, a, err, n);
+  if (rc == 0 && overhead) rc = tr__costs_overhead(d, cc, bare_single, &a->runtime, err, n);
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
-  /* host devices that compute at once share the machine: each is as much slower as its
-   * measured slowdown with all D at work, in proportion to how many are busy on average */
   const int D = r.R * r.P * r.T;
-  double together = 1, within = 1; /* within: a tensor group's own, in its members' times */
-  if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > r.T && st.seconds > 0)
-    rc = tr__costs_together(r.model, r.devs, D, r.mb, cc, &together, err, n);
-  if (rc == 0 && together > 1 && r.T > 1)
-    rc = tr__costs_together(r.model, r.devs, r.T, r.mb, cc, &within, err, n);
-  if (rc == 0) together = together / within > 1 ? together / within : 1;
-  if (rc == 0 && together > 1) {
-    double busy = 0; /* devices at work, on average: every replica and member alike */
-    for (int s = 0; s < r.P; s++) busy += st.busy[s] / st.seconds * r.R * r.T;
-    const double slow = 1 + (together - 1) * (busy > 1 ? busy - 1 : 0) / (D - 1);
-    rc = simulate(&r, a, slow, &st, err, n);
-  }
+  tr__async_step as = {0};
+  if (rc == 0 && !r.async) rc = shared_machine(&r, a, d, cc, &st, err, n);
+  if (rc == 0 && r.async) rc = async_rate(&r, a, d, cc, &st, &as, err, n);
   if (rc == 0) {
-    *out = (tr_plan_prediction){.step_seconds = st.seconds,
-                                .samples_per_s = st.seconds > 0 ? r.c.global_batch / st.seconds : 0,
-                                .bubble = st.bubble, .devices = D, .replicas = r.R,
+    const double seconds = r.async ? 1 / as.pushes_per_s : st.seconds; /* a global batch */
+    *out = (tr_plan_prediction){.step_seconds = seconds,
+                                .samples_per_s = seconds > 0 ? r.c.global_batch / seconds : 0,
+                                .bubble = r.async ? 1 - as.utilization : st.bubble,
+                                .devices = D, .replicas = r.R,
                                 .stages = r.P, .tensor = r.T, .microbatches = r.M, .chunks = r.v,
                                 .schedule = r.c.layout.schedule, .microbatch_samples = r.mb,
+                                .staleness = r.async ? as.staleness : 0,
                                 .measured = out->measured};
     for (int i = 0; i < D; i++) { /* device (r·P + s)·T + t */
       const int s = i / r.T % r.P;
-      out->utilization[i] = st.seconds > 0 ? st.busy[s] / st.seconds : 0;
+      out->utilization[i] = r.async ? as.utilization : st.seconds > 0 ? st.busy[s] / st.seconds : 0;
       out->peak_activation_bytes[i] = st.peak_activation_bytes[s];
       out->state_bytes[i] = a->state[s];
     }
@@ -289,12 +372,21 @@ int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
   return rc;
 }
 
+int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
+                    tr_plan_prediction *out, char *err, size_t n) {
+  return predict(o, cc, true, out, err, n);
+}
+
+int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
+                          tr_plan_prediction *out, char *err, size_t n) {
+  return predict(o, cc, false, out, err, n);
+}
+
 bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p) {
   char err[256];
   *p = (tr_plan_prediction){0};
   const tr_plan_costs_config cc = {.layers_cached = 1}; /* no model's worth before the run */
-  return tr_world_size(o->world) == 1 && o->strategy != TR_STRATEGY_ASYNC &&
-         o->strategy != TR_STRATEGY_LOCAL && tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
+  return tr_world_size(o->world) == 1 && tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
 }
 
 void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r) {

@@ -23,17 +23,31 @@ int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, i
                     int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
                     double *v, char *err, size_t n);
 
+/* The name of model m's entry at micro-batch `batch` on d's kind of device (costs.c); what
+ * a measure function gives when the config asks for cached layers only and the file lacks
+ * them (TR_ESTATE, err naming the entry `arg`). */
+void tr__costs_entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n);
+int tr__costs_not_kept(void *arg, double *v, char *err, size_t n);
+
 /* The latency of a message between two of d's kind of devices' actors, in seconds: a hand-over
  * to a parked pinned actor (links.c). */
 int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency, char *err,
                    size_t n);
 
 /* How much slower each of k host devices computes the model's forwards and backwards at
- * micro-batch `batch` when all k compute at once than one alone (>= 1; costs.c), from the
+ * micro-batch `batch` when all k compute at once than one alone (costs_together.c), from the
  * file of costs or measured on devs[0, k) and kept; with c->layers_cached never measured
- * (1 where the file has none). */
+ * (1 where the file has none). At least 1, and k / tr__plan_cpus() where k is more. */
 int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch,
                        const tr_plan_costs_config *c, double *slowdown, char *err, size_t n);
+
+/* The CPUs this process may run on (its affinity), at least 1. */
+int tr__plan_cpus(void);
+
+/* The devices-at-once factor from alternating phases (costs_together.c): alone[p] seconds
+ * per round of device 0 alone, with[p × k + i] device i's with all k at work; the median of
+ * the pairs' ratios (their mean over the k against alone), never below 1. */
+double tr__costs_together_ratio(const double *alone, const double *with, int pairs, int k);
 
 /* The layers' times of tensor member 0 of a group of T (m[0..T): each member's model), its
  * members measured together on devs[0, T) with their comms, so the times hold the group's
@@ -41,6 +55,57 @@ int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch
 int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int batch,
                            const tr_plan_costs_config *c, tr_layer_times *times, bool *measured,
                            char *err, size_t n);
+
+/* How much slower each device of a synchronous layout computes for sharing the machine
+ * (planner.c): D devices on `cpus` CPUs (host devices; D where they do not share), `busy` of
+ * them computing on average (1 to D), `together` the slowdown of all D at once
+ * (tr__costs_together), `within` the part of it a tensor group of T already has in its
+ * members' times (the slowdown of T at once; 1 without groups). What is beyond the group's
+ * own, never less than D threads on the CPUs allow beside T, in proportion to the devices
+ * busy beside the first: 1 + (beyond − 1) (busy − 1) / (D − 1). */
+double tr__plan_slowdown(double together, double within, int D, int T, int cpus, double busy);
+
+/* An asynchronous job's costs, in seconds (predict_async.c): R workers, each a forward and
+ * backward of a whole batch alone (compute), a message's hand-over (latency: a push and its
+ * reply each take one), the server's update of one push (apply); the slowdown of R devices
+ * computing at once (>= 1); SSP's bound (-1: none). */
+typedef struct tr__async_costs {
+  int workers;
+  double compute, latency, apply, together;
+  int staleness;
+} tr__async_costs;
+
+/* Its rate: pushes (steps of a global batch) a second, a worker's cycle, each worker's share
+ * of it computing, the updates' mean staleness, and whether the server is what bounds it. */
+typedef struct tr__async_step {
+  double pushes_per_s, cycle, utilization, staleness;
+  bool server_bound;
+} tr__async_step;
+
+/* 0, or TR_EINVAL for costs that are negative, not finite, or no workers. */
+int tr__plan_async(const tr__async_costs *c, tr__async_step *out);
+
+/* The step the planner predicts of simplenet alone on the device `spec` names, without the
+ * runtime's own work (planner.c gives it: what tr__costs_overhead measures against). */
+typedef int (*tr__plan_bare_fn)(const char *spec, double *step_seconds, char *err, size_t n);
+
+/* The runtime's own work in a step on d's kind of device, in seconds (costs_overhead.c): from
+ * the file of costs, or measured (a short run of simplenet, less bare's prediction of it) and
+ * kept; with c->layers_cached never measured (0 where the file has none). */
+int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, tr__plan_bare_fn bare,
+                       double *seconds, char *err, size_t n);
+
+/* Seconds a copy of `bytes` takes on d (the best of five between two buffers of its own; 0
+ * where they cannot be had), and the seconds per byte of one beyond the caches (64 MiB),
+ * from the file of costs or measured and kept; with c->layers_cached never measured (0 where
+ * the file has none). costs_overhead.c. */
+double tr__costs_copy_seconds(tr_device *d, size_t bytes);
+int tr__costs_bandwidth(tr_device *d, const tr_plan_costs_config *c, double *per_byte, char *err,
+                        size_t n);
+
+/* tr_plan_predict without the runtime's own work. */
+int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
+                          tr_plan_prediction *out, char *err, size_t n);
 
 /* A run's prediction (planner.c): tr_plan_predict of its options before it runs (false
  * where there is none: another strategy, several processes, a failure); then the result's

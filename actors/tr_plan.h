@@ -140,9 +140,11 @@ TR_API int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch,
  * each layer's costs on the first device (tr_plan_layer_times), adds the copies of the
  * activations between stages, the replica group's sums not hidden behind the backward and
  * the optimizer's step, and simulates the schedule (tr_plan_simulate). Host devices share the
- * machine's CPU threads: where they outnumber them, each computes as much slower as the
- * busy ones are more than the threads. Synchronous strategies only (single, dp, mp,
- * pipeline, hybrid, tp); async and local are refused naming the strategy.
+ * machine: each computes as much slower as the devices at once measured, in proportion to
+ * how many are busy on average. Every strategy: local SGD as dp with its replicas' sum every
+ * H steps; async workers each a whole batch's forward and backward, pushed to a server that
+ * applies one update at a time (the rate of R alike workers, bounded by the server's;
+ * staleness R − 1, SSP's bound of 0 making rounds).
  *
  *   tr_train_options o = tr_train_defaults();
  *   o.model = "mlp", o.devices = "host:2", o.strategy = TR_STRATEGY_PIPELINE;
@@ -165,11 +167,13 @@ typedef struct tr_plan_prediction {
   tr_schedule_kind schedule;
   int microbatch_samples;
   bool measured;                                     /* costs were measured, not read */
+  double staleness;  /* async: the updates' mean staleness (pushes applied since the pull) */
 } tr_plan_prediction;
 
 /* Predicts the step of the run `o` describes (its data, outputs and steps are not looked at),
- * the costs through `cc` (NULL: the default file). 0; TR_EINVAL with err naming the option
- * (as tr_train_run's would) or the strategy not predicted; a measurement's failure. */
+ * the costs through `cc` (NULL: the default file). step_seconds is a global batch's (async:
+ * the time between the server's updates). 0; TR_EINVAL with err naming the option (as
+ * tr_train_run's would); a measurement's failure. */
 TR_API int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
                            tr_plan_prediction *out, char *err, size_t n);
 
@@ -184,7 +188,7 @@ typedef struct tr_plan_layout {
   tr_train_options o;         /* the run's options (model, devices, strategy, the job's
                                  layout; steps, seconds and outputs not set): model and
                                  devices are the strings tr_plan_layouts was given */
-  bool predicted;             /* tr_plan_predict predicts it (a synchronous strategy) */
+  bool predicted;             /* tr_plan_predict predicts it (every row tr_plan_layouts gives) */
   tr_plan_prediction p;       /* tr_plan_rank's, when predicted and it succeeded */
   int rc;                     /* tr_plan_rank: the prediction's status, with err */
   char err[256];
@@ -199,8 +203,8 @@ typedef struct tr_plan_layout {
  * single; with two devices or more dp, dp with ZeRO-1, mp, pipelines of 8 micro-batches under
  * each schedule (interleaved where the model has two pieces per device) and with
  * recomputation, tp; with four or more (even) hybrid, hybrid with ZeRO-1, dp of tensor groups
- * of 2; async with 1 and every device as workers (and SSP, DC-ASGD) and local SGD (not
- * predicted). *count of them into out[cap]. 0, or TR_EINVAL naming the devices or model. */
+ * of 2; async with 1 and every device as workers (and SSP, DC-ASGD) and local SGD. *count of
+ * them into out[cap]. 0, or TR_EINVAL naming the devices or model. */
 TR_API int tr_plan_layouts(const char *model, const char *devices, tr_plan_layout *out, int cap,
                            int *count, char *err, size_t n);
 

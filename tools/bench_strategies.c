@@ -249,8 +249,9 @@ static const cli_table table = {
         "step (--elastic). The last column is the bytes every device (and the async server)\n"
         "sent per step together, all collectives and edges (comm_bytes_per_step). On host\n"
         "devices it also measures the BLAS's own scaling on the model's layers. Beside each\n"
-        "synchronous row is what troupe plan predicted of it (samples/s, and its error against\n"
-        "the measured), and after the table the predictor's median error over them.\n"
+        "row is what troupe plan predicted of it (samples/s, and its error against the\n"
+        "measured; not the elastic rows, whose device dies mid-run), and after the table the\n"
+        "predictor's median error over them.\n"
         "troupe bench <what>\n"
         "--help describes the other benchmarks.\n"};
 

@@ -59,9 +59,10 @@ static const cli_table table = {
         "a file of costs and reused), the schedule's own action lists simulated with those\n"
         "costs. Prints one row per layout, best first: the predicted time per step,\n"
         "samples/s, mean utilization, bubble, the most memory one device holds, and the\n"
-        "parameters' consistency; layouts that do not fit in memory last, and async and\n"
-        "local SGD (not predicted) after them. The last line is the best layout as a\n"
-        "`troupe train` command.\n"};
+        "parameters' consistency (async workers: stale, or bounded staleness under SSP;\n"
+        "local SGD: averaged every H steps); layouts that do not fit in memory last. The\n"
+        "last line is the best exact layout (what --layout auto runs) as a `troupe train`\n"
+        "command.\n"};
 
 /* "exact": every replica the same parameters at every step. */
 static const char *consistency(const tr_train_options *o) {
@@ -70,6 +71,10 @@ static const char *consistency(const tr_train_options *o) {
   case TR_STRATEGY_LOCAL: return "averaged every H steps";
   default: return "exact";
   }
+}
+
+static bool exact(const tr_train_options *o) {
+  return o->strategy != TR_STRATEGY_ASYNC && o->strategy != TR_STRATEGY_LOCAL;
 }
 
 /* The `troupe train` arguments of a layout: model, devices, strategy, what it changes. */
@@ -127,8 +132,7 @@ static void print_json(const plan_args *a, const tr_plan_layout *l, int count, c
     printf("],\"consistency\":\"%s\",", consistency(&l[i].o));
     if (!l[i].predicted || l[i].rc) {
       printf("\"predicted\":null,\"why\":");
-      cli_json_string(stdout, l[i].predicted ? l[i].err : "the planner predicts synchronous "
-                                                          "strategies only");
+      cli_json_string(stdout, l[i].predicted ? l[i].err : "not predicted");
       printf("}");
       continue;
     }
@@ -139,7 +143,9 @@ static void print_json(const plan_args *a, const tr_plan_layout *l, int count, c
     for (int d = 0; d < p->devices; d++) printf("%s%.4f", d ? "," : "", p->utilization[d]);
     printf("],\"peak_activation_bytes\":[");
     for (int d = 0; d < p->devices; d++) printf("%s%zu", d ? "," : "", p->peak_activation_bytes[d]);
-    printf("],\"peak_bytes\":%llu}", (unsigned long long)l[i].peak_bytes);
+    printf("],\"peak_bytes\":%llu", (unsigned long long)l[i].peak_bytes);
+    if (l[i].o.strategy == TR_STRATEGY_ASYNC) printf(",\"staleness\":%.4g", p->staleness);
+    printf("}");
     if (measured && isfinite(measured[i]))
       printf(",\"measured\":{\"samples_per_s\":%.6g,\"error\":%.4f}", measured[i],
              p->samples_per_s / measured[i] - 1);
@@ -156,7 +162,7 @@ static void print_table(const tr_plan_layout *l, int count, const double *measur
     const tr_plan_prediction *p = &l[i].p;
     if (!l[i].predicted || l[i].rc) {
       printf("| - | %-15s | %s |\n", l[i].label,
-             l[i].predicted ? l[i].err : "not predicted (async and local SGD are measured: troupe bench)");
+             l[i].predicted ? l[i].err : "not predicted");
       continue;
     }
     printf("| %d | %-15s | %9.2f | %10.0f | %3.0f%% | %6.3f | %9.1f%s | %-17s |", i + 1, l[i].label,
@@ -224,15 +230,21 @@ int cmd_plan(int argc, char **argv) {
   if (a.json) print_json(&a, l, shown, a.verify ? measured : NULL);
   else print_table(l, shown, a.verify ? measured : NULL);
   rc = CLI_OK;
+  /* the recommended: the best exact layout, as --layout auto chooses (async workers and
+   * local SGD train other numbers: ranked in the table, not recommended) */
+  int best = 0;
+  while (best < count - 1 && !exact(&l[best].o) && l[best].predicted && !l[best].rc && l[best].fits)
+    best++;
+  if (!l[best].predicted || l[best].rc || !l[best].fits || !exact(&l[best].o)) best = 0;
   if (!l[0].predicted || l[0].rc || !l[0].fits) {
     fprintf(stderr, "troupe: plan: no layout of %s fits on %s: the smallest needs %.1f MiB on a "
             "device\n", a.model, a.devices, (double)l[0].peak_bytes / (1 << 20));
     rc = CLI_FAIL;
   } else {
     char args[32][64];
-    const int n = args_of(&l[0].o, a.batch, args, 32);
+    const int n = args_of(&l[best].o, a.batch, args, 32);
     fprintf(a.json ? stderr : stdout, "\nrecommended (%s, %.0f samples/s predicted): troupe train",
-            l[0].label, l[0].p.samples_per_s);
+            l[best].label, l[best].p.samples_per_s);
     for (int k = 0; k < n; k++) fprintf(a.json ? stderr : stdout, " %s", args[k]);
     fprintf(a.json ? stderr : stdout, "\n");
   }

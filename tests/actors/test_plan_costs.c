@@ -3,10 +3,13 @@
  * The first call measures and writes the file; the next reads the same numbers back without
  * measuring; another batch, a model changed under the same name, an entry of another
  * version or a stale one are measured again; remeasure measures anyway. A path that holds
- * anything but a file of costs is refused and left as it was.
+ * anything but a file of costs is refused and left as it was. The devices-at-once slowdown is
+ * the median of alternating alone and together phases: one phase slowed by a neighbour's
+ * burst does not move it; measured, it is kept and read back.
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +22,7 @@
 #include <cmocka.h>
 
 #include "troupe.h"
+#include "planner.h" /* tr__costs_together, its ratio */
 
 enum { L = 3 }; /* mlp of depth 2: linear, relu, linear */
 
@@ -191,6 +195,67 @@ static void no_file_measures_and_the_default_path_keeps(void **state) {
   unsetenv("TROUPE_COSTS");
 }
 
+/* Five pairs of phases, each 1.25 times slower together, but for one whose together phase met
+ * a neighbour's burst (3×) and one whose alone phase did (0.5×): the median is 1.25, exactly;
+ * a mean, or the first pair alone, would not be. */
+static void the_together_factor_is_the_median_pair(void **state) {
+  (void)state;
+  const double alone[5] = {2e-3, 1e-3, 4e-3, 2e-3, 1e-3};
+  const double with[5 * 2] = {2.5e-3, 2.5e-3, /* 1.25 */
+                              3e-3, 3e-3,     /* 3: the together phase slowed */
+                              5e-3, 5e-3,     /* 1.25 */
+                              1e-3, 1e-3,     /* 0.5: the alone phase slowed */
+                              1.2e-3, 1.3e-3}; /* 1.25 (the mean of the two devices) */
+  assert_true(fabs(tr__costs_together_ratio(alone, with, 5, 2) - 1.25) < 1e-12);
+  /* faster together than alone is noise: 1 */
+  const double quick[2] = {0.5e-3, 0.5e-3};
+  assert_true(tr__costs_together_ratio(alone, quick, 1, 2) == 1.0);
+}
+
+/* Measured on two devices and kept: the second call reads the same factor. */
+static void the_together_factor_is_measured_once(void **state) {
+  fixture *f = *state;
+  tr_device_list *two;
+  char err[512] = "";
+  assert_int_equal(tr_device_list_open(&two, "host:2", err, sizeof err), 0);
+  const tr_plan_costs_config c = {.path = f->path};
+  double a = 0, b = 0;
+  if (tr__costs_together(f->m, two, 2, 4, &c, &a, err, sizeof err)) fail_msg("%s", err);
+  assert_true(a >= 1 && a < 100);
+  struct stat st;
+  assert_int_equal(stat(f->path, &st), 0);
+  assert_int_equal(tr__costs_together(f->m, two, 2, 4, &c, &b, err, sizeof err), 0);
+  assert_true(a == b);
+  tr_device_list_close(two);
+}
+
+static int one(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 1;
+  return 0;
+}
+
+/* Twice as many devices as CPUs: each has half a CPU at most, whatever the file says (a
+ * factor measured on a machine loaded already: alone as slow as together). */
+static void more_devices_than_cpus_are_that_much_slower(void **state) {
+  fixture *f = *state;
+  const int cpus = tr__plan_cpus(), k = 2 * cpus;
+  assert_true(cpus >= 1);
+  if (k >= TR_PLAN_MAX_DEVICES) skip();
+  char spec[32], err[512] = "", name[600];
+  snprintf(spec, sizeof spec, "host:%d", k);
+  tr_device_list *devs;
+  assert_int_equal(tr_device_list_open(&devs, spec, err, sizeof err), 0);
+  tr__costs_entry_name(f->m, tr_device_list_at(devs, 0), 4, name, sizeof name);
+  snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
+  const tr_plan_costs_config c = {.path = f->path, .remeasure = 1}, read = {.path = f->path};
+  double v;
+  assert_int_equal(tr__costs_entry(&c, name, 1, 1, one, NULL, &v, err, sizeof err), 0);
+  assert_int_equal(tr__costs_together(f->m, devs, k, 4, &read, &v, err, sizeof err), 0);
+  assert_true(v == 2.0);
+  tr_device_list_close(devs);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(costs_are_measured_once_and_reused, setup, teardown),
@@ -201,6 +266,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(what_is_not_a_costs_file_is_refused_and_kept, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(no_file_measures_and_the_default_path_keeps, setup,
+                                      teardown),
+      cmocka_unit_test(the_together_factor_is_the_median_pair),
+      cmocka_unit_test_setup_teardown(the_together_factor_is_measured_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(more_devices_than_cpus_are_that_much_slower, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

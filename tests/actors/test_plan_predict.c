@@ -3,9 +3,13 @@
  * The prediction resolves the options as the run does (replicas, stages, tensor members,
  * micro-batches, chunks) and counts each device's activations as the run's stages count
  * them: the predicted peak is the bytes the run reports, exactly, under every schedule, with
- * recomputation and with tensor members. Its times are the machine's (not asserted beyond
- * being there); what it does not predict is refused naming the strategy.
+ * recomputation, with tensor members, async workers and local SGD replicas. Its times are the
+ * machine's (not asserted beyond being there), but for the costs a file of costs given here
+ * fixes: the runtime's own step on every step, the replicas' meeting (two hand-overs: dp every
+ * step, local SGD every H, an async worker's push and reply), the replicas' sums at the
+ * memory's pace. Options a run would refuse are refused naming the option.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +20,7 @@
 #include <cmocka.h>
 
 #include "troupe.h"
+#include "planner.h" /* the runtime's own cost, and the prediction without it */
 
 static char dir[64];
 
@@ -82,6 +87,12 @@ static void activation_peaks_are_the_runs_exactly(void **state) {
   o = options("host:4", TR_STRATEGY_HYBRID);
   o.job.layout.microbatches = 2;
   expect_peaks(o, "hybrid");
+  o = options("host:2", TR_STRATEGY_ASYNC);
+  o.steps = 8; /* each worker some (of 2, one may take both) */
+  expect_peaks(o, "async");
+  o = options("host:2", TR_STRATEGY_LOCAL);
+  o.job.local.sync_every = 2;
+  expect_peaks(o, "local");
 }
 
 static void expect_refused(tr_train_options o, const char *want) {
@@ -91,19 +102,169 @@ static void expect_refused(tr_train_options o, const char *want) {
   if (!strstr(err, want)) fail_msg("the error \"%s\" does not say \"%s\"", err, want);
 }
 
-static void what_is_not_predicted_is_refused_naming_it(void **state) {
+static void what_cannot_be_predicted_is_refused_naming_it(void **state) {
   (void)state;
-  expect_refused(options("host:2", TR_STRATEGY_ASYNC), "strategy async: the planner predicts");
-  expect_refused(options("host:2", TR_STRATEGY_LOCAL), "strategy local");
-  tr_train_options o = options("host:2", TR_STRATEGY_PIPELINE);
+  tr_train_options o = options("host:2", TR_STRATEGY_LOCAL);
+  expect_refused(o, "local.sync_every 0"); /* local SGD without H, as the run refuses it */
+  o = options("host:2", TR_STRATEGY_PIPELINE);
   o.model = "nosuchmodel";
   expect_refused(o, "nosuchmodel");
+}
+
+/* What the runtime's step is measured against: simplenet alone, predicted without it. */
+static int bare(const char *spec, double *step_seconds, char *err, size_t n) {
+  tr_train_options o = options(spec, TR_STRATEGY_SINGLE);
+  o.model = "simplenet";
+  tr_plan_prediction p;
+  const int rc = tr__plan_predict_bare(&o, &(tr_plan_costs_config){.path = ""}, &p, err, n);
+  *step_seconds = p.step_seconds;
+  return rc;
+}
+
+static int ten_ms(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 0.01;
+  return 0;
+}
+
+/* The runtime's own work per step, kept in the file of costs, is on every device's step: a
+ * file that says 10 ms makes a step of simplenet (tens of microseconds of layers) 10 ms
+ * longer than the prediction without it, single or dp alike. */
+static void the_runtime_step_is_on_every_step(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  char err[512] = "", key[256];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
+  double v;
+  const tr_plan_costs_config remeasure = {.remeasure = 1};
+  assert_int_equal(tr__costs_entry(&remeasure, key, 1, 1, ten_ms, NULL, &v, err, sizeof err), 0);
+  double kept;
+  tr_device *d = tr_device_list_at(devs, 0);
+  assert_int_equal(tr__costs_overhead(d, NULL, bare, &kept, err, sizeof err), 0);
+  assert_true(kept == 0.01);
+  const tr_strategy s[] = {TR_STRATEGY_SINGLE, TR_STRATEGY_DP};
+  for (int i = 0; i < 2; i++) {
+    tr_train_options o = options("host:2", s[i]);
+    o.model = "simplenet";
+    tr_plan_prediction with, bare;
+    if (tr_plan_predict(&o, NULL, &with, err, sizeof err) ||
+        tr__plan_predict_bare(&o, NULL, &bare, err, sizeof err))
+      fail_msg("%s", err);
+    const double more = with.step_seconds - bare.step_seconds;
+    if (fabs(more - 0.01) > 1e-3)
+      fail_msg("%s: %g s more than the bare step, not 0.01", tr_strategy_name(s[i]), more);
+  }
+  tr_device_list_close(devs);
+}
+
+static int zero(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 0;
+  return 0;
+}
+
+/* With a message's hand-over of 10 ms in the file (and no runtime step), simplenet's layers
+ * (microseconds) vanish beside it: single waits for no one; dp's replicas meet every step
+ * (two hand-overs: 20 ms); local SGD's every H = 4 steps (5 ms a step); an async worker's
+ * push and reply are two (20 ms a cycle, two workers at once: 10 ms a global batch). */
+static void the_groups_meetings_cost_two_hand_overs(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  char err[512] = "", key[256];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  const tr_plan_costs_config again = {.remeasure = 1};
+  double v;
+  tr__costs_key(tr_device_list_at(devs, 0), "link latency", key, sizeof key);
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, ten_ms, NULL, &v, err, sizeof err), 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, zero, NULL, &v, err, sizeof err), 0);
+  tr_device_list_close(devs);
+  const struct {
+    tr_strategy s;
+    int every;
+    double seconds;
+  } want[] = {{TR_STRATEGY_SINGLE, 0, 0}, {TR_STRATEGY_DP, 0, 0.02},
+              {TR_STRATEGY_LOCAL, 4, 0.005}, {TR_STRATEGY_ASYNC, 0, 0.01}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    tr_train_options o = options("host:2", want[i].s);
+    o.model = "simplenet";
+    o.job.local.sync_every = want[i].every;
+    tr_plan_prediction p;
+    if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s", err);
+    if (!(p.step_seconds >= want[i].seconds && p.step_seconds < want[i].seconds + 1e-3))
+      fail_msg("%s: a step of %g s, want %g s and the layers' microseconds",
+               tr_strategy_name(want[i].s), p.step_seconds, want[i].seconds);
+  }
+}
+
+static double slow_copy;
+static int copy_at(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = slow_copy;
+  return 0;
+}
+
+/* dp's sums pass twice over each replica's parameters at the memory's pace the file holds
+ * (a copy beyond the caches): mlp's 33.5 MB at 1 ns a byte more is 2 × 33.5 ms more a step
+ * (slowed no more than the devices at once allow), where a broken one would not move. */
+static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  char err[512] = "", key[256];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "copy per byte, 64 MiB", key, sizeof key);
+  tr_device_list_close(devs);
+  tr_model *m;
+  assert_int_equal(tr_model_named(&m, "mlp", err, sizeof err), 0);
+  const double bytes = (double)tr_model_numel(m) * sizeof(float);
+  tr_model_free(m);
+  double step[2];
+  for (int i = 0; i < 2; i++) {
+    slow_copy = (i + 1) * 1e-9;
+    double v;
+    const tr_plan_costs_config again = {.remeasure = 1};
+    assert_int_equal(tr__costs_entry(&again, key, 1, 1, copy_at, NULL, &v, err, sizeof err), 0);
+    tr_plan_prediction p;
+    tr_train_options o = options("host:2", TR_STRATEGY_DP);
+    if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s", err);
+    step[i] = p.step_seconds;
+  }
+  const double more = step[1] - step[0], want = 2 * bytes * 1e-9;
+  if (!(more > 0.9 * want && more < 2.5 * want))
+    fail_msg("1 ns a byte more made dp's step %g s longer, not about %g s", more, want);
+}
+
+/* Measured (a short run of simplenet, less its prediction), the runtime's step is kept. */
+static void the_runtime_step_is_measured_once(void **state) {
+  (void)state;
+  char dir2[] = "/tmp/troupe-overhead-XXXXXX", path[128], err[512] = "";
+  assert_non_null(mkdtemp(dir2));
+  snprintf(path, sizeof path, "%s/costs.safetensors", dir2);
+  tr_device_list *devs;
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  const tr_plan_costs_config c = {.path = path};
+  double a = -1, b = -1;
+  tr_device *d = tr_device_list_at(devs, 0);
+  if (tr__costs_overhead(d, &c, bare, &a, err, sizeof err)) fail_msg("%s", err);
+  assert_true(a >= 0 && a < 0.1);
+  assert_int_equal(access(path, F_OK), 0);
+  assert_int_equal(tr__costs_overhead(d, &c, bare, &b, err, sizeof err), 0);
+  assert_true(a == b);
+  tr_device_list_close(devs);
+  char cmd[160];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir2);
+  assert_int_equal(system(cmd), 0);
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(activation_peaks_are_the_runs_exactly),
-      cmocka_unit_test(what_is_not_predicted_is_refused_naming_it),
+      cmocka_unit_test(what_cannot_be_predicted_is_refused_naming_it),
+      cmocka_unit_test(the_runtime_step_is_on_every_step),
+      cmocka_unit_test(the_runtime_step_is_measured_once),
+      cmocka_unit_test(the_groups_meetings_cost_two_hand_overs),
+      cmocka_unit_test(the_replicas_sums_go_at_the_memorys_pace),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,8 +2,8 @@
 # plan.sh TROUPE — `troupe plan` and `troupe train --layout auto`: the layouts ranked with
 # their troupe train arguments, which run as they are; the costs measured once and then read
 # from the file; --verify's measured beside the predicted; a memory limit nothing fits told
-# with the smallest need; --layout auto runs the best of its ranking and says so; every synchronous
-# run's --json says what was predicted of it; bad values exit 2 naming the flag.
+# with the smallest need; --layout auto runs the best exact layout of its ranking and says so;
+# every run's --json says what was predicted of it; bad values exit 2 naming the flag.
 set -u
 troupe=$1
 failed=0
@@ -36,7 +36,12 @@ for l in pred:
     q = l["predicted"]
     assert q["step_seconds"] > 0 and len(q["peak_activation_bytes"]) == len(q["utilization"])
 assert any(l["label"] == "pipeline zb1" for l in pred)
-assert all(l["predicted"] is None and l["why"] for l in ls if l["label"].startswith(("async", "local")))
+# async workers and local SGD predicted too, each with its consistency
+other = {l["label"]: l for l in ls if l["label"].startswith(("async", "local"))}
+assert len(other) == 5 and all(l["predicted"] for l in other.values()), other
+assert other["async 2"]["consistency"] == "stale" and other["async 2 S=2"]["consistency"] == "bounded staleness", other
+assert other["local"]["consistency"] == "averaged every H steps", other
+assert other["async 2"]["predicted"]["staleness"] == 1, other
 ' "$plan" || fail "plan --json: $plan"
 
 # the recommended arguments run as they are, and that run says what was predicted of it
@@ -50,10 +55,16 @@ assert p and p["samples_per_s"] > 0 and abs(p["error"] - (p["samples_per_s"] / r
 assert [d["peak_activation_bytes"] for d in r["memory"]["devices"]] == p["peak_activation_bytes"], p
 assert p["peak_activation_error"] == 0, p
 ' "$run" || fail "the recommended run's --json predicted: $run"
-# an async run is not predicted: null
-run=$("$troupe" train --model simplenet --strategy async --devices host:2 --steps 20 --json 2>/dev/null)
-[[ $(py 'import json,sys; print(json.loads(sys.argv[1])["predicted"])' "$run") == None ]] ||
-  fail "async's --json predicted is not null"
+# an async run and a local one say what was predicted of them too: each worker's activations
+for strategy in "async" "local --sync-every 4"; do
+  run=$("$troupe" train --model simplenet --strategy $strategy --devices host:2 --steps 20 --json 2>/dev/null)
+  py '
+import json, sys
+r = json.loads(sys.argv[1])
+p = r["predicted"]
+assert p and p["samples_per_s"] > 0 and p["peak_activation_error"] == 0, p
+' "$run" || fail "$strategy's --json predicted: $run"
+done
 
 # costs measured once: the file is not written again
 before=$(stat -c %Y.%s "$TROUPE_COSTS")
