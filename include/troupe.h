@@ -23,6 +23,8 @@
  *   tr_plan.h     a layout's step predicted from costs, through the schedules' own lists
  *   tr_graph.h    training graphs: actors, typed edges that carry credits, steps, the end
  *   tr_job.h      the built-in training actors (loader, stage, coordinator) and their edges
+ *   tr_result.h   what a training run measured (tr_train_result)
+ *   tr_allreduce.h  how replica groups sum and what carries edges between processes
  */
 #ifndef TROUPE_H
 #define TROUPE_H
@@ -33,6 +35,7 @@
 #include "tr_device.h"
 #include "tr_file.h"
 #include "tr_graph.h"
+#include "tr_allreduce.h"
 #include "tr_job.h"
 #include "tr_layer_type.h"
 #include "tr_layers.h"
@@ -42,6 +45,7 @@
 #include "tr_optim.h"
 #include "tr_msg.h"
 #include "tr_plan.h"
+#include "tr_result.h"
 #include "tr_schedule.h"
 #include "tr_stage.h"
 #include "tr_system.h"
