@@ -9,7 +9,8 @@
  *   tr_system.h   actors (pinned to a thread, or on the libuv loop) and the system
  *   tr_trace.h    per-thread tracing and Chrome trace output
  *   tr_file.h     the files a run is given, checked before the work that needs them
- *   tr_device.h   devices (host CPUs, CUDA GPUs): memory, streams, events, GEMM, kernels
+ *   tr_device.h   devices (host CPUs, CUDA GPUs): memory, streams, events, copies
+ *   tr_ops.h      what they compute on a stream: GEMM, kernels, optimizers' updates
  *   tr_checkpoint.h  safetensors checkpoints, written atomically, read with validation
  *   tr_layers.h   layers with explicit forward and backward
  *   tr_layer_type.h  layer kinds as tables of operations: the built-in ones, and your own
@@ -44,6 +45,7 @@
 #include "tr_model.h"
 #include "tr_optim.h"
 #include "tr_msg.h"
+#include "tr_ops.h"
 #include "tr_plan.h"
 #include "tr_result.h"
 #include "tr_schedule.h"
