@@ -1,0 +1,131 @@
+/* host_choices_file.c — the file where the host GEMM's choices per shape are kept between
+ * processes (host_choose.h): plain text, one line per choice,
+ *
+ *   <machine and libraries> TAB <key> TAB <library> TAB <median ns of each candidate>
+ *
+ * beside the planner's file of costs. The planner (actors/) owns that file and sits above
+ * gpu/, so the GEMM keeps its own, found the same way: $TROUPE_GEMM_CHOICES (empty: none),
+ * else the folder of $TROUPE_COSTS, else $XDG_CACHE_HOME/troupe or ~/.cache/troupe.
+ *
+ * A lock file beside it (flock) is held while a key is decided, so that two processes never
+ * decide one key apart; lines are only added, through a temporary file renamed over the old,
+ * never over something that is not a regular file. Lines of other machines or libraries are
+ * kept as they are. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "host_choose.h"
+
+#define FILE_NAME "gemm-choices"
+
+void tr__gemm_file_path(char *out, size_t n) {
+  const char *env = getenv("TROUPE_GEMM_CHOICES"), *costs = getenv("TROUPE_COSTS");
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  out[0] = 0;
+  if (env) snprintf(out, n, "%s", env);
+  else if (costs && *costs) {
+    const char *slash = strrchr(costs, '/');
+    if (slash) snprintf(out, n, "%.*s/" FILE_NAME, (int)(slash - costs), costs);
+    else snprintf(out, n, FILE_NAME);
+  } else if (xdg && *xdg) snprintf(out, n, "%s/troupe/" FILE_NAME, xdg);
+  else if (home && *home) snprintf(out, n, "%s/.cache/troupe/" FILE_NAME, home);
+}
+
+/* mkdir -p of path's folder */
+static void make_folder(const char *path) {
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir) return;
+  *slash = 0;
+  for (char *p = dir + 1; *p; p++)
+    if (*p == '/') {
+      *p = 0;
+      (void)mkdir(dir, 0777);
+      *p = '/';
+    }
+  (void)mkdir(dir, 0777);
+}
+
+int tr__gemm_file_lock(const char *path) {
+  if (!path[0]) return -1;
+  char lock[4200];
+  snprintf(lock, sizeof lock, "%s.lock", path);
+  make_folder(path);
+  const int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return -1;
+  int rc;
+  while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+  }
+  if (rc) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void tr__gemm_file_unlock(int fd) {
+  if (fd >= 0) close(fd); /* the lock goes with it */
+}
+
+/* The file's text, NUL-terminated (NULL when absent, unreadable or not a regular file). */
+static char *slurp(const char *path) {
+  struct stat st;
+  if (lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_size > (16 << 20)) return NULL;
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *text = malloc((size_t)st.st_size + 1);
+  size_t got = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
+  fclose(f);
+  if (text) text[got] = 0;
+  return text;
+}
+
+int tr__gemm_file_find(const char *path, const char *sig, const char *key, char *choice,
+                       size_t n) {
+  char *text = path[0] ? slurp(path) : NULL;
+  if (!text) return 0;
+  const size_t ls = strlen(sig), lk = strlen(key);
+  int found = 0;
+  for (char *line = text; *line && !found;) {
+    char *end = strchr(line, '\n');
+    if (end) *end = 0;
+    if (!strncmp(line, sig, ls) && line[ls] == '\t' && !strncmp(line + ls + 1, key, lk) &&
+        line[ls + 1 + lk] == '\t') {
+      const char *c = line + ls + 1 + lk + 1;
+      snprintf(choice, n, "%.*s", (int)strcspn(c, "\t"), c);
+      found = choice[0] != 0;
+    }
+    line = end ? end + 1 : line + strlen(line);
+  }
+  free(text);
+  return found;
+}
+
+void tr__gemm_file_add(const char *path, const char *line) {
+  struct stat st;
+  if (!path[0] || (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))) return;
+  char *old = slurp(path);
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (!f) {
+    free(old);
+    return;
+  }
+  int ok = 1;
+  if (old && old[0]) {
+    const size_t len = strlen(old);
+    ok = fwrite(old, 1, len, f) == len && (old[len - 1] == '\n' || fputc('\n', f) != EOF);
+  }
+  ok = ok && fprintf(f, "%s\n", line) > 0;
+  ok = (fclose(f) == 0) && ok;
+  if (!ok || rename(tmp, path)) unlink(tmp);
+  free(old);
+}
