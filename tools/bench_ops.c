@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "host/host_choose.h"
 #include "troupe.h"
 
 #ifdef TR_BLAS_ONEDNN
@@ -332,6 +333,7 @@ typedef struct result {
   const char *ref_name;
   double ref2;      /* a second reference (GEMM: cblas_sgemm beside oneDNN), 0 when none */
   const char *ref2_name;
+  const char *served; /* GEMM on a host device: the library that served it */
 } result;
 
 static void put_cell(const char *text, int width) {
@@ -360,6 +362,11 @@ static void print_row(const result *r) {
   put_cell(value, 14);
   ref_cells(r->ref_name, r->ref, r->value);
   ref_cells(r->ref2_name, r->ref2, r->value);
+  const double best = r->ref > r->ref2 ? r->ref : r->ref2;
+  char ratio[16] = "";
+  if (r->ref2 > 0) snprintf(ratio, sizeof ratio, "%.2f×", r->value / best);
+  put_cell(r->served ? r->served : "", 8);
+  put_cell(ratio, 7);
   fputc('\n', stderr);
 }
 
@@ -395,7 +402,10 @@ static void bench_gemm(ctx *c, const gemm_shape *g, int bf16, double seconds, re
   *r = (result){.device = tr_device_name(c->dev), .kind = bf16 ? "gemm_bf16" : "gemm", .name = g->name,
                 .value = flops / t_api * 1e-9, .ref = t_dnnl > 0 ? flops / t_dnnl * 1e-9 : 0,
                 .unit = "GFLOP/s", .ref_name = "oneDNN",
-                .ref2 = t_blas > 0 ? flops / t_blas * 1e-9 : 0, .ref2_name = "cblas_sgemm"};
+                .ref2 = t_blas > 0 ? flops / t_blas * 1e-9 : 0, .ref2_name = "cblas_sgemm",
+                .served = c->host ? tr__host_gemm_served(g->opa, g->opb, g->M, g->N, g->K,
+                                                         g->batch ? g->batch : 1, bf16)
+                                  : NULL};
   snprintf(r->shape, sizeof r->shape, "%s%c%c %dx%dx%d", bf16 ? "bf16 " : "", g->opa ? 'T' : 'N',
            g->opb ? 'T' : 'N', g->M, g->N, g->K);
 }
@@ -445,6 +455,23 @@ static double parallel_gflops(ctx *cs, int n, int iters) {
   pthread_barrier_destroy(&go);
   free(jobs), free(t);
   return 2.0 * 1024 * 1024 * 1024 * iters * n / wall * 1e-9;
+}
+
+/* The instruction sets of the CPU that runs, as the GEMM libraries care about them. */
+static void cpu_isa(char *out, size_t n) {
+  snprintf(out, n, "baseline x86-64");
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512vl");
+#if __GNUC__ >= 12 || defined(__clang__)
+  const int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+#else
+  const int bf16 = 0;
+#endif
+  if (avx2) snprintf(out, n, "AVX2%s%s", avx512 ? ", AVX-512" : "", bf16 ? ", AVX512-BF16" : "");
+#endif
 }
 
 /* ---- the command ------------------------------------------------------------------------------- */
@@ -581,17 +608,24 @@ int bench_ops(int argc, char **argv) {
     snprintf(r->shape, sizeof r->shape, "%d x NN 1024³", ndev);
   }
 
-  fprintf(stderr, "troupe bench ops: %s, element-wise n = %llu floats, best of 3 runs of ≥ %.2g s\n",
-          spec, (unsigned long long)size, seconds);
+  char isa[64], policy[4200];
+  cpu_isa(isa, sizeof isa);
+  tr__host_gemm_policy_describe(policy, sizeof policy);
+  fprintf(stderr, "troupe bench ops: %s, element-wise n = %llu floats, best of 3 runs of ≥ %.2g s\n"
+          "CPU: %s; host GEMM: %s\n", spec, (unsigned long long)size, seconds, isa, policy);
   fputc('|', stderr);
   put_cell("device", 7), put_cell("op", 24), put_cell("shape", 22), put_cell("troupe", 14);
   put_cell("reference", 20), put_cell("ratio", 6), put_cell("reference", 20), put_cell("ratio", 6);
+  put_cell("served", 8), put_cell("vs best", 7);
   fputs("\n|---------|--------------------------|------------------------|----------------|"
-        "----------------------|--------|----------------------|--------|\n", stderr);
+        "----------------------|--------|----------------------|--------|----------|---------|\n",
+        stderr);
   for (int i = 0; i < nr; i++) print_row(&rs[i]);
   if (json) {
-    printf("{\"bench\":\"ops\",\"devices\":\"%s\",\"size\":%llu,\"seconds\":%g,\"rows\":[", spec,
-           (unsigned long long)size, seconds);
+    printf("{\"bench\":\"ops\",\"devices\":\"%s\",\"size\":%llu,\"seconds\":%g,\"isa\":\"%s\","
+           "\"host_gemm\":", spec, (unsigned long long)size, seconds, isa);
+    cli_json_string(stdout, policy);
+    printf(",\"rows\":[");
     for (int i = 0; i < nr; i++) {
       const result *r = &rs[i];
       printf("%s{\"device\":\"%s\",\"kind\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"value\":%.6g,"
@@ -599,6 +633,8 @@ int bench_ops(int argc, char **argv) {
              i ? "," : "", r->device, r->kind, r->name, r->shape, r->value, r->unit);
       json_ref("reference", "ratio", r->ref_name, r->ref, r->value);
       json_ref("reference2", "ratio2", r->ref2_name, r->ref2, r->value);
+      if (r->served) printf(",\"served\":\"%s\"", r->served);
+      if (r->ref2 > 0) printf(",\"ratio_best\":%.4f", r->value / (r->ref > r->ref2 ? r->ref : r->ref2));
       printf("}");
     }
     printf("]}\n");
