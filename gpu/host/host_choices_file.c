@@ -7,8 +7,9 @@
  * gpu/, so the GEMM keeps its own, found the same way: $TROUPE_GEMM_CHOICES (empty: none),
  * else the folder of $TROUPE_COSTS, else $XDG_CACHE_HOME/troupe or ~/.cache/troupe.
  *
- * A lock file beside it (flock) is held while a key is decided, so that two processes never
- * decide one key apart; lines are only added, through a temporary file renamed over the old,
+ * A lock file beside it (flock) is held while the file is read and a line added: a process
+ * that measured a key adds its choice only if no other process added one meanwhile, and
+ * otherwise takes that one, so that processes never decide a key apart; lines are only added, through a temporary file renamed over the old,
  * never over something that is not a regular file. Lines of other machines or libraries are
  * kept as they are. */
 #include <errno.h>
@@ -18,6 +19,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "host_choose.h"
@@ -53,6 +55,10 @@ static void make_folder(const char *path) {
   (void)mkdir(dir, 0777);
 }
 
+/* The lock is held only to read and to add a line, never while measuring; a holder that
+ * does not let go within LOCK_WAIT_MS (a process stopped there) is given up on. */
+enum { LOCK_WAIT_MS = 5000 };
+
 int tr__gemm_file_lock(const char *path) {
   if (!path[0]) return -1;
   char lock[4200];
@@ -60,14 +66,13 @@ int tr__gemm_file_lock(const char *path) {
   make_folder(path);
   const int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
-  int rc;
-  while ((rc = flock(fd, LOCK_EX)) != 0 && errno == EINTR) {
+  for (int ms = 0; ms < LOCK_WAIT_MS; ms++) {
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
   }
-  if (rc) {
-    close(fd);
-    return -1;
-  }
-  return fd;
+  close(fd);
+  return -1;
 }
 
 void tr__gemm_file_unlock(int fd) {

@@ -4,7 +4,7 @@
  * without a lock: an entry's key is written before its state is published (release) and
  * read only after the state is seen (acquire). The first thread to meet a key claims its
  * entry under the mutex and decides (the file of choices, else measuring) with the mutex
- * released; a thread meeting a claimed key waits on the condition until it is decided, so
+ * released (and the file's lock too, while measuring); a thread meeting a claimed key waits on the condition until it is decided, so
  * a key is decided once, and every device uses the same row for it. */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -208,28 +208,35 @@ static int decide(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn run, cho
   tr__gemm_file_path(path, sizeof path);
   signature(s->dev, sig, sizeof sig);
   key_text(&e->k, kt, sizeof kt);
-  const int fd = tr__gemm_file_lock(path);
-  if (fd >= 0 && tr__gemm_file_find(path, sig, kt, name, sizeof name))
-    for (int j = 0; j < nc; j++)
-      if (!strcmp(libs[cand[j]]->name, name)) {
-        e->lib = cand[j];
-        tr__gemm_file_unlock(fd);
-        return 0;
-      }
-  int rc = measure(s, g, cand, nc, run, e->ns, &e->lib);
-  if (!rc) {
-    e->measured = 1;
-    if (fd >= 0) {
-      char line[1024];
-      snprintf(line, sizeof line, "%s\t%s\t%s\t", sig, kt, libs[e->lib]->name);
+  /* the file's choice, read under its lock; else measured without it, then added unless
+   * another process added one meanwhile, which is taken instead */
+  for (int pass = 0; pass < 2; pass++) {
+    const int fd = tr__gemm_file_lock(path);
+    if (fd >= 0 && tr__gemm_file_find(path, sig, kt, name, sizeof name))
       for (int j = 0; j < nc; j++)
-        snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s=%.0f", j ? " " : "",
-                 libs[cand[j]]->name, e->ns[cand[j]]);
-      tr__gemm_file_add(path, line);
+        if (!strcmp(libs[cand[j]]->name, name)) {
+          e->lib = cand[j];
+          tr__gemm_file_unlock(fd);
+          return 0;
+        }
+    if (pass == 1) {
+      if (fd >= 0) {
+        char line[1024];
+        snprintf(line, sizeof line, "%s\t%s\t%s\t", sig, kt, libs[e->lib]->name);
+        for (int j = 0; j < nc; j++)
+          snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s=%.0f", j ? " " : "",
+                   libs[cand[j]]->name, e->ns[cand[j]]);
+        tr__gemm_file_add(path, line);
+      }
+      tr__gemm_file_unlock(fd);
+      break;
     }
+    tr__gemm_file_unlock(fd);
+    const int rc = measure(s, g, cand, nc, run, e->ns, &e->lib);
+    if (rc) return rc;
+    e->measured = 1;
   }
-  tr__gemm_file_unlock(fd);
-  return rc;
+  return 0;
 }
 
 /* Which row the rule of a pinned library gives g: the direct path for the smallest products
