@@ -286,7 +286,8 @@ int tr__host_gemm_choose(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn r
     choice mine = {.k = k}; /* decided apart: readers see only what is published */
     rc = decide(s, g, run, &mine);
     pthread_mutex_lock(&mu);
-    e->c = mine;
+    e->c.lib = mine.lib, e->c.measured = mine.measured; /* not k: readers compare it now */
+    memcpy(e->c.ns, mine.ns, sizeof mine.ns);
     atomic_store_explicit(&e->state, DECIDED, memory_order_release);
     pthread_cond_broadcast(&decided);
     pthread_mutex_unlock(&mu);
