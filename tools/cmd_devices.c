@@ -34,9 +34,7 @@ static void host_gemm(bool json) {
   char policy[4200];
   tr__host_gemm_policy_describe(policy, sizeof policy);
   if (json) {
-    const int pin = tr__host_gemm_pinned();
-    printf(",\"host_gemm\":{\"policy\":\"%s\",\"description\":",
-           pin < 0 ? "auto" : tr__host_libs[pin]->name);
+    printf(",\"host_gemm\":{\"policy\":\"%s\",\"description\":", tr__host_gemm_policy_name());
     cli_json_string(stdout, policy);
     printf(",\"libraries\":[");
   } else
@@ -50,9 +48,10 @@ static void host_gemm(bool json) {
       cli_json_string(stdout, in->isa);
       printf(",\"bf16\":\"%s\"}", tr_bf16_support_name(in->bf16));
     } else
-      fprintf(stderr, "  %-9s %-18s %-17s bf16 %s%s\n", tr__host_libs[i]->name, in->label, in->isa,
+      fprintf(stderr, "  %-9s %-18s %-17s bf16 %s%s%s\n", tr__host_libs[i]->name, in->label, in->isa,
               tr_bf16_support_name(in->bf16),
-              tr__host_libs[i]->fits ? " (small products only)" : "");
+              tr__host_libs[i]->fits ? " (small products only)" : "",
+              tr__host_libs[i]->rows_vary ? " (rows vary with the rows around them)" : "");
   }
   if (json) printf("]}");
 }

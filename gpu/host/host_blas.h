@@ -45,6 +45,11 @@ typedef struct tr__host_lib {
   int (*gemm)(tr_stream *s, void *state, const tr__gemm_args *g);
   /* whether it may serve g at all (NULL: any product) */
   int (*fits)(const tr__gemm_args *g);
+  /* 1: a row of C's bits depend on the rows multiplied with it (OpenBLAS: on the row's place
+   * in its kernel's blocks of rows), so a batch split into micro-batches or replicas would
+   * not see the whole batch's activations. TROUPE_GEMM=auto gives such a library only the
+   * products whose rows are not a batch's (op(A) = A transposed: weight gradients). */
+  int rows_vary;
 } tr__host_lib;
 
 /* The libraries of this build (host_libs.c), in the order a tie goes to the first. */

@@ -43,8 +43,10 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t decided = PTHREAD_COND_INITIALIZER;
 static atomic_long measurements;
 
-/* The policy: -1 auto, else the pinned row of tr__host_libs; which word set it. */
+/* The policy: -1 auto (fastest: every row a candidate for every product), else the pinned row
+ * of tr__host_libs; which word set it. */
 static _Atomic int pinned = -1;
+static _Atomic int fastest;
 static _Atomic int pinned_by_env;
 
 /* The candidates: tr__host_libs, or a test's. */
@@ -58,11 +60,11 @@ static int count(void) { return nlibs < 0 ? tr__host_nlibs : nlibs; }
 int tr__host_gemm_policy_open(tr_device *d) {
   const char *env = getenv("TROUPE_GEMM"), *v = env && *env ? env : TR_GEMM_DEFAULT;
   int at = -2;
-  if (!strcmp(v, "auto")) at = -1;
+  if (!strcmp(v, "auto") || !strcmp(v, "fastest")) at = -1;
   for (int i = 0; i < tr__host_nlibs && at == -2; i++)
     if (!tr__host_libs[i]->fits && !strcmp(v, tr__host_libs[i]->name)) at = i;
   if (at == -2) {
-    char names[128] = "auto";
+    char names[128] = "auto, fastest";
     for (int i = 0; i < tr__host_nlibs; i++)
       if (!tr__host_libs[i]->fits)
         snprintf(names + strlen(names), sizeof names - strlen(names), ", %s", tr__host_libs[i]->name);
@@ -70,11 +72,17 @@ int tr__host_gemm_policy_open(tr_device *d) {
                            env && *env ? "TROUPE_GEMM" : "the build's option blas", v, names);
   }
   atomic_store(&pinned, at);
+  atomic_store(&fastest, !strcmp(v, "fastest"));
   atomic_store(&pinned_by_env, env && *env);
   return 0;
 }
 
 int tr__host_gemm_pinned(void) { return atomic_load(&pinned); }
+
+const char *tr__host_gemm_policy_name(void) {
+  const int p = atomic_load(&pinned);
+  return p >= 0 ? tr__host_libs[p]->name : atomic_load(&fastest) ? "fastest" : "auto";
+}
 
 void tr__host_gemm_policy_describe(char *out, size_t n) {
   const int p = atomic_load(&pinned);
@@ -86,8 +94,10 @@ void tr__host_gemm_policy_describe(char *out, size_t n) {
   }
   char path[4096];
   tr__gemm_file_path(path, sizeof path);
-  snprintf(out, n, "auto: the faster for each shape, measured on first use%s%s", path[0] ? ", kept in " : "",
-           path);
+  snprintf(out, n, "%s: the faster for each shape, measured on first use%s%s%s",
+           atomic_load(&fastest) ? "fastest" : "auto",
+           atomic_load(&fastest) ? "" : " (libraries whose rows vary only for op(A) = A^T)",
+           path[0] ? ", kept in " : "", path);
 }
 
 /* ---- the table ------------------------------------------------------------------------------ */
@@ -118,11 +128,24 @@ static slot *probe(const key *k) {
   return NULL;
 }
 
-/* The first row that fits g: what serves a key when nothing better is known. */
+/* Whether row i may serve g: it fits, and under auto, its rows do not vary where g's rows
+ * may be a batch's (op(A) = A). */
+static int may_serve(int i, const tr__gemm_args *g) {
+  if (libs[i]->fits && !libs[i]->fits(g)) return 0;
+  return !libs[i]->rows_vary || g->opa == TR_OP_T || atomic_load(&fastest);
+}
+
+/* The first row that may serve g: what serves a key when nothing better is known. */
 static int first_fit(const tr__gemm_args *g) {
   for (int i = 0; i < count(); i++)
-    if (!libs[i]->fits || libs[i]->fits(g)) return i;
+    if (may_serve(i, g)) return i;
   return 0;
+}
+
+/* The key's row, unless it cannot serve this product (the direct path, chosen at a smaller
+ * M than this one's): then the first that can, the same for every such product. */
+static int serving(int lib, const tr__gemm_args *g) {
+  return may_serve(lib, g) ? lib : first_fit(g);
 }
 
 /* ---- deciding ------------------------------------------------------------------------------- */
@@ -185,7 +208,7 @@ static int measure(tr_stream *s, const tr__gemm_args *g, const int *cand, int nc
 
 /* What a line of the file is for: this machine and these candidates; and the key. */
 static void signature(const tr_device *d, char *out, size_t n) {
-  snprintf(out, n, "%s|%s|", d->info.model, d->info.isa);
+  snprintf(out, n, "%s|%s|%s", d->info.model, d->info.isa, atomic_load(&fastest) ? "fastest|" : "");
   for (int i = 0; i < count(); i++)
     snprintf(out + strlen(out), n - strlen(out), "%s%s", i ? "," : "", libs[i]->name);
   for (char *p = out; *p; p++)
@@ -201,7 +224,7 @@ static void key_text(const key *k, char *out, size_t n) {
 static int decide(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn run, choice *e) {
   int cand[TR__HOST_LIBS_MAX], nc = 0;
   for (int i = 0; i < count(); i++)
-    if (!libs[i]->fits || libs[i]->fits(g)) cand[nc++] = i;
+    if (may_serve(i, g)) cand[nc++] = i;
   e->lib = nc ? cand[0] : 0;
   if (nc < 2) return 0;
   char path[4096], sig[512], kt[96], name[32];
@@ -261,7 +284,7 @@ int tr__host_gemm_choose(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn r
   const key k = key_of(g);
   slot *e = probe(&k);
   if (e && atomic_load_explicit(&e->state, memory_order_acquire) == DECIDED) {
-    *i = e->c.lib, *row = libs[*i];
+    *i = serving(e->c.lib, g), *row = libs[*i];
     return 0;
   }
   pthread_mutex_lock(&mu);
@@ -292,7 +315,7 @@ int tr__host_gemm_choose(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn r
     pthread_cond_broadcast(&decided);
     pthread_mutex_unlock(&mu);
   }
-  *i = e->c.lib, *row = libs[*i];
+  *i = serving(e->c.lib, g), *row = libs[*i];
   return rc;
 }
 
@@ -310,7 +333,7 @@ const char *tr__host_gemm_served(tr_op opa, tr_op opb, int M, int N, int K, int 
   if (pin >= 0 && libs == tr__host_libs) return tr__host_libs[rule(&g, pin)]->name;
   const key k = key_of(&g);
   const slot *e = decided_slot(&k);
-  return e ? libs[e->c.lib]->name : NULL;
+  return e ? libs[serving(e->c.lib, &g)]->name : NULL;
 }
 
 int tr__host_gemm_timings(tr_op opa, tr_op opb, int N, int K, int batch, int bf16,

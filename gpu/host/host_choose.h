@@ -7,14 +7,22 @@
  *             own buffers, C kept and restored; a few rounds, candidates interleaved, each
  *             one's median) and the fastest serves it from then on, in every device of the
  *             process: replicas and stages multiply a shape alike, so runs that tests
- *             compare bitwise stay so;
+ *             compare bitwise stay so. A library whose rows vary with the rows around them
+ *             (OpenBLAS: host_blas.h's rows_vary) is a candidate only where op(A) is A
+ *             transposed (weight gradients: rows that are features, never a batch's), so
+ *             micro-batches and replicas still see the whole batch's activations;
+ *   fastest   as auto, every library a candidate for every product (OpenBLAS's speed on
+ *             AVX2 for the forward products too; a pipeline or dp run then differs from
+ *             single in the last bits of activations, which training can grow);
  *   onednn, openblas   that library serves every product but the smallest (at most
  *             TR__HOST_TINY_MNK multiply-adds, which the direct path takes), as before.
  *
  * A choice is made for the key (opa, opb, N, K, batch, bf16): not M, which is the rows of a
  * micro-batch, so a row of op(A) op(B) is the same bits however many rows come with it (a
  * batch split into micro-batches or replicas sees the activations of the whole), nor the
- * leading dimensions, strides, alpha and beta. It is measured on the first M met.
+ * leading dimensions, strides, alpha and beta. It is measured on the first M met; where
+ * the row chosen cannot serve a product (the direct path, past its reach at a larger M), the
+ * first row of the table that can serves it.
  *
  * Choices are kept in a small text file (host_choices_file.c; $TROUPE_GEMM_CHOICES, else
  * gemm-choices beside the planner's file of costs: the folder of $TROUPE_COSTS, else
@@ -29,8 +37,10 @@
 /* Reads TROUPE_GEMM for a device being opened: 0, or TR_EINVAL with d's error naming the
  * variable and the values it may take. */
 int tr__host_gemm_policy_open(tr_device *d);
-/* The index in tr__host_libs of the pinned library, or -1 under auto. */
+/* The index in tr__host_libs of the pinned library, or -1 under auto or fastest; the
+ * policy's word ("auto", "fastest", "onednn", ...). */
 int tr__host_gemm_pinned(void);
+const char *tr__host_gemm_policy_name(void);
 /* "auto (measured per shape, kept in PATH)", "onednn (pinned by TROUPE_GEMM)", ... */
 void tr__host_gemm_policy_describe(char *out, size_t n);
 

@@ -1,7 +1,11 @@
 /* host_openblas.c — the host backend's GEMM on OpenBLAS's cblas_sgemm, or any CBLAS: the
  * row tr__host_openblas of host_blas.h's table, in every build. OpenBLAS has one thread
  * setting for the whole process: it is set to 1 once, so each host device computes on its
- * own thread alone. No bf16: host_gemm.c widens for it. No state of its own. */
+ * own thread alone. No bf16: host_gemm.c widens for it. No state of its own.
+ *
+ * Its sgemm computes a row of C by a kernel that depends on the row's place in blocks of
+ * rows (12 on Haswell: a row at another offset, or in the last partial block, differs in the
+ * last bits), so its rows vary with the rows around them (rows_vary). */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -51,4 +55,4 @@ static int gemm(tr_stream *s, void *state, const tr__gemm_args *g) {
 }
 
 const tr__host_lib tr__host_openblas = {
-    .name = "openblas", .describe = describe, .open = open_, .gemm = gemm};
+    .name = "openblas", .describe = describe, .open = open_, .gemm = gemm, .rows_vary = 1};

@@ -54,6 +54,14 @@ static const tr__host_lib slow = {.name = "slow", .describe = fake_describe, .ge
 static const tr__host_lib fast = {.name = "fast", .describe = fake_describe, .gemm = fast_gemm};
 /* the slow one first: a tie, or a chooser that took the first, would pick it */
 static const tr__host_lib *const fakes[] = {&slow, &fast};
+/* fast, but only for products of at most 8x8x8 */
+static int small_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
+  (void)s, (void)st;
+  return fake(g, 3.0f, 0, 1);
+}
+static int small_fits(const tr__gemm_args *g) { return g->M * g->N * g->K <= 8 * 8 * 8; }
+static const tr__host_lib small = {.name = "small", .describe = fake_describe, .gemm = small_gemm,
+                                   .fits = small_fits};
 
 enum { M = 8, N = 8, K = 8 };
 
@@ -148,6 +156,66 @@ static void a_key_is_measured_once_and_its_choice_reused(void **state) {
   use_file();
 }
 
+/* A row that serves only small products, chosen at a small M, leaves a larger M of the same
+ * key to the first row that fits it, without measuring again. */
+static void a_row_that_cannot_serve_a_larger_m_gives_it_to_the_first_that_can(void **state) {
+  (void)state;
+  setenv("TROUPE_GEMM_CHOICES", "", 1);
+  const tr__host_lib *const rows[] = {&slow, &small};
+  tr__host_gemm_test_libs(rows, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  const long before = tr__host_gemm_measurements();
+  float C[64 * 64];
+  gemm_on(d, C, M, N, K, 0.0f);
+  assert_float_equal(C[0], 3.0f, 0);
+  assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, M, N, K, 1, 0), "small");
+  gemm_on(d, C, 2 * M, N, K, 0.0f);
+  for (int i = 0; i < 2 * M * N; i++) assert_float_equal(C[i], 1.0f, 0);
+  assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, 2 * M, N, K, 1, 0), "slow");
+  gemm_on(d, C, M / 2, N, K, 0.0f);
+  assert_float_equal(C[0], 3.0f, 0);
+  assert_int_equal(tr__host_gemm_measurements(), before + 1);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+  use_file();
+}
+
+/* A library whose rows vary with the rows around them serves under auto only products
+ * whose op(A) is A transposed (its rows are never a batch's), and under fastest any. */
+static int vary_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
+  (void)s, (void)st;
+  return fake(g, 4.0f, 0, 1);
+}
+static const tr__host_lib vary = {.name = "vary", .describe = fake_describe, .gemm = vary_gemm,
+                                  .rows_vary = 1};
+
+static void rows_that_vary_serve_only_weight_gradients_unless_fastest(void **state) {
+  (void)state;
+  setenv("TROUPE_GEMM_CHOICES", "", 1);
+  const tr__host_lib *const rows[] = {&slow, &vary};
+  tr__host_gemm_test_libs(rows, 2);
+  for (int f = 0; f < 2; f++) {
+    setenv("TROUPE_GEMM", f ? "fastest" : "auto", 1);
+    tr_device_list *l = open_host("host:1");
+    tr_device *d = tr_device_list_at(l, 0);
+    tr_device_bind(d);
+    static float A[64 * 64], B[64 * 64], C[64 * 64];
+    for (int t = 0; t < 2; t++) {
+      const tr_op opa = (tr_op)t;
+      assert_int_equal(tr_gemm(tr_device_stream(d), opa, TR_OP_N, M, N, K + f, 1.0f, A,
+                               opa == TR_OP_N ? K + f : M, B, N, 0.0f, C, N),
+                       0);
+      assert_float_equal(C[0], opa == TR_OP_T || f ? 4.0f : 1.0f, 0);
+    }
+    tr_device_list_close(l);
+  }
+  unsetenv("TROUPE_GEMM");
+  tr__host_gemm_test_libs(NULL, 0);
+  use_file();
+}
+
 /* ---- threads at once ------------------------------------------------------------------------ */
 
 enum { THREADS = 4, ROUNDS = 20 };
@@ -198,10 +266,10 @@ static void troupe_gemm_pins_a_library_and_a_bad_value_is_refused(void **state) 
   (void)state;
   tr_device_list *l = NULL;
   char err[256] = "";
-  setenv("TROUPE_GEMM", "fastest", 1);
+  setenv("TROUPE_GEMM", "quickest", 1);
   assert_int_not_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
-  assert_non_null(strstr(err, "TROUPE_GEMM=fastest"));
-  assert_non_null(strstr(err, "auto, "));
+  assert_non_null(strstr(err, "TROUPE_GEMM=quickest"));
+  assert_non_null(strstr(err, "auto, fastest, "));
   const char *pins[] = {"openblas", "onednn"};
   for (size_t p = 0; p < sizeof pins / sizeof pins[0]; p++) {
     setenv("TROUPE_GEMM", pins[p], 1);
@@ -406,6 +474,8 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_faster_of_two_candidates_serves_the_shape),
       cmocka_unit_test(a_key_is_measured_once_and_its_choice_reused),
+      cmocka_unit_test(a_row_that_cannot_serve_a_larger_m_gives_it_to_the_first_that_can),
+      cmocka_unit_test(rows_that_vary_serve_only_weight_gradients_unless_fastest),
       cmocka_unit_test(threads_meeting_a_key_at_once_get_one_answer),
       cmocka_unit_test(troupe_gemm_pins_a_library_and_a_bad_value_is_refused),
       cmocka_unit_test(every_library_matches_float64_in_every_form),
