@@ -11,9 +11,10 @@
  * that measured a key adds its choice only if no other process added one meanwhile, and
  * otherwise takes that one, so that processes never decide a key apart; lines are only added, through a temporary file renamed over the old,
  * never over something that is not a regular file. Lines of other machines or libraries are
- * kept as they are. */
+ * kept as they are; past MAX_LINES the oldest go. */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,7 @@
 #include "host_choose.h"
 
 #define FILE_NAME "gemm-choices"
+enum { MAX_LINES = 4096 };
 
 void tr__gemm_file_path(char *out, size_t n) {
   const char *env = getenv("TROUPE_GEMM_CHOICES"), *costs = getenv("TROUPE_COSTS");
@@ -92,10 +94,8 @@ static char *slurp(const char *path) {
   return text;
 }
 
-int tr__gemm_file_find(const char *path, const char *sig, const char *key, char *choice,
-                       size_t n) {
-  char *text = path[0] ? slurp(path) : NULL;
-  if (!text) return 0;
+/* The line of (sig, key) in text: its choice into choice[n]; 1 found, 0 not. */
+static int find_in(char *text, const char *sig, const char *key, char *choice, size_t n) {
   const size_t ls = strlen(sig), lk = strlen(key);
   int found = 0;
   for (char *line = text; *line && !found;) {
@@ -107,9 +107,38 @@ int tr__gemm_file_find(const char *path, const char *sig, const char *key, char 
       snprintf(choice, n, "%.*s", (int)strcspn(c, "\t"), c);
       found = choice[0] != 0;
     }
+    if (end) *end = '\n';
     line = end ? end + 1 : line + strlen(line);
   }
+  return found;
+}
+
+int tr__gemm_file_find(const char *path, const char *sig, const char *key, char *choice,
+                       size_t n) {
+  char *text = path[0] ? slurp(path) : NULL;
+  if (!text) return 0;
+  const int found = find_in(text, sig, key, choice, n);
   free(text);
+  return found;
+}
+
+/* The file as this process first read it (again when the path changes): a key found there
+ * needs neither the lock nor a read. Lines are only added (the oldest dropped), and a reader
+ * sees the file whole (it is renamed into place), so what it says of a key stays true. */
+static pthread_mutex_t snap_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *snap, snap_path[4096];
+
+int tr__gemm_file_known(const char *path, const char *sig, const char *key, char *choice,
+                        size_t n) {
+  if (!path[0]) return 0;
+  pthread_mutex_lock(&snap_mu);
+  if (strcmp(snap_path, path)) {
+    free(snap);
+    snap = slurp(path);
+    snprintf(snap_path, sizeof snap_path, "%s", path);
+  }
+  const int found = snap && find_in(snap, sig, key, choice, n);
+  pthread_mutex_unlock(&snap_mu);
   return found;
 }
 
@@ -126,8 +155,17 @@ void tr__gemm_file_add(const char *path, const char *line) {
   }
   int ok = 1;
   if (old && old[0]) {
-    const size_t len = strlen(old);
-    ok = fwrite(old, 1, len, f) == len && (old[len - 1] == '\n' || fputc('\n', f) != EOF);
+    /* the newest MAX_LINES - 1 lines kept: shapes that tests draw at random would otherwise
+     * grow it for ever */
+    const char *from = old;
+    size_t lines = 0;
+    for (const char *p = old; *p; p++) lines += *p == '\n';
+    for (; lines >= MAX_LINES && *from; lines--) {
+      const char *nl = strchr(from, '\n');
+      from = nl ? nl + 1 : from + strlen(from);
+    }
+    const size_t len = strlen(from);
+    ok = fwrite(from, 1, len, f) == len && (!len || from[len - 1] == '\n' || fputc('\n', f) != EOF);
   }
   ok = ok && fprintf(f, "%s\n", line) > 0;
   ok = (fclose(f) == 0) && ok;

@@ -231,8 +231,12 @@ static int decide(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn run, cho
   tr__gemm_file_path(path, sizeof path);
   signature(s->dev, sig, sizeof sig);
   key_text(&e->k, kt, sizeof kt);
-  /* the file's choice, read under its lock; else measured without it, then added unless
-   * another process added one meanwhile, which is taken instead */
+  /* the file's choice: as this process first read it, else read again under its lock; else
+   * measured without it, then added unless another process added one meanwhile, which is
+   * taken instead */
+  if (tr__gemm_file_known(path, sig, kt, name, sizeof name))
+    for (int j = 0; j < nc; j++)
+      if (!strcmp(libs[cand[j]]->name, name)) return e->lib = cand[j], 0;
   for (int pass = 0; pass < 2; pass++) {
     const int fd = tr__gemm_file_lock(path);
     if (fd >= 0 && tr__gemm_file_find(path, sig, kt, name, sizeof name))

@@ -79,6 +79,9 @@ long tr__host_gemm_measurements(void);
  * (sig, key) into choice[n] (1 found, 0 not); a line added (temp file and rename, never over
  * something that is not a regular file); unlock. */
 void tr__gemm_file_path(char *out, size_t n);
+/* (sig, key) in the file as this process first read it (no lock) */
+int tr__gemm_file_known(const char *path, const char *sig, const char *key, char *choice,
+                        size_t n);
 int tr__gemm_file_lock(const char *path);
 int tr__gemm_file_find(const char *path, const char *sig, const char *key, char *choice,
                        size_t n);

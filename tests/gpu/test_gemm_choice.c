@@ -416,7 +416,7 @@ static int run_child(float want) {
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "rb");
   assert_non_null(f);
-  static char text[1 << 16];
+  static char text[1 << 20];
   const size_t n = fread(text, 1, sizeof text - 1, f);
   text[n] = 0;
   fclose(f);
@@ -467,6 +467,34 @@ static void a_fresh_process_reads_the_choice_back_without_measuring(void **state
   use_file();
 }
 
+/* The file keeps its newest lines: shapes drawn at random by tests would grow it for ever. */
+static void the_file_keeps_its_newest_lines(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/full", dir);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  for (int i = 0; i < 5000; i++) fprintf(f, "another machine\tNN N%d K1 x1 f32\tslow\t\n", i);
+  fclose(f);
+  setenv("TROUPE_GEMM_CHOICES", path, 1);
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  float C[M * N];
+  gemm_on(d, C, M, N, K, 0.0f);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+  const char *text = slurp(path);
+  int lines = 0;
+  for (const char *p = text; *p; p++) lines += *p == '\n';
+  assert_true(lines <= 4096 && lines > 4000);
+  assert_null(strstr(text, "\tNN N0 K1 x1"));           /* the oldest went */
+  assert_non_null(strstr(text, "\tNN N4999 K1 x1"));    /* the newest stayed */
+  assert_non_null(strstr(text, "\tNN N8 K8 x1 f32\tfast\t")); /* and the new one came */
+  use_file();
+}
+
 int main(int argc, char **argv) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) self[n] = 0;
@@ -480,6 +508,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(troupe_gemm_pins_a_library_and_a_bad_value_is_refused),
       cmocka_unit_test(every_library_matches_float64_in_every_form),
       cmocka_unit_test(a_fresh_process_reads_the_choice_back_without_measuring),
+      cmocka_unit_test(the_file_keeps_its_newest_lines),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
