@@ -6,10 +6,13 @@
  *                 backward products; gpt: B*T = 1024 rows through widths 256/768/1024, and
  *                 its attention as a strided batch; simplenet's five tiny products, which
  *                 the host backend runs without a library), against the libraries called
- *                 directly on the same buffers, one thread each (host devices; target >=
- *                 0.95x the host's own): oneDNN's matmul made once for the shape (builds on
- *                 oneDNN), and cblas_sgemm. Then the same shapes but simplenet's with bf16
- *                 operands (tr_gemm_bf16), against oneDNN's bf16 matmul.
+ *                 directly on the same buffers, one thread each (bench_ops_raw.c): oneDNN's
+ *                 matmul made once for the shape (builds with oneDNN), and cblas_sgemm; on
+ *                 host devices, which library served tr_gemm (gpu/host/host_choose.h) and
+ *                 the ratio to the faster raw one (target >= 1.0). Then the same shapes but
+ *                 simplenet's with bf16 operands (tr_gemm_bf16), against oneDNN's bf16 matmul.
+ *   train         with --train: mlp's and gpt's whole step on host:1 (tr_train_run), against
+ *                 the raw libraries' best on their GEMM rows.
  *   element-wise  GB/s of every kernel (bytes each must read and write once), against memcpy
  *                 moving the same number of bytes (host devices: libc memcpy; GPUs: a
  *                 device-to-device tr_memcpy).
@@ -21,7 +24,6 @@
  * repeated to fill it), the op and its reference interleaved so both meet the same machine.
  * Speeds never gate CI; this command is where they are shown.
  */
-#include <cblas.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -30,34 +32,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_ops.h"
 #include "cli.h"
+#include "host/host_choose.h"
 #include "troupe.h"
-
-#ifdef TR_BLAS_ONEDNN
-#include <oneapi/dnnl/dnnl.h>
-
-extern void omp_set_num_threads(int n); /* libgomp's, oneDNN's runtime */
-#endif
-
-typedef struct raw_dnnl raw_dnnl;
-
-typedef struct ctx {
-  tr_device *dev;
-  tr_stream *s;
-  bool host;
-  float *a, *b, *c, *d, *e, *f, *g; /* device buffers, n floats each */
-  int32_t *idx;
-  size_t n;
-  /* GEMM */
-  tr_op opa, opb;
-  int M, N, K, batch;
-  float beta;
-  tr_bf16 *a16, *b16; /* a and b in bf16, for the bf16 rows */
-  raw_dnnl *raw;      /* the shape's oneDNN reference */
-  int status;
-} ctx;
-
-typedef void (*op_fn)(ctx *c);
 
 /* Seconds per call: best of three runs of at least `target` seconds each. */
 static double time_op(ctx *c, op_fn fn, double target) {
@@ -83,8 +61,6 @@ static double time_op(ctx *c, op_fn fn, double target) {
 
 /* ---- GEMM ------------------------------------------------------------------------------- */
 
-static int lda_of(const ctx *c) { return c->opa == TR_OP_N ? c->K : c->M; }
-static int ldb_of(const ctx *c) { return c->opb == TR_OP_N ? c->N : c->K; }
 
 static void gemm_api_bf16(ctx *c) {
   const int nb = c->batch ? c->batch : 1;
@@ -105,91 +81,6 @@ static void gemm_api(ctx *c) {
                  c->beta, c->c, c->N);
   if (rc) c->status = rc;
 }
-
-static void gemm_raw(ctx *c) {
-  const int nb = c->batch ? c->batch : 1;
-  for (int i = 0; i < nb; i++)
-    cblas_sgemm(CblasRowMajor, c->opa == TR_OP_T ? CblasTrans : CblasNoTrans,
-                c->opb == TR_OP_T ? CblasTrans : CblasNoTrans, c->M, c->N, c->K, 1.0f,
-                c->a + (size_t)i * c->M * c->K, lda_of(c), c->b + (size_t)i * c->K * c->N, ldb_of(c),
-                c->beta, c->c + (size_t)i * c->M * c->N, c->N);
-}
-
-#ifdef TR_BLAS_ONEDNN
-/* The oneDNN reference: its matmul primitive made once for the shape, with the operands as
- * dense as the raw cblas call has them, on the same buffers, on one thread. */
-struct raw_dnnl {
-  dnnl_engine_t engine;
-  dnnl_stream_t stream;
-  dnnl_primitive_t prim;
-  dnnl_exec_arg_t args[3];
-};
-
-static dnnl_status_t raw_desc(dnnl_memory_desc_t *md, int batch, int rows, int cols, int trans,
-                              dnnl_data_type_t type) {
-  const dnnl_dim_t r = trans ? 1 : cols, c = trans ? rows : 1;
-  if (!batch) return dnnl_memory_desc_init_by_strides(md, 2, (dnnl_dims_t){rows, cols}, type,
-                                                      (dnnl_dims_t){r, c});
-  return dnnl_memory_desc_init_by_strides(md, 3, (dnnl_dims_t){batch, rows, cols}, type,
-                                          (dnnl_dims_t){(dnnl_dim_t)rows * cols, r, c});
-}
-
-static void raw_dnnl_close(raw_dnnl *r) {
-  if (!r) return;
-  for (int i = 0; i < 3; i++)
-    if (r->args[i].memory) dnnl_memory_destroy(r->args[i].memory);
-  if (r->prim) dnnl_primitive_destroy(r->prim);
-  if (r->stream) dnnl_stream_destroy(r->stream);
-  if (r->engine) dnnl_engine_destroy(r->engine);
-  free(r);
-}
-
-/* For c's shape, bf16 operands (a16, b16) or fp32 (a, b); NULL when oneDNN cannot. */
-static raw_dnnl *raw_dnnl_open(const ctx *c, int bf16) {
-  omp_set_num_threads(1);
-  raw_dnnl *r = calloc(1, sizeof *r);
-  const dnnl_data_type_t in = bf16 ? dnnl_bf16 : dnnl_f32;
-  dnnl_memory_desc_t md[3];
-  dnnl_matmul_desc_t mm;
-  dnnl_primitive_attr_t attr = NULL;
-  dnnl_post_ops_t ops = NULL;
-  dnnl_primitive_desc_t pd = NULL;
-  void *ptr[3] = {bf16 ? (void *)c->a16 : c->a, bf16 ? (void *)c->b16 : c->b, c->c};
-  const int args[3] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
-  int ok = r && !dnnl_engine_create(&r->engine, dnnl_cpu, 0) &&
-           !dnnl_stream_create(&r->stream, r->engine, dnnl_stream_default_flags) &&
-           !raw_desc(&md[0], c->batch, c->M, c->K, c->opa == TR_OP_T, in) &&
-           !raw_desc(&md[1], c->batch, c->K, c->N, c->opb == TR_OP_T, in) &&
-           !raw_desc(&md[2], c->batch, c->M, c->N, 0, dnnl_f32) &&
-           !dnnl_matmul_desc_init(&mm, &md[0], &md[1], NULL, &md[2]) &&
-           !dnnl_primitive_attr_create(&attr);
-  if (ok && c->beta != 0.0f)
-    ok = !dnnl_post_ops_create(&ops) && !dnnl_post_ops_append_sum(ops, c->beta) &&
-         !dnnl_primitive_attr_set_post_ops(attr, ops);
-  ok = ok && !dnnl_primitive_desc_create(&pd, &mm, attr, r->engine, NULL) &&
-       !dnnl_primitive_create(&r->prim, pd);
-  for (int i = 0; ok && i < 3; i++) {
-    r->args[i].arg = args[i];
-    ok = !dnnl_memory_create(&r->args[i].memory, &md[i], r->engine, ptr[i]);
-  }
-  if (pd) dnnl_primitive_desc_destroy(pd);
-  if (ops) dnnl_post_ops_destroy(ops);
-  if (attr) dnnl_primitive_attr_destroy(attr);
-  if (!ok) raw_dnnl_close(r), r = NULL;
-  return r;
-}
-
-static void gemm_raw_dnnl(ctx *c) {
-  if (dnnl_primitive_execute(c->raw->prim, c->raw->stream, 3, c->raw->args)) c->status = TR_EDEVICE;
-}
-#else
-static raw_dnnl *raw_dnnl_open(const ctx *c, int bf16) {
-  (void)c, (void)bf16;
-  return NULL;
-}
-static void raw_dnnl_close(raw_dnnl *r) { (void)r; }
-static void gemm_raw_dnnl(ctx *c) { (void)c; }
-#endif
 
 typedef struct gemm_shape {
   const char *name;
@@ -332,6 +223,8 @@ typedef struct result {
   const char *ref_name;
   double ref2;      /* a second reference (GEMM: cblas_sgemm beside oneDNN), 0 when none */
   const char *ref2_name;
+  const char *served; /* GEMM on a host device: the library that served it */
+  double flops;       /* GEMM: of one call */
 } result;
 
 static void put_cell(const char *text, int width) {
@@ -360,6 +253,11 @@ static void print_row(const result *r) {
   put_cell(value, 14);
   ref_cells(r->ref_name, r->ref, r->value);
   ref_cells(r->ref2_name, r->ref2, r->value);
+  const double best = r->ref > r->ref2 ? r->ref : r->ref2;
+  char ratio[16] = "";
+  if (r->ref2 > 0) snprintf(ratio, sizeof ratio, "%.2f×", r->value / best);
+  put_cell(r->served ? r->served : "", 8);
+  put_cell(ratio, 7);
   fputc('\n', stderr);
 }
 
@@ -395,7 +293,11 @@ static void bench_gemm(ctx *c, const gemm_shape *g, int bf16, double seconds, re
   *r = (result){.device = tr_device_name(c->dev), .kind = bf16 ? "gemm_bf16" : "gemm", .name = g->name,
                 .value = flops / t_api * 1e-9, .ref = t_dnnl > 0 ? flops / t_dnnl * 1e-9 : 0,
                 .unit = "GFLOP/s", .ref_name = "oneDNN",
-                .ref2 = t_blas > 0 ? flops / t_blas * 1e-9 : 0, .ref2_name = "cblas_sgemm"};
+                .ref2 = t_blas > 0 ? flops / t_blas * 1e-9 : 0, .ref2_name = "cblas_sgemm",
+                .flops = flops,
+                .served = c->host ? tr__host_gemm_served(g->opa, g->opb, g->M, g->N, g->K,
+                                                         g->batch ? g->batch : 1, bf16)
+                                  : NULL};
   snprintf(r->shape, sizeof r->shape, "%s%c%c %dx%dx%d", bf16 ? "bf16 " : "", g->opa ? 'T' : 'N',
            g->opb ? 'T' : 'N', g->M, g->N, g->K);
 }
@@ -447,6 +349,31 @@ static double parallel_gflops(ctx *cs, int n, int iters) {
   return 2.0 * 1024 * 1024 * 1024 * iters * n / wall * 1e-9;
 }
 
+/* ---- whole training steps (--train) ------------------------------------------------------- */
+
+/* `troupe train --model <model> --devices host:1` for `seconds`: its GFLOP/s, against the
+ * raw libraries' best on the model's GEMM rows (each row's faster of oneDNN and cblas_sgemm,
+ * harmonic mean weighted by the rows' FLOPs: a step whose products all ran at that pace). */
+static void bench_train(const char *model, double seconds, const result *rs, int nr, result *r) {
+  tr_train_options o = tr_train_defaults();
+  o.model = model, o.devices = "host:1", o.steps = 0, o.seconds = seconds;
+  tr_train_result res;
+  char err[512];
+  double value = 0, flops = 0, time = 0;
+  if (tr_train_run(&o, &res, err, sizeof err))
+    fprintf(stderr, "troupe: bench ops: train %s: %s\n", model, err);
+  else
+    value = res.gflops;
+  for (int i = 0; i < nr; i++) {
+    const double best = rs[i].ref > rs[i].ref2 ? rs[i].ref : rs[i].ref2;
+    if (!strcmp(rs[i].kind, "gemm") && !strncmp(rs[i].name, model, strlen(model)) && best > 0)
+      flops += rs[i].flops, time += rs[i].flops / best;
+  }
+  *r = (result){.device = "host:1", .kind = "train", .name = model, .value = value,
+                .ref = time > 0 ? flops / time : 0, .unit = "GFLOP/s", .ref_name = "raw best"};
+  snprintf(r->shape, sizeof r->shape, "whole step, %.3g s", seconds);
+}
+
 /* ---- the command ------------------------------------------------------------------------------- */
 
 static int alloc_all(ctx *c, size_t n) {
@@ -482,6 +409,7 @@ typedef struct args {
   double seconds;
   uint64_t size;
   int json;
+  int train;
 } args;
 
 static const cli_option options[] = {
@@ -490,12 +418,16 @@ static const cli_option options[] = {
     {"--size", "N", CLI_U64, offsetof(args, size), .lo = (uint64_t)ROW * ROW, .hi = 1ull << 28,
      .help = "floats per element-wise buffer (default 4194304)"},
     CLI_JSON(args, json, "one JSON object on stdout"),
+    {"--train", NULL, CLI_SWITCH, offsetof(args, train),
+     .help = "also mlp's and gpt's whole training step on host:1 (troupe train, 20 x --seconds\n"
+             "each, at least 2 s) against the raw libraries' best on their shapes"},
 };
 static const cli_table table = {
     "bench ops", options, CLI_COUNT(options),
     .about = "GFLOP/s of GEMM, fp32 and bf16 (against oneDNN's matmul and cblas_sgemm called\n"
-             "directly on host devices) and GB/s of every element-wise kernel (against memcpy\n"
-             "of the same bytes), on each device.\n"};
+             "directly on host devices, with the library that served each shape and the ratio\n"
+             "to the faster) and GB/s of every element-wise kernel (against memcpy of the same\n"
+             "bytes), on each device; the CPU's instruction sets in the header.\n"};
 
 int bench_ops(int argc, char **argv) {
   args a = {.devices = "host:1", .seconds = 0.1, .size = 1 << 22};
@@ -506,9 +438,7 @@ int bench_ops(int argc, char **argv) {
   uint64_t size = a.size;
   const bool json = a.json;
   size -= size % (T * T); /* whole rows for every row-wise shape */
-#ifdef TR_HAVE_OPENBLAS
-  openblas_set_num_threads(1); /* the reference is one thread, as each host device */
-#endif
+  raw_one_thread(); /* the references are one thread, as each host device */
   tr_device_list *list;
   char err[256];
   if (tr_device_list_open(&list, spec, err, sizeof err)) {
@@ -517,7 +447,7 @@ int bench_ops(int argc, char **argv) {
   }
   const int ndev = tr_device_list_count(list);
   ctx *cs = calloc((size_t)ndev, sizeof *cs);
-  result *rs = calloc((size_t)ndev * (2 * NGEMM + NEW) + 1, sizeof *rs);
+  result *rs = calloc((size_t)ndev * (2 * NGEMM + NEW) + 3, sizeof *rs);
   int nr = 0, status = CLI_OK;
   if (!cs || !rs) {
     fprintf(stderr, "troupe: bench ops: out of memory\n");
@@ -581,17 +511,31 @@ int bench_ops(int argc, char **argv) {
     snprintf(r->shape, sizeof r->shape, "%d x NN 1024³", ndev);
   }
 
-  fprintf(stderr, "troupe bench ops: %s, element-wise n = %llu floats, best of 3 runs of ≥ %.2g s\n",
-          spec, (unsigned long long)size, seconds);
+  char isa[64], policy[4200];
+  cpu_isa(isa, sizeof isa);
+  tr__host_gemm_policy_describe(policy, sizeof policy);
+  if (a.train && cs[0].host) {
+    const double t = 20 * seconds < 2 ? 2 : 20 * seconds;
+    const int ngemm = nr;
+    bench_train("mlp", t, rs, ngemm, &rs[nr++]);
+    bench_train("gpt", t, rs, ngemm, &rs[nr++]);
+  }
+
+  fprintf(stderr, "troupe bench ops: %s, element-wise n = %llu floats, best of 3 runs of ≥ %.2g s\n"
+          "CPU: %s; host GEMM: %s\n", spec, (unsigned long long)size, seconds, isa, policy);
   fputc('|', stderr);
   put_cell("device", 7), put_cell("op", 24), put_cell("shape", 22), put_cell("troupe", 14);
   put_cell("reference", 20), put_cell("ratio", 6), put_cell("reference", 20), put_cell("ratio", 6);
+  put_cell("served", 8), put_cell("vs best", 7);
   fputs("\n|---------|--------------------------|------------------------|----------------|"
-        "----------------------|--------|----------------------|--------|\n", stderr);
+        "----------------------|--------|----------------------|--------|----------|---------|\n",
+        stderr);
   for (int i = 0; i < nr; i++) print_row(&rs[i]);
   if (json) {
-    printf("{\"bench\":\"ops\",\"devices\":\"%s\",\"size\":%llu,\"seconds\":%g,\"rows\":[", spec,
-           (unsigned long long)size, seconds);
+    printf("{\"bench\":\"ops\",\"devices\":\"%s\",\"size\":%llu,\"seconds\":%g,\"isa\":\"%s\","
+           "\"host_gemm\":", spec, (unsigned long long)size, seconds, isa);
+    cli_json_string(stdout, policy);
+    printf(",\"rows\":[");
     for (int i = 0; i < nr; i++) {
       const result *r = &rs[i];
       printf("%s{\"device\":\"%s\",\"kind\":\"%s\",\"op\":\"%s\",\"shape\":\"%s\",\"value\":%.6g,"
@@ -599,6 +543,8 @@ int bench_ops(int argc, char **argv) {
              i ? "," : "", r->device, r->kind, r->name, r->shape, r->value, r->unit);
       json_ref("reference", "ratio", r->ref_name, r->ref, r->value);
       json_ref("reference2", "ratio2", r->ref2_name, r->ref2, r->value);
+      if (r->served) printf(",\"served\":\"%s\"", r->served);
+      if (r->ref2 > 0) printf(",\"ratio_best\":%.4f", r->value / (r->ref > r->ref2 ? r->ref : r->ref2));
       printf("}");
     }
     printf("]}\n");

@@ -2,12 +2,14 @@
  * device standing for the CPU, every GPU), with memory, compute capability, what their GEMM
  * runs on (the instruction set oneDNN dispatches to, or the GPU's architecture) and whether
  * bf16 is native there, for GPUs which pairs can reach each other's memory directly, and
- * whether this build has NCCL (the collectives of GPU replica groups) and which. */
+ * whether this build has NCCL (the collectives of GPU replica groups) and which; and the
+ * host GEMM's libraries and policy (gpu/host/host_choose.h). */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
+#include "host/host_choose.h"
 #include "troupe.h"
 
 static double gib(uint64_t bytes) { return (double)bytes / (double)(1ull << 30); }
@@ -24,7 +26,35 @@ static const cli_table table = {
     .about = "Lists the host device and every GPU: kind, name, memory, compute capability,\n"
              "the instruction set GEMM runs on and how bf16 is multiplied there (native,\n"
              "emulated, or converted to fp32), the GPUs' peer-access matrix, and whether\n"
-             "this build has NCCL (and its version).\n"};
+             "this build has NCCL (and its version); the libraries the host's GEMM has\n"
+             "and how it picks one for each shape (TROUPE_GEMM).\n"};
+
+/* The host GEMM's libraries, and the policy the host device opened with. */
+static void host_gemm(bool json) {
+  char policy[4200];
+  tr__host_gemm_policy_describe(policy, sizeof policy);
+  if (json) {
+    printf(",\"host_gemm\":{\"policy\":\"%s\",\"description\":", tr__host_gemm_policy_name());
+    cli_json_string(stdout, policy);
+    printf(",\"libraries\":[");
+  } else
+    fprintf(stderr, "\nhost GEMM: %s\n", policy);
+  for (int i = 0; i < tr__host_nlibs; i++) {
+    const tr__host_lib_info *in = tr__host_lib_info_of(i);
+    if (json) {
+      printf("%s{\"name\":\"%s\",\"label\":", i ? "," : "", tr__host_libs[i]->name);
+      cli_json_string(stdout, in->label);
+      printf(",\"isa\":");
+      cli_json_string(stdout, in->isa);
+      printf(",\"bf16\":\"%s\"}", tr_bf16_support_name(in->bf16));
+    } else
+      fprintf(stderr, "  %-9s %-18s %-17s bf16 %s%s%s\n", tr__host_libs[i]->name, in->label, in->isa,
+              tr_bf16_support_name(in->bf16),
+              tr__host_libs[i]->fits ? " (small products only)" : "",
+              tr__host_libs[i]->rows_vary ? " (rows vary with the rows around them)" : "");
+  }
+  if (json) printf("]}");
+}
 
 int cmd_devices(int argc, char **argv) {
   args a = {0};
@@ -107,11 +137,13 @@ int cmd_devices(int argc, char **argv) {
     printf("],\"nccl\":");
     if (nccl) cli_json_string(stdout, nccl + 5);
     else printf("null");
+    host_gemm(json);
     printf("}\n");
   } else {
     if (ngpu) fprintf(stderr, "\n");
     fprintf(stderr, "\nNCCL: %s\n", nccl ? nccl + 5 : "not built (GPU replica groups sum "
                                                         "through peer memory)");
+    host_gemm(json);
   }
   tr_device_list_close(lists[0]);
   tr_device_list_close(lists[1]);

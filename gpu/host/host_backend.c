@@ -1,7 +1,7 @@
 /* host_backend.c — the host backend: CPU "devices" with 64-byte-aligned memory, in-order
  * streams run synchronously by the owner thread, events that complete when recorded,
- * memcpy for every copy (peer ones included) and oneDNN or OpenBLAS for GEMM (host_gemm.c,
- * host_blas.h), on the device's thread alone: the parallelism comes from running several
+ * memcpy for every copy (peer ones included) and oneDNN, OpenBLAS or a direct path for GEMM,
+ * chosen per shape (host_gemm.c, host_blas.h, host_choose.h), on the device's thread alone: the parallelism comes from running several
  * devices on several threads. */
 #include <stdbool.h>
 #include <stdio.h>
@@ -69,12 +69,10 @@ static int host_open(tr_device *d) {
   host_dev *h = calloc(1, sizeof *h);
   if (!h) return tr__device_fail(d, TR_ENOMEM, "open: out of memory");
   d->impl = h;
-  int rc = tr__host_blas_open(d, &h->blas);
+  cpu_model(d->info.model, 80);
+  d->info.isa[0] = 0;
+  int rc = tr__host_libs_open(d); /* the libraries named after the model */
   if (rc) return rc;
-  char model[80], blas[40];
-  cpu_model(model, sizeof model);
-  tr__host_blas_describe(&d->info, blas, sizeof blas);
-  snprintf(d->info.model, sizeof d->info.model, "%s (%s)", model, blas);
   d->info.multiprocessors = 1;
   return host_update_memory(d);
 }
@@ -93,7 +91,7 @@ static void host_close(tr_device *d) {
     free(b);
   }
   for (int i = 0; i < TR__SCRATCH_COUNT; i++) free(h->scratch[i]);
-  tr__host_blas_close(h->blas);
+  tr__host_libs_close(d);
   free(h);
   d->impl = NULL;
 }

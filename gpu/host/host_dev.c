@@ -1,12 +1,10 @@
 /* host_dev.c — what the host backend's op files ask of the device they run on: scratch
- * memory (host_impl.h) and the GEMM library's state (host_blas.h). Kept apart from the
+ * memory (host_impl.h); each GEMM library's state is host_libs.c's. Kept apart from the
  * backend's table (host_backend.c), which names the op files' functions: the ops call down
  * into this file, never back up into the table's. */
 #include <stdlib.h>
 
 #include "host_dev.h"
-
-tr__host_blas *tr__host_blas_of(const tr_device *d) { return ((tr__host_dev *)d->impl)->blas; }
 
 void *tr__host_scratch(tr_stream *s, int which, size_t bytes) {
   tr__host_dev *h = s->dev->impl;

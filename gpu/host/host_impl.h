@@ -41,8 +41,9 @@ static inline float tr__host_expf_nonpos(float x) {
 
 /* Scratch memory of the device (host_dev.c), one buffer per use that may overlap another's (grows,
  * reused by later ops; NULL when out of memory): the kernels' and the direct GEMM path's,
- * bf16 GEMM operands widened to float32, and the GEMM library's own (oneDNN's scratchpad). */
-enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_BLAS, TR__SCRATCH_COUNT };
+ * bf16 GEMM operands widened to float32, the GEMM library's own (oneDNN's scratchpad), and C
+ * kept while the libraries are timed on it (host_choose.c). */
+enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_BLAS, TR__SCRATCH_SAVE, TR__SCRATCH_COUNT };
 void *tr__host_scratch(tr_stream *s, int which, size_t bytes);
 
 /* sum of x[i] and sum of x[i]^2 over n floats, in double */
@@ -61,10 +62,12 @@ int tr__host_gemm_batched(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int 
                           int64_t stride_b, float beta, float *C, int ldc, int64_t stride_c,
                           int batch);
 
-/* host_tiny.c: the direct path of products of at most TR__HOST_TINY_MNK multiply-adds,
- * where it beats a library's call (host_gemm.c decides by M N K and the transposes): 1 when
- * it ran, 0 when it could not (no scratch for its copies). */
-enum { TR__HOST_TINY_MNK = 128 * 128 * 16 };
+/* host_tiny.c: the direct path of small products, where it beats a library's call. A pinned
+ * library leaves it those of at most TR__HOST_TINY_MNK multiply-adds (host_choose.c decides
+ * by M N K and the transposes); measured against the libraries (TROUPE_GEMM=auto) it is a
+ * candidate up to TR__HOST_TINY_REACH. 1 when it ran, 0 when it could not (no scratch for
+ * its copies). */
+enum { TR__HOST_TINY_MNK = 128 * 128 * 16, TR__HOST_TINY_REACH = 4 * TR__HOST_TINY_MNK };
 int tr__host_gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,
                        const float *A, int lda, const float *B, int ldb, float beta, float *C,
                        int ldc);

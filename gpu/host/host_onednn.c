@@ -1,5 +1,6 @@
 /* host_onednn.c — the host backend's GEMM on oneDNN's matmul primitive (Debian's libdnnl:
- * JIT kernels for AVX2, AVX-512, AVX512-BF16 and AMX, picked for the CPU that runs).
+ * JIT kernels for AVX2, AVX-512, AVX512-BF16 and AMX, picked for the CPU that runs); the row
+ * tr__host_onednn of host_blas.h's table, built where libdnnl is found.
  *
  * A primitive is made for one shape: transposes, sizes, leading dimensions, batch strides,
  * alpha (an output scale) and beta (a sum post-op), each as oneDNN memory strides, so the
@@ -47,12 +48,12 @@ typedef struct plan {
   size_t pad_bytes;
 } plan;
 
-struct tr__host_blas {
+typedef struct onednn {
   dnnl_engine_t engine;
   dnnl_stream_t stream;
   plan *table; /* TABLE entries */
   int used;
-};
+} onednn;
 
 static void one_thread(void) {
   if (omp_get_max_threads() != 1) omp_set_num_threads(1);
@@ -114,12 +115,12 @@ static void find_bf16(void) {
   dnnl_engine_destroy(engine);
 }
 
-void tr__host_blas_describe(tr_device_info *info, char *lib, size_t lib_size) {
+static void describe(tr__host_lib_info *out) {
   const dnnl_version_t *v = dnnl_version();
-  snprintf(lib, lib_size, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
-  snprintf(info->isa, sizeof info->isa, "%s", isa_name(dnnl_get_effective_cpu_isa()));
+  snprintf(out->label, sizeof out->label, "oneDNN %d.%d.%d", v->major, v->minor, v->patch);
+  snprintf(out->isa, sizeof out->isa, "%s", isa_name(dnnl_get_effective_cpu_isa()));
   pthread_once(&found_once, find_bf16);
-  info->bf16 = found_bf16;
+  out->bf16 = found_bf16;
 }
 
 /* ---- the device's table of plans ---------------------------------------------------------- */
@@ -132,15 +133,17 @@ static void plan_free(plan *p) {
   memset(p, 0, sizeof *p);
 }
 
-static void table_clear(tr__host_blas *b) {
+static void table_clear(onednn *b) {
   for (int i = 0; i < TABLE; i++)
     if (b->table[i].prim) plan_free(&b->table[i]);
   b->used = 0;
 }
 
-int tr__host_blas_open(tr_device *d, tr__host_blas **out) {
+static void close_(void *state);
+
+static int open_(tr_device *d, void **out) {
   *out = NULL;
-  tr__host_blas *b = calloc(1, sizeof *b);
+  onednn *b = calloc(1, sizeof *b);
   if (b) b->table = calloc(TABLE, sizeof *b->table);
   if (!b || !b->table) {
     if (b) free(b->table);
@@ -150,14 +153,15 @@ int tr__host_blas_open(tr_device *d, tr__host_blas **out) {
   dnnl_status_t st = dnnl_engine_create(&b->engine, dnnl_cpu, 0);
   if (st == dnnl_success) st = dnnl_stream_create(&b->stream, b->engine, dnnl_stream_default_flags);
   if (st != dnnl_success) {
-    tr__host_blas_close(b);
+    close_(b);
     return tr__device_fail(d, TR_EDEVICE, "open: oneDNN's CPU engine: status %d", (int)st);
   }
   *out = b;
   return 0;
 }
 
-void tr__host_blas_close(tr__host_blas *b) {
+static void close_(void *state) {
+  onednn *b = state;
   if (!b) return;
   if (b->table) table_clear(b);
   if (b->stream) dnnl_stream_destroy(b->stream);
@@ -196,7 +200,7 @@ static int desc(dnnl_memory_desc_t *md, const key *k, int rows, int cols, int tr
   return dnnl_memory_desc_init_by_strides(md, 3, dims, type, strides);
 }
 
-static dnnl_status_t plan_make(tr__host_blas *b, const key *k, plan *p) {
+static dnnl_status_t plan_make(onednn *b, const key *k, plan *p) {
   const dnnl_data_type_t in = k->bf16 ? dnnl_bf16 : dnnl_f32;
   dnnl_memory_desc_t a, w, c;
   dnnl_matmul_desc_t md;
@@ -237,7 +241,7 @@ done:
 
 /* The plan for g: found in the table, or made and entered (the table emptied first when
  * its probes are full). */
-static dnnl_status_t plan_for(tr__host_blas *b, const tr__gemm_args *g, plan **out) {
+static dnnl_status_t plan_for(onednn *b, const tr__gemm_args *g, plan **out) {
   const key k = key_of(g);
   const unsigned h = key_hash(&k);
   int i = 0; /* ends at the chain's first empty entry, or PROBES when it is full */
@@ -253,7 +257,8 @@ static dnnl_status_t plan_for(tr__host_blas *b, const tr__gemm_args *g, plan **o
   return st;
 }
 
-int tr__host_blas_gemm(tr_stream *s, tr__host_blas *b, const tr__gemm_args *g) {
+static int gemm(tr_stream *s, void *state, const tr__gemm_args *g) {
+  onednn *b = state;
   one_thread();
   plan *p = NULL;
   dnnl_status_t st = plan_for(b, g, &p);
@@ -276,3 +281,6 @@ int tr__host_blas_gemm(tr_stream *s, tr__host_blas *b, const tr__gemm_args *g) {
                          g->bf16 ? "bf16 " : "", g->opa == TR_OP_T ? 'T' : 'N',
                          g->opb == TR_OP_T ? 'T' : 'N', g->M, g->N, g->K, g->batch, (int)st);
 }
+
+const tr__host_lib tr__host_onednn = {
+    .name = "onednn", .describe = describe, .open = open_, .close = close_, .gemm = gemm};

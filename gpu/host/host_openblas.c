@@ -1,16 +1,18 @@
-/* host_openblas.c — the host backend's GEMM on OpenBLAS's cblas_sgemm (-Dblas=openblas), or
- * any CBLAS. OpenBLAS has one thread setting for the whole process: it is set to 1 once, so
- * each host device computes on its own thread alone. No bf16: host_gemm.c converts. */
+/* host_openblas.c — the host backend's GEMM on OpenBLAS's cblas_sgemm, or any CBLAS: the
+ * row tr__host_openblas of host_blas.h's table, in every build. OpenBLAS has one thread
+ * setting for the whole process: it is set to 1 once, so each host device computes on its
+ * own thread alone. No bf16: host_gemm.c widens for it. No state of its own.
+ *
+ * Its sgemm computes a row of C by a kernel that depends on the row's place in blocks of
+ * rows (12 on Haswell: a row at another offset, or in the last partial block, differs in the
+ * last bits), so its rows vary with the rows around them (rows_vary). */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "host_blas.h"
-
-struct tr__host_blas {
-  int unused;
-};
 
 static void one_thread(void) {
 #ifdef TR_HAVE_OPENBLAS
@@ -18,28 +20,32 @@ static void one_thread(void) {
 #endif
 }
 
-void tr__host_blas_describe(tr_device_info *info, char *lib, size_t lib_size) {
+static void describe(tr__host_lib_info *out) {
 #ifdef TR_HAVE_OPENBLAS
-  snprintf(lib, lib_size, "OpenBLAS");
-  snprintf(info->isa, sizeof info->isa, "%s", openblas_get_corename());
+#ifdef OPENBLAS_VERSION /* " OpenBLAS 0.3.21 " */
+  snprintf(out->label, sizeof out->label, "%s", OPENBLAS_VERSION + strspn(OPENBLAS_VERSION, " "));
+  for (size_t n = strlen(out->label); n && out->label[n - 1] == ' ';) out->label[--n] = 0;
 #else
-  snprintf(lib, lib_size, "CBLAS");
-  snprintf(info->isa, sizeof info->isa, "unknown");
+  snprintf(out->label, sizeof out->label, "OpenBLAS");
 #endif
-  info->bf16 = TR_BF16_CONVERTED;
+  snprintf(out->isa, sizeof out->isa, "%s", openblas_get_corename());
+#else
+  snprintf(out->label, sizeof out->label, "CBLAS");
+  snprintf(out->isa, sizeof out->isa, "unknown");
+#endif
+  out->bf16 = TR_BF16_CONVERTED;
 }
 
-int tr__host_blas_open(tr_device *d, tr__host_blas **out) {
+static int open_(tr_device *d, void **out) {
+  (void)d;
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, one_thread);
-  *out = calloc(1, sizeof **out);
-  return *out ? 0 : tr__device_fail(d, TR_ENOMEM, "open: out of memory");
+  *out = NULL;
+  return 0;
 }
 
-void tr__host_blas_close(tr__host_blas *b) { free(b); }
-
-int tr__host_blas_gemm(tr_stream *s, tr__host_blas *b, const tr__gemm_args *g) {
-  (void)s, (void)b;
+static int gemm(tr_stream *s, void *state, const tr__gemm_args *g) {
+  (void)s, (void)state;
   const float *A = g->A, *B = g->B;
   for (int i = 0; i < g->batch; i++)
     cblas_sgemm(CblasRowMajor, g->opa == TR_OP_T ? CblasTrans : CblasNoTrans,
@@ -47,3 +53,6 @@ int tr__host_blas_gemm(tr_stream *s, tr__host_blas *b, const tr__gemm_args *g) {
                 A + i * g->sa, g->lda, B + i * g->sb, g->ldb, g->beta, g->C + i * g->sc, g->ldc);
   return 0;
 }
+
+const tr__host_lib tr__host_openblas = {
+    .name = "openblas", .describe = describe, .open = open_, .gemm = gemm, .rows_vary = 1};

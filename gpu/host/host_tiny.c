@@ -4,8 +4,8 @@
  * A BLAS packs both operands and clears or scales C before its kernel runs, microseconds
  * per call whatever the size: simplenet's 64x100x10 forward product took 4.5 µs in OpenBLAS's
  * sgemm, and about 2 in a cached oneDNN matmul, several times its arithmetic. Products of at
- * most TR__HOST_TINY_MNK multiply-adds run here instead (host_gemm.c decides), in one of two
- * forms:
+ * most TR__HOST_TINY_MNK multiply-adds run here instead (or, measured, whichever is faster:
+ * host_choose.h), in one of two forms:
  *
  *   tiles  C'(p,q) = alpha * sum_k X(p,k) Y(k,q) + beta * C'(p,q), Y contiguous along q: a
  *          few rows by a few vectors of C' at a time, their sums in registers across k. C' is C
@@ -21,9 +21,10 @@
  * operands lie. The loops are built twice (host_cpu.h): with AVX2 and FMA, which fuses each
  * multiply-add, and for the baseline. */
 #include <stddef.h>
+#include <stdio.h>
 
+#include "host_blas.h"
 #include "host_cpu.h"
-#include "host_impl.h"
 
 enum { VL = 8 }; /* lanes of a vector: one AVX2 register, two SSE ones */
 
@@ -227,3 +228,29 @@ int tr__host_gemm_tiny(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, 
   (tr__cpu_v3() ? tiles_v3 : tiles_base)(&t, !by_rows);
   return 1;
 }
+
+/* ---- as a row of host_blas.h's table ---------------------------------------------------- */
+
+static void describe(tr__host_lib_info *out) {
+  snprintf(out->label, sizeof out->label, "direct");
+  snprintf(out->isa, sizeof out->isa, "%s", tr__cpu_v3() ? "avx2+fma" : "sse2");
+  out->bf16 = TR_BF16_CONVERTED;
+}
+
+static int tiny_gemm(tr_stream *s, void *state, const tr__gemm_args *g) {
+  (void)state;
+  for (int b = 0; b < g->batch; b++)
+    if (!tr__host_gemm_tiny(s, g->opa, g->opb, g->M, g->N, g->K, g->alpha,
+                            (const float *)g->A + b * g->sa, g->lda, (const float *)g->B + b * g->sb,
+                            g->ldb, g->beta, g->C + b * g->sc, g->ldc))
+      return tr__device_fail(s->dev, TR_ENOMEM, "gemm: %dx%dx%d on the direct path: no scratch "
+                             "for its copy of B: out of memory", g->M, g->N, g->K);
+  return 0;
+}
+
+static int fits(const tr__gemm_args *g) {
+  return (int64_t)g->M * g->N * g->K <= TR__HOST_TINY_REACH;
+}
+
+const tr__host_lib tr__host_tiny = {
+    .name = "tiny", .describe = describe, .gemm = tiny_gemm, .fits = fits};

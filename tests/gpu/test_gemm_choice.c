@@ -1,0 +1,514 @@
+/* test_gemm_choice.c — the host GEMM's library chosen per shape (gpu/host/host_choose.h):
+ * the faster of two candidates wins, a key is measured once and its choice reused, threads
+ * meeting a key at once get one answer, TROUPE_GEMM pins (and a bad value is refused naming
+ * it), and the file of choices is read back by a fresh process without measuring.
+ *
+ * The candidates are fakes with known costs (the test hook tr__host_gemm_test_libs), each
+ * writing its own mark into C, so the result says which one served a call. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "host/host_choose.h"
+#include "op_harness.h"
+#include "troupe.h"
+
+/* ---- the fakes: C = beta C + mark, the slow one after a sleep -------------------------- */
+
+static _Atomic int calls[2];
+
+static int fake(const tr__gemm_args *g, float mark, long sleep_us, int which) {
+  calls[which]++;
+  if (sleep_us) nanosleep(&(struct timespec){0, sleep_us * 1000}, NULL);
+  for (int b = 0; b < g->batch; b++)
+    for (int i = 0; i < g->M; i++)
+      for (int j = 0; j < g->N; j++) {
+        float *c = g->C + b * g->sc + (ptrdiff_t)i * g->ldc + j;
+        *c = g->beta * *c + mark;
+      }
+  return 0;
+}
+static int slow_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
+  (void)s, (void)st;
+  return fake(g, 1.0f, 2000, 0);
+}
+static int fast_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
+  (void)s, (void)st;
+  return fake(g, 2.0f, 0, 1);
+}
+static void fake_describe(tr__host_lib_info *out) {
+  snprintf(out->label, sizeof out->label, "fake");
+  snprintf(out->isa, sizeof out->isa, "none");
+  out->bf16 = TR_BF16_CONVERTED;
+}
+static const tr__host_lib slow = {.name = "slow", .describe = fake_describe, .gemm = slow_gemm};
+static const tr__host_lib fast = {.name = "fast", .describe = fake_describe, .gemm = fast_gemm};
+/* the slow one first: a tie, or a chooser that took the first, would pick it */
+static const tr__host_lib *const fakes[] = {&slow, &fast};
+/* fast, but only for products of at most 8x8x8 */
+static int small_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
+  (void)s, (void)st;
+  return fake(g, 3.0f, 0, 1);
+}
+static int small_fits(const tr__gemm_args *g) { return g->M * g->N * g->K <= 8 * 8 * 8; }
+static const tr__host_lib small = {.name = "small", .describe = fake_describe, .gemm = small_gemm,
+                                   .fits = small_fits};
+
+enum { M = 8, N = 8, K = 8 };
+
+/* C (M x N) = beta C + op on dev (bound to the calling thread), N and K as given. */
+static float *gemm_on(tr_device *dev, float *C, int m, int n, int k, float beta) {
+  static float A[64 * 64], B[64 * 64];
+  assert_int_equal(tr_gemm(tr_device_stream(dev), TR_OP_N, TR_OP_N, m, n, k, 1.0f, A, k, B, n,
+                           beta, C, n),
+                   0);
+  return C;
+}
+
+static tr_device_list *open_host(const char *spec) {
+  tr_device_list *l = NULL;
+  char err[256];
+  const int rc = tr_device_list_open(&l, spec, err, sizeof err);
+  if (rc) fprintf(stderr, "%s\n", err);
+  assert_int_equal(rc, 0);
+  return l;
+}
+
+static char dir[256];
+
+/* The tests' file of choices, in a folder of their own. */
+static int use_file(void) {
+  char path[300];
+  snprintf(path, sizeof path, "%s/choices", dir);
+  return setenv("TROUPE_GEMM_CHOICES", path, 1);
+}
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(dir, sizeof dir, "/tmp/troupe-gemm-choice-XXXXXX");
+  if (!mkdtemp(dir)) return -1;
+  unsetenv("TROUPE_GEMM");
+  return use_file();
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ---- the tests ------------------------------------------------------------------------------ */
+
+static void the_faster_of_two_candidates_serves_the_shape(void **state) {
+  (void)state;
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  const long before = tr__host_gemm_measurements();
+  float C[M * N];
+  for (int i = 0; i < M * N; i++) C[i] = 10.0f;
+  gemm_on(d, C, M, N, K, 1.0f);
+  /* timed on C, then C restored: the result is the fast one's, once */
+  for (int i = 0; i < M * N; i++) assert_float_equal(C[i], 12.0f, 0);
+  assert_int_equal(tr__host_gemm_measurements(), before + 1);
+  assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, M, N, K, 1, 0), "fast");
+  double ns[TR__HOST_LIBS_MAX];
+  assert_true(tr__host_gemm_timings(TR_OP_N, TR_OP_N, N, K, 1, 0, ns));
+  assert_true(ns[0] > ns[1] && ns[0] >= 2e6);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+}
+
+static void a_key_is_measured_once_and_its_choice_reused(void **state) {
+  (void)state;
+  setenv("TROUPE_GEMM_CHOICES", "", 1); /* no file: the first test's choice is in it */
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  const long before = tr__host_gemm_measurements();
+  float C[64 * 64];
+  gemm_on(d, C, M, N, K, 0.0f);
+  const int slow_calls = calls[0];
+  for (int m = 1; m <= 32; m++) { /* M is no part of the key: one choice for every M */
+    gemm_on(d, C, m, N, K, 0.0f);
+    for (int i = 0; i < m * N; i++) assert_float_equal(C[i], 2.0f, 0);
+  }
+  assert_int_equal(calls[0], slow_calls);
+  assert_int_equal(tr__host_gemm_measurements(), before + 1);
+  gemm_on(d, C, M, N + 1, K, 0.0f); /* another N: another key */
+  assert_int_equal(tr__host_gemm_measurements(), before + 2);
+  gemm_on(d, C, M, N, K + 1, 0.0f); /* another K too */
+  assert_int_equal(tr__host_gemm_measurements(), before + 3);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+  use_file();
+}
+
+/* A row that serves only small products, chosen at a small M, leaves a larger M of the same
+ * key to the first row that fits it, without measuring again. */
+static void a_row_that_cannot_serve_a_larger_m_gives_it_to_the_first_that_can(void **state) {
+  (void)state;
+  setenv("TROUPE_GEMM_CHOICES", "", 1);
+  const tr__host_lib *const rows[] = {&slow, &small};
+  tr__host_gemm_test_libs(rows, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  const long before = tr__host_gemm_measurements();
+  float C[64 * 64];
+  gemm_on(d, C, M, N, K, 0.0f);
+  assert_float_equal(C[0], 3.0f, 0);
+  assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, M, N, K, 1, 0), "small");
+  gemm_on(d, C, 2 * M, N, K, 0.0f);
+  for (int i = 0; i < 2 * M * N; i++) assert_float_equal(C[i], 1.0f, 0);
+  assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, 2 * M, N, K, 1, 0), "slow");
+  gemm_on(d, C, M / 2, N, K, 0.0f);
+  assert_float_equal(C[0], 3.0f, 0);
+  assert_int_equal(tr__host_gemm_measurements(), before + 1);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+  use_file();
+}
+
+/* A library whose rows vary with the rows around them serves under auto only products
+ * whose op(A) is A transposed (its rows are never a batch's), and under fastest any. */
+static int vary_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
+  (void)s, (void)st;
+  return fake(g, 4.0f, 0, 1);
+}
+static const tr__host_lib vary = {.name = "vary", .describe = fake_describe, .gemm = vary_gemm,
+                                  .rows_vary = 1};
+
+static void rows_that_vary_serve_only_weight_gradients_unless_fastest(void **state) {
+  (void)state;
+  setenv("TROUPE_GEMM_CHOICES", "", 1);
+  const tr__host_lib *const rows[] = {&slow, &vary};
+  tr__host_gemm_test_libs(rows, 2);
+  for (int f = 0; f < 2; f++) {
+    setenv("TROUPE_GEMM", f ? "fastest" : "auto", 1);
+    tr_device_list *l = open_host("host:1");
+    tr_device *d = tr_device_list_at(l, 0);
+    tr_device_bind(d);
+    static float A[64 * 64], B[64 * 64], C[64 * 64];
+    for (int t = 0; t < 2; t++) {
+      const tr_op opa = (tr_op)t;
+      assert_int_equal(tr_gemm(tr_device_stream(d), opa, TR_OP_N, M, N, K + f, 1.0f, A,
+                               opa == TR_OP_N ? K + f : M, B, N, 0.0f, C, N),
+                       0);
+      assert_float_equal(C[0], opa == TR_OP_T || f ? 4.0f : 1.0f, 0);
+    }
+    tr_device_list_close(l);
+  }
+  unsetenv("TROUPE_GEMM");
+  tr__host_gemm_test_libs(NULL, 0);
+  use_file();
+}
+
+/* ---- threads at once ------------------------------------------------------------------------ */
+
+enum { THREADS = 4, ROUNDS = 20 };
+
+typedef struct racer {
+  tr_device *dev;
+  pthread_barrier_t *go;
+  float first[ROUNDS]; /* C[0] after each round's call */
+} racer;
+
+static void *race(void *arg) {
+  racer *r = arg;
+  tr_device_bind(r->dev);
+  for (int k = 0; k < ROUNDS; k++) {
+    float C[M * N];
+    pthread_barrier_wait(r->go);
+    gemm_on(r->dev, C, M, N, 16 + k, 0.0f); /* every round a key no thread has met */
+    r->first[k] = C[0];
+  }
+  return NULL;
+}
+
+static void threads_meeting_a_key_at_once_get_one_answer(void **state) {
+  (void)state;
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = open_host("host:4");
+  pthread_barrier_t go;
+  pthread_barrier_init(&go, NULL, THREADS);
+  racer rs[THREADS];
+  pthread_t t[THREADS];
+  const long before = tr__host_gemm_measurements();
+  for (int i = 0; i < THREADS; i++) {
+    rs[i] = (racer){.dev = tr_device_list_at(l, i), .go = &go};
+    assert_int_equal(pthread_create(&t[i], NULL, race, &rs[i]), 0);
+  }
+  for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&go);
+  for (int k = 0; k < ROUNDS; k++)
+    for (int i = 0; i < THREADS; i++) assert_float_equal(rs[i].first[k], rs[0].first[k], 0);
+  assert_int_equal(tr__host_gemm_measurements(), before + ROUNDS); /* once per key */
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+}
+
+/* ---- the pin -------------------------------------------------------------------------------- */
+
+static void troupe_gemm_pins_a_library_and_a_bad_value_is_refused(void **state) {
+  (void)state;
+  tr_device_list *l = NULL;
+  char err[256] = "";
+  setenv("TROUPE_GEMM", "quickest", 1);
+  assert_int_not_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
+  assert_non_null(strstr(err, "TROUPE_GEMM=quickest"));
+  assert_non_null(strstr(err, "auto, fastest, "));
+  const char *pins[] = {"openblas", "onednn"};
+  for (size_t p = 0; p < sizeof pins / sizeof pins[0]; p++) {
+    setenv("TROUPE_GEMM", pins[p], 1);
+    if (tr_device_list_open(&l, "host:1", err, sizeof err)) {
+      assert_string_equal(pins[p], "onednn"); /* a build without libdnnl */
+      assert_non_null(strstr(err, "TROUPE_GEMM=onednn"));
+      continue;
+    }
+    tr_device *d = tr_device_list_at(l, 0);
+    tr_device_bind(d);
+    const long before = tr__host_gemm_measurements();
+    static float C[128 * 128];
+    gemm_on(d, C, 64, 64, 64, 0.0f);
+    gemm_on(d, C, 128, 128, 64, 0.0f);
+    assert_int_equal(tr__host_gemm_measurements(), before);
+    /* the smallest products stay on the direct path, as they did with one library */
+    assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, 64, 64, 64, 1, 0), "tiny");
+    assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, 128, 128, 64, 1, 0), pins[p]);
+    char policy[256];
+    tr__host_gemm_policy_describe(policy, sizeof policy);
+    assert_non_null(strstr(policy, pins[p]));
+    assert_non_null(strstr(policy, "TROUPE_GEMM"));
+    tr_device_list_close(l);
+  }
+  unsetenv("TROUPE_GEMM");
+  l = open_host("host:1");
+  tr_device_list_close(l);
+  assert_int_equal(tr__host_gemm_pinned(), -1);
+}
+
+/* ---- every library computes ---------------------------------------------------------------- */
+
+/* Every library of the build, pinned, and auto: each transpose, leading dimensions padded,
+ * alpha and beta, a strided batch, fp32 and bf16, against float64 (th_check). */
+static void every_library_matches_float64_in_every_form(void **state) {
+  (void)state;
+  enum { BM = 70, BN = 90, BK = 80, PAD = 3, BATCH = 2 };
+  const int lda = 96, ldb = 96, ldc = BN + PAD; /* >= every op's columns, + PAD */
+  const int64_t sa = (int64_t)96 * lda, sb = (int64_t)96 * ldb, sc = (int64_t)BM * ldc;
+  float *A = malloc(sizeof(float) * (size_t)sa * BATCH), *B = malloc(sizeof(float) * (size_t)sb * BATCH);
+  float *C = malloc(sizeof(float) * (size_t)sc * BATCH), *C0 = malloc(sizeof(float) * (size_t)sc * BATCH);
+  tr_bf16 *A16 = malloc(2 * (size_t)sa * BATCH), *B16 = malloc(2 * (size_t)sb * BATCH);
+  double *ref = malloc(sizeof(double) * BM * BN);
+  float *got = malloc(sizeof(float) * BM * BN);
+  assert_true(A && B && C && C0 && A16 && B16 && ref && got);
+  th_rng r = th_rng_for(7);
+  th_fill_normal(&r, A, (size_t)sa * BATCH, 1);
+  th_fill_normal(&r, B, (size_t)sb * BATCH, 1);
+  th_fill_normal(&r, C0, (size_t)sc * BATCH, 1);
+  for (int64_t i = 0; i < sa * BATCH; i++) { /* rounded to bf16 and back: the bf16 values */
+    uint32_t u;
+    memcpy(&u, &A[i], 4);
+    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&A[i], &u, 4);
+    A16[i] = (tr_bf16)(u >> 16);
+  }
+  for (int64_t i = 0; i < sb * BATCH; i++) {
+    uint32_t u;
+    memcpy(&u, &B[i], 4);
+    u = (u + 0x7fff + ((u >> 16) & 1)) & 0xffff0000u;
+    memcpy(&B[i], &u, 4);
+    B16[i] = (tr_bf16)(u >> 16);
+  }
+  const char *pins[] = {"openblas", "onednn", "auto"};
+  for (size_t p = 0; p < sizeof pins / sizeof pins[0]; p++) {
+    setenv("TROUPE_GEMM", pins[p], 1);
+    tr_device_list *l = NULL;
+    char err[256];
+    if (tr_device_list_open(&l, "host:1", err, sizeof err)) {
+      assert_string_equal(pins[p], "onednn"); /* a build without libdnnl */
+      continue;
+    }
+    tr_device *d = tr_device_list_at(l, 0);
+    tr_device_bind(d);
+    tr_stream *s = tr_device_stream(d);
+    for (int t = 0; t < 8; t++) {
+      const tr_op opa = (tr_op)(t & 1), opb = (tr_op)((t >> 1) & 1);
+      const int bf16 = t >> 2;
+      const float alpha = -1.5f, beta = 0.5f;
+      memcpy(C, C0, sizeof(float) * (size_t)sc * BATCH);
+      const int rc = bf16 ? tr_gemm_batched_bf16(s, opa, opb, BM, BN, BK, alpha, A16, lda, sa, B16,
+                                                 ldb, sb, beta, C, ldc, sc, BATCH)
+                          : tr_gemm_batched(s, opa, opb, BM, BN, BK, alpha, A, lda, sa, B, ldb, sb,
+                                            beta, C, ldc, sc, BATCH);
+      assert_int_equal(rc, 0);
+      for (int b = 0; b < BATCH; b++) {
+        for (int i = 0; i < BM; i++)
+          for (int j = 0; j < BN; j++) {
+            double sum = 0;
+            for (int k = 0; k < BK; k++) {
+              const float a = opa ? A[b * sa + (int64_t)k * lda + i] : A[b * sa + (int64_t)i * lda + k];
+              const float bb = opb ? B[b * sb + (int64_t)j * ldb + k] : B[b * sb + (int64_t)k * ldb + j];
+              sum += (double)a * bb;
+            }
+            ref[i * BN + j] = alpha * sum + beta * (double)C0[b * sc + (int64_t)i * ldc + j];
+            got[i * BN + j] = C[b * sc + (int64_t)i * ldc + j];
+          }
+        char what[64];
+        snprintf(what, sizeof what, "%s %s %c%c batch %d", pins[p], bf16 ? "bf16" : "fp32",
+                 opa ? 'T' : 'N', opb ? 'T' : 'N', b);
+        assert_true(th_check(what, got, ref, (size_t)BM * BN, TH_TOL_GEMM));
+      }
+    }
+    tr_device_list_close(l);
+  }
+  unsetenv("TROUPE_GEMM");
+  free(A), free(B), free(C), free(C0), free(A16), free(B16), free(ref), free(got);
+}
+
+/* ---- the file ------------------------------------------------------------------------------- */
+
+static char self[4096];
+
+/* A fresh process: the fakes, one call of the first test's shape; exit 0 when no key was
+ * measured and C holds `want` (the mark of the row the file names). */
+static int child(float want) {
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = NULL;
+  char err[256];
+  if (tr_device_list_open(&l, "host:1", err, sizeof err)) return 3;
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  static float A[M * K], B[K * N], C[M * N];
+  if (tr_gemm(tr_device_stream(d), TR_OP_N, TR_OP_N, M, N, K, 1.0f, A, K, B, N, 0.0f, C, N))
+    return 4;
+  const int ok = tr__host_gemm_measurements() == 0 && C[0] == want;
+  tr_device_list_close(l);
+  return ok ? 0 : 1;
+}
+
+static int run_child(float want) {
+  char arg[32];
+  snprintf(arg, sizeof arg, "%g", want);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    execl(self, self, "--child", arg, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  assert_int_equal(waitpid(pid, &status, 0), pid);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+}
+
+static char *slurp(const char *path) {
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static char text[1 << 20];
+  const size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = 0;
+  fclose(f);
+  return text;
+}
+
+static void a_fresh_process_reads_the_choice_back_without_measuring(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/fresh/gemm-choices", dir); /* its folder made when needed */
+  setenv("TROUPE_GEMM_CHOICES", path, 1);
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  float C[M * N];
+  gemm_on(d, C, M, N, K, 0.0f);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+  /* one line, naming the fast one */
+  char *text = slurp(path);
+  assert_non_null(strstr(text, "\tNN N8 K8 x1 f32\tfast\t"));
+  assert_int_equal(run_child(2.0f), 0);
+  /* the file, not another measurement, decides: swapped to the slow one, the child uses it */
+  char *at = strstr(text, "\tfast\t");
+  memcpy(at, "\tslow\t", 6);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  fputs(text, f);
+  fclose(f);
+  assert_int_equal(run_child(1.0f), 0);
+  /* a file that is not ours to replace (a folder) is left alone, and nothing fails */
+  char folder[300];
+  snprintf(folder, sizeof folder, "%s/a-folder", dir);
+  assert_int_equal(mkdir(folder, 0700), 0);
+  setenv("TROUPE_GEMM_CHOICES", folder, 1);
+  tr__host_gemm_test_libs(fakes, 2);
+  l = open_host("host:1");
+  d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  gemm_on(d, C, M, N, K, 0.0f);
+  assert_float_equal(C[0], 2.0f, 0);
+  struct stat st;
+  assert_int_equal(stat(folder, &st), 0);
+  assert_true(S_ISDIR(st.st_mode));
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+  use_file();
+}
+
+/* The file keeps its newest lines: shapes drawn at random by tests would grow it for ever. */
+static void the_file_keeps_its_newest_lines(void **state) {
+  (void)state;
+  char path[300];
+  snprintf(path, sizeof path, "%s/full", dir);
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  for (int i = 0; i < 5000; i++) fprintf(f, "another machine\tNN N%d K1 x1 f32\tslow\t\n", i);
+  fclose(f);
+  setenv("TROUPE_GEMM_CHOICES", path, 1);
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  float C[M * N];
+  gemm_on(d, C, M, N, K, 0.0f);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+  const char *text = slurp(path);
+  int lines = 0;
+  for (const char *p = text; *p; p++) lines += *p == '\n';
+  assert_true(lines <= 4096 && lines > 4000);
+  assert_null(strstr(text, "\tNN N0 K1 x1"));           /* the oldest went */
+  assert_non_null(strstr(text, "\tNN N4999 K1 x1"));    /* the newest stayed */
+  assert_non_null(strstr(text, "\tNN N8 K8 x1 f32\tfast\t")); /* and the new one came */
+  use_file();
+}
+
+int main(int argc, char **argv) {
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) self[n] = 0;
+  if (argc == 3 && !strcmp(argv[1], "--child")) return child(strtof(argv[2], NULL));
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(the_faster_of_two_candidates_serves_the_shape),
+      cmocka_unit_test(a_key_is_measured_once_and_its_choice_reused),
+      cmocka_unit_test(a_row_that_cannot_serve_a_larger_m_gives_it_to_the_first_that_can),
+      cmocka_unit_test(rows_that_vary_serve_only_weight_gradients_unless_fastest),
+      cmocka_unit_test(threads_meeting_a_key_at_once_get_one_answer),
+      cmocka_unit_test(troupe_gemm_pins_a_library_and_a_bad_value_is_refused),
+      cmocka_unit_test(every_library_matches_float64_in_every_form),
+      cmocka_unit_test(a_fresh_process_reads_the_choice_back_without_measuring),
+      cmocka_unit_test(the_file_keeps_its_newest_lines),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}

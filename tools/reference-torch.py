@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""reference-torch.py — PyTorch's time for one training step of troupe's mlp and gpt, held to
+one thread, so that troupe's samples/s on host:1 can be put beside it (issue 24). Not part
+of the build or the tests. The models are docs/WORKLOADS.md's:
+
+  mlp  8 x Linear(1024,1024), ReLU between them, MSE, SGD momentum 0.9, batch 256
+  gpt  bytes (vocab 256), context 128, width 256, 4 pre-LN blocks of 4 heads, GELU (tanh)
+       MLP of width 1024, learned positions, final layernorm, head without bias,
+       cross-entropy, AdamW (lr 3e-4, weight decay 0), batch 8 sequences
+
+  /usr/bin/python3 tools/reference-torch.py [--seconds 5] [--threads 1] [--model mlp|gpt|all]
+
+Prints, per model, the median step over the timed steps (after 3 warm-up steps) as samples/s
+(tokens/s for gpt) and GFLOP/s by WORKLOADS.md's accounting. Debian 12: apt-get install
+python3-torch (it runs under /usr/bin/python3)."""
+import argparse
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def mlp():
+    layers = []
+    for i in range(8):
+        layers.append(nn.Linear(1024, 1024))
+        if i < 7:
+            layers.append(nn.ReLU())
+    model = nn.Sequential(*layers)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    x, y = torch.randn(256, 1024), torch.randn(256, 1024)
+    flops = 6 * 8 * 1024 * 1024  # per sample
+    return model, opt, lambda: F.mse_loss(model(x), y), 256, flops
+
+
+class Block(nn.Module):
+    def __init__(self, c=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(c), nn.LayerNorm(c)
+        self.qkv, self.proj = nn.Linear(c, 3 * c), nn.Linear(c, c)
+        self.fc, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(c, dim=2)
+        q, k, v = (z.view(b, t, self.heads, c // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (c // self.heads) ** 0.5)
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, t, c))
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab=256, t=128, c=256, blocks=4):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, c), nn.Embedding(t, c)
+        self.blocks = nn.Sequential(*[Block(c) for _ in range(blocks)])
+        self.ln = nn.LayerNorm(c)
+        self.head = nn.Linear(c, vocab, bias=False)
+
+    def forward(self, idx):
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        return self.head(self.ln(self.blocks(x)))
+
+
+def gpt():
+    model = GPT()
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.999), weight_decay=0)
+    idx, tgt = torch.randint(0, 256, (8, 128)), torch.randint(0, 256, (8, 128))
+    step = lambda: F.cross_entropy(model(idx).view(-1, 256), tgt.view(-1))
+    c, t, blocks = 256, 128, 4
+    weights = blocks * (4 * c * c + 2 * c * 4 * c) + c * 256
+    flops = 6 * weights + blocks * 12 * t * c  # per token
+    return model, opt, step, 8 * 128, flops
+
+
+def measure(make, seconds):
+    model, opt, loss_of, per_step, flops = make()
+    times = []
+    start = time.perf_counter()
+    while len(times) < 3 + 5 or time.perf_counter() - start < seconds:
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_of().backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    step = statistics.median(times[3:])
+    return per_step / step, flops * per_step / step * 1e-9, len(times) - 3
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", choices=["mlp", "gpt", "all"], default="all")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    for name, make, unit in (("mlp", mlp, "samples/s"), ("gpt", gpt, "tokens/s")):
+        if a.model in (name, "all"):
+            rate, gflops, n = measure(make, a.seconds)
+            print(f"{name}: {rate:.1f} {unit}, {gflops:.1f} GFLOP/s (median of {n} steps)")
+
+
+if __name__ == "__main__":
+    main()
