@@ -512,7 +512,7 @@ int bench_ops(int argc, char **argv) {
   }
 
   char isa[64], policy[4200];
-  cpu_isa(isa, sizeof isa);
+  cli_cpu_isa(isa, sizeof isa);
   tr__host_gemm_policy_describe(policy, sizeof policy);
   if (a.train && cs[0].host) {
     const double t = 20 * seconds < 2 ? 2 : 20 * seconds;

@@ -38,9 +38,6 @@ void gemm_raw(ctx *c);
 raw_dnnl *raw_dnnl_open(const ctx *c, int bf16);
 void gemm_raw_dnnl(ctx *c);
 void raw_dnnl_close(raw_dnnl *r);
-/* The instruction sets of the CPU that runs, as the GEMM libraries care about them:
- * "AVX2, AVX-512, AVX512-BF16". */
-void cpu_isa(char *out, size_t n);
 /* The references on one thread, as each host device computes */
 void raw_one_thread(void);
 

@@ -126,7 +126,7 @@ static void print_idle(const row *rows, int n) {
     if (!any)
       printf("\nWhere the pipelines' devices were idle (fractions of the window, the devices' "
              "mean; README \"Where the bubble goes\"):\n\n"
-             "| strategy        | bubble | theory | at own costs | edge  | credit | loader | "
+             "| strategy             | bubble | theory | at own costs | edge  | credit | loader | "
              "step  | handover | handling | os    |\n"
              "|---|---|---|---|---|---|---|---|---|---|---|\n");
     any = true;
@@ -134,7 +134,7 @@ static void print_idle(const row *rows, int n) {
     mean_idle(r, v);
     char own[16] = "-";
     if (isfinite(r->bubble_schedule)) snprintf(own, sizeof own, "%.3f", r->bubble_schedule);
-    printf("| %-15s | %6.3f | %6.3f | %12s | %5.3f | %6.3f | %6.3f | %5.3f | %8.3f | %8.3f | "
+    printf("| %-20s | %6.3f | %6.3f | %12s | %5.3f | %6.3f | %6.3f | %5.3f | %8.3f | %8.3f | "
            "%5.3f |\n", rows[i].label, r->bubble_fraction, r->bubble_theory, own, v[0], v[1],
            v[2], v[3], v[4], v[5], v[6]);
   }
@@ -184,7 +184,7 @@ static void print_row(bool md, const row *x, double base, double async1) {
   if (x->predicted)
     snprintf(predicted, sizeof predicted, "%.0f (%+.0f%%)", x->p.samples_per_s, 100 * rate_error(x));
   if (md)
-    printf("| %-15s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %-14s | %9.1f | %7s | %3.0f%% | "
+    printf("| %-20s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %-14s | %9.1f | %7s | %3.0f%% | "
            "%-13s | %-10s | %11.2g | %.4g | %9.1f | %8.3g |\n",
            x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
            r->samples_per_s / base, predicted, r->steps_per_s, vs1, 100 * mean_utilization(r),
@@ -268,7 +268,11 @@ int bench_strategies(int argc, char **argv) {
     return CLI_USAGE;
   }
   const int n = tr_device_list_count(list);
-  const bool host = tr_device_info_of(tr_device_list_at(list, 0))->kind == TR_DEVICE_HOST;
+  const tr_device_info *info = tr_device_info_of(tr_device_list_at(list, 0));
+  const bool host = info->kind == TR_DEVICE_HOST;
+  char machine[384], isa[64]; /* what the figures were measured on, for the header */
+  cli_cpu_isa(isa, sizeof isa);
+  snprintf(machine, sizeof machine, "%s, GEMM on %s", info->model, info->isa);
   tr_device_list_close(list);
 
   /* the strategy table (tr_plan_layouts: what troupe plan predicts), and the elastic row */
@@ -342,7 +346,10 @@ int bench_strategies(int argc, char **argv) {
   tr_model_free(m);
 
   if (!strcmp(format, "json")) {
-    printf("{\"model\":\"%s\",\"devices\":\"%s\",\"seconds\":%g,\"rows\":[", model, devices, seconds);
+    printf("{\"model\":\"%s\",\"devices\":\"%s\",\"seconds\":%g,\"cpu_isa\":\"%s\",\"machine\":",
+           model, devices, seconds, isa);
+    cli_json_string(stdout, machine);
+    printf(",\"rows\":[");
     for (int i = 0; i < nrows; i++) {
       const tr_train_result *r = &rows[i].r;
       printf("%s{\"strategy\":\"%s\",", i ? "," : "", rows[i].label);
@@ -392,7 +399,10 @@ int bench_strategies(int argc, char **argv) {
   }
   const bool md = !strcmp(format, "md");
   if (md)
-    printf("| strategy        | devices          |   m |     s |  samples/s | ×single | "
+    printf("troupe bench: %s on %s, %g s each · CPU %s · %s\n\n", model, devices, seconds, isa,
+           machine);
+  if (md)
+    printf("| strategy             | devices          |   m |     s |  samples/s | ×single | "
            "predicted (error) | updates/s | ×async 1 | util | bubble (theory) | staleness  | "
            "consistency | final loss | opt. state / replica (MiB) | comm / step (MiB) |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");

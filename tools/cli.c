@@ -293,3 +293,19 @@ double cli_median(double *v, int n) {
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+void cli_cpu_isa(char *out, size_t n) {
+  snprintf(out, n, "baseline x86-64");
+#if defined(__x86_64__) && defined(__GNUC__)
+  __builtin_cpu_init();
+  const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                     __builtin_cpu_supports("avx512vl");
+#if __GNUC__ >= 12 || defined(__clang__)
+  const int bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
+#else
+  const int bf16 = 0;
+#endif
+  if (avx2) snprintf(out, n, "AVX2%s%s", avx512 ? ", AVX-512" : "", bf16 ? ", AVX512-BF16" : "");
+#endif
+}

@@ -142,4 +142,8 @@ int cmd_plan(int argc, char **argv);
 int cmd_timeline(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 
+/* The instruction sets of the CPU that runs, as the GEMM libraries care about them (detected
+ * at run time): "AVX2, AVX-512, AVX512-BF16", "AVX2", "baseline x86-64". */
+void cli_cpu_isa(char *out, size_t n);
+
 #endif
