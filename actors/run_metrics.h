@@ -222,12 +222,12 @@ typedef enum tr__json {
   X(WINDOW_END, "window_end", "clock", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)           \
   X(BUSY_NS, "busy_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                 \
   X(ASIDE_NS, "aside_ns", "ns", MAX, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)                   \
-  /* idle time by kind, in idle.h's order (tr__idle's ns[]) */                                     \
   /* work by what a schedule's simulation costs, in metrics.h's order (tr__busy's work_ns[]) */   \
   X(WORK_F_NS, "work_f_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)             \
   X(WORK_B_NS, "work_b_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)             \
   X(WORK_W_NS, "work_w_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)             \
   X(WORK_STEP_NS, "work_step_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)       \
+  /* idle time by kind, in idle.h's order (tr__idle's ns[]) */                                     \
   X(IDLE_EDGE_NS, "idle_edge_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)       \
   X(IDLE_CREDIT_NS, "idle_credit_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)   \
   X(IDLE_LOADER_NS, "idle_loader_ns", "ns", DEVICE, MEASURE, INT, TR__NOWHERE, NONE, NULL, NULL)   \

@@ -83,6 +83,17 @@ static tr_device_list *open_host(const char *spec) {
   return l;
 }
 
+/* One M x N x K product on a fresh host:1 among the fake libraries, into C. */
+static void fake_product(float *C) {
+  tr__host_gemm_test_libs(fakes, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  gemm_on(d, C, M, N, K, 0.0f);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+}
+
 static char dir[256];
 
 /* The tests' file of choices, in a folder of their own. */
@@ -429,14 +440,8 @@ static void a_fresh_process_reads_the_choice_back_without_measuring(void **state
   char path[300];
   snprintf(path, sizeof path, "%s/fresh/gemm-choices", dir); /* its folder made when needed */
   setenv("TROUPE_GEMM_CHOICES", path, 1);
-  tr__host_gemm_test_libs(fakes, 2);
-  tr_device_list *l = open_host("host:1");
-  tr_device *d = tr_device_list_at(l, 0);
-  tr_device_bind(d);
   float C[M * N];
-  gemm_on(d, C, M, N, K, 0.0f);
-  tr_device_list_close(l);
-  tr__host_gemm_test_libs(NULL, 0);
+  fake_product(C);
   /* one line, naming the fast one */
   char *text = slurp(path);
   assert_non_null(strstr(text, "\tNN N8 K8 x1 f32\tfast\t"));
@@ -454,17 +459,11 @@ static void a_fresh_process_reads_the_choice_back_without_measuring(void **state
   snprintf(folder, sizeof folder, "%s/a-folder", dir);
   assert_int_equal(mkdir(folder, 0700), 0);
   setenv("TROUPE_GEMM_CHOICES", folder, 1);
-  tr__host_gemm_test_libs(fakes, 2);
-  l = open_host("host:1");
-  d = tr_device_list_at(l, 0);
-  tr_device_bind(d);
-  gemm_on(d, C, M, N, K, 0.0f);
+  fake_product(C);
   assert_float_equal(C[0], 2.0f, 0);
   struct stat st;
   assert_int_equal(stat(folder, &st), 0);
   assert_true(S_ISDIR(st.st_mode));
-  tr_device_list_close(l);
-  tr__host_gemm_test_libs(NULL, 0);
   use_file();
 }
 
@@ -478,14 +477,8 @@ static void the_file_keeps_its_newest_lines(void **state) {
   for (int i = 0; i < 5000; i++) fprintf(f, "another machine\tNN N%d K1 x1 f32\tslow\t\n", i);
   fclose(f);
   setenv("TROUPE_GEMM_CHOICES", path, 1);
-  tr__host_gemm_test_libs(fakes, 2);
-  tr_device_list *l = open_host("host:1");
-  tr_device *d = tr_device_list_at(l, 0);
-  tr_device_bind(d);
   float C[M * N];
-  gemm_on(d, C, M, N, K, 0.0f);
-  tr_device_list_close(l);
-  tr__host_gemm_test_libs(NULL, 0);
+  fake_product(C);
   const char *text = slurp(path);
   int lines = 0;
   for (const char *p = text; *p; p++) lines += *p == '\n';
