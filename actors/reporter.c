@@ -195,6 +195,8 @@ int tr__reporter_figures(tr__reporter *r, const tr__chunks *c, const tr__stage_f
   tr__figures_int(f, TR__M_WINDOW_END, (int64_t)s->window_end);
   tr__figures_int(f, TR__M_BUSY_NS, (int64_t)busy);
   tr__figures_int(f, TR__M_ASIDE_NS, (int64_t)aside);
+  _Static_assert(TR__M_WORK_STEP_NS - TR__M_WORK_F_NS == TR__WORK_STEP,
+                 "the WORK_*_NS measures follow metrics.h's TR__WORK_* kinds");
   for (int k = 0; k < TR__WORK_KINDS; k++)
     tr__figures_int(f, (tr__metric_id)(TR__M_WORK_F_NS + k), (int64_t)s->busy->work_ns[k]);
   uint64_t idle[TR__IDLE_KINDS];
