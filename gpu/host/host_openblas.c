@@ -23,7 +23,8 @@ static void one_thread(void) {
 static void describe(tr__host_lib_info *out) {
 #ifdef TR_HAVE_OPENBLAS
 #ifdef OPENBLAS_VERSION /* " OpenBLAS 0.3.21 " */
-  snprintf(out->label, sizeof out->label, "%s", OPENBLAS_VERSION + strspn(OPENBLAS_VERSION, " "));
+  const char *version = OPENBLAS_VERSION;
+  snprintf(out->label, sizeof out->label, "%s", version + strspn(version, " "));
   for (size_t n = strlen(out->label); n && out->label[n - 1] == ' ';) out->label[--n] = 0;
 #else
   snprintf(out->label, sizeof out->label, "OpenBLAS");
