@@ -29,10 +29,9 @@ static uint64_t run_delay(const tr__idle *d) {
   return sscanf(buf, "%" SCNu64 " %" SCNu64, &cpu, &delay) == 2 ? delay : 0;
 }
 
-/* Opens a gap at `now` (the thread's delay read then). */
+/* Opens a gap at `now`. */
 static void open_gap(tr__idle *d, uint64_t now) {
   d->gap = now;
-  d->delay_gap = run_delay(d);
   d->stopped = d->sent = 0;
 }
 
@@ -71,6 +70,7 @@ void tr__idle_block(tr__idle *d, tr__wait why, int64_t step, uint64_t now) {
   d->stopped = now;
   d->why = why;
   d->step = step;
+  d->delay_stop = run_delay(d); /* a read is a system call: only where the thread may sleep */
 }
 
 void tr__idle_heard(tr__idle *d, const tr_msg *m) {
@@ -103,21 +103,17 @@ void tr__idle_work(tr__idle *d, uint64_t now) {
   const uint64_t from = gap > d->window_start ? gap : d->window_start;
   const uint64_t stop = !stopped ? now : stopped > from ? stopped : from;
   /* in time order: handling until it stopped, waiting until the newest send, handover */
-  uint64_t handling = stop - from, waiting = 0, handover = 0;
-  if (stopped) {
-    const uint64_t sent = !d->sent ? now : d->sent < stop ? stop : d->sent > now ? now : d->sent;
-    waiting = sent - stop;
-    handover = now - sent;
-  }
-  uint64_t os = run_delay(d) - d->delay_gap;
-  if (os > now - from) os = now - from;
-  uint64_t left = os;
-  take(&handling, &left);
+  d->ns[TR__IDLE_HANDLING] += stop - from;
+  if (!stopped) return;
+  const uint64_t sent = !d->sent ? now : d->sent < stop ? stop : d->sent > now ? now : d->sent;
+  uint64_t waiting = sent - stop, handover = now - sent;
+  uint64_t os = run_delay(d) - d->delay_stop, left;
+  if (os > now - stop) os = now - stop;
+  left = os;
   take(&handover, &left);
   take(&waiting, &left);
-  d->ns[d->why] += stopped ? waiting : 0;
+  d->ns[d->why] += waiting;
   d->ns[TR__IDLE_HANDOVER] += handover;
-  d->ns[TR__IDLE_HANDLING] += handling;
   d->ns[TR__IDLE_OS] += os;
 }
 

@@ -11,11 +11,13 @@
  * bookkeeping), then, if it stopped, `waiting` until the newest message it handled since was
  * sent (the producer had not produced it yet: charged to what it waited for), then
  * `handover` from that send to the work (the message in the mailbox, the thread's wake-up,
- * its handling). The kernel's run-queue delay of the thread over the gap (the time it was
- * runnable and not running: /proc/thread-self/schedstat) is the `os` kind, taken out of the
- * handling and the handover first (a woken thread that waits for a core, a sender that its
- * wake-up of another preempted), then out of the waiting. A message sent before the actor
- * stopped leaves no waiting; a stop whose messages carry no stamp is all waiting.
+ * its handling). The kernel's run-queue delay of the thread from the stop to the work (the
+ * time it was runnable and not running: /proc/thread-self/schedstat, read at each stop and
+ * at its end — a system call of about a microsecond, so not at every gap: a tiny model's
+ * gaps without a stop would pay it twice a range) is the `os` kind, taken out of the
+ * handover first (a woken thread that waits for a core), then out of the waiting. A message
+ * sent before the actor stopped leaves no waiting; a stop whose messages carry no stamp is
+ * all waiting.
  *
  * Only gaps after the measured window opened count (tr__idle_open, with the busy window); the
  * last closes at the window's end. A device's kinds, its busy time and the rest (`other`: the
@@ -58,8 +60,8 @@ typedef struct tr__idle {
   tr_actor *self;        /* for the trace's ranges */
   int depth;             /* ranges of work open (one may hold another: a bucket's sum) */
   uint64_t gap;          /* when the open gap began; 0: none is open */
-  uint64_t delay_gap;    /* the thread's run-queue delay then */
   uint64_t stopped;      /* when the actor stopped in it; 0: it has not */
+  uint64_t delay_stop;   /* the thread's run-queue delay then */
   tr__wait why;
   int64_t step;          /* the stop's step (the trace's window) */
   uint64_t sent;         /* the newest send stamp heard since it stopped */

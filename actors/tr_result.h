@@ -27,8 +27,8 @@ typedef struct tr_memory_figures {
  * window of utilization[i]: with it they add up to 1). Each gap between two of its ranges of
  * work is, in time order: its own handling until it had to stop, the wait until the message
  * that let it go on was sent (charged to what it waited for), and the handover from that
- * send to the work; the time its thread was runnable and not running is the OS's, taken out
- * of the handling and the handover first. docs/WORKLOADS.md says more. */
+ * send to the work; the time its thread was runnable and not running after it stopped is the
+ * OS's, taken out of the handover first. docs/WORKLOADS.md says more. */
 typedef struct tr_idle_figures {
   double edge;     /* a neighbour's activation or gradient, not yet sent */
   double credit;   /* a credit to send: the receiver still held the buffers */
@@ -37,7 +37,7 @@ typedef struct tr_idle_figures {
   double handover; /* sent, not yet at work: the mailbox, the thread's wake-up, the handling */
   double handling; /* the actor's own work between two of its ranges before it stopped:
                       sending, bookkeeping */
-  double os;       /* runnable but not running: the OS gave the core to another thread */
+  double os;       /* stopped, then runnable but not running: another thread had the core */
   double other;    /* the rest: the ends of the run's window that are not the device's */
 } tr_idle_figures;
 
