@@ -12,8 +12,12 @@ void tr_mailbox_init(tr_mailbox *q) {
 }
 
 void tr_mailbox_drain(tr_mailbox *q) {
-  tr_msg *released;
-  while (tr_mailbox_pop(q, &released) != NULL) tr_msg_free(released);
+  tr_msg *m, *released;
+  while ((m = tr_mailbox_pop(q, &released)) != NULL) {
+    tr_msg_free(released);
+    /* never handled: what it owns goes with it, as after a send to another process */
+    if (m->type && m->type->codec && m->type->codec->sent) m->type->codec->sent(m);
+  }
   tr_msg *last = atomic_load_explicit(&q->tail, memory_order_relaxed);
   if (last != &q->stub) tr_msg_free(last);
   tr_mailbox_init(q);

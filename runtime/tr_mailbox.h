@@ -41,8 +41,10 @@ typedef struct tr_mailbox {
 /* An empty queue, marked empty: the first push reports that its consumer needs a wake-up. */
 TR_API void tr_mailbox_init(tr_mailbox *q);
 
-/* Frees every message still queued (and the last popped one) with tr_msg_free. The queue
- * must be quiescent: no producer may be pushing. */
+/* Frees every message still queued (and the last popped one) with tr_msg_free; those never
+ * popped first give back what they own through their type's codec (`sent`: the arrays
+ * their receiver would have freed). The queue must be quiescent: no producer may be
+ * pushing. */
 TR_API void tr_mailbox_drain(tr_mailbox *q);
 
 /* Producer: appends `m`. Returns true when the consumer had marked the queue empty; the

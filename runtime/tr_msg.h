@@ -62,7 +62,8 @@ typedef struct tr_msgtype {
  * `in` (the receiver keeps those bytes until the message's edge credit comes back). `get`
  * returns NULL for bytes it refuses: they come from another process and may be anything.
  * `sent`, optional, frees what the sent message owned once it is written (arrays its
- * receiver would have freed). A type without pointers needs none; one with them writes the
+ * receiver would have freed), and what a message never handled owned (one left in a
+ * mailbox when its system is freed: a run that failed with it in flight). A type without pointers needs none; one with them writes the
  * struct and then what it points at (inside the library, runtime/codec.h has the pieces the
  * built-in codecs are made of). */
 struct tr_msg_codec {
