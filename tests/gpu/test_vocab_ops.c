@@ -222,7 +222,11 @@ static void crossentropy_parts_give_the_whole_loss_and_gradient(void **state) {
       double rl[1] = {rloss}, *rpp = th_alloc_d(N * V), *rd = th_alloc_d(N * V);
       for (size_t i = 0; i < N; i++)
         for (size_t v = 0; v < V; v++) rpp[i * V + v] = rp[i * whole + part * V + v];
-      CHECK("crossentropy_part_finish loss", out[2], rl, 1, TH_TOL_ELEMENTWISE);
+      /* log Σ exp less the target's logit: float32 cancels where the loss is tiny (a target
+       * far above the rest), so within float32's absolute precision as well */
+      const double got = ((const float *)out[2])[0];
+      if (!(fabs(got - rl[0]) <= 3e-4 * fabs(rl[0]) + 1e-6))
+        fail_msg("crossentropy_part_finish loss %.9g, want %.9g", got, rl[0]);
       CHECK("crossentropy_part_finish probs", out[3], rpp, N * V, TH_TOL_ELEMENTWISE);
       memcpy(probs, out[3], N * V * 4);
       th_free_outputs(out, 4);
