@@ -74,12 +74,9 @@ void tr__busy_aside(tr__busy *b, int64_t step, uint64_t t0) {
 }
 
 uint64_t tr__busy_start(tr__busy *b, tr_actor *self, int64_t step, const char *what, int mb) {
-  if (!tr_trace_wants(self, step)) {
-    const uint64_t now = tr_now_ns();
-    tr__idle_work(&b->idle, now);
-    return now;
-  }
-  tr__idle_work(&b->idle, tr_now_ns()); /* its range ends where the work's begins */
+  const uint64_t now = tr_now_ns();
+  tr__idle_work(&b->idle, now); /* the gap, and its range, end where the work begins */
+  if (!tr_trace_wants(self, step)) return now;
   const uint64_t t0 = tr_trace_begin(self, kind_of(what), (int64_t[3]){step, b->stage, mb});
   if (b->open == TR__BUSY_NESTED) { /* a start whose end never came: forget the oldest */
     memmove(b->opened, b->opened + 1, (TR__BUSY_NESTED - 1) * sizeof *b->opened);
