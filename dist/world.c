@@ -29,6 +29,12 @@ int tr_world_open(tr_world **out, char *err, size_t n) {
      * computes on (dp over 2 processes on 2 cores ran at 0.71x of one process's dp; yielding,
      * at 0.99x). Unless the user's environment says otherwise, its idle loops yield. */
     if (!initialised) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    /* Open MPI 4.1 starts MPI_Finalize with a fence of every rank through its runtime; under
+     * mpirun --enable-recovery, with a rank killed, that fence sometimes never completes (1 in
+     * 8 under load, in a bare MPI program). troupe's own end needs no fence: a graph across
+     * ranks ends when every rank has had every other's goodbye (a lost one's taken as given)
+     * and its own requests are complete, so an elastic job that lost a rank can finish. */
+    if (!initialised) setenv("OMPI_MCA_async_mpi_finalize", "1", 0);
     if (!initialised && MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
       free(w);
       return tr_errorf(err, n, TR_ESYS, "world: MPI_Init_thread failed");
