@@ -2,7 +2,8 @@
 # bench_idle.sh TROUPE — `troupe bench` keeps where the pipelines' devices were idle: in JSON,
 # every pipelined row has bubble_schedule and the devices' mean idle kinds (each a fraction of
 # the window, together no more than the bubble), and no other row has them; the Markdown has
-# their table after the strategies'.
+# their table after the strategies'. Every row has troupe plan's prediction beside it, the
+# elastic rows too (their layout with one worker fewer).
 set -u
 troupe=$1
 failed=0
@@ -24,6 +25,7 @@ for r in piped:
     assert sum(idle.values()) <= r["bubble_fraction"] + 0.02, (r["strategy"], idle)
     assert 0 <= r.get("bubble_schedule", 0) <= 1, r
 for r in d["rows"]:
+    assert "predicted" in r and r["predicted"]["samples_per_s"] > 0, r
     if "bubble_fraction" not in r:
         assert "idle" not in r, r
 PY
