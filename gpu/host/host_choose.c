@@ -206,11 +206,17 @@ static int measure(tr_stream *s, const tr__gemm_args *g, const int *cand, int nc
   return 0;
 }
 
-/* What a line of the file is for: this machine and these candidates; and the key. */
+/* What a line of the file is for: this machine and these candidates, each with the
+ * instruction set it runs on (OPENBLAS_CORETYPE or ONEDNN_MAX_CPU_ISA changes what is
+ * fastest); and the key. */
 static void signature(const tr_device *d, char *out, size_t n) {
-  snprintf(out, n, "%s|%s|%s", d->info.model, d->info.isa, atomic_load(&fastest) ? "fastest|" : "");
-  for (int i = 0; i < count(); i++)
-    snprintf(out + strlen(out), n - strlen(out), "%s%s", i ? "," : "", libs[i]->name);
+  snprintf(out, n, "%s|%s", d->info.model, atomic_load(&fastest) ? "fastest|" : "");
+  for (int i = 0; i < count(); i++) {
+    tr__host_lib_info in = {0}; /* the build's rows described once; a test's, each time */
+    if (libs == tr__host_libs) in = *tr__host_lib_info_of(i);
+    else libs[i]->describe(&in);
+    snprintf(out + strlen(out), n - strlen(out), "%s%s:%s", i ? "," : "", libs[i]->name, in.isa);
+  }
   for (char *p = out; *p; p++)
     if (*p == '\t' || *p == '\n') *p = ' ';
 }
