@@ -34,4 +34,16 @@ static inline int tr__cpu_v3(void) { return 0; }
 static inline int tr__cpu_avx2(void) { return 0; }
 #endif
 
+/* The host backend's kernels (int name(tr_stream *, ...)) dispatched so: `name` is defined
+ * from the always-inline `name##_loops`, built for the baseline and again with AVX2: twice
+ * the lanes, the same bits (each element's arithmetic is the same at any width, without FMA;
+ * reductions keep HOST_LANES partial sums whatever the width). Helpers the loops call must be
+ * inlined too (HOST_INLINE), or the AVX2 build calls their baseline code. */
+#define HOST_INLINE static inline __attribute__((always_inline))
+#define HOST_LOOPS HOST_INLINE int
+#define HOST_AVX2_TOO(name, params, args)                                        \
+  TR__TARGET_AVX2 static int name##_avx2 params { return name##_loops args; }    \
+  static int name##_base params { return name##_loops args; }                   \
+  int name params { return (tr__cpu_avx2() ? name##_avx2 : name##_base) args; }
+
 #endif

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backend_impl.h"
+#include "host_cpu.h"
 
 #define HOST_LANES 16
 
@@ -21,7 +22,7 @@
  * the result would be subnormal), NaN for NaN; wrong for x > 0. Plain float arithmetic
  * (Cody-Waite reduction by ln 2, a degree-7 polynomial, the exponent set through the bits),
  * so loops that call it vectorise, where libm's expf is a call per element. */
-static inline float tr__host_expf_nonpos(float x) {
+HOST_INLINE float tr__host_expf_nonpos(float x) {
   const float shifter = 0x1.8p23f; /* adding it rounds to an integer kept in the low bits */
   float kf = x * 1.44269504088896341f + shifter;
   uint32_t kb;
@@ -46,9 +47,30 @@ static inline float tr__host_expf_nonpos(float x) {
 enum { TR__SCRATCH_OPS, TR__SCRATCH_WIDE, TR__SCRATCH_BLAS, TR__SCRATCH_SAVE, TR__SCRATCH_COUNT };
 void *tr__host_scratch(tr_stream *s, int which, size_t bytes);
 
-/* sum of x[i] and sum of x[i]^2 over n floats, in double */
-double tr__host_sum_d(const float *x, size_t n);
-double tr__host_sumsq_d(const float *x, size_t n);
+/* Sum of x[i], and of x[i]^2, over n floats, in double. One partial sum per lane: the inner
+ * loop is element-wise across lanes, so it vectorises without licence to reassociate, and the
+ * result does not depend on the vector width. */
+HOST_INLINE double tr__host_sum_d(const float *x, size_t n) {
+  double acc[HOST_LANES] = {0};
+  size_t i = 0;
+  for (; i + HOST_LANES <= n; i += HOST_LANES)
+    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k];
+  double s = 0;
+  for (; i < n; i++) s += (double)x[i];
+  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
+  return s;
+}
+
+HOST_INLINE double tr__host_sumsq_d(const float *x, size_t n) {
+  double acc[HOST_LANES] = {0};
+  size_t i = 0;
+  for (; i + HOST_LANES <= n; i += HOST_LANES)
+    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k] * (double)x[i + k];
+  double s = 0;
+  for (; i < n; i++) s += (double)x[i] * (double)x[i];
+  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
+  return s;
+}
 
 /* host_gemm.c: the GEMM slots */
 int tr__host_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,

@@ -6,55 +6,25 @@
 #include "host_cpu.h"
 #include "host_impl.h"
 
-/* Defines the slot `name` from the always-inline `name##_loops`, built for the baseline and
- * again with AVX2 (host_cpu.h), for the kernels of every step of a small model: twice the
- * lanes, the same bits (each element's arithmetic is the same at any width, without FMA). */
-#define HOST_AVX2_TOO(name, params, args)                                        \
-  TR__TARGET_AVX2 static int name##_avx2 params { return name##_loops args; }    \
-  static int name##_base params { return name##_loops args; }                   \
-  int name params { return (tr__cpu_avx2() ? name##_avx2 : name##_base) args; }
-
-#define HOST_LOOPS static inline __attribute__((always_inline)) int
-
 /* ---- reductions -------------------------------------------------------------------------- */
 
-/* One partial sum per lane: the inner loop is element-wise across lanes, so it vectorises
- * without licence to reassociate, and the result does not depend on the vector width. */
-double tr__host_sum_d(const float *x, size_t n) {
-  double acc[HOST_LANES] = {0};
-  size_t i = 0;
-  for (; i + HOST_LANES <= n; i += HOST_LANES)
-    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k];
-  double s = 0;
-  for (; i < n; i++) s += (double)x[i];
-  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
-  return s;
-}
-
-double tr__host_sumsq_d(const float *x, size_t n) {
-  double acc[HOST_LANES] = {0};
-  size_t i = 0;
-  for (; i + HOST_LANES <= n; i += HOST_LANES)
-    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k] * (double)x[i + k];
-  double s = 0;
-  for (; i < n; i++) s += (double)x[i] * (double)x[i];
-  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
-  return s;
-}
-
-int tr__host_sumsq(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+HOST_LOOPS tr__host_sumsq_loops(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
   (void)s;
   double v = tr__host_sumsq_d(x, n);
   out[0] = (float)(accumulate ? (double)out[0] + v : v);
   return 0;
 }
+HOST_AVX2_TOO(tr__host_sumsq, (tr_stream *s, float *out, const float *x, size_t n, int accumulate),
+              (s, out, x, n, accumulate))
 
-int tr__host_sum(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+HOST_LOOPS tr__host_sum_loops(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
   (void)s;
   double v = tr__host_sum_d(x, n);
   out[0] = (float)(accumulate ? (double)out[0] + v : v);
   return 0;
 }
+HOST_AVX2_TOO(tr__host_sum, (tr_stream *s, float *out, const float *x, size_t n, int accumulate),
+              (s, out, x, n, accumulate))
 
 int tr__host_clip_factor(tr_stream *s, float *factor, const float *sumsq, float max_norm) {
   (void)s;
@@ -115,11 +85,13 @@ int tr__host_dropout_mask(tr_stream *s, float *mask, size_t n, float p, float sc
 
 /* ---- element-wise arithmetic ----------------------------------------------------------------- */
 
-int tr__host_add(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
+HOST_LOOPS tr__host_add_loops(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
   return 0;
 }
+HOST_AVX2_TOO(tr__host_add, (tr_stream *s, float *out, const float *a, const float *b, size_t n),
+              (s, out, a, b, n))
 
 int tr__host_mul(tr_stream *s, float *out, const float *a, const float *b, size_t n) {
   (void)s;
@@ -223,14 +195,14 @@ HOST_AVX2_TOO(tr__host_relu_backward, (tr_stream *s, float *dinp, const float *i
 /* 0.5 (1 + tanh u) is the logistic function of 2u: written so, with e = exp(-2|u|) <= 1,
  * neither the forward nor the gradient cancels where tanh u is near -1 (x below about -3),
  * and nothing overflows. */
-static inline void gelu_parts(float x, float *sig, float *one_minus_sig) {
+HOST_INLINE void gelu_parts(float x, float *sig, float *one_minus_sig) {
   const float u = GELU_K * (x + GELU_C * x * x * x);
   const float e = tr__host_expf_nonpos(-2.0f * fabsf(u)), inv = 1.0f / (1.0f + e);
   *sig = u >= 0.0f ? inv : e * inv;
   *one_minus_sig = u >= 0.0f ? e * inv : inv;
 }
 
-int tr__host_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n) {
+HOST_LOOPS tr__host_gelu_forward_loops(tr_stream *s, float *out, const float *inp, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
     float sig, rest;
@@ -239,9 +211,12 @@ int tr__host_gelu_forward(tr_stream *s, float *out, const float *inp, size_t n) 
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_gelu_forward, (tr_stream *s, float *out, const float *inp, size_t n),
+              (s, out, inp, n))
 
 /* d/dx [x sig(2u)] = sig + x * 2 sig (1 - sig) * du/dx, du/dx = K (1 + 3 C x^2) */
-int tr__host_gelu_backward(tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n) {
+HOST_LOOPS tr__host_gelu_backward_loops(tr_stream *s, float *dinp, const float *inp,
+                                        const float *dout, size_t n) {
   (void)s;
   for (size_t i = 0; i < n; i++) {
     const float x = inp[i];
@@ -252,6 +227,9 @@ int tr__host_gelu_backward(tr_stream *s, float *dinp, const float *inp, const fl
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_gelu_backward,
+              (tr_stream *s, float *dinp, const float *inp, const float *dout, size_t n),
+              (s, dinp, inp, dout, n))
 
 /* ---- asynchronous updates ---------------------------------------------------------------------- */
 
@@ -274,8 +252,9 @@ HOST_AVX2_TOO(tr__host_sgd_update, (tr_stream *s, float *param, const float *gra
                                     float weight_decay),
               (s, param, grad, n, lr, weight_decay))
 
-int tr__host_momentum_update(tr_stream *s, float *param, const float *grad, float *mom, size_t n,
-                             float lr, float momentum, float weight_decay, int nesterov) {
+HOST_LOOPS tr__host_momentum_update_loops(tr_stream *s, float *param, const float *grad, float *mom,
+                                          size_t n, float lr, float momentum, float weight_decay,
+                                          int nesterov) {
   (void)s;
   if (nesterov) {
     for (size_t i = 0; i < n; i++) {
@@ -293,10 +272,14 @@ int tr__host_momentum_update(tr_stream *s, float *param, const float *grad, floa
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_momentum_update,
+              (tr_stream *s, float *param, const float *grad, float *mom, size_t n, float lr,
+               float momentum, float weight_decay, int nesterov),
+              (s, param, grad, mom, n, lr, momentum, weight_decay, nesterov))
 
-int tr__host_adamw_update(tr_stream *s, float *param, const float *grad, float *m, float *v,
-                          size_t n, float lr, float beta1, float beta2, float eps,
-                          float weight_decay, int64_t t) {
+HOST_LOOPS tr__host_adamw_update_loops(tr_stream *s, float *param, const float *grad, float *m,
+                                       float *v, size_t n, float lr, float beta1, float beta2,
+                                       float eps, float weight_decay, int64_t t) {
   (void)s;
   /* bias corrections in double: 1 - beta^t loses digits in float for small t */
   const float inv_bc1 = (float)(1.0 / (1.0 - pow((double)beta1, (double)t)));
@@ -312,3 +295,7 @@ int tr__host_adamw_update(tr_stream *s, float *param, const float *grad, float *
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_adamw_update,
+              (tr_stream *s, float *param, const float *grad, float *m, float *v, size_t n,
+               float lr, float beta1, float beta2, float eps, float weight_decay, int64_t t),
+              (s, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t))

@@ -8,7 +8,7 @@
 
 /* Largest element of a row, lane-wise (a NaN anywhere comes out as NaN further on, through
  * the exponentials, so it needs no special care here). */
-static float row_max(const float *x, size_t n) {
+HOST_INLINE float row_max(const float *x, size_t n) {
   float acc[HOST_LANES];
   size_t i = 0;
   for (int k = 0; k < HOST_LANES; k++) acc[k] = -INFINITY;
@@ -21,7 +21,7 @@ static float row_max(const float *x, size_t n) {
 }
 
 /* sum of a[i] * b[i], in double */
-static double dot(const float *a, const float *b, size_t n) {
+HOST_INLINE double dot(const float *a, const float *b, size_t n) {
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
@@ -33,7 +33,7 @@ static double dot(const float *a, const float *b, size_t n) {
 }
 
 /* sum of a[i] * b[i] * c[i], in double */
-static double dot3(const float *a, const float *b, const float *c, size_t n) {
+HOST_INLINE double dot3(const float *a, const float *b, const float *c, size_t n) {
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
@@ -47,7 +47,7 @@ static double dot3(const float *a, const float *b, const float *c, size_t n) {
 
 /* out = exp(scale * (inp - max)) / sum over the row, given the row's max (scale > 0, so the
  * exponents are <= 0); returns log(sum) for the caller's loss. out may equal inp. */
-static double softmax_row_max(float *out, const float *inp, size_t n, float scale, float mx) {
+HOST_INLINE double softmax_row_max(float *out, const float *inp, size_t n, float scale, float mx) {
   for (size_t i = 0; i < n; i++) out[i] = tr__host_expf_nonpos(scale * (inp[i] - mx));
   const double sum = tr__host_sum_d(out, n);
   const float inv = (float)(1.0 / sum);
@@ -55,13 +55,13 @@ static double softmax_row_max(float *out, const float *inp, size_t n, float scal
   return log(sum);
 }
 
-static double softmax_row(float *out, const float *inp, size_t n, float scale) {
+HOST_INLINE double softmax_row(float *out, const float *inp, size_t n, float scale) {
   return softmax_row_max(out, inp, n, scale, row_max(inp, n));
 }
 
 /* ---- layernorm ------------------------------------------------------------------------------- */
 
-int tr__host_layernorm_forward(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+HOST_LOOPS tr__host_layernorm_forward_loops(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, size_t N, size_t C, float eps) {
   (void)s;
   for (size_t r = 0; r < N; r++) {
@@ -86,8 +86,12 @@ int tr__host_layernorm_forward(tr_stream *s, float *out, float *mean, float *rst
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_layernorm_forward,
+              (tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
+               const float *weight, const float *bias, size_t N, size_t C, float eps),
+              (s, out, mean, rstd, inp, weight, bias, N, C, eps))
 
-int tr__host_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float *dbias,
+HOST_LOOPS tr__host_layernorm_backward_loops(tr_stream *s, float *dinp, float *dweight, float *dbias,
                            const float *dout, const float *inp, const float *weight,
                            const float *mean, const float *rstd, size_t N, size_t C) {
   /* per-channel parameter gradients summed over the rows in double, added once */
@@ -116,29 +120,41 @@ int tr__host_layernorm_backward(tr_stream *s, float *dinp, float *dweight, float
   }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_layernorm_backward,
+              (tr_stream *s, float *dinp, float *dweight, float *dbias, const float *dout,
+               const float *inp, const float *weight, const float *mean, const float *rstd,
+               size_t N, size_t C),
+              (s, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
 
 /* ---- softmax ----------------------------------------------------------------------------------- */
 
-int tr__host_softmax_forward(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
+HOST_LOOPS tr__host_softmax_forward_loops(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
   (void)s;
   for (size_t r = 0; r < N; r++) softmax_row(out + r * C, inp + r * C, C, 1.0f);
   return 0;
 }
+HOST_AVX2_TOO(tr__host_softmax_forward,
+              (tr_stream *s, float *out, const float *inp, size_t N, size_t C),
+              (s, out, inp, N, C))
 
 /* dinp = scale * out * (dout - <out, dout>) over the first n entries of a row */
-static void softmax_backward_row(float *dinp, const float *out, const float *dout, size_t n, float scale) {
+HOST_INLINE void softmax_backward_row(float *dinp, const float *out, const float *dout, size_t n, float scale) {
   const float d = (float)dot(out, dout, n);
   for (size_t i = 0; i < n; i++) dinp[i] = scale * out[i] * (dout[i] - d);
 }
 
-int tr__host_softmax_backward(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+HOST_LOOPS tr__host_softmax_backward_loops(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
                          size_t C) {
   (void)s;
   for (size_t r = 0; r < N; r++) softmax_backward_row(dinp + r * C, out + r * C, dout + r * C, C, 1.0f);
   return 0;
 }
+HOST_AVX2_TOO(tr__host_softmax_backward,
+              (tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
+               size_t C),
+              (s, dinp, out, dout, N, C))
 
-int tr__host_attn_softmax_forward(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
+HOST_LOOPS tr__host_attn_softmax_forward_loops(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
                               float scale) {
   (void)s;
   for (size_t m = 0; m < BH; m++)
@@ -149,8 +165,11 @@ int tr__host_attn_softmax_forward(tr_stream *s, float *att, const float *preatt,
     }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_attn_softmax_forward,
+              (tr_stream *s, float *att, const float *preatt, size_t BH, size_t T, float scale),
+              (s, att, preatt, BH, T, scale))
 
-int tr__host_attn_softmax_backward(tr_stream *s, float *dpreatt, const float *att, const float *datt,
+HOST_LOOPS tr__host_attn_softmax_backward_loops(tr_stream *s, float *dpreatt, const float *att, const float *datt,
                               size_t BH, size_t T, float scale) {
   (void)s;
   for (size_t m = 0; m < BH; m++)
@@ -161,6 +180,10 @@ int tr__host_attn_softmax_backward(tr_stream *s, float *dpreatt, const float *at
     }
   return 0;
 }
+HOST_AVX2_TOO(tr__host_attn_softmax_backward,
+              (tr_stream *s, float *dpreatt, const float *att, const float *datt, size_t BH,
+               size_t T, float scale),
+              (s, dpreatt, att, datt, BH, T, scale))
 
 /* ---- losses --------------------------------------------------------------------------------------- */
 
