@@ -58,7 +58,8 @@ extern const tr__host_lib *const tr__host_libs[];
 extern const int tr__host_nlibs;
 
 /* The rows, each in its own file. */
-extern const tr__host_lib tr__host_onednn;   /* host_onednn.c, TR_BLAS_ONEDNN builds */
+extern const tr__host_lib tr__host_onednn;    /* host_onednn.c, TR_BLAS_ONEDNN builds */
+extern const tr__host_lib tr__host_onednn_bt; /* host_onednn_bt.c, the same builds */
 extern const tr__host_lib tr__host_openblas; /* host_openblas.c */
 extern const tr__host_lib tr__host_tiny;     /* host_tiny.c */
 

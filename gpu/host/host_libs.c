@@ -12,6 +12,7 @@
 const tr__host_lib *const tr__host_libs[] = {
 #ifdef TR_BLAS_ONEDNN
     &tr__host_onednn,
+    &tr__host_onednn_bt,
 #endif
     &tr__host_openblas,
     &tr__host_tiny,
