@@ -211,6 +211,16 @@ static void loss_backward_op(const char *model, char *out, size_t size) {
   tr_model_free(m);
 }
 
+/* The model's samples per step; 0 when it has no such name. */
+static int model_batch(const char *model) {
+  tr_model *m;
+  char err[256];
+  if (tr_model_named(&m, model, err, sizeof err)) return 0;
+  const int batch = tr_model_batch(m);
+  tr_model_free(m);
+  return batch;
+}
+
 /* `spec` less its last device ("host:3" → "host:2", "cuda:0,1" → "cuda:0"); false when it
  * has no such spec ("auto", one device). */
 static bool spec_less_last(const char *spec, char *out, size_t size) {
@@ -222,17 +232,19 @@ static bool spec_less_last(const char *spec, char *out, size_t size) {
   return comma && snprintf(out, size, "%.*s", (int)(comma - spec), spec) < (int)size;
 }
 
-/* An elastic row's prediction: its layout with one worker (replica) fewer, none of them
- * faulty. That is what runs from the dying device's 10th step to the end, nearly all of the
- * row's window. The async workers are a number of their own; local SGD's replicas are the
- * devices', so its prediction is on the devices less the last. */
-static void predict_elastic(row *x, const char *devices, int workers) {
+/* An elastic row's prediction: what runs from the dying device's 10th step to the end, nearly
+ * all of the row's window, none of it faulty. The async workers are a number of their own:
+ * one fewer. Local SGD's replicas are the devices', and those left keep their share of the
+ * batch: the devices less the last, with the shares of the replicas left. */
+static void predict_elastic(row *x, const char *devices, int n) {
   tr_train_options o = x->o;
+  const int batch = o.job.global_batch ? o.job.global_batch : model_batch(o.model);
   char fewer[256];
   o.devices = devices;
   o.job.async.elastic = 0;
-  if (o.strategy == TR_STRATEGY_ASYNC) o.job.layout.replicas = workers;
-  else if (spec_less_last(devices, fewer, sizeof fewer)) o.devices = fewer;
+  if (o.strategy == TR_STRATEGY_ASYNC) o.job.layout.replicas = n - 1;
+  else if (batch % n == 0 && spec_less_last(devices, fewer, sizeof fewer))
+    o.devices = fewer, o.job.global_batch = batch / n * (n - 1);
   else return;
   char why[256];
   x->predicted = tr_plan_predict(&o, NULL, &x->p, why, sizeof why) == 0;
@@ -337,7 +349,7 @@ int bench_strategies(int argc, char **argv) {
       x->o.job.layout.replicas = n;
       x->o.job.async.elastic = 1;
       x->o.devices = elastic;
-      predict_elastic(x, devices, n - 1);
+      predict_elastic(x, devices, n);
       nrows++;
     }
   }
@@ -347,7 +359,7 @@ int bench_strategies(int argc, char **argv) {
     x->o = rows[local].o;
     x->o.job.async.elastic = 1;
     x->o.devices = elastic; /* the same devices, the last one dying at its 10th step */
-    if (rows[nrows - 1].o.devices == elastic) predict_elastic(x, devices, n - 1), nrows++;
+    if (rows[nrows - 1].o.devices == elastic) predict_elastic(x, devices, n), nrows++;
   }
   free(layouts);
   for (int i = 0; i < nrows; i++) {
