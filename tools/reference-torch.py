@@ -14,12 +14,26 @@ Prints, per model, the median step over the timed steps (after 3 warm-up steps) 
 (tokens/s for gpt) and GFLOP/s by WORKLOADS.md's accounting. Debian 12: apt-get install
 python3-torch (it runs under /usr/bin/python3)."""
 import argparse
+import os
 import statistics
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+
+def threads_asked():
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--threads", type=int, default=1)
+    return ap.parse_known_args()[0].threads
+
+
+# torch.set_num_threads holds PyTorch's own threads, not the BLAS's it calls: Debian's build
+# multiplies fp32 in OpenBLAS, which starts a thread per core unless told so before it loads
+# (mlp ran at 102-143 GFLOP/s on 2 cores, 7-8 s of CPU in 6 s; held to one, 55-70).
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(threads_asked())
+
+import torch  # noqa: E402  (after the threads are set)
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 
 def mlp():
@@ -100,7 +114,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), its BLAS's too")
     for name, make, unit in (("mlp", mlp, "samples/s"), ("gpt", gpt, "tokens/s")):
         if a.model in (name, "all"):
             rate, gflops, n = measure(make, a.seconds)
