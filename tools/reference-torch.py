@@ -15,6 +15,7 @@ Prints, per model, the median step over the timed steps (after 3 warm-up steps) 
 python3-torch (it runs under /usr/bin/python3)."""
 import argparse
 import os
+import sys
 import statistics
 import time
 
@@ -30,6 +31,14 @@ def threads_asked():
 # (mlp ran at 102-143 GFLOP/s on 2 cores, 7-8 s of CPU in 6 s; held to one, 55-70).
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(threads_asked())
+# glibc's malloc gives blocks this large back to the system when freed, unless its threshold
+# has grown past them, and PyTorch frees a step's gradients and activations: a process either
+# faulted them in afresh every step or not (mlp at 62 or 170 GFLOP/s, by the run). Run again,
+# with the blocks kept, so that PyTorch is measured at its best every time.
+if os.environ.get("MALLOC_MMAP_THRESHOLD_") is None:
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(1 << 40)
+    os.environ["MALLOC_TRIM_THRESHOLD_"] = str(1 << 40)
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import torch  # noqa: E402  (after the threads are set)
 import torch.nn as nn  # noqa: E402
