@@ -55,7 +55,7 @@ enum {
 };
 void *tr__host_scratch(tr_stream *s, int which, size_t bytes);
 
-/* Sum of x[i], and of x[i]^2, over n floats, in double. One partial sum per lane: the inner
+/* Sum of x[i] over n floats, in double. One partial sum per lane: the inner
  * loop is element-wise across lanes, so it vectorises without licence to reassociate, and the
  * result does not depend on the vector width. */
 HOST_INLINE double tr__host_sum_d(const float *x, size_t n) {
@@ -69,16 +69,19 @@ HOST_INLINE double tr__host_sum_d(const float *x, size_t n) {
   return s;
 }
 
-HOST_INLINE double tr__host_sumsq_d(const float *x, size_t n) {
+/* Sum of a[i] * b[i], in double, lane by lane as above. */
+HOST_INLINE double tr__host_dot_d(const float *a, const float *b, size_t n) {
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
-    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k] * (double)x[i + k];
+    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
   double s = 0;
-  for (; i < n; i++) s += (double)x[i] * (double)x[i];
+  for (; i < n; i++) s += (double)a[i] * (double)b[i];
   for (int k = 0; k < HOST_LANES; k++) s += acc[k];
   return s;
 }
+
+HOST_INLINE double tr__host_sumsq_d(const float *x, size_t n) { return tr__host_dot_d(x, x, n); }
 
 /* host_gemm.c: the GEMM slots */
 int tr__host_gemm_bf16(tr_stream *s, tr_op opa, tr_op opb, int M, int N, int K, float alpha,

@@ -20,18 +20,6 @@ HOST_INLINE float row_max(const float *x, size_t n) {
   return m;
 }
 
-/* sum of a[i] * b[i], in double */
-HOST_INLINE double dot(const float *a, const float *b, size_t n) {
-  double acc[HOST_LANES] = {0};
-  size_t i = 0;
-  for (; i + HOST_LANES <= n; i += HOST_LANES)
-    for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
-  double s = 0;
-  for (; i < n; i++) s += (double)a[i] * (double)b[i];
-  for (int k = 0; k < HOST_LANES; k++) s += acc[k];
-  return s;
-}
-
 /* sum of a[i] * b[i] * c[i], in double */
 HOST_INLINE double dot3(const float *a, const float *b, const float *c, size_t n) {
   double acc[HOST_LANES] = {0};
@@ -110,7 +98,7 @@ HOST_LOOPS tr__host_layernorm_backward_loops(tr_stream *s, float *dinp, float *d
       dw[c] += (double)di[c] * (double)g[c];
     }
     const double dnorm_norm_mean = dot3(weight, g, di, C) / (double)C;
-    const double dnorm_mean = dot(weight, g, C) / (double)C;
+    const double dnorm_mean = tr__host_dot_d(weight, g, C) / (double)C;
     const float m1 = (float)dnorm_mean, m2 = (float)dnorm_norm_mean;
     for (size_t c = 0; c < C; c++) di[c] = (weight[c] * g[c] - m1 - di[c] * m2) * rs;
   }
@@ -139,7 +127,7 @@ HOST_AVX2_TOO(tr__host_softmax_forward,
 
 /* dinp = scale * out * (dout - <out, dout>) over the first n entries of a row */
 HOST_INLINE void softmax_backward_row(float *dinp, const float *out, const float *dout, size_t n, float scale) {
-  const float d = (float)dot(out, dout, n);
+  const float d = (float)tr__host_dot_d(out, dout, n);
   for (size_t i = 0; i < n; i++) dinp[i] = scale * out[i] * (dout[i] - d);
 }
 
