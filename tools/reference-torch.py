@@ -20,17 +20,22 @@ import statistics
 import time
 
 
-def threads_asked():
-    ap = argparse.ArgumentParser(add_help=False)
+def arguments():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--threads", type=int, default=1)
-    return ap.parse_known_args()[0].threads
+    ap.add_argument("--model", choices=["mlp", "gpt", "all"], default="all")
+    return ap.parse_args()
+
+
+ARGS = arguments()
 
 
 # torch.set_num_threads holds PyTorch's own threads, not the BLAS's it calls: Debian's build
 # multiplies fp32 in OpenBLAS, which starts a thread per core unless told so before it loads
 # (mlp ran at 102-143 GFLOP/s on 2 cores, 7-8 s of CPU in 6 s; held to one, 55-70).
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ[var] = str(threads_asked())
+    os.environ[var] = str(ARGS.threads)
 # glibc's malloc gives blocks this large back to the system when freed, unless its threshold
 # has grown past them, and PyTorch frees a step's gradients and activations: a process either
 # faulted them in afresh every step or not (mlp at 62 or 170 GFLOP/s, by the run). Run again,
@@ -115,12 +120,7 @@ def measure(make, seconds):
     return per_step / step, flops * per_step / step * 1e-9, len(times) - 3
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--model", choices=["mlp", "gpt", "all"], default="all")
-    a = ap.parse_args()
+def main(a):
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), its BLAS's too")
@@ -131,4 +131,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(ARGS)

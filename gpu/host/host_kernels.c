@@ -3,12 +3,12 @@
 #include <math.h>
 #include <string.h>
 
-#include "host_cpu.h"
-#include "host_impl.h"
+#include "host_impl.h" /* and host_cpu.h, whose HOST_AVX2_TOO builds the kernels */
 
 /* ---- reductions -------------------------------------------------------------------------- */
 
-HOST_LOOPS tr__host_sumsq_loops(tr_stream *s, float *out, const float *x, size_t n, int accumulate) {
+HOST_LOOPS tr__host_sumsq_loops(tr_stream *s, float *out, const float *x, size_t n,
+                                int accumulate) {
   (void)s;
   double v = tr__host_sumsq_d(x, n);
   out[0] = (float)(accumulate ? (double)out[0] + v : v);

@@ -49,8 +49,9 @@ HOST_INLINE double softmax_row(float *out, const float *inp, size_t n, float sca
 
 /* ---- layernorm ------------------------------------------------------------------------------- */
 
-HOST_LOOPS tr__host_layernorm_forward_loops(tr_stream *s, float *out, float *mean, float *rstd, const float *inp,
-                           const float *weight, const float *bias, size_t N, size_t C, float eps) {
+HOST_LOOPS tr__host_layernorm_forward_loops(tr_stream *s, float *out, float *mean, float *rstd,
+                                            const float *inp, const float *weight,
+                                            const float *bias, size_t N, size_t C, float eps) {
   (void)s;
   for (size_t r = 0; r < N; r++) {
     const float *x = inp + r * C;
@@ -79,9 +80,10 @@ HOST_AVX2_TOO(tr__host_layernorm_forward,
                const float *weight, const float *bias, size_t N, size_t C, float eps),
               (s, out, mean, rstd, inp, weight, bias, N, C, eps))
 
-HOST_LOOPS tr__host_layernorm_backward_loops(tr_stream *s, float *dinp, float *dweight, float *dbias,
-                           const float *dout, const float *inp, const float *weight,
-                           const float *mean, const float *rstd, size_t N, size_t C) {
+HOST_LOOPS tr__host_layernorm_backward_loops(tr_stream *s, float *dinp, float *dweight,
+                                             float *dbias, const float *dout, const float *inp,
+                                             const float *weight, const float *mean,
+                                             const float *rstd, size_t N, size_t C) {
   /* per-channel parameter gradients summed over the rows in double, added once */
   double *dw = tr__host_scratch(s, TR__SCRATCH_OPS, 2 * C * sizeof(double));
   if (!dw) return tr__device_fail(s->dev, TR_ENOMEM, "layernorm_backward: out of memory");
@@ -116,7 +118,8 @@ HOST_AVX2_TOO(tr__host_layernorm_backward,
 
 /* ---- softmax ----------------------------------------------------------------------------------- */
 
-HOST_LOOPS tr__host_softmax_forward_loops(tr_stream *s, float *out, const float *inp, size_t N, size_t C) {
+HOST_LOOPS tr__host_softmax_forward_loops(tr_stream *s, float *out, const float *inp, size_t N,
+                                          size_t C) {
   (void)s;
   for (size_t r = 0; r < N; r++) softmax_row(out + r * C, inp + r * C, C, 1.0f);
   return 0;
@@ -126,13 +129,14 @@ HOST_AVX2_TOO(tr__host_softmax_forward,
               (s, out, inp, N, C))
 
 /* dinp = scale * out * (dout - <out, dout>) over the first n entries of a row */
-HOST_INLINE void softmax_backward_row(float *dinp, const float *out, const float *dout, size_t n, float scale) {
+HOST_INLINE void softmax_backward_row(float *dinp, const float *out, const float *dout, size_t n,
+                                      float scale) {
   const float d = (float)tr__host_dot_d(out, dout, n);
   for (size_t i = 0; i < n; i++) dinp[i] = scale * out[i] * (dout[i] - d);
 }
 
-HOST_LOOPS tr__host_softmax_backward_loops(tr_stream *s, float *dinp, const float *out, const float *dout, size_t N,
-                         size_t C) {
+HOST_LOOPS tr__host_softmax_backward_loops(tr_stream *s, float *dinp, const float *out,
+                                           const float *dout, size_t N, size_t C) {
   (void)s;
   for (size_t r = 0; r < N; r++) softmax_backward_row(dinp + r * C, out + r * C, dout + r * C, C, 1.0f);
   return 0;
@@ -142,8 +146,8 @@ HOST_AVX2_TOO(tr__host_softmax_backward,
                size_t C),
               (s, dinp, out, dout, N, C))
 
-HOST_LOOPS tr__host_attn_softmax_forward_loops(tr_stream *s, float *att, const float *preatt, size_t BH, size_t T,
-                              float scale) {
+HOST_LOOPS tr__host_attn_softmax_forward_loops(tr_stream *s, float *att, const float *preatt,
+                                               size_t BH, size_t T, float scale) {
   (void)s;
   for (size_t m = 0; m < BH; m++)
     for (size_t t = 0; t < T; t++) {
@@ -157,8 +161,9 @@ HOST_AVX2_TOO(tr__host_attn_softmax_forward,
               (tr_stream *s, float *att, const float *preatt, size_t BH, size_t T, float scale),
               (s, att, preatt, BH, T, scale))
 
-HOST_LOOPS tr__host_attn_softmax_backward_loops(tr_stream *s, float *dpreatt, const float *att, const float *datt,
-                              size_t BH, size_t T, float scale) {
+HOST_LOOPS tr__host_attn_softmax_backward_loops(tr_stream *s, float *dpreatt, const float *att,
+                                                const float *datt, size_t BH, size_t T,
+                                                float scale) {
   (void)s;
   for (size_t m = 0; m < BH; m++)
     for (size_t t = 0; t < T; t++) {

@@ -315,8 +315,6 @@ static void troupe_gemm_pins_a_library_and_a_bad_value_is_refused(void **state) 
 
 /* ---- every library computes ---------------------------------------------------------------- */
 
-/* Every library of the build, pinned, and auto: each transpose, leading dimensions padded,
- * alpha and beta, a strided batch, fp32 and bf16, against float64 (th_check). */
 /* g's C against float64 sums of its A and B (floats), from C0 as it was before. */
 static void check_products(const char *lib, const tr__gemm_args *g, const float *C0) {
   const float *A = g->A, *B = g->B;
@@ -343,6 +341,8 @@ static void check_products(const char *lib, const tr__gemm_args *g, const float 
   free(ref), free(got);
 }
 
+/* Every library of the build, pinned, and auto: each transpose, leading dimensions padded,
+ * alpha and beta, a strided batch, fp32 and bf16, against float64 (th_check). */
 static void every_library_matches_float64_in_every_form(void **state) {
   (void)state;
   enum { BM = 70, BN = 90, BK = 80, PAD = 3, BATCH = 2 };
