@@ -199,23 +199,16 @@ static void print_row(bool md, const row *x, double base, double async1) {
            r->consistency, r->final_loss, state_per_replica(r), r->comm_bytes_per_step);
 }
 
-/* The name of the model's loss backward op ("mse_backward"), which an async worker runs once a
- * step: the op the elastic row's worker dies on; "" when the model has no such name. */
-static void loss_backward_op(const char *model, char *out, size_t size) {
+/* What the elastic rows need of the model: the name of its loss backward op ("mse_backward"),
+ * which an async worker runs once a step, the op the row's worker dies on; and its samples
+ * per step. "" and 0 when the model has no such name. */
+static int elastic_facts(const char *model, char *op, size_t size) {
   tr_model *m;
   char err[256];
-  out[0] = 0;
-  if (tr_model_named(&m, model, err, sizeof err)) return;
-  const tr_loss_type *loss = tr_model_loss(m); /* NULL: MSE */
-  snprintf(out, size, "%s_backward", loss ? loss->name : "mse");
-  tr_model_free(m);
-}
-
-/* The model's samples per step; 0 when it has no such name. */
-static int model_batch(const char *model) {
-  tr_model *m;
-  char err[256];
+  op[0] = 0;
   if (tr_model_named(&m, model, err, sizeof err)) return 0;
+  const tr_loss_type *loss = tr_model_loss(m); /* NULL: MSE */
+  snprintf(op, size, "%s_backward", loss ? loss->name : "mse");
   const int batch = tr_model_batch(m);
   tr_model_free(m);
   return batch;
@@ -236,14 +229,14 @@ static bool spec_less_last(const char *spec, char *out, size_t size) {
  * all of the row's window, none of it faulty. The async workers are a number of their own:
  * one fewer. Local SGD's replicas are the devices', and those left keep their share of the
  * batch: the devices less the last, with the shares of the replicas left. */
-static void predict_elastic(row *x, const char *devices, int n) {
+static void predict_elastic(row *x, const char *devices, int n, int model_batch) {
   tr_train_options o = x->o;
-  const int batch = o.job.global_batch ? o.job.global_batch : model_batch(o.model);
+  const int batch = o.job.global_batch ? o.job.global_batch : model_batch;
   char fewer[256];
   o.devices = devices;
   o.job.async.elastic = 0;
   if (o.strategy == TR_STRATEGY_ASYNC) o.job.layout.replicas = n - 1;
-  else if (batch % n == 0 && spec_less_last(devices, fewer, sizeof fewer))
+  else if (batch > 0 && batch % n == 0 && spec_less_last(devices, fewer, sizeof fewer))
     o.devices = fewer, o.job.global_batch = batch / n * (n - 1);
   else return;
   char why[256];
@@ -290,7 +283,9 @@ static const cli_table table = {
         "devices it also measures the BLAS's own scaling on the model's layers. Beside each\n"
         "row is what troupe plan predicted of it (samples/s, and its error against the\n"
         "measured; an elastic row's is its layout with one worker fewer, which runs from the\n"
-        "10th step on), and after the table the predictor's median error over them.\n"
+        "10th step on), and after the table the predictor's median error over them. A signal\n"
+        "(Ctrl-C) ends the bench with the row it stopped: the table has the rows run, and the\n"
+        "exit status is 128 + the signal's number, as troupe train's.\n"
         "troupe bench <what>\n"
         "--help describes the other benchmarks.\n"};
 
@@ -337,9 +332,10 @@ int bench_strategies(int argc, char **argv) {
     if (!strcmp(layouts[i].label, "local")) local = nrows;
     nrows++;
   }
-  char elastic[256], op[64];
+  char elastic[256], op[64] = "";
+  int model_batch = 0;
   if (n > 1) { /* elastic: the last worker's device dies at its 10th step, the others go on */
-    loss_backward_op(model, op, sizeof op);
+    model_batch = elastic_facts(model, op, sizeof op);
     row *x = &rows[nrows];
     const int wrote = snprintf(x->label, sizeof x->label, "async %d elastic", n);
     if (wrote < (int)sizeof x->label &&
@@ -349,7 +345,7 @@ int bench_strategies(int argc, char **argv) {
       x->o.job.layout.replicas = n;
       x->o.job.async.elastic = 1;
       x->o.devices = elastic;
-      predict_elastic(x, devices, n);
+      predict_elastic(x, devices, n, model_batch);
       nrows++;
     }
   }
@@ -359,13 +355,23 @@ int bench_strategies(int argc, char **argv) {
     x->o = rows[local].o;
     x->o.job.async.elastic = 1;
     x->o.devices = elastic; /* the same devices, the last one dying at its 10th step */
-    if (rows[nrows - 1].o.devices == elastic) predict_elastic(x, devices, n), nrows++;
+    if (rows[nrows - 1].o.devices == elastic) predict_elastic(x, devices, n, model_batch), nrows++;
   }
   free(layouts);
+  /* A signal that ends a row's run (Ctrl-C) ends the bench: the rows after it are not run,
+   * the table has those before, and the exit status is the signal's, as troupe train's. */
+  int stopped_by = 0;
   for (int i = 0; i < nrows; i++) {
+    if (stopped_by) {
+      rows[i].rc = TR_EINTR;
+      snprintf(rows[i].err, sizeof rows[i].err, "not run: a signal ended the bench");
+      continue;
+    }
     fprintf(stderr, "troupe: bench: %s ...\n", rows[i].label);
     rows[i].rc = tr_train_run(&rows[i].o, &rows[i].r, rows[i].err, sizeof rows[i].err);
+    if (rows[i].rc == TR_EINTR && rows[i].r.signal) stopped_by = rows[i].r.signal;
   }
+  const int status = stopped_by ? 128 + stopped_by : CLI_OK;
   const double base_rate = rows[0].rc ? NAN : rows[0].r.samples_per_s;
   const double async1_rate = rows[async1].rc ? NAN : rows[async1].r.steps_per_s;
 
@@ -373,7 +379,8 @@ int bench_strategies(int argc, char **argv) {
   tr_model *m = NULL;
   double ref1 = NAN, refdp = NAN, refpp = NAN;
   int width = 0, layers = 0, batch = 0;
-  if (host && n > 1 && tr_model_named(&m, model, err, sizeof err) == 0 && !tr_model_token_input(m)) {
+  if (host && n > 1 && !stopped_by && tr_model_named(&m, model, err, sizeof err) == 0 &&
+      !tr_model_token_input(m)) {
     for (int l = 0; l < tr_model_layer_count(m); l++)
       if (tr_model_layer(m, l)->type == &tr_layer_linear_type) layers++, width = tr_model_layer(m, l)->in;
     batch = tr_model_batch(m);
@@ -435,7 +442,7 @@ int bench_strategies(int argc, char **argv) {
       printf(",\"blas\":{\"one_thread_full_batch\":%.2f,\"dp_threads\":%.2f,\"pipeline_threads\":%.2f}",
              ref1, refdp, refpp);
     printf("}\n");
-    return CLI_OK;
+    return status;
   }
   const bool md = !strcmp(format, "md");
   if (md)
@@ -466,5 +473,5 @@ int bench_strategies(int argc, char **argv) {
             n, layers, width, width, batch, ref1, n, batch / n, refdp, refdp / ref1, n,
             batch / 8, layers / n, refpp, refpp / ref1);
   }
-  return CLI_OK;
+  return status;
 }
