@@ -238,11 +238,14 @@ const char *tr_signal_name(int signum) {
 }
 
 /* Start-up (tr_signals_hold): the first signal is kept for the run, and acted on at once by
- * whoever asks (tr_signals_held); a system that runs takes it over. SIGHUP ignored when
- * the process began (nohup) stays ignored, for the run too. */
+ * whoever asks (tr_signals_held); a system that runs takes it over, and gives it back when
+ * it ends without a signal to a program that still holds (holds > 0: a bench between its
+ * runs). SIGHUP ignored when the process began (nohup) stays ignored, for the run too. */
 static const int held_signums[] = {SIGINT, SIGTERM, SIGHUP};
 static struct sigaction held_before[3];
-static bool holding, hup_known, hup_ignored;
+static int holds;       /* tr_signals_hold calls not yet released */
+static bool installed;  /* hold_signal is the handler now (a running system's is not) */
+static bool hup_known, hup_ignored;
 static volatile sig_atomic_t held;
 
 static void hold_signal(int signum) {
@@ -258,23 +261,30 @@ static bool hup_wanted(void) {
   return !hup_ignored;
 }
 
-void tr_signals_hold(void) {
-  if (holding) return;
-  held = 0;
+/* before: where to keep what was there (NULL: it is kept already) */
+static void install_hold(struct sigaction *before) {
   struct sigaction sa = {.sa_handler = hold_signal};
   sigemptyset(&sa.sa_mask);
   for (int i = 0; i < 3; i++)
-    if (held_signums[i] != SIGHUP || hup_wanted()) sigaction(held_signums[i], &sa, &held_before[i]);
-  holding = true;
+    if (held_signums[i] != SIGHUP || hup_wanted())
+      sigaction(held_signums[i], &sa, before ? &before[i] : NULL);
+  installed = true;
+}
+
+void tr_signals_hold(void) {
+  if (holds++ > 0) return;
+  held = 0;
+  install_hold(held_before);
 }
 
 int tr_signals_held(void) { return held; }
 
 void tr_signals_release(void) {
-  if (!holding) return;
-  for (int i = 0; i < 3; i++)
-    if (held_signums[i] != SIGHUP || hup_wanted()) sigaction(held_signums[i], &held_before[i], NULL);
-  holding = false;
+  if (holds == 0 || --holds > 0) return;
+  if (installed) /* else a system took the signals over: libuv put back the defaults */
+    for (int i = 0; i < 3; i++)
+      if (held_signums[i] != SIGHUP || hup_wanted()) sigaction(held_signums[i], &held_before[i], NULL);
+  installed = false;
 }
 
 int tr_system_signal(const tr_system *sys) { return atomic_load(&((tr_system *)sys)->signal); }
@@ -405,7 +415,7 @@ int tr_system_run(tr_system *sys) {
     }
     /* libuv's handlers replaced the start-up's: a signal held is raised again for them */
     const int early = held;
-    holding = false;
+    installed = false;
     held = 0;
     if (early) raise(early);
   }
@@ -424,6 +434,9 @@ int tr_system_run(tr_system *sys) {
   tr_msg_pool_attach(sys->loop_pool);
   uv_async_send(&sys->async); /* first pass: start the loop actors */
   uv_run(&sys->loop, UV_RUN_DEFAULT);
+  /* libuv put back the defaults: a program still holding holds again, unless a signal came
+   * (the next one is the process's, as during the run) */
+  if (sys->handle_signals && holds > 0 && !atomic_load(&sys->signal)) install_hold(NULL);
   tr_msg_pool_attach(NULL);
   return sys->status;
 }

@@ -174,10 +174,11 @@ TR_API const char *tr_signal_name(int signum);
  * tr_signals_hold on, the first SIGINT, SIGTERM or SIGHUP is kept instead of ending the
  * process, and tr_signals_held says which (0: none), so that the program can stop where it
  * is, saying so. A system that runs with handle_signals takes over: it acts on a signal
- * held as on one that reaches it running. tr_signals_release puts back what was there
- * before (a program that returns without running). SIGHUP ignored when the process began
- * (nohup) stays ignored, while holding and while running. Not thread-safe: the program's
- * main thread. */
+ * held as on one that reaches it running, and when it ends without one, a program still
+ * holding holds again (a bench between its runs). Calls nest: the last tr_signals_release
+ * puts back what was there before the first hold; a signal held then is dropped (raise it
+ * again to act on it). SIGHUP ignored when the process began (nohup) stays ignored, while
+ * holding and while running. Not thread-safe: the program's main thread. */
 TR_API void tr_signals_hold(void);
 TR_API int tr_signals_held(void);
 TR_API void tr_signals_release(void);

@@ -361,7 +361,9 @@ int bench_strategies(int argc, char **argv) {
   /* A signal that ends a row's run (Ctrl-C) ends the bench: the rows after it are not run,
    * the table has those before, and the exit status is the signal's, as troupe train's. */
   int stopped_by = 0;
+  tr_signals_hold(); /* between the runs too: each run takes the signals over while it runs */
   for (int i = 0; i < nrows; i++) {
+    if (!stopped_by) stopped_by = tr_signals_held();
     if (stopped_by) {
       rows[i].rc = TR_EINTR;
       snprintf(rows[i].err, sizeof rows[i].err, "not run: a signal ended the bench");
@@ -371,6 +373,8 @@ int bench_strategies(int argc, char **argv) {
     rows[i].rc = tr_train_run(&rows[i].o, &rows[i].r, rows[i].err, sizeof rows[i].err);
     if (rows[i].rc == TR_EINTR && rows[i].r.signal) stopped_by = rows[i].r.signal;
   }
+  if (!stopped_by) stopped_by = tr_signals_held(); /* after the last run */
+  tr_signals_release();
   const int status = stopped_by ? 128 + stopped_by : CLI_OK;
   const double base_rate = rows[0].rc ? NAN : rows[0].r.samples_per_s;
   const double async1_rate = rows[async1].rc ? NAN : rows[async1].r.steps_per_s;

@@ -181,27 +181,31 @@ static void print_table(const tr_plan_layout *l, int count, const double *measur
 static int verify(const plan_args *a, const tr_plan_layout *l, int count, double *measured,
                   int *signal) {
   for (int i = 0; i < count; i++) measured[i] = NAN;
-  for (int i = 0, ran = 0; i < count && ran < a->verify; i++) {
+  tr_signals_hold(); /* between the runs too: each run takes the signals over while it runs */
+  int rc = CLI_OK;
+  for (int i = 0, ran = 0; i < count && ran < a->verify && !*signal && rc == CLI_OK; i++) {
+    if ((*signal = tr_signals_held())) break;
     if (!l[i].predicted || l[i].rc || !l[i].fits) continue;
     tr_train_options o = l[i].o;
     o.seconds = a->seconds;
     tr_train_result r;
     char err[512];
     fprintf(stderr, "troupe: plan: verifying %s ...\n", l[i].label);
-    const int rc = tr_train_run(&o, &r, err, sizeof err);
-    if (rc == TR_EINTR && r.signal) {
+    const int run = tr_train_run(&o, &r, err, sizeof err);
+    if (run == TR_EINTR && r.signal) {
       fprintf(stderr, "troupe: plan: --verify %s: %s\n", l[i].label, err);
       *signal = r.signal;
-      return CLI_OK;
-    }
-    if (rc) {
+    } else if (run) {
       fprintf(stderr, "troupe: plan: %s: %s\n", l[i].label, err);
-      return CLI_FAIL;
+      rc = CLI_FAIL;
+    } else {
+      measured[i] = r.samples_per_s;
+      ran++;
     }
-    measured[i] = r.samples_per_s;
-    ran++;
   }
-  return CLI_OK;
+  if (!*signal && rc == CLI_OK) *signal = tr_signals_held(); /* after the last run */
+  tr_signals_release();
+  return rc;
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -425,6 +426,10 @@ int cmd_train(int argc, char **argv) {
   rc = tr_world_open(&o->world, e.message, sizeof e.message);
   const int rank = tr_world_rank(o->world), ranks = tr_world_size(o->world);
   if (rc == 0) rc = tr_train_run_e(o, &r, &e);
+  /* One that came after the run ended is acted on as if nothing held it. */
+  const int late = rc == TR_EINTR && r.signal ? 0 : tr_signals_held();
+  tr_signals_release();
+  if (late) raise(late);
   progress_end(&bar);
   if (rc) print_failure(&e, rank, ranks);
   tr_world_close(o->world); /* after a failed run across ranks, ends them all */

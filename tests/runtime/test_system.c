@@ -434,6 +434,52 @@ static void a_second_signal_ends_the_process(void **state) {
   close(ready[1]);
 }
 
+static int stop_receive(tr_actor *self, tr_msg *msg) {
+  (void)msg;
+  tr_system_stop(tr_actor_system(self), 0);
+  return 0;
+}
+static const tr_behaviour stopper = {.name = "stopper", .receive = stop_receive};
+
+/* A program holding the signals (a bench) around a run that holds them too: a system that
+ * ends without a signal gives them back to the hold, so a Ctrl-C between two runs is kept
+ * for the program; once the last hold is released, a signal has its default effect again
+ * (a child process here: a broken hold would end it at the first raise). */
+static void signals_are_held_again_between_runs_until_the_last_release(void **state) {
+  (void)state;
+  int report[2];
+  assert_int_equal(pipe(report), 0);
+  const pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    tr_signals_hold(); /* the program's */
+    tr_signals_hold(); /* the run's */
+    tr_system *sys;
+    tr_actor *a;
+    if (tr_system_new(&sys, &(tr_system_config){.handle_signals = 1}) ||
+        tr_actor_spawn(sys, &(tr_actor_config){.name = "stopper", .kind = TR_ACTOR_LOOP,
+                                               .behaviour = &stopper}, &a) ||
+        tr_actor_timer_start(a, 5, 0, 0) || tr_system_run(sys) != 0)
+      _exit(3);
+    tr_system_free(sys);
+    tr_signals_release(); /* the run's: the program still holds */
+    raise(SIGINT);
+    if (write(report[1], tr_signals_held() == SIGINT ? "h" : "-", 1) != 1) _exit(4);
+    tr_signals_release(); /* the program's: the default again */
+    raise(SIGINT);
+    _exit(5); /* never */
+  }
+  close(report[1]); /* a child ended early: the read sees the end */
+  char c = 0;
+  assert_int_equal(read(report[0], &c, 1), 1);
+  assert_int_equal(c, 'h');
+  int status;
+  assert_int_equal(waitpid(child, &status, 0), child);
+  assert_true(WIFSIGNALED(status));
+  assert_int_equal(WTERMSIG(status), SIGINT);
+  close(report[0]);
+}
+
 /* ---- the watchdog ----------------------------------------------------------------------- */
 
 static int sleepy_receive(tr_actor *self, tr_msg *msg) {
@@ -909,6 +955,7 @@ int main(void) {
       cmocka_unit_test(sigint_stops_the_system_gracefully),
       cmocka_unit_test(on_signal_takes_the_first_signal_instead_of_a_stop),
       cmocka_unit_test(a_second_signal_ends_the_process),
+      cmocka_unit_test(signals_are_held_again_between_runs_until_the_last_release),
       cmocka_unit_test(a_watchdog_period_can_grow_while_the_system_runs),
       cmocka_unit_test(watchdog_names_the_actor_that_makes_no_progress),
       cmocka_unit_test(watchdog_leaves_an_idle_system_alone),
