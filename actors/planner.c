@@ -300,6 +300,7 @@ static int async_rate(const resolved *r, const arrays *a, tr_device *d,
   c.latency = a->latency; /* fill's */
   int rc = 0;
   if (r->R == 1) rc = tr__costs_link(d, cc, &c.latency, err, n);
+  if (tr_device_info_of(d)->kind == TR_DEVICE_HOST) c.cpus = tr__plan_cpus();
   if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && r->R > 1)
     rc = tr__costs_together(r->model, r->devs, r->R, r->mb, cc, &c.together, err, n);
   if (rc == 0 && tr__plan_async(&c, as))

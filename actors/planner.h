@@ -68,11 +68,14 @@ double tr__plan_slowdown(double together, double within, int D, int T, int cpus,
 /* An asynchronous job's costs, in seconds (predict_async.c): R workers, each a forward and
  * backward of a whole batch alone (compute), a message's hand-over (latency: a push and its
  * reply each take one), the server's update of one push (apply); the slowdown of R devices
- * computing at once (>= 1); SSP's bound (-1: none). */
+ * computing at once (>= 1); SSP's bound (-1: none); the CPUs the workers and the server's
+ * thread share (host devices), or 0 (devices of their own, which the server's thread leaves
+ * alone). */
 typedef struct tr__async_costs {
   int workers;
   double compute, latency, apply, together;
   int staleness;
+  int cpus;
 } tr__async_costs;
 
 /* Its rate: pushes (steps of a global batch) a second, a worker's cycle, each worker's share

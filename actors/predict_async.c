@@ -17,11 +17,18 @@
  *
  * Host devices share the machine: a worker computes as much slower as the devices at once
  * slow it (tr__costs_together), in proportion to how many compute at once on average; the
- * server's update is slowed alike (it is another thread of the same machine).
+ * server's update is slowed alike (it is another thread of the same machine). And the
+ * server's thread takes its share of the CPUs: where the workers at work and the server at
+ * work are more threads than CPUs, every one of them has that much less of a CPU. The
+ * server's work depends on the rate, which depends on the slowdown: a few rounds find where
+ * they agree.
  */
 #include <math.h>
 
 #include "planner.h"
+
+/* rounds of rate and slowdown: each moves the rate less than the last (a few % by the 3rd) */
+enum { ROUNDS = 4 };
 
 static void rate(const tr__async_costs *c, double slow, tr__async_step *out) {
   const int R = c->workers;
@@ -44,14 +51,21 @@ static void rate(const tr__async_costs *c, double slow, tr__async_step *out) {
 int tr__plan_async(const tr__async_costs *c, tr__async_step *out) {
   *out = (tr__async_step){0};
   if (c->workers < 1 || !(c->compute > 0) || !(c->apply >= 0) || !(c->latency >= 0) ||
-      !(c->together >= 1) || !isfinite(c->compute + c->apply + c->latency + c->together))
+      !(c->together >= 1) || c->cpus < 0 || !isfinite(c->compute + c->apply + c->latency + c->together))
     return TR_EINVAL;
-  rate(c, 1, out);
-  if (c->workers > 1 && c->together > 1) {
+  double applied = 1; /* the slowdown of the rate in out */
+  rate(c, applied, out);
+  for (int round = 0; round < ROUNDS && (c->together > 1 || c->cpus > 0); round++) {
     /* devices computing at once, on average: each worker's share of its cycle */
     const double busy = c->workers * out->utilization;
-    const double slow = 1 + (c->together - 1) * (busy > 1 ? busy - 1 : 0) / (c->workers - 1);
-    rate(c, slow, out);
+    double slow = c->workers > 1 ? 1 + (c->together - 1) * (busy > 1 ? busy - 1 : 0) /
+                                           (c->workers - 1)
+                                 : 1;
+    /* the server's thread beside them: its share of the time, at the rate just found */
+    const double server = out->pushes_per_s * c->apply * applied;
+    if (c->cpus > 0 && busy + server > c->cpus)
+      slow *= (busy + server) / (busy > c->cpus ? busy : c->cpus);
+    rate(c, applied = slow, out);
   }
   return 0;
 }

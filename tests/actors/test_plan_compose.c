@@ -9,7 +9,8 @@
  * worker's cycle (compute, two hand-overs, its update at the server); a server busy all the
  * time bounds it at one update per apply; SSP's bound of 0 makes rounds (the server applies
  * all R before any reply); devices computing at once slow compute and apply alike, in
- * proportion to how many compute on average. Each answer here is worked by hand.
+ * proportion to how many compute on average, and the server's thread at work takes its
+ * share of CPUs too few for it and them. Each answer here is worked by hand.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -85,6 +86,25 @@ static void devices_at_once_slow_the_workers_by_how_many_compute(void **state) {
   assert_close(one.pushes_per_s, 10);
 }
 
+/* Two workers of 90 ms and updates of 10 ms on one CPU, 2× slower both at once (the CPU's
+ * halves): counting the workers alone, 1.8 at once make them 1.8× slower, 2 pushes per
+ * 180 ms. The server's thread at work 0.2 of the time makes 2 threads at once for the one
+ * CPU: 2× slower, 10 pushes a second, each push the CPU's 100 ms. Devices of their own
+ * (cpus 0) leave the server's thread a CPU of its own. */
+static void the_servers_thread_takes_its_share_of_the_cpus(void **state) {
+  (void)state;
+  const tr__async_costs c = {.workers = 2, .compute = 0.09, .apply = 0.01, .together = 2,
+                             .staleness = -1, .cpus = 1};
+  const tr__async_step s = rate(c);
+  assert_close(s.pushes_per_s, 10);
+  assert_close(s.utilization, 0.9);
+  tr__async_costs own = c;
+  own.cpus = 0;
+  assert_close(rate(own).pushes_per_s, 2 / 0.18);
+  own.cpus = 4; /* CPUs enough for the workers and the server */
+  assert_close(rate(own).pushes_per_s, 2 / 0.18);
+}
+
 static void devices_at_once_slow_a_layout_by_what_is_beyond_its_groups(void **state) {
   (void)state;
   /* on 8 CPUs: the factors as measured */
@@ -116,6 +136,8 @@ static void bad_costs_are_refused(void **state) {
                                   &s), TR_EINVAL);
   assert_int_equal(tr__plan_async(&(tr__async_costs){.workers = 2, .compute = 1, .together = 0.5},
                                   &s), TR_EINVAL);
+  assert_int_equal(tr__plan_async(&(tr__async_costs){.workers = 2, .compute = 1, .together = 1,
+                                                     .cpus = -1}, &s), TR_EINVAL);
 }
 
 int main(void) {
@@ -124,6 +146,7 @@ int main(void) {
       cmocka_unit_test(a_busy_server_bounds_the_rate),
       cmocka_unit_test(a_bound_of_zero_makes_rounds),
       cmocka_unit_test(devices_at_once_slow_the_workers_by_how_many_compute),
+      cmocka_unit_test(the_servers_thread_takes_its_share_of_the_cpus),
       cmocka_unit_test(devices_at_once_slow_a_layout_by_what_is_beyond_its_groups),
       cmocka_unit_test(bad_costs_are_refused),
   };
