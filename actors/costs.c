@@ -75,7 +75,8 @@ const char *tr_plan_costs_default_path(void) {
 
 /* The file's entries, or none (*ck NULL) when there is no file. A file that is there but is
  * not a costs file is refused (TR_EINVAL): it is not ours to replace. */
-static int open_costs(const char *path, tr_checkpoint **ck, char *err, size_t n) {
+static int open_costs(const char *path, const char *named_by, tr_checkpoint **ck, char *err,
+                      size_t n) {
   *ck = NULL;
   struct stat st;
   if (stat(path, &st) != 0 && errno == ENOENT) return 0;
@@ -90,8 +91,8 @@ static int open_costs(const char *path, tr_checkpoint **ck, char *err, size_t n)
              path, FORMAT);
   }
   /* why begins with the path */
-  snprintf(err, n, "costs file %s%s: give another path (tr_plan_costs_config.path)", why,
-           rc == TR_EFORMAT ? " (not a file of layer costs)" : "");
+  snprintf(err, n, "costs file %s%s: give another path (%s)", why,
+           rc == TR_EFORMAT ? " (not a file of layer costs)" : "", named_by);
   return TR_EINVAL;
 }
 
@@ -151,17 +152,19 @@ static int entry(const tr_plan_costs_config *c, const char *name, int rows, int 
                  double *v, bool *measured, char *err, size_t n) {
   const tr_plan_costs_config none = {0};
   if (c == NULL) c = &none;
-  /* a path given must work; the default one is a convenience: where it cannot be read or
-   * written, the costs are measured and nothing is kept */
-  const bool given = c->path != NULL;
-  const char *path = given ? c->path : tr_plan_costs_default_path();
+  /* a path given (or named by $TROUPE_COSTS) must work; the default one is a convenience:
+   * where it cannot be read or written, the costs are measured and nothing is kept */
+  const char *env = getenv("TROUPE_COSTS");
+  const char *named_by = c->path ? "tr_plan_costs_config.path" : env ? "TROUPE_COSTS" : NULL;
+  const bool given = named_by != NULL;
+  const char *path = c->path ? c->path : tr_plan_costs_default_path();
   *measured = false;
   tr_checkpoint *ck = NULL;
   bool keep = *path != 0;
   if (keep && !given) make_parent(path);
   if (keep) {
-    int rc = open_costs(path, &ck, err, n);
-    if (rc == 0) rc = tr_file_check_output(path, given ? "tr_plan_costs_config.path" : "costs", err, n);
+    int rc = open_costs(path, given ? named_by : "costs", &ck, err, n);
+    if (rc == 0) rc = tr_file_check_output(path, given ? named_by : "costs", err, n);
     if (rc && given) return rc;
     keep = rc == 0;
   }

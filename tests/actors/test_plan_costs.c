@@ -180,7 +180,8 @@ static void what_is_not_a_costs_file_is_refused_and_kept(void **state) {
   expect_refused(f, f->dir, "directory");
 }
 
-/* "": no file, measured every time; NULL: the default path ($TROUPE_COSTS here). */
+/* "": no file, measured every time; NULL: the default path ($TROUPE_COSTS here), which must
+ * work as a path given must. */
 static void no_file_measures_and_the_default_path_keeps(void **state) {
   fixture *f = *state;
   tr_layer_times t[L];
@@ -192,6 +193,23 @@ static void no_file_measures_and_the_default_path_keeps(void **state) {
   assert_string_equal(tr_plan_costs_default_path(), path);
   assert_true(times_of(f, f->m, 4, NULL, t));
   assert_false(times_of(f, f->m, 4, NULL, t));
+  /* a file $TROUPE_COSTS names is the user's: refused by that name when it is not a costs
+   * file, as a path given is, and kept as it was (no silent run without a cache) */
+  FILE *text = fopen(path, "w");
+  assert_non_null(text);
+  fputs("my notes\n", text);
+  fclose(text);
+  bool measured = true;
+  char err[512] = "";
+  assert_int_equal(tr_plan_layer_times(f->m, f->dev, 4, NULL, t, &measured, err, sizeof err),
+                   TR_EINVAL);
+  if (!strstr(err, "TROUPE_COSTS")) fail_msg("the error \"%s\" does not name TROUPE_COSTS", err);
+  assert_false(measured);
+  char buf[32] = "";
+  text = fopen(path, "r");
+  assert_non_null(fgets(buf, sizeof buf, text));
+  fclose(text);
+  assert_string_equal(buf, "my notes\n");
   unsetenv("TROUPE_COSTS");
 }
 
