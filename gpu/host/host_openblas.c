@@ -5,7 +5,11 @@
  *
  * Its sgemm computes a row of C by a kernel that depends on the row's place in blocks of
  * rows (12 on Haswell: a row at another offset, or in the last partial block, differs in the
- * last bits), so its rows vary with the rows around them (rows_vary). */
+ * last bits), so its rows vary with the rows around them (rows_vary). Padding the rows to
+ * whole blocks would not help: a micro-batch's row 0 is the batch's row 32, another place
+ * in its block, and the same holds with the product transposed (the rows then OpenBLAS's
+ * columns). Checked on 0.3.21: its Cooperlake kernels (AVX-512) give every row the same bits
+ * at any offset, its Haswell kernels (AVX2) do not, so one flag for the library is kept. */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdio.h>

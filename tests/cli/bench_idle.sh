@@ -3,7 +3,7 @@
 # every pipelined row has bubble_schedule and the devices' mean idle kinds (each a fraction of
 # the window, together no more than the bubble), and no other row has them; the Markdown has
 # their table after the strategies'. Every row has troupe plan's prediction beside it, the
-# elastic rows too (their layout with one worker fewer).
+# elastic rows too (their layout with one worker fewer), and the predictor's medians over them.
 set -u
 troupe=$1
 failed=0
@@ -28,6 +28,18 @@ for r in d["rows"]:
     assert "predicted" in r and r["predicted"]["samples_per_s"] > 0, r
     if "bubble_fraction" not in r:
         assert "idle" not in r, r
+# the predictor's figures are the medians over these rows: of the error, and of the error
+# of ×single (each row's predicted multiple of single's rate against its measured multiple)
+def median(v):
+    v = sorted(v)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) / 2
+rows = [r for r in d["rows"] if "error" not in r]
+err = [r["predicted"]["samples_per_s"] / r["samples_per_s"] - 1 for r in rows]
+assert rows[0]["strategy"] == "single", rows[0]
+vs = [abs((1 + e) / (1 + err[0]) - 1) for e in err[1:]]
+p = d["predictor"]
+assert abs(p["median_abs_error_samples_per_s"] - median([abs(e) for e in err])) < 2e-4, p
+assert abs(p["median_abs_error_vs_single"] - median(vs)) < 2e-4, (p, median(vs))
 PY
 md=$("$troupe" bench --model simplenet --devices host:2 --seconds 0.2 2>/dev/null)
 [[ $md == *"Where the pipelines' devices were idle"*"| pipeline 1f1b "* ]] ||
