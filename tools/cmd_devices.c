@@ -48,9 +48,10 @@ static void host_gemm(bool json) {
       cli_json_string(stdout, in->isa);
       printf(",\"bf16\":\"%s\"}", tr_bf16_support_name(in->bf16));
     } else
-      fprintf(stderr, "  %-9s %-18s %-17s bf16 %s%s%s\n", tr__host_libs[i]->name, in->label, in->isa,
-              tr_bf16_support_name(in->bf16),
-              tr__host_libs[i]->fits ? " (small products only)" : "",
+      fprintf(stderr, "  %-9s %-18s %-17s bf16 %s%s%s%s%s\n", tr__host_libs[i]->name, in->label,
+              in->isa, tr_bf16_support_name(in->bf16), tr__host_libs[i]->fits ? " (" : "",
+              tr__host_libs[i]->fits ? tr__host_libs[i]->fits_what : "",
+              tr__host_libs[i]->fits ? ")" : "",
               tr__host_libs[i]->rows_vary ? " (rows vary with the rows around them)" : "");
   }
   if (json) printf("]}");

@@ -1,6 +1,7 @@
 /* host_blas.h — the libraries behind the host backend's GEMM, one row of a table each:
  * oneDNN (host_onednn.c, where libdnnl was found at build time), OpenBLAS or any CBLAS
- * (host_openblas.c), and the direct path for small products (host_tiny.c). host_gemm.c
+ * (host_openblas.c), troupe's own blocked GEMM on AVX2 (host_blocked.c), and the direct path
+ * for small products (host_tiny.c). host_gemm.c
  * takes what no library does well (empty sums) and hands every other product to the row
  * that host_choose.h picks for its shape: by measurement (TROUPE_GEMM=auto), or the one
  * pinned.
@@ -43,8 +44,9 @@ typedef struct tr__host_lib {
   void (*close)(void *state);
   /* 0, or a failure recorded on the stream's device */
   int (*gemm)(tr_stream *s, void *state, const tr__gemm_args *g);
-  /* whether it may serve g at all (NULL: any product) */
+  /* whether it may serve g at all (NULL: any product), and what it serves then, in words */
   int (*fits)(const tr__gemm_args *g);
+  const char *fits_what;
   /* 1: a row of C's bits depend on the rows multiplied with it (OpenBLAS: on the row's place
    * in its kernel's blocks of rows), so a batch split into micro-batches or replicas would
    * not see the whole batch's activations. TROUPE_GEMM=auto gives such a library only the
@@ -53,7 +55,7 @@ typedef struct tr__host_lib {
 } tr__host_lib;
 
 /* The libraries of this build (host_libs.c), in the order a tie goes to the first. */
-enum { TR__HOST_LIBS_MAX = 4 };
+enum { TR__HOST_LIBS_MAX = 5 };
 extern const tr__host_lib *const tr__host_libs[];
 extern const int tr__host_nlibs;
 
@@ -61,6 +63,7 @@ extern const int tr__host_nlibs;
 extern const tr__host_lib tr__host_onednn;    /* host_onednn.c, TR_BLAS_ONEDNN builds */
 extern const tr__host_lib tr__host_onednn_bt; /* host_onednn_bt.c, the same builds */
 extern const tr__host_lib tr__host_openblas; /* host_openblas.c */
+extern const tr__host_lib tr__host_blocked;  /* host_blocked.c: troupe's own, AVX2 and FMA */
 extern const tr__host_lib tr__host_tiny;     /* host_tiny.c */
 
 /* host_libs.c: the device's state of library i of tr__host_libs, and what row i says of

@@ -43,14 +43,16 @@ HOST_INLINE float tr__host_expf_nonpos(float x) {
 /* Scratch memory of the device (host_dev.c), one buffer per use that may overlap another's (grows,
  * reused by later ops; NULL when out of memory): the kernels' and the direct GEMM path's,
  * bf16 GEMM operands widened to float32, the GEMM library's own (oneDNN's scratchpad), C
- * kept while the libraries are timed on it (host_choose.c), and B transposed for a library
- * that multiplies by it so (host_onednn_bt.c). */
+ * kept while the libraries are timed on it (host_choose.c), B transposed for a library
+ * that multiplies by it so (host_onednn_bt.c), and the panels troupe's own GEMM packs
+ * (host_blocked.c). */
 enum {
   TR__SCRATCH_OPS,
   TR__SCRATCH_WIDE,
   TR__SCRATCH_BLAS,
   TR__SCRATCH_SAVE,
   TR__SCRATCH_TRANS,
+  TR__SCRATCH_PACK,
   TR__SCRATCH_COUNT
 };
 void *tr__host_scratch(tr_stream *s, int which, size_t bytes);

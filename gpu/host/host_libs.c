@@ -15,6 +15,7 @@ const tr__host_lib *const tr__host_libs[] = {
     &tr__host_onednn_bt,
 #endif
     &tr__host_openblas,
+    &tr__host_blocked,
     &tr__host_tiny,
 };
 const int tr__host_nlibs = (int)(sizeof tr__host_libs / sizeof tr__host_libs[0]);

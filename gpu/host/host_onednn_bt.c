@@ -53,4 +53,5 @@ static int gemm(tr_stream *s, void *state, const tr__gemm_args *g) {
 }
 
 const tr__host_lib tr__host_onednn_bt = {.name = "onednn-bt", .describe = describe, .open = open_,
-                                         .close = close_, .gemm = gemm, .fits = fits};
+                                         .close = close_, .gemm = gemm, .fits = fits,
+                                         .fits_what = "products whose B is not transposed"};

@@ -253,4 +253,5 @@ static int fits(const tr__gemm_args *g) {
 }
 
 const tr__host_lib tr__host_tiny = {
-    .name = "tiny", .describe = describe, .gemm = tiny_gemm, .fits = fits};
+    .name = "tiny", .describe = describe, .gemm = tiny_gemm, .fits = fits,
+    .fits_what = "small products only"};

@@ -5,6 +5,7 @@
  *
  * The candidates are fakes with known costs (the test hook tr__host_gemm_test_libs), each
  * writing its own mark into C, so the result says which one served a call. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -447,6 +448,97 @@ static void onednn_on_b_transposed_matches_float64(void **state) {
   free(A), free(B), free(C), free(C0);
 }
 
+/* troupe's own blocked GEMM (host_blocked.c), called directly: every form, against float64,
+ * in a shape past each of its blocks' edges (rows past MC = 144 and not a multiple of 6,
+ * columns past NC = 1024 and not a multiple of 16, depth past KC = 256 and not a multiple of
+ * 8), with alpha and beta, beta 0 reading nothing of C (NaN there), and a strided batch. */
+static void blocked_matches_float64_in_every_form(void **state) {
+  (void)state;
+  int row = -1;
+  for (int i = 0; i < tr__host_nlibs; i++)
+    if (!strcmp(tr__host_libs[i]->name, "blocked")) row = i;
+  assert_true(row >= 0);
+  const tr__host_lib *bl = tr__host_libs[row];
+  enum { BM = 150, BN = 1050, BK = 300, LD = 1056, BATCH = 2 };
+  const int64_t stride = (int64_t)LD * LD; /* every operand, either way round */
+  const size_t all = (size_t)stride * BATCH;
+  float *A = malloc(sizeof(float) * all), *B = malloc(sizeof(float) * all);
+  float *C = malloc(sizeof(float) * all), *C0 = malloc(sizeof(float) * all);
+  assert_true(A && B && C && C0);
+  th_rng r = th_rng_for(12);
+  th_fill_normal(&r, A, all, 1);
+  th_fill_normal(&r, B, all, 1);
+  th_fill_normal(&r, C0, all, 1);
+  tr_device_list *l = NULL;
+  char err[256];
+  assert_int_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  const tr__gemm_args probe = {.M = 1, .N = 1, .K = 1, .alpha = 1, .batch = 1};
+  if (!bl->fits(&probe)) { /* a CPU without AVX2 and FMA: it serves nothing */
+    tr_device_list_close(l);
+    free(A), free(B), free(C), free(C0);
+    skip();
+  }
+  for (int t = 0; t < 5; t++) {
+    const int batch = t == 4 ? BATCH : 1;
+    const float beta = t & 1 ? 0.0f : -0.5f;
+    tr__gemm_args g = {.opa = (tr_op)(t & 1), .opb = (tr_op)((t >> 1) & 1), .M = BM, .N = BN,
+                       .K = BK, .alpha = 0.75f, .beta = beta, .A = A, .B = B, .C = C,
+                       .lda = LD, .ldb = LD, .ldc = LD, .sa = stride, .sb = stride, .sc = stride,
+                       .batch = batch};
+    memcpy(C, C0, sizeof(float) * all);
+    if (beta == 0.0f)
+      for (int i = 0; i < BM; i++) C[(size_t)i * LD] = NAN; /* read, it would spread */
+    assert_int_equal(bl->gemm(tr_device_stream(d), NULL, &g), 0);
+    check_products("blocked fp32", &g, C0);
+  }
+  tr_device_list_close(l);
+  free(A), free(B), free(C), free(C0);
+}
+
+/* Its rows are the same bits at any place among any rows: the rows [o, o + m) of a product
+ * of 64 rows, multiplied on their own, for pieces at offsets that no block divides. */
+static void blocked_rows_do_not_depend_on_the_rows_around_them(void **state) {
+  (void)state;
+  int row = -1;
+  for (int i = 0; i < tr__host_nlibs; i++)
+    if (!strcmp(tr__host_libs[i]->name, "blocked")) row = i;
+  const tr__host_lib *bl = tr__host_libs[row];
+  const tr__gemm_args probe = {.M = 1, .N = 1, .K = 1, .alpha = 1, .batch = 1};
+  if (!bl->fits(&probe)) skip();
+  enum { RM = 64, RN = 80, RK = 300 };
+  float *A = malloc(sizeof(float) * RM * RK), *B = malloc(sizeof(float) * RK * RN);
+  float *whole = malloc(sizeof(float) * RM * RN), *part = malloc(sizeof(float) * RM * RN);
+  assert_true(A && B && whole && part);
+  th_rng r = th_rng_for(13);
+  th_fill_normal(&r, A, (size_t)RM * RK, 1);
+  th_fill_normal(&r, B, (size_t)RK * RN, 1);
+  tr_device_list *l = NULL;
+  char err[256];
+  assert_int_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  const int pieces[][2] = {{0, 16}, {5, 7}, {13, 24}, {40, 24}, {63, 1}};
+  for (int t = 0; t < 2; t++) { /* NN (an input gradient), NT (a forward) */
+    tr__gemm_args g = {.opb = (tr_op)t, .M = RM, .N = RN, .K = RK, .alpha = 1, .A = A, .B = B,
+                       .C = whole, .lda = RK, .ldb = t ? RK : RN, .ldc = RN, .batch = 1};
+    assert_int_equal(bl->gemm(tr_device_stream(d), NULL, &g), 0);
+    for (size_t p = 0; p < sizeof pieces / sizeof pieces[0]; p++) {
+      tr__gemm_args q = g;
+      q.M = pieces[p][1];
+      q.A = A + (size_t)pieces[p][0] * RK;
+      q.C = part;
+      assert_int_equal(bl->gemm(tr_device_stream(d), NULL, &q), 0);
+      if (memcmp(part, whole + (size_t)pieces[p][0] * RN, sizeof(float) * q.M * RN))
+        fail_msg("N%c: rows %d..%d alone differ from the same rows among %d", t ? 'T' : 'N',
+                 pieces[p][0], pieces[p][0] + q.M - 1, RM);
+    }
+  }
+  tr_device_list_close(l);
+  free(A), free(B), free(whole), free(part);
+}
+
 /* ---- the file ------------------------------------------------------------------------------- */
 
 static char self[4096];
@@ -568,6 +660,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(troupe_gemm_pins_a_library_and_a_bad_value_is_refused),
       cmocka_unit_test(every_library_matches_float64_in_every_form),
       cmocka_unit_test(onednn_on_b_transposed_matches_float64),
+      cmocka_unit_test(blocked_matches_float64_in_every_form),
+      cmocka_unit_test(blocked_rows_do_not_depend_on_the_rows_around_them),
       cmocka_unit_test(a_fresh_process_reads_the_choice_back_without_measuring),
       cmocka_unit_test(the_file_keeps_its_newest_lines),
   };
