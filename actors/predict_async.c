@@ -51,7 +51,8 @@ static void rate(const tr__async_costs *c, double slow, tr__async_step *out) {
 int tr__plan_async(const tr__async_costs *c, tr__async_step *out) {
   *out = (tr__async_step){0};
   if (c->workers < 1 || !(c->compute > 0) || !(c->apply >= 0) || !(c->latency >= 0) ||
-      !(c->together >= 1) || c->cpus < 0 || !isfinite(c->compute + c->apply + c->latency + c->together))
+      !(c->together >= 1) || c->cpus < 0 ||
+      !isfinite(c->compute + c->apply + c->latency + c->together))
     return TR_EINVAL;
   double applied = 1; /* the slowdown of the rate in out */
   rate(c, applied, out);

@@ -283,7 +283,8 @@ void tr_signals_release(void) {
   if (holds == 0 || --holds > 0) return;
   if (installed) /* else a system took the signals over: libuv put back the defaults */
     for (int i = 0; i < 3; i++)
-      if (held_signums[i] != SIGHUP || hup_wanted()) sigaction(held_signums[i], &held_before[i], NULL);
+      if (held_signums[i] != SIGHUP || hup_wanted())
+        sigaction(held_signums[i], &held_before[i], NULL);
   installed = false;
 }
 

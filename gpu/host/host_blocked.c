@@ -35,7 +35,8 @@ enum {
 #include <immintrin.h>
 
 /* op(X)(r, k): X row-major, transposed or not */
-#define AT(X, ld, trans, r, k) ((trans) ? (X)[(size_t)(k) * (ld) + (r)] : (X)[(size_t)(r) * (ld) + (k)])
+#define AT(X, ld, trans, r, k) \
+  ((trans) ? (X)[(size_t)(k) * (ld) + (r)] : (X)[(size_t)(r) * (ld) + (k)])
 
 /* op(A)'s rows [i0, i0 + m), columns [k0, k0 + kc), as panels of MR rows: p[panel][k][r] */
 TR__TARGET_V3 static void pack_a(float *p, const float *A, int lda, int trans, int i0, int m,
@@ -77,7 +78,8 @@ TR__TARGET_V3 static void pack_b(float *p, const float *B, int ldb, int trans, i
       for (; k + 8 <= kc; k += 8)
         for (int h = 0; h < NR; h += 8) {
           __m256 r[8];
-          for (int q = 0; q < 8; q++) r[q] = _mm256_loadu_ps(B + (size_t)(j + h + q) * ldb + k0 + k);
+          for (int q = 0; q < 8; q++)
+            r[q] = _mm256_loadu_ps(B + (size_t)(j + h + q) * ldb + k0 + k);
           transpose8(r);
           for (int q = 0; q < 8; q++) _mm256_store_ps(p + (k + q) * NR + h, r[q]);
         }
@@ -177,13 +179,15 @@ static int gemm(tr_stream *s, void *state, const tr__gemm_args *g) {
     return tr__device_fail(s->dev, TR_ENOMEM, "gemm: packed panels (%zu bytes): out of memory",
                            PACK_FLOATS * sizeof(float));
   const float *A = g->A, *B = g->B;
-  for (int i = 0; i < g->batch; i++) product(g, A + i * g->sa, B + i * g->sb, g->C + i * g->sc, pack);
+  for (int i = 0; i < g->batch; i++)
+    product(g, A + i * g->sa, B + i * g->sb, g->C + i * g->sc, pack);
   return 0;
 }
 #else
 static int fits(const tr__gemm_args *g) { return (void)g, 0; }
 static int gemm(tr_stream *s, void *state, const tr__gemm_args *g) {
-  return (void)state, (void)g, tr__device_fail(s->dev, TR_EDEVICE, "gemm: blocked: built without AVX2");
+  (void)state, (void)g;
+  return tr__device_fail(s->dev, TR_EDEVICE, "gemm: blocked: built without AVX2");
 }
 #endif
 
