@@ -165,7 +165,10 @@ static int entry(const tr_plan_costs_config *c, const char *name, int rows, int 
   if (keep) {
     int rc = open_costs(path, given ? named_by : "costs", &ck, err, n);
     if (rc == 0) rc = tr_file_check_output(path, given ? named_by : "costs", err, n);
-    if (rc && given) return rc;
+    if (rc && given) {
+      tr_checkpoint_close(ck);
+      return rc;
+    }
     keep = rc == 0;
   }
   if (ck && !c->remeasure && cached(ck, name, rows, cols, v)) {
