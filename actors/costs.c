@@ -154,17 +154,16 @@ static int entry(const tr_plan_costs_config *c, const char *name, int rows, int 
   if (c == NULL) c = &none;
   /* a path given (or named by $TROUPE_COSTS) must work; the default one is a convenience:
    * where it cannot be read or written, the costs are measured and nothing is kept */
-  const char *env = getenv("TROUPE_COSTS");
-  const char *named_by = c->path ? "tr_plan_costs_config.path" : env ? "TROUPE_COSTS" : NULL;
-  const bool given = named_by != NULL;
+  const bool env = getenv("TROUPE_COSTS") != NULL, given = c->path || env;
+  const char *named_by = c->path ? "tr_plan_costs_config.path" : env ? "TROUPE_COSTS" : "costs";
   const char *path = c->path ? c->path : tr_plan_costs_default_path();
   *measured = false;
   tr_checkpoint *ck = NULL;
   bool keep = *path != 0;
   if (keep && !given) make_parent(path);
   if (keep) {
-    int rc = open_costs(path, given ? named_by : "costs", &ck, err, n);
-    if (rc == 0) rc = tr_file_check_output(path, given ? named_by : "costs", err, n);
+    int rc = open_costs(path, named_by, &ck, err, n);
+    if (rc == 0) rc = tr_file_check_output(path, named_by, err, n);
     if (rc && given) {
       tr_checkpoint_close(ck);
       return rc;

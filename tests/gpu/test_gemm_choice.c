@@ -406,13 +406,18 @@ static void every_library_matches_float64_in_every_form(void **state) {
   free(A), free(B), free(C), free(C0), free(A16), free(B16);
 }
 
+/* The row of the build's table of that name, or -1. */
+static int row_named(const char *name) {
+  for (int i = 0; i < tr__host_nlibs; i++)
+    if (!strcmp(tr__host_libs[i]->name, name)) return i;
+  return -1;
+}
+
 /* oneDNN on B transposed (host_onednn_bt.c) serves the forms whose B is not transposed, as
  * exactly as the others. Called directly: it serves a shape only where it measures fastest. */
 static void onednn_on_b_transposed_matches_float64(void **state) {
   (void)state;
-  int row = -1;
-  for (int i = 0; i < tr__host_nlibs; i++)
-    if (!strcmp(tr__host_libs[i]->name, "onednn-bt")) row = i;
+  const int row = row_named("onednn-bt");
   if (row < 0) skip(); /* a build without libdnnl */
   const tr__host_lib *bt = tr__host_libs[row];
   enum { BM = 33, BN = 70, BK = 45, BATCH = 2 };
@@ -448,17 +453,23 @@ static void onednn_on_b_transposed_matches_float64(void **state) {
   free(A), free(B), free(C), free(C0);
 }
 
+/* troupe's own blocked GEMM, or the test skipped on a CPU without AVX2 and FMA (where it
+ * serves nothing). */
+static const tr__host_lib *blocked_here(void) {
+  const int row = row_named("blocked");
+  assert_true(row >= 0);
+  const tr__gemm_args probe = {.M = 1, .N = 1, .K = 1, .alpha = 1, .batch = 1};
+  if (!tr__host_libs[row]->fits(&probe)) skip();
+  return tr__host_libs[row];
+}
+
 /* troupe's own blocked GEMM (host_blocked.c), called directly: every form, against float64,
  * in a shape past each of its blocks' edges (rows past MC = 144 and not a multiple of 6,
  * columns past NC = 1024 and not a multiple of 16, depth past KC = 256 and not a multiple of
  * 8), with alpha and beta, beta 0 reading nothing of C (NaN there), and a strided batch. */
 static void blocked_matches_float64_in_every_form(void **state) {
   (void)state;
-  int row = -1;
-  for (int i = 0; i < tr__host_nlibs; i++)
-    if (!strcmp(tr__host_libs[i]->name, "blocked")) row = i;
-  assert_true(row >= 0);
-  const tr__host_lib *bl = tr__host_libs[row];
+  const tr__host_lib *bl = blocked_here();
   enum { BM = 150, BN = 1050, BK = 300, LD = 1056, BATCH = 2 };
   const int64_t stride = (int64_t)LD * LD; /* every operand, either way round */
   const size_t all = (size_t)stride * BATCH;
@@ -474,12 +485,6 @@ static void blocked_matches_float64_in_every_form(void **state) {
   assert_int_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
   tr_device *d = tr_device_list_at(l, 0);
   tr_device_bind(d);
-  const tr__gemm_args probe = {.M = 1, .N = 1, .K = 1, .alpha = 1, .batch = 1};
-  if (!bl->fits(&probe)) { /* a CPU without AVX2 and FMA: it serves nothing */
-    tr_device_list_close(l);
-    free(A), free(B), free(C), free(C0);
-    skip();
-  }
   for (int t = 0; t < 5; t++) {
     const int batch = t == 4 ? BATCH : 1;
     const float beta = t & 1 ? 0.0f : -0.5f;
@@ -501,12 +506,7 @@ static void blocked_matches_float64_in_every_form(void **state) {
  * of 64 rows, multiplied on their own, for pieces at offsets that no block divides. */
 static void blocked_rows_do_not_depend_on_the_rows_around_them(void **state) {
   (void)state;
-  int row = -1;
-  for (int i = 0; i < tr__host_nlibs; i++)
-    if (!strcmp(tr__host_libs[i]->name, "blocked")) row = i;
-  const tr__host_lib *bl = tr__host_libs[row];
-  const tr__gemm_args probe = {.M = 1, .N = 1, .K = 1, .alpha = 1, .batch = 1};
-  if (!bl->fits(&probe)) skip();
+  const tr__host_lib *bl = blocked_here();
   enum { RM = 64, RN = 80, RK = 300 };
   float *A = malloc(sizeof(float) * RM * RK), *B = malloc(sizeof(float) * RK * RN);
   float *whole = malloc(sizeof(float) * RM * RN), *part = malloc(sizeof(float) * RM * RN);
