@@ -240,7 +240,11 @@ int cmd_plan(int argc, char **argv) {
   while (best < count - 1 && !exact(&l[best].o) && l[best].predicted && !l[best].rc && l[best].fits)
     best++;
   if (!l[best].predicted || l[best].rc || !l[best].fits || !exact(&l[best].o)) best = 0;
-  if (!l[0].predicted || l[0].rc || !l[0].fits) {
+  if (l[0].rc) { /* ranked last when they fail: every one failed (a costs file refused) */
+    fprintf(stderr, "troupe: plan: no layout of %s on %s could be predicted: %s\n", a.model,
+            a.devices, l[0].err);
+    rc = l[0].rc == TR_EINVAL ? CLI_USAGE : CLI_FAIL;
+  } else if (!l[0].predicted || !l[0].fits) {
     fprintf(stderr, "troupe: plan: no layout of %s fits on %s: the smallest needs %.1f MiB on a "
             "device\n", a.model, a.devices, (double)l[0].peak_bytes / (1 << 20));
     rc = CLI_FAIL;

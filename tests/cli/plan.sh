@@ -87,6 +87,15 @@ rc=$?
 [[ $out == *"no layout of mlp fits on host:2: the smallest needs "*" MiB on a device"* ]] ||
   fail "plan --memory-limit 1K: $out"
 
+# a costs file that is not one: refused by the name that gave it, once, exit 2, kept as it was
+echo "my notes" > "$dir/notes"
+out=$(TROUPE_COSTS=$dir/notes "$troupe" plan --model simplenet --devices host:1 2>&1 >/dev/null)
+rc=$?
+((rc == 2)) || fail "plan with TROUPE_COSTS a text file: exit $rc, not 2: $out"
+[[ $out == *"could be predicted: costs file $dir/notes"*"(TROUPE_COSTS)"* ]] ||
+  fail "plan with TROUPE_COSTS a text file: $out"
+[[ $(cat "$dir/notes") == "my notes" ]] || fail "the text file TROUPE_COSTS named was changed"
+
 # --layout auto runs the first of its own ranking (the table's, predicted again: layouts
 # predicted alike may trade places) and says which and why
 auto=$("$troupe" train --model simplenet --devices host:2 --layout auto --steps 20 --json 2>"$dir/err") ||
