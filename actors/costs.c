@@ -56,11 +56,18 @@ void tr__costs_key(const tr_device *d, const char *what, char *out, size_t n) {
   snprintf(out, n, "%s %s %s|%s", tr_device_kind_name(i->kind), i->model, i->isa, what);
 }
 
+void tr__costs_model_key(const tr_model *m, const tr_device *d, const char *what, char *out,
+                         size_t n) {
+  char key[384];
+  snprintf(key, sizeof key, "%s|%016llx|%s", tr_model_name(m),
+           (unsigned long long)fingerprint(m), what);
+  tr__costs_key(d, key, out, n);
+}
+
 void tr__costs_entry_name(const tr_model *m, const tr_device *d, int batch, char *out, size_t n) {
-  char what[256];
-  snprintf(what, sizeof what, "%s|%016llx|b%d", tr_model_name(m),
-           (unsigned long long)fingerprint(m), batch);
-  tr__costs_key(d, what, out, n);
+  char what[32];
+  snprintf(what, sizeof what, "b%d", batch);
+  tr__costs_model_key(m, d, what, out, n);
 }
 
 const char *tr_plan_costs_default_path(void) {

@@ -97,35 +97,6 @@ static int resolve(const tr_train_options *o, resolved *r, char *err, size_t n) 
   return rc;
 }
 
-/* The optimizer's step per parameter: timed on a stage of the layer with the most parameters
- * that holds only its parameters, gradients and state (the step reads and writes each
- * element alike, so a device's takes its elements times this). */
-static double step_per_element(const resolved *r, tr_device *d, char *err, size_t n) {
-  int most = 0;
-  size_t off, cnt, best_cnt = 0;
-  for (int l = 0; l < tr_model_layer_count(r->model); l++) {
-    tr_model_layer_span(r->model, l, &off, &cnt);
-    if (cnt > best_cnt) best_cnt = cnt, most = l;
-  }
-  if (best_cnt == 0) return 0;
-  tr_stage_config c = tr_stage_defaults(r->model);
-  c.first = most, c.end = most + 1;
-  c.batch = r->mb, c.global_batch = r->c.global_batch;
-  c.optim = r->c.optim;
-  c.slots = 0; /* parameters, gradients and optimizer state only */
-  tr_stage *st;
-  if (tr_stage_open(&st, r->model, d, &c, err, n)) return -1;
-  double best = 0;
-  for (int i = 0; i < 6; i++) {
-    const uint64_t t0 = tr_now_ns();
-    if (tr_stage_step(st, NULL) || tr_stream_synchronize(tr_stage_stream(st))) break;
-    const double t = (double)(tr_now_ns() - t0) / 1e9;
-    if (i <= 1 || t < best) best = t; /* the first warms up */
-  }
-  tr_stage_close(st);
-  return best / (double)best_cnt;
-}
-
 /* The layers' times of the run's member 0: the whole model's, or a tensor member's measured
  * beside the group's other members (their collectives meet: costs.c). */
 static int member_times(const resolved *r, tr_device *d, const tr_plan_costs_config *cc,
@@ -200,20 +171,27 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
  * of 1/R and gathers the others: the parameters' bytes written once more. */
 static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_config *cc, arrays *a,
                       char *err, size_t n) {
-  const double per_element = step_per_element(r, d, err, n);
-  if (per_element < 0) return TR_EINVAL;
   int rc = tr__costs_bandwidth(d, cc, &a->per_byte_big, err, n);
-  if (rc) return rc;
-  for (int s = 0; s < r->P; s++) {
+  const bool norm = r->c.on_nonfinite == TR_NONFINITE_SKIP; /* checked: computed each step */
+  for (int s = 0; s < r->P && rc == 0; s++) {
     size_t numel = 0;
-    for (int k = s; k < r->P * r->v; k += r->P) {
-      size_t off, cnt;
+    double opt = 0; /* its chunks' steps, each over a stage of its own */
+    for (int k = s; k < r->P * r->v && rc == 0; k += r->P) {
+      size_t off, cnt, mine = 0, whole = 0;
       for (int l = r->cuts[k]; l < r->cuts[k + 1]; l++) {
         tr_model_layer_span(r->member, l, &off, &cnt);
-        numel += cnt;
+        mine += cnt;
+        tr_model_layer_span(r->model, l, &off, &cnt);
+        whole += cnt;
       }
+      numel += mine;
+      /* a tensor member's stage opens only beside its group: its share of the whole's */
+      double chunk;
+      rc = tr__costs_step(r->model, d, &r->c.optim, norm, r->cuts[k], r->cuts[k + 1], cc,
+                          &chunk, err, n);
+      opt += whole ? chunk * (double)mine / (double)whole : 0;
     }
-    const double bytes = (double)numel * sizeof(float), opt = (double)numel * per_element;
+    const double bytes = (double)numel * sizeof(float);
     /* passes over parameters larger than the caches go at the memory's pace (the file's;
      * fill's 8 MiB copy where it has none) */
     const double per_byte = bytes > (8 << 20) && a->per_byte_big > a->per_byte ? a->per_byte_big
@@ -237,7 +215,7 @@ static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_confi
      * computing, so not slowed by the devices at once */
     a->meet[s] = r->R > 1 && !r->async ? 2 * a->latency / (H > 0 ? H : 1) : 0;
   }
-  return 0;
+  return rc;
 }
 
 /* One step simulated with the costs scaled by `slow` (host devices sharing threads). */

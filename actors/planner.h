@@ -23,6 +23,11 @@ int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, i
                     int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
                     double *v, char *err, size_t n);
 
+/* The file of costs' key for `what` of model m (its name and fingerprint: a model changed
+ * under the same name is another) on d's kind of device. */
+void tr__costs_model_key(const tr_model *m, const tr_device *d, const char *what, char *out,
+                         size_t n);
+
 /* The name of model m's entry at micro-batch `batch` on d's kind of device (costs.c); what
  * a measure function gives when the config asks for cached layers only and the file lacks
  * them (TR_ESTATE, err naming the entry `arg`). */
@@ -105,6 +110,16 @@ int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, tr__pl
 double tr__costs_copy_seconds(tr_device *d, size_t bytes);
 int tr__costs_bandwidth(tr_device *d, const tr_plan_costs_config *c, double *per_byte, char *err,
                         size_t n);
+
+/* Seconds the optimizer o's step over layers [first, end) of m takes on d's kind of device,
+ * the gradients' norm included (o clips, or `norm`: the run checks it): timed on a stage of
+ * exactly those layers, so the passes go at the pace their bytes meet (costs_step.c); from
+ * the file of costs, or measured and kept. 0 for no layers. Its entry's name: _name. */
+void tr__costs_step_name(const tr_model *m, const tr_device *d, const tr_optim_config *o,
+                         bool norm, int first, int end, char *out, size_t n);
+int tr__costs_step(const tr_model *m, tr_device *d, const tr_optim_config *o, bool norm,
+                   int first, int end, const tr_plan_costs_config *c, double *seconds,
+                   char *err, size_t n);
 
 /* tr_plan_predict without the runtime's own work. */
 int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,

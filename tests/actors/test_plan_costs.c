@@ -5,7 +5,8 @@
  * version or a stale one are measured again; remeasure measures anyway. A path that holds
  * anything but a file of costs is refused and left as it was. The devices-at-once slowdown is
  * the median of alternating alone and together phases: one phase slowed by a neighbour's
- * burst does not move it; measured, it is kept and read back.
+ * burst does not move it; measured, it is kept and read back. A device's optimizer step is
+ * kept for its own layers and optimizer.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,7 +23,7 @@
 #include <cmocka.h>
 
 #include "troupe.h"
-#include "planner.h" /* tr__costs_together, its ratio */
+#include "planner.h" /* tr__costs_together, its ratio; tr__costs_step */
 
 enum { L = 3 }; /* mlp of depth 2: linear, relu, linear */
 
@@ -247,6 +248,31 @@ static void the_together_factor_is_measured_once(void **state) {
   tr_device_list_close(two);
 }
 
+/* A device's optimizer step is timed over exactly its layers, once: read back bit for bit,
+ * each range and each optimizer's passes an entry of its own. */
+static void the_step_is_timed_once_per_layers_and_optimizer(void **state) {
+  fixture *f = *state;
+  const tr_plan_costs_config c = {.path = f->path};
+  tr_optim_config o = tr_model_optim(f->m);
+  char err[512] = "", whole[512], first[512], decayed[512];
+  double a = 0, b = 0;
+  if (tr__costs_step(f->m, f->dev, &o, false, 0, L, &c, &a, err, sizeof err)) fail_msg("%s", err);
+  assert_true(a > 0 && a < 1);
+  assert_int_equal(tr__costs_step(f->m, f->dev, &o, false, 0, L, &c, &b, err, sizeof err), 0);
+  assert_true(a == b);
+  assert_int_equal(tr__costs_step(f->m, f->dev, &o, false, 0, 0, &c, &b, err, sizeof err), 0);
+  assert_true(b == 0); /* no layers, no step */
+  tr__costs_step_name(f->m, f->dev, &o, false, 0, L, whole, sizeof whole);
+  tr__costs_step_name(f->m, f->dev, &o, false, 0, 1, first, sizeof first);
+  o.weight_decay = 0.1f;
+  tr__costs_step_name(f->m, f->dev, &o, false, 0, L, decayed, sizeof decayed);
+  assert_string_not_equal(whole, first);
+  assert_string_not_equal(whole, decayed);
+  o.lr *= 2; /* the learning rate changes no pass */
+  tr__costs_step_name(f->m, f->dev, &o, false, 0, L, first, sizeof first);
+  assert_string_equal(first, decayed);
+}
+
 static int one(void *arg, double *v, char *err, size_t n) {
   (void)arg, (void)err, (void)n;
   v[0] = 1;
@@ -284,6 +310,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(what_is_not_a_costs_file_is_refused_and_kept, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(no_file_measures_and_the_default_path_keeps, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(the_step_is_timed_once_per_layers_and_optimizer, setup,
                                       teardown),
       cmocka_unit_test(the_together_factor_is_the_median_pair),
       cmocka_unit_test_setup_teardown(the_together_factor_is_measured_once, setup, teardown),

@@ -198,6 +198,64 @@ static void the_groups_meetings_cost_two_hand_overs(void **state) {
   }
 }
 
+static int one(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 1;
+  return 0;
+}
+
+static int fifty_ms(void *arg, double *v, char *err, size_t n) {
+  (void)arg, (void)err, (void)n;
+  v[0] = 0.05;
+  return 0;
+}
+
+/* Each device's step is the optimizer's over its own layers, as the file of costs holds it for
+ * exactly those layers: with 50 ms there for all of simplenet's (and no hand-overs, no
+ * runtime step, replicas that do not slow each other), single's step and dp's are 50 ms and
+ * the layers' microseconds; ZeRO-1's replicas each update half of it. */
+static void each_devices_step_is_the_optimizers_over_its_layers(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  tr_model *m;
+  char err[512] = "", key[512];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  assert_int_equal(tr_model_named(&m, "simplenet", err, sizeof err), 0);
+  tr_device *d = tr_device_list_at(devs, 0);
+  const tr_plan_costs_config again = {.remeasure = 1};
+  double v;
+  tr__costs_key(d, "link latency", key, sizeof key);
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, zero, NULL, &v, err, sizeof err), 0);
+  tr__costs_key(d, "runtime step", key, sizeof key);
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, zero, NULL, &v, err, sizeof err), 0);
+  tr__costs_entry_name(m, d, tr_model_batch(m) / 2, key, sizeof key); /* dp's micro-batch */
+  strcat(key, "|together 2"); /* two replicas as fast as one alone: their steps not slowed */
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, one, NULL, &v, err, sizeof err), 0);
+  const tr_optim_config optim = tr_model_optim(m);
+  tr__costs_step_name(m, d, &optim, false, 0, tr_model_layer_count(m), key, sizeof key);
+  assert_int_equal(tr__costs_entry(&again, key, 1, 1, fifty_ms, NULL, &v, err, sizeof err), 0);
+  tr_model_free(m);
+  tr_device_list_close(devs);
+  const struct {
+    const char *devices;
+    tr_strategy s;
+    int zero;
+    double seconds;
+  } want[] = {{"host:1", TR_STRATEGY_SINGLE, 0, 0.05},
+              {"host:2", TR_STRATEGY_DP, 0, 0.05},
+              {"host:2", TR_STRATEGY_DP, 1, 0.025}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    tr_train_options o = options(want[i].devices, want[i].s);
+    o.model = "simplenet";
+    o.job.zero = want[i].zero;
+    tr_plan_prediction p;
+    if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s", err);
+    if (!(p.step_seconds >= want[i].seconds && p.step_seconds < want[i].seconds + 2e-3))
+      fail_msg("%s zero %d: a step of %g s, want %g s and the layers' microseconds",
+               tr_strategy_name(want[i].s), want[i].zero, p.step_seconds, want[i].seconds);
+  }
+}
+
 static double slow_copy;
 static int copy_at(void *arg, double *v, char *err, size_t n) {
   (void)arg, (void)err, (void)n;
@@ -264,6 +322,7 @@ int main(void) {
       cmocka_unit_test(the_runtime_step_is_on_every_step),
       cmocka_unit_test(the_runtime_step_is_measured_once),
       cmocka_unit_test(the_groups_meetings_cost_two_hand_overs),
+      cmocka_unit_test(each_devices_step_is_the_optimizers_over_its_layers),
       cmocka_unit_test(the_replicas_sums_go_at_the_memorys_pace),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
