@@ -29,7 +29,10 @@ enum {
   MC = 144,  /* op(A)'s rows packed at once: MC x KC floats stay in L2 */
   NC = 1024, /* op(B)'s columns packed at once: KC x NC floats in L3 */
 };
-#define PACK_FLOATS ((size_t)MC * KC + (size_t)KC * NC)
+/* op(A)'s block, SLACK (pack_a's last column of 8 ends 2 floats past it; 8 keep op(B)'s
+ * 32-byte aligned), op(B)'s block */
+enum { SLACK = 8 };
+#define PACK_FLOATS ((size_t)MC * KC + SLACK + (size_t)KC * NC)
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -37,18 +40,6 @@ enum {
 /* op(X)(r, k): X row-major, transposed or not */
 #define AT(X, ld, trans, r, k) \
   ((trans) ? (X)[(size_t)(k) * (ld) + (r)] : (X)[(size_t)(r) * (ld) + (k)])
-
-/* op(A)'s rows [i0, i0 + m), columns [k0, k0 + kc), as panels of MR rows: p[panel][k][r] */
-TR__TARGET_V3 static void pack_a(float *p, const float *A, int lda, int trans, int i0, int m,
-                                 int k0, int kc) {
-  for (int ip = 0; ip < m; ip += MR, p += (size_t)kc * MR) {
-    const int rows = m - ip < MR ? m - ip : MR;
-    for (int k = 0; k < kc; k++) {
-      for (int r = 0; r < rows; r++) p[k * MR + r] = AT(A, lda, trans, i0 + ip + r, k0 + k);
-      for (int r = rows; r < MR; r++) p[k * MR + r] = 0;
-    }
-  }
-}
 
 TR__TARGET_V3 static inline void transpose8(__m256 *r) {
   const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -63,6 +54,39 @@ TR__TARGET_V3 static inline void transpose8(__m256 *r) {
   r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
   r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
   r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* op(A)'s rows [i0, i0 + m), columns [k0, k0 + kc), as panels of MR rows: p[panel][k][r].
+ * A as it is (a linear layer's forward and input gradient): whole panels read 8 x 8 at a time
+ * (the 6 rows and 2 of zeros) and turned in registers; each column of 8 stored whole, its 2
+ * zeros under the next column's first 2 (PACK_FLOATS holds SLACK for the last one's). A
+ * transposed: a panel's k-th column is 6 floats in a row of A, copied 4 + 2. */
+TR__TARGET_V3 static void pack_a(float *p, const float *A, int lda, int trans, int i0, int m,
+                                 int k0, int kc) {
+  for (int ip = 0; ip < m; ip += MR, p += (size_t)kc * MR) {
+    const int rows = m - ip < MR ? m - ip : MR;
+    int k = 0;
+    if (rows == MR && !trans)
+      for (; k + 8 <= kc; k += 8) {
+        __m256 r[8];
+        for (int q = 0; q < MR; q++)
+          r[q] = _mm256_loadu_ps(A + (size_t)(i0 + ip + q) * lda + k0 + k);
+        r[6] = r[7] = _mm256_setzero_ps();
+        transpose8(r);
+        for (int q = 0; q < 8; q++) _mm256_storeu_ps(p + (k + q) * MR, r[q]);
+      }
+    else if (rows == MR)
+      for (; k < kc; k++) {
+        const float *a = A + (size_t)(k0 + k) * lda + i0 + ip;
+        _mm_storeu_ps(p + k * MR, _mm_loadu_ps(a));
+        _mm_storel_pi((__m64 *)(p + k * MR + 4),
+                      _mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)(a + 4)));
+      }
+    for (; k < kc; k++) {
+      for (int r = 0; r < rows; r++) p[k * MR + r] = AT(A, lda, trans, i0 + ip + r, k0 + k);
+      for (int r = rows; r < MR; r++) p[k * MR + r] = 0;
+    }
+  }
 }
 
 /* op(B)'s rows [k0, k0 + kc), columns [j0, j0 + n), as panels of NR columns: p[panel][k][c].
@@ -151,7 +175,7 @@ TR__TARGET_V3 static void micro(int kc, const float *pa, const float *pb, float 
 /* One product of the batch. pack: PACK_FLOATS floats, 32-byte aligned. */
 TR__TARGET_V3 static void product(const tr__gemm_args *g, const float *A, const float *B, float *C,
                                   float *pack) {
-  float *pa = pack, *pb = pack + (size_t)MC * KC;
+  float *pa = pack, *pb = pack + (size_t)MC * KC + SLACK;
   for (int j0 = 0; j0 < g->N; j0 += NC) {
     const int n = g->N - j0 < NC ? g->N - j0 : NC;
     for (int k0 = 0; k0 < g->K; k0 += KC) {
