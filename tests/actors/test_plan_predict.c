@@ -121,10 +121,19 @@ static int bare(const char *spec, double *step_seconds, char *err, size_t n) {
   return rc;
 }
 
-static int ten_ms(void *arg, double *v, char *err, size_t n) {
-  (void)arg, (void)err, (void)n;
-  v[0] = 0.01;
+static int given(void *arg, double *v, char *err, size_t n) {
+  (void)err, (void)n;
+  v[0] = *(const double *)arg;
   return 0;
+}
+
+/* Entry `key` of the file of costs set to `value` (as if measured so). */
+static void put(const char *key, double value) {
+  const tr_plan_costs_config again = {.remeasure = 1};
+  char err[512] = "";
+  double v;
+  if (tr__costs_entry(&again, key, 1, 1, given, &value, &v, err, sizeof err))
+    fail_msg("%s: %s", key, err);
 }
 
 /* The runtime's own work per step, kept in the file of costs, is on every device's step: a
@@ -136,9 +145,7 @@ static void the_runtime_step_is_on_every_step(void **state) {
   char err[512] = "", key[256];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
   tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
-  double v;
-  const tr_plan_costs_config remeasure = {.remeasure = 1};
-  assert_int_equal(tr__costs_entry(&remeasure, key, 1, 1, ten_ms, NULL, &v, err, sizeof err), 0);
+  put(key, 0.01);
   double kept;
   tr_device *d = tr_device_list_at(devs, 0);
   assert_int_equal(tr__costs_overhead(d, NULL, bare, &kept, err, sizeof err), 0);
@@ -158,12 +165,6 @@ static void the_runtime_step_is_on_every_step(void **state) {
   tr_device_list_close(devs);
 }
 
-static int zero(void *arg, double *v, char *err, size_t n) {
-  (void)arg, (void)err, (void)n;
-  v[0] = 0;
-  return 0;
-}
-
 /* With a message's hand-over of 10 ms in the file (and no runtime step), simplenet's layers
  * (microseconds) vanish beside it: single waits for no one; dp's replicas meet every step
  * (two hand-overs: 20 ms); local SGD's every H = 4 steps (5 ms a step); an async worker's
@@ -173,12 +174,10 @@ static void the_groups_meetings_cost_two_hand_overs(void **state) {
   tr_device_list *devs;
   char err[512] = "", key[256];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
-  const tr_plan_costs_config again = {.remeasure = 1};
-  double v;
   tr__costs_key(tr_device_list_at(devs, 0), "link latency", key, sizeof key);
-  assert_int_equal(tr__costs_entry(&again, key, 1, 1, ten_ms, NULL, &v, err, sizeof err), 0);
+  put(key, 0.01);
   tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
-  assert_int_equal(tr__costs_entry(&again, key, 1, 1, zero, NULL, &v, err, sizeof err), 0);
+  put(key, 0);
   tr_device_list_close(devs);
   const struct {
     tr_strategy s;
@@ -198,18 +197,6 @@ static void the_groups_meetings_cost_two_hand_overs(void **state) {
   }
 }
 
-static int one(void *arg, double *v, char *err, size_t n) {
-  (void)arg, (void)err, (void)n;
-  v[0] = 1;
-  return 0;
-}
-
-static int fifty_ms(void *arg, double *v, char *err, size_t n) {
-  (void)arg, (void)err, (void)n;
-  v[0] = 0.05;
-  return 0;
-}
-
 /* Each device's step is the optimizer's over its own layers, as the file of costs holds it for
  * exactly those layers: with 50 ms there for all of simplenet's (and no hand-overs, no
  * runtime step, replicas that do not slow each other), single's step and dp's are 50 ms and
@@ -222,18 +209,16 @@ static void each_devices_step_is_the_optimizers_over_its_layers(void **state) {
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
   assert_int_equal(tr_model_named(&m, "simplenet", err, sizeof err), 0);
   tr_device *d = tr_device_list_at(devs, 0);
-  const tr_plan_costs_config again = {.remeasure = 1};
-  double v;
   tr__costs_key(d, "link latency", key, sizeof key);
-  assert_int_equal(tr__costs_entry(&again, key, 1, 1, zero, NULL, &v, err, sizeof err), 0);
+  put(key, 0);
   tr__costs_key(d, "runtime step", key, sizeof key);
-  assert_int_equal(tr__costs_entry(&again, key, 1, 1, zero, NULL, &v, err, sizeof err), 0);
+  put(key, 0);
   tr__costs_entry_name(m, d, tr_model_batch(m) / 2, key, sizeof key); /* dp's micro-batch */
   strcat(key, "|together 2"); /* two replicas as fast as one alone: their steps not slowed */
-  assert_int_equal(tr__costs_entry(&again, key, 1, 1, one, NULL, &v, err, sizeof err), 0);
+  put(key, 1);
   const tr_optim_config optim = tr_model_optim(m);
   tr__costs_step_name(m, d, &optim, false, 0, tr_model_layer_count(m), key, sizeof key);
-  assert_int_equal(tr__costs_entry(&again, key, 1, 1, fifty_ms, NULL, &v, err, sizeof err), 0);
+  put(key, 0.05);
   tr_model_free(m);
   tr_device_list_close(devs);
   const struct {
@@ -256,13 +241,6 @@ static void each_devices_step_is_the_optimizers_over_its_layers(void **state) {
   }
 }
 
-static double slow_copy;
-static int copy_at(void *arg, double *v, char *err, size_t n) {
-  (void)arg, (void)err, (void)n;
-  v[0] = slow_copy;
-  return 0;
-}
-
 /* dp's sums pass twice over each replica's parameters at the memory's pace the file holds
  * (a copy beyond the caches): mlp's 33.5 MB at 1 ns a byte more is 2 × 33.5 ms more a step
  * (slowed no more than the devices at once allow), where a broken one would not move. */
@@ -279,10 +257,7 @@ static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
   tr_model_free(m);
   double step[2];
   for (int i = 0; i < 2; i++) {
-    slow_copy = (i + 1) * 1e-9;
-    double v;
-    const tr_plan_costs_config again = {.remeasure = 1};
-    assert_int_equal(tr__costs_entry(&again, key, 1, 1, copy_at, NULL, &v, err, sizeof err), 0);
+    put(key, (i + 1) * 1e-9);
     tr_plan_prediction p;
     tr_train_options o = options("host:2", TR_STRATEGY_DP);
     if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s", err);
