@@ -421,7 +421,7 @@ static const cli_option options[] = {
      .help = "floats per element-wise buffer (default 4194304)"},
     CLI_JSON(args, json, "one JSON object on stdout"),
     {"--train", NULL, CLI_SWITCH, offsetof(args, train),
-     .help = "also mlp's and gpt's whole training step on host:1 (troupe train, 20 x --seconds\n"
+     .help = "also mlp's and gpt's whole training step on host:1 (troupe train, 20 x --seconds "
              "each, at least 2 s) against the raw libraries' best on their shapes"},
 };
 static const cli_table table = {
