@@ -3,6 +3,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,6 +287,15 @@ void cli_json_string(FILE *f, const char *s) {
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+const char *cli_bytes(char *buf, size_t n, uint64_t b) {
+  static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
+  int u = -1;
+  while (u < 3 && b >= (1ull << (10 * (u + 2)))) u++;
+  if (u < 0) snprintf(buf, n, "%" PRIu64 " bytes", b);
+  else snprintf(buf, n, "%.1f %s", (double)b / (double)(1ull << (10 * (u + 1))), unit[u]);
+  return buf;
 }
 
 double cli_median(double *v, int n) {

@@ -126,6 +126,9 @@ void cli_print_error(FILE *f, const cli_table *t, const tr_error *e);
 /* Writes `s` as a JSON string, quoted and escaped. */
 void cli_json_string(FILE *f, const char *s);
 
+/* `b` bytes in the unit that keeps its figures: "1.5 GiB", "12.0 MiB", "27.4 KiB", "640 bytes". */
+const char *cli_bytes(char *buf, size_t n, uint64_t b);
+
 /* The median of v[0, n) (sorts v in place); NaN for none. */
 double cli_median(double *v, int n);
 

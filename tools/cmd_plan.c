@@ -245,8 +245,9 @@ int cmd_plan(int argc, char **argv) {
             a.devices, l[0].err);
     rc = l[0].rc == TR_EINVAL ? CLI_USAGE : CLI_FAIL;
   } else if (!l[0].predicted || !l[0].fits) {
-    fprintf(stderr, "troupe: plan: no layout of %s fits on %s: the smallest needs %.1f MiB on a "
-            "device\n", a.model, a.devices, (double)l[0].peak_bytes / (1 << 20));
+    char need[32];
+    fprintf(stderr, "troupe: plan: no layout of %s fits on %s: the smallest needs %s on a device\n",
+            a.model, a.devices, cli_bytes(need, sizeof need, l[0].peak_bytes));
     rc = CLI_FAIL;
   } else {
     char args[32][64];
