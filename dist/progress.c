@@ -46,7 +46,7 @@ static int progress_requests(transport *t, bool *pending) {
     }
     *pq = q->next;
     if (rc != MPI_SUCCESS) tr__mpi_broken(t, q->dest, rc); /* a rank gone, typically */
-    free(q->buf);
+    tr__buffer_give(&t->buffers, q->buf);
     free(q);
     did = 1;
   }
@@ -88,7 +88,8 @@ static int progress_incoming(transport *t) {
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
     incoming *in = calloc(1, sizeof *in), **end = &t->incoming;
-    TR_ASSERT(in != NULL && (in->buf = malloc(count > 0 ? (size_t)count : 1)) != NULL);
+    TR_ASSERT(in != NULL &&
+              (in->buf = tr__buffer_take(&t->buffers, count > 0 ? (size_t)count : 1)) != NULL);
     *in = (incoming){.buf = in->buf, .count = count, .source = st.MPI_SOURCE,
                      .tag = st.MPI_TAG};
     t->heard[st.MPI_SOURCE] = tr_now_ns(); /* its message has begun to come */
@@ -118,7 +119,7 @@ static int progress_incoming(transport *t) {
     *p = in->next;
     t->heard[in->source] = tr_now_ns();
     if (in->tag == TAG_HEARTBEAT) {
-      free(in->buf);
+      tr__buffer_give(&t->buffers, in->buf);
     } else {
       in_msg *m = tr_msg_new(&tr__mpi_in_type);
       m->source = in->source;

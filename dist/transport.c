@@ -59,29 +59,29 @@ static uint64_t now_ns(void) { return tr_now_ns(); }
 
 /* ---- sending ------------------------------------------------------------------------------ */
 
-/* An MPI_Isend of `buf` (malloc'd, freed once sent; NULL with n 0) to `dest`. */
+/* An MPI_Isend of `buf` (t->buffers', given back once sent; NULL with n 0) to `dest`. */
 static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
   request *q = calloc(1, sizeof *q);
   if (q == NULL) {
-    free(buf);
+    tr__buffer_give(&t->buffers, buf);
     return TR_ENOMEM;
   }
   q->buf = buf;
   q->dest = dest;
   if (n > INT_MAX) { /* MPI counts in int */
-    free(buf);
+    tr__buffer_give(&t->buffers, buf);
     free(q);
     return tr_actor_fail(t->self, TR_EINVAL, "sending %zu bytes to rank %d: more than one MPI "
                          "message holds (%d)", n, dest, INT_MAX);
   }
   if (t->lost[dest]) { /* gone: nothing reaches it any more */
-    free(buf);
+    tr__buffer_give(&t->buffers, buf);
     free(q);
     return 0;
   }
   const int rc = tr__mpi_isend(t, q, dest, tag, buf, (int)n);
   if (rc != MPI_SUCCESS) {
-    free(buf);
+    tr__buffer_give(&t->buffers, buf);
     free(q);
     return tr_actor_fail(t->self, TR_ESYS, "sending to rank %d: MPI_Isend failed (%d)", dest, rc);
   }
@@ -89,7 +89,7 @@ static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
 }
 
 static int post_copy(transport *t, int dest, int tag, const void *p, size_t n) {
-  uint8_t *buf = malloc(n ? n : 1);
+  uint8_t *buf = tr__buffer_take(&t->buffers, n ? n : 1);
   if (buf == NULL) return TR_ENOMEM;
   memcpy(buf, p, n);
   return post(t, dest, tag, buf, n);
@@ -116,7 +116,7 @@ static int send_out(transport *t, const out_msg *o) {
                          o->rank, m->type->name);
   }
   const size_t n = c->size(m);
-  uint8_t *buf = malloc(HEAD + n);
+  uint8_t *buf = tr__buffer_take(&t->buffers, HEAD + n);
   if (buf == NULL) {
     tr_msg_free(m);
     return TR_ENOMEM;
@@ -141,19 +141,19 @@ static void hold(queue *q, uint8_t *buf) {
   q->tail = h;
 }
 
-static void unhold(queue *q, int n) {
+static void unhold(transport *t, queue *q, int n) {
   while (n-- > 0 && q->head) {
     held *h = q->head;
     q->head = h->next;
     if (q->head == NULL) q->tail = NULL;
-    free(h->buf);
+    tr__buffer_give(&t->buffers, h->buf);
     free(h);
   }
 }
 
 static int deliver(transport *t, const in_msg *in) {
   if (in->n < HEAD) {
-    free(in->buf);
+    tr__buffer_give(&t->buffers, in->buf);
     return tr_actor_fail(t->self, TR_EINVAL, "rank %d sent a message of %zu bytes, shorter "
                          "than its head (%d)", in->source, in->n, HEAD);
   }
@@ -167,7 +167,7 @@ static int deliver(transport *t, const in_msg *in) {
     hold(&t->held[id], in->buf);
     return 0;
   }
-  free(in->buf);
+  tr__buffer_give(&t->buffers, in->buf);
   if (rc < 0) return tr_actor_fail(t->self, rc, "%s", why);
   TR_ASSERT(rc == 1); /* its part is over: the run is ending */
   return 0;
@@ -285,14 +285,14 @@ static int on_incoming(transport *t, in_msg *in) {
     }
     default: break;
   }
-  free(in->buf);
+  tr__buffer_give(&t->buffers, in->buf);
   return rc;
 }
 
 static int transport_receive(tr_actor *self, tr_msg *msg) {
   transport *t = tr_actor_state(self);
   if (t->done) {
-    if (msg->type == &tr__mpi_in_type) free(((in_msg *)msg)->buf);
+    if (msg->type == &tr__mpi_in_type) tr__buffer_give(&t->buffers, ((in_msg *)msg)->buf);
     if (msg->type == &out_type) tr_msg_free(((out_msg *)msg)->m);
     return 0;
   }
@@ -302,7 +302,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &release_type) {
     const release_msg *r = (const release_msg *)msg;
     TR_ASSERT(r->edge >= 0 && r->edge < t->nheld);
-    unhold(&t->held[r->edge], r->n);
+    unhold(t, &t->held[r->edge], r->n);
     const int32_t wire[2] = {r->edge, r->n};
     return post_copy(t, r->rank, TAG_RELEASE, wire, sizeof wire);
   }
@@ -418,10 +418,10 @@ static void transport_destroy(void *state) {
   for (request *q = t->requests, *next; q; q = next) {
     next = q->next;
     if (q->r != MPI_REQUEST_NULL) MPI_Request_free(&q->r);
-    free(q->buf);
+    tr__buffer_give(&t->buffers, q->buf);
     free(q);
   }
-  for (int i = 0; t->held && i < t->nheld; i++) unhold(&t->held[i], 1 << 30);
+  for (int i = 0; t->held && i < t->nheld; i++) unhold(t, &t->held[i], 1 << 30);
   for (int k = 0; k < t->ngroups; k++) {
     tr__sums_free(t, k);
   }
@@ -442,6 +442,7 @@ static void transport_destroy(void *state) {
     free(in);
   }
   pthread_mutex_destroy(&t->lock);
+  tr__buffers_destroy(&t->buffers);
   free(t);
 }
 
@@ -464,6 +465,7 @@ int tr__transport_new(tr_world *w, const tr__transport_host *host, int watchdog_
   t->limit_ns = (uint64_t)(watchdog_ms > 0 ? watchdog_ms : 60000) * 1000000ull;
   for (int k = 0; k < MAX_GROUPS; k++) t->group_comm[k] = MPI_COMM_NULL;
   pthread_mutex_init(&t->lock, NULL);
+  tr__buffers_init(&t->buffers);
   *state = t;
   return 0;
 }

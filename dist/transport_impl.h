@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "buffers.h"
 #include "collective.h"
 #include "transport.h"
 #include "world_impl.h"
@@ -55,7 +56,7 @@ typedef struct queue {
 typedef struct request { /* a send the progress thread completes */
   MPI_Request r;
   int dest;
-  uint8_t *buf;   /* freed once complete */
+  uint8_t *buf;   /* given back to the buffers once complete */
   struct request *next;
 } request;
 
@@ -110,6 +111,7 @@ typedef struct transport {
   bool thread_started;
   _Atomic bool running;
   pthread_mutex_t lock;
+  tr__buffers buffers;   /* every message's bytes, out and in (buffers.h) */
   request *requests;
   uint64_t *heard;       /* [rank]: last message from it (progress thread only) */
   incoming *incoming;    /* messages being received, in the order they were matched (progress
