@@ -40,6 +40,16 @@ static int plan(const tr_model *m, int first, int end, bucket *out) {
 
 int tr__group_buckets(const tr_model *m, int first, int end) { return plan(m, first, end, NULL); }
 
+int tr__group_bucket_plan(const tr_model *m, int first, int end, int *low_layer,
+                          size_t *floats) {
+  bucket *b = malloc((size_t)plan(m, first, end, NULL) * sizeof *b);
+  if (b == NULL) return TR_ENOMEM;
+  const int nb = plan(m, first, end, b);
+  for (int i = 0; i < nb; i++) low_layer[i] = b[i].low_layer, floats[i] = b[i].hi - b[i].lo;
+  free(b);
+  return 0;
+}
+
 void tr__group_use_nccl(tr__group *g, tr_comm *inside, tr_comm *across, const char *error) {
   g->nccl = inside;
   g->across = across;

@@ -68,6 +68,10 @@ extern const tr_msgtype tr__bucket_type;
 
 /* Buckets of layers [first, end) of m: what the edges' credits are sized by. */
 int tr__group_buckets(const tr_model *m, int first, int end);
+/* Those buckets, last layers first (tr__group_buckets of them): each one's lowest layer, whose
+ * backward makes it final, and its floats. 0 or TR_ENOMEM. */
+int tr__group_bucket_plan(const tr_model *m, int first, int end, int *low_layer,
+                          size_t *floats);
 /* Credits of an edge between two members holding `buckets` buckets: two steps of a ready
  * and a reduced bucket each, and of a gathered shard. */
 static inline int tr__group_credits(int buckets) { return 4 * buckets + 2; }

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "planner.h"
+#include "group.h"
 #include "job_config.h"
 #include "job_impl.h"
 #include "tr_train.h"
@@ -43,7 +44,21 @@ typedef struct resolved {
   tr_schedule *sc;
   int R, P, T, M, v, mb, cuts[TR__MAX_STAGES + 1];
   bool async; /* R workers and a server (predict_async.c), else synchronous */
+  const int *rank_of; /* across processes: each device's rank (the server's is 0); else NULL */
+  const tr__rank_links *links;
 } resolved;
+
+/* The rank of device (r·P + s)·T of the layout: 0 in one process. */
+static int rank_at(const resolved *r, int replica, int stage) {
+  return r->rank_of ? r->rank_of[(replica * r->P + stage) * r->T] : 0;
+}
+
+/* A message of `bytes` between two ranks: to the transport's actor and from it (two
+ * hand-overs), its bytes copied into the transport's buffer at `per_byte`, and MPI's time
+ * for them. */
+static double crossing(const resolved *r, double latency, double per_byte, double bytes) {
+  return 2 * latency + r->links->message + bytes * (per_byte + r->links->message_per_byte);
+}
 
 static void release(resolved *r) {
   tr_schedule_free(r->sc);
@@ -156,9 +171,62 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
                           info.params16_bytes + scratch;
     a->act[k] = latency + (double)info.output_bytes * per_byte; /* the receiver's copy */
     a->grad[k] = latency + (double)info.input_bytes * per_byte;
+    /* replica 0's edges that cross to another rank go through the transports */
+    const int here = rank_at(r, 0, k % r->P);
+    if (k + 1 < r->P * r->v && rank_at(r, 0, (k + 1) % r->P) != here)
+      a->act[k] += crossing(r, latency, per_byte, (double)info.output_bytes) - latency;
+    if (k > 0 && rank_at(r, 0, (k - 1) % r->P) != here)
+      a->grad[k] += crossing(r, latency, per_byte, (double)info.input_bytes) - latency;
     /* the micro-batch's inputs into the first stage's slot, its targets into the last's */
     if (info.is_first) a->f[k] += (double)info.input_bytes * per_byte;
     if (info.is_last) a->f[k] += (double)info.target_bytes * per_byte;
+  }
+  return 0;
+}
+
+/* How many ranks stage s's replica group spans, and the most of its members on one. */
+static void group_ranks(const resolved *r, int s, int *ranks, int *local) {
+  *ranks = 0, *local = 0;
+  for (int i = 0; i < r->R; i++) {
+    int same = 0, seen = 0;
+    for (int j = 0; j < r->R; j++) same += rank_at(r, j, s) == rank_at(r, i, s);
+    for (int j = 0; j < i; j++) seen |= rank_at(r, j, s) == rank_at(r, i, s);
+    *ranks += !seen;
+    if (same > *local) *local = same;
+  }
+}
+
+/* What stage s's sums across ranks add to its step (group.c: each rank's leader hands a
+ * bucket to the transport's thread once its members have summed it, which sums it with the
+ * other ranks' by MPI and hands it back): the buckets, last layers first, each final once
+ * the backward of the step's last micro-batch passes its lowest layer, summed one after
+ * another; what is left when that backward ends. MPI's sums between processes of one machine
+ * are copies by the CPUs: with every CPU computing (`spare` false) they take their time from
+ * the devices' and hide nothing (mlp dp on 2 ranks of 2 CPUs ran 10% slower than in one
+ * process, where hidden sums would have made it faster). Local SGD's sums (every H steps, of
+ * the parameters) and those of chunks (interleaved) come after the backward, none hidden. */
+static int across_ranks(const resolved *r, const tr_layer_times *t, int s, double latency,
+                        bool spare, double *seconds) {
+  *seconds = 0;
+  const bool hidden = spare && r->v == 1 && r->c.local.sync_every <= 0;
+  for (int k = s; k < r->P * r->v; k += r->P) {
+    const int first = r->cuts[k], end = r->cuts[k + 1];
+    const int nb = tr__group_buckets(r->member, first, end);
+    int *low = malloc((size_t)nb * sizeof *low);
+    size_t *floats = malloc((size_t)nb * sizeof *floats);
+    int rc = low && floats ? tr__group_bucket_plan(r->member, first, end, low, floats) : TR_ENOMEM;
+    double backward = 0, done = 0; /* the backward so far; the last sum's end */
+    for (int b = 0, l = end - 1; b < nb && rc == 0; b++) {
+      for (; l >= low[b]; l--) backward += hidden ? t[l].backward : 0;
+      const double start = backward > done ? backward : done;
+      done = start + 2 * latency + r->links->sum +
+             (double)floats[b] * sizeof(float) * r->links->sum_per_byte;
+    }
+    for (int l = first; l < end && hidden; l++) done -= t[l].backward; /* past the backward */
+    *seconds += done > 0 ? done : 0;
+    free(low);
+    free(floats);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -169,10 +237,14 @@ static int fill(const resolved *r, const tr_layer_times *t, tr_device *d,
  * its own thread: about the gradients' bytes read and written once more, after the backward
  * (host streams run in order on the device's thread, hiding nothing). ZeRO-1 updates a shard
  * of 1/R and gathers the others: the parameters' bytes written once more. */
-static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_config *cc, arrays *a,
-                      char *err, size_t n) {
+static int fill_steps(const resolved *r, const tr_layer_times *t, tr_device *d,
+                      const tr_plan_costs_config *cc, arrays *a, char *err, size_t n) {
   int rc = tr__costs_bandwidth(d, cc, &a->per_byte_big, err, n);
   const bool norm = r->c.on_nonfinite == TR_NONFINITE_SKIP; /* checked: computed each step */
+  /* a machine's host devices leave CPUs to the transports' threads only where fewer */
+  const int machines = r->links ? r->links->machines : 1;
+  const bool spare = tr_device_info_of(d)->kind != TR_DEVICE_HOST ||
+                     (r->R * r->P * r->T + machines - 1) / machines < tr__plan_cpus();
   for (int s = 0; s < r->P && rc == 0; s++) {
     size_t numel = 0;
     double opt = 0; /* its chunks' steps, each over a stage of its own */
@@ -199,7 +271,10 @@ static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_confi
     a->per_byte_params[s] = per_byte;
     const int H = r->c.local.sync_every; /* local SGD: the parameters summed every H steps */
     a->opt[s] = opt, a->bytes[s] = bytes;
-    const double sums = 2 * bytes * per_byte;
+    /* across ranks, the members on one rank sum in memory first (none alone) */
+    int ranks = 1, local = r->R;
+    if (r->rank_of && r->R > 1 && !r->async) group_ranks(r, s, &ranks, &local);
+    const double sums = local > 1 ? 2 * bytes * per_byte : 0;
     /* a local sync (policy_local.c) copies the parameters into the gradients' allocation,
      * sums them, takes their mean, each replica's distance from it and the divergence's two
      * sums, and copies the mean back: about 8 passes over the parameters where dp's sum is 2
@@ -214,6 +289,9 @@ static int fill_steps(const resolved *r, tr_device *d, const tr_plan_costs_confi
      * for their sums (two hand-overs to a parked thread), whatever the bytes; waiting, not
      * computing, so not slowed by the devices at once */
     a->meet[s] = r->R > 1 && !r->async ? 2 * a->latency / (H > 0 ? H : 1) : 0;
+    double across = 0; /* communication, as the meeting: not slowed by the devices at once */
+    if (rc == 0 && ranks > 1) rc = across_ranks(r, t, s, a->latency, spare, &across);
+    a->meet[s] += across / (H > 0 ? H : 1);
   }
   return rc;
 }
@@ -238,7 +316,9 @@ static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_ste
  * step simulated again with it. */
 static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
                           const tr_plan_costs_config *cc, tr_plan_step *st, char *err, size_t n) {
-  const int D = r->R * r->P * r->T;
+  int D = r->R * r->P * r->T;
+  const int machines = r->links ? r->links->machines : 1; /* each machine's devices share it */
+  D = (D + machines - 1) / machines;
   double together = 1, within = 1; /* within: a tensor group's own, in its members' times */
   int rc = 0;
   if (tr_device_info_of(d)->kind == TR_DEVICE_HOST && D > r->T && st->seconds > 0)
@@ -247,7 +327,7 @@ static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
     rc = tr__costs_together(r->model, r->devs, r->T, r->mb, cc, &within, err, n);
   if (rc) return rc;
   double busy = 0; /* devices at work, on average: every replica and member alike */
-  for (int s = 0; s < r->P; s++) busy += st->busy[s] / st->seconds * r->R * r->T;
+  for (int s = 0; s < r->P; s++) busy += st->busy[s] / st->seconds * r->R * r->T / machines;
   const bool host = tr_device_info_of(d)->kind == TR_DEVICE_HOST;
   const int cpus = host ? tr__plan_cpus() : D; /* devices of their own share no CPUs */
   const double slow = tr__plan_slowdown(together, within, D, r->T, cpus, busy);
@@ -278,6 +358,12 @@ static int async_rate(const resolved *r, const arrays *a, tr_device *d,
   c.latency = a->latency; /* fill's */
   int rc = 0;
   if (r->R == 1) rc = tr__costs_link(d, cc, &c.latency, err, n);
+  if (r->links) { /* the pushes and replies of workers on other ranks than the server's (0) */
+    int away = 0;
+    for (int i = 0; i < r->R; i++) away += rank_at(r, i, 0) != 0;
+    const double cross = crossing(r, c.latency, a->per_byte_params[0], a->bytes[0]);
+    c.latency += (cross - c.latency) * away / r->R;
+  }
   if (tr_device_info_of(d)->kind == TR_DEVICE_HOST) c.cpus = tr__plan_cpus();
   if (rc == 0 && tr_device_info_of(d)->kind == TR_DEVICE_HOST && r->R > 1)
     rc = tr__costs_together(r->model, r->devs, r->R, r->mb, cc, &c.together, err, n);
@@ -287,8 +373,14 @@ static int async_rate(const resolved *r, const arrays *a, tr_device *d,
   return rc;
 }
 
+/* Across processes: each device's rank and the links between them (NULL in one process). */
+typedef struct ranks {
+  const int *rank_of;
+  const tr__rank_links *links;
+} ranks;
+
 static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bool overhead,
-                   tr_plan_prediction *out, char *err, size_t n);
+                   const ranks *rk, tr_plan_prediction *out, char *err, size_t n);
 
 /* tr__costs_overhead's reference: simplenet alone on `spec`, its layers measured and not
  * kept (the file is written once, with the overhead's entry). */
@@ -298,7 +390,7 @@ static int bare_single(const char *spec, double *step_seconds, char *err, size_t
   o.model = "simplenet";
   o.strategy = TR_STRATEGY_SINGLE;
   tr_plan_prediction p;
-  const int rc = predict(&o, &(tr_plan_costs_config){.path = ""}, false, &p, err, n);
+  const int rc = predict(&o, &(tr_plan_costs_config){.path = ""}, false, NULL, &p, err, n);
   *step_seconds = p.step_seconds;
   return rc;
 }
@@ -306,9 +398,9 @@ static int bare_single(const char *spec, double *step_seconds, char *err, size_t
 /* The prediction, with the runtime's own work per step (costs_overhead.c) or without it
  * (what that cost is measured against). */
 static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bool overhead,
-                   tr_plan_prediction *out, char *err, size_t n) {
+                   const ranks *rk, tr_plan_prediction *out, char *err, size_t n) {
   *out = (tr_plan_prediction){0};
-  resolved r = {0};
+  resolved r = {.rank_of = rk ? rk->rank_of : NULL, .links = rk ? rk->links : NULL};
   arrays *a = calloc(1, sizeof *a);
   int rc = a ? resolve(o, &r, err, n) : TR_ENOMEM;
   tr_layer_times *t = NULL;
@@ -317,8 +409,9 @@ static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bo
   if (rc == 0) rc = member_times(&r, d, cc, t, &out->measured, err, n);
   if (rc == 0) rc = tr_device_bind(d); /* its copies and steps timed here */
   if (rc == 0) rc = fill(&r, t, d, cc, a, err, n);
-  if (rc == 0) rc = fill_steps(&r, d, cc, a, err, n);
+  if (rc == 0) rc = fill_steps(&r, t, d, cc, a, err, n);
   if (rc == 0 && overhead) rc = tr__costs_overhead(d, cc, bare_single, &a->runtime, err, n);
+  if (r.links) a->runtime += 2 * r.links->message; /* a step handed out by rank 0, its report */
   tr_plan_step st;
   if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
   const int D = r.R * r.P * r.T;
@@ -353,22 +446,57 @@ static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bo
 
 int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
                     tr_plan_prediction *out, char *err, size_t n) {
-  return predict(o, cc, true, out, err, n);
+  return predict(o, cc, true, NULL, out, err, n);
+}
+
+int tr__plan_predict_ranks(const tr_train_options *o, const tr_plan_costs_config *cc,
+                           const int *rank_of, const tr__rank_links *links,
+                           tr_plan_prediction *out, char *err, size_t n) {
+  return predict(o, cc, true, &(ranks){rank_of, links}, out, err, n);
 }
 
 int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
                           tr_plan_prediction *out, char *err, size_t n) {
-  return predict(o, cc, false, out, err, n);
+  return predict(o, cc, false, NULL, out, err, n);
 }
 
-bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p) {
+/* A run across processes: the links timed where rank 0's file of costs has none (every rank
+ * together), and the run predicted on rank 0 as its devices in one process, each on its rank.
+ * Host devices only: GPUs' edges and sums go by NCCL, whose links are not timed. */
+static bool across_processes(const tr_train_options *o, const tr_device_list *devices,
+                             bool faulty, const tr_plan_costs_config *cc, tr_plan_prediction *p) {
+  tr_world *w = o->world;
+  const int D = tr_device_list_count(devices), size = tr_world_size(w);
+  bool host = D > 0 && D <= TR_PLAN_MAX_DEVICES && size <= TR_PLAN_MAX_DEVICES;
+  for (int i = 0; i < D && host; i++) /* every rank's list is the job's: alike everywhere */
+    host = tr_device_info_of(tr_device_list_at(devices, i))->kind == TR_DEVICE_HOST;
+  char err[256];
+  tr__rank_links links;
+  if (!host || tr__costs_ranks(w, tr_device_list_at(devices, 0), cc, &links, err, sizeof err))
+    return false;
+  bool slowed[TR_PLAN_MAX_DEVICES]; /* a rank's devices slowed on purpose slow the job */
+  if (tr_world_allgather(w, &faulty, sizeof faulty, slowed)) return false;
+  for (int r = 0; r < size; r++) faulty |= slowed[r];
+  if (tr_world_rank(w) != 0 || faulty) return false;
+  int rank_of[TR_PLAN_MAX_DEVICES];
+  for (int i = 0; i < D; i++) rank_of[i] = tr_world_device_rank(w, tr_device_list_at(devices, i));
+  char spec[32];
+  snprintf(spec, sizeof spec, "host:%d", D);
+  tr_train_options one = *o;
+  one.devices = spec;
+  one.world = NULL;
+  return tr__plan_predict_ranks(&one, cc, rank_of, &links, p, err, sizeof err) == 0;
+}
+
+bool tr__plan_run(const tr_train_options *o, const tr_device_list *devices,
+                  tr_plan_prediction *p) {
   char err[256];
   *p = (tr_plan_prediction){0};
   const tr_plan_costs_config cc = {.layers_cached = 1}; /* no model's worth before the run */
   /* devices slowed or failing on purpose (fault(...), tests'): no costs say what they do */
   const bool faulty = o->devices && !strncmp(o->devices, "fault(", 6);
-  return tr_world_size(o->world) == 1 && !faulty &&
-         tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
+  if (tr_world_size(o->world) > 1) return across_processes(o, devices, faulty, &cc, p);
+  return !faulty && tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
 }
 
 void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r) {

@@ -121,14 +121,44 @@ int tr__costs_step(const tr_model *m, tr_device *d, const tr_optim_config *o, bo
                    int first, int end, const tr_plan_costs_config *c, double *seconds,
                    char *err, size_t n);
 
+/* The links between the processes of a job (costs_ranks.c): a message's seconds from one
+ * rank to another, alone and per byte, and an MPI sum's over every rank; the ranks and the
+ * machines they run on. */
+typedef struct tr__rank_links {
+  double message, message_per_byte;
+  double sum, sum_per_byte;
+  int ranks, machines;
+} tr__rank_links;
+
+/* The links of world w (every rank calls it at the same point: timing them is a collective),
+ * from rank 0's file of costs or timed and kept there (with c->remeasure, timed again); the
+ * same figures on every rank. d: the kind of device they are kept for. */
+int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config *c,
+                    tr__rank_links *out, char *err, size_t n);
+
+/* The line y = alpha + per_unit x through the n points (x[i], y[i]) by least squares; where
+ * that crosses below 0, the line through the origin instead (neither is ever negative). */
+void tr__costs_fit_line(const double *x, const double *y, int n, double *alpha,
+                        double *per_unit);
+
+/* tr_plan_predict of a run across processes: device i of the run's list on rank rank_of[i],
+ * linked as `links` says (the async server on rank 0). */
+int tr__plan_predict_ranks(const tr_train_options *o, const tr_plan_costs_config *cc,
+                           const int *rank_of, const tr__rank_links *links,
+                           tr_plan_prediction *out, char *err, size_t n);
+
 /* tr_plan_predict without the runtime's own work. */
 int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config *cc,
                           tr_plan_prediction *out, char *err, size_t n);
 
-/* A run's prediction (planner.c): tr_plan_predict of its options before it runs (false
- * where there is none: another strategy, several processes, a failure); then the result's
- * `predicted`, and its errors against what the run measured. */
-bool tr__plan_run(const tr_train_options *o, tr_plan_prediction *p);
+/* A run's prediction (planner.c): tr_plan_predict of its options before it runs, `devices`
+ * the run's (across processes every rank's, tr_world_devices: every rank calls this, and the
+ * links between them are timed where the file of costs has none; rank 0 predicts), false
+ * where there is none (devices slowed on purpose, GPUs across processes, a rank other than
+ * 0, a failure); then the result's `predicted`, and its errors against what the run
+ * measured. */
+bool tr__plan_run(const tr_train_options *o, const tr_device_list *devices,
+                  tr_plan_prediction *p);
 void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r);
 
 /* layout.automatic: `o` with the strategy and layout troupe plan ranks best (tr_plan_rank)

@@ -154,8 +154,10 @@ typedef struct tr_train_result {
   char replicas_left[128];
   /* troupe plan's prediction of this run (tr_plan.h: tr_plan_predict of its options, made
    * before it ran), and how far it was: error = predicted / measured − 1 (samples/s), and
-   * the activations' peak of the device where it was furthest off. Runs in one process
-   * (async and local SGD too); samples_per_s 0 where there is none (JSON null). */
+   * the activations' peak of the device where it was furthest off. Every strategy, async and
+   * local SGD too; across processes (mpirun) runs of host devices, on rank 0, with the links
+   * between the ranks timed before the first step where the file of costs has none;
+   * samples_per_s 0 where there is none (JSON null). */
   char layout_choice[192]; /* layout.automatic: the layout chosen and why ("" otherwise) */
   struct {
     double samples_per_s, step_seconds, error, peak_error;

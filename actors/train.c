@@ -432,7 +432,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   rc = prepare(&rn, o, err, err_size);
   if (rc) goto out;
   tr_plan_prediction predicted; /* troupe plan's, to say how far it was (planner.h) */
-  tr__plan_run(o, &predicted);
+  tr__plan_run(o, rn.devices, &predicted);
   tr_system_config sc = {.name = "train",
                          .handle_signals = 1,
                          .trace = o->trace != NULL,

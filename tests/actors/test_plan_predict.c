@@ -7,7 +7,8 @@
  * machine's (not asserted beyond being there), but for the costs a file of costs given here
  * fixes: the runtime's own step on every step, the replicas' meeting (two hand-overs: dp every
  * step, local SGD every H, an async worker's push and reply), the replicas' sums at the
- * memory's pace. Options a run would refuse are refused naming the option.
+ * memory's pace, the links between processes. Options a run would refuse are refused naming
+ * the option.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -275,6 +276,59 @@ static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
     fail_msg("1 ns a byte more made dp's step %g s longer, not about %g s", more, want);
 }
 
+/* Across processes (tr__plan_predict_ranks), with 10 ms a message and 10 ms a sum between
+ * ranks in the file's stead (and no hand-overs, no runtime step): mp's two stages on two
+ * ranks wait for an activation and a gradient to cross, 20 ms more a step than on one rank;
+ * dp's replicas on two ranks sum simplenet's one bucket by MPI, 10 ms more, hidden behind no
+ * backward (its layers take microseconds); local SGD's every H = 4 steps, 2.5 ms. */
+static void crossing_ranks_costs_the_links(void **state) {
+  (void)state;
+  tr_device_list *devs;
+  char err[512] = "", key[256];
+  assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "link latency", key, sizeof key);
+  put(key, 0);
+  tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
+  put(key, 0);
+  tr_device_list_close(devs);
+  const tr__rank_links links = {.message = 0.01, .sum = 0.01, .ranks = 2, .machines = 1};
+  const int together[] = {0, 0}, apart[] = {0, 1};
+  const struct {
+    tr_strategy s;
+    int every;
+    double more;
+  } want[] = {{TR_STRATEGY_MP, 0, 0.02}, {TR_STRATEGY_DP, 0, 0.01}, {TR_STRATEGY_LOCAL, 4, 0.0025}};
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    tr_train_options o = simplenet("host:2", want[i].s);
+    o.job.local.sync_every = want[i].every;
+    tr_plan_prediction one, two;
+    if (tr__plan_predict_ranks(&o, NULL, together, &links, &one, err, sizeof err) ||
+        tr__plan_predict_ranks(&o, NULL, apart, &links, &two, err, sizeof err))
+      fail_msg("%s: %s", tr_strategy_name(want[i].s), err);
+    const double more = two.step_seconds - one.step_seconds;
+    if (fabs(more - want[i].more) > 5e-4)
+      fail_msg("%s: %g s more a step on two ranks, want %g", tr_strategy_name(want[i].s), more,
+               want[i].more);
+  }
+}
+
+/* The links' latency and time per byte: the least-squares line through the sizes' times; a
+ * line that would start below 0 goes through the origin; one that falls is flat. */
+static void the_links_are_a_line_through_their_times(void **state) {
+  (void)state;
+  const double x[] = {4096, 262144, 1048576, 4194304};
+  double y[4], alpha, beta;
+  for (int i = 0; i < 4; i++) y[i] = 2e-5 + 1e-10 * x[i];
+  tr__costs_fit_line(x, y, 4, &alpha, &beta);
+  assert_true(fabs(alpha - 2e-5) < 1e-12 && fabs(beta - 1e-10) < 1e-18);
+  for (int i = 0; i < 4; i++) y[i] = 1e-10 * x[i] - (i == 0 ? 0 : 1e-5);
+  tr__costs_fit_line(x, y, 4, &alpha, &beta);
+  assert_true(alpha == 0 && beta > 0);
+  for (int i = 0; i < 4; i++) y[i] = 1e-3 - 1e-11 * x[i];
+  tr__costs_fit_line(x, y, 4, &alpha, &beta);
+  assert_true(beta == 0 && fabs(alpha - (1e-3 - 1e-11 * (x[0] + x[1] + x[2] + x[3]) / 4)) < 1e-12);
+}
+
 /* Measured (a short run of simplenet, less its prediction), the runtime's step is kept. */
 static void the_runtime_step_is_measured_once(void **state) {
   (void)state;
@@ -306,6 +360,8 @@ int main(void) {
       cmocka_unit_test(the_groups_meetings_cost_two_hand_overs),
       cmocka_unit_test(each_devices_step_is_the_optimizers_over_its_layers),
       cmocka_unit_test(the_replicas_sums_go_at_the_memorys_pace),
+      cmocka_unit_test(crossing_ranks_costs_the_links),
+      cmocka_unit_test(the_links_are_a_line_through_their_times),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -14,6 +14,10 @@
 #                                   flag; with every replica in rank 1 (rank 0 coordinates):
 #                                   the checkpoint of one process, bitwise (the shards of the
 #                                   optimizer state crossing to the coordinator)
+#   predicted                       with the layers' costs in the file (troupe plan), dp (twice)
+#                                   and 1f1b across two ranks say what was predicted of them:
+#                                   their activations exactly; the links between the ranks
+#                                   timed by the first run into the file, read by the second
 #   carries (test_world two)        a type with its own codec on an untyped edge that says
 #                                   it carries it, a flat type on its own edge, between ranks
 #   refused (test_world refused)    a type the untyped edge does not carry: the run fails,
@@ -153,6 +157,28 @@ case $case_ in
     mv run.ckpt ranks.ckpt
     "$troupe" train "${z[@]}" --devices host:2 || fail "the run in one process"
     cmp -s ranks.ckpt run.ckpt || fail "the checkpoint differs from one process's"
+    printf 'ok   %s\n' "$case_" ;;
+  predicted)
+    export TROUPE_COSTS=$PWD/costs.safetensors
+    "$troupe" plan --model simplenet --devices host:2 --top 1 >/dev/null 2>&1 || fail "troupe plan"
+    for layout in "dp" "dp" "pipeline --schedule 1f1b"; do
+      timeout 60 "${mpirun[@]}" -np 2 "$troupe" train --model simplenet --steps 40 --json \
+        --strategy $layout --devices host:1 >out.txt 2>err.txt || fail "mpirun exit $?: $(cat err.txt)"
+      python3 -c '
+import json, sys
+r = json.load(open("out.txt"))
+p = r["predicted"]
+assert p and p["samples_per_s"] > 0 and p["peak_activation_error"] == 0, p
+' || fail "$layout across ranks: no prediction: $(cat out.txt err.txt)"
+      if [[ -z ${before-} ]]; then # the first: the links kept
+        grep -qa 'ranks 2 on 1 machines: a message, a sum' "$TROUPE_COSTS" ||
+          fail "the links were not kept in the file of costs"
+        before=$(stat -c %Y.%s "$TROUPE_COSTS")
+        sleep 1
+      elif [[ $layout == dp ]]; then # the second: read, the file as it was
+        [[ $(stat -c %Y.%s "$TROUPE_COSTS") == "$before" ]] || fail "the links were timed again"
+      fi
+    done
     printf 'ok   %s\n' "$case_" ;;
   nccl)
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
