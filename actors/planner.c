@@ -346,15 +346,21 @@ double tr__plan_slowdown(double together, double within, int D, int T, int cpus,
 
 /* R async workers and their server (predict_async.c): a worker's compute is the step just
  * simulated (its forwards and backwards of a whole batch, its inputs' copies); the server's
- * update of a push is the optimizer over the parameters, the copy of them into the worker's
- * memory with the reply, and delay compensation's three passes over them when asked. */
+ * update of a push (server.c) is the optimizer over the parameters, the copy of them into
+ * the worker's memory with the reply, four passes that read them (the worker's distance from
+ * the server's: the two sets' difference and the server's own sum of squares; the gradient's
+ * norm, checked for every push), as much traffic as two copies, and delay compensation's
+ * three passes when asked. Without those reads, mlp's async rows on host:2 came out 27-31%
+ * fast. */
+enum { SERVER_COPIES = 3, DC_COPIES = 3 };
 static int async_rate(const resolved *r, const arrays *a, tr_device *d,
                       const tr_plan_costs_config *cc, const tr_plan_step *st, tr__async_step *as,
                       char *err, size_t n) {
   tr__async_costs c = {.workers = r->R, .compute = st->seconds, .together = 1,
                        .staleness = r->c.async.staleness,
                        .apply = a->opt[0] + a->bytes[0] * a->per_byte_params[0] *
-                                                (r->c.async.dc_lambda > 0 ? 4 : 1)};
+                                                (SERVER_COPIES +
+                                                 (r->c.async.dc_lambda > 0 ? DC_COPIES : 0))};
   c.latency = a->latency; /* fill's */
   int rc = 0;
   if (r->R == 1) rc = tr__costs_link(d, cc, &c.latency, err, n);

@@ -249,7 +249,8 @@ static void each_devices_step_is_the_optimizers_over_its_layers(void **state) {
 
 /* dp's sums pass twice over each replica's parameters at the memory's pace the file holds
  * (a copy beyond the caches): mlp's 33.5 MB at 1 ns a byte more is 2 × 33.5 ms more a step
- * (slowed no more than the devices at once allow), where a broken one would not move. */
+ * (slowed no more than the devices at once allow), where a broken one would not move; an
+ * async server's update of a push, three times (a lone worker waits for all of it). */
 static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
   (void)state;
   tr_device_list *devs;
@@ -274,6 +275,22 @@ static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
   const double more = step[1] - step[0], want = 2 * bytes * 1e-9;
   if (!(more > 0.9 * want && more < 2.5 * want))
     fail_msg("1 ns a byte more made dp's step %g s longer, not about %g s", more, want);
+  /* an async server's update of a push: a copy of the parameters to the worker and four
+   * passes that read them (the worker's distance, the gradient's norm), three copies' worth */
+  for (int i = 0; i < 2; i++) {
+    put(key, (i + 1) * 1e-9);
+    tr_plan_prediction p;
+    tr_train_options o = options("host:2", TR_STRATEGY_ASYNC);
+    o.spec = NULL;
+    o.model = "mlp";
+    o.job.layout.replicas = 1; /* one worker: its cycle waits for every update */
+    if (tr_plan_predict(&o, NULL, &p, err, sizeof err)) fail_msg("%s", err);
+    step[i] = p.step_seconds;
+  }
+  const double longer = step[1] - step[0], server = 3 * bytes * 1e-9;
+  if (!(longer > 0.9 * server && longer < 2.5 * server))
+    fail_msg("1 ns a byte more made an async worker's cycle %g s longer, not about %g s",
+             longer, server);
 }
 
 /* Across processes (tr__plan_predict_ranks), with 10 ms a message and 10 ms a sum between
