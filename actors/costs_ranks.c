@@ -16,7 +16,7 @@
 
 /* A message of one activation to a bucket of gradients and beyond (mlp's are 1 and 4 MiB). */
 static const size_t SIZES[] = {4 << 10, 256 << 10, 1 << 20, 4 << 20};
-enum { NSIZES = sizeof SIZES / sizeof SIZES[0], HOST = 64 };
+enum { NSIZES = sizeof SIZES / sizeof SIZES[0], HOST = 64, MAX_RANKS = TR_PLAN_MAX_DEVICES };
 
 void tr__costs_fit_line(const double *x, const double *y, int n, double *alpha,
                         double *per_unit) {
@@ -35,11 +35,10 @@ void tr__costs_fit_line(const double *x, const double *y, int n, double *alpha,
   *alpha = a, *per_unit = b;
 }
 
-/* Distinct host names among the ranks'. */
+/* Distinct host names among the ranks' (MAX_RANKS at most). */
 static int machines(tr_world *w, int *count) {
-  char mine[HOST] = "", all[TR_PLAN_MAX_DEVICES * 4][HOST];
+  char mine[HOST] = "", all[MAX_RANKS][HOST];
   const int size = tr_world_size(w);
-  if (size > (int)(sizeof all / sizeof all[0])) return *count = size, 0; /* as if apart */
   gethostname(mine, sizeof mine - 1);
   if (tr_world_allgather(w, mine, sizeof mine, all)) return TR_ESYS;
   *count = 0;
@@ -62,6 +61,9 @@ int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config 
                     tr__rank_links *out, char *err, size_t n) {
   *out = (tr__rank_links){.ranks = tr_world_size(w)};
   if (out->ranks < 2) return tr_errorf(err, n, TR_EINVAL, "costs: one process has no links");
+  if (out->ranks > MAX_RANKS) /* the same on every rank: none times */
+    return tr_errorf(err, n, TR_EINVAL, "costs: %d ranks, the planner times at most %d",
+                     out->ranks, MAX_RANKS);
   int rc = machines(w, &out->machines);
   if (rc) return tr_errorf(err, n, rc, "costs: the ranks could not compare their hosts");
   char name[256], what[64];
@@ -72,10 +74,7 @@ int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config 
   struct {
     double v[4];
     int kept;
-  } mine = {{0}, 0}, all[TR_PLAN_MAX_DEVICES * 4];
-  if (out->ranks > (int)(sizeof all / sizeof all[0]))
-    return tr_errorf(err, n, TR_EINVAL, "costs: %d ranks, the planner times at most %d",
-                     out->ranks, (int)(sizeof all / sizeof all[0]));
+  } mine = {{0}, 0}, all[MAX_RANKS];
   const tr_plan_costs_config read = {.path = c ? c->path : NULL};
   char why[256];
   if (tr_world_rank(w) == 0)

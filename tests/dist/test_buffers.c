@@ -96,7 +96,8 @@ static void two_threads_never_share_a_buffer(void **state) {
   tr__buffers_init(&b);
   worker w[2] = {{&b, 0xa5, 0}, {&b, 0x5a, 0}};
   pthread_t t[2];
-  for (int i = 0; i < 2; i++) assert_int_equal(pthread_create(&t[i], NULL, take_and_give, &w[i]), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(pthread_create(&t[i], NULL, take_and_give, &w[i]), 0);
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   assert_int_equal(w[0].bad + w[1].bad, 0);
   assert_true(b.n >= 1 && b.n <= TR__BUFFERS_KEPT); /* kept, never more than the pool holds */
