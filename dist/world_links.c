@@ -20,44 +20,42 @@ static double median(double *v, int n) {
   return v[n / 2];
 }
 
-/* Half of a round trip of `bytes` between ranks 0 and 1, the median of REPS after one. */
-static int time_message(tr_world *w, char *buf, size_t bytes, double *seconds) {
-  double t[REPS];
+/* A round trip of `bytes` between ranks 0 and 1 (the others have nothing to do). */
+static int round_trip(tr_world *w, void *buf, size_t bytes) {
+  const int c = (int)bytes;
   int rc = MPI_SUCCESS;
-  for (int rep = -1; rep < REPS; rep++) {
-    if (MPI_Barrier(w->comm) != MPI_SUCCESS) return TR_ESYS;
-    const double t0 = MPI_Wtime();
-    const int c = (int)bytes;
-    if (w->rank == 0) {
-      if (rc == MPI_SUCCESS) rc = MPI_Send(buf, c, MPI_BYTE, 1, TAG, w->comm);
-      if (rc == MPI_SUCCESS) rc = MPI_Recv(buf, c, MPI_BYTE, 1, TAG, w->comm, MPI_STATUS_IGNORE);
-    } else if (w->rank == 1) {
-      if (rc == MPI_SUCCESS) rc = MPI_Recv(buf, c, MPI_BYTE, 0, TAG, w->comm, MPI_STATUS_IGNORE);
-      if (rc == MPI_SUCCESS) rc = MPI_Send(buf, c, MPI_BYTE, 0, TAG, w->comm);
-    }
-    if (rep >= 0) t[rep] = (MPI_Wtime() - t0) / 2;
+  if (w->rank == 0) {
+    rc = MPI_Send(buf, c, MPI_BYTE, 1, TAG, w->comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Recv(buf, c, MPI_BYTE, 1, TAG, w->comm, MPI_STATUS_IGNORE);
+  } else if (w->rank == 1) {
+    rc = MPI_Recv(buf, c, MPI_BYTE, 0, TAG, w->comm, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS) rc = MPI_Send(buf, c, MPI_BYTE, 0, TAG, w->comm);
   }
-  *seconds = median(t, REPS);
-  return rc == MPI_SUCCESS ? 0 : TR_ESYS;
+  return rc;
 }
 
-/* One MPI sum of `bytes` of floats over every rank, the median of REPS after one. */
-static int time_sum(tr_world *w, float *buf, size_t bytes, double *seconds) {
+/* An MPI sum of `bytes` of floats over every rank. */
+static int sum(tr_world *w, void *buf, size_t bytes) {
+  return MPI_Allreduce(MPI_IN_PLACE, buf, (int)(bytes / sizeof(float)), MPI_FLOAT, MPI_SUM,
+                       w->comm);
+}
+
+/* The median seconds of REPS of `once` after one, every rank starting each together. */
+static int time_median(tr_world *w, int (*once)(tr_world *, void *, size_t), void *buf,
+                       size_t bytes, double *seconds) {
   double t[REPS];
-  int rc = MPI_SUCCESS;
   for (int rep = -1; rep < REPS; rep++) {
     if (MPI_Barrier(w->comm) != MPI_SUCCESS) return TR_ESYS;
     const double t0 = MPI_Wtime();
-    if (rc == MPI_SUCCESS)
-      rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)(bytes / sizeof(float)), MPI_FLOAT, MPI_SUM,
-                         w->comm);
+    if (once(w, buf, bytes) != MPI_SUCCESS) return TR_ESYS;
     if (rep >= 0) t[rep] = MPI_Wtime() - t0;
   }
   *seconds = median(t, REPS);
-  return rc == MPI_SUCCESS ? 0 : TR_ESYS;
+  return 0;
 }
 
-int tr__world_time_links(tr_world *w, const size_t *bytes, int n, double *message, double *sum) {
+int tr__world_time_links(tr_world *w, const size_t *bytes, int n, double *message,
+                         double *sums) {
   if (w == NULL || w->size < 2) return TR_EINVAL;
   size_t most = 0;
   for (int i = 0; i < n; i++) most = bytes[i] > most ? bytes[i] : most;
@@ -66,11 +64,12 @@ int tr__world_time_links(tr_world *w, const size_t *bytes, int n, double *messag
   if (MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, w->comm) != MPI_SUCCESS) all_ok = -1;
   int rc = all_ok == 1 ? 0 : all_ok == 0 ? TR_ENOMEM : TR_ESYS;
   for (int i = 0; i < n && rc == 0; i++) {
-    rc = time_message(w, buf, bytes[i], &message[i]);
-    if (rc == 0) rc = time_sum(w, buf, bytes[i], &sum[i]);
+    rc = time_median(w, round_trip, buf, bytes[i], &message[i]);
+    message[i] /= 2; /* one way */
+    if (rc == 0) rc = time_median(w, sum, buf, bytes[i], &sums[i]);
   }
   if (rc == 0 && (MPI_Bcast(message, n, MPI_DOUBLE, 0, w->comm) != MPI_SUCCESS ||
-                  MPI_Bcast(sum, n, MPI_DOUBLE, 0, w->comm) != MPI_SUCCESS))
+                  MPI_Bcast(sums, n, MPI_DOUBLE, 0, w->comm) != MPI_SUCCESS))
     rc = TR_ESYS;
   free(buf);
   return rc;
