@@ -50,13 +50,6 @@ static int machines(tr_world *w, int *count) {
   return 0;
 }
 
-/* tr__costs_entry's measure: the figures already in hand. */
-static int given(void *arg, double *v, char *err, size_t n) {
-  (void)err, (void)n;
-  memcpy(v, arg, 4 * sizeof *v);
-  return 0;
-}
-
 int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config *c,
                     tr__rank_links *out, char *err, size_t n) {
   *out = (tr__rank_links){.ranks = tr_world_size(w)};
@@ -90,10 +83,8 @@ int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config 
     for (int i = 0; i < NSIZES; i++) x[i] = (double)SIZES[i];
     tr__costs_fit_line(x, message, NSIZES, &v[0], &v[1]);
     tr__costs_fit_line(x, sum, NSIZES, &v[2], &v[3]);
-    const tr_plan_costs_config write = {.path = read.path, .remeasure = 1};
-    double kept[4];
     if (tr_world_rank(w) == 0) /* a file that is not one of costs keeps them from the next */
-      (void)tr__costs_entry(&write, name, 1, 4, given, v, kept, why, sizeof why);
+      (void)tr__costs_keep(&read, name, 1, 4, v, why, sizeof why);
   }
   out->message = v[0], out->message_per_byte = v[1];
   out->sum = v[2], out->sum_per_byte = v[3];

@@ -23,6 +23,15 @@ int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, i
                     int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
                     double *v, char *err, size_t n);
 
+/* Figures in hand kept as entry `name` of the file of costs `c`, whatever it had. */
+int tr__costs_keep(const tr_plan_costs_config *c, const char *name, int rows, int cols,
+                   const double *v, char *err, size_t n);
+
+/* The machine's pace (costs_pace.c): the seconds a fixed piece of work takes now (the
+ * process's fastest kept), and the fastest this process has timed (timing one if none). */
+double tr__pace_probe(void);
+double tr__pace_best(void);
+
 /* The file of costs' key for `what` of model m (its name and fingerprint: a model changed
  * under the same name is another) on d's kind of device. */
 void tr__costs_model_key(const tr_model *m, const tr_device *d, const char *what, char *out,

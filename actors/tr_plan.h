@@ -93,7 +93,10 @@ TR_API int tr_plan_simulate(const tr_schedule *sc, const tr_plan_costs *c, tr_pl
  * samples. They are kept in a file of costs (a safetensors file) and measured again when the
  * file has none for that model (its name, tensors' shapes and layers' FLOPs), that kind of
  * device and batch, when its entry is older than TR_PLAN_COSTS_MAX_AGE or of another version
- * of troupe, or when asked to (`remeasure`).
+ * of troupe, or when asked to (`remeasure`). A measurement taken while the machine ran more
+ * than a quarter slower than its pace (a short fixed piece of work timed before and after it,
+ * against the fastest this process has timed) is taken once more when the pace is back, half
+ * a second at most later, and the attempt at the faster pace kept.
  *
  *   tr_layer_times t[64];
  *   bool measured;
@@ -111,7 +114,7 @@ typedef struct tr_plan_costs_config {
    * never replaced. */
   const char *path;
   int remeasure; /* measure even what the file has, and keep the new times */
-  int reps;      /* rounds of measurement (the fastest of each pass is kept); 0: 5 */
+  int reps;      /* rounds of measurement (the median of each pass is kept); 0: 5 */
   /* The layers' times from the file only (TR_ESTATE, err saying so, where it lacks them):
    * timing them opens every layer on the device at once, which a run's own prediction must
    * not do before the run (tr_train_result.predicted). What else a prediction measures is

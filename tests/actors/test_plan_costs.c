@@ -6,12 +6,15 @@
  * anything but a file of costs is refused and left as it was. The devices-at-once slowdown is
  * the median of alternating alone and together phases: one phase slowed by a neighbour's
  * burst does not move it; measured, it is kept and read back. A device's optimizer step is
- * kept for its own layers and optimizer.
+ * kept for its own layers and optimizer. A measurement during which other threads took the
+ * CPUs is taken again once they are gone, and twice at most while they stay.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -273,10 +276,77 @@ static void the_step_is_timed_once_per_layers_and_optimizer(void **state) {
   assert_string_equal(first, decayed);
 }
 
-static int one(void *arg, double *v, char *err, size_t n) {
-  (void)arg, (void)err, (void)n;
-  v[0] = 1;
+/* Threads that keep every CPU busy until `until_ns` (0: until stopped). */
+typedef struct busy {
+  pthread_t t[16];
+  int count;
+  atomic_bool stop;
+  uint64_t until_ns;
+} busy;
+
+static void *spin(void *arg) {
+  busy *b = arg;
+  volatile double x = 1;
+  while (!atomic_load(&b->stop) && (b->until_ns == 0 || tr_now_ns() < b->until_ns)) x = x * 1.0001;
+  return NULL;
+}
+
+static void busy_start(busy *b, double seconds) {
+  b->count = 2 * tr__plan_cpus() < 16 ? 2 * tr__plan_cpus() : 16;
+  b->until_ns = seconds > 0 ? tr_now_ns() + (uint64_t)(seconds * 1e9) : 0;
+  atomic_store(&b->stop, false);
+  for (int i = 0; i < b->count; i++) assert_int_equal(pthread_create(&b->t[i], NULL, spin, b), 0);
+}
+
+static void busy_stop(busy *b) {
+  atomic_store(&b->stop, true);
+  for (int i = 0; i < b->count; i++) pthread_join(b->t[i], NULL);
+  b->count = 0;
+}
+
+/* A measurement that returns its attempt's number, and on the first starts the machine's
+ * neighbours for `seconds` (<= 0: until the test stops them). */
+typedef struct attempts {
+  int calls;
+  double seconds;
+  busy b;
+} attempts;
+
+static int attempt(void *arg, double *v, char *err, size_t n) {
+  (void)err, (void)n;
+  attempts *a = arg;
+  if (++a->calls == 1) busy_start(&a->b, a->seconds);
+  v[0] = a->calls;
   return 0;
+}
+
+/* Other threads took the CPUs as the cost was timed (the probe after it was slow): it is
+ * timed again once the machine is back at its pace, and that attempt is kept. */
+static void a_cost_timed_on_a_busy_machine_is_timed_again(void **state) {
+  fixture *f = *state;
+  const tr_plan_costs_config c = {.path = f->path};
+  attempts a = {.seconds = 0.15};
+  double v = 0;
+  char err[512] = "";
+  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, &a, &v, err, sizeof err), 0);
+  busy_stop(&a.b);
+  assert_int_equal(a.calls, 2);
+  assert_true(v == 2);
+  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, &a, &v, err, sizeof err), 0);
+  assert_int_equal(a.calls, 2); /* kept */
+  assert_true(v == 2);
+}
+
+/* A machine that stays busy is the machine there is: timed twice at most, not forever. */
+static void a_machine_busy_for_long_is_timed_twice_at_most(void **state) {
+  fixture *f = *state;
+  const tr_plan_costs_config c = {.path = f->path};
+  attempts a = {.seconds = 0};
+  double v = 0;
+  char err[512] = "";
+  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, &a, &v, err, sizeof err), 0);
+  busy_stop(&a.b);
+  assert_int_equal(a.calls, 2);
 }
 
 /* Twice as many devices as CPUs: each has half a CPU at most, whatever the file says (a
@@ -292,10 +362,11 @@ static void more_devices_than_cpus_are_that_much_slower(void **state) {
   assert_int_equal(tr_device_list_open(&devs, spec, err, sizeof err), 0);
   tr__costs_entry_name(f->m, tr_device_list_at(devs, 0), 4, name, sizeof name);
   snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
-  const tr_plan_costs_config c = {.path = f->path, .remeasure = 1}, read = {.path = f->path};
+  const tr_plan_costs_config c = {.path = f->path};
+  const double alike = 1; /* the file says: no slower together */
   double v;
-  assert_int_equal(tr__costs_entry(&c, name, 1, 1, one, NULL, &v, err, sizeof err), 0);
-  assert_int_equal(tr__costs_together(f->m, devs, k, 4, &read, &v, err, sizeof err), 0);
+  assert_int_equal(tr__costs_keep(&c, name, 1, 1, &alike, err, sizeof err), 0);
+  assert_int_equal(tr__costs_together(f->m, devs, k, 4, &c, &v, err, sizeof err), 0);
   assert_true(v == 2.0);
   tr_device_list_close(devs);
 }
@@ -315,6 +386,10 @@ int main(void) {
                                       teardown),
       cmocka_unit_test(the_together_factor_is_the_median_pair),
       cmocka_unit_test_setup_teardown(the_together_factor_is_measured_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(a_cost_timed_on_a_busy_machine_is_timed_again, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(a_machine_busy_for_long_is_timed_twice_at_most, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(more_devices_than_cpus_are_that_much_slower, setup,
                                       teardown),
   };
