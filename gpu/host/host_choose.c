@@ -150,9 +150,14 @@ static int serving(int lib, const tr__gemm_args *g) {
 
 /* ---- deciding ------------------------------------------------------------------------------- */
 
+/* The calling thread's CPU time: the libraries run on it alone (held to one thread), and a
+ * call that lost its CPU for a while to another thread (a tensor group's members timing
+ * their shapes at once, more devices than CPUs, another process) is not charged for it. On
+ * the wall clock, one library's rounds could meet those losses and another's not: a choice
+ * measured that way once served mlp's row-parallel forward by the library 2x slower. */
 static double now_ns(void) {
   struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
@@ -208,9 +213,10 @@ static int measure(tr_stream *s, const tr__gemm_args *g, const int *cand, int nc
 
 /* What a line of the file is for: this machine and these candidates, each with the
  * instruction set it runs on (OPENBLAS_CORETYPE or ONEDNN_MAX_CPU_ISA changes what is
- * fastest); and the key. */
+ * fastest); and the key. "cpu|": timed by CPU time (lines timed by the wall clock before
+ * could have been wrong, and are measured again). */
 static void signature(const tr_device *d, char *out, size_t n) {
-  snprintf(out, n, "%s|%s", d->info.model, atomic_load(&fastest) ? "fastest|" : "");
+  snprintf(out, n, "%s|cpu|%s", d->info.model, atomic_load(&fastest) ? "fastest|" : "");
   for (int i = 0; i < count(); i++) {
     tr__host_lib_info in = {0}; /* the build's rows described once; a test's, each time */
     if (libs == tr__host_libs) in = *tr__host_lib_info_of(i);

@@ -1,7 +1,8 @@
 /* test_gemm_choice.c — the host GEMM's library chosen per shape (gpu/host/host_choose.h):
  * the faster of two candidates wins, a key is measured once and its choice reused, threads
  * meeting a key at once get one answer, TROUPE_GEMM pins (and a bad value is refused naming
- * it), and the file of choices is read back by a fresh process without measuring.
+ * it), the file of choices is read back by a fresh process without measuring, and a
+ * library is timed by its own thread's CPU time (time lost to other threads is not its).
  *
  * The candidates are fakes with known costs (the test hook tr__host_gemm_test_libs), each
  * writing its own mark into C, so the result says which one served a call. */
@@ -24,13 +25,26 @@
 #include "op_harness.h"
 #include "troupe.h"
 
-/* ---- the fakes: C = beta C + mark, the slow one after a sleep -------------------------- */
+/* ---- the fakes: C = beta C + mark, the slow one after computing a while ------------------ */
 
 static _Atomic int calls[2];
 
-static int fake(const tr__gemm_args *g, float mark, long sleep_us, int which) {
+static double wall_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* the CPU busy for `us` microseconds, as a library's arithmetic keeps it */
+static void compute(long us) {
+  const double end = wall_us() + (double)us;
+  while (wall_us() < end) {
+  }
+}
+
+static int fake(const tr__gemm_args *g, float mark, long busy_us, int which) {
   calls[which]++;
-  if (sleep_us) nanosleep(&(struct timespec){0, sleep_us * 1000}, NULL);
+  compute(busy_us);
   for (int b = 0; b < g->batch; b++)
     for (int i = 0; i < g->M; i++)
       for (int j = 0; j < g->N; j++) {
@@ -56,6 +70,14 @@ static const tr__host_lib slow = {.name = "slow", .describe = fake_describe, .ge
 static const tr__host_lib fast = {.name = "fast", .describe = fake_describe, .gemm = fast_gemm};
 /* the slow one first: a tie, or a chooser that took the first, would pick it */
 static const tr__host_lib *const fakes[] = {&slow, &fast};
+/* as fast as `fast`, but each call loses its CPU for 5 ms (another thread had it) */
+static int preempted_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
+  (void)s, (void)st;
+  nanosleep(&(struct timespec){0, 5000 * 1000}, NULL);
+  return fake(g, 5.0f, 0, 1);
+}
+static const tr__host_lib preempted = {.name = "preempted", .describe = fake_describe,
+                                       .gemm = preempted_gemm};
 /* fast, but only for products of at most 8x8x8 */
 static int small_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
   (void)s, (void)st;
@@ -139,6 +161,23 @@ static void the_faster_of_two_candidates_serves_the_shape(void **state) {
   double ns[TR__HOST_LIBS_MAX];
   assert_true(tr__host_gemm_timings(TR_OP_N, TR_OP_N, N, K, 1, 0, ns));
   assert_true(ns[0] > ns[1] && ns[0] >= 2e6);
+  tr_device_list_close(l);
+  tr__host_gemm_test_libs(NULL, 0);
+}
+
+/* A library's time is its own arithmetic: one whose calls lost their CPU to other threads
+ * (5 ms each, more than the other's 2 ms of computing) is still the faster. */
+static void time_lost_to_other_threads_is_not_a_librarys(void **state) {
+  (void)state;
+  const tr__host_lib *const rows[] = {&slow, &preempted};
+  tr__host_gemm_test_libs(rows, 2);
+  tr_device_list *l = open_host("host:1");
+  tr_device *d = tr_device_list_at(l, 0);
+  tr_device_bind(d);
+  float C[M * N] = {0};
+  gemm_on(d, C, M, N, K, 0.0f);
+  assert_float_equal(C[0], 5.0f, 0);
+  assert_string_equal(tr__host_gemm_served(TR_OP_N, TR_OP_N, M, N, K, 1, 0), "preempted");
   tr_device_list_close(l);
   tr__host_gemm_test_libs(NULL, 0);
 }
@@ -653,6 +692,7 @@ int main(int argc, char **argv) {
   if (argc == 4 && !strcmp(argv[1], "--child")) return child(strtof(argv[2], NULL), atoi(argv[3]));
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(the_faster_of_two_candidates_serves_the_shape),
+      cmocka_unit_test(time_lost_to_other_threads_is_not_a_librarys),
       cmocka_unit_test(a_key_is_measured_once_and_its_choice_reused),
       cmocka_unit_test(a_row_that_cannot_serve_a_larger_m_gives_it_to_the_first_that_can),
       cmocka_unit_test(rows_that_vary_serve_only_weight_gradients_unless_fastest),
