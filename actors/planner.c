@@ -297,12 +297,12 @@ static int fill_steps(const resolved *r, const tr_layer_times *t, tr_device *d,
 }
 
 /* One step simulated with the costs scaled by `slow` (host devices sharing threads). */
-static int simulate(const resolved *r, const arrays *a, double slow, tr_plan_step *st, char *err,
-                    size_t n) {
+static int simulate(const resolved *r, const arrays *a, double slow, double step_slow,
+                    tr_plan_step *st, char *err, size_t n) {
   arrays x = *a;
   for (int k = 0; k < r->P * r->v; k++) x.f[k] *= slow, x.b[k] *= slow, x.w[k] *= slow;
   for (int s = 0; s < r->P; s++) /* the runtime's work and the meetings are not compute */
-    x.step[s] = x.step[s] * slow + a->runtime + a->meet[s];
+    x.step[s] = x.step[s] * step_slow + a->runtime + a->meet[s];
   return tr_plan_simulate(r->sc,
                           &(tr_plan_costs){.forward = x.f, .backward = x.b, .backward_weight = x.w,
                                            .act_latency = x.act, .grad_latency = x.grad,
@@ -331,7 +331,10 @@ static int shared_machine(const resolved *r, const arrays *a, tr_device *d,
   const bool host = tr_device_info_of(d)->kind == TR_DEVICE_HOST;
   const int cpus = host ? tr__plan_cpus() : D; /* devices of their own share no CPUs */
   const double slow = tr__plan_slowdown(together, within, D, r->T, cpus, busy);
-  return slow > 1 ? simulate(r, a, slow, st, err, n) : 0;
+  /* every device steps at once, each timed alone: a tensor group's members too, whose
+   * passes were timed beside each other (within) but whose steps were not */
+  const double all = D > cpus ? (double)D / cpus : 1, step_slow = slow > all ? slow : all;
+  return slow > 1 || step_slow > 1 ? simulate(r, a, slow, step_slow, st, err, n) : 0;
 }
 
 double tr__plan_slowdown(double together, double within, int D, int T, int cpus, double busy) {
@@ -419,7 +422,7 @@ static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bo
   if (rc == 0 && overhead) rc = tr__costs_overhead(d, cc, bare_single, &a->runtime, err, n);
   if (r.links) a->runtime += 2 * r.links->message; /* a step handed out by rank 0, its report */
   tr_plan_step st;
-  if (rc == 0) rc = simulate(&r, a, 1.0, &st, err, n);
+  if (rc == 0) rc = simulate(&r, a, 1.0, 1.0, &st, err, n);
   const int D = r.R * r.P * r.T;
   tr__async_step as = {0};
   if (rc == 0 && !r.async) rc = shared_machine(&r, a, d, cc, &st, err, n);
