@@ -320,33 +320,32 @@ static int attempt(void *arg, double *v, char *err, size_t n) {
   return 0;
 }
 
+/* Entry "busy" of f's file, timed by `attempt` (the neighbours stopped after it): how many
+ * attempts it has made. */
+static int timed_busy(fixture *f, attempts *a, double *v) {
+  const tr_plan_costs_config c = {.path = f->path};
+  char err[512] = "";
+  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, a, v, err, sizeof err), 0);
+  busy_stop(&a->b);
+  return a->calls;
+}
+
 /* Other threads took the CPUs as the cost was timed (the probe after it was slow): it is
  * timed again once the machine is back at its pace, and that attempt is kept. */
 static void a_cost_timed_on_a_busy_machine_is_timed_again(void **state) {
-  fixture *f = *state;
-  const tr_plan_costs_config c = {.path = f->path};
   attempts a = {.seconds = 0.15};
   double v = 0;
-  char err[512] = "";
-  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, &a, &v, err, sizeof err), 0);
-  busy_stop(&a.b);
-  assert_int_equal(a.calls, 2);
+  assert_int_equal(timed_busy(*state, &a, &v), 2);
   assert_true(v == 2);
-  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, &a, &v, err, sizeof err), 0);
-  assert_int_equal(a.calls, 2); /* kept */
+  assert_int_equal(timed_busy(*state, &a, &v), 2); /* kept */
   assert_true(v == 2);
 }
 
 /* A machine that stays busy is the machine there is: timed twice at most, not forever. */
 static void a_machine_busy_for_long_is_timed_twice_at_most(void **state) {
-  fixture *f = *state;
-  const tr_plan_costs_config c = {.path = f->path};
   attempts a = {.seconds = 0};
   double v = 0;
-  char err[512] = "";
-  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, &a, &v, err, sizeof err), 0);
-  busy_stop(&a.b);
-  assert_int_equal(a.calls, 2);
+  assert_int_equal(timed_busy(*state, &a, &v), 2);
 }
 
 /* Twice as many devices as CPUs: each has half a CPU at most, whatever the file says (a

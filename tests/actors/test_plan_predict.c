@@ -136,6 +136,24 @@ static void put(const char *key, double value) {
   if (tr__costs_keep(NULL, key, 1, 1, &value, err, sizeof err)) fail_msg("%s: %s", key, err);
 }
 
+/* No hand-overs and no runtime step in the file of costs: beside the layers, what a test
+ * puts is all there is. */
+static void put_no_overheads(tr_device *d) {
+  char key[256];
+  tr__costs_key(d, "link latency", key, sizeof key);
+  put(key, 0);
+  tr__costs_key(d, "runtime step", key, sizeof key);
+  put(key, 0);
+}
+
+/* The optimizer's step over all of m's layers, `seconds` in the file of costs. */
+static void put_step(const tr_model *m, tr_device *d, double seconds) {
+  char key[512];
+  const tr_optim_config optim = tr_model_optim(m);
+  tr__costs_step_name(m, d, &optim, false, 0, tr_model_layer_count(m), key, sizeof key);
+  put(key, seconds);
+}
+
 /* The runtime's own work per step, kept in the file of costs, is on every device's step: a
  * file that says 10 ms makes a step of simplenet (tens of microseconds of layers) 10 ms
  * longer than the prediction without it, single or dp alike. */
@@ -207,16 +225,11 @@ static void each_devices_step_is_the_optimizers_over_its_layers(void **state) {
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
   assert_int_equal(tr_model_named(&m, "simplenet", err, sizeof err), 0);
   tr_device *d = tr_device_list_at(devs, 0);
-  tr__costs_key(d, "link latency", key, sizeof key);
-  put(key, 0);
-  tr__costs_key(d, "runtime step", key, sizeof key);
-  put(key, 0);
+  put_no_overheads(d);
   tr__costs_entry_name(m, d, tr_model_batch(m) / 2, key, sizeof key); /* dp's micro-batch */
   strcat(key, "|together 2"); /* two replicas as fast as one alone: their steps not slowed */
   put(key, 1);
-  const tr_optim_config optim = tr_model_optim(m);
-  tr__costs_step_name(m, d, &optim, false, 0, tr_model_layer_count(m), key, sizeof key);
-  put(key, 0.05);
+  put_step(m, d, 0.05);
   tr_model_free(m);
   tr_device_list_close(devs);
   const struct {
@@ -248,17 +261,11 @@ static void a_tensor_groups_steps_share_the_cpus(void **state) {
   if (T > 8) skip(); /* mlp4's 64 features in at most 8 members */
   tr_device_list *devs;
   tr_model *m;
-  char err[512] = "", key[512], spec[32];
+  char err[512] = "", spec[32];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
   assert_int_equal(tr_model_new(&m, &mlp4, err, sizeof err), 0);
-  tr_device *d = tr_device_list_at(devs, 0);
-  tr__costs_key(d, "link latency", key, sizeof key);
-  put(key, 0);
-  tr__costs_key(d, "runtime step", key, sizeof key);
-  put(key, 0);
-  const tr_optim_config optim = tr_model_optim(m);
-  tr__costs_step_name(m, d, &optim, false, 0, tr_model_layer_count(m), key, sizeof key);
-  put(key, 0.04);
+  put_no_overheads(tr_device_list_at(devs, 0));
+  put_step(m, tr_device_list_at(devs, 0), 0.04);
   tr_model_free(m);
   tr_device_list_close(devs);
   snprintf(spec, sizeof spec, "host:%d", T);
@@ -325,12 +332,9 @@ static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
 static void crossing_ranks_costs_the_links(void **state) {
   (void)state;
   tr_device_list *devs;
-  char err[512] = "", key[256];
+  char err[512] = "";
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
-  tr__costs_key(tr_device_list_at(devs, 0), "link latency", key, sizeof key);
-  put(key, 0);
-  tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
-  put(key, 0);
+  put_no_overheads(tr_device_list_at(devs, 0));
   tr_device_list_close(devs);
   const tr__rank_links links = {.message = 0.01, .sum = 0.01, .ranks = 2, .machines = 1};
   const int together[] = {0, 0}, apart[] = {0, 1};
