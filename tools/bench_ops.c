@@ -12,7 +12,9 @@
  *                 the ratio to the faster raw one (target >= 1.0). Then the same shapes but
  *                 simplenet's with bf16 operands (tr_gemm_bf16), against oneDNN's bf16 matmul.
  *   train         with --train: mlp's and gpt's whole step on host:1 (tr_train_run), against
- *                 the raw libraries' best on their GEMM rows.
+ *                 the raw libraries' best on their GEMM rows and against the roof: one
+ *                 core's multiply-add peak (bench_ops_raw.c), at the widest vectors oneDNN
+ *                 may use (ONEDNN_MAX_CPU_ISA). The header gives the peak of each width.
  *   element-wise  GB/s of every kernel (bytes each must read and write once), against memcpy
  *                 moving the same number of bytes (host devices: libc memcpy; GPUs: a
  *                 device-to-device tr_memcpy).
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "bench_ops.h"
 #include "cli.h"
@@ -245,6 +248,9 @@ static void ref_cells(const char *name, double ref, double value) {
   put_cell(ratio, 6);
 }
 
+/* A GEMM row measured against both libraries: troupe's against the faster */
+static bool vs_best(const result *r) { return !strcmp(r->kind, "gemm") && r->ref2 > 0; }
+
 static void print_row(const result *r) {
   char value[32];
   snprintf(value, sizeof value, "%.1f %s", r->value, r->unit);
@@ -257,7 +263,7 @@ static void print_row(const result *r) {
   ref_cells(r->ref2_name, r->ref2, r->value);
   const double best = r->ref > r->ref2 ? r->ref : r->ref2;
   char ratio[16] = "";
-  if (r->ref2 > 0) snprintf(ratio, sizeof ratio, "%.2f×", r->value / best);
+  if (vs_best(r)) snprintf(ratio, sizeof ratio, "%.2f×", r->value / best);
   put_cell(r->served ? r->served : "", 8);
   put_cell(ratio, 7);
   fputc('\n', stderr);
@@ -355,8 +361,10 @@ static double parallel_gflops(ctx *cs, int n, int iters) {
 
 /* `troupe train --model <model> --devices host:1` for `seconds`: its GFLOP/s, against the
  * raw libraries' best on the model's GEMM rows (each row's faster of oneDNN and cblas_sgemm,
- * harmonic mean weighted by the rows' FLOPs: a step whose products all ran at that pace). */
-static void bench_train(const char *model, double seconds, const result *rs, int nr, result *r) {
+ * harmonic mean weighted by the rows' FLOPs: a step whose products all ran at that pace),
+ * and against the roof, one core's multiply-add peak (`peak`, named `peak_name`). */
+static void bench_train(const char *model, double seconds, const result *rs, int nr,
+                        double peak, const char *peak_name, result *r) {
   tr_train_options o = tr_train_defaults();
   o.model = model, o.devices = "host:1", o.steps = 0, o.seconds = seconds;
   tr_train_result res;
@@ -372,8 +380,19 @@ static void bench_train(const char *model, double seconds, const result *rs, int
       flops += rs[i].flops, time += rs[i].flops / best;
   }
   *r = (result){.device = "host:1", .kind = "train", .name = model, .value = value,
-                .ref = time > 0 ? flops / time : 0, .unit = "GFLOP/s", .ref_name = "raw best"};
+                .ref = time > 0 ? flops / time : 0, .unit = "GFLOP/s", .ref_name = "raw best",
+                .ref2 = peak, .ref2_name = peak_name};
   snprintf(r->shape, sizeof r->shape, "whole step, %.3g s", seconds);
+}
+
+/* Whether oneDNN may run AVX-512 here: ONEDNN_MAX_CPU_ISA unset, or naming AVX-512 or more. */
+static bool onednn_may_use_avx512(void) {
+  const char *cap = getenv("ONEDNN_MAX_CPU_ISA");
+  if (cap == NULL || *cap == '\0') return true;
+  static const char *const wide[] = {"AVX512", "AVX10", "AMX", "ALL", "DEFAULT"};
+  for (size_t i = 0; i < sizeof wide / sizeof *wide; i++)
+    if (!strncasecmp(cap, wide[i], strlen(wide[i]))) return true;
+  return false;
 }
 
 /* ---- the command ------------------------------------------------------------------------------- */
@@ -422,7 +441,8 @@ static const cli_option options[] = {
     CLI_JSON(args, json, "one JSON object on stdout"),
     {"--train", NULL, CLI_SWITCH, offsetof(args, train),
      .help = "also mlp's and gpt's whole training step on host:1 (troupe train, 20 x --seconds "
-             "each, at least 2 s) against the raw libraries' best on their shapes"},
+             "each, at least 2 s) against the raw libraries' best on their shapes and one "
+             "core's multiply-add peak"},
 };
 static const cli_table table = {
     "bench ops", options, CLI_COUNT(options),
@@ -441,6 +461,9 @@ int bench_ops(int argc, char **argv) {
   const bool json = a.json;
   size -= size % (T * T); /* whole rows for every row-wise shape */
   raw_one_thread(); /* the references are one thread, as each host device */
+  /* The peak is a machine's best: probed here and again after the rows, the faster kept,
+   * so that a minute of a slow CPU at one probe does not lower the roof. */
+  double peak256 = raw_fma_peak(256), peak512 = raw_fma_peak(512);
   tr_device_list *list;
   char err[256];
   if (tr_device_list_open(&list, spec, err, sizeof err)) {
@@ -513,18 +536,25 @@ int bench_ops(int argc, char **argv) {
     snprintf(r->shape, sizeof r->shape, "%d x NN 1024³", ndev);
   }
 
-  char isa[64], policy[4200];
+  char isa[64], policy[4200], peaks[96];
   cli_cpu_isa(isa, sizeof isa);
   tr__host_gemm_policy_describe(policy, sizeof policy);
+  peak256 = fmax(peak256, raw_fma_peak(256)), peak512 = fmax(peak512, raw_fma_peak(512));
+  snprintf(peaks, sizeof peaks, "one core's FMA peak: AVX2 %.1f GFLOP/s", peak256);
+  if (peak512 > 0)
+    snprintf(peaks + strlen(peaks), sizeof peaks - strlen(peaks), ", AVX-512 %.1f", peak512);
   if (a.train && cs[0].host) {
     const double t = 20 * seconds < 2 ? 2 : 20 * seconds;
-    const int ngemm = nr;
-    bench_train("mlp", t, rs, ngemm, &rs[nr++]);
-    bench_train("gpt", t, rs, ngemm, &rs[nr++]);
+    const int ngemm = nr, wide = peak512 > 0 && onednn_may_use_avx512();
+    const double peak = wide ? peak512 : peak256;
+    const char *peak_name = wide ? "AVX-512 peak" : "AVX2 peak";
+    bench_train("mlp", t, rs, ngemm, peak, peak_name, &rs[nr++]);
+    bench_train("gpt", t, rs, ngemm, peak, peak_name, &rs[nr++]);
   }
 
   fprintf(stderr, "troupe bench ops: %s, element-wise n = %llu floats, best of 3 runs of ≥ %.2g s\n"
-          "CPU: %s; host GEMM: %s\n", spec, (unsigned long long)size, seconds, isa, policy);
+          "CPU: %s (%s); host GEMM: %s\n", spec, (unsigned long long)size, seconds, isa,
+          peak256 > 0 ? peaks : "no FMA", policy);
   fputc('|', stderr);
   put_cell("device", 7), put_cell("op", 24), put_cell("shape", 22), put_cell("troupe", 14);
   put_cell("reference", 20), put_cell("ratio", 6), put_cell("reference", 20), put_cell("ratio", 6);
@@ -535,7 +565,11 @@ int bench_ops(int argc, char **argv) {
   for (int i = 0; i < nr; i++) print_row(&rs[i]);
   if (json) {
     printf("{\"bench\":\"ops\",\"devices\":\"%s\",\"size\":%llu,\"seconds\":%g,\"isa\":\"%s\","
-           "\"host_gemm\":", spec, (unsigned long long)size, seconds, isa);
+           "\"fma_peak_gflops\":{\"avx2\":", spec, (unsigned long long)size, seconds, isa);
+    peak256 > 0 ? printf("%.4g", peak256) : printf("null");
+    printf(",\"avx512\":");
+    peak512 > 0 ? printf("%.4g", peak512) : printf("null");
+    printf("},\"host_gemm\":");
     cli_json_string(stdout, policy);
     printf(",\"rows\":[");
     for (int i = 0; i < nr; i++) {
@@ -546,7 +580,7 @@ int bench_ops(int argc, char **argv) {
       json_ref("reference", "ratio", r->ref_name, r->ref, r->value);
       json_ref("reference2", "ratio2", r->ref2_name, r->ref2, r->value);
       if (r->served) printf(",\"served\":\"%s\"", r->served);
-      if (r->ref2 > 0) printf(",\"ratio_best\":%.4f", r->value / (r->ref > r->ref2 ? r->ref : r->ref2));
+      if (vs_best(r)) printf(",\"ratio_best\":%.4f", r->value / (r->ref > r->ref2 ? r->ref : r->ref2));
       printf("}");
     }
     printf("]}\n");

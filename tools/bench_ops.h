@@ -40,5 +40,8 @@ void gemm_raw_dnnl(ctx *c);
 void raw_dnnl_close(raw_dnnl *r);
 /* The references on one thread, as each host device computes */
 void raw_one_thread(void);
+/* One core's fp32 multiply-add peak in GFLOP/s with vectors of `bits` (256: AVX2 and FMA,
+ * 512: AVX-512), measured on the calling thread; 0 where the CPU has no such vectors. */
+double raw_fma_peak(int bits);
 
 #endif

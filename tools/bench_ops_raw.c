@@ -1,6 +1,6 @@
 /* bench_ops_raw.c — the GEMM references of `troupe bench ops`: cblas_sgemm and oneDNN's
  * matmul called directly on the benchmark's buffers (dense, as cblas has them), one thread
- * each, and the CPU's instruction sets for the header. */
+ * each, and the roof above them all: one core's multiply-add peak at each vector width. */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,5 +104,49 @@ void raw_dnnl_close(raw_dnnl *r) { (void)r; }
 void gemm_raw_dnnl(ctx *c) { (void)c; }
 #endif
 
-/* The instruction sets of the CPU that runs, as the GEMM libraries care about them. */
+/* ---- one core's multiply-add peak ------------------------------------------------------ */
 
+/* The roof every GEMM row is under: fused multiply-adds on registers alone, 12 independent
+ * sums (more than an FMA's latency times the units that issue them), no loads. `vec` is a
+ * vector type of the width measured; the loop is timed in rounds of 2^20, the best of 5. */
+#define PEAK_LOOP(vec, fma, set1, lanes)                                             \
+  {                                                                                  \
+    vec c0 = set1(0), c1 = set1(1), c2 = set1(2), c3 = set1(3), c4 = set1(4),        \
+        c5 = set1(5), c6 = set1(6), c7 = set1(7), c8 = set1(8), c9 = set1(9),        \
+        c10 = set1(10), c11 = set1(11), m = set1(0.999f), a = set1(1e-4f);            \
+    double best = 1e30;                                                              \
+    for (int round = 0; round < 5; round++) {                                        \
+      const double t0 = tr_now_ns();                                                 \
+      for (long i = 0; i < (1L << 20); i++) {                                        \
+        c0 = fma(c0, m, a), c1 = fma(c1, m, a), c2 = fma(c2, m, a);                  \
+        c3 = fma(c3, m, a), c4 = fma(c4, m, a), c5 = fma(c5, m, a);                  \
+        c6 = fma(c6, m, a), c7 = fma(c7, m, a), c8 = fma(c8, m, a);                  \
+        c9 = fma(c9, m, a), c10 = fma(c10, m, a), c11 = fma(c11, m, a);              \
+        __asm__ volatile("" : "+x"(m)); /* kept a variable: the loop is not folded */ \
+      }                                                                              \
+      const double t = tr_now_ns() - t0;                                             \
+      if (t < best) best = t;                                                        \
+    }                                                                                \
+    vec s = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11;             \
+    __asm__ volatile("" : : "x"(s)); /* the sums are used */                         \
+    return 12.0 * 2 * (lanes) * (1L << 20) / best;                                   \
+  }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+__attribute__((target("avx2,fma"))) static double peak_avx2(void)
+    PEAK_LOOP(__m256, _mm256_fmadd_ps, _mm256_set1_ps, 8)
+__attribute__((target("avx512f"))) static double peak_avx512(void)
+    PEAK_LOOP(__m512, _mm512_fmadd_ps, _mm512_set1_ps, 16)
+
+double raw_fma_peak(int bits) {
+  __builtin_cpu_init();
+  if (bits == 256 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return peak_avx2();
+  if (bits == 512 && __builtin_cpu_supports("avx512f")) return peak_avx512();
+  return 0;
+}
+#else
+double raw_fma_peak(int bits) { return (void)bits, 0; }
+#endif
