@@ -15,6 +15,7 @@
  * devices at once (costs_together.c), a tensor group's members (below).
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,8 +183,7 @@ static int at_pace(int (*measure)(void *arg, double *v, char *err, size_t n), vo
   (void)tr__pace_best(); /* a probe before any, to compare the first with */
   double before = tr__pace_probe();
   int rc = measure(arg, v, err, n);
-  double after = tr__pace_probe();
-  const double first = before > after ? before : after;
+  const double first = fmax(before, tr__pace_probe());
   if (rc || at_its_pace(first)) return rc;
   double *again = malloc(count * sizeof *again);
   if (again == NULL) return TR_ENOMEM;
@@ -191,8 +191,7 @@ static int at_pace(int (*measure)(void *arg, double *v, char *err, size_t n), vo
   do before = tr__pace_probe(); /* the probes are the wait */
   while (!at_its_pace(before) && tr_now_ns() - t0 < PACE_WAIT_S * 1e9);
   rc = measure(arg, again, err, n);
-  after = tr__pace_probe();
-  if (rc == 0 && (before > after ? before : after) < first)
+  if (rc == 0 && fmax(before, tr__pace_probe()) < first)
     memcpy(v, again, count * sizeof *v);
   free(again);
   return rc;
@@ -225,6 +224,8 @@ static int entry(const tr_plan_costs_config *c, const char *name, int rows, int 
     tr_checkpoint_close(ck);
     return 0;
   }
+  /* what is not a timing (figures in hand; none, where only the file may answer) is not
+   * probed for the machine's pace */
   const bool timed = measure != tr__costs_not_kept && measure != in_hand;
   int rc = timed ? at_pace(measure, arg, v, (size_t)rows * (size_t)cols, err, n)
                  : measure(arg, v, err, n);
@@ -275,6 +276,13 @@ int tr__costs_keep(const tr_plan_costs_config *c, const char *name, int rows, in
   free(kept);
   return rc;
 }
+
+static int by_value(const void *a, const void *b) {
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+void tr__costs_sort(double *v, size_t n) { qsort(v, n, sizeof *v, by_value); }
 
 /* layers_cached: the entry was not in the file. */
 int tr__costs_not_kept(void *arg, double *v, char *err, size_t n) {

@@ -12,7 +12,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "planner.h"
 #include "tr_base.h"
@@ -37,17 +36,6 @@ __attribute__((no_sanitize("address", "thread", "undefined"))) static float pass
   return x[FLOATS / 2];
 }
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double cpu_seconds(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 /* The median piece's wall time, over the share of the wall clock the thread had its CPU:
  * a host that slows the CPU (which a guest cannot see) slows the pieces; other threads taking
  * turns on it may leave whole pieces alone between their turns, but not the share. */
@@ -57,16 +45,17 @@ double tr__pace_probe(void) {
   volatile float sink = pass(x); /* the pages mapped, untimed */
   double piece[PIECES];
   const uint64_t start = tr_now_ns();
-  const double cpu0 = cpu_seconds();
+  const uint64_t cpu0 = tr__thread_cpu_ns();
   for (int k = 0; k < PIECES; k++) {
     const uint64_t t0 = tr_now_ns();
     for (int p = 0; p < PASSES; p++) sink = pass(x);
     piece[k] = (double)(tr_now_ns() - t0) / 1e9;
   }
-  const double cpu = cpu_seconds() - cpu0, wall = (double)(tr_now_ns() - start) / 1e9;
+  const double cpu = (double)(tr__thread_cpu_ns() - cpu0) / 1e9,
+               wall = (double)(tr_now_ns() - start) / 1e9;
   (void)sink;
   free(x);
-  qsort(piece, PIECES, sizeof piece[0], by_value);
+  tr__costs_sort(piece, PIECES);
   const double seconds = piece[PIECES / 2] * (cpu > 0 && wall > cpu ? wall / cpu : 1);
   pthread_mutex_lock(&lock);
   if (best == 0 || seconds < best) best = seconds;

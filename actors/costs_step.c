@@ -32,11 +32,6 @@ typedef struct step_arg {
   bool norm; /* the norm computed though the step does not clip (a run checking it) */
 } step_arg;
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static int measure_step(void *arg, double *v, char *err, size_t n) {
   const step_arg *a = arg;
   tr_stage_config c = tr_stage_defaults(a->m);
@@ -67,7 +62,7 @@ static int measure_step(void *arg, double *v, char *err, size_t n) {
     else if (i >= 0) t[i] = (double)(tr_now_ns() - t0) / 1e9;
   }
   if (rc == 0) {
-    qsort(t, STEPS, sizeof t[0], by_value);
+    tr__costs_sort(t, STEPS);
     v[0] = t[STEPS / 2];
   }
   free(away);

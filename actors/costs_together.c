@@ -104,11 +104,6 @@ static void *together_run(void *arg) {
   return NULL;
 }
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 double tr__costs_together_ratio(const double *alone, const double *with, int pairs, int k) {
   double r[MAX_PAIRS];
   int n = 0;
@@ -118,7 +113,7 @@ double tr__costs_together_ratio(const double *alone, const double *with, int pai
     if (alone[p] > 0) r[n++] = sum / k / alone[p];
   }
   if (n == 0) return 1;
-  qsort(r, (size_t)n, sizeof r[0], by_value);
+  tr__costs_sort(r, (size_t)n);
   const double median = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
   return median > 1 ? median : 1; /* no faster than alone: what is measured below is noise */
 }

@@ -67,11 +67,6 @@ static const tr_behaviour ping_behaviour = {.name = "ping", .start = ping_start,
                                             .receive = ping_receive};
 static const tr_behaviour pong_behaviour = {.name = "pong", .receive = pong_receive};
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static int measure_link(void *arg, double *v, char *err, size_t n) {
   (void)arg;
   ping p = {0};
@@ -91,7 +86,7 @@ static int measure_link(void *arg, double *v, char *err, size_t n) {
   if (rc && err && n) snprintf(err, n, "measuring a message's latency: %s", tr_system_error(sys));
   tr_system_free(sys);
   if (rc) return rc;
-  qsort(p.rtt, ROUNDS, sizeof p.rtt[0], by_value);
+  tr__costs_sort(p.rtt, ROUNDS);
   v[0] = p.rtt[ROUNDS / 2] / 2;
   return 0;
 }

@@ -89,6 +89,9 @@ TR_NORETURN TR_API void tr_assert_fail(const char *expr, const char *file, int l
 
 /* Monotonic time in nanoseconds (CLOCK_MONOTONIC). */
 TR_API uint64_t tr_now_ns(void);
+/* The calling thread's CPU time in nanoseconds (CLOCK_THREAD_CPUTIME_ID): work timed by it is
+ * not charged for the time other threads had its CPU. */
+uint64_t tr__thread_cpu_ns(void);
 
 /* A spin-wait hint for the CPU: lets the sibling hyperthread run and saves power. */
 static inline void tr_cpu_relax(void) {

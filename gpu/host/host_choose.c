@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "host_choose.h"
 
@@ -150,17 +149,6 @@ static int serving(int lib, const tr__gemm_args *g) {
 
 /* ---- deciding ------------------------------------------------------------------------------- */
 
-/* The calling thread's CPU time: the libraries run on it alone (held to one thread), and a
- * call that lost its CPU for a while to another thread (a tensor group's members timing
- * their shapes at once, more devices than CPUs, another process) is not charged for it. On
- * the wall clock, one library's rounds could meet those losses and another's not: a choice
- * measured that way once served mlp's row-parallel forward by the library 2x slower. */
-static double now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
-
 static int cmp_double(const void *a, const void *b) {
   const double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
@@ -174,7 +162,14 @@ static size_t c_span(const tr__gemm_args *g) {
 /* Each candidate timed on g's buffers: a round untimed (plans made, caches warmed), then
  * rounds of one call each, the order turned every round so that none always follows the
  * same; C is restored before every call when beta reads it, and at the end. The medians go
- * to ns (by row); the fastest to *best. */
+ * to ns (by row); the fastest to *best.
+ *
+ * A call is timed by the calling thread's CPU time: the libraries run on it alone (held to
+ * one thread), and a call that lost its CPU for a while to another thread (a tensor group's
+ * members timing their shapes at once, more devices than CPUs, another process) is not
+ * charged for it. On the wall clock, one library's rounds could meet those losses and
+ * another's not: a choice measured that way once served mlp's row-parallel forward by the
+ * library 2x slower. */
 static int measure(tr_stream *s, const tr__gemm_args *g, const int *cand, int nc,
                    tr__gemm_run_fn run, double *ns, int *best) {
   const size_t span = c_span(g);
@@ -191,9 +186,9 @@ static int measure(tr_stream *s, const tr__gemm_args *g, const int *cand, int nc
     for (int j = 0; j < nc && !rc; j++) {
       const int c = cand[(j + (r < 0 ? 0 : r)) % nc];
       if (save) memcpy(g->C, save, span * sizeof(float));
-      const double t0 = now_ns();
+      const uint64_t t0 = tr__thread_cpu_ns();
       rc = run(s, libs[c], c, g);
-      const double dt = now_ns() - t0;
+      const double dt = (double)(tr__thread_cpu_ns() - t0);
       if (r < 0) first += dt;
       else t[c][r] = dt;
       if (r < 0 && j == nc - 1 && first > 50e6) rounds = ROUNDS_LONG; /* a long product */
