@@ -349,18 +349,24 @@ static void runs_report_their_layout_and_figures(void **state) {
   assert_string_equal(r.schedule, "zb1");
   assert_true(fabs(r.bubble_theory - 1.0 / 13.0) < 1e-9);
 
-  /* recomputing keeps less: gpipe's 8 micro-batches each keep their input and output only */
+  /* recomputing keeps less: gpipe's 8 micro-batches each keep their input and output only,
+   * and one at a time all the rest again (device 0: 41,472 bytes against 61,440). The cut is
+   * given: timed, it once left device 1 two layers under ThreadSanitizer (whose ReLU is slow),
+   * where input and output are most of what a micro-batch keeps anyway */
+  static const int cut_after_3[] = {3};
   tr_train_result kept;
   o = pipeline(options(NULL, &mlp4, 4), "host:2", TR_SCHEDULE_GPIPE, 8);
+  o.job.layout.cuts = cut_after_3;
+  o.job.layout.ncuts = 1;
   run_to(o, "kept.safetensors", &kept);
   o.job.memory.recompute = 1;
   run_to(o, "recomputed.safetensors", &r);
   assert_true(r.recompute);
   for (int i = 0; i < 2; i++)
     if (!(r.peak_activation_bytes[i] > 0 &&
-          r.peak_activation_bytes[i] * 3 < kept.peak_activation_bytes[i] * 2))
+          r.peak_activation_bytes[i] * 4 < kept.peak_activation_bytes[i] * 3))
       fail_msg("device %d: %lld activation bytes at the peak recomputing, %lld keeping: "
-               "expected under two thirds", i, (long long)r.peak_activation_bytes[i],
+               "expected under three quarters", i, (long long)r.peak_activation_bytes[i],
                (long long)kept.peak_activation_bytes[i]);
 
   o = layout(options(NULL, &mlp4, 4), TR_STRATEGY_HYBRID, "host:4");
