@@ -471,6 +471,32 @@ static void bias_add_and_bias_grad_match_float64(void **state) {
   }
 }
 
+/* Each column of the bias gradient is summed in double, row by row, in order: its bits are
+ * the plain loop's whatever the kernel's tiling. This shape has more columns than one block
+ * of the tiling, more rows than one pass, and columns left over from the strips. */
+static void bias_grad_sums_each_column_in_order_across_its_tiles(void **state) {
+  (void)state;
+  P p = {.N = 37, .C = 2085};
+  th_rng r = th_rng_for(5);
+  float *x = th_alloc_f(p.N * p.C), *b = th_alloc_f(p.C), *want = th_alloc_f(p.C);
+  th_fill_normal(&r, x, p.N * p.C, 1);
+  th_fill_normal(&r, b, p.C, 1);
+  for (size_t c = 0; c < p.C; c++) {
+    double sum = 0;
+    for (size_t i = 0; i < p.N; i++) sum += (double)x[i * p.C + c];
+    want[c] = (float)((double)b[c] + sum);
+  }
+  void *out[2];
+  th_arg a[] = {{"dout", p.N * p.C, 4, TH_IN, x, 0}, {"dbias", p.C, 4, TH_OUT, b, 0}};
+  RUN(a, run_bias_grad, &p, out);
+  for (size_t c = 0; c < p.C; c++)
+    if (memcmp((float *)out[1] + c, want + c, sizeof(float)))
+      fail_msg("column %zu of %zu: %.9g, the in-order sum %.9g", c, p.C,
+               (double)((float *)out[1])[c], (double)want[c]);
+  th_free_outputs(out, 2);
+  free(x), free(b), free(want);
+}
+
 /* ---- activations ------------------------------------------------------------------------------------ */
 
 static int run_relu_forward(tr_stream *s, void **a, void *ctx) { return tr_relu_forward(s, a[1], a[0], ((P *)ctx)->n); }
@@ -1419,6 +1445,7 @@ int main(void) {
       cmocka_unit_test(sum_and_sumsq_match_float64_and_accumulate),
       cmocka_unit_test(clip_factor_is_min_of_one_and_max_norm_over_norm),
       cmocka_unit_test(bias_add_and_bias_grad_match_float64),
+      cmocka_unit_test(bias_grad_sums_each_column_in_order_across_its_tiles),
       cmocka_unit_test(relu_and_gelu_match_float64),
       cmocka_unit_test(layernorm_forward_matches_float64_even_far_from_zero),
       cmocka_unit_test(layernorm_backward_matches_float64),
