@@ -16,6 +16,11 @@
 #include "host_cpu.h"
 
 #define HOST_LANES 16
+/* Before the loop over the lanes inside a reduction's loop: unrolled whole, the partial sums
+ * are registers. Left a loop, they stayed an array on the stack, and each add waited for the
+ * store of the one before (sumsq ran at 17 GB/s where memcpy runs at 60). */
+#define HOST_EACH_LANE _Pragma("GCC unroll 16")
+_Static_assert(HOST_LANES == 16, "HOST_EACH_LANE unrolls HOST_LANES times");
 
 /* exp(x) for x <= 0, the only arguments softmaxes (after subtracting the row's maximum) and
  * GELU's logistic need: within 1.3 ulp of the exact value on [-87, 0], 0 below -87 (where
@@ -64,6 +69,7 @@ HOST_INLINE double tr__host_sum_d(const float *x, size_t n) {
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
+    HOST_EACH_LANE
     for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)x[i + k];
   double s = 0;
   for (; i < n; i++) s += (double)x[i];
@@ -76,6 +82,7 @@ HOST_INLINE double tr__host_dot_d(const float *a, const float *b, size_t n) {
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
+    HOST_EACH_LANE
     for (int k = 0; k < HOST_LANES; k++) acc[k] += (double)a[i + k] * (double)b[i + k];
   double s = 0;
   for (; i < n; i++) s += (double)a[i] * (double)b[i];

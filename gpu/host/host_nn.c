@@ -13,6 +13,7 @@ HOST_INLINE float row_max(const float *x, size_t n) {
   size_t i = 0;
   for (int k = 0; k < HOST_LANES; k++) acc[k] = -INFINITY;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
+    HOST_EACH_LANE
     for (int k = 0; k < HOST_LANES; k++) acc[k] = x[i + k] > acc[k] ? x[i + k] : acc[k];
   float m = -INFINITY;
   for (; i < n; i++) m = x[i] > m ? x[i] : m;
@@ -25,6 +26,7 @@ HOST_INLINE double dot3(const float *a, const float *b, const float *c, size_t n
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
+    HOST_EACH_LANE
     for (int k = 0; k < HOST_LANES; k++)
       acc[k] += (double)a[i + k] * (double)b[i + k] * (double)c[i + k];
   double s = 0;
@@ -62,6 +64,7 @@ HOST_LOOPS tr__host_layernorm_forward_loops(tr_stream *s, float *out, float *mea
     double acc[HOST_LANES] = {0}, var = 0;
     size_t c = 0;
     for (; c + HOST_LANES <= C; c += HOST_LANES)
+      HOST_EACH_LANE
       for (int k = 0; k < HOST_LANES; k++) {
         const double d = (double)x[c + k] - mu;
         acc[k] += d * d;
@@ -221,6 +224,7 @@ int tr__host_mse_forward(tr_stream *s, float *loss, const float *pred, const flo
   double acc[HOST_LANES] = {0};
   size_t i = 0;
   for (; i + HOST_LANES <= n; i += HOST_LANES)
+    HOST_EACH_LANE
     for (int k = 0; k < HOST_LANES; k++) {
       const double e = (double)pred[i + k] - (double)target[i + k];
       acc[k] += e * e;
