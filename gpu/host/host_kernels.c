@@ -131,10 +131,10 @@ HOST_AVX2_TOO(tr__host_bias_add, (tr_stream *s, float *out, const float *bias, s
 
 /* Each column is summed in double, row by row, in order, so any tiling gives the same bits.
  * The tiling: blocks of BIAS_COLS columns, whose sums wait in L1 while BIAS_ROWS rows at a
- * time pass through strips of BIAS_STRIP columns summed in registers (8 AVX2 vectors). A
- * strip's rows are one page each at mlp's and gpt's widths: more than 16 at once missed the
- * TLB, and all of a tall matrix's rows (4,096 at `troupe bench ops`'s size) ran at a fifth of
- * this speed. Sums kept in L1 for every row ran at a third of it on mlp's 256 rows. */
+ * time pass through strips of BIAS_STRIP columns summed in registers (8 AVX2 vectors).
+ * Measured on 4,096 rows of 1,024 (`troupe bench ops`'s size), where a strip's rows are a
+ * page apart: 32 rows at a time ran at half the speed of 16, and every row in one pass at a
+ * quarter. Sums kept in L1 through every row ran at a third of this speed on mlp's 256 rows. */
 enum { BIAS_STRIP = 32, BIAS_ROWS = 16, BIAS_COLS = 1024 };
 
 HOST_INLINE void bias_grad_strip(double *sum, const float *g, size_t rows, size_t C) {
@@ -157,8 +157,9 @@ HOST_LOOPS tr__host_bias_grad_loops(tr_stream *s, float *dbias, const float *dou
       const float *g = dout + r0 * C + c0;
       size_t c = 0;
       for (; w - c >= BIAS_STRIP; c += BIAS_STRIP) bias_grad_strip(sum + c, g + c, rows, C);
-      for (size_t r = 0; c < w && r < rows; r++)
-        for (size_t k = c; k < w; k++) sum[k] += (double)g[r * C + k];
+      if (c < w) /* the columns left over from the strips */
+        for (size_t r = 0; r < rows; r++)
+          for (size_t k = c; k < w; k++) sum[k] += (double)g[r * C + k];
     }
     for (size_t c = 0; c < w; c++) dbias[c0 + c] = (float)((double)dbias[c0 + c] + sum[c]);
   }
