@@ -47,6 +47,15 @@ static void check_products(const char *lib, const tr__gemm_args *g, const float 
   free(ref), free(got);
 }
 
+
+/* host:1, opened and bound to the calling thread (closed by the caller's list) */
+static tr_device *bound_host(tr_device_list **l) {
+  char err[256];
+  if (tr_device_list_open(l, "host:1", err, sizeof err)) fail_msg("host:1: %s", err);
+  tr_device *d = tr_device_list_at(*l, 0);
+  tr_device_bind(d);
+  return d;
+}
 /* Every library of the build, pinned, and auto: each transpose, leading dimensions padded,
  * alpha and beta, a strided batch, fp32 and bf16, against float64 (th_check). */
 static void every_library_matches_float64_in_every_form(void **state) {
@@ -136,10 +145,7 @@ static void onednn_on_b_transposed_matches_float64(void **state) {
   th_fill_normal(&r, B, (size_t)stride * BATCH, 1);
   th_fill_normal(&r, C0, (size_t)stride * BATCH, 1);
   tr_device_list *l = NULL;
-  char err[256];
-  assert_int_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
-  tr_device *d = tr_device_list_at(l, 0);
-  tr_device_bind(d);
+  tr_device *d = bound_host(&l);
   for (int t = 0; t < 4; t++) {
     const tr_op opa = (tr_op)(t & 1);
     const int batch = t < 2 ? 1 : BATCH;
@@ -186,10 +192,7 @@ static void blocked_matches_float64_in_every_form(void **state) {
   th_fill_normal(&r, B, all, 1);
   th_fill_normal(&r, C0, all, 1);
   tr_device_list *l = NULL;
-  char err[256];
-  assert_int_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
-  tr_device *d = tr_device_list_at(l, 0);
-  tr_device_bind(d);
+  tr_device *d = bound_host(&l);
   for (int t = 0; t < 5; t++) {
     const int batch = t == 4 ? BATCH : 1;
     const float beta = t & 1 ? 0.0f : -0.5f;
@@ -220,10 +223,7 @@ static void blocked_rows_do_not_depend_on_the_rows_around_them(void **state) {
   th_fill_normal(&r, A, (size_t)RM * RK, 1);
   th_fill_normal(&r, B, (size_t)RK * RN, 1);
   tr_device_list *l = NULL;
-  char err[256];
-  assert_int_equal(tr_device_list_open(&l, "host:1", err, sizeof err), 0);
-  tr_device *d = tr_device_list_at(l, 0);
-  tr_device_bind(d);
+  tr_device *d = bound_host(&l);
   const int pieces[][2] = {{0, 16}, {5, 7}, {13, 24}, {40, 24}, {63, 1}};
   for (int t = 0; t < 2; t++) { /* NN (an input gradient), NT (a forward) */
     tr__gemm_args g = {.opb = (tr_op)t, .M = RM, .N = RN, .K = RK, .alpha = 1, .A = A, .B = B,
