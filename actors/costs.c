@@ -277,13 +277,6 @@ int tr__costs_keep(const tr_plan_costs_config *c, const char *name, int rows, in
   return rc;
 }
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-void tr__costs_sort(double *v, size_t n) { qsort(v, n, sizeof *v, by_value); }
-
 /* layers_cached: the entry was not in the file. */
 int tr__costs_not_kept(void *arg, double *v, char *err, size_t n) {
   (void)v;

@@ -55,7 +55,7 @@ double tr__pace_probe(void) {
                wall = (double)(tr_now_ns() - start) / 1e9;
   (void)sink;
   free(x);
-  tr__costs_sort(piece, PIECES);
+  tr__sort_doubles(piece, PIECES);
   const double seconds = piece[PIECES / 2] * (cpu > 0 && wall > cpu ? wall / cpu : 1);
   pthread_mutex_lock(&lock);
   if (best == 0 || seconds < best) best = seconds;

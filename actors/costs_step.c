@@ -62,7 +62,7 @@ static int measure_step(void *arg, double *v, char *err, size_t n) {
     else if (i >= 0) t[i] = (double)(tr_now_ns() - t0) / 1e9;
   }
   if (rc == 0) {
-    tr__costs_sort(t, STEPS);
+    tr__sort_doubles(t, STEPS);
     v[0] = t[STEPS / 2];
   }
   free(away);

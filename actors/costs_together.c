@@ -113,7 +113,7 @@ double tr__costs_together_ratio(const double *alone, const double *with, int pai
     if (alone[p] > 0) r[n++] = sum / k / alone[p];
   }
   if (n == 0) return 1;
-  tr__costs_sort(r, (size_t)n);
+  tr__sort_doubles(r, (size_t)n);
   const double median = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
   return median > 1 ? median : 1; /* no faster than alone: what is measured below is noise */
 }

@@ -86,7 +86,7 @@ static int measure_link(void *arg, double *v, char *err, size_t n) {
   if (rc && err && n) snprintf(err, n, "measuring a message's latency: %s", tr_system_error(sys));
   tr_system_free(sys);
   if (rc) return rc;
-  tr__costs_sort(p.rtt, ROUNDS);
+  tr__sort_doubles(p.rtt, ROUNDS);
   v[0] = p.rtt[ROUNDS / 2] / 2;
   return 0;
 }

@@ -145,9 +145,6 @@ typedef struct tr__rank_links {
 int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config *c,
                     tr__rank_links *out, char *err, size_t n);
 
-/* v[0..n) in ascending order: its median is v[n / 2] where n is odd. */
-void tr__costs_sort(double *v, size_t n);
-
 /* The line y = alpha + per_unit x through the n points (x[i], y[i]) by least squares; where
  * that crosses below 0, the line through the origin instead (neither is ever negative). */
 void tr__costs_fit_line(const double *x, const double *y, int n, double *alpha,

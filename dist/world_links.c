@@ -10,13 +10,8 @@
 
 enum { REPS = 7, TAG = 0x7e11 };
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, by_value);
+  tr__sort_doubles(v, (size_t)n);
   return v[n / 2];
 }
 

@@ -53,11 +53,6 @@ static int round_of(tr_stage **st, int L, int slot, bool halves, double *t) {
   return rc;
 }
 
-static int by_value(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Each layer a stage of its own on zeroed inputs, round after round over every layer (as a
  * step on one device runs them: round_of), each in a slot of its own: what another thread
  * takes from the machine for a while then lands on every layer alike, or on none. Each pass's fastest round is kept (`median` false: a cut compares layers, and the
@@ -106,7 +101,7 @@ static int measure(const tr_model *m, tr_device *d, const tr_tensor_comm *tensor
     double v[64];
     const int n = reps < 64 ? reps : 64;
     for (int r = 0; r < n; r++) v[r] = all[(size_t)r * L * PASSES + (size_t)i];
-    qsort(v, (size_t)n, sizeof v[0], by_value);
+    tr__sort_doubles(v, (size_t)n);
     best[i] = median ? v[n / 2] : v[0];
   }
   for (int l = 0; l < L; l++) tr_stage_close(st[l]);

@@ -92,6 +92,8 @@ TR_API uint64_t tr_now_ns(void);
 /* The calling thread's CPU time in nanoseconds (CLOCK_THREAD_CPUTIME_ID): work timed by it is
  * not charged for the time other threads had its CPU. */
 uint64_t tr__thread_cpu_ns(void);
+/* v[0..n) in ascending order (timings, for their median: v[n / 2] where n is odd). */
+void tr__sort_doubles(double *v, size_t n);
 
 /* A spin-wait hint for the CPU: lets the sibling hyperthread run and saves power. */
 static inline void tr_cpu_relax(void) {

@@ -284,11 +284,6 @@ void cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 const char *cli_bytes(char *buf, size_t n, uint64_t b) {
   static const char *const unit[] = {"KiB", "MiB", "GiB", "TiB"};
   int u = -1;
@@ -300,7 +295,7 @@ const char *cli_bytes(char *buf, size_t n, uint64_t b) {
 
 double cli_median(double *v, int n) {
   if (n <= 0) return NAN;
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  tr__sort_doubles(v, (size_t)n);
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 

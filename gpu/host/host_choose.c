@@ -149,11 +149,6 @@ static int serving(int lib, const tr__gemm_args *g) {
 
 /* ---- deciding ------------------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-  const double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* The floats C spans. */
 static size_t c_span(const tr__gemm_args *g) {
   return (size_t)((int64_t)(g->batch - 1) * g->sc + (int64_t)(g->M - 1) * g->ldc + g->N);
@@ -198,7 +193,7 @@ static int measure(tr_stream *s, const tr__gemm_args *g, const int *cand, int nc
   *best = cand[0];
   for (int j = 0; j < nc; j++) {
     const int c = cand[j];
-    qsort(t[c], (size_t)rounds, sizeof(double), cmp_double);
+    tr__sort_doubles(t[c], (size_t)rounds);
     ns[c] = t[c][rounds / 2];
     if (ns[c] < ns[*best]) *best = c;
   }
