@@ -56,6 +56,7 @@ static tr_device *bound_host(tr_device_list **l) {
   tr_device_bind(d);
   return d;
 }
+
 /* Every library of the build, pinned, and auto: each transpose, leading dimensions padded,
  * alpha and beta, a strided batch, fp32 and bf16, against float64 (th_check). */
 static void every_library_matches_float64_in_every_form(void **state) {
