@@ -11,8 +11,9 @@ of the build or the tests. The models are docs/WORKLOADS.md's:
   /usr/bin/python3 tools/reference-torch.py [--seconds 5] [--threads 1] [--model mlp|gpt|all]
 
 Prints, per model, the median step over the timed steps (after 3 warm-up steps) as samples/s
-(tokens/s for gpt) and GFLOP/s by WORKLOADS.md's accounting. Debian 12: apt-get install
-python3-torch (it runs under /usr/bin/python3)."""
+(tokens/s for gpt) and GFLOP/s by WORKLOADS.md's accounting, then the same over the whole
+window of timed steps (their mean), which is how `troupe train` counts its figures.
+Debian 12: apt-get install python3-torch (it runs under /usr/bin/python3)."""
 import argparse
 import os
 import sys
@@ -116,8 +117,9 @@ def measure(make, seconds):
         loss_of().backward()
         opt.step()
         times.append(time.perf_counter() - t0)
-    step = statistics.median(times[3:])
-    return per_step / step, flops * per_step / step * 1e-9, len(times) - 3
+    # the median step, and the mean over the whole window, as `troupe train` counts its own
+    return [(per_step / step, flops * per_step / step * 1e-9)
+            for step in (statistics.median(times[3:]), statistics.fmean(times[3:]))], len(times) - 3
 
 
 def main(a):
@@ -126,8 +128,9 @@ def main(a):
     print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), its BLAS's too")
     for name, make, unit in (("mlp", mlp, "samples/s"), ("gpt", gpt, "tokens/s")):
         if a.model in (name, "all"):
-            rate, gflops, n = measure(make, a.seconds)
-            print(f"{name}: {rate:.1f} {unit}, {gflops:.1f} GFLOP/s (median of {n} steps)")
+            ((rate, gflops), (window_rate, window_gflops)), n = measure(make, a.seconds)
+            print(f"{name}: {rate:.1f} {unit}, {gflops:.1f} GFLOP/s (median of {n} steps); "
+                  f"{window_rate:.1f} {unit}, {window_gflops:.1f} GFLOP/s over them all")
 
 
 if __name__ == "__main__":
