@@ -203,15 +203,17 @@ static int measure(tr_stream *s, const tr__gemm_args *g, const int *cand, int nc
 
 /* What a line of the file is for: this machine and these candidates, each with the
  * instruction set it runs on (OPENBLAS_CORETYPE or ONEDNN_MAX_CPU_ISA changes what is
- * fastest); and the key. "cpu|": timed by CPU time (lines timed by the wall clock before
- * could have been wrong, and are measured again). */
+ * fastest) and its label (a library's version, troupe's own kernels' revision: an upgrade
+ * measures again); and the key. "cpu|": timed by CPU time (lines timed by the wall clock
+ * before could have been wrong, and are measured again). */
 static void signature(const tr_device *d, char *out, size_t n) {
   snprintf(out, n, "%s|cpu|%s", d->info.model, atomic_load(&fastest) ? "fastest|" : "");
   for (int i = 0; i < count(); i++) {
     tr__host_lib_info in = {0}; /* the build's rows described once; a test's, each time */
     if (libs == tr__host_libs) in = *tr__host_lib_info_of(i);
     else libs[i]->describe(&in);
-    snprintf(out + strlen(out), n - strlen(out), "%s%s:%s", i ? "," : "", libs[i]->name, in.isa);
+    snprintf(out + strlen(out), n - strlen(out), "%s%s:%s (%s)", i ? "," : "", libs[i]->name,
+             in.isa, in.label);
   }
   for (char *p = out; *p; p++)
     if (*p == '\t' || *p == '\n') *p = ' ';
@@ -229,7 +231,7 @@ static int decide(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn run, cho
     if (may_serve(i, g)) cand[nc++] = i;
   e->lib = nc ? cand[0] : 0;
   if (nc < 2) return 0;
-  char path[4096], sig[512], kt[96], name[32];
+  char path[4096], sig[1024], kt[96], name[32];
   tr__gemm_file_path(path, sizeof path);
   signature(s->dev, sig, sizeof sig);
   key_text(&e->k, kt, sizeof kt);
@@ -250,7 +252,7 @@ static int decide(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn run, cho
         }
     if (pass == 1) {
       if (fd >= 0) {
-        char line[1024];
+        char line[2048];
         snprintf(line, sizeof line, "%s\t%s\t%s\t", sig, kt, libs[e->lib]->name);
         for (int j = 0; j < nc; j++)
           snprintf(line + strlen(line), sizeof line - strlen(line), "%s%s=%.0f", j ? " " : "",
