@@ -393,6 +393,22 @@ static char *slurp(const char *path) {
   return text;
 }
 
+static void spit(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  assert_non_null(f);
+  assert_true(fputs(text, f) >= 0);
+  assert_int_equal(fclose(f), 0);
+}
+
+/* The file's text with the first choice of fast at or after `from` made slow, written back. */
+static void choose_slow(const char *path, char *text, const char *from) {
+  assert_non_null(from);
+  char *at = strstr(from, "\tfast\t");
+  assert_non_null(at);
+  memcpy(at, "\tslow\t", 6);
+  spit(path, text);
+}
+
 static void a_fresh_process_reads_the_choice_back_without_measuring(void **state) {
   (void)state;
   char path[300];
@@ -405,36 +421,20 @@ static void a_fresh_process_reads_the_choice_back_without_measuring(void **state
   assert_non_null(strstr(text, "\tNN N8 K8 x1 f32\tfast\t"));
   assert_int_equal(run_child(2.0f, 0), 0);
   /* the file, not another measurement, decides: swapped to the slow one, the child uses it */
-  char *at = strstr(text, "\tfast\t");
-  memcpy(at, "\tslow\t", 6);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  choose_slow(path, text, text);
   assert_int_equal(run_child(1.0f, 0), 0);
   /* a line written while a library ran on another instruction set (OPENBLAS_CORETYPE or
    * ONEDNN_MAX_CPU_ISA set otherwise) is not this process's: measured again, fast serves */
-  at = strstr(text, "slow:none");
+  char *at = strstr(text, "slow:none");
   assert_non_null(at);
   memcpy(at, "slow:avx2", 9);
-  f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  spit(path, text);
   assert_int_equal(run_child(2.0f, 1), 0);
   /* so is one written by another version of a library (its label; troupe's own kernels carry
    * a revision in theirs): the line just added, set to slow, serves the same fakes, and not
    * the fakes labelled as a new version */
   text = slurp(path);
-  at = strstr(text, "slow:none (fake)");
-  assert_non_null(at);
-  at = strstr(at, "\tfast\t");
-  assert_non_null(at);
-  memcpy(at, "\tslow\t", 6);
-  f = fopen(path, "wb");
-  assert_non_null(f);
-  fputs(text, f);
-  fclose(f);
+  choose_slow(path, text, strstr(text, "slow:none (fake)"));
   assert_int_equal(run_child(1.0f, 0), 0);
   setenv("TR_TEST_FAKE_LABEL", "fake r2", 1);
   assert_int_equal(run_child(2.0f, 1), 0);
