@@ -117,9 +117,7 @@ def measure(make, seconds):
         loss_of().backward()
         opt.step()
         times.append(time.perf_counter() - t0)
-    # the median step, and the mean over the whole window, as `troupe train` counts its own
-    return [(per_step / step, flops * per_step / step * 1e-9)
-            for step in (statistics.median(times[3:]), statistics.fmean(times[3:]))], len(times) - 3
+    return per_step, flops, times[3:]
 
 
 def main(a):
@@ -128,9 +126,12 @@ def main(a):
     print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} thread(s), its BLAS's too")
     for name, make, unit in (("mlp", mlp, "samples/s"), ("gpt", gpt, "tokens/s")):
         if a.model in (name, "all"):
-            ((rate, gflops), (window_rate, window_gflops)), n = measure(make, a.seconds)
-            print(f"{name}: {rate:.1f} {unit}, {gflops:.1f} GFLOP/s (median of {n} steps); "
-                  f"{window_rate:.1f} {unit}, {window_gflops:.1f} GFLOP/s over them all")
+            per_step, flops, timed = measure(make, a.seconds)
+            def figures(step):
+                return f"{per_step / step:.1f} {unit}, {flops * per_step / step * 1e-9:.1f} GFLOP/s"
+            # the median step, then the mean over the whole window, as `troupe train` counts
+            print(f"{name}: {figures(statistics.median(timed))} (median of {len(timed)} steps); "
+                  f"{figures(statistics.fmean(timed))} over them all")
 
 
 if __name__ == "__main__":

@@ -108,9 +108,8 @@ TR__TARGET_V3 static void pack_b(float *p, const float *B, int ldb, int trans, i
   for (int jp = 0; jp < n; jp += NR, p += (size_t)kc * NR) {
     const int cols = n - jp < NR ? n - jp : NR, j = j0 + jp;
     int k = 0;
-    if (cols == NR && !trans)
-      continue; /* packed above */
-    else if (cols == NR)
+    if (cols == NR && !trans) continue; /* packed above */
+    if (cols == NR)
       for (; k + 8 <= kc; k += 8)
         for (int h = 0; h < NR; h += 8) {
           __m256 r[8];

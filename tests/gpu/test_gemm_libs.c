@@ -47,7 +47,6 @@ static void check_products(const char *lib, const tr__gemm_args *g, const float 
   free(ref), free(got);
 }
 
-
 /* host:1, opened and bound to the calling thread (closed by the caller's list) */
 static tr_device *bound_host(tr_device_list **l) {
   char err[256];

@@ -13,27 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "op_harness.h"
-
-static tr_device_list *list;
-static tr_device *dev;
-
-static int setup(void **state) {
-  (void)state;
-  char err[256];
-  if (tr_device_list_open(&list, "host:1", err, sizeof err)) {
-    fprintf(stderr, "%s\n", err);
-    return -1;
-  }
-  dev = tr_device_list_at(list, 0);
-  return 0;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  tr_device_list_close(list);
-  return 0;
-}
+#include "host_device.h"
 
 typedef struct P {
   size_t N, B, T, C, V;
@@ -41,10 +21,6 @@ typedef struct P {
   float scale;
   int pos; /* dwpe given */
 } P;
-
-#define NARGS(a) ((int)(sizeof(a) / sizeof((a)[0])))
-#define RUN(args, fn, p, out) assert_int_equal(th_run(dev, args, NARGS(args), fn, p, out), 0)
-#define CHECK(what, got, ref, n, tol) assert_true(th_check(what, got, ref, n, tol))
 
 /* (B, T, C, parts, V a part) */
 static const size_t emb_cases[][5] = {{1, 1, 1, 1, 1}, {1, 3, 7, 2, 3}, {2, 5, 33, 3, 4},
