@@ -277,6 +277,81 @@ int tr_file_check_distinct(const char *out, const char *what, const char *other,
                    other_what, other);
 }
 
+/* ---- lock files ------------------------------------------------------------------------ */
+
+/* A lock file of troupe's begins with this line; what does not is the user's, and is never
+ * written, truncated or removed. */
+#define LOCK_MAGIC "troupe lock file\n"
+
+char *tr__file_lock_name(const char *target) {
+  const char *slash = strrchr(target, '/'), *base = slash ? slash + 1 : target;
+  const int dir = slash ? (int)(slash - target) + 1 : 0; /* with its slash */
+  char *out = malloc((size_t)dir + 256);
+  /* the base cut as a temporary file's is, so the name stays within NAME_MAX */
+  if (out) sprintf(out, "%.*s.%.200s.troupe-lock", dir, target, base);
+  return out;
+}
+
+int tr__file_lock_open(const char *target, const char *what, const char *path, char **lock,
+                       int *fd, char *err, size_t err_size) {
+  *fd = -1;
+  if ((*lock = tr__file_lock_name(target)) == NULL)
+    return tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory", what, path);
+  /* O_NOFOLLOW: a symlink planted there is not followed; O_NONBLOCK: a FIFO does not wait
+   * for a reader (O_RDWR never does on Linux, but the rule is kept for every open). */
+  const int f = open(*lock, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
+  struct stat sb;
+  if (f < 0 && (errno == ELOOP || errno == EMLINK)) {
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "%s '%s': its lock file '%s' is a symbolic link, not troupe's: it is left "
+                     "as it is (remove it, or write elsewhere)", what, path, *lock);
+  }
+  if (f < 0 || fstat(f, &sb) != 0) {
+    const int e = errno;
+    if (f >= 0) close(f);
+    return tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot make its lock file '%s': %s", what,
+                     path, *lock, strerror(e));
+  }
+  char head[sizeof LOCK_MAGIC - 1];
+  const char *wrong = NULL;
+  if (!S_ISREG(sb.st_mode)) wrong = kind_of(sb.st_mode);
+  else if (sb.st_size > 0 && (pread(f, head, sizeof head, 0) != (ssize_t)sizeof head ||
+                              memcmp(head, LOCK_MAGIC, sizeof head) != 0))
+    wrong = "a file that is not troupe's lock file";
+  if (wrong) {
+    close(f);
+    return tr_errorf(err, err_size, TR_EINVAL,
+                     "%s '%s': its lock file '%s' is %s: it is left as it is (remove it, or "
+                     "write elsewhere)", what, path, *lock, wrong);
+  }
+  *fd = f;
+  return 0;
+}
+
+/* The pid a lock file names ("pid 4242"), or 0. */
+static long lock_holder(int fd) {
+  char text[sizeof LOCK_MAGIC + 32] = {0};
+  const ssize_t k = pread(fd, text, sizeof text - 1, 0);
+  const char *pid = k > 0 ? strstr(text, "pid ") : NULL;
+  return pid ? strtol(pid + 4, NULL, 10) : 0;
+}
+
+int tr__file_lock_claim(int fd) {
+  char text[sizeof LOCK_MAGIC + 32];
+  const int k = snprintf(text, sizeof text, LOCK_MAGIC "pid %ld\n", (long)getpid());
+  return ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)k, 0) == k ? 0 : errno;
+}
+
+bool tr__file_lock_current(int fd, const char *lock) {
+  struct stat held, now;
+  return fstat(fd, &held) == 0 && lstat(lock, &now) == 0 && held.st_dev == now.st_dev &&
+         held.st_ino == now.st_ino;
+}
+
+void tr__file_lock_remove(int fd, const char *lock) {
+  if (tr__file_lock_current(fd, lock)) unlink(lock);
+}
+
 /* The locks this process holds: taking one again (tr_train_run takes the checkpoint's, then
  * the job it makes does) counts, and the last release lets go. A forked child inherits the
  * list but not the right: its entries name their parent's pid. */
@@ -295,78 +370,71 @@ int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out, 
   char *target = NULL;
   tr_file_lock *l = calloc(1, sizeof *l);
   if (l == NULL || tr_file_output_target(path, &target) ||
-      (l->path = malloc(strlen(target) + 6)) == NULL) {
+      (l->path = tr__file_lock_name(target)) == NULL) {
     free(target);
     free(l);
     return tr_errorf(err, err_size, TR_ENOMEM, "%s '%s': out of memory", what, path);
   }
-  sprintf(l->path, "%s.lock", target);
-  free(target);
   pthread_mutex_lock(&held_mu);
   for (tr_file_lock *h = held_locks; h; h = h->next)
     if (h->pid == getpid() && !strcmp(h->path, l->path)) {
       h->refs++;
       pthread_mutex_unlock(&held_mu);
+      free(target);
       free(l->path);
       free(l);
       *out = h;
       return 0;
     }
+  free(l->path);
+  l->path = NULL;
   /* The holder removes the file before it lets go: a lock taken on a file that is no longer
    * the one at the path was taken too late, and is taken again on the new one. */
   int rc = TR_EIO;
   for (int attempt = 0;; attempt++) {
-    l->fd = open(l->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-    if (l->fd < 0) {
-      const int e = errno;
-      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot make its lock file '%s': %s", what,
-                path, l->path, strerror(e));
-      break;
-    }
+    free(l->path);
+    if ((rc = tr__file_lock_open(target, what, path, &l->path, &l->fd, err, err_size))) break;
     if (flock(l->fd, LOCK_EX | LOCK_NB) != 0) {
       const int e = errno;
-      char pid[32] = {0};
-      const ssize_t k = pread(l->fd, pid, sizeof pid - 1, 0);
-      const long who = k > 0 ? strtol(pid, NULL, 10) : 0;
+      const long who = lock_holder(l->fd);
       if (e == EWOULDBLOCK && who > 0)
         rc = tr_errorf(err, err_size, TR_EINVAL,
-                  "%s '%s': another run (pid %ld) writes it: it holds '%s'", what, path, who,
-                  l->path);
+                       "%s '%s': another run (pid %ld) writes it: it holds '%s'", what, path,
+                       who, l->path);
       else if (e == EWOULDBLOCK)
-        rc = tr_errorf(err, err_size, TR_EINVAL, "%s '%s': another run writes it: it holds '%s'",
-                  what, path, l->path);
+        rc = tr_errorf(err, err_size, TR_EINVAL,
+                       "%s '%s': another run writes it: it holds '%s'", what, path, l->path);
       else
-        rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot lock '%s': %s", what, path, l->path,
-                  strerror(e));
+        rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot lock '%s': %s", what, path,
+                       l->path, strerror(e));
       break;
     }
-    struct stat held, now;
-    if (fstat(l->fd, &held) == 0 && stat(l->path, &now) == 0 && held.st_dev == now.st_dev &&
-        held.st_ino == now.st_ino) {
-      char pid[32];
-      const int k = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
-      if (ftruncate(l->fd, 0) == 0 && pwrite(l->fd, pid, (size_t)k, 0) == k) {
+    if (tr__file_lock_current(l->fd, l->path)) {
+      const int e = tr__file_lock_claim(l->fd);
+      if (e == 0) {
         l->refs = 1;
         l->pid = getpid();
         l->next = held_locks;
         held_locks = *out = l;
         pthread_mutex_unlock(&held_mu);
+        free(target);
         return 0;
       }
-      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot write its lock file '%s': %s", what,
-                path, l->path, strerror(errno));
+      rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': cannot write its lock file '%s': %s",
+                     what, path, l->path, strerror(e));
       break;
     }
     close(l->fd); /* removed by the writer before us: take the new one */
     l->fd = -1;
     if (attempt == 100) {
       rc = tr_errorf(err, err_size, TR_EIO, "%s '%s': its lock file '%s' keeps being replaced",
-                what, path, l->path);
+                     what, path, l->path);
       break;
     }
   }
   pthread_mutex_unlock(&held_mu);
   if (l->fd >= 0) close(l->fd);
+  free(target);
   free(l->path);
   free(l);
   return rc;
@@ -384,7 +452,7 @@ void tr_file_unlock(tr_file_lock *l) {
       }
   pthread_mutex_unlock(&held_mu);
   if (!last) return;
-  unlink(l->path);
+  tr__file_lock_remove(l->fd, l->path);
   close(l->fd);
   free(l->path);
   free(l);

@@ -72,25 +72,49 @@ TR_API int tr_file_keep_mode(int fd, const char *target);
 TR_API int tr_file_check_distinct(const char *out, const char *what, const char *other,
                                   const char *other_what, char *err, size_t err_size);
 
-/* One writer per output: an exclusive flock on "<target>.lock" beside the output's target,
- * holding the writer's pid. The kernel drops it when its process ends however it ends, so
- * a crashed writer leaves no stale lock (only the file, which the next writer takes over).
- * Readers take no lock: the writer replaces the output by an atomic rename.
+/* One writer per output: an exclusive flock on the lock file ".<name>.troupe-lock" beside
+ * the output's target, which holds troupe's header and the writer's pid. The kernel drops
+ * the lock when its process ends however it ends, so a crashed writer leaves no stale lock
+ * (only the file, which the next writer takes over). Readers take no lock: the writer
+ * replaces the output by an atomic rename. A file at the lock file's name that troupe did
+ * not make (a symlink, a FIFO, a file without troupe's header) is never followed, written,
+ * truncated or removed: the lock is refused, naming it.
  *
  *   tr_file_lock *l;
  *   if (tr_file_lock_output("ck.st", "checkpoint.path", &l, err, sizeof err)) ...;
- *   // "checkpoint.path 'ck.st': another run (pid 4242) writes it: it holds 'ck.st.lock'"
+ *   // "checkpoint.path 'ck.st': another run (pid 4242) writes it: it holds
+ *   // '.ck.st.troupe-lock'"
  *   ... the run ...
  *   tr_file_unlock(l);  // removes the lock file, then drops the lock
  *
  * A process that holds the lock may take it again (tr_train_run holds it, and so does the
  * job it makes): the takings are counted, and the last tr_file_unlock lets go. TR_EINVAL
- * when another process holds it (naming its pid), TR_EIO when the lock file cannot be
- * made, TR_ENOMEM. */
+ * when another process holds it (naming its pid) or the lock file is not troupe's, TR_EIO
+ * when the lock file cannot be made, TR_ENOMEM. */
 typedef struct tr_file_lock tr_file_lock;
 TR_API int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out,
                                char *err, size_t err_size);
 TR_API void tr_file_unlock(tr_file_lock *l);
+
+/* Internal: troupe's lock files, for the writers above and for the files troupe keeps
+ * between runs (the costs, the GEMM's choices), which lock only to read and add.
+ * tr__file_lock_name: "<dir>/.<base>.troupe-lock" beside `target` (malloc'd; NULL: no
+ * memory). tr__file_lock_open: opens it, creating it if absent, without following a symlink
+ * or blocking on a FIFO; *lock its name (free it, also on failure), *fd the descriptor, on
+ * which the caller takes its flock. What is there and is not troupe's (not a regular file,
+ * or text without troupe's header) is refused: TR_EINVAL with err naming it ("checkpoint.path
+ * 'ck.st': its lock file '.ck.st.troupe-lock' is a FIFO, ..."), TR_EIO, TR_ENOMEM.
+ * tr__file_lock_claim: once the flock is held, writes the header and this process's pid (0
+ * or errno). tr__file_lock_current: whether `fd` is still the file at `lock` (a holder that
+ * removed it let go before the caller's flock was taken: open again).
+ * tr__file_lock_remove: removes `lock` if it is still `fd`'s file; call it while holding the
+ * flock, before closing `fd`. */
+char *tr__file_lock_name(const char *target);
+int tr__file_lock_open(const char *target, const char *what, const char *path, char **lock,
+                       int *fd, char *err, size_t err_size);
+int tr__file_lock_claim(int fd);
+bool tr__file_lock_current(int fd, const char *lock);
+void tr__file_lock_remove(int fd, const char *lock);
 
 /* Internal (file_atomic.c, trace_json.c and the probe above): the temporary file that
  * replaces `base` in `dir`, "<dir>/.<base>.tmp.<16 hex digits>" (the base cut to 200 bytes so

@@ -117,13 +117,13 @@ else
   ok "modes kept: checkpoint 600, trace 640"
 fi
 
-# One writer per checkpoint. The first run holds ck.st.lock; a second writer is refused
+# One writer per checkpoint. The first run holds .ck.st.troupe-lock; a second writer is refused
 # naming it, by the path or through a link; readers resume from the checkpoint it keeps
 # rewriting. Killed, it leaves no lock that stops the next run.
 "$troupe" train --quiet "${long[@]}" --checkpoint ck.st --checkpoint-every 1 2>first.txt &
 first=$!
-for ((i = 0; i < 3000; i++)); do [[ -s ck.st && -s ck.st.lock ]] && break; sleep 0.01; done
-if [[ ! -s ck.st.lock ]] || ! kill -0 $first 2>/dev/null; then
+for ((i = 0; i < 3000; i++)); do [[ -s ck.st && -s .ck.st.troupe-lock ]] && break; sleep 0.01; done
+if [[ ! -s .ck.st.troupe-lock ]] || ! kill -0 $first 2>/dev/null; then
   fail "the first writer holds no lock: $(cat first.txt)"
 else
   expect "a second writer" 2 "^troupe: --checkpoint 'ck.st': another run \(pid $first\) writes it" -- \
@@ -138,7 +138,19 @@ else
 fi
 kill -9 $first
 wait $first 2>/dev/null
-[[ -e ck.st.lock ]] || fail "no lock file left by the killed writer (the case is not tested)"
+[[ -e .ck.st.troupe-lock ]] || fail "no lock file left by the killed writer (the case is not tested)"
 expect "a writer after the first was killed" 0 "" -- --steps 2 --checkpoint ck.st
-[[ -e ck.st.lock ]] && fail "ck.st.lock is left after a run that ended"
+[[ -e .ck.st.troupe-lock ]] && fail ".ck.st.troupe-lock is left after a run that ended"
+
+# A lock file of the user's is not troupe's: `flake.lock` (Nix's, Cargo's) beside a checkpoint
+# `flake` stays as it was; what sits at troupe's own lock name without being its lock file
+# refuses the run at once, naming it, and stays.
+printf '{"nodes":{}}\n' >flake.lock
+expect "a checkpoint beside the user's flake.lock" 0 "" -- --steps 2 --checkpoint flake
+[[ $(cat flake.lock) == '{"nodes":{}}' ]] || fail "flake.lock was changed: $(ls -l flake.lock)"
+mkfifo .fifo-ck.troupe-lock
+expect "a FIFO at the lock file's name" 2 \
+  "^troupe: --checkpoint 'fifo-ck': its lock file '.fifo-ck.troupe-lock' is a FIFO: it is left as it is" \
+  -- --steps 2 --checkpoint fifo-ck
+[[ -p .fifo-ck.troupe-lock ]] || fail "the FIFO at the lock file's name is gone"
 exit $failed

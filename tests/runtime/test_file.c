@@ -150,20 +150,72 @@ static void one_writer(void **state) {
   char err[512];
   tr_file_lock *a, *b;
   assert_int_equal(tr_file_lock_output("ck.st", "ck", &a, err, sizeof err), 0);
-  assert_int_equal(access("ck.st.lock", F_OK), 0);
+  assert_int_equal(access(".ck.st.troupe-lock", F_OK), 0);
   assert_int_equal(child_try("ck.st", getpid(), 0), 2);
   /* taken again here (a run and the job it makes): counted; the first release keeps it */
   assert_int_equal(tr_file_lock_output("ck.st", "ck", &b, err, sizeof err), 0);
   tr_file_unlock(b);
   assert_int_equal(child_try("ck.st", getpid(), 0), 2);
   tr_file_unlock(a);
-  assert_int_equal(access("ck.st.lock", F_OK), -1); /* the last release removes the file */
+  assert_int_equal(access(".ck.st.troupe-lock", F_OK), -1); /* the last release removes it */
   assert_int_equal(child_try("ck.st", getpid(), 0), 0);
   /* a writer that dies holding it leaves the file, not the lock */
   assert_int_equal(child_try("ck.st", getpid(), 1), 0);
-  assert_int_equal(access("ck.st.lock", F_OK), 0);
+  assert_int_equal(access(".ck.st.troupe-lock", F_OK), 0);
   assert_int_equal(tr_file_lock_output("ck.st", "ck", &a, err, sizeof err), 0);
   tr_file_unlock(a);
+}
+
+/* The size and first bytes of `path`, to see that nothing wrote it. */
+static void expect_text(const char *path, const char *text) {
+  char buf[64] = {0};
+  const int fd = open(path, O_RDONLY);
+  assert_true(fd >= 0);
+  assert_int_equal(read(fd, buf, sizeof buf - 1), (ssize_t)strlen(text));
+  assert_string_equal(buf, text);
+  close(fd);
+}
+
+/* A lock file troupe did not make is never written, truncated, followed or removed: the
+ * user's "flake.lock" beside an output "flake" is another name altogether, and what sits at
+ * troupe's own name without being troupe's (a file of other text, a FIFO, a symlink) refuses
+ * the lock, naming it, and stays as it was. */
+static void lock_files_not_ours_are_left_alone(void **state) {
+  (void)state;
+  char err[512];
+  tr_file_lock *l;
+  int fd = open("flake.lock", O_WRONLY | O_CREAT | O_EXCL, 0644);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "{\"nodes\":{}}\n", 13), 13);
+  close(fd);
+  assert_int_equal(tr_file_lock_output("flake", "ck", &l, err, sizeof err), 0);
+  tr_file_unlock(l);
+  expect_text("flake.lock", "{\"nodes\":{}}\n");
+
+  fd = open(".other.troupe-lock", O_WRONLY | O_CREAT | O_EXCL, 0644);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, "mine\n", 5), 5);
+  close(fd);
+  assert_int_equal(tr_file_lock_output("other", "ck", &l, err, sizeof err), TR_EINVAL);
+  assert_string_equal(err, "ck 'other': its lock file '.other.troupe-lock' is a file that "
+                           "is not troupe's lock file: it is left as it is (remove it, or "
+                           "write elsewhere)");
+  expect_text(".other.troupe-lock", "mine\n");
+
+  assert_int_equal(mkfifo(".fifo.troupe-lock", 0644), 0);
+  assert_int_equal(tr_file_lock_output("fifo", "ck", &l, err, sizeof err), TR_EINVAL);
+  assert_non_null(strstr(err, "its lock file '.fifo.troupe-lock' is a FIFO: it is left"));
+  struct stat sb;
+  assert_int_equal(lstat(".fifo.troupe-lock", &sb), 0);
+  assert_true(S_ISFIFO(sb.st_mode));
+
+  touch("victim", 0644);
+  assert_int_equal(symlink("victim", ".link.troupe-lock"), 0);
+  assert_int_equal(tr_file_lock_output("link", "ck", &l, err, sizeof err), TR_EINVAL);
+  assert_non_null(strstr(err, "its lock file '.link.troupe-lock' is a symbolic link"));
+  expect_text("victim", "x");
+  assert_int_equal(lstat(".link.troupe-lock", &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
 }
 
 /* Entries of `path` (the probe leaves none behind). */
@@ -244,7 +296,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(target_follows_links), cmocka_unit_test(output_kinds),
       cmocka_unit_test(distinct_files), cmocka_unit_test(mode_kept),
-      cmocka_unit_test(one_writer), cmocka_unit_test(probe_tries_the_write_in_place),
+      cmocka_unit_test(one_writer), cmocka_unit_test(lock_files_not_ours_are_left_alone),
+      cmocka_unit_test(probe_tries_the_write_in_place),
       cmocka_unit_test(probe_refuses_what_a_sticky_directory_keeps),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
