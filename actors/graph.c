@@ -468,7 +468,12 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     if (rc == 0) rc = tr_actor_timer_start(g->timer, (uint64_t)(seconds * 1e3), 0, 0);
     if (rc) return rc;
   }
+  /* Across processes the other ranks' actors are outside this system: a message of theirs
+   * may come at any time, so this rank idle is never quiet (tr_system.h), and only the
+   * watchdog's whole period makes it stuck. */
+  if (g->transport) tr_system_work_begin(g->sys);
   int rc = tr_system_run(g->sys);
+  if (g->transport) tr_system_work_end(g->sys);
   tr_system_trace_step(g->sys, INT64_MAX); /* the window ends with the run */
   if (rc && g->transport) tr__world_broken(g->world); /* the other ranks may be stuck */
   const int sig = tr_system_signal(g->sys);
