@@ -91,9 +91,10 @@ static void holder(text *t, tr_graph *g, const tr_edge *e) {
   }
 }
 
-static bool consumes(tr_graph *g, const tr_actor *a, bool of) {
+/* Whether `a` consumes an edge (in), or produces one. */
+static bool has_edge(tr_graph *g, const tr_actor *a, bool in) {
   for (const tr_edge *e = atomic_load_explicit(&g->edges, memory_order_acquire); e; e = e->next)
-    if ((of ? e->to : e->from) == a) return true;
+    if ((in ? e->to : e->from) == a) return true;
   return false;
 }
 
@@ -102,7 +103,7 @@ static void not_done(text *t, tr_graph *g, const member *m) {
   const char *a = tr_actor_name(m->actor);
   say(t, "'%s' was added with tr_graph_add, so the run waits for its tr_graph_done, which it "
          "never called", a);
-  if (consumes(g, m->actor, true) && consumes(g, m->actor, false))
+  if (has_edge(g, m->actor, true) && has_edge(g, m->actor, false))
     say(t, ": a relay that never calls tr_graph_done must be a service "
            "(tr_graph_add_service)");
   else
@@ -110,9 +111,9 @@ static void not_done(text *t, tr_graph *g, const member *m) {
            "or add an actor with no part of its own as a service (tr_graph_add_service)");
 }
 
-/* Why the quiet graph waits: the user's actors first (the job's marked by tr__graph_own).
- * Returns whether it found a mistake of theirs. */
-static bool diagnose(tr_graph *g, text *t) {
+/* Why the quiet graph waits: the user's actors first (the job's are added with
+ * tr__graph_add_part). */
+static void diagnose(tr_graph *g, text *t) {
   int found = 0;
   for (int users = 1; users >= 0 && !found; users--)
     for (const tr_edge *e = atomic_load_explicit(&g->edges, memory_order_acquire); e; e = e->next)
@@ -120,7 +121,7 @@ static bool diagnose(tr_graph *g, text *t) {
         say(t, "%s", found++ ? "; " : "");
         holder(t, g, e);
       }
-  if (found) return true;
+  if (found) return;
   int own = 0, users = 0;
   for (const member *m = atomic_load_explicit(&g->members, memory_order_acquire); m; m = m->next)
     if (!m->remote && !m->service && !atomic_load(&m->done)) m->own ? own++ : users++;
@@ -130,14 +131,13 @@ static bool diagnose(tr_graph *g, text *t) {
         say(t, "%s", found++ ? "; " : "");
         not_done(t, g, m);
       }
-    return true;
+    return;
   }
   say(t, "every actor waits for a message no one will send, and no producer waits for a "
          "credit; not done:");
   for (const member *m = atomic_load_explicit(&g->members, memory_order_acquire); m; m = m->next)
     if (!m->remote && !m->service && !atomic_load(&m->done))
       say(t, "%s '%s'", found++ ? "," : "", tr_actor_name(m->actor));
-  return false;
 }
 
 void tr__graph_quiet(void *arg) {
@@ -161,17 +161,14 @@ void tr__graph_quiet(void *arg) {
   text m = {msg, sizeof msg, 0};
   say(&m, "%s: idle but not done, and nothing can wake it (no timer, no I/O or other work "
           "out): %s; ", g->name, why);
-  FILE *f = fmemopen(msg + m.len, m.size - m.len, "w");
+  msg[sizeof msg - 1] = 0; /* the print stops short of it, full or not */
+  FILE *f = fmemopen(msg + m.len, m.size - m.len - 1, "w");
   if (f) {
     tr_graph_print(g, f);
-    fflush(f);
-    m.len += strlen(msg + m.len);
     fclose(f);
+    m.len += strlen(msg + m.len);
   }
-  const size_t room = m.size - m.len;
-  if (room > 64) {
-    tr_system_report(g->sys, report, room - 16 < sizeof report ? room - 16 : sizeof report);
-    say(&m, "actors: %s", report);
-  }
+  tr_system_report(g->sys, report, sizeof report);
+  say(&m, "actors: %s", report); /* in what room is left */
   tr_system_fail(g->sys, TR_ETIMEDOUT, "%s", msg);
 }

@@ -71,9 +71,9 @@
  * tr_system_run returns. Messages still queued are freed by tr_system_free, which also calls
  * each behaviour's `destroy`. Sends after the system stopped are accepted and freed there.
  *
- * Threads: tr_actor_send, tr_actor_send_ctl and tr_system_stop may be called from any thread
- * while the system exists; everything else from the thread that created the system or from
- * actor callbacks, as noted.
+ * Threads: tr_actor_send, tr_actor_send_ctl, tr_system_stop, tr_system_fail and
+ * tr_system_work_begin / _end may be called from any thread while the system exists;
+ * everything else from the thread that created the system or from actor callbacks, as noted.
  */
 #ifndef TR_SYSTEM_H
 #define TR_SYSTEM_H

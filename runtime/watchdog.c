@@ -238,9 +238,8 @@ static void watchdog_tick(uv_timer_t *h) {
   }
   if (now - sys->watchdog_since < (uint64_t)window) return;
   if (seen == SEEN_QUIET && sys->on_quiet) { /* the layer above may end it its own way */
-    sys->watchdog_since = now; /* once: if it does not stop the system, the watchdog does */
     sys->on_quiet(sys->quiet_arg);
-    if (atomic_load(&sys->stopping)) return;
+    if (atomic_load(&sys->stopping)) return; /* else the watchdog stops it, below */
   }
   watchdog_fire(sys, seen, window, out);
 }
@@ -251,6 +250,8 @@ void tr__watchdog_start(tr_system *sys) {
   uv_timer_init(&sys->loop, &sys->watchdog);
   sys->watchdog.data = sys;
   const int period = atomic_load(&sys->watchdog_ms);
-  const uint64_t tick = period >= 4 * TICK_MAX_MS ? TICK_MAX_MS : period >= 4 ? (uint64_t)period / 4 : 1;
+  const uint64_t tick = period >= 4 * TICK_MAX_MS ? TICK_MAX_MS
+                        : period >= 4             ? (uint64_t)period / 4
+                                                  : 1;
   uv_timer_start(&sys->watchdog, watchdog_tick, tick, tick);
 }
