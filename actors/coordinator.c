@@ -136,6 +136,18 @@ const tr_train_result *tr__coordinator_result(const void *state) {
   return &((const coordinator *)state)->result;
 }
 
+static bool may_tell(const coordinator *c, int64_t step, bool last);
+
+bool tr__coordinator_complete(const void *state, char *what, size_t n) {
+  const coordinator *c = state;
+  if (!c->finished || !may_tell(c, INT64_MAX, true)) return false;
+  const char *ck = c->run->c.checkpoint.path;
+  snprintf(what, n, "its %lld steps trained, its figures recorded%s%s%s",
+           (long long)(c->result.steps - c->result.first_step), ck ? ", its checkpoint " : "",
+           ck ? ck : "", ck ? " written" : "");
+  return true;
+}
+
 static int coordinator_start(tr_actor *self) {
   coordinator *c = tr_actor_state(self);
   c->self = self;
@@ -179,8 +191,6 @@ static void fit_watchdog(coordinator *c, uint64_t t) {
 }
 
 /* ---- observers -------------------------------------------------------------------------- */
-
-static bool may_tell(const coordinator *c, int64_t step, bool last);
 
 /* A report goes out once the checkpoints it follows are on disk, the parameters it carries
  * are at hand (tr_job_snapshot) and the held-out evaluation of its step, when one was due,

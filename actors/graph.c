@@ -82,6 +82,8 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
   c.watchdog_idle = c.watchdog_ms > 0;
   c.describe = describe;
   c.describe_arg = g;
+  c.on_quiet = tr__graph_quiet; /* quiet: nothing can ever happen in it again */
+  c.quiet_arg = g;
   if (c.handle_signals && c.on_signal == NULL) {
     c.on_signal = finish_on_signal;
     c.signal_arg = g;
@@ -92,6 +94,7 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
     return rc;
   }
   pthread_mutex_init(&g->lock, NULL);
+  snprintf(g->name, sizeof g->name, "%s", c.name ? c.name : "troupe");
   g->watchdog_ms = c.watchdog_ms;
   g->end_limit = INT64_MAX;
   *out = g;
@@ -156,7 +159,7 @@ static int refuse_running(tr_graph *g, const char *call, const char *name) {
   return TR_ESTATE;
 }
 
-static int add(tr_graph *g, int rank, const tr_actor_config *config, bool service,
+static int add(tr_graph *g, int rank, const tr_actor_config *config, bool service, bool own,
                tr_actor **out) {
   if (rank < 0 || rank >= tr_world_size(g->world)) return TR_EINVAL;
   pthread_mutex_lock(&g->lock);
@@ -193,6 +196,7 @@ static int add(tr_graph *g, int rank, const tr_actor_config *config, bool servic
     return rc;
   }
   m->service = service;
+  m->own = own;
   m->id = n;
   m->next = atomic_load_explicit(&g->members, memory_order_relaxed);
   g->by_id[n] = m;
@@ -207,20 +211,24 @@ static int add(tr_graph *g, int rank, const tr_actor_config *config, bool servic
 }
 
 int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
-  return add(g, g->rank, config, false, out);
+  return add(g, g->rank, config, false, false, out);
 }
 
 int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
-  return add(g, g->rank, config, true, out);
+  return add(g, g->rank, config, true, false, out);
 }
 
 int tr_graph_add_on(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out) {
-  return add(g, rank, config, false, out);
+  return add(g, rank, config, false, false, out);
 }
 
 int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config,
                             tr_actor **out) {
-  return add(g, rank, config, true, out);
+  return add(g, rank, config, true, false, out);
+}
+
+int tr__graph_add_part(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out) {
+  return add(g, rank, config, false, true, out);
 }
 
 static member *find(const tr_graph *g, const tr_actor *a) {
@@ -254,6 +262,11 @@ tr_actor *tr__graph_transport_on(const tr_graph *g, int rank) {
   return g->transport ? g->by_id[rank]->actor : NULL; /* members 0 .. size − 1 */
 }
 int tr__graph_watchdog_ms(const tr_graph *g) { return g->watchdog_ms; }
+
+void tr__graph_on_complete(tr_graph *g, bool (*fn)(void *arg, char *what, size_t n), void *arg) {
+  g->complete = fn;
+  g->complete_arg = arg;
+}
 
 int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
   TR_ASSERT(c->from && c->to);
@@ -446,7 +459,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     snprintf(g->error, sizeof g->error, "tr_graph_run: %s", rule);
     return TR_EINVAL;
   }
-  g->error[0] = 0; /* a refusal before is not this run's error */
+  g->error[0] = g->warning[0] = 0; /* a refusal before is not this run's error */
   if (g->before_run) {
     int rc = g->before_run(g->before_arg, g->error, sizeof g->error);
     g->before_run = NULL;
@@ -468,7 +481,12 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
     if (rc == 0) rc = tr_actor_timer_start(g->timer, (uint64_t)(seconds * 1e3), 0, 0);
     if (rc) return rc;
   }
+  /* Across processes the other ranks' actors are outside this system: a message of theirs
+   * may come at any time, so this rank idle is never quiet (tr_system.h), and only the
+   * watchdog's whole period makes it stuck. */
+  if (g->transport) tr_system_work_begin(g->sys);
   int rc = tr_system_run(g->sys);
+  if (g->transport) tr_system_work_end(g->sys);
   tr_system_trace_step(g->sys, INT64_MAX); /* the window ends with the run */
   if (rc && g->transport) tr__world_broken(g->world); /* the other ranks may be stuck */
   const int sig = tr_system_signal(g->sys);
@@ -494,5 +512,7 @@ void tr__graph_before_run(tr_graph *g, int (*fn)(void *arg, char *err, size_t n)
   g->before_run = fn;
   g->before_arg = arg;
 }
+
+const char *tr_graph_warning(const tr_graph *g) { return g->warning; }
 
 int tr_graph_signal(const tr_graph *g) { return tr_system_signal(g->sys); }

@@ -41,6 +41,7 @@ typedef struct tr__member {
   tr_actor *actor;
   int id, rank;
   bool service;      /* not waited for */
+  bool own;          /* the library's (a job's part: tr__graph_add_part), not the user's */
   bool remote;       /* a placeholder for an actor of another rank */
   _Atomic bool done; /* its part is over (read by tr_graph_print) */
   _Atomic int64_t granted; /* a step rank 0 handed it (tr_graph_take_step), or -1 */
@@ -76,6 +77,10 @@ struct tr_graph {
   _Atomic int64_t taken;   /* steps handed out by tr_graph_take_step */
   int ndone; /* under `lock` */
   char error[512]; /* a run ended in order by a signal, or a plan that failed its check */
+  char warning[1536]; /* tr_graph_warning: the run ended cleanly, its end stuck (graph_quiet.c) */
+  char name[32];      /* its system's, for messages */
+  bool (*complete)(void *arg, char *what, size_t n); /* tr__graph_on_complete */
+  void *complete_arg;
   int (*before_run)(void *arg, char *err, size_t n); /* tr__graph_before_run */
   void *before_arg;
   int (*lost)(void *arg, int rank, const char *why); /* tr__graph_on_lost */
@@ -106,6 +111,15 @@ void tr__graph_before_run(tr_graph *g, int (*fn)(void *arg, char *err, size_t n)
 void tr__graph_on_lost(tr_graph *g, int (*fn)(void *arg, int rank, const char *why), void *arg);
 int tr__graph_lost(tr_graph *g, int rank, const char *why);
 int tr__graph_watchdog_ms(const tr_graph *g); /* its system's watchdog period (0: none) */
+/* tr_graph_add_on for the library's own actors (a job's parts): a quiet graph
+ * (graph_quiet.c) names the user's first. */
+int tr__graph_add_part(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out);
+/* fn(arg, what, n), on the loop thread, when the graph is quiet: true when its work is done
+ * nonetheless (`what` saying what was done), so that the run ends cleanly, the actors that
+ * are stuck named in tr_graph_warning; false, and the run fails, naming them. */
+void tr__graph_on_complete(tr_graph *g, bool (*fn)(void *arg, char *what, size_t n), void *arg);
+/* tr_system_config.on_quiet of a graph's system (graph_quiet.c). */
+void tr__graph_quiet(void *graph);
 /* The ranks' agreement on the end of a timed run: this rank's claims stop at what it has
  * claimed (returned; claims beyond it wait), then every rank takes the end E, the most any
  * rank had claimed, and its actors are told. */

@@ -170,11 +170,12 @@ int tr_job_microbatch_samples(const tr_job *j) { return j->run.mb_batch; }
 
 /* ---- actors -------------------------------------------------------------------------------- */
 
-/* Adds an actor on rank `rank` (tr_graph_add_on: elsewhere its state is kept, never run). */
+/* Adds an actor on rank `rank` (tr_graph_add_on: elsewhere its state is kept, never run),
+ * one of the library's. */
 static int add(tr_job *j, int rank, const char *name, tr_actor_kind kind, const tr_behaviour *b,
                void *state, tr_actor **out) {
   if (state == NULL) return TR_ENOMEM;
-  int rc = tr_graph_add_on(
+  int rc = tr__graph_add_part(
       j->run.g, rank,
       &(tr_actor_config){.name = name, .kind = kind, .behaviour = b, .state = state}, out);
   if (rc) b->destroy(state);
@@ -340,6 +341,13 @@ int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
   return rc;
 }
 
+/* A quiet graph's work is done when the coordinator's is (graph_quiet.c): the run then ends
+ * cleanly, its figures and checkpoints kept, though an actor of the user's is stuck. */
+static bool coordinator_complete(void *arg, char *what, size_t n) {
+  const tr_job *j = arg;
+  return tr__coordinator_complete(tr_actor_state(j->coordinator), what, n);
+}
+
 int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   if (j->coordinator)
     return refuse(j, TR_EINVAL, "tr_job_add_coordinator: the job has its coordinator already");
@@ -348,6 +356,8 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   const int n = tr__stage_count(&j->run);
   for (int i = 0; i < n && rc == 0; i++) rc = connect_report(j, j->stages[i], i);
   if (rc == 0) rc = connect_report(j, j->server, n);
+  if (rc == 0 && tr_graph_actor_rank(j->run.g, j->coordinator) == tr_graph_rank(j->run.g))
+    tr__graph_on_complete(j->run.g, coordinator_complete, j);
   *out = j->coordinator;
   return rc;
 }

@@ -235,6 +235,9 @@ int tr__coordinator_add_observer(void *coordinator, tr_edge *e, int every);
  * multiples of `every`, and the last, carry the parameters. 0, TR_ENOMEM. */
 int tr__coordinator_snapshot(void *coordinator, tr_edge *e, int every);
 const tr_train_result *tr__coordinator_result(const void *coordinator);
+/* Its work is done but for telling observers: every source's figures are in (the result is
+ * recorded) and every checkpoint is on disk; `what` says so. Loop thread. */
+bool tr__coordinator_complete(const void *coordinator, char *what, size_t n);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
 

@@ -51,8 +51,25 @@
  * credits in flight. tr_system_config.watchdog_ms is the period: 0 (and a NULL config) for
  * the default, TR_GRAPH_WATCHDOG_MS (or TR_WATCHDOG_MS from the environment, in ms), which
  * no healthy run reaches (no message handled anywhere for a minute); TR_WATCHDOG_OFF for
- * none. Turn it off only for a graph whose actors wait on work the runtime cannot see (a
- * thread of your own that sends them messages, see tr_system.h) for longer than the period.
+ * none. A graph that is quiet — every actor waiting for a message no one will send, and
+ * nothing out that could send one (no timer, no checkpoint being written, no other rank:
+ * across processes a graph is never quiet) — is stopped within about a second, whatever
+ * the period, and the error says first which of your actors the graph waits on and the fix
+ * for the mistakes an actor makes: a relay that keeps the credits of its way in (give each
+ * back: tr_edge_release on its tr_edge_credit_msg), a relay's way out made without notify
+ * (TR_BATCH_NOTIFY), a consumer that keeps its messages (an observer that never releases a
+ * report), an actor that never calls tr_graph_done (a relay added with tr_graph_add rather
+ * than tr_graph_add_service). Work of your own outside the actors that will send one of
+ * them a message (a thread of yours) is bracketed with tr_system_work_begin and
+ * tr_system_work_end (tr_system.h), or the graph is taken for quiet once it alone is left.
+ *
+ * A stuck end: where only the end of a job's run is stuck — every step trained, the figures
+ * recorded, every checkpoint on disk, and an actor of yours never says it is done or keeps
+ * the last report — the run is not lost: tr_graph_run returns 0 once the graph is quiet
+ * (within about a second), tr_job_result holds every step's figures, the final checkpoint
+ * is in place, and tr_graph_warning (also written to stderr) names the actor and the fix.
+ * A graph's system calls the graph's own describe and on_quiet (tr_system_config): those of
+ * the config are not used.
  *
  * Growing while it runs: in a world of one process, tr_graph_add, tr_graph_add_service and
  * tr_graph_connect may be called while the graph runs, from any actor's callbacks (any
@@ -180,6 +197,11 @@ TR_API extern const tr_msgtype tr_edge_credit_type;
  * (tr_graph_signal says which signal). A second signal ends the process at once. */
 TR_API int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds);
 TR_API const char *tr_graph_error(const tr_graph *g);
+/* After a run that returned 0 though its end was stuck (A stuck end, above): which actor the
+ * graph waited on and the fix ("'relay' was added with tr_graph_add, so the run waits for
+ * its tr_graph_done, ...: a relay that never calls tr_graph_done must be a service
+ * (tr_graph_add_service)"); "" after a run that ended as it should. */
+TR_API const char *tr_graph_warning(const tr_graph *g);
 /* The signal that finished the run (SIGINT, SIGTERM), or 0. Any thread. */
 TR_API int tr_graph_signal(const tr_graph *g);
 

@@ -469,7 +469,8 @@ TR_API void tr_job_print_plan(const tr_job *j, FILE *f);
  * "" when none was. Those calls can return only a status: their message is here. */
 TR_API const char *tr_job_error(const tr_job *j);
 
-/* The figures of the run, once tr_graph_run returned 0. */
+/* The figures of the run, once tr_graph_run returned 0 (also where only the end of the run
+ * was stuck, an actor of yours waited on after every step had trained: tr_graph_warning). */
 TR_API void tr_job_result(const tr_job *j, tr_train_result *r);
 
 #ifdef __cplusplus

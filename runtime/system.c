@@ -48,21 +48,33 @@ void tr__loop_wake(tr_system *sys) {
     uv_async_send(&sys->async);
 }
 
-void tr__system_fail(tr_system *sys, int status, const char *fmt, ...) {
+static void system_vfail(tr_system *sys, int status, const char *fmt, va_list ap) {
   if (status != 0) {
     pthread_mutex_lock(&sys->lock);
     if (sys->status == 0) {
       sys->status = status;
-      va_list ap;
-      va_start(ap, fmt);
       vsnprintf(sys->error, sizeof sys->error, fmt, ap);
-      va_end(ap);
       tr__run_error_set(sys->error);
     }
     pthread_mutex_unlock(&sys->lock);
   }
   atomic_store(&sys->stopping, 1);
   tr__loop_wake(sys);
+}
+
+void tr__system_fail(tr_system *sys, int status, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  system_vfail(sys, status, fmt, ap);
+  va_end(ap);
+}
+
+void tr_system_fail(tr_system *sys, int status, const char *fmt, ...) {
+  if (sys == NULL || fmt == NULL) return;
+  va_list ap;
+  va_start(ap, fmt);
+  system_vfail(sys, status, fmt, ap);
+  va_end(ap);
 }
 
 void tr_system_stop(tr_system *sys, int status) {
@@ -298,6 +310,21 @@ void tr_system_set_watchdog_ms(tr_system *sys, int ms) {
   if (ms >= 1 && atomic_load(&sys->watchdog_ms) > 0) atomic_store(&sys->watchdog_ms, ms);
 }
 
+int tr_system_work_begin(tr_system *sys) {
+  if (sys == NULL) return TR_EINVAL;
+  atomic_fetch_add(&sys->work_out, 1);
+  return 0;
+}
+
+int tr_system_work_end(tr_system *sys) {
+  if (sys == NULL) return TR_EINVAL;
+  int out = atomic_load(&sys->work_out);
+  do {
+    if (out == 0) return TR_ESTATE; /* more ends than begins */
+  } while (!atomic_compare_exchange_weak(&sys->work_out, &out, out - 1));
+  return 0;
+}
+
 /* ---- lifecycle ------------------------------------------------------------------------- */
 
 int tr_system_new(tr_system **out, const tr_system_config *config) {
@@ -320,6 +347,8 @@ int tr_system_new(tr_system **out, const tr_system_config *config) {
   sys->describe_arg = config->describe_arg;
   sys->on_signal = config->on_signal;
   sys->signal_arg = config->signal_arg;
+  sys->on_quiet = config->on_quiet;
+  sys->quiet_arg = config->quiet_arg;
   tr_mailbox_init(&sys->requests);
   pthread_mutex_init(&sys->lock, NULL);
   if (sys->name == NULL || uv_loop_init(&sys->loop) != 0) {

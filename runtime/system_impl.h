@@ -70,10 +70,13 @@ struct tr_system {
   void *describe_arg;
   void (*on_signal)(void *arg, int signum);
   void *signal_arg;
+  void (*on_quiet)(void *arg);
+  void *quiet_arg;
   _Atomic int signal; /* the signal that came, or 0 */
   uint64_t watchdog_handled; /* loop thread: total handled at the previous tick */
   int watchdog_seen;         /* loop thread: what the previous ticks saw (watchdog.c) */
   uint64_t watchdog_since;   /* loop thread: uv_now when they began to see it */
+  _Atomic int work_out;      /* tr_system_work_begin's not yet ended */
   tr_mailbox requests; /* timer requests, consumed on the loop */
   char *name;
   int turn_batch;
@@ -133,7 +136,7 @@ extern int tr__nvtx_live;
 
 /* system.c */
 void tr__system_fail(tr_system *sys, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+    __attribute__((format(printf, 3, 4))); /* tr_system_fail, for the runtime's own */
 void tr__loop_wake(tr_system *sys);
 
 /* watchdog.c */

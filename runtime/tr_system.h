@@ -35,12 +35,16 @@
  * Errors: a callback that returns non-zero stops the whole system; tr_system_run returns that
  * status and tr_system_error names the actor, its kind and the message type it was handling.
  *
- * Watchdog: with watchdog_ms set, the loop looks at every actor four times per period and
- * stops a stuck system with TR_ETIMEDOUT. Stuck is busy without progress: for a whole
- * period not one message handled although an actor was handling one or had some waiting.
- * With watchdog_idle, stuck is also idle but not done: every actor waiting for a message
- * that nobody will send, no timer pending, no stop. The error names each actor's state
- * (tr_system_report), then adds what the layer above says of itself:
+ * Watchdog: with watchdog_ms set, the loop looks at every actor four times a second (and at
+ * least four times per period) and stops a stuck system with TR_ETIMEDOUT. Stuck is busy
+ * without progress: for a whole period not one message handled although an actor was
+ * handling one or had some waiting. With watchdog_idle, stuck is also idle but not done:
+ * every actor waiting for a message that nobody will send, no timer pending, no stop. Such a
+ * system is quiet when nothing is out either that could still send a message (below): then
+ * nothing can ever happen in it again, and it is stopped after a second (or the period,
+ * when shorter), not a whole period; while work is out, after the whole period. The error
+ * names each actor's state (tr_system_report), then adds what the layer above says of
+ * itself:
  *
  *   static void graph_describe(void *arg, char *buf, size_t size) {
  *     const my_graph *g = arg;    // atomics only: the graph's actors are still running
@@ -51,9 +55,15 @@
  *                                           .describe = graph_describe, .describe_arg = g});
  *
  * The idle watchdog sees what the runtime knows of: mailboxes, timers, loop actors' own
- * handles. Work that will send a message from elsewhere (a device's completion callback, a
- * thread that is not an actor, a libuv request such as uv_fs_read) is invisible to it: keep
- * a timer pending while such work is out, or leave watchdog_idle off.
+ * handles, requests on the loop (uv_queue_work, uv_fs_*: libuv counts them), and work begun
+ * with tr_system_work_begin and not yet ended. Work elsewhere that will send a message (a
+ * thread of your own, a device's completion callback) is invisible to it unless bracketed
+ * so; otherwise a system waiting for it alone is taken for quiet and stopped:
+ *
+ *   tr_system_work_begin(sys);          // in the actor, before the thread can end it
+ *   pthread_create(&t, NULL, crunch, job);
+ *   // crunch(), on its thread:  ...; tr_actor_send(job->reply_to, result);
+ *   //                           tr_system_work_end(sys);   // after the send
  *
  * Shutdown is a protocol: tr_system_stop (from any thread, or SIGINT/SIGTERM/SIGHUP when
  * handle_signals is set) sends a stop on every actor's priority lane; each runs its `stop`
@@ -61,9 +71,9 @@
  * tr_system_run returns. Messages still queued are freed by tr_system_free, which also calls
  * each behaviour's `destroy`. Sends after the system stopped are accepted and freed there.
  *
- * Threads: tr_actor_send, tr_actor_send_ctl and tr_system_stop may be called from any thread
- * while the system exists; everything else from the thread that created the system or from
- * actor callbacks, as noted.
+ * Threads: tr_actor_send, tr_actor_send_ctl, tr_system_stop, tr_system_fail and
+ * tr_system_work_begin / _end may be called from any thread while the system exists;
+ * everything else from the thread that created the system or from actor callbacks, as noted.
  */
 #ifndef TR_SYSTEM_H
 #define TR_SYSTEM_H
@@ -118,12 +128,14 @@ typedef struct tr_system_config {
                          over this long, no actor handled a message although one was busy
                          or had messages waiting, the system stops with TR_ETIMEDOUT and
                          tr_system_error names each actor's state. */
-  int watchdog_idle;  /* with watchdog_ms: a system idle but not done is stuck too. When,
-                         over watchdog_ms, no actor handled a message, every actor had
-                         started and was handling nothing with nothing waiting, no timer
-                         was pending, no loop actor's own handle was active and nobody
-                         stopped the system, it stops with TR_ETIMEDOUT ("idle but not
-                         done") and tr_system_error names each actor's state. */
+  int watchdog_idle;  /* with watchdog_ms: a system idle but not done is stuck too. When no
+                         actor handled a message, every actor had started and was handling
+                         nothing with nothing waiting, no timer was pending, no loop actor's
+                         own handle was active and nobody stopped the system, over a second
+                         (quiet: nothing out, see Watchdog above; or watchdog_ms, when
+                         shorter) or over watchdog_ms (work out all along), it stops with
+                         TR_ETIMEDOUT ("idle but not done") and tr_system_error names each
+                         actor's state. */
   /* Optional, with watchdog_ms: the layer above describes itself (its graph, its edges and
    * credits) in `buf`, which starts empty; the text is appended to the watchdog's error.
    * Called on the loop thread, once, when the watchdog fires, while pinned actors still
@@ -139,6 +151,15 @@ typedef struct tr_system_config {
    * the process at once, which is what a user pressing Ctrl-C twice means. */
   void (*on_signal)(void *arg, int signum);
   void *signal_arg;
+  /* Optional, with watchdog_idle: the system is quiet (idle but not done, with nothing out
+   * that could wake it): on the loop thread, once, before the watchdog stops it, so that
+   * the layer above can end it its own way — tr_system_stop(sys, 0) when its work is done
+   * nonetheless (a training graph's every step trained, only an actor of the user's never
+   * said it was done), tr_system_fail with a text of its own. If it stops nothing, the
+   * watchdog stops the system as above. The same rules as describe's: it must not block
+   * and must not free or run the system. */
+  void (*on_quiet)(void *arg);
+  void *quiet_arg;
 } tr_system_config;
 
 /* Opens /dev/null on standard input, output or error where one is closed, so that no
@@ -161,6 +182,11 @@ TR_API int tr_system_run(tr_system *sys);
 /* Starts a graceful stop; any thread, any number of times: the first status is kept. A
  * status of 0 is a clean stop. */
 TR_API void tr_system_stop(tr_system *sys, int status);
+/* The same with the failure's text (printf's format), which tr_system_error returns when
+ * it is the first failure: `tr_system_fail(sys, TR_ETIMEDOUT, "%s never answered", who)`.
+ * A status of 0 stops cleanly; the text is then dropped. Any thread. */
+TR_API void tr_system_fail(tr_system *sys, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* The first failure's text, or "" when there was none. */
 TR_API const char *tr_system_error(const tr_system *sys);
@@ -189,6 +215,13 @@ TR_API void tr_signals_release(void);
  * Any thread; the next look of the watchdog uses it. */
 TR_API int tr_system_watchdog_ms(const tr_system *sys);
 TR_API void tr_system_set_watchdog_ms(tr_system *sys, int ms);
+
+/* Work outside the actors that will send one of them a message has begun / has ended (its
+ * message sent first): while any is out, an idle system is not quiet, and only the whole
+ * watchdog period makes it stuck (Watchdog above). Calls count: one end per begin. Any
+ * thread; 0, TR_EINVAL for a NULL sys, TR_ESTATE for an end with no work out. */
+TR_API int tr_system_work_begin(tr_system *sys);
+TR_API int tr_system_work_end(tr_system *sys);
 
 /* Stops nothing: call after tr_system_run has returned (or instead of running it). Frees
  * the actors, their pending messages and the loop. */

@@ -120,9 +120,16 @@ void tr_system_report(tr_system *sys, char *buf, size_t size) {
 /* ---- the watchdog ------------------------------------------------------------------------ */
 
 /* What a tick saw: progress (or nothing to worry about), a stall (busy, nothing handled
- * since the previous tick), or idle but not done (nothing busy, nothing handled, nothing
- * pending, no stop). */
-enum { SEEN_PROGRESS, SEEN_STALL, SEEN_IDLE };
+ * since the previous tick), idle but not done while work outside the actors is out (it may
+ * still send a message: a libuv request, tr_system_work_begin), or quiet: idle but not done
+ * with nothing that could ever wake it (nothing to handle, nothing pending, nothing out, no
+ * stop). */
+enum { SEEN_PROGRESS, SEEN_STALL, SEEN_IDLE, SEEN_QUIET };
+
+/* A quiet system is quiet for good: nothing is left that could send it a message. So it is
+ * told in a second, however long the period (a minute for a graph), where a stall or work
+ * out has the whole period, since those may end by themselves. */
+enum { QUIET_MS = 1000, TICK_MAX_MS = 250 };
 
 typedef struct handle_walk {
   tr_system *sys;
@@ -151,7 +158,22 @@ static bool something_pending(tr_system *sys) {
   return w.active;
 }
 
-static void watchdog_fire(tr_system *sys, int seen, int period_ms) {
+/* Work outside the actors that may still send one a message: requests on the loop (a
+ * checkpoint written on libuv's thread pool, uv_queue_work; a uv_fs_* call), counted by
+ * libuv on this thread, and tr_system_work_begin's. It may never end (a write stuck on a
+ * full disk), so it does not keep the system alive as a timer does: it only keeps an idle
+ * system from being called quiet, and the whole period applies. Loop thread. */
+typedef struct work_out {
+  unsigned requests;
+  int begun;
+} work_out;
+
+static work_out work_look(tr_system *sys) {
+  return (work_out){.requests = sys->loop.active_reqs.count,
+                    .begun = atomic_load_explicit(&sys->work_out, memory_order_acquire)};
+}
+
+static void watchdog_fire(tr_system *sys, int seen, int ms, work_out out) {
   char described[1024] = "";
   if (sys->describe) {
     sys->describe(sys->describe_arg, described, sizeof described);
@@ -159,27 +181,38 @@ static void watchdog_fire(tr_system *sys, int seen, int period_ms) {
   }
   /* The layer above's text must survive a long report: the report gets what is left. */
   char report[sizeof sys->error];
-  size_t used = strlen(described) + strlen(sys->name) + 128;
+  size_t used = strlen(described) + strlen(sys->name) + 192;
   tr_system_report(sys, report, used + 256 < sizeof report ? sizeof report - used : 256);
-  if (seen == SEEN_IDLE) {
+  if (seen == SEEN_QUIET) {
+    tr__system_fail(sys, TR_ETIMEDOUT,
+                    "%s: idle but not done for %d ms, and nothing can wake it (nothing to "
+                    "handle, no timer pending, no I/O or other work out, no stop): %s%s%s",
+                    sys->name, ms, report, described[0] ? "; " : "", described);
+  } else if (seen == SEEN_IDLE) {
     tr__system_fail(sys, TR_ETIMEDOUT,
                     "%s: idle but not done for %d ms (nothing to handle, no timer pending, "
-                    "no stop): %s%s%s",
-                    sys->name, period_ms, report, described[0] ? "; " : "", described);
+                    "no stop; out all along: %u libuv request%s, %d tr_system_work_begin): "
+                    "%s%s%s",
+                    sys->name, ms, out.requests, out.requests == 1 ? "" : "s", out.begun,
+                    report, described[0] ? "; " : "", described);
   } else {
-    tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s%s%s", sys->name,
-                    period_ms, report, described[0] ? "; " : "", described);
+    tr__system_fail(sys, TR_ETIMEDOUT, "%s: no progress for %d ms: %s%s%s", sys->name, ms,
+                    report, described[0] ? "; " : "", described);
   }
 }
 
 /* One sample means nothing (a message may have arrived a moment ago, an actor may be
- * between popping a message and handling it), so the watchdog samples four times per
- * period and fires only when every sample over a whole period saw the same thing. Counts
- * of handled messages only grow, so the same total at every sample means that nothing was
- * handled in between; and what would make an idle system busy between two samples (a
- * message sent, a timer started) is still visible at the next one unless it was handled. */
+ * between popping a message and handling it), so the watchdog fires only when every sample
+ * over a whole period (a quiet system: over QUIET_MS, or the period when shorter, at least
+ * four samples either way) saw the same thing. Counts of handled messages only grow, so the
+ * same total at every sample means that nothing was handled in between; and what would make
+ * an idle system busy between two samples (a message sent, a timer started) is still
+ * visible at the next one unless it was handled. Work out is looked at before the actors:
+ * work that ends sends its message first (tr_system_work_end; libuv runs a request's
+ * callback on this thread), so work seen ended has left its trace in a mailbox or a count. */
 static void watchdog_tick(uv_timer_t *h) {
   tr_system *sys = h->data;
+  const work_out out = work_look(sys);
   uint64_t handled = 0;
   bool busy = false, idle = true;
   for (tr_actor *a = atomic_load(&sys->actors); a; a = a->next_all) {
@@ -191,25 +224,34 @@ static void watchdog_tick(uv_timer_t *h) {
   int seen = SEEN_PROGRESS;
   if (handled == sys->watchdog_handled && !atomic_load(&sys->stopping)) {
     if (busy) seen = SEEN_STALL;
-    else if (sys->watchdog_idle && idle && !something_pending(sys)) seen = SEEN_IDLE;
+    else if (sys->watchdog_idle && idle && !something_pending(sys))
+      seen = out.requests || out.begun ? SEEN_IDLE : SEEN_QUIET;
   }
   uint64_t now = uv_now(&sys->loop);
   const int period = atomic_load(&sys->watchdog_ms);
+  const int window = seen == SEEN_QUIET && period > QUIET_MS ? QUIET_MS : period;
   if (seen == SEEN_PROGRESS || seen != sys->watchdog_seen) {
     sys->watchdog_handled = handled;
     sys->watchdog_seen = seen;
     sys->watchdog_since = now;
-  } else if (now - sys->watchdog_since >= (uint64_t)period) {
-    watchdog_fire(sys, seen, period);
+    return;
   }
+  if (now - sys->watchdog_since < (uint64_t)window) return;
+  if (seen == SEEN_QUIET && sys->on_quiet) { /* the layer above may end it its own way */
+    sys->on_quiet(sys->quiet_arg);
+    if (atomic_load(&sys->stopping)) return; /* else the watchdog stops it, below */
+  }
+  watchdog_fire(sys, seen, window, out);
 }
 
-/* Four looks per period, and at least one a second: the period may shrink while it runs
- * (tr_system_set_watchdog_ms), and a period of hours must not mean a look every hour. */
+/* At least four looks per period, and four a second: a quiet system is told in a second
+ * (QUIET_MS), and the period may shrink while it runs (tr_system_set_watchdog_ms). */
 void tr__watchdog_start(tr_system *sys) {
   uv_timer_init(&sys->loop, &sys->watchdog);
   sys->watchdog.data = sys;
   const int period = atomic_load(&sys->watchdog_ms);
-  const uint64_t tick = period >= 4000 ? 1000 : period >= 4 ? (uint64_t)period / 4 : 1;
+  const uint64_t tick = period >= 4 * TICK_MAX_MS ? TICK_MAX_MS
+                        : period >= 4             ? (uint64_t)period / 4
+                                                  : 1;
   uv_timer_start(&sys->watchdog, watchdog_tick, tick, tick);
 }

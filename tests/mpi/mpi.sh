@@ -7,6 +7,8 @@
 #   killed                          a rank killed mid-run: the job ends, the other rank names
 #                                   it, the last periodic checkpoint resumes
 #   stopped                         a rank stopped (SIGSTOP): the same, within the watchdog
+#   waiting                         a rank that waits over a second for the other's slow
+#                                   stage (a fault device) is not taken for a quiet graph
 #   mismatch                        ranks given different options (steps, model, precision,
 #                                   on-nonfinite, data-on, watchdog, data, eval): refused before
 #                                   training, naming the option and the rank
@@ -68,6 +70,14 @@ case $case_ in
   async)  # rank 0 serves (no devices of its own), the worker lives on rank 1
     same_as_single -np 1 "$troupe" train "${common[@]}" --strategy async --devices none --checkpoint run.ckpt \
       : -np 1 "$troupe" train "${common[@]}" --strategy async --devices host:1 --checkpoint run.ckpt ;;
+  waiting) # rank 1's loss passes sleep 1.5 s each: rank 0's actors wait for its gradients
+    timeout 120 "${mpirun[@]}" \
+      -np 1 "$troupe" train --model simplenet --steps 2 --quiet --strategy pipeline --microbatches 1 \
+        --devices host:1 \
+      : -np 1 "$troupe" train --model simplenet --steps 2 --quiet --strategy pipeline --microbatches 1 \
+        --devices 'fault(host:1;op=mse_b,us=1500000)' >out.txt 2>err.txt ||
+      fail "mpirun exit $?: $(cat err.txt)"
+    printf 'ok   %s\n' "$case_" ;;
   killed|stopped)
     args=(train --model simplenet --seconds 60 --quiet --strategy dp --devices host:1
           --checkpoint run.ckpt --checkpoint-every 20 --watchdog 2000)
