@@ -17,7 +17,7 @@ ok() { printf 'ok   %s\n' "$*"; }
 
 export TROUPE_GEMM=auto # every shape measured, and kept
 export TROUPE_COSTS=$work/costs.safetensors
-run() { timeout 60 "$troupe" train --model mlp --steps 1 --quiet "$@"; }
+run() { timeout 60 "$troupe" train --model simplenet --steps 1 --quiet "$@"; }
 
 # left PATH WHAT: a run with TROUPE_GEMM_CHOICES=PATH leaves it as it was and says so once
 left() {
