@@ -6,13 +6,21 @@
  * when read), one F64 tensor [layers, 4] per entry — forward, backward, its input half, its
  * weight half — named "<device>|<model>|<fingerprint>|b<batch>", with the time it was
  * measured in the metadata under the same name. An entry is used when the library's version
- * (metadata "troupe") is this one and it is younger than TR_PLAN_COSTS_MAX_AGE; otherwise the
- * layers are measured again and the entry replaced. A file that is not a costs file is never
- * replaced (the caller's path may name anything); entries of two processes that write at once
- * may be lost to each other, never mixed (the rename is atomic), and are measured again.
+ * (metadata "troupe") is this one, it is younger than TR_PLAN_COSTS_MAX_AGE, and every number
+ * is one its unit allows (planner.h: tr__costs_unit; a pass of 0 s, 1e-300 s or 1e300 s is
+ * none a machine takes); otherwise the layers are measured again and the entry replaced. A
+ * file that is not a costs file is never replaced (the caller's path may name anything).
  * A measurement is kept only if the machine ran at its pace meanwhile (at_pace below). Other
  * entries share the file and its rules: a message's latency (links.c), the slowdown of
  * devices at once (costs_together.c), a tensor group's members (below).
+ *
+ * Processes add entries at once (concurrent plans, ranks, `--layout auto` runs): an entry is
+ * looked up without a lock (the file is replaced whole by a rename), and added under
+ * troupe's lock file beside it (tr_file.h: tr__file_keep_lock), held only to read the file
+ * again, merge, and write it: every process's entries are kept. The lock is never held while
+ * measuring; a holder that keeps it past LOCK_WAIT_MS (a process stopped there) is given up
+ * on, the file with it for the rest of the process: its entries are measured and not kept,
+ * and stderr says so once.
  */
 #include <errno.h>
 #include <math.h>
@@ -30,7 +38,31 @@
 #include "tr_file.h"
 
 #define FORMAT "troupe layer costs"
-enum { PASSES = 4 };
+enum { PASSES = 4, LOCK_WAIT_MS = 5000 };
+
+/* What each unit may be (planner.h): [lo, hi], or 0 where `none` allows it. */
+static const struct {
+  double lo, hi;
+  bool none;
+  const char *text;
+} units_of[] = {
+    [TR__COSTS_SECONDS] = {1e-9, 3600, false, "1 ns to 1 hour"},
+    [TR__COSTS_SECONDS_OR_0] = {1e-9, 3600, true, "0, or 1 ns to 1 hour"},
+    [TR__COSTS_PER_BYTE] = {1e-15, 1e-3, false, "1e-15 to 1e-3 s a byte"},
+    [TR__COSTS_PER_BYTE_OR_0] = {1e-15, 1e-3, true, "0, or 1e-15 to 1e-3 s a byte"},
+    [TR__COSTS_FACTOR] = {1, 1e4, false, "1 to 10000 times"},
+};
+
+/* The first of v[count] (cols a row) that its unit does not allow, or -1. */
+static long outside(const tr__costs_unit *units, int cols, const double *v, size_t count) {
+  for (size_t i = 0; i < count; i++) {
+    const tr__costs_unit u = units[i % (size_t)cols];
+    if (!(isfinite(v[i]) && ((v[i] == 0 && units_of[u].none) ||
+                             (v[i] >= units_of[u].lo && v[i] <= units_of[u].hi))))
+      return (long)i;
+  }
+  return -1;
+}
 
 /* A model's fingerprint: its name, and every tensor's name and shape and every layer's FLOPs
  * hashed (FNV-1a), so that a model changed under the same name is not taken for the old. */
@@ -105,8 +137,10 @@ static int open_costs(const char *path, const char *named_by, tr_checkpoint **ck
   return TR_EINVAL;
 }
 
-/* The entry, when it is of this version and young enough: 1 and v[rows × cols] filled. */
-static int cached(tr_checkpoint *ck, const char *name, int rows, int cols, double *v) {
+/* The entry, when it is of this version, young enough, and every number one its unit allows:
+ * 1 and v[rows × cols] filled. */
+static int cached(tr_checkpoint *ck, const char *name, int rows, int cols,
+                  const tr__costs_unit *units, double *v) {
   const char *version = tr_checkpoint_meta(ck, "troupe"), *when = tr_checkpoint_meta(ck, name);
   const tr_checkpoint_tensor *t = tr_checkpoint_find(ck, name);
   if (!version || strcmp(version, TR_VERSION_STRING) || !when || !t) return 0;
@@ -114,7 +148,20 @@ static int cached(tr_checkpoint *ck, const char *name, int rows, int cols, doubl
   const long long at = strtoll(when, &end, 10), now = (long long)time(NULL);
   if (*end || at > now || now - at > TR_PLAN_COSTS_MAX_AGE) return 0;
   const int64_t shape[2] = {rows, cols};
-  return tr_checkpoint_read(ck, name, TR_DTYPE_F64, 2, shape, v) == 0;
+  return tr_checkpoint_read(ck, name, TR_DTYPE_F64, 2, shape, v) == 0 &&
+         outside(units, cols, v, (size_t)rows * (size_t)cols) < 0;
+}
+
+/* Whether an entry of another process's may be kept: F64 numbers, none negative or not
+ * finite (what no unit allows; each is checked against its own when it is read). */
+static bool keepable(const tr_checkpoint_tensor *t) {
+  if (t->dtype != TR_DTYPE_F64) return false;
+  for (size_t i = 0; i < t->nbytes / sizeof(double); i++) {
+    double x;
+    memcpy(&x, (const char *)t->data + i * sizeof x, sizeof x); /* the data may be unaligned */
+    if (!isfinite(x) || x < 0) return false;
+  }
+  return true;
 }
 
 /* The file again with the new entry (the others of this version kept as they were). */
@@ -132,7 +179,7 @@ static int save(const char *path, tr_checkpoint *old, const char *name, int rows
   for (size_t i = 0; rc == 0 && keep && i < tr_checkpoint_count(old); i++) {
     const tr_checkpoint_tensor *t = tr_checkpoint_tensor_at(old, i);
     const char *at = tr_checkpoint_meta(old, t->name);
-    if (strcmp(t->name, name) == 0 || !at) continue;
+    if (strcmp(t->name, name) == 0 || !at || !keepable(t)) continue;
     rc = tr_checkpoint_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data);
     if (rc == 0) rc = tr_checkpoint_writer_put(w, t->name, at);
   }
@@ -197,7 +244,59 @@ static int at_pace(int (*measure)(void *arg, double *v, char *err, size_t n), vo
   return rc;
 }
 
+/* The path whose file keeps nothing more in this process (its lock stayed held, or is not
+ * troupe's where the path is the default one), said once. */
+static pthread_mutex_t none_mu = PTHREAD_MUTEX_INITIALIZER;
+static char none_path[4096];
+
+static bool keeps_none(const char *path) {
+  pthread_mutex_lock(&none_mu);
+  const bool none = strcmp(none_path, path) == 0;
+  pthread_mutex_unlock(&none_mu);
+  return none;
+}
+
+static void keep_none(const char *path, const char *why) {
+  pthread_mutex_lock(&none_mu);
+  if (strcmp(none_path, path)) {
+    snprintf(none_path, sizeof none_path, "%s", path);
+    fprintf(stderr, "troupe: %s; nothing there is changed: the costs this process measures "
+            "are not kept\n", why);
+  }
+  pthread_mutex_unlock(&none_mu);
+}
+
+/* Entry `name` added to the file at `path` under its lock: the file read again, so that what
+ * other processes added meanwhile is kept beside it. A path given (`given`) must take it:
+ * a file that is no longer one of costs, or a lock file that is not troupe's, is its error;
+ * the default path is a convenience. A lock held past LOCK_WAIT_MS keeps the entry out. */
+static int add(const char *path, const char *named_by, bool given, const char *name, int rows,
+               int cols, const double *v, char *err, size_t n) {
+  if (keeps_none(path)) return 0;
+  char *target = NULL, *lock = NULL, why[1024];
+  int fd = -1, rc = tr_file_output_target(path, &target);
+  if (rc) {
+    snprintf(why, sizeof why, "%s '%s': %s", named_by, path,
+             rc == TR_EIO ? strerror(ELOOP) : "out of memory");
+  } else {
+    rc = tr__file_keep_lock(target, named_by, path, LOCK_WAIT_MS, &fd, &lock, why, sizeof why);
+  }
+  free(target);
+  if (rc) {
+    if (given && rc == TR_EINVAL) return tr_errorf(err, n, rc, "costs: %s", why);
+    keep_none(path, why);
+    return 0;
+  }
+  tr_checkpoint *ck = NULL;
+  rc = open_costs(path, named_by, &ck, err, n);
+  if (rc == 0) rc = save(path, ck, name, rows, cols, v, err, n);
+  tr_checkpoint_close(ck);
+  tr__file_keep_unlock(fd, lock);
+  return given ? rc : 0;
+}
+
 static int entry(const tr_plan_costs_config *c, const char *name, int rows, int cols,
+                 const tr__costs_unit *units,
                  int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
                  double *v, bool *measured, char *err, size_t n) {
   const tr_plan_costs_config none = {0};
@@ -207,6 +306,7 @@ static int entry(const tr_plan_costs_config *c, const char *name, int rows, int 
   const bool env = getenv("TROUPE_COSTS") != NULL, given = c->path || env;
   const char *named_by = c->path ? "tr_plan_costs_config.path" : env ? "TROUPE_COSTS" : "costs";
   const char *path = c->path ? c->path : tr_plan_costs_default_path();
+  const size_t count = (size_t)rows * (size_t)cols;
   *measured = false;
   tr_checkpoint *ck = NULL;
   bool keep = *path != 0;
@@ -220,30 +320,34 @@ static int entry(const tr_plan_costs_config *c, const char *name, int rows, int 
     }
     keep = rc == 0;
   }
-  if (ck && !c->remeasure && cached(ck, name, rows, cols, v)) {
-    tr_checkpoint_close(ck);
-    return 0;
-  }
+  const bool hit = ck && !c->remeasure && cached(ck, name, rows, cols, units, v);
+  tr_checkpoint_close(ck);
+  if (hit) return 0;
   /* what is not a timing (figures in hand; none, where only the file may answer) is not
    * probed for the machine's pace */
   const bool timed = measure != tr__costs_not_kept && measure != in_hand;
-  int rc = timed ? at_pace(measure, arg, v, (size_t)rows * (size_t)cols, err, n)
-                 : measure(arg, v, err, n);
-  if (rc == 0) *measured = true;
-  if (rc == 0 && keep) {
-    rc = save(path, ck, name, rows, cols, v, err, n);
-    if (!given) rc = 0; /* measured all the same */
-  }
-  tr_checkpoint_close(ck);
-  return rc;
+  int rc = timed ? at_pace(measure, arg, v, count, err, n) : measure(arg, v, err, n);
+  if (rc) return rc;
+  *measured = true;
+  const long bad = outside(units, cols, v, count);
+  if (bad >= 0 && measure == in_hand)
+    return tr_errorf(err, n, TR_EINVAL, "costs: entry '%s': %g is not a cost (%s): not kept",
+                     name, v[bad], units_of[units[bad % cols]].text);
+  /* a measurement no machine makes (a clock too coarse to time a pass) is used, not kept */
+  return keep && bad < 0 ? add(path, named_by, given, name, rows, cols, v, err, n) : 0;
 }
 
 int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, int cols,
+                    const tr__costs_unit *units,
                     int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
                     double *v, char *err, size_t n) {
   bool measured;
-  return entry(c, name, rows, cols, measure, arg, v, &measured, err, n);
+  return entry(c, name, rows, cols, units, measure, arg, v, &measured, err, n);
 }
+
+/* A layer's four passes, each a time. */
+static const tr__costs_unit passes_units[PASSES] = {TR__COSTS_SECONDS, TR__COSTS_SECONDS,
+                                                    TR__COSTS_SECONDS, TR__COSTS_SECONDS};
 
 typedef struct passes_arg {
   const tr_model *m;
@@ -266,13 +370,13 @@ static int measure_passes(void *arg, double *v, char *err, size_t n) {
 }
 
 int tr__costs_keep(const tr_plan_costs_config *c, const char *name, int rows, int cols,
-                   const double *v, char *err, size_t n) {
+                   const tr__costs_unit *units, const double *v, char *err, size_t n) {
   tr_plan_costs_config write = c ? *c : (tr_plan_costs_config){0};
   write.remeasure = 1;
   in_hand_arg g = {.v = v, .count = (size_t)rows * (size_t)cols};
   double *kept = malloc(g.count * sizeof *kept);
   if (kept == NULL) return TR_ENOMEM;
-  const int rc = tr__costs_entry(&write, name, rows, cols, in_hand, &g, kept, err, n);
+  const int rc = tr__costs_entry(&write, name, rows, cols, units, in_hand, &g, kept, err, n);
   free(kept);
   return rc;
 }
@@ -294,8 +398,9 @@ int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_pla
   const bool only = c && c->layers_cached;
   double *v = malloc((size_t)L * PASSES * sizeof *v);
   if (v == NULL) return TR_ENOMEM;
-  const int rc = entry(c, name, L, PASSES, only ? tr__costs_not_kept : measure_passes, only ? (void *)name : &a,
-                       v, measured, err, n);
+  const int rc = entry(c, name, L, PASSES, passes_units,
+                       only ? tr__costs_not_kept : measure_passes, only ? (void *)name : &a, v,
+                       measured, err, n);
   for (int l = 0; rc == 0 && l < L; l++)
     times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],
                                 .backward_input = v[l * PASSES + 2],
@@ -388,8 +493,8 @@ int tr__costs_member_times(tr_model *const *m, tr_device_list *devs, int T, int 
   if (rc == 0) {
     *g = (members){.m = m, .devs = devs, .T = T, .batch = batch,
                    .reps = c && c->reps > 0 ? c->reps : 5};
-    rc = entry(c, name, L, PASSES, only ? tr__costs_not_kept : measure_members, only ? (void *)name : g, v,
-               measured, err, n);
+    rc = entry(c, name, L, PASSES, passes_units, only ? tr__costs_not_kept : measure_members,
+               only ? (void *)name : g, v, measured, err, n);
   }
   for (int l = 0; rc == 0 && l < L; l++)
     times[l] = (tr_layer_times){.forward = v[l * PASSES], .backward = v[l * PASSES + 1],

@@ -62,7 +62,8 @@ int tr__costs_bandwidth(tr_device *d, const tr_plan_costs_config *c, double *per
   char name[256];
   tr__costs_key(d, "copy per byte, 64 MiB", name, sizeof name);
   const bool only = c && c->layers_cached; /* 128 MiB: not before a run */
-  int rc = tr__costs_entry(c, name, 1, 1, only ? tr__costs_not_kept : measure_bandwidth,
+  int rc = tr__costs_entry(c, name, 1, 1, (const tr__costs_unit[]){TR__COSTS_PER_BYTE},
+                           only ? tr__costs_not_kept : measure_bandwidth,
                            only ? (void *)name : (void *)d, per_byte, err, n);
   if (rc == TR_ESTATE && only) *per_byte = 0, rc = 0; /* not kept: none */
   return rc;
@@ -143,7 +144,8 @@ int tr__costs_overhead(const tr_device *d, const tr_plan_costs_config *c, tr__pl
   tr__costs_key(d, "runtime step", name, sizeof name);
   overhead_arg a = {.d = d, .bare = bare};
   const bool only = c && c->layers_cached; /* a run of its own: not before a run */
-  int rc = tr__costs_entry(c, name, 1, 1, only ? tr__costs_not_kept : measure_overhead,
+  int rc = tr__costs_entry(c, name, 1, 1, (const tr__costs_unit[]){TR__COSTS_SECONDS_OR_0},
+                           only ? tr__costs_not_kept : measure_overhead,
                            only ? (void *)name : (void *)&a, seconds, err, n);
   if (rc == TR_ESTATE && only) *seconds = 0, rc = 0; /* not kept: none assumed */
   return rc;

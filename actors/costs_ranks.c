@@ -17,6 +17,10 @@
 /* A message of one activation to a bucket of gradients and beyond (mlp's are 1 and 4 MiB). */
 static const size_t SIZES[] = {4 << 10, 256 << 10, 1 << 20, 4 << 20};
 enum { NSIZES = sizeof SIZES / sizeof SIZES[0], HOST = 64, MAX_RANKS = TR_PLAN_MAX_DEVICES };
+/* A message's line and a sum's: each a start (0 where the fit went through the origin) and a
+ * time per byte (0 where the times did not grow with the bytes). */
+static const tr__costs_unit LINES[4] = {TR__COSTS_SECONDS_OR_0, TR__COSTS_PER_BYTE_OR_0,
+                                        TR__COSTS_SECONDS_OR_0, TR__COSTS_PER_BYTE_OR_0};
 
 void tr__costs_fit_line(const double *x, const double *y, int n, double *alpha,
                         double *per_unit) {
@@ -71,8 +75,8 @@ int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config 
   const tr_plan_costs_config read = {.path = c ? c->path : NULL};
   char why[256];
   if (tr_world_rank(w) == 0)
-    mine.kept = tr__costs_entry(&read, name, 1, 4, tr__costs_not_kept, name, mine.v, why,
-                                sizeof why) == 0 && !(c && c->remeasure);
+    mine.kept = tr__costs_entry(&read, name, 1, 4, LINES, tr__costs_not_kept, name, mine.v,
+                                why, sizeof why) == 0 && !(c && c->remeasure);
   if (tr_world_allgather(w, &mine, sizeof mine, all))
     return tr_errorf(err, n, TR_ESYS, "costs: the ranks could not share the links' costs");
   double *v = all[0].v;
@@ -84,7 +88,7 @@ int tr__costs_ranks(tr_world *w, const tr_device *d, const tr_plan_costs_config 
     tr__costs_fit_line(x, message, NSIZES, &v[0], &v[1]);
     tr__costs_fit_line(x, sum, NSIZES, &v[2], &v[3]);
     if (tr_world_rank(w) == 0) /* a file that is not one of costs keeps them from the next */
-      (void)tr__costs_keep(&read, name, 1, 4, v, why, sizeof why);
+      (void)tr__costs_keep(&read, name, 1, 4, LINES, v, why, sizeof why);
   }
   out->message = v[0], out->message_per_byte = v[1];
   out->sum = v[2], out->sum_per_byte = v[3];

@@ -90,5 +90,6 @@ int tr__costs_step(const tr_model *m, tr_device *d, const tr_optim_config *o, bo
   tr__costs_step_name(m, d, o, norm, first, end, name, sizeof name);
   step_arg a = {.m = m, .d = d, .o = o, .first = first, .end = end,
                 .norm = norm && !(o->clip > 0)}; /* clipping computes it within the step */
-  return tr__costs_entry(c, name, 1, 1, measure_step, &a, seconds, err, n);
+  return tr__costs_entry(c, name, 1, 1, (const tr__costs_unit[]){TR__COSTS_SECONDS}, measure_step,
+                         &a, seconds, err, n);
 }

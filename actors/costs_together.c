@@ -153,7 +153,8 @@ int tr__costs_together(const tr_model *m, tr_device_list *devs, int k, int batch
   if (t == NULL) return TR_ENOMEM;
   *t = (together){.m = m, .devs = devs, .k = k, .batch = batch};
   const bool only = c && c->layers_cached; /* k copies of the model: not before a run */
-  int rc = tr__costs_entry(c, name, 1, 1, only ? tr__costs_not_kept : measure_together,
+  int rc = tr__costs_entry(c, name, 1, 1, (const tr__costs_unit[]){TR__COSTS_FACTOR},
+                           only ? tr__costs_not_kept : measure_together,
                            only ? (void *)name : t, slowdown, err, n);
   if (rc == TR_ESTATE && only) *slowdown = 1, rc = 0; /* not kept: none assumed */
   /* k threads on fewer CPUs than k cannot each have more than cpus / k of one: a factor

@@ -95,5 +95,6 @@ int tr__costs_link(tr_device *d, const tr_plan_costs_config *c, double *latency,
                    size_t n) {
   char name[256];
   tr__costs_key(d, "link latency", name, sizeof name);
-  return tr__costs_entry(c, name, 1, 1, measure_link, NULL, latency, err, n);
+  return tr__costs_entry(c, name, 1, 1, (const tr__costs_unit[]){TR__COSTS_SECONDS}, measure_link,
+                         NULL, latency, err, n);
 }

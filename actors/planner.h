@@ -17,15 +17,28 @@ int tr__costs_cut(const tr_model *m, tr_device *d, const tr_job_config *c, int *
 /* The file of costs' key for `what` on d's kind of device (its kind, model and ISA). */
 void tr__costs_key(const tr_device *d, const char *what, char *out, size_t n);
 
-/* Entry `name` of the file of costs `c` (rows × cols numbers, into v), or measured by
- * measure(arg, v) and kept there (costs.c). */
+/* What a number of the file of costs is, and so what a machine can make of it (costs.c): a
+ * number outside that range (not finite, 0 where nothing is not a cost, 1e-300 s or 1e300 s
+ * for a pass) is never taken from the file, where it is measured again, nor kept there. */
+typedef enum tr__costs_unit {
+  TR__COSTS_SECONDS,      /* a pass, a step, a hand-over: 1 ns to 1 hour */
+  TR__COSTS_SECONDS_OR_0, /* the same, or 0: none (the runtime's own work, a line's start) */
+  TR__COSTS_PER_BYTE,     /* seconds a byte: 1e-15 (a PB/s) to 1e-3 (a kB/s) */
+  TR__COSTS_PER_BYTE_OR_0,
+  TR__COSTS_FACTOR,       /* a slowdown: 1 to 10^4 */
+} tr__costs_unit;
+
+/* Entry `name` of the file of costs `c` (rows × cols numbers, into v; units[j] the unit of
+ * column j), or measured by measure(arg, v) and kept there (costs.c). */
 int tr__costs_entry(const tr_plan_costs_config *c, const char *name, int rows, int cols,
+                    const tr__costs_unit *units,
                     int (*measure)(void *arg, double *v, char *err, size_t n), void *arg,
                     double *v, char *err, size_t n);
 
-/* Figures in hand kept as entry `name` of the file of costs `c`, whatever it had. */
+/* Figures in hand kept as entry `name` of the file of costs `c`, whatever it had; TR_EINVAL
+ * for a number outside its unit's range (err names it). */
 int tr__costs_keep(const tr_plan_costs_config *c, const char *name, int rows, int cols,
-                   const double *v, char *err, size_t n);
+                   const tr__costs_unit *units, const double *v, char *err, size_t n);
 
 /* The machine's pace (costs_pace.c): the seconds a fixed piece of work takes now (the
  * process's fastest kept), and the fastest this process has timed (timing one if none). */

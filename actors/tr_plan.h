@@ -96,7 +96,15 @@ TR_API int tr_plan_simulate(const tr_schedule *sc, const tr_plan_costs *c, tr_pl
  * of troupe, or when asked to (`remeasure`). A measurement taken while the machine ran more
  * than a quarter slower than its pace (a short fixed piece of work timed before and after it,
  * against the fastest this process has timed) is taken once more when the pace is back, half
- * a second at most later, and the attempt at the faster pace kept.
+ * a second at most later, and the attempt at the faster pace kept. A number no machine takes
+ * (not finite, not positive, a pass under a nanosecond or over an hour) is never taken from
+ * the file: it is measured again, and its measurement kept in its place.
+ *
+ * Processes may plan at once on one file: each adds what it measured under troupe's lock
+ * file beside it (".costs.safetensors.troupe-lock"), held only to read the file again,
+ * merge what the others added, and write it, never while measuring; so every process's
+ * entries are kept. A holder that keeps the lock for more than 5 s (a process stopped
+ * there) is given up on: the entries are measured and not kept, and stderr says so once.
  *
  *   tr_layer_times t[64];
  *   bool measured;
@@ -110,8 +118,10 @@ TR_API int tr_plan_simulate(const tr_schedule *sc, const tr_plan_costs *c, tr_pl
 typedef struct tr_plan_costs_config {
   /* The file. NULL: tr_plan_costs_default_path() (its directory made; where it cannot be
    * read or written, the layers are measured and nothing kept); "": no file, measure. A path
-   * given must be a file of costs or nothing yet: anything else is refused (TR_EINVAL),
-   * never replaced. */
+   * given must be a file of costs or nothing yet: anything else (a checkpoint, a FIFO, a
+   * device, a symlink to such) is refused (TR_EINVAL), never replaced, and so is a lock file
+   * beside it that is not troupe's. A symlink to a file of costs is written through, and a
+   * rewrite keeps the file's mode. */
   const char *path;
   int remeasure; /* measure even what the file has, and keep the new times */
   int reps;      /* rounds of measurement (the median of each pass is kept); 0: 5 */

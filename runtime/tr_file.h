@@ -116,6 +116,18 @@ int tr__file_lock_claim(int fd);
 bool tr__file_lock_current(int fd, const char *lock);
 void tr__file_lock_remove(int fd, const char *lock);
 
+/* Internal (file_keep.c): the lock of a file troupe keeps between runs (the costs, the GEMM's
+ * choices), held only to read it and add to it: tr__file_lock_open's lock file beside
+ * `target`, its flock waited for up to `wait_ms` and then given up on (never a blocking
+ * wait: a holder may be stopped), and claimed. 0 with *fd and *lock (give both to
+ * tr__file_keep_unlock, which removes the lock file and lets go); TR_EINVAL when what is at
+ * the lock file's name is not troupe's, TR_ETIMEDOUT when another process held it all that
+ * time ("costs '/x/c.st': another process held its lock file '/x/.c.st.troupe-lock' for more
+ * than 5000 ms"), TR_EIO, TR_ENOMEM; err names the file. */
+int tr__file_keep_lock(const char *target, const char *what, const char *path, int wait_ms,
+                       int *fd, char **lock, char *err, size_t err_size);
+void tr__file_keep_unlock(int fd, char *lock);
+
 /* Internal (file_atomic.c, trace_json.c and the probe above): the temporary file that
  * replaces `base` in `dir`, "<dir>/.<base>.tmp.<16 hex digits>" (the base cut to 200 bytes so
  * the name stays within NAME_MAX), created exclusively, mode 0666 less the umask, and

@@ -1,33 +1,45 @@
 /* host_choices_file.c — the file where the host GEMM's choices per shape are kept between
- * processes (host_choose.h): plain text, one line per choice,
+ * processes (host_choose.h): plain text, a first line that says what it is, then one line
+ * per choice,
  *
+ *   # troupe gemm-choices 1
  *   <machine and libraries> TAB <key> TAB <library> TAB <median ns of each candidate>
  *
  * beside the planner's file of costs. The planner (actors/) owns that file and sits above
  * gpu/, so the GEMM keeps its own, found the same way: $TROUPE_GEMM_CHOICES (empty: none),
  * else the folder of $TROUPE_COSTS, else $XDG_CACHE_HOME/troupe or ~/.cache/troupe.
  *
- * A lock file beside it (flock) is held while the file is read and a line added: a process
- * that measured a key adds its choice only if no other process added one meanwhile, and
- * otherwise takes that one, so that processes never decide a key apart; lines are only added, through a temporary file renamed over the old,
- * never over something that is not a regular file. Lines of other machines or libraries are
- * kept as they are; past MAX_LINES the oldest go. */
+ * The path is the user's, and may name anything: the file is read, and replaced, only when
+ * it is one of troupe's files of choices (its first line, or every line a choice: the format
+ * before the first line was written), empty, or absent. Anything else (other text, a
+ * checkpoint, more than MAX_BYTES, a FIFO or a device, a symlink to such) is never read as
+ * choices, replaced or truncated: the process measures as it would and keeps none, and says
+ * so once on stderr, naming the variable and the file. Opens never wait on a FIFO.
+ *
+ * Troupe's lock file beside it (tr_file.h: tr__file_keep_lock) is held while the file is
+ * read and a line added: a process that measured a key adds its choice only if no other
+ * process added one meanwhile, and otherwise takes that one, so that processes never decide
+ * a key apart. A line is added by writing the whole file again into an exclusive temporary
+ * file of an unpredictable name beside it (tr__file_temp_beside), with the old file's mode
+ * and, where the process may, its owner, renamed over it; a symlink is written through and
+ * stays a link. Lines of other machines or libraries are kept as they are; past MAX_LINES
+ * the oldest go. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "host_choose.h"
+#include "tr_file.h"
 
 #define FILE_NAME "gemm-choices"
-enum { MAX_LINES = 4096 };
+#define HEADER "# troupe gemm-choices 1\n"
+enum { MAX_LINES = 4096, MAX_BYTES = 16 << 20 };
 
 void tr__gemm_file_path(char *out, size_t n) {
   const char *env = getenv("TROUPE_GEMM_CHOICES"), *costs = getenv("TROUPE_COSTS");
@@ -40,6 +52,14 @@ void tr__gemm_file_path(char *out, size_t n) {
     else snprintf(out, n, FILE_NAME);
   } else if (xdg && *xdg) snprintf(out, n, "%s/troupe/" FILE_NAME, xdg);
   else if (home && *home) snprintf(out, n, "%s/.cache/troupe/" FILE_NAME, home);
+}
+
+/* What names the path, for messages: the variable that gave it. */
+static const char *named_by(void) {
+  const char *costs = getenv("TROUPE_COSTS");
+  return getenv("TROUPE_GEMM_CHOICES")  ? "TROUPE_GEMM_CHOICES"
+         : costs && *costs              ? "gemm-choices beside TROUPE_COSTS"
+                                        : "the GEMM's choices";
 }
 
 /* mkdir -p of path's folder */
@@ -58,44 +78,104 @@ static void make_folder(const char *path) {
   (void)mkdir(dir, 0777);
 }
 
-/* The lock is held only to read and to add a line, never while measuring; a holder that
- * does not let go within LOCK_WAIT_MS (a process stopped there, or a child that inherited
- * the lock) is given up on, and the lock with it for the rest of the process: no product
- * waits on it twice. */
+/* ---- a path that keeps nothing ------------------------------------------------------------ */
+
+/* The path whose file keeps no choices in this process (it is not one, or its lock cannot be
+ * had), said once. The lock is held only to read and to add a line, never while measuring;
+ * a holder that does not let go within LOCK_WAIT_MS (a process stopped there, or a child
+ * that inherited the lock) is given up on, and the file with it for the rest of the process:
+ * no product waits on it twice. */
 enum { LOCK_WAIT_MS = 1000 };
-static _Atomic int given_up;
+static pthread_mutex_t none_mu = PTHREAD_MUTEX_INITIALIZER;
+static char none_path[4096];
 
-int tr__gemm_file_lock(const char *path) {
-  if (!path[0] || atomic_load(&given_up)) return -1;
-  char lock[4200];
-  snprintf(lock, sizeof lock, "%s.lock", path);
-  make_folder(path);
-  const int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
-  for (int ms = 0; ms < LOCK_WAIT_MS; ms++) {
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
-    if (errno != EWOULDBLOCK && errno != EINTR) break;
-    nanosleep(&(struct timespec){0, 1000000}, NULL);
+static bool keeps_none(const char *path) {
+  pthread_mutex_lock(&none_mu);
+  const bool none = !strcmp(none_path, path);
+  pthread_mutex_unlock(&none_mu);
+  return none;
+}
+
+/* why: "TROUPE_GEMM_CHOICES 'x': what is wrong" */
+static void keep_none(const char *path, const char *why) {
+  pthread_mutex_lock(&none_mu);
+  if (strcmp(none_path, path)) {
+    snprintf(none_path, sizeof none_path, "%s", path);
+    fprintf(stderr, "troupe: %s; nothing there is changed: the GEMM's choices are measured "
+            "and none kept (name another file in TROUPE_GEMM_CHOICES, or set it empty for "
+            "none)\n", why);
   }
-  atomic_store(&given_up, 1);
+  pthread_mutex_unlock(&none_mu);
+}
+
+/* ---- reading ------------------------------------------------------------------------------ */
+
+/* Whether text is a file of choices of the format before the header: every line a choice,
+ * its key as host_choose.c's key_text writes it. */
+static bool former_format(const char *text) {
+  for (const char *line = text; *line;) {
+    const char *end = strchr(line, '\n'), *key = strchr(line, '\t');
+    if (!end) end = line + strlen(line);
+    char ops[3], type[5];
+    int n, k, b, used = 0;
+    if (!key || key > end ||
+        sscanf(key + 1, "%2[NT] N%d K%d x%d %4[bf1632]%n", ops, &n, &k, &b, type, &used) != 5 ||
+        key[1 + used] != '\t')
+      return false;
+    line = *end ? end + 1 : end;
+  }
+  return true;
+}
+
+/* The file at path, read when it is one of choices: 0 with *text (NULL: absent or empty)
+ * and, when it is there, *st (lstat of what a write replaces: its target); -1 when it is not
+ * one, why saying what it is. */
+static int read_choices(const char *path, char **text, struct stat *st, bool *there, char *why,
+                        size_t n) {
+  *text = NULL;
+  *there = false;
+  const char *what = named_by();
+  if (stat(path, st) != 0 && errno == ENOENT) return 0; /* a dangling link too: written through */
+  int fd;
+  uint64_t size;
+  char err[512];
+  if (tr_file_open_regular(path, what, &fd, &size, err, sizeof err)) { /* no wait on a FIFO */
+    snprintf(why, n, "%s", err);
+    return -1;
+  }
+  *there = true;
+  int rc = fstat(fd, st) == 0 ? 0 : -1;
+  if (rc) snprintf(why, n, "%s '%s': %s", what, path, strerror(errno));
+  else if (size > MAX_BYTES)
+    rc = -1, snprintf(why, n, "%s '%s': %llu bytes, more than a file of GEMM choices holds "
+                      "(%d MiB): not one", what, path, (unsigned long long)size, MAX_BYTES >> 20);
+  char *t = rc == 0 ? malloc(size + 1) : NULL;
+  if (rc == 0 && !t) rc = -1, snprintf(why, n, "%s '%s': out of memory", what, path);
+  if (rc == 0 && tr_file_read_at(fd, t, size, 0, what, path, err, sizeof err))
+    rc = -1, snprintf(why, n, "%s", err);
   close(fd);
-  return -1;
+  if (rc) {
+    free(t);
+    return rc;
+  }
+  t[size] = 0;
+  if (size && strncmp(t, HEADER, strlen(HEADER)) && !former_format(t)) {
+    snprintf(why, n, "%s '%s': not a file of GEMM choices (its first line is not '%.*s')",
+             what, path, (int)strlen(HEADER) - 1, HEADER);
+    free(t);
+    return -1;
+  }
+  if (size) *text = t;
+  else free(t);
+  return 0;
 }
 
-void tr__gemm_file_unlock(int fd) {
-  if (fd >= 0) close(fd); /* the lock goes with it */
-}
-
-/* The file's text, NUL-terminated (NULL when absent, unreadable or not a regular file). */
+/* The file's text, or NULL (absent, empty, or not a file of choices: then it keeps none). */
 static char *slurp(const char *path) {
+  char *text, why[1024];
   struct stat st;
-  if (lstat(path, &st) || !S_ISREG(st.st_mode) || st.st_size > (16 << 20)) return NULL;
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *text = malloc((size_t)st.st_size + 1);
-  size_t got = text ? fread(text, 1, (size_t)st.st_size, f) : 0;
-  fclose(f);
-  if (text) text[got] = 0;
+  bool there;
+  if (read_choices(path, &text, &st, &there, why, sizeof why)) keep_none(path, why);
   return text;
 }
 
@@ -147,33 +227,85 @@ int tr__gemm_file_known(const char *path, const char *sig, const char *key, char
   return found;
 }
 
+/* ---- the lock ----------------------------------------------------------------------------- */
+
+int tr__gemm_file_lock(const char *path, tr__gemm_file_held *held) {
+  *held = (tr__gemm_file_held){.fd = -1};
+  if (!path[0] || keeps_none(path)) return -1;
+  make_folder(path);
+  char *target = NULL, why[1024];
+  if (tr_file_output_target(path, &target)) {
+    snprintf(why, sizeof why, "%s '%s': %s", named_by(), path, strerror(ELOOP));
+    keep_none(path, why);
+    return -1;
+  }
+  const int rc = tr__file_keep_lock(target, named_by(), path, LOCK_WAIT_MS, &held->fd,
+                                    &held->lock, why, sizeof why);
+  free(target);
+  if (rc) keep_none(path, why);
+  return rc ? -1 : 0;
+}
+
+void tr__gemm_file_unlock(tr__gemm_file_held *held) {
+  tr__file_keep_unlock(held->fd, held->lock);
+  *held = (tr__gemm_file_held){.fd = -1};
+}
+
+/* ---- adding a line ------------------------------------------------------------------------ */
+
+static bool write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    const ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return false;
+    p += k, n -= (size_t)k;
+  }
+  return true;
+}
+
+/* The lines of text after the header, the newest MAX_LINES - 2 of them (with the header and
+ * the line added, MAX_LINES): shapes that tests draw at random would grow it for ever. */
+static const char *newest(const char *text) {
+  if (!strncmp(text, HEADER, strlen(HEADER))) text += strlen(HEADER);
+  size_t lines = 0;
+  for (const char *p = text; *p; p++) lines += *p == '\n';
+  for (; lines > MAX_LINES - 2 && *text; lines--) {
+    const char *nl = strchr(text, '\n');
+    text = nl ? nl + 1 : text + strlen(text);
+  }
+  return text;
+}
+
 void tr__gemm_file_add(const char *path, const char *line) {
+  char *old = NULL, *target = NULL, *tmp = NULL, why[1024];
   struct stat st;
-  if (!path[0] || (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))) return;
-  char *old = slurp(path);
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) {
-    free(old);
+  bool there;
+  if (!path[0] || keeps_none(path)) return;
+  if (read_choices(path, &old, &st, &there, why, sizeof why)) {
+    keep_none(path, why);
     return;
   }
-  int ok = 1;
-  if (old && old[0]) {
-    /* the newest MAX_LINES - 1 lines kept: shapes that tests draw at random would otherwise
-     * grow it for ever */
-    const char *from = old;
-    size_t lines = 0;
-    for (const char *p = old; *p; p++) lines += *p == '\n';
-    for (; lines >= MAX_LINES && *from; lines--) {
-      const char *nl = strchr(from, '\n');
-      from = nl ? nl + 1 : from + strlen(from);
-    }
-    const size_t len = strlen(from);
-    ok = fwrite(from, 1, len, f) == len && (!len || from[len - 1] == '\n' || fputc('\n', f) != EOF);
+  const int fd = tr_file_output_target(path, &target) ? -1 : tr__file_temp_beside(target, &tmp);
+  bool ok = fd >= 0;
+  if (ok && there) {
+    /* the file's mode, and its owner and group where this process may give them (a user's
+     * other group, or any as root) */
+    ok = fchmod(fd, st.st_mode & 07777) == 0;
+    if (fchown(fd, st.st_uid, st.st_gid) != 0) (void)fchown(fd, (uid_t)-1, st.st_gid);
   }
-  ok = ok && fprintf(f, "%s\n", line) > 0;
-  ok = (fclose(f) == 0) && ok;
-  if (!ok || rename(tmp, path)) unlink(tmp);
+  const char *keep = old ? newest(old) : "";
+  const size_t len = strlen(keep);
+  ok = ok && write_all(fd, HEADER, strlen(HEADER)) && write_all(fd, keep, len) &&
+       (!len || keep[len - 1] == '\n' || write_all(fd, "\n", 1)) &&
+       write_all(fd, line, strlen(line)) && write_all(fd, "\n", 1);
+  if (fd >= 0) ok = close(fd) == 0 && ok;
+  /* what the rename replaces is still what was read (or nothing, as it was) */
+  struct stat now;
+  const bool same = lstat(target ? target : path, &now) == 0
+                        ? there && now.st_dev == st.st_dev && now.st_ino == st.st_ino
+                        : errno == ENOENT && !there;
+  if (tmp && (!ok || !same || rename(tmp, target))) unlink(tmp);
+  free(tmp);
+  free(target);
   free(old);
 }

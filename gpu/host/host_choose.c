@@ -242,16 +242,17 @@ static int decide(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn run, cho
     for (int j = 0; j < nc; j++)
       if (!strcmp(libs[cand[j]]->name, name)) return e->lib = cand[j], 0;
   for (int pass = 0; pass < 2; pass++) {
-    const int fd = tr__gemm_file_lock(path);
-    if (fd >= 0 && tr__gemm_file_find(path, sig, kt, name, sizeof name))
+    tr__gemm_file_held held;
+    const int locked = tr__gemm_file_lock(path, &held) == 0;
+    if (locked && tr__gemm_file_find(path, sig, kt, name, sizeof name))
       for (int j = 0; j < nc; j++)
         if (!strcmp(libs[cand[j]]->name, name)) {
           e->lib = cand[j];
-          tr__gemm_file_unlock(fd);
+          tr__gemm_file_unlock(&held);
           return 0;
         }
     if (pass == 1) {
-      if (fd >= 0) {
+      if (locked) {
         char line[2048];
         snprintf(line, sizeof line, "%s\t%s\t%s\t", sig, kt, libs[e->lib]->name);
         for (int j = 0; j < nc; j++)
@@ -259,10 +260,10 @@ static int decide(tr_stream *s, const tr__gemm_args *g, tr__gemm_run_fn run, cho
                    libs[cand[j]]->name, e->ns[cand[j]]);
         tr__gemm_file_add(path, line);
       }
-      tr__gemm_file_unlock(fd);
+      tr__gemm_file_unlock(&held);
       break;
     }
-    tr__gemm_file_unlock(fd);
+    tr__gemm_file_unlock(&held);
     const int rc = measure(s, g, cand, nc, run, e->ns, &e->lib);
     if (rc) return rc;
     e->measured = 1;

@@ -28,7 +28,9 @@
  * gemm-choices beside the planner's file of costs: the folder of $TROUPE_COSTS, else
  * ~/.cache/troupe), one line per key and machine, so that a later process decides alike
  * without measuring; the file is locked while a key is decided, so processes that run at
- * once (ranks, a test and its resumption) decide alike too. */
+ * once (ranks, a test and its resumption) decide alike too. A path that holds anything but
+ * such a file (its first line says so) is left as it is: the choices are measured and none
+ * kept, and stderr says so once. */
 #ifndef TR_HOST_CHOOSE_H
 #define TR_HOST_CHOOSE_H
 
@@ -74,18 +76,24 @@ void tr__host_gemm_forget(void);
 /* Keys measured in this process so far. */
 long tr__host_gemm_measurements(void);
 
-/* host_choices_file.c: the file of choices. The path ("" when there is none); lock (an fd, or
- * -1 when the file cannot be had: the choice is then measured and not kept); the choice for
- * (sig, key) into choice[n] (1 found, 0 not); a line added (temp file and rename, never over
- * something that is not a regular file); unlock. */
+/* host_choices_file.c: the file of choices. The path ("" when there is none); lock (0, or -1
+ * when the file cannot be had: the choice is then measured and not kept); the choice for
+ * (sig, key) into choice[n] (1 found, 0 not); a line added (the file written again into a
+ * temporary file of its own and renamed over it, never over something that is not a file of
+ * choices); unlock. A path whose file is not one of choices, or whose lock is not troupe's
+ * or stays held, keeps nothing for the rest of the process, said once on stderr. */
 void tr__gemm_file_path(char *out, size_t n);
 /* (sig, key) in the file as this process first read it (no lock) */
 int tr__gemm_file_known(const char *path, const char *sig, const char *key, char *choice,
                         size_t n);
-int tr__gemm_file_lock(const char *path);
+typedef struct tr__gemm_file_held {
+  int fd;     /* -1: none */
+  char *lock; /* the lock file's name */
+} tr__gemm_file_held;
+int tr__gemm_file_lock(const char *path, tr__gemm_file_held *held);
 int tr__gemm_file_find(const char *path, const char *sig, const char *key, char *choice,
                        size_t n);
 void tr__gemm_file_add(const char *path, const char *line);
-void tr__gemm_file_unlock(int fd);
+void tr__gemm_file_unlock(tr__gemm_file_held *held);
 
 #endif

@@ -7,10 +7,11 @@
  * the median of alternating alone and together phases: one phase slowed by a neighbour's
  * burst does not move it; measured, it is kept and read back. A device's optimizer step is
  * kept for its own layers and optimizer. A measurement during which other threads took the
- * CPUs is taken again once they are gone, and twice at most while they stay.
+ * CPUs is taken again once they are gone, and twice at most while they stay. The file's
+ * guarantees as a file (links, devices, modes, its lock, concurrent writers, impossible
+ * costs) are test_costs_file.c's.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -27,49 +28,7 @@
 
 #include "troupe.h"
 #include "planner.h" /* tr__costs_together, its ratio; tr__costs_step */
-
-enum { L = 3 }; /* mlp of depth 2: linear, relu, linear */
-
-typedef struct fixture {
-  char dir[64], path[128];
-  tr_device_list *devs;
-  tr_device *dev;
-  tr_model *m;
-} fixture;
-
-static int setup(void **state) {
-  fixture *f = calloc(1, sizeof *f);
-  snprintf(f->dir, sizeof f->dir, "/tmp/troupe-costs-XXXXXX");
-  if (!f || !mkdtemp(f->dir)) return -1;
-  snprintf(f->path, sizeof f->path, "%s/costs.safetensors", f->dir);
-  char err[256];
-  if (tr_device_list_open(&f->devs, "host:1", err, sizeof err) || tr_model_mlp(&f->m, 16, 2))
-    return -1;
-  f->dev = tr_device_list_at(f->devs, 0);
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  char cmd[160];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", f->dir);
-  if (system(cmd) != 0) return -1;
-  tr_model_free(f->m);
-  tr_device_list_close(f->devs);
-  free(f);
-  return 0;
-}
-
-/* times of f->m at `batch` through `path`; whether they were measured. */
-static bool times_of(fixture *f, const tr_model *m, int batch, const tr_plan_costs_config *c,
-                     tr_layer_times *t) {
-  bool measured;
-  char err[512] = "";
-  const int rc = tr_plan_layer_times(m, f->dev, batch, c, t, &measured, err, sizeof err);
-  if (rc) fail_msg("tr_plan_layer_times: %s (%d)", err, rc);
-  return measured;
-}
+#include "costs_fixture.h"
 
 static void costs_are_measured_once_and_reused(void **state) {
   fixture *f = *state;
@@ -139,17 +98,6 @@ static void stale_entries_and_other_versions_are_measured_again(void **state) {
   assert_false(times_of(f, f->m, 4, &c, t));
 }
 
-/* What is at a path given and is not a file of costs is not ours: refused, left as it was. */
-static void expect_refused(fixture *f, const char *path, const char *want) {
-  tr_layer_times t[L];
-  bool measured = true;
-  char err[512] = "";
-  assert_int_equal(tr_plan_layer_times(f->m, f->dev, 4, &(tr_plan_costs_config){.path = path},
-                                       t, &measured, err, sizeof err),
-                   TR_EINVAL);
-  if (!strstr(err, want)) fail_msg("the error \"%s\" does not say \"%s\"", err, want);
-  assert_false(measured);
-}
 
 static void what_is_not_a_costs_file_is_refused_and_kept(void **state) {
   fixture *f = *state;
@@ -325,7 +273,8 @@ static int attempt(void *arg, double *v, char *err, size_t n) {
 static int timed_busy(fixture *f, attempts *a, double *v) {
   const tr_plan_costs_config c = {.path = f->path};
   char err[512] = "";
-  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, attempt, a, v, err, sizeof err), 0);
+  assert_int_equal(tr__costs_entry(&c, "busy", 1, 1, &seconds, attempt, a, v, err, sizeof err),
+                   0);
   busy_stop(&a->b);
   return a->calls;
 }
@@ -363,8 +312,9 @@ static void more_devices_than_cpus_are_that_much_slower(void **state) {
   snprintf(name + strlen(name), sizeof name - strlen(name), "|together %d", k);
   const tr_plan_costs_config c = {.path = f->path};
   const double alike = 1; /* the file says: no slower together */
+  const tr__costs_unit factor = TR__COSTS_FACTOR;
   double v;
-  assert_int_equal(tr__costs_keep(&c, name, 1, 1, &alike, err, sizeof err), 0);
+  assert_int_equal(tr__costs_keep(&c, name, 1, 1, &factor, &alike, err, sizeof err), 0);
   assert_int_equal(tr__costs_together(f->m, devs, k, 4, &c, &v, err, sizeof err), 0);
   assert_true(v == 2.0);
   tr_device_list_close(devs);

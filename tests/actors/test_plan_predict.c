@@ -130,20 +130,21 @@ static int bare(const char *spec, double *step_seconds, char *err, size_t n) {
   return rc;
 }
 
-/* Entry `key` of the file of costs set to `value` (as if measured so). */
-static void put(const char *key, double value) {
+/* Entry `key` of the file of costs, a number of `unit`, set to `value` (as if measured so). */
+static void put(const char *key, tr__costs_unit unit, double value) {
   char err[512] = "";
-  if (tr__costs_keep(NULL, key, 1, 1, &value, err, sizeof err)) fail_msg("%s: %s", key, err);
+  if (tr__costs_keep(NULL, key, 1, 1, &unit, &value, err, sizeof err))
+    fail_msg("%s: %s", key, err);
 }
 
-/* No hand-overs and no runtime step in the file of costs: beside the layers, what a test
- * puts is all there is. */
+/* No hand-overs (the least one can be: a nanosecond) and no runtime step in the file of
+ * costs: beside the layers, what a test puts is all there is. */
 static void put_no_overheads(tr_device *d) {
   char key[256];
   tr__costs_key(d, "link latency", key, sizeof key);
-  put(key, 0);
+  put(key, TR__COSTS_SECONDS, 1e-9);
   tr__costs_key(d, "runtime step", key, sizeof key);
-  put(key, 0);
+  put(key, TR__COSTS_SECONDS_OR_0, 0);
 }
 
 /* The optimizer's step over all of m's layers, `seconds` in the file of costs. */
@@ -151,7 +152,7 @@ static void put_step(const tr_model *m, tr_device *d, double seconds) {
   char key[512];
   const tr_optim_config optim = tr_model_optim(m);
   tr__costs_step_name(m, d, &optim, false, 0, tr_model_layer_count(m), key, sizeof key);
-  put(key, seconds);
+  put(key, TR__COSTS_SECONDS, seconds);
 }
 
 /* The runtime's own work per step, kept in the file of costs, is on every device's step: a
@@ -163,7 +164,7 @@ static void the_runtime_step_is_on_every_step(void **state) {
   char err[512] = "", key[256];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
   tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
-  put(key, 0.01);
+  put(key, TR__COSTS_SECONDS_OR_0, 0.01);
   double kept;
   tr_device *d = tr_device_list_at(devs, 0);
   assert_int_equal(tr__costs_overhead(d, NULL, bare, &kept, err, sizeof err), 0);
@@ -192,9 +193,9 @@ static void the_groups_meetings_cost_two_hand_overs(void **state) {
   char err[512] = "", key[256];
   assert_int_equal(tr_device_list_open(&devs, "host:1", err, sizeof err), 0);
   tr__costs_key(tr_device_list_at(devs, 0), "link latency", key, sizeof key);
-  put(key, 0.01);
+  put(key, TR__COSTS_SECONDS, 0.01);
   tr__costs_key(tr_device_list_at(devs, 0), "runtime step", key, sizeof key);
-  put(key, 0);
+  put(key, TR__COSTS_SECONDS_OR_0, 0);
   tr_device_list_close(devs);
   const struct {
     tr_strategy s;
@@ -228,7 +229,7 @@ static void each_devices_step_is_the_optimizers_over_its_layers(void **state) {
   put_no_overheads(d);
   tr__costs_entry_name(m, d, tr_model_batch(m) / 2, key, sizeof key); /* dp's micro-batch */
   strcat(key, "|together 2"); /* two replicas as fast as one alone: their steps not slowed */
-  put(key, 1);
+  put(key, TR__COSTS_FACTOR, 1);
   put_step(m, d, 0.05);
   tr_model_free(m);
   tr_device_list_close(devs);
@@ -295,7 +296,7 @@ static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
   tr_model_free(m);
   double step[2];
   for (int i = 0; i < 2; i++) {
-    put(key, (i + 1) * 1e-9);
+    put(key, TR__COSTS_PER_BYTE, (i + 1) * 1e-9);
     tr_plan_prediction p;
     tr_train_options o = options("host:2", TR_STRATEGY_DP);
     o.spec = NULL;
@@ -309,7 +310,7 @@ static void the_replicas_sums_go_at_the_memorys_pace(void **state) {
   /* an async server's update of a push: a copy of the parameters to the worker and four
    * passes that read them (the worker's distance, the gradient's norm), three copies' worth */
   for (int i = 0; i < 2; i++) {
-    put(key, (i + 1) * 1e-9);
+    put(key, TR__COSTS_PER_BYTE, (i + 1) * 1e-9);
     tr_plan_prediction p;
     tr_train_options o = options("host:2", TR_STRATEGY_ASYNC);
     o.spec = NULL;

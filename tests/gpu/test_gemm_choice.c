@@ -3,9 +3,9 @@
  * meeting a key at once get one answer, TROUPE_GEMM pins (and a bad value is refused naming
  * it), the file of choices is read back by a fresh process without measuring, and a
  * library is timed by its own thread's CPU time (time lost to other threads is not its).
+ * What the file itself keeps, and leaves alone, is test_gemm_choices_file.c's.
  *
- * The candidates are fakes with known costs (the test hook tr__host_gemm_test_libs), each
- * writing its own mark into C, so the result says which one served a call. */
+ * The candidates are fakes with known costs (gemm_fakes.h). */
 #include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -20,52 +20,11 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "host/host_blas.h"
-#include "host/host_choose.h"
-#include "op_harness.h"
 #include "troupe.h"
+#include "gemm_fakes.h"
 
-/* ---- the fakes: C = beta C + mark, the slow one after computing a while ------------------ */
+/* ---- more fakes ----------------------------------------------------------------------------- */
 
-static _Atomic int calls[2];
-
-/* `us` microseconds of the thread's own CPU time, as a library's arithmetic takes it (a
- * machine busy with other tests stretches it on the wall clock, not here) */
-static void compute(long us) {
-  const uint64_t end = tr__thread_cpu_ns() + (uint64_t)us * 1000;
-  while (tr__thread_cpu_ns() < end) {
-  }
-}
-
-static int fake(const tr__gemm_args *g, float mark, long busy_us, int which) {
-  calls[which]++;
-  compute(busy_us);
-  for (int b = 0; b < g->batch; b++)
-    for (int i = 0; i < g->M; i++)
-      for (int j = 0; j < g->N; j++) {
-        float *c = g->C + b * g->sc + (ptrdiff_t)i * g->ldc + j;
-        *c = g->beta * *c + mark;
-      }
-  return 0;
-}
-static int slow_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
-  (void)s, (void)st;
-  return fake(g, 1.0f, 2000, 0);
-}
-static int fast_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
-  (void)s, (void)st;
-  return fake(g, 2.0f, 0, 1);
-}
-static void fake_describe(tr__host_lib_info *out) {
-  const char *label = getenv("TR_TEST_FAKE_LABEL"); /* a new version of the fakes */
-  snprintf(out->label, sizeof out->label, "%s", label ? label : "fake");
-  snprintf(out->isa, sizeof out->isa, "none");
-  out->bf16 = TR_BF16_CONVERTED;
-}
-static const tr__host_lib slow = {.name = "slow", .describe = fake_describe, .gemm = slow_gemm};
-static const tr__host_lib fast = {.name = "fast", .describe = fake_describe, .gemm = fast_gemm};
-/* the slow one first: a tie, or a chooser that took the first, would pick it */
-static const tr__host_lib *const fakes[] = {&slow, &fast};
 /* as fast as `fast`, but each call loses its CPU for 5 ms (another thread had it) */
 static int preempted_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
   (void)s, (void)st;
@@ -82,61 +41,6 @@ static int small_gemm(tr_stream *s, void *st, const tr__gemm_args *g) {
 static int small_fits(const tr__gemm_args *g) { return g->M * g->N * g->K <= 8 * 8 * 8; }
 static const tr__host_lib small = {.name = "small", .describe = fake_describe, .gemm = small_gemm,
                                    .fits = small_fits};
-
-enum { M = 8, N = 8, K = 8 };
-
-/* C (M x N) = beta C + op on dev (bound to the calling thread), N and K as given. */
-static float *gemm_on(tr_device *dev, float *C, int m, int n, int k, float beta) {
-  static float A[64 * 64], B[64 * 64];
-  assert_int_equal(tr_gemm(tr_device_stream(dev), TR_OP_N, TR_OP_N, m, n, k, 1.0f, A, k, B, n,
-                           beta, C, n),
-                   0);
-  return C;
-}
-
-static tr_device_list *open_host(const char *spec) {
-  tr_device_list *l = NULL;
-  char err[256];
-  const int rc = tr_device_list_open(&l, spec, err, sizeof err);
-  if (rc) fprintf(stderr, "%s\n", err);
-  assert_int_equal(rc, 0);
-  return l;
-}
-
-/* One M x N x K product on a fresh host:1 among the fake libraries, into C. */
-static void fake_product(float *C) {
-  tr__host_gemm_test_libs(fakes, 2);
-  tr_device_list *l = open_host("host:1");
-  tr_device *d = tr_device_list_at(l, 0);
-  tr_device_bind(d);
-  gemm_on(d, C, M, N, K, 0.0f);
-  tr_device_list_close(l);
-  tr__host_gemm_test_libs(NULL, 0);
-}
-
-static char dir[256];
-
-/* The tests' file of choices, in a folder of their own. */
-static int use_file(void) {
-  char path[300];
-  snprintf(path, sizeof path, "%s/choices", dir);
-  return setenv("TROUPE_GEMM_CHOICES", path, 1);
-}
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(dir, sizeof dir, "/tmp/troupe-gemm-choice-XXXXXX");
-  if (!mkdtemp(dir)) return -1;
-  unsetenv("TROUPE_GEMM");
-  return use_file();
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-  return system(cmd) == 0 ? 0 : -1;
-}
 
 /* ---- the tests ------------------------------------------------------------------------------ */
 
@@ -383,15 +287,6 @@ static int run_child(float want, int measured) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }
 
-static char *slurp(const char *path) {
-  FILE *f = fopen(path, "rb");
-  assert_non_null(f);
-  static char text[1 << 20];
-  const size_t n = fread(text, 1, sizeof text - 1, f);
-  text[n] = 0;
-  fclose(f);
-  return text;
-}
 
 static void spit(const char *path, const char *text) {
   FILE *f = fopen(path, "wb");
@@ -452,28 +347,6 @@ static void a_fresh_process_reads_the_choice_back_without_measuring(void **state
   use_file();
 }
 
-/* The file keeps its newest lines: shapes drawn at random by tests would grow it for ever. */
-static void the_file_keeps_its_newest_lines(void **state) {
-  (void)state;
-  char path[300];
-  snprintf(path, sizeof path, "%s/full", dir);
-  FILE *f = fopen(path, "wb");
-  assert_non_null(f);
-  for (int i = 0; i < 5000; i++) fprintf(f, "another machine\tNN N%d K1 x1 f32\tslow\t\n", i);
-  fclose(f);
-  setenv("TROUPE_GEMM_CHOICES", path, 1);
-  float C[M * N];
-  fake_product(C);
-  const char *text = slurp(path);
-  int lines = 0;
-  for (const char *p = text; *p; p++) lines += *p == '\n';
-  assert_true(lines <= 4096 && lines > 4000);
-  assert_null(strstr(text, "\tNN N0 K1 x1"));           /* the oldest went */
-  assert_non_null(strstr(text, "\tNN N4999 K1 x1"));    /* the newest stayed */
-  assert_non_null(strstr(text, "\tNN N8 K8 x1 f32\tfast\t")); /* and the new one came */
-  use_file();
-}
-
 int main(int argc, char **argv) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) self[n] = 0;
@@ -487,7 +360,6 @@ int main(int argc, char **argv) {
       cmocka_unit_test(threads_meeting_a_key_at_once_get_one_answer),
       cmocka_unit_test(troupe_gemm_pins_a_library_and_a_bad_value_is_refused),
       cmocka_unit_test(a_fresh_process_reads_the_choice_back_without_measuring),
-      cmocka_unit_test(the_file_keeps_its_newest_lines),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
