@@ -127,6 +127,9 @@ static int refusal(const tr__file_output *o, char *why, size_t n, struct stat *n
   } else if ((*there = true), !S_ISREG(now->st_mode)) {
     if (o->had && S_ISREG(o->mode))
       snprintf(why, n, "became %s %s", tr__file_kind(now->st_mode), during);
+    else if (!o->had)
+      snprintf(why, n, "%s was made there by another program %s", tr__file_kind(now->st_mode),
+               during);
     else snprintf(why, n, "%s, not a regular file", tr__file_kind(now->st_mode));
   } else if (!o->had) {
     snprintf(why, n, "a file was made there by another program %s", during);
