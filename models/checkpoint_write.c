@@ -330,6 +330,7 @@ int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
 
 int tr__checkpoint_writer_save_to(tr_checkpoint_writer *w, tr__file_output *out,
                                   const char *content) {
+  TR_ASSERT(out->path != NULL); /* opened (tr__file_output_open) */
   return save(w, out->path, out, content);
 }
 

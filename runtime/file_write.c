@@ -168,16 +168,19 @@ static int fill_synced(int fd, tr__file_fill fill, void *arg, struct stat *sb,
   return e;
 }
 
-/* The temporary file `tmp` moved to "<target>.troupe-saved-<8 hex>" (*saved, malloc'd),
- * never over a file that is there: 0 or errno. */
+/* The temporary file `tmp` moved to "<target>.troupe-saved-<8 hex>" (*saved, malloc'd; the
+ * target's base cut as temporary files' are, so the name stays within NAME_MAX), never over
+ * a file that is there: 0 or errno. */
 static int keep_aside(const char *tmp, const char *target, char **saved) {
   const size_t n = strlen(target) + 32;
+  const char *slash = strrchr(target, '/');
+  const int dir = slash ? (int)(slash - target) + 1 : 0; /* with its slash */
   if ((*saved = malloc(n)) == NULL) return ENOMEM;
   for (int attempt = 0; attempt < 64; attempt++) {
     uint32_t r;
     if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
       r = (uint32_t)(tr_now_ns() * 0x9e3779b97f4a7c15ULL >> 32) ^ (uint32_t)attempt;
-    snprintf(*saved, n, "%s.troupe-saved-%08" PRIx32, target, r);
+    snprintf(*saved, n, "%.*s%.200s.troupe-saved-%08" PRIx32, dir, target, target + dir, r);
     int rc = renameat2(AT_FDCWD, tmp, AT_FDCWD, *saved, RENAME_NOREPLACE);
     if (rc != 0 && errno == EINVAL) /* a file system without RENAME_NOREPLACE */
       rc = link(tmp, *saved) == 0 ? unlink(tmp), 0 : -1;
