@@ -276,7 +276,12 @@ int tr__file_output_write(tr__file_output *o, const char *content, tr__file_fill
     goto out;
   }
   tmp[0] = 0; /* it is the target now: nothing to clean up */
-  remember(o, &written);
+  /* as the file system shows it now, where it is the file written (a network file system
+   * may set its times at the close) */
+  struct stat placed;
+  const bool same = lstat(o->target, &placed) == 0 && placed.st_dev == written.st_dev &&
+                    placed.st_ino == written.st_ino;
+  remember(o, same ? &placed : &written);
   o->wrote = true;
   /* The rename is durable only once the directory entry is: fsync the directory. Some file
    * systems cannot (EINVAL); the data itself is already synced. */
