@@ -231,10 +231,9 @@ static tr_checkpoint_writer *writer_of(const tr__run *run, int64_t step, const t
   return w;
 }
 
-int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
-                         unsigned due, void **image, size_t *image_size, char *err,
-                         size_t err_size) {
-  const char *path = run->c.checkpoint.path;
+int tr__checkpoint_write(const tr__run *run, tr__file_output *out, int64_t step,
+                         const tr__part *parts, int nparts, unsigned due, void **image,
+                         size_t *image_size, char *err, size_t err_size) {
   tr__part wholes[TR__MAX_STAGES] = {{0}}; /* split members' parts joined (tensor_group.h) */
   if (run->member_models && tr__tensor_join(run, parts, wholes)) {
     snprintf(err, err_size, "the checkpoint of step %lld: out of memory", (long long)step);
@@ -248,7 +247,9 @@ int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts
     return TR_ENOMEM;
   }
   int rc = 0;
-  if ((due & TR__DUE_CHECKPOINT) && (rc = tr_checkpoint_writer_save(w, path)))
+  char content[64];
+  snprintf(content, sizeof content, "the checkpoint of step %lld", (long long)step);
+  if ((due & TR__DUE_CHECKPOINT) && (rc = tr__checkpoint_writer_save_to(w, out, content)))
     snprintf(err, err_size, "%s", tr_checkpoint_writer_error(w));
   else if ((due & TR__DUE_PARAMS) && (rc = tr_checkpoint_writer_bytes(w, image, image_size)))
     snprintf(err, err_size, "the parameters of step %lld for observers: %s", (long long)step,
@@ -410,8 +411,9 @@ static bool written_since(const char *path, const tr__ck_mark *m) {
 /* The metadata 'step' of the checkpoint at `path`, from its header alone (a large model's
  * checkpoint is large): 0, or -1 where there is none to read. */
 static int peek_step(const char *path, uint64_t *step) {
-  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* no FIFO waited on */
-  struct stat sb;
+  struct stat sb; /* a device is not opened (a tape rewinds); no FIFO is waited on */
+  if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return -1;
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return -1;
   unsigned char len8[8];
   uint64_t len = 0;

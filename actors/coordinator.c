@@ -27,6 +27,7 @@
 #include "elastic.h"
 #include "evaluate.h"
 #include "graph_impl.h"
+#include "job_config.h"
 #include "join.h"
 #include "losses.h"
 #include "observers.h"
@@ -50,6 +51,7 @@ typedef struct pending {
 typedef struct write_req {
   uv_work_t req;
   const tr__run *run;
+  tr__file_output *out; /* the coordinator's, written by one write at a time */
   tr_actor *coordinator;
   pending ck;
   int nparts, rc;
@@ -78,6 +80,7 @@ typedef struct coordinator {
   int nobs;
   pending ck[PENDING];
   write_req *writing;        /* the checkpoint on its way to disk, or NULL */
+  tr__file_output ck_out;    /* checkpoint.path as the run began (file_write.h): the writer's */
   int64_t written;           /* the step of the last checkpoint on disk (-1: none yet) */
   tr__snapshots snaps;       /* parameters of steps observers hear of, and their readers */
   tr__report *dones;         /* [stage source] */
@@ -148,6 +151,10 @@ bool tr__coordinator_complete(const void *state, char *what, size_t n) {
   return true;
 }
 
+bool tr__coordinator_kept_aside(const void *state) {
+  return ((const coordinator *)state)->ck_out.saved != NULL;
+}
+
 static int coordinator_start(tr_actor *self) {
   coordinator *c = tr_actor_state(self);
   c->self = self;
@@ -167,6 +174,12 @@ static int coordinator_start(tr_actor *self) {
     return tr_actor_fail(self, TR_ENOMEM, "the losses of the last 1%% of %lld steps: out of "
                          "memory (%lld bytes asked for)", (long long)(end - first),
                          (long long)(((end - first) / 100 + 1) * (int64_t)sizeof(double)));
+  char err[512];
+  int rc = jc->checkpoint.path ? tr__file_output_open(&c->ck_out, jc->checkpoint.path,
+                                                      TR__F("checkpoint.path"), true, err,
+                                                      sizeof err)
+                               : 0;
+  if (rc) return tr_actor_fail(self, rc, "%s", err);
   tr__eval_book_init(&c->eval, jc->layout.replicas);
   tr__left_init(&c->left, c->run);
   c->t_start = c->last_end = tr_now_ns();
@@ -275,7 +288,7 @@ static bool may_tell(const coordinator *c, int64_t step, bool last) {
 
 static void write_work(uv_work_t *req) { /* on a thread of libuv's pool */
   write_req *w = req->data;
-  w->rc = tr__checkpoint_write(w->run, w->ck.step, w->ck.parts, w->nparts, w->ck.due,
+  w->rc = tr__checkpoint_write(w->run, w->out, w->ck.step, w->ck.parts, w->nparts, w->ck.due,
                                &w->image, &w->image_size, w->err, sizeof w->err);
 }
 
@@ -305,7 +318,7 @@ static int write_next(coordinator *c) {
   if (w == NULL)
     return tr_actor_fail(c->self, TR_ENOMEM, "writing the checkpoint of step %lld: out of "
                          "memory", (long long)next->step);
-  *w = (write_req){.run = c->run, .coordinator = c->self, .ck = *next,
+  *w = (write_req){.run = c->run, .out = &c->ck_out, .coordinator = c->self, .ck = *next,
                    .nparts = tr__part_count(c->run) *
                              (replicas_apart(&c->run->c) ? c->run->c.layout.replicas : 1)};
   w->nparts = tr__left_compact(&c->left, c->run, w->ck.step, w->ck.parts, w->nparts);
@@ -542,6 +555,7 @@ static void coordinator_destroy(void *state) {
     for (int s = 0; s < c->writing->nparts; s++) tr__part_free(&c->writing->ck.parts[s]);
   if (c->writing) free(c->writing->image);
   free(c->writing);
+  tr__file_output_close(&c->ck_out);
   free(c->red);
   free(c);
 }

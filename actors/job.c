@@ -573,6 +573,10 @@ int tr_job_plan(tr_job *j, char *err, size_t err_size) {
 
 void tr_job_print_plan(const tr_job *j, FILE *f) { tr__plan_print(&j->plan, f); }
 
+bool tr__job_kept_aside(const tr_job *j) {
+  return j->coordinator && tr__coordinator_kept_aside(tr_actor_state(j->coordinator));
+}
+
 void tr_job_result(const tr_job *j, tr_train_result *r) {
   if (j->coordinator) *r = *tr__coordinator_result(tr_actor_state(j->coordinator));
   else tr__result_init(r, tr_model_name(j->run.c.model), j->run.strategy);

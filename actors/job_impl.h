@@ -26,6 +26,7 @@
 #include <sys/stat.h> /* tr__ck_mark */
 #include <time.h>
 
+#include "file_write.h"
 #include "run_metrics.h"
 #include "tr_job.h"
 #include "tr_system.h"
@@ -238,6 +239,10 @@ const tr_train_result *tr__coordinator_result(const void *coordinator);
 /* Its work is done but for telling observers: every source's figures are in (the result is
  * recorded) and every checkpoint is on disk; `what` says so. Loop thread. */
 bool tr__coordinator_complete(const void *coordinator, char *what, size_t n);
+/* Whether a checkpoint refused where the run was to write it was kept aside, in the file
+ * the run's error names (file_write.h): then the run's state is there, not lost. */
+bool tr__coordinator_kept_aside(const void *coordinator);
+bool tr__job_kept_aside(const tr_job *j);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
 
@@ -285,12 +290,13 @@ int tr__stage_load_as(tr_stage *st, const tr_checkpoint *ck, const char *lead, c
  * ...) into host (numel floats); there when tr__stage_saved_as(st, ck, name). */
 int tr__stage_read_extra(const tr_stage *st, const tr_checkpoint *ck, const char *name,
                          float *host, char *err, size_t err_size);
-/* The whole model from its stages' parts, as `due` says (TR__DUE_*): to
- * run->c.checkpoint.path, and in memory for observers of the parameters (tr_job_snapshot):
- * *image (malloc'd) holds the bytes the file would, *image_size of them. One gathering,
- * one layout, for both. */
-int tr__checkpoint_write(const tr__run *run, int64_t step, const tr__part *parts, int nparts,
-                         unsigned due, void **image, size_t *image_size, char *err,
-                         size_t err_size);
+/* The whole model from its stages' parts, as `due` says (TR__DUE_*): to `out`, the run's
+ * checkpoint.path opened when the run began (runtime/file_write.h: a path changed since is
+ * left as it is, the checkpoint kept aside and named), and in memory for observers of the
+ * parameters (tr_job_snapshot): *image (malloc'd) holds the bytes the file would,
+ * *image_size of them. One gathering, one layout, for both. */
+int tr__checkpoint_write(const tr__run *run, tr__file_output *out, int64_t step,
+                         const tr__part *parts, int nparts, unsigned due, void **image,
+                         size_t *image_size, char *err, size_t err_size);
 
 #endif

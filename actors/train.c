@@ -473,7 +473,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
              ck && tr_world_rank(o->world) == 0 ? " written)" : "");
   } else if (rc) {
     snprintf(err, err_size, "%s", tr_graph_error(g));
-    if (tr_world_rank(o->world) == 0 && rc != TR_EINVAL) /* a refusal trained nothing */
+    /* a refusal trained nothing; a checkpoint kept aside is named in the error */
+    if (tr_world_rank(o->world) == 0 && rc != TR_EINVAL && !tr__job_kept_aside(j))
       tr__checkpoint_lost(rn.jc.checkpoint.path, &mark, err, err_size);
     goto out;
   } else {
@@ -487,13 +488,13 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                                 : "no step had a finite loss");
     }
   }
-  if (o->trace) {
-    char path[4096];
-    tr__train_trace_path(path, sizeof path, o->trace, o->world);
-    const int wrote = tr_system_trace_write(tr_graph_system(g), path);
+  if (o->trace) { /* this rank's, as the run began (file_write.h) */
+    char why[1024];
+    const int wrote = tr__file_output_write(&rn.trace, "the trace", tr__system_trace_fill,
+                                            tr_graph_system(g), why, sizeof why);
     if (wrote) {
       rc = wrote;
-      snprintf(err, err_size, "trace %s: cannot write the trace", path);
+      snprintf(err, err_size, "%s", why);
     }
   }
 out:
@@ -510,6 +511,7 @@ out:
   tr_checkpoint_close(rn.resume);
   tr_model_free(rn.model);
   tr_file_unlock(rn.ck_lock);
+  tr__file_output_close(&rn.trace);
   return rc;
 }
 

@@ -44,20 +44,36 @@ void tr__train_trace_path(char *out, size_t n, const char *path, const tr_world 
 }
 
 /* The files the run will write: each must be writable now, not after the run, and must not
- * be one the run reads. Rank 0 writes the checkpoints, and holds the checkpoint's lock from
- * here to the run's end (tr_file_lock_output); every rank writes its trace. */
+ * be one the run reads or another it writes. Rank 0 writes the checkpoints, and holds the
+ * checkpoint's lock from here to the run's end (tr_file_lock_output); every rank writes its
+ * trace, under the name it derives from the one given (tr__train_trace_path), which is held
+ * to the same rules: rank 1's "t.rank1.json" is no more an input than "t.json" is. */
 int tr__train_check_outputs(tr__train_run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = 0;
-  const char *ck = tr_world_rank(o->world) == 0 ? o->job.checkpoint.path : NULL;
-  char trace[4096];
+  const int rank = tr_world_rank(o->world);
+  const char *ck = rank == 0 ? o->job.checkpoint.path : NULL;
+  char trace[4096], trace_what[4200], *lock = NULL, lock_what[4200];
   if (o->trace) tr__train_trace_path(trace, sizeof trace, o->trace, o->world);
+  if (o->trace && rank == 0) snprintf(trace_what, sizeof trace_what, TR__F("trace"));
+  else if (o->trace)
+    snprintf(trace_what, sizeof trace_what, TR__F("trace") " '%s': rank %d's trace", o->trace,
+             rank);
+  if (ck && (rc = tr_file_output_target(ck, &lock)) == 0) {
+    char *name = tr__file_lock_name(lock);
+    free(lock);
+    lock = name;
+    if (lock == NULL) rc = TR_ENOMEM;
+    snprintf(lock_what, sizeof lock_what, TR__F("checkpoint.path") " '%s': its lock file", ck);
+  }
+  if (rc == TR_ENOMEM) return tr_errorf(err, n, rc, "out of memory");
+  rc = 0; /* a loop of links: the probe names it */
   /* each write tried in place now (tr_file_probe_output), where it will be made */
   if (ck) rc = tr_file_probe_output(ck, TR__F("checkpoint.path"), err, n);
-  if (rc == 0 && o->trace) rc = tr_file_probe_output(trace, TR__F("trace"), err, n);
-  /* No output overwrites an input or the other output. A checkpoint may replace the one it
+  if (rc == 0 && o->trace) rc = tr_file_probe_output(trace, trace_what, err, n);
+  /* No output overwrites an input or another output. A checkpoint may replace the one it
    * resumes from: that is read before it is replaced, and replaced by a rename. */
   const char *in[] = {o->data,        o->eval_data,           o->labels,
-                      o->eval_labels, o->job.checkpoint.resume, ck};
+                      o->eval_labels, o->job.checkpoint.resume, o->job.checkpoint.path};
   const char *in_what[] = {TR__F("data"),        TR__F("eval_data"),
                            TR__F("labels"),      TR__F("eval_labels"),
                            TR__F("checkpoint.resume"), TR__F("checkpoint.path")};
@@ -65,9 +81,14 @@ int tr__train_check_outputs(tr__train_run *rn, const tr_train_options *o, char *
     if (i < 4)
       rc = tr_file_check_distinct(ck, TR__F("checkpoint.path"), in[i], in_what[i], err, n);
     if (rc == 0)
-      rc = tr_file_check_distinct(o->trace, TR__F("trace"), in[i], in_what[i], err, n);
+      rc = tr_file_check_distinct(lock, lock_what, in[i], in_what[i], err, n);
+    if (rc == 0 && o->trace)
+      rc = tr_file_check_distinct(trace, trace_what, in[i], in_what[i], err, n);
   }
+  if (rc == 0 && o->trace) rc = tr_file_check_distinct(lock, lock_what, trace, trace_what, err, n);
+  free(lock);
   if (rc == 0 && ck) rc = tr_file_lock_output(ck, TR__F("checkpoint.path"), &rn->ck_lock, err, n);
+  if (rc == 0 && o->trace) rc = tr__file_output_open(&rn->trace, trace, trace_what, true, err, n);
   return rc;
 }
 

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "file_write.h"
 #include "job_impl.h"
 #include "tr_file.h"
 #include "tr_train.h"
@@ -22,12 +23,14 @@ typedef struct tr__train_run {
   int64_t first_step, end_step;
   bool observed; /* rank 0 was given an observer: every rank's graph has its actor */
   tr_file_lock *ck_lock; /* rank 0: one writer per checkpoint, for the run's whole life */
+  tr__file_output trace; /* this rank's trace as the run began (file_write.h), or zeros */
 } tr__train_run;
 
 /* Each returns 0, or a status with its message in err (n bytes) naming the option. */
 
-/* The files the run will write (checkpoint, trace): writable now, none an input, the
- * checkpoint's lock taken on rank 0 (rn->ck_lock). */
+/* The files the run will write (checkpoint, this rank's trace, the checkpoint's lock file):
+ * writable now, none an input or another output, the checkpoint's lock taken on rank 0
+ * (rn->ck_lock), the trace opened (rn->trace). */
 int tr__train_check_outputs(tr__train_run *rn, const tr_train_options *o, char *err, size_t n);
 /* The checkpoint to resume from (rn->jc.checkpoint.resume): read once into rn->resume, checked,
  * its step rn->first_step. */

@@ -296,13 +296,9 @@ static int lay_out(tr_checkpoint_writer *w, const char *what, wtensor ***order, 
   return TR_ENOMEM;
 }
 
-int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
-  const size_t plen = path ? strlen(path) : 0;
-  if (!w->failed && (!plen || path[plen - 1] == '/')) {
-    tr__ck_format(w->error, sizeof w->error, "checkpoint: '%s' is not a file path",
-                  path ? path : "");
-    return TR_EINVAL;
-  }
+/* Lays the checkpoint out and writes it, to `out` (a run's) or once to `path`. */
+static int save(tr_checkpoint_writer *w, const char *path, tr__file_output *out,
+                const char *content) {
   wtensor **order = NULL;
   sbuf b = {0};
   int rc = lay_out(w, path ? path : "(null)", &order, &b);
@@ -310,7 +306,8 @@ int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
   if (rc == 0 && spans) {
     spans[0] = (tr__span){b.p, b.len};
     for (size_t i = 0; i < w->nt; i++) spans[i + 1] = (tr__span){order[i]->data, order[i]->nbytes};
-    rc = tr__write_atomic(path, spans, w->nt + 1, w->error, sizeof w->error);
+    rc = out ? tr__write_atomic_to(out, content, spans, w->nt + 1, w->error, sizeof w->error)
+             : tr__write_atomic(path, spans, w->nt + 1, w->error, sizeof w->error);
   } else if (rc == 0) {
     rc = TR_ENOMEM;
     tr__ck_format(w->error, sizeof w->error, "%s: out of memory", path);
@@ -319,6 +316,22 @@ int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
   free(order);
   free(spans);
   return rc;
+}
+
+int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
+  const size_t plen = path ? strlen(path) : 0;
+  if (!w->failed && (!plen || path[plen - 1] == '/')) {
+    tr__ck_format(w->error, sizeof w->error, "checkpoint: '%s' is not a file path",
+                  path ? path : "");
+    return TR_EINVAL;
+  }
+  return save(w, path, NULL, NULL);
+}
+
+int tr__checkpoint_writer_save_to(tr_checkpoint_writer *w, tr__file_output *out,
+                                  const char *content) {
+  TR_ASSERT(out->path != NULL); /* opened (tr__file_output_open) */
+  return save(w, out->path, out, content);
 }
 
 int tr_checkpoint_writer_bytes(tr_checkpoint_writer *w, void **bytes, size_t *size) {

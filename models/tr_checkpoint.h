@@ -47,7 +47,11 @@
  * save still reports it, as the rename may not survive a crash. A process killed mid-write
  * leaves a ".<name>.tmp.*" file beside the target, never a partial target; the next
  * successful write of that target removes it, and any other no live writer holds.) The new file
- * gets the usual permissions (0666 less the umask), not those of the file it replaces.
+ * keeps the mode of the file it replaces, and its owner and group where the process may set
+ * them. What the rename would replace must be a regular file or nothing: a device, a FIFO,
+ * a socket or a directory at the path (or at its symlink's target) is refused, TR_EINVAL,
+ * and left as it is. A checkpoint larger than the process may write (ulimit -f) fails with
+ * TR_EIO naming the limit, not with SIGXFSZ.
  *
  * Reads validate everything: the header length (at most 100 MB, inside the file), the JSON
  * (UTF-8, one object, padding only spaces), each tensor (known dtype, at most
@@ -160,6 +164,12 @@ TR_API int tr_checkpoint_writer_put_json(tr_checkpoint_writer *w, const char *ke
 /* Writes the checkpoint to `path` atomically (see the top of this file). The writer stays
  * usable: saving again (e.g. to another path, or after the data changed) is allowed. */
 TR_API int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path);
+/* Internal: save to an output a run writes again and again (runtime/file_write.h): a path
+ * changed since the run began is left as it is, and the checkpoint (`content`, "the
+ * checkpoint of step 500") is kept aside in a file the error names; TR_EIO. */
+struct tr__file_output;
+int tr__checkpoint_writer_save_to(tr_checkpoint_writer *w, struct tr__file_output *out,
+                                  const char *content);
 
 /* The bytes save would write, in memory: *bytes (malloc'd: free it) and *size, which
  * tr_checkpoint_open_memory reads back. For a copy of the state kept without a file (a

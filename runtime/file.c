@@ -38,6 +38,9 @@ static char *dir_of(const char *path) {
   return dir;
 }
 
+const char *tr__file_kind(unsigned mode) { return kind_of((mode_t)mode); }
+char *tr__file_dir(const char *path) { return dir_of(path); }
+
 enum { MAX_LINKS = 40 }; /* as the kernel's own limit on a path's symlinks */
 
 int tr_file_output_target(const char *path, char **out) {
@@ -82,7 +85,13 @@ int tr_file_output_target(const char *path, char **out) {
 int tr_file_keep_mode(int fd, const char *target) {
   struct stat sb;
   if (stat(target, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
-  return fchmod(fd, sb.st_mode & 07777) ? errno : 0;
+  return tr__file_keep_attributes(fd, sb.st_mode, sb.st_uid, sb.st_gid);
+}
+
+int tr__file_keep_attributes(int fd, unsigned mode, unsigned uid, unsigned gid) {
+  /* the owner first: a chown clears the setuid and setgid bits that the chmod sets again */
+  if (fchown(fd, (uid_t)uid, (gid_t)gid) != 0) (void)!fchown(fd, (uid_t)-1, (gid_t)gid);
+  return fchmod(fd, (mode_t)mode & 07777) ? errno : 0;
 }
 
 int tr_file_check_output(const char *path, const char *what, char *err, size_t err_size) {
@@ -128,7 +137,7 @@ int tr__file_temp_create(const char *dir, const char *base, char *tmp, size_t ca
       r = tr_now_ns() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid() ^ (uint64_t)attempt;
     /* The base is cut so the name stays within NAME_MAX; uniqueness comes from r. */
     snprintf(tmp, cap, "%s/.%.200s.tmp.%016" PRIx64, dir, base, r);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0666);
     if (fd >= 0) flock(fd, LOCK_EX | LOCK_NB); /* a new file: no one else holds it */
     if (fd >= 0 || errno != EEXIST) return fd;
   }

@@ -61,9 +61,12 @@ TR_API int tr_file_output_target(const char *path, char **out);
 
 /* Copies the mode of the regular file at `target` (permissions, setgid and sticky bits)
  * onto `fd`, the temporary file that is to replace it, so that a rewrite keeps it (a
- * checkpoint made 600 stays 600). No file there, or not a regular one: nothing to keep, 0.
- * 0, or errno of the fchmod. */
+ * checkpoint made 600 stays 600), and its owner and group where this process may set them
+ * (root: both; others: a group they belong to). No file there, or not a regular one:
+ * nothing to keep, 0. 0, or errno of the fchmod. */
 TR_API int tr_file_keep_mode(int fd, const char *target);
+/* Internal: the same from the file's mode, owner and group as they were noted. */
+int tr__file_keep_attributes(int fd, unsigned mode, unsigned uid, unsigned gid);
 
 /* Refuses an output that is the same file as another file of the run (an input, or the
  * other output): the same device and inode where both exist, else the same target
@@ -128,7 +131,12 @@ int tr__file_keep_lock(const char *target, const char *what, const char *path, i
                        int *fd, char **lock, char *err, size_t err_size);
 void tr__file_keep_unlock(int fd, char *lock);
 
-/* Internal (file_atomic.c, trace_json.c and the probe above): the temporary file that
+/* Internal: what a file of `mode` is, in messages ("a FIFO", "a character device");
+ * the directory part of `path` ("." for none, "/" for the root; malloc'd, NULL: no memory). */
+const char *tr__file_kind(unsigned mode);
+char *tr__file_dir(const char *path);
+
+/* Internal (file_write.c and the probe above): the temporary file that
  * replaces `base` in `dir`, "<dir>/.<base>.tmp.<16 hex digits>" (the base cut to 200 bytes so
  * the name stays within NAME_MAX), created exclusively, mode 0666 less the umask, and
  * flock'ed (a new file: no one else holds it). Its name goes to `tmp`; the descriptor, or

@@ -195,8 +195,13 @@ TR_API uint64_t tr_system_trace_count(tr_system *sys);
  * atomically: a temporary file, fsync, rename. Ranges as complete events with their
  * category and arguments, flows whose both ends were recorded as flow events, counters
  * sorted by time, device slices under a process of their own; "otherData" says what the
- * budget dropped (tr_trace_stats' fields, and a "note" when it dropped or lost some). */
+ * budget dropped (tr_trace_stats' fields, and a "note" when it dropped or lost some).
+ * What the rename would replace must be a regular file or nothing: TR_EINVAL for a device,
+ * a FIFO, a socket or a directory there (left as it is), TR_EIO for a failed write. */
 TR_API int tr_system_trace_write(tr_system *sys, const char *path);
+/* Internal: the trace's JSON written to `fd`, a tr__file_fill (runtime/file_write.h) for a
+ * run's output: 0 or an errno. */
+int tr__system_trace_fill(void *sys, int fd);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,7 @@
  * those whose both ends were recorded (a message still queued when the run stopped has no
  * end); counters are "C" events, written track by track in time order.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #include <unistd.h>
 
 #include "trace_impl.h"
-#include "tr_file.h"
+#include "file_write.h"
 
 typedef struct item {
   const tr_trace_event *ev;
@@ -238,27 +239,23 @@ static int write_all(tr_system *sys, FILE *f) {
   return rc;
 }
 
-int tr_system_trace_write(tr_system *sys, const char *path) {
-  /* a symlink's target is written, the link kept; the file replaced keeps its mode */
-  char *target, *tmp = NULL;
-  if (tr_file_output_target(path, &target)) return TR_EIO;
-  /* named as checkpoints' temporary files are: tr_file_probe_output tried this write */
-  const int fd = tr__file_temp_beside(target, &tmp);
-  FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
-  if (f == NULL || tr_file_keep_mode(fileno(f), target)) {
-    if (f) fclose(f);
-    else if (fd >= 0) close(fd);
-    if (fd >= 0) unlink(tmp);
-    free(tmp);
-    free(target);
-    return TR_EIO;
+int tr__system_trace_fill(void *sys, int fd) {
+  const int own = dup(fd); /* fclose closes this one; the writer closes fd */
+  FILE *f = own >= 0 ? fdopen(own, "w") : NULL;
+  if (f == NULL) {
+    const int e = errno;
+    if (own >= 0) close(own);
+    return e;
   }
-  int rc = write_all(sys, f);
-  int ok = rc == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  ok = fclose(f) == 0 && ok;
-  if (ok) ok = rename(tmp, target) == 0;
-  if (!ok) unlink(tmp);
-  free(tmp);
-  free(target);
-  return ok ? 0 : rc ? rc : TR_EIO;
+  const int rc = write_all(sys, f);
+  errno = 0;
+  int e = rc == TR_ENOMEM ? ENOMEM : fflush(f) || ferror(f) ? (errno ? errno : EIO) : 0;
+  if (fclose(f) != 0 && e == 0) e = errno;
+  return e;
+}
+
+int tr_system_trace_write(tr_system *sys, const char *path) {
+  char err[8];
+  const int rc = tr__file_write(path, "trace", tr__system_trace_fill, sys, err, sizeof err);
+  return rc == TR_EINVAL || rc == TR_ENOMEM ? rc : rc ? TR_EIO : 0;
 }

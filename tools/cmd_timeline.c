@@ -10,9 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
+#include "file_write.h"
 #include "timeline.h"
+#include "tr_file.h"
 
 /* How each kind is drawn: fill 0 takes the micro-batch's colour. */
 static const struct {
@@ -378,6 +381,33 @@ static void render(FILE *f, const tl_trace *t, const tl_view *v, const char *tit
 
 /* ---- the command -------------------------------------------------------------------- */
 
+/* What is drawn, for the writer (file_write.h) */
+typedef struct picture {
+  const tl_trace *t;
+  const tl_view *v;
+  const char *title;
+  double width;
+} picture;
+
+static int draw(const picture *p, FILE *f) {
+  render(f, p->t, p->v, p->title, p->width);
+  return ferror(f);
+}
+
+static int draw_into(void *arg, int fd) {
+  const int own = dup(fd); /* fclose closes this one; the writer closes fd */
+  FILE *f = own >= 0 ? fdopen(own, "w") : NULL;
+  if (f == NULL) {
+    const int e = errno;
+    if (own >= 0) close(own);
+    return e;
+  }
+  errno = 0;
+  int e = draw(arg, f) || fflush(f) ? (errno ? errno : EIO) : 0;
+  if (fclose(f) != 0 && e == 0) e = errno;
+  return e;
+}
+
 typedef struct args {
   const char *in, *out, *title;
   tl_view steps; /* given: a < b */
@@ -461,16 +491,20 @@ int cmd_timeline(int argc, char **argv) {
     fprintf(stderr, "lasts any time\n");
     rc = CLI_USAGE;
   }
-  if (rc == 0) {
-    FILE *f = strcmp(out, "-") ? fopen(out, "w") : stdout;
-    bool ok = f != NULL;
-    if (ok) render(f, &t, &v, title ? title : base, (double)width);
-    if (ok) ok = fflush(f) == 0 && !ferror(f);
-    if (f && f != stdout) ok = fclose(f) == 0 && ok;
-    if (!ok) {
-      fprintf(stderr, "troupe: timeline: %s: %s\n", out, strerror(errno));
+  picture p = {&t, &v, title ? title : base, (double)width};
+  char why[4200];
+  if (rc == 0 && !strcmp(out, "-")) {
+    if (draw(&p, stdout) || fflush(stdout) || ferror(stdout)) {
+      fprintf(stderr, "troupe: timeline: standard output: %s\n", strerror(errno));
       rc = CLI_FAIL;
     }
+  } else if (rc == 0) { /* a file: never the trace, nor what is not a regular file */
+    const char *flag = options[OPT_OUTPUT].flag;
+    const int refused = tr_file_check_output(out, flag, why, sizeof why) ||
+                        tr_file_check_distinct(out, flag, in, "the trace", why, sizeof why);
+    const int wrote = refused ? 0 : tr__file_write(out, flag, draw_into, &p, why, sizeof why);
+    if (refused || wrote) fprintf(stderr, "troupe: timeline: %s\n", why);
+    rc = refused || wrote == TR_EINVAL ? CLI_USAGE : wrote ? CLI_FAIL : 0;
   }
   if (rc == 0) {
     char span[32];

@@ -7,9 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "tr_base.h"
+#include "tr_file.h"
 
 static int fail(const tl_trace *t, const char *what) {
   fprintf(stderr, "troupe: timeline: %s: %s\n", t->path, what);
@@ -146,8 +148,19 @@ static void settle(tl_trace *t) {
 }
 
 int tl_trace_read(tl_trace *t) {
-  FILE *f = fopen(t->path, "rb");
-  if (f == NULL) return fail(t, strerror(errno));
+  /* a regular file, or refused without waiting on a FIFO for a writer */
+  char why[4200];
+  int fd;
+  uint64_t size;
+  if (tr_file_open_regular(t->path, NULL, &fd, &size, why, sizeof why)) {
+    fprintf(stderr, "troupe: timeline: %s\n", why);
+    return CLI_USAGE;
+  }
+  FILE *f = fdopen(fd, "rb");
+  if (f == NULL) {
+    close(fd);
+    return fail(t, strerror(errno));
+  }
   char *text = NULL;
   size_t len = 0, cap = 0;
   for (size_t got = 1; got > 0; len += got) {

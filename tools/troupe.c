@@ -3,6 +3,7 @@
  * Exit status: 0 success, 1 runtime failure, 2 usage error (docs/WORKLOADS.md's contract).
  * Sub-commands register in `commands` below; each parses its own arguments.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -29,6 +30,10 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   tr_stdio_reserve(); /* before MPI or libuv open descriptors: a closed stream is /dev/null */
+  /* a file beyond ulimit -f fails its write (EFBIG), which names it, rather than ending the
+   * process with nothing said (the library's writer blocks it while it writes, whatever
+   * the program does; this covers every other write) */
+  signal(SIGXFSZ, SIG_IGN);
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

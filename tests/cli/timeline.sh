@@ -97,9 +97,12 @@ expect() {
   local what=$1 pattern=$2
   shift 3
   local err rc
-  err=$("$troupe" timeline "$@" 2>&1 >/dev/null)
+  err=$(timeout 10 "$troupe" timeline "$@" 2>&1 >/dev/null)
   rc=$?
-  if [[ $rc -ne 2 ]] || ! grep -qE -- "$pattern" <<<"$err"; then
+  if [[ $rc -eq 124 ]]; then
+    printf 'FAIL %s: still running after 10 s\n' "$what"
+    failed=1
+  elif [[ $rc -ne 2 ]] || ! grep -qE -- "$pattern" <<<"$err"; then
     printf 'FAIL %s: exit %d, stderr: %s\n' "$what" "$rc" "$err"
     failed=1
   else
@@ -111,7 +114,7 @@ echo '{"displayTimeUnit": "ns"}' >"$dir/other.json"
 echo '{"traceEvents": [{"ph":"M","pid":1,"tid":1,"name":"thread_name","args":{"name":"a"}}]}' >"$dir/empty.json"
 echo '{"traceEvents": [{"ph":"X","tid":1,"ts":1,"dur":0,"name":"forward"}]}' >"$dir/instant.json"
 echo '{"traceEvents": [{"ph":"X","tid":1,"dur":3,"name":"forward"}]}' >"$dir/nots.json"
-expect "a missing file" "^troupe: timeline: $dir/none.json: No such file or directory" -- "$dir/none.json"
+expect "a missing file" "^troupe: timeline: $dir/none.json: cannot open: No such file or directory" -- "$dir/none.json"
 expect "not JSON" "^troupe: timeline: $dir/cut.json: not JSON \(at byte [0-9]+\)" -- "$dir/cut.json"
 expect "no traceEvents" "^troupe: timeline: $dir/other.json: no \"traceEvents\" array" -- "$dir/other.json"
 expect "no slices" "^troupe: timeline: $dir/empty.json: no slices" -- "$dir/empty.json"
@@ -122,4 +125,29 @@ expect "steps without updates" "^troupe: --steps: $dir/instant.json has no \"upd
 expect "steps not A:B" "^troupe: --steps: '4:2' is not A:B" -- "$dir/1f1b.json" --steps 4:2
 expect "no trace" "^troupe: timeline: which trace" --
 expect "an unknown option" "^troupe: timeline: unknown option '--colour'" -- "$dir/1f1b.json" --colour red
+
+# The input and the output go through the rules of `troupe train`'s files: a FIFO as the
+# input is refused without waiting for a writer; the output is never the input, never a
+# FIFO or a device (refused and left as they are, without waiting for a reader), and is
+# written whole, through a temporary file of troupe's own.
+cp "$dir/zb.json" "$dir/zb-before.json"
+expect "the output onto its input" "^troupe: timeline: --output '$dir/zb.json': the same file as the trace '$dir/zb.json'" -- \
+  "$dir/zb.json" -o "$dir/zb.json"
+ln -s zb.json "$dir/zb-link.json"
+expect "the output onto its input through a link" "^troupe: timeline: --output '$dir/zb-link.json': the same file as the trace" -- \
+  "$dir/zb.json" -o "$dir/zb-link.json"
+check "the input left as it was" cmp -s "$dir/zb.json" "$dir/zb-before.json"
+mkfifo "$dir/fifo.json" "$dir/fifo.svg"
+expect "a FIFO as the input" "^troupe: timeline: $dir/fifo.json: a FIFO, not a regular file" -- "$dir/fifo.json"
+expect "a FIFO as the output" "^troupe: timeline: --output '$dir/fifo.svg': a FIFO, not a regular file" -- \
+  "$dir/zb.json" -o "$dir/fifo.svg"
+check "the FIFO left as it was" test -p "$dir/fifo.svg"
+if mknod "$dir/null.svg" c 1 3 2>/dev/null; then
+  expect "a character device as the output" "^troupe: timeline: --output '$dir/null.svg': a character device, not a regular file" -- \
+    "$dir/zb.json" -o "$dir/null.svg"
+  check "the device left as it was" test -c "$dir/null.svg"
+else
+  echo "skip a character device: mknod is not permitted here"
+fi
+check "no temporary file left" test -z "$(find "$dir" -name '.*.tmp.*')"
 exit $failed

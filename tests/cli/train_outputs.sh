@@ -2,8 +2,10 @@
 # train_outputs.sh TROUPE — `troupe train`'s outputs (--checkpoint, --trace) never destroy:
 # a device, FIFO or socket there is refused (exit 2) and left as it was; a symlink is written
 # through and stays a link; an output that is an input or the other output is refused; a
-# rewrite keeps the file's mode; one run at a time writes a checkpoint (a second is refused
-# naming the first's pid, a killed one leaves no stale lock), while others may resume from it.
+# rewrite keeps the file's mode, owner and group; a path changed during the run is left as
+# it is and the checkpoint kept beside it (exit 1, naming both); one run at a time writes a
+# checkpoint (a second is refused naming the first's pid, a killed one leaves no stale lock),
+# while others may resume from it.
 set -u
 troupe=$(realpath "$1")
 work=$(mktemp -d /tmp/troupe-outputs-XXXXXX)
@@ -116,6 +118,69 @@ if [[ $(stat -c %a m.st) != 600 || $(stat -c %a m.json) != 640 ]]; then
 else
   ok "modes kept: checkpoint 600, trace 640"
 fi
+
+# The owner and group are kept across rewrites too (as root, which may give a file to anyone).
+if [[ $(id -u) == 0 ]]; then
+  chown 4321:4322 m.st m.json
+  expect "a rewrite of another user's files" 0 "" -- --steps 2 --checkpoint m.st --trace m.json
+  if [[ $(stat -c %u:%g m.st) != 4321:4322 || $(stat -c %u:%g m.json) != 4321:4322 ]]; then
+    fail "owners after a rewrite: checkpoint $(stat -c %u:%g m.st), trace $(stat -c %u:%g m.json) (were 4321:4322)"
+  else
+    ok "owner and group kept: 4321:4322"
+  fi
+else
+  echo "skip owners kept: not root"
+fi
+
+# A path changed during the run is checked again at each write: a FIFO, a symlink to another
+# file or a device moved over the checkpoint after its first write is left as it is; the run
+# ends (exit 1) naming it and the file the checkpoint was kept in, which resumes.
+# moved WHAT PATTERN MAKE...: MAKE builds "new", which is moved over ck-moved.st once written
+moved() {
+  local what=$1 pattern=$2
+  shift 2
+  rm -f ck-moved.st ck-moved.st.troupe-saved-* new
+  "$troupe" train --quiet --seconds 30 --checkpoint ck-moved.st --checkpoint-every 1 2>moved.txt &
+  local pid=$! i rc
+  for ((i = 0; i < 3000; i++)); do [[ -s ck-moved.st ]] && break; sleep 0.01; done
+  "$@"
+  mv -T new ck-moved.st
+  for ((i = 0; i < 2000; i++)); do kill -0 $pid 2>/dev/null || break; sleep 0.01; done
+  kill -9 $pid 2>/dev/null && fail "$what: still running 20 s after"
+  wait $pid
+  rc=$?
+  local saved
+  saved=$(ls ck-moved.st.troupe-saved-* 2>/dev/null)
+  if [[ $rc -ne 1 ]] || ! grep -qE -- "^troupe: .*--checkpoint 'ck-moved.st': $pattern: left as it is; the checkpoint of step [0-9]+ is in '$saved'" moved.txt; then
+    fail "$what: exit $rc, stderr: $(cat moved.txt)"
+  elif ! "$troupe" train --quiet --seconds 0.2 --resume "$saved" 2>&1; then
+    fail "$what: the checkpoint kept in $saved does not resume"
+  else
+    ok "$what: $(cat moved.txt)"
+  fi
+}
+echo "the user's" >theirs.txt
+moved "a FIFO moved over the checkpoint" "became a FIFO during the run" mkfifo new
+[[ -p ck-moved.st ]] || fail "the FIFO was replaced: $(kind ck-moved.st)"
+moved "a symlink to another file moved over the checkpoint" \
+  "became a symbolic link to 'theirs.txt' during the run" ln -s theirs.txt new
+[[ -L ck-moved.st && $(cat theirs.txt) == "the user's" ]] || fail "the link's target was written"
+if mknod probe-node c 1 3 2>/dev/null; then
+  rm probe-node
+  moved "a device moved over the checkpoint" "became a character device during the run" \
+    mknod new c 1 3
+  [[ -c ck-moved.st ]] || fail "the device was replaced: $(kind ck-moved.st)"
+else
+  echo "skip a device moved over the checkpoint: mknod is not permitted here"
+fi
+rm -f ck-moved.st ck-moved.st.troupe-saved-*
+
+# The names troupe derives follow the rules of the names given: the checkpoint's lock file
+# is no trace (the trace's rename would take the lock from under the run).
+expect "the trace over the checkpoint's lock file" 2 \
+  "^troupe: --checkpoint 'lk.st': its lock file '.lk.st.troupe-lock': the same file as --trace '.lk.st.troupe-lock'" -- \
+  --steps 2 --checkpoint lk.st --trace .lk.st.troupe-lock
+[[ -e lk.st || -e .lk.st.troupe-lock ]] && fail "the refused run wrote lk.st or its lock"
 
 # One writer per checkpoint. The first run holds .ck.st.troupe-lock; a second writer is refused
 # naming it, by the path or through a link; readers resume from the checkpoint it keeps

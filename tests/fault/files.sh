@@ -2,7 +2,8 @@
 # files.sh TROUPE — `troupe train` and the files it is given: paths checked before the work
 # (exit 2 naming the path, never a hang on a FIFO, never a failure after the run), a data
 # file cut short during the run (a message, not SIGBUS), a run that diverges (no JSON of a
-# success), memory it cannot have (the bytes named).
+# success), a checkpoint beyond ulimit -f (a message, not SIGXFSZ), memory it cannot have
+# (the bytes named).
 set -u
 troupe=$(realpath "$1")
 work=$(mktemp -d /tmp/troupe-files-XXXXXX)
@@ -74,6 +75,18 @@ if [[ $rc -ne 1 ]] || ! grep -q "data 'big.bin': ends at 0 bytes.*it changed (wa
   fail "a data file cut short: exit $rc, stderr: $(cat err.txt)"
 else
   ok "a data file cut short: $(cat err.txt)"
+fi
+
+# A checkpoint larger than the process may write (ulimit -f, in blocks of 1024 bytes): exit
+# 1 naming the file and the limit, not SIGXFSZ (exit 153), and no temporary file left.
+err=$( (ulimit -f 2 && timeout 20 "$troupe" train --quiet --model mlp --steps 2 --checkpoint fsize.st) 2>&1)
+rc=$?
+if [[ $rc -ne 1 ]] || ! grep -q "^troupe: .*--checkpoint 'fsize.st': writing the temporary file: File too large: this process may write files of 2048 bytes at most (ulimit -f)" <<<"$err"; then
+  fail "a checkpoint beyond ulimit -f: exit $rc, stderr: $err"
+elif compgen -G '.fsize.st.tmp.*' >/dev/null || [[ -e fsize.st ]]; then
+  fail "a checkpoint beyond ulimit -f left $(ls -A | grep fsize)"
+else
+  ok "a checkpoint beyond ulimit -f: $err"
 fi
 
 # Memory it cannot have: exit 1 naming the bytes (under a limit of 4 GB of address space;

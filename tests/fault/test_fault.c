@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -248,6 +250,110 @@ static void a_data_file_cut_short_ends_the_run_with_a_message(void **state) {
   agent_start(&a);
   expect(&o, TR_EIO, "it changed (was truncated) while it was read");
   agent_join(&a);
+}
+
+/* ---- outputs changed under the run -------------------------------------------------------- */
+
+/* What a user (or another program) moves over the checkpoint path once the run has written
+ * it, at once, as `mv` does. */
+static void move_over(agent *a, int kind) {
+  const char *new = path("new");
+  unlink(new);
+  if (kind == 0) assert_int_equal(mkfifo(new, 0600), 0);
+  else if (kind == 1) assert_int_equal(symlink("theirs.txt", new), 0);
+  else if (kind == 2) write_file(new, "mine", 4);
+  else assert_int_equal(mknod(new, S_IFCHR | 0666, makedev(1, 3)), 0);
+  assert_int_equal(rename(new, a->target), 0);
+}
+static void move_fifo(agent *a) { move_over(a, 0); }
+static void move_link(agent *a) { move_over(a, 1); }
+static void move_file(agent *a) { move_over(a, 2); }
+static void move_device(agent *a) { move_over(a, 3); }
+
+/* The checkpoint path changed during the run — a FIFO, a symlink to another file, another
+ * file, a device node (as root) moved over it — is left as it is at the next write, not
+ * replaced nor written through: the run ends (TR_EIO) naming the change and the file of its
+ * own that the checkpoint was kept in, which resumes. */
+static void a_checkpoint_path_changed_during_the_run_is_left_and_the_state_kept(void **state) {
+  (void)state;
+  void (*const moves[])(agent *) = {move_fifo, move_link, move_file, move_device};
+  const char *const whys[] = {
+      "became a FIFO during the run: left as it is; the checkpoint of step ",
+      "theirs.txt' during the run: left as it is; the checkpoint of step ", /* its dir first */
+      "replaced or rewritten after this run wrote it, by another program during the run: left "
+      "as it is; the checkpoint of step ",
+      "became a character device during the run: left as it is; the checkpoint of step "};
+  const mode_t kinds[] = {S_IFIFO, S_IFLNK, S_IFREG, S_IFCHR};
+  const bool root = geteuid() == 0;
+  if (!root) printf("skip a character device: mknod is not permitted here\n");
+  for (int c = 0; c < (root ? 4 : 3); c++) {
+    const char *ck = path("moved.safetensors"), *theirs = path("theirs.txt");
+    unlink(ck);
+    write_file(theirs, "theirs", 6);
+    tr_train_options o = simplenet(0);
+    o.seconds = 30;
+    o.job.checkpoint.path = ck;
+    o.job.checkpoint.every = 1;
+    agent a = {.wait_for = ck, .act = moves[c], .target = ck};
+    const uint64_t t0 = tr_now_ns();
+    agent_start(&a);
+    tr_train_result r;
+    char err[1024];
+    const int rc = tr_train_run(&o, &r, err, sizeof err);
+    agent_join(&a);
+    if (rc != TR_EIO || !strstr(err, whys[c])) fail_msg("case %d: status %d: %s", c, rc, err);
+    assert_true(seconds_since(t0) < 20); /* ended at that write, not at its 30 s */
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", strstr(err, " is in '") + 8);
+    assert_non_null(strchr(saved, '\''));
+    *strchr(saved, '\'') = 0;
+    assert_true(step_of(saved) >= 1); /* a whole checkpoint, which resumes */
+    tr_train_options resume = simplenet(step_of(saved) + 1);
+    resume.job.checkpoint.resume = saved;
+    train_ok(&resume, &r);
+    struct stat sb;
+    assert_int_equal(lstat(ck, &sb), 0);
+    assert_int_equal(sb.st_mode & S_IFMT, kinds[c]); /* left as it was moved there */
+    char back[16] = {0};
+    FILE *f = fopen(theirs, "rb");
+    assert_non_null(f);
+    assert_int_equal(fread(back, 1, sizeof back - 1, f), 6);
+    fclose(f);
+    assert_string_equal(back, "theirs");
+    if (c == 2) assert_int_equal(sb.st_size, 4); /* "mine", as it was */
+    unlink(saved);
+    unlink(ck);
+    unlink(theirs);
+  }
+}
+
+/* A checkpoint larger than the process may write (ulimit -f) ends the run with a message
+ * naming the file and the limit (SIGXFSZ would end the process, its default action), and
+ * leaves no temporary file. */
+static void a_checkpoint_beyond_the_file_size_limit_ends_the_run_naming_it(void **state) {
+  (void)state;
+  const char *ck = path("large.safetensors");
+  unlink(ck);
+  tr_train_options o = simplenet(2);
+  o.job.checkpoint.path = ck;
+  struct rlimit old, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 4096; /* simplenet's checkpoint is about 5 KB */
+  signal(SIGXFSZ, SIG_DFL);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  tr_train_result r;
+  char err[1024];
+  const int rc = tr_train_run(&o, &r, err, sizeof err);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  if (rc != TR_EIO || !strstr(err, ck) ||
+      !strstr(err, "File too large: this process may write files of 4096 bytes at most "
+                   "(ulimit -f)"))
+    fail_msg("status %d: %s", rc, err);
+  assert_false(exists(ck));
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "ls -A %s | grep -q '^\\.large\\.safetensors\\.tmp\\.'", dir);
+  assert_int_not_equal(system(cmd), 0); /* no temporary file */
 }
 
 /* Rewrites `from` into `to` with metadata key `key` set to `value` (NULL: removed) and,
@@ -580,6 +686,8 @@ int main(void) {
       cmocka_unit_test(legal_differences_on_resume_are_noted),
       cmocka_unit_test(replicas_resume_from_one_reading_of_a_changing_file),
       cmocka_unit_test(leftovers_of_killed_writers_go_at_the_next_write),
+      cmocka_unit_test(a_checkpoint_path_changed_during_the_run_is_left_and_the_state_kept),
+      cmocka_unit_test(a_checkpoint_beyond_the_file_size_limit_ends_the_run_naming_it),
       cmocka_unit_test(a_nonfinite_step_stops_the_run_or_is_skipped_on_every_stage),
       cmocka_unit_test(a_run_without_a_finite_loss_does_not_succeed),
       cmocka_unit_test(the_watchdog_follows_steps_that_slow_down),

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,6 +13,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <cmocka.h>
 #include <cJSON.h>
@@ -438,9 +440,9 @@ static void failed_write_leaves_the_old_checkpoint_and_no_temporary(void **state
   free(after);
 }
 
-/* Everything written, then the rename fails (the target is a non-empty directory): the
- * temporary file is removed and the target is left as it was. */
-static void failed_rename_removes_the_temporary(void **state) {
+/* A directory at the target (a non-empty one, which a rename could not replace either) is
+ * refused before anything is written: no temporary file, the directory as it was. */
+static void a_directory_at_the_target_is_refused_and_left(void **state) {
   tmpdir *d = *state;
   char target[512];
   snprintf(target, sizeof target, "%s", path_in(d, "dir.safetensors"));
@@ -452,12 +454,106 @@ static void failed_rename_removes_the_temporary(void **state) {
   fclose(f);
   float x[2] = {1, 2};
   tr_checkpoint_writer *w = writer_of(x, 2);
-  assert_int_equal(tr_checkpoint_writer_save(w, target), TR_EIO);
-  assert_non_null(strstr(tr_checkpoint_writer_error(w), "renaming"));
+  assert_int_equal(tr_checkpoint_writer_save(w, target), TR_EINVAL);
+  assert_non_null(strstr(tr_checkpoint_writer_error(w), "not a file path"));
   tr_checkpoint_writer_free(w);
   assert_int_equal(dir_entries(d), 1); /* the directory only */
   assert_int_equal(access(inner, F_OK), 0);
   unlink(inner);
+}
+
+/* What save would replace must be a regular file or nothing: a FIFO, a symlink to one, a
+ * socket, and (as root, a node of our own; 1,3 is /dev/null's) a character device are
+ * refused, named, left as they were, and no temporary file stays. Were they replaced, a
+ * program saving to /dev/null as root would replace the system's. */
+static void save_refuses_a_special_file_and_leaves_it(void **state) {
+  tmpdir *d = *state;
+  float x[2] = {1, 2};
+  tr_checkpoint_writer *w = writer_of(x, 2);
+  char fifo[512], link[512], dev[512];
+  snprintf(fifo, sizeof fifo, "%s", path_in(d, "fifo"));
+  snprintf(link, sizeof link, "%s", path_in(d, "to-fifo"));
+  snprintf(dev, sizeof dev, "%s", path_in(d, "null"));
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(symlink("fifo", link), 0);
+  const bool root = mknod(dev, S_IFCHR | 0666, makedev(1, 3)) == 0;
+  if (!root) printf("skip a character device: mknod is not permitted here\n");
+  const char *paths[] = {fifo, link, dev};
+  const char *kinds[] = {"a FIFO", "a FIFO", "a character device"};
+  for (int i = 0; i < (root ? 3 : 2); i++) {
+    assert_int_equal(tr_checkpoint_writer_save(w, paths[i]), TR_EINVAL);
+    const char *msg = tr_checkpoint_writer_error(w);
+    if (!strstr(msg, paths[i]) || !strstr(msg, kinds[i]) || !strstr(msg, "left as it is"))
+      fail_msg("%s: %s", paths[i], msg);
+  }
+  struct stat sb;
+  assert_int_equal(lstat(fifo, &sb), 0);
+  assert_true(S_ISFIFO(sb.st_mode));
+  assert_int_equal(lstat(link, &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+  if (root) {
+    assert_int_equal(lstat(dev, &sb), 0);
+    assert_true(S_ISCHR(sb.st_mode));
+    assert_int_equal(sb.st_rdev, makedev(1, 3));
+  }
+  assert_int_equal(dir_entries(d), root ? 3 : 2); /* no temporary file */
+  tr_checkpoint_writer_free(w);
+}
+
+/* A checkpoint larger than the process may write (ulimit -f) fails with a message naming
+ * the file and the limit, instead of SIGXFSZ ending the process (whose default action it
+ * is), and leaves the old checkpoint and no temporary file. */
+static void a_checkpoint_beyond_the_file_size_limit_fails_naming_the_limit(void **state) {
+  tmpdir *d = *state;
+  float small[4] = {1, 2, 3, 4};
+  const char *path = path_in(d, "c.safetensors");
+  tr_checkpoint_writer *w = writer_of(small, 4);
+  assert_int_equal(tr_checkpoint_writer_save(w, path), 0);
+  tr_checkpoint_writer_free(w);
+  enum { BIG = 64 * 1024 };
+  float *big = calloc(BIG, sizeof *big);
+  assert_non_null(big);
+  w = writer_of(big, BIG);
+  struct rlimit old, lim;
+  assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+  lim = old;
+  lim.rlim_cur = 4096;
+  assert_int_equal(signal(SIGXFSZ, SIG_DFL) != SIG_ERR, 1);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+  const int rc = tr_checkpoint_writer_save(w, path);
+  assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+  assert_int_equal(rc, TR_EIO);
+  const char *msg = tr_checkpoint_writer_error(w);
+  if (!strstr(msg, path) || !strstr(msg, strerror(EFBIG)) ||
+      !strstr(msg, "may write files of 4096 bytes at most (ulimit -f)"))
+    fail_msg("%s", msg);
+  tr_checkpoint_writer_free(w);
+  free(big);
+  assert_int_equal(dir_entries(d), 1);
+  tr_checkpoint *ck;
+  char err[512];
+  assert_int_equal(tr_checkpoint_open(&ck, path, err, sizeof err), 0); /* the old one, whole */
+  tr_checkpoint_close(ck);
+}
+
+/* A rewrite keeps the replaced file's owner and group, as it keeps its mode (as root, which
+ * may give a file to anyone; others keep at least a group of theirs). */
+static void a_rewrite_keeps_the_owner_and_group(void **state) {
+  tmpdir *d = *state;
+  if (geteuid() != 0) skip();
+  float x[2] = {1, 2};
+  const char *path = path_in(d, "c.safetensors");
+  tr_checkpoint_writer *w = writer_of(x, 2);
+  assert_int_equal(tr_checkpoint_writer_save(w, path), 0);
+  assert_int_equal(chown(path, 4321, 4322), 0);
+  assert_int_equal(chmod(path, 02640), 0); /* setgid: cleared by a chown made after it */
+  assert_int_equal(tr_checkpoint_writer_save(w, path), 0);
+  tr_checkpoint_writer_free(w);
+  struct stat sb;
+  assert_int_equal(stat(path, &sb), 0);
+  assert_int_equal(sb.st_uid, 4321);
+  assert_int_equal(sb.st_gid, 4322);
+  assert_int_equal(sb.st_mode & 07777, 02640);
 }
 
 static void unwritable_or_missing_directory_fails_with_a_message(void **state) {
@@ -782,7 +878,10 @@ int main(void) {
       cmocka_unit_test(reader_accepts_valid_files_from_other_writers),
       WITH_DIR(save_replaces_an_existing_checkpoint),
       WITH_DIR(failed_write_leaves_the_old_checkpoint_and_no_temporary),
-      WITH_DIR(failed_rename_removes_the_temporary),
+      WITH_DIR(a_directory_at_the_target_is_refused_and_left),
+      WITH_DIR(save_refuses_a_special_file_and_leaves_it),
+      WITH_DIR(a_checkpoint_beyond_the_file_size_limit_fails_naming_the_limit),
+      WITH_DIR(a_rewrite_keeps_the_owner_and_group),
       WITH_DIR(unwritable_or_missing_directory_fails_with_a_message),
       WITH_DIR(writer_refuses_bad_tensors_and_then_refuses_to_save),
       WITH_DIR(truncated_files_are_refused_at_every_cut),

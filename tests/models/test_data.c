@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -932,6 +934,34 @@ static void written_npy_files_are_numpys_bytes(void **state) {
   assert_non_null(strstr(err, "nodir/x.npy"));
 }
 
+/* tr_data_write_npy onto a FIFO (or, as root, a character device of our own) refuses,
+ * naming it, and leaves it: never a regular file in its place. */
+static void npy_writes_refuse_a_special_file_and_leave_it(void **state) {
+  (void)state;
+  char err[512];
+  const int64_t shape[1] = {4};
+  const float x[4] = {1, 2, 3, 4};
+  const char *fifo = at("fifo.npy"), *dev = at("null.npy");
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(tr_data_write_npy(fifo, TR_DTYPE_F32, 1, shape, x, err, sizeof err),
+                   TR_EINVAL);
+  if (!strstr(err, fifo) || !strstr(err, "a FIFO, not a regular file")) fail_msg("%s", err);
+  struct stat sb;
+  assert_int_equal(lstat(fifo, &sb), 0);
+  assert_true(S_ISFIFO(sb.st_mode));
+  unlink(fifo);
+  if (mknod(dev, S_IFCHR | 0666, makedev(1, 3)) != 0) {
+    printf("skip a character device: mknod is not permitted here\n");
+    return;
+  }
+  assert_int_equal(tr_data_write_npy(dev, TR_DTYPE_F32, 1, shape, x, err, sizeof err),
+                   TR_EINVAL);
+  if (!strstr(err, "a character device, not a regular file")) fail_msg("%s", err);
+  assert_int_equal(lstat(dev, &sb), 0);
+  assert_true(S_ISCHR(sb.st_mode));
+  unlink(dev);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(samples_are_a_function_of_seed_and_index),
@@ -951,6 +981,7 @@ int main(void) {
       cmocka_unit_test(npy_features_and_labels_must_agree_with_each_other_and_the_model),
       cmocka_unit_test(npy_fuzz_seeds_are_valid_files),
       cmocka_unit_test(written_npy_files_are_numpys_bytes),
+      cmocka_unit_test(npy_writes_refuse_a_special_file_and_leave_it),
   };
   return cmocka_run_group_tests(tests, make_dir, remove_dir);
 }

@@ -24,6 +24,10 @@
 #                                   it carries it, a flat type on its own edge, between ranks
 #   refused (test_world refused)    a type the untyped edge does not carry: the run fails,
 #                                   naming the edge and the type
+#   outputs                         the names a rank derives are held to the rules of the
+#                                   names given: rank 1's trace "t.rank1.txt" is refused where
+#                                   it is the data (both ranks end, the data as it was), and
+#                                   where it is the checkpoint that rank 0 writes
 #   nccl                            1f1b on two GPUs, one per rank: the edges' tensors by
 #                                   NCCL (--json says so), parameters within 1e-5 of one
 #                                   GPU's; skipped (77) without two GPUs or NCCL in the build
@@ -202,6 +206,22 @@ assert p and p["samples_per_s"] > 0 and p["peak_activation_error"] == 0, p
     grep -q '"edges_across_ranks":{"nccl":2,"mpi":0}' out.txt ||
       fail "the edges did not go through NCCL: $(grep -o '"edges_across_ranks":[^}]*}' out.txt) $(cat err.txt)"
     "$params_diff" run.ckpt single.ckpt 1e-5 || fail "parameters differ from one GPU's"
+    printf 'ok   %s\n' "$case_" ;;
+  outputs)
+    seq 1 30000 >t.rank1.txt
+    cp t.rank1.txt before.txt
+    timeout 60 "${mpirun[@]}" -np 2 "$troupe" train --model gpt --steps 2 --quiet --strategy dp \
+      --devices host:1 --data t.rank1.txt --trace t.txt >out.txt 2>err.txt &&
+      fail "rank 1's trace over the data trained"
+    grep -q "rank 1: --trace 't.txt': rank 1's trace 't.rank1.txt': the same file as --data 't.rank1.txt'" err.txt ||
+      fail "the error does not name rank 1's trace and the data: $(cat err.txt)"
+    cmp -s t.rank1.txt before.txt || fail "the data was changed"
+    [[ -e t.txt ]] && fail "rank 0 wrote its trace although the job was refused"
+    timeout 60 "${mpirun[@]}" -np 2 "$troupe" train "${common[@]}" --strategy dp --devices host:1 \
+      --checkpoint ck.rank1.json --trace ck.json >out.txt 2>err.txt &&
+      fail "rank 1's trace over rank 0's checkpoint trained"
+    grep -q "rank 1: --trace 'ck.json': rank 1's trace 'ck.rank1.json': the same file as --checkpoint 'ck.rank1.json'" err.txt ||
+      fail "the error does not name rank 1's trace and the checkpoint: $(cat err.txt)"
     printf 'ok   %s\n' "$case_" ;;
   *) fail "no such case" ;;
 esac

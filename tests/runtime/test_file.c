@@ -2,7 +2,9 @@
  * symlink's target, what may not be replaced, two names of one file, a mode kept, and one
  * writer per output across processes (a second refused naming the first's pid, a lock taken
  * again in the process that holds it, no stale lock after a writer dies), and the write tried
- * in place before a run (tr_file_probe_output). */
+ * in place before a run (tr_file_probe_output); and the writer of file_write.h: a run's
+ * output that refuses a path changed since it began and keeps its file aside, and writes
+ * through the link it began with. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,10 +15,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "file_write.h" /* internal: the writer */
 #include "troupe.h"
 
 static char dir[] = "/tmp/troupe-test-file-XXXXXX";
@@ -292,6 +296,166 @@ static void probe_refuses_what_a_sticky_directory_keeps(void **state) {
   assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* ---- the writer (file_write.h) --------------------------------------------------------- */
+
+static int fill_text(void *arg, int fd) {
+  const char *text = arg;
+  return write(fd, text, strlen(text)) == (ssize_t)strlen(text) ? 0 : errno ? errno : EIO;
+}
+
+/* Each writer test in a directory of its own, to count what it leaves. */
+static void enter(const char *sub) {
+  assert_int_equal(mkdir(sub, 0755), 0);
+  assert_int_equal(chdir(sub), 0);
+}
+
+/* `what` renamed over `path` at once, as a user's `mv` does. */
+static void swap_in(const char *what, const char *path) { assert_int_equal(rename(what, path), 0); }
+
+/* The file a refused write was kept in, from its message ("... is in 'NAME'"): its text is
+ * `text`, its mode `mode`; then it goes. */
+static void expect_kept(const char *err, const char *text, mode_t mode) {
+  const char *in = strstr(err, " is in '");
+  assert_non_null(in);
+  char name[256];
+  snprintf(name, sizeof name, "%s", in + 8);
+  assert_non_null(strchr(name, '\''));
+  *strchr(name, '\'') = 0;
+  assert_non_null(strstr(name, ".troupe-saved-"));
+  expect_text(name, text);
+  struct stat sb;
+  assert_int_equal(lstat(name, &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, mode);
+  unlink(name);
+}
+
+/* A run's output, written again and again, finds its path as it left it or refuses: a path
+ * that became a FIFO, a symlink to another file, another file, or its own file rewritten by
+ * another program is left as it is, and what was to be written is kept in a new file of its
+ * own beside it, with the mode of the file it was to replace, named in the error. */
+static void a_run_output_refuses_a_path_changed_since_and_keeps_its_file(void **state) {
+  (void)state;
+  char err[1024];
+  tr__file_output o;
+  static const char *const changes[] = {"fifo", "link", "other", "rewritten", "device"};
+  enter("changed");
+  for (int c = 0; c < 5; c++) {
+    touch("out", 0600); /* the user's mode: the file kept aside keeps it */
+    assert_int_equal(chmod("out", 0600), 0);
+    assert_int_equal(tr__file_output_open(&o, "out", "checkpoint.path", true, err, sizeof err), 0);
+    assert_int_equal(tr__file_output_write(&o, "the first", fill_text, "one", err, sizeof err), 0);
+    expect_text("out", "one");
+    const char *why = NULL;
+    touch("theirs", 0644);
+    if (c == 0) {
+      assert_int_equal(mkfifo("new", 0644), 0);
+      why = "checkpoint.path 'out': became a FIFO during the run: left as it is; the second "
+            "is in 'out.troupe-saved-";
+    } else if (c == 1) {
+      assert_int_equal(symlink("theirs", "new"), 0);
+      why = "checkpoint.path 'out': became a symbolic link to 'theirs' during the run: left "
+            "as it is; the second is in 'out.troupe-saved-";
+    } else if (c == 2) {
+      touch("new", 0644);
+      why = "replaced or rewritten after this run wrote it, by another program during the run";
+    } else if (c == 3) {
+      const int fd = open("out", O_WRONLY | O_APPEND);
+      assert_true(fd >= 0);
+      assert_int_equal(write(fd, "!", 1), 1); /* the same inode, not the same file */
+      close(fd);
+      why = "replaced or rewritten after this run wrote it";
+    } else if (mknod("new", S_IFCHR | 0666, makedev(1, 3)) == 0) {
+      why = "checkpoint.path 'out': became a character device during the run";
+    } else {
+      printf("skip a character device: mknod is not permitted here\n");
+      tr__file_output_close(&o);
+      unlink("out");
+      continue;
+    }
+    if (c != 3) swap_in("new", "out");
+    struct stat before, after;
+    assert_int_equal(lstat("out", &before), 0);
+    assert_int_equal(tr__file_output_write(&o, "the second", fill_text, "two", err, sizeof err),
+                     TR_EIO);
+    if (!strstr(err, why)) fail_msg("%s: '%s' lacks '%s'", changes[c], err, why);
+    assert_ptr_not_equal(o.saved, NULL);
+    expect_kept(err, "two", 0600);
+    assert_int_equal(lstat("out", &after), 0); /* left as it was */
+    assert_int_equal(after.st_ino, before.st_ino);
+    assert_int_equal(after.st_mode, before.st_mode);
+    assert_int_equal(after.st_size, before.st_size);
+    expect_text("theirs", "x");
+    tr__file_output_close(&o);
+    unlink("out");
+    unlink("theirs");
+  }
+  assert_int_equal(entries("."), 2); /* no temporary file left: . and .. */
+  assert_int_equal(chdir(".."), 0);
+}
+
+/* What a run's output may replace: the file it resumed from (there when it was opened), its
+ * own file again, a link's target through the link as it was (the link kept), a path removed
+ * meanwhile (nothing is replaced). A link turned elsewhere is not followed. */
+static void a_run_output_writes_its_own_file_and_through_its_link(void **state) {
+  (void)state;
+  char err[1024];
+  tr__file_output o;
+  enter("own");
+  touch("resumed", 0640);
+  assert_int_equal(chmod("resumed", 0640), 0);
+  assert_int_equal(tr__file_output_open(&o, "resumed", NULL, true, err, sizeof err), 0);
+  for (int i = 0; i < 3; i++)
+    assert_int_equal(tr__file_output_write(&o, NULL, fill_text, "new", err, sizeof err), 0);
+  expect_text("resumed", "new");
+  struct stat sb;
+  assert_int_equal(stat("resumed", &sb), 0);
+  assert_int_equal(sb.st_mode & 07777, 0640);
+  unlink("resumed");
+  assert_int_equal(tr__file_output_write(&o, NULL, fill_text, "again", err, sizeof err), 0);
+  expect_text("resumed", "again");
+  tr__file_output_close(&o);
+  unlink("resumed");
+
+  assert_int_equal(symlink("real", "lnk"), 0);
+  assert_int_equal(tr__file_output_open(&o, "lnk", "trace", true, err, sizeof err), 0);
+  for (int i = 0; i < 2; i++)
+    assert_int_equal(tr__file_output_write(&o, NULL, fill_text, "through", err, sizeof err), 0);
+  assert_int_equal(lstat("lnk", &sb), 0);
+  assert_true(S_ISLNK(sb.st_mode));
+  expect_text("real", "through");
+  touch("elsewhere", 0644);
+  assert_int_equal(symlink("elsewhere", "lnk2"), 0);
+  swap_in("lnk2", "lnk");
+  assert_int_equal(tr__file_output_write(&o, "the trace", fill_text, "no", err, sizeof err),
+                   TR_EIO);
+  if (!strstr(err, "trace 'lnk': led to 'real' and leads to 'elsewhere' now: the link changed "
+                   "during the run: left as it is; the trace is in 'real.troupe-saved-"))
+    fail_msg("%s", err);
+  expect_kept(err, "no", 0644);
+  expect_text("elsewhere", "x");
+  expect_text("real", "through");
+  tr__file_output_close(&o);
+  unlink("lnk");
+  unlink("real");
+  unlink("elsewhere");
+  assert_int_equal(entries("."), 2);
+  assert_int_equal(chdir(".."), 0);
+}
+
+/* A single write (not a run's) refuses what is not a regular file before writing anything,
+ * and keeps nothing aside: the caller still has what it wanted written. */
+static void a_single_write_refuses_a_special_file_at_once(void **state) {
+  (void)state;
+  char err[1024];
+  enter("single");
+  assert_int_equal(mkfifo("f", 0644), 0);
+  assert_int_equal(tr__file_write("f", "out", fill_text, "x", err, sizeof err), TR_EINVAL);
+  assert_string_equal(err, "out 'f': a FIFO, not a regular file: left as it is");
+  assert_int_equal(entries("."), 3); /* the FIFO alone */
+  unlink("f");
+  assert_int_equal(chdir(".."), 0);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(target_follows_links), cmocka_unit_test(output_kinds),
@@ -299,6 +463,9 @@ int main(void) {
       cmocka_unit_test(one_writer), cmocka_unit_test(lock_files_not_ours_are_left_alone),
       cmocka_unit_test(probe_tries_the_write_in_place),
       cmocka_unit_test(probe_refuses_what_a_sticky_directory_keeps),
+      cmocka_unit_test(a_run_output_refuses_a_path_changed_since_and_keeps_its_file),
+      cmocka_unit_test(a_run_output_writes_its_own_file_and_through_its_link),
+      cmocka_unit_test(a_single_write_refuses_a_special_file_at_once),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

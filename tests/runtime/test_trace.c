@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -175,6 +176,25 @@ static void a_short_run_keeps_every_event(void **state) {
   tr_system_free(sys);
 }
 
+/* The trace is never written over what is not a regular file: a FIFO there is refused and
+ * left (the write neither replaces it nor waits for a reader). */
+static void a_trace_onto_a_fifo_is_refused_and_left(void **state) {
+  (void)state;
+  ping p = {.steps = 5, .per_step = 1};
+  tr_system *sys = ping_system(&p, 0, 0, 0);
+  char dir[] = "/tmp/troupe-trace-XXXXXX", fifo[64];
+  assert_non_null(mkdtemp(dir));
+  snprintf(fifo, sizeof fifo, "%s/t.json", dir);
+  assert_int_equal(mkfifo(fifo, 0600), 0);
+  assert_int_equal(tr_system_trace_write(sys, fifo), TR_EINVAL);
+  struct stat sb;
+  assert_int_equal(lstat(fifo, &sb), 0);
+  assert_true(S_ISFIFO(sb.st_mode));
+  unlink(fifo);
+  assert_int_equal(rmdir(dir), 0); /* nothing else was left there */
+  tr_system_free(sys);
+}
+
 /* One step with more events than the budget holds: the step being recorded is never dropped,
  * its further events are not recorded, and the file says how many. */
 static void a_step_larger_than_the_budget_loses_its_tail_and_says_so(void **state) {
@@ -225,6 +245,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_long_run_keeps_its_last_steps_within_the_budget),
       cmocka_unit_test(a_short_run_keeps_every_event),
+      cmocka_unit_test(a_trace_onto_a_fifo_is_refused_and_left),
       cmocka_unit_test(a_step_larger_than_the_budget_loses_its_tail_and_says_so),
       cmocka_unit_test(a_window_selects_its_steps_under_a_budget),
   };
