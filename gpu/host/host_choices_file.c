@@ -19,10 +19,10 @@
  * Troupe's lock file beside it (tr_file.h: tr__file_keep_lock) is held while the file is
  * read and a line added: a process that measured a key adds its choice only if no other
  * process added one meanwhile, and otherwise takes that one, so that processes never decide
- * a key apart. A line is added by writing the whole file again into an exclusive temporary
- * file of an unpredictable name beside it (tr__file_temp_beside), with the old file's mode
- * and, where the process may, its owner, renamed over it; a symlink is written through and
- * stays a link. Lines of other machines or libraries are kept as they are; past MAX_LINES
+ * a key apart. A line is added by writing the whole file again through troupe's one writer
+ * (file_write.h: an exclusive temporary file of an unpredictable name beside it, with the old
+ * file's mode and, where the process may, its owner, renamed over it); a symlink is written
+ * through and stays a link. Lines of other machines or libraries are kept as they are; past MAX_LINES
  * the oldest go. */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "file_write.h"
 #include "host_choose.h"
 #include "tr_file.h"
 
@@ -253,16 +254,6 @@ void tr__gemm_file_unlock(tr__gemm_file_held *held) {
 
 /* ---- adding a line ------------------------------------------------------------------------ */
 
-static bool write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    const ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return false;
-    p += k, n -= (size_t)k;
-  }
-  return true;
-}
-
 /* The lines of text after the header, the newest MAX_LINES - 2 of them (with the header and
  * the line added, MAX_LINES): shapes that tests draw at random would grow it for ever. */
 static const char *newest(const char *text) {
@@ -276,8 +267,33 @@ static const char *newest(const char *text) {
   return text;
 }
 
+/* The file's new text: the header, the lines kept, the line added. */
+typedef struct added {
+  const char *keep, *line;
+} added;
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n) {
+    const ssize_t k = write(fd, p, n);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return errno;
+    p += k, n -= (size_t)k;
+  }
+  return 0;
+}
+
+static int fill(void *arg, int fd) {
+  const added *a = arg;
+  const size_t len = strlen(a->keep);
+  int e = write_all(fd, HEADER, strlen(HEADER));
+  if (!e) e = write_all(fd, a->keep, len);
+  if (!e && len && a->keep[len - 1] != '\n') e = write_all(fd, "\n", 1);
+  if (!e) e = write_all(fd, a->line, strlen(a->line));
+  return e ? e : write_all(fd, "\n", 1);
+}
+
 void tr__gemm_file_add(const char *path, const char *line) {
-  char *old = NULL, *target = NULL, *tmp = NULL, why[1024];
+  char *old = NULL, why[1024];
   struct stat st;
   bool there;
   if (!path[0] || keeps_none(path)) return;
@@ -285,27 +301,10 @@ void tr__gemm_file_add(const char *path, const char *line) {
     keep_none(path, why);
     return;
   }
-  const int fd = tr_file_output_target(path, &target) ? -1 : tr__file_temp_beside(target, &tmp);
-  bool ok = fd >= 0;
-  if (ok && there) {
-    /* the file's mode, and its owner and group where this process may give them (a user's
-     * other group, or any as root) */
-    ok = fchmod(fd, st.st_mode & 07777) == 0;
-    if (fchown(fd, st.st_uid, st.st_gid) != 0) (void)fchown(fd, (uid_t)-1, st.st_gid);
-  }
-  const char *keep = old ? newest(old) : "";
-  const size_t len = strlen(keep);
-  ok = ok && write_all(fd, HEADER, strlen(HEADER)) && write_all(fd, keep, len) &&
-       (!len || keep[len - 1] == '\n' || write_all(fd, "\n", 1)) &&
-       write_all(fd, line, strlen(line)) && write_all(fd, "\n", 1);
-  if (fd >= 0) ok = close(fd) == 0 && ok;
-  /* what the rename replaces is still what was read (or nothing, as it was) */
-  struct stat now;
-  const bool same = lstat(target ? target : path, &now) == 0
-                        ? there && now.st_dev == st.st_dev && now.st_ino == st.st_ino
-                        : errno == ENOENT && !there;
-  if (tmp && (!ok || !same || rename(tmp, target))) unlink(tmp);
-  free(tmp);
-  free(target);
+  /* the one writer (file_write.h): a temporary file of troupe's own, the file's mode and
+   * owner kept, renamed over nothing but a regular file; under the lock, so what it
+   * replaces is what was read */
+  added a = {old ? newest(old) : "", line};
+  if (tr__file_write(path, named_by(), fill, &a, why, sizeof why)) keep_none(path, why);
   free(old);
 }
