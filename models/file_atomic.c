@@ -1,9 +1,6 @@
 /* file_atomic.c — checkpoints and .npy arrays written as spans of memory, whole, through the
  * runtime's writer (file_write.h): a temporary file of troupe's own beside the target,
  * synced and renamed over it, never over what is not troupe's (models_impl.h). */
-#include <errno.h>
-#include <unistd.h>
-
 #include "file_write.h"
 #include "models_impl.h"
 
@@ -14,17 +11,9 @@ typedef struct spans {
 
 static int write_spans(void *arg, int fd) {
   const spans *sp = arg;
-  for (size_t i = 0; i < sp->n; i++) {
-    const char *c = sp->s[i].p;
-    for (size_t n = sp->s[i].n; n;) {
-      const ssize_t k = write(fd, c, n < (1u << 30) ? n : (1u << 30));
-      if (k < 0 && errno == EINTR) continue;
-      if (k < 0) return errno;
-      c += k;
-      n -= (size_t)k;
-    }
-  }
-  return 0;
+  int e = 0;
+  for (size_t i = 0; i < sp->n && !e; i++) e = tr__file_write_all(fd, sp->s[i].p, sp->s[i].n);
+  return e;
 }
 
 int tr__write_atomic(const char *path, const tr__span *s, size_t n, char *err,

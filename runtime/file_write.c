@@ -308,6 +308,18 @@ out:
   return rc;
 }
 
+int tr__file_write_all(int fd, const void *p, size_t n) {
+  const char *c = p;
+  while (n) {
+    const ssize_t k = write(fd, c, n < (1u << 30) ? n : (1u << 30));
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return errno;
+    c += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
 int tr__file_write(const char *path, const char *what, tr__file_fill fill, void *arg, char *err,
                    size_t err_size) {
   tr__file_output o;

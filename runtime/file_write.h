@@ -42,6 +42,10 @@
 /* Writes the whole content to `fd` (a new, empty file): 0 or an errno. */
 typedef int (*tr__file_fill)(void *arg, int fd);
 
+/* For fills: writes all `n` bytes at `p` (again after a signal or a short write, in pieces a
+ * write takes whole): 0 or an errno. */
+int tr__file_write_all(int fd, const void *p, size_t n);
+
 typedef struct tr__file_output {
   char *path;         /* as given */
   char *target;       /* where it writes: the path's symlinks followed when it was opened */

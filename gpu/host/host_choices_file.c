@@ -272,24 +272,14 @@ typedef struct added {
   const char *keep, *line;
 } added;
 
-static int write_all(int fd, const char *p, size_t n) {
-  while (n) {
-    const ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) return errno;
-    p += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
 static int fill(void *arg, int fd) {
   const added *a = arg;
   const size_t len = strlen(a->keep);
-  int e = write_all(fd, HEADER, strlen(HEADER));
-  if (!e) e = write_all(fd, a->keep, len);
-  if (!e && len && a->keep[len - 1] != '\n') e = write_all(fd, "\n", 1);
-  if (!e) e = write_all(fd, a->line, strlen(a->line));
-  return e ? e : write_all(fd, "\n", 1);
+  int e = tr__file_write_all(fd, HEADER, strlen(HEADER));
+  if (!e) e = tr__file_write_all(fd, a->keep, len);
+  if (!e && len && a->keep[len - 1] != '\n') e = tr__file_write_all(fd, "\n", 1);
+  if (!e) e = tr__file_write_all(fd, a->line, strlen(a->line));
+  return e ? e : tr__file_write_all(fd, "\n", 1);
 }
 
 void tr__gemm_file_add(const char *path, const char *line) {
