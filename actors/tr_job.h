@@ -277,7 +277,9 @@ typedef struct tr_job_config {
   tr_layout_config layout;
   /* The optimizer: kind TR_OPTIM_MODEL (tr_job_defaults) takes the model's (tr_model_optim),
    * with lr and clip overriding it when > 0; another kind is used as given, lr 0 meaning the
-   * model's learning rate. */
+   * model's learning rate. A number outside its rule (tr_optim_config_check: NaN, infinite,
+   * a negative rate, a momentum or beta outside [0, 1)) is refused naming its field
+   * ("optim.lr"), never replaced by the model's. */
   tr_optim_config optim;
   tr_async_config async;
   tr_checkpoint_config checkpoint;
