@@ -46,7 +46,7 @@ static void describe(void *arg, char *buf, size_t size) {
   fclose(f);
 }
 
-/* SIGINT, SIGTERM: the run ends as a timed run does, after the steps claimed so far, so
+/* A signal (SIGINT, SIGTERM, ...: tr_system.h): the run ends as a timed run does, after the steps claimed so far, so
  * that its end is a clean one (figures, the last checkpoint). */
 static void finish_on_signal(void *arg, int signum) {
   (void)signum;
@@ -474,7 +474,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
   const int sig = tr_system_signal(g->sys);
   if (rc == 0 && sig) { /* ended in order, but not because its work was done */
     snprintf(g->error, sizeof g->error, "stopped by %s: the run ended after its steps in "
-             "flight (step %lld)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             "flight (step %lld)", tr_signal_name(sig),
              (long long)tr_graph_end_step(g));
     rc = TR_EINTR;
   }
