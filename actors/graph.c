@@ -46,8 +46,8 @@ static void describe(void *arg, char *buf, size_t size) {
   fclose(f);
 }
 
-/* A signal (SIGINT, SIGTERM, ...: tr_system.h): the run ends as a timed run does, after the steps claimed so far, so
- * that its end is a clean one (figures, the last checkpoint). */
+/* A signal (SIGINT, SIGTERM, ...: tr_system.h): the run ends as a timed run does, after the
+ * steps claimed so far, so that its end is a clean one (figures, the last checkpoint). */
 static void finish_on_signal(void *arg, int signum) {
   (void)signum;
   tr_graph_finish(arg);
@@ -433,7 +433,8 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
                         ? "end_step %lld: give 0 (no step limit) to 2^61 - 1"
                     : end_step > 0 && end_step <= first_step
                         ? "end_step %lld: give a step after first_step (%lld)"
-                    : !(seconds >= 0 && seconds < 1e15) ? "seconds: give 0 (no time limit) or a finite time"
+                    : !(seconds >= 0 && seconds < 1e15)
+                        ? "seconds: give 0 (no time limit) or a finite time"
                     : end_step == 0 && seconds == 0
                         ? "end_step 0 and seconds 0: give a step limit, a time limit or both"
                     : g->nwaited == (g->transport != NULL)

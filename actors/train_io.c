@@ -107,7 +107,7 @@ enum { EVAL_SAMPLES = 1024 };
 static int check_held_values(const tr__train_run *rn, char *why, size_t n) {
   const tr_eval_config *e = &rn->jc.eval;
   char sizes[8];
-  if (tr_data_check(e->data, rn->model, sizes, sizeof sizes)) return 0; /* the job's check says */
+  if (tr_data_check(e->data, rn->model, sizes, sizeof sizes)) return 0; /* the job's says */
   const int64_t rows = tr_data_rows(e->data);
   const int64_t count = e->samples > 0 && e->samples < rows ? e->samples : rows;
   const int rc = tr_data_check_finite(e->data, rn->model, 0, (size_t)count, NULL, NULL, why, n);

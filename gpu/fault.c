@@ -82,7 +82,8 @@ static bool counts_some(const char *prefix, const tr__backend *be) {
   if (!strncmp(#name, prefix, n) && (!be || be->name)) return true;
   TR__OP_MAP(FAULT_NAME)
 #undef FAULT_NAME
-  return !strncmp("gemm", prefix, n) || (!strncmp("capture", prefix, n) && (!be || be->capture_end));
+  return !strncmp("gemm", prefix, n) ||
+         (!strncmp("capture", prefix, n) && (!be || be->capture_end));
 }
 
 /* ---- the wrapped slots ---------------------------------------------------------------------- */

@@ -56,10 +56,11 @@
  * a timer pending while such work is out, or leave watchdog_idle off.
  *
  * Shutdown is a protocol: tr_system_stop (from any thread, or a signal when handle_signals
- * is set: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2) sends a stop on every actor's priority lane; each runs its `stop`
- * callback on its own thread and quits, pinned threads are joined, loop handles closed, and
- * tr_system_run returns. Messages still queued are freed by tr_system_free, which also calls
- * each behaviour's `destroy`. Sends after the system stopped are accepted and freed there.
+ * is set: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2) sends a stop on every
+ * actor's priority lane; each runs its `stop` callback on its own thread and quits, pinned
+ * threads are joined, loop handles closed, and tr_system_run returns. Messages still queued
+ * are freed by tr_system_free, which also calls each behaviour's `destroy`. Sends after the
+ * system stopped are accepted and freed there.
  *
  * Threads: tr_actor_send, tr_actor_send_ctl and tr_system_stop may be called from any thread
  * while the system exists; everything else from the thread that created the system or from
@@ -177,13 +178,14 @@ TR_API const char *tr_signal_name(int signum);
 
 /* A program's start-up (opening data, measuring devices) before its system runs: from
  * tr_signals_hold on, the first of the signals handle_signals takes is kept instead of
- * ending the process, and tr_signals_held says which (0: none), so that the program can stop where it
- * is, saying so. A system that runs with handle_signals takes over: it acts on a signal
- * held as on one that reaches it running, and when it ends without one, a program still
- * holding holds again (a bench between its runs). Calls nest: the last tr_signals_release
- * puts back what was there before the first hold; a signal held then is dropped (raise it
- * again to act on it). SIGHUP ignored when the process began (nohup) stays ignored, while
- * holding and while running. Not thread-safe: the program's main thread. */
+ * ending the process, and tr_signals_held says which (0: none), so that the program can
+ * stop where it is, saying so. A system that runs with handle_signals takes over: it acts
+ * on a signal held as on one that reaches it running, and when it ends without one, a
+ * program still holding holds again (a bench between its runs). Calls nest: the last
+ * tr_signals_release puts back what was there before the first hold; a signal held then is
+ * dropped (raise it again to act on it). SIGHUP ignored when the process began (nohup)
+ * stays ignored, while holding and while running. Not thread-safe: the program's main
+ * thread. */
 TR_API void tr_signals_hold(void);
 TR_API int tr_signals_held(void);
 TR_API void tr_signals_release(void);

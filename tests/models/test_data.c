@@ -869,7 +869,8 @@ static void npy_features_and_labels_must_agree_with_each_other_and_the_model(voi
 static int poisoned(void *arg, uint64_t first, size_t count, void *x, void *y) {
   (void)arg;
   for (size_t k = 0; k < count; k++) {
-    for (int i = 0; i < 8; i++) ((float *)x)[k * 8 + (size_t)i] = first + k == 5 && i == 2 ? INFINITY : 1;
+    for (int i = 0; i < 8; i++)
+      ((float *)x)[k * 8 + (size_t)i] = first + k == 5 && i == 2 ? INFINITY : 1;
     if (y) memset((int32_t *)y + k, 0, sizeof(int32_t));
   }
   return 0;
@@ -899,7 +900,8 @@ static void values_that_are_not_finite_are_named_where_they_are(void **state) {
   int rc = tr_data_check_finite(held, m, 0, 3, NULL, NULL, err, sizeof err);
   int rc2 = tr_data_check_finite(train, m, 0, 3, NULL, NULL, err + 256, 256);
   if ((rc == 0) == (rc2 == 0)) fail_msg("row 4 is in one part: %d and %d", rc, rc2);
-  if (!strstr(rc ? err : err + 256, "row 4, column 1 holds NaN")) fail_msg("'%s'", rc ? err : err + 256);
+  const char *said = rc ? err : err + 256;
+  if (!strstr(said, "row 4, column 1 holds NaN")) fail_msg("'%s'", said);
   tr_data_close(held);
   tr_data_close(train);
   tr_data_close(d);
