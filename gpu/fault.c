@@ -208,11 +208,13 @@ static int parse_number(const char *v, long long lo, long long *out) {
 }
 
 /* RULE: key=value pairs, in place (commas and '=' overwritten). A rule that can never
- * fire is refused: one that neither slows nor fails a call, or counts no call. */
+ * fire is refused: one that says neither how to slow a call nor which to fail, or counts no
+ * call (us=0 given is a delay asked for, of nothing: a test's sweep may start there). */
 static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, size_t n) {
   *f = (fault_rule){.dev = -1, .every = 1};
   char text[128];
   snprintf(text, sizeof text, "%s", rule);
+  int effects = 0; /* us, grow, fail and from given */
   for (char *p = rule; p && *p;) {
     char *next = strchr(p, ',');
     if (next) *next++ = 0;
@@ -221,6 +223,7 @@ static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, si
       return tr_errorf(err, n, TR_EINVAL, "device spec '%s': '%s' is not key=value", spec, p);
     *eq = 0;
     const char *k = p, *v = eq + 1;
+    effects += !strcmp(k, "us") || !strcmp(k, "grow") || !strcmp(k, "fail") || !strcmp(k, "from");
     long long x = 0;
     int bad = 0;
     if (!strcmp(k, "op")) {
@@ -250,7 +253,7 @@ static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, si
                        spec, k, v);
     p = next;
   }
-  if (!f->us && !f->grow && !f->fail && !f->from)
+  if (!effects)
     return tr_errorf(err, n, TR_EINVAL, "device spec '%s': rule '%s' neither slows a call nor "
                      "fails one, so it would do nothing: give us=U or grow=G (slow), fail=N "
                      "or from=N (fail)", spec, text);

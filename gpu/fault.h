@@ -20,7 +20,7 @@
  *   from=N    the N-th counted call and every one after it fail: a device that died
  *
  * A rule that could never fire is refused (TR_EINVAL naming it and the fix), not kept as a
- * silent no-op: one with none of us, grow, fail and from, an empty `op=`, or an op no device
+ * silent no-op: one given none of us, grow, fail and from, an empty `op=`, or an op no device
  * it applies to makes (op=capture on host devices).
  *
  *   fault(host:2;dev=1,op=mse,us=3000)          host:1 sleeps 3 ms after each loss pass
