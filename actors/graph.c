@@ -46,8 +46,8 @@ static void describe(void *arg, char *buf, size_t size) {
   fclose(f);
 }
 
-/* SIGINT, SIGTERM: the run ends as a timed run does, after the steps claimed so far, so
- * that its end is a clean one (figures, the last checkpoint). */
+/* A signal (SIGINT, SIGTERM, ...: tr_system.h): the run ends as a timed run does, after the
+ * steps claimed so far, so that its end is a clean one (figures, the last checkpoint). */
 static void finish_on_signal(void *arg, int signum) {
   (void)signum;
   tr_graph_finish(arg);
@@ -446,7 +446,8 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
                         ? "end_step %lld: give 0 (no step limit) to 2^61 - 1"
                     : end_step > 0 && end_step <= first_step
                         ? "end_step %lld: give a step after first_step (%lld)"
-                    : !(seconds >= 0) ? "seconds: give 0 (no time limit) or more"
+                    : !(seconds >= 0 && seconds < 1e15)
+                        ? "seconds: give 0 (no time limit) or a finite time"
                     : end_step == 0 && seconds == 0
                         ? "end_step 0 and seconds 0: give a step limit, a time limit or both"
                     : g->nwaited == (g->transport != NULL)
@@ -492,7 +493,7 @@ int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double secon
   const int sig = tr_system_signal(g->sys);
   if (rc == 0 && sig) { /* ended in order, but not because its work was done */
     snprintf(g->error, sizeof g->error, "stopped by %s: the run ended after its steps in "
-             "flight (step %lld)", sig == SIGINT ? "SIGINT" : "SIGTERM",
+             "flight (step %lld)", tr_signal_name(sig),
              (long long)tr_graph_end_step(g));
     rc = TR_EINTR;
   }

@@ -215,9 +215,9 @@ static int check_async(const tr_async_config *a, int workers, bool local, char *
   if (a->pull_every < 0)
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("async.pull_every") " %d: give 1 or more", a->pull_every);
-  if (!(a->dc_lambda >= 0))
+  if (!(a->dc_lambda >= 0 && isfinite(a->dc_lambda)))
     return tr_errorf(err, n, TR_EINVAL,
-                     TR__F("async.dc_lambda") " %g: give a number >= 0",
+                     TR__F("async.dc_lambda") " %g: give a finite number >= 0",
                      (double)a->dc_lambda);
   if (a->hogwild && (a->staleness >= 0 || a->dc_lambda > 0 || a->pull_every > 1 || a->staleness_lr))
     return tr_errorf(err, n, TR_EINVAL,
@@ -360,6 +360,10 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
                                         TR__F("data") ": none given");
   c->global_batch = tr__job_global_batch(c);
   c->layout.chunks = tr_schedule_chunks(c->layout.schedule, c->layout.chunks);
+  const char *field; /* before the model's fill in 0s: a NaN or negative rate is refused */
+  char why[320];
+  if (tr_optim_config_check(&c->optim, &field, why, sizeof why))
+    return tr_errorf(err, n, TR_EINVAL, TR__F("optim.%s") "%s", field, why + strlen(field));
   c->optim = resolve_optim(c->optim, c->model);
   int rc;
   if ((rc = tr_data_check(c->data, c->model, err, n))) {
@@ -395,7 +399,6 @@ int tr__job_config_complete(tr_job_config *c, char *err, size_t n) {
     return tr_errorf(err, n, TR_EINVAL, TR__F("step_policy") " '%s': no step policy of that "
                      "name (sync, async, or one the program added)", c->step_policy);
   if (!c->optim.kind) c->optim.kind = TR_OPTIM_SGD; /* a zeroed optim's, as stages read it */
-  char why[320];
   if (tr_optim_kind_check(c->optim.kind, why, sizeof why))
     return tr_errorf(err, n, TR_EINVAL, TR__F("optim.kind") ": %s", why);
   if (!(c->optim.lr > 0))

@@ -184,6 +184,11 @@ static int send_eval(tr_actor *self, loader *l) {
                          tr_data_name(data), (unsigned long long)first,
                          (unsigned long long)(first + count),
                          tr_data_error(data)[0] ? tr_data_error(data) : tr_strerror(rc));
+  char why[512]; /* no gradient follows to catch a NaN: a ReLU would make it 0 */
+  if (tr_data_check_finite(data, m, first, count, x, y, why, sizeof why))
+    return tr_actor_fail(self, TR_ENONFINITE, "eval.data '%s': held-out samples [%llu, %llu): "
+                         "%s", tr_data_name(data), (unsigned long long)first,
+                         (unsigned long long)(first + count), why);
   for (size_t i = count; i < mb; i++) { /* the rest: the first sample again */
     if (x) memcpy(x + i * xb, x, xb);
     if (y) memcpy(y + i * yb, y, yb);

@@ -191,7 +191,8 @@ TR_API extern const tr_msgtype tr_edge_credit_type;
  * the first failure's status (arguments refused: TR_EINVAL, tr_graph_error naming the
  * argument and the rule). Once per graph.
  *
- * Signals (tr_system_config.handle_signals): the first SIGINT, SIGTERM or SIGHUP finishes the run
+ * Signals (tr_system_config.handle_signals): the first SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+ * SIGUSR1 or SIGUSR2 finishes the run
  * (tr_graph_finish): every actor ends its part in order, as at the end of a timed run, and
  * tr_graph_run returns TR_EINTR once they all have, the actors' figures complete
  * (tr_graph_signal says which signal). A second signal ends the process at once. */
@@ -202,7 +203,7 @@ TR_API const char *tr_graph_error(const tr_graph *g);
  * its tr_graph_done, ...: a relay that never calls tr_graph_done must be a service
  * (tr_graph_add_service)"); "" after a run that ended as it should. */
 TR_API const char *tr_graph_warning(const tr_graph *g);
-/* The signal that finished the run (SIGINT, SIGTERM), or 0. Any thread. */
+/* The signal that finished the run (SIGINT, SIGTERM, ...), or 0. Any thread. */
 TR_API int tr_graph_signal(const tr_graph *g);
 
 /* Sources, any thread: 1 when `step` belongs to the run (claiming it), 0 when the run ends

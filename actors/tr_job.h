@@ -198,7 +198,13 @@ TR_API int tr_data_on_parse(const char *name, tr_data_on *out);
  * Its figures, the mean loss over the samples (each sample's loss as tr_stage_sample_losses
  * gives it) and for a loss with an accuracy (tr_loss_type.accuracy) the fraction of rows
  * whose largest output is the target, reach observers in reports (tr_report_msg.eval_*)
- * and the result (tr_train_result.eval_*). Asynchronous jobs are refused (eval.data). */
+ * and the result (tr_train_result.eval_*). Asynchronous jobs are refused (eval.data).
+ * Every held-out value the model reads as a number must be finite: a NaN input would pass
+ * a ReLU as 0 and a NaN target drop out of the mean unseen, so the loader checks each
+ * held-out micro-batch as it reads it (tr_data_check_finite) and the run fails with
+ * TR_ENONFINITE naming the sample and the value; tr_train_run reads a finite source's
+ * held-out samples once before the run instead, and refuses them (TR_EINVAL, eval_data or
+ * eval_split) before anything trains. */
 typedef struct tr_eval_config {
   const tr_data *data;     /* held-out samples of the model's sizes (tr_data_check); NULL: no
                               evaluation. Outlives the job */
@@ -271,7 +277,9 @@ typedef struct tr_job_config {
   tr_layout_config layout;
   /* The optimizer: kind TR_OPTIM_MODEL (tr_job_defaults) takes the model's (tr_model_optim),
    * with lr and clip overriding it when > 0; another kind is used as given, lr 0 meaning the
-   * model's learning rate. */
+   * model's learning rate. A number outside its rule (tr_optim_config_check: NaN, infinite,
+   * a negative rate, a momentum or beta outside [0, 1)) is refused naming its field
+   * ("optim.lr"), never replaced by the model's. */
   tr_optim_config optim;
   tr_async_config async;
   tr_checkpoint_config checkpoint;

@@ -115,7 +115,7 @@ typedef struct tr_train_result {
   double tokens_per_s;     /* gpt */
   double sgemm_gflops;     /* the caller's yardstick, measured after the run (troupe train:
                               single-thread sgemm 2048² on host devices); 0: none (JSON null) */
-  int signal;              /* SIGINT, SIGTERM or SIGHUP when one ended the run early (tr_train.h) */
+  int signal;              /* the signal that ended the run early (tr_train.h), or 0 */
   int64_t skipped_steps;   /* updates skipped for a gradient norm that was not finite
                               (on_nonfinite TR_NONFINITE_SKIP) */
   tr_memory_result memory;

@@ -130,10 +130,11 @@ TR_API tr_train_options tr_train_defaults(void);
 
 /* Runs the training. 0, or a negative status with `err` naming the actor, device and
  * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
- * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: SIGINT, SIGTERM or SIGHUP (one
- * that came during start-up too: tr_signals_hold, tr_system.h) ended the run
- * in order after the step in flight, `r` holds its figures and the checkpoint (when one was
- * asked for) holds that step; a second signal ends the process at once. Before the first
+ * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: a signal (SIGINT, SIGTERM,
+ * SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2, tr_system.h; one that came during start-up too:
+ * tr_signals_hold) ended the run in order after the step in flight, `r` holds its figures
+ * and the checkpoint (when one was asked for) holds that step; a second signal ends the
+ * process at once. Before the first
  * step, what the run will need is tried: each output's write in place (tr_file_probe_output),
  * and its memory on each device against what the device has (TR_EINVAL naming global_batch,
  * with the figures and the largest batch that fits). */

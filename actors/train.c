@@ -252,10 +252,10 @@ static int check_snapshot(const tr_train_options *o, bool observed, char *err, s
 static int prepare(tr__train_run *rn, const tr_train_options *o, char *err, size_t n) {
   int rc = check_job_fields(o, err, n);
   if (rc) return rc;
-  if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0)))
+  if (o->steps < 0 || (o->steps == 0 && !(o->seconds > 0 && o->seconds < 1e15)))
     rc = tr_errorf(err, n, TR_EINVAL,
                    TR__F("steps") " or " TR__F("seconds") ": give a positive number of steps "
-                   "or seconds");
+                   "or seconds (finite)");
   else
     rc = o->spec ? tr_model_new(&rn->model, o->spec, err, n)
                  : tr_model_named(&rn->model, o->model, err, n);

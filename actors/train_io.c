@@ -121,6 +121,20 @@ int tr__train_open_resume(tr__train_run *rn, const tr_train_options *o, char *er
  * job.eval.samples 0 its first EVAL_SAMPLES samples are evaluated. */
 enum { EVAL_SAMPLES = 1024 };
 
+/* The held-out samples a finite source will be evaluated on, read once now: a value the
+ * model reads as a number that is not finite is refused before anything trains, naming the
+ * file's row and column (the loader checks each held-out micro-batch too, but only when
+ * the first evaluation comes; an endless source is checked then). */
+static int check_held_values(const tr__train_run *rn, char *why, size_t n) {
+  const tr_eval_config *e = &rn->jc.eval;
+  char sizes[8];
+  if (tr_data_check(e->data, rn->model, sizes, sizeof sizes)) return 0; /* the job's says */
+  const int64_t rows = tr_data_rows(e->data);
+  const int64_t count = e->samples > 0 && e->samples < rows ? e->samples : rows;
+  const int rc = tr_data_check_finite(e->data, rn->model, 0, (size_t)count, NULL, NULL, why, n);
+  return rc == TR_ENONFINITE ? TR_EINVAL : rc; /* an input refused, as a label out of range */
+}
+
 int tr__train_open_eval(tr__train_run *rn, const tr_train_options *o, char *err, size_t n) {
   tr_job_config *c = &rn->jc;
   const bool files = o->eval_data || o->eval_labels, split = o->eval_split != 0;
@@ -149,9 +163,14 @@ int tr__train_open_eval(tr__train_run *rn, const tr_train_options *o, char *err,
     if (rc) return tr_errorf(err, n, rc, TR__F("eval_split") " %g: %s", o->eval_split, why);
     c->data = rn->train;
     c->eval.data = rn->held;
+    if ((rc = check_held_values(rn, why, sizeof why)))
+      return tr_errorf(err, n, rc, TR__F("eval_split") " %g: %s", o->eval_split, why);
     return 0;
   }
-  if (!files) return 0;
+  if (!files) {
+    const int rc = c->eval.data ? check_held_values(rn, why, sizeof why) : 0;
+    return rc ? tr_errorf(err, n, rc, TR__F("job.eval.data") ": %s", why) : 0;
+  }
   if (!o->eval_data || (tokens && o->eval_labels) || (!tokens && !o->eval_labels))
     return tr_errorf(err, n, TR_EINVAL,
                      TR__F("%s") ": model '%s' reads %s: its held-out samples are %s",
@@ -165,6 +184,8 @@ int tr__train_open_eval(tr__train_run *rn, const tr_train_options *o, char *err,
   if (rc) return tr_errorf(err, n, rc, TR__F("eval_data") ": %s", why);
   c->eval.data = rn->eval;
   if (tr_data_rows(rn->eval) == 0 && c->eval.samples == 0) c->eval.samples = EVAL_SAMPLES;
+  if ((rc = check_held_values(rn, why, sizeof why)))
+    return tr_errorf(err, n, rc, TR__F("eval_data") ": %s", why);
   return 0;
 }
 

@@ -74,14 +74,16 @@ static int injected(tr_device *d, const char *name, long long k) {
 }
 
 
-/* Whether `prefix` begins the name of a call a rule can count (a kernel, gemm, capture). */
-static bool counts_some(const char *prefix) {
-#define FAULT_NAME(name, params, args, checks) #name,
-  static const char *const names[] = {TR__OP_MAP(FAULT_NAME) "gemm", "capture"};
+/* Whether `prefix` begins the name of a call a rule can count (a kernel, gemm, capture) that
+ * backend `be` makes (NULL: any backend): the decorator wraps only the slots it has. */
+static bool counts_some(const char *prefix, const tr__backend *be) {
+  const size_t n = strlen(prefix);
+#define FAULT_NAME(name, params, args, checks) \
+  if (!strncmp(#name, prefix, n) && (!be || be->name)) return true;
+  TR__OP_MAP(FAULT_NAME)
 #undef FAULT_NAME
-  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-    if (!strncmp(names[i], prefix, strlen(prefix))) return true;
-  return false;
+  return !strncmp("gemm", prefix, n) ||
+         (!strncmp("capture", prefix, n) && (!be || be->capture_end));
 }
 
 /* ---- the wrapped slots ---------------------------------------------------------------------- */
@@ -205,9 +207,14 @@ static int parse_number(const char *v, long long lo, long long *out) {
   return 0;
 }
 
-/* RULE: key=value pairs, in place (commas and '=' overwritten). */
+/* RULE: key=value pairs, in place (commas and '=' overwritten). A rule that can never
+ * fire is refused: one that says neither how to slow a call nor which to fail, or counts no
+ * call (us=0 given is a delay asked for, of nothing: a test's sweep may start there). */
 static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, size_t n) {
   *f = (fault_rule){.dev = -1, .every = 1};
+  char text[128];
+  snprintf(text, sizeof text, "%s", rule);
+  int effects = 0; /* us, grow, fail and from given */
   for (char *p = rule; p && *p;) {
     char *next = strchr(p, ',');
     if (next) *next++ = 0;
@@ -216,11 +223,16 @@ static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, si
       return tr_errorf(err, n, TR_EINVAL, "device spec '%s': '%s' is not key=value", spec, p);
     *eq = 0;
     const char *k = p, *v = eq + 1;
+    effects += !strcmp(k, "us") || !strcmp(k, "grow") || !strcmp(k, "fail") || !strcmp(k, "from");
     long long x = 0;
     int bad = 0;
     if (!strcmp(k, "op")) {
+      if (!*v)
+        return tr_errorf(err, n, TR_EINVAL, "device spec '%s': rule '%s': op= names no call "
+                         "(leave op out to count every call, or name one: mse_backward, gemm, "
+                         "capture)", spec, text);
       if (strlen(v) >= sizeof f->op) bad = 1;
-      else if (!counts_some(v))
+      else if (!counts_some(v, NULL))
         return tr_errorf(err, n, TR_EINVAL, "device spec '%s': op=%s names no call a rule "
                          "counts (a kernel of the device API such as mse_backward, gemm or "
                          "capture, or the beginning of one's name)", spec, v);
@@ -241,6 +253,10 @@ static int parse_rule(char *rule, fault_rule *f, const char *spec, char *err, si
                        spec, k, v);
     p = next;
   }
+  if (!effects)
+    return tr_errorf(err, n, TR_EINVAL, "device spec '%s': rule '%s' neither slows a call nor "
+                     "fails one, so it would do nothing: give us=U or grow=G (slow), fail=N "
+                     "or from=N (fail)", spec, text);
   return 0;
 }
 
@@ -278,13 +294,26 @@ int tr__fault_list_open(tr_device_list **out, const char *spec, char *err, size_
   tr_device_list *list;
   if ((rc = tr_device_list_open(&list, inner, err, err_size))) goto out;
   const int n = tr_device_list_count(list);
-  for (int i = 0; i < nrules; i++)
+  for (int i = 0; i < nrules; i++) {
     if (rules[i].dev >= n) {
       tr_device_list_close(list);
       rc = tr_errorf(err, err_size, TR_EINVAL, "device spec '%s': dev=%d, of a list of %d",
                      spec, rules[i].dev, n);
       goto out;
     }
+    bool fires = false; /* op=capture on host devices, which capture nothing, never does */
+    for (int d = 0; d < n && !fires; d++)
+      fires = (rules[i].dev < 0 || rules[i].dev == d) &&
+              counts_some(rules[i].op, tr_device_list_at(list, d)->be);
+    if (!fires) {
+      const tr_device *d = tr_device_list_at(list, rules[i].dev < 0 ? 0 : rules[i].dev);
+      rc = tr_errorf(err, err_size, TR_EINVAL, "device spec '%s': rule %d: op=%s is no call "
+                     "the %s backend makes (%s), so it would never fire", spec, i + 1,
+                     rules[i].op, d->be->name, tr_device_name(d));
+      tr_device_list_close(list);
+      goto out;
+    }
+  }
   fault_be *made[MAX_BACKENDS] = {0};
   for (int i = 0; i < n; i++) {
     tr_device *d = tr_device_list_at(list, i);

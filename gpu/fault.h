@@ -19,6 +19,10 @@
  *             running (TR_EDEVICE, "an injected failure"); a capture ends dropped
  *   from=N    the N-th counted call and every one after it fail: a device that died
  *
+ * A rule that could never fire is refused (TR_EINVAL naming it and the fix), not kept as a
+ * silent no-op: one given none of us, grow, fail and from, an empty `op=`, or an op no device
+ * it applies to makes (op=capture on host devices).
+ *
  *   fault(host:2;dev=1,op=mse,us=3000)          host:1 sleeps 3 ms after each loss pass
  *   fault(host:1;op=mse,us=50000,grow=50000,every=2)   50 ms more each step
  *   fault(host:2;dev=1,op=mse_b,fail=5)  host:1's fifth loss backward fails

@@ -2,11 +2,13 @@
  * user's callbacks, the choice of a model's data and the check of its sizes, shards. The
  * sources themselves live in data_synth.c, data_text.c and data_npy.c, the parts of a split
  * in data_split.c, the text of a source's failure in data_error.c. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data_impl.h"
+#include "tr_loss.h"
 #include "tr_model.h"
 
 /* ---- opening ------------------------------------------------------------------------------- */
@@ -157,6 +159,76 @@ int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t 
                      have[k], k ? "targets" : "inputs", tr_model_name(m), want[k], what);
   }
   return 0;
+}
+
+/* ---- values -------------------------------------------------------------------------------- */
+
+void tr__data_where(const tr_data *d, uint64_t i, int target, size_t element, char *buf,
+                    size_t size) {
+  if (d->ops->where) d->ops->where(d, i, target, element, buf, size);
+  else snprintf(buf, size, "data '%s': sample %llu, %s %zu", d->name, (unsigned long long)i,
+                target ? "target" : "input", element);
+}
+
+/* The first of n float32 values at p that is not finite (every exponent bit set: NaN or an
+ * infinity), or n. Bits, not isfinite: -ffast-math may take isfinite to be always true. */
+static size_t first_nonfinite(const void *p, size_t n) {
+  const uint8_t *b = p;
+  for (size_t k = 0; k < n; k++) {
+    uint32_t u;
+    memcpy(&u, b + 4 * k, 4);
+    if ((u & 0x7f800000u) == 0x7f800000u) return k;
+  }
+  return n;
+}
+
+/* Samples [first, first + count) as filled in x and y (either NULL: not checked). */
+static int check_filled(const tr_data *d, bool floats_in, bool floats_out, uint64_t first,
+                        size_t count, const void *x, const void *y, char *err,
+                        size_t err_size) {
+  const void *at[2] = {floats_in ? x : NULL, floats_out ? y : NULL};
+  const size_t bytes[2] = {d->x_bytes, d->y_bytes};
+  for (size_t k = 0; k < count; k++)
+    for (int t = 0; t < 2; t++) {
+      if (at[t] == NULL) continue;
+      const size_t n = bytes[t] / 4;
+      const float *v = (const float *)((const char *)at[t] + k * bytes[t]);
+      const size_t bad = first_nonfinite(v, n);
+      if (bad == n) continue;
+      float value;
+      memcpy(&value, v + bad, 4);
+      char where[320];
+      tr__data_where(d, first + k, t, bad, where, sizeof where);
+      return tr_errorf(err, err_size, TR_ENONFINITE, "%s holds %s: a sample's values must be "
+                       "finite (replace it, or drop the row)",
+                       where, value != value ? "NaN" : value > 0 ? "+Inf" : "-Inf");
+    }
+  return 0;
+}
+
+int tr_data_check_finite(const tr_data *d, const struct tr_model *m, uint64_t first,
+                         size_t count, const void *x, const void *y, char *err,
+                         size_t err_size) {
+  const bool floats_in = !tr_model_token_input(m),
+             floats_out = tr_model_loss(m)->target == TR_LOSS_TARGET_VALUES;
+  if (x || y || !(floats_in || floats_out))
+    return check_filled(d, floats_in, floats_out, first, count, x, y, err, err_size);
+  enum { CHUNK = 256 }; /* samples read at a time */
+  char *bx = malloc(CHUNK * d->x_bytes), *by = malloc(CHUNK * (d->y_bytes ? d->y_bytes : 1));
+  int rc = bx && by ? 0 : tr_errorf(err, err_size, TR_ENOMEM, "data '%s': out of memory",
+                                     d->name);
+  for (size_t done = 0; done < count && rc == 0; done += CHUNK) {
+    const size_t n = count - done < CHUNK ? count - done : CHUNK;
+    rc = tr_data_fill(d, first + done, n, bx, d->y_bytes ? by : NULL);
+    if (rc)
+      tr_errorf(err, err_size, rc, "%s", *tr_data_error(d) ? tr_data_error(d) : tr_strerror(rc));
+    else
+      rc = check_filled(d, floats_in, floats_out, first + done, n, bx, d->y_bytes ? by : NULL,
+                        err, err_size);
+  }
+  free(bx);
+  free(by);
+  return rc;
 }
 
 /* ---- samples ------------------------------------------------------------------------------- */

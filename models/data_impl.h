@@ -30,6 +30,11 @@ typedef struct tr__data_ops {
   /* OPTIONAL: the source as tr_synth_fill generates it, its tables in host memory (they live
    * as long as the source); NULL: it cannot be generated on a device */
   const tr_synth *(*synth)(const tr_data *d);
+  /* OPTIONAL: where value `element` of sample i's inputs (target 0) or targets (1) comes
+   * from, as a message names it ("x.npy: row 17, column 3"); NULL: by the sample ("data
+   * 'mine': sample 17, input 3"). For tr_data_check_finite. */
+  void (*where)(const tr_data *d, uint64_t i, int target, size_t element, char *buf,
+                size_t size);
 } tr__data_ops;
 
 struct tr_data {
@@ -91,5 +96,9 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
  * and returns `status` (data_error.c). */
 int tr__data_fail(const tr_data *d, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Where value `element` of sample i comes from (tr__data_ops.where), in buf. */
+void tr__data_where(const tr_data *d, uint64_t i, int target, size_t element, char *buf,
+                    size_t size);
 
 #endif

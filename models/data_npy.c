@@ -100,7 +100,19 @@ static void close_npy(tr_data *d) {
   free(s);
 }
 
-static const tr__data_ops npy_ops = {.fill = fill, .close = close_npy};
+/* Sample i's row of the file, and the element's place in it: "x.npy: row 17, column 3" for
+ * a table, "y.npy: row 17" for one value a row, "x.npy: row 17, element 40" otherwise. */
+static void where(const tr_data *d, uint64_t i, int target, size_t element, char *buf,
+                  size_t size) {
+  const npy_source *s = d->self;
+  const file *f = target ? &s->y : &s->x;
+  const uint64_t r = tr__perm_at(&s->epochs, i / s->rows, i % s->rows);
+  if (f->row == 1) snprintf(buf, size, "%s: row %" PRIu64, f->path, r);
+  else snprintf(buf, size, "%s: row %" PRIu64 ", %s %zu", f->path, r,
+                f->h.ndim == 2 ? "column" : "element", element);
+}
+
+static const tr__data_ops npy_ops = {.fill = fill, .close = close_npy, .where = where};
 
 static int open_file(file *f, const char *path, const char *what, char *err, size_t err_size) {
   f->what = what;

@@ -29,12 +29,16 @@ typedef struct part_config {
   uint64_t seed;
 } part_config;
 
+/* The parent's row of the part's sample i. */
+static uint64_t row_of(const part *p, uint64_t i) {
+  const uint64_t at = i % p->n, j = p->train ? tr__perm_at(&p->order, i / p->n, at) : at;
+  return tr__perm_at(&p->pick, 0, p->first + j);
+}
+
 static int fill_part(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
   const part *p = d->self;
   for (size_t k = 0; k < count; k++) {
-    const uint64_t i = first + k, at = i % p->n;
-    const uint64_t j = p->train ? tr__perm_at(&p->order, i / p->n, at) : at;
-    const uint64_t r = tr__perm_at(&p->pick, 0, p->first + j);
+    const uint64_t r = row_of(p, first + k);
     const int rc = tr_data_fill(p->parent, r, 1, (char *)x + k * d->x_bytes,
                                 y ? (char *)y + k * d->y_bytes : NULL);
     if (rc) {
@@ -49,7 +53,15 @@ static int fill_part(const tr_data *d, uint64_t first, size_t count, void *x, vo
 
 static void close_part(tr_data *d) { free(d->self); }
 
-static const tr__data_ops part_ops = {.fill = fill_part, .close = close_part};
+/* Where the parent keeps the row of sample i. */
+static void where_part(const tr_data *d, uint64_t i, int target, size_t element, char *buf,
+                       size_t size) {
+  tr__data_where(((const part *)d->self)->parent, row_of(d->self, i), target, element, buf,
+                 size);
+}
+
+static const tr__data_ops part_ops = {.fill = fill_part, .close = close_part,
+                                      .where = where_part};
 
 static int open_part(tr_data *d, const void *arg, char *err, size_t err_size) {
   const part_config *c = arg;

@@ -68,11 +68,14 @@ static int check_loss_and_optim(const tr_model_spec *sp, char *err, size_t size)
   char what[256] = "";
   const tr_loss_type *loss = sp->loss ? sp->loss : TR_LOSS_MSE;
   const int V = sp->layers[sp->nlayers - 1].out;
+  const char *name = sp->name ? sp->name : "model";
   if (tr_loss_kind_check(loss, what, sizeof what) ||
       tr_optim_kind_check(sp->optim.kind, what, sizeof what) ||
       (loss->check && loss->check(V, what, sizeof what)))
-    return tr_errorf(err, size, TR_EINVAL, "model '%s': %s", sp->name ? sp->name : "model",
+    return tr_errorf(err, size, TR_EINVAL, "model '%s': %s", name,
                      *what ? what : "refused by its loss");
+  if (tr_optim_config_check(&sp->optim, NULL, what, sizeof what))
+    return tr_errorf(err, size, TR_EINVAL, "model '%s': optim.%s", name, what);
   return 0;
 }
 

@@ -1,5 +1,8 @@
 /* optimizers.c — the built-in optimizer kinds as rows of tr_optim_type (tr_optim.h), each its
  * update op of tr_device.h, and the kinds by name. */
+#include <float.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -71,6 +74,39 @@ int tr_optim_kind_check(tr_optim_kind k, char *err, size_t err_size) {
       if (strcmp(s, k->state_names[j]) == 0)
         return tr_errorf(err, err_size, TR_EINVAL, "optimizer '%s': state copies %d and %d are "
                          "both named '%s'", name, j, i, s);
+  }
+  return 0;
+}
+
+/* The numbers of tr_optim_config and the rule each obeys, whatever the kind: a field holds
+ * what its name says, for the built-in kinds and a kind of one's own alike. */
+static const struct {
+  const char *name;
+  size_t at;       /* offsetof(tr_optim_config, name) */
+  bool below_one;  /* in [0, 1); else finite and >= 0 */
+  const char *rule;
+} numbers[] = {
+    {"lr", offsetof(tr_optim_config, lr), false,
+     "a learning rate is finite and > 0 (0: the model's)"},
+    {"clip", offsetof(tr_optim_config, clip), false,
+     "a clipping norm is finite and > 0 (0: none)"},
+    {"weight_decay", offsetof(tr_optim_config, weight_decay), false,
+     "a weight decay is finite and >= 0"},
+    {"momentum", offsetof(tr_optim_config, momentum), true, "momentum is in [0, 1)"},
+    {"beta1", offsetof(tr_optim_config, beta1), true, "Adam's betas are in [0, 1)"},
+    {"beta2", offsetof(tr_optim_config, beta2), true, "Adam's betas are in [0, 1)"},
+    {"eps", offsetof(tr_optim_config, eps), false, "Adam's eps is finite and >= 0"},
+};
+
+int tr_optim_config_check(const tr_optim_config *o, const char **field, char *err,
+                          size_t err_size) {
+  for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++) {
+    float x;
+    memcpy(&x, (const char *)o + numbers[i].at, sizeof x);
+    if (x >= 0 && x <= FLT_MAX && !(numbers[i].below_one && x >= 1)) continue;
+    if (field) *field = numbers[i].name;
+    return tr_errorf(err, err_size, TR_EINVAL, "%s %g: %s", numbers[i].name, (double)x,
+                     numbers[i].rule);
   }
   return 0;
 }

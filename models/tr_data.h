@@ -149,6 +149,21 @@ TR_API int tr_data_open_for(tr_data **out, const struct tr_model *m, uint64_t se
  * "data 'teacher': 40 bytes of targets per sample, model 'mnist' wants 4 (one int32 label)". */
 TR_API int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t err_size);
 
+/* Whether samples [first, first + count) hold finite numbers where `m` reads numbers: its
+ * inputs unless it reads tokens, its targets unless they are class indices (integers are
+ * always finite). x and y: the samples as tr_data_fill filled them (either NULL: not
+ * checked); both NULL: read here (tr_data_fill). 0, or TR_ENONFINITE with err naming the
+ * first value that is not finite, where it comes from (a .npy file's row and column, a
+ * split's row of its source, else the sample and element) and what it holds; or the
+ * source's status when reading fails. Training catches such values in the gradients' norm
+ * (on_nonfinite); held-out samples have none, so evaluation checks them with this
+ * (tr_job.h, tr_eval_config):
+ *
+ *   "held-x.npy: row 17, column 3 holds NaN: a sample's values must be finite (...)" */
+TR_API int tr_data_check_finite(const tr_data *d, const struct tr_model *m, uint64_t first,
+                                size_t count, const void *x, const void *y, char *err,
+                                size_t err_size);
+
 TR_API void tr_data_close(tr_data *d);
 
 /* "teacher", "gaussian", "classifier", "arithmetic", the file's path, the callback's name;

@@ -133,6 +133,14 @@ TR_API const char *tr_optim_kind_name(tr_optim_kind kind);
 TR_API int tr_optim_kind_parse(const char *name, tr_optim_kind *out);
 /* "sgd, momentum, adamw" and the kinds registered after them, for messages and help. */
 TR_API void tr_optim_kind_names(char *buf, size_t size);
+/* The numbers of a configuration, each within its rule whatever the kind (a kind of one's
+ * own reads them with the meanings their names give): lr, clip, weight_decay and eps finite
+ * and >= 0 (lr 0: the model's, where a job takes it; clip 0: none), momentum, beta1 and beta2
+ * in [0, 1). 0, or TR_EINVAL with err naming the first field at fault, its value and the
+ * rule ("lr nan: a learning rate is finite and > 0 (0: the model's)"), and *field (when not
+ * NULL) that field's name. tr_model_new and the jobs (tr_job_config.optim) check with it. */
+TR_API int tr_optim_config_check(const tr_optim_config *o, const char **field, char *err,
+                                 size_t err_size);
 /* The kind's defaults with lr as given (NULL: SGD's). The built-in kinds share theirs:
  * momentum 0.9, betas 0.9/0.999, eps 1e-8, no weight decay, no clipping. */
 TR_API tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr);

@@ -211,6 +211,30 @@ static void on_async(uv_async_t *h) {
   if (again) tr__loop_wake(sys);
 }
 
+/* The signals a run ends on in order, as SIGTERM (tr_system.h): a terminal's (Ctrl-C,
+ * hanging up, Ctrl-\), a service manager's, and a batch scheduler's warning before a job's
+ * time limit (Slurm's --signal=USR1@60, and the scripts of PBS, LSF or a container's
+ * preStop hook send SIGUSR1 or SIGUSR2): each wants the work kept, which a core dump or an
+ * abrupt end would lose. */
+static const int signums[TR__SIGNALS] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+static const char *const signames[TR__SIGNALS] = {"SIGINT",  "SIGTERM", "SIGHUP",
+                                                  "SIGQUIT", "SIGUSR1", "SIGUSR2"};
+
+static bool hup_known, hup_ignored;
+
+static bool hup_wanted(void) {
+  if (!hup_known) {
+    struct sigaction now;
+    hup_ignored = sigaction(SIGHUP, NULL, &now) == 0 && now.sa_handler == SIG_IGN;
+    hup_known = true;
+  }
+  return !hup_ignored;
+}
+
+/* Whether the system takes signal i: SIGHUP ignored when the process began (nohup) stays
+ * ignored. */
+static bool taken(int i) { return signums[i] != SIGHUP || hup_wanted(); }
+
 /* The first signal is the system's; the second is the process's: once the handlers are
  * stopped, libuv restores the default action, which ends the process however busy its
  * threads are. */
@@ -222,9 +246,8 @@ static void on_signal(uv_signal_t *h, int signum) {
     tr__system_fail(sys, TR_EINTR, "%s: stopped by %s", sys->name, tr_signal_name(signum));
     return;
   }
-  uv_signal_stop(&sys->sigint);
-  uv_signal_stop(&sys->sigterm);
-  if (sys->hup) uv_signal_stop(&sys->sighup);
+  for (int i = 0; i < TR__SIGNALS; i++)
+    if (taken(i)) uv_signal_stop(&sys->sigs[i]);
   sys->on_signal(sys->signal_arg, signum);
 }
 
@@ -245,41 +268,30 @@ void tr_stdio_reserve(void) {
 }
 
 const char *tr_signal_name(int signum) {
-  return signum == SIGINT ? "SIGINT" : signum == SIGTERM ? "SIGTERM" : signum == SIGHUP ? "SIGHUP"
-                                                                                        : "a signal";
+  for (int i = 0; i < TR__SIGNALS; i++)
+    if (signums[i] == signum) return signames[i];
+  return "a signal";
 }
 
 /* Start-up (tr_signals_hold): the first signal is kept for the run, and acted on at once by
  * whoever asks (tr_signals_held); a system that runs takes it over, and gives it back when
  * it ends without a signal to a program that still holds (holds > 0: a bench between its
  * runs). SIGHUP ignored when the process began (nohup) stays ignored, for the run too. */
-static const int held_signums[] = {SIGINT, SIGTERM, SIGHUP};
-static struct sigaction held_before[3];
+static struct sigaction held_before[TR__SIGNALS];
 static int holds;       /* tr_signals_hold calls not yet released */
 static bool installed;  /* hold_signal is the handler now (a running system's is not) */
-static bool hup_known, hup_ignored;
 static volatile sig_atomic_t held;
 
 static void hold_signal(int signum) {
   if (!held) held = signum;
 }
 
-static bool hup_wanted(void) {
-  if (!hup_known) {
-    struct sigaction now;
-    hup_ignored = sigaction(SIGHUP, NULL, &now) == 0 && now.sa_handler == SIG_IGN;
-    hup_known = true;
-  }
-  return !hup_ignored;
-}
-
 /* before: where to keep what was there (NULL: it is kept already) */
 static void install_hold(struct sigaction *before) {
   struct sigaction sa = {.sa_handler = hold_signal};
   sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < 3; i++)
-    if (held_signums[i] != SIGHUP || hup_wanted())
-      sigaction(held_signums[i], &sa, before ? &before[i] : NULL);
+  for (int i = 0; i < TR__SIGNALS; i++)
+    if (taken(i)) sigaction(signums[i], &sa, before ? &before[i] : NULL);
   installed = true;
 }
 
@@ -294,10 +306,10 @@ int tr_signals_held(void) { return held; }
 void tr_signals_release(void) {
   if (holds == 0 || --holds > 0) return;
   if (installed) /* else a system took the signals over: libuv put back the defaults */
-    for (int i = 0; i < 3; i++)
-      if (held_signums[i] != SIGHUP || hup_wanted())
-        sigaction(held_signums[i], &held_before[i], NULL);
+    for (int i = 0; i < TR__SIGNALS; i++)
+      if (taken(i)) sigaction(signums[i], &held_before[i], NULL);
   installed = false;
+  held = 0; /* dropped: a system run later must not raise it again */
 }
 
 int tr_system_signal(const tr_system *sys) { return atomic_load(&((tr_system *)sys)->signal); }
@@ -433,15 +445,11 @@ int tr_system_run(tr_system *sys) {
       a->trace = sys->loop_trace;
   }
   if (sys->handle_signals) {
-    uv_signal_init(&sys->loop, &sys->sigint);
-    uv_signal_init(&sys->loop, &sys->sigterm);
-    sys->sigint.data = sys->sigterm.data = sys;
-    uv_signal_start(&sys->sigint, on_signal, SIGINT);
-    uv_signal_start(&sys->sigterm, on_signal, SIGTERM);
-    if ((sys->hup = hup_wanted())) {
-      uv_signal_init(&sys->loop, &sys->sighup);
-      sys->sighup.data = sys;
-      uv_signal_start(&sys->sighup, on_signal, SIGHUP);
+    for (int i = 0; i < TR__SIGNALS; i++) {
+      if (!taken(i)) continue;
+      uv_signal_init(&sys->loop, &sys->sigs[i]);
+      sys->sigs[i].data = sys;
+      uv_signal_start(&sys->sigs[i], on_signal, signums[i]);
     }
     /* libuv's handlers replaced the start-up's: a signal held is raised again for them */
     const int early = held;

@@ -13,6 +13,10 @@
 
 enum { TR__RUNNING = 0, TR__PARKING = 1 }; /* tr_actor.park, a futex word */
 
+/* The signals a system ends its run on in order (tr_system_config.handle_signals): SIGINT,
+ * SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, in system.c's table. */
+enum { TR__SIGNALS = 6 };
+
 typedef struct tr__trace_chunk tr__trace_chunk;
 
 /* One thread's trace events. Only that thread appends; readers wait for the run's end. A
@@ -61,8 +65,7 @@ typedef struct tr__timer tr__timer;
 struct tr_system {
   uv_loop_t loop;
   uv_async_t async;
-  uv_signal_t sigint, sigterm, sighup; /* sighup: unless ignored (nohup) */
-  bool hup;
+  uv_signal_t sigs[TR__SIGNALS]; /* system.c's signums'; SIGHUP's unless ignored (nohup) */
   uv_timer_t watchdog;
   _Atomic int watchdog_ms; /* may change while it runs (tr_system_set_watchdog_ms) */
   bool watchdog_idle;
@@ -138,6 +141,12 @@ extern int tr__nvtx_live;
 void tr__system_fail(tr_system *sys, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4))); /* tr_system_fail, for the runtime's own */
 void tr__loop_wake(tr_system *sys);
+/* Whether h is one of the system's own signal handles (sys->sigs). */
+static inline bool tr__system_signal_handle(const tr_system *sys, const uv_handle_t *h) {
+  for (int i = 0; i < TR__SIGNALS; i++)
+    if (h == (const uv_handle_t *)&sys->sigs[i]) return true;
+  return false;
+}
 
 /* watchdog.c */
 void tr__watchdog_start(tr_system *sys); /* loop thread, when the run begins */

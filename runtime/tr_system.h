@@ -65,11 +65,12 @@
  *   // crunch(), on its thread:  ...; tr_actor_send(job->reply_to, result);
  *   //                           tr_system_work_end(sys);   // after the send
  *
- * Shutdown is a protocol: tr_system_stop (from any thread, or SIGINT/SIGTERM/SIGHUP when
- * handle_signals is set) sends a stop on every actor's priority lane; each runs its `stop`
- * callback on its own thread and quits, pinned threads are joined, loop handles closed, and
- * tr_system_run returns. Messages still queued are freed by tr_system_free, which also calls
- * each behaviour's `destroy`. Sends after the system stopped are accepted and freed there.
+ * Shutdown is a protocol: tr_system_stop (from any thread, or a signal when handle_signals
+ * is set: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2) sends a stop on every
+ * actor's priority lane; each runs its `stop` callback on its own thread and quits, pinned
+ * threads are joined, loop handles closed, and tr_system_run returns. Messages still queued
+ * are freed by tr_system_free, which also calls each behaviour's `destroy`. Sends after the
+ * system stopped are accepted and freed there.
  *
  * Threads: tr_actor_send, tr_actor_send_ctl, tr_system_stop, tr_system_fail and
  * tr_system_work_begin / _end may be called from any thread while the system exists;
@@ -118,9 +119,13 @@ typedef struct tr_actor_config {
 
 typedef struct tr_system_config {
   const char *name;   /* for messages; "troupe" if NULL */
-  int handle_signals; /* SIGINT, SIGTERM and SIGHUP (unless ignored when the process began,
-                         as under nohup) start a graceful stop (tr_system_run: TR_EINTR),
-                         or with on_signal, whatever on_signal starts (see below) */
+  int handle_signals; /* SIGINT, SIGTERM, SIGHUP (unless ignored when the process began,
+                         as under nohup), SIGQUIT, SIGUSR1 and SIGUSR2 start a graceful
+                         stop (tr_system_run: TR_EINTR), or with on_signal, whatever
+                         on_signal starts (see below). SIGQUIT (Ctrl-\), whose default
+                         is a core dump, and SIGUSR1 and SIGUSR2, which batch schedulers
+                         send before a job's time limit (Slurm's --signal=USR1@60), are
+                         SIGTERM's twins: each asks for the work to end, not to be lost */
   int trace;          /* record every handled message (see tr_trace.h) */
   int turn_batch;     /* data messages per turn at most; 0 for the default (64) */
   int spin_us;        /* default spin of pinned actors; 0 for the default (20 µs) */
@@ -144,7 +149,7 @@ typedef struct tr_system_config {
    * tr_system_report and tr_system_stop. */
   void (*describe)(void *arg, char *buf, size_t size);
   void *describe_arg;
-  /* Optional, with handle_signals: the first SIGINT, SIGTERM or SIGHUP is handed to on_signal (on
+  /* Optional, with handle_signals: the first of those signals is handed to on_signal (on
    * the loop thread) instead of stopping the system, so that the layer above can end its
    * work in order (a training graph finishes its step and writes its checkpoint). The
    * system's handlers go at that moment: a second signal has its default effect and ends
@@ -191,20 +196,22 @@ TR_API void tr_system_fail(tr_system *sys, int status, const char *fmt, ...)
 /* The first failure's text, or "" when there was none. */
 TR_API const char *tr_system_error(const tr_system *sys);
 
-/* The signal (SIGINT, SIGTERM, SIGHUP) that reached the system, or 0. Any thread. */
+/* The signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2) that reached the system,
+ * or 0. Any thread. */
 TR_API int tr_system_signal(const tr_system *sys);
-/* "SIGINT", "SIGTERM", "SIGHUP", or "a signal". */
+/* "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", or "a signal". */
 TR_API const char *tr_signal_name(int signum);
 
 /* A program's start-up (opening data, measuring devices) before its system runs: from
- * tr_signals_hold on, the first SIGINT, SIGTERM or SIGHUP is kept instead of ending the
- * process, and tr_signals_held says which (0: none), so that the program can stop where it
- * is, saying so. A system that runs with handle_signals takes over: it acts on a signal
- * held as on one that reaches it running, and when it ends without one, a program still
- * holding holds again (a bench between its runs). Calls nest: the last tr_signals_release
- * puts back what was there before the first hold; a signal held then is dropped (raise it
- * again to act on it). SIGHUP ignored when the process began (nohup) stays ignored, while
- * holding and while running. Not thread-safe: the program's main thread. */
+ * tr_signals_hold on, the first of the signals handle_signals takes is kept instead of
+ * ending the process, and tr_signals_held says which (0: none), so that the program can
+ * stop where it is, saying so. A system that runs with handle_signals takes over: it acts
+ * on a signal held as on one that reaches it running, and when it ends without one, a
+ * program still holding holds again (a bench between its runs). Calls nest: the last
+ * tr_signals_release puts back what was there before the first hold; a signal held then is
+ * dropped (raise it again to act on it). SIGHUP ignored when the process began (nohup)
+ * stays ignored, while holding and while running. Not thread-safe: the program's main
+ * thread. */
 TR_API void tr_signals_hold(void);
 TR_API int tr_signals_held(void);
 TR_API void tr_signals_release(void);

@@ -140,8 +140,7 @@ static void note_active_handle(uv_handle_t *h, void *arg) {
   handle_walk *w = arg;
   tr_system *sys = w->sys;
   if (h == (uv_handle_t *)&sys->async || h == (uv_handle_t *)&sys->watchdog ||
-      h == (uv_handle_t *)&sys->sigint || h == (uv_handle_t *)&sys->sigterm ||
-      h == (uv_handle_t *)&sys->sighup)
+      tr__system_signal_handle(sys, h))
     return;
   if (uv_is_active(h) && uv_has_ref(h)) w->active = true;
 }

@@ -321,9 +321,10 @@ static const cli_option rows[] = {
 const cli_table cli_train_table = {
     "train", rows, CLI_COUNT(rows),
     .after = "Exit status: 0 done, 1 a runtime failure (named), 2 a bad option (named by its "
-             "flag),\n130 / 143 / 129 a run SIGINT / SIGTERM / SIGHUP ended after its step in flight "
-             "(or during\nstart-up), its checkpoint and figures written; a second signal ends "
-             "the process at once.\n",
+             "flag),\n128 + its number for a run a signal ended after its step in flight (or "
+             "during start-up),\nits checkpoint and figures written: 130 SIGINT, 143 SIGTERM, "
+             "129 SIGHUP, 131 SIGQUIT,\n138 SIGUSR1, 140 SIGUSR2 (a batch scheduler's warning "
+             "before a time limit); a second\nsignal ends the process at once.\n",
     .context_at = offsetof(train_args, o.strategy),
     .context_name = tr_strategy_name_at};
 

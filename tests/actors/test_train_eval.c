@@ -1,7 +1,9 @@
 /* test_train_eval.c — tr_train_run's held-out samples (tr_train_options.eval_*): eval_split
  * trains on a part of the run's data (a source of the caller's with rows, read through the
  * split: never a sample past its rows), and every way of giving held-out samples twice or
- * wrongly is refused naming the option's field, before anything trains. */
+ * wrongly is refused naming the option's field, before anything trains, held-out values
+ * that are not finite included. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -122,10 +124,63 @@ static void held_out_samples_given_wrongly_are_refused_by_field(void **state) {
   tr_data_close(endless);
 }
 
+/* A source whose sample 13 (every sample, with arg 2) holds a NaN input (arg 1, 2) or a
+ * +Inf target (arg 3): mine's values otherwise. */
+static int poisoned(void *arg, uint64_t first, size_t count, void *x, void *y) {
+  const int how = (int)(intptr_t)arg;
+  fill(NULL, first, count, x, y);
+  for (size_t k = 0; k < count; k++)
+    if (first + k == 13 || how == 2) {
+      if (how == 3 && y) ((float *)y)[k * 64 + 2] = INFINITY;
+      if (how != 3) ((float *)x)[k * 64 + 5] = NAN;
+    }
+  return 0;
+}
+
+static tr_data *open_poisoned(int how, int64_t rows) {
+  char err[256];
+  tr_data *d;
+  const tr_data_callback cb = {.name = "bad", .x_bytes = 64 * 4, .y_bytes = 64 * 4,
+                               .fill = poisoned, .arg = (void *)(intptr_t)how, .rows = rows};
+  assert_int_equal(tr_data_open_callback(&d, &cb, err, sizeof err), 0);
+  return d;
+}
+
+/* No gradient follows a held-out forward to catch a NaN (a ReLU would make it 0, and a
+ * NaN loss drop out of the mean): a finite source's held-out values are read and refused
+ * before anything trains, naming the sample; an endless one's as the loader reads them. */
+static void held_out_values_that_are_not_finite_are_refused(void **state) {
+  (void)state;
+  tr_data *d = open_source(ROWS), *bad = open_poisoned(1, ROWS), *all = open_poisoned(2, ROWS);
+  tr_train_options o = options();
+  o.job.data = d;
+  o.job.eval.data = bad;
+  refused(&o, "job.eval.data", "data 'bad': sample 13, input 5 holds NaN");
+  o.job.eval.samples = 10; /* those evaluated: sample 13 is not */
+  char err[1024] = "";
+  tr_train_result r;
+  if (tr_train_run(&o, &r, err, sizeof err)) fail_msg("%s", err);
+  o = options();
+  o.job.data = all;
+  o.eval_split = 0.2;
+  refused(&o, "eval_split", "input 5 holds NaN");
+  tr_data *endless = open_poisoned(3, 0); /* read when evaluated: the run fails then */
+  o = options();
+  o.job.data = d;
+  o.job.eval = (tr_eval_config){.data = endless, .samples = 20};
+  assert_int_equal(tr_train_run(&o, &r, err, sizeof err), TR_ENONFINITE);
+  if (!strstr(err, "data 'bad': sample 13, target 2 holds +Inf")) fail_msg("%s", err);
+  tr_data_close(endless);
+  tr_data_close(all);
+  tr_data_close(bad);
+  tr_data_close(d);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(a_split_trains_on_the_sources_rows),
       cmocka_unit_test(held_out_samples_given_wrongly_are_refused_by_field),
+      cmocka_unit_test(held_out_values_that_are_not_finite_are_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

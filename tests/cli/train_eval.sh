@@ -5,8 +5,10 @@
 #   refusals (the default)  what cannot be evaluated exits 2 naming the flag, before training:
 #                           a fraction not strictly between 0 and 1, a split beside --eval-data, a
 #                           split of gpt's endless bytes or of the generated data, a part of
-#                           no rows, an eval file that is an output, labels alone; .npy data
-#                           split or held-out files given train to the end (exit 0)
+#                           no rows, an eval file that is an output, labels alone, held-out
+#                           features or labels (files, or a split's rows) holding NaN or an
+#                           infinity (naming the file's row and column); .npy data split or
+#                           held-out files given train to the end (exit 0)
 #   json                    --eval-split 0.2 --eval-every 5 --json: an "eval" object whose
 #                           loss is finite, of the held-out rows' count, after the last step
 # The .npy files are written by python3 (no NumPy needed); without it the test skips (77).
@@ -44,6 +46,21 @@ save(prefix + "-y.npy", (rows, 1), y)
 EOF
 }
 
+# poison FILE ROW COLUMN VALUE: a copy of FILE (a 2-D float32 .npy) as nan-FILE with the
+# value at (ROW, COLUMN) replaced by VALUE ("nan", "inf", "-inf"); ROW "all": in every row
+poison() {
+  python3 - "$@" <<'EOF'
+import struct, sys
+path, row, col, value = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+b = bytearray(open(path, "rb").read())
+start = 10 + struct.unpack("<H", b[8:10])[0]
+rows, cols = (int(v) for v in b[10:start].decode().split("(")[1].split(")")[0].split(",")[:2])
+for r in range(rows) if row == "all" else [int(row)]:
+    struct.pack_into("<f", b, start + 4 * (r * cols + col), value)
+open("nan-" + path, "wb").write(b)
+EOF
+}
+
 # expect WHAT STATUS PATTERN -- ARGS: `troupe train ARGS` exits STATUS within 60 s, its stderr
 # matching PATTERN (grep -E)
 expect() {
@@ -62,6 +79,7 @@ expect() {
 npy 200 1 train || { echo "FAIL python3 could not write the .npy files"; exit 1; }
 npy 50 2 held || exit 1
 npy 3 3 tiny || exit 1
+poison held-x.npy 17 3 nan && poison held-y.npy 7 0 inf && poison train-x.npy all 2 -inf || exit 1
 held_sum=$(cat held-x.npy held-y.npy | md5sum)
 data=(--model simplenet --devices host:1 --data train-x.npy --labels train-y.npy)
 
@@ -93,6 +111,13 @@ refusals)
     --model gpt --devices host:1 --eval-data "$self" --eval-labels held-y.npy --steps 2
   expect "held-out files of other sizes" 2 "^troupe: --eval-data: data 'held-y.npy': 4 bytes of inputs per sample, model 'simplenet' wants 40" -- \
     "${data[@]}" --eval-data held-y.npy --eval-labels held-y.npy --steps 2
+  # held-out values that are not finite: no gradient would catch them (a ReLU makes NaN 0)
+  expect "held-out features holding NaN" 2 "^troupe: --eval-data: nan-held-x.npy: row 17, column 3 holds NaN: " -- \
+    "${data[@]}" --eval-data nan-held-x.npy --eval-labels held-y.npy --steps 2
+  expect "held-out labels holding +Inf" 2 "^troupe: --eval-data: nan-held-y.npy: row 7 holds \\+Inf: " -- \
+    "${data[@]}" --eval-data held-x.npy --eval-labels nan-held-y.npy --steps 2
+  expect "a split's held-out rows holding -Inf" 2 "^troupe: --eval-split 0.2: nan-train-x.npy: row [0-9]+, column 2 holds -Inf: " -- \
+    --model simplenet --devices host:1 --data nan-train-x.npy --labels train-y.npy --eval-split 0.2 --steps 2
   expect "evaluation of an asynchronous run" 2 '^troupe: --eval-split: applies to' -- \
     "${data[@]}" --strategy async --devices host:2 --eval-split 0.2 --steps 2
   # what can be evaluated trains to its end (the evaluation itself: CASE json)

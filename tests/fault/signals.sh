@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# signals.sh TROUPE — `troupe train` and signals: the first SIGINT, SIGTERM or SIGHUP ends the
-# run in order (the step in flight, the checkpoint, the figures) within seconds and exits 130,
-# 143 or 129 (SIGHUP ignored, as under nohup, stays ignored); a SIGINT during start-up ends
+# signals.sh TROUPE — `troupe train` and signals: the first SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+# SIGUSR1 or SIGUSR2 ends the run in order (the step in flight, the checkpoint, the figures)
+# within seconds and exits 128 + its number: 130, 143, 129, 131, 138, 140 (SIGHUP ignored, as
+# under nohup, stays ignored); a SIGINT during start-up ends
 # it there, saying so; a second one ends the process at once; a process killed during its checkpoint writes
 # leaves a valid checkpoint, and its temporary file goes at the next successful write.
 set -u
@@ -28,9 +29,10 @@ wait_for() {
 json() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 
 # The first signal: the run ends after its step, writes its checkpoint and its figures, and
-# exits as the signal would have. The checkpoint resumes.
-for sig in INT TERM HUP; do
-  case $sig in INT) want=130 ;; TERM) want=143 ;; HUP) want=129 ;; esac
+# exits as the signal would have. The checkpoint resumes. SIGQUIT (whose default is a core
+# dump) and SIGUSR1/SIGUSR2 (a batch scheduler's warning before its time limit) too.
+for sig in INT TERM HUP QUIT USR1 USR2; do
+  want=$((128 + $(kill -l $sig)))
   rm -f ck.st out.json err.txt
   "$troupe" train --model simplenet --steps 100000000 --checkpoint ck.st --checkpoint-every 100 \
     --json >out.json 2>err.txt &
@@ -38,10 +40,14 @@ for sig in INT TERM HUP; do
   wait_for ck.st $pid || fail "SIG$sig: the run never wrote its first checkpoint"
   t0=$(now)
   kill -$sig $pid
+  for ((i = 0; i < 3000 && $(kill -0 $pid 2>/dev/null; echo $?) == 0; i++)); do sleep 0.01; done
+  kill -9 $pid 2>/dev/null && ignored=1 || ignored=0 # a run that went on 30 s
   wait $pid
   rc=$?
   took=$(elapsed "$t0" "$(now)")
-  if [[ $rc -ne $want ]]; then
+  if ((ignored)); then
+    fail "SIG$sig: the run went on $took s after it (killed): $(cat err.txt)"
+  elif [[ $rc -ne $want ]]; then
     fail "SIG$sig: exit $rc, expected $want: $(cat err.txt)"
   elif ! python3 -c "import sys; sys.exit(float(sys.argv[1]) > 5)" "$took"; then
     fail "SIG$sig: the run ended $took s after the signal"

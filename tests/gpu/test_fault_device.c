@@ -180,6 +180,13 @@ static void bad_rules_are_refused_by_name(void **state) {
       {"fault(host:2;dev=2,us=1)", "dev=2, of a list of 2"},
       {"fault(host:x;us=1)", "device spec 'host:x'"},
       {"fault(fault(host:1;us=1);us=1)", "one fault(...) per spec"},
+      /* rules that could never fire: no effect, no call, a call the backend never makes */
+      {"fault(host:1;op=mse_b)", "rule 'op=mse_b' neither slows a call nor fails one"},
+      {"fault(host:1;dev=0,every=2)", "would do nothing: give us=U"},
+      {"fault(host:1;op=mse,us=5;)", "rule '' neither slows"},
+      {"fault(host:1;op=,fail=1)", "op= names no call (leave op out to count every call"},
+      {"fault(host:2;dev=1,op=capture,fail=1)",
+       "rule 1: op=capture is no call the host backend makes (host:1), so it would never fire"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     tr_device_list *l = NULL;

@@ -6,6 +6,7 @@
  * asked for and their failures come back, every model's default data has its sizes, the
  * size check names both sizes, and the fixed workloads' data has not changed by one bit. */
 #include <dirent.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -864,6 +865,74 @@ static void npy_features_and_labels_must_agree_with_each_other_and_the_model(voi
 
 /* The fuzzer's seed files (tests/fuzz/npy-corpus) are valid .npy files: it starts from
  * inputs that reach the end of the parser. */
+/* tr_data_check_finite: the first value a model reads as a number that is not finite, named
+ * by its file's row and column (a split's by its source's), or by its sample and element
+ * (a callback's); integers (class labels, tokens) are never looked at. */
+static int poisoned(void *arg, uint64_t first, size_t count, void *x, void *y) {
+  (void)arg;
+  for (size_t k = 0; k < count; k++) {
+    for (int i = 0; i < 8; i++)
+      ((float *)x)[k * 8 + (size_t)i] = first + k == 5 && i == 2 ? INFINITY : 1;
+    if (y) memset((int32_t *)y + k, 0, sizeof(int32_t));
+  }
+  return 0;
+}
+
+static void values_that_are_not_finite_are_named_where_they_are(void **state) {
+  (void)state;
+  enum { N = 6, W = 2 };
+  float f[N][W] = {{0}}, t[N] = {0};
+  f[4][1] = NAN;
+  t[3] = -INFINITY;
+  static const tr_layer_spec reg_layers[] = {LINEAR(2, 1)};
+  const tr_model_spec reg = {.name = "reg", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = 1,
+                             .layers = reg_layers, .batch = 2,
+                             .optim = {.kind = TR_OPTIM_SGD, .lr = 0.1f}};
+  tr_model *m = model(&reg, NULL);
+  const char *xp = write_npy("nan-x.npy", 1, "<f4", "(6, 2)", f, sizeof f);
+  const char *yp = write_npy("inf-y.npy", 1, "<f4", "(6,)", t, sizeof t);
+  const char *ok = write_npy("ok-x.npy", 1, "<f4", "(6, 2)", (float[N][W]){{0}}, sizeof f);
+  tr_data *d = open_for_ok(m, 1, xp, write_npy("ok-y.npy", 1, "<f4", "(6,)", (float[N]){0}, 24));
+  char err[512] = "", want[512];
+  assert_int_equal(tr_data_check_finite(d, m, 0, N, NULL, NULL, err, sizeof err), TR_ENONFINITE);
+  snprintf(want, sizeof want, "%s: row 4, column 1 holds NaN: ", xp);
+  if (strncmp(err, want, strlen(want))) fail_msg("'%s' does not begin '%s'", err, want);
+  tr_data *held, *train; /* a split names its source's row */
+  assert_int_equal(tr_data_split(d, 0.5, 1, &train, &held, err, sizeof err), 0);
+  int rc = tr_data_check_finite(held, m, 0, 3, NULL, NULL, err, sizeof err);
+  int rc2 = tr_data_check_finite(train, m, 0, 3, NULL, NULL, err + 256, 256);
+  if ((rc == 0) == (rc2 == 0)) fail_msg("row 4 is in one part: %d and %d", rc, rc2);
+  const char *said = rc ? err : err + 256;
+  if (!strstr(said, "row 4, column 1 holds NaN")) fail_msg("'%s'", said);
+  tr_data_close(held);
+  tr_data_close(train);
+  tr_data_close(d);
+  d = open_for_ok(m, 1, ok, yp);
+  assert_int_equal(tr_data_check_finite(d, m, 0, N, NULL, NULL, err, sizeof err), TR_ENONFINITE);
+  snprintf(want, sizeof want, "%s: row 3 holds -Inf: ", yp);
+  if (strncmp(err, want, strlen(want))) fail_msg("'%s' does not begin '%s'", err, want);
+  float x[N][W];
+  float y[N];
+  assert_int_equal(tr_data_fill(d, 0, N, x, y), 0); /* the buffers filled: the same check */
+  assert_int_equal(tr_data_check_finite(d, m, 0, N, x, NULL, err, sizeof err), 0);
+  assert_int_equal(tr_data_check_finite(d, m, 0, N, x, y, err, sizeof err), TR_ENONFINITE);
+  tr_data_close(d);
+  tr_model_free(m);
+  /* a callback's sample and element; a classifier's int32 labels are not floats */
+  static const tr_layer_spec cls_layers[] = {LINEAR(8, 3)};
+  const tr_model_spec cls = {.name = "cls", .ctx = 1, .loss = TR_LOSS_CROSSENTROPY, .nlayers = 1,
+                             .layers = cls_layers, .batch = 2,
+                             .optim = {.kind = TR_OPTIM_SGD, .lr = 0.1f}};
+  m = model(&cls, NULL);
+  const tr_data_callback cb = {.name = "mine", .x_bytes = 32, .y_bytes = 4, .fill = poisoned};
+  assert_int_equal(tr_data_open_callback(&d, &cb, err, sizeof err), 0);
+  assert_int_equal(tr_data_check_finite(d, m, 0, 5, NULL, NULL, err, sizeof err), 0);
+  assert_int_equal(tr_data_check_finite(d, m, 3, 4, NULL, NULL, err, sizeof err), TR_ENONFINITE);
+  if (strncmp(err, "data 'mine': sample 5, input 2 holds +Inf: ", 43)) fail_msg("'%s'", err);
+  tr_data_close(d);
+  tr_model_free(m);
+}
+
 static int not_hidden(const struct dirent *e) { return e->d_name[0] != '.'; }
 
 static void npy_fuzz_seeds_are_valid_files(void **state) {
@@ -979,6 +1048,7 @@ int main(void) {
       cmocka_unit_test(npy_epochs_visit_every_row_once_in_orders_of_their_own),
       cmocka_unit_test(npy_malformed_headers_are_refused_with_their_message),
       cmocka_unit_test(npy_features_and_labels_must_agree_with_each_other_and_the_model),
+      cmocka_unit_test(values_that_are_not_finite_are_named_where_they_are),
       cmocka_unit_test(npy_fuzz_seeds_are_valid_files),
       cmocka_unit_test(written_npy_files_are_numpys_bytes),
       cmocka_unit_test(npy_writes_refuse_a_special_file_and_leave_it),

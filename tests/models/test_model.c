@@ -86,6 +86,35 @@ static int want(want_tensor *w, int n, const char *name, int64_t d0, int64_t d1)
   return n + 1;
 }
 
+/* A model's optimizer numbers obey their rules (tr_optim_config_check): every kind's
+ * defaults do; a NaN rate or a momentum of 1.5 is refused naming the field. */
+static void optimizer_numbers_out_of_range_are_refused(void **state) {
+  (void)state;
+  char err[256] = "";
+  const tr_optim_kind kinds[] = {TR_OPTIM_SGD, TR_OPTIM_MOMENTUM, TR_OPTIM_ADAMW};
+  for (int k = 0; k < 3; k++) {
+    const tr_optim_config o = tr_optim_defaults(kinds[k], 0.1f);
+    assert_int_equal(tr_optim_config_check(&o, NULL, err, sizeof err), 0);
+  }
+  const tr_layer_spec layers[] = {tr_layer_linear(3, 2, 1)};
+  tr_model_spec sp = {.name = "reg", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = 1,
+                      .layers = layers, .batch = 2,
+                      .optim = tr_optim_defaults(TR_OPTIM_MOMENTUM, NAN)};
+  tr_model *m = NULL;
+  assert_int_equal(tr_model_new(&m, &sp, err, sizeof err), TR_EINVAL);
+  assert_null(m);
+  if (!strstr(err, "model 'reg': optim.lr nan: a learning rate is finite")) fail_msg("%s", err);
+  sp.optim.lr = 0.1f;
+  sp.optim.momentum = 1.5f;
+  assert_int_equal(tr_model_new(&m, &sp, err, sizeof err), TR_EINVAL);
+  if (!strstr(err, "optim.momentum 1.5: momentum is in [0, 1)")) fail_msg("%s", err);
+  const char *field = NULL;
+  sp.optim.momentum = 0.9f;
+  sp.optim.eps = -1;
+  assert_int_equal(tr_optim_config_check(&sp.optim, &field, err, sizeof err), TR_EINVAL);
+  assert_string_equal(field, "eps");
+}
+
 static void check_tensors(const char *model, const want_tensor *w, int n, size_t numel) {
   tr_model *m;
   char err[128];
@@ -479,6 +508,7 @@ int main(void) {
       cmocka_unit_test(losses_are_the_means_pytorch_reports),
       cmocka_unit_test(cut_model_gives_the_uncut_loss_and_gradients_bitwise),
       cmocka_unit_test(micro_batches_accumulate_the_batch_gradient),
+      cmocka_unit_test(optimizer_numbers_out_of_range_are_refused),
       cmocka_unit_test(simplenet_learns_the_teacher),
       cmocka_unit_test(tiny_gpt_learns_arithmetic),
       cmocka_unit_test(training_is_bitwise_deterministic),

@@ -392,6 +392,48 @@ static void on_signal_takes_the_first_signal_instead_of_a_stop(void **state) {
   tr_system_free(sys);
 }
 
+/* Every signal a run ends on in order (tr_system_config.handle_signals) is handed over and
+ * named, and kept during start-up: SIGQUIT and the batch schedulers' SIGUSR1 and SIGUSR2 as
+ * SIGINT is (their defaults would end the process with no checkpoint). */
+static _Atomic int to_raise;
+
+static int raise_it(tr_actor *self, tr_msg *msg) {
+  (void)self, (void)msg;
+  raise(atomic_load(&to_raise));
+  return 0;
+}
+static const tr_behaviour raise_some = {.name = "raiser", .receive = raise_it};
+
+static void each_signal_a_run_takes_is_handed_over_and_named(void **state) {
+  (void)state;
+  static const struct {
+    int signum;
+    const char *name;
+  } sigs[] = {{SIGINT, "SIGINT"},   {SIGTERM, "SIGTERM"}, {SIGHUP, "SIGHUP"},
+              {SIGQUIT, "SIGQUIT"}, {SIGUSR1, "SIGUSR1"}, {SIGUSR2, "SIGUSR2"}};
+  struct sigaction hup;
+  const bool nohup = sigaction(SIGHUP, NULL, &hup) == 0 && hup.sa_handler == SIG_IGN;
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+    assert_string_equal(tr_signal_name(sigs[i].signum), sigs[i].name);
+    if (sigs[i].signum == SIGHUP && nohup) continue; /* stays ignored, as it should */
+    signalled s = {0};
+    tr_system *sys = system_new(&(tr_system_config){.handle_signals = 1,
+                                                    .on_signal = note_signal, .signal_arg = &s});
+    s.sys = sys;
+    atomic_store(&to_raise, sigs[i].signum);
+    tr_actor *r = spawn(sys, "raiser", TR_ACTOR_PINNED, &raise_some, NULL);
+    tr_actor_timer_start(r, 5, 0, 0);
+    assert_int_equal(tr_system_run(sys), 0);
+    if (s.calls != 1 || s.signum != sigs[i].signum)
+      fail_msg("%s: on_signal called %d times, with %d", sigs[i].name, s.calls, s.signum);
+    tr_system_free(sys);
+    tr_signals_hold(); /* start-up: kept, then dropped by the release */
+    raise(sigs[i].signum);
+    assert_int_equal(tr_signals_held(), sigs[i].signum);
+    tr_signals_release();
+  }
+}
+
 static void ignore_signal(void *arg, int signum) { (void)arg, (void)signum; }
 static int tick_receive(tr_actor *self, tr_msg *msg) { return (void)self, (void)msg, 0; }
 static const tr_behaviour ticking = {.name = "ticks", .receive = tick_receive};
@@ -954,6 +996,7 @@ int main(void) {
       cmocka_unit_test(timers_fire_once_or_repeatedly_until_stopped),
       cmocka_unit_test(sigint_stops_the_system_gracefully),
       cmocka_unit_test(on_signal_takes_the_first_signal_instead_of_a_stop),
+      cmocka_unit_test(each_signal_a_run_takes_is_handed_over_and_named),
       cmocka_unit_test(a_second_signal_ends_the_process),
       cmocka_unit_test(signals_are_held_again_between_runs_until_the_last_release),
       cmocka_unit_test(a_watchdog_period_can_grow_while_the_system_runs),
