@@ -34,24 +34,20 @@ static int state_prefixes(tr_optim_kind kind, const char **prefix) {
 }
 
 /* The optimizer's hyperparameters a checkpoint keeps in its metadata (its kind's, and lr for
- * every kind), written as "%.9g" and checked on resume against the rule: an impossible value
- * is a sign of a corrupt or hand-made file, whose state would be as doubtful. */
+ * every kind), written as "%.9g" and checked on resume against tr_optim_config_check's
+ * rules: an impossible value is a sign of a corrupt or hand-made file, whose state would be
+ * as doubtful. */
 typedef struct hyper {
   tr_optim_kind kind; /* NULL: every kind */
   const char *key;    /* the metadata's key, tr_optim_config's field */
   size_t at;          /* offsetof(tr_optim_config, field) */
-  bool below_one;     /* in [0, 1), else finite and >= 0 */
-  const char *rule;
 } hyper;
 
 static const hyper hypers[] = {
-    {NULL, "lr", offsetof(tr_optim_config, lr), false, "a learning rate is finite and >= 0"},
-    {&tr_optim_adamw_type, "beta1", offsetof(tr_optim_config, beta1), true,
-     "Adam's betas are in [0, 1)"},
-    {&tr_optim_adamw_type, "beta2", offsetof(tr_optim_config, beta2), true,
-     "Adam's betas are in [0, 1)"},
-    {&tr_optim_adamw_type, "eps", offsetof(tr_optim_config, eps), false,
-     "Adam's eps is finite and >= 0"},
+    {NULL, "lr", offsetof(tr_optim_config, lr)},
+    {&tr_optim_adamw_type, "beta1", offsetof(tr_optim_config, beta1)},
+    {&tr_optim_adamw_type, "beta2", offsetof(tr_optim_config, beta2)},
+    {&tr_optim_adamw_type, "eps", offsetof(tr_optim_config, eps)},
 };
 
 /* State copies that are never negative: a checkpoint holding a negative element there was
@@ -292,17 +288,27 @@ static const char *nonneg_rule(tr_optim_kind kind, const char *name) {
  * as checkpoints written before they were kept hold only lr). */
 static int check_hypers(tr_checkpoint *ck, const char *path, tr_optim_kind kind, char *err,
                         size_t n) {
+  tr_optim_config o = {0}; /* what is absent, 0, passes every rule */
+  const char *text[sizeof hypers / sizeof *hypers] = {0};
   for (size_t i = 0; i < sizeof hypers / sizeof *hypers; i++) {
     const hyper *h = &hypers[i];
-    const char *v = hyper_applies(h, kind) ? tr_checkpoint_meta(ck, h->key) : NULL;
+    const char *v = text[i] = hyper_applies(h, kind) ? tr_checkpoint_meta(ck, h->key) : NULL;
     if (v == NULL) continue;
     char *end;
-    const double x = strtod(v, &end);
-    if (end == v || *end || !isfinite(x) || x < 0 || (h->below_one && x >= 1))
-      return tr_errorf(err, n, TR_EFORMAT, "%s: metadata '%s' is \"%.40s\": %s", path, h->key,
-                       v, h->rule);
+    const float x = strtof(v, &end);
+    if (end == v || *end)
+      return tr_errorf(err, n, TR_EFORMAT, "%s: metadata '%s' is \"%.40s\": not a number",
+                       path, h->key, v);
+    memcpy((char *)&o + h->at, &x, sizeof x);
   }
-  return 0;
+  const char *field = NULL;
+  char why[256];
+  if (tr_optim_config_check(&o, &field, why, sizeof why) == 0) return 0;
+  for (size_t i = 0; i < sizeof hypers / sizeof *hypers; i++)
+    if (!strcmp(hypers[i].key, field))
+      return tr_errorf(err, n, TR_EFORMAT, "%s: metadata '%s' is \"%.40s\": %s", path, field,
+                       text[i], tr__optim_rule(field));
+  return tr_errorf(err, n, TR_EFORMAT, "%s: metadata: %s", path, why);
 }
 
 /* Every tensor the model and its optimizer state need: there, float32, of its shape, and

@@ -98,6 +98,12 @@ static const struct {
     {"eps", offsetof(tr_optim_config, eps), false, "Adam's eps is finite and >= 0"},
 };
 
+const char *tr__optim_rule(const char *field) {
+  for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++)
+    if (!strcmp(numbers[i].name, field)) return numbers[i].rule;
+  return NULL;
+}
+
 int tr_optim_config_check(const tr_optim_config *o, const char **field, char *err,
                           size_t err_size) {
   for (size_t i = 0; i < sizeof numbers / sizeof *numbers; i++) {

@@ -141,6 +141,9 @@ TR_API void tr_optim_kind_names(char *buf, size_t size);
  * NULL) that field's name. tr_model_new and the jobs (tr_job_config.optim) check with it. */
 TR_API int tr_optim_config_check(const tr_optim_config *o, const char **field, char *err,
                                  size_t err_size);
+/* Internal: the rule of field `field` of tr_optim_config_check's ("a learning rate is ..."),
+ * for messages that quote the value their own way (a checkpoint's metadata); NULL: none. */
+const char *tr__optim_rule(const char *field);
 /* The kind's defaults with lr as given (NULL: SGD's). The built-in kinds share theirs:
  * momentum 0.9, betas 0.9/0.999, eps 1e-8, no weight decay, no clipping. */
 TR_API tr_optim_config tr_optim_defaults(tr_optim_kind kind, float lr);

@@ -108,9 +108,9 @@ static void impossible_optimizer_state_is_refused_naming_the_rule(void **state) 
   o.job.checkpoint.path = NULL;
 
   craft(good, bad, "lr", "nan", NULL, 0);
-  refused(&o, TR_EFORMAT, "metadata 'lr' is \"nan\": a learning rate is finite and >= 0");
+  refused(&o, TR_EFORMAT, "metadata 'lr' is \"nan\": a learning rate is finite and > 0 (0: the model's)");
   craft(good, bad, "lr", "-0.001", NULL, 0);
-  refused(&o, TR_EFORMAT, "metadata 'lr' is \"-0.001\": a learning rate is finite and >= 0");
+  refused(&o, TR_EFORMAT, "metadata 'lr' is \"-0.001\": a learning rate is finite and > 0 (0: the model's)");
   craft(good, bad, "lr", "fast", NULL, 0);
   refused(&o, TR_EFORMAT, "metadata 'lr' is \"fast\"");
   craft(good, bad, "beta2", "1", NULL, 0);
@@ -151,7 +151,7 @@ static void rules_follow_the_optimizer(void **state) {
   o.job.checkpoint.resume = bad;
   train_ok(&o);
   craft(good, bad, "lr", "-1", NULL, 0);
-  refused(&o, TR_EFORMAT, "metadata 'lr' is \"-1\": a learning rate is finite and >= 0");
+  refused(&o, TR_EFORMAT, "metadata 'lr' is \"-1\": a learning rate is finite and > 0 (0: the model's)");
 }
 
 int main(void) {
