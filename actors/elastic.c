@@ -25,7 +25,8 @@
  * the job's configuration more likely than a device.
  *
  * Across ranks, a rank that dies (under mpirun --enable-recovery the others keep running)
- * is noticed by the transport when it has been silent for the watchdog's period; if it held
+ * is noticed by the transport at once, its lifeline closing (dist/lifelines.h), or one that
+ * hangs once it has been silent for the watchdog's period; if it held
  * only workers and their loaders, the run goes on without it (tr__elastic_lost_rank): the
  * server hears that each of its workers there has left, as they would have said.
  */
@@ -116,7 +117,7 @@ int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *worker
     l->hdr.from = workers[w];
     l->worker = w;
     l->left = true;
-    snprintf(l->why, sizeof l->why, "its rank %d is gone (%s)", rank, why);
+    snprintf(l->why, sizeof l->why, "its rank %d %s", rank, why);
     tr_actor_send(server, l); /* the leave it can no longer send on its push edge */
   }
   return 0;

@@ -15,9 +15,11 @@
  * across ranks (MPI_Allreduce on a communicator per group); a goodbye from every rank to
  * every rank before any leaves (MPI orders each pair's messages, so a goodbye comes after
  * everything sent before it); and an abort, which ends every rank with the text of the
- * failure. A rank that goes silent, or that MPI fails to reach, fails the run — unless the
- * graph says it can go on without it (host.lose: an elastic job's rank of workers only);
- * then nothing more is sent to it, and no goodbye or agreement waits for it.
+ * failure. A rank that dies (its lifeline closed: lifelines.h), goes silent (it hangs), or
+ * that MPI fails to reach, fails the run — unless the graph says it can go on without it
+ * (host.lose: an elastic job's rank of workers only); then nothing more is sent to it, and
+ * no goodbye or agreement waits for it. A rank that died after its goodbye had finished its
+ * part: the run goes on without it, whatever the graph.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -53,6 +55,7 @@ static TR_MSGTYPE_DEFINE(release_type, release_msg);
 static TR_MSGTYPE_DEFINE(cmd_type, cmd_msg);
 TR_MSGTYPE_DEFINE(tr__mpi_in_type, in_msg);
 TR_MSGTYPE_DEFINE(tr__mpi_silent_type, silent_msg);
+TR_MSGTYPE_DEFINE(tr__mpi_died_type, died_msg);
 TR_MSGTYPE_DEFINE(tr__mpi_broken_type, broken_msg);
 
 static uint64_t now_ns(void) { return tr_now_ns(); }
@@ -228,12 +231,14 @@ static void maybe_done(transport *t) {
   t->host.done(t->host.arg, t->self);
 }
 
-/* Rank r is gone: 0 when the graph goes on without it (its goodbye and its part of the
- * end's agreement taken as given), else the run fails as before. */
+/* Rank r is gone (`why` follows "its rank r": "died (...)"): 0 when the graph goes on
+ * without it (its goodbye and its part of the end's agreement taken as given), else the run
+ * fails as before. One whose goodbye came had finished: the graph is not asked. */
 static int lose(transport *t, int r, const char *why) {
-  if (r < 0 || r == t->rank || !t->host.lose) return -1;
+  if (r < 0 || r == t->rank) return -1;
   if (t->lost[r]) return 0;
-  if (t->host.lose(t->host.arg, r, why)) return -1;
+  const bool over = t->bye_from[r];
+  if (!over && (!t->host.lose || t->host.lose(t->host.arg, r, why))) return -1;
   t->lost[r] = true;
   t->nlost++;
   if (!t->bye_from[r]) t->bye_from[r] = true, t->byes++;
@@ -311,10 +316,20 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
     const tr__sum_msg *s = (const tr__sum_msg *)msg;
     return s->complete ? tr__sums_complete(t, s) : tr__sums_start(t, s);
   }
+  if (msg->type == &tr__mpi_died_type) {
+    const int r = ((const died_msg *)msg)->rank;
+    char who[512];
+    if (lose(t, r, "died (its process ended: its connection closed)") == 0) return 0;
+    t->host.describe_rank(t->host.arg, r, who, sizeof who);
+    t->remote_failure = true;
+    return tr_actor_fail(self, TR_ESTATE, "rank %d died (it ran %s): its process ended, its "
+                         "connection to rank %d closed", r, who, t->rank);
+  }
   if (msg->type == &tr__mpi_broken_type) {
     const broken_msg *b = (const broken_msg *)msg;
-    char who[512];
-    if (lose(t, b->rank, b->why) == 0) return 0;
+    char who[512], why[MPI_MAX_ERROR_STRING + 32];
+    snprintf(why, sizeof why, "cannot be reached (%s)", b->why);
+    if (lose(t, b->rank, why) == 0) return 0;
     t->remote_failure = true;
     if (b->rank < 0)
       return tr_actor_fail(self, TR_ESYS, "a sum across ranks failed: %s", b->why);
@@ -325,7 +340,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr__mpi_silent_type) {
     const silent_msg *s = (const silent_msg *)msg;
     char who[512], why[128];
-    snprintf(why, sizeof why, "not heard from for %.1f s", s->seconds);
+    snprintf(why, sizeof why, "is silent (not heard from for %.1f s)", s->seconds);
     if (lose(t, s->rank, why) == 0) return 0;
     t->host.describe_rank(t->host.arg, s->rank, who, sizeof who);
     t->remote_failure = true;
@@ -463,6 +478,7 @@ int tr__transport_new(tr_world *w, const tr__transport_host *host, int watchdog_
   t->rank = w->rank;
   t->size = w->size;
   t->limit_ns = (uint64_t)(watchdog_ms > 0 ? watchdog_ms : 60000) * 1000000ull;
+  t->lines = w->lifelines;
   for (int k = 0; k < MAX_GROUPS; k++) t->group_comm[k] = MPI_COMM_NULL;
   pthread_mutex_init(&t->lock, NULL);
   tr__buffers_init(&t->buffers);

@@ -54,8 +54,9 @@ typedef struct tr__transport_host {
   void (*grant)(void *arg, int member, int64_t step);
   /* Every rank has said goodbye: the transport's part of the run is over. */
   void (*done)(void *arg, tr_actor *self);
-  /* Rank `rank` is gone (silent for the limit, or MPI failed a send to it; `why` says
-   * which): 0, the graph goes on without it — nothing more is sent to it, no goodbye or
+  /* Rank `rank` is gone (its process died, it was silent for the limit, or MPI failed a
+   * send to it; `why` says which, after "its rank N": "died (its process ended: its
+   * connection closed)"): 0, the graph goes on without it — nothing more is sent to it, no goodbye or
    * agreement waits for it; nonzero, or no callback: the run fails, naming it. */
   int (*lose)(void *arg, int rank, const char *why);
 } tr__transport_host;

@@ -1,6 +1,7 @@
 /* transport_impl.h — the inside of the transport (transport.h), shared by the three files
  * that make it up: transport.c (the actor: messages out and in, credits, the end of a run,
- * goodbyes), progress.c (the thread that progresses MPI: sends, probes, heartbeats) and
+ * goodbyes), progress.c (the thread that progresses MPI: sends, probes, heartbeats, the
+ * lifelines that say a rank died) and
  * collective.c (the replica groups' sums, a thread per group). Private to dist/. */
 #ifndef TR_DIST_TRANSPORT_IMPL_H
 #define TR_DIST_TRANSPORT_IMPL_H
@@ -34,13 +35,19 @@ typedef struct silent_msg { /* from the progress thread */
   double seconds;
 } silent_msg;
 
+typedef struct died_msg { /* from the progress thread: its lifeline closed (lifelines.h) */
+  tr_msg hdr;
+  int rank;
+} died_msg;
+
 typedef struct broken_msg { /* from the progress thread: MPI failed a request */
   tr_msg hdr;
   int rank; /* the send's destination; -1: a sum across ranks */
   char why[MPI_MAX_ERROR_STRING];
 } broken_msg;
 
-extern const tr_msgtype tr__mpi_in_type, tr__mpi_silent_type, tr__mpi_broken_type;
+extern const tr_msgtype tr__mpi_in_type, tr__mpi_silent_type, tr__mpi_died_type,
+    tr__mpi_broken_type;
 
 /* ---- its state ------------------------------------------------------------------------------ */
 
@@ -89,6 +96,7 @@ typedef struct transport {
   MPI_Comm comm;  /* this run's own duplicate: nothing of an earlier graph's reaches it */
   int rank, size;
   uint64_t limit_ns;     /* a rank silent this long has stopped */
+  tr__lifelines *lines;  /* the world's: a rank whose process ended (progress thread only) */
   queue *held;           /* [edge id] */
   int nheld;
   /* groups: a communicator each among the ranks that hold members */
@@ -117,7 +125,8 @@ typedef struct transport {
   incoming *incoming;    /* messages being received, in the order they were matched (progress
                             thread only; those of a lost rank are abandoned to MPI) */
   bool *waits;           /* [rank]: the progress thread's, while it hands messages over */
-  bool *reported;        /* [rank] */
+  bool *reported;        /* [rank]: reported silent or dead (progress thread only): what it
+                            began to send, and what is sent to it, abandoned to MPI */
   bool remote_failure;   /* the run ends for another rank's failure: no abort sent back */
   bool *lost;            /* [rank]: gone, and the graph goes on without it (host.lose) */
   int nlost;

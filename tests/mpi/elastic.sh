@@ -5,7 +5,8 @@
 # one dies), rank 2 of three, which holds only a worker and its loader, is killed mid-run;
 # the job finishes with the two ranks left, each exiting 0, rank 0 saying which worker left
 # at which step (stderr and the figures), and the final checkpoint holds every update the
-# server applied and resumes.
+# server applied and resumes. The death is told by rank 2's lifeline within seconds (the
+# watchdog is a minute), and the server never waits more than 5 s between two updates.
 set -u
 troupe=$(realpath "$1")
 dir=$(mktemp -d)
@@ -28,7 +29,7 @@ grep -q '"workers_alive":1' device.json || fail "workers_alive is not 1: $(cat d
 # each step slowed (2 ms a loss pass) so that the run outlasts the kill and its noticing
 args=(train --model simplenet --strategy async --elastic --steps 3000 --quiet --json
       --devices 'fault(host:1;op=mse,us=2000)' --checkpoint run.ckpt --checkpoint-every 100
-      --watchdog 3000)
+      --watchdog 60000 --trace run.json)
 timeout 120 mpirun --allow-run-as-root --oversubscribe --bind-to none --enable-recovery -np 3 \
   sh -c '"$0" "$@" > out.$OMPI_COMM_WORLD_RANK; echo $? > rc.$OMPI_COMM_WORLD_RANK' \
   "$troupe" "${args[@]}" 2>err.txt &
@@ -36,18 +37,36 @@ job=$!
 for _ in $(seq 400); do [[ -s run.ckpt ]] && break; sleep 0.05; done
 [[ -s run.ckpt ]] || fail "no periodic checkpoint appeared: $(cat err.txt)"
 victim=
-for pid in $(ps -eo pid,args | awk -v t="$troupe" '$2 == t && /--watchdog 3000/ {print $1}'); do
+for pid in $(ps -eo pid,args | awk -v t="$troupe" '$2 == t && /--watchdog 60000/ {print $1}'); do
   grep -qz '^OMPI_COMM_WORLD_RANK=2$' /proc/"$pid"/environ 2>/dev/null && victim=$pid
 done
 [[ -n $victim ]] || fail "rank 2's process not found"
+t0=$(date +%s%N)
 kill -KILL "$victim"
+told=
+while kill -0 $job 2>/dev/null; do
+  [[ -z $told ]] && grep -q 'worker 2 .* left at step' err.txt && told=$(( ($(date +%s%N) - t0) / 1000000 ))
+  sleep 0.02
+done
 wait $job
 for r in 0 1; do
   [[ -f rc.$r ]] || fail "rank $r left no exit status: $(cat err.txt)"
   [[ $(cat rc.$r) -eq 0 ]] || fail "rank $r exited $(cat rc.$r): $(cat err.txt)"
 done
-line=$(grep -o 'worker 2 (.*) left at step [0-9]*: its rank 2 is gone.*' err.txt) ||
-  fail "no line says worker 2 left: $(cat err.txt)"
+line=$(grep -o 'worker 2 (.*) left at step [0-9]*: its rank 2 died (its process ended.*' err.txt) ||
+  fail "no line says worker 2 left, its rank dead: $(cat err.txt)"
+[[ -n $told ]] && (( told < 5000 )) ||
+  fail "worker 2's leaving was told ${told:-never} ms after its rank was killed (watchdog 60 s)"
+# the longest wait of the server (rank 0's trace) between two updates it applied
+gap=$(python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev = d["traceEvents"] if isinstance(d, dict) else d
+tid = [e["tid"] for e in ev if e.get("name") == "thread_name" and e["args"]["name"].startswith("server")]
+ts = sorted(e["ts"] for e in ev if e.get("ph") == "X" and e.get("name") == "update" and e["tid"] in tid)
+print(int(max(b - a for a, b in zip(ts, ts[1:])) / 1000))' run.json) ||
+  fail "the trace run.json could not be read"
+(( gap < 5000 )) || fail "the server waited ${gap} ms between two updates"
 left=$(sed 's/.*left at step \([0-9]*\).*/\1/' <<<"$line")
 json=$(cat out.0)
 grep -q '"workers_alive":2' <<<"$json" || fail "workers_alive is not 2: $json"
@@ -58,4 +77,5 @@ step=$(grep -ao '"step":"[0-9]*"' run.ckpt | head -1 | tr -dc 0-9)
 [[ $step == "$steps" ]] || fail "the final checkpoint is of step $step, the run's $steps"
 "$troupe" train --model simplenet --strategy async --devices host:2 --resume run.ckpt \
   --steps $((steps + 10)) --quiet || fail "the final checkpoint (step $step) does not resume"
-printf 'ok   elastic: %s; the run reached step %d\n' "$line" "$steps"
+printf 'ok   elastic: %s, told %d ms after the kill; the server waited %d ms at most; the run reached step %d\n' \
+  "$line" "$told" "$gap" "$steps"
