@@ -36,12 +36,9 @@ int tr__sums_start(transport *t, const tr__sum_msg *s) {
   /* the thread outlives the message handled: its fields, never its header (the mailbox's,
    * which the next push writes) */
   tr__sum_msg *c = tr_msg_new(&tr__sum_type);
-  c->group = s->group;
-  c->bucket = s->bucket;
-  c->step = s->step;
-  c->p = s->p;
-  c->n = s->n;
-  c->complete = false;
+  *c = (tr__sum_msg){.hdr = c->hdr, .group = s->group, .bucket = s->bucket,
+                     .buckets = s->buckets, .members = s->members, .step = s->step, .p = s->p,
+                     .n = s->n};
   pthread_mutex_lock(&u->lock);
   const bool room = u->n < (int)(sizeof u->queue / sizeof *u->queue);
   if (room) u->queue[(u->head + u->n++) % (int)(sizeof u->queue / sizeof *u->queue)] = c;
@@ -134,11 +131,13 @@ void tr__sums_stop(summer *u) {
   u->started = stuck;
 }
 
-/* The sum is in place: its credit back, and the leader told on its "summed" edge. */
-int tr__sums_complete(transport *t, const tr__sum_msg *s) {
+/* The sum is in place, over `members` (0: every member): its credit back, and the leader
+ * told on its "summed" edge. */
+int tr__sums_complete(transport *t, const tr__sum_msg *s, int members) {
   t->host.release(t->host.arg, t->sum_in[s->group], 1);
   tr__summed_msg *d = tr_msg_new(&tr__summed_type);
   d->bucket = s->bucket;
+  d->members = members;
   d->step = s->step;
   return t->host.send(t->host.arg, t->summed[s->group], &d->hdr);
 }
