@@ -60,7 +60,11 @@ int tr__gather_open(transport *t, int k) {
 
 /* Step `step` of `buckets` buckets is in hand (its arrays made on its first message). */
 static int begin(transport *t, gather *g, int64_t step, int buckets) {
-  if (g->step == step) return buckets == g->buckets ? 0 : TR_EINVAL;
+  if (g->step == step && buckets == g->buckets) return 0;
+  if (g->step == step)
+    return tr_actor_fail(t->self, TR_ESTATE, "summing step %lld across ranks: %d buckets, and "
+                         "%d: the ranks hold different stages", (long long)step, buckets,
+                         g->buckets);
   if (g->step >= 0 || buckets < 1)
     return tr_actor_fail(t->self, TR_ESTATE, "summing across ranks: step %lld came while step "
                          "%lld was being summed", (long long)step, (long long)g->step);
