@@ -30,7 +30,7 @@
  * only workers and their loaders, the run goes on without it (tr__elastic_lost_rank): the
  * server hears that each of its workers there has left, as they would have said; for local
  * SGD's replicas, the coordinator does, and their group's sums go on without them (each step
- * summed over the ranks whose every bucket of it came, dist/gather.c).
+ * summed over the ranks whose every bucket of it came, dist/collective.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,7 +106,7 @@ static bool among(tr_actor *const *list, int n, const tr_actor *a) {
 
 /* Local SGD: the coordinator hears that each replica of the rank left, as its done message
  * would have said, but for the step: -1, the coordinator's to find from what came of it
- * (coordinator.c). Its group's sums leave it out on their own (dist/gather.c). */
+ * (coordinator.c). Its group's sums leave it out on their own (dist/collective.c). */
 static void replicas_lost(tr_graph *g, tr_actor *coordinator, tr_actor *const *replicas, int n,
                           int rank, const char *why) {
   for (int r = 0; r < n; r++) {

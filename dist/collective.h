@@ -12,7 +12,7 @@
  *   tr__dist_comm_round) and this is unused.
  * - a group whose sums outlive a rank (local SGD's elastic replicas: tr__graph_sum_group's
  *   `outlive`): each step's buckets are gathered to the group's first rank, summed there in
- *   rank order over the ranks that sent all of them, and the sums sent back (gather.c), so
+ *   rank order over the ranks that sent all of them, and the sums sent back (collective.c), so
  *   that a rank that dies mid-step is left out of that step whole, on every rank alike, and
  *   no sum waits for it. The summed message says how many members took part.
  *

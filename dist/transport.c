@@ -402,7 +402,7 @@ static int transport_start(tr_actor *self) {
   for (int k = 0; k < t->ngroups; k++) {
     bool in = false;
     for (int i = 0; i < t->group_n[k]; i++) in |= t->group_ranks[k][i] == t->rank;
-    const bool mpi = in && !t->outlive[k]; /* else gathered to its root (gather.c) */
+    const bool mpi = in && !t->outlive[k]; /* else gathered to its root (collective.c) */
     if (MPI_Comm_split(t->comm, mpi ? k : MPI_UNDEFINED, t->rank, &t->group_comm[k]) != MPI_SUCCESS)
       return tr_actor_fail(self, TR_ESYS, "making the communicator of group %d failed", k);
     if (mpi && tr__sums_open(t, k))

@@ -1,8 +1,8 @@
 /* transport_impl.h — the inside of the transport (transport.h), shared by the three files
  * that make it up: transport.c (the actor: messages out and in, credits, the end of a run,
- * goodbyes), gather.c (sums that outlive a rank), progress.c (the thread that progresses MPI: sends, probes, heartbeats, the
- * lifelines that say a rank died) and
- * collective.c (the replica groups' sums, a thread per group). Private to dist/. */
+ * goodbyes), progress.c (the thread that progresses MPI: sends, probes, heartbeats, the
+ * lifelines that say a rank died) and collective.c (the replica groups' sums: a thread per
+ * group, or gathered to the group's first rank). Private to dist/. */
 #ifndef TR_DIST_TRANSPORT_IMPL_H
 #define TR_DIST_TRANSPORT_IMPL_H
 
@@ -84,7 +84,7 @@ typedef struct summer { /* a group's sums, one after another on a thread of its 
   int head, n;
 } summer;
 
-typedef struct gather gather; /* gather.c's: a group's sums that outlive a rank */
+typedef struct gather gather; /* collective.c's: a group's sums that outlive a rank */
 
 typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the end */
   int rank, member;
@@ -155,7 +155,7 @@ void tr__sums_free(transport *t, int k);
 int tr__sums_start(transport *t, const tr__sum_msg *s);
 int tr__sums_complete(transport *t, const tr__sum_msg *s, int members);
 
-/* gather.c: group k's sums that outlive a rank (open, free); a bucket handed to it; a part
+/* collective.c: group k's sums that outlive a rank (open, free); a bucket handed to it; a part
  * (at the root) or a total that came (TAG_PART, TAG_TOTAL: the buffer is its); whether rank
  * r cannot be lost (the root of a group of this rank's, or in one summed by MPI); rank r
  * lost (its part of the step in hand not summed). */

@@ -24,7 +24,7 @@ timeout 120 "${mpirun[@]}" -np 2 "$troupe" train "${common[@]}" --steps 21 --dev
 "$params_diff" ranks.ckpt one.ckpt 1e-5 || fail "parameters differ from one process's"
 printf 'ok   local SGD (DiLoCo) across two ranks is the run in one process\n'
 
-# --elastic: the replica group's sums gathered to rank 0 and summed there (dist/gather.c, so
+# --elastic: the replica group's sums gathered to rank 0 and summed there (dist/collective.c, so
 # that they outlive a rank), in the order the peer sum in one process takes for two
 "$troupe" train "${common[@]}" --elastic --steps 21 --devices host:2 --checkpoint one-elastic.ckpt ||
   fail "the elastic run in one process"
