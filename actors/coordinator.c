@@ -464,8 +464,28 @@ static int departed(coordinator *c) {
   return n;
 }
 
+/* Source i's replica, whose rank died (its step -1: elastic.c), left at the last step of it
+ * that came: its last loss's, or a later checkpoint's part (a part of step k goes out before
+ * the losses of step k, behind those before it: every part of a checkpoint up to that step
+ * came). Said on stderr, as a replica that leaves says it. */
+static int64_t lost_at(coordinator *c, int i) {
+  int64_t at = c->left.heard[i];
+  for (const pending *ck = c->ck; ck < c->ck + PENDING; ck++)
+    for (int k = 0; in_use(ck) && k < ck->got; k++)
+      if (ck->from[k] == i && ck->step > at) at = ck->step;
+  const int64_t first = tr_graph_first_step(c->run->g);
+  at = at < first ? first : at;
+  const tr__report *r = &c->dones[i];
+  const int64_t why = r->fig.pairs[1].v.i;
+  fprintf(stderr, "troupe: replica %d (%s@r%d) left at step %lld: %s\n",
+          i / c->run->c.layout.stages, r->device, c->rank[i], (long long)at,
+          why >= 0 && why < TR__FIGURES_TEXT ? r->fig.text + why : "");
+  return at;
+}
+
 /* Source i's replica left at `at` (elastic.h): later losses, evaluations, checkpoints lack it */
 static int replica_left(coordinator *c, int i, int64_t at) {
+  if (at < 0) c->dones[i].fig.pairs[0].v.i = at = lost_at(c, i);
   step_ctx x = {.c = c};
   const int64_t from = tr__left_add(&c->left, c->run, i, at);
   int rc = tr__loss_book_depart(&c->losses, from, on_step, &x);

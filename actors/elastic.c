@@ -25,9 +25,12 @@
  * the job's configuration more likely than a device.
  *
  * Across ranks, a rank that dies (under mpirun --enable-recovery the others keep running)
- * is noticed by the transport when it has been silent for the watchdog's period; if it held
+ * is noticed by the transport at once, its lifeline closing (dist/lifelines.h), or one that
+ * hangs once it has been silent for the watchdog's period; if it held
  * only workers and their loaders, the run goes on without it (tr__elastic_lost_rank): the
- * server hears that each of its workers there has left, as they would have said.
+ * server hears that each of its workers there has left, as they would have said; for local
+ * SGD's replicas, the coordinator does, and their group's sums go on without them (each step
+ * summed over the ranks whose every bucket of it came, dist/collective.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,14 +104,38 @@ static bool among(tr_actor *const *list, int n, const tr_actor *a) {
   return false;
 }
 
-int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *workers,
-                          tr_actor *const *loaders, int n, int rank, const char *why) {
+/* Local SGD: the coordinator hears that each replica of the rank left, as its done message
+ * would have said, but for the step: -1, the coordinator's to find from what came of it
+ * (coordinator.c). Its group's sums leave it out on their own (dist/collective.c). */
+static void replicas_lost(tr_graph *g, tr_actor *coordinator, tr_actor *const *replicas, int n,
+                          int rank, const char *why) {
+  for (int r = 0; r < n; r++) {
+    if (!replicas[r] || tr_graph_actor_rank(g, replicas[r]) != rank) continue;
+    tr__done_msg *d = tr_msg_new(&tr__done_type);
+    d->hdr.from = replicas[r];
+    d->source = r; /* one stage a replica (job_config): its stage's index */
+    d->report = (tr__report){0};
+    snprintf(d->report.device, sizeof d->report.device, "%s",
+             tr_device_name(tr__stage_device(tr_actor_state(replicas[r]))));
+    tr__figures_int(&d->report.fig, TR__M_REPLICA_LEFT_AT, -1);
+    char text[200]; /* the figures' text holds it */
+    snprintf(text, sizeof text, "its rank %d %s", rank, why);
+    tr__figures_text(&d->report.fig, TR__M_REPLICA_LEFT_WHY, text);
+    tr_actor_send(coordinator, d);
+  }
+}
+
+int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *coordinator,
+                          tr_actor *const *workers, tr_actor *const *loaders, int n, int rank,
+                          const char *why) {
   const int ranks = tr_world_size(tr__graph_world(g));
   for (int i = ranks; i < tr__graph_member_count(g); i++) { /* 0 .. ranks - 1: transports */
     const tr__member *m = tr__graph_member(g, i);
     if (m->rank == rank && !among(workers, n, m->actor) && !among(loaders, n, m->actor))
       return -1; /* the server, the coordinator, an observer: the run cannot go on */
   }
+  if (!server && coordinator && tr_graph_actor_rank(g, coordinator) == tr_graph_rank(g))
+    replicas_lost(g, coordinator, workers, n, rank, why);
   if (!server || tr_graph_actor_rank(g, server) != tr_graph_rank(g)) return 0;
   for (int w = 0; w < n; w++) {
     if (!workers[w] || tr_graph_actor_rank(g, workers[w]) != rank) continue;
@@ -116,7 +143,7 @@ int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *worker
     l->hdr.from = workers[w];
     l->worker = w;
     l->left = true;
-    snprintf(l->why, sizeof l->why, "its rank %d is gone (%s)", rank, why);
+    snprintf(l->why, sizeof l->why, "its rank %d %s", rank, why);
     tr_actor_send(server, l); /* the leave it can no longer send on its push edge */
   }
   return 0;

@@ -135,7 +135,8 @@ void tr__graph_grant(tr_graph *g, int id, int64_t step);
  * remote_open: the transports of every rank, members 0 .. size − 1 (this rank's the actor,
  * the others placeholders that the groups' edges name). The rest hand things to this rank's
  * transport. sum_group, sum_edges: a replica group across ranks (dist/collective.h), wired
- * the same on every rank; transport_on: rank `rank`'s transport, for the group's edges. */
+ * the same on every rank (`outlive`: its sums go on without a rank that is lost, as local
+ * SGD's elastic replicas do); transport_on: rank `rank`'s transport, for the group's edges. */
 #ifdef TR_HAVE_MPI
 int tr__graph_remote_open(tr_graph *g, tr_actor **transport);
 void tr__graph_remote_send(tr_edge *e, tr_msg *m);
@@ -143,7 +144,7 @@ void tr__graph_remote_release(tr_edge *e, int n);
 void tr__graph_remote_finish(tr_graph *g);
 void tr__graph_remote_take(tr_graph *g, int member);
 void tr__graph_remote_locals_done(tr_graph *g);
-int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n);
+int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n, bool outlive);
 int tr__graph_sum_edges(tr_graph *g, int group, tr_edge *sum, tr_edge *summed);
 #else
 static inline int tr__graph_remote_open(tr_graph *g, tr_actor **transport) {
@@ -157,8 +158,9 @@ static inline void tr__graph_remote_take(tr_graph *g, int member) {
   (void)g, (void)member, TR_ASSERT(0);
 }
 static inline void tr__graph_remote_locals_done(tr_graph *g) { (void)g, TR_ASSERT(0); }
-static inline int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n) {
-  (void)g, (void)group, (void)ranks, (void)n;
+static inline int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n,
+                                      bool outlive) {
+  (void)g, (void)group, (void)ranks, (void)n, (void)outlive;
   return TR_ESTATE;
 }
 static inline int tr__graph_sum_edges(tr_graph *g, int group, tr_edge *sum, tr_edge *summed) {

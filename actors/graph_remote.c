@@ -141,8 +141,8 @@ void tr__graph_remote_locals_done(tr_graph *g) {
   tr__transport_locals_done(tr__graph_transport(g));
 }
 
-int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n) {
-  return tr__transport_group(tr__graph_transport(g), group, ranks, n);
+int tr__graph_sum_group(tr_graph *g, int group, const int *ranks, int n, bool outlive) {
+  return tr__transport_group(tr__graph_transport(g), group, ranks, n, outlive);
 }
 
 int tr__graph_sum_edges(tr_graph *g, int group, tr_edge *sum, tr_edge *summed) {

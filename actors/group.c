@@ -56,9 +56,11 @@ void tr__group_use_nccl(tr__group *g, tr_comm *inside, tr_comm *across, const ch
   snprintf(g->nccl_error, sizeof g->nccl_error, "%s", error ? error : "");
 }
 
-void tr__group_span_ranks(tr__group *g, int group, int ranks, tr_edge *sum, tr_edge *summed) {
+void tr__group_span_ranks(tr__group *g, int group, int ranks, int whole, tr_edge *sum,
+                          tr_edge *summed) {
   g->cross = group;
   g->ranks = ranks;
+  g->whole = whole;
   g->sum = sum;
   g->summed = summed;
 }
@@ -238,7 +240,7 @@ int tr__group_reduce_chunk(tr__group *g, group_step *s, int64_t step, int b) {
   return rc;
 }
 
-static int deliver_total(tr__group *g, int64_t step, int b);
+static int deliver_total(tr__group *g, int64_t step, int b, int members);
 
 /* The leader: buckets whose every chunk is summed here go to the other ranks, in bucket
  * order (every rank issues the same collectives in the same order): through NCCL on the
@@ -255,7 +257,7 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
         return fail(g, "summing a bucket across ranks");
       const size_t k = (size_t)tr_comm_count(g->across);
       sent(g, k > 1 ? 2 * (k - 1) * (bk->hi - bk->lo) / k : 0); /* the ring's */
-      int rc = deliver_total(g, step, b);
+      int rc = deliver_total(g, step, b, 0);
       if (rc) return rc;
       continue;
     }
@@ -266,7 +268,8 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
     }
     if (tr_stream_synchronize(g->comm)) return fail(g, "finishing a bucket");
     tr__sum_msg *m = tr_msg_new(&tr__sum_type);
-    *m = (tr__sum_msg){.hdr = m->hdr, .group = g->cross, .bucket = b, .step = step, .p = p,
+    *m = (tr__sum_msg){.hdr = m->hdr, .group = g->cross, .bucket = b, .buckets = g->nb,
+                       .members = tr__group_members_in(g, step, NULL), .step = step, .p = p,
                        .n = bk->hi - bk->lo};
     int rc = tr_edge_send_control(g->sum, m);
     if (rc) return rc;
@@ -281,13 +284,15 @@ static int sum_across(tr__group *g, group_step *s, int64_t step) {
  * members here, and they are told. */
 static int summed(tr__group *g, const tr__summed_msg *m) {
   tr_edge_release(g->summed, 1);
-  return deliver_total(g, m->step, m->bucket);
+  return deliver_total(g, m->step, m->bucket, m->members);
 }
 
-/* The leader: bucket b's sum over every rank is in its gradients (or staged on the host),
- * or queued there on the group's stream; it goes to the members here, and they are told. */
-static int deliver_total(tr__group *g, int64_t step, int b) {
+/* The leader: bucket b's sum over every rank (over `members`, 0: all) is in its gradients
+ * (or staged on the host), or queued there on the group's stream; it goes to the members
+ * here, and they are told. */
+static int deliver_total(tr__group *g, int64_t step, int b, int members) {
   group_step *s = &g->gs[step & 1];
+  s->across = members;
   const bucket *bk = &g->buckets[b];
   const size_t n = bk->hi - bk->lo;
   float *mine = tr_stage_grads(g->st) + bk->lo;
@@ -309,6 +314,7 @@ int tr__group_receive(tr__group *g, const tr_msg *msg) {
   switch (m->news) {
   case TR__BUCKET_FINAL: /* across ranks: the leader has the whole sum written here */
     s->final_ev[m->bucket] = m->ready;
+    s->across = m->members;
     s->nfinal++;
     return 0;
   case TR__BUCKET_REDUCED:
@@ -336,7 +342,8 @@ int tr__group_receive(tr__group *g, const tr_msg *msg) {
 static int announce(tr__group *g, int64_t step, int b, tr_event *ev, tr__bucket_news news) {
   const tr__bucket_msg own = {.hdr.type = &tr__bucket_type, .bucket = b, .member = g->me,
                               .news = news, .step = step, .ready = ev,
-                              .grads = tr_stage_grads(g->st), .params = tr_stage_params(g->st)};
+                              .grads = tr_stage_grads(g->st), .params = tr_stage_params(g->st),
+                              .members = g->gs[step & 1].across};
   if (news == TR__BUCKET_READY) g->last_ready = step, g->mid = true;
   for (int r = 0; r < g->n; r++) {
     if (r == g->me || !tr__group_takes_part(g, r, step)) continue;

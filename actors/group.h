@@ -63,6 +63,7 @@ typedef struct tr__bucket_msg {
   int64_t step;
   tr_event *ready;
   float *grads, *params; /* the sender's gradient and parameter allocations */
+  int members;           /* FINAL: the members across ranks that took part (0: all) */
 } tr__bucket_msg;
 extern const tr_msgtype tr__bucket_type;
 
@@ -88,9 +89,12 @@ int tr__group_disarm(tr__group *g);
 void tr__group_grad_ready(void *group, tr_stage *st, int layer);
 /* A tr__bucket_msg, or (the leader of a group across ranks) a tr__summed_msg. */
 int tr__group_receive(tr__group *g, const tr_msg *m);
-/* The group spans ranks (transport.h): the members given to tr__group_new are its part in
- * this process, number `group` with the transport; the leader (member 0) sums through it. */
-void tr__group_span_ranks(tr__group *g, int group, int ranks, tr_edge *sum, tr_edge *summed);
+/* The group spans `ranks` ranks (transport.h): the members given to tr__group_new are its
+ * part in this process of its `whole` members, number `group` with the transport; the
+ * leader (member 0) sums through it. Where its sums outlive a rank (collective.h), each says
+ * how many members took part: tr__group_gone counts those of a rank that was lost. */
+void tr__group_span_ranks(tr__group *g, int group, int ranks, int whole, tr_edge *sum,
+                          tr_edge *summed);
 /* NCCL (tr_job.h's tr_allreduce; made where the group is wired): `inside`, this member's
  * communicator over the group's members in this process (its rank, its member number), or
  * NULL: peer; `across`, the leader's over the group's ranks, or NULL: the transport's MPI.
@@ -131,7 +135,8 @@ int64_t tr__group_sent_bytes(const tr__group *g);
  *   rc = tr__group_leave(g, why, sizeof why);    // 0: gone; then, for every message after:
  *   tr__group_left_receive(g, msg);              // its credit back, nothing else
  *   k = n - tr__group_gone(g, step);             // the members taking part in step (n: the
- *                                                // group's, across processes too) */
+ *                                                // group's, across processes too, where a
+ *                                                // rank that died takes part in none) */
 int tr__group_leave(tr__group *g, char *why, size_t n);
 void tr__group_left_receive(tr__group *g, const tr_msg *msg);
 int tr__group_gone(const tr__group *g, int64_t step); /* NULL: 0 */

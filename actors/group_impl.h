@@ -20,6 +20,7 @@ typedef struct group_step {
   int nreduced;
   int *reduced_n;      /* [bucket]: its chunks summed here (across ranks: then summed on) */
   tr_event **final_ev; /* [bucket]: across ranks, the leader's once the whole sum is written */
+  int across;          /* across ranks: the members whose sums it holds (0: every member) */
   int nfinal, next_cross;
   tr_event **own_ready, **own_reduced, **own_final; /* [bucket]: this member's */
   /* sharded */
@@ -53,6 +54,7 @@ struct tr__group {
   int cross;              /* the group's number with the transport; -1: every member is here */
   tr_edge *sum, *summed;  /* the leader's, to and from the transport */
   int ranks;              /* the processes the group spans */
+  int whole;              /* its members in every process */
   float *host;            /* the leader's gradients staged for MPI (not host memory) */
   /* NCCL (tr__group_use_nccl): this member's communicator over the group's members in
    * this process (member order = rank), or the leader's over the ranks */

@@ -59,6 +59,9 @@ void tr__group_left_receive(tr__group *g, const tr_msg *msg) {
 }
 
 int tr__group_gone(const tr__group *g, int64_t step) {
-  return g ? g->n - tr__group_members_in(g, step, NULL) : 0;
+  if (g == NULL) return 0;
+  const int across = g->gs[step & 1].across; /* the members whose sums the step's hold */
+  return g->cross >= 0 ? (across > 0 ? g->whole - across : 0)
+                       : g->n - tr__group_members_in(g, step, NULL);
 }
 

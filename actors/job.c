@@ -100,7 +100,7 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   }
   tr__run *run = &j->run;
   run->g = g;
-  if (c.async.enabled && c.async.elastic) tr__graph_on_lost(g, tr__job_lost_rank, j);
+  if (c.async.elastic) tr__graph_on_lost(g, tr__job_lost_rank, j); /* async or local SGD */
   run->mb_batch = c.global_batch / (c.async.enabled ? 1 : R * M);
   /* An asynchronous worker's loader keeps one batch ready: a step a loader has taken is its
    * worker's, so a deep ring would hand a fast loader steps a slow worker could have had. */
@@ -460,8 +460,9 @@ static int mesh(tr_job *j, tr_actor *const *members, int n, int credits) {
 }
 
 /* A group over several ranks: a mesh on each, and each rank's leader (its member of lowest
- * index) sums with the other ranks' through its transport. Every rank makes the same edges
- * in the same order. */
+ * index) sums with the other ranks' through its transport — sums that go on without a rank
+ * that dies where the job's replicas may leave (elastic local SGD). Every rank makes the
+ * same edges in the same order. */
 static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
   tr_graph *g = j->run.g;
   const int me = tr_graph_rank(g), size = tr_world_size(tr__graph_world(g)), k = j->ncross++;
@@ -472,7 +473,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
         ranks[nranks++] = rank;
         break;
       }
-  int rc = tr__graph_sum_group(g, k, ranks, nranks);
+  int rc = tr__graph_sum_group(g, k, ranks, nranks, j->run.c.async.elastic);
   for (int rank = 0; rank < size && rc == 0; rank++) {
     tr_actor *here[TR_TRAIN_MAX_DEVICES];
     int m = 0;
@@ -487,7 +488,7 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
     if (rc == 0 && rank == me)
       rc = tr__graph_sum_edges(g, k, sum, summed);
     for (int i = 0; i < m && rc == 0 && rank == me; i++)
-      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].parts.group, k, nranks,
+      tr__group_span_ranks(j->plan.st[stage_index_of(j, here[i])].parts.group, k, nranks, n,
                            i ? NULL : sum, i ? NULL : summed);
   }
   return rc;

@@ -59,9 +59,10 @@ int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
   return rc;
 }
 
-/* An elastic job goes on without a rank of workers only (elastic.c; the transport's thread). */
+/* An elastic job goes on without a rank of workers (or local SGD's replicas) only (elastic.c;
+ * the transport's thread). */
 int tr__job_lost_rank(void *arg, int rank, const char *why) {
   tr_job *j = arg;
-  return tr__elastic_lost_rank(j->run.g, j->server, j->stages, j->loaders,
+  return tr__elastic_lost_rank(j->run.g, j->server, j->coordinator, j->stages, j->loaders,
                                j->run.c.layout.replicas, rank, why);
 }

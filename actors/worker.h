@@ -117,8 +117,10 @@ bool tr__worker_finish_departed(tr__worker *w);
  * but a failure of the worker's stage makes it leave the run instead of failing it. */
 extern const tr_behaviour tr__elastic_behaviour;
 /* Rank `rank` is gone (tr__graph_on_lost): 0 when it held only workers and loaders (of the
- * job's `n`), whose leaving the server, if it lives here, is told of; -1 otherwise. */
-int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *const *workers,
-                          tr_actor *const *loaders, int n, int rank, const char *why);
+ * job's `n`; local SGD's replicas, server NULL), whose leaving the server, or the
+ * coordinator, if it lives here, is told of; -1 otherwise. */
+int tr__elastic_lost_rank(tr_graph *g, tr_actor *server, tr_actor *coordinator,
+                          tr_actor *const *workers, tr_actor *const *loaders, int n, int rank,
+                          const char *why);
 
 #endif

@@ -10,6 +10,11 @@
  *   ranks, transport.c). Where the leaders are CUDA devices and the build has NCCL, they sum
  *   with ncclAllReduce among themselves instead (group.c, its communicator agreed with
  *   tr__dist_comm_round) and this is unused.
+ * - a group whose sums outlive a rank (local SGD's elastic replicas: tr__graph_sum_group's
+ *   `outlive`): each step's buckets are gathered to the group's first rank, summed there in
+ *   rank order over the ranks that sent all of them, and the sums sent back (collective.c), so
+ *   that a rank that dies mid-step is left out of that step whole, on every rank alike, and
+ *   no sum waits for it. The summed message says how many members took part.
  *
  *   tr__graph_sum_group(g, group, ranks, n);                // wiring, the same on every rank
  *   tr__sum_msg *s = tr_msg_new(&tr__sum_type);  ... tr_edge_send_control(sum_edge, s);
@@ -29,20 +34,22 @@
 #include "tr_msg.h"
 #include "tr_world.h"
 
-/* leader → transport: sum p[0, n) over the group's ranks, in place */
+/* leader → transport: sum p[0, n) over the group's ranks, in place; bucket `bucket` of the
+ * step's `buckets`, `members` of the group's taking part here */
 typedef struct tr__sum_msg {
   tr_msg hdr;
-  int group, bucket;
+  int group, bucket, buckets, members;
   int64_t step;
   float *p;
   size_t n;
   bool complete; /* the transport's own mark */
 } tr__sum_msg;
 
-/* transport → leader: bucket `bucket` of step `step` is summed */
+/* transport → leader: bucket `bucket` of step `step` is summed, over `members` of the
+ * group's (0: every member: a group whose sums do not outlive a rank) */
 typedef struct tr__summed_msg {
   tr_msg hdr;
-  int bucket;
+  int bucket, members;
   int64_t step;
 } tr__summed_msg;
 

@@ -1,8 +1,10 @@
 /* progress.c — the transport's progress thread (transport_impl.h): MPI progresses a request
  * only while it is called, so this thread completes sends, probes for what other ranks sent
- * (handing it to the actor), sends heartbeats and notices a rank that has gone silent. It
- * spins while requests are outstanding and backs off to sub-millisecond sleeps when nothing
- * is, so an idle job costs little and the watchdog still sees an idle graph as idle. */
+ * (handing it to the actor), watches the lifelines (lifelines.h) for a rank whose process
+ * died, and sends heartbeats and notices a rank that has gone silent (one that hangs: its
+ * process lives). It spins while requests are outstanding and backs off to sub-millisecond
+ * sleeps when nothing is, so an idle job costs little and the watchdog still sees an idle
+ * graph as idle. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,12 +34,18 @@ void tr__mpi_broken(transport *t, int rank, int rc) {
   tr_actor_send(t->self, b);
 }
 
-/* Completes what can be; 1 when anything did, or anything is still out. */
+/* Completes what can be; 1 when anything did, or anything is still out. A send to a rank
+ * that is reported gone never completes: it is abandoned to MPI (its request and buffer). */
 static int progress_requests(transport *t, bool *pending) {
   int did = 0;
   pthread_mutex_lock(&t->lock);
   for (request **pq = &t->requests; *pq;) {
     request *q = *pq;
+    if (t->reported[q->dest]) {
+      *pq = q->next;
+      free(q);
+      continue;
+    }
     int flag = 0;
     const int rc = MPI_Test(&q->r, &flag, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && !flag) {
@@ -60,7 +68,7 @@ static void heartbeat(transport *t, uint64_t *last) {
   if (now - *last < t->limit_ns / 8) return;
   *last = now;
   for (int r = 0; r < t->size; r++) {
-    if (r == t->rank) continue;
+    if (r == t->rank || t->reported[r]) continue;
     request *q = calloc(1, sizeof *q);
     if (q == NULL) continue;
     if (tr__mpi_isend(t, q, r, TAG_HEARTBEAT, NULL, 0) != MPI_SUCCESS) free(q);
@@ -71,6 +79,21 @@ static void heartbeat(transport *t, uint64_t *last) {
       s->seconds = (double)(now - t->heard[r]) / 1e9;
       tr_actor_send(t->self, s);
     }
+  }
+}
+
+/* A rank whose lifeline closed without its goodbye died: the actor is told at once, once. */
+static void lifelines(transport *t, uint64_t *last) {
+  const uint64_t now = tr_now_ns();
+  if (t->lines == NULL || now - *last < 1000000) return; /* a millisecond: a poll(2) */
+  *last = now;
+  if (!tr__lifelines_watch(t->lines)) return;
+  for (int r = 0; r < t->size; r++) {
+    if (t->reported[r] || !tr__lifelines_died(t->lines, r)) continue;
+    t->reported[r] = true;
+    died_msg *d = tr_msg_new(&tr__mpi_died_type);
+    d->rank = r;
+    tr_actor_send(t->self, d);
   }
 }
 
@@ -104,7 +127,7 @@ static int progress_incoming(transport *t) {
   for (incoming **p = &t->incoming; *p;) {
     incoming *in = *p;
     const int s = in->source;
-    if (t->reported[in->source]) { /* silent: what it began to send never ends */
+    if (t->reported[in->source]) { /* silent or dead: what it began to send never ends */
       *p = in->next;
       free(in);
       continue;
@@ -137,10 +160,11 @@ static int progress_incoming(transport *t) {
 void *tr__mpi_progress(void *arg) {
   transport *t = arg;
   pthread_setname_np(pthread_self(), "troupe-mpi");
-  uint64_t last_beat = 0;
+  uint64_t last_beat = 0, last_watch = 0;
   unsigned idle = 0;
   while (atomic_load(&t->running)) {
     bool pending = false;
+    lifelines(t, &last_watch);
     const int did = progress_requests(t, &pending) | progress_incoming(t);
     pending |= t->incoming != NULL;
     heartbeat(t, &last_beat);

@@ -15,9 +15,11 @@
  * across ranks (MPI_Allreduce on a communicator per group); a goodbye from every rank to
  * every rank before any leaves (MPI orders each pair's messages, so a goodbye comes after
  * everything sent before it); and an abort, which ends every rank with the text of the
- * failure. A rank that goes silent, or that MPI fails to reach, fails the run — unless the
- * graph says it can go on without it (host.lose: an elastic job's rank of workers only);
- * then nothing more is sent to it, and no goodbye or agreement waits for it.
+ * failure. A rank that dies (its lifeline closed: lifelines.h), goes silent (it hangs), or
+ * that MPI fails to reach, fails the run — unless the graph says it can go on without it
+ * (host.lose: an elastic job's rank of workers only); then nothing more is sent to it, and
+ * no goodbye or agreement waits for it. A rank that died after its goodbye had finished its
+ * part: the run goes on without it, whatever the graph.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -53,6 +55,7 @@ static TR_MSGTYPE_DEFINE(release_type, release_msg);
 static TR_MSGTYPE_DEFINE(cmd_type, cmd_msg);
 TR_MSGTYPE_DEFINE(tr__mpi_in_type, in_msg);
 TR_MSGTYPE_DEFINE(tr__mpi_silent_type, silent_msg);
+TR_MSGTYPE_DEFINE(tr__mpi_died_type, died_msg);
 TR_MSGTYPE_DEFINE(tr__mpi_broken_type, broken_msg);
 
 static uint64_t now_ns(void) { return tr_now_ns(); }
@@ -60,7 +63,7 @@ static uint64_t now_ns(void) { return tr_now_ns(); }
 /* ---- sending ------------------------------------------------------------------------------ */
 
 /* An MPI_Isend of `buf` (t->buffers', given back once sent; NULL with n 0) to `dest`. */
-static int post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
+int tr__transport_post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
   request *q = calloc(1, sizeof *q);
   if (q == NULL) {
     tr__buffer_give(&t->buffers, buf);
@@ -92,7 +95,7 @@ static int post_copy(transport *t, int dest, int tag, const void *p, size_t n) {
   uint8_t *buf = tr__buffer_take(&t->buffers, n ? n : 1);
   if (buf == NULL) return TR_ENOMEM;
   memcpy(buf, p, n);
-  return post(t, dest, tag, buf, n);
+  return tr__transport_post(t, dest, tag, buf, n);
 }
 
 static int post_all(transport *t, int tag, const void *p, size_t n) {
@@ -127,7 +130,7 @@ static int send_out(transport *t, const out_msg *o) {
   c->put(m, buf + HEAD);
   if (c->sent) c->sent(m);
   tr_msg_free(m); /* sent: the runtime never saw it */
-  return post(t, o->rank, TAG_MSG, buf, HEAD + n);
+  return tr__transport_post(t, o->rank, TAG_MSG, buf, HEAD + n);
 }
 
 /* ---- receiving ---------------------------------------------------------------------------- */
@@ -228,17 +231,21 @@ static void maybe_done(transport *t) {
   t->host.done(t->host.arg, t->self);
 }
 
-/* Rank r is gone: 0 when the graph goes on without it (its goodbye and its part of the
- * end's agreement taken as given), else the run fails as before. */
+/* Rank r is gone (`why` follows "its rank r": "died (...)"): 0 when the graph goes on
+ * without it (its goodbye and its part of the end's agreement taken as given), else the run
+ * fails as before. One whose goodbye came had finished: the graph is not asked. */
 static int lose(transport *t, int r, const char *why) {
-  if (r < 0 || r == t->rank || !t->host.lose) return -1;
+  if (r < 0 || r == t->rank) return -1;
   if (t->lost[r]) return 0;
-  if (t->host.lose(t->host.arg, r, why)) return -1;
+  const bool over = t->bye_from[r];
+  if (!over && (tr__gather_needs(t, r) || !t->host.lose || t->host.lose(t->host.arg, r, why)))
+    return -1;
   t->lost[r] = true;
   t->nlost++;
   if (!t->bye_from[r]) t->bye_from[r] = true, t->byes++;
-  int rc = 0;
-  if (t->rank == 0 && t->finishing && t->frozen + t->nlost >= t->size) { /* it never answers */
+  int rc = tr__gather_lose(t, r);
+  if (rc == 0 && t->rank == 0 && t->finishing && t->frozen + t->nlost >= t->size) {
+    /* it never answers */
     t->frozen--; /* frozen() counts one answer: this is none */
     rc = frozen(t, t->frozen_max);
   }
@@ -254,8 +261,14 @@ static int on_incoming(transport *t, in_msg *in) {
   int64_t i64 = 0;
   memcpy(i32, in->buf, in->n < sizeof i32 ? in->n : sizeof i32);
   if (in->n >= sizeof i64) memcpy(&i64, in->buf, sizeof i64);
+  if (t->lost[in->source]) { /* the graph went on without it */
+    tr__buffer_give(&t->buffers, in->buf);
+    return 0;
+  }
   switch (in->tag) {
     case TAG_MSG: return deliver(t, in); /* keeps the buffer */
+    case TAG_PART:
+    case TAG_TOTAL: return tr__gather_receive(t, in); /* keeps the buffer */
     case TAG_RELEASE: t->host.release(t->host.arg, i32[0], i32[1]); break;
     case TAG_FINISH: rc = start_finish(t); break;
     case TAG_FREEZE: {
@@ -309,12 +322,23 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr__mpi_in_type) return on_incoming(t, (in_msg *)msg);
   if (msg->type == &tr__sum_type) {
     const tr__sum_msg *s = (const tr__sum_msg *)msg;
-    return s->complete ? tr__sums_complete(t, s) : tr__sums_start(t, s);
+    if (t->gathers[s->group]) return tr__gather_start(t, s);
+    return s->complete ? tr__sums_complete(t, s, 0) : tr__sums_start(t, s);
+  }
+  if (msg->type == &tr__mpi_died_type) {
+    const int r = ((const died_msg *)msg)->rank;
+    char who[512];
+    if (lose(t, r, "died (its process ended: its connection closed)") == 0) return 0;
+    t->host.describe_rank(t->host.arg, r, who, sizeof who);
+    t->remote_failure = true;
+    return tr_actor_fail(self, TR_ESTATE, "rank %d died (it ran %s): its process ended, its "
+                         "connection to rank %d closed", r, who, t->rank);
   }
   if (msg->type == &tr__mpi_broken_type) {
     const broken_msg *b = (const broken_msg *)msg;
-    char who[512];
-    if (lose(t, b->rank, b->why) == 0) return 0;
+    char who[512], why[MPI_MAX_ERROR_STRING + 32];
+    snprintf(why, sizeof why, "cannot be reached (%s)", b->why);
+    if (lose(t, b->rank, why) == 0) return 0;
     t->remote_failure = true;
     if (b->rank < 0)
       return tr_actor_fail(self, TR_ESYS, "a sum across ranks failed: %s", b->why);
@@ -325,7 +349,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr__mpi_silent_type) {
     const silent_msg *s = (const silent_msg *)msg;
     char who[512], why[128];
-    snprintf(why, sizeof why, "not heard from for %.1f s", s->seconds);
+    snprintf(why, sizeof why, "is silent (not heard from for %.1f s)", s->seconds);
     if (lose(t, s->rank, why) == 0) return 0;
     t->host.describe_rank(t->host.arg, s->rank, who, sizeof who);
     t->remote_failure = true;
@@ -339,7 +363,7 @@ static int transport_receive(tr_actor *self, tr_msg *msg) {
         if (t->rank == 0) return start_finish(t);
         if (t->asked_finish) return 0;
         t->asked_finish = true;
-        return post(t, 0, TAG_FINISH, NULL, 0);
+        return tr__transport_post(t, 0, TAG_FINISH, NULL, 0);
       case CMD_TAKE: {
         const int32_t m = c->member;
         return post_copy(t, 0, TAG_TAKE, &m, sizeof m);
@@ -378,10 +402,12 @@ static int transport_start(tr_actor *self) {
   for (int k = 0; k < t->ngroups; k++) {
     bool in = false;
     for (int i = 0; i < t->group_n[k]; i++) in |= t->group_ranks[k][i] == t->rank;
-    if (MPI_Comm_split(t->comm, in ? k : MPI_UNDEFINED, t->rank, &t->group_comm[k]) != MPI_SUCCESS)
+    const bool mpi = in && !t->outlive[k]; /* else gathered to its root (collective.c) */
+    if (MPI_Comm_split(t->comm, mpi ? k : MPI_UNDEFINED, t->rank, &t->group_comm[k]) != MPI_SUCCESS)
       return tr_actor_fail(self, TR_ESYS, "making the communicator of group %d failed", k);
-    if (in && tr__sums_open(t, k))
+    if (mpi && tr__sums_open(t, k))
       return tr_actor_fail(self, TR_ESYS, "starting the thread of group %d's sums failed", k);
+    if (in && !mpi && tr__gather_open(t, k)) return TR_ENOMEM;
   }
   atomic_store(&t->running, true);
   if (pthread_create(&t->thread, NULL, tr__mpi_progress, t))
@@ -424,6 +450,7 @@ static void transport_destroy(void *state) {
   for (int i = 0; t->held && i < t->nheld; i++) unhold(t, &t->held[i], 1 << 30);
   for (int k = 0; k < t->ngroups; k++) {
     tr__sums_free(t, k);
+    tr__gather_free(t, k);
   }
   if (t->comm != MPI_COMM_NULL) MPI_Comm_free(&t->comm);
   while (t->deferred) {
@@ -463,6 +490,7 @@ int tr__transport_new(tr_world *w, const tr__transport_host *host, int watchdog_
   t->rank = w->rank;
   t->size = w->size;
   t->limit_ns = (uint64_t)(watchdog_ms > 0 ? watchdog_ms : 60000) * 1000000ull;
+  t->lines = w->lifelines;
   for (int k = 0; k < MAX_GROUPS; k++) t->group_comm[k] = MPI_COMM_NULL;
   pthread_mutex_init(&t->lock, NULL);
   tr__buffers_init(&t->buffers);
@@ -502,11 +530,12 @@ void tr__transport_finish(tr_actor *a) { command(a, CMD_FINISH, -1); }
 void tr__transport_take(tr_actor *a, int member) { command(a, CMD_TAKE, member); }
 void tr__transport_locals_done(tr_actor *a) { command(a, CMD_LOCALS_DONE, -1); }
 
-int tr__transport_group(tr_actor *a, int group, const int *ranks, int n) {
+int tr__transport_group(tr_actor *a, int group, const int *ranks, int n, bool outlive) {
   transport *t = tr_actor_state(a);
   if (group != t->ngroups || group >= MAX_GROUPS || n > 64) return TR_EINVAL;
   memcpy(t->group_ranks[group], ranks, (size_t)n * sizeof *ranks);
   t->group_n[group] = n;
+  t->outlive[group] = outlive;
   t->ngroups++;
   return 0;
 }

@@ -18,6 +18,7 @@
 #ifndef TR_DIST_TRANSPORT_H
 #define TR_DIST_TRANSPORT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -54,8 +55,9 @@ typedef struct tr__transport_host {
   void (*grant)(void *arg, int member, int64_t step);
   /* Every rank has said goodbye: the transport's part of the run is over. */
   void (*done)(void *arg, tr_actor *self);
-  /* Rank `rank` is gone (silent for the limit, or MPI failed a send to it; `why` says
-   * which): 0, the graph goes on without it — nothing more is sent to it, no goodbye or
+  /* Rank `rank` is gone (its process died, it was silent for the limit, or MPI failed a
+   * send to it; `why` says which, after "its rank N": "died (its process ended: its
+   * connection closed)"): 0, the graph goes on without it — nothing more is sent to it, no goodbye or
    * agreement waits for it; nonzero, or no callback: the run fails, naming it. */
   int (*lose)(void *arg, int rank, const char *why);
 } tr__transport_host;
@@ -79,9 +81,10 @@ void tr__transport_take(tr_actor *t, int member); /* a step for member `member`,
 void tr__transport_locals_done(tr_actor *t);      /* this rank's actors are done */
 
 /* Replica group `group` (numbered from 0 in the order groups are made) spans `ranks`; its
- * leader here sends on edge `sum` and hears on edge `summed` (collective.h). Wiring: every
- * rank makes the same calls in the same order, before the run. */
-int tr__transport_group(tr_actor *t, int group, const int *ranks, int n);
+ * leader here sends on edge `sum` and hears on edge `summed` (collective.h). `outlive`: its
+ * sums go on without a rank that is lost (gathered to its first rank), else MPI_Allreduce.
+ * Wiring: every rank makes the same calls in the same order, before the run. */
+int tr__transport_group(tr_actor *t, int group, const int *ranks, int n, bool outlive);
 int tr__transport_group_edges(tr_actor *t, int group, int sum, int summed);
 
 #endif

@@ -1,7 +1,8 @@
 /* transport_impl.h — the inside of the transport (transport.h), shared by the three files
  * that make it up: transport.c (the actor: messages out and in, credits, the end of a run,
- * goodbyes), progress.c (the thread that progresses MPI: sends, probes, heartbeats) and
- * collective.c (the replica groups' sums, a thread per group). Private to dist/. */
+ * goodbyes), progress.c (the thread that progresses MPI: sends, probes, heartbeats, the
+ * lifelines that say a rank died) and collective.c (the replica groups' sums: a thread per
+ * group, or gathered to the group's first rank). Private to dist/. */
 #ifndef TR_DIST_TRANSPORT_IMPL_H
 #define TR_DIST_TRANSPORT_IMPL_H
 
@@ -16,7 +17,7 @@
 
 enum {
   TAG_MSG = 1, TAG_RELEASE, TAG_FINISH, TAG_FREEZE, TAG_FROZEN, TAG_END, TAG_TAKE, TAG_GRANT,
-  TAG_BYE, TAG_ABORT, TAG_HEARTBEAT
+  TAG_BYE, TAG_ABORT, TAG_HEARTBEAT, TAG_PART, TAG_TOTAL
 };
 enum { HEAD = 64, NAME = 48, MAX_GROUPS = 64 };
 
@@ -34,13 +35,19 @@ typedef struct silent_msg { /* from the progress thread */
   double seconds;
 } silent_msg;
 
+typedef struct died_msg { /* from the progress thread: its lifeline closed (lifelines.h) */
+  tr_msg hdr;
+  int rank;
+} died_msg;
+
 typedef struct broken_msg { /* from the progress thread: MPI failed a request */
   tr_msg hdr;
   int rank; /* the send's destination; -1: a sum across ranks */
   char why[MPI_MAX_ERROR_STRING];
 } broken_msg;
 
-extern const tr_msgtype tr__mpi_in_type, tr__mpi_silent_type, tr__mpi_broken_type;
+extern const tr_msgtype tr__mpi_in_type, tr__mpi_silent_type, tr__mpi_died_type,
+    tr__mpi_broken_type;
 
 /* ---- its state ------------------------------------------------------------------------------ */
 
@@ -77,6 +84,8 @@ typedef struct summer { /* a group's sums, one after another on a thread of its 
   int head, n;
 } summer;
 
+typedef struct gather gather; /* collective.c's: a group's sums that outlive a rank */
+
 typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the end */
   int rank, member;
   struct deferred *next;
@@ -89,6 +98,7 @@ typedef struct transport {
   MPI_Comm comm;  /* this run's own duplicate: nothing of an earlier graph's reaches it */
   int rank, size;
   uint64_t limit_ns;     /* a rank silent this long has stopped */
+  tr__lifelines *lines;  /* the world's: a rank whose process ended (progress thread only) */
   queue *held;           /* [edge id] */
   int nheld;
   /* groups: a communicator each among the ranks that hold members */
@@ -96,6 +106,8 @@ typedef struct transport {
   int group_ranks[MAX_GROUPS][64], group_n[MAX_GROUPS];
   MPI_Comm group_comm[MAX_GROUPS];
   summer *summers[MAX_GROUPS]; /* where this rank holds members */
+  gather *gathers[MAX_GROUPS]; /* in place of the summer, for a group whose sums outlive a rank */
+  bool outlive[MAX_GROUPS];
   int sum_in[MAX_GROUPS], summed[MAX_GROUPS]; /* the group's edges with its leader here */
   /* the end of a timed run (rank 0 gathers); steps handed out */
   bool finishing, asked_finish;
@@ -117,11 +129,16 @@ typedef struct transport {
   incoming *incoming;    /* messages being received, in the order they were matched (progress
                             thread only; those of a lost rank are abandoned to MPI) */
   bool *waits;           /* [rank]: the progress thread's, while it hands messages over */
-  bool *reported;        /* [rank] */
+  bool *reported;        /* [rank]: reported silent or dead (progress thread only): what it
+                            began to send, and what is sent to it, abandoned to MPI */
   bool remote_failure;   /* the run ends for another rank's failure: no abort sent back */
   bool *lost;            /* [rank]: gone, and the graph goes on without it (host.lose) */
   int nlost;
 } transport;
+
+/* transport.c: an MPI_Isend of `buf` (t->buffers', given back once sent) to `dest`, unless
+ * it is lost (then given back at once). */
+int tr__transport_post(transport *t, int dest, int tag, uint8_t *buf, size_t n);
 
 /* progress.c: an MPI_Isend of q's message, q then on the list the progress thread completes;
  * an MPI failure for the actor to report (rank -1: not one rank's), from another thread; the
@@ -136,6 +153,17 @@ int tr__sums_open(transport *t, int k);
 void tr__sums_stop(summer *u);
 void tr__sums_free(transport *t, int k);
 int tr__sums_start(transport *t, const tr__sum_msg *s);
-int tr__sums_complete(transport *t, const tr__sum_msg *s);
+int tr__sums_complete(transport *t, const tr__sum_msg *s, int members);
+
+/* collective.c: group k's sums that outlive a rank (open, free); a bucket handed to it; a part
+ * (at the root) or a total that came (TAG_PART, TAG_TOTAL: the buffer is its); whether rank
+ * r cannot be lost (the root of a group of this rank's, or in one summed by MPI); rank r
+ * lost (its part of the step in hand not summed). */
+int tr__gather_open(transport *t, int k);
+void tr__gather_free(transport *t, int k);
+int tr__gather_start(transport *t, const tr__sum_msg *s);
+int tr__gather_receive(transport *t, in_msg *in);
+bool tr__gather_needs(const transport *t, int r);
+int tr__gather_lose(transport *t, int r);
 
 #endif

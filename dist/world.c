@@ -73,6 +73,8 @@ int tr_world_open(tr_world **out, char *err, size_t n) {
     MPI_Allgather(&now, 1, MPI_INT64_T, all, 1, MPI_INT64_T, w->comm);
     for (int r = 0; r < w->size; r++) w->clock_offset[r] = now - all[r];
     free(all);
+    /* a dead rank is known by its lifeline's close (lifelines.h): MPI would not say */
+    w->lifelines = tr__lifelines_open(w->comm, w->rank, w->size);
   }
   opened = w;
   *out = w;
@@ -83,6 +85,9 @@ void tr__world_broken(tr_world *w) { w->broken = true; }
 
 void tr_world_close(tr_world *w) {
   if (w == NULL) return;
+  /* the goodbye first: this rank ended in order, having said on MPI what it had to */
+  tr__lifelines_close(w->lifelines);
+  w->lifelines = NULL;
   if (w->broken && w->size > 1) MPI_Abort(w->comm, 1); /* does not return */
   if (w->size > 1 || w->mpi) MPI_Comm_free(&w->comm);
   if (w->mpi) MPI_Finalize();

@@ -268,7 +268,7 @@ static double through_transport(tr_world *w, float *p, size_t n, int iters) {
                                             .state = r == rank ? &l : NULL},
                          &leaders[r]);
   }
-  if (rc == 0) rc = tr__graph_sum_group(g, 0, ranks, size);
+  if (rc == 0) rc = tr__graph_sum_group(g, 0, ranks, size, false);
   for (int r = 0; r < size && rc == 0; r++) {
     tr_edge *sum, *summed;
     tr_actor *t = tr__graph_transport_on(g, r);

@@ -4,8 +4,13 @@
 #
 #   dp, gpipe, 1f1b, zb1 (recomputing), interleaved, hybrid, async
 #                                   final parameters within 1e-5 of one device's
-#   killed                          a rank killed mid-run: the job ends, the other rank names
-#                                   it, the last periodic checkpoint resumes
+#   killed                          a rank killed mid-run (--enable-recovery): the job ends
+#                                   within seconds (the watchdog a minute: its lifeline told),
+#                                   the other rank saying it died and what it ran; the last
+#                                   periodic checkpoint resumes
+#   died                            a pipeline across three ranks under plain mpirun, the
+#                                   middle one killed: the others say it died, naming its
+#                                   stage
 #   stopped                         a rank stopped (SIGSTOP): the same, within the watchdog
 #   waiting                         a rank that waits over a second for the other's slow
 #                                   stage (a fault device) is not taken for a quiet graph
@@ -43,6 +48,15 @@ steps=30
 common=(--model simplenet --steps $steps --quiet --deterministic)
 
 fail() { printf 'FAIL %s: %s\n' "$case_" "$*"; exit 1; }
+
+# process_of RANK MARK: the pid of this job's rank RANK, whose arguments hold MARK
+process_of() {
+  local pid
+  for pid in $(ps -eo pid,args | awk -v t="$troupe" -v m="$2" '$2 == t && index($0, m) {print $1}'); do
+    grep -qz "^OMPI_COMM_WORLD_RANK=$1\$" /proc/"$pid"/environ 2>/dev/null && echo "$pid" && return 0
+  done
+  return 1
+}
 
 # same_as_single MPIRUN_ARGS...: the run's checkpoint against one device's
 same_as_single() {
@@ -83,8 +97,11 @@ case $case_ in
       fail "mpirun exit $?: $(cat err.txt)"
     printf 'ok   %s\n' "$case_" ;;
   killed|stopped)
+    # killed: the watchdog a minute, so that only rank 1's lifeline closing can tell rank 0
+    # within seconds; stopped: a rank that hangs is told by its silence, the watchdog's 2 s
+    watchdog=$([[ $case_ == killed ]] && echo 60000 || echo 2000)
     args=(train --model simplenet --seconds 60 --quiet --strategy dp --devices host:1
-          --checkpoint run.ckpt --checkpoint-every 20 --watchdog 2000)
+          --checkpoint run.ckpt --checkpoint-every 20 --watchdog $watchdog)
     # killed: --enable-recovery, so that mpirun leaves the surviving rank to find out for
     # itself. stopped: mpirun cannot see a stopped rank, and without --enable-recovery it
     # ends the job cleanly when rank 0 aborts (with it, Open MPI 4.1 sometimes garbles that
@@ -97,19 +114,18 @@ case $case_ in
     job=$!
     for _ in $(seq 200); do [[ -s run.ckpt ]] && break; sleep 0.05; done
     [[ -s run.ckpt ]] || fail "no periodic checkpoint appeared: $(cat err.txt)"
-    # rank 1's process: the one whose environment says so
-    victim=
-    for pid in $(ps -eo pid,args | awk -v t="$troupe" '$2 == t && /--watchdog 2000/ {print $1}'); do
-      grep -qz '^OMPI_COMM_WORLD_RANK=1$' /proc/"$pid"/environ 2>/dev/null && victim=$pid
-    done
-    [[ -n $victim ]] || fail "rank 1's process not found"
+    victim=$(process_of 1 "--watchdog $watchdog") || fail "rank 1's process not found"
     t0=$(date +%s%N)
     if [[ $case_ == killed ]]; then kill -KILL "$victim"; else kill -STOP "$victim"; fi
     wait $job
     took=$(( ($(date +%s%N) - t0) / 1000000 ))
     [[ $case_ == stopped ]] && kill -KILL "$victim" 2>/dev/null
-    grep -q 'rank 1 has not been heard from .* (it runs .*replica1' err.txt ||
-      fail "rank 0 did not name rank 1 and what it runs: $(cat err.txt)"
+    if [[ $case_ == killed ]]; then
+      said='rank 1 died (it ran .*replica1.*): its process ended'
+    else
+      said='rank 1 has not been heard from .* (it runs .*replica1'
+    fi
+    grep -q "$said" err.txt || fail "rank 0 did not name rank 1 and what it runs: $(cat err.txt)"
     # rank 0's status: its own, or (when its MPI_Abort ended the wrapper first) the one it
     # asked mpirun for. Open MPI 4.1's mpirun sometimes crashes while handling that abort
     # under --enable-recovery, taking the banner with it: then rank 0's failure line (printed
@@ -119,13 +135,33 @@ case $case_ in
     elif ! grep -q 'MPI_ABORT was invoked on rank 0 .* with errorcode 1' err.txt; then
       grep -q '^troupe: rank 0: ' err.txt || fail "rank 0 left no exit status: $(cat err.txt)"
     fi
-    (( took < 10000 )) || fail "the job took ${took} ms to end (watchdog 2000 ms)"
+    (( took < 10000 )) || fail "the job took ${took} ms to end (watchdog $watchdog ms)"
     "$params_diff" run.ckpt run.ckpt 0 >/dev/null || fail "the last periodic checkpoint is damaged"
     step=$(grep -ao '"step":"[0-9]*"' run.ckpt | head -1 | tr -dc 0-9)
     "$troupe" train --model simplenet --resume run.ckpt --steps $((step + 10)) --quiet ||
       fail "the last periodic checkpoint (step $step) does not resume"
     printf 'ok   %s: ended %d ms after rank 1 was %s; %s\n' "$case_" "$took" \
-      "$([[ $case_ == killed ]] && echo killed || echo stopped)" "$(grep -o 'rank 1 has not.*' err.txt)" ;;
+      "$([[ $case_ == killed ]] && echo killed || echo stopped)" "$(grep -o "$said" err.txt)" ;;
+  died)
+    # a pipeline across three ranks under plain mpirun, its middle stage's rank killed: the
+    # ranks left say so (read from the lifeline, the watchdog a minute) before mpirun ends
+    # the job (one of them may already be gone by then: mpirun kills them, racing)
+    args=(train --model simplenet --seconds 60 --strategy pipeline --microbatches 4
+          --devices host:1 --quiet --checkpoint run.ckpt --checkpoint-every 20 --watchdog 60001)
+    timeout 120 "${mpirun[@]}" -np 3 "$troupe" "${args[@]}" >out.txt 2>err.txt &
+    job=$!
+    for _ in $(seq 400); do [[ -s run.ckpt ]] && break; sleep 0.05; done
+    [[ -s run.ckpt ]] || fail "no periodic checkpoint appeared: $(cat err.txt)"
+    victim=$(process_of 1 "--watchdog 60001") || fail "rank 1's process not found"
+    t0=$(date +%s%N)
+    kill -KILL "$victim"
+    wait $job && fail "mpirun exited 0 though rank 1 was killed"
+    took=$(( ($(date +%s%N) - t0) / 1000000 ))
+    said="rank [02]: .*rank 1 died (it ran 'stage1'.*): its process ended"
+    grep -q "$said" err.txt || fail "no rank said rank 1 died, naming its stage: $(cat err.txt)"
+    (( took < 10000 )) || fail "the job took ${took} ms to end (watchdog 60001 ms)"
+    printf 'ok   %s: ended %d ms after rank 1 was killed; %s\n' "$case_" "$took" \
+      "$(grep -o "rank 1 died.*" err.txt | head -1)" ;;
   mismatch)
     timeout 60 "${mpirun[@]}" -np 1 "$troupe" train "${common[@]}" --strategy dp --devices host:1 \
       : -np 1 "$troupe" train --model simplenet --steps 31 --quiet --deterministic --strategy dp --devices host:1 \
