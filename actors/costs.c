@@ -246,24 +246,8 @@ static int at_pace(int (*measure)(void *arg, double *v, char *err, size_t n), vo
 
 /* The path whose file keeps nothing more in this process (its lock stayed held, or is not
  * troupe's where the path is the default one), said once. */
-static pthread_mutex_t none_mu = PTHREAD_MUTEX_INITIALIZER;
-static char none_path[4096];
-
-static bool keeps_none(const char *path) {
-  pthread_mutex_lock(&none_mu);
-  const bool none = strcmp(none_path, path) == 0;
-  pthread_mutex_unlock(&none_mu);
-  return none;
-}
-
 static void keep_none(const char *path, const char *why) {
-  pthread_mutex_lock(&none_mu);
-  if (strcmp(none_path, path)) {
-    snprintf(none_path, sizeof none_path, "%s", path);
-    fprintf(stderr, "troupe: %s; nothing there is changed: the costs this process measures "
-            "are not kept\n", why);
-  }
-  pthread_mutex_unlock(&none_mu);
+  tr__file_keep_give_up(path, why, "the costs this process measures are not kept");
 }
 
 /* Entry `name` added to the file at `path` under its lock: the file read again, so that what
@@ -272,7 +256,7 @@ static void keep_none(const char *path, const char *why) {
  * the default path is a convenience. A lock held past LOCK_WAIT_MS keeps the entry out. */
 static int add(const char *path, const char *named_by, bool given, const char *name, int rows,
                int cols, const double *v, char *err, size_t n) {
-  if (keeps_none(path)) return 0;
+  if (tr__file_keep_none(path)) return 0;
   char *target = NULL, *lock = NULL, why[1024];
   int fd = -1, rc = tr_file_output_target(path, &target);
   if (rc) {

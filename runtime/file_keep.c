@@ -8,6 +8,8 @@
  * read and add, never while measuring: a holder that keeps it past a bounded wait (a process
  * stopped there, a child that inherited it) is given up on rather than waited for. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -63,4 +65,38 @@ void tr__file_keep_unlock(int fd, char *lock) {
     close(fd); /* the flock goes with it */
   }
   free(lock);
+}
+
+/* The paths given up on, each said once: few (the costs, the choices), for the process's
+ * life. */
+typedef struct given_up {
+  struct given_up *next;
+  char path[];
+} given_up;
+static pthread_mutex_t given_mu = PTHREAD_MUTEX_INITIALIZER;
+static given_up *given;
+
+static bool find_given(const char *path) {
+  for (const given_up *g = given; g; g = g->next)
+    if (!strcmp(g->path, path)) return true;
+  return false;
+}
+
+bool tr__file_keep_none(const char *path) {
+  pthread_mutex_lock(&given_mu);
+  const bool none = find_given(path);
+  pthread_mutex_unlock(&given_mu);
+  return none;
+}
+
+void tr__file_keep_give_up(const char *path, const char *why, const char *what) {
+  pthread_mutex_lock(&given_mu);
+  given_up *g = find_given(path) ? NULL : malloc(sizeof *g + strlen(path) + 1);
+  if (g) {
+    strcpy(g->path, path);
+    g->next = given;
+    given = g;
+    fprintf(stderr, "troupe: %s; nothing there is changed: %s\n", why, what);
+  }
+  pthread_mutex_unlock(&given_mu);
 }

@@ -320,6 +320,21 @@ int tr__file_write_all(int fd, const void *p, size_t n) {
   return 0;
 }
 
+int tr__file_fill_stream(int fd, int (*print)(void *arg, FILE *f), void *arg) {
+  const int own = dup(fd); /* fclose closes this one; the writer closes fd */
+  FILE *f = own >= 0 ? fdopen(own, "w") : NULL;
+  if (f == NULL) {
+    const int e = errno;
+    if (own >= 0) close(own);
+    return e;
+  }
+  errno = 0;
+  const int rc = print(arg, f);
+  int e = rc == TR_ENOMEM ? ENOMEM : rc || fflush(f) || ferror(f) ? (errno ? errno : EIO) : 0;
+  if (fclose(f) != 0 && e == 0) e = errno;
+  return e;
+}
+
 int tr__file_write(const char *path, const char *what, tr__file_fill fill, void *arg, char *err,
                    size_t err_size) {
   tr__file_output o;

@@ -36,6 +36,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -45,6 +46,11 @@ typedef int (*tr__file_fill)(void *arg, int fd);
 /* For fills: writes all `n` bytes at `p` (again after a signal or a short write, in pieces a
  * write takes whole): 0 or an errno. */
 int tr__file_write_all(int fd, const void *p, size_t n);
+
+/* For fills that print: `print` writes to a stdio stream on `fd`, which is flushed and
+ * closed (fd itself stays the writer's). 0 or an errno: print's nonzero return (errno, else
+ * EIO; TR_ENOMEM: ENOMEM), or the stream's error. */
+int tr__file_fill_stream(int fd, int (*print)(void *arg, FILE *f), void *arg);
 
 typedef struct tr__file_output {
   char *path;         /* as given */

@@ -130,6 +130,12 @@ void tr__file_lock_remove(int fd, const char *lock);
 int tr__file_keep_lock(const char *target, const char *what, const char *path, int wait_ms,
                        int *fd, char **lock, char *err, size_t err_size);
 void tr__file_keep_unlock(int fd, char *lock);
+/* A kept file this process gives up on (it is not one of its kind, its lock stayed held):
+ * tr__file_keep_none says whether `path` was given up on; tr__file_keep_give_up gives it up
+ * and, the first time, says so on stderr: "troupe: <why>; nothing there is changed: <what>"
+ * (why: "costs '/x/c.st': ..."; what: "the costs this process measures are not kept"). */
+bool tr__file_keep_none(const char *path);
+void tr__file_keep_give_up(const char *path, const char *why, const char *what);
 
 /* Internal: what a file of `mode` is, in messages ("a FIFO", "a character device");
  * the directory part of `path` ("." for none, "/" for the root; malloc'd, NULL: no memory). */

@@ -215,7 +215,8 @@ static void put_budget(tr_system *sys, FILE *f) {
   fputc('}', f);
 }
 
-static int write_all(tr_system *sys, FILE *f) {
+static int print_trace(void *arg, FILE *f) {
+  tr_system *sys = arg;
   writer w = {.f = f, .t0 = UINT64_MAX, .first = true};
   tr_system_trace_visit(sys, gather, &w);
   int rc = w.oom ? TR_ENOMEM : 0;
@@ -239,20 +240,7 @@ static int write_all(tr_system *sys, FILE *f) {
   return rc;
 }
 
-int tr__system_trace_fill(void *sys, int fd) {
-  const int own = dup(fd); /* fclose closes this one; the writer closes fd */
-  FILE *f = own >= 0 ? fdopen(own, "w") : NULL;
-  if (f == NULL) {
-    const int e = errno;
-    if (own >= 0) close(own);
-    return e;
-  }
-  const int rc = write_all(sys, f);
-  errno = 0;
-  int e = rc == TR_ENOMEM ? ENOMEM : fflush(f) || ferror(f) ? (errno ? errno : EIO) : 0;
-  if (fclose(f) != 0 && e == 0) e = errno;
-  return e;
-}
+int tr__system_trace_fill(void *sys, int fd) { return tr__file_fill_stream(fd, print_trace, sys); }
 
 int tr_system_trace_write(tr_system *sys, const char *path) {
   char err[8];

@@ -389,24 +389,13 @@ typedef struct picture {
   double width;
 } picture;
 
-static int draw(const picture *p, FILE *f) {
+static int draw(void *arg, FILE *f) {
+  const picture *p = arg;
   render(f, p->t, p->v, p->title, p->width);
   return ferror(f);
 }
 
-static int draw_into(void *arg, int fd) {
-  const int own = dup(fd); /* fclose closes this one; the writer closes fd */
-  FILE *f = own >= 0 ? fdopen(own, "w") : NULL;
-  if (f == NULL) {
-    const int e = errno;
-    if (own >= 0) close(own);
-    return e;
-  }
-  errno = 0;
-  int e = draw(arg, f) || fflush(f) ? (errno ? errno : EIO) : 0;
-  if (fclose(f) != 0 && e == 0) e = errno;
-  return e;
-}
+static int draw_into(void *arg, int fd) { return tr__file_fill_stream(fd, draw, arg); }
 
 typedef struct args {
   const char *in, *out, *title;

@@ -87,26 +87,11 @@ static void make_folder(const char *path) {
  * that inherited the lock) is given up on, and the file with it for the rest of the process:
  * no product waits on it twice. */
 enum { LOCK_WAIT_MS = 1000 };
-static pthread_mutex_t none_mu = PTHREAD_MUTEX_INITIALIZER;
-static char none_path[4096];
-
-static bool keeps_none(const char *path) {
-  pthread_mutex_lock(&none_mu);
-  const bool none = !strcmp(none_path, path);
-  pthread_mutex_unlock(&none_mu);
-  return none;
-}
-
 /* why: "TROUPE_GEMM_CHOICES 'x': what is wrong" */
 static void keep_none(const char *path, const char *why) {
-  pthread_mutex_lock(&none_mu);
-  if (strcmp(none_path, path)) {
-    snprintf(none_path, sizeof none_path, "%s", path);
-    fprintf(stderr, "troupe: %s; nothing there is changed: the GEMM's choices are measured "
-            "and none kept (name another file in TROUPE_GEMM_CHOICES, or set it empty for "
-            "none)\n", why);
-  }
-  pthread_mutex_unlock(&none_mu);
+  tr__file_keep_give_up(path, why, "the GEMM's choices are measured and none kept (name "
+                                   "another file in TROUPE_GEMM_CHOICES, or set it empty for "
+                                   "none)");
 }
 
 /* ---- reading ------------------------------------------------------------------------------ */
@@ -232,7 +217,7 @@ int tr__gemm_file_known(const char *path, const char *sig, const char *key, char
 
 int tr__gemm_file_lock(const char *path, tr__gemm_file_held *held) {
   *held = (tr__gemm_file_held){.fd = -1};
-  if (!path[0] || keeps_none(path)) return -1;
+  if (!path[0] || tr__file_keep_none(path)) return -1;
   make_folder(path);
   char *target = NULL, why[1024];
   if (tr_file_output_target(path, &target)) {
@@ -286,7 +271,7 @@ void tr__gemm_file_add(const char *path, const char *line) {
   char *old = NULL, why[1024];
   struct stat st;
   bool there;
-  if (!path[0] || keeps_none(path)) return;
+  if (!path[0] || tr__file_keep_none(path)) return;
   if (read_choices(path, &old, &st, &there, why, sizeof why)) {
     keep_none(path, why);
     return;
