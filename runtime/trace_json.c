@@ -239,6 +239,8 @@ static int write_all(tr_system *sys, FILE *f) {
 }
 
 int tr_system_trace_write(tr_system *sys, const char *path) {
+  TR__NOT_NULL(sys);
+  TR__NOT_NULL(path);
   /* a symlink's target is written, the link kept; the file replaced keeps its mode */
   char *target, *tmp = NULL;
   if (tr_file_output_target(path, &target)) return TR_EIO;
