@@ -409,20 +409,21 @@ MISUSE(job_new_bad_layout_no_err, "tr_job_new(&j, g, {.layout.replicas = -2}, NU
   return tr_job_new(&j, graph_new(), &c, NULL, 0);
 }
 
-MISUSE(job_new_bad_microbatches, "tr_job_new(&j, g, {.layout.microbatches = 0}, err, n)",
-       TR_EINVAL, "microbatches", NULL) {
+MISUSE(job_new_bad_microbatches, "tr_job_new(&j, g, {.layout.microbatches = -1}, err, n)",
+       TR_EINVAL, "micro-batches", "-1") {
   tr_job_config c = job_config();
   c.layout.microbatches = -1;
   tr_job *j;
   return tr_job_new(&j, graph_new(), &c, msg, n);
 }
 
-MISUSE(job_new_cuts_count, "tr_job_new(&j, g, {.layout.cuts = NULL, .ncuts = 3}, err, n)",
-       TR_EINVAL, "cuts", NULL) {
+MISUSE(job_new_cuts_count, "tr_job_new(&j, g, {.stages = 2, .cuts = {1}, .ncuts = 3}, err, n)",
+       TR_EINVAL, "layout.cuts", "3 boundaries") {
+  static const int cuts[1] = {1};
   tr_job_config c = job_config();
   c.layout.stages = 2;
   c.layout.ncuts = 3;
-  c.layout.cuts = NULL;
+  c.layout.cuts = cuts;
   tr_job *j;
   return tr_job_new(&j, graph_new(), &c, msg, n);
 }
@@ -622,8 +623,12 @@ MISUSE(job_plan_null, "tr_job_plan(NULL, err, n)", TR_EINVAL, "tr_job_plan", "j"
   return tr_job_plan(NULL, msg, n);
 }
 
-MISUSE(job_plan_unwired_no_err, "tr_job_plan(j unwired, NULL, 0)", TR_EINVAL, NULL, NULL) {
-  return tr_job_plan(job(graph_new()), NULL, 0);
+MISUSE(job_plan_unwired_no_err, "tr_job_plan(j with a stage and nothing else, NULL, 0)",
+       TR_EINVAL, NULL, NULL) {
+  tr_job *j = job(graph_new());
+  tr_actor *st;
+  if (tr_job_add_stage(j, 0, 0, device(), &st)) return 1;
+  return tr_job_plan(j, NULL, 0);
 }
 
 MISUSE(job_add_stage_after_plan, "tr_job_add_stage(j, ...) after tr_job_plan", TR_ESTATE,

@@ -135,7 +135,7 @@ MISUSE(schedule_new_null_out, "tr_schedule_new(NULL, &c)", TR_EINVAL, "tr_schedu
 }
 
 MISUSE(schedule_new_null_config, "tr_schedule_new(&sc, NULL)", TR_EINVAL, "tr_schedule_new",
-       "c") {
+       "config") {
   tr_schedule *sc;
   return tr_schedule_new(&sc, NULL);
 }
@@ -324,7 +324,7 @@ MISUSE(allreduce_choose_negative, "tr_allreduce_choose(AUTO, devs, NULL, -1, ...
 }
 
 MISUSE(allreduce_choose_bad_kind, "tr_allreduce_choose(7, devs, NULL, 1, ..., &out, err, n)",
-       TR_EINVAL, "tr_allreduce_choose", "asked") {
+       TR_EINVAL, "allreduce", "7") {
   tr_allreduce out;
   return tr_allreduce_choose((tr_allreduce)7, tr_device_info_of(device()), NULL, 1, false, &out,
                              msg, n);
