@@ -40,6 +40,7 @@ const char *tr_dtype_name(tr_dtype dtype) {
 }
 
 int tr_dtype_parse(const char *name, tr_dtype *out) {
+  TR__NOT_NULL(out);
   for (int i = 0; i < TR_DTYPE_COUNT; i++) {
     if (strcmp(name, dtypes[i].name) == 0) {
       *out = (tr_dtype)i;

@@ -131,7 +131,8 @@ TR_API int tr_optim_kind_check(tr_optim_kind kind, char *err, size_t err_size);
 /* The kind's name ("sgd" for NULL); parse: the registered kind of that name, or TR_EINVAL. */
 TR_API const char *tr_optim_kind_name(tr_optim_kind kind);
 TR_API int tr_optim_kind_parse(const char *name, tr_optim_kind *out);
-/* "sgd, momentum, adamw" and the kinds registered after them, for messages and help. */
+/* "sgd, momentum, adamw" and the kinds registered after them, for messages and help (buf
+ * NULL: nothing written). */
 TR_API void tr_optim_kind_names(char *buf, size_t size);
 /* The kind's defaults with lr as given (NULL: SGD's). The built-in kinds share theirs:
  * momentum 0.9, betas 0.9/0.999, eps 1e-8, no weight decay, no clipping. */

@@ -63,7 +63,7 @@ MISUSE(model_new_bad_no_err, "tr_model_new(&m, {.layers = widths that do not cha
 }
 
 MISUSE(model_new_negative_batch, "tr_model_new(&m, {.batch = -4}, err, n)", TR_EINVAL,
-       "tr_model_new", "batch") {
+       "batch -4", NULL) {
   const tr_layer_spec l[] = {tr_layer_linear(4, 2, 1)};
   tr_model_spec s = spec_of(1, l);
   s.batch = -4;
@@ -311,7 +311,7 @@ MISUSE(layer_backward_halves_null, "tr_layer_backward_input(NULL, ...)", TR_EINV
 /* ---- optimizers and losses ------------------------------------------------------------------ */
 
 MISUSE(optim_register_bad, "tr_optim_register({.name = NULL}, err, n)", TR_EINVAL,
-       "tr_optim_register", "name") {
+       "optimizer", "needs a name") {
   static const tr_optim_type bad = {.update = NULL};
   return tr_optim_register(&bad, msg, n);
 }
@@ -335,7 +335,7 @@ MISUSE(optim_names_null, "tr_optim_kind_names(NULL, 10)", MISUSE_DEFINED, NULL, 
 }
 
 MISUSE(loss_register_bad, "tr_loss_register({.forward = NULL}, err, n)", TR_EINVAL,
-       "tr_loss_register", "forward") {
+       "loss 'bad'", "forward") {
   static const tr_loss_type bad = {.name = "bad"};
   return tr_loss_register(&bad, msg, n);
 }
@@ -384,7 +384,7 @@ MISUSE(stage_open_zero_batch, "tr_stage_open(&st, m, dev, {.batch = 0}, err, n)"
 }
 
 MISUSE(stage_open_backwards, "tr_stage_open(&st, m, dev, {.first = 2, .end = 1}, err, n)",
-       TR_EINVAL, "first", NULL) {
+       TR_EINVAL, "layers [2,1)", NULL) {
   tr_stage_config c = stage_config();
   c.first = 2;
   c.end = 1;
