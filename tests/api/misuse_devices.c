@@ -394,13 +394,14 @@ MISUSE(to_bf16_null, "tr_to_bf16(s, NULL, x, 4)", TR_EINVAL, "tr_to_bf16", "out"
   return ON_DEVICE(tr_to_bf16(stream(), NULL, device_floats(4), 4));
 }
 
+/* the layers of tr_layers.h are ops in sequence: the op given the NULL names it */
 MISUSE(linear_null_weight, "tr_linear_forward(s, out, inp, NULL, NULL, 2, 2, 2, NULL)", TR_EINVAL,
-       "tr_linear_forward", "weight") {
+       "tr_gemm", "B is NULL") {
   float *p = device_floats(16);
   return ON_DEVICE(tr_linear_forward(stream(), p, p + 4, NULL, NULL, 2, 2, 2, NULL));
 }
 
-MISUSE(linear_null_stream, "tr_linear_forward(NULL, ...)", TR_EINVAL, "tr_linear_forward", "s") {
+MISUSE(linear_null_stream, "tr_linear_forward(NULL, ...)", TR_EINVAL, "tr_gemm", "s is NULL") {
   float p[16] = {0};
   return tr_linear_forward(NULL, p, p + 4, p + 8, NULL, 2, 2, 2, NULL);
 }
