@@ -132,7 +132,7 @@ MISUSE(data_fill_null_x, "tr_data_fill(d, 0, 1, NULL, y)", TR_EINVAL, "tr_data_f
 }
 
 MISUSE(data_split_endless, "tr_data_split(endless, 0.2, 1, &t, &h, err, n)", TR_EINVAL,
-       "tr_data_split", "endless") {
+       "endless source", "split") {
   tr_data *t, *h;
   return tr_data_split(data(), 0.2, 1, &t, &h, msg, n);
 }
@@ -201,14 +201,14 @@ MISUSE(npy_null_shape, "tr_data_write_npy(path, F32, 1, NULL, data, err, n)", TR
   return tr_data_write_npy(scratch_path("a.npy"), TR_DTYPE_F32, 1, NULL, v, msg, n);
 }
 
-MISUSE(npy_zero_dims, "tr_data_write_npy(path, F32, 0, shape, data, err, n)", TR_EINVAL, "ndim",
-       NULL) {
+MISUSE(npy_zero_dims, "tr_data_write_npy(path, F32, 0, shape, data, err, n)", TR_EINVAL,
+       "0 dimensions", NULL) {
   const float v[4] = {0};
   return tr_data_write_npy(scratch_path("a.npy"), TR_DTYPE_F32, 0, (int64_t[]){4}, v, msg, n);
 }
 
 MISUSE(npy_negative_dim, "tr_data_write_npy(path, F32, 1, {-1}, data, err, n)", TR_EINVAL,
-       "shape", NULL) {
+       "dimension 0 is -1", NULL) {
   const float v[4] = {0};
   return tr_data_write_npy(scratch_path("a.npy"), TR_DTYPE_F32, 1, (int64_t[]){-1}, v, msg, n);
 }
@@ -288,7 +288,7 @@ MISUSE(writer_add_null_shape, "tr_checkpoint_writer_add(w, \"x\", F32, 1, NULL, 
 }
 
 MISUSE(writer_add_many_dims, "tr_checkpoint_writer_add(w, \"x\", F32, 9, shape, data)",
-       TR_EINVAL, "tr_checkpoint_writer_add", "ndim") {
+       TR_EINVAL, "tensor 'x'", "9 dimensions") {
   const float v[4] = {0};
   tr_checkpoint_writer *w = writer();
   int64_t shape[9] = {1, 1, 1, 1, 1, 1, 1, 1, 4};
@@ -296,27 +296,27 @@ MISUSE(writer_add_many_dims, "tr_checkpoint_writer_add(w, \"x\", F32, 9, shape, 
 }
 
 MISUSE(writer_add_negative_dims, "tr_checkpoint_writer_add(w, \"x\", F32, -1, shape, data)",
-       TR_EINVAL, "tr_checkpoint_writer_add", "ndim") {
+       TR_EINVAL, "tensor 'x'", "-1 dimensions") {
   const float v[4] = {0};
   tr_checkpoint_writer *w = writer();
   return ON_WRITER(w, tr_checkpoint_writer_add(w, "x", TR_DTYPE_F32, -1, (int64_t[]){4}, v));
 }
 
 MISUSE(writer_add_bad_dtype, "tr_checkpoint_writer_add(w, \"x\", 99, 1, shape, data)", TR_EINVAL,
-       "tr_checkpoint_writer_add", "dtype") {
+       "tensor 'x'", "dtype 99") {
   const float v[4] = {0};
   tr_checkpoint_writer *w = writer();
   return ON_WRITER(w, tr_checkpoint_writer_add(w, "x", (tr_dtype)99, 1, (int64_t[]){4}, v));
 }
 
 MISUSE(writer_add_null_data, "tr_checkpoint_writer_add(w, \"x\", F32, 1, {4}, NULL)", TR_EINVAL,
-       "tr_checkpoint_writer_add", "data") {
+       "tensor 'x'", "no data") {
   tr_checkpoint_writer *w = writer();
   return ON_WRITER(w, tr_checkpoint_writer_add(w, "x", TR_DTYPE_F32, 1, (int64_t[]){4}, NULL));
 }
 
 MISUSE(writer_add_negative_shape, "tr_checkpoint_writer_add(w, \"x\", F32, 1, {-3}, data)",
-       TR_EINVAL, "tr_checkpoint_writer_add", "shape") {
+       TR_EINVAL, "tensor 'x'", "dimension 0 is -3") {
   const float v[4] = {0};
   tr_checkpoint_writer *w = writer();
   return ON_WRITER(w, tr_checkpoint_writer_add(w, "x", TR_DTYPE_F32, 1, (int64_t[]){-3}, v));
