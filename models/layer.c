@@ -170,6 +170,9 @@ static int copy_run(void *arg, size_t part_at, size_t whole_at, size_t n) {
 }
 
 void tr_tensor_part_copy(const tr_tensor_part *p, float *whole, float *part, int to_whole) {
+  if (!p || !whole || !part)
+    return (void)tr__misuse(0, "tr_tensor_part_copy: %s is NULL: nothing copied",
+                            !p ? "p" : !whole ? "whole" : "part");
   const size_t numel = (size_t)p->whole[0] * (size_t)(p->whole[1] ? p->whole[1] : 1);
   part_copy c = {whole, part, to_whole};
   (void)tr__tensor_part_runs(p, numel, copy_run, &c);

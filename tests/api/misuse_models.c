@@ -294,6 +294,15 @@ MISUSE(layer_slots_null, "tr_layer_flops/_act_floats/_tensor_count(NULL, ...)", 
              : 1;
 }
 
+MISUSE(tensor_part_copy_null, "tr_tensor_part_copy(NULL, whole, part, 1)", MISUSE_DEFINED,
+       "tr_tensor_part_copy", "p") {
+  float whole[4], part[4];
+  tr_tensor_part_copy(NULL, whole, part, 1);
+  const tr_tensor_part p = tr_model_tensor_part(model(), 0);
+  tr_tensor_part_copy(&p, NULL, part, 1);
+  return 0;
+}
+
 MISUSE(tensor_list_add_null, "tr_tensor_list_add(NULL, \"w\", 2, 2, ...)", TR_EINVAL,
        "tr_tensor_list_add", "t") {
   return tr_tensor_list_add(NULL, "w", 2, 2, TR_INIT_ZEROS, 0);
