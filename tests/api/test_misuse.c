@@ -29,7 +29,10 @@
 
 #include "misuse.h"
 
-enum { MAX_CASES = 1024, ALARM_S = 30, FIXTURE_FAILED = 120, WRONG = 100 };
+/* A child's exit status: 0, STATUS + -rc for a status rc < 0, WRONG (a call with no status
+ * did not do what its header says) or FIXTURE_FAILED. Any other (a sanitizer's report, exit
+ * 1 by default) is a crash too. */
+enum { MAX_CASES = 1024, ALARM_S = 30, STATUS = 64, WRONG = 40, FIXTURE_FAILED = 41 };
 
 typedef struct {
   const char *id, *call, *say[2], *file;
@@ -276,7 +279,7 @@ static outcome run_case(const misuse_case *c, int out, int *status, int *sig, ch
     const int rc = c->fn(msg, sizeof msg);
     fprintf(stderr, "\n%s\n", msg);
     fflush(stderr);
-    _exit(rc < 0 ? (-rc) & 0x7f : rc > 0 ? WRONG : 0);
+    _exit(rc < 0 ? STATUS + ((-rc) & 0x3f) : rc > 0 ? WRONG : 0);
   }
   int ws;
   while (waitpid(pid, &ws, 0) < 0)
@@ -293,7 +296,11 @@ static outcome run_case(const misuse_case *c, int out, int *status, int *sig, ch
   }
   const int code = WEXITSTATUS(ws);
   if (code == FIXTURE_FAILED) return FIXTURE;
-  *status = code == WRONG ? 1 : -code;
+  if (code != 0 && code != WRONG && code < STATUS) {
+    *sig = -code; /* exited in the middle of the call: a sanitizer's report, exit() */
+    return CRASHED;
+  }
+  *status = code == WRONG ? 1 : code ? -(code - STATUS) : 0;
   if (c->want == MISUSE_DEFINED) {
     if (*status) return UNDEFINED;
   } else if (*status == 0) {
@@ -351,13 +358,19 @@ int main(int argc, char **argv) {
     }
     if (o == PASSED && !verbose) continue;
     printf("%-16s %-34s %s", outcome_names[o], c->id, c->call);
-    if (o == CRASHED || o == HUNG) printf(": %s", strsignal(sig));
+    if (o == CRASHED && sig < 0) printf(": exit status %d", -sig);
+    else if (o == CRASHED || o == HUNG) printf(": %s", strsignal(sig));
     else if (o != FIXTURE && c->want != MISUSE_DEFINED) printf(": %s", tr_strerror(status));
-    const char *words = last_words(text);
-    if (*words) printf(" — \"%.300s\"", words);
     if (o == UNSAID) printf(" (wants \"%s\"%s%s%s)", c->say[0], c->say[1] ? ", \"" : "",
                             c->say[1] ? c->say[1] : "", c->say[1] ? "\"" : "");
+    if (o == PASSED) { /* -v: its last words */
+      const char *words = last_words(text);
+      printf(*words ? " — \"%.300s\"\n" : "\n", words);
+      continue;
+    }
     printf("\n");
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+      printf("    %s\n", line); /* all it said: the message, or a sanitizer's report */
   }
   printf("\n%d calls: %d crashed, %d hung, %d returned an error (%d of them another status than "
          "the one they must), %d wrongly accepted, %d with no status did as documented (%d "
