@@ -421,9 +421,14 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   err[0] = 0;
   tr__result_init(r, o->spec ? o->spec->name : o->model ? o->model : "?",
                   tr_strategy_name(o->strategy));
-  if ((unsigned)o->strategy >= (unsigned)TR__COUNTOF(strategy_names))
-    return tr_errorf(err, err_size, TR_EINVAL, TR__F("strategy") " %d: not one of single, dp, "
-                     "mp, pipeline, hybrid, async, local, tp", (int)o->strategy);
+  if ((unsigned)o->strategy >= (unsigned)TR__COUNTOF(strategy_names)) {
+    char names[128];
+    size_t k = 0;
+    for (int i = 0; i < TR__COUNTOF(strategy_names); i++)
+      k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", strategy_names[i]);
+    return tr_errorf(err, err_size, TR_EINVAL, TR__F("strategy") " %d: not one of %s",
+                     (int)o->strategy, names);
+  }
   if (o->devices == NULL)
     return tr_errorf(err, err_size, TR_EINVAL, TR__F("devices") " is NULL: give \"auto\", "
                      "\"host:N\" or \"cuda:I[,J...]\"");
