@@ -16,13 +16,17 @@ const char *tr_allreduce_name(tr_allreduce a) {
 }
 
 int tr_allreduce_parse(const char *name, tr_allreduce *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(allreduce_names, TR__COUNTOF(allreduce_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_allreduce)i, 0);
 }
 
 int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, const int *ranks, int n,
                         bool have_nccl, tr_allreduce *out, char *err, size_t size) {
+  if (out == NULL || (devs == NULL && n > 0))
+    return tr_errorf(err, size, TR_EINVAL, "tr_allreduce_choose: %s is NULL", out ? "devs" : "out");
   *out = TR_ALLREDUCE_PEER;
+  if (n < 0) return tr_errorf(err, size, TR_EINVAL, "tr_allreduce_choose: n %d: give 0 or more", n);
   if ((unsigned)asked >= TR_ALLREDUCE_COUNT)
     return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);
   if (asked == TR_ALLREDUCE_PEER) return 0;
@@ -59,6 +63,9 @@ int tr_allreduce_choose(tr_allreduce asked, const tr_device_info *devs, const in
 int tr_edge_carrier_choose(tr_allreduce asked, const tr_device_info *from, int from_rank,
                            const tr_device_info *to, int to_rank, bool have_nccl,
                            tr_edge_carrier *out, char *err, size_t size) {
+  if (out == NULL || from == NULL || to == NULL)
+    return tr_errorf(err, size, TR_EINVAL, "tr_edge_carrier_choose: %s is NULL",
+                     !out ? "out" : !from ? "from" : "to");
   *out = TR_EDGE_CARRIER_MPI;
   if ((unsigned)asked >= TR_ALLREDUCE_COUNT)
     return tr_errorf(err, size, TR_EINVAL, "allreduce: %d is not auto, peer or nccl", (int)asked);

@@ -375,6 +375,14 @@ int tr__costs_not_kept(void *arg, double *v, char *err, size_t n) {
 
 int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch, const tr_plan_costs_config *c,
                         tr_layer_times *times, bool *measured, char *err, size_t n) {
+  if (!m || !d || !times || !measured)
+    return tr_errorf(err, n, TR_EINVAL, "tr_plan_layer_times: %s is NULL",
+                     !m ? "m" : !d ? "d" : !times ? "times" : "measured");
+  if (batch < 1)
+    return tr_errorf(err, n, TR_EINVAL, "tr_plan_layer_times: batch %d: give 1 or more samples",
+                     batch);
+  char scratch[512]; /* err NULL or of no size: nothing written (tr_base.h) */
+  if (err == NULL || n == 0) err = scratch, n = sizeof scratch;
   const int L = tr_model_layer_count(m);
   char name[512];
   tr__costs_entry_name(m, d, batch, name, sizeof name);

@@ -23,6 +23,7 @@
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -38,6 +39,37 @@ TR_MSGTYPE_DEFINE(tr_graph_end_type, tr_graph_end_msg);
 TR_MSGTYPE_DEFINE(tr_graph_wake_type, tr_graph_wake_msg);
 
 typedef tr__member member;
+
+/* A caller's mistake (tr_base.h, Misuse): refused with the graph's error naming it, or on
+ * stderr when there is no graph. */
+static int misuse(tr_graph *g, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int misuse(tr_graph *g, int status, const char *fmt, ...) {
+  char text[sizeof g->error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  if (g == NULL) return tr__misuse(status, "%s", text);
+  memcpy(g->error, text, sizeof text);
+  return status;
+}
+
+/* A mistake that a call with no status makes inside a run (a message or a credit that would
+ * be lost): said on stderr, and the run stopped with it, named as its error unless it had
+ * failed already. */
+static void misuse_stop(tr_graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void misuse_stop(tr_graph *g, const char *fmt, ...) {
+  char text[sizeof g->error];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  tr__misuse(TR_EINVAL, "%s", text);
+  pthread_mutex_lock(&g->lock);
+  if (!g->error[0] && !tr_system_error(g->sys)[0]) memcpy(g->error, text, sizeof text);
+  pthread_mutex_unlock(&g->lock);
+  tr_system_stop(g->sys, TR_EINVAL);
+}
 
 static void describe(void *arg, char *buf, size_t size) {
   FILE *f = fmemopen(buf, size, "w");
@@ -67,9 +99,12 @@ static int default_watchdog_ms(void) {
 }
 
 int tr_graph_new(tr_graph **out, const tr_system_config *config) {
+  TR__NOT_NULL(out);
   *out = NULL;
   tr_system_config c = config ? *config : (tr_system_config){0};
-  if (c.watchdog_ms < TR_WATCHDOG_OFF) return TR_EINVAL;
+  if (c.watchdog_ms < TR_WATCHDOG_OFF)
+    return tr__misuse(TR_EINVAL, "tr_graph_new: config->watchdog_ms %d: give 0 (the default), "
+                      "a period in ms or TR_WATCHDOG_OFF", c.watchdog_ms);
   tr_graph *g = calloc(1, sizeof *g);
   if (g == NULL) return TR_ENOMEM;
   /* A graph whose actors all wait for messages no one will send is stuck as surely as one
@@ -119,21 +154,27 @@ void tr_graph_free(tr_graph *g) {
 }
 
 int tr_graph_set_world(tr_graph *g, tr_world *w) {
-  if (atomic_load(&g->ran) || atomic_load(&g->nmembers) || g->world) return TR_ESTATE;
+  TR__NOT_NULL(g);
+  if (atomic_load(&g->ran) || atomic_load(&g->nmembers) || g->world)
+    return misuse(g, TR_ESTATE, "tr_graph_set_world: %s: give the world first, before any "
+                  "tr_graph_add", g->world ? "the graph has its world already"
+                  : atomic_load(&g->ran) ? "the graph ran" : "actors were added");
   g->world = w;
   g->rank = tr_world_rank(w);
   if (tr_world_size(w) == 1) return 0;
   return tr__graph_remote_open(g, &g->transport);
 }
 
-int tr_graph_rank(const tr_graph *g) { return g->rank; }
+int tr_graph_rank(const tr_graph *g) { return g ? g->rank : 0; }
 int tr_graph_actor_rank(const tr_graph *g, const tr_actor *a) {
+  if (g == NULL) return -1;
   const member *m = tr__graph_member_of(g, a);
   return m ? m->rank : -1;
 }
 
-tr_system *tr_graph_system(const tr_graph *g) { return g->sys; }
+tr_system *tr_graph_system(const tr_graph *g) { return g ? g->sys : NULL; }
 const char *tr_graph_error(const tr_graph *g) {
+  if (g == NULL) return "";
   return g->error[0] ? g->error : tr_system_error(g->sys);
 }
 
@@ -159,12 +200,20 @@ static int refuse_running(tr_graph *g, const char *call, const char *name) {
   return TR_ESTATE;
 }
 
-static int add(tr_graph *g, int rank, const tr_actor_config *config, bool service, bool own,
-               tr_actor **out) {
-  if (rank < 0 || rank >= tr_world_size(g->world)) return TR_EINVAL;
+static int add(const char *call, tr_graph *g, int rank, const tr_actor_config *config,
+               bool service, bool own, tr_actor **out) {
+  if (g == NULL || config == NULL || out == NULL)
+    return misuse(g, TR_EINVAL, "%s: %s is NULL", call, !g ? "g" : !config ? "config" : "out");
+  if (config->behaviour == NULL || config->behaviour->receive == NULL)
+    return misuse(g, TR_EINVAL, "%s: actor '%s': config->behaviour%s is NULL: an actor needs a "
+                  "behaviour with a receive callback", call, config->name ? config->name : "?",
+                  config->behaviour ? "->receive" : "");
+  if (rank < 0 || rank >= tr_world_size(g->world))
+    return misuse(g, TR_EINVAL, "%s: rank %d: the graph's world has ranks 0 to %d", call, rank,
+                  tr_world_size(g->world) - 1);
   pthread_mutex_lock(&g->lock);
   const bool running = atomic_load(&g->ran);
-  int rc = refuse_running(g, service ? "tr_graph_add_service" : "tr_graph_add", config->name);
+  int rc = refuse_running(g, call, config->name);
   const int n = atomic_load_explicit(&g->nmembers, memory_order_relaxed);
   if (rc == 0 && n == g->cap_members) { /* never while the remote side reads it (above) */
     const int cap = g->cap_members ? 2 * g->cap_members : 32;
@@ -211,24 +260,24 @@ static int add(tr_graph *g, int rank, const tr_actor_config *config, bool servic
 }
 
 int tr_graph_add(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
-  return add(g, g->rank, config, false, false, out);
+  return add(__func__, g, g ? g->rank : 0, config, false, false, out);
 }
 
 int tr_graph_add_service(tr_graph *g, const tr_actor_config *config, tr_actor **out) {
-  return add(g, g->rank, config, true, false, out);
+  return add(__func__, g, g ? g->rank : 0, config, true, false, out);
 }
 
 int tr_graph_add_on(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out) {
-  return add(g, rank, config, false, false, out);
+  return add(__func__, g, rank, config, false, false, out);
 }
 
 int tr_graph_add_service_on(tr_graph *g, int rank, const tr_actor_config *config,
                             tr_actor **out) {
-  return add(g, rank, config, true, false, out);
+  return add(__func__, g, rank, config, true, false, out);
 }
 
 int tr__graph_add_part(tr_graph *g, int rank, const tr_actor_config *config, tr_actor **out) {
-  return add(g, rank, config, false, true, out);
+  return add(__func__, g, rank, config, false, true, out);
 }
 
 static member *find(const tr_graph *g, const tr_actor *a) {
@@ -269,16 +318,26 @@ void tr__graph_on_complete(tr_graph *g, bool (*fn)(void *arg, char *what, size_t
 }
 
 int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
-  TR_ASSERT(c->from && c->to);
+  if (g == NULL || c == NULL || out == NULL)
+    return misuse(g, TR_EINVAL, "tr_graph_connect: %s is NULL", !g ? "g" : !c ? "config" : "out");
   *out = NULL;
+  const char *name = c->name ? c->name : c->type ? c->type->name : "control";
+  if (c->from == NULL || c->to == NULL)
+    return misuse(g, TR_EINVAL, "tr_graph_connect: edge '%s': config->%s is NULL: give an actor "
+                  "of the graph", name, c->from ? "to" : "from");
   const int wake_at = c->wake_at > 0 ? c->wake_at : 1;
-  if (c->credits < 1 || wake_at > c->credits) return TR_EINVAL;
+  if (c->credits < 1)
+    return misuse(g, TR_EINVAL, "tr_graph_connect: edge '%s': config->credits %d: give 1 or "
+                  "more", name, c->credits);
+  if (wake_at > c->credits)
+    return misuse(g, TR_EINVAL, "tr_graph_connect: edge '%s': config->wake_at %d is above its "
+                  "%d credits", name, wake_at, c->credits);
   pthread_mutex_lock(&g->lock);
   member *from = find(g, c->from), *to = find(g, c->to);
-  int rc = !from || !to ? TR_EINVAL
-           : g->transport ? refuse_running(g, "tr_graph_connect", c->name ? c->name
-                                           : c->type ? c->type->name : "control")
-                          : 0;
+  /* nothing is added once the run is ending (refuse_running), nor at all across processes */
+  int rc = !from || !to ? misuse(g, TR_EINVAL, "tr_graph_connect: edge '%s': config->%s is not "
+                                 "an actor of this graph (tr_graph_add)", name, from ? "to" : "from")
+                        : refuse_running(g, "tr_graph_connect", name);
   const int n = atomic_load_explicit(&g->nedges, memory_order_relaxed);
   if (rc == 0 && n == g->cap_edges) {
     const int cap = g->cap_edges ? 2 * g->cap_edges : 64;
@@ -298,7 +357,7 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
                  .to = c->to,
                  .type = c->type,
                  .carries = c->carries,
-                 .name = c->name ? c->name : c->type->name,
+                 .name = name,
                  .credits = c->credits,
                  .wake_at = wake_at,
                  .notify = c->notify != 0,
@@ -317,6 +376,7 @@ int tr_graph_connect(tr_graph *g, const tr_edge_config *c, tr_edge **out) {
 }
 
 int tr_edge_acquire(tr_edge *e) {
+  if (e == NULL) return tr__misuse(0, "tr_edge_acquire: e is NULL: no credit");
   /* Once starved, the producer waits for wake_at free credits, even when asked to try
    * again by something else: so every wake-up finds them. */
   bool starved = atomic_load(&e->starving);
@@ -337,7 +397,18 @@ int tr_edge_acquire(tr_edge *e) {
 
 void tr_edge_send(tr_edge *e, void *msg) {
   tr_msg *m = msg;
-  TR_ASSERT(e->type == NULL || m->type == e->type);
+  if (e == NULL) {
+    tr__misuse(TR_EINVAL, "tr_edge_send: e is NULL: the message is freed");
+    tr_msg_free(m);
+    return;
+  }
+  if (m == NULL || (e->type != NULL && m->type != e->type)) {
+    misuse_stop(e->g, "tr_edge_send: edge '%s' from '%s' to '%s': %s%s%s", e->name,
+                tr_actor_name(e->from), tr_actor_name(e->to), m ? "a '" : "msg is NULL",
+                m ? (m->type ? m->type->name : "?") : "", m ? "' on an edge of another type" : "");
+    tr_msg_free(m);
+    return;
+  }
   m->from = e->from;
   m->sent_ns = tr_now_ns(); /* how long it waits to be handled: the receiver's idle accounting */
   if (e->mto->remote) {
@@ -349,6 +420,10 @@ void tr_edge_send(tr_edge *e, void *msg) {
 }
 
 int tr_edge_send_control(tr_edge *e, void *msg) {
+  if (e == NULL) {
+    tr_msg_free(msg);
+    return tr__misuse(TR_EINVAL, "tr_edge_send_control: e is NULL: the message is freed");
+  }
   if (!tr_edge_acquire(e)) {
     tr_msg_free(msg);
     return tr_actor_fail(e->from, TR_ESTATE, "edge '%s' from '%s' to '%s': all %d credits in "
@@ -369,12 +444,31 @@ static void send_credit(tr_edge *e, int count) {
 }
 
 void tr_edge_release(tr_edge *e, int n) {
+  if (e == NULL) {
+    tr__misuse(TR_EINVAL, "tr_edge_release: e is NULL");
+    return;
+  }
+  if (n < 0) {
+    tr__misuse(TR_EINVAL, "tr_edge_release: edge '%s': n %d: give the buffers released, 1 or "
+               "more", e->name, n);
+    return;
+  }
+  if (n == 0) return;
   if (e->mfrom->remote) { /* the producer's credits are kept where it lives */
     tr__graph_remote_release(e, n);
     return;
   }
-  int now = atomic_fetch_add(&e->available, n) + n;
-  TR_ASSERT(now <= e->credits);
+  /* more than are in flight: the consumer gave back a buffer twice, or one never sent */
+  int now = atomic_load(&e->available);
+  do {
+    if (now + n > e->credits) {
+      misuse_stop(e->g, "tr_edge_release: edge '%s' from '%s' to '%s': %d released with %d of "
+                  "its %d credits in flight: a buffer given back twice, or never sent", e->name,
+                  tr_actor_name(e->from), tr_actor_name(e->to), n, e->credits - now, e->credits);
+      return;
+    }
+  } while (!atomic_compare_exchange_weak(&e->available, &now, now + n));
+  now += n;
   tr_trace_counter(e->track, e->credits - now);
   if (e->notify) {
     atomic_store(&e->starving, 0);
@@ -394,14 +488,18 @@ void tr_edge_release(tr_edge *e, int n) {
   }
 }
 
-int tr_edge_available(const tr_edge *e) { return atomic_load(&e->available); }
-int tr_edge_peak(const tr_edge *e) { return atomic_load(&e->peak); }
-int tr_edge_credits(const tr_edge *e) { return e->credits; }
-const char *tr_edge_name(const tr_edge *e) { return e->name; }
-tr_actor *tr_edge_from(const tr_edge *e) { return e->from; }
-tr_actor *tr_edge_to(const tr_edge *e) { return e->to; }
+int tr_edge_available(const tr_edge *e) { return e ? atomic_load(&e->available) : 0; }
+int tr_edge_peak(const tr_edge *e) { return e ? atomic_load(&e->peak) : 0; }
+int tr_edge_credits(const tr_edge *e) { return e ? e->credits : 0; }
+const char *tr_edge_name(const tr_edge *e) { return e ? e->name : ""; }
+tr_actor *tr_edge_from(const tr_edge *e) { return e ? e->from : NULL; }
+tr_actor *tr_edge_to(const tr_edge *e) { return e ? e->to : NULL; }
 
 void tr_graph_print(tr_graph *g, FILE *f) {
+  if (g == NULL || f == NULL) {
+    tr__misuse(TR_EINVAL, "tr_graph_print: %s is NULL", g ? "f" : "g");
+    return;
+  }
   fprintf(f, "graph of %d actors and their edges", atomic_load(&g->nmembers));
   if (g->transport) fprintf(f, " (rank %d of %d)", g->rank, tr_world_size(g->world));
   fprintf(f, ":\n");
@@ -438,7 +536,10 @@ static int timer_receive(tr_actor *self, tr_msg *msg) {
 static const tr_behaviour timer_behaviour = {.name = "graph", .receive = timer_receive};
 
 int tr_graph_run(tr_graph *g, int64_t first_step, int64_t end_step, double seconds) {
-  TR_ASSERT(!atomic_load(&g->ran));
+  TR__NOT_NULL(g);
+  if (atomic_load(&g->ran))
+    return misuse(g, TR_ESTATE, "tr_graph_run: the graph ran already: a graph runs once (make "
+                  "another with tr_graph_new)");
   /* each refusal's rule in tr_graph_error */
   const char *bad = first_step < 0 || first_step >= TR_GRAPH_STEP_LIMIT
                         ? "first_step %lld: give 0 to 2^61 - 1"
@@ -514,6 +615,6 @@ void tr__graph_before_run(tr_graph *g, int (*fn)(void *arg, char *err, size_t n)
   g->before_arg = arg;
 }
 
-const char *tr_graph_warning(const tr_graph *g) { return g->warning; }
+const char *tr_graph_warning(const tr_graph *g) { return g ? g->warning : ""; }
 
-int tr_graph_signal(const tr_graph *g) { return tr_system_signal(g->sys); }
+int tr_graph_signal(const tr_graph *g) { return g ? tr_system_signal(g->sys) : 0; }

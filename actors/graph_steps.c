@@ -21,6 +21,7 @@
 typedef tr__member member;
 
 int tr_graph_claim_step(tr_graph *g, int64_t step) {
+  if (g == NULL) return tr__misuse(0, "tr_graph_claim_step: g is NULL: no step is claimed");
   if (step >= g->end_limit || step >= TR_GRAPH_STEP_LIMIT - 1) return 0;
   int64_t c = atomic_load(&g->claimed);
   for (;;) {
@@ -42,9 +43,12 @@ int64_t tr__graph_take_local(tr_graph *g) {
 }
 
 int64_t tr_graph_take_step(tr_graph *g, tr_actor *self) {
+  if (g == NULL) return tr__misuse(-1, "tr_graph_take_step: g is NULL: no step is taken");
   if (g->rank == 0) return tr__graph_take_local(g);
   member *m = tr__graph_member_of(g, self); /* rank 0 hands every rank's steps out */
-  TR_ASSERT(m != NULL && !m->remote);
+  if (m == NULL || m->remote)
+    return tr__misuse(-1, "tr_graph_take_step: self ('%s') is not an actor of this graph on "
+                      "this rank: no step is taken", tr_actor_name(self));
   const int64_t granted = atomic_exchange(&m->granted, -1);
   if (granted != -1) {
     m->asked = false;
@@ -69,11 +73,12 @@ void tr__graph_grant(tr_graph *g, int id, int64_t step) {
 /* Read from `claimed`, which the STOP bit freezes, so a source refused a claim reads the end
  * that refused it. */
 int64_t tr_graph_end_step(const tr_graph *g) {
+  if (g == NULL) return 0;
   int64_t c = atomic_load(&g->claimed);
   if (!(c & STOP)) return g->end_limit;
   return (c & CLAIMS) < g->end_limit ? c & CLAIMS : g->end_limit;
 }
-int64_t tr_graph_first_step(const tr_graph *g) { return g->first_step; }
+int64_t tr_graph_first_step(const tr_graph *g) { return g ? g->first_step : 0; }
 
 /* Every actor of this rank learns the end (idle ones would not look otherwise); one added
  * after this learns it as it is added (add), so each once. */
@@ -87,6 +92,10 @@ static void tell_end(tr_graph *g, int64_t end) {
 }
 
 void tr_graph_finish(tr_graph *g) {
+  if (g == NULL) {
+    tr__misuse(TR_EINVAL, "tr_graph_finish: g is NULL");
+    return;
+  }
   if (g->transport) { /* the ranks agree on the end first */
     tr__graph_remote_finish(g);
     return;
@@ -108,9 +117,16 @@ void tr__graph_set_end(tr_graph *g, int64_t end) {
 }
 
 void tr_graph_done(tr_graph *g, tr_actor *self) {
-  member *m = tr__graph_member_of(g, self);
-  TR_ASSERT(m != NULL && !m->remote && !atomic_load(&m->done));
-  atomic_store(&m->done, true);
+  member *m = g && self ? tr__graph_member_of(g, self) : NULL;
+  /* said and ignored: the count of actors done stays right */
+  if (m == NULL || m->remote || atomic_exchange(&m->done, true)) {
+    if (!g || !self) tr__misuse(TR_EINVAL, "tr_graph_done: %s is NULL", g ? "self" : "g");
+    else tr__misuse(TR_EINVAL, "tr_graph_done: actor '%s' %s", tr_actor_name(self),
+                    !m          ? "is not an actor of this graph"
+                    : m->remote ? "lives in another process"
+                                : "said it was done twice: once per actor");
+    return;
+  }
   if (m->service) return;
   pthread_mutex_lock(&g->lock); /* against an actor added meanwhile: one more to wait for */
   const int done = ++g->ndone, waited = g->nwaited;

@@ -52,7 +52,7 @@ static int failed(tr_job *j, int rc, const char *call, const char *actors) {
   return refuse(j, rc, "%s: connecting its edge: %s", call, tr_strerror(rc));
 }
 
-const char *tr_job_error(const tr_job *j) { return j->error; }
+const char *tr_job_error(const tr_job *j) { return j ? j->error : ""; }
 
 /* The checkpoint to resume from, read once and checked against the job. */
 static int open_resume(tr_job *j, tr_job_config *c, char *err, size_t n) {
@@ -76,7 +76,15 @@ static int wire_plan(void *arg, char *err, size_t n) {
 }
 
 int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err, size_t n) {
+  if (out == NULL || g == NULL || config == NULL)
+    return tr_errorf(err, n, TR_EINVAL, "tr_job_new: %s is NULL",
+                     !out ? "out" : !g ? "g" : "config");
   *out = NULL;
+  if (atomic_load(&g->ran))
+    return tr_errorf(err, n, TR_ESTATE, "tr_job_new: the graph ran already: a job is wired on a "
+                     "graph before its run (make another with tr_graph_new)");
+  char scratch[sizeof ((tr_error *)0)->message]; /* refusals are worded whether err is or not */
+  if (err == NULL || n == 0) err = scratch, n = sizeof scratch;
   tr_job_config c = *config;
   int rc = tr__job_config_complete(&c, err, n);
   tr__error_unmark(err);
@@ -165,8 +173,8 @@ void tr_job_free(tr_job *j) {
   free(j);
 }
 
-const tr_job_config *tr_job_config_of(const tr_job *j) { return &j->run.c; }
-int tr_job_microbatch_samples(const tr_job *j) { return j->run.mb_batch; }
+const tr_job_config *tr_job_config_of(const tr_job *j) { return j ? &j->run.c : NULL; }
+int tr_job_microbatch_samples(const tr_job *j) { return j ? j->run.mb_batch : 0; }
 
 /* ---- actors -------------------------------------------------------------------------------- */
 
@@ -244,6 +252,8 @@ int tr__job_connect_report(tr_job *j, tr_actor *from, int source) {
 }
 
 int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
+  JOB_GIVEN(j);
+  OUT_GIVEN(out);
   const int T = tr__members(&j->run);
   if (replica < 0 || replica >= j->run.c.layout.replicas)
     return refuse(j, TR_EINVAL, "tr_job_add_loader: replica %d: the job has replicas 0 to %d "
@@ -273,6 +283,8 @@ int tr_job_add_loader(tr_job *j, int replica, tr_actor **out) {
 }
 
 int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor **out) {
+  JOB_GIVEN(j);
+  OUT_GIVEN(out);
   if (j->plan.planned) return CLOSED("tr_job_add_stage");
   const tr_job_config *c = &j->run.c;
   if (replica < 0 || replica >= c->layout.replicas)
@@ -315,6 +327,7 @@ int tr_job_add_stage(tr_job *j, int replica, int stage, tr_device *dev, tr_actor
 }
 
 int tr_job_add_stages(tr_job *j, const tr_device_list *devs, tr_actor **out) {
+  JOB_GIVEN(j);
   const int R = j->run.c.layout.replicas, P = j->run.c.layout.stages, T = tr__members(&j->run);
   if (devs == NULL || tr_device_list_count(devs) < R * P * T)
     return refuse(j, TR_EINVAL, "tr_job_add_stages: devs holds %d devices; the layout needs "
@@ -349,6 +362,8 @@ static bool coordinator_complete(void *arg, char *what, size_t n) {
 }
 
 int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
+  JOB_GIVEN(j);
+  OUT_GIVEN(out);
   if (j->coordinator)
     return refuse(j, TR_EINVAL, "tr_job_add_coordinator: the job has its coordinator already");
   int rc = add(j, 0, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
@@ -366,6 +381,7 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
 
 int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned what,
                            tr_edge **out) {
+  JOB_GIVEN(j);
   if (j->plan.planned) return CLOSED("tr_job_connect_batches");
   const unsigned carries = what & (TR_BATCH_INPUTS | TR_BATCH_TARGETS);
   if (carries == 0)
@@ -402,6 +418,7 @@ int tr_job_connect_batches(tr_job *j, tr_actor *from, tr_actor *to, unsigned wha
 }
 
 int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
+  JOB_GIVEN(j);
   if (first == last)
     return tr_job_connect_batches(j, loader, first, TR_BATCH_INPUTS | TR_BATCH_TARGETS, NULL);
   int rc = tr_job_connect_batches(j, loader, first, TR_BATCH_INPUTS, NULL);
@@ -409,6 +426,7 @@ int tr_job_feed(tr_job *j, tr_actor *loader, tr_actor *first, tr_actor *last) {
 }
 
 int tr_job_chain(tr_job *j, tr_actor *from, tr_actor *to) {
+  JOB_GIVEN(j);
   if (j->plan.planned) return CLOSED("tr_job_chain");
   const int i = stage_index_of(j, from), P = j->run.c.layout.stages;
   const bool wrap = j->run.c.layout.chunks > 1 && i % P == P - 1; /* chunk c → c + 1 */
@@ -495,7 +513,9 @@ static int span_ranks(tr_job *j, tr_actor *const *members, int n, int credits) {
 }
 
 int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
+  JOB_GIVEN(j);
   if (j->plan.planned) return CLOSED("tr_job_group");
+  if (members == NULL) return refuse(j, TR_EINVAL, "tr_job_group: members is NULL");
   if (n < 1 || n > TR_TRAIN_MAX_DEVICES)
     return refuse(j, TR_EINVAL, "tr_job_group: n %d: give 1 to %d members", n,
                   TR_TRAIN_MAX_DEVICES);
@@ -528,6 +548,7 @@ int tr_job_group(tr_job *j, tr_actor *const *members, int n) {
 }
 
 int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
+  JOB_GIVEN(j);
   if (j->coordinator == NULL)
     return refuse(j, TR_EINVAL, "tr_job_observe: the job has no coordinator yet: the reports "
                   "are its, call tr_job_add_coordinator first");
@@ -545,6 +566,7 @@ int tr_job_observe(tr_job *j, tr_actor *observer, int every, tr_edge **out) {
 static int64_t gcd(int64_t a, int64_t b) { return b ? gcd(b, a % b) : a; }
 
 int tr_job_snapshot(tr_job *j, tr_edge *report, int every) {
+  JOB_GIVEN(j);
   if (j->plan.planned) return CLOSED("tr_job_snapshot");
   if (report == NULL || j->coordinator == NULL || tr_edge_from(report) != j->coordinator)
     return refuse(j, TR_EINVAL, "tr_job_snapshot: report is %s: give the edge tr_job_observe "
@@ -569,16 +591,27 @@ int tr_job_snapshot(tr_job *j, tr_edge *report, int every) {
 }
 
 int tr_job_plan(tr_job *j, char *err, size_t err_size) {
+  if (j == NULL) return tr_errorf(err, err_size, TR_EINVAL, "tr_job_plan: j is NULL");
   return tr__plan_check(&j->plan, err, err_size);
 }
 
-void tr_job_print_plan(const tr_job *j, FILE *f) { tr__plan_print(&j->plan, f); }
+void tr_job_print_plan(const tr_job *j, FILE *f) {
+  if (j == NULL || f == NULL) {
+    tr__misuse(TR_EINVAL, "tr_job_print_plan: %s is NULL", j ? "f" : "j");
+    return;
+  }
+  tr__plan_print(&j->plan, f);
+}
 
 bool tr__job_kept_aside(const tr_job *j) {
   return j->coordinator && tr__coordinator_kept_aside(tr_actor_state(j->coordinator));
 }
 
 void tr_job_result(const tr_job *j, tr_train_result *r) {
+  if (j == NULL || r == NULL) {
+    tr__misuse(TR_EINVAL, "tr_job_result: %s is NULL", r ? "j" : "r");
+    return;
+  }
   if (j->coordinator) *r = *tr__coordinator_result(tr_actor_state(j->coordinator));
   else tr__result_init(r, tr_model_name(j->run.c.model), j->run.strategy);
 }

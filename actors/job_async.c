@@ -6,6 +6,8 @@
 #include "worker.h"
 
 int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
+  JOB_GIVEN(j);
+  OUT_GIVEN(out);
   if (!j->run.c.async.enabled)
     return tr__job_refuse(j, TR_EINVAL, "tr_job_add_server: the job is not asynchronous "
                           "(async.enabled)");
@@ -21,6 +23,8 @@ int tr_job_add_server(tr_job *j, tr_device *dev, tr_actor **out) {
 }
 
 int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
+  JOB_GIVEN(j);
+  OUT_GIVEN(out);
   if (!j->run.c.async.enabled)
     return tr__job_refuse(j, TR_EINVAL, "tr_job_add_worker: the job is not asynchronous "
                           "(async.enabled): add stages");
@@ -32,6 +36,7 @@ int tr_job_add_worker(tr_job *j, int worker, tr_device *dev, tr_actor **out) {
 }
 
 int tr_job_serve(tr_job *j, tr_actor *server, tr_actor *worker) {
+  JOB_GIVEN(j);
   if (j->plan.planned) return CLOSED("tr_job_serve");
   const int w = tr__job_stage_index(j, worker);
   if (!j->run.c.async.enabled)

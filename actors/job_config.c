@@ -21,6 +21,7 @@ const char *tr_data_on_name(tr_data_on w) {
 }
 
 int tr_data_on_parse(const char *name, tr_data_on *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(data_on_names, TR__COUNTOF(data_on_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_data_on)i, 0);
 }
@@ -30,6 +31,7 @@ const char *tr_nonfinite_policy_name(tr_nonfinite_policy p) {
 }
 
 int tr_nonfinite_policy_parse(const char *name, tr_nonfinite_policy *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(nonfinite_names, TR__COUNTOF(nonfinite_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_nonfinite_policy)i, 0);
 }
@@ -293,6 +295,7 @@ const char *tr_outer_name(tr_outer o) {
 }
 
 int tr_outer_parse(const char *name, tr_outer *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(outer_names, TR__COUNTOF(outer_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_outer)i, 0);
 }
@@ -571,7 +574,8 @@ void tr__error_from_text(tr_error *e, int status, const char *marked) {
 int tr_job_check(tr_job_config *config, tr_error *e) {
   char err[sizeof e->message];
   err[0] = 0;
-  const int rc = tr__job_config_complete(config, err, sizeof err);
-  tr__error_from_text(e, rc, rc ? err : "");
+  const int rc = config ? tr__job_config_complete(config, err, sizeof err)
+                        : tr_errorf(err, sizeof err, TR_EINVAL, "tr_job_check: config is NULL");
+  if (e) tr__error_from_text(e, rc, rc ? err : ""); /* e NULL: the status alone */
   return rc;
 }

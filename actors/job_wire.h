@@ -44,6 +44,13 @@ int tr__job_connect_report(tr_job *j, tr_actor *from, int source);
 /* An elastic job goes on without a rank of workers only (job_async.c; the transport's thread). */
 int tr__job_lost_rank(void *arg, int rank, const char *why);
 
+/* A wiring call on no job, or with nowhere to put what it makes (tr_base.h, Misuse): on
+ * stderr, and in the job's error. */
+#define JOB_GIVEN(j) \
+  if ((j) == NULL) return tr__misuse(TR_EINVAL, "%s: j is NULL", __func__)
+#define OUT_GIVEN(out) \
+  if ((out) == NULL) return tr__job_refuse(j, TR_EINVAL, "%s: out is NULL", __func__)
+
 /* A wiring call after the plan was closed. */
 #define CLOSED(call)                                                                        \
   tr__job_refuse(j, TR_ESTATE, call ": the plan is closed (tr_job_plan or tr_graph_run ran): " \

@@ -145,6 +145,7 @@ static int join_now(void *arg, int w) {
 }
 
 int tr_job_join_worker(tr_job *j, int worker, tr_device *dev) {
+  JOB_GIVEN(j);
   const tr_job_config *c = &j->run.c;
   if (!c->async.enabled || c->async.join_at <= 0 || worker < 0 ||
       worker >= c->layout.replicas || !tr__worker_joins(c, worker))

@@ -11,7 +11,11 @@
 
 int tr_plan_layouts(const char *model, const char *devices, tr_plan_layout *out, int cap,
                     int *count, char *err, size_t n) {
+  if (!model || !devices || !out || !count)
+    return tr_errorf(err, n, TR_EINVAL, "tr_plan_layouts: %s is NULL",
+                     !model ? "model" : !devices ? "devices" : !out ? "out" : "count");
   *count = 0;
+  if (cap < 0) return tr_errorf(err, n, TR_EINVAL, "tr_plan_layouts: cap %d: give 0 or more", cap);
   tr_model *m;
   tr_device_list *list;
   int rc = tr_model_named(&m, model, err, n);
@@ -104,7 +108,10 @@ static int better(const void *pa, const void *pb) {
 
 int tr_plan_rank(tr_plan_layout *layouts, int count, uint64_t memory_limit,
                  const tr_plan_costs_config *cc, char *err, size_t n) {
-  (void)err, (void)n;
+  if (count < 0 || (layouts == NULL && count > 0))
+    return tr_errorf(err, n, TR_EINVAL, count < 0 ? "tr_plan_rank: count %d: give 0 or more"
+                                                  : "tr_plan_rank: layouts is NULL (count %d)",
+                     count);
   for (int i = 0; i < count; i++) {
     tr_plan_layout *l = &layouts[i];
     if (!l->predicted) continue;

@@ -455,6 +455,10 @@ static int predict(const tr_train_options *o, const tr_plan_costs_config *cc, bo
 
 int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
                     tr_plan_prediction *out, char *err, size_t n) {
+  if (o == NULL || out == NULL)
+    return tr_errorf(err, n, TR_EINVAL, "tr_plan_predict: %s is NULL", o ? "out" : "o");
+  char scratch[512]; /* err NULL or of no size: nothing written (tr_base.h) */
+  if (err == NULL || n == 0) err = scratch, n = sizeof scratch;
   return predict(o, cc, true, NULL, out, err, n);
 }
 

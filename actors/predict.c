@@ -268,6 +268,9 @@ static void close_sim(sim *x) {
 
 int tr_plan_simulate(const tr_schedule *sc, const tr_plan_costs *c, tr_plan_step *out,
                      char *err, size_t n) {
+  if (sc == NULL || c == NULL || out == NULL)
+    return tr_errorf(err, n, TR_EINVAL, "tr_plan_simulate: %s is NULL",
+                     !sc ? "sc" : !c ? "c" : "out");
   const tr_schedule_config *cf = tr_schedule_config_of(sc);
   *out = (tr_plan_step){.devices = cf->stages};
   if (cf->stages > TR_PLAN_MAX_DEVICES) {

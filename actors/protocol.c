@@ -104,6 +104,10 @@ static const tr_msg_codec report_codec = {.size = report_size, .put = report_put
 TR_MSGTYPE_DEFINE_CODEC(tr_report_type, tr_report_msg, &report_codec);
 
 tr_batch_msg *tr_batch_forward(const tr_batch_msg *b) {
+  if (b == NULL) {
+    tr__misuse(TR_EINVAL, "tr_batch_forward: b is NULL");
+    return NULL;
+  }
   tr_batch_msg *f = tr_msg_new(&tr_batch_type);
   *f = (tr_batch_msg){.hdr = f->hdr, .step = b->step, .mb = b->mb, .count = b->count,
                       .first = b->first, .x = b->x, .y = b->y, .x_bytes = b->x_bytes,

@@ -238,6 +238,8 @@ static void json_object(FILE *f, const tr_train_result *r, int k, int end, size_
 }
 
 int tr_train_result_json(const tr_train_result *r, FILE *f) {
+  TR__NOT_NULL(r);
+  TR__NOT_NULL(f);
   bool any = false;
   fputc('{', f);
   for (int k = 0; k < TR__METRIC_COUNT;) {
@@ -289,6 +291,8 @@ static int say(FILE *f, const tr_train_result *r, const tr__metric *m, const cha
 }
 
 int tr_train_result_summary(const tr_train_result *r, FILE *f) {
+  TR__NOT_NULL(r);
+  TR__NOT_NULL(f);
   bool any = false;
   for (int k = 0; k < TR__METRIC_COUNT; k++) {
     const tr__metric *m = &tr__metrics[k];

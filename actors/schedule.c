@@ -1,6 +1,7 @@
 /* schedule.c — GPipe, 1F1B, interleaved 1F1B and ZB-H1 as per-stage action lists
  * (tr_schedule.h). */
 #include <limits.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,7 @@ const char *tr_schedule_kind_name(tr_schedule_kind k) {
 }
 
 int tr_schedule_kind_parse(const char *name, tr_schedule_kind *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(schedule_names, TR__COUNTOF(schedule_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_schedule_kind)i, 0);
 }
@@ -198,24 +200,33 @@ static size_t stage_length(const tr_schedule_config *c, int s) {
 
 /* ---- the schedule ----------------------------------------------------------------------- */
 
-/* The configuration as generated: chunks filled in; TR_EINVAL for one that makes none. */
-static int complete(const tr_schedule_config *in, tr_schedule_config *c) {
-  if (in == NULL || (unsigned)in->kind >= TR_SCHEDULE_COUNT) return TR_EINVAL;
+/* The configuration as generated, chunks filled in; or the rule one that makes none breaks. */
+static const char *complete(const tr_schedule_config *in, tr_schedule_config *c) {
+  if ((unsigned)in->kind >= TR_SCHEDULE_COUNT) return "kind: not a schedule";
   *c = *in;
   const bool interleaved = c->kind == TR_SCHEDULE_INTERLEAVED;
   c->chunks = tr_schedule_chunks(c->kind, c->chunks);
-  if (c->stages < 1 || c->microbatches < 1 || c->chunks < 1 || c->chunks > 64 ||
-      (interleaved ? c->chunks < 2 || c->stages < 2 : c->chunks != 1))
-    return TR_EINVAL;
-  if (c->microbatches > (INT_MAX - 1) / 7 / c->chunks) return TR_EINVAL;
-  if ((size_t)c->stages > SIZE_MAX / sizeof(tr_action) / stage_length(c, 0)) return TR_EINVAL;
-  return 0;
+  if (c->stages < 1 || (interleaved && c->stages < 2))
+    return interleaved ? "stages: give 2 or more (interleaved)" : "stages: give 1 or more";
+  if (c->microbatches < 1) return "microbatches: give 1 or more";
+  if (c->chunks < 1 || c->chunks > 64 || (interleaved ? c->chunks < 2 : c->chunks != 1))
+    return interleaved ? "chunks: give 2 to 64 (interleaved)" : "chunks: give 1 (or 0)";
+  if (c->microbatches > (INT_MAX - 1) / 7 / c->chunks ||
+      (size_t)c->stages > SIZE_MAX / sizeof(tr_action) / stage_length(c, 0))
+    return "stages, microbatches, chunks: the lists are too long to count";
+  return NULL;
 }
 
 int tr_schedule_new(tr_schedule **out, const tr_schedule_config *config) {
+  TR__NOT_NULL(out);
   *out = NULL;
+  TR__NOT_NULL(config);
   tr_schedule_config c;
-  if (complete(config, &c)) return TR_EINVAL;
+  const char *bad = complete(config, &c);
+  if (bad)
+    return tr__misuse(TR_EINVAL, "tr_schedule_new: %s (kind %d, stages %d, microbatches %d, "
+                      "chunks %d)", bad, (int)config->kind, config->stages, config->microbatches,
+                      config->chunks);
   const int p = c.stages, m = c.microbatches, v = c.chunks;
   tr_schedule *sc = calloc(1, sizeof *sc);
   const size_t vm = (size_t)v * (size_t)m;
@@ -270,17 +281,33 @@ void tr_schedule_free(tr_schedule *sc) {
   free(sc);
 }
 
-const tr_schedule_config *tr_schedule_config_of(const tr_schedule *sc) { return &sc->c; }
+const tr_schedule_config *tr_schedule_config_of(const tr_schedule *sc) {
+  return sc ? &sc->c : NULL;
+}
+
+/* A stage of the schedule (1), or 0, said: the lookups of another answer nothing. */
+static int has_stage(const tr_schedule *sc, int stage, const char *call) {
+  if (sc == NULL) return tr__misuse(0, "%s: sc is NULL", call);
+  if (stage < 0 || stage >= sc->c.stages)
+    return tr__misuse(0, "%s: stage %d: the schedule has stages 0 to %d", call, stage,
+                      sc->c.stages - 1);
+  return 1;
+}
 
 const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, size_t *n) {
-  TR_ASSERT(stage >= 0 && stage < sc->c.stages);
+  size_t none;
+  if (n == NULL) n = &none;
+  *n = 0;
+  if (!has_stage(sc, stage, __func__)) return NULL;
   *n = sc->start[stage + 1] - sc->start[stage];
   return sc->actions + sc->start[stage];
 }
 
 size_t tr_schedule_eval_actions(const tr_schedule *sc, int stage, int m, tr_action *out,
                                 size_t cap) {
-  TR_ASSERT(stage >= 0 && stage < sc->c.stages && m >= 0);
+  if (!has_stage(sc, stage, __func__)) return 0;
+  if (m < 0) return tr__misuse(0, "tr_schedule_eval_actions: m %d: give 0 or more", m);
+  if (out == NULL) cap = 0; /* sized, nothing written */
   const int p = sc->c.stages, v = sc->c.chunks;
   size_t n = 0;
   tr_action a[3];
@@ -297,12 +324,14 @@ size_t tr_schedule_eval_actions(const tr_schedule *sc, int stage, int m, tr_acti
 }
 
 int tr_schedule_slots(const tr_schedule *sc, int stage) {
-  TR_ASSERT(stage >= 0 && stage < sc->c.stages);
-  return sc->peak[stage];
+  return has_stage(sc, stage, __func__) ? sc->peak[stage] : 0;
 }
 
 int tr_schedule_chunk_slots(const tr_schedule *sc, int stage, int chunk) {
-  TR_ASSERT(stage >= 0 && stage < sc->c.stages && chunk >= 0 && chunk < sc->c.chunks);
+  if (!has_stage(sc, stage, __func__)) return 0;
+  if (chunk < 0 || chunk >= sc->c.chunks)
+    return tr__misuse(0, "tr_schedule_chunk_slots: chunk %d: the schedule has chunks 0 to %d",
+                      chunk, sc->c.chunks - 1);
   return sc->slots[stage * sc->c.chunks + chunk];
 }
 
@@ -312,6 +341,7 @@ int tr_schedule_chunk_slots(const tr_schedule *sc, int stage, int chunk) {
  * 1/v of a stage's. ZB-H1 leaves (p-1)(F+B-W) of idle time per stage (Qi et al.) once
  * m >= p; with fewer, one micro-batch's way down and back, 2m + 2p - 1 units, is the step. */
 double tr_schedule_bubble(const tr_schedule *sc) {
+  if (sc == NULL) return NAN;
   const double p = sc->c.stages, m = sc->c.microbatches, v = sc->c.chunks;
   switch (sc->c.kind) {
   case TR_SCHEDULE_GPIPE:

@@ -44,7 +44,8 @@ typedef enum tr_allreduce {
   TR_ALLREDUCE_COUNT
 } tr_allreduce;
 
-/* "auto", "peer", "nccl" ("?" otherwise); parse: 0, or TR_EINVAL. */
+/* "auto", "peer", "nccl" ("?" otherwise); parse: 0, or TR_EINVAL (out NULL too). The two
+ * choices refuse a NULL out, devices or info and a negative n: TR_EINVAL in err. */
 TR_API const char *tr_allreduce_name(tr_allreduce a);
 TR_API int tr_allreduce_parse(const char *name, tr_allreduce *out);
 /* What a group whose members (those that would share one communicator) are the devices

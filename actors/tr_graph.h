@@ -84,6 +84,16 @@
  * Threads: build and run the graph from one thread (and grow it from actors, above);
  * tr_edge_* and tr_graph_claim_step, tr_graph_finish and tr_graph_done from the actors, as
  * noted.
+ *
+ * Misuse (tr_base.h): the calls that return a status refuse a NULL graph, config or out, an
+ * actor not of the graph and a count out of range with TR_EINVAL, and a call out of order
+ * (a second run, an add or connect once the run is ending, a world after the first actor)
+ * with TR_ESTATE, tr_graph_error naming the call and the argument (stderr for a NULL graph).
+ * Those that return none say it on stderr: a send on an edge NULL frees the message; inside
+ * a run, a NULL message, one of another type than the edge's, or a release of more buffers
+ * than are in flight stops the run with TR_EINVAL naming the edge (a message or a credit
+ * would be lost); a second tr_graph_done of an actor, or one of an actor not of the graph,
+ * is ignored. Getters of NULL answer 0, NULL or "".
  */
 #ifndef TR_GRAPH_H
 #define TR_GRAPH_H
@@ -107,7 +117,7 @@ typedef struct tr_edge tr_edge;
 #define TR_WATCHDOG_OFF (-1)
 
 /* A graph on a fresh system configured by `config` (NULL: defaults, the watchdog on). A
- * watchdog_ms below TR_WATCHDOG_OFF is refused (TR_EINVAL). */
+ * watchdog_ms below TR_WATCHDOG_OFF, or out NULL, is refused (TR_EINVAL, said on stderr). */
 TR_API int tr_graph_new(tr_graph **out, const tr_system_config *config);
 /* After tr_graph_run has returned (or instead of running): frees the actors and edges. */
 TR_API void tr_graph_free(tr_graph *g);
@@ -149,8 +159,9 @@ typedef struct tr_edge_config {
   const tr_msgtype *const *carries;
 } tr_edge_config;
 
-/* An edge; TR_EINVAL for credits < 1 or wake_at > credits, or an end not of the graph.
- * Also while the graph runs, in a world of one process (Growing while it runs, above). */
+/* An edge; TR_EINVAL for credits < 1 or wake_at > credits, or an end NULL or not of the
+ * graph, tr_graph_error naming the field. Also while the graph runs, in a world of one
+ * process (Growing while it runs, above); TR_ESTATE once the run is ending or has ended. */
 TR_API int tr_graph_connect(tr_graph *g, const tr_edge_config *config, tr_edge **out);
 
 /* Producer: takes a credit (1), or finds none (0; a tr_edge_credit_msg follows later). */
@@ -162,7 +173,8 @@ TR_API void tr_edge_send(tr_edge *e, void *msg);
  * returns TR_ESTATE with the actor's error naming the edge (a broken protocol).
  * Call from the producer's callbacks. */
 TR_API int tr_edge_send_control(tr_edge *e, void *msg);
-/* Consumer, any thread: `n` buffers of the edge are free again. */
+/* Consumer, any thread: `n` buffers of the edge are free again (more than are in flight:
+ * the run stops, see Misuse above). */
 TR_API void tr_edge_release(tr_edge *e, int n);
 /* Credits in the producer's hands now; the most that were ever out at once (an upper bound
  * on what the consumer held, which tests of memory bounds check). */
@@ -189,7 +201,7 @@ TR_API extern const tr_msgtype tr_edge_credit_type;
  * TR_GRAPH_STEP_LIMIT), for at most `seconds`
  * (0: no time limit; one of the two limits is required), until every actor is done. 0, or
  * the first failure's status (arguments refused: TR_EINVAL, tr_graph_error naming the
- * argument and the rule). Once per graph.
+ * argument and the rule). Once per graph: again, TR_ESTATE.
  *
  * Signals (tr_system_config.handle_signals): the first SIGINT, SIGTERM, SIGHUP, SIGQUIT,
  * SIGUSR1 or SIGUSR2 finishes the run
@@ -224,7 +236,7 @@ TR_API int64_t tr_graph_first_step(const tr_graph *g);
  * step. With a step limit alone no message comes: the end is known from the start. */
 TR_API void tr_graph_finish(tr_graph *g);
 /* An actor's part of the run is over; once every actor added has said so, the run ends
- * cleanly. Once per actor, from its own callbacks. */
+ * cleanly. Once per actor, from its own callbacks (a second time: said, and ignored). */
 TR_API void tr_graph_done(tr_graph *g, tr_actor *self);
 
 typedef struct tr_graph_end_msg {

@@ -59,6 +59,13 @@
  * rank 0. A replica group spanning ranks sums inside each rank first, then across ranks
  * through the transports. Observers are yours to place (tr_graph_add_on); a report crosses
  * to them like any message.
+ *
+ * Misuse (tr_base.h): a wiring call on a NULL job says so on stderr and returns TR_EINVAL;
+ * one given a NULL out (where it makes an actor), NULL actors or members, or a count out of
+ * range returns TR_EINVAL with tr_job_error naming the call and the argument; one made after
+ * the plan closed, TR_ESTATE. tr_job_new refuses NULL arguments (TR_EINVAL) and a graph that
+ * ran (TR_ESTATE) in err, which may be NULL. Getters of a NULL job answer "", NULL or 0;
+ * tr_job_print_plan and tr_job_result of NULL do nothing.
  */
 #ifndef TR_JOB_H
 #define TR_JOB_H
@@ -352,8 +359,8 @@ typedef struct tr_job tr_job;
 TR_API int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err,
                size_t err_size);
 /* What tr_job_new checks and fills in, alone: 0 with *config completed (the model's batch
- * and optimizer, chunks), or TR_EINVAL with `e` naming the field at fault. Every rule of a
- * job's configuration lives behind it (job_config.c). */
+ * and optimizer, chunks), or TR_EINVAL with `e` naming the field at fault (e NULL: the status
+ * alone). Every rule of a job's configuration lives behind it (job_config.c). */
 TR_API int tr_job_check(tr_job_config *config, tr_error *e);
 /* After the graph has been freed. */
 TR_API void tr_job_free(tr_job *j);

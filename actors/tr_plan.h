@@ -80,7 +80,8 @@ typedef struct tr_plan_step {
 } tr_plan_step;
 
 /* Simulates one step of `sc` with costs `c` into *out. 0; TR_EINVAL (err says which cost is
- * negative or not finite, or that the schedule has more than TR_PLAN_MAX_DEVICES stages);
+ * negative or not finite, that the schedule has more than TR_PLAN_MAX_DEVICES stages, or
+ * which of sc, c and out is NULL);
  * TR_ESTATE when the lists cannot finish with the edges' credits (err names where each
  * device waits); TR_ENOMEM. */
 TR_API int tr_plan_simulate(const tr_schedule *sc, const tr_plan_costs *c, tr_plan_step *out,
@@ -140,7 +141,8 @@ TR_API const char *tr_plan_costs_default_path(void);
  * costs (c NULL: defaults) or measured on d from the calling thread (which becomes d's
  * owner, tr_model_measure_passes) and added to it; *measured says which. 0, TR_EINVAL (err
  * names the file and what is wrong with it), a measurement's failure, TR_EINTR (a signal
- * held during start-up, tr_signals_hold), TR_ENOMEM. */
+ * held during start-up, tr_signals_hold), TR_ENOMEM; m, d, times or measured NULL, or batch
+ * below 1, TR_EINVAL naming it. */
 TR_API int tr_plan_layer_times(const tr_model *m, tr_device *d, int batch,
                                const tr_plan_costs_config *c, tr_layer_times *times,
                                bool *measured, char *err, size_t n);
@@ -186,7 +188,7 @@ typedef struct tr_plan_prediction {
 /* Predicts the step of the run `o` describes (its data, outputs and steps are not looked at),
  * the costs through `cc` (NULL: the default file). step_seconds is a global batch's (async:
  * the time between the server's updates). 0; TR_EINVAL with err naming the option (as
- * tr_train_run's would); a measurement's failure. */
+ * tr_train_run's would; o or out NULL too); a measurement's failure. */
 TR_API int tr_plan_predict(const tr_train_options *o, const tr_plan_costs_config *cc,
                            tr_plan_prediction *out, char *err, size_t n);
 
@@ -217,7 +219,8 @@ typedef struct tr_plan_layout {
  * each schedule (interleaved where the model has two pieces per device) and with
  * recomputation, tp; with four or more (even) hybrid, hybrid with ZeRO-1, dp of tensor groups
  * of 2; async with 1 and every device as workers (and SSP, DC-ASGD) and local SGD. *count of
- * them into out[cap]. 0, or TR_EINVAL naming the devices or model. */
+ * them into out[cap]. 0, or TR_EINVAL naming the devices or model (or which argument is NULL,
+ * or cap below 0). */
 TR_API int tr_plan_layouts(const char *model, const char *devices, tr_plan_layout *out, int cap,
                            int *count, char *err, size_t n);
 
@@ -225,7 +228,8 @@ TR_API int tr_plan_layouts(const char *model, const char *devices, tr_plan_layou
  * fits in `memory_limit` bytes per device (0: the devices' own memory), and sorts them: those
  * that fit and were predicted first, by predicted samples/s, highest first; then those that
  * do not fit, by peak_bytes; then the rest in their order. Returns 0: a layout's failure
- * (a bad file of costs, a measurement) is its own rc and err. */
+ * (a bad file of costs, a measurement) is its own rc and err; TR_EINVAL for count below 0,
+ * or layouts NULL with a count. */
 TR_API int tr_plan_rank(tr_plan_layout *layouts, int count, uint64_t memory_limit,
                         const tr_plan_costs_config *cc, char *err, size_t n);
 

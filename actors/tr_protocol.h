@@ -81,7 +81,8 @@ typedef struct tr_batch_msg {
 } tr_batch_msg;
 TR_API extern const tr_msgtype tr_batch_type;
 
-/* A new batch message with the contents of `b` (the same buffers), to send on. */
+/* A new batch message with the contents of `b` (the same buffers), to send on; b NULL:
+ * NULL, said on stderr. */
 TR_API tr_batch_msg *tr_batch_forward(const tr_batch_msg *b);
 
 typedef struct tr_tensor_msg {

@@ -159,15 +159,17 @@ typedef struct tr_schedule_config {
 typedef struct tr_schedule tr_schedule;
 
 /* Generates every stage's actions. 0; TR_EINVAL for an unknown kind, p < 1, m < 1, chunks
- * the kind does not take, or lists too long to count in an int; TR_ENOMEM. *out is NULL on
- * failure. */
+ * the kind does not take, lists too long to count in an int, or out or c NULL (said on
+ * stderr, naming the field); TR_ENOMEM. *out is NULL on failure. */
 TR_API int tr_schedule_new(tr_schedule **out, const tr_schedule_config *c);
 TR_API void tr_schedule_free(tr_schedule *sc); /* NULL is fine */
 
-/* The configuration, chunks filled in. */
+/* The configuration, chunks filled in. The lookups below of a NULL schedule, a stage or
+ * chunk it does not have, answer NULL, 0 (*n 0) or NaN (the bubble), said on stderr. */
 TR_API const tr_schedule_config *tr_schedule_config_of(const tr_schedule *sc);
 
-/* Stage `stage`'s actions in order, *n of them; the last is the optimizer step. */
+/* Stage `stage`'s actions in order, *n of them (n may be NULL); the last is the optimizer
+ * step. */
 TR_API const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, size_t *n);
 
 /* Stage `stage`'s actions of an evaluation pass (tr_job_config.eval): m micro-batches
@@ -175,7 +177,7 @@ TR_API const tr_action *tr_schedule_actions(const tr_schedule *sc, int stage, si
  * its output — before the next begins, all in slot 0 (nothing is kept for a backward).
  * Micro-batch-major, so the ring of interleaved chunks carries one micro-batch at a time
  * and cannot deadlock; no step action ends it. Writes the first `cap` actions to `out` and
- * returns how many there are (cap 0 sizes the list). */
+ * returns how many there are (cap 0, or out NULL, sizes the list). */
 TR_API size_t tr_schedule_eval_actions(const tr_schedule *sc, int stage, int m, tr_action *out,
                                        size_t cap);
 

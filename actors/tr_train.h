@@ -130,7 +130,8 @@ TR_API tr_train_options tr_train_defaults(void);
 
 /* Runs the training. 0, or a negative status with `err` naming the actor, device and
  * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
- * of job, "layout.cuts: ..."). TR_EINTR with r->signal set: a signal (SIGINT, SIGTERM,
+ * of job, "layout.cuts: ..."; o or r NULL, TR_EINVAL; err may be NULL, or of size 0, and
+ * then nothing is written). TR_EINTR with r->signal set: a signal (SIGINT, SIGTERM,
  * SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2, tr_system.h; one that came during start-up too:
  * tr_signals_hold) ended the run in order after the step in flight, `r` holds its figures
  * and the checkpoint (when one was asked for) holds that step; a second signal ends the
@@ -141,13 +142,14 @@ TR_API tr_train_options tr_train_defaults(void);
 TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
 /* tr_train_run with its failure as a tr_error (tr_job.h): the status, and for a bad option
  * the field at fault and where the message names fields ("devices", "layout.stages": those
- * of tr_train_options and its job), for a front end that names them its own way. */
+ * of tr_train_options and its job), for a front end that names them its own way. e NULL:
+ * the status alone. */
 TR_API int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e);
 
 /* The run's figures as one JSON object and a newline, docs/WORKLOADS.md's keys (what
  * `troupe train --json` prints); null marks what does not apply to the run. And the same
  * figures in words, one line, those that apply and are not zero (`troupe train`'s summary).
- * 0, or TR_EIO when `f` fails. */
+ * 0, or TR_EIO when `f` fails; r or f NULL, TR_EINVAL (said on stderr). */
 TR_API int tr_train_result_json(const tr_train_result *r, FILE *f);
 TR_API int tr_train_result_summary(const tr_train_result *r, FILE *f);
 

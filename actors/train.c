@@ -25,6 +25,7 @@ const char *tr_strategy_name(tr_strategy s) {
 }
 
 int tr_strategy_parse(const char *name, tr_strategy *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(strategy_names, TR__COUNTOF(strategy_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_strategy)i, 0);
 }
@@ -420,6 +421,17 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   err[0] = 0;
   tr__result_init(r, o->spec ? o->spec->name : o->model ? o->model : "?",
                   tr_strategy_name(o->strategy));
+  if ((unsigned)o->strategy >= (unsigned)TR__COUNTOF(strategy_names)) {
+    char names[128];
+    size_t k = 0;
+    for (int i = 0; i < TR__COUNTOF(strategy_names); i++)
+      k += (size_t)snprintf(names + k, sizeof names - k, "%s%s", i ? ", " : "", strategy_names[i]);
+    return tr_errorf(err, err_size, TR_EINVAL, TR__F("strategy") " %d: not one of %s",
+                     (int)o->strategy, names);
+  }
+  if (o->devices == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, TR__F("devices") " is NULL: give \"auto\", "
+                     "\"host:N\" or \"cuda:I[,J...]\"");
   tr_signals_hold(); /* till the graph runs: a signal ends start-up, saying so */
   tr_train_options chosen; /* layout.automatic: the plan's best layout (planner.h) */
   char choice[sizeof r->layout_choice] = "";
@@ -516,6 +528,10 @@ out:
 }
 
 int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
+  if (o == NULL || r == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_train_run: %s is NULL", o ? "r" : "o");
+  char scratch[sizeof ((tr_error *)0)->message]; /* err NULL or of no size: nothing written */
+  if (err == NULL || err_size == 0) err = scratch, err_size = sizeof scratch;
   const int rc = run_marked(o, r, err, err_size);
   tr__error_unmark(err);
   return rc;
@@ -523,7 +539,9 @@ int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_
 
 int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e) {
   char err[sizeof e->message];
-  const int rc = run_marked(o, r, err, sizeof err);
-  tr__error_from_text(e, rc, rc ? err : "");
+  const int rc = o && r ? run_marked(o, r, err, sizeof err)
+                        : tr_errorf(err, sizeof err, TR_EINVAL, "tr_train_run_e: %s is NULL",
+                                    o ? "r" : "o");
+  if (e) tr__error_from_text(e, rc, rc ? err : ""); /* e NULL: the status alone */
   return rc;
 }

@@ -19,6 +19,7 @@ TR_MSGTYPE_DEFINE(tr__sum_type, tr__sum_msg);
 TR_MSGTYPE_DEFINE(tr__summed_type, tr__summed_msg);
 
 int tr_world_open(tr_world **out, char *err, size_t n) {
+  if (out == NULL) return tr_errorf(err, n, TR_EINVAL, "tr_world_open: out is NULL");
   *out = NULL;
   if (opened) return tr_errorf(err, n, TR_EINVAL, "world: one is open already in this process");
   tr_world *w = calloc(1, sizeof *w);
@@ -45,19 +46,24 @@ int tr__world_time_links(tr_world *w, const size_t *bytes, int n, double *messag
 }
 
 int tr_world_allgather(tr_world *w, const void *mine, size_t bytes, void *all) {
-  (void)w;
+  TR__NOT_NULL(w);
+  if (bytes && (mine == NULL || all == NULL))
+    return tr__misuse(TR_EINVAL, "tr_world_allgather: %s is NULL", mine ? "all" : "mine");
   memmove(all, mine, bytes);
   return 0;
 }
 
 int tr_world_agree(tr_world *w, const char *what, const void *mine, size_t bytes, char *err,
                    size_t n) {
-  (void)w, (void)what, (void)mine, (void)bytes, (void)err, (void)n;
+  (void)what;
+  if (w == NULL || (mine == NULL && bytes))
+    return tr_errorf(err, n, TR_EINVAL, "tr_world_agree: %s is NULL", w ? "mine" : "w");
   return 0; /* one rank agrees with itself */
 }
 
 int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *err, size_t n) {
-  (void)w;
+  if (w == NULL || out == NULL)
+    return tr_errorf(err, n, TR_EINVAL, "tr_world_devices: %s is NULL", w ? "out" : "w");
   *out = NULL;
   if (spec == NULL) return tr_errorf(err, n, TR_EINVAL, "devices: no rank has any");
   return tr_device_list_open(out, spec, err, n);

@@ -18,6 +18,10 @@
  *
  * Calls here are collective: every rank makes them, in the same order, from the thread that
  * opened the world, before or after (never during) a graph's run. One world per process.
+ *
+ * Misuse (tr_base.h): the getters take a NULL world as this process alone (rank 0 of 1); the
+ * collective calls refuse it, and NULL buffers and outs, with TR_EINVAL naming the argument
+ * (in err, or on stderr for tr_world_allgather).
  */
 #ifndef TR_WORLD_H
 #define TR_WORLD_H

@@ -16,6 +16,7 @@ static bool launched_by_mpirun(void) {
 }
 
 int tr_world_open(tr_world **out, char *err, size_t n) {
+  if (out == NULL) return tr_errorf(err, n, TR_EINVAL, "tr_world_open: out is NULL");
   *out = NULL;
   if (opened) return tr_errorf(err, n, TR_EINVAL, "world: one is open already in this process");
   tr_world *w = calloc(1, sizeof *w);
@@ -123,6 +124,9 @@ int tr_world_size(const tr_world *w) { return w ? w->size : 1; }
 const char *tr_world_kind(const tr_world *w) { return w ? w->kind : "one process"; }
 
 int tr_world_allgather(tr_world *w, const void *mine, size_t bytes, void *all) {
+  TR__NOT_NULL(w);
+  if (bytes && (mine == NULL || all == NULL))
+    return tr__misuse(TR_EINVAL, "tr_world_allgather: %s is NULL", mine ? "all" : "mine");
   if (w->size == 1) {
     memmove(all, mine, bytes);
     return 0;
@@ -134,6 +138,9 @@ int tr_world_allgather(tr_world *w, const void *mine, size_t bytes, void *all) {
 
 int tr_world_agree(tr_world *w, const char *what, const void *mine, size_t bytes, char *err,
                    size_t n) {
+  if (w == NULL || (mine == NULL && bytes))
+    return tr_errorf(err, n, TR_EINVAL, "tr_world_agree: %s is NULL", w ? "mine" : "w");
+  if (what == NULL) what = "tr_world_agree";
   unsigned char *all = malloc(bytes * (size_t)w->size + 1);
   if (all == NULL) return tr_errorf(err, n, TR_ENOMEM, "%s: out of memory", what);
   int rc = tr_world_allgather(w, mine, bytes, all);
@@ -163,6 +170,8 @@ typedef struct wire_device {
 } wire_device;
 
 int tr_world_devices(tr_world *w, const char *spec, tr_device_list **out, char *err, size_t n) {
+  if (w == NULL || out == NULL)
+    return tr_errorf(err, n, TR_EINVAL, "tr_world_devices: %s is NULL", w ? "out" : "w");
   *out = NULL;
   tr_device_list *list = NULL;
   int rc = 0;

@@ -26,9 +26,12 @@ static int unsupported(char *err, size_t n, const tr_device *d) {
 }
 
 int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, size_t size) {
-  if (n < 1 || devs == NULL || comms == NULL)
-    return tr_errorf(err, size, TR_EINVAL, "tr_comm_open_all: %d devices", n);
+  if (devs == NULL || comms == NULL)
+    return tr_errorf(err, size, TR_EINVAL, "tr_comm_open_all: %s is NULL", devs ? "comms" : "devs");
+  if (n < 1) return tr_errorf(err, size, TR_EINVAL, "tr_comm_open_all: n %d: give 1 or more", n);
   for (int i = 0; i < n; i++) comms[i] = NULL;
+  for (int i = 0; i < n; i++)
+    if (devs[i] == NULL) return tr_errorf(err, size, TR_EINVAL, "tr_comm_open_all: devs[%d] is NULL", i);
   const tr__backend *be = devs[0]->be;
   for (int i = 0; i < n; i++) {
     if (devs[i]->be == NULL)
@@ -58,6 +61,7 @@ int tr_comm_open_all(tr_device *const *devs, int n, tr_comm **comms, char *err, 
 }
 
 int tr_comm_id_init(tr_device_kind kind, tr_comm_id *id, char *err, size_t size) {
+  if (id == NULL) return tr_errorf(err, size, TR_EINVAL, "tr_comm_id_init: id is NULL");
   const tr__backend *be = tr__backend_of(kind);
   if (be == NULL || be->comm_id == NULL)
     return tr_errorf(err, size, TR_EDEVICE, "tr_comm_id_init: %s devices have no collectives "
@@ -67,6 +71,9 @@ int tr_comm_id_init(tr_device_kind kind, tr_comm_id *id, char *err, size_t size)
 
 int tr_comm_open_rank(tr_device *d, const tr_comm_id *id, int count, int rank, tr_comm **out,
                       char *err, size_t size) {
+  if (!d || !id || !out)
+    return tr_errorf(err, size, TR_EINVAL, "tr_comm_open_rank: %s is NULL",
+                     !d ? "d" : !id ? "id" : "out");
   *out = NULL;
   if (d->be == NULL) return tr_errorf(err, size, TR_EINVAL, "%s: another process's device", d->info.name);
   if (!d->be->comm_open_rank) return unsupported(err, size, d);
@@ -81,9 +88,9 @@ int tr_comm_open_rank(tr_device *d, const tr_comm_id *id, int count, int rank, t
   return rc;
 }
 
-int tr_comm_rank(const tr_comm *c) { return c->rank; }
-int tr_comm_count(const tr_comm *c) { return c->count; }
-tr_device *tr_comm_device(const tr_comm *c) { return c->dev; }
+int tr_comm_rank(const tr_comm *c) { return c ? c->rank : -1; }
+int tr_comm_count(const tr_comm *c) { return c ? c->count : 0; }
+tr_device *tr_comm_device(const tr_comm *c) { return c ? c->dev : NULL; }
 
 /* Members opened together share one allocation, freed with the last of them. */
 static void comm_end(tr_comm *c, bool abort) {
@@ -102,7 +109,9 @@ void tr_comm_abort(tr_comm *c) { comm_end(c, true); }
 
 static int run(tr_comm *c, tr_stream *s, tr__comm_op op, const char *fn, const void *send,
                void *recv, size_t count, int peer) {
-  TR_ASSERT(c != NULL && c->impl != NULL && s != NULL);
+  if (c == NULL || c->impl == NULL || s == NULL) /* a closed member's impl is NULL */
+    return tr__misuse(TR_EINVAL, "%s: %s", fn, !c ? "c is NULL" : !s ? "s is NULL"
+                                                : "the member was closed");
   tr_device *d = s->dev;
   int rc = tr__device_enter(d);
   if (rc) return rc;

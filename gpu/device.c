@@ -52,6 +52,7 @@ const char *tr_precision_name(tr_precision p) {
 }
 
 int tr_precision_parse(const char *name, tr_precision *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(precision_names, TR__COUNTOF(precision_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_precision)i, 0);
 }
@@ -210,7 +211,7 @@ void tr_device_list_close(tr_device_list *list) {
 }
 
 int tr_device_list_open(tr_device_list **out, const char *spec, char *err, size_t err_size) {
-  TR_ASSERT(out);
+  if (out == NULL) return tr_errorf(err, err_size, TR_EINVAL, "tr_device_list_open: out is NULL");
   *out = NULL;
   if (err && err_size) err[0] = 0;
   if (tr__fault_spec(spec)) return tr__fault_list_open(out, spec, err, err_size); /* tests' */
@@ -269,15 +270,23 @@ fail:
   return rc;
 }
 
-int tr_device_list_count(const tr_device_list *list) { return list->n; }
+int tr_device_list_count(const tr_device_list *list) { return list ? list->n : 0; }
 
 int tr_device_list_open_empty(tr_device_list **out) {
+  TR__NOT_NULL(out);
   *out = calloc(1, sizeof **out);
   return *out ? 0 : TR_ENOMEM;
 }
 
 int tr_device_list_add_placeholder(tr_device_list *list, int at, const tr_device_info *info) {
-  if (at < 0 || at > list->n || list->n >= MAX_DEVICES) return TR_EINVAL;
+  TR__NOT_NULL(list);
+  TR__NOT_NULL(info);
+  if (at < 0 || at > list->n)
+    return tr__misuse(TR_EINVAL, "tr_device_list_add_placeholder: at %d: give 0 to %d", at,
+                      list->n);
+  if (list->n >= MAX_DEVICES)
+    return tr__misuse(TR_EINVAL, "tr_device_list_add_placeholder: the list holds %d devices, "
+                      "the most a list holds", list->n);
   tr_device **devs = realloc(list->devs, (size_t)(list->n + 1) * sizeof *devs);
   tr_device *d = calloc(1, sizeof *d);
   if (devs) list->devs = devs;
@@ -295,30 +304,43 @@ int tr_device_list_add_placeholder(tr_device_list *list, int at, const tr_device
 }
 
 tr_device *tr_device_list_at(const tr_device_list *list, int index) {
-  TR_ASSERT(index >= 0 && index < list->n);
+  if (list == NULL) return NULL;
+  if (index < 0 || index >= list->n) {
+    tr__misuse(0, "tr_device_list_at: index %d: the list has devices 0 to %d", index, list->n - 1);
+    return NULL;
+  }
   return list->devs[index];
 }
 
-const tr_device_info *tr_device_info_of(const tr_device *d) { return &d->info; }
+/* Of NULL: NULL, "", false or 0 (tr_base.h, Misuse). */
+const tr_device_info *tr_device_info_of(const tr_device *d) { return d ? &d->info : NULL; }
 
-bool tr_device_is_placeholder(const tr_device *d) { return d->be == NULL; }
+bool tr_device_is_placeholder(const tr_device *d) { return d && d->be == NULL; }
 
 bool tr_device_same_gpu(const tr_device_info *a, const tr_device_info *b) {
+  if (a == NULL || b == NULL) return false;
   if (a->kind != TR_DEVICE_CUDA || b->kind != TR_DEVICE_CUDA) return false;
   if (!a->gpu_id[0] || !b->gpu_id[0]) return a->ordinal == b->ordinal;
   return !strcmp(a->gpu_id, b->gpu_id);
 }
-const char *tr_device_name(const tr_device *d) { return d->info.name; }
-const char *tr_device_error(const tr_device *d) { return d->error; }
+const char *tr_device_name(const tr_device *d) { return d ? d->info.name : ""; }
+const char *tr_device_error(const tr_device *d) { return d ? d->error : ""; }
 
 int tr_device_can_access_peer(const tr_device *d, const tr_device *peer) {
-  if (!d->be || !peer->be) return 0; /* another process's memory */
+  if (!d || !peer || !d->be || !peer->be) return 0; /* none, or another process's memory */
   if (d->be->can_access_peer) return d->be->can_access_peer(d, peer);
   return d->be->kind == peer->be->kind; /* kinds, not tables: a decorator's (fault.c) copies one */
 }
 
+/* A placeholder stands for another process's device: nothing runs on it here. */
+static int placeholder(tr_device *d, const char *call) {
+  return tr__device_fail(d, TR_EINVAL, "%s: %s is a placeholder of another process's device: "
+                         "nothing runs on it here", call, d->info.name);
+}
+
 int tr_device_bind(tr_device *d) {
-  TR_ASSERT(d->be != NULL);
+  TR__NOT_NULL(d);
+  if (d->be == NULL) return placeholder(d, __func__);
   d->owner = pthread_self();
   __atomic_store_n(&d->bound, 1, __ATOMIC_RELEASE);
   return d->be->bind ? d->be->bind(d) : 0;
@@ -342,16 +364,19 @@ static inline int enter(tr_device *d) {
 
 int tr__device_enter(tr_device *d) { return enter(d); }
 
-#define ENTER_DEV(d)                 \
-  do {                               \
-    TR_ASSERT((d) != NULL);          \
-    int enter_rc_ = enter(d);        \
-    if (enter_rc_) return enter_rc_; \
+/* Every public call on a device or a stream begins here: NULL and placeholders refused
+ * (tr_base.h, Misuse), then the owner rule. */
+#define ENTER_DEV(d)                                                              \
+  do {                                                                            \
+    if ((d) == NULL) return tr__misuse(TR_EINVAL, "%s: %s is NULL", __func__, #d); \
+    if ((d)->be == NULL) return placeholder(d, __func__);                         \
+    int enter_rc_ = enter(d);                                                     \
+    if (enter_rc_) return enter_rc_;                                              \
   } while (0)
 
-#define ENTER(s)            \
-  TR_ASSERT((s) != NULL);   \
-  tr_device *d = (s)->dev;  \
+#define ENTER(s)                                                                  \
+  if ((s) == NULL) return tr__misuse(TR_EINVAL, "%s: %s is NULL", __func__, #s);  \
+  tr_device *d = (s)->dev;                                                        \
   ENTER_DEV(d)
 
 #define NOT_NULL(p) \
@@ -395,12 +420,20 @@ int tr_stream_free(tr_stream *s, void *ptr) {
   return d->be->dealloc(s, ptr);
 }
 
-int tr_device_alloc(tr_device *d, size_t bytes, void **out) { return tr_stream_alloc(d->stream, bytes, out); }
-int tr_device_free(tr_device *d, void *ptr) { return tr_stream_free(d->stream, ptr); }
+int tr_device_alloc(tr_device *d, size_t bytes, void **out) {
+  ENTER_DEV(d);
+  NOT_NULL(out);
+  return tr_stream_alloc(d->stream, bytes, out);
+}
+int tr_device_free(tr_device *d, void *ptr) {
+  ENTER_DEV(d);
+  return tr_stream_free(d->stream, ptr);
+}
 
 /* Host memory belongs to no device thread: no owner is bound or checked. */
 int tr_host_alloc(tr_device *d, size_t bytes, void **out) {
-  TR_ASSERT(d != NULL && d->be != NULL);
+  TR__NOT_NULL(d);
+  if (d->be == NULL) return placeholder(d, __func__);
   NOT_NULL(out);
   *out = NULL;
   if (!bytes) return 0;
@@ -412,8 +445,9 @@ int tr_host_alloc(tr_device *d, size_t bytes, void **out) {
 }
 
 int tr_host_free(tr_device *d, void *ptr) {
-  TR_ASSERT(d != NULL && d->be != NULL);
-  if (!ptr) return 0;
+  if (!ptr) return 0; /* NULL, as free(NULL): nothing */
+  TR__NOT_NULL(d);
+  if (d->be == NULL) return placeholder(d, __func__);
   if (d->be->host_free) return d->be->host_free(d, ptr);
   free(ptr);
   return 0;
@@ -421,8 +455,8 @@ int tr_host_free(tr_device *d, void *ptr) {
 
 /* ---- streams and events ------------------------------------------------------------------- */
 
-tr_stream *tr_device_stream(tr_device *d) { return d->stream; }
-tr_device *tr_stream_device(const tr_stream *s) { return s->dev; }
+tr_stream *tr_device_stream(tr_device *d) { return d ? d->stream : NULL; }
+tr_device *tr_stream_device(const tr_stream *s) { return s ? s->dev : NULL; }
 
 int tr_stream_open(tr_device *d, const char *name, tr_stream **out) {
   ENTER_DEV(d);
@@ -434,7 +468,9 @@ int tr_stream_open(tr_device *d, const char *name, tr_stream **out) {
 void tr_stream_close(tr_stream *s) {
   if (!s) return;
   tr_device *d = s->dev;
-  TR_ASSERT(s != d->stream); /* the compute stream is the device's */
+  if (s == d->stream) /* the compute stream is the device's: it goes with the device */
+    return (void)tr__misuse(0, "tr_stream_close: %s's compute stream is the device's: it is "
+                            "closed with the device, not by tr_stream_close", d->info.name);
   enter(d);
   for (tr_stream **p = &d->streams; *p; p = &(*p)->next)
     if (*p == s) {
@@ -477,31 +513,37 @@ void tr_event_close(tr_event *e) {
 
 int tr_event_record(tr_event *e, tr_stream *s) {
   ENTER(s);
-  TR_ASSERT(e && e->dev == d); /* events record on their own device's streams */
+  if (e == NULL) return tr__device_fail(d, TR_EINVAL, "tr_event_record: e is NULL");
+  if (e->dev != d) /* events record on their own device's streams */
+    return tr__device_fail(d, TR_EINVAL, "tr_event_record: an event of %s on a stream of %s: "
+                           "an event records on its own device's streams", e->dev->info.name,
+                           d->info.name);
   NOT_CAPTURING(s);
   return d->be->event_record(e, s);
 }
 
 int tr_stream_wait_event(tr_stream *s, tr_event *e) {
   ENTER(s);
-  TR_ASSERT(e != NULL);
+  if (e == NULL) return tr__device_fail(d, TR_EINVAL, "tr_stream_wait_event: e is NULL");
   NOT_CAPTURING(s);
   return d->be->stream_wait_event(s, e);
 }
 
 int tr_event_query(tr_event *e) {
-  TR_ASSERT(e != NULL);
+  TR__NOT_NULL(e);
   return e->dev->be->event_query(e);
 }
 
 int tr_event_synchronize(tr_event *e) {
-  TR_ASSERT(e != NULL);
+  TR__NOT_NULL(e);
   return e->dev->be->event_synchronize(e);
 }
 
 int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms) {
-  TR_ASSERT(start && end && ms);
+  TR__NOT_NULL(start);
+  TR__NOT_NULL(end);
   tr_device *d = start->dev;
+  if (ms == NULL) return tr__device_fail(d, TR_EINVAL, "tr_event_elapsed_ms: ms is NULL");
   if (end->dev != d)
     return tr__device_fail(d, TR_EINVAL, "event_elapsed_ms: the events belong to different devices");
   if (!(start->flags & TR_EVENT_TIMING) || !(end->flags & TR_EVENT_TIMING))
@@ -513,7 +555,7 @@ int tr_event_elapsed_ms(tr_event *start, tr_event *end, float *ms) {
 /* ---- captures ------------------------------------------------------------------------------- */
 
 int tr_device_can_capture(const tr_device *d) {
-  return d->be && d->be->capture_begin && d->be->capture_end && d->be->capture_launch &&
+  return d && d->be && d->be->capture_begin && d->be->capture_end && d->be->capture_launch &&
          d->be->capture_free;
 }
 
@@ -555,7 +597,10 @@ int tr_capture_end(tr_stream *s, tr_capture **out) {
 
 int tr_capture_launch(tr_capture *g, tr_stream *s) {
   ENTER(s);
-  TR_ASSERT(g && g->dev == d); /* a capture runs on its own device */
+  if (g == NULL) return tr__device_fail(d, TR_EINVAL, "tr_capture_launch: g is NULL");
+  if (g->dev != d) /* a capture runs on its own device */
+    return tr__device_fail(d, TR_EINVAL, "tr_capture_launch: a capture of %s on a stream of %s",
+                           g->dev->info.name, d->info.name);
   NOT_CAPTURING(s);
   return d->be->capture_launch(g, s);
 }
@@ -582,8 +627,11 @@ int tr_memcpy(tr_stream *s, void *dst, const void *src, size_t bytes, tr_copy_ki
 int tr_memcpy_peer(tr_stream *s, void *dst, tr_device *dst_dev, const void *src,
                    tr_device *src_dev, size_t bytes) {
   ENTER(s);
-  TR_ASSERT(dst_dev && src_dev);
-  TR_ASSERT(d == dst_dev || d == src_dev); /* the stream of one of the two devices */
+  if (!dst_dev || !src_dev)
+    return tr__device_fail(d, TR_EINVAL, "tr_memcpy_peer: %s is NULL", dst_dev ? "src_dev" : "dst_dev");
+  if (d != dst_dev && d != src_dev)
+    return tr__device_fail(d, TR_EINVAL, "tr_memcpy_peer: s is a stream of %s, neither %s nor %s",
+                           d->info.name, dst_dev->info.name, src_dev->info.name);
   if (!bytes) return 0;
   NOT_NULL(dst);
   NOT_NULL(src);

@@ -46,9 +46,13 @@
  *
  * Errors: calls that can fail return 0 or a negative TR_E... status (tr_base.h); the text of
  * the last failure is tr_device_error(device), naming the device, the operation and, for
- * CUDA, the failing call with file:line. Misuse that no input can justify (a NULL stream,
- * an event recorded on another device's stream; in debug builds, a device used off its
- * owner thread) aborts through TR_ASSERT.
+ * CUDA, the failing call with file:line. Misuse (tr_base.h) is refused: a NULL device, stream
+ * or event, or a placeholder (another process's device), is TR_EINVAL, said on stderr or in
+ * tr_device_error; so are an event recorded, or a capture launched, on another device's
+ * stream and a NULL buffer given to an op. Getters of NULL answer NULL, "", 0 or false;
+ * closing NULL does nothing, and tr_stream_close of a device's compute stream does nothing
+ * either (said: it goes with its device). Only a device used off its owner thread, in debug
+ * builds, aborts through TR_ASSERT: a race has no status to return.
  *
  * The ops themselves (GEMM, the kernels, the optimizers' updates) are in tr_ops.h, which
  * comes with this header.
@@ -148,6 +152,7 @@ TR_API int tr_device_list_open(tr_device_list **out, const char *spec, char *err
 TR_API void tr_device_list_close(tr_device_list *list);
 
 TR_API int tr_device_list_count(const tr_device_list *list);
+/* index out of [0, count): NULL, said on stderr. */
 TR_API tr_device *tr_device_list_at(const tr_device_list *list, int index);
 
 /* An empty list, to hold devices opened elsewhere (tr_device_list_add_placeholder). */

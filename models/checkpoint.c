@@ -40,6 +40,8 @@ const char *tr_dtype_name(tr_dtype dtype) {
 }
 
 int tr_dtype_parse(const char *name, tr_dtype *out) {
+  TR__NOT_NULL(out);
+  TR__NOT_NULL(name);
   for (int i = 0; i < TR_DTYPE_COUNT; i++) {
     if (strcmp(name, dtypes[i].name) == 0) {
       *out = (tr_dtype)i;
@@ -397,6 +399,9 @@ static tr_checkpoint *checkpoint_new(const char *name, char *err, size_t err_siz
 
 int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t size,
                               const char *name, char *err, size_t err_size) {
+  if (out == NULL || (bytes == NULL && size))
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_checkpoint_open_memory: %s is NULL%s",
+                     out ? "bytes" : "out", out ? " (size is not 0)" : "");
   *out = NULL;
   tr_checkpoint *ck = checkpoint_new(name ? name : "<memory>", err, err_size);
   if (!ck) return TR_ENOMEM;
@@ -413,6 +418,9 @@ int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t siz
 }
 
 int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size) {
+  if (out == NULL || path == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_checkpoint_open: %s is NULL",
+                     out ? "path" : "out");
   *out = NULL;
   int fd;
   uint64_t size64;
@@ -442,6 +450,8 @@ int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t 
 
 int tr_checkpoint_view(const tr_checkpoint *ck, tr_checkpoint **out, char *err,
                        size_t err_size) {
+  if (ck == NULL || out == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_checkpoint_view: %s is NULL", ck ? "out" : "ck");
   return tr_checkpoint_open_memory(out, ck->bytes, ck->size, ck->name, err, err_size);
 }
 
@@ -458,23 +468,39 @@ static int ckfail(tr_checkpoint *ck, int status, const char *fmt, ...) {
   return status;
 }
 
-const char *tr_checkpoint_error(const tr_checkpoint *ck) { return ck->error; }
+/* Of NULL (and a name or key NULL): "", 0, NULL (tr_base.h, Misuse). */
+const char *tr_checkpoint_error(const tr_checkpoint *ck) { return ck ? ck->error : ""; }
 
-size_t tr_checkpoint_count(const tr_checkpoint *ck) { return ck->nt; }
+size_t tr_checkpoint_count(const tr_checkpoint *ck) { return ck ? ck->nt : 0; }
 
 const tr_checkpoint_tensor *tr_checkpoint_tensor_at(const tr_checkpoint *ck, size_t index) {
-  return index < ck->nt ? &ck->t[index] : NULL;
+  return ck && index < ck->nt ? &ck->t[index] : NULL;
 }
 
 const tr_checkpoint_tensor *tr_checkpoint_find(const tr_checkpoint *ck, const char *name) {
+  if (ck == NULL || name == NULL) return NULL;
   tr_checkpoint_tensor key = {.name = name};
   return bsearch(&key, ck->t, ck->nt, sizeof *ck->t, tensor_cmp_name);
 }
 
+/* What a lookup of a tensor is given (expect, read): 0, or TR_EINVAL naming `call`. */
+static int lookup_given(tr_checkpoint *ck, const char *call, const char *name, int ndim,
+                        const int64_t *shape) {
+  if (ck == NULL) return tr__misuse(TR_EINVAL, "%s: ck is NULL", call);
+  if (name == NULL) return ckfail(ck, TR_EINVAL, "%s: name is NULL", call);
+  if (ndim < 0 || ndim > TR_CHECKPOINT_MAX_DIMS)
+    return ckfail(ck, TR_EINVAL, "%s: tensor '%s': ndim %d: give 0 to %d", call,
+                  tr__ck_quote(name).s, ndim, TR_CHECKPOINT_MAX_DIMS);
+  if (ndim && shape == NULL)
+    return ckfail(ck, TR_EINVAL, "%s: tensor '%s': shape is NULL (ndim %d)", call,
+                  tr__ck_quote(name).s, ndim);
+  return 0;
+}
+
 int tr_checkpoint_expect(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
                          const int64_t *shape, const tr_checkpoint_tensor **out) {
-  TR_ASSERT(ndim >= 0 && ndim <= TR_CHECKPOINT_MAX_DIMS && (ndim == 0 || shape));
   if (out) *out = NULL;
+  TR__TRY(lookup_given(ck, __func__, name, ndim, shape));
   const tr_checkpoint_tensor *t = tr_checkpoint_find(ck, name);
   tr__ck_quoted q = tr__ck_quote(name);
   if (!t)
@@ -497,6 +523,8 @@ int tr_checkpoint_expect(tr_checkpoint *ck, const char *name, tr_dtype dtype, in
 
 int tr_checkpoint_read(tr_checkpoint *ck, const char *name, tr_dtype dtype, int ndim,
                        const int64_t *shape, void *dst) {
+  TR__TRY(lookup_given(ck, __func__, name, ndim, shape));
+  if (dst == NULL) return ckfail(ck, TR_EINVAL, "tr_checkpoint_read: dst is NULL");
   const tr_checkpoint_tensor *t;
   int rc = tr_checkpoint_expect(ck, name, dtype, ndim, shape, &t);
   if (rc) return rc;
@@ -504,16 +532,19 @@ int tr_checkpoint_read(tr_checkpoint *ck, const char *name, tr_dtype dtype, int 
   return 0;
 }
 
-size_t tr_checkpoint_meta_count(const tr_checkpoint *ck) { return ck->nm; }
+size_t tr_checkpoint_meta_count(const tr_checkpoint *ck) { return ck ? ck->nm : 0; }
 
 void tr_checkpoint_meta_at(const tr_checkpoint *ck, size_t index, const char **key,
                            const char **value) {
-  TR_ASSERT(index < ck->nm);
-  *key = ck->m[index].key;
-  *value = ck->m[index].value;
+  const bool have = ck && index < ck->nm; /* an entry it lacks: NULL and NULL */
+  if (ck && !have) tr__misuse(0, "tr_checkpoint_meta_at: index %zu: '%s' has %zu entries", index,
+                              ck->name, ck->nm);
+  if (key) *key = have ? ck->m[index].key : NULL;
+  if (value) *value = have ? ck->m[index].value : NULL;
 }
 
 const char *tr_checkpoint_meta(const tr_checkpoint *ck, const char *key) {
+  if (ck == NULL || key == NULL) return NULL;
   rmeta k = {key, NULL};
   const rmeta *m = ck->nm ? bsearch(&k, ck->m, ck->nm, sizeof *ck->m, meta_cmp) : NULL;
   return m ? m->value : NULL;
@@ -540,7 +571,16 @@ static int parse_u64(const char **s, uint64_t *out) {
   return 0;
 }
 
+/* A typed getter's arguments: 0, or TR_EINVAL naming `call`. */
+static int meta_given(tr_checkpoint *ck, const char *call, const char *key, const void *out) {
+  if (ck == NULL) return tr__misuse(TR_EINVAL, "%s: ck is NULL", call);
+  if (key == NULL || out == NULL)
+    return ckfail(ck, TR_EINVAL, "%s: %s is NULL", call, key ? "out" : "key");
+  return 0;
+}
+
 int tr_checkpoint_meta_u64(tr_checkpoint *ck, const char *key, uint64_t *out) {
+  TR__TRY(meta_given(ck, __func__, key, out));
   const char *v = meta_need(ck, key), *p = v;
   if (!v) return TR_EFORMAT;
   if (parse_u64(&p, out) || *p)
@@ -550,6 +590,7 @@ int tr_checkpoint_meta_u64(tr_checkpoint *ck, const char *key, uint64_t *out) {
 }
 
 int tr_checkpoint_meta_u64s(tr_checkpoint *ck, const char *key, uint64_t *out, size_t count) {
+  TR__TRY(meta_given(ck, __func__, key, count ? (const void *)out : ""));
   const char *v = meta_need(ck, key), *p = v;
   if (!v) return TR_EFORMAT;
   size_t n = 0;
@@ -581,6 +622,7 @@ int tr_checkpoint_meta_u64s(tr_checkpoint *ck, const char *key, uint64_t *out, s
 }
 
 int tr_checkpoint_meta_json(tr_checkpoint *ck, const char *key, struct cJSON **out) {
+  TR__TRY(meta_given(ck, __func__, key, out));
   *out = NULL;
   const char *v = meta_need(ck, key);
   if (!v) return TR_EFORMAT;

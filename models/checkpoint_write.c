@@ -79,11 +79,22 @@ void tr_checkpoint_writer_free(tr_checkpoint_writer *w) {
 }
 
 const char *tr_checkpoint_writer_error(const tr_checkpoint_writer *w) {
-  return w->error;
+  return w ? w->error : "";
 }
+
+/* A writer's call given NULL (tr_base.h, Misuse): remembered like any failure of the writer,
+ * so save fails too; a NULL writer on stderr. */
+#define WRITER_GIVEN(w) TR__NOT_NULL(w)
+#define ARG_GIVEN(w, p) \
+  if ((p) == NULL) return wfail(w, TR_EINVAL, "%s: %s is NULL", __func__, #p)
 
 int tr_checkpoint_writer_add(tr_checkpoint_writer *w, const char *name, tr_dtype dtype,
                              int ndim, const int64_t *shape, const void *data) {
+  WRITER_GIVEN(w);
+  ARG_GIVEN(w, name);
+  if (ndim > 0 && !shape)
+    return wfail(w, TR_EINVAL, "tr_checkpoint_writer_add: tensor '%s': shape is NULL (ndim %d)",
+                 tr__ck_quote(name).s, ndim);
   if (!name || !*name || strcmp(name, "__metadata__") == 0 || !tr__ck_utf8_valid(name))
     return wfail(w, TR_EINVAL, "checkpoint: tensor name '%s' is empty, reserved or not UTF-8",
                  name ? tr__ck_quote(name).s : "(null)");
@@ -123,6 +134,9 @@ int tr_checkpoint_writer_add(tr_checkpoint_writer *w, const char *name, tr_dtype
 }
 
 int tr_checkpoint_writer_put(tr_checkpoint_writer *w, const char *key, const char *value) {
+  WRITER_GIVEN(w);
+  ARG_GIVEN(w, key);
+  ARG_GIVEN(w, value);
   if (!key || !value || !tr__ck_utf8_valid(key) || !tr__ck_utf8_valid(value))
     return wfail(w, TR_EINVAL, "checkpoint: metadata '%s': key or value missing or not UTF-8",
                  key ? tr__ck_quote(key).s : "(null)");
@@ -153,7 +167,10 @@ int tr_checkpoint_writer_put_u64(tr_checkpoint_writer *w, const char *key, uint6
 
 int tr_checkpoint_writer_put_u64s(tr_checkpoint_writer *w, const char *key,
                                   const uint64_t *values, size_t count) {
-  if (count && !values) return wfail(w, TR_EINVAL, "checkpoint: metadata: no values");
+  WRITER_GIVEN(w);
+  ARG_GIVEN(w, key);
+  if (count && !values)
+    return wfail(w, TR_EINVAL, "tr_checkpoint_writer_put_u64s: values is NULL (count %zu)", count);
   if (count > SIZE_MAX / 24 - 1) return wfail(w, TR_ENOMEM, "checkpoint: out of memory");
   size_t cap = 24 * count + 3, o = 1;
   char *buf = malloc(cap);
@@ -169,7 +186,9 @@ int tr_checkpoint_writer_put_u64s(tr_checkpoint_writer *w, const char *key,
 
 int tr_checkpoint_writer_put_json(tr_checkpoint_writer *w, const char *key,
                                   const struct cJSON *value) {
-  if (!value) return wfail(w, TR_EINVAL, "checkpoint: metadata: no JSON value");
+  WRITER_GIVEN(w);
+  ARG_GIVEN(w, key);
+  ARG_GIVEN(w, value);
   char *text = cJSON_PrintUnformatted(value);
   if (!text) return wfail(w, TR_ENOMEM, "checkpoint: out of memory printing JSON");
   int rc = tr_checkpoint_writer_put(w, key, text);
@@ -319,6 +338,11 @@ static int save(tr_checkpoint_writer *w, const char *path, tr__file_output *out,
 }
 
 int tr_checkpoint_writer_save(tr_checkpoint_writer *w, const char *path) {
+  WRITER_GIVEN(w);
+  if (path == NULL && !w->failed) { /* not remembered: another save may name a path */
+    tr__ck_format(w->error, sizeof w->error, "tr_checkpoint_writer_save: path is NULL");
+    return TR_EINVAL;
+  }
   const size_t plen = path ? strlen(path) : 0;
   if (!w->failed && (!plen || path[plen - 1] == '/')) {
     tr__ck_format(w->error, sizeof w->error, "checkpoint: '%s' is not a file path",
@@ -335,6 +359,12 @@ int tr__checkpoint_writer_save_to(tr_checkpoint_writer *w, tr__file_output *out,
 }
 
 int tr_checkpoint_writer_bytes(tr_checkpoint_writer *w, void **bytes, size_t *size) {
+  WRITER_GIVEN(w);
+  if (bytes == NULL || size == NULL) { /* not remembered, as save's path */
+    tr__ck_format(w->error, sizeof w->error, "tr_checkpoint_writer_bytes: %s is NULL",
+                  bytes ? "size" : "bytes");
+    return TR_EINVAL;
+  }
   *bytes = NULL;
   *size = 0;
   wtensor **order = NULL;

@@ -46,6 +46,8 @@ static int open_config(tr_data *d, const void *arg, char *err, size_t err_size) 
 }
 
 int tr_data_open(tr_data **out, const tr_data_config *c, char *err, size_t err_size) {
+  if (!out || !c)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_open: %s is NULL", out ? "c" : "out");
   *out = NULL;
   if ((unsigned)c->kind >= sizeof kinds / sizeof *kinds || !kinds[c->kind].open)
     return tr_errorf(err, err_size, TR_EINVAL, "data: unknown kind %d", (int)c->kind);
@@ -84,6 +86,9 @@ static int open_callback(tr_data *d, const void *arg, char *err, size_t err_size
 }
 
 int tr_data_open_callback(tr_data **out, const tr_data_callback *cb, char *err, size_t err_size) {
+  if (!out || !cb)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_open_callback: %s is NULL",
+                     out ? "cb" : "out");
   return tr__data_open_with(out, cb->name ? cb->name : "callback", open_callback, cb, err,
                             err_size);
 }
@@ -99,6 +104,8 @@ void tr_data_close(tr_data *d) {
 
 void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t seed,
                         const char *path) {
+  if (c == NULL || m == NULL)
+    return (void)tr__misuse(0, "tr_data_config_for: %s is NULL", c ? "m" : "c");
   const int L = tr_model_layer_count(m), out = tr_model_layer(m, L - 1)->out;
   const int ce = tr_model_loss(m)->target == TR_LOSS_TARGET_CLASSES; /* labels */
   *c = (tr_data_config){.seed = seed, .ctx = tr_model_ctx(m), .path = path,
@@ -112,6 +119,8 @@ void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint64_t se
 
 int tr_data_open_for(tr_data **out, const struct tr_model *m, uint64_t seed, const char *path,
                      const char *labels, char *err, size_t err_size) {
+  if (!out || !m)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_open_for: %s is NULL", out ? "m" : "out");
   *out = NULL;
   const char *model = tr_model_name(m);
   if (tr_model_token_input(m) && labels)
@@ -144,6 +153,8 @@ static void describe(char *buf, size_t size, int rows, int per_row, const char *
 }
 
 int tr_data_check(const tr_data *d, const struct tr_model *m, char *err, size_t err_size) {
+  if (!d || !m)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_check: %s is NULL", d ? "m" : "d");
   const int T = tr_model_ctx(m), out = tr_model_layer(m, tr_model_layer_count(m) - 1)->out;
   const size_t want[2] = {tr_model_input_bytes(m), tr_model_target_bytes(m)};
   const size_t have[2] = {d->x_bytes, d->y_bytes};
@@ -233,18 +244,29 @@ int tr_data_check_finite(const tr_data *d, const struct tr_model *m, uint64_t fi
 
 /* ---- samples ------------------------------------------------------------------------------- */
 
-const char *tr_data_name(const tr_data *d) { return d->name; }
-size_t tr_data_x_bytes(const tr_data *d) { return d->x_bytes; }
-size_t tr_data_y_bytes(const tr_data *d) { return d->y_bytes; }
-int64_t tr_data_rows(const tr_data *d) { return d->rows; }
+const char *tr_data_name(const tr_data *d) { return d ? d->name : ""; }
+size_t tr_data_x_bytes(const tr_data *d) { return d ? d->x_bytes : 0; }
+size_t tr_data_y_bytes(const tr_data *d) { return d ? d->y_bytes : 0; }
+int64_t tr_data_rows(const tr_data *d) { return d ? d->rows : 0; }
 
 int tr_data_fill(const tr_data *d, uint64_t first, size_t count, void *x, void *y) {
+  TR__NOT_NULL(d);
+  if (x == NULL && count)
+    return tr__data_fail(d, TR_EINVAL, "tr_data_fill: data '%s': x is NULL", d->name);
   return count ? d->ops->fill(d, first, count, x, y) : 0;
 }
 
 void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, uint64_t *first,
                    size_t *count) {
-  TR_ASSERT(workers > 0 && worker >= 0 && worker < workers);
+  if (first == NULL || count == NULL)
+    return (void)tr__misuse(0, "tr_data_shard: %s is NULL", first ? "count" : "first");
+  if (workers < 1 || worker < 0 || worker >= workers) { /* no samples are this worker's */
+    *first = step * global_batch;
+    *count = 0;
+    tr__misuse(0, "tr_data_shard: worker %d of workers %d: give workers >= 1 and 0 <= worker "
+               "< workers", worker, workers);
+    return;
+  }
   const size_t lo = global_batch * (size_t)worker / (size_t)workers;
   const size_t hi = global_batch * ((size_t)worker + 1) / (size_t)workers;
   *first = step * global_batch + lo;
@@ -252,6 +274,7 @@ void tr_data_shard(uint64_t step, size_t global_batch, int worker, int workers, 
 }
 
 const uint8_t *tr_data_corpus(const tr_data *d, size_t *size) {
-  if (size) *size = d->corpus ? d->corpus_size : 0;
+  if (size) *size = d && d->corpus ? d->corpus_size : 0;
+  if (d == NULL) return NULL;
   return d->corpus;
 }

@@ -19,5 +19,6 @@ int tr__data_fail(const tr_data *d, int status, const char *fmt, ...) {
 }
 
 const char *tr_data_error(const tr_data *d) {
+  if (d == NULL) return "";
   return atomic_load(&((tr_data *)d)->failed) == 2 ? d->error : "";
 }

@@ -17,7 +17,7 @@ struct tr_data_gen {
 /* The source's description for tr_synth_fill, or NULL: it cannot be generated. */
 static const tr_synth *synth_of(const tr_data *d) { return d->ops->synth ? d->ops->synth(d) : NULL; }
 
-int tr_data_can_generate(const tr_data *d) { return synth_of(d) != NULL; }
+int tr_data_can_generate(const tr_data *d) { return d && synth_of(d) != NULL; }
 
 /* A copy of `bytes` of host memory `src` in the device's memory, or NULL for none. */
 static int upload(tr_data_gen *g, const void *src, size_t bytes, void **out) {
@@ -30,6 +30,9 @@ static int upload(tr_data_gen *g, const void *src, size_t bytes, void **out) {
 
 int tr_data_gen_open(tr_data_gen **out, const tr_data *d, tr_device *dev, char *err,
                      size_t err_size) {
+  if (!out || !d || !dev)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_gen_open: %s is NULL",
+                     !out ? "out" : !d ? "d" : "dev");
   *out = NULL;
   const tr_synth *host = synth_of(d);
   if (!host)
@@ -64,6 +67,8 @@ int tr_data_gen_open(tr_data_gen **out, const tr_data *d, tr_device *dev, char *
 
 int tr_data_gen_fill(tr_data_gen *g, tr_stream *s, uint64_t first, size_t count, void *x,
                      void *y) {
+  TR__NOT_NULL(g);
+  TR__NOT_NULL(s);
   if (!x && count) { /* targets only: the inputs they come from go to scratch */
     const size_t bytes = count * tr__synth_x_bytes(&g->src);
     if (bytes > g->scratch_bytes || s != g->scratch_stream) {

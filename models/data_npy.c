@@ -213,6 +213,9 @@ int tr__data_open_npy(tr_data *d, const tr_data_config *c, char *err, size_t err
 
 int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t *shape,
                       const void *data, char *err, size_t err_size) {
+  if (!path || (!shape && ndim > 0))
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_write_npy: %s is NULL",
+                     path ? "shape" : "path");
   const char *descr = dtype == TR_DTYPE_F32 ? "<f4" : dtype == TR_DTYPE_I32 ? "<i4"
                       : dtype == TR_DTYPE_U8  ? "|u1" : NULL;
   if (descr == NULL || ndim < 1 || ndim > TR__NPY_MAX_DIMS)
@@ -235,6 +238,9 @@ int tr_data_write_npy(const char *path, tr_dtype dtype, int ndim, const int64_t 
                   (long long)shape[d]);
   }
   n += snprintf(h + 10 + n, sizeof h - 10 - (size_t)n, "%s), }", ndim == 1 ? "," : "");
+  if (data == NULL && elements)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_write_npy: %s: data is NULL (%zu "
+                     "elements)", path, elements);
   size_t total = 10 + (size_t)n + 1;
   total = (total + 63) / 64 * 64;
   memcpy(h, "\x93NUMPY\x01\x00", 8);

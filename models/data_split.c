@@ -79,6 +79,9 @@ static int open_part(tr_data *d, const void *arg, char *err, size_t err_size) {
 
 int tr_data_split(const tr_data *d, double held_out, uint64_t seed, tr_data **train,
                   tr_data **held, char *err, size_t err_size) {
+  if (!d || !train || !held)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_data_split: %s is NULL",
+                     !d ? "d" : !train ? "train" : "held");
   *train = *held = NULL;
   const int64_t N = d->rows;
   if (N <= 0)

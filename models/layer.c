@@ -34,7 +34,9 @@ static int check_one(const tr_layer_spec *l, int in, int tokens, char *err, size
 
 int tr_layers_check(int n, const tr_layer_spec *layers, int in, int tokens, char *err,
                     size_t err_size) {
-  if (n <= 0 || !layers) return tr_errorf(err, err_size, TR_EINVAL, "no layers");
+  if (!layers) return tr_errorf(err, err_size, TR_EINVAL, "tr_layers_check: layers is NULL");
+  if (n <= 0)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_layers_check: n %d: give 1 or more layers", n);
   char what[256] = "";
   for (int i = 0; i < n; i++) {
     const tr_layer_spec *l = &layers[i];
@@ -100,6 +102,8 @@ static int full_name(const tr_tensor_list *t, const char *name, char *full, size
 
 int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
                        tr_init_kind init, float scale) {
+  TR__NOT_NULL(t);
+  if (name == NULL) return tr_errorf(t->err, t->err_size, TR_EINVAL, "tr_tensor_list_add: name is NULL");
   if (d0 <= 0 || d1 < 0 || (unsigned)init > TR_INIT_ZEROS)
     return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s%s: shape (%lld,%lld), init %d",
                      t->prefix, name, (long long)d0, (long long)d1, (int)init);
@@ -113,6 +117,9 @@ int tr_tensor_list_add(tr_tensor_list *t, const char *name, int64_t d0, int64_t 
 int tr_tensor_list_add_part(tr_tensor_list *t, const char *name, int64_t d0, int64_t d1,
                             tr_init_kind init, float scale, int axis, int groups, int part,
                             int parts) {
+  TR__NOT_NULL(t);
+  if (name == NULL)
+    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tr_tensor_list_add_part: name is NULL");
   if (d0 <= 0 || d1 < 0 || (unsigned)init > TR_INIT_ZEROS)
     return tr_errorf(t->err, t->err_size, TR_EINVAL, "tensor %s%s: shape (%lld,%lld), init %d",
                      t->prefix, name, (long long)d0, (long long)d1, (int)init);
@@ -163,6 +170,9 @@ static int copy_run(void *arg, size_t part_at, size_t whole_at, size_t n) {
 }
 
 void tr_tensor_part_copy(const tr_tensor_part *p, float *whole, float *part, int to_whole) {
+  if (!p || !whole || !part)
+    return (void)tr__misuse(0, "tr_tensor_part_copy: %s is NULL: nothing copied",
+                            !p ? "p" : !whole ? "whole" : "part");
   const size_t numel = (size_t)p->whole[0] * (size_t)(p->whole[1] ? p->whole[1] : 1);
   part_copy c = {whole, part, to_whole};
   (void)tr__tensor_part_runs(p, numel, copy_run, &c);
@@ -170,6 +180,10 @@ void tr_tensor_part_copy(const tr_tensor_part *p, float *whole, float *part, int
 
 int tr_tensor_list_add_layer(tr_tensor_list *t, const char *prefix, const tr_layer_spec *l,
                              int T) {
+  TR__NOT_NULL(t);
+  if (!l || !l->type || !prefix)
+    return tr_errorf(t->err, t->err_size, TR_EINVAL, "tr_tensor_list_add_layer: %s is NULL",
+                     !l ? "l" : !prefix ? "prefix" : "l->type");
   if (!l->type->tensors) return 0;
   const size_t len = strlen(t->prefix);
   int k = snprintf(t->prefix + len, sizeof t->prefix - len, "%s.", prefix);
@@ -207,37 +221,62 @@ int tr__declare_layernorm(tr_tensor_list *t, const char *prefix, int width) {
 
 /* ---- the optional slots ---------------------------------------------------------------------- */
 
+/* The slots of a spec with no kind (NULL, or a zeroed spec's): nothing, 0. */
+#define KIND_OR(l, none) \
+  if ((l) == NULL || (l)->type == NULL) return none
+
 size_t tr_layer_act_floats(const tr_layer_spec *l, int B, int T) {
+  KIND_OR(l, 0);
   return l->type->act_floats ? l->type->act_floats(l, B, T) : (size_t)B * T * l->out;
 }
 
 size_t tr_layer_scratch_floats(const tr_layer_spec *l, int B, int T) {
+  KIND_OR(l, 0);
   return l->type->scratch_floats ? l->type->scratch_floats(l, B, T) : 0;
 }
 
 void tr_layer_bf16_elems(const tr_layer_spec *l, int B, int T, size_t *act, size_t *scratch) {
+  if (act == NULL || scratch == NULL)
+    return (void)tr__misuse(0, "tr_layer_bf16_elems: %s is NULL", act ? "scratch" : "act");
   *act = *scratch = 0;
+  KIND_OR(l, );
   if (l->type->bf16_elems) l->type->bf16_elems(l, B, T, act, scratch);
 }
 
 double tr_layer_flops(const tr_layer_spec *l, int T) {
+  KIND_OR(l, 0);
   return l->type->flops ? l->type->flops(l, T) : 0.0;
 }
 
 size_t tr_layer_keep_floats(const tr_layer_spec *l, int B, int T) {
+  KIND_OR(l, 0);
   return l->type->keep_floats ? l->type->keep_floats(l, B, T) : 0;
 }
 
-int tr_layer_draws(const tr_layer_spec *l) { return l->type->draws ? l->type->draws(l) != 0 : 0; }
+int tr_layer_draws(const tr_layer_spec *l) {
+  KIND_OR(l, 0);
+  return l->type->draws ? l->type->draws(l) != 0 : 0;
+}
 
-int tr_layer_splits(const tr_layer_spec *l) { return l->type->backward_weight != NULL; }
+int tr_layer_splits(const tr_layer_spec *l) {
+  KIND_OR(l, 0);
+  return l->type->backward_weight != NULL;
+}
+
+/* A pass's context names its layer's kind: 0, or TR_EINVAL said. */
+static int ctx_given(const char *call, const tr_layer_ctx *c) {
+  if (c && c->l && c->l->type) return 0;
+  return tr__misuse(TR_EINVAL, "%s: %s is NULL", call, !c ? "c" : !c->l ? "c->l" : "c->l->type");
+}
 
 int tr_layer_backward_input(const tr_layer_ctx *c, const float *dout, float *dinp) {
+  TR__TRY(ctx_given(__func__, c));
   const tr_layer_type *k = c->l->type;
   return k->backward_input ? k->backward_input(c, dout, dinp) : k->backward(c, dout, dinp);
 }
 
 int tr_layer_backward_weight(const tr_layer_ctx *c, const float *dout) {
+  TR__TRY(ctx_given(__func__, c));
   const tr_layer_type *k = c->l->type;
   return k->backward_weight ? k->backward_weight(c, dout) : 0;
 }
@@ -253,6 +292,7 @@ uint64_t tr_layer_seed(uint64_t seed, uint64_t index) {
 }
 
 int tr_layer_fail(const tr_layer_ctx *c, int rc, const char *fmt, ...) {
+  if (c == NULL) return tr__misuse(rc, "tr_layer_fail: c is NULL (%s)", tr_strerror(rc));
   if (c->err && c->err_size) {
     va_list ap;
     va_start(ap, fmt);

@@ -127,6 +127,7 @@ int tr_loss_registered(tr_loss_kind k) { return !k || tr__registry_has(&losses, 
 const char *tr_loss_kind_name(tr_loss_kind k) { return k ? k->name : tr_loss_mse_type.name; }
 
 int tr_loss_kind_parse(const char *name, tr_loss_kind *out) {
+  TR__NOT_NULL(out);
   const tr_loss_type *k = tr__registry_find(&losses, name);
   return k ? (*out = k, 0) : TR_EINVAL;
 }

@@ -110,8 +110,22 @@ static int measure(const tr_model *m, tr_device *d, const tr_tensor_comm *tensor
   return rc;
 }
 
+/* What both calls need: 0, or TR_EINVAL in err naming the argument. */
+static int measurable(const char *call, const tr_model *m, const tr_device *d, int batch,
+                      int reps, const void *out, const char *out_name, char *err,
+                      size_t err_size) {
+  if (!m || !d || !out)
+    return tr_errorf(err, err_size, TR_EINVAL, "%s: %s is NULL", call,
+                     !m ? "m" : !d ? "d" : out_name);
+  if (batch < 1 || reps < 1)
+    return tr_errorf(err, err_size, TR_EINVAL, "%s: %s %d: give 1 or more", call,
+                     batch < 1 ? "batch" : "reps", batch < 1 ? batch : reps);
+  return 0;
+}
+
 int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps, double *cost,
                             char *err, size_t err_size) {
+  TR__TRY(measurable(__func__, m, d, batch, reps, cost, "cost", err, err_size));
   double *best = calloc((size_t)m->nlayers * PASSES, sizeof *best);
   if (best == NULL) return TR_ENOMEM;
   const int rc = measure(m, d, NULL, batch, reps, false, false, best, err, err_size);
@@ -124,6 +138,7 @@ int tr_model_measure_layers(const tr_model *m, tr_device *d, int batch, int reps
 int tr_model_measure_passes(const tr_model *m, tr_device *d, const tr_tensor_comm *tensor,
                             int batch, int reps, tr_layer_times *times, char *err,
                             size_t err_size) {
+  TR__TRY(measurable(__func__, m, d, batch, reps, times, "times", err, err_size));
   double *best = calloc((size_t)m->nlayers * PASSES, sizeof *best);
   if (best == NULL) return TR_ENOMEM;
   const int rc = measure(m, d, tensor, batch, reps, true, true, best, err, err_size);

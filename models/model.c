@@ -80,9 +80,13 @@ static int check_loss_and_optim(const tr_model_spec *sp, char *err, size_t size)
 }
 
 int tr_model_new(tr_model **out, const tr_model_spec *sp, char *err, size_t err_size) {
+  if (!out || !sp)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_model_new: %s is NULL", out ? "spec" : "out");
   *out = NULL;
-  if (!sp || sp->nlayers <= 0 || !sp->layers)
-    return tr_errorf(err, err_size, TR_EINVAL, "model: no layers");
+  if (sp->nlayers <= 0 || !sp->layers)
+    return tr_errorf(err, err_size, TR_EINVAL, sp->nlayers <= 0 ? "tr_model_new: spec->nlayers %d: "
+                     "a model has 1 layer or more" : "tr_model_new: spec->layers is NULL "
+                     "(spec->nlayers %d)", sp->nlayers);
   if (sp->ctx <= 0 || sp->batch <= 0)
     return tr_errorf(err, err_size, TR_EINVAL, "model: context %d and batch %d must be positive",
                      sp->ctx, sp->batch);
@@ -136,68 +140,95 @@ void tr_model_free(tr_model *m) {
 
 /* ---- queries ---------------------------------------------------------------------------------- */
 
-const char *tr_model_name(const tr_model *m) { return m->name; }
-int tr_model_layer_count(const tr_model *m) { return m->nlayers; }
-int tr_model_ctx(const tr_model *m) { return m->ctx; }
-tr_loss_kind tr_model_loss(const tr_model *m) { return m->loss; }
-int tr_model_batch(const tr_model *m) { return m->batch; }
-tr_optim_config tr_model_optim(const tr_model *m) { return m->optim; }
-size_t tr_model_param_count(const tr_model *m) { return m->param_count; }
-size_t tr_model_numel(const tr_model *m) { return m->numel; }
-int tr_model_tensor_count(const tr_model *m) { return m->ntensors; }
+/* Getters of NULL answer "", 0 or NULL; of a layer or tensor the model lacks, 0 or NULL, said
+ * (tr_base.h, Misuse). */
+const char *tr_model_name(const tr_model *m) { return m ? m->name : ""; }
+int tr_model_layer_count(const tr_model *m) { return m ? m->nlayers : 0; }
+int tr_model_ctx(const tr_model *m) { return m ? m->ctx : 0; }
+tr_loss_kind tr_model_loss(const tr_model *m) { return m ? m->loss : NULL; }
+int tr_model_batch(const tr_model *m) { return m ? m->batch : 0; }
+tr_optim_config tr_model_optim(const tr_model *m) { return m ? m->optim : (tr_optim_config){0}; }
+size_t tr_model_param_count(const tr_model *m) { return m ? m->param_count : 0; }
+size_t tr_model_numel(const tr_model *m) { return m ? m->numel : 0; }
+int tr_model_tensor_count(const tr_model *m) { return m ? m->ntensors : 0; }
+
+static bool has(const tr_model *m, int i, int n, const char *what, const char *call) {
+  if (m == NULL) return false;
+  if (i >= 0 && i < n) return true;
+  return tr__misuse(false, "%s: %s %d: model '%s' has %ss 0 to %d", call, what, i, m->name, what,
+                    n - 1);
+}
+#define HAS_LAYER(m, l) has(m, l, (m) ? (m)->nlayers : 0, "layer", __func__)
 
 const tr_layer_spec *tr_model_layer(const tr_model *m, int layer) {
-  TR_ASSERT(layer >= 0 && layer < m->nlayers);
-  return &m->layers[layer];
+  return HAS_LAYER(m, layer) ? &m->layers[layer] : NULL;
 }
 
-int tr_model_token_input(const tr_model *m) { return m->layers[0].type->token_input; }
+int tr_model_token_input(const tr_model *m) { return m ? m->layers[0].type->token_input : 0; }
 
 size_t tr_model_input_bytes(const tr_model *m) {
+  if (m == NULL) return 0;
   return (size_t)m->ctx * (tr_model_token_input(m) ? sizeof(int32_t) : (size_t)m->layers[0].in * sizeof(float));
 }
 
 size_t tr_model_target_bytes(const tr_model *m) {
+  if (m == NULL) return 0;
   return (size_t)m->ctx * (m->loss->target == TR_LOSS_TARGET_CLASSES
                                ? sizeof(int32_t)
                                : (size_t)m->layers[m->nlayers - 1].out * sizeof(float));
 }
 
 void tr_model_layer_span(const tr_model *m, int layer, size_t *offset, size_t *numel) {
-  TR_ASSERT(layer >= 0 && layer < m->nlayers);
+  if (offset == NULL || numel == NULL) return (void)tr__misuse(0, "tr_model_layer_span: %s is NULL",
+                                                               offset ? "numel" : "offset");
+  *offset = *numel = 0;
+  if (!HAS_LAYER(m, layer)) return;
   *offset = m->layer_offset[layer];
   *numel = m->layer_offset[layer + 1] - m->layer_offset[layer];
 }
 
 const tr_tensor_info *tr_model_tensor(const tr_model *m, int index) {
-  TR_ASSERT(index >= 0 && index < m->ntensors);
-  return &m->tensors[index];
+  return has(m, index, m ? m->ntensors : 0, "tensor", __func__) ? &m->tensors[index] : NULL;
 }
 
 tr_tensor_part tr_model_tensor_part(const tr_model *member, int index) {
-  TR_ASSERT(index >= 0 && index < member->ntensors);
+  if (!has(member, index, member ? member->ntensors : 0, "tensor", __func__))
+    return (tr_tensor_part){0};
   return member->parts[index];
 }
 
 void tr_model_layer_tensors(const tr_model *m, int layer, int *first, int *count) {
-  TR_ASSERT(layer >= 0 && layer < m->nlayers);
+  if (first == NULL || count == NULL)
+    return (void)tr__misuse(0, "tr_model_layer_tensors: %s is NULL", first ? "count" : "first");
+  *first = *count = 0;
+  if (!HAS_LAYER(m, layer)) return;
   *first = m->layer_tensor0[layer];
   *count = m->layer_tensor0[layer + 1] - m->layer_tensor0[layer];
 }
 
 double tr_model_layer_flops(const tr_model *m, int layer) {
-  return tr_layer_flops(tr_model_layer(m, layer), m->ctx);
+  return HAS_LAYER(m, layer) ? tr_layer_flops(&m->layers[layer], m->ctx) : 0;
 }
 
 /* Backward costs twice forward: the input's gradient and the weights' are a product each. */
 double tr_model_train_flops(const tr_model *m) {
   double flops = 0;
-  for (int l = 0; l < m->nlayers; l++) flops += tr_model_layer_flops(m, l);
+  for (int l = 0; m && l < m->nlayers; l++) flops += tr_model_layer_flops(m, l);
   return 3.0 * flops;
 }
 
 /* Cuts minimising the costliest stage: dynamic programming over (layers, stages). */
+/* A cut of m into `parts` pieces into cuts[parts + 1] can be asked for: 0, or TR_EINVAL said. */
+static int cuttable(const char *call, const tr_model *m, int parts, const int *cuts) {
+  if (m == NULL || cuts == NULL) return tr__misuse(TR_EINVAL, "%s: %s is NULL", call, m ? "cuts" : "m");
+  if (parts < 1 || parts > m->nlayers)
+    return tr__misuse(TR_EINVAL, "%s: parts %d: model '%s' has %d layers, so 1 to %d parts", call,
+                      parts, m->name, m->nlayers, m->nlayers);
+  return 0;
+}
+
 int tr_model_balance(const tr_model *m, int parts, int *cuts) {
+  TR__TRY(cuttable(__func__, m, parts, cuts));
   double *flops = malloc((size_t)m->nlayers * sizeof *flops);
   if (flops == NULL) return TR_ENOMEM;
   for (int i = 0; i < m->nlayers; i++) flops[i] = tr_model_layer_flops(m, i);
@@ -207,8 +238,13 @@ int tr_model_balance(const tr_model *m, int parts, int *cuts) {
 }
 
 int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int *cuts) {
+  TR__TRY(cuttable(__func__, m, parts, cuts));
+  TR__NOT_NULL(cost);
   const int L = m->nlayers;
-  if (parts < 1 || parts > L) return TR_EINVAL;
+  for (int i = 0; i < L; i++)
+    if (!(cost[i] >= 0) || isinf(cost[i]))
+      return tr__misuse(TR_EINVAL, "tr_model_balance_costs: cost[%d] %g: give a finite cost, 0 "
+                        "or more", i, cost[i]);
   double *pre = malloc((size_t)(L + 1) * sizeof *pre);
   double *best = malloc((size_t)(L + 1) * (size_t)(parts + 1) * sizeof *best);
   int *arg = malloc((size_t)(L + 1) * (size_t)(parts + 1) * sizeof *arg);

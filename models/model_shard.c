@@ -129,10 +129,12 @@ static int check_parts(const tr_model *m, const tr_model *member, char *err, siz
 
 int tr_model_shard(const tr_model *m, int part, int parts, tr_model **member, char *err,
                    size_t err_size) {
+  if (!m || !member)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_model_shard: %s is NULL", m ? "member" : "m");
   *member = NULL;
   if (parts < 1 || part < 0 || part >= parts)
-    return tr_errorf(err, err_size, TR_EINVAL, "model '%s': member %d of %d", m->name, part,
-                     parts);
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_model_shard: model '%s': part %d of parts %d: "
+                     "give parts >= 1 and 0 <= part < parts", m->name, part, parts);
   for (int i = 0; i < m->nlayers; i++)
     if (m->layers[i].parts > 1)
       return tr_errorf(err, err_size, TR_EINVAL, "model '%s': layer %d is already part %d of %d "

@@ -9,23 +9,29 @@
 #include "stage_impl.h"
 
 tr_stage_config tr_stage_defaults(const tr_model *m) {
+  if (m == NULL) return (tr_stage_config){0}; /* batch 0: tr_stage_open refuses it */
   return (tr_stage_config){.first = 0, .end = 0, .batch = m->batch, .slots = 1,
                            .global_batch = m->batch, .seed = 0, .optim = m->optim};
 }
 
 int tr_stage_zero_grads(tr_stage *st) {
+  STAGE_GIVEN(st);
   st->params16_stale = 1; /* a step begins: parameters written from outside are in */
   int rc = tr_memset(st->s, st->grads, 0, st->info.numel * sizeof(float));
   return rc ? tr__stage_fail(st, rc, "zeroing gradients") : 0;
 }
 
 int tr_stage_grad_sumsq(tr_stage *st, float *out, int accumulate) {
+  STAGE_GIVEN(st);
+  if (out == NULL) return tr__stage_misuse(st, TR_EINVAL, "tr_stage_grad_sumsq: out is NULL");
   const tr_stage_info *in = &st->info;
   int rc = tr_sumsq(st->s, out, st->grads + in->shard_offset, in->shard_numel, accumulate);
   return rc ? tr__stage_fail(st, rc, "sum of squared gradients") : 0;
 }
 
 int tr_stage_scale_grads(tr_stage *st, const float *factor) {
+  STAGE_GIVEN(st);
+  if (factor == NULL) return tr__stage_misuse(st, TR_EINVAL, "tr_stage_scale_grads: factor is NULL");
   int rc = tr_scale_dev(st->s, st->grads, factor, st->info.numel);
   return rc ? tr__stage_fail(st, rc, "scaling gradients") : 0;
 }
@@ -42,6 +48,7 @@ static int clip(tr_stage *st, float *grads, size_t n, const float *global_sumsq)
 }
 
 int tr_stage_step(tr_stage *st, const float *global_sumsq) {
+  STAGE_GIVEN(st);
   const tr_optim_config *o = &st->optim;
   const size_t n = st->info.shard_numel;
   float *p = st->params + st->info.shard_offset, *g = st->grads + st->info.shard_offset;
@@ -55,9 +62,14 @@ int tr_stage_step(tr_stage *st, const float *global_sumsq) {
   return rc ? tr__stage_fail(st, rc, "%s update", o->kind->name) : 0;
 }
 
-void tr_stage_set_lr(tr_stage *st, float lr) { st->optim.lr = lr; }
+void tr_stage_set_lr(tr_stage *st, float lr) {
+  if (st == NULL) return (void)tr__misuse(0, "tr_stage_set_lr: st is NULL");
+  st->optim.lr = lr;
+}
 
 int tr_stage_set_optim(tr_stage *st, const tr_optim_config *o) {
+  STAGE_GIVEN(st);
+  if (o == NULL) return tr__stage_misuse(st, TR_EINVAL, "tr_stage_set_optim: o is NULL");
   const tr_optim_kind kind = o->kind ? o->kind : TR_OPTIM_SGD; /* a zeroed configuration's */
   if (kind != st->optim.kind) { /* not a device failure: no device message */
     snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s: optimizer %s cannot become %s",
@@ -69,9 +81,12 @@ int tr_stage_set_optim(tr_stage *st, const tr_optim_config *o) {
   st->optim.kind = kind;
   return 0;
 }
-const tr_optim_config *tr_stage_optim(const tr_stage *st) { return &st->optim; }
-int64_t tr_stage_step_count(const tr_stage *st) { return st->steps; }
-void tr_stage_set_step_count(tr_stage *st, int64_t steps) { st->steps = steps; }
+const tr_optim_config *tr_stage_optim(const tr_stage *st) { return st ? &st->optim : NULL; }
+int64_t tr_stage_step_count(const tr_stage *st) { return st ? st->steps : 0; }
+void tr_stage_set_step_count(tr_stage *st, int64_t steps) {
+  if (st == NULL) return (void)tr__misuse(0, "tr_stage_set_step_count: st is NULL");
+  st->steps = steps;
+}
 
 static float *buffer(tr_stage *st, tr_stage_buffer which, size_t *n) {
   switch (which) {
@@ -83,7 +98,18 @@ static float *buffer(tr_stage *st, tr_stage_buffer which, size_t *n) {
   return NULL;
 }
 
+/* A copy's arguments (tr_stage_download, tr_stage_upload): 0, or the refusal naming one. */
+static int copy_given(tr_stage *st, tr_stage_buffer which, const float *host, const char *call) {
+  if (st == NULL) return tr__misuse(TR_EINVAL, "%s: st is NULL", call);
+  if ((unsigned)which > TR_STAGE_OPT_STATE)
+    return tr__stage_misuse(st, TR_EINVAL, "%s: which %d: give TR_STAGE_PARAMS, TR_STAGE_GRADS "
+                            "or TR_STAGE_OPT_STATE", call, (int)which);
+  if (host == NULL) return tr__stage_misuse(st, TR_EINVAL, "%s: host is NULL", call);
+  return 0;
+}
+
 int tr_stage_download(tr_stage *st, tr_stage_buffer which, float *host) {
+  TR__TRY(copy_given(st, which, host, __func__));
   size_t n;
   float *p = buffer(st, which, &n);
   int rc = n ? tr_memcpy(st->s, host, p, n * sizeof(float), TR_COPY_D2H) : 0;
@@ -91,6 +117,7 @@ int tr_stage_download(tr_stage *st, tr_stage_buffer which, float *host) {
 }
 
 int tr_stage_upload(tr_stage *st, tr_stage_buffer which, const float *host) {
+  TR__TRY(copy_given(st, which, host, __func__));
   st->params16_stale |= which == TR_STAGE_PARAMS;
   size_t n;
   float *p = buffer(st, which, &n);

@@ -130,11 +130,14 @@ const char *tr_optim_kind_name(tr_optim_kind k) {
 }
 
 int tr_optim_kind_parse(const char *name, tr_optim_kind *out) {
+  TR__NOT_NULL(out);
   const tr_optim_type *k = tr__registry_find(&kinds, name);
   return k ? (*out = k, 0) : TR_EINVAL;
 }
 
-void tr_optim_kind_names(char *buf, size_t size) { tr__registry_names(&kinds, buf, size); }
+void tr_optim_kind_names(char *buf, size_t size) {
+  if (buf) tr__registry_names(&kinds, buf, size); /* NULL: nowhere to write, nothing written */
+}
 
 tr_optim_config tr_optim_defaults(tr_optim_kind k, float lr) {
   if (!k) k = TR_OPTIM_SGD;

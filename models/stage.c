@@ -158,6 +158,8 @@ static void bind_params(tr_stage *st) {
 
 /* Shard `index` of `count` equal ones, each a multiple of 16 floats (tr_stage.h). */
 void tr_stage_shard_span(size_t numel, tr_stage_shard sh, size_t *offset, size_t *n) {
+  if (offset == NULL || n == NULL)
+    return (void)tr__misuse(0, "tr_stage_shard_span: %s is NULL", offset ? "n" : "offset");
   if (sh.count <= 1) {
     *offset = 0, *n = numel;
     return;
@@ -285,11 +287,14 @@ static int plan(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_
 
 int tr_stage_plan(const tr_model *m, const tr_stage_config *cfg, tr_stage_info *info,
                   size_t *opt_scratch_bytes, char *err, size_t err_size) {
+  if (!m || !cfg || !info)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_stage_plan: %s is NULL",
+                     !m ? "m" : !cfg ? "cfg" : "info");
   tr_stage *st;
   const int rc = plan(&st, m, NULL, cfg, err, err_size);
   if (rc) return rc;
   *info = st->info;
-  *opt_scratch_bytes =
+  if (opt_scratch_bytes) *opt_scratch_bytes =
       (size_t)st->optim.kind->scratch_copies * st->info.shard_numel * sizeof(float);
   tr_stage_close(st);
   return 0;
@@ -297,6 +302,9 @@ int tr_stage_plan(const tr_model *m, const tr_stage_config *cfg, tr_stage_info *
 
 int tr_stage_open(tr_stage **out, const tr_model *m, tr_device *d, const tr_stage_config *cfg,
                   char *err, size_t err_size) {
+  if (!out || !m || !d || !cfg)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_stage_open: %s is NULL",
+                     !out ? "out" : !m ? "m" : !d ? "d" : "cfg");
   tr_stage *st;
   int rc = plan(&st, m, d, cfg, err, err_size);
   *out = NULL;
@@ -347,9 +355,15 @@ void tr_stage_close(tr_stage *st) {
 /* ---- asynchronous training ------------------------------------------------------------------------ */
 
 /* The optimizer's gradients only: the passes (and their captures) keep the stage's own. */
-void tr_stage_use_grads(tr_stage *st, float *grads) { st->grads = grads ? grads : st->own[1]; }
+void tr_stage_use_grads(tr_stage *st, float *grads) {
+  if (st == NULL) return (void)tr__misuse(0, "tr_stage_use_grads: st is NULL");
+  st->grads = grads ? grads : st->own[1];
+}
 
 int tr_stage_share_params(tr_stage *st, const tr_stage *owner) {
+  STAGE_GIVEN(st);
+  if (owner == NULL)
+    return tr__stage_misuse(st, TR_EINVAL, "tr_stage_share_params: owner is NULL");
   if (owner->m != st->m || owner->info.first != st->info.first || owner->info.end != st->info.end ||
       owner->optim.kind != st->optim.kind || owner->info.state_numel != st->info.state_numel ||
       tr_device_can_access_peer(st->dev, owner->dev) != 1) {
@@ -367,45 +381,67 @@ int tr_stage_share_params(tr_stage *st, const tr_stage *owner) {
 
 /* ---- accessors ------------------------------------------------------------------------------------- */
 
-const tr_stage_info *tr_stage_info_of(const tr_stage *st) { return &st->info; }
-const tr_model *tr_stage_model(const tr_stage *st) { return st->m; }
-tr_device *tr_stage_device(const tr_stage *st) { return st->dev; }
-tr_stream *tr_stage_stream(const tr_stage *st) { return st->s; }
-float *tr_stage_params(tr_stage *st) { return st->params; }
-float *tr_stage_grads(tr_stage *st) { return st->grads; }
-float *tr_stage_opt_state(tr_stage *st) { return st->state; }
+/* Of NULL: NULL, and the slots' buffers of a slot the stage lacks NULL, said (tr_stage.h). */
+const tr_stage_info *tr_stage_info_of(const tr_stage *st) { return st ? &st->info : NULL; }
+const tr_model *tr_stage_model(const tr_stage *st) { return st ? st->m : NULL; }
+tr_device *tr_stage_device(const tr_stage *st) { return st ? st->dev : NULL; }
+tr_stream *tr_stage_stream(const tr_stage *st) { return st ? st->s : NULL; }
+float *tr_stage_params(tr_stage *st) { return st ? st->params : NULL; }
+float *tr_stage_grads(tr_stage *st) { return st ? st->grads : NULL; }
+float *tr_stage_opt_state(tr_stage *st) { return st ? st->state : NULL; }
 
 void tr_stage_layer_span(const tr_stage *st, int layer, size_t *offset, size_t *numel) {
-  TR_ASSERT(layer >= st->info.first && layer < st->info.end);
+  if (offset == NULL || numel == NULL)
+    return (void)tr__misuse(0, "tr_stage_layer_span: %s is NULL", offset ? "numel" : "offset");
+  *offset = *numel = 0;
+  if (st == NULL) return (void)tr__misuse(0, "tr_stage_layer_span: st is NULL");
+  if (layer < st->info.first || layer >= st->info.end)
+    return (void)tr__misuse(0, "tr_stage_layer_span: layer %d: the stage holds layers [%d,%d)",
+                            layer, st->info.first, st->info.end);
   tr_model_layer_span(st->m, layer, offset, numel);
   *offset -= st->info.offset;
 }
 
-void *tr_stage_input(tr_stage *st, int slot) { return tr__slot_base(st, slot) + st->in_off; }
+/* A slot's buffers: `slot` is checked first (NULL for one the stage lacks, said). */
+#define SLOT_OR_NULL(st, slot) \
+  if (tr__stage_slot((tr_stage *)(st), slot, __func__)) return NULL
+
+void *tr_stage_input(tr_stage *st, int slot) {
+  SLOT_OR_NULL(st, slot);
+  return tr__slot_base(st, slot) + st->in_off;
+}
 void *tr_stage_target(tr_stage *st, int slot) {
+  SLOT_OR_NULL(st, slot);
   return st->info.is_last ? tr__slot_base(st, slot) + st->target_off : NULL;
 }
 float *tr_stage_dout(tr_stage *st, int slot) {
+  SLOT_OR_NULL(st, slot);
   return st->info.is_last ? NULL : tr__slot_base(st, slot) + st->dout_off;
 }
 const float *tr_stage_loss(const tr_stage *st, int slot) {
+  SLOT_OR_NULL(st, slot);
   return st->info.is_last ? tr__slot_base(st, slot) + st->loss_off : NULL;
 }
 
 void tr_stage_on_grad_ready(tr_stage *st, tr_grad_ready_fn fn, void *arg) {
+  if (st == NULL) return (void)tr__misuse(0, "tr_stage_on_grad_ready: st is NULL");
   st->ready = fn;
   st->ready_arg = arg;
 }
 
 void tr_stage_set_samples(tr_stage *st, int slot, uint64_t first_sample) {
-  TR_ASSERT(slot >= 0 && slot < st->info.slots);
+  if (tr__stage_slot(st, slot, __func__)) return;
   st->samples[slot] = first_sample;
 }
 
-void tr_stage_set_training(tr_stage *st, int on) { st->training = on != 0; }
+void tr_stage_set_training(tr_stage *st, int on) {
+  if (st == NULL) return (void)tr__misuse(0, "tr_stage_set_training: st is NULL");
+  st->training = on != 0;
+}
 
 /* With recompute, the last stage's output lives in the work area until the next pass. */
 const float *tr_stage_output(const tr_stage *st, int slot) {
+  SLOT_OR_NULL(st, slot);
   if (st->recompute && !st->info.is_last) return tr__slot_base(st, slot) + st->out_off;
   return tr__layer_in(st, st->nl, slot);
 }
@@ -453,7 +489,7 @@ static int forward_pass(tr_stage *st, int slot, float *dfirst) {
 }
 
 int tr_stage_forward(tr_stage *st, int slot) {
-  (void)tr__slot_base(st, slot); /* checks the slot */
+  TR__TRY(tr__stage_slot(st, slot, __func__));
   if (st->params16 && st->params16_stale) { /* the step's weights, once */
     int rc = tr_to_bf16(st->s, st->params16, st->params, st->info.numel);
     if (rc) return tr__stage_fail(st, rc, "weights to bf16");
@@ -510,6 +546,7 @@ static void dinput_done(tr_stage *st, float *dfirst, const float **dinput) {
 }
 
 int tr_stage_backward(tr_stage *st, int slot, const float **dinput) {
+  TR__TRY(tr__stage_slot(st, slot, __func__));
   float *dfirst = next_dinput(st);
   TR__TRY(tr__stage_run_pass(st, TR__PASS_BACKWARD, slot, st->dinput_next, backward_pass, dfirst));
   dinput_done(st, dfirst, dinput);
@@ -544,8 +581,16 @@ static int backward_input_pass(tr_stage *st, int slot, float *dfirst) {
   return 0;
 }
 
+/* The halves need room kept for the weights' half (tr_stage_config.split). */
+static int split_given(tr_stage *st, int slot, const char *call) {
+  TR__TRY(tr__stage_slot(st, slot, call));
+  if (st->split) return 0;
+  return tr__stage_misuse(st, TR_EINVAL, "%s: the stage was opened without split "
+                          "(tr_stage_config.split): use tr_stage_backward", call);
+}
+
 int tr_stage_backward_input(tr_stage *st, int slot, const float **dinput) {
-  TR_ASSERT(st->split);
+  TR__TRY(split_given(st, slot, __func__));
   float *dfirst = next_dinput(st);
   TR__TRY(tr__stage_run_pass(st, TR__PASS_BACKWARD_INPUT, slot, st->dinput_next, backward_input_pass,
                    dfirst));
@@ -569,6 +614,6 @@ static int backward_weight_pass(tr_stage *st, int slot, float *dfirst) {
 }
 
 int tr_stage_backward_weight(tr_stage *st, int slot) {
-  TR_ASSERT(st->split);
+  TR__TRY(split_given(st, slot, __func__));
   return tr__stage_run_pass(st, TR__PASS_BACKWARD_WEIGHT, slot, 0, backward_weight_pass, NULL);
 }

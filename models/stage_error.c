@@ -33,4 +33,26 @@ int tr__stage_fail_why(tr_stage *st, int rc, const char *why, const char *fmt, .
   return rc;
 }
 
-const char *tr_stage_error(const tr_stage *st) { return st->err; }
+int tr__stage_misuse(tr_stage *st, int rc, const char *fmt, ...) {
+  char what[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  if (st == NULL) return tr__misuse(rc, "%s", what);
+  snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s: %s", st->info.first, st->info.end,
+           st->m->name, what);
+  return rc;
+}
+
+int tr__stage_slot(tr_stage *st, int slot, const char *call) {
+  if (st == NULL) return tr__misuse(TR_EINVAL, "%s: st is NULL", call);
+  if (slot >= 0 && slot < st->info.slots) return 0;
+  if (st->info.slots == 0)
+    return tr__stage_misuse(st, TR_EINVAL, "%s: slot %d: the stage has no slots (it holds "
+                            "parameters only)", call, slot);
+  return tr__stage_misuse(st, TR_EINVAL, "%s: slot %d: the stage has slots 0 to %d", call, slot,
+                          st->info.slots - 1);
+}
+
+const char *tr_stage_error(const tr_stage *st) { return st ? st->err : ""; }

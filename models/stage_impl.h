@@ -116,6 +116,13 @@ int tr__stage_loss_backward(tr_stage *st, int slot, float *dpred);
 /* Formats the stage's error ("stage [0,3) of gpt on host:0: <what>: <device's message>")
  * and returns rc (stage_error.c). */
 int tr__stage_fail(tr_stage *st, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A caller's mistake, not the device's (tr_base.h, Misuse): "stage [f,e) of model: <what>" in
+ * st's error (on stderr for st NULL), and `rc` back. tr__stage_slot: 0 when `slot` is one of
+ * the stage's, else that refusal naming `call`. */
+int tr__stage_misuse(tr_stage *st, int rc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+int tr__stage_slot(tr_stage *st, int slot, const char *call);
+#define STAGE_GIVEN(st) \
+  if ((st) == NULL) return tr__misuse(TR_EINVAL, "%s: st is NULL", __func__)
 /* The same, with `why` (when not empty) in place of the device's message. */
 int tr__stage_fail_why(tr_stage *st, int rc, const char *why, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));

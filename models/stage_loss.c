@@ -49,6 +49,8 @@ int tr__stage_loss_backward(tr_stage *st, int slot, float *dpred) {
 /* Each sample by the same forward, on its rows alone, with room of its own for what the loss
  * keeps and its scratch (the slot's keep stays what backward needs). */
 int tr_stage_sample_losses(tr_stage *st, int slot, float *out) {
+  TR__TRY(tr__stage_slot(st, slot, __func__));
+  if (out == NULL) return tr__stage_misuse(st, TR_EINVAL, "tr_stage_sample_losses: out is NULL");
   const tr_loss_type *loss = st->m->loss;
   if (!st->info.is_last) {
     snprintf(st->err, sizeof st->err, "stage [%d,%d) of %s: per-sample losses: only the last "

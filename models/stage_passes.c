@@ -82,14 +82,19 @@ const char *tr_graphs_name(tr_graphs g) {
 }
 
 int tr_graphs_parse(const char *name, tr_graphs *out) {
+  TR__NOT_NULL(out);
   const int i = tr__name_index(graphs_names, TR__COUNTOF(graphs_names), name);
   return i < 0 ? TR_EINVAL : (*out = (tr_graphs)i, 0);
 }
 
 tr_stage_graphs_figures tr_stage_graphs(const tr_stage *st) {
+  if (st == NULL) return (tr_stage_graphs_figures){.note = ""};
   return (tr_stage_graphs_figures){.captures = st->replay.captures,
                                    .launches = st->replay.launches,
                                    .note = st->replay.failed ? st->replay.why : ""};
 }
 
-void tr_stage_graphs_fail_next(tr_stage *st) { st->replay_fail_next = 1; }
+void tr_stage_graphs_fail_next(tr_stage *st) {
+  if (st == NULL) return (void)tr__misuse(0, "tr_stage_graphs_fail_next: st is NULL");
+  st->replay_fail_next = 1;
+}

@@ -210,7 +210,9 @@ static int reduce_scatter(const tr_tensor_comm *c, tr_stream *s, const float *wh
 /* ---- opening and closing -------------------------------------------------------------------- */
 
 static int check_devices(tr_device *const *devs, int n, char *err, size_t size) {
-  if (n < 1 || !devs) return tr_errorf(err, size, TR_EINVAL, "tensor group: %d devices", n);
+  if (!devs) return tr_errorf(err, size, TR_EINVAL, "tr_tensor_comms_open: devs is NULL");
+  if (n < 1) return tr_errorf(err, size, TR_EINVAL, "tr_tensor_comms_open: n %d: give 1 or more "
+                              "devices", n);
   for (int i = 0; i < n; i++) {
     if (!devs[i] || tr_device_is_placeholder(devs[i]))
       return tr_errorf(err, size, TR_EINVAL, "tensor group: member %d is not a device of this "
@@ -235,7 +237,7 @@ static int check_devices(tr_device *const *devs, int n, char *err, size_t size) 
 int tr_tensor_comms_open(tr_device *const *devs, int n, tr_tensor_comm **comms, char *err,
                          size_t err_size) {
   for (int i = 0; comms && i < n; i++) comms[i] = NULL;
-  if (!comms) return tr_errorf(err, err_size, TR_EINVAL, "tensor group: comms is NULL");
+  if (!comms) return tr_errorf(err, err_size, TR_EINVAL, "tr_tensor_comms_open: comms is NULL");
   TR__TRY(check_devices(devs, n, err, err_size));
   group *g = calloc(1, sizeof *g + (size_t)n * sizeof(member));
   if (!g) return tr_errorf(err, err_size, TR_ENOMEM, "tensor group of %d: out of memory", n);
@@ -275,6 +277,7 @@ void tr_tensor_comms_close(tr_tensor_comm **comms, int n) {
 }
 
 void tr_tensor_comm_abort(const tr_tensor_comm *c) {
+  if (c == NULL) return;
   group *g = ((member *)c->impl)->g;
   pthread_mutex_lock(&g->mu);
   g->aborted = 1;
@@ -283,6 +286,11 @@ void tr_tensor_comm_abort(const tr_tensor_comm *c) {
 }
 
 void tr_tensor_comm_counts(const tr_tensor_comm *c, uint64_t *collectives, uint64_t *bytes_sent) {
+  if (c == NULL) { /* none */
+    if (collectives) *collectives = 0;
+    if (bytes_sent) *bytes_sent = 0;
+    return;
+  }
   member *me = c->impl;
   if (collectives) *collectives = atomic_load_explicit(&me->collectives, memory_order_relaxed);
   if (bytes_sent) *bytes_sent = atomic_load_explicit(&me->bytes, memory_order_relaxed);

@@ -36,7 +36,11 @@
  *
  * Errors: functions return 0 or a negative TR_E... status (tr_base.h). TR_EFORMAT means the
  * file is not a valid checkpoint (or not the one expected), TR_EIO/TR_ESYS a failed system
- * call, TR_EINVAL a bad argument, TR_ENOMEM what it says. The message names the file, the
+ * call, TR_EINVAL a bad argument (a NULL writer, checkpoint, name, key, shape, buffer or
+ * out, a count out of range: named, and for a writer remembered as any failure of it is,
+ * but a NULL path or out of save and bytes, which another call may give), TR_ENOMEM what it
+ * says. Getters of a NULL checkpoint, name or key answer 0, NULL or "", and
+ * tr_checkpoint_meta_at of an entry it lacks gives NULL and NULL. The message names the file, the
  * tensor or key and the problem; it lives on the writer or the open checkpoint, or, for
  * tr_checkpoint_open, in the caller's buffer.
  *

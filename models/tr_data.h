@@ -111,7 +111,12 @@ TR_API void tr_data_config_for(tr_data_config *c, const struct tr_model *m, uint
 
 typedef struct tr_data tr_data;
 
-/* TR_EINVAL for a bad configuration, a malformed file, or a path that is not a regular file
+/* Misuse (tr_base.h): the calls with an err refuse NULL arguments there (TR_EINVAL, naming
+ * the function and the argument); tr_data_fill refuses d NULL (said on stderr) and x NULL
+ * (tr_data_error); getters of NULL answer "", 0 or NULL; tr_data_shard of a worker not
+ * among `workers` gives it no samples (*count 0), said on stderr.
+ *
+ * TR_EINVAL for a bad configuration, a malformed file, or a path that is not a regular file
  * (a FIFO, a device, a directory: refused without waiting on it), TR_EIO for a file that
  * cannot be read (or a byte file shorter than ctx + 1 bytes); err names the file and the
  * cause: "labels.npy: shape (60000,) but features have 59999 rows". Paths are not kept. */

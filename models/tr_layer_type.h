@@ -48,6 +48,11 @@
  * backward runs whole as the first half. One with GEMMs worth putting off adds
  * backward_input and backward_weight (and keep_floats for what the first leaves the
  * second), as linear, embedding, block and residual do.
+ *
+ * Misuse (tr_base.h): the table's slots with their defaults (below) answer 0 for a NULL spec
+ * or one with no kind; the calls that return a status refuse NULL lists, contexts and names
+ * with TR_EINVAL, in the list's err or on stderr; tr_layer_fail(NULL, ...) says the text on
+ * stderr and returns its status.
  */
 #ifndef TR_LAYER_TYPE_H
 #define TR_LAYER_TYPE_H

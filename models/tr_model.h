@@ -44,12 +44,14 @@ typedef struct tr_model tr_model;
 
 /* Checks the layers fit together (tr_layers_check: widths chain, a token kind only first,
  * each kind's own check, a block's width divisible by its heads, say) and deep-copies the
- * specs (composites' inner ones too); err names the layer at fault. The last layer's output
+ * specs (composites' inner ones too); err names the layer at fault (or the argument: out or
+ * spec NULL, nlayers below 1, layers NULL). The last layer's output
  * is what the loss reads: predictions (MSE) or logits (cross-entropy). */
 TR_API int tr_model_new(tr_model **out, const tr_model_spec *spec, char *err, size_t err_size);
 TR_API void tr_model_free(tr_model *m);
 
-/* The workloads of docs/WORKLOADS.md, exactly: */
+/* The workloads of docs/WORKLOADS.md, exactly (out NULL, a size out of range: TR_EINVAL,
+ * said on stderr with what tr_model_new found): */
 /* simplenet: Linear(10,100) -> ReLU -> Linear(100,1), MSE; SGD lr 0.01; batch 64 */
 TR_API int tr_model_simplenet(tr_model **out);
 /* mlp: depth x Linear(width,width), ReLU between (workload: 1024, 8); MSE; momentum 0.9,
@@ -67,6 +69,8 @@ TR_API int tr_model_gpt(tr_model **out, const tr_gpt_config *cfg);
 /* "simplenet", "mlp" or "gpt", as above; TR_EINVAL naming the name otherwise. */
 TR_API int tr_model_named(tr_model **out, const char *name, char *err, size_t err_size);
 
+/* Of NULL: "", 0 or NULL; of a layer or tensor index the model lacks: NULL or 0 (a span 0
+ * and 0), said on stderr. */
 TR_API const char *tr_model_name(const tr_model *m);
 TR_API int tr_model_layer_count(const tr_model *m);
 TR_API const tr_layer_spec *tr_model_layer(const tr_model *m, int layer);
@@ -112,7 +116,8 @@ TR_API void tr_model_layer_tensors(const tr_model *m, int layer, int *first, int
 /* Layer boundaries that cut the model into `parts` stages whose costliest stage is as cheap
  * as possible: cuts[0] = 0 < cuts[1] < ... < cuts[parts] = layer count. The cost of a layer
  * is cost[layer] (>= 0: measured seconds, say), or tr_model_layer_flops for
- * tr_model_balance. TR_EINVAL when the model has fewer layers than parts. */
+ * tr_model_balance. TR_EINVAL when the model has fewer layers than parts, parts is below 1,
+ * m, cost or cuts is NULL, or a cost is negative or not finite (said on stderr). */
 TR_API int tr_model_balance(const tr_model *m, int parts, int *cuts);
 TR_API int tr_model_balance_costs(const tr_model *m, const double *cost, int parts, int *cuts);
 

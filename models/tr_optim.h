@@ -131,7 +131,8 @@ TR_API int tr_optim_kind_check(tr_optim_kind kind, char *err, size_t err_size);
 /* The kind's name ("sgd" for NULL); parse: the registered kind of that name, or TR_EINVAL. */
 TR_API const char *tr_optim_kind_name(tr_optim_kind kind);
 TR_API int tr_optim_kind_parse(const char *name, tr_optim_kind *out);
-/* "sgd, momentum, adamw" and the kinds registered after them, for messages and help. */
+/* "sgd, momentum, adamw" and the kinds registered after them, for messages and help (buf
+ * NULL: nothing written). */
 TR_API void tr_optim_kind_names(char *buf, size_t size);
 /* The numbers of a configuration, each within its rule whatever the kind (a kind of one's
  * own reads them with the meanings their names give): lr, clip, weight_decay and eps finite

@@ -44,6 +44,15 @@
  * work, is complete only once an event recorded after it completes. Calls come from the
  * device's owner thread. Functions return 0 or a negative TR_E... status; the message is
  * tr_stage_error (it names the stage, the device, the layer and the operation).
+ *
+ * Misuse (tr_base.h): a NULL stage is TR_EINVAL said on stderr; a slot the stage lacks, a
+ * NULL buffer or configuration, a buffer kind outside tr_stage_buffer, or a half of a split
+ * backward on a stage opened without `split` is TR_EINVAL with tr_stage_error naming the
+ * call and the argument. Calls without a status do nothing for a slot or layer the stage
+ * lacks (the buffers' getters answer NULL, a span 0 and 0), said on stderr; getters of a
+ * NULL stage answer NULL, 0 or "". tr_stage_open and tr_stage_plan refuse NULL arguments
+ * in err (opt_scratch_bytes may be NULL); tr_stage_defaults(NULL) is a zeroed
+ * configuration, which tr_stage_open refuses (batch 0).
  */
 #ifndef TR_STAGE_H
 #define TR_STAGE_H

@@ -5,18 +5,29 @@
 
 #include "models_impl.h"
 
+/* A workload's model, its refusal said on stderr: these calls have no err of their own. */
+static int made(const char *call, tr_model **out, const tr_model_spec *sp) {
+  char err[256];
+  const int rc = tr_model_new(out, sp, err, sizeof err);
+  return rc ? tr__misuse(rc, "%s: %s", call, err) : 0;
+}
+
 int tr_model_simplenet(tr_model **out) {
+  TR__NOT_NULL(out);
   const tr_layer_spec layers[] = {tr_layer_linear(10, 100, 1), tr_layer_relu(100),
                                   tr_layer_linear(100, 1, 1)};
   const tr_model_spec sp = {.name = "simplenet", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = 3,
                             .layers = layers, .batch = 64,
                             .optim = tr_optim_defaults(TR_OPTIM_SGD, 0.01f)};
-  return tr_model_new(out, &sp, NULL, 0);
+  return made(__func__, out, &sp);
 }
 
 int tr_model_mlp(tr_model **out, int width, int depth) {
+  TR__NOT_NULL(out);
   *out = NULL;
-  if (width <= 0 || depth <= 0 || depth > 1024) return TR_EINVAL;
+  if (width <= 0) return tr__misuse(TR_EINVAL, "tr_model_mlp: width %d: give 1 or more", width);
+  if (depth <= 0 || depth > 1024)
+    return tr__misuse(TR_EINVAL, "tr_model_mlp: depth %d: give 1 to 1024 layers", depth);
   tr_layer_spec *layers = malloc((size_t)(2 * depth - 1) * sizeof *layers);
   if (!layers) return TR_ENOMEM;
   int n = 0;
@@ -28,7 +39,7 @@ int tr_model_mlp(tr_model **out, int width, int depth) {
   o.momentum = 0.9f;
   const tr_model_spec sp = {.name = "mlp", .ctx = 1, .loss = TR_LOSS_MSE, .nlayers = n,
                             .layers = layers, .batch = 256, .optim = o};
-  int rc = tr_model_new(out, &sp, NULL, 0);
+  int rc = made(__func__, out, &sp);
   free(layers);
   return rc;
 }
@@ -39,9 +50,11 @@ tr_gpt_config tr_gpt_defaults(void) {
 }
 
 int tr_model_gpt(tr_model **out, const tr_gpt_config *cfg) {
+  TR__NOT_NULL(out);
   *out = NULL;
   const tr_gpt_config c = cfg ? *cfg : tr_gpt_defaults();
-  if (c.layers < 0 || c.layers > 1024) return TR_EINVAL;
+  if (c.layers < 0 || c.layers > 1024)
+    return tr__misuse(TR_EINVAL, "tr_model_gpt: layers %d: give 0 to 1024 blocks", c.layers);
   const int n = c.layers + 3;
   tr_layer_spec *layers = malloc((size_t)n * sizeof *layers);
   if (!layers) return TR_ENOMEM;
@@ -52,12 +65,14 @@ int tr_model_gpt(tr_model **out, const tr_gpt_config *cfg) {
   tr_optim_config o = tr_optim_defaults(TR_OPTIM_ADAMW, 3e-4f);
   const tr_model_spec sp = {.name = "gpt", .ctx = c.ctx, .loss = TR_LOSS_CROSSENTROPY,
                             .nlayers = n, .layers = layers, .batch = 8, .optim = o};
-  int rc = tr_model_new(out, &sp, NULL, 0);
+  int rc = made(__func__, out, &sp);
   free(layers);
   return rc;
 }
 
 int tr_model_named(tr_model **out, const char *name, char *err, size_t err_size) {
+  if (!out || !name)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_model_named: %s is NULL", out ? "name" : "out");
   *out = NULL;
   int rc;
   if (name && !strcmp(name, "simplenet")) rc = tr_model_simplenet(out);

@@ -36,11 +36,24 @@ static void actor_wake(tr_actor *a) {
   }
 }
 
+/* A send with no actor or no message: said, and the message freed (tr_base.h, Misuse). */
+static bool refuse_send(const char *call, const tr_actor *to, void *msg) {
+  if (__builtin_expect(to != NULL && msg != NULL, 1)) return false;
+  const tr_msg *m = msg;
+  tr__misuse(TR_EINVAL, "%s: %s is NULL%s%s%s", call, to ? "msg" : "to",
+             m ? ": the message ('" : "", m && m->type ? m->type->name : m ? "?" : "",
+             m ? "') is freed" : "");
+  tr_msg_free(msg);
+  return true;
+}
+
 void tr_actor_send(tr_actor *to, void *msg) {
+  if (refuse_send("tr_actor_send", to, msg)) return;
   if (tr_mailbox_push(&to->data, msg)) actor_wake(to);
 }
 
 void tr_actor_send_ctl(tr_actor *to, void *msg) {
+  if (refuse_send("tr_actor_send_ctl", to, msg)) return;
   if (tr_mailbox_push(&to->ctl, msg)) actor_wake(to);
 }
 
@@ -50,15 +63,17 @@ int tr_actor_fail(tr_actor *self, int status, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
+  if (self == NULL) return tr__misuse(status, "tr_actor_fail: self is NULL (%s: %s)",
+                                      tr_strerror(status), buf);
   free(self->error);
   self->error = strdup(buf);
   return status;
 }
 
-const char *tr_actor_name(const tr_actor *a) { return a->name; }
-tr_actor_kind tr_actor_kind_of(const tr_actor *a) { return a->kind; }
-void *tr_actor_state(const tr_actor *a) { return a->state; }
-tr_system *tr_actor_system(const tr_actor *a) { return a->sys; }
+const char *tr_actor_name(const tr_actor *a) { return a ? a->name : ""; }
+tr_actor_kind tr_actor_kind_of(const tr_actor *a) { return a ? a->kind : TR_ACTOR_PINNED; }
+void *tr_actor_state(const tr_actor *a) { return a ? a->state : NULL; }
+tr_system *tr_actor_system(const tr_actor *a) { return a ? a->sys : NULL; }
 
 static const char *kind_name(const tr_actor *a) {
   return a->kind == TR_ACTOR_PINNED ? "pinned" : "loop";

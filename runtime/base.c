@@ -31,6 +31,16 @@ int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ...) {
   return status;
 }
 
+int tr__misuse(int status, const char *fmt, ...) {
+  char text[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(text, sizeof text, fmt, ap);
+  va_end(ap);
+  fprintf(stderr, "troupe: %s\n", text); /* one write: lines of threads do not interleave */
+  return status;
+}
+
 const char *tr__name_of(const char *const *names, int n, int i) {
   return i >= 0 && i < n ? names[i] : "?";
 }

@@ -44,8 +44,10 @@ char *tr__file_dir(const char *path) { return dir_of(path); }
 enum { MAX_LINKS = 40 }; /* as the kernel's own limit on a path's symlinks */
 
 int tr_file_output_target(const char *path, char **out) {
-  char *cur = strdup(path);
+  TR__NOT_NULL(out);
   *out = NULL;
+  TR__NOT_NULL(path);
+  char *cur = strdup(path);
   if (cur == NULL) return TR_ENOMEM;
   for (int hops = 0;; hops++) {
     struct stat sb;
@@ -95,6 +97,10 @@ int tr__file_keep_attributes(int fd, unsigned mode, unsigned uid, unsigned gid) 
 }
 
 int tr_file_check_output(const char *path, const char *what, char *err, size_t err_size) {
+  if (path == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_file_check_output: path (%s) is NULL",
+                     what ? what : "output");
+  if (what == NULL) what = "output";
   if (path == NULL || path[0] == 0)
     return tr_errorf(err, err_size, TR_EINVAL, "%s: an empty path", what);
   const size_t n = strlen(path);
@@ -193,6 +199,10 @@ static int rename_onto_target(const char *target, const char *dir, const char *b
 }
 
 int tr_file_probe_output(const char *path, const char *what, char *err, size_t err_size) {
+  if (path == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_file_probe_output: path (%s) is NULL",
+                     what ? what : "output");
+  if (what == NULL) what = "output";
   int rc = tr_file_check_output(path, what, err, err_size);
   if (rc) return rc;
   char *target = NULL, *dir = NULL, *tmp = NULL, *moved = NULL;
@@ -375,6 +385,10 @@ static tr_file_lock *held_locks;
 
 int tr_file_lock_output(const char *path, const char *what, tr_file_lock **out, char *err,
                         size_t err_size) {
+  if (out == NULL || path == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_file_lock_output: %s is NULL",
+                     out ? "path" : "out");
+  if (what == NULL) what = "output";
   *out = NULL;
   char *target = NULL;
   tr_file_lock *l = calloc(1, sizeof *l);
@@ -469,6 +483,9 @@ void tr_file_unlock(tr_file_lock *l) {
 
 int tr_file_open_regular(const char *path, const char *what, int *fd, uint64_t *size,
                          char *err, size_t err_size) {
+  if (fd == NULL || size == NULL || path == NULL)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_file_open_regular: %s is NULL",
+                     !fd ? "fd" : !size ? "size" : "path");
   *fd = -1;
   *size = 0;
   if (path == NULL || path[0] == 0)
@@ -497,6 +514,10 @@ int tr_file_open_regular(const char *path, const char *what, int *fd, uint64_t *
 
 int tr_file_read_at(int fd, void *buf, size_t n, uint64_t offset, const char *what,
                     const char *path, char *err, size_t err_size) {
+  if (buf == NULL && n)
+    return tr_errorf(err, err_size, TR_EINVAL, "tr_file_read_at: buf is NULL");
+  if (what == NULL) what = "file";
+  if (path == NULL) path = "?";
   char *p = buf;
   while (n) {
     const ssize_t k = pread(fd, p, n < (1u << 30) ? n : (1u << 30), (off_t)offset);

@@ -2,6 +2,10 @@
 #include "tr_mailbox.h"
 
 void tr_mailbox_init(tr_mailbox *q) {
+  if (q == NULL) {
+    tr__misuse(TR_EINVAL, "tr_mailbox_init: q is NULL");
+    return;
+  }
   atomic_store_explicit(&q->stub.next, NULL, memory_order_relaxed);
   q->stub.type = NULL;
   q->stub.from = NULL;
@@ -12,6 +16,7 @@ void tr_mailbox_init(tr_mailbox *q) {
 }
 
 void tr_mailbox_drain(tr_mailbox *q) {
+  if (q == NULL) return;
   tr_msg *m, *released;
   while ((m = tr_mailbox_pop(q, &released)) != NULL) {
     tr_msg_free(released);

@@ -164,7 +164,15 @@ void tr_msg_pool_free(tr_msg_pool *pool) { TR_ASSERT(pool == NULL); }
 #endif
 
 void *tr_msg_new_size(const tr_msgtype *type, size_t size) {
-  TR_ASSERT(size >= sizeof(tr_msg) && size <= UINT32_MAX - TR_CACHE_LINE);
+  if (type == NULL) {
+    tr__misuse(TR_EINVAL, "tr_msg_new_size: type is NULL");
+    return NULL;
+  }
+  if (size < sizeof(tr_msg) || size > UINT32_MAX - TR_CACHE_LINE) {
+    tr__misuse(TR_EINVAL, "tr_msg_new_size: size %zu of type '%s': give sizeof(tr_msg) (%zu "
+               "bytes) to 4 GiB", size, type->name, sizeof(tr_msg));
+    return NULL;
+  }
   /* Whole cache lines: a consumer reading one message must not share a line with the next
    * message a producer is writing (a 48-byte class halves queue throughput). */
   size = (size + TR_CACHE_LINE - 1) & ~(size_t)(TR_CACHE_LINE - 1);
@@ -187,7 +195,13 @@ void *tr_msg_new_size(const tr_msgtype *type, size_t size) {
   return m;
 }
 
-void *tr_msg_new(const tr_msgtype *type) { return tr_msg_new_size(type, type->size); }
+void *tr_msg_new(const tr_msgtype *type) {
+  if (type == NULL) {
+    tr__misuse(TR_EINVAL, "tr_msg_new: type is NULL");
+    return NULL;
+  }
+  return tr_msg_new_size(type, type->size);
+}
 
 void tr_msg_free(void *msg) {
   tr_msg *m = msg;

@@ -78,11 +78,15 @@ void tr_system_fail(tr_system *sys, int status, const char *fmt, ...) {
 }
 
 void tr_system_stop(tr_system *sys, int status) {
+  if (sys == NULL) {
+    tr__misuse(TR_EINVAL, "tr_system_stop: sys is NULL: nothing stopped");
+    return;
+  }
   tr__system_fail(sys, status, "%s: stopped with %s", sys->name, tr_strerror(status));
 }
 
-const char *tr_system_error(const tr_system *sys) { return sys->error; }
-uv_loop_t *tr_system_loop(tr_system *sys) { return &sys->loop; }
+const char *tr_system_error(const tr_system *sys) { return sys ? sys->error : ""; }
+uv_loop_t *tr_system_loop(tr_system *sys) { return sys ? &sys->loop : NULL; }
 
 /* ---- timers ---------------------------------------------------------------------------- */
 
@@ -118,10 +122,12 @@ static int timer_request_send(tr_actor *a, bool start, uint64_t timeout_ms, uint
 }
 
 int tr_actor_timer_start(tr_actor *a, uint64_t timeout_ms, uint64_t repeat_ms, uint64_t tag) {
+  TR__NOT_NULL(a);
   return timer_request_send(a, true, timeout_ms, repeat_ms, tag);
 }
 
 int tr_actor_timer_stop(tr_actor *a, uint64_t tag) {
+  TR__NOT_NULL(a);
   return timer_request_send(a, false, 0, 0, tag);
 }
 
@@ -312,13 +318,19 @@ void tr_signals_release(void) {
   held = 0; /* dropped: a system run later must not raise it again */
 }
 
-int tr_system_signal(const tr_system *sys) { return atomic_load(&((tr_system *)sys)->signal); }
+int tr_system_signal(const tr_system *sys) {
+  return sys ? atomic_load(&((tr_system *)sys)->signal) : 0;
+}
 
 int tr_system_watchdog_ms(const tr_system *sys) {
-  return atomic_load(&((tr_system *)sys)->watchdog_ms);
+  return sys ? atomic_load(&((tr_system *)sys)->watchdog_ms) : 0;
 }
 
 void tr_system_set_watchdog_ms(tr_system *sys, int ms) {
+  if (sys == NULL) {
+    tr__misuse(TR_EINVAL, "tr_system_set_watchdog_ms: sys is NULL");
+    return;
+  }
   if (ms >= 1 && atomic_load(&sys->watchdog_ms) > 0) atomic_store(&sys->watchdog_ms, ms);
 }
 
@@ -342,8 +354,15 @@ int tr_system_work_end(tr_system *sys) {
 int tr_system_new(tr_system **out, const tr_system_config *config) {
   static const tr_system_config defaults = {0};
   if (config == NULL) config = &defaults;
+  TR__NOT_NULL(out);
   *out = NULL;
-  if (config->turn_batch < 0 || config->spin_us < 0 || config->watchdog_ms < 0) return TR_EINVAL;
+  const struct { const char *name; int value; } counts[] = {
+      {"turn_batch", config->turn_batch}, {"spin_us", config->spin_us},
+      {"watchdog_ms", config->watchdog_ms}};
+  for (int i = 0; i < TR__COUNTOF(counts); i++)
+    if (counts[i].value < 0)
+      return tr__misuse(TR_EINVAL, "tr_system_new: config->%s %d: give 0 (the default) or more",
+                        counts[i].name, counts[i].value);
   tr_stdio_reserve();
 
   tr_system *sys = calloc(1, sizeof *sys);
@@ -385,10 +404,21 @@ static int start_thread(tr_actor *a) {
 }
 
 int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out) {
+  TR__NOT_NULL(out);
   *out = NULL;
-  if (config->behaviour == NULL || config->behaviour->receive == NULL) return TR_EINVAL;
-  if (config->kind != TR_ACTOR_PINNED && config->kind != TR_ACTOR_LOOP) return TR_EINVAL;
-  if (config->spin_us < TR_SPIN_FOREVER) return TR_EINVAL;
+  TR__NOT_NULL(sys);
+  TR__NOT_NULL(config);
+  const char *name = config->name ? config->name : "(unnamed)";
+  if (config->behaviour == NULL || config->behaviour->receive == NULL)
+    return tr__misuse(TR_EINVAL, "tr_actor_spawn: actor '%s': config->behaviour%s is NULL: "
+                      "an actor needs a behaviour with a receive callback", name,
+                      config->behaviour ? "->receive" : "");
+  if (config->kind != TR_ACTOR_PINNED && config->kind != TR_ACTOR_LOOP)
+    return tr__misuse(TR_EINVAL, "tr_actor_spawn: actor '%s': config->kind %d: give "
+                      "TR_ACTOR_PINNED or TR_ACTOR_LOOP", name, (int)config->kind);
+  if (config->spin_us < TR_SPIN_FOREVER)
+    return tr__misuse(TR_EINVAL, "tr_actor_spawn: actor '%s': config->spin_us %d: give µs, 0, "
+                      "TR_SPIN_NONE or TR_SPIN_FOREVER", name, config->spin_us);
 
   tr_actor *a = aligned_alloc(TR_CACHE_LINE, sizeof *a);
   if (a == NULL) return TR_ENOMEM;
@@ -436,7 +466,10 @@ int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out
 }
 
 int tr_system_run(tr_system *sys) {
-  if (sys->ran) return TR_ESTATE;
+  TR__NOT_NULL(sys);
+  if (sys->ran)
+    return tr__misuse(TR_ESTATE, "tr_system_run: system '%s' ran already: a system runs once "
+                      "(make another with tr_system_new)", sys->name);
   sys->ran = true;
   tr__run_error_set(""); /* an earlier run's failure is not this one's */
   if (sys->trace_on) {

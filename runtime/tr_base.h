@@ -4,6 +4,16 @@
  * of a failure lives with the object that failed (tr_system_error(), ...); tr_strerror()
  * names the code itself.
  *
+ * Misuse (SQLite's SQLITE_MISUSE is the model): a public function given what it cannot act on
+ * (a NULL object or buffer, a count out of range, a call out of its order) returns TR_EINVAL
+ * or TR_ESTATE with a message naming the function and the argument ("tr_graph_add: config
+ * is NULL"): in the caller's `err` buffer, or in the owning object's error text
+ * (tr_graph_error, tr_job_error, tr_stage_error, tr_device_error, ...), or, where the call
+ * has neither, on stderr ("troupe: tr_graph_new: out is NULL"). A call that returns no status
+ * does what its header says of such an argument and says so on stderr: freeing or closing
+ * NULL does nothing (the libc way), a getter of NULL answers 0, NULL or "", a send to NULL
+ * frees the message. Nothing a caller passes aborts the process.
+ *
  * TR_ASSERT(cond) checks an invariant of the program, not of its input. It stays on in
  * release builds and aborts with file:line, because continuing past a broken invariant in a
  * concurrent runtime turns one bug into a hang or silent corruption somewhere else.
@@ -62,7 +72,15 @@ TR_API int tr_errorf(char *err, size_t err_size, int status, const char *fmt, ..
 #define TR_NORETURN _Noreturn
 #endif
 
-/* Internal (not exported: the library's own parts and its tools use them). The name tables
+/* Internal (not exported: the library's own parts and its tools use them). A caller's misuse
+ * that has nowhere else to go (above): "troupe: <text>" on stderr, the process's log, and
+ * `status` back:
+ *   if (out == NULL) return tr__misuse(TR_EINVAL, "tr_graph_new: out is NULL");
+ * TR__NOT_NULL(p) is that for an argument `p` of the public function it begins. */
+int tr__misuse(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define TR__NOT_NULL(p) \
+  if (__builtin_expect((p) == NULL, 0)) return tr__misuse(TR_EINVAL, "%s: %s is NULL", __func__, #p)
+/* The name tables
  * behind every tr_*_name and tr_*_parse: names[i] for 0 <= i < n, else "?"; the index of
  * `name` among names[0, n), or -1 for NULL or an unknown name. */
 const char *tr__name_of(const char *const *names, int n, int i);

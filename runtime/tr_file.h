@@ -13,7 +13,9 @@
  *   // "data 'f': a FIFO, not a regular file"; "data 'f': cannot open: No such file ..."
  *   ... pread(fd, ...) ...; close(fd);
  *
- * `what` begins each message: the field or the kind of file the caller knows it by.
+ * `what` begins each message: the field or the kind of file the caller knows it by (NULL:
+ * "output", "file"). A NULL path, out or fd is TR_EINVAL, err naming the function and the
+ * argument ("tr_file_lock_output: out is NULL").
  */
 #ifndef TR_FILE_H
 #define TR_FILE_H

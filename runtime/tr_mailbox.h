@@ -38,7 +38,8 @@ typedef struct tr_mailbox {
   tr_msg stub;
 } tr_mailbox;
 
-/* An empty queue, marked empty: the first push reports that its consumer needs a wake-up. */
+/* An empty queue, marked empty: the first push reports that its consumer needs a wake-up.
+ * (q NULL: nothing, said on stderr; tr_mailbox_drain(NULL) does nothing.) */
 TR_API void tr_mailbox_init(tr_mailbox *q);
 
 /* Frees every message still queued (and the last popped one) with tr_msg_free; those never

@@ -90,14 +90,16 @@ typedef struct tr_msg {
 } tr_msg;
 
 /* Allocates a message of `type` (type->size bytes, payload uninitialised). Never returns
- * NULL: running out of memory for a message aborts, since no actor could report it. */
+ * NULL for a type: running out of memory for a message aborts, since no actor could report
+ * it. type NULL is the caller's mistake: NULL, said on stderr. */
 TR_API void *tr_msg_new(const tr_msgtype *type);
 
 /* The same with a payload of `size` bytes in all (>= sizeof(tr_msg)), for variable-length
- * messages. */
+ * messages; a smaller size (or above 4 GiB): NULL, said on stderr. */
 TR_API void *tr_msg_new_size(const tr_msgtype *type, size_t size);
 
-/* Frees a message that was never sent. Sent messages are freed by the runtime. */
+/* Frees a message that was never sent (NULL: nothing). Sent messages are freed by the
+ * runtime. */
 TR_API void tr_msg_free(void *msg);
 
 /* What is behind message memory: "pools over jemalloc", "jemalloc", "libc"... */

@@ -173,15 +173,19 @@ typedef struct tr_system_config {
 TR_API void tr_stdio_reserve(void);
 
 /* Creates a system (standard streams first: tr_stdio_reserve). On failure *out is NULL
- * and the status says why. */
+ * and the status says why: TR_EINVAL for out NULL or a negative count in config (config NULL:
+ * the defaults), said on stderr ("troupe: tr_system_new: config->turn_batch -1: ..."). */
 TR_API int tr_system_new(tr_system **out, const tr_system_config *config);
 
 /* Creates an actor. Before tr_system_run it starts when the system runs; during a run it
- * starts at once. Callable from the creating thread or from actor callbacks. */
+ * starts at once. Callable from the creating thread or from actor callbacks. TR_EINVAL,
+ * said on stderr naming the argument, for sys, config or out NULL, a behaviour or receive
+ * callback missing, a kind or spin_us not among the values above. */
 TR_API int tr_actor_spawn(tr_system *sys, const tr_actor_config *config, tr_actor **out);
 
 /* Runs the system on the calling thread (which becomes the loop thread) until it is stopped.
- * Returns 0 after a clean stop, otherwise the first failure's status. Once per system. */
+ * Returns 0 after a clean stop, otherwise the first failure's status. Once per system: again,
+ * TR_ESTATE (said on stderr); sys NULL, TR_EINVAL. */
 TR_API int tr_system_run(tr_system *sys);
 
 /* Starts a graceful stop; any thread, any number of times: the first status is kept. A
@@ -193,7 +197,7 @@ TR_API void tr_system_stop(tr_system *sys, int status);
 TR_API void tr_system_fail(tr_system *sys, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* The first failure's text, or "" when there was none. */
+/* The first failure's text, or "" when there was none (and for sys NULL). */
 TR_API const char *tr_system_error(const tr_system *sys);
 
 /* The signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2) that reached the system,
@@ -248,21 +252,24 @@ TR_API void tr_system_report(tr_system *sys, char *buf, size_t size);
 TR_API uv_loop_t *tr_system_loop(tr_system *sys);
 
 /* Sends on the data lane / the priority lane. Never fails and never blocks: bounding what
- * is in flight is the graph's job (credits). */
+ * is in flight is the graph's job (credits). `to` NULL: the message is freed, and that said on
+ * stderr; msg NULL: nothing sent, said. */
 TR_API void tr_actor_send(tr_actor *to, void *msg);
 TR_API void tr_actor_send_ctl(tr_actor *to, void *msg);
 
 /* Posts tr_timer_msg{tag} to `a` after `timeout_ms`, then every `repeat_ms` (0: once).
- * Timers run on the loop; any actor may own them. */
+ * Timers run on the loop; any actor may own them. `a` NULL: TR_EINVAL (both calls). */
 TR_API int tr_actor_timer_start(tr_actor *a, uint64_t timeout_ms, uint64_t repeat_ms, uint64_t tag);
 /* Cancels `a`'s timers with `tag`; a tick already posted may still arrive. */
 TR_API int tr_actor_timer_stop(tr_actor *a, uint64_t tag);
 
 /* Records a failure's text on the actor and returns `status`, for
- * `return tr_actor_fail(self, TR_EDEVICE, "cudaMemcpyAsync: %s", cudaGetErrorString(e));` */
+ * `return tr_actor_fail(self, TR_EDEVICE, "cudaMemcpyAsync: %s", cudaGetErrorString(e));`
+ * (self NULL: the text goes to stderr, and `status` comes back all the same). */
 TR_API int tr_actor_fail(tr_actor *self, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Of NULL: "", TR_ACTOR_PINNED, NULL, NULL. */
 TR_API const char *tr_actor_name(const tr_actor *a);
 TR_API tr_actor_kind tr_actor_kind_of(const tr_actor *a);
 TR_API void *tr_actor_state(const tr_actor *a);

@@ -46,6 +46,11 @@
  *
  * Strings given to these calls (names, kinds, tracks, lanes) must outlive the system's trace
  * (literals, type names, actor names, strings of objects freed after tr_system_trace_write).
+ *
+ * Misuse (tr_base.h): a call given NULL for its actor, system, kind, message or track records
+ * nothing and says so on stderr (tr_trace_enabled, tr_trace_wants and tr_system_trace_count
+ * answer 0); a setting made after tr_system_run, or a window that ends before it begins, is
+ * not taken, said likewise; tr_system_trace_write refuses NULL (TR_EINVAL).
  */
 #ifndef TR_TRACE_H
 #define TR_TRACE_H

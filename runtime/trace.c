@@ -163,22 +163,39 @@ static void append(tr__trace_buf *b, const tr_trace_event *ev) {
   c->ev[c->n++].step = step;
 }
 
+/* The settings of a system's trace come before its run (tr_trace.h): 1 when `sys` may take
+ * them, else 0 with the refusal said (tr_base.h, Misuse). */
+static int settable(const tr_system *sys, const char *call) {
+  if (sys == NULL) return tr__misuse(0, "%s: sys is NULL", call);
+  if (sys->ran) return tr__misuse(0, "%s: system '%s' ran already: set it before tr_system_run",
+                                  call, sys->name);
+  return 1;
+}
+
 void tr_system_trace_budget(tr_system *sys, size_t bytes) {
-  TR_ASSERT(!sys->ran);
+  if (!settable(sys, __func__)) return;
   sys->trace_budget = bytes;
 }
 
 /* ---- recording -------------------------------------------------------------------------- */
 
 void tr_trace_label(tr_actor *self, const char *label) {
+  if (self == NULL || label == NULL) {
+    tr__misuse(TR_EINVAL, "tr_trace_label: %s is NULL", self ? "label" : "self");
+    return;
+  }
   if (self->kind == TR_ACTOR_PINNED && self->trace)
     snprintf(self->trace->label, sizeof self->trace->label, "%s", label);
 }
 
-int tr_trace_enabled(const tr_actor *self) { return self->sys->trace_on; }
+int tr_trace_enabled(const tr_actor *self) { return self && self->sys->trace_on; }
 
 void tr_trace_record(tr_actor *self, const char *name, uint64_t start_ns, uint64_t end_ns,
                      int64_t arg) {
+  if (self == NULL) {
+    tr__misuse(TR_EINVAL, "tr_trace_record: self is NULL");
+    return;
+  }
   tr__trace_buf *b = self->trace;
   if (!self->sys->trace_on || b == NULL || closed(self->sys)) return;
   append(b, &(tr_trace_event){.actor = self->name, .name = name, .start_ns = start_ns,
@@ -191,24 +208,33 @@ static bool in_window(const tr_system *sys, int64_t step) {
 }
 
 int tr_trace_wants(const tr_actor *self, int64_t step) {
+  if (self == NULL) return 0;
   const tr_system *sys = self->sys;
   return (sys->trace_on || tr__nvtx_live) && in_window(sys, step);
 }
 
+/* A range needs its actor, kind and arguments: 1, or 0 with the refusal said (tr_base.h). */
+static int range_given(const char *call, const tr_actor *self, const tr_trace_kind *kind,
+                       const int64_t *args) {
+  if (self && kind && args) return 1;
+  return tr__misuse(0, "%s: %s is NULL: no range", call, !self ? "self" : !kind ? "kind" : "args");
+}
+
 uint64_t tr_trace_begin(tr_actor *self, tr_trace_kind *kind, const int64_t args[3]) {
-  (void)self;
-  tr__nvtx_push(kind, NULL, args);
+  if (range_given(__func__, self, kind, args)) tr__nvtx_push(kind, NULL, args);
   return tr_now_ns();
 }
 
 void tr_trace_end(tr_actor *self, tr_trace_kind *kind, const int64_t args[3], uint64_t start_ns,
                   uint64_t end_ns) {
+  if (!range_given(__func__, self, kind, args)) return; /* its begin pushed none either */
   tr__nvtx_pop();
   tr_trace_range(self, kind, args, start_ns, end_ns);
 }
 
 void tr_trace_range(tr_actor *self, tr_trace_kind *kind, const int64_t args[3],
                     uint64_t start_ns, uint64_t end_ns) {
+  if (!range_given(__func__, self, kind, args)) return;
   tr__trace_buf *b = self->trace;
   if (!self->sys->trace_on || b == NULL) return;
   /* arg: the last argument, as tr_trace_record's ranges had it (a micro-batch), for tools
@@ -257,6 +283,10 @@ int tr__trace_start(tr_actor *a) {
 }
 
 void tr_trace_flow(tr_msg *m, const char *name) {
+  if (m == NULL) {
+    tr__misuse(TR_EINVAL, "tr_trace_flow: msg is NULL");
+    return;
+  }
   tr__trace_buf *b = recording();
   if (b == NULL || !b->sys->trace_on) {
     m->flow = 0;
@@ -272,6 +302,10 @@ void tr_trace_flow(tr_msg *m, const char *name) {
 }
 
 void tr_trace_counter(const char *track, int64_t value) {
+  if (track == NULL) {
+    tr__misuse(TR_EINVAL, "tr_trace_counter: track is NULL");
+    return;
+  }
   tr__trace_buf *b = recording();
   if (b == NULL || !b->sys->trace_on) return;
   const uint64_t t = tr_now_ns();
@@ -286,6 +320,11 @@ int tr_trace_here(void) {
 
 void tr_trace_device_slice(const char *lane, const tr_trace_kind *kind, const int64_t args[3],
                            uint64_t start_ns, uint64_t end_ns) {
+  if (lane == NULL || kind == NULL || args == NULL) {
+    tr__misuse(TR_EINVAL, "tr_trace_device_slice: %s is NULL",
+               !lane ? "lane" : !kind ? "kind" : "args");
+    return;
+  }
   tr__trace_buf *b = here; /* the window may have closed since the work was issued */
   if (b == NULL || !b->sys->trace_on) return;
   append(b, &(tr_trace_event){.actor = lane, .name = kind->name, .start_ns = start_ns,
@@ -299,10 +338,17 @@ void tr_trace_set_device_hooks(const tr_trace_device_hooks *hooks) {
 
 /* ---- the window ------------------------------------------------------------------------- */
 
-void tr_system_trace_classify(tr_system *sys, tr_trace_classify_fn fn) { sys->trace_classify = fn; }
+void tr_system_trace_classify(tr_system *sys, tr_trace_classify_fn fn) {
+  if (settable(sys, __func__)) sys->trace_classify = fn;
+}
 
 void tr_system_trace_window(tr_system *sys, int64_t from, int64_t to) {
-  TR_ASSERT(!sys->ran && from >= 0 && to >= 0 && (to == 0 || to > from));
+  if (!settable(sys, __func__)) return;
+  if (from < 0 || to < 0 || (to != 0 && to <= from)) {
+    tr__misuse(TR_EINVAL, "tr_system_trace_window: steps [%lld, %lld): give 0 <= from < to, or "
+               "to 0 (no end); the window is not changed", (long long)from, (long long)to);
+    return;
+  }
   sys->trace_window = from > 0 || to > 0;
   sys->trace_from = from;
   sys->trace_to = to;
@@ -320,6 +366,10 @@ static void window_turns(tr_system *sys, bool open) {
 }
 
 void tr_system_trace_step(tr_system *sys, int64_t step) {
+  if (sys == NULL) {
+    tr__misuse(TR_EINVAL, "tr_system_trace_step: sys is NULL");
+    return;
+  }
   if (!sys->trace_window && !sys->trace_on) return;
   pthread_mutex_lock(&sys->lock);
   if (step > sys->trace_step) {
@@ -335,6 +385,10 @@ void tr_system_trace_step(tr_system *sys, int64_t step) {
 /* ---- reading ---------------------------------------------------------------------------- */
 
 void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx) {
+  if (sys == NULL || fn == NULL) {
+    if (sys || fn) tr__misuse(TR_EINVAL, "tr_system_trace_visit: %s is NULL", sys ? "fn" : "sys");
+    return;
+  }
   pthread_mutex_lock(&sys->lock);
   tr__trace_buf *first = sys->traces;
   const int64_t floor = sys->trace_floor;
@@ -346,7 +400,12 @@ void tr_system_trace_visit(tr_system *sys, tr_trace_visit_fn fn, void *ctx) {
 }
 
 void tr_system_trace_stats(tr_system *sys, tr_trace_stats *st) {
+  if (st == NULL) {
+    tr__misuse(TR_EINVAL, "tr_system_trace_stats: stats is NULL");
+    return;
+  }
   *st = (tr_trace_stats){.lost_step = -1};
+  if (sys == NULL) return;
   pthread_mutex_lock(&sys->lock);
   st->first_step = sys->trace_floor;
   for (tr__trace_buf *b = sys->traces; b; b = b->next)

@@ -243,6 +243,8 @@ static int print_trace(void *arg, FILE *f) {
 int tr__system_trace_fill(void *sys, int fd) { return tr__file_fill_stream(fd, print_trace, sys); }
 
 int tr_system_trace_write(tr_system *sys, const char *path) {
+  TR__NOT_NULL(sys);
+  TR__NOT_NULL(path);
   char err[8];
   const int rc = tr__file_write(path, "trace", tr__system_trace_fill, sys, err, sizeof err);
   return rc == TR_EINVAL || rc == TR_ENOMEM ? rc : rc ? TR_EIO : 0;

@@ -81,8 +81,9 @@ static void append(char *buf, size_t size, size_t *len, const char *fmt, ...) {
 enum { SUMMARY_ROOM = 64 }; /* "; 1234 more not shown; 12345 actors, 12345 idle" */
 
 void tr_system_report(tr_system *sys, char *buf, size_t size) {
-  if (size == 0) return;
+  if (buf == NULL || size == 0) return;
   buf[0] = 0;
+  if (sys == NULL) return;
   /* The list only grows at its head: from one head, it is a fixed list. */
   tr_actor *head = atomic_load(&sys->actors);
   size_t n = 0, idle = 0, shown = 0, len = 0;
