@@ -71,13 +71,6 @@ static void misuse_stop(tr_graph *g, const char *fmt, ...) {
   tr_system_stop(g->sys, TR_EINVAL);
 }
 
-static void describe(void *arg, char *buf, size_t size) {
-  FILE *f = fmemopen(buf, size, "w");
-  if (f == NULL) return;
-  tr_graph_print(arg, f);
-  fclose(f);
-}
-
 /* A signal (SIGINT, SIGTERM, ...: tr_system.h): the run ends as a timed run does, after the
  * steps claimed so far, so that its end is a clean one (figures, the last checkpoint). */
 static void finish_on_signal(void *arg, int signum) {
@@ -115,7 +108,7 @@ int tr_graph_new(tr_graph **out, const tr_system_config *config) {
                   : c.watchdog_ms == 0             ? default_watchdog_ms()
                                                    : c.watchdog_ms;
   c.watchdog_idle = c.watchdog_ms > 0;
-  c.describe = describe;
+  c.describe = tr__graph_describe; /* the graph printed, for the watchdog */
   c.describe_arg = g;
   c.on_quiet = tr__graph_quiet; /* quiet: nothing can ever happen in it again */
   c.quiet_arg = g;
@@ -494,40 +487,6 @@ int tr_edge_credits(const tr_edge *e) { return e ? e->credits : 0; }
 const char *tr_edge_name(const tr_edge *e) { return e ? e->name : ""; }
 tr_actor *tr_edge_from(const tr_edge *e) { return e ? e->from : NULL; }
 tr_actor *tr_edge_to(const tr_edge *e) { return e ? e->to : NULL; }
-
-void tr_graph_print(tr_graph *g, FILE *f) {
-  if (g == NULL || f == NULL) {
-    tr__misuse(TR_EINVAL, "tr_graph_print: %s is NULL", g ? "f" : "g");
-    return;
-  }
-  fprintf(f, "graph of %d actors and their edges", atomic_load(&g->nmembers));
-  if (g->transport) fprintf(f, " (rank %d of %d)", g->rank, tr_world_size(g->world));
-  fprintf(f, ":\n");
-  for (const member *m = atomic_load_explicit(&g->members, memory_order_acquire); m; m = m->next) {
-    if (m->remote) {
-      fprintf(f, "  actor '%s' on rank %d\n", tr_actor_name(m->actor), m->rank);
-      continue;
-    }
-    fprintf(f, "  actor '%s' (%s)%s%s\n", tr_actor_name(m->actor),
-            tr_actor_kind_of(m->actor) == TR_ACTOR_PINNED ? "pinned" : "loop",
-            m->service ? ", a service" : "", atomic_load(&m->done) ? ", done" : "");
-  }
-  for (const tr_edge *e = atomic_load_explicit(&g->edges, memory_order_acquire); e; e = e->next) {
-    if (e->mfrom->remote && e->mto->remote) continue; /* between two other ranks */
-    if (e->mfrom->remote) {
-      fprintf(f, "  edge %s -> %s '%s' (%s): from rank %d, its credits kept there\n",
-              tr_actor_name(e->from), tr_actor_name(e->to), e->name,
-              e->type ? e->type->name : "control", e->mfrom->rank);
-      continue;
-    }
-    const int out = e->credits - atomic_load(&e->available);
-    fprintf(f, "  edge %s -> %s '%s' (%s): %d of %d in flight, peak %d%s%s\n",
-            tr_actor_name(e->from), tr_actor_name(e->to), e->name,
-            e->type ? e->type->name : "control", out, e->credits, atomic_load(&e->peak),
-            atomic_load(&e->starving) ? ", producer waits for credit" : "",
-            e->notify ? ", notifies" : "");
-  }
-}
 
 static int timer_receive(tr_actor *self, tr_msg *msg) {
   if (msg->type == &tr_timer_msg_type) tr_graph_finish(tr_actor_state(self));

@@ -120,6 +120,8 @@ int tr__graph_add_part(tr_graph *g, int rank, const tr_actor_config *config, tr_
 void tr__graph_on_complete(tr_graph *g, bool (*fn)(void *arg, char *what, size_t n), void *arg);
 /* tr_system_config.on_quiet of a graph's system (graph_quiet.c). */
 void tr__graph_quiet(void *graph);
+/* tr_system_config.describe: the graph printed (tr_graph_print) into buf (graph_quiet.c). */
+void tr__graph_describe(void *graph, char *buf, size_t size);
 /* The ranks' agreement on the end of a timed run: this rank's claims stop at what it has
  * claimed (returned; claims beyond it wait), then every rank takes the end E, the most any
  * rank had claimed, and its actors are told. */

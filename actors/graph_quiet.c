@@ -1,4 +1,5 @@
-/* graph_quiet.c — a graph gone quiet (tr_system_config.on_quiet): every actor waits for a
+/* graph_quiet.c — a graph that does not go on, explained: printed (tr_graph_print, and for
+ * the watchdog's error), and gone quiet (tr_system_config.on_quiet): every actor waits for a
  * message no one will send, and nothing out (a timer, a write, another rank) could send
  * one. It says why in the terms of the mistakes an actor of the user's makes, each with its
  * fix: a relay that keeps the credits of its way in, a relay whose way out does not notify,
@@ -138,6 +139,47 @@ static void diagnose(tr_graph *g, text *t) {
   for (const member *m = atomic_load_explicit(&g->members, memory_order_acquire); m; m = m->next)
     if (!m->remote && !m->service && !atomic_load(&m->done))
       say(t, "%s '%s'", found++ ? "," : "", tr_actor_name(m->actor));
+}
+
+void tr_graph_print(tr_graph *g, FILE *f) {
+  if (g == NULL || f == NULL) {
+    tr__misuse(TR_EINVAL, "tr_graph_print: %s is NULL", g ? "f" : "g");
+    return;
+  }
+  fprintf(f, "graph of %d actors and their edges", atomic_load(&g->nmembers));
+  if (g->transport) fprintf(f, " (rank %d of %d)", g->rank, tr_world_size(g->world));
+  fprintf(f, ":\n");
+  for (const member *m = atomic_load_explicit(&g->members, memory_order_acquire); m; m = m->next) {
+    if (m->remote) {
+      fprintf(f, "  actor '%s' on rank %d\n", tr_actor_name(m->actor), m->rank);
+      continue;
+    }
+    fprintf(f, "  actor '%s' (%s)%s%s\n", tr_actor_name(m->actor),
+            tr_actor_kind_of(m->actor) == TR_ACTOR_PINNED ? "pinned" : "loop",
+            m->service ? ", a service" : "", atomic_load(&m->done) ? ", done" : "");
+  }
+  for (const tr_edge *e = atomic_load_explicit(&g->edges, memory_order_acquire); e; e = e->next) {
+    if (e->mfrom->remote && e->mto->remote) continue; /* between two other ranks */
+    if (e->mfrom->remote) {
+      fprintf(f, "  edge %s -> %s '%s' (%s): from rank %d, its credits kept there\n",
+              tr_actor_name(e->from), tr_actor_name(e->to), e->name,
+              e->type ? e->type->name : "control", e->mfrom->rank);
+      continue;
+    }
+    const int out = e->credits - atomic_load(&e->available);
+    fprintf(f, "  edge %s -> %s '%s' (%s): %d of %d in flight, peak %d%s%s\n",
+            tr_actor_name(e->from), tr_actor_name(e->to), e->name,
+            e->type ? e->type->name : "control", out, e->credits, atomic_load(&e->peak),
+            atomic_load(&e->starving) ? ", producer waits for credit" : "",
+            e->notify ? ", notifies" : "");
+  }
+}
+
+void tr__graph_describe(void *arg, char *buf, size_t size) {
+  FILE *f = fmemopen(buf, size, "w");
+  if (f == NULL) return;
+  tr_graph_print(arg, f);
+  fclose(f);
 }
 
 void tr__graph_quiet(void *arg) {
