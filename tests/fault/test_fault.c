@@ -280,8 +280,8 @@ static void a_checkpoint_path_changed_during_the_run_is_left_and_the_state_kept(
   const char *const whys[] = {
       "became a FIFO during the run: left as it is; the checkpoint of step ",
       "theirs.txt' during the run: left as it is; the checkpoint of step ", /* its dir first */
-      "replaced or rewritten after this run wrote it, by another program during the run: left "
-      "as it is; the checkpoint of step ",
+      ("replaced or rewritten after this run wrote it, by another program during the run: "
+       "left as it is; the checkpoint of step "),
       "became a character device during the run: left as it is; the checkpoint of step "};
   const mode_t kinds[] = {S_IFIFO, S_IFLNK, S_IFREG, S_IFCHR};
   const bool root = geteuid() == 0;
