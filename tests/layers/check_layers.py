@@ -160,9 +160,11 @@ def a_circle_through_an_include_fails(tmp):
 @case
 def an_include_through_another_header_is_no_edge(tmp):
     # part.c includes part.h, which includes job_impl.h: compiled with it, but not depending
-    # on job.c for it
+    # on job.c for it, unless asked to count every header
     h = dict(HEADERS, **{"actors/part.h": ["actors/job_impl.h"]})
     expect(run(tmp, headers=h, args=["--max-circle", "1"]), 0, "err")
+    expect(run(tmp, headers=h, args=["--max-circle", "1", "--through-headers"]), 1, "err",
+           "actors/: a circle of 2 files")
 
 
 @case
