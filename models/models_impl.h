@@ -4,7 +4,6 @@
 
 #include <stddef.h>
 
-#include "file_write.h"
 #include "tr_base.h"
 #include "tr_model.h"
 
@@ -82,23 +81,5 @@ struct tr_model {
   size_t *whole_offset;
   size_t whole_numel;      /* the whole model's parameter space */
 };
-
-/* A piece of a file to write. */
-typedef struct tr__span {
-  const void *p;
-  size_t n;
-} tr__span;
-
-/* Writes the spans to `path` so that it holds the old file or the whole new one, whatever
- * happens, and never over what is not a regular file (file_atomic.c, file_write.h). 0, or
- * TR_EINVAL (not a file path, or what is there may not be replaced: left as it is), TR_EIO,
- * TR_ENOMEM with `err` naming the path, what failed and why. */
-int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *err,
-                     size_t err_size);
-/* The same to an output written again and again (a run's checkpoint, file_write.h), which
- * refuses a path changed since it was opened and keeps `content` ("the checkpoint of step
- * 500") aside, naming it. */
-int tr__write_atomic_to(tr__file_output *out, const char *content, const tr__span *spans,
-                        size_t n, char *err, size_t err_size);
 
 #endif
