@@ -1,4 +1,8 @@
-/* models_impl.h — what the models sources share and callers need not see. */
+/* models_impl.h — the inside of a tr_model (its table of tensors: how each starts out, where
+ * each lies) and the 64-byte alignment of tensors and buffers, for the models sources that
+ * build, shard and run models; callers need not see it. Elsewhere, so that a file takes only
+ * what it uses: TR__TRY in tr_base.h, the atomic file writes in file_atomic.h, the split
+ * linear kinds in layers/layers_impl.h. */
 #ifndef TR_MODELS_IMPL_H
 #define TR_MODELS_IMPL_H
 
@@ -6,13 +10,6 @@
 
 #include "tr_base.h"
 #include "tr_model.h"
-
-/* Returns the status of a failing call from the enclosing function. */
-#define TR__TRY(call)           \
-  do {                          \
-    int tr__rc_ = (call);       \
-    if (tr__rc_) return tr__rc_; \
-  } while (0)
 
 /* Tensors and buffer parts start on 64-byte boundaries: 16 floats. */
 #define TR__ALIGN_FLOATS 16
@@ -52,13 +49,6 @@ int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, i
  * non-zero status and returns it (layer.c). */
 typedef int (*tr__part_run_fn)(void *arg, size_t part_at, size_t whole_at, size_t n);
 int tr__tensor_part_runs(const tr_tensor_part *p, size_t numel, tr__part_run_fn fn, void *arg);
-
-/* Tensor parallelism's kinds (layers/linear_split.c): what a member holds of a linear layer
- * split by output features (column) or input features (row); linear's shard op makes them. */
-extern const tr_layer_type tr__layer_linear_column_type;
-extern const tr_layer_type tr__layer_linear_row_type;
-int tr__linear_shard(const tr_layer_spec *l, tr_split how, int part, int parts,
-                     tr_layer_spec *member, char *err, size_t err_size);
 
 struct tr_model {
   char name[32];
