@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "codec.h"
+#include "file_write.h"
 #include "job_impl.h"
 #include "tensor_group.h"
 #include "tr_checkpoint.h"

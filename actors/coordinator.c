@@ -26,6 +26,7 @@
 
 #include "elastic.h"
 #include "evaluate.h"
+#include "file_write.h"
 #include "graph_impl.h"
 #include "job_config.h"
 #include "join.h"

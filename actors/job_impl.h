@@ -26,7 +26,6 @@
 #include <sys/stat.h> /* tr__ck_mark */
 #include <time.h>
 
-#include "file_write.h"
 #include "run_metrics.h"
 #include "tr_job.h"
 #include "tr_system.h"
@@ -295,7 +294,8 @@ int tr__stage_read_extra(const tr_stage *st, const tr_checkpoint *ck, const char
  * left as it is, the checkpoint kept aside and named), and in memory for observers of the
  * parameters (tr_job_snapshot): *image (malloc'd) holds the bytes the file would,
  * *image_size of them. One gathering, one layout, for both. */
-int tr__checkpoint_write(const tr__run *run, tr__file_output *out, int64_t step,
+struct tr__file_output; /* file_write.h */
+int tr__checkpoint_write(const tr__run *run, struct tr__file_output *out, int64_t step,
                          const tr__part *parts, int nparts, unsigned due, void **image,
                          size_t *image_size, char *err, size_t err_size);
 

@@ -1,6 +1,6 @@
 /* collective.c — the collectives as a service (collective.h): the rounds that agree NCCL
  * communicators' ids across ranks, and the replica groups' sums across ranks, which the
- * transport's actor hands to a thread per group (transport_impl.h), or, for a group whose
+ * transport's actor hands to a thread per group (transport_state.h), or, for a group whose
  * sums outlive a rank, gathers to the group's first rank (below). Each group's sums are one
  * blocking MPI_Allreduce after another, in the order the leader hands them over: Open MPI's
  * nonblocking MPI_Iallreduce (libnbc) reached a third of the blocking one's bandwidth here,
@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "transport_impl.h"
+#include "collective.h"
+#include "transport_state.h"
 
 TR_MSGTYPE_DEFINE(tr__sum_type, tr__sum_msg);
 TR_MSGTYPE_DEFINE(tr__summed_type, tr__summed_msg);
@@ -28,6 +29,15 @@ int tr__dist_comm_round(tr_world *w, int owner, bool yes, tr__comm_word **all, c
 }
 
 /* ---- the replica groups' sums across ranks -------------------------------------------------- */
+
+struct summer { /* a group's sums, one after another on a thread of its own */
+  pthread_t thread;
+  bool started, stop, busy; /* busy: inside MPI_Allreduce */
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+  tr__sum_msg *queue[256]; /* a ring: a step's buckets, two steps at most */
+  int head, n;
+};
 
 static void *summer_main(void *arg);
 
@@ -159,7 +169,7 @@ void tr__sums_free(transport *t, int k) {
   if (t->group_comm[k] != MPI_COMM_NULL) MPI_Comm_free(&t->group_comm[k]);
 }
 
-/* ---- a group's sums that outlive a rank (collective.h, transport_impl.h) -------------------
+/* ---- a group's sums that outlive a rank (collective.h, transport_state.h) ------------------
  *
  * Local SGD's elastic replicas across ranks, where a rank that dies must leave the others
  * summing on without it, and no two ranks may take different sums for one step.

@@ -1,16 +1,25 @@
-/* progress.c — the transport's progress thread (transport_impl.h): MPI progresses a request
+/* progress.c — the transport's progress thread (transport_state.h): MPI progresses a request
  * only while it is called, so this thread completes sends, probes for what other ranks sent
  * (handing it to the actor), watches the lifelines (lifelines.h) for a rank whose process
  * died, and sends heartbeats and notices a rank that has gone silent (one that hangs: its
  * process lives). It spins while requests are outstanding and backs off to sub-millisecond
  * sleeps when nothing is, so an idle job costs little and the watchdog still sees an idle
  * graph as idle. */
+#include <limits.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "transport_impl.h"
+#include "transport_state.h"
+
+/* What the thread hands the actor (transport_state.h). */
+TR_MSGTYPE_DEFINE(tr__mpi_in_type, in_msg);
+TR_MSGTYPE_DEFINE(tr__mpi_silent_type, silent_msg);
+TR_MSGTYPE_DEFINE(tr__mpi_died_type, died_msg);
+TR_MSGTYPE_DEFINE(tr__mpi_broken_type, broken_msg);
+
+/* ---- sending: the actor posts, the thread completes ----------------------------------------- */
 
 /* MPI_Isend of q's message, q then on the list the progress thread completes (under the
  * lock: the progress thread walks it). */
@@ -25,6 +34,36 @@ int tr__mpi_isend(transport *t, request *q, int dest, int tag, const void *buf, 
   return rc;
 }
 
+/* The actor's sends, on its thread: an MPI_Isend of `buf` (t->buffers', given back once sent;
+ * NULL with n 0) to `dest`. */
+int tr__transport_post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
+  request *q = calloc(1, sizeof *q);
+  if (q == NULL) {
+    tr__buffer_give(&t->buffers, buf);
+    return TR_ENOMEM;
+  }
+  q->buf = buf;
+  q->dest = dest;
+  if (n > INT_MAX) { /* MPI counts in int */
+    tr__buffer_give(&t->buffers, buf);
+    free(q);
+    return tr_actor_fail(t->self, TR_EINVAL, "sending %zu bytes to rank %d: more than one MPI "
+                         "message holds (%d)", n, dest, INT_MAX);
+  }
+  if (t->lost[dest]) { /* gone: nothing reaches it any more */
+    tr__buffer_give(&t->buffers, buf);
+    free(q);
+    return 0;
+  }
+  const int rc = tr__mpi_isend(t, q, dest, tag, buf, (int)n);
+  if (rc != MPI_SUCCESS) {
+    tr__buffer_give(&t->buffers, buf);
+    free(q);
+    return tr_actor_fail(t->self, TR_ESYS, "sending to rank %d: MPI_Isend failed (%d)", dest, rc);
+  }
+  return 0;
+}
+
 /* An MPI failure the actor is to report (rank -1: not one rank's), from another thread. */
 void tr__mpi_broken(transport *t, int rank, int rc) {
   broken_msg *b = tr_msg_new(&tr__mpi_broken_type);
@@ -33,6 +72,8 @@ void tr__mpi_broken(transport *t, int rank, int rc) {
   MPI_Error_string(rc, b->why, &len);
   tr_actor_send(t->self, b);
 }
+
+/* ---- the thread ---------------------------------------------------------------------------- */
 
 /* Completes what can be; 1 when anything did, or anything is still out. A send to a rank
  * that is reported gone never completes: it is abandoned to MPI (its request and buffer). */

@@ -1,5 +1,6 @@
 /* transport.c — the actor that carries a graph's edges between processes over MPI, one per
- * rank (transport.h); its progress thread is progress.c's, its groups' sums collective.c's.
+ * rank (transport.h); its progress thread and sends are progress.c's, its groups' sums
+ * collective.c's.
  *
  * Out: an edge whose consumer lives elsewhere hands each message here; it goes out as its
  * type's bytes (tr_msg_codec) in one MPI_Isend to the consumer's rank. In: the progress
@@ -21,14 +22,15 @@
  * no goodbye or agreement waits for it. A rank that died after its goodbye had finished its
  * part: the run goes on without it, whatever the graph.
  */
-#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "transport_impl.h"
+#include "collective.h"
+#include "transport.h"
+#include "transport_state.h"
 
 /* ---- the messages it takes locally ------------------------------------------------------ */
 
@@ -53,43 +55,10 @@ typedef struct cmd_msg {
 static TR_MSGTYPE_DEFINE(out_type, out_msg);
 static TR_MSGTYPE_DEFINE(release_type, release_msg);
 static TR_MSGTYPE_DEFINE(cmd_type, cmd_msg);
-TR_MSGTYPE_DEFINE(tr__mpi_in_type, in_msg);
-TR_MSGTYPE_DEFINE(tr__mpi_silent_type, silent_msg);
-TR_MSGTYPE_DEFINE(tr__mpi_died_type, died_msg);
-TR_MSGTYPE_DEFINE(tr__mpi_broken_type, broken_msg);
 
 static uint64_t now_ns(void) { return tr_now_ns(); }
 
 /* ---- sending ------------------------------------------------------------------------------ */
-
-/* An MPI_Isend of `buf` (t->buffers', given back once sent; NULL with n 0) to `dest`. */
-int tr__transport_post(transport *t, int dest, int tag, uint8_t *buf, size_t n) {
-  request *q = calloc(1, sizeof *q);
-  if (q == NULL) {
-    tr__buffer_give(&t->buffers, buf);
-    return TR_ENOMEM;
-  }
-  q->buf = buf;
-  q->dest = dest;
-  if (n > INT_MAX) { /* MPI counts in int */
-    tr__buffer_give(&t->buffers, buf);
-    free(q);
-    return tr_actor_fail(t->self, TR_EINVAL, "sending %zu bytes to rank %d: more than one MPI "
-                         "message holds (%d)", n, dest, INT_MAX);
-  }
-  if (t->lost[dest]) { /* gone: nothing reaches it any more */
-    tr__buffer_give(&t->buffers, buf);
-    free(q);
-    return 0;
-  }
-  const int rc = tr__mpi_isend(t, q, dest, tag, buf, (int)n);
-  if (rc != MPI_SUCCESS) {
-    tr__buffer_give(&t->buffers, buf);
-    free(q);
-    return tr_actor_fail(t->self, TR_ESYS, "sending to rank %d: MPI_Isend failed (%d)", dest, rc);
-  }
-  return 0;
-}
 
 static int post_copy(transport *t, int dest, int tag, const void *p, size_t n) {
   uint8_t *buf = tr__buffer_take(&t->buffers, n ? n : 1);

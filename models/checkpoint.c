@@ -5,7 +5,6 @@
 #include "tr_file.h"
 
 #include "checkpoint_impl.h"
-#include "models_impl.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -6,7 +6,8 @@
 #include "tr_file.h"
 
 #include "checkpoint_impl.h"
-#include "models_impl.h"
+#include "file_atomic.h"
+#include "file_write.h"
 
 #include <cJSON.h>
 #include <inttypes.h>

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "data_impl.h"
-#include "models_impl.h"
+#include "file_atomic.h"
 #include "npy.h"
 #include "tr_file.h"
 

@@ -1,8 +1,8 @@
 /* file_atomic.c — checkpoints and .npy arrays written as spans of memory, whole, through the
  * runtime's writer (file_write.h): a temporary file of troupe's own beside the target,
- * synced and renamed over it, never over what is not troupe's (models_impl.h). */
+ * synced and renamed over it, never over what is not troupe's (file_atomic.h). */
+#include "file_atomic.h"
 #include "file_write.h"
-#include "models_impl.h"
 
 typedef struct spans {
   const tr__span *s;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "layers/layers_impl.h"
+#include "models_impl.h"
 
 int tr__check_same_width(const tr_layer_spec *l, int in, char *err, size_t err_size) {
   return l->out == in ? 0

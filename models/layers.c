@@ -2,8 +2,6 @@
  * attention and block are in attention.c. */
 #include "tr_layers.h"
 
-#include "models_impl.h"
-
 /* ---- linear ------------------------------------------------------------------------------- */
 
 static int linear_forward(tr_stream *s, float *out, float beta, const float *inp, const float *weight,

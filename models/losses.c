@@ -3,8 +3,9 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "models_impl.h"
 #include "registry.h"
+#include "tr_layer_type.h" /* tr_tensor_comm */
+#include "tr_loss.h"
 
 /* ---- mean squared error ------------------------------------------------------------------- */
 

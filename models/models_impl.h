@@ -1,19 +1,15 @@
-/* models_impl.h — what the models sources share and callers need not see. */
+/* models_impl.h — the inside of a tr_model (its table of tensors: how each starts out, where
+ * each lies) and the 64-byte alignment of tensors and buffers, for the models sources that
+ * build, shard and run models; callers need not see it. Elsewhere, so that a file takes only
+ * what it uses: TR__TRY in tr_base.h, the atomic file writes in file_atomic.h, the split
+ * linear kinds in layers/layers_impl.h. */
 #ifndef TR_MODELS_IMPL_H
 #define TR_MODELS_IMPL_H
 
 #include <stddef.h>
 
-#include "file_write.h"
 #include "tr_base.h"
 #include "tr_model.h"
-
-/* Returns the status of a failing call from the enclosing function. */
-#define TR__TRY(call)           \
-  do {                          \
-    int tr__rc_ = (call);       \
-    if (tr__rc_) return tr__rc_; \
-  } while (0)
 
 /* Tensors and buffer parts start on 64-byte boundaries: 16 floats. */
 #define TR__ALIGN_FLOATS 16
@@ -54,13 +50,6 @@ int tr__model_add_tensor(tr_model *m, int layer, const char *name, int64_t d0, i
 typedef int (*tr__part_run_fn)(void *arg, size_t part_at, size_t whole_at, size_t n);
 int tr__tensor_part_runs(const tr_tensor_part *p, size_t numel, tr__part_run_fn fn, void *arg);
 
-/* Tensor parallelism's kinds (layers/linear_split.c): what a member holds of a linear layer
- * split by output features (column) or input features (row); linear's shard op makes them. */
-extern const tr_layer_type tr__layer_linear_column_type;
-extern const tr_layer_type tr__layer_linear_row_type;
-int tr__linear_shard(const tr_layer_spec *l, tr_split how, int part, int parts,
-                     tr_layer_spec *member, char *err, size_t err_size);
-
 struct tr_model {
   char name[32];
   int ctx;
@@ -82,23 +71,5 @@ struct tr_model {
   size_t *whole_offset;
   size_t whole_numel;      /* the whole model's parameter space */
 };
-
-/* A piece of a file to write. */
-typedef struct tr__span {
-  const void *p;
-  size_t n;
-} tr__span;
-
-/* Writes the spans to `path` so that it holds the old file or the whole new one, whatever
- * happens, and never over what is not a regular file (file_atomic.c, file_write.h). 0, or
- * TR_EINVAL (not a file path, or what is there may not be replaced: left as it is), TR_EIO,
- * TR_ENOMEM with `err` naming the path, what failed and why. */
-int tr__write_atomic(const char *path, const tr__span *spans, size_t n, char *err,
-                     size_t err_size);
-/* The same to an output written again and again (a run's checkpoint, file_write.h), which
- * refuses a path changed since it was opened and keeps `content` ("the checkpoint of step
- * 500") aside, naming it. */
-int tr__write_atomic_to(tr__file_output *out, const char *content, const tr__span *spans,
-                        size_t n, char *err, size_t err_size);
 
 #endif

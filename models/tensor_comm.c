@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models_impl.h"
+#include "tr_model.h"
 
 typedef enum coll { ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER } coll;
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "models_impl.h"
+#include "tr_model.h"
 
 /* A workload's model, its refusal said on stderr: these calls have no err of their own. */
 static int made(const char *call, tr_model **out, const tr_model_spec *sp) {

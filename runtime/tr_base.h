@@ -91,6 +91,12 @@ void tr__run_error_set(const char *text);
 void tr__run_error_print(void); /* to stderr */
 int tr__name_index(const char *const *names, int n, const char *name);
 #define TR__COUNTOF(a) ((int)(sizeof(a) / sizeof *(a)))
+/* Returns the status of a failing call from the enclosing function. */
+#define TR__TRY(call)            \
+  do {                           \
+    int tr__rc_ = (call);        \
+    if (tr__rc_) return tr__rc_; \
+  } while (0)
 
 /* Prints "troupe: assertion failed: <expr> at file:line" and aborts (TR_ASSERT's, public
  * because the macro is). */

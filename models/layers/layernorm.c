@@ -1,6 +1,7 @@
 /* layernorm.c — the layernorm layer kind: (N,in) -> (N,in), weight and bias (in); keeps
  * each row's mean and 1/std after its output. */
 #include "layers_impl.h"
+#include "models_impl.h" /* tr__align_floats */
 
 tr_layer_spec tr_layer_layernorm(int width) {
   return (tr_layer_spec){.type = &tr_layer_layernorm_type, .in = width, .out = width};

@@ -2,12 +2,18 @@
 #ifndef TR_LAYERS_IMPL_H
 #define TR_LAYERS_IMPL_H
 
-#include "models_impl.h"
 #include "tr_layer_type.h"
 #include "tr_layers.h"
 
 /* Elements of a micro-batch's activations of width w. */
 static inline size_t tr__numel(const tr_layer_ctx *c, int w) { return (size_t)c->B * c->T * w; }
+
+/* Tensor parallelism's kinds (layers/linear_split.c): what a member holds of a linear layer
+ * split by output features (column) or input features (row); linear's shard op makes them. */
+extern const tr_layer_type tr__layer_linear_column_type;
+extern const tr_layer_type tr__layer_linear_row_type;
+int tr__linear_shard(const tr_layer_spec *l, tr_split how, int part, int parts,
+                     tr_layer_spec *member, char *err, size_t err_size);
 
 /* check for the kinds whose output is as wide as their input */
 int tr__check_same_width(const tr_layer_spec *l, int in, char *err, size_t err_size);

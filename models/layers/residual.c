@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "layers_impl.h"
+#include "models_impl.h" /* tr__align_floats */
 
 tr_layer_spec tr_layer_residual(int n, const tr_layer_spec *inner) {
   const int w = n > 0 && inner ? inner[0].in : 0;

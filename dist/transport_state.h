@@ -1,18 +1,21 @@
-/* transport_impl.h — the inside of the transport (transport.h), shared by the three files
- * that make it up: transport.c (the actor: messages out and in, credits, the end of a run,
- * goodbyes), progress.c (the thread that progresses MPI: sends, probes, heartbeats, the
- * lifelines that say a rank died) and collective.c (the replica groups' sums: a thread per
- * group, or gathered to the group's first rank). Private to dist/. */
-#ifndef TR_DIST_TRANSPORT_IMPL_H
-#define TR_DIST_TRANSPORT_IMPL_H
+/* transport_state.h — the inside of the transport (transport.h): its state, its tags on the
+ * wire and the messages its progress thread hands it, shared by the three files that make it
+ * up: progress.c (the thread that progresses MPI: sends, probes, heartbeats, the lifelines
+ * that say a rank died; and the sends it completes), collective.c (the replica groups' sums:
+ * a thread per group, or gathered to the group's first rank) and transport.c (the actor:
+ * messages out and in, credits, the end of a run, goodbyes). Each calls only the files before
+ * it in that order; the graph above (transport_host.h) is reached through the state's host.
+ * Private to dist/. */
+#ifndef TR_DIST_TRANSPORT_STATE_H
+#define TR_DIST_TRANSPORT_STATE_H
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "buffers.h"
-#include "collective.h"
-#include "transport.h"
+#include "transport_host.h"
 #include "world_impl.h"
 
 enum {
@@ -21,7 +24,7 @@ enum {
 };
 enum { HEAD = 64, NAME = 48, MAX_GROUPS = 64 };
 
-/* What the progress thread hands the actor. */
+/* What the progress thread hands the actor (progress.c defines their types). */
 typedef struct in_msg { /* from the progress thread: what another rank sent */
   tr_msg hdr;
   int source, tag;
@@ -75,15 +78,7 @@ typedef struct incoming { /* a message being received (the progress thread's) */
   struct incoming *next;
 } incoming;
 
-typedef struct summer { /* a group's sums, one after another on a thread of its own */
-  pthread_t thread;
-  bool started, stop, busy; /* busy: inside MPI_Allreduce */
-  pthread_mutex_t lock;
-  pthread_cond_t wake;
-  tr__sum_msg *queue[256]; /* a ring: a step's buckets, two steps at most */
-  int head, n;
-} summer;
-
+typedef struct summer summer; /* collective.c's: a group's sums on a thread of its own */
 typedef struct gather gather; /* collective.c's: a group's sums that outlive a rank */
 
 typedef struct deferred { /* a step asked of rank 0 while the ranks agree on the end */
@@ -136,24 +131,24 @@ typedef struct transport {
   int nlost;
 } transport;
 
-/* transport.c: an MPI_Isend of `buf` (t->buffers', given back once sent) to `dest`, unless
- * it is lost (then given back at once). */
+/* progress.c: an MPI_Isend of `buf` (t->buffers', given back once sent; NULL with n 0) to
+ * `dest`, unless it is lost (then given back at once), from the actor's thread; an MPI_Isend
+ * of q's message, q then on the list the progress thread completes; an MPI failure for the
+ * actor to report (rank -1: not one rank's), from another thread; the progress thread itself
+ * (its argument the transport). */
 int tr__transport_post(transport *t, int dest, int tag, uint8_t *buf, size_t n);
-
-/* progress.c: an MPI_Isend of q's message, q then on the list the progress thread completes;
- * an MPI failure for the actor to report (rank -1: not one rank's), from another thread; the
- * progress thread itself (its argument the transport). */
 int tr__mpi_isend(transport *t, request *q, int dest, int tag, const void *buf, int n);
 void tr__mpi_broken(transport *t, int rank, int rc);
 void *tr__mpi_progress(void *arg);
 
 /* collective.c: group k's thread (open, stop: one inside a sum whose other ranks are gone is
  * left behind; free), a bucket handed to it, and one it has summed (the leader told). */
+struct tr__sum_msg; /* collective.h */
 int tr__sums_open(transport *t, int k);
 void tr__sums_stop(summer *u);
 void tr__sums_free(transport *t, int k);
-int tr__sums_start(transport *t, const tr__sum_msg *s);
-int tr__sums_complete(transport *t, const tr__sum_msg *s, int members);
+int tr__sums_start(transport *t, const struct tr__sum_msg *s);
+int tr__sums_complete(transport *t, const struct tr__sum_msg *s, int members);
 
 /* collective.c: group k's sums that outlive a rank (open, free); a bucket handed to it; a part
  * (at the root) or a total that came (TAG_PART, TAG_TOTAL: the buffer is its); whether rank
@@ -161,7 +156,7 @@ int tr__sums_complete(transport *t, const tr__sum_msg *s, int members);
  * lost (its part of the step in hand not summed). */
 int tr__gather_open(transport *t, int k);
 void tr__gather_free(transport *t, int k);
-int tr__gather_start(transport *t, const tr__sum_msg *s);
+int tr__gather_start(transport *t, const struct tr__sum_msg *s);
 int tr__gather_receive(transport *t, in_msg *in);
 bool tr__gather_needs(const transport *t, int r);
 int tr__gather_lose(transport *t, int r);
