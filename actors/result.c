@@ -473,20 +473,20 @@ fail:
 
 /* ---- the deprecated calls over the struct ---------------------------------------------------- */
 
-int tr_train_result_json(const tr_train_result *v, FILE *f) {
-  TR__NOT_NULL(v);
+int tr_train_result_json(const tr_train_result *r, FILE *f) {
+  TR__NOT_NULL(r);
   TR__NOT_NULL(f);
-  tr_result *r = tr__result_of_view(v);
-  const int rc = r ? tr_result_json(r, f) : TR_ENOMEM;
-  tr_result_free(r);
+  tr_result *res = tr__result_of_view(r);
+  const int rc = res ? tr_result_json(res, f) : TR_ENOMEM;
+  tr_result_free(res);
   return rc;
 }
 
-int tr_train_result_summary(const tr_train_result *v, FILE *f) {
-  TR__NOT_NULL(v);
+int tr_train_result_summary(const tr_train_result *r, FILE *f) {
+  TR__NOT_NULL(r);
   TR__NOT_NULL(f);
-  tr_result *r = tr__result_of_view(v);
-  const int rc = r ? tr_result_summary(r, f) : TR_ENOMEM;
-  tr_result_free(r);
+  tr_result *res = tr__result_of_view(r);
+  const int rc = res ? tr_result_summary(res, f) : TR_ENOMEM;
+  tr_result_free(res);
   return rc;
 }
