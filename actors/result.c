@@ -413,6 +413,8 @@ static tr__value load(const char *p, size_t bytes, tr__type type) {
 
 void tr__result_view(const tr_result *r, tr_train_result *out) {
   memset(out, 0, sizeof *out);
+  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) /* as the struct always was past its devices */
+    out->utilization[i] = out->comm_bytes_device[i] = NAN;
   char *base = (char *)out;
   const int devices = r->ndevices < TR_TRAIN_MAX_DEVICES ? r->ndevices : TR_TRAIN_MAX_DEVICES;
   out->ndevices = devices;

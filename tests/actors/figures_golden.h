@@ -23,6 +23,8 @@ static double golden_next(double *x) {
 
 static void golden_fill(tr_train_result *r, int run) {
   memset(r, 0, sizeof *r);
+  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) /* as a run's, past its devices */
+    r->utilization[i] = r->comm_bytes_device[i] = NAN;
   double x = 1.25 + run;
   const bool hybrid = run == 0, async = run == 1, local = run == 2;
   snprintf(r->model, sizeof r->model, "mlp");
