@@ -388,7 +388,7 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
 static int record_result(coordinator *c) {
   const tr_job_config *jc = &c->run->c;
   tr_result *r = c->result;
-  const int R = jc->layout.replicas, P = jc->layout.stages, n = tr__stage_count(c->run);
+  const int R = jc->layout.replicas, n = tr__stage_count(c->run);
   const tr__figures **src = calloc((size_t)n + 1, sizeof *src);
   if (src == NULL) return TR_ENOMEM;
   for (int i = 0; i < n; i++) src[i] = &c->dones[i].fig;
@@ -396,44 +396,10 @@ static int record_result(coordinator *c) {
   int rc = tr__metrics_reduce(c->red, src, n + 1, n);
   free(src);
   if (rc || (rc = tr__metrics_apply(c->red, r))) return rc;
-  const tr__reduced *red = c->red;
-  const int64_t start = tr__reduced_int(red, TR__M_WINDOW_START);
-  const int64_t end = tr__reduced_int(red, TR__M_WINDOW_END);
-  /* less the held-out evaluations' time (the longest a stage spent in them) */
-  const double aside = (double)tr__reduced_int(red, TR__M_ASIDE_NS);
-  const double window = (double)(end - start) > aside ? (double)(end - start) - aside : 0;
-  /* the steps every stage ran; async: the server's updates, each one worker's push */
-  if (jc->async.enabled)
-    tr__result_set_int(r, TR__M_WINDOW_STEPS, tr__reduced_int(red, TR__M_WINDOW_PUSHES));
-  const int64_t window_steps = tr__result_int(r, TR__M_WINDOW_STEPS);
-  const double seconds = window / 1e9;
-  const double steps_per_s = window > 0 ? (double)window_steps / seconds : NAN;
-  tr__result_set_int(r, TR__M_SAMPLES, (tr__result_int(r, TR__M_STEPS) -
-                                        tr__result_int(r, TR__M_FIRST_STEP)) * jc->global_batch);
-  tr__result_set_real(r, TR__M_SECONDS, seconds);
-  tr__result_set_real(r, TR__M_STEPS_PER_S, steps_per_s);
-  tr__result_set_real(r, TR__M_SAMPLES_PER_S, steps_per_s * jc->global_batch);
+  tr__result_rates(c->run, c->red, r);
   /* replicas that left: the samples they did not train */
   if ((rc = tr__left_result(&c->left, c->run, r))) return rc;
-  for (int i = 0; i < n; i++) {
-    const tr__value *d = tr__reduced_device(red, i);
-    const double utilization = window > 0 ? (double)d[TR__M_BUSY_NS].i / window : NAN;
-    tr__result_set_real_at(r, TR__M_UTILIZATION, i, utilization);
-    tr__idle_result(d, window, utilization, r, i);
-  }
-  if (P > 1) {
-    tr__result_set_real(r, TR__M_BUBBLE_FRACTION,
-                        window > 0 ? 1 - (double)tr__reduced_int(red, TR__M_BUSY_NS) / (n * window)
-                                   : NAN);
-    tr__result_set_real(r, TR__M_BUBBLE_SCHEDULE,
-                        tr__idle_schedule_bubble(c->run->sc, red, P, tr__members(c->run),
-                                                 jc->layout.microbatches, window_steps));
-  }
-  if (jc->async.enabled)
-    tr__result_set_real(r, TR__M_SERVER_UTILIZATION,
-                        window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window
-                                   : NAN);
-  else if (R == 1 || c->dones[0].params) /* else a policy's own figure (local SGD's) */
+  if (!jc->async.enabled && (R == 1 || c->dones[0].params)) /* else a policy's own (local SGD's) */
     tr__result_set_real(r, TR__M_CONSISTENCY,
                         R > 1 ? tr__replicas_consistency(c->run, c->dones) : 0);
   tr__eval_book_result(&c->eval, r);

@@ -187,6 +187,10 @@ typedef struct tr__report {
  * parameters are apart from replica 0's, ||θ_r − θ_0|| / ||θ_0||, from the reports' copies. */
 int tr__result_settings(const tr__run *run, const tr__report *dones, const int *rank,
                         tr_result *r);
+/* The figures docs/WORKLOADS.md derives from the measures reduced (`red`, applied to r): the
+ * window's seconds, samples and rates, each device's utilization and idle time, the
+ * bubbles, the server's utilization. */
+void tr__result_rates(const tr__run *run, const tr__reduced *red, tr_result *r);
 double tr__replicas_consistency(const tr__run *run, const tr__report *dones);
 
 typedef struct tr__done_msg {

@@ -1,12 +1,14 @@
 /* run_settings.c — what the coordinator writes into a run's result besides the figures the
- * table reduces (run_metrics.h): the layout and settings that ran, the devices by name, and
- * the replicas' consistency from the copies of their parameters. */
+ * table reduces (run_metrics.h): the layout and settings that ran, the devices by name, the
+ * figures docs/WORKLOADS.md derives from the reduced measures, and the replicas' consistency
+ * from the copies of their parameters. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "graph_impl.h"
+#include "idle.h"
 #include "join.h"
 #include "result_impl.h"
 
@@ -32,6 +34,47 @@ double tr__replicas_consistency(const tr__run *run, const tr__report *dones) {
     if (rel > worst) worst = rel;
   }
   return worst;
+}
+
+/* What docs/WORKLOADS.md derives from the measures: the window (less the held-out
+ * evaluations' time, the longest a stage spent in them), the samples and the rates, each
+ * device's utilization and idle time, the bubbles, the server's utilization. */
+void tr__result_rates(const tr__run *run, const tr__reduced *red, tr_result *r) {
+  const tr_job_config *jc = &run->c;
+  const int P = jc->layout.stages, n = tr__stage_count(run);
+  const int64_t start = tr__reduced_int(red, TR__M_WINDOW_START);
+  const int64_t end = tr__reduced_int(red, TR__M_WINDOW_END);
+  const double aside = (double)tr__reduced_int(red, TR__M_ASIDE_NS);
+  const double window = (double)(end - start) > aside ? (double)(end - start) - aside : 0;
+  /* the steps every stage ran; async: the server's updates, each one worker's push */
+  if (jc->async.enabled)
+    tr__result_set_int(r, TR__M_WINDOW_STEPS, tr__reduced_int(red, TR__M_WINDOW_PUSHES));
+  const int64_t window_steps = tr__result_int(r, TR__M_WINDOW_STEPS);
+  const double seconds = window / 1e9;
+  const double steps_per_s = window > 0 ? (double)window_steps / seconds : NAN;
+  tr__result_set_int(r, TR__M_SAMPLES, (tr__result_int(r, TR__M_STEPS) -
+                                        tr__result_int(r, TR__M_FIRST_STEP)) * jc->global_batch);
+  tr__result_set_real(r, TR__M_SECONDS, seconds);
+  tr__result_set_real(r, TR__M_STEPS_PER_S, steps_per_s);
+  tr__result_set_real(r, TR__M_SAMPLES_PER_S, steps_per_s * jc->global_batch);
+  for (int i = 0; i < n; i++) {
+    const tr__value *d = tr__reduced_device(red, i);
+    const double utilization = window > 0 ? (double)d[TR__M_BUSY_NS].i / window : NAN;
+    tr__result_set_real_at(r, TR__M_UTILIZATION, i, utilization);
+    tr__idle_result(d, window, utilization, r, i);
+  }
+  if (P > 1) {
+    tr__result_set_real(r, TR__M_BUBBLE_FRACTION,
+                        window > 0 ? 1 - (double)tr__reduced_int(red, TR__M_BUSY_NS) / (n * window)
+                                   : NAN);
+    tr__result_set_real(r, TR__M_BUBBLE_SCHEDULE,
+                        tr__idle_schedule_bubble(run->sc, red, P, tr__members(run),
+                                                 jc->layout.microbatches, window_steps));
+  }
+  if (jc->async.enabled)
+    tr__result_set_real(r, TR__M_SERVER_UTILIZATION,
+                        window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window
+                                   : NAN);
 }
 
 /* The run's settings, as the figures record them; dones[i] and rank[i]: device i's report
