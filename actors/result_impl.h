@@ -20,8 +20,9 @@
 #include "run_metrics.h"
 
 /* A result of no devices: the model and the strategy, every other figure as before a run
- * measured it (reals not a number but "seconds" and the prediction's, which are 0; "ranks" 1,
- * "eval.step" -1; integers 0, texts ""). NULL: out of memory. */
+ * measured it (reals not a number, but for "seconds", the caller's yardstick and the
+ * prediction's, which are 0; "ranks" 1, "eval.step" -1; other integers 0, texts ""). NULL:
+ * out of memory. */
 tr_result *tr__result_new(const char *model, const char *strategy);
 /* Gives the result `n` devices: every per-device row gets n values, reals not a number and
  * integers 0 (what was there before is dropped). 0, or TR_ENOMEM. */
