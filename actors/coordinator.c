@@ -1,7 +1,7 @@
 /* coordinator.c — the coordinator actor (libuv loop): gathers every step's loss from the
  * stages that compute it, sends observers their reports, has checkpoints written from the
- * stages' parts, and reduces the parts' final figures into the run's (run_metrics.h; the
- * definitions of docs/WORKLOADS.md).
+ * stages' parts, and reduces the parts' final figures into the run's result (run_metrics.h,
+ * result_impl.h; the definitions of docs/WORKLOADS.md).
  *
  * Every message comes on a report edge from one source (a stage, or the server) and gives
  * its credit back as soon as it is handled, but a checkpoint part's: that credit comes back
@@ -32,6 +32,7 @@
 #include "join.h"
 #include "losses.h"
 #include "observers.h"
+#include "result_impl.h"
 #include "snapshots.h"
 #include "stage.h"
 #include "world.h"
@@ -85,28 +86,31 @@ typedef struct coordinator {
   int64_t written;           /* the step of the last checkpoint on disk (-1: none yet) */
   tr__snapshots snaps;       /* parameters of steps observers hear of, and their readers */
   tr__report *dones;         /* [stage source] */
-  int rank[TR_TRAIN_MAX_DEVICES]; /* [stage source]: the process it ran in */
+  int *rank;                 /* [stage source]: the process it ran in */
   tr__figures server;        /* async: the server's */
   int ndone, expected;       /* sources done; sources with a report edge (join.h: more come) */
   bool finished, done;       /* every source is done: the figures are in; so are the reports */
   tr__loss_book losses;
   tr__eval_book eval;        /* held-out evaluations (evaluate.h) */
   tr__reduced *red;
-  tr_train_result result;
+  tr_result *result;         /* the job's: the run's figures, once every source's are in */
   tr__left_book left;        /* local SGD's replicas that left (elastic.h) */
 } coordinator;
 
-void *tr__coordinator_new(const tr__run *run) {
+void *tr__coordinator_new(const tr__run *run, tr_result *result) {
   coordinator *c = calloc(1, sizeof *c);
   if (c == NULL) return NULL;
   c->run = run;
+  c->result = result;
   c->nsources = tr__stage_count(run) + (run->c.async.enabled != 0);
   c->sources = calloc((size_t)c->nsources, sizeof *c->sources);
   c->dones = calloc((size_t)tr__stage_count(run), sizeof *c->dones);
-  c->red = malloc(sizeof *c->red);
-  if (c->sources == NULL || c->dones == NULL || c->red == NULL) {
+  c->rank = calloc((size_t)tr__stage_count(run), sizeof *c->rank);
+  c->red = calloc(1, sizeof *c->red);
+  if (c->sources == NULL || c->dones == NULL || c->rank == NULL || c->red == NULL) {
     free(c->sources);
     free(c->dones);
+    free(c->rank);
     free(c->red);
     free(c);
     return NULL;
@@ -136,10 +140,6 @@ int tr__coordinator_snapshot(void *state, tr_edge *e, int every) {
   return tr__snapshots_reader(&((coordinator *)state)->snaps, e, every) ? 0 : TR_ENOMEM;
 }
 
-const tr_train_result *tr__coordinator_result(const void *state) {
-  return &((const coordinator *)state)->result;
-}
-
 static bool may_tell(const coordinator *c, int64_t step, bool last);
 
 bool tr__coordinator_complete(const void *state, char *what, size_t n) {
@@ -147,7 +147,9 @@ bool tr__coordinator_complete(const void *state, char *what, size_t n) {
   if (!c->finished || !may_tell(c, INT64_MAX, true)) return false;
   const char *ck = c->run->c.checkpoint.path;
   snprintf(what, n, "its %lld steps trained, its figures recorded%s%s%s",
-           (long long)(c->result.steps - c->result.first_step), ck ? ", its checkpoint " : "",
+           (long long)(tr__result_int(c->result, TR__M_STEPS) -
+                       tr__result_int(c->result, TR__M_FIRST_STEP)),
+           ck ? ", its checkpoint " : "",
            ck ? ck : "", ck ? " written" : "");
   return true;
 }
@@ -383,50 +385,33 @@ static int add_part(tr_actor *self, coordinator *c, tr__part_msg *p) {
 /* ---- the figures ---------------------------------------------------------------------------- */
 
 /* Every source's pairs reduced by the table's rules, then what docs/WORKLOADS.md derives
- * from them. */
-static void record_result(coordinator *c) {
+ * from them. 0, or TR_ENOMEM. */
+static int record_result(coordinator *c) {
   const tr_job_config *jc = &c->run->c;
-  tr_train_result *r = &c->result;
-  const int R = jc->layout.replicas, P = jc->layout.stages, n = tr__stage_count(c->run);
-  const tr__figures *src[TR_TRAIN_MAX_DEVICES + 1];
+  tr_result *r = c->result;
+  const int R = jc->layout.replicas, n = tr__stage_count(c->run);
+  const tr__figures **src = calloc((size_t)n + 1, sizeof *src);
+  if (src == NULL) return TR_ENOMEM;
   for (int i = 0; i < n; i++) src[i] = &c->dones[i].fig;
   src[n] = jc->async.enabled ? &c->server : NULL;
-  tr__metrics_reduce(c->red, src, n + 1, n, P * tr__members(c->run)); /* a replica's devices */
-  tr__metrics_apply(c->red, r);
-  const tr__reduced *red = c->red;
-  const int64_t start = tr__reduced_int(red, TR__M_WINDOW_START);
-  const int64_t end = tr__reduced_int(red, TR__M_WINDOW_END);
-  /* less the held-out evaluations' time (the longest a stage spent in them) */
-  const double aside = (double)tr__reduced_int(red, TR__M_ASIDE_NS);
-  const double window = (double)(end - start) > aside ? (double)(end - start) - aside : 0;
-  /* the steps every stage ran; async: the server's updates, each one worker's push */
-  if (jc->async.enabled) r->window_steps = tr__reduced_int(red, TR__M_WINDOW_PUSHES);
-  r->samples = (r->steps - r->first_step) * jc->global_batch;
-  r->seconds = window / 1e9;
-  r->steps_per_s = window > 0 ? (double)r->window_steps / r->seconds : NAN;
-  r->samples_per_s = r->steps_per_s * jc->global_batch;
-  tr__left_result(&c->left, c->run, r); /* replicas that left: the samples they did not train */
-  for (int i = 0; i < n && i < TR_TRAIN_MAX_DEVICES; i++) {
-    r->utilization[i] = window > 0 ? (double)red->device[i][TR__M_BUSY_NS].i / window : NAN;
-    tr__idle_result(red->device[i], window, r->utilization[i], &r->idle[i]);
-  }
-  if (P > 1)
-    r->bubble_fraction =
-        window > 0 ? 1 - (double)tr__reduced_int(red, TR__M_BUSY_NS) / (n * window) : NAN;
-  if (P > 1)
-    r->bubble_schedule = tr__idle_schedule_bubble(c->run->sc, red, P, tr__members(c->run),
-                                                  jc->layout.microbatches, r->window_steps);
-  if (jc->async.enabled)
-    r->server_utilization =
-        window > 0 ? (double)tr__reduced_int(red, TR__M_SERVER_BUSY_NS) / window : NAN;
-  else if (R == 1 || c->dones[0].params) /* else a policy's own figure (local SGD's) */
-    r->consistency = R > 1 ? tr__replicas_consistency(c->run, c->dones) : 0;
+  int rc = tr__metrics_reduce(c->red, src, n + 1, n);
+  free(src);
+  if (rc || (rc = tr__metrics_apply(c->red, r))) return rc;
+  tr__result_rates(c->run, c->red, r);
+  /* replicas that left: the samples they did not train */
+  if ((rc = tr__left_result(&c->left, c->run, r))) return rc;
+  if (!jc->async.enabled && (R == 1 || c->dones[0].params)) /* else a policy's own (local SGD's) */
+    tr__result_set_real(r, TR__M_CONSISTENCY,
+                        R > 1 ? tr__replicas_consistency(c->run, c->dones) : 0);
   tr__eval_book_result(&c->eval, r);
-  r->initial_loss = c->losses.initial;
-  r->final_loss = tr__loss_book_final(&c->losses);
+  tr__result_set_real(r, TR__M_INITIAL_LOSS, c->losses.initial);
+  tr__result_set_real(r, TR__M_FINAL_LOSS, tr__loss_book_final(&c->losses));
+  const double samples_per_s = tr__result_real(r, TR__M_SAMPLES_PER_S);
   const tr_model *m = jc->model;
-  if (tr_model_token_input(m)) r->tokens_per_s = r->samples_per_s * tr_model_ctx(m);
-  r->gflops = tr_model_train_flops(m) * r->samples_per_s / 1e9;
+  if (tr_model_token_input(m))
+    tr__result_set_real(r, TR__M_TOKENS_PER_S, samples_per_s * tr_model_ctx(m));
+  tr__result_set_real(r, TR__M_GFLOPS, tr_model_train_flops(m) * samples_per_s / 1e9);
+  return 0;
 }
 
 /* ---- messages ------------------------------------------------------------------------------- */
@@ -455,7 +440,7 @@ static int departed(coordinator *c) {
     if (!(gone >> i & 1) || r->device[0]) continue;
     tr_graph *g = c->run->g;
     tr_actor *from = tr_edge_from(c->sources[i]);
-    if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(g, from);
+    c->rank[i] = tr_graph_actor_rank(g, from);
     snprintf(r->device, sizeof r->device, "%s",
              tr_graph_actor_rank(g, from) == tr_graph_rank(g)
                  ? tr_device_name(tr__stage_device(tr_actor_state(from)))
@@ -530,7 +515,7 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
     tr__report *r = &c->dones[i];
     *r = d->report;
     r->device[sizeof r->device - 1] = 0;
-    if (i < TR_TRAIN_MAX_DEVICES) c->rank[i] = tr_graph_actor_rank(c->run->g, msg->from);
+    c->rank[i] = tr_graph_actor_rank(c->run->g, msg->from);
     tr__figures_shift_clock(&r->fig, clock_offset(c, msg));
     c->ndone++;
     if (tr__left_said(r)) rc = replica_left(c, i, r->fig.pairs[0].v.i);
@@ -550,8 +535,9 @@ static int coordinator_receive(tr_actor *self, tr_msg *msg) {
   }
   if (rc) return rc;
   if (!c->finished && c->ndone == c->expected) {
-    tr__result_settings(c->run, c->dones, c->rank, &c->result);
-    record_result(c);
+    if ((rc = tr__result_settings(c->run, c->dones, c->rank, c->result)) ||
+        (rc = record_result(c)))
+      return tr_actor_fail(self, rc, "recording the run's figures: %s", tr_strerror(rc));
     c->finished = true;
   }
   for (int i = 0; i < c->nobs; i++) flush(c, &c->obs[i]); /* also on their credits */
@@ -577,7 +563,9 @@ static void coordinator_destroy(void *state) {
   if (c->writing) free(c->writing->image);
   free(c->writing);
   tr__file_output_close(&c->ck_out);
+  tr__reduced_free(c->red);
   free(c->red);
+  free(c->rank);
   free(c);
 }
 

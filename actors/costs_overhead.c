@@ -92,11 +92,7 @@ static int job_rate(const char *spec, double *steps_per_s, char *err, size_t n) 
   if (rc == 0) rc = tr_job_add_coordinator(j, &coordinator);
   if (rc == 0 && (rc = tr_graph_run(g, 0, 0, RUN_SECONDS)))
     snprintf(err, n, "measuring the runtime's step: %s", tr_graph_error(g));
-  if (rc == 0) {
-    tr_train_result r;
-    tr_job_result(j, &r);
-    *steps_per_s = r.steps_per_s;
-  }
+  if (rc == 0) rc = tr_result_real(tr_job_result_of(j), "steps_per_s", steps_per_s);
   tr_graph_free(g); /* the graph first: its actors use the job */
   tr_job_free(j);
   tr_data_close(data);

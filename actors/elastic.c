@@ -38,6 +38,7 @@
 #include "graph_impl.h"
 #include "elastic.h"
 #include "evaluate.h"
+#include "result_impl.h"
 #include "stage.h"
 #include "worker.h"
 
@@ -227,23 +228,32 @@ int tr__left_none(const tr__left_book *b, const tr__report *dones, tr_actor *sel
                        "train: %s", who);
 }
 
-void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result *r) {
-  if (!run->c.async.elastic || run->c.local.sync_every <= 0) return;
-  r->replicas_alive = b->replicas - b->n;
+int tr__left_result(const tr__left_book *b, const tr__run *run, tr_result *r) {
+  if (!run->c.async.elastic || run->c.local.sync_every <= 0) return 0;
+  tr__result_set_int(r, TR__M_REPLICAS_ALIVE, b->replicas - b->n);
+  char *left = NULL;
   size_t len = 0;
-  r->replicas_left[0] = 0;
-  const int64_t whole = r->samples;
-  for (int i = 0; i < b->replicas && i < TR_TRAIN_MAX_DEVICES; i++) {
+  FILE *f = open_memstream(&left, &len);
+  if (f == NULL) return TR_ENOMEM;
+  const int64_t whole = tr__result_int(r, TR__M_SAMPLES), first = tr__result_int(r, TR__M_FIRST_STEP);
+  const int64_t steps = tr__result_int(r, TR__M_STEPS);
+  int64_t samples = whole;
+  for (int i = 0, n = 0; i < b->replicas && i < TR_TRAIN_MAX_DEVICES; i++) {
     if (b->at[i] < 0) continue;
-    if (len < sizeof r->replicas_left)
-      len += (size_t)snprintf(r->replicas_left + len, sizeof r->replicas_left - len,
-                              "%s%d@%lld", len ? "," : "", i, (long long)b->at[i]);
+    fprintf(f, "%s%d@%lld", n++ ? "," : "", i, (long long)b->at[i]);
     /* its share of the steps from the one it left at on was not trained */
-    const int64_t from = b->at[i] > r->first_step ? b->at[i] : r->first_step;
-    r->samples -= (r->steps > from ? r->steps - from : 0) * run->c.global_batch / b->replicas;
+    const int64_t from = b->at[i] > first ? b->at[i] : first;
+    samples -= (steps > from ? steps - from : 0) * run->c.global_batch / b->replicas;
   }
+  const bool written = fclose(f) == 0;
+  const int rc = written ? tr__result_set_text(r, TR__M_REPLICAS_LEFT, left) : TR_ENOMEM;
+  free(left);
+  tr__result_set_int(r, TR__M_SAMPLES, samples);
   /* the rate of samples trained (the figures derived from it follow) */
-  if (whole > 0) r->samples_per_s *= (double)r->samples / (double)whole;
+  if (whole > 0)
+    tr__result_set_real(r, TR__M_SAMPLES_PER_S,
+                        tr__result_real(r, TR__M_SAMPLES_PER_S) * (double)samples / (double)whole);
+  return rc;
 }
 
 /* An empty share of the evaluation after step `step` for each replica that left before it

@@ -60,7 +60,7 @@ int tr__left_eval(const tr__left_book *b, struct tr__eval_book *e, int replica,
                   const struct tr__eval_sums *s);
 int tr__left_eval_gone(const tr__left_book *b, struct tr__eval_book *e, int replica);
 /* The figures: replicas_alive, replicas_left, the samples trained and their rate (after
- * samples_per_s is set from the steps, before what derives from it). */
-void tr__left_result(const tr__left_book *b, const tr__run *run, tr_train_result *r);
+ * samples_per_s is set from the steps, before what derives from it). 0, or TR_ENOMEM. */
+int tr__left_result(const tr__left_book *b, const tr__run *run, tr_result *r);
 
 #endif

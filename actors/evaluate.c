@@ -6,6 +6,7 @@
 
 #include "codec.h"
 #include "evaluate.h"
+#include "result_impl.h"
 
 TR_MSGTYPE_DEFINE_CODEC(tr__eval_type, tr__eval_msg, &tr_msg_codec_flat);
 
@@ -67,10 +68,10 @@ void tr__eval_book_report(const tr__eval_book *b, tr_report_msg *r) {
   r->eval_accuracy = b->accuracy;
 }
 
-void tr__eval_book_result(const tr__eval_book *b, tr_train_result *r) {
-  r->eval_step = b->step;
-  r->eval_samples = b->samples;
-  r->eval_loss = b->loss_mean;
-  r->eval_accuracy = b->accuracy;
-  r->eval_count = b->count;
+void tr__eval_book_result(const tr__eval_book *b, tr_result *r) {
+  tr__result_set_int(r, TR__M_EVAL_STEP, b->step);
+  tr__result_set_int(r, TR__M_EVAL_SAMPLES, b->samples);
+  tr__result_set_real(r, TR__M_EVAL_LOSS, b->loss_mean);
+  tr__result_set_real(r, TR__M_EVAL_ACCURACY, b->accuracy);
+  tr__result_set_int(r, TR__M_EVAL_COUNT, b->count);
 }

@@ -137,6 +137,7 @@ void tr__eval_book_init(tr__eval_book *b, int replicas);
  * replicas can be apart. */
 int tr__eval_book_add(tr__eval_book *b, int replica, const tr__eval_sums *s);
 void tr__eval_book_report(const tr__eval_book *b, tr_report_msg *r);
-void tr__eval_book_result(const tr__eval_book *b, tr_train_result *r);
+/* The latest whole evaluation as the result's "eval.*" figures. */
+void tr__eval_book_result(const tr__eval_book *b, tr_result *r);
 
 #endif

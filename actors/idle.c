@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "result_impl.h"
 #include "tr_msg.h"
 #include "tr_plan.h"
 
@@ -121,16 +122,13 @@ void tr__idle_totals(const tr__idle *d, uint64_t out[TR__IDLE_KINDS]) {
   for (int k = 0; k < TR__IDLE_KINDS; k++) out[k] = d->ns[k];
 }
 
-void tr__idle_result(const tr__value *device, double window, double utilization,
-                     tr_idle_figures *out) {
+void tr__idle_result(const tr__value *device, double window, double utilization, tr_result *r,
+                     int i) {
   double f[TR__IDLE_KINDS], sum = 0;
   for (int k = 0; k < TR__IDLE_KINDS; k++)
     sum += f[k] = window > 0 ? (double)device[TR__M_IDLE_EDGE_NS + k].i / window : NAN;
-  *out = (tr_idle_figures){.edge = f[TR__WAIT_EDGE], .credit = f[TR__WAIT_CREDIT],
-                           .loader = f[TR__WAIT_LOADER], .step = f[TR__WAIT_STEP],
-                           .handover = f[TR__IDLE_HANDOVER], .handling = f[TR__IDLE_HANDLING],
-                           .os = f[TR__IDLE_OS],
-                           .other = 1 - utilization - sum};
+  for (int k = 0; k < TR__IDLE_KINDS; k++) tr__result_set_real_at(r, TR__M_IDLE_EDGE + k, i, f[k]);
+  tr__result_set_real_at(r, TR__M_IDLE_OTHER, i, 1 - utilization - sum);
 }
 
 double tr__idle_schedule_bubble(const tr_schedule *sc, const tr__reduced *red, int stages,
@@ -143,7 +141,7 @@ double tr__idle_schedule_bubble(const tr_schedule *sc, const tr__reduced *red, i
   double *f = c, *b = c + K, *w = c + 2 * K, *step = c + 3 * K;
   const double per = 1e9 * (double)steps * microbatches * v; /* ns per chunk's micro-batch */
   for (int s = 0; s < stages; s++) {
-    const tr__value *d = red->device[s * members]; /* replica 0, member 0: device s */
+    const tr__value *d = tr__reduced_device(red, s * members); /* replica 0, member 0 */
     for (int k = s; k < K; k += stages) {
       f[k] = (double)d[TR__M_WORK_F_NS].i / per;
       b[k] = (double)d[TR__M_WORK_B_NS].i / per;

@@ -22,7 +22,7 @@
  * Only gaps after the measured window opened count (tr__idle_open, with the busy window); the
  * last closes at the window's end. A device's kinds, its busy time and the rest (`other`: the
  * ends of the run's window that are not the device's own) make the run's window; the
- * coordinator turns them into fractions (tr_train_result.idle). When the thread records a
+ * coordinator turns them into fractions (the result's "idle_breakdown"). When the thread records a
  * trace, each stop is a range of category "idle" named by what it waited for. */
 #ifndef TR_IDLE_H
 #define TR_IDLE_H
@@ -49,12 +49,17 @@ typedef enum tr__wait {
 } tr__wait;
 
 /* The kinds of idle time counted: each reason's waiting, then the handover, the handling and
- * the OS's — the order of the run metrics' IDLE_*_NS measures. */
+ * the OS's — the order of the run metrics' IDLE_*_NS measures and of their fractions, IDLE_*. */
 enum { TR__IDLE_HANDOVER = TR__WAIT_COUNT, TR__IDLE_HANDLING, TR__IDLE_OS, TR__IDLE_KINDS };
 _Static_assert(TR__M_IDLE_OS_NS - TR__M_IDLE_EDGE_NS == TR__IDLE_OS &&
                    TR__M_IDLE_HANDLING_NS - TR__M_IDLE_EDGE_NS == TR__IDLE_HANDLING &&
                    TR__M_IDLE_STEP_NS - TR__M_IDLE_EDGE_NS == TR__WAIT_STEP,
                "the IDLE_*_NS measures in run_metrics.h follow idle.h's kinds");
+_Static_assert(TR__M_IDLE_OS - TR__M_IDLE_EDGE == TR__IDLE_OS &&
+                   TR__M_IDLE_HANDLING - TR__M_IDLE_EDGE == TR__IDLE_HANDLING &&
+                   TR__M_IDLE_STEP - TR__M_IDLE_EDGE == TR__WAIT_STEP &&
+                   TR__M_IDLE_OTHER - TR__M_IDLE_EDGE == TR__IDLE_KINDS,
+               "the IDLE_* fractions in run_metrics.h follow idle.h's kinds, then other");
 
 typedef struct tr__idle {
   tr_actor *self;        /* for the trace's ranges */
@@ -100,9 +105,10 @@ void tr__idle_totals(const tr__idle *d, uint64_t out[TR__IDLE_KINDS]);
  * cost nothing. NaN where it cannot say (no steps, a schedule the simulation refuses). */
 double tr__idle_schedule_bubble(const tr_schedule *sc, const tr__reduced *red, int stages,
                                 int members, int microbatches, int64_t steps);
-/* Device i's kinds reduced (its row of tr__reduced.device) into the result's fractions of
- * the run's window, `other` what busy time (utilization) and the kinds leave of it. */
-void tr__idle_result(const tr__value *device, double window, double utilization,
-                     tr_idle_figures *out);
+/* Device i's kinds reduced (its row of tr__reduced: tr__reduced_device) into the result's
+ * fractions of the run's window ("idle_breakdown.*" of device i), `other` what busy time
+ * (utilization) and the kinds leave of it. */
+void tr__idle_result(const tr__value *device, double window, double utilization, tr_result *r,
+                     int i);
 
 #endif

@@ -14,6 +14,7 @@
 #include "group.h"
 #include "job_config.h"
 #include "job_wire.h"
+#include "result_impl.h"
 #include "join.h"
 #include "tensor_group.h"
 #include "worker.h"
@@ -151,6 +152,8 @@ int tr_job_new(tr_job **out, tr_graph *g, const tr_job_config *config, char *err
   if (rc == 0 && (rc = tr__tensor_models_open(&c, &j->member_models, err, n)) == 0)
     run->member_models = (const tr_model *const *)j->member_models;
   if (rc == 0) rc = tr__plan_open(&j->plan, run, R * T * P);
+  if (rc == 0 && (j->result = tr__result_new(tr_model_name(c.model), run->strategy)) == NULL)
+    rc = TR_ENOMEM;
   if (rc) {
     tr_job_free(j);
     return rc;
@@ -168,6 +171,7 @@ void tr_job_free(tr_job *j) {
   tr_schedule_free(j->sc);
   tr__tensor_models_close(j->member_models, tr__members(&j->run));
   tr_file_unlock(j->ck_lock);
+  tr_result_free(j->result);
   free(j->stages);
   free(j->loaders);
   free(j);
@@ -367,7 +371,7 @@ int tr_job_add_coordinator(tr_job *j, tr_actor **out) {
   if (j->coordinator)
     return refuse(j, TR_EINVAL, "tr_job_add_coordinator: the job has its coordinator already");
   int rc = add(j, 0, "coordinator", TR_ACTOR_LOOP, &tr__coordinator_behaviour,
-               tr__coordinator_new(&j->run), &j->coordinator);
+               tr__coordinator_new(&j->run, j->result), &j->coordinator);
   const int n = tr__stage_count(&j->run);
   for (int i = 0; i < n && rc == 0; i++) rc = connect_report(j, j->stages[i], i);
   if (rc == 0) rc = connect_report(j, j->server, n);
@@ -607,11 +611,21 @@ bool tr__job_kept_aside(const tr_job *j) {
   return j->coordinator && tr__coordinator_kept_aside(tr_actor_state(j->coordinator));
 }
 
+const tr_result *tr_job_result_of(const tr_job *j) {
+  if (j == NULL) tr__misuse(TR_EINVAL, "tr_job_result_of: j is NULL");
+  return j ? j->result : NULL;
+}
+
+tr_result *tr__job_take_result(tr_job *j) {
+  tr_result *r = j->result;
+  j->result = NULL;
+  return r;
+}
+
 void tr_job_result(const tr_job *j, tr_train_result *r) {
   if (j == NULL || r == NULL) {
     tr__misuse(TR_EINVAL, "tr_job_result: %s is NULL", r ? "j" : "r");
     return;
   }
-  if (j->coordinator) *r = *tr__coordinator_result(tr_actor_state(j->coordinator));
-  else tr__result_init(r, tr_model_name(j->run.c.model), j->run.strategy);
+  tr__result_view(j->result, r);
 }

@@ -120,9 +120,6 @@ static inline bool tr__member_sends_parts(const tr__run *run, int member) {
   return member == 0 || run->member_models != NULL;
 }
 
-/* Every figure not a number (JSON null) until measured. */
-void tr__result_init(tr_train_result *r, const char *model, const char *strategy);
-
 /* ---- private messages ------------------------------------------------------------------ */
 
 /* An actor to itself: look at the device's events again. */
@@ -185,10 +182,14 @@ typedef struct tr__report {
 } tr__report;
 
 /* run_settings.c: the result's settings (the layout and devices that ran: dones[i] and
- * rank[i] are device i's report and process), and the most any replica's parameters are
- * apart from replica 0's, ||θ_r − θ_0|| / ||θ_0||, from the reports' copies. */
-void tr__result_settings(const tr__run *run, const tr__report *dones, const int *rank,
-                         tr_train_result *r);
+ * rank[i] are device i's report and process; 0, or TR_ENOMEM), and the most any replica's
+ * parameters are apart from replica 0's, ||θ_r − θ_0|| / ||θ_0||, from the reports' copies. */
+int tr__result_settings(const tr__run *run, const tr__report *dones, const int *rank,
+                        tr_result *r);
+/* The figures docs/WORKLOADS.md derives from the measures reduced (`red`, applied to r): the
+ * window's seconds, samples and rates, each device's utilization and idle time, the
+ * bubbles, the server's utilization. */
+void tr__result_rates(const tr__run *run, const tr__reduced *red, tr_result *r);
 double tr__replicas_consistency(const tr__run *run, const tr__report *dones);
 
 typedef struct tr__done_msg {
@@ -227,14 +228,15 @@ int tr__server_set_worker(void *server, int worker, tr_edge *push, tr_edge *repl
                           tr_device *dev);
 void tr__server_set_report(void *server, tr_edge *report);
 
-void *tr__coordinator_new(const tr__run *run);
+/* The coordinator fills `result` (the job's) with the run's figures once every source's are
+ * in. */
+void *tr__coordinator_new(const tr__run *run, tr_result *result);
 /* The report edge from source `source` (tr__device_index; the server: replicas × stages). */
 int tr__coordinator_add_source(void *coordinator, int source, tr_edge *e);
 int tr__coordinator_add_observer(void *coordinator, tr_edge *e, int every);
 /* The reports on `e` (an observer's, tr__coordinator_add_observer) at steps that are
  * multiples of `every`, and the last, carry the parameters. 0, TR_ENOMEM. */
 int tr__coordinator_snapshot(void *coordinator, tr_edge *e, int every);
-const tr_train_result *tr__coordinator_result(const void *coordinator);
 /* Its work is done but for telling observers: every source's figures are in (the result is
  * recorded) and every checkpoint is on disk; `what` says so. Loop thread. */
 bool tr__coordinator_complete(const void *coordinator, char *what, size_t n);
@@ -242,6 +244,9 @@ bool tr__coordinator_complete(const void *coordinator, char *what, size_t n);
  * the run's error names (file_write.h): then the run's state is there, not lost. */
 bool tr__coordinator_kept_aside(const void *coordinator);
 bool tr__job_kept_aside(const tr_job *j);
+/* The job's result, now the caller's (to free with tr_result_free): the job's is then NULL.
+ * After the run, which fills it. */
+tr_result *tr__job_take_result(tr_job *j);
 
 /* ---- checkpoints (checkpoint_io.c) --------------------------------------------------------- */
 

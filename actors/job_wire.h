@@ -25,6 +25,7 @@ struct tr_job {
   int ncross; /* replica groups over several ranks, numbered for the transports */
   struct tr__join *join; /* workers that join the running job (join.c), or NULL */
   char error[512]; /* the last refusal of a wiring call (tr_job_error) */
+  tr_result *result; /* the run's figures: the coordinator fills them (tr_job_result_of) */
 };
 
 /* A wiring call refused: `status`, and tr_job_error says which argument broke which rule. */

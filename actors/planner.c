@@ -33,6 +33,7 @@
 #include "group.h"
 #include "job_config.h"
 #include "job_impl.h"
+#include "result_impl.h"
 #include "tr_train.h"
 
 /* The run resolved: what tr_train_run would build. */
@@ -512,17 +513,18 @@ bool tr__plan_run(const tr_train_options *o, const tr_device_list *devices,
   return !faulty && tr_plan_predict(o, &cc, p, err, sizeof err) == 0;
 }
 
-void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r) {
-  if (!(p->samples_per_s > 0) || p->devices != r->ndevices) return;
-  r->predicted.samples_per_s = p->samples_per_s;
-  r->predicted.step_seconds = p->step_seconds;
-  r->predicted.error = p->samples_per_s / r->samples_per_s - 1;
+void tr__plan_result(const tr_plan_prediction *p, tr_result *r) {
+  if (!(p->samples_per_s > 0) || p->devices != tr__result_devices(r)) return;
+  tr__result_set_real(r, TR__M_PREDICTED_SAMPLES_PER_S, p->samples_per_s);
+  tr__result_set_real(r, TR__M_PREDICTED_STEP_SECONDS, p->step_seconds);
+  tr__result_set_real(r, TR__M_PREDICTED_ERROR,
+                      p->samples_per_s / tr__result_real(r, TR__M_SAMPLES_PER_S) - 1);
   double worst = 0;
   for (int i = 0; i < p->devices; i++) {
-    r->predicted.peak_activation_bytes[i] = (int64_t)p->peak_activation_bytes[i];
-    const double m = (double)r->peak_activation_bytes[i];
+    tr__result_set_int_at(r, TR__M_PREDICTED_PEAK, i, (int64_t)p->peak_activation_bytes[i]);
+    const double m = (double)tr__result_int_at(r, TR__M_PEAK_ACTIVATION_BYTES, i);
     const double e = m > 0 ? fabs((double)p->peak_activation_bytes[i] / m - 1) : 0;
     if (e > worst) worst = e;
   }
-  r->predicted.peak_error = worst;
+  tr__result_set_real(r, TR__M_PREDICTED_PEAK_ERROR, worst);
 }

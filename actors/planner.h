@@ -181,7 +181,7 @@ int tr__plan_predict_bare(const tr_train_options *o, const tr_plan_costs_config 
  * measured. */
 bool tr__plan_run(const tr_train_options *o, const tr_device_list *devices,
                   tr_plan_prediction *p);
-void tr__plan_result(const tr_plan_prediction *p, tr_train_result *r);
+void tr__plan_result(const tr_plan_prediction *p, tr_result *r);
 
 /* layout.automatic: `o` with the strategy and layout troupe plan ranks best (tr_plan_rank)
  * into *chosen, and the line that says which and why into `why`. 0, or TR_EINVAL naming a

@@ -1,9 +1,10 @@
 /* run_metrics.c — the table of run metrics, the pairs the parts send, and their reduction
- * by each row's combine rule (run_metrics.h). */
+ * by each row's combine rule into the run's result (run_metrics.h). */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "run_metrics.h"
+#include "result_impl.h"
 #include "tr_base.h"
 
 const tr__metric tr__metrics[TR__METRIC_COUNT] = {
@@ -80,6 +81,8 @@ static void combine(tr__reduced *out, const tr__figures *f, const tr__pair *p, i
   const tr__metric *m = &tr__metrics[k];
   const bool real = m->type == TR__REAL;
   tr__value *v = &out->v[k];
+  tr__value *d = device >= 0 ? &out->device[(size_t)device * TR__METRIC_COUNT + k] : NULL;
+  bool *sent = device >= 0 ? &out->sent[(size_t)device * TR__METRIC_COUNT + k] : NULL;
   if (m->type == TR__TEXT) { /* FIRST: the first that is not empty */
     const char *s = text_of(f, p);
     if (s && s[0] && !out->text[k]) out->text[k] = s, out->count[k]++;
@@ -92,11 +95,10 @@ static void combine(tr__reduced *out, const tr__figures *f, const tr__pair *p, i
   case TR__COMBINE_MEAN:
     if (real) v->f = (first ? 0 : v->f) + p->v.f;
     else v->i += p->v.i;
-    if (device >= 0 && m->combine == TR__COMBINE_SUM) { /* each device's part kept too */
-      tr__value *d = &out->device[device][k];
-      if (real) d->f = (out->sent[device][k] ? d->f : 0) + p->v.f;
+    if (d && m->combine == TR__COMBINE_SUM) { /* each device's part kept too */
+      if (real) d->f = (*sent ? d->f : 0) + p->v.f;
       else d->i += p->v.i;
-      out->sent[device][k] = true;
+      *sent = true;
     }
     break;
   case TR__COMBINE_MAX:
@@ -111,35 +113,35 @@ static void combine(tr__reduced *out, const tr__figures *f, const tr__pair *p, i
     if (first) *v = p->v;
     break;
   case TR__COMBINE_DEVICE:
-  case TR__COMBINE_REPLICA:
-    if (device < 0) { /* a figure of a device from a source that has none */
+  case TR__COMBINE_REPLICA: /* the replicas' sums are the devices' (tr__result_replica_sum) */
+    if (d == NULL) { /* a figure of a device from a source that has none */
       out->count[k]--;
       return;
     }
-    out->device[device][k] = p->v;
-    out->sent[device][k] = true;
+    *d = p->v;
+    *sent = true;
     if (real) v->f = (first ? 0 : v->f) + p->v.f;
     else v->i += p->v.i;
-    if (m->combine == TR__COMBINE_REPLICA && out->stages > 0) {
-      tr__value *r = &out->replica[device / out->stages][k];
-      if (real) r->f += p->v.f;
-      else r->i += p->v.i;
-    }
     break;
   case TR__COMBINE_BINS:
     if (p->index < TR_TRAIN_STALENESS_BINS) out->bins[k][p->index] += p->v.i;
     break;
-  default: /* SETTING, DERIVED: never sent */
+  default: /* SETTING, CALLER, DERIVED: never sent */
     out->count[k]--;
     break;
   }
 }
 
-void tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int n,
-                        int ndevices, int stages) {
+int tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int n, int ndevices) {
   memset(out, 0, sizeof *out);
-  out->ndevices = ndevices < TR_TRAIN_MAX_DEVICES ? ndevices : TR_TRAIN_MAX_DEVICES;
-  out->stages = stages;
+  out->ndevices = ndevices > 0 ? ndevices : 0;
+  const size_t cells = (size_t)out->ndevices * TR__METRIC_COUNT;
+  out->device = calloc(cells ? cells : 1, sizeof *out->device);
+  out->sent = calloc(cells ? cells : 1, sizeof *out->sent);
+  if (out->device == NULL || out->sent == NULL) {
+    tr__reduced_free(out);
+    return TR_ENOMEM;
+  }
   for (int s = 0; s < n; s++) {
     const tr__figures *f = sources[s];
     if (f == NULL) continue;
@@ -152,6 +154,14 @@ void tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int
       if (tr__metrics[k].type == TR__REAL) out->v[k].f /= (double)out->count[k];
       else out->v[k].i /= out->count[k];
     }
+  return 0;
+}
+
+void tr__reduced_free(tr__reduced *red) {
+  free(red->device);
+  free(red->sent);
+  red->device = NULL;
+  red->sent = NULL;
 }
 
 double tr__reduced_real(const tr__reduced *red, tr__metric_id key) {
@@ -165,74 +175,45 @@ int64_t tr__reduced_int(const tr__reduced *red, tr__metric_id key) {
                                                : red->v[key].i;
 }
 
-/* A value into the result's field of `size` bytes at `p`: int, int64_t or double. */
-static void store(void *p, size_t size, tr__type type, tr__value v) {
-  if (type == TR__REAL) {
-    double d = v.f;
-    memcpy(p, &d, sizeof d);
-  } else if (size == sizeof(int)) {
-    int x = (int)v.i;
-    memcpy(p, &x, sizeof x);
-  } else {
-    memcpy(p, &v.i, sizeof v.i);
+/* The bytes sent per step: every source's together, and each device's (run_metrics.h). */
+static void comm_figures(const tr__reduced *red, tr_result *r) {
+  const int64_t steps = tr__result_int(r, TR__M_STEPS) - tr__result_int(r, TR__M_FIRST_STEP);
+  if (red->count[TR__M_COMM_BYTES] == 0 || steps <= 0) return; /* NaN: not measured */
+  tr__result_set_real(r, TR__M_COMM_BYTES_PER_STEP, (double)red->v[TR__M_COMM_BYTES].i / (double)steps);
+  for (int d = 0; d < red->ndevices && d < tr__result_devices(r); d++) {
+    const size_t at = (size_t)d * TR__METRIC_COUNT + TR__M_COMM_BYTES;
+    tr__result_set_real_at(r, TR__M_COMM_BYTES_DEVICE, d,
+                           red->sent[at] ? (double)red->device[at].i / (double)steps : NAN);
   }
 }
 
-/* The bytes sent per step: every source's together, and each device's (run_metrics.h). */
-static void comm_figures(const tr__reduced *red, tr_train_result *r) {
-  const int64_t steps = r->steps - r->first_step;
-  if (red->count[TR__M_COMM_BYTES] == 0 || steps <= 0) return; /* NaN: not measured */
-  r->comm_bytes_per_step = (double)red->v[TR__M_COMM_BYTES].i / (double)steps;
-  for (int d = 0; d < red->ndevices; d++)
-    r->comm_bytes_device[d] = red->sent[d][TR__M_COMM_BYTES]
-                                  ? (double)red->device[d][TR__M_COMM_BYTES].i / (double)steps
-                                  : NAN;
-}
-
-void tr__metrics_apply(const tr__reduced *red, tr_train_result *r) {
-  char *base = (char *)r;
+int tr__metrics_apply(const tr__reduced *red, tr_result *r) {
+  int rc = 0;
   for (int k = 0; k < TR__METRIC_COUNT; k++) {
     const tr__metric *m = &tr__metrics[k];
-    if (m->at < 0 || m->combine == TR__COMBINE_SETTING || m->combine == TR__COMBINE_DERIVED ||
-        red->count[k] == 0)
+    if (m->combine == TR__COMBINE_SETTING || m->combine == TR__COMBINE_CALLER ||
+        m->combine == TR__COMBINE_DERIVED || red->count[k] == 0)
       continue;
     switch (m->combine) {
     case TR__COMBINE_DEVICE:
-    case TR__COMBINE_REPLICA: {
-      const size_t one = m->stride < m->size ? m->stride : sizeof(int64_t);
-      const size_t width = m->combine == TR__COMBINE_REPLICA ? sizeof(int64_t) : one;
-      for (int d = 0; d < red->ndevices; d++)
-        if (red->sent[d][k]) store(base + m->at + (size_t)d * m->stride, width, m->type,
-                                   red->device[d][k]);
-      if (m->combine == TR__COMBINE_REPLICA && red->stages > 0)
-        for (int g = 0; g < red->ndevices / red->stages; g++)
-          store(base + m->replica_at + (size_t)g * m->stride, width, m->type, red->replica[g][k]);
+    case TR__COMBINE_REPLICA:
+      for (int d = 0; d < red->ndevices && d < tr__result_devices(r); d++) {
+        const size_t at = (size_t)d * TR__METRIC_COUNT + k;
+        if (!red->sent[at]) continue;
+        if (m->type == TR__REAL) tr__result_set_real_at(r, k, d, red->device[at].f);
+        else tr__result_set_int_at(r, k, d, red->device[at].i);
+      }
       break;
-    }
     case TR__COMBINE_BINS:
-      memcpy(base + m->at, red->bins[k],
-             m->size < sizeof red->bins[k] ? m->size : sizeof red->bins[k]);
+      rc = rc ? rc : tr__result_set_list(r, k, red->bins[k], TR_TRAIN_STALENESS_BINS);
       break;
     default:
-      if (m->type == TR__TEXT) snprintf(base + m->at, m->size, "%s", red->text[k]);
-      else store(base + m->at, m->size, m->type, red->v[k]);
+      if (m->type == TR__TEXT) rc = rc ? rc : tr__result_set_text(r, k, red->text[k]);
+      else if (m->type == TR__REAL) tr__result_set_real(r, k, red->v[k].f);
+      else tr__result_set_int(r, k, red->v[k].i);
       break;
     }
   }
   comm_figures(red, r);
-}
-
-void tr__result_init(tr_train_result *r, const char *model, const char *strategy) {
-  memset(r, 0, sizeof *r);
-  snprintf(r->model, sizeof r->model, "%s", model);
-  snprintf(r->strategy, sizeof r->strategy, "%s", strategy);
-  r->ranks = 1;
-  r->initial_loss = r->final_loss = r->samples_per_s = r->steps_per_s = NAN;
-  r->bubble_fraction = r->bubble_theory = r->bubble_schedule = NAN;
-  r->staleness_mean = r->staleness_max = NAN;
-  r->consistency = r->gflops = r->tokens_per_s = r->momentum = r->server_utilization = NAN;
-  for (int i = 0; i < TR_TRAIN_MAX_DEVICES; i++) r->utilization[i] = r->comm_bytes_device[i] = NAN;
-  r->comm_bytes_per_step = NAN;
-  r->eval_step = -1; /* no held-out evaluation */
-  r->eval_loss = r->eval_accuracy = NAN;
+  return rc;
 }

@@ -1,6 +1,7 @@
 /* run_metrics.h — the run's figures, once: one table of run metrics (key, unit, how the
- * sources' values combine, scope, where tr_train_result holds it, how --json and the CLI's
- * summary write it), the (key, value) pairs the parts send, and their generic reduction.
+ * sources' values combine, scope, where the deprecated tr_train_result view holds it, how
+ * --json and the CLI's summary write it), the (key, value) pairs the parts send, and their
+ * generic reduction.
  *
  * The parts that measure (every stage, the asynchronous server) put their figures into a
  * tr__figures, a flat list of pairs that a message carries as it is (across processes
@@ -13,10 +14,11 @@
  *
  * The coordinator shifts the times in them onto its clock (tr__figures_shift_clock), then
  * reduces every source's by each row's combine rule (tr__metrics_reduce) and writes what was
- * measured into the result (tr__metrics_apply); the figures docs/WORKLOADS.md defines from
- * others (rates, utilization, bubbles) it computes from the reduced measures. The library
- * writes the result's JSON from the same rows (tr_train_result_json), and the CLI its
- * summary (tr_train_result_summary): a new figure is a new row.
+ * measured into the run's tr_result (tr__metrics_apply; result_impl.h); the figures
+ * docs/WORKLOADS.md defines from others (rates, utilization, bubbles) it computes from the
+ * reduced measures. The result holds a value of every row, for any number of devices; the
+ * library reads them by key (tr_result_real), writes its JSON (tr_result_json) and the CLI's
+ * summary (tr_result_summary) from the same rows: a new figure is a new row.
  */
 #ifndef TR_RUN_METRICS_H
 #define TR_RUN_METRICS_H
@@ -31,6 +33,7 @@
 /* How the sources' values of a key combine into the run's. */
 typedef enum tr__combine {
   TR__COMBINE_SETTING, /* not measured: the run's configuration, filled in by the coordinator */
+  TR__COMBINE_CALLER,  /* given by the caller after the run (tr_result_set_real) */
   TR__COMBINE_DERIVED, /* computed from other figures (docs/WORKLOADS.md's definitions) */
   TR__COMBINE_SUM,     /* added up, in source order (each device's sum kept too) */
   TR__COMBINE_MAX,     /* the largest (reals: of those that are numbers) */
@@ -49,36 +52,39 @@ typedef enum tr__scope {
   TR__SCOPE_ASYNC,  /* asynchronous runs only */
   TR__SCOPE_RANKS,  /* runs whose pipeline edges crossed processes */
   TR__SCOPE_MEASURE, /* a measure figures are derived from: not in the result's JSON */
-  TR__SCOPE_PREDICTED /* runs troupe plan predicted (tr_train_result.predicted) */
+  TR__SCOPE_PREDICTED /* runs troupe plan predicted ("predicted.samples_per_s" > 0) */
 } tr__scope;
 
 typedef enum tr__type { TR__INT, TR__REAL, TR__TEXT } tr__type;
 
-/* How --json writes a row (its type's way unless said). */
+/* How --json writes a row (its type's way unless said), and how the result reads it. */
 typedef enum tr__json {
   TR__JSON_NONE,   /* not written */
   TR__JSON_VALUE,  /* an integer, a real as %.9g (null when not a number), a string */
   TR__JSON_REAL4,  /* a real as %.4f */
   TR__JSON_REAL6,  /* a real as %.6g */
   TR__JSON_BOOL,   /* an int as true or false */
-  TR__JSON_NAME,   /* the row's `name` function's text, null where it gives NULL */
-  TR__JSON_FN,     /* the row's `real` function's value */
+  TR__JSON_NAME,   /* the row's `name` function's text, null where it gives NULL (read as
+                      text, whatever the type it is kept as) */
+  TR__JSON_FN,     /* the row's `real` function's value, as %.9g (null: not a number) */
   TR__JSON_CUTS,   /* the cut's layer indices, null for one piece */
   TR__JSON_BINS,   /* a histogram's bins up to its last that is not 0 */
 } tr__json;
 
-/* Where tr_train_result holds a row's value. */
+/* Where the deprecated view, tr_train_result, holds a row's value (tr__result_view). */
 #define TR__AT(f) .at = offsetof(tr_train_result, f), .size = sizeof(((tr_train_result *)0)->f)
 #define TR__EACH(f) TR__AT(f), .stride = sizeof(((tr_train_result *)0)->f[0])
 #define TR__MEMORY(f)                                                                      \
   .at = offsetof(tr_train_result, memory.devices[0].f), .stride = sizeof(tr_memory_figures), \
   .replica_at = offsetof(tr_train_result, memory.replicas[0].f)
-#define TR__NOWHERE .at = -1
+#define TR__NOWHERE .at = -1 /* in the result only */
 #define TR__IDLE(f) TR__AT(idle[0].f), .stride = sizeof(tr_idle_figures)
 
 /* The table, in --json's order (a key "a.b" is member b of --json's object a; consecutive
  * rows of one object make it, written null where its first member is). Units: "clock" is a
- * time on the sender's monotonic clock (ns), which the coordinator reads on its own.
+ * time on the sender's monotonic clock (ns), which the coordinator reads on its own. A row
+ * of scope DEVICE, or that a part sends per device (DEVICE, REPLICA), has a value per device
+ * of the run; CUTS and BINS rows are lists; every other row one value.
  *   X(id, key, unit, combine, scope, type, where, json, name/real function, summary)
  * The summary's format takes the value (reals as double, integers as long long); rows
  * without one are not in it.
@@ -149,10 +155,14 @@ typedef enum tr__json {
   X(RECOMPUTE, "recompute", "", SETTING, RUN, INT, TR__AT(recompute), BOOL, NULL, NULL)            \
   X(SCHEDULE, "schedule", "", SETTING, RUN, TEXT, TR__AT(schedule), NAME, tr__metric_schedule,     \
     "schedule %s")                                                                                 \
-  X(CUTS, "cuts", "layer", SETTING, RUN, INT, TR__AT(cuts), CUTS, NULL, NULL)                      \
+  X(CUTS, "cuts", "layer", SETTING, RUN, INT, TR__EACH(cuts), CUTS, NULL, NULL)                    \
   X(ZERO, "zero", "", SETTING, RUN, INT, TR__AT(zero), VALUE, NULL, "ZeRO %lld")                   \
   X(ALLREDUCE, "allreduce", "", SETTING, RUN, INT, TR__AT(allreduce), NAME, tr__metric_allreduce,  \
     "summed by %s")                                                                                \
+  X(BATCHES_MADE, "batches_made", "edges", SETTING, MEASURE, INT, TR__AT(batches_made), NONE,      \
+    NULL, NULL)                                                                                    \
+  X(BATCHES_LOADED, "batches_loaded", "edges", SETTING, MEASURE, INT, TR__AT(batches_loaded), NONE, \
+    NULL, NULL)                                                                                    \
   X(DATA_ON, "data_on", "", DERIVED, RUN, TEXT, TR__NOWHERE, NAME, tr__metric_data_on,             \
     "samples made on %s")                                                                          \
   X(EDGES_NCCL, "edges_across_ranks.nccl", "edges", SETTING, RANKS, INT, TR__AT(edges_nccl), VALUE, \
@@ -171,7 +181,7 @@ typedef enum tr__json {
     NULL, "staleness mean %.2f")                                                                   \
   X(STALENESS_MAX, "staleness.max", "updates", MAX, ASYNC, REAL, TR__AT(staleness_max), REAL6,     \
     NULL, "max %.0f")                                                                              \
-  X(STALENESS_HIST, "staleness.histogram", "updates", BINS, ASYNC, INT, TR__AT(staleness_hist),    \
+  X(STALENESS_HIST, "staleness.histogram", "updates", BINS, ASYNC, INT, TR__EACH(staleness_hist),  \
     BINS, NULL, NULL)                                                                              \
   X(WORKERS, "workers", "", SETTING, ASYNC, INT, TR__AT(workers), VALUE, NULL, "%lld workers")     \
   X(CLOCK_GAP_MAX, "clock_gap_max", "pushes", MAX, ASYNC, INT, TR__AT(clock_gap_max), VALUE, NULL, \
@@ -185,7 +195,7 @@ typedef enum tr__json {
   X(GFLOPS, "gflops", "GFLOP/s", DERIVED, RUN, REAL, TR__AT(gflops), VALUE, NULL, "%.1f GFLOP/s")  \
   X(TOKENS_PER_S, "tokens_per_s", "tokens/s", DERIVED, RUN, REAL, TR__AT(tokens_per_s), VALUE,     \
     NULL, "%.0f tokens/s")                                                                         \
-  X(SGEMM_GFLOPS, "sgemm_gflops", "GFLOP/s", SETTING, RUN, REAL, TR__AT(sgemm_gflops), FN,         \
+  X(SGEMM_GFLOPS, "sgemm_gflops", "GFLOP/s", CALLER, RUN, REAL, TR__AT(sgemm_gflops), FN,          \
     tr__metric_sgemm, "single-thread sgemm 2048² %.1f GFLOP/s")                                   \
   X(SKIPPED_STEPS, "skipped_steps", "updates", MAX, RUN, INT, TR__AT(skipped_steps), VALUE, NULL,  \
     "%lld updates skipped (gradient norm not finite)")                                             \
@@ -292,12 +302,21 @@ typedef struct tr__metric {
   size_t size, stride;   /* the field's bytes; per device (and replica): from one to the next */
   ptrdiff_t replica_at;  /* TR__COMBINE_REPLICA: the replicas' sums (0: none) */
   tr__json json;
-  const char *(*name)(const tr_train_result *r); /* TR__JSON_NAME */
-  double (*real)(const tr_train_result *r);      /* TR__JSON_FN */
+  const char *(*name)(const tr_result *r); /* TR__JSON_NAME */
+  double (*real)(const tr_result *r);      /* TR__JSON_FN, and NONE rows' of the summary */
   const char *summary;
 } tr__metric;
 
 extern const tr__metric tr__metrics[TR__METRIC_COUNT];
+
+/* A row's shape in the result (tr_result.h): one value, one per device, a list. */
+static inline tr_figure_shape tr__metric_shape(const tr__metric *m) {
+  if (m->json == TR__JSON_CUTS || m->json == TR__JSON_BINS) return TR_FIGURE_LIST;
+  return m->scope == TR__SCOPE_DEVICE || m->combine == TR__COMBINE_DEVICE ||
+                 m->combine == TR__COMBINE_REPLICA
+             ? TR_FIGURE_DEVICES
+             : TR_FIGURE_ONE;
+}
 
 /* ---- pairs ---------------------------------------------------------------------------- */
 
@@ -331,55 +350,61 @@ void tr__figures_shift_clock(tr__figures *f, int64_t offset);
 
 /* ---- the reduction ---------------------------------------------------------------------- */
 
-/* Every source's figures combined by the table's rules. */
+/* Every source's figures combined by the table's rules, for any number of devices. */
 typedef struct tr__reduced {
-  int ndevices, stages;
+  int ndevices;
   int64_t count[TR__METRIC_COUNT];  /* the sources that sent the key */
   tr__value v[TR__METRIC_COUNT];    /* SUM, MAX, MIN, MEAN, FIRST; DEVICE: their sum */
   const char *text[TR__METRIC_COUNT]; /* FIRST text (in a source's figures) */
-  tr__value device[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* DEVICE, REPLICA, SUM */
-  bool sent[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT];
-  tr__value replica[TR_TRAIN_MAX_DEVICES][TR__METRIC_COUNT]; /* REPLICA */
-  int64_t bins[TR__METRIC_COUNT][TR_TRAIN_STALENESS_BINS];   /* BINS */
+  tr__value *device;                /* [device × TR__METRIC_COUNT + key]: DEVICE, REPLICA, SUM */
+  bool *sent;                       /* as device: whether the device sent the key */
+  int64_t bins[TR__METRIC_COUNT][TR_TRAIN_STALENESS_BINS]; /* BINS */
 } tr__reduced;
 
 /* The figures of `n` sources: source i < ndevices is device i (replica × stages + stage),
  * the others (the server) have no device. Pairs that are not the table's (bytes from
- * another process may be anything) are left out. Text stays in the sources' figures. */
-void tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int n,
-                        int ndevices, int stages);
+ * another process may be anything) are left out. Text stays in the sources' figures.
+ * 0, or TR_ENOMEM; tr__reduced_free frees what it holds (of a zeroed one too). */
+int tr__metrics_reduce(tr__reduced *out, const tr__figures *const *sources, int n, int ndevices);
+void tr__reduced_free(tr__reduced *red);
+/* Device d's values, indexed by key. */
+static inline const tr__value *tr__reduced_device(const tr__reduced *red, int d) {
+  return red->device + (size_t)d * TR__METRIC_COUNT;
+}
 /* The reduced value of a scalar key (NaN, or 0 for integers, where none was sent). */
 double tr__reduced_real(const tr__reduced *red, tr__metric_id key);
 int64_t tr__reduced_int(const tr__reduced *red, tr__metric_id key);
-/* Every measured row's value where the result holds it (those sent only), and the figures
- * derived from the measures alone (comm_bytes_per_step: r->first_step is set before). */
-void tr__metrics_apply(const tr__reduced *red, tr_train_result *r);
+/* Every measured row's value into the result (those sent only: per device, those of the
+ * devices that sent it), and the figures derived from the measures alone
+ * (comm_bytes_per_step: "first_step" and "steps" are in the result before). The result has
+ * its devices (tr__result_set_devices) first. 0, or TR_ENOMEM. */
+int tr__metrics_apply(const tr__reduced *red, tr_result *r);
 
-/* The JSON writer's functions for rows whose text or value is the result's reading. */
-const char *tr__metric_schedule(const tr_train_result *r);
-const char *tr__metric_allreduce(const tr_train_result *r);
-const char *tr__metric_data_on(const tr_train_result *r);
-const char *tr__metric_graphs(const tr_train_result *r);
-const char *tr__metric_signal(const tr_train_result *r);
-double tr__metric_sgemm(const tr_train_result *r);
+/* The rows' functions: a text, or a value, read from the result's other rows. */
+const char *tr__metric_schedule(const tr_result *r);
+const char *tr__metric_allreduce(const tr_result *r);
+const char *tr__metric_data_on(const tr_result *r);
+const char *tr__metric_graphs(const tr_result *r);
+const char *tr__metric_signal(const tr_result *r);
+double tr__metric_sgemm(const tr_result *r);
 /* The prediction's error of samples/s in percent where it is over 10% (the summary says so),
  * else NaN. */
-double tr__metric_prediction_off(const tr_train_result *r);
+double tr__metric_prediction_off(const tr_result *r);
 /* layout.automatic's choice, or NULL (JSON null). */
-const char *tr__metric_layout_choice(const tr_train_result *r);
-double tr__metric_hardware_fraction(const tr_train_result *r);
+const char *tr__metric_layout_choice(const tr_result *r);
+double tr__metric_hardware_fraction(const tr_result *r);
 /* The held-out evaluation's step (NaN: none ran, and --json's "eval" is null). */
-double tr__metric_eval_step(const tr_train_result *r);
+double tr__metric_eval_step(const tr_result *r);
 /* Local SGD's settings: null outside strategy local. */
-double tr__metric_sync_every(const tr_train_result *r);
+double tr__metric_sync_every(const tr_result *r);
 /* The members of a tensor group, for the summary (NaN: none, 1) */
-double tr__metric_tensor(const tr_train_result *r);
-double tr__metric_warmup_sync(const tr_train_result *r);
-const char *tr__metric_outer(const tr_train_result *r);
-double tr__metric_eval_percent(const tr_train_result *r); /* the summary's accuracy in % */
+double tr__metric_tensor(const tr_result *r);
+double tr__metric_warmup_sync(const tr_result *r);
+const char *tr__metric_outer(const tr_result *r);
+double tr__metric_eval_percent(const tr_result *r); /* the summary's accuracy in % */
 /* Local SGD's elastic replicas (tr_async_config.elastic): those alive at the end (NaN
  * outside an elastic local run), and those that left as "replica@step,..." (NULL: none) */
-double tr__metric_replicas_alive(const tr_train_result *r);
-const char *tr__metric_replicas_left(const tr_train_result *r);
+double tr__metric_replicas_alive(const tr_result *r);
+const char *tr__metric_replicas_left(const tr_result *r);
 
 #endif

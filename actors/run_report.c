@@ -1,122 +1,92 @@
-/* run_report.c — a run's figures written out from the table of run metrics (run_metrics.h):
- * the JSON object of docs/WORKLOADS.md (tr_train_result_json) and the one line of words
- * `troupe train` prints (tr_train_result_summary). Neither names a figure: each walks the
- * rows. */
+/* run_report.c — a run's figures written out from the table of run metrics (run_metrics.h)
+ * and the run's tr_result: the JSON object of docs/WORKLOADS.md (tr_result_json) and the one
+ * line of words `troupe train` prints (tr_result_summary). Neither names a figure: each
+ * walks the rows, reading each as the getters do (tr__result_read). */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "run_metrics.h"
+#include "result_impl.h"
 
-/* ---- the rows whose text or value is read from the result -------------------------------- */
+/* ---- the rows whose text or value is read from the result's other rows -------------------- */
 
-const char *tr__metric_schedule(const tr_train_result *r) {
-  return r->schedule[0] ? r->schedule : NULL;
+static int64_t I(const tr_result *r, tr__metric_id id) { return tr__result_int(r, id); }
+static double F(const tr_result *r, tr__metric_id id) { return tr__result_real(r, id); }
+static const char *S(const tr_result *r, tr__metric_id id) { return tr__result_text(r, id); }
+
+const char *tr__metric_schedule(const tr_result *r) {
+  return S(r, TR__M_SCHEDULE)[0] ? S(r, TR__M_SCHEDULE) : NULL;
 }
 
-const char *tr__metric_allreduce(const tr_train_result *r) { /* AUTO: no group summed */
-  return r->allreduce == TR_ALLREDUCE_AUTO ? NULL : tr_allreduce_name(r->allreduce);
+const char *tr__metric_allreduce(const tr_result *r) { /* AUTO: no group summed */
+  const tr_allreduce a = (tr_allreduce)I(r, TR__M_ALLREDUCE);
+  return a == TR_ALLREDUCE_AUTO ? NULL : tr_allreduce_name(a);
 }
 
-const char *tr__metric_data_on(const tr_train_result *r) {
-  return !r->batches_made ? "host" : !r->batches_loaded ? "device" : "mixed";
+const char *tr__metric_data_on(const tr_result *r) {
+  return !I(r, TR__M_BATCHES_MADE) ? "host" : !I(r, TR__M_BATCHES_LOADED) ? "device" : "mixed";
 }
 
-const char *tr__metric_graphs(const tr_train_result *r) { return tr_graphs_name(r->graphs); }
-
-const char *tr__metric_signal(const tr_train_result *r) {
-  return r->signal ? tr_signal_name(r->signal) : NULL;
+const char *tr__metric_graphs(const tr_result *r) {
+  return tr_graphs_name((tr_graphs)I(r, TR__M_GRAPHS));
 }
 
-double tr__metric_sgemm(const tr_train_result *r) {
-  return r->sgemm_gflops > 0 ? r->sgemm_gflops : NAN;
+const char *tr__metric_signal(const tr_result *r) {
+  return I(r, TR__M_SIGNAL) ? tr_signal_name((int)I(r, TR__M_SIGNAL)) : NULL;
 }
 
-double tr__metric_hardware_fraction(const tr_train_result *r) {
-  return r->sgemm_gflops > 0 ? r->gflops / (r->sgemm_gflops * r->ndevices) : NAN;
+double tr__metric_sgemm(const tr_result *r) {
+  return F(r, TR__M_SGEMM_GFLOPS) > 0 ? F(r, TR__M_SGEMM_GFLOPS) : NAN;
 }
 
-double tr__metric_eval_step(const tr_train_result *r) {
-  return r->eval_step >= 0 ? (double)r->eval_step : NAN;
+double tr__metric_hardware_fraction(const tr_result *r) {
+  const double sgemm = F(r, TR__M_SGEMM_GFLOPS);
+  return sgemm > 0 ? F(r, TR__M_GFLOPS) / (sgemm * tr__result_devices(r)) : NAN;
 }
 
-double tr__metric_eval_percent(const tr_train_result *r) {
-  return r->eval_step >= 0 ? 100 * r->eval_accuracy : NAN;
+double tr__metric_eval_step(const tr_result *r) {
+  return I(r, TR__M_EVAL_STEP) >= 0 ? (double)I(r, TR__M_EVAL_STEP) : NAN;
+}
+
+double tr__metric_eval_percent(const tr_result *r) {
+  return I(r, TR__M_EVAL_STEP) >= 0 ? 100 * F(r, TR__M_EVAL_ACCURACY) : NAN;
+}
+
+double tr__metric_tensor(const tr_result *r) {
+  return I(r, TR__M_TENSOR) > 1 ? (double)I(r, TR__M_TENSOR) : NAN;
 }
 
 /* Local SGD's settings (strategy local): null in other runs. */
-double tr__metric_tensor(const tr_train_result *r) { return r->tensor > 1 ? r->tensor : NAN; }
-
-double tr__metric_sync_every(const tr_train_result *r) {
-  return r->sync_every > 0 ? r->sync_every : NAN;
+double tr__metric_sync_every(const tr_result *r) {
+  return I(r, TR__M_SYNC_EVERY) > 0 ? (double)I(r, TR__M_SYNC_EVERY) : NAN;
 }
 
-double tr__metric_warmup_sync(const tr_train_result *r) {
-  return r->sync_every > 0 ? r->warmup_sync : NAN;
+double tr__metric_warmup_sync(const tr_result *r) {
+  return I(r, TR__M_SYNC_EVERY) > 0 ? (double)I(r, TR__M_WARMUP_SYNC) : NAN;
 }
 
-const char *tr__metric_outer(const tr_train_result *r) { return r->outer[0] ? r->outer : NULL; }
-
-double tr__metric_replicas_alive(const tr_train_result *r) {
-  return r->replicas_alive > 0 ? r->replicas_alive : NAN;
+const char *tr__metric_outer(const tr_result *r) {
+  return S(r, TR__M_OUTER)[0] ? S(r, TR__M_OUTER) : NULL;
 }
 
-const char *tr__metric_replicas_left(const tr_train_result *r) {
-  return r->replicas_left[0] ? r->replicas_left : NULL;
+double tr__metric_replicas_alive(const tr_result *r) {
+  return I(r, TR__M_REPLICAS_ALIVE) > 0 ? (double)I(r, TR__M_REPLICAS_ALIVE) : NAN;
 }
 
-const char *tr__metric_layout_choice(const tr_train_result *r) {
-  return r->layout_choice[0] ? r->layout_choice : NULL;
+const char *tr__metric_replicas_left(const tr_result *r) {
+  return S(r, TR__M_REPLICAS_LEFT)[0] ? S(r, TR__M_REPLICAS_LEFT) : NULL;
 }
 
-double tr__metric_prediction_off(const tr_train_result *r) {
-  const double e = r->predicted.error;
-  return r->predicted.samples_per_s > 0 && fabs(e) > 0.10 ? 100 * e : NAN;
+const char *tr__metric_layout_choice(const tr_result *r) {
+  return S(r, TR__M_LAYOUT_CHOICE)[0] ? S(r, TR__M_LAYOUT_CHOICE) : NULL;
 }
 
-/* ---- reading a row ------------------------------------------------------------------------- */
-
-/* Whether the row applies to this run at all (outside its scope: null). */
-static bool applies(const tr_train_result *r, const tr__metric *m) {
-  if (m->scope == TR__SCOPE_ASYNC) return !strcmp(r->strategy, "async");
-  if (m->scope == TR__SCOPE_RANKS) return r->edges_nccl + r->edges_mpi != 0;
-  if (m->scope == TR__SCOPE_PREDICTED) return r->predicted.samples_per_s > 0;
-  return true;
+double tr__metric_prediction_off(const tr_result *r) {
+  const double e = F(r, TR__M_PREDICTED_ERROR);
+  return F(r, TR__M_PREDICTED_SAMPLES_PER_S) > 0 && fabs(e) > 0.10 ? 100 * e : NAN;
 }
-
-/* Bytes of one value: the field's, or an element's of a per-device (replica) array. */
-static size_t width(const tr__metric *m) {
-  if (m->stride == 0) return m->size;
-  return m->size > m->stride ? m->stride : sizeof(int64_t);
-}
-
-static int64_t int_at(const tr_train_result *r, ptrdiff_t at, size_t bytes) {
-  const char *p = (const char *)r + at;
-  if (bytes == sizeof(int)) {
-    int x;
-    memcpy(&x, p, sizeof x);
-    return x;
-  }
-  int64_t x;
-  memcpy(&x, p, sizeof x);
-  return x;
-}
-
-static double real_at(const tr_train_result *r, ptrdiff_t at) {
-  double x;
-  memcpy(&x, (const char *)r + at, sizeof x);
-  return x;
-}
-
-/* The offset of element `i` of row `m` (i < 0: the scalar; replica: of the replicas' sums). */
-static ptrdiff_t offset(const tr__metric *m, int i, bool replica) {
-  if (i < 0) return m->at;
-  return (replica ? m->replica_at : m->at) + (ptrdiff_t)((size_t)i * m->stride);
-}
-
-static int pieces(const tr_train_result *r) { return r->stages * (r->chunks > 0 ? r->chunks : 1); }
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
 
@@ -131,95 +101,78 @@ static void json_string(FILE *f, const char *s) {
   fputc('"', f);
 }
 
-static void json_real(FILE *f, const char *format, double v) {
-  if (isfinite(v)) fprintf(f, format, v);
+static void json_real(FILE *f, const char *format, tr__cell c) {
+  if (!c.null) fprintf(f, format, c.f);
   else fputs("null", f);
 }
 
-/* One value of row m: element i of a per-device row (-1: the row's scalar). */
-static void json_value(FILE *f, const tr_train_result *r, const tr__metric *m, int i,
-                       bool replica) {
-  const ptrdiff_t at = offset(m, i, replica);
-  switch (m->json) {
-  case TR__JSON_REAL4: json_real(f, "%.4f", real_at(r, at)); return;
-  case TR__JSON_REAL6: json_real(f, "%.6g", real_at(r, at)); return;
-  case TR__JSON_BOOL: fputs(int_at(r, at, width(m)) ? "true" : "false", f); return;
-  case TR__JSON_FN: json_real(f, "%.9g", m->real(r)); return;
-  case TR__JSON_NAME: {
-    const char *s = m->name(r);
-    if (s) json_string(f, s);
-    else fputs("null", f);
-    return;
-  }
-  case TR__JSON_CUTS:
-    if (pieces(r) <= 1) fputs("null", f);
-    else for (int k = 0; k <= pieces(r) && k <= TR_TRAIN_MAX_DEVICES; k++)
-      fprintf(f, "%s%d", k ? "," : "[", r->cuts[k]);
-    if (pieces(r) > 1) fputc(']', f);
-    return;
-  case TR__JSON_BINS: { /* up to the last bin that is not 0 */
-    int bins = TR_TRAIN_STALENESS_BINS;
-    while (bins > 0 && r->staleness_hist[bins - 1] == 0) bins--;
+/* One value of row k: value i of a per-device row (-1: the row's one value, a list whole). */
+static void json_value(FILE *f, const tr_result *r, int k, int i) {
+  const tr__metric *m = &tr__metrics[k];
+  if (tr__metric_shape(m) == TR_FIGURE_LIST) { /* cuts: null for one piece; bins: maybe [] */
+    if (tr__result_null(r, k)) {
+      fputs("null", f);
+      return;
+    }
+    const int n = tr__result_count(r, k);
     fputc('[', f);
-    for (int b = 0; b < bins; b++) fprintf(f, "%s%lld", b ? "," : "", (long long)r->staleness_hist[b]);
+    for (int j = 0; j < n; j++) fprintf(f, "%s%lld", j ? "," : "", (long long)tr__result_int_at(r, k, j));
     fputc(']', f);
     return;
   }
+  const tr__cell c = tr__result_read(r, k, i);
+  switch (m->json) {
+  case TR__JSON_REAL4: json_real(f, "%.4f", c); return;
+  case TR__JSON_REAL6: json_real(f, "%.6g", c); return;
+  case TR__JSON_BOOL: fputs(c.i ? "true" : "false", f); return;
+  case TR__JSON_FN: json_real(f, "%.9g", c); return;
   default:
-    if (m->type == TR__TEXT) json_string(f, (const char *)r + at);
-    else if (m->type == TR__REAL) json_real(f, "%.9g", real_at(r, at));
-    else fprintf(f, "%lld", (long long)int_at(r, at, width(m)));
+    if (c.null) fputs("null", f);
+    else if (m->name || m->type == TR__TEXT) json_string(f, c.text);
+    else if (m->type == TR__REAL) json_real(f, "%.9g", c);
+    else fprintf(f, "%lld", (long long)c.i);
     return;
   }
 }
 
 /* A row's whole value: null outside its scope, an array over the devices for a per-device
  * one. */
-static void json_row(FILE *f, const tr_train_result *r, const tr__metric *m) {
-  if (!applies(r, m)) fputs("null", f);
-  else if (m->scope != TR__SCOPE_DEVICE) json_value(f, r, m, -1, false);
-  else {
+static void json_row(FILE *f, const tr_result *r, int k) {
+  if (!tr__result_applies(r, k)) {
+    fputs("null", f);
+  } else if (tr__metric_shape(&tr__metrics[k]) != TR_FIGURE_DEVICES) {
+    json_value(f, r, k, -1);
+  } else {
     fputc('[', f);
-    for (int i = 0; i < r->ndevices && i < TR_TRAIN_MAX_DEVICES; i++) {
+    for (int i = 0; i < tr__result_devices(r); i++) {
       if (i) fputc(',', f);
-      json_value(f, r, m, i, false);
+      json_value(f, r, k, i);
     }
     fputc(']', f);
   }
 }
 
-/* Whether the row's value is null in this run (an object whose first member is null is). */
-static bool is_null(const tr_train_result *r, const tr__metric *m) {
-  if (!applies(r, m)) return true;
-  if (m->json == TR__JSON_NAME) return m->name(r) == NULL;
-  if (m->json == TR__JSON_FN) return !isfinite(m->real(r));
-  return m->type == TR__REAL && m->scope != TR__SCOPE_DEVICE && !isfinite(real_at(r, m->at));
-}
-
 /* Rows [k, end) are members of one object, `key` before the dot: per-device rows make an
  * object per device ("devices") and, where some are summed per replica, one per replica
- * ("replicas"). */
-static void json_object(FILE *f, const tr_train_result *r, int k, int end, size_t prefix) {
+ * ("replicas"). An object whose first member is null is null. */
+static void json_object(FILE *f, const tr_result *r, int k, int end, size_t prefix) {
   const tr__metric *first = &tr__metrics[k];
-  if (is_null(r, first)) {
+  if (tr__result_null(r, k)) {
     fputs("null", f);
     return;
   }
-  if (first->scope != TR__SCOPE_DEVICE) {
+  if (tr__metric_shape(first) != TR_FIGURE_DEVICES) {
     for (int j = k; j < end; j++) {
       fprintf(f, "%s\"%s\":", j > k ? "," : "{", tr__metrics[j].key + prefix + 1);
-      json_row(f, r, &tr__metrics[j]);
+      json_row(f, r, j);
     }
     fputc('}', f);
     return;
   }
-  const int per = r->stages * (r->tensor > 1 ? r->tensor : 1); /* a replica's devices */
-  const int replicas = per ? r->ndevices / per : 0;
   bool summed = false; /* rows summed per replica: else no "replicas" */
   for (int j = k; j < end; j++) summed |= tr__metrics[j].combine == TR__COMBINE_REPLICA;
   for (int pass = 0; pass < 1 + summed; pass++) {
-    const int n = pass ? replicas : r->ndevices < TR_TRAIN_MAX_DEVICES ? r->ndevices
-                                                                        : TR_TRAIN_MAX_DEVICES;
+    const int n = pass ? tr__result_replicas(r) : tr__result_devices(r);
     fprintf(f, pass ? "],\"replicas\":[" : "{\"devices\":[");
     for (int i = 0; i < n; i++) {
       bool any = false;
@@ -228,7 +181,8 @@ static void json_object(FILE *f, const tr_train_result *r, int k, int end, size_
         const tr__metric *m = &tr__metrics[j];
         if (pass && m->combine != TR__COMBINE_REPLICA) continue;
         fprintf(f, "%s\"%s\":", any ? "," : "", m->key + prefix + 1);
-        json_value(f, r, m, i, pass == 1);
+        if (pass) fprintf(f, "%lld", (long long)tr__result_replica_sum(r, j, i));
+        else json_value(f, r, j, i);
         any = true;
       }
       fputc('}', f);
@@ -237,7 +191,7 @@ static void json_object(FILE *f, const tr_train_result *r, int k, int end, size_
   fputs("]}", f);
 }
 
-int tr_train_result_json(const tr_train_result *r, FILE *f) {
+int tr_result_json(const tr_result *r, FILE *f) {
   TR__NOT_NULL(r);
   TR__NOT_NULL(f);
   bool any = false;
@@ -253,7 +207,7 @@ int tr_train_result_json(const tr_train_result *r, FILE *f) {
     fprintf(f, "%s\"%.*s\":", any ? "," : "", (int)prefix, m->key);
     any = true;
     if (!dot) {
-      json_row(f, r, m);
+      json_row(f, r, k);
       k++;
       continue;
     }
@@ -270,51 +224,42 @@ int tr_train_result_json(const tr_train_result *r, FILE *f) {
 
 /* ---- the summary --------------------------------------------------------------------------- */
 
-/* Element i of the row (-1: its scalar) in the words of its format: 0 where there is nothing
- * to say (not a number, zero, empty text). */
-static int say(FILE *f, const tr_train_result *r, const tr__metric *m, const char *format, int i) {
-  const ptrdiff_t at = offset(m, i, false);
-  if (m->json == TR__JSON_NAME) {
-    const char *s = m->name(r);
-    return s ? fprintf(f, format, s) : 0;
-  }
-  if (m->type == TR__TEXT) {
-    const char *s = (const char *)r + at;
-    return s[0] ? fprintf(f, format, s) : 0;
-  }
-  if (m->type == TR__REAL || m->real) { /* a row's function, where it has one */
-    const double v = m->real ? m->real(r) : real_at(r, at);
-    return isfinite(v) && v != 0 ? fprintf(f, format, v) : 0;
-  }
-  const long long v = (long long)int_at(r, at, width(m));
-  return v ? fprintf(f, format, v) : 0;
+/* Value i of row k (-1: its one value) in the words of its format: 0 where there is nothing
+ * to say (null, zero, empty text). A row with a function gives the format a double. */
+static int say(FILE *f, const tr_result *r, int k, const char *format, int i) {
+  const tr__metric *m = &tr__metrics[k];
+  const tr__cell c = tr__result_read(r, k, i);
+  if (c.null) return 0;
+  if (m->name || m->type == TR__TEXT) return c.text[0] ? fprintf(f, format, c.text) : 0;
+  if (m->type == TR__REAL || m->real) return c.f != 0 ? fprintf(f, format, c.f) : 0;
+  return c.i ? fprintf(f, format, (long long)c.i) : 0;
 }
 
-int tr_train_result_summary(const tr_train_result *r, FILE *f) {
+int tr_result_summary(const tr_result *r, FILE *f) {
   TR__NOT_NULL(r);
   TR__NOT_NULL(f);
   bool any = false;
   for (int k = 0; k < TR__METRIC_COUNT; k++) {
     const tr__metric *m = &tr__metrics[k];
-    if (!m->summary || !applies(r, m)) continue;
+    if (!m->summary || !tr__result_applies(r, k)) continue;
     /* a per-device row: the words before its number once, then a number per device */
-    const char *conv = m->scope == TR__SCOPE_DEVICE ? strchr(m->summary, '%') : NULL;
+    const char *conv = tr__metric_shape(m) == TR_FIGURE_DEVICES ? strchr(m->summary, '%') : NULL;
     char *line = NULL;
     size_t len = 0;
     FILE *piece = open_memstream(&line, &len);
     if (piece == NULL) return TR_ENOMEM;
     bool said = false;
     if (conv == NULL) {
-      said = say(piece, r, m, m->summary, -1) > 0;
+      said = say(piece, r, k, m->summary, -1) > 0;
     } else {
       fprintf(piece, "%.*s", (int)(conv - m->summary), m->summary);
-      for (int i = 0; i < r->ndevices && i < TR_TRAIN_MAX_DEVICES; i++) {
+      for (int i = 0; i < tr__result_devices(r); i++) {
         /* a device with nothing to say (a worker that left: NaN) takes no room */
         char *one = NULL;
         size_t n = 0;
         FILE *e = open_memstream(&one, &n);
         if (e == NULL) break;
-        const bool says = say(e, r, m, conv, i) > 0;
+        const bool says = say(e, r, k, conv, i) > 0;
         fclose(e);
         if (says) fprintf(piece, "%s%s", said ? " " : "", one);
         said |= says;

@@ -66,7 +66,7 @@
  * A stuck end: where only the end of a job's run is stuck — every step trained, the figures
  * recorded, every checkpoint on disk, and an actor of yours never says it is done or keeps
  * the last report — the run is not lost: tr_graph_run returns 0 once the graph is quiet
- * (within about a second), tr_job_result holds every step's figures, the final checkpoint
+ * (within about a second), tr_job_result_of holds every step's figures, the final checkpoint
  * is in place, and tr_graph_warning (also written to stderr) names the actor and the fix.
  * A graph's system calls the graph's own describe and on_quiet (tr_system_config): those of
  * the config are not used.

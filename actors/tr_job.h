@@ -38,8 +38,8 @@
  *   tr_job_add_coordinator(j, &coord);
  *   // (tr_job_add_stages does the stages, chains and groups in one call)
  *   int rc = tr_graph_run(g, 0, 1000, 0);
- *   tr_train_result r;
- *   if (!rc) tr_job_result(j, &r);
+ *   double loss;
+ *   if (!rc) tr_result_real(tr_job_result_of(j), "final_loss", &loss);
  *
  * Every path between the job's actors is an edge of the graph (tr_graph_print shows them):
  * loader → first stage (inputs) and → last stage (targets), `layout.prefetch` micro-batches
@@ -171,7 +171,7 @@ typedef struct tr_checkpoint_config {
 typedef enum tr_nonfinite_policy {
   TR_NONFINITE_STOP, /* the run fails (TR_ENONFINITE), naming the step and the stage */
   TR_NONFINITE_SKIP  /* the update is skipped on every stage (the parameters stay as they
-                        were), counted in tr_train_result.skipped_steps, and the run goes on */
+                        were), counted in the result's "skipped_steps", and the run goes on */
 } tr_nonfinite_policy;
 
 /* "stop", "skip"; parse: 0, or TR_EINVAL. */
@@ -205,7 +205,7 @@ TR_API int tr_data_on_parse(const char *name, tr_data_on *out);
  * Its figures, the mean loss over the samples (each sample's loss as tr_stage_sample_losses
  * gives it) and for a loss with an accuracy (tr_loss_type.accuracy) the fraction of rows
  * whose largest output is the target, reach observers in reports (tr_report_msg.eval_*)
- * and the result (tr_train_result.eval_*). Asynchronous jobs are refused (eval.data).
+ * and the result ("eval.loss", ...). Asynchronous jobs are refused (eval.data).
  * Every held-out value the model reads as a number must be finite: a NaN input would pass
  * a ReLU as 0 and a NaN target drop out of the mean unseen, so the loader checks each
  * held-out micro-batch as it reads it (tr_data_check_finite) and the run fails with
@@ -248,7 +248,7 @@ typedef struct tr_profile_config {
  * then the periods of sync_every local steps begin. A replica's optimizer state is its own
  * (never averaged). The replicas' divergence before each sync is the run's `consistency`:
  * each replica's stage's largest ||θ_r − mean|| / ||mean|| over the syncs, the mean of
- * those over every replica and stage (tr_train_result.consistency). */
+ * those over every replica and stage (the result's "consistency"). */
 #define TR_OUTER_MAP(X)                  \
   X(TR_OUTER_AVERAGE, "average")         \
   X(TR_OUTER_NESTEROV, "nesterov")
@@ -484,9 +484,14 @@ TR_API void tr_job_print_plan(const tr_job *j, FILE *f);
  * "" when none was. Those calls can return only a status: their message is here. */
 TR_API const char *tr_job_error(const tr_job *j);
 
-/* The figures of the run, once tr_graph_run returned 0 (also where only the end of the run
- * was stuck, an actor of yours waited on after every step had trained: tr_graph_warning). */
-TR_API void tr_job_result(const tr_job *j, tr_train_result *r);
+/* The figures of the run (tr_result.h), once tr_graph_run returned 0 (also where only the end
+ * of the run was stuck, an actor of yours waited on after every step had trained:
+ * tr_graph_warning); before, its model and strategy only. The job's, valid until
+ * tr_job_free. Across processes rank 0's holds the figures (the coordinator's rank). */
+TR_API const tr_result *tr_job_result_of(const tr_job *j);
+/* Deprecated: tr_job_result_of's figures in the struct (tr_result.h: its devices up to 64). */
+TR_API void tr_job_result(const tr_job *j, tr_train_result *r)
+    TR_DEPRECATED("use tr_job_result_of (tr_result.h)");
 
 #ifdef __cplusplus
 }

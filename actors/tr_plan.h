@@ -128,7 +128,7 @@ typedef struct tr_plan_costs_config {
   int reps;      /* rounds of measurement (the median of each pass is kept); 0: 5 */
   /* The layers' times from the file only (TR_ESTATE, err saying so, where it lacks them):
    * timing them opens every layer on the device at once, which a run's own prediction must
-   * not do before the run (tr_train_result.predicted). What else a prediction measures is
+   * not do before the run (the result's "predicted.*" figures). What else a prediction measures is
    * a layer's worth of memory at most. */
   int layers_cached;
 } tr_plan_costs_config;

@@ -1,12 +1,45 @@
-/* tr_result.h — what a training run measured (tr_train_result, the figures of
- * docs/WORKLOADS.md): its speed, losses, each device's utilization and where its idle time
- * went, memory, staleness, the prediction troupe plan made of it. tr_train_run and
- * tr_job_result fill it; tr_train_result_json and tr_train_result_summary (tr_train.h) write
- * it from one table of the run's figures. */
+/* tr_result.h — what a training run measured, by key: its speed, losses, each device's
+ * utilization and where its idle time went, memory, staleness, the prediction troupe plan
+ * made of it (the figures of docs/WORKLOADS.md). Every figure is one row of the library's
+ * table of run metrics: a key ("samples_per_s", "memory.params"), a unit, a type (integer,
+ * real, text) and a shape (one value, one per device of the run, a list of its own); a new
+ * figure is a new row, never a new field of a struct.
+ *
+ * tr_train_run_result (tr_train.h) and tr_job_result_of (tr_job.h) give a run's result;
+ * tr_result_json writes it as `troupe train --json` does, tr_result_summary as its summary.
+ *
+ *   tr_result *r;
+ *   tr_error e;
+ *   if (tr_train_run_result(&o, &r, &e)) fprintf(stderr, "%s\n", e.message);
+ *   double rate, loss;
+ *   tr_result_real(r, "samples_per_s", &rate);
+ *   tr_result_real(r, "final_loss", &loss);
+ *   tr_figure f;
+ *   tr_result_figure(r, "utilization", &f);                // one value per device
+ *   for (int i = 0; i < f.count; i++) {
+ *     double u;
+ *     tr_result_real_at(r, "utilization", i, &u);
+ *   }
+ *   for (int k = 0; k < tr_result_figure_count(r); k++) {   // every figure, in the table's order
+ *     tr_result_figure_at(r, k, &f);
+ *     printf("%s (%s): %d values%s\n", f.key, f.unit, f.count, f.null ? ", none" : "");
+ *   }
+ *   tr_result_free(r);
+ *
+ * A figure that does not apply to the run (staleness outside asynchronous runs, a real that
+ * is not a number) has no value: its `null` is set, as --json writes null, and it reads as
+ * NaN, 0 or NULL. The getters refuse, with TR_EINVAL and a line on stderr naming the key, a
+ * key the table has none of, a reading of another type (tr_result_real reads integers too),
+ * a scalar read with _at or a per-device figure without, and an index out of range.
+ *
+ * tr_train_result, below, is the figures as a struct with room for 64 devices: a view of the
+ * result, filled from it, kept for the programs written against it (CHANGELOG.md). */
 #ifndef TR_RESULT_H
 #define TR_RESULT_H
 
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tr_allreduce.h"
 
@@ -14,7 +47,62 @@
 extern "C" {
 #endif
 
+typedef struct tr_result tr_result;
 
+typedef enum tr_figure_type { TR_FIGURE_INT, TR_FIGURE_REAL, TR_FIGURE_TEXT } tr_figure_type;
+
+typedef enum tr_figure_shape {
+  TR_FIGURE_ONE,     /* one value */
+  TR_FIGURE_DEVICES, /* one per device of the run, in the order of "devices" */
+  TR_FIGURE_LIST     /* a list of its own: "cuts" (layer indices), "staleness.histogram" */
+} tr_figure_shape;
+
+/* A figure of a run: what it is, and how many values it has in this one. */
+typedef struct tr_figure {
+  const char *key;         /* "samples_per_s"; "a.b": member b of --json's object a */
+  const char *unit;        /* "samples/s", "bytes", "fraction"; "" for a name or a count */
+  tr_figure_type type;
+  tr_figure_shape shape;
+  int count;               /* its values: 1, the devices, the list's length; 0 when null */
+  bool null;               /* the run has none (JSON null) */
+} tr_figure;
+
+/* The figures: their number (every row of the table, the same for every run of this
+ * library), and figure i of them (0 <= i < count), or the one of `key`. 0, or TR_EINVAL. */
+TR_API int tr_result_figure_count(const tr_result *r);
+TR_API int tr_result_figure_at(const tr_result *r, int i, tr_figure *out);
+TR_API int tr_result_figure(const tr_result *r, const char *key, tr_figure *out);
+
+/* A figure of one value: an integer; a number (an integer's too) as a double, NaN when
+ * null; a text (valid while r is), NULL when null. 0, or TR_EINVAL (above). */
+TR_API int tr_result_int(const tr_result *r, const char *key, int64_t *out);
+TR_API int tr_result_real(const tr_result *r, const char *key, double *out);
+TR_API int tr_result_text(const tr_result *r, const char *key, const char **out);
+/* Value i of a per-device figure or a list (0 <= i < its count): as above (a device's real
+ * that is not a number, JSON null, reads NaN). */
+TR_API int tr_result_int_at(const tr_result *r, const char *key, int i, int64_t *out);
+TR_API int tr_result_real_at(const tr_result *r, const char *key, int i, double *out);
+
+/* Gives a figure that the caller measures, and that the result derives others from: the
+ * only one is "sgemm_gflops", the hardware's yardstick (troupe train: single-thread sgemm
+ * 2048² on host devices, measured after the run; "hardware_fraction" follows from it; 0 or
+ * less: none). Any other key is refused (TR_EINVAL naming it: the run measured it). */
+TR_API int tr_result_set_real(tr_result *r, const char *key, double v);
+
+/* The figures as one JSON object and a newline, docs/WORKLOADS.md's keys (what `troupe
+ * train --json` prints), null marking what does not apply to the run; and in words, one
+ * line, those that apply and are not zero (`troupe train`'s summary). 0, TR_EIO when `f`
+ * fails, TR_ENOMEM; r or f NULL: TR_EINVAL (said on stderr). */
+TR_API int tr_result_json(const tr_result *r, FILE *f);
+TR_API int tr_result_summary(const tr_result *r, FILE *f);
+
+/* NULL does nothing. */
+TR_API void tr_result_free(tr_result *r);
+
+/* ---- tr_train_result: the figures as a struct (deprecated) -------------------------------- */
+
+/* The most devices a job lays out (tr_job_config.layout), and the struct's room for them;
+ * the bins of the asynchronous server's staleness histogram. */
 enum { TR_TRAIN_MAX_DEVICES = 64, TR_TRAIN_STALENESS_BINS = 32 };
 
 /* Bytes of device memory a stage allocated for the model (tr_stage_info): its parameters,
@@ -47,7 +135,11 @@ typedef struct tr_memory_result {
                                                        over its stages */
 } tr_memory_result;
 
-/* The figures of docs/WORKLOADS.md. Not-a-number marks what does not apply to a run (JSON null). */
+/* The figures of docs/WORKLOADS.md as a struct, a view of the run's tr_result filled from its
+ * rows (those of devices 64 and on left out; texts cut to their fields). Not-a-number marks
+ * what does not apply to a run (JSON null). Deprecated: the calls that fill and write it
+ * (tr_train_run, tr_job_result, tr_train_result_json) have keyed ones beside them, and a
+ * figure added to the library is in those only. */
 typedef struct tr_train_result {
   char model[32], strategy[16];
   char devices[256];       /* the devices' names in order ("host:0,host:1"); across processes

@@ -1,20 +1,23 @@
 /* tr_train.h — training runs: a model, a strategy, devices, and the figures of the run.
  *
- * tr_train_run builds the message graph of a strategy on a fresh system and runs it to the
- * end: a loader actor on the libuv loop fills batches ahead (its prefetch depth is the
- * credit count of the loader → stage edge), a stage actor pinned to each device trains,
+ * tr_train_run_result builds the message graph of a strategy on a fresh system and runs it
+ * to the end: a loader actor on the libuv loop fills batches ahead (its prefetch depth is
+ * the credit count of the loader → stage edge), a stage actor pinned to each device trains,
  * and a coordinator on the loop drives the run, has checkpoints written and collects the
- * figures docs/WORKLOADS.md defines, which tr_train_result_json writes as JSON; an observer
- * of yours (tr_train_options.observe) hears of the steps as they go. It is what `troupe
- * train` runs, its progress line such an observer.
+ * figures docs/WORKLOADS.md defines into a tr_result (tr_result.h: each by its key), which
+ * tr_result_json writes as JSON; an observer of yours (tr_train_options.observe) hears of
+ * the steps as they go. It is what `troupe train` runs, its progress line such an observer.
  *
  *   tr_train_options o = tr_train_defaults();
  *   o.model = "simplenet";
  *   o.steps = 2000;
- *   tr_train_result r;
- *   char err[512];
- *   if (tr_train_run(&o, &r, err, sizeof err)) fprintf(stderr, "%s\n", err);
- *   else printf("%.0f samples/s, final loss %g\n", r.samples_per_s, r.final_loss);
+ *   tr_result *r;
+ *   tr_error e;
+ *   double rate, loss;
+ *   if (tr_train_run_result(&o, &r, &e)) fprintf(stderr, "%s\n", e.message);
+ *   else if (!tr_result_real(r, "samples_per_s", &rate) && !tr_result_real(r, "final_loss", &loss))
+ *     printf("%.0f samples/s, final loss %g\n", rate, loss);
+ *   tr_result_free(r);
  */
 #ifndef TR_TRAIN_H
 #define TR_TRAIN_H
@@ -128,30 +131,37 @@ typedef struct tr_train_options {
  * batch and optimizer, 1f1b, unbounded staleness, seed 1. */
 TR_API tr_train_options tr_train_defaults(void);
 
-/* Runs the training. 0, or a negative status with `err` naming the actor, device and
- * operation that failed (a bad option: TR_EINVAL naming its field: "devices: ...", or one
- * of job, "layout.cuts: ..."; o or r NULL, TR_EINVAL; err may be NULL, or of size 0, and
- * then nothing is written). TR_EINTR with r->signal set: a signal (SIGINT, SIGTERM,
+/* Runs the training; *out (always set, but for TR_ENOMEM, and NULL arguments) is its figures,
+ * to free with tr_result_free: a run that failed has its model and strategy only, one that a
+ * signal ended all of them. 0, or a negative status with e (which may be NULL) naming the
+ * actor, device and operation that failed; for a bad option the status is TR_EINVAL and
+ * e->field names it ("devices", or one of job, "layout.cuts"), as e->message's fields do
+ * (tr_job.h: tr_error), for a front end that names them its own way. o or out NULL:
+ * TR_EINVAL. TR_EINTR with "signal" set (a text, "SIGINT"): a signal (SIGINT, SIGTERM,
  * SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2, tr_system.h; one that came during start-up too:
- * tr_signals_hold) ended the run in order after the step in flight, `r` holds its figures
- * and the checkpoint (when one was asked for) holds that step; a second signal ends the
- * process at once. Before the first
- * step, what the run will need is tried: each output's write in place (tr_file_probe_output),
- * and its memory on each device against what the device has (TR_EINVAL naming global_batch,
- * with the figures and the largest batch that fits). */
-TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size);
-/* tr_train_run with its failure as a tr_error (tr_job.h): the status, and for a bad option
- * the field at fault and where the message names fields ("devices", "layout.stages": those
- * of tr_train_options and its job), for a front end that names them its own way. e NULL:
- * the status alone. */
-TR_API int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e);
+ * tr_signals_hold) ended the run in order after the step in flight, the result holds its
+ * figures and the checkpoint (when one was asked for) holds that step; a second signal ends
+ * the process at once. Before the first step, what the run will need is tried: each
+ * output's write in place (tr_file_probe_output), and its memory on each device against what
+ * the device has (TR_EINVAL naming global_batch, with the figures and the largest batch that
+ * fits). */
+TR_API int tr_train_run_result(const tr_train_options *o, tr_result **out, tr_error *e);
 
-/* The run's figures as one JSON object and a newline, docs/WORKLOADS.md's keys (what
- * `troupe train --json` prints); null marks what does not apply to the run. And the same
- * figures in words, one line, those that apply and are not zero (`troupe train`'s summary).
- * 0, or TR_EIO when `f` fails; r or f NULL, TR_EINVAL (said on stderr). */
-TR_API int tr_train_result_json(const tr_train_result *r, FILE *f);
-TR_API int tr_train_result_summary(const tr_train_result *r, FILE *f);
+/* Deprecated: tr_train_run_result, with the figures in the struct (its devices up to 64; r
+ * is filled as tr_train_run_result fills its result, r->signal the signal's number) and the
+ * failure in `err` (which may be NULL, or of size 0: nothing written) or as a tr_error (e
+ * NULL: the status alone). o or r NULL: TR_EINVAL. */
+TR_API int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size)
+    TR_DEPRECATED("use tr_train_run_result (tr_result.h)");
+TR_API int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e)
+    TR_DEPRECATED("use tr_train_run_result (tr_result.h)");
+
+/* Deprecated: tr_result_json and tr_result_summary of the struct's figures (those of devices
+ * up to 64; memory.replicas: the sums of the devices' memory, as the run fills them). */
+TR_API int tr_train_result_json(const tr_train_result *r, FILE *f)
+    TR_DEPRECATED("use tr_result_json (tr_result.h)");
+TR_API int tr_train_result_summary(const tr_train_result *r, FILE *f)
+    TR_DEPRECATED("use tr_result_summary (tr_result.h)");
 
 #ifdef __cplusplus
 }

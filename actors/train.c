@@ -11,6 +11,7 @@
 #include "planner.h"
 #include "job_config.h"
 #include "job_impl.h"
+#include "result_impl.h"
 #include "train_agree.h"
 #include "train_run.h"
 #include "tr_file.h"
@@ -393,34 +394,34 @@ static int default_watchdog(const tr__train_run *rn) {
   return ms > 24 * 3600e3 ? 24 * 3600 * 1000 : ms > WATCHDOG_MIN_MS ? (int)ms : WATCHDOG_MIN_MS;
 }
 
-/* Local SGD's settings in the figures (tr_train_result.sync_every ...). */
-static void local_settings(tr_train_result *r, const tr_job_config *c) {
-  if (c->local.sync_every <= 0) return;
-  r->sync_every = c->local.sync_every;
-  r->warmup_sync = c->local.warmup_sync;
-  snprintf(r->outer, sizeof r->outer, "%s", tr_outer_name(c->local.outer));
+/* The result of a run that ended in order, in *r: the job's figures, local SGD's settings
+ * ("sync_every", ...), how far troupe plan's prediction was, and the layout chosen for it.
+ * 0, or TR_ENOMEM. */
+static int settle(tr_job *j, tr_result **r, const tr__train_run *rn,
+                  const tr_plan_prediction *predicted, const char *choice) {
+  tr_result_free(*r);
+  *r = tr__job_take_result(j);
+  const tr_job_config *c = &rn->jc;
+  if (c->local.sync_every > 0) {
+    tr__result_set_int(*r, TR__M_SYNC_EVERY, c->local.sync_every);
+    tr__result_set_int(*r, TR__M_WARMUP_SYNC, c->local.warmup_sync);
+    if (tr__result_set_text(*r, TR__M_OUTER, tr_outer_name(c->local.outer))) return TR_ENOMEM;
+  }
+  tr__plan_result(predicted, *r);
+  return tr__result_set_text(*r, TR__M_LAYOUT_CHOICE, choice);
 }
 
-/* The result of a run that ended in order: the job's figures, local SGD's settings, how far
- * troupe plan's prediction was, and the layout chosen for it. */
-static void settle(tr_job *j, tr_train_result *r, const tr__train_run *rn,
-                   const tr_plan_prediction *predicted, const char *choice) {
-  tr_job_result(j, r);
-  local_settings(r, &rn->jc);
-  tr__plan_result(predicted, r);
-  snprintf(r->layout_choice, sizeof r->layout_choice, "%s", choice);
-}
-
-/* The run, its refusals' messages with their fields marked (job_config.h). */
-static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
-                      size_t err_size) {
+/* The run, its refusals' messages with their fields marked (job_config.h); *r its figures
+ * (NULL: out of memory). */
+static int run_marked(const tr_train_options *o, tr_result **r, char *err, size_t err_size) {
   tr__train_run rn = {0};
   tr__ck_mark mark;
   tr_graph *g = NULL;
   tr_job *j = NULL;
   err[0] = 0;
-  tr__result_init(r, o->spec ? o->spec->name : o->model ? o->model : "?",
-                  tr_strategy_name(o->strategy));
+  *r = tr__result_new(o->spec ? o->spec->name : o->model ? o->model : "?",
+                      tr_strategy_name(o->strategy));
+  if (*r == NULL) return tr_errorf(err, err_size, TR_ENOMEM, "the run's figures: out of memory");
   if ((unsigned)o->strategy >= (unsigned)TR__COUNTOF(strategy_names)) {
     char names[128];
     size_t k = 0;
@@ -434,7 +435,7 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
                      "\"host:N\" or \"cuda:I[,J...]\"");
   tr_signals_hold(); /* till the graph runs: a signal ends start-up, saying so */
   tr_train_options chosen; /* layout.automatic: the plan's best layout (planner.h) */
-  char choice[sizeof r->layout_choice] = "";
+  char choice[192] = "";
   int rc = 0;
   if (o->job.layout.automatic) {
     rc = tr__plan_choose(o, &chosen, choice, sizeof choice, err, err_size);
@@ -475,11 +476,14 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
   tr__checkpoint_mark(&mark, rn.jc.checkpoint.path); /* to tell this run's checkpoint */
   rc = tr_graph_run(g, rn.first_step, rn.end_step, rn.end_step ? 0 : o->seconds);
   if (rc == TR_EINTR && tr_graph_signal(g)) { /* ended in order: figures, checkpoint */
-    settle(j, r, &rn, &predicted, choice);
-    r->signal = tr_graph_signal(g);
+    if (settle(j, r, &rn, &predicted, choice)) {
+      rc = tr_errorf(err, err_size, TR_ENOMEM, "the run's figures: out of memory");
+      goto out;
+    }
+    tr__result_set_int(*r, TR__M_SIGNAL, tr_graph_signal(g));
     const char *ck = rn.jc.checkpoint.path;
     snprintf(err, err_size, "stopped by %s after step %lld%s%s%s",
-             tr_signal_name(r->signal), (long long)r->steps,
+             tr_signal_name(tr_graph_signal(g)), (long long)tr__result_int(*r, TR__M_STEPS),
              ck && tr_world_rank(o->world) == 0 ? " (checkpoint " : "",
              ck && tr_world_rank(o->world) == 0 ? ck : "",
              ck && tr_world_rank(o->world) == 0 ? " written)" : "");
@@ -489,15 +493,18 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     if (tr_world_rank(o->world) == 0 && rc != TR_EINVAL && !tr__job_kept_aside(j))
       tr__checkpoint_lost(rn.jc.checkpoint.path, &mark, err, err_size);
     goto out;
+  } else if (settle(j, r, &rn, &predicted, choice)) {
+    rc = tr_errorf(err, err_size, TR_ENOMEM, "the run's figures: out of memory");
+    goto out;
   } else {
-    settle(j, r, &rn, &predicted, choice);
     /* a run that "succeeds" without a loss to show has not (every step skipped, or none) */
-    if (tr_world_rank(o->world) == 0 && !isfinite(r->final_loss)) {
+    const double final = tr__result_real(*r, TR__M_FINAL_LOSS);
+    if (tr_world_rank(o->world) == 0 && !isfinite(final)) {
       rc = TR_ENONFINITE;
-      snprintf(err, err_size, "the run's final loss is %g: %s", r->final_loss,
-               r->skipped_steps ? "every update of its last steps was skipped "
-                                  "(on_nonfinite skip)"
-                                : "no step had a finite loss");
+      snprintf(err, err_size, "the run's final loss is %g: %s", final,
+               tr__result_int(*r, TR__M_SKIPPED_STEPS) ? "every update of its last steps was "
+                                                         "skipped (on_nonfinite skip)"
+                                                       : "no step had a finite loss");
     }
   }
   if (o->trace) { /* this rank's, as the run began (file_write.h) */
@@ -510,7 +517,8 @@ static int run_marked(const tr_train_options *o, tr_train_result *r, char *err,
     }
   }
 out:
-  if (rc == TR_EINTR && !r->signal) r->signal = tr_signals_held(); /* start-up's */
+  if (rc == TR_EINTR && *r && !tr__result_int(*r, TR__M_SIGNAL)) /* start-up's */
+    tr__result_set_int(*r, TR__M_SIGNAL, tr_signals_held());
   tr_signals_release(); /* when the graph did not run (it took the signals over) */
   tr_graph_free(g);
   tr_job_free(j);
@@ -527,19 +535,39 @@ out:
   return rc;
 }
 
+int tr_train_run_result(const tr_train_options *o, tr_result **out, tr_error *e) {
+  char err[sizeof e->message];
+  if (out) *out = NULL;
+  const int rc = o && out ? run_marked(o, out, err, sizeof err)
+                          : tr_errorf(err, sizeof err, TR_EINVAL, "tr_train_run_result: %s is NULL",
+                                      o ? "out" : "o");
+  if (e) tr__error_from_text(e, rc, rc ? err : ""); /* e NULL: the status alone */
+  return rc;
+}
+
+/* The deprecated calls: the run, its figures viewed as the struct. */
+static int run_viewed(const tr_train_options *o, tr_train_result *v, char *err, size_t err_size) {
+  tr_result *r = NULL;
+  const int rc = run_marked(o, &r, err, err_size);
+  if (r) tr__result_view(r, v);
+  else memset(v, 0, sizeof *v);
+  tr_result_free(r);
+  return rc;
+}
+
 int tr_train_run(const tr_train_options *o, tr_train_result *r, char *err, size_t err_size) {
   if (o == NULL || r == NULL)
     return tr_errorf(err, err_size, TR_EINVAL, "tr_train_run: %s is NULL", o ? "r" : "o");
   char scratch[sizeof ((tr_error *)0)->message]; /* err NULL or of no size: nothing written */
   if (err == NULL || err_size == 0) err = scratch, err_size = sizeof scratch;
-  const int rc = run_marked(o, r, err, err_size);
+  const int rc = run_viewed(o, r, err, err_size);
   tr__error_unmark(err);
   return rc;
 }
 
 int tr_train_run_e(const tr_train_options *o, tr_train_result *r, tr_error *e) {
   char err[sizeof e->message];
-  const int rc = o && r ? run_marked(o, r, err, sizeof err)
+  const int rc = o && r ? run_viewed(o, r, err, sizeof err)
                         : tr_errorf(err, sizeof err, TR_EINVAL, "tr_train_run_e: %s is NULL",
                                     o ? "r" : "o");
   if (e) tr__error_from_text(e, rc, rc ? err : ""); /* e NULL: the status alone */

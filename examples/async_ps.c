@@ -26,7 +26,6 @@ int main(int argc, char **argv) {
   tr_data *data = NULL;
   tr_graph *g = NULL;
   tr_job *job = NULL;
-  tr_train_result r;
   int ok = 0, rc;
 
   /* The model, a device per worker and one for the server, and the data: sample i is a
@@ -79,17 +78,34 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof err, "%s", tr_graph_error(g));
     goto out;
   }
-  tr_job_result(job, &r);
-  printf("trained %lld updates asynchronously on %s (%d workers, staleness bound 1): loss "
+  /* The run's figures, each by its key (tr_result.h): the job's, while it lives. */
+  const tr_result *r = tr_job_result_of(job);
+  int64_t updates, workers;
+  const char *devices;
+  double first, last, rate, stale_mean, stale_max, apart;
+  tr_result_int(r, "steps", &updates);
+  tr_result_text(r, "devices", &devices);
+  tr_result_int(r, "workers", &workers);
+  tr_result_real(r, "initial_loss", &first);
+  tr_result_real(r, "final_loss", &last);
+  tr_result_real(r, "steps_per_s", &rate);
+  tr_result_real(r, "staleness.mean", &stale_mean);
+  tr_result_real(r, "staleness.max", &stale_max);
+  tr_result_real(r, "consistency", &apart);
+  printf("trained %lld updates asynchronously on %s (%lld workers, staleness bound 1): loss "
          "%.4f -> %.4f, %.0f updates/s\n",
-         (long long)r.steps, r.devices, r.workers, r.initial_loss, r.final_loss, r.steps_per_s);
-  /* staleness: updates applied between a worker's pull and its push's */
-  printf("staleness mean %.2f, max %.0f; updates by staleness:", r.staleness_mean,
-         r.staleness_max);
-  for (int s = 0; s <= (int)r.staleness_max && s < TR_TRAIN_STALENESS_BINS; s++)
-    printf(" %lld", (long long)r.staleness_hist[s]);
-  printf("; workers' parameters %.1e from the server's at push\n", r.consistency);
-  ok = r.final_loss < 0.1 * r.initial_loss;
+         (long long)updates, devices, (long long)workers, first, last, rate);
+  /* staleness: updates applied between a worker's pull and its push's, a list of bins */
+  printf("staleness mean %.2f, max %.0f; updates by staleness:", stale_mean, stale_max);
+  tr_figure bins;
+  tr_result_figure(r, "staleness.histogram", &bins);
+  for (int s = 0; s < bins.count; s++) {
+    int64_t n;
+    tr_result_int_at(r, "staleness.histogram", s, &n);
+    printf(" %lld", (long long)n);
+  }
+  printf("; workers' parameters %.1e from the server's at push\n", apart);
+  ok = last < 0.1 * first;
 
 out:
   if (err[0]) fprintf(stderr, "async_ps: %s\n", err);

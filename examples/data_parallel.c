@@ -29,7 +29,6 @@ int main(int argc, char **argv) {
   tr_data *data = NULL;
   tr_graph *g = NULL;
   tr_job *job = NULL;
-  tr_train_result r;
   int ok = 0, rc;
 
   /* The model, one device per replica, and the data. Sample i of the data is a function of
@@ -87,13 +86,23 @@ int main(int argc, char **argv) {
     ok = 1;
     goto out;
   }
-  tr_job_result(job, &r);
+  /* The run's figures, each by its key (tr_result.h): the job's, while it lives. */
+  const tr_result *r = tr_job_result_of(job);
+  int64_t trained, replicas;
+  const char *on;
+  double first, last, rate, apart;
+  tr_result_int(r, "steps", &trained);
+  tr_result_text(r, "devices", &on);
+  tr_result_int(r, "replicas", &replicas);
+  tr_result_real(r, "initial_loss", &first);
+  tr_result_real(r, "final_loss", &last);
+  tr_result_real(r, "samples_per_s", &rate);
   /* consistency: the largest relative distance of a replica's parameters from replica 0's */
-  printf("trained %lld steps data-parallel on %s (%d replicas): loss %.4f -> %.4f, "
+  tr_result_real(r, "consistency", &apart);
+  printf("trained %lld steps data-parallel on %s (%lld replicas): loss %.4f -> %.4f, "
          "%.0f samples/s, replicas differ by %.1e\n",
-         (long long)r.steps, r.devices, r.replicas, r.initial_loss, r.final_loss,
-         r.samples_per_s, r.consistency);
-  ok = r.final_loss < 0.1 * r.initial_loss && r.consistency < 1e-6;
+         (long long)trained, on, (long long)replicas, first, last, rate, apart);
+  ok = last < 0.1 * first && apart < 1e-6;
 
 out:
   if (err[0]) fprintf(stderr, "data_parallel: %s\n", err);

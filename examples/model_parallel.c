@@ -25,7 +25,6 @@ int main(int argc, char **argv) {
   tr_data *data = NULL;
   tr_graph *g = NULL;
   tr_job *job = NULL;
-  tr_train_result r;
   int ok = 0, rc;
 
   if ((rc = tr_model_simplenet(&model))) {
@@ -76,12 +75,23 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof err, "%s", tr_graph_error(g));
     goto out;
   }
-  tr_job_result(job, &r);
-  printf("trained %lld steps model-parallel on %s (%d stages): loss %.4f -> %.4f, "
+  /* The run's figures, each by its key (tr_result.h): the job's, while it lives. */
+  const tr_result *r = tr_job_result_of(job);
+  int64_t trained, stages;
+  const char *on;
+  double first, last, rate, busy[2];
+  tr_result_int(r, "steps", &trained);
+  tr_result_text(r, "devices", &on);
+  tr_result_int(r, "stages", &stages);
+  tr_result_real(r, "initial_loss", &first);
+  tr_result_real(r, "final_loss", &last);
+  tr_result_real(r, "samples_per_s", &rate);
+  for (int i = 0; i < 2; i++) tr_result_real_at(r, "utilization", i, &busy[i]); /* per device */
+  printf("trained %lld steps model-parallel on %s (%lld stages): loss %.4f -> %.4f, "
          "%.0f samples/s, devices busy %.0f%% and %.0f%%\n",
-         (long long)r.steps, r.devices, r.stages, r.initial_loss, r.final_loss,
-         r.samples_per_s, 100 * r.utilization[0], 100 * r.utilization[1]);
-  ok = r.final_loss < 0.1 * r.initial_loss;
+         (long long)trained, on, (long long)stages, first, last, rate, 100 * busy[0],
+         100 * busy[1]);
+  ok = last < 0.1 * first;
 
 out:
   if (err[0]) fprintf(stderr, "model_parallel: %s\n", err);

@@ -27,7 +27,6 @@ int main(int argc, char **argv) {
   tr_data *data = NULL;
   tr_graph *g = NULL;
   tr_job *job = NULL;
-  tr_train_result r;
   int ok = 0, rc;
 
   if ((rc = tr_model_mlp(&model, 256, 8))) { /* width, depth (the workload: 1024, 8) */
@@ -77,15 +76,29 @@ int main(int argc, char **argv) {
     snprintf(err, sizeof err, "%s", tr_graph_error(g));
     goto out;
   }
-  tr_job_result(job, &r);
+  /* The run's figures, each by its key (tr_result.h): the job's, while it lives. */
+  const tr_result *r = tr_job_result_of(job);
+  int64_t trained, stages, microbatches, held[2];
+  const char *schedule, *on;
+  double rate, last, bubble, theory;
+  tr_result_int(r, "steps", &trained);
+  tr_result_int(r, "stages", &stages);
+  tr_result_text(r, "schedule", &schedule);
+  tr_result_int(r, "microbatches", &microbatches);
+  tr_result_text(r, "devices", &on);
+  tr_result_real(r, "samples_per_s", &rate);
+  tr_result_real(r, "final_loss", &last);
   /* bubble_fraction: the share of the devices' time idle, measured after the warm-up steps;
    * bubble_theory: the schedule's own, with every forward and backward of equal cost. */
-  printf("trained %lld steps as a %d-stage %s pipeline of %d micro-batches on %s: "
-         "%.0f samples/s, loss %.4f, bubble %.3f (theory %.3f), micro-batches held %d and %d\n",
-         (long long)r.steps, r.stages, r.schedule, r.microbatches, r.devices, r.samples_per_s,
-         r.final_loss, r.bubble_fraction, r.bubble_theory, r.peak_microbatches[0],
-         r.peak_microbatches[1]);
-  ok = isfinite(r.final_loss);
+  tr_result_real(r, "bubble_fraction", &bubble);
+  tr_result_real(r, "bubble_theory", &theory);
+  for (int i = 0; i < 2; i++) tr_result_int_at(r, "peak_microbatches", i, &held[i]);
+  printf("trained %lld steps as a %lld-stage %s pipeline of %lld micro-batches on %s: "
+         "%.0f samples/s, loss %.4f, bubble %.3f (theory %.3f), micro-batches held %lld and "
+         "%lld\n",
+         (long long)trained, (long long)stages, schedule, (long long)microbatches, on, rate, last,
+         bubble, theory, (long long)held[0], (long long)held[1]);
+  ok = isfinite(last);
 
 out:
   if (err[0]) fprintf(stderr, "pipeline: %s\n", err);

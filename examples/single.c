@@ -28,13 +28,23 @@ int main(int argc, char **argv) {
   o.spec = &simplenet;
   o.devices = argc > 1 ? argv[1] : "host:1";
   o.steps = 2000;
-  tr_train_result r;
-  char err[1024];
-  if (tr_train_run(&o, &r, err, sizeof err)) {
-    fprintf(stderr, "%s\n", err);
+  tr_result *r; /* the run's figures, each by its key (tr_result.h) */
+  tr_error e;
+  if (tr_train_run_result(&o, &r, &e)) {
+    fprintf(stderr, "%s\n", e.message);
+    tr_result_free(r);
     return 1;
   }
-  printf("trained %lld steps on %s: loss %.4f -> %.4f, %.0f samples/s\n", (long long)r.steps,
-         r.devices, r.initial_loss, r.final_loss, r.samples_per_s);
-  return r.final_loss < 0.1 * r.initial_loss ? 0 : 1; /* it learned */
+  int64_t steps;
+  const char *devices;
+  double first, last, rate;
+  tr_result_int(r, "steps", &steps);
+  tr_result_text(r, "devices", &devices);
+  tr_result_real(r, "initial_loss", &first);
+  tr_result_real(r, "final_loss", &last);
+  tr_result_real(r, "samples_per_s", &rate);
+  printf("trained %lld steps on %s: loss %.4f -> %.4f, %.0f samples/s\n", (long long)steps,
+         devices, first, last, rate);
+  tr_result_free(r);
+  return last < 0.1 * first ? 0 : 1; /* it learned */
 }

@@ -24,7 +24,7 @@
  *   tr_plan.h     a layout's step predicted from costs, through the schedules' own lists
  *   tr_graph.h    training graphs: actors, typed edges that carry credits, steps, the end
  *   tr_job.h      the built-in training actors (loader, stage, coordinator) and their edges
- *   tr_result.h   what a training run measured (tr_train_result)
+ *   tr_result.h   what a training run measured, each figure by its key (tr_result)
  *   tr_allreduce.h  how replica groups sum and what carries edges between processes
  */
 #ifndef TROUPE_H

@@ -279,6 +279,13 @@ const char *tr_signal_name(int signum) {
   return "a signal";
 }
 
+int tr_signal_parse(const char *name, int *signum) {
+  TR__NOT_NULL(signum);
+  for (int i = 0; i < TR__SIGNALS && name; i++)
+    if (!strcmp(signames[i], name)) return *signum = signums[i], 0;
+  return TR_EINVAL;
+}
+
 /* Start-up (tr_signals_hold): the first signal is kept for the run, and acted on at once by
  * whoever asks (tr_signals_held); a system that runs takes it over, and gives it back when
  * it ends without a signal to a program that still holds (holds > 0: a bench between its

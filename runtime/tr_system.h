@@ -203,8 +203,10 @@ TR_API const char *tr_system_error(const tr_system *sys);
 /* The signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2) that reached the system,
  * or 0. Any thread. */
 TR_API int tr_system_signal(const tr_system *sys);
-/* "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", or "a signal". */
+/* "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", or "a signal"; parse: the
+ * number of one of those names (a run's "signal" figure, tr_result.h), or TR_EINVAL. */
 TR_API const char *tr_signal_name(int signum);
+TR_API int tr_signal_parse(const char *name, int *signum);
 
 /* A program's start-up (opening data, measuring devices) before its system runs: from
  * tr_signals_hold on, the first of the signals handle_signals takes is kept instead of

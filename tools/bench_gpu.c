@@ -35,9 +35,9 @@ typedef struct row {
   const char *model, *strategy;
   prec p;
   tr_graphs graphs;
-  tr_train_result r;
+  tr_result *r; /* the run's figures */
   int rc;
-  char err[256];
+  char err[sizeof ((tr_error *)0)->message];
 } row;
 
 typedef struct args {
@@ -75,7 +75,9 @@ static void train(row *w, int gpu, double seconds) {
   o.job.precision.gemm = w->p == BF16 ? TR_PRECISION_BF16 : TR_PRECISION_FP32;
   o.job.precision.tf32 = w->p == TF32;
   o.job.graphs = w->graphs;
-  w->rc = tr_train_run(&o, &w->r, w->err, sizeof w->err);
+  tr_error e;
+  w->rc = tr_train_run_result(&o, &w->r, &e);
+  snprintf(w->err, sizeof w->err, "%s", e.message);
 }
 
 static double ratio(double a, double b) { return a > 0 && b > 0 ? a / b : NAN; }
@@ -94,12 +96,14 @@ static void print_md(const double *peak, const row *rows, int n, const row *gpt_
     }
     const bool gpt = !strcmp(w->model, "gpt");
     char tokens[32] = "", vs_single[32] = "";
-    if (gpt) snprintf(tokens, sizeof tokens, "%.0f", w->r.tokens_per_s);
+    const double rate = cli_figure(w->r, "samples_per_s"), gflops = cli_figure(w->r, "gflops");
+    if (gpt) snprintf(tokens, sizeof tokens, "%.0f", cli_figure(w->r, "tokens_per_s"));
     if (gpt && gpt_single && !gpt_single->rc)
-      snprintf(vs_single, sizeof vs_single, "%.2f", ratio(w->r.samples_per_s, gpt_single->r.samples_per_s));
+      snprintf(vs_single, sizeof vs_single, "%.2f",
+               ratio(rate, cli_figure(gpt_single->r, "samples_per_s")));
     printf("| %s %s | %s | %s | %.0f | %s | %.0f | %.2f | %s |\n", w->model, w->strategy,
-           prec_names[w->p], tr_graphs_name(w->graphs), w->r.samples_per_s, tokens, w->r.gflops,
-           ratio(w->r.gflops, peak[w->p]), vs_single);
+           prec_names[w->p], tr_graphs_name(w->graphs), rate, tokens, gflops,
+           ratio(gflops, peak[w->p]), vs_single);
   }
 }
 
@@ -119,12 +123,15 @@ static void print_json(const char *gpu, const double *peak, const row *rows, int
       printf("}");
       continue;
     }
-    printf("\"samples_per_s\":%.2f,\"gflops\":%.2f,\"of_peak\":%.4f,\"graph_launches\":%lld",
-           w->r.samples_per_s, w->r.gflops, ratio(w->r.gflops, peak[w->p]),
-           (long long)w->r.graph_launches);
-    if (isfinite(w->r.tokens_per_s)) printf(",\"tokens_per_s\":%.1f", w->r.tokens_per_s);
+    const double gflops = cli_figure(w->r, "gflops"), tokens = cli_figure(w->r, "tokens_per_s");
+    const char *note = "";
+    tr_result_text(w->r, "cuda_graphs.note", &note);
+    printf("\"samples_per_s\":%.2f,\"gflops\":%.2f,\"of_peak\":%.4f,\"graph_launches\":%.0f",
+           cli_figure(w->r, "samples_per_s"), gflops, ratio(gflops, peak[w->p]),
+           cli_figure(w->r, "cuda_graphs.launches"));
+    if (isfinite(tokens)) printf(",\"tokens_per_s\":%.1f", tokens);
     printf(",\"graphs_note\":");
-    cli_json_string(stdout, w->r.graphs_note);
+    cli_json_string(stdout, note);
     printf("}");
   }
   printf("]}\n");
@@ -183,5 +190,6 @@ int bench_gpu(int argc, char **argv) {
     printf("%s\n\n", name);
     print_md(peak, rows, n, &rows[4]);
   }
+  for (int i = 0; i < n; i++) tr_result_free(rows[i].r);
   return failed ? CLI_FAIL : CLI_OK;
 }

@@ -73,14 +73,16 @@ int bench_nccl(int argc, char **argv) {
   double rate[2][99] = {{0}};
   for (int k = 0; k < (int)repeats; k++)
     for (int side = 0; side < 2; side++) { /* alternated: the machine drifts alike for both */
-      tr_train_result r;
-      char err[512];
+      tr_result *r;
+      tr_error e;
       o.job.allreduce = side ? TR_ALLREDUCE_PEER : TR_ALLREDUCE_NCCL;
-      if (tr_train_run(&o, &r, err, sizeof err)) {
-        fprintf(stderr, "troupe: bench nccl: %s\n", err);
+      const int rc = tr_train_run_result(&o, &r, &e);
+      rate[side][k] = cli_figure(r, "samples_per_s");
+      tr_result_free(r);
+      if (rc) {
+        fprintf(stderr, "troupe: bench nccl: %s\n", e.message);
         return CLI_FAIL;
       }
-      rate[side][k] = r.samples_per_s;
     }
   const double nccl = rate[0][median_of(rate[0], (int)repeats)];
   const double peer = rate[1][median_of(rate[1], (int)repeats)];

@@ -11,7 +11,7 @@
  *                 host devices, which library served tr_gemm (gpu/host/host_choose.h) and
  *                 the ratio to the faster raw one (target >= 1.0). Then the same shapes but
  *                 simplenet's with bf16 operands (tr_gemm_bf16), against oneDNN's bf16 matmul.
- *   train         with --train: mlp's and gpt's whole step on host:1 (tr_train_run), against
+ *   train         with --train: mlp's and gpt's whole step on host:1 (tr_train_run_result), against
  *                 the raw libraries' best on their GEMM rows and against the roof: one
  *                 core's multiply-add peak (bench_ops_raw.c), at the widest vectors oneDNN
  *                 may use (ONEDNN_MAX_CPU_ISA). The header gives the peak of each width.
@@ -367,13 +367,14 @@ static void bench_train(const char *model, double seconds, const result *rs, int
                         double peak, const char *peak_name, result *r) {
   tr_train_options o = tr_train_defaults();
   o.model = model, o.devices = "host:1", o.steps = 0, o.seconds = seconds;
-  tr_train_result res;
-  char err[512];
+  tr_result *res;
+  tr_error e;
   double value = 0, flops = 0, time = 0;
-  if (tr_train_run(&o, &res, err, sizeof err))
-    fprintf(stderr, "troupe: bench ops: train %s: %s\n", model, err);
+  if (tr_train_run_result(&o, &res, &e))
+    fprintf(stderr, "troupe: bench ops: train %s: %s\n", model, e.message);
   else
-    value = res.gflops;
+    value = cli_figure(res, "gflops");
+  tr_result_free(res);
   for (int i = 0; i < nr; i++) {
     const double best = rs[i].ref > rs[i].ref2 ? rs[i].ref : rs[i].ref2;
     if (!strcmp(rs[i].kind, "gemm") && !strncmp(rs[i].name, model, strlen(model)) && best > 0)

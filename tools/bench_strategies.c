@@ -17,9 +17,9 @@
 typedef struct row {
   char label[24];
   tr_train_options o;
-  tr_train_result r;
+  tr_result *r;         /* the run's figures (tr_result.h) */
   int rc;
-  char err[256];
+  char err[sizeof ((tr_error *)0)->message];
   bool predicted;       /* p holds troupe plan's prediction of the row (tr_plan_predict) */
   tr_plan_prediction p;
 } row;
@@ -27,13 +27,21 @@ typedef struct row {
 /* The prediction's error against the run: samples/s, and the activations' peak of the
  * device where it is furthest off (NaN where there is none). */
 static double rate_error(const row *x) {
-  return x->predicted && !x->rc ? x->p.samples_per_s / x->r.samples_per_s - 1 : NAN;
+  return x->predicted && !x->rc ? x->p.samples_per_s / cli_figure(x->r, "samples_per_s") - 1 : NAN;
 }
+
+/* The devices of a run: the values of a per-device figure. */
+static int devices_of(const tr_result *r) {
+  tr_figure f = {0};
+  if (r) tr_result_figure(r, "utilization", &f);
+  return f.count;
+}
+
 static double memory_error(const row *x) {
   if (!x->predicted || x->rc) return NAN;
   double worst = 0;
-  for (int i = 0; i < x->p.devices && i < x->r.ndevices; i++) {
-    const double m = (double)x->r.peak_activation_bytes[i];
+  for (int i = 0; i < x->p.devices && i < devices_of(x->r); i++) {
+    const double m = cli_figure_at(x->r, "memory.peak_activation_bytes", i);
     const double e = m > 0 ? fabs((double)x->p.peak_activation_bytes[i] / m - 1) : 0;
     if (e > worst) worst = e;
   }
@@ -95,10 +103,11 @@ static double gemm_gflops(int threads, int rows, int width, int layers, double s
 
 /* ---- the table ------------------------------------------------------------------------ */
 
-static double mean_utilization(const tr_train_result *r) {
+static double mean_utilization(const tr_result *r) {
   double sum = 0;
-  for (int i = 0; i < r->ndevices; i++) sum += r->utilization[i];
-  return r->ndevices ? sum / r->ndevices : NAN;
+  const int n = devices_of(r);
+  for (int i = 0; i < n; i++) sum += cli_figure_at(r, "utilization", i);
+  return n ? sum / n : NAN;
 }
 
 static bool is_async(const row *x) { return x->o.strategy == TR_STRATEGY_ASYNC; }
@@ -107,13 +116,13 @@ static bool is_async(const row *x) { return x->o.strategy == TR_STRATEGY_ASYNC; 
 enum { IDLE_KINDS = 7 };
 static const char *const idle_names[IDLE_KINDS] = {"edge",     "credit",   "loader", "step",
                                                    "handover", "handling", "os"};
-static void mean_idle(const tr_train_result *r, double out[IDLE_KINDS]) {
-  for (int k = 0; k < IDLE_KINDS; k++) out[k] = 0;
-  for (int i = 0; i < r->ndevices; i++) {
-    const tr_idle_figures *f = &r->idle[i];
-    const double v[IDLE_KINDS] = {f->edge, f->credit, f->loader, f->step, f->handover,
-                                  f->handling, f->os};
-    for (int k = 0; k < IDLE_KINDS; k++) out[k] += v[k] / r->ndevices;
+static void mean_idle(const tr_result *r, double out[IDLE_KINDS]) {
+  const int n = devices_of(r);
+  for (int k = 0; k < IDLE_KINDS; k++) {
+    char key[64];
+    snprintf(key, sizeof key, "idle_breakdown.%s", idle_names[k]);
+    out[k] = 0;
+    for (int i = 0; i < n; i++) out[k] += cli_figure_at(r, key, i) / n;
   }
 }
 
@@ -121,8 +130,9 @@ static void mean_idle(const tr_train_result *r, double out[IDLE_KINDS]) {
 static void print_idle(const row *rows, int n) {
   bool any = false;
   for (int i = 0; i < n; i++) {
-    const tr_train_result *r = &rows[i].r;
-    if (rows[i].rc || !isfinite(r->bubble_fraction)) continue;
+    const tr_result *r = rows[i].r;
+    const double bubble = cli_figure(r, "bubble_fraction"), own = cli_figure(r, "bubble_schedule");
+    if (rows[i].rc || !isfinite(bubble)) continue;
     if (!any)
       printf("\nWhere the pipelines' devices were idle (fractions of the window, the devices' "
              "mean; README \"Where the bubble goes\"):\n\n"
@@ -132,21 +142,26 @@ static void print_idle(const row *rows, int n) {
     any = true;
     double v[IDLE_KINDS];
     mean_idle(r, v);
-    char own[16] = "-";
-    if (isfinite(r->bubble_schedule)) snprintf(own, sizeof own, "%.3f", r->bubble_schedule);
+    char at_own[16] = "-";
+    if (isfinite(own)) snprintf(at_own, sizeof at_own, "%.3f", own);
     printf("| %-20s | %6.3f | %6.3f | %12s | %5.3f | %6.3f | %6.3f | %5.3f | %8.3f | %8.3f | "
-           "%5.3f |\n", rows[i].label, r->bubble_fraction, r->bubble_theory, own, v[0], v[1],
+           "%5.3f |\n", rows[i].label, bubble, cli_figure(r, "bubble_theory"), at_own, v[0], v[1],
            v[2], v[3], v[4], v[5], v[6]);
   }
 }
 
 /* The optimizer state a replica (async: a worker) holds: the largest, where ZeRO's last
  * shard is shorter. */
-static double state_per_replica(const tr_train_result *r) {
-  int64_t most = 0;
-  for (int i = 0; i < r->replicas; i++)
-    if (r->memory.replicas[i].optimizer_state > most) most = r->memory.replicas[i].optimizer_state;
-  return (double)most;
+static double state_per_replica(const tr_result *r) {
+  const int n = devices_of(r), replicas = (int)cli_figure(r, "replicas");
+  double most = 0;
+  for (int g = 0; g < replicas; g++) { /* a replica's devices are side by side */
+    double sum = 0;
+    for (int i = g * (n / replicas); i < (g + 1) * (n / replicas); i++)
+      sum += cli_figure_at(r, "memory.optimizer_state", i);
+    most = sum > most ? sum : most;
+  }
+  return most;
 }
 
 /* The medians of the predictions' absolute errors over the rows predicted; how many. And of
@@ -172,19 +187,23 @@ static int predictor_errors(const row *rows, int n, double *rate, double *memory
 /* `base`: single's samples/s; `async1`: the one-worker async row's updates/s, the reference
  * of the async rows (what a second worker adds, apart from what the server costs). */
 static void print_row(bool md, const row *x, double base, double async1) {
-  const tr_train_result *r = &x->r;
+  const tr_result *r = x->r;
   if (x->rc) {
     if (md) printf("| %s | failed: %s |\n", x->label, x->err);
     else printf("%s,failed\n", x->label);
     return;
   }
+  const double rate = cli_figure(r, "samples_per_s"), steps = cli_figure(r, "steps_per_s");
+  const double fraction = cli_figure(r, "bubble_fraction"), theory = cli_figure(r, "bubble_theory");
+  const double stale_mean = cli_figure(r, "staleness.mean"), stale_max = cli_figure(r, "staleness.max");
+  const char *devices = "";
+  tr_result_text(r, "devices", &devices);
   char bubble[32] = "-", vs1[16] = "-", stale[32] = "-";
-  if (isfinite(r->bubble_fraction))
-    snprintf(bubble, sizeof bubble, "%.3f (%.3f)", r->bubble_fraction, r->bubble_theory);
+  if (isfinite(fraction)) snprintf(bubble, sizeof bubble, "%.3f (%.3f)", fraction, theory);
   const bool async = is_async(x);
   if (async) {
-    snprintf(vs1, sizeof vs1, "%.2f×", r->steps_per_s / async1);
-    snprintf(stale, sizeof stale, "%.2f / %.0f", r->staleness_mean, r->staleness_max);
+    snprintf(vs1, sizeof vs1, "%.2f×", steps / async1);
+    snprintf(stale, sizeof stale, "%.2f / %.0f", stale_mean, stale_max);
   }
   char predicted[32] = "-";
   if (x->predicted)
@@ -192,17 +211,17 @@ static void print_row(bool md, const row *x, double base, double async1) {
   if (md)
     printf("| %-20s | %-16s | %3d | %5.2f | %10.0f | %5.2f× | %-14s | %9.1f | %7s | %3.0f%% | "
            "%-13s | %-10s | %11.2g | %.4g | %9.1f | %8.3g |\n",
-           x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
-           r->samples_per_s / base, predicted, r->steps_per_s, vs1, 100 * mean_utilization(r),
-           bubble, stale, r->consistency, r->final_loss, state_per_replica(r) / (1 << 20),
-           r->comm_bytes_per_step / (1 << 20));
+           x->label, devices, (int)cli_figure(r, "microbatches"), cli_figure(r, "seconds"), rate,
+           rate / base, predicted, steps, vs1, 100 * mean_utilization(r), bubble, stale,
+           cli_figure(r, "consistency"), cli_figure(r, "final_loss"),
+           state_per_replica(r) / (1 << 20), cli_figure(r, "comm_bytes_per_step") / (1 << 20));
   else
     printf("%s,%s,%d,%.4f,%.1f,%.4f,%.1f,%.2f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%.3g,%.6g,%.0f,%.0f\n",
-           x->label, r->devices, r->microbatches, r->seconds, r->samples_per_s,
-           r->samples_per_s / base, x->predicted ? x->p.samples_per_s : NAN, r->steps_per_s,
-           async ? r->steps_per_s / async1 : NAN, mean_utilization(r), r->bubble_fraction,
-           r->bubble_theory, async ? r->staleness_mean : NAN, async ? r->staleness_max : NAN,
-           r->consistency, r->final_loss, state_per_replica(r), r->comm_bytes_per_step);
+           x->label, devices, (int)cli_figure(r, "microbatches"), cli_figure(r, "seconds"), rate,
+           rate / base, x->predicted ? x->p.samples_per_s : NAN, steps,
+           async ? steps / async1 : NAN, mean_utilization(r), fraction, theory,
+           async ? stale_mean : NAN, async ? stale_max : NAN, cli_figure(r, "consistency"),
+           cli_figure(r, "final_loss"), state_per_replica(r), cli_figure(r, "comm_bytes_per_step"));
 }
 
 /* What the elastic rows need of the model: the name of its loss backward op ("mse_backward"),
@@ -376,14 +395,18 @@ int bench_strategies(int argc, char **argv) {
       continue;
     }
     fprintf(stderr, "troupe: bench: %s ...\n", rows[i].label);
-    rows[i].rc = tr_train_run(&rows[i].o, &rows[i].r, rows[i].err, sizeof rows[i].err);
-    if (rows[i].rc == TR_EINTR && rows[i].r.signal) stopped_by = rows[i].r.signal;
+    tr_error e;
+    rows[i].rc = tr_train_run_result(&rows[i].o, &rows[i].r, &e);
+    snprintf(rows[i].err, sizeof rows[i].err, "%s", e.message);
+    const char *signal = NULL;
+    if (rows[i].rc == TR_EINTR && rows[i].r) tr_result_text(rows[i].r, "signal", &signal);
+    if (signal) tr_signal_parse(signal, &stopped_by);
   }
   if (!stopped_by) stopped_by = tr_signals_held(); /* after the last run */
   tr_signals_release();
   const int status = stopped_by ? 128 + stopped_by : CLI_OK;
-  const double base_rate = rows[0].rc ? NAN : rows[0].r.samples_per_s;
-  const double async1_rate = rows[async1].rc ? NAN : rows[async1].r.steps_per_s;
+  const double base_rate = rows[0].rc ? NAN : cli_figure(rows[0].r, "samples_per_s");
+  const double async1_rate = rows[async1].rc ? NAN : cli_figure(rows[async1].r, "steps_per_s");
 
   /* The BLAS's scaling on the model's layer GEMMs, for Linear-chain models on the host. */
   tr_model *m = NULL;
@@ -408,7 +431,7 @@ int bench_strategies(int argc, char **argv) {
     cli_json_string(stdout, machine);
     printf(",\"rows\":[");
     for (int i = 0; i < nrows; i++) {
-      const tr_train_result *r = &rows[i].r;
+      const tr_result *r = rows[i].r;
       printf("%s{\"strategy\":\"%s\",", i ? "," : "", rows[i].label);
       if (rows[i].rc) {
         printf("\"error\":");
@@ -416,32 +439,35 @@ int bench_strategies(int argc, char **argv) {
         printf("}");
         continue;
       }
+      const double rate = cli_figure(r, "samples_per_s"), steps = cli_figure(r, "steps_per_s");
+      const double fraction = cli_figure(r, "bubble_fraction"), own = cli_figure(r, "bubble_schedule");
       printf("\"samples_per_s\":%.6g,\"vs_single\":%.4f,\"steps_per_s\":%.6g,\"utilization\":%.4f,",
-             r->samples_per_s, r->samples_per_s / base_rate, r->steps_per_s,
-             mean_utilization(r));
+             rate, rate / base_rate, steps, mean_utilization(r));
       if (is_async(&rows[i]))
-        printf("\"workers\":%d,\"vs_async1\":%.4f,\"staleness\":{\"mean\":%.4g,\"max\":%.0f},"
-               "\"clock_gap_max\":%d,", r->workers, r->steps_per_s / async1_rate,
-               r->staleness_mean, r->staleness_max, r->clock_gap_max);
-      if (isfinite(r->bubble_fraction)) {
-        printf("\"bubble_fraction\":%.4f,\"bubble_theory\":%.4f,", r->bubble_fraction,
-               r->bubble_theory);
-        if (isfinite(r->bubble_schedule)) printf("\"bubble_schedule\":%.4f,", r->bubble_schedule);
+        printf("\"workers\":%.0f,\"vs_async1\":%.4f,\"staleness\":{\"mean\":%.4g,\"max\":%.0f},"
+               "\"clock_gap_max\":%.0f,", cli_figure(r, "workers"), steps / async1_rate,
+               cli_figure(r, "staleness.mean"), cli_figure(r, "staleness.max"),
+               cli_figure(r, "clock_gap_max"));
+      if (isfinite(fraction)) {
+        printf("\"bubble_fraction\":%.4f,\"bubble_theory\":%.4f,", fraction,
+               cli_figure(r, "bubble_theory"));
+        if (isfinite(own)) printf("\"bubble_schedule\":%.4f,", own);
         printf("\"idle\":{");
         double v[IDLE_KINDS];
         mean_idle(r, v);
         for (int k = 0; k < IDLE_KINDS; k++) printf("%s\"%s\":%.4f", k ? "," : "", idle_names[k], v[k]);
         printf("},");
       }
-      printf("\"zero\":%d,\"tensor\":%d,\"optimizer_state_per_replica\":%.0f,", r->zero, r->tensor,
-             state_per_replica(r));
-      if (isfinite(r->comm_bytes_per_step))
-        printf("\"comm_bytes_per_step\":%.0f,", r->comm_bytes_per_step);
+      printf("\"zero\":%.0f,\"tensor\":%.0f,\"optimizer_state_per_replica\":%.0f,",
+             cli_figure(r, "zero"), cli_figure(r, "tensor"), state_per_replica(r));
+      if (isfinite(cli_figure(r, "comm_bytes_per_step")))
+        printf("\"comm_bytes_per_step\":%.0f,", cli_figure(r, "comm_bytes_per_step"));
       if (rows[i].predicted)
         printf("\"predicted\":{\"samples_per_s\":%.6g,\"error\":%.4f,"
                "\"peak_activation_error\":%.4f},", rows[i].p.samples_per_s, rate_error(&rows[i]),
                memory_error(&rows[i]));
-      printf("\"consistency\":%.3g,\"final_loss\":%.6g}", r->consistency, r->final_loss);
+      printf("\"consistency\":%.3g,\"final_loss\":%.6g}", cli_figure(r, "consistency"),
+             cli_figure(r, "final_loss"));
     }
     printf("]");
     double rate_med, mem_med, vs_med;
@@ -455,6 +481,7 @@ int bench_strategies(int argc, char **argv) {
       printf(",\"blas\":{\"one_thread_full_batch\":%.2f,\"dp_threads\":%.2f,\"pipeline_threads\":%.2f}",
              ref1, refdp, refpp);
     printf("}\n");
+    for (int i = 0; i < nrows; i++) tr_result_free(rows[i].r);
     return status;
   }
   const bool md = !strcmp(format, "md");
@@ -489,5 +516,6 @@ int bench_strategies(int argc, char **argv) {
             n, layers, width, width, batch, ref1, n, batch / n, refdp, refdp / ref1, n,
             batch / 8, layers / n, refpp, refpp / ref1);
   }
+  for (int i = 0; i < nrows; i++) tr_result_free(rows[i].r);
   return status;
 }

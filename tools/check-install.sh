@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # check-install.sh — checks that an installed troupe is usable the way the README says:
 # installs a configured build into a scratch folder (meson install --destdir), then builds
-# tests/install/hello.c and examples/custom_pipeline.c against it through the installed
-# troupe.pc, once against the shared library and once against the static one, and runs
-# them. Checks that the shared library exports the public API alone (no tr__ name) and that
+# tests/install/hello.c, tests/install/figures.c (a run's figures by key) and
+# examples/custom_pipeline.c against it through the installed troupe.pc, once against the
+# shared library and once against the static one, and runs them. Checks that the shared library exports the public API alone (no tr__ name) and that
 # `pkg-config --cflags troupe` names troupe's headers alone. Also runs the installed `troupe`.
 #
 #   tools/check-install.sh [BUILD_DIR]      # default: build
@@ -68,12 +68,13 @@ fi
 say "libtroupe.so exports $(wc -l <<<"$exported") names, none internal"
 
 # Strict C11 with warnings as errors: the public headers must not lean on _GNU_SOURCE or
-# on warnings being tolerated in users' builds. Two programs: the README's hello, and the
-# example that composes a graph of its own parts (it writes its data under $scratch).
+# on warnings being tolerated in users' builds. Three programs: the README's hello, a run's
+# figures read by key (tr_result.h), and the example that composes a graph of its own parts
+# (they write their data under $scratch).
 cflags=(-std=c11 -Wall -Wextra -Wpedantic -Werror -O1)
 static_libs=$(pkg-config --static --libs troupe)
 static_libs=${static_libs/-ltroupe/$libdir/libtroupe.a}
-for src in tests/install/hello.c examples/custom_pipeline.c; do
+for src in tests/install/hello.c tests/install/figures.c examples/custom_pipeline.c; do
   name=$(basename "$src" .c)
   say "shared: $cc $name.c \$(pkg-config --cflags --libs troupe)"
   # shellcheck disable=SC2046  # pkg-config output is a list of words

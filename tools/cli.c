@@ -273,6 +273,18 @@ void cli_print_error(FILE *f, const cli_table *t, const tr_error *e) {
   fputs(e->message + at, f);
 }
 
+double cli_figure(const tr_result *r, const char *key) {
+  double v = NAN;
+  if (r) tr_result_real(r, key, &v);
+  return v;
+}
+
+double cli_figure_at(const tr_result *r, const char *key, int i) {
+  double v = NAN;
+  if (r) tr_result_real_at(r, key, i, &v);
+  return v;
+}
+
 void cli_json_string(FILE *f, const char *s) {
   fputc('"', f);
   for (; *s; s++) {

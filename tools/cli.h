@@ -123,6 +123,11 @@ const char *cli_flag(const cli_table *t, const char *field);
 /* e's message with every field it names written as its flag (as is where none stands for it). */
 void cli_print_error(FILE *f, const cli_table *t, const tr_error *e);
 
+/* A run's figure by its key (tr_result.h), an integer's too, and value i of a per-device one:
+ * NaN where the run has none (r NULL: a run that failed). */
+double cli_figure(const tr_result *r, const char *key);
+double cli_figure_at(const tr_result *r, const char *key, int i);
+
 /* Writes `s` as a JSON string, quoted and escaped. */
 void cli_json_string(FILE *f, const char *s);
 

@@ -188,20 +188,22 @@ static int verify(const plan_args *a, const tr_plan_layout *l, int count, double
     if (!l[i].predicted || l[i].rc || !l[i].fits) continue;
     tr_train_options o = l[i].o;
     o.seconds = a->seconds;
-    tr_train_result r;
-    char err[512];
+    tr_result *r;
+    tr_error e;
     fprintf(stderr, "troupe: plan: verifying %s ...\n", l[i].label);
-    const int run = tr_train_run(&o, &r, err, sizeof err);
-    if (run == TR_EINTR && r.signal) {
-      fprintf(stderr, "troupe: plan: --verify %s: %s\n", l[i].label, err);
-      *signal = r.signal;
+    const int run = tr_train_run_result(&o, &r, &e);
+    const char *stopped_by = NULL;
+    if (run == TR_EINTR && r) tr_result_text(r, "signal", &stopped_by);
+    if (stopped_by && tr_signal_parse(stopped_by, signal) == 0) {
+      fprintf(stderr, "troupe: plan: --verify %s: %s\n", l[i].label, e.message);
     } else if (run) {
-      fprintf(stderr, "troupe: plan: %s: %s\n", l[i].label, err);
+      fprintf(stderr, "troupe: plan: %s: %s\n", l[i].label, e.message);
       rc = CLI_FAIL;
     } else {
-      measured[i] = r.samples_per_s;
+      tr_result_real(r, "samples_per_s", &measured[i]);
       ran++;
     }
+    tr_result_free(r);
   }
   if (!*signal && rc == CLI_OK) *signal = tr_signals_held(); /* after the last run */
   tr_signals_release();

@@ -421,14 +421,16 @@ int cmd_train(int argc, char **argv) {
   o->notes = stderr;
   if (a.print_plan) o->plan = stderr;
 
-  tr_train_result r;
+  tr_result *r = NULL;
   tr_error e = {0};
   tr_signals_hold(); /* from here: a signal while MPI and the run start up is not lost */
   rc = tr_world_open(&o->world, e.message, sizeof e.message);
   const int rank = tr_world_rank(o->world), ranks = tr_world_size(o->world);
-  if (rc == 0) rc = tr_train_run_e(o, &r, &e);
+  if (rc == 0) rc = tr_train_run_result(o, &r, &e);
+  const char *stopped_by = NULL; /* the signal that ended the run in order */
+  if (rc == TR_EINTR && r) tr_result_text(r, "signal", &stopped_by);
   /* One that came after the run ended is acted on as if nothing held it. */
-  const int late = rc == TR_EINTR && r.signal ? 0 : tr_signals_held();
+  const int late = stopped_by ? 0 : tr_signals_held();
   tr_signals_release();
   if (late) raise(late);
   progress_end(&bar);
@@ -436,25 +438,33 @@ int cmd_train(int argc, char **argv) {
   tr_world_close(o->world); /* after a failed run across ranks, ends them all */
   /* A run a signal ended in order has its figures, and exits as the signal would have
    * (128 + its number: 130 for SIGINT, 143 for SIGTERM). */
-  const int status = rc == TR_EINTR && r.signal           ? 128 + r.signal
+  int signal = 0;
+  if (stopped_by) tr_signal_parse(stopped_by, &signal);
+  const int status = signal                               ? 128 + signal
                      : rc == TR_EINVAL || rc == TR_ENODEV ? CLI_USAGE
                      : rc                                 ? CLI_FAIL
                                                           : CLI_OK;
-  if (rc && !(rc == TR_EINTR && r.signal)) return status;
-  if (rank != 0) return status; /* rank 0 speaks for the job */
+  if ((rc && !signal) || rank != 0) { /* rank 0 speaks for the job */
+    tr_result_free(r);
+    return status;
+  }
   /* On host devices, the hardware's yardstick, measured now, after the run (docs/WORKLOADS.md):
    * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. Not after a
    * signal: whoever sent it wants the process gone. */
-  double sgemm = NAN;
-  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0 && !r.signal)
-    sgemm = cli_sgemm_gflops(2048);
-  r.sgemm_gflops = sgemm > 0 ? sgemm : 0;
-  if (!a.quiet) tr_train_result_summary(&r, stderr);
+  const char *devices = NULL, *model = NULL;
+  tr_result_text(r, "devices", &devices);
+  tr_result_text(r, "model", &model);
+  if (!strncmp(devices, "host", 4) && strcmp(model, "simplenet") != 0 && !signal)
+    tr_result_set_real(r, "sgemm_gflops", cli_sgemm_gflops(2048));
+  if (!a.quiet) tr_result_summary(r, stderr);
   /* stdout may be full or gone (`>/dev/full`): figures asked for and not written fail */
-  if (a.json && (tr_train_result_json(&r, stdout) || fflush(stdout) || ferror(stdout))) {
+  int wrote = 0;
+  if (a.json && ((wrote = tr_result_json(r, stdout)) || fflush(stdout) || ferror(stdout))) {
     fprintf(stderr, "troupe: --json: writing the figures to standard output failed: %s\n",
-            strerror(errno));
+            wrote == TR_ENOMEM ? "out of memory" : strerror(errno));
+    tr_result_free(r);
     return status ? status : CLI_FAIL;
   }
+  tr_result_free(r);
   return status;
 }

@@ -1,7 +1,8 @@
 /* test_figures.c — the run's figures, once (actors/run_metrics.h): the coordinator's generic
- * reduction of the parts' (key, value) pairs by each row's rule, on synthetic pairs and on
- * bytes no part sent; the library's JSON of a run parses and says what the result holds, and
- * its summary what is there; an observer that hears of step k finds checkpoint k on disk. */
+ * reduction of the parts' (key, value) pairs by each row's rule into the run's result, on
+ * synthetic pairs and on bytes no part sent; the library's JSON of a run parses and says what
+ * the result holds, by key, and the deprecated struct view writes the same bytes; the summary
+ * says what is there; an observer that hears of step k finds checkpoint k on disk. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "run_metrics.h"
+#include "result_impl.h"
 #include "troupe.h"
 
 #define SCRATCH_NAME "figures"
@@ -19,7 +20,9 @@
 
 /* ---- the table ------------------------------------------------------------------------------ */
 
-/* Every row's key is unique and where it says the result holds it, a field of its type is. */
+/* Every row's key is unique, its functions are there, its shape takes its type, and where it
+ * says the deprecated struct holds it, a field of its type is. A row the struct has no field
+ * of is held by the result alone (a figure added since is one row, no field). */
 static void every_row_names_a_field_of_its_type(void **state) {
   (void)state;
   for (int k = 0; k < TR__METRIC_COUNT; k++) {
@@ -29,16 +32,15 @@ static void every_row_names_a_field_of_its_type(void **state) {
       if (!strcmp(m->key, tr__metrics[j].key)) fail_msg("two rows of key %s", m->key);
     if (m->json == TR__JSON_NAME) assert_non_null(m->name);
     if (m->json == TR__JSON_FN) assert_non_null(m->real);
-    if (m->at < 0) {
-      if (m->combine == TR__COMBINE_SETTING || m->json == TR__JSON_VALUE)
-        fail_msg("%s: a setting or a value --json writes, held nowhere", m->key);
-      continue;
-    }
+    if (tr__metric_shape(m) != TR_FIGURE_ONE && m->type == TR__TEXT)
+      fail_msg("%s: a text per device or in a list", m->key);
+    if (tr__metric_shape(m) == TR_FIGURE_LIST && m->type != TR__INT)
+      fail_msg("%s: a list of other than integers", m->key);
+    if (m->at < 0) continue;
     const size_t one = m->stride == 0 ? m->size : m->size > m->stride ? m->stride : sizeof(int64_t);
-    const size_t n = m->stride == 0 ? 1 : TR_TRAIN_MAX_DEVICES;
+    const size_t n = m->stride == 0 ? 1 : m->size > m->stride ? m->size / m->stride : TR_TRAIN_MAX_DEVICES;
     if (m->type == TR__REAL && one != sizeof(double)) fail_msg("%s: a real of %zu bytes", m->key, one);
-    if (m->type == TR__INT && m->combine != TR__COMBINE_BINS && m->json != TR__JSON_CUTS &&
-        one != sizeof(int) && one != sizeof(int64_t))
+    if (m->type == TR__INT && one != sizeof(int) && one != sizeof(int64_t))
       fail_msg("%s: an integer of %zu bytes", m->key, one);
     if ((size_t)m->at + (n - 1) * m->stride + one > sizeof(tr_train_result) ||
         (size_t)m->replica_at + (n - 1) * m->stride + one > sizeof(tr_train_result))
@@ -69,42 +71,78 @@ static void reduce_four_devices_and_a_server(tr__figures f[5], tr__reduced *red)
   tr__figures_bin(&f[3], TR__M_STALENESS_HIST, 2, 1);
   tr__figures_int(&f[4], TR__M_MEMORY_GRADS, 99);                /* no device: left out */
   const tr__figures *src[5] = {&f[0], &f[1], &f[2], &f[3], &f[4]};
-  tr__metrics_reduce(red, src, 5, 4, 2);
+  assert_int_equal(tr__metrics_reduce(red, src, 5, 4), 0);
 }
 
 static void the_reduction_follows_each_rows_rule(void **state) {
   (void)state;
   tr__figures f[5];
-  tr__reduced *red = malloc(sizeof *red);
+  tr__reduced *red = calloc(1, sizeof *red);
   assert_non_null(red);
   reduce_four_devices_and_a_server(f, red);
   assert_int_equal(tr__reduced_int(red, TR__M_STEPS), 10);
   assert_int_equal(tr__reduced_int(red, TR__M_WINDOW_END), 4000);
   assert_int_equal(tr__reduced_int(red, TR__M_GRAPH_LAUNCHES), 1 + 2 + 3 + 4);
   assert_int_equal(tr__reduced_int(red, TR__M_BUSY_NS), 100 + 200 + 300 + 400);
-  for (int d = 0; d < 4; d++) assert_int_equal(red->device[d][TR__M_BUSY_NS].i, 100 * (d + 1));
+  for (int d = 0; d < 4; d++)
+    assert_int_equal(tr__reduced_device(red, d)[TR__M_BUSY_NS].i, 100 * (d + 1));
   assert_true(tr__reduced_real(red, TR__M_CONSISTENCY) == 0.5); /* NaN is no value */
   assert_true(tr__reduced_real(red, TR__M_STALENESS_MAX) == 3);
   assert_string_equal(red->text[TR__M_GRAPHS_NOTE], "the third's"); /* the first not empty */
   assert_true(isnan(tr__reduced_real(red, TR__M_SKIPPED_STEPS)));    /* nobody sent it */
   assert_int_equal(red->count[TR__M_MEMORY_GRADS], 0);
 
-  tr_train_result r;
-  memset(&r, 0, sizeof r);
-  r.skipped_steps = -1;
-  tr__metrics_apply(red, &r);
-  assert_int_equal(r.steps, 10);
-  assert_int_equal(r.graph_launches, 10);
-  assert_true(r.consistency == 0.5 && r.staleness_max == 3);
-  assert_string_equal(r.graphs_note, "the third's");
-  for (int d = 0; d < 4; d++) assert_int_equal(r.memory.devices[d].params, 1 << d);
-  assert_int_equal(r.memory.replicas[0].params, 1 + 2); /* replica 0: devices 0 and 1 */
-  assert_int_equal(r.memory.replicas[1].params, 4 + 8);
-  assert_int_equal(r.memory.devices[0].grads, 0);
-  assert_int_equal(r.staleness_hist[0], 5);
-  assert_int_equal(r.staleness_hist[1], 0);
-  assert_int_equal(r.staleness_hist[2], 7 + 1);
-  assert_int_equal(r.skipped_steps, -1); /* not sent: the result keeps what it had */
+  /* into a result of 2 replicas × 2 stages, read by key, and through the struct's view */
+  tr_result *r = tr__result_new("simplenet", "async");
+  assert_non_null(r);
+  assert_int_equal(tr__result_set_devices(r, 4), 0);
+  tr__result_set_int(r, TR__M_STAGES, 2);
+  tr__result_set_int(r, TR__M_TENSOR, 1);
+  tr__result_set_int(r, TR__M_SKIPPED_STEPS, -1);
+  assert_int_equal(tr__metrics_apply(red, r), 0);
+  int64_t i;
+  double x;
+  const char *text;
+  assert_int_equal(tr_result_int(r, "steps", &i), 0);
+  assert_int_equal(i, 10);
+  assert_int_equal(tr_result_int(r, "cuda_graphs.launches", &i), 0);
+  assert_int_equal(i, 10);
+  assert_true(tr_result_real(r, "consistency", &x) == 0 && x == 0.5);
+  assert_true(tr_result_real(r, "staleness.max", &x) == 0 && x == 3);
+  assert_true(tr_result_text(r, "cuda_graphs.note", &text) == 0 && !strcmp(text, "the third's"));
+  for (int d = 0; d < 4; d++) {
+    assert_int_equal(tr_result_int_at(r, "memory.params", d, &i), 0);
+    assert_int_equal(i, 1 << d);
+    assert_int_equal(tr_result_int_at(r, "busy_ns", d, &i), 0); /* a measure: a figure too */
+    assert_int_equal(i, 100 * (d + 1));
+  }
+  assert_int_equal(tr__result_replica_sum(r, TR__M_MEMORY_PARAMS, 0), 1 + 2); /* devices 0, 1 */
+  assert_int_equal(tr__result_replica_sum(r, TR__M_MEMORY_PARAMS, 1), 4 + 8);
+  tr_figure fig;
+  assert_int_equal(tr_result_figure(r, "staleness.histogram", &fig), 0);
+  assert_int_equal(fig.count, 3); /* up to the last bin that is not 0 */
+  const int64_t bins[3] = {5, 0, 7 + 1};
+  for (int b = 0; b < 3; b++) {
+    assert_int_equal(tr_result_int_at(r, "staleness.histogram", b, &i), 0);
+    assert_int_equal(i, bins[b]);
+  }
+  assert_true(tr_result_int(r, "skipped_steps", &i) == 0 && i == -1); /* not sent: as it was */
+
+  tr_train_result v;
+  tr__result_view(r, &v);
+  assert_int_equal(v.steps, 10);
+  assert_true(v.consistency == 0.5 && v.staleness_max == 3);
+  assert_string_equal(v.graphs_note, "the third's");
+  for (int d = 0; d < 4; d++) assert_int_equal(v.memory.devices[d].params, 1 << d);
+  assert_int_equal(v.memory.replicas[0].params, 1 + 2);
+  assert_int_equal(v.memory.replicas[1].params, 4 + 8);
+  assert_int_equal(v.memory.devices[0].grads, 0);
+  assert_int_equal(v.staleness_hist[0], 5);
+  assert_int_equal(v.staleness_hist[1], 0);
+  assert_int_equal(v.staleness_hist[2], 7 + 1);
+  assert_int_equal(v.skipped_steps, -1);
+  tr_result_free(r);
+  tr__reduced_free(red);
   free(red);
 }
 
@@ -132,13 +170,14 @@ static void pairs_that_are_not_the_tables_are_left_out(void **state) {
   g.n = 1 << 30; /* more pairs than it holds */
   memset(g.text, 'x', sizeof g.text); /* no text ends */
   const tr__figures *src[2] = {&f, &g};
-  tr__reduced *red = malloc(sizeof *red);
+  tr__reduced *red = calloc(1, sizeof *red);
   assert_non_null(red);
-  tr__metrics_reduce(red, src, 2, 2, 1);
+  assert_int_equal(tr__metrics_reduce(red, src, 2, 2), 0);
   assert_int_equal(tr__reduced_int(red, TR__M_GRAPH_CAPTURES), 8);
   assert_string_equal(red->text[TR__M_GRAPHS_NOTE], "fine");
   assert_int_equal(red->count[TR__M_SAMPLES_PER_S], 0);
   for (int b = 0; b < TR_TRAIN_STALENESS_BINS; b++) assert_int_equal(red->bins[TR__M_STALENESS_HIST][b], 0);
+  tr__reduced_free(red);
   free(red);
 }
 
@@ -222,23 +261,53 @@ static void assert_close(const leaves *l, const char *path, double want) {
     fail_msg("%s: the JSON says %s, the result %.17g", path, leaf(l, path), want);
 }
 
-static void parse_json_of(const tr_train_result *r, leaves *l) {
+/* What a writer of the figures writes, in memory. */
+static char *written(int (*write)(const void *, FILE *), const void *r) {
   char *buf = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&buf, &len);
-  assert_int_equal(tr_train_result_json(r, f), 0);
+  assert_non_null(f);
+  assert_int_equal(write(r, f), 0);
   fclose(f);
+  return buf;
+}
+
+static int write_json(const void *r, FILE *f) { return tr_result_json(r, f); }
+static int write_view_json(const void *v, FILE *f) { return tr_train_result_json(v, f); }
+
+static void parse_json(const char *buf, leaves *l) {
   l->n = 0;
   const char *end = value(buf, "", l);
   if (end == NULL || *ws(end)) fail_msg("not one JSON object: %s", buf);
-  free(buf);
 }
 
-static void run_ok(const tr_train_options *o, tr_train_result *r) {
-  char err[1024];
-  if (tr_train_run(o, r, err, sizeof err)) fail_msg("tr_train_run: %s", err);
+static tr_result *run_ok(const tr_train_options *o) {
+  tr_result *r;
+  tr_error e;
+  if (tr_train_run_result(o, &r, &e)) fail_msg("tr_train_run_result: %s", e.message);
+  return r;
 }
 
+static double real(const tr_result *r, const char *key) {
+  double v;
+  if (tr_result_real(r, key, &v)) fail_msg("no figure %s", key);
+  return v;
+}
+
+static double real_at(const tr_result *r, const char *key, int i) {
+  double v;
+  if (tr_result_real_at(r, key, i, &v)) fail_msg("no value %d of %s", i, key);
+  return v;
+}
+
+static const char *text(const tr_result *r, const char *key) {
+  const char *v;
+  if (tr_result_text(r, key, &v)) fail_msg("no figure %s", key);
+  return v ? v : "null";
+}
+
+/* The JSON says what the result holds by key; the deprecated struct, a view of the result,
+ * writes the same bytes. */
 static void the_librarys_json_parses_and_says_what_the_result_holds(void **state) {
   (void)state;
   static const struct {
@@ -252,87 +321,103 @@ static void the_librarys_json_parses_and_says_what_the_result_holds(void **state
     o.devices = runs[k].devices;
     o.steps = 20;
     o.job.optim = tr_optim_defaults(TR_OPTIM_MOMENTUM, 0);
-    tr_train_result r;
-    run_ok(&o, &r);
-    r.sgemm_gflops = 2.5;
+    tr_result *r = run_ok(&o);
+    assert_int_equal(tr_result_set_real(r, "sgemm_gflops", 2.5), 0);
     leaves *l = malloc(sizeof *l);
     assert_non_null(l);
-    parse_json_of(&r, l);
+    char *json = written(write_json, r);
+    parse_json(json, l);
+    tr_train_result v;
+    tr__result_view(r, &v);
+    char *viewed = written(write_view_json, &v);
+    assert_string_equal(viewed, json);
+    free(viewed);
+    free(json);
     assert_string_equal(leaf(l, "model"), "simplenet");
-    assert_string_equal(leaf(l, "strategy"), r.strategy);
-    assert_string_equal(leaf(l, "devices"), r.devices);
-    assert_close(l, "steps", (double)r.steps);
-    assert_close(l, "samples", (double)r.samples);
-    assert_close(l, "samples_per_s", r.samples_per_s);
-    assert_close(l, "final_loss", r.final_loss);
-    assert_close(l, "gflops", r.gflops);
+    assert_string_equal(leaf(l, "strategy"), text(r, "strategy"));
+    assert_string_equal(leaf(l, "devices"), text(r, "devices"));
+    const char *same[] = {"steps", "samples", "samples_per_s", "final_loss", "gflops",
+                          "sgemm_gflops", "bubble_fraction", "consistency"};
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++)
+      assert_close(l, same[i], real(r, same[i]));
     assert_close(l, "sgemm_gflops", 2.5);
-    assert_close(l, "hardware_fraction", r.gflops / (2.5 * r.ndevices));
-    assert_close(l, "bubble_fraction", r.bubble_fraction);
-    assert_close(l, "consistency", r.consistency);
+    tr_figure devices;
+    assert_int_equal(tr_result_figure(r, "utilization", &devices), 0);
+    assert_close(l, "hardware_fraction", real(r, "gflops") / (2.5 * devices.count));
     char p[96];
-    for (int i = 0; i < r.ndevices; i++) {
+    for (int i = 0; i < devices.count; i++) {
       snprintf(p, sizeof p, "utilization[%d]", i);
-      if (fabs(number(l, p) - r.utilization[i]) > 5e-5) fail_msg("%s: %s", p, leaf(l, p));
+      if (fabs(number(l, p) - real_at(r, "utilization", i)) > 5e-5) fail_msg("%s: %s", p, leaf(l, p));
       snprintf(p, sizeof p, "memory.devices[%d].optimizer_state", i);
-      assert_close(l, p, (double)r.memory.devices[i].optimizer_state);
+      assert_close(l, p, real_at(r, "memory.optimizer_state", i));
       snprintf(p, sizeof p, "memory.devices[%d].peak_activation_bytes", i);
-      assert_close(l, p, (double)r.peak_activation_bytes[i]);
+      assert_close(l, p, real_at(r, "memory.peak_activation_bytes", i));
     }
-    for (int i = 0; i < r.ndevices / r.stages; i++) {
+    const int stages = (int)real(r, "stages");
+    for (int i = 0; i < devices.count / stages; i++) { /* a replica's: its stages' sum */
+      double sum = 0;
+      for (int s = 0; s < stages; s++) sum += real_at(r, "memory.params", i * stages + s);
       snprintf(p, sizeof p, "memory.replicas[%d].params", i);
-      assert_close(l, p, (double)r.memory.replicas[i].params);
+      assert_close(l, p, sum);
     }
-    snprintf(p, sizeof p, "memory.devices[%d].params", r.ndevices);
+    snprintf(p, sizeof p, "memory.devices[%d].params", devices.count);
     for (int i = 0; i < l->n; i++) assert_string_not_equal(l->path[i], p);
     if (runs[k].strategy == TR_STRATEGY_ASYNC) {
-      assert_close(l, "staleness.mean", r.staleness_mean);
-      assert_close(l, "workers", r.workers);
-      int64_t sum = 0;
+      assert_close(l, "staleness.mean", real(r, "staleness.mean"));
+      assert_close(l, "workers", real(r, "workers"));
+      tr_figure bins;
+      assert_int_equal(tr_result_figure(r, "staleness.histogram", &bins), 0);
+      double sum = 0;
       for (int b = 0; b < TR_TRAIN_STALENESS_BINS; b++) {
         snprintf(p, sizeof p, "staleness.histogram[%d]", b);
         for (int i = 0; i < l->n; i++)
-          if (!strcmp(l->path[i], p)) sum += (int64_t)number(l, p);
+          if (!strcmp(l->path[i], p)) sum += number(l, p);
+        if (b < bins.count) assert_close(l, p, real_at(r, "staleness.histogram", b));
       }
-      assert_int_equal(sum, r.steps - r.first_step); /* every update in some bin */
+      assert_true(sum == real(r, "steps") - real(r, "first_step")); /* every update in a bin */
       assert_string_equal(leaf(l, "cuts"), "null");
     } else {
       assert_string_equal(leaf(l, "staleness"), "null");
       assert_string_equal(leaf(l, "workers"), "null");
-      assert_string_equal(leaf(l, "schedule"), r.schedule);
-      for (int c = 0; c <= r.stages; c++) {
+      assert_string_equal(leaf(l, "schedule"), text(r, "schedule"));
+      for (int c = 0; c <= stages; c++) {
         snprintf(p, sizeof p, "cuts[%d]", c);
-        assert_close(l, p, r.cuts[c]);
+        assert_close(l, p, real_at(r, "cuts", c));
       }
     }
     assert_string_equal(leaf(l, "edges_across_ranks"), "null");
     assert_string_equal(leaf(l, "signal"), "null");
     assert_string_equal(leaf(l, "cuda_graphs.mode"), "on");
     free(l);
+    tr_result_free(r);
   }
+}
+
+static char *summary_of(const tr_result *r) {
+  char *line = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&line, &len);
+  assert_non_null(f);
+  assert_int_equal(tr_result_summary(r, f), 0);
+  fclose(f);
+  return line;
 }
 
 /* The summary says what applies and is not zero, in the table's words. */
 static void the_summary_says_the_figures_that_are_there(void **state) {
   (void)state;
-  tr_train_result r;
-  memset(&r, 0, sizeof r);
-  snprintf(r.model, sizeof r.model, "simplenet");
-  snprintf(r.strategy, sizeof r.strategy, "dp");
-  snprintf(r.devices, sizeof r.devices, "host:0,host:1");
-  r.ndevices = 2;
-  r.stages = 1;
-  r.steps = 40;
-  r.samples_per_s = 1234;
-  r.utilization[0] = 0.5, r.utilization[1] = 0.25;
-  r.skipped_steps = 3;
-  r.bubble_fraction = NAN;
-  r.workers = 7; /* async only */
-  char *line = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&line, &len);
-  assert_int_equal(tr_train_result_summary(&r, f), 0);
-  fclose(f);
+  tr_result *r = tr__result_new("simplenet", "dp");
+  assert_non_null(r);
+  assert_int_equal(tr__result_set_text(r, TR__M_DEVICES, "host:0,host:1"), 0);
+  assert_int_equal(tr__result_set_devices(r, 2), 0);
+  tr__result_set_int(r, TR__M_STAGES, 1);
+  tr__result_set_int(r, TR__M_STEPS, 40);
+  tr__result_set_real(r, TR__M_SAMPLES_PER_S, 1234);
+  tr__result_set_real_at(r, TR__M_UTILIZATION, 0, 0.5);
+  tr__result_set_real_at(r, TR__M_UTILIZATION, 1, 0.25);
+  tr__result_set_int(r, TR__M_SKIPPED_STEPS, 3);
+  tr__result_set_int(r, TR__M_WORKERS, 7); /* async only */
+  char *line = summary_of(r);
   for (const char *const *want = (const char *const[]){"simplenet · dp · host:0,host:1",
        "to step 40", "1234 samples/s", "utilization 0.50 0.25", "3 updates skipped", NULL};
        *want; want++)
@@ -343,14 +428,14 @@ static void the_summary_says_the_figures_that_are_there(void **state) {
     if (strstr(line, *not)) fail_msg("the summary says '%s': %s", *not, line);
   free(line);
   /* a device with nothing to say (an elastic worker that left: NaN) takes no room */
-  r.ndevices = 3;
-  r.utilization[1] = NAN, r.utilization[2] = 0.75;
-  f = open_memstream(&line, &len);
-  assert_int_equal(tr_train_result_summary(&r, f), 0);
-  fclose(f);
+  assert_int_equal(tr__result_set_devices(r, 3), 0);
+  tr__result_set_real_at(r, TR__M_UTILIZATION, 0, 0.5);
+  tr__result_set_real_at(r, TR__M_UTILIZATION, 2, 0.75);
+  line = summary_of(r);
   if (!strstr(line, "utilization 0.50 0.75 ·"))
     fail_msg("the summary does not say 'utilization 0.50 0.75 ·': %s", line);
   free(line);
+  tr_result_free(r);
 }
 
 /* ---- checkpoints and reports ----------------------------------------------------------------- */
@@ -408,8 +493,7 @@ static void a_report_of_step_k_follows_checkpoint_k_on_disk(void **state) {
     if (runs[k].zero) o.job.optim = tr_optim_defaults(TR_OPTIM_MOMENTUM, 0); /* a state */
     o.observe = watch;
     o.observe_arg = &w;
-    tr_train_result r;
-    run_ok(&o, &r);
+    tr_result_free(run_ok(&o));
     if (w.failure[0]) fail_msg("%s: %s", tr_strategy_name(runs[k].strategy), w.failure);
     assert_int_equal(w.last_step, w.end); /* the last report came, of the last step */
     assert_true(w.reports >= 2);

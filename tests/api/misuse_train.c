@@ -2,6 +2,7 @@
  * (misuse.h). */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "misuse.h"
@@ -126,6 +127,118 @@ MISUSE(result_summary_null_file, "tr_train_result_summary(&r, NULL)", TR_EINVAL,
   tr_train_result r;
   memset(&r, 0, sizeof r);
   return tr_train_result_summary(&r, NULL);
+}
+
+/* ---- a run's figures by key (tr_result.h) ---------------------------------------------------- */
+
+/* A refused run's result: its model and strategy, no devices. */
+static tr_result *refused_result(void) {
+  tr_train_options o = train_options();
+  o.devices = NULL;
+  tr_result *r = NULL;
+  tr_train_run_result(&o, &r, NULL);
+  if (r == NULL) exit(120); /* the fixture failed */
+  return r;
+}
+
+MISUSE(train_result_null_options, "tr_train_run_result(NULL, &r, &e)", TR_EINVAL,
+       "tr_train_run_result", "o") {
+  tr_result *r;
+  tr_error e;
+  const int rc = tr_train_run_result(NULL, &r, &e);
+  return said(msg, n, rc, e.message);
+}
+
+MISUSE(train_result_null_out, "tr_train_run_result(&o, NULL, &e)", TR_EINVAL,
+       "tr_train_run_result", "out") {
+  tr_train_options o = train_options();
+  tr_error e;
+  const int rc = tr_train_run_result(&o, NULL, &e);
+  return said(msg, n, rc, e.message);
+}
+
+MISUSE(train_result_bad_option, "tr_train_run_result({.devices = NULL}, &r, &e)", TR_EINVAL,
+       "devices", NULL) {
+  tr_train_options o = train_options();
+  o.devices = NULL;
+  tr_result *r;
+  tr_error e;
+  const int rc = tr_train_run_result(&o, &r, &e);
+  const char *model = NULL;
+  if (r == NULL || tr_result_text(r, "model", &model) || strcmp(model, "simplenet")) return 0;
+  return said(msg, n, rc, e.field);
+}
+
+MISUSE(result_unknown_key, "tr_result_real(r, \"samples_per_sec\", &v)", TR_EINVAL,
+       "\"samples_per_sec\"", "did you mean \"samples_per_s\"") {
+  double v;
+  return tr_result_real(refused_result(), "samples_per_sec", &v);
+}
+
+MISUSE(result_null, "tr_result_int(NULL, \"steps\", &v)", TR_EINVAL, "tr_result_int", "r") {
+  int64_t v;
+  return tr_result_int(NULL, "steps", &v);
+}
+
+MISUSE(result_null_key, "tr_result_text(r, NULL, &v)", TR_EINVAL, "tr_result_text", "key") {
+  const char *v;
+  return tr_result_text(refused_result(), NULL, &v);
+}
+
+MISUSE(result_null_out, "tr_result_real(r, \"steps\", NULL)", TR_EINVAL, "tr_result_real",
+       "out") {
+  return tr_result_real(refused_result(), "steps", NULL);
+}
+
+MISUSE(result_other_type, "tr_result_int(r, \"final_loss\", &v)", TR_EINVAL, "\"final_loss\"",
+       "tr_result_real") {
+  int64_t v;
+  return tr_result_int(refused_result(), "final_loss", &v);
+}
+
+MISUSE(result_index_beyond, "tr_result_real_at(r, \"utilization\", 0, &v) of no devices",
+       TR_EINVAL, "\"utilization\"", "has 0") {
+  double v;
+  return tr_result_real_at(refused_result(), "utilization", 0, &v);
+}
+
+MISUSE(result_figure_at_beyond, "tr_result_figure_at(r, 9999, &f)", TR_EINVAL,
+       "tr_result_figure_at", "9999") {
+  tr_figure f;
+  return tr_result_figure_at(refused_result(), 9999, &f);
+}
+
+MISUSE(result_figure_null_out, "tr_result_figure(r, \"steps\", NULL)", TR_EINVAL,
+       "tr_result_figure", "out") {
+  return tr_result_figure(refused_result(), "steps", NULL);
+}
+
+MISUSE(result_set_measured, "tr_result_set_real(r, \"samples_per_s\", 1)", TR_EINVAL,
+       "\"samples_per_s\"", "sgemm_gflops") {
+  return tr_result_set_real(refused_result(), "samples_per_s", 1);
+}
+
+MISUSE(result_json_of_null, "tr_result_json(NULL, f)", TR_EINVAL, "tr_result_json", "r") {
+  return tr_result_json(NULL, stdout);
+}
+
+MISUSE(result_summary_null_f, "tr_result_summary(r, NULL)", TR_EINVAL, "tr_result_summary", "f") {
+  return tr_result_summary(refused_result(), NULL);
+}
+
+MISUSE(result_free_and_count_null, "tr_result_free(NULL), tr_result_figure_count(NULL)",
+       MISUSE_DEFINED, NULL, NULL) {
+  tr_result_free(NULL);
+  return tr_result_figure_count(NULL) != 0;
+}
+
+MISUSE(job_result_of_null, "tr_job_result_of(NULL)", MISUSE_DEFINED, NULL, NULL) {
+  return tr_job_result_of(NULL) != NULL;
+}
+
+MISUSE(signal_parse_null_out, "tr_signal_parse(\"SIGINT\", NULL)", TR_EINVAL, "tr_signal_parse",
+       "signum") {
+  return tr_signal_parse("SIGINT", NULL);
 }
 
 /* ---- schedules ------------------------------------------------------------------------------ */
