@@ -444,9 +444,11 @@ int cmd_train(int argc, char **argv) {
   if (rank != 0) return status; /* rank 0 speaks for the job */
   /* On host devices, the hardware's yardstick, measured now, after the run (docs/WORKLOADS.md):
    * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. Not after a
-   * signal: whoever sent it wants the process gone. */
+   * signal: whoever sent it wants the process gone; nor when neither the summary nor --json
+   * will show it (it takes about a second of a core: tools/run-digests.sh runs many). */
   double sgemm = NAN;
-  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0 && !r.signal)
+  if (!strncmp(r.devices, "host", 4) && strcmp(r.model, "simplenet") != 0 && !r.signal &&
+      (!a.quiet || a.json))
     sgemm = cli_sgemm_gflops(2048);
   r.sgemm_gflops = sgemm > 0 ? sgemm : 0;
   if (!a.quiet) tr_train_result_summary(&r, stderr);
