@@ -1,12 +1,12 @@
 /* backend_impl.h — what a device backend implements (private to gpu/).
  *
  * A backend is one constant tr__backend: a struct of function pointers in the ggml manner.
- * gpu/device.c is the core wrapper behind tr_device.h: it parses specs, owns the handle
- * structs below, checks arguments and the owner thread, returns early on empty sizes, and
- * only then calls the backend's slot. So a slot may assume: the stream belongs to a device of
- * this backend, pointers are non-NULL where the public header does not allow NULL, sizes
- * are > 0 (reductions with n == 0 never reach the backend: the wrapper writes the 0 itself
- * through `fill`), and the caller is the owner thread.
+ * gpu/device.c and gpu/device_ops.c are the core wrapper behind tr_device.h: they parse
+ * specs, own the handle structs below, check arguments and the owner thread, return early on
+ * empty sizes, and only then call the backend's slot. So a slot may assume: the stream
+ * belongs to a device of this backend, pointers are non-NULL where the public header does
+ * not allow NULL, sizes are > 0 (reductions with n == 0 never reach the backend: the wrapper
+ * writes the 0 itself through `fill`), and the caller is the owner thread.
  *
  * Slots marked OPTIONAL may be NULL; the wrapper then falls back as noted, or reports
  * "<device>: <op>: not implemented by the <backend> backend" (TR_EDEVICE). So may the
@@ -79,9 +79,9 @@ struct tr_capture {
 /* X(name, params, args, checks): the one list of the device layer's kernels. An entry gives
  * the public function tr_<name>(tr_stream *s, <params>) (declared and documented in
  * tr_device.h: a declaration that disagrees with the list does not compile), the backend
- * slot `name` with the same parameters, its wrapper in device.c, and each backend's
+ * slot `name` with the same parameters, its wrapper in device_ops.c, and each backend's
  * prototype and table entry (tr__host_<name>, tr__cuda_<name>). `checks` is what the wrapper
- * does before it calls the slot, in order, in device.c's words:
+ * does before it calls the slot, in order, in device_ops.c's words:
  *
  *   ELEMS(a, b, c)           the op's element count a * b * c (fails on overflow);
  *   EMPTY(stmt)              what the op does instead when that count is 0;
@@ -342,7 +342,8 @@ struct tr__backend {
 
 /* The backend of a kind of device in this build, or NULL. */
 const tr__backend *tr__backend_of(tr_device_kind kind);
-/* The owner-thread rule of every call on d (device.c), for the wrappers outside it. */
+/* The owner-thread rule of every call on d (device.c), for the wrappers outside it
+ * (device_impl.h's ENTER, comm.c). */
 int tr__device_enter(tr_device *d);
 
 /* Records "<device name>: <text>" as d's last failure and returns status (device_fail.c,

@@ -1,8 +1,8 @@
 /* device_fail.c — how the device layer records a failure on a device (tr__device_fail,
  * backend_impl.h). Every backend's slots and their helpers report through it, so it sits
- * below the backend tables and the core wrapper (device.c) and uses nothing of theirs:
- * device.c lists the backends, and a helper that called back into device.c would close a
- * circle through every backend. */
+ * below the backend tables and the core wrapper (device.c, device_ops.c) and uses nothing
+ * of theirs: device.c lists the backends, and a helper that called back into device.c would
+ * close a circle through every backend. */
 #include <stdarg.h>
 #include <stdio.h>
 

@@ -1,23 +1,19 @@
-/* checkpoint.c — safetensors checkpoints: the validating reader (tr_checkpoint.h), the
- * dtypes, and what the writer (checkpoint_write.c) shares with it (checkpoint_impl.h). The
- * JSON header is parsed by cJSON. */
+/* checkpoint.c — safetensors checkpoints: the dtypes, what the reader and the writer share
+ * (checkpoint_impl.h), and the lookups in an open checkpoint (tr_checkpoint.h): tensors by
+ * name, checked against the shape and dtype the caller expects, and the metadata with its
+ * typed getters. Opening and validating a file is checkpoint_read.c's, writing one
+ * checkpoint_write.c's. */
 #include "tr_checkpoint.h"
-#include "tr_file.h"
 
 #include "checkpoint_impl.h"
 
 #include <cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 
 /* ---- dtypes -------------------------------------------------------------------------- */
 
@@ -78,7 +74,7 @@ tr__ck_quoted tr__ck_quote(const char *name) {
   return q;
 }
 
-static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+void tr__ck_format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
   size_t o = (size_t)snprintf(buf, cap, "[");
   for (int i = 0; i < ndim && o < cap; i++)
     o += (size_t)snprintf(buf + o, cap - o, i ? ", %" PRId64 : "%" PRId64, shape[i]);
@@ -87,7 +83,7 @@ static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) 
 
 /* Offset of the first byte that breaks UTF-8 (overlong forms, surrogates and code points
  * past U+10FFFF included, as safetensors' Rust reader rejects them), or n when valid. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
+size_t tr__ck_utf8_invalid_at(const unsigned char *s, size_t n) {
   size_t i = 0;
   while (i < n) {
     unsigned c = s[i];
@@ -118,7 +114,7 @@ static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
 
 int tr__ck_utf8_valid(const char *s) {
   size_t n = strlen(s);
-  return utf8_invalid_at((const unsigned char *)s, n) == n;
+  return tr__ck_utf8_invalid_at((const unsigned char *)s, n) == n;
 }
 
 int tr__ck_shape_bytes(int ndim, const int64_t *shape, size_t elem, size_t *out) {
@@ -137,321 +133,12 @@ int tr__ck_shape_bytes(int ndim, const int64_t *shape, size_t elem, size_t *out)
   return 0;
 }
 
-/* ---- reading ------------------------------------------------------------------------- */
-
-typedef struct rmeta {
-  const char *key, *value;
-} rmeta;
-
-struct tr_checkpoint {
-  char *name;
-  void *owned; /* the file's bytes, read by tr_checkpoint_open */
-  const unsigned char *bytes;
-  size_t size;
-  cJSON *root; /* names, keys and values point into it */
-  tr_checkpoint_tensor *t;
-  size_t nt;
-  rmeta *m;
-  size_t nm;
-  char error[TR__CK_ERR_SIZE];
-};
-
-/* The parse state: every failure message starts with the file's name. */
-typedef struct parse {
-  tr_checkpoint *ck;
-  char *err;
-  size_t err_size;
-} parse;
-
-static int pfail(parse *p, int status, const char *fmt, ...) {
-  if (p->err && p->err_size) {
-    int n = snprintf(p->err, p->err_size, "%s: ", p->ck->name);
-    if (n >= 0 && (size_t)n < p->err_size) {
-      va_list ap;
-      va_start(ap, fmt);
-      vsnprintf(p->err + n, p->err_size - (size_t)n, fmt, ap);
-      va_end(ap);
-    }
-  }
-  return status;
-}
-
-/* A JSON number that is an integer in [0, 2^53]. */
-static int json_uint(const cJSON *j, double *out) {
-  if (!cJSON_IsNumber(j)) return -1;
-  double v = j->valuedouble;
-  if (!(v >= 0 && v <= TR__CK_MAX_EXACT) || (double)(uint64_t)v != v) return -1;
-  *out = v;
-  return 0;
-}
-
-static int tensor_cmp_offset(const void *a, const void *b) {
-  const tr_checkpoint_tensor *x = a, *y = b;
-  if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-  return x->nbytes < y->nbytes ? -1 : x->nbytes > y->nbytes;
-}
-
-static int tensor_cmp_name(const void *a, const void *b) {
+int tr__ck_tensor_cmp_name(const void *a, const void *b) {
   return strcmp(((const tr_checkpoint_tensor *)a)->name, ((const tr_checkpoint_tensor *)b)->name);
 }
 
-static int meta_cmp(const void *a, const void *b) {
-  return strcmp(((const rmeta *)a)->key, ((const rmeta *)b)->key);
-}
-
-/* One tensor entry of the header, checked against the data section's length. */
-static int parse_tensor(parse *p, const cJSON *j, size_t data_len, tr_checkpoint_tensor *t) {
-  tr__ck_quoted q = tr__ck_quote(j->string);
-  t->name = j->string;
-  if (!cJSON_IsObject(j))
-    return pfail(p, TR_EFORMAT, "tensor '%s': entry is not a JSON object", q.s);
-  const cJSON *dt = cJSON_GetObjectItemCaseSensitive(j, "dtype");
-  const cJSON *sh = cJSON_GetObjectItemCaseSensitive(j, "shape");
-  const cJSON *off = cJSON_GetObjectItemCaseSensitive(j, "data_offsets");
-  if (!cJSON_IsString(dt))
-    return pfail(p, TR_EFORMAT, "tensor '%s': \"dtype\" missing or not a string", q.s);
-  if (tr_dtype_parse(dt->valuestring, &t->dtype))
-    return pfail(p, TR_EFORMAT, "tensor '%s': unknown dtype '%s'", q.s,
-                 tr__ck_quote(dt->valuestring).s);
-  if (!cJSON_IsArray(sh))
-    return pfail(p, TR_EFORMAT, "tensor '%s': \"shape\" missing or not an array", q.s);
-  int nd = cJSON_GetArraySize(sh);
-  if (nd > TR_CHECKPOINT_MAX_DIMS)
-    return pfail(p, TR_EFORMAT, "tensor '%s': shape has %d dimensions, troupe reads at most %d",
-                 q.s, nd, TR_CHECKPOINT_MAX_DIMS);
-  t->ndim = nd;
-  int d = 0;
-  for (const cJSON *e = sh->child; e; e = e->next, d++) {
-    double v;
-    if (json_uint(e, &v))
-      return pfail(p, TR_EFORMAT, "tensor '%s': shape dimension %d is not a non-negative integer",
-                   q.s, d);
-    t->shape[d] = (int64_t)v;
-  }
-  char shape_text[200];
-  format_shape(shape_text, sizeof shape_text, t->ndim, t->shape);
-  if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
-    return pfail(p, TR_EFORMAT, "tensor '%s': \"data_offsets\" missing or not [begin, end]", q.s);
-  double begin, end;
-  if (json_uint(off->child, &begin) || json_uint(off->child->next, &end))
-    return pfail(p, TR_EFORMAT, "tensor '%s': data_offsets are not non-negative integers", q.s);
-  if (begin > end)
-    return pfail(p, TR_EFORMAT, "tensor '%s': data_offsets [%.0f, %.0f) begin after their end",
-                 q.s, begin, end);
-  if (end > (double)data_len)
-    return pfail(p, TR_EFORMAT,
-                 "tensor '%s': data_offsets [%.0f, %.0f) end past the data section (%zu bytes)",
-                 q.s, begin, end, data_len);
-  t->offset = (size_t)begin;
-  t->nbytes = (size_t)end - (size_t)begin;
-  size_t want;
-  if (tr__ck_shape_bytes(t->ndim, t->shape, dtypes[t->dtype].size, &want))
-    return pfail(p, TR_EFORMAT, "tensor '%s': shape %s overflows", q.s, shape_text);
-  if (want != t->nbytes)
-    return pfail(p, TR_EFORMAT,
-                 "tensor '%s': shape %s of %s needs %zu bytes, data_offsets [%.0f, %.0f) hold %zu",
-                 q.s, shape_text, dtypes[t->dtype].name, want, begin, end, t->nbytes);
-  return 0;
-}
-
-static int parse_metadata(parse *p, const cJSON *j) {
-  tr_checkpoint *ck = p->ck;
-  if (ck->m) return pfail(p, TR_EFORMAT, "\"__metadata__\" appears twice in the header");
-  /* safetensors' reader takes null for "no metadata"; so do we. */
-  if (!cJSON_IsNull(j) && !cJSON_IsObject(j))
-    return pfail(p, TR_EFORMAT, "\"__metadata__\" is not a JSON object");
-  size_t n = (size_t)cJSON_GetArraySize(j);
-  if (!(ck->m = calloc(n ? n : 1, sizeof *ck->m))) return pfail(p, TR_ENOMEM, "out of memory");
-  for (const cJSON *e = j->child; e; e = e->next) {
-    if (!cJSON_IsString(e))
-      return pfail(p, TR_EFORMAT, "\"__metadata__\" value of '%s' is not a string",
-                   tr__ck_quote(e->string).s);
-    ck->m[ck->nm++] = (rmeta){e->string, e->valuestring};
-  }
-  qsort(ck->m, ck->nm, sizeof *ck->m, meta_cmp);
-  for (size_t i = 1; i < ck->nm; i++) {
-    if (strcmp(ck->m[i - 1].key, ck->m[i].key) == 0)
-      return pfail(p, TR_EFORMAT, "metadata key '%s' appears twice", tr__ck_quote(ck->m[i].key).s);
-  }
-  return 0;
-}
-
-/* Tensors must tile the data section: in offset order, each begins where the previous
- * ended and the last ends at the section's end (safetensors forbids holes, so that no
- * bytes hide in a file unaccounted for). */
-static int check_layout(parse *p, size_t data_len) {
-  tr_checkpoint *ck = p->ck;
-  qsort(ck->t, ck->nt, sizeof *ck->t, tensor_cmp_offset);
-  size_t at = 0;
-  for (size_t i = 0; i < ck->nt; i++) {
-    const tr_checkpoint_tensor *t = &ck->t[i];
-    if (t->offset < at) {
-      const tr_checkpoint_tensor *prev = &ck->t[i - 1];
-      return pfail(p, TR_EFORMAT,
-                   "tensor '%s': data_offsets [%zu, %zu) overlap tensor '%s' [%zu, %zu)",
-                   tr__ck_quote(t->name).s, t->offset, t->offset + t->nbytes,
-                   tr__ck_quote(prev->name).s,
-                   prev->offset, prev->offset + prev->nbytes);
-    }
-    if (t->offset > at)
-      return pfail(p, TR_EFORMAT, "bytes [%zu, %zu) of the data section belong to no tensor "
-                   "(before tensor '%s')", at, t->offset, tr__ck_quote(t->name).s);
-    at = t->offset + t->nbytes;
-  }
-  if (at != data_len)
-    return pfail(p, TR_EFORMAT, "bytes [%zu, %zu) of the data section belong to no tensor "
-                 "(after the last one)", at, data_len);
-  return 0;
-}
-
-/* A \u0000 escape would cut a C string short (cJSON decodes it to a NUL byte), making two
- * different names look alike: refuse it. Outside strings a backslash is invalid JSON anyway. */
-static int has_nul_escape(const char *s, size_t n) {
-  for (size_t i = 0; i + 1 < n; i++) {
-    if (s[i] != '\\') continue;
-    if (s[i + 1] == 'u' && i + 5 < n && memcmp(s + i + 2, "0000", 4) == 0) return 1;
-    i++;
-  }
-  return 0;
-}
-
-static int parse_file(parse *p) {
-  tr_checkpoint *ck = p->ck;
-  const unsigned char *b = ck->bytes;
-  size_t size = ck->size;
-  if (size < 8)
-    return pfail(p, TR_EFORMAT, "%zu bytes, too short for the 8-byte header length", size);
-  uint64_t n = 0;
-  for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
-  if (n > TR_CHECKPOINT_MAX_HEADER)
-    return pfail(p, TR_EFORMAT, "header length %" PRIu64 " exceeds safetensors' limit of %u "
-                 "bytes (not a safetensors file?)", n, TR_CHECKPOINT_MAX_HEADER);
-  if (n > size - 8)
-    return pfail(p, TR_EFORMAT, "header length %" PRIu64 " runs past the end of the file "
-                 "(%zu bytes; truncated?)", n, size);
-  const char *h = (const char *)b + 8;
-  size_t hlen = (size_t)n, data_len = size - 8 - hlen;
-  if (hlen == 0 || h[0] != '{') return pfail(p, TR_EFORMAT, "header does not begin with '{'");
-  size_t bad = utf8_invalid_at((const unsigned char *)h, hlen);
-  if (bad < hlen) return pfail(p, TR_EFORMAT, "header is not UTF-8 at byte %zu", bad);
-  if (memchr(h, '\0', hlen)) return pfail(p, TR_EFORMAT, "header contains a NUL byte");
-  if (has_nul_escape(h, hlen))
-    return pfail(p, TR_EFORMAT, "header contains a \\u0000 escape");
-  while (hlen && h[hlen - 1] == ' ') hlen--; /* the padding */
-
-  /* cJSON wants a terminated string; the mapping has none. */
-  char *text = malloc(hlen + 1);
-  if (!text) return pfail(p, TR_ENOMEM, "out of memory");
-  memcpy(text, h, hlen);
-  text[hlen] = '\0';
-  const char *end = NULL;
-  ck->root = cJSON_ParseWithOpts(text, &end, 1);
-  size_t at = end ? (size_t)(end - text) : 0;
-  free(text);
-  if (!ck->root)
-    return pfail(p, TR_EFORMAT, "header is not valid JSON (error near byte %zu of %zu)", at,
-                 hlen);
-  if (!cJSON_IsObject(ck->root)) return pfail(p, TR_EFORMAT, "header is not a JSON object");
-
-  size_t count = (size_t)cJSON_GetArraySize(ck->root);
-  if (!(ck->t = calloc(count ? count : 1, sizeof *ck->t)))
-    return pfail(p, TR_ENOMEM, "out of memory");
-  for (const cJSON *e = ck->root->child; e; e = e->next) {
-    int rc = strcmp(e->string, "__metadata__") == 0
-                 ? parse_metadata(p, e)
-                 : parse_tensor(p, e, data_len, &ck->t[ck->nt++]);
-    if (rc) return rc;
-  }
-  qsort(ck->t, ck->nt, sizeof *ck->t, tensor_cmp_name);
-  for (size_t i = 1; i < ck->nt; i++) {
-    if (strcmp(ck->t[i - 1].name, ck->t[i].name) == 0)
-      return pfail(p, TR_EFORMAT, "tensor '%s' appears twice in the header",
-                   tr__ck_quote(ck->t[i].name).s);
-  }
-  int rc = check_layout(p, data_len);
-  if (rc) return rc;
-  const unsigned char *data = b + 8 + n;
-  for (size_t i = 0; i < ck->nt; i++) ck->t[i].data = data + ck->t[i].offset;
-  qsort(ck->t, ck->nt, sizeof *ck->t, tensor_cmp_name);
-  return 0;
-}
-
-void tr_checkpoint_close(tr_checkpoint *ck) {
-  if (!ck) return;
-  free(ck->owned);
-  cJSON_Delete(ck->root);
-  free(ck->t);
-  free(ck->m);
-  free(ck->name);
-  free(ck);
-}
-
-static tr_checkpoint *checkpoint_new(const char *name, char *err, size_t err_size) {
-  tr_checkpoint *ck = calloc(1, sizeof *ck);
-  if (ck && !(ck->name = strdup(name))) {
-    free(ck);
-    ck = NULL;
-  }
-  if (!ck) tr__ck_format(err, err_size, "%s: out of memory", name);
-  return ck;
-}
-
-int tr_checkpoint_open_memory(tr_checkpoint **out, const void *bytes, size_t size,
-                              const char *name, char *err, size_t err_size) {
-  if (out == NULL || (bytes == NULL && size))
-    return tr_errorf(err, err_size, TR_EINVAL, "tr_checkpoint_open_memory: %s is NULL%s",
-                     out ? "bytes" : "out", out ? " (size is not 0)" : "");
-  *out = NULL;
-  tr_checkpoint *ck = checkpoint_new(name ? name : "<memory>", err, err_size);
-  if (!ck) return TR_ENOMEM;
-  ck->bytes = bytes;
-  ck->size = bytes ? size : 0;
-  parse p = {ck, err, err_size};
-  int rc = parse_file(&p);
-  if (rc) {
-    tr_checkpoint_close(ck);
-    return rc;
-  }
-  *out = ck;
-  return 0;
-}
-
-int tr_checkpoint_open(tr_checkpoint **out, const char *path, char *err, size_t err_size) {
-  if (out == NULL || path == NULL)
-    return tr_errorf(err, err_size, TR_EINVAL, "tr_checkpoint_open: %s is NULL",
-                     out ? "path" : "out");
-  *out = NULL;
-  int fd;
-  uint64_t size64;
-  int rc = tr_file_open_regular(path, NULL, &fd, &size64, err, err_size);
-  if (rc) return rc;
-  /* Read, not mapped: a file cut short under a mapping would kill the process (SIGBUS);
-   * a read of one comes back short, and the file is refused. */
-  const size_t size = (size_t)size64;
-  void *bytes = size ? malloc(size) : NULL;
-  if (size && bytes == NULL) {
-    close(fd);
-    tr__ck_format(err, err_size, "%s: out of memory (%zu bytes asked for)", path, size);
-    return TR_ENOMEM;
-  }
-  rc = size ? tr_file_read_at(fd, bytes, size, 0, "checkpoint", path, err, err_size) : 0;
-  close(fd);
-  tr_checkpoint *ck = NULL;
-  if (rc == 0) rc = tr_checkpoint_open_memory(&ck, bytes, size, path, err, err_size);
-  if (rc) {
-    free(bytes);
-    return rc;
-  }
-  ck->owned = bytes;
-  *out = ck;
-  return 0;
-}
-
-int tr_checkpoint_view(const tr_checkpoint *ck, tr_checkpoint **out, char *err,
-                       size_t err_size) {
-  if (ck == NULL || out == NULL)
-    return tr_errorf(err, err_size, TR_EINVAL, "tr_checkpoint_view: %s is NULL", ck ? "out" : "ck");
-  return tr_checkpoint_open_memory(out, ck->bytes, ck->size, ck->name, err, err_size);
+int tr__ck_meta_cmp(const void *a, const void *b) {
+  return strcmp(((const tr__ck_meta *)a)->key, ((const tr__ck_meta *)b)->key);
 }
 
 /* ---- lookups ----------------------------------------------------------------------- */
@@ -479,7 +166,7 @@ const tr_checkpoint_tensor *tr_checkpoint_tensor_at(const tr_checkpoint *ck, siz
 const tr_checkpoint_tensor *tr_checkpoint_find(const tr_checkpoint *ck, const char *name) {
   if (ck == NULL || name == NULL) return NULL;
   tr_checkpoint_tensor key = {.name = name};
-  return bsearch(&key, ck->t, ck->nt, sizeof *ck->t, tensor_cmp_name);
+  return bsearch(&key, ck->t, ck->nt, sizeof *ck->t, tr__ck_tensor_cmp_name);
 }
 
 /* What a lookup of a tensor is given (expect, read): 0, or TR_EINVAL naming `call`. */
@@ -512,8 +199,8 @@ int tr_checkpoint_expect(tr_checkpoint *ck, const char *name, tr_dtype dtype, in
   for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
   if (!same) {
     char have[200], want[200];
-    format_shape(have, sizeof have, t->ndim, t->shape);
-    format_shape(want, sizeof want, ndim, shape);
+    tr__ck_format_shape(have, sizeof have, t->ndim, t->shape);
+    tr__ck_format_shape(want, sizeof want, ndim, shape);
     return ckfail(ck, TR_EFORMAT, "tensor '%s' has shape %s, expected %s", q.s, have, want);
   }
   if (out) *out = t;
@@ -544,8 +231,8 @@ void tr_checkpoint_meta_at(const tr_checkpoint *ck, size_t index, const char **k
 
 const char *tr_checkpoint_meta(const tr_checkpoint *ck, const char *key) {
   if (ck == NULL || key == NULL) return NULL;
-  rmeta k = {key, NULL};
-  const rmeta *m = ck->nm ? bsearch(&k, ck->m, ck->nm, sizeof *ck->m, meta_cmp) : NULL;
+  tr__ck_meta k = {key, NULL};
+  const tr__ck_meta *m = ck->nm ? bsearch(&k, ck->m, ck->nm, sizeof *ck->m, tr__ck_meta_cmp) : NULL;
   return m ? m->value : NULL;
 }
 

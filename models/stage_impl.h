@@ -1,5 +1,5 @@
-/* stage_impl.h — the inside of a tr_stage, shared by the stage's files (stage.c, stage_loss.c,
- * stage_passes.c, stage_error.c) and optim.c and measure.c. */
+/* stage_impl.h — the inside of a tr_stage, shared by the stage's files (stage.c, stage_open.c,
+ * stage_loss.c, stage_passes.c, stage_error.c) and optim.c and measure.c. */
 #ifndef TR_STAGE_IMPL_H
 #define TR_STAGE_IMPL_H
 
@@ -69,6 +69,11 @@ struct tr_stage {
   char layer_err[256];           /* a layer's own account of its failure (tr_layer_fail) */
 };
 
+/* Whether the stage runs its GEMMs in bf16 (tr_stage_config.precision.gemm). */
+static inline int tr__stage_bf16(const tr_stage *st) {
+  return st->info.precision == TR_PRECISION_BF16;
+}
+
 /* Where a slot's buffers start. */
 static inline float *tr__slot_base(const tr_stage *st, int slot) {
   TR_ASSERT(slot >= 0 && slot < st->info.slots);
@@ -87,7 +92,7 @@ static inline const float *tr__layer_in(const tr_stage *st, int i, int slot) {
            : tr__slot_base(st, slot) + st->in_off;
 }
 
-/* ---- opening (stage_init.c) ---- */
+/* ---- opening (stage_open.c) ---- */
 
 /* Tensor parallelism: st->tensor = cfg->tensor, which each split layer's part and parts must
  * be the rank and size of; else TR_EINVAL, err saying which layer. */

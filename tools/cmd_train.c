@@ -450,11 +450,13 @@ int cmd_train(int argc, char **argv) {
   }
   /* On host devices, the hardware's yardstick, measured now, after the run (docs/WORKLOADS.md):
    * for the models whose FLOPs are GEMMs; simplenet's are too small to compare. Not after a
-   * signal: whoever sent it wants the process gone. */
+   * signal: whoever sent it wants the process gone; nor when neither the summary nor --json
+   * will show it (it takes about a second of a core: tools/run-digests.sh runs many). */
   const char *devices = NULL, *model = NULL;
   tr_result_text(r, "devices", &devices);
   tr_result_text(r, "model", &model);
-  if (!strncmp(devices, "host", 4) && strcmp(model, "simplenet") != 0 && !signal)
+  if (!strncmp(devices, "host", 4) && strcmp(model, "simplenet") != 0 && !signal &&
+      (!a.quiet || a.json))
     tr_result_set_real(r, "sgemm_gflops", cli_sgemm_gflops(2048));
   if (!a.quiet) tr_result_summary(r, stderr);
   /* stdout may be full or gone (`>/dev/full`): figures asked for and not written fail */

@@ -1,6 +1,6 @@
 /* host_choices_file.c — the file where the host GEMM's choices per shape are kept between
- * processes (host_choose.h): plain text, a first line that says what it is, then one line
- * per choice,
+ * processes (host_choose.h, host_choices_file.h): plain text, a first line that says what
+ * it is, then one line per choice,
  *
  *   # troupe gemm-choices 1
  *   <machine and libraries> TAB <key> TAB <library> TAB <median ns of each candidate>
@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "file_write.h"
-#include "host_choose.h"
+#include "host_choices_file.h"
 #include "tr_file.h"
 
 #define FILE_NAME "gemm-choices"

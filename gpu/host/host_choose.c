@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "host_choices_file.h"
 #include "host_choose.h"
 
 #ifndef TR_GEMM_DEFAULT
